@@ -1,0 +1,107 @@
+"""HLO element types (XLA's PrimitiveType) and their numpy counterparts."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import ml_dtypes
+import numpy as np
+
+
+@dataclass(frozen=True)
+class ElementType:
+    """One HLO primitive type: its name in HLO text, its numpy dtype and its class."""
+
+    name: str
+    numpy: np.dtype | None  # None for token / tuple-only types
+    bits: int
+    kind: str  # "pred", "sint", "uint", "float", "complex", "token"
+
+    @property
+    def is_float(self) -> bool:
+        return self.kind == "float"
+
+    @property
+    def is_integer(self) -> bool:
+        return self.kind in ("sint", "uint")
+
+    @property
+    def is_signed(self) -> bool:
+        return self.kind in ("sint", "float", "complex")
+
+    @property
+    def is_complex(self) -> bool:
+        return self.kind == "complex"
+
+    @property
+    def is_pred(self) -> bool:
+        return self.kind == "pred"
+
+    @property
+    def byte_size(self) -> int:
+        """Bytes one element occupies in memory (sub-byte types take a whole byte)."""
+        return max(1, self.bits // 8)
+
+    def __str__(self) -> str:
+        return self.name
+
+
+def _t(name: str, dtype, bits: int, kind: str) -> ElementType:
+    return ElementType(name, np.dtype(dtype) if dtype is not None else None, bits, kind)
+
+
+_ALL = [
+    _t("pred", np.bool_, 8, "pred"),
+    _t("s4", ml_dtypes.int4, 4, "sint"),
+    _t("s8", np.int8, 8, "sint"),
+    _t("s16", np.int16, 16, "sint"),
+    _t("s32", np.int32, 32, "sint"),
+    _t("s64", np.int64, 64, "sint"),
+    _t("u4", ml_dtypes.uint4, 4, "uint"),
+    _t("u8", np.uint8, 8, "uint"),
+    _t("u16", np.uint16, 16, "uint"),
+    _t("u32", np.uint32, 32, "uint"),
+    _t("u64", np.uint64, 64, "uint"),
+    _t("f16", np.float16, 16, "float"),
+    _t("bf16", ml_dtypes.bfloat16, 16, "float"),
+    _t("f32", np.float32, 32, "float"),
+    _t("f64", np.float64, 64, "float"),
+    _t("c64", np.complex64, 64, "complex"),
+    _t("c128", np.complex128, 128, "complex"),
+    _t("f8e4m3fn", ml_dtypes.float8_e4m3fn, 8, "float"),
+    _t("f8e5m2", ml_dtypes.float8_e5m2, 8, "float"),
+    _t("token", None, 0, "token"),
+]
+
+ELEMENT_TYPES: dict[str, ElementType] = {t.name: t for t in _ALL}
+_BY_NUMPY: dict[np.dtype, ElementType] = {t.numpy: t for t in _ALL if t.numpy is not None}
+
+PRED = ELEMENT_TYPES["pred"]
+S32 = ELEMENT_TYPES["s32"]
+S64 = ELEMENT_TYPES["s64"]
+U32 = ELEMENT_TYPES["u32"]
+F32 = ELEMENT_TYPES["f32"]
+F64 = ELEMENT_TYPES["f64"]
+TOKEN = ELEMENT_TYPES["token"]
+
+
+def element_type(name: str) -> ElementType:
+    """The element type called `name` in HLO text; KeyError if there is none."""
+    return ELEMENT_TYPES[name]
+
+
+def from_numpy(dtype) -> ElementType:
+    """The element type of a numpy dtype (bfloat16 and float8 through ml_dtypes)."""
+    dt = np.dtype(dtype)
+    try:
+        return _BY_NUMPY[dt]
+    except KeyError:
+        raise ValueError(f"numpy dtype {dt} has no HLO element type") from None
+
+
+def real_type(t: ElementType) -> ElementType:
+    """The component type of a complex type (c64 -> f32); other types map to themselves."""
+    if t.name == "c64":
+        return F32
+    if t.name == "c128":
+        return F64
+    return t

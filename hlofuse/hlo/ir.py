@@ -1,0 +1,403 @@
+"""The HLO IR: instructions, computations and modules.
+
+The graph is mutable and owned by these objects; operands keep their order (duplicates are
+allowed: `add(x, x)`), users are kept in step. networkx views are derived on demand for
+analyses and never stored.
+
+Attribute conventions (`HloInstruction.attrs`, keyed by the HLO text keyword):
+  dimensions, dynamic_slice_sizes, slice_sizes, fft_length, ... -> tuple[int, ...]
+  slice                    -> tuple[(start, limit, stride), ...]
+  padding (pad op)         -> tuple[(low, high, interior), ...]
+  window                   -> attributes.Window
+  dim_labels               -> attributes.ConvDimensionNumbers
+  *_dims of dot / gather / scatter dimension numbers -> tuple[int, ...]
+  index_vector_dim, iota_dimension, index, feature_group_count, ... -> int
+  direction, type, kind, custom_call_target, fft_type, distribution, ... -> str
+  is_stable, indices_are_sorted, unique_indices, ... -> bool
+  to_apply, calls, condition, body, select, scatter, true_computation, false_computation
+                           -> HloComputation
+  branch_computations      -> tuple[HloComputation, ...]
+  metadata, backend_config, sharding, frontend_attributes, and anything not understood
+                           -> attributes.Raw (printed back verbatim)
+Constants keep their value in `literal` (a numpy array, or None when elided as `{...}`).
+Parameters keep their index in `parameter_number`.
+"""
+from __future__ import annotations
+
+import itertools
+import re
+from typing import Any, Callable, Iterable, Iterator
+
+from .shapes import Shape
+
+COMPUTATION_ATTRS = (
+    "to_apply",
+    "calls",
+    "condition",
+    "body",
+    "select",
+    "scatter",
+    "true_computation",
+    "false_computation",
+    "branch_computations",
+)
+
+
+class HloInstruction:
+    """One HLO instruction: an opcode applied to operands, producing a value of `shape`."""
+
+    def __init__(
+        self,
+        opcode: str,
+        shape: Shape,
+        operands: Iterable["HloInstruction"] = (),
+        attrs: dict[str, Any] | None = None,
+        name: str = "",
+    ) -> None:
+        self.name = name
+        self.opcode = opcode
+        self.shape = shape
+        self.operands: list[HloInstruction] = []
+        self.users: list[HloInstruction] = []
+        self.attrs: dict[str, Any] = dict(attrs or {})
+        self.control_predecessors: list[HloInstruction] = []
+        self.literal = None  # numpy array for constants
+        self.parameter_number: int = -1
+        self.parent: HloComputation | None = None
+        for op in operands:
+            self.append_operand(op)
+
+    # ---- operands and users -------------------------------------------------------------
+    def operand(self, i: int) -> "HloInstruction":
+        return self.operands[i]
+
+    def append_operand(self, op: "HloInstruction") -> None:
+        self.operands.append(op)
+        if self not in op.users:
+            op.users.append(self)
+
+    def _drop_user_if_unused(self, op: "HloInstruction") -> None:
+        if not any(o is op for o in self.operands) and self in op.users:
+            op.users.remove(self)
+
+    def replace_operand(self, index: int, new: "HloInstruction") -> None:
+        """Make operand `index` be `new`, keeping users in step."""
+        old = self.operands[index]
+        self.operands[index] = new
+        self._drop_user_if_unused(old)
+        if self not in new.users:
+            new.users.append(self)
+
+    def replace_operand_with(self, old: "HloInstruction", new: "HloInstruction") -> None:
+        """Replace every occurrence of `old` among the operands by `new`."""
+        for i, op in enumerate(self.operands):
+            if op is old:
+                self.replace_operand(i, new)
+
+    def replace_all_uses_with(self, new: "HloInstruction") -> None:
+        """Point every user (and the computation root, if this is it) at `new`."""
+        for user in list(self.users):
+            if user is new:
+                continue
+            user.replace_operand_with(self, new)
+        if self.parent is not None and self.parent.root is self:
+            self.parent.root = new
+
+    def detach_operands(self) -> None:
+        """Drop all operand edges (before removal)."""
+        for op in self.operands:
+            if self in op.users:
+                op.users.remove(self)
+        self.operands = []
+
+    def user_count(self) -> int:
+        return len(self.users)
+
+    # ---- called computations ------------------------------------------------------------
+    def called_computations(self) -> list["HloComputation"]:
+        """Computations this instruction calls, in attribute order."""
+        out: list[HloComputation] = []
+        for key in COMPUTATION_ATTRS:
+            value = self.attrs.get(key)
+            if value is None:
+                continue
+            if isinstance(value, (tuple, list)):
+                out.extend(value)
+            else:
+                out.append(value)
+        return out
+
+    @property
+    def fused_computation(self) -> "HloComputation":
+        """The computation a `fusion` instruction calls."""
+        return self.attrs["calls"]
+
+    # ---- queries ------------------------------------------------------------------------
+    def is_root(self) -> bool:
+        return self.parent is not None and self.parent.root is self
+
+    @property
+    def info(self):
+        """This opcode's row in the op registry."""
+        from .opcodes import op_info
+
+        return op_info(self.opcode)
+
+    def clone(self, name: str | None = None, operands: Iterable["HloInstruction"] | None = None) -> "HloInstruction":
+        """A copy with the same opcode, shape, attributes and literal, not in any computation."""
+        inst = HloInstruction(
+            self.opcode,
+            self.shape,
+            list(self.operands if operands is None else operands),
+            dict(self.attrs),
+            name if name is not None else self.name,
+        )
+        inst.literal = self.literal
+        inst.parameter_number = self.parameter_number
+        return inst
+
+    def to_text(self) -> str:
+        from .printer import instruction_to_text
+
+        return instruction_to_text(self)
+
+    def __repr__(self) -> str:
+        return f"<{self.opcode} {self.name}: {self.shape}>"
+
+
+class HloComputation:
+    """A computation: parameters, an ordered list of instructions and a root."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.instructions: list[HloInstruction] = []
+        self.root: HloInstruction | None = None
+        self.parent: HloModule | None = None
+        self.fusion_instruction: HloInstruction | None = None  # set for fused computations
+        self.is_entry = False
+        self.execution_thread: str | None = None
+
+    @property
+    def parameters(self) -> list[HloInstruction]:
+        """Parameters ordered by parameter number."""
+        params = [i for i in self.instructions if i.opcode == "parameter"]
+        return sorted(params, key=lambda p: p.parameter_number)
+
+    def parameter(self, number: int) -> HloInstruction:
+        for p in self.instructions:
+            if p.opcode == "parameter" and p.parameter_number == number:
+                return p
+        raise IndexError(f"computation {self.name} has no parameter {number}")
+
+    def add_instruction(self, inst: HloInstruction, name: str | None = None) -> HloInstruction:
+        """Add `inst` (its name made unique in the module) and return it."""
+        if name is not None:
+            inst.name = name
+        if self.parent is not None:
+            inst.name = self.parent.unique_name(inst.name or inst.opcode)
+        elif not inst.name:
+            inst.name = inst.opcode
+        inst.parent = self
+        self.instructions.append(inst)
+        return inst
+
+    def add_parameter(self, shape: Shape, name: str = "") -> HloInstruction:
+        """Append a new parameter with the next parameter number."""
+        p = HloInstruction("parameter", shape, name=name or f"param_{len(self.parameters)}")
+        p.parameter_number = len(self.parameters)
+        return self.add_instruction(p)
+
+    def remove_instruction(self, inst: HloInstruction) -> None:
+        """Remove an instruction that has no users (and is not the root)."""
+        if inst.users:
+            raise ValueError(f"cannot remove {inst.name}: it still has users {[u.name for u in inst.users]}")
+        if self.root is inst:
+            raise ValueError(f"cannot remove {inst.name}: it is the root of {self.name}")
+        inst.detach_operands()
+        for other in self.instructions:
+            if inst in other.control_predecessors:
+                other.control_predecessors.remove(inst)
+        self.instructions.remove(inst)
+        inst.parent = None
+        if self.parent is not None:
+            self.parent.release_name(inst.name)
+
+    def post_order(self) -> list[HloInstruction]:
+        """Instructions ordered so that operands come before users (control edges too)."""
+        order: list[HloInstruction] = []
+        seen: set[int] = set()
+        for start in self.instructions:
+            if id(start) in seen:
+                continue
+            stack: list[tuple[HloInstruction, Iterator[HloInstruction]]] = [
+                (start, iter(start.operands + start.control_predecessors))
+            ]
+            seen.add(id(start))
+            while stack:
+                node, it = stack[-1]
+                nxt = next(it, None)
+                if nxt is None:
+                    stack.pop()
+                    order.append(node)
+                elif id(nxt) not in seen and nxt.parent is self:
+                    seen.add(id(nxt))
+                    stack.append((nxt, iter(nxt.operands + nxt.control_predecessors)))
+        return order
+
+    def sort_instructions(self) -> None:
+        """Reorder the instruction list into a post order (stable where already ordered)."""
+        self.instructions = self.post_order()
+
+    def instruction(self, name: str) -> HloInstruction:
+        for inst in self.instructions:
+            if inst.name == name:
+                return inst
+        raise KeyError(f"no instruction named {name} in computation {self.name}")
+
+    def to_graph(self):
+        """A networkx DiGraph view (operand -> user edges) over instruction names."""
+        import networkx as nx
+
+        g = nx.DiGraph()
+        for inst in self.instructions:
+            g.add_node(inst.name, inst=inst)
+        for inst in self.instructions:
+            for op in inst.operands:
+                g.add_edge(op.name, inst.name)
+        return g
+
+    def is_fusion_computation(self) -> bool:
+        return self.fusion_instruction is not None
+
+    def __repr__(self) -> str:
+        return f"<computation {self.name}: {len(self.instructions)} instructions>"
+
+
+_NAME_SUFFIX = re.compile(r"^(.*?)(?:\.(\d+))?$")
+
+
+class HloModule:
+    """A module: named computations, one of which is the entry."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.computations: list[HloComputation] = []
+        self.entry: HloComputation | None = None
+        self.attrs: dict[str, Any] = {}  # header attributes (kept raw for printing)
+        self.extra_sections: list[str] = []  # FileNames / StackFrames ... kept verbatim
+        self._names: set[str] = set()
+        self._next_suffix: dict[str, Iterator[int]] = {}
+
+    # ---- names --------------------------------------------------------------------------
+    def unique_name(self, wanted: str) -> str:
+        """`wanted` if unused in the module, else `wanted.N` for the first free N."""
+        if wanted not in self._names:
+            self._names.add(wanted)
+            return wanted
+        counter = self._next_suffix.setdefault(wanted, itertools.count(1))
+        while True:
+            candidate = f"{wanted}.{next(counter)}"
+            if candidate not in self._names:
+                self._names.add(candidate)
+                return candidate
+
+    def reserve_name(self, name: str) -> None:
+        self._names.add(name)
+
+    def release_name(self, name: str) -> None:
+        self._names.discard(name)
+
+    # ---- computations -------------------------------------------------------------------
+    def add_computation(self, comp: HloComputation, entry: bool = False) -> HloComputation:
+        """Add a computation (names of it and its instructions made unique in the module)."""
+        comp.name = self.unique_name(comp.name)
+        comp.parent = self
+        for inst in comp.instructions:
+            inst.name = self.unique_name(inst.name)
+        self.computations.append(comp)
+        if entry:
+            self.set_entry(comp)
+        return comp
+
+    def set_entry(self, comp: HloComputation) -> None:
+        if self.entry is not None:
+            self.entry.is_entry = False
+        self.entry = comp
+        comp.is_entry = True
+
+    def remove_computation(self, comp: HloComputation) -> None:
+        self.computations.remove(comp)
+        self.release_name(comp.name)
+        for inst in comp.instructions:
+            self.release_name(inst.name)
+
+    def computation(self, name: str) -> HloComputation:
+        for c in self.computations:
+            if c.name == name:
+                return c
+        raise KeyError(f"no computation named {name}")
+
+    def computations_post_order(self) -> list[HloComputation]:
+        """Computations ordered callees first, the entry last."""
+        order: list[HloComputation] = []
+        seen: set[int] = set()
+
+        def visit(c: HloComputation) -> None:
+            if id(c) in seen:
+                return
+            seen.add(id(c))
+            for inst in c.instructions:
+                for callee in inst.called_computations():
+                    visit(callee)
+            order.append(c)
+
+        roots = [c for c in self.computations if c is not self.entry]
+        if self.entry is not None:
+            roots.append(self.entry)
+        for c in roots:
+            visit(c)
+        return order
+
+    def remove_unreachable_computations(self) -> bool:
+        """Drop computations not called (transitively) from the entry; True if any went."""
+        if self.entry is None:
+            return False
+        reachable: set[int] = set()
+        stack = [self.entry]
+        while stack:
+            c = stack.pop()
+            if id(c) in reachable:
+                continue
+            reachable.add(id(c))
+            for inst in c.instructions:
+                stack.extend(inst.called_computations())
+        dead = [c for c in self.computations if id(c) not in reachable]
+        for c in dead:
+            self.remove_computation(c)
+        return bool(dead)
+
+    def all_instructions(self) -> Iterator[HloInstruction]:
+        for c in self.computations:
+            yield from c.instructions
+
+    # ---- text ---------------------------------------------------------------------------
+    def to_text(self) -> str:
+        """Canonical HLO text, in XLA's style."""
+        from .printer import module_to_text
+
+        return module_to_text(self)
+
+    def clone(self) -> "HloModule":
+        """A deep copy (through the text form, which is canonical and complete)."""
+        from .parser import parse_hlo
+
+        return parse_hlo(self.to_text())
+
+    def __repr__(self) -> str:
+        return f"<HloModule {self.name}: {len(self.computations)} computations>"
+
+
+def map_instructions(comp: HloComputation, fn: Callable[[HloInstruction], None]) -> None:
+    """Apply `fn` to every instruction of `comp` in post order."""
+    for inst in comp.post_order():
+        fn(inst)
