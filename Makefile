@@ -1,0 +1,26 @@
+# The two newcomer commands: `make demo` (install, then compile and run the LSTM cell example on
+# the CPU with the fusion report and the comparison with the interpreter) and `make test`.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+
+.PHONY: demo test install install-dev bench
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+
+install: $(BIN)/python
+	$(BIN)/python -m pip install -q -e .
+
+install-dev: $(BIN)/python
+	$(BIN)/python -m pip install -q -e ".[dev]"
+
+demo: install
+	$(BIN)/hlofuse run examples/lstm_cell.hlo --backend cpu --report --compare
+
+test: install-dev
+	$(BIN)/python -m pytest -n 2 -p no:cacheprovider tests
+
+bench: install-dev
+	$(BIN)/python benchmarks/run.py

@@ -1,0 +1,51 @@
+"""hlofuse: an XLA-style HLO fusion compiler in Python.
+
+Public API (see DESIGN.md): parse_hlo, load, from_stablehlo, from_exported, compile, jit.
+"""
+from __future__ import annotations
+
+__version__ = "0.1.0"
+
+from .compiler import Executable, compile  # noqa: A004 - the design names it compile
+from .hlo.errors import HloError, HloParseError, InputError, UnsupportedError, VerifierError
+
+
+def parse_hlo(text: str, filename: str = "<string>"):
+    """Parse XLA HLO text into an HloModule (HloParseError on bad text)."""
+    from .hlo.parser import parse_hlo as _parse
+
+    return _parse(text, filename)
+
+
+def from_stablehlo(text_or_bytecode):
+    """Import a StableHLO module (text or MLIR bytecode) as an HloModule."""
+    from .frontends.stablehlo import from_stablehlo as _import
+
+    return _import(text_or_bytecode)
+
+
+def from_exported(exported):
+    """Import a `jax.export.Exported` (shape-polymorphic ones included)."""
+    from .frontends.jax_api import from_exported as _from_exported
+
+    return _from_exported(exported)
+
+
+def jit(fn=None, *, target: str = "cpu", fusion: bool = True):
+    """Trace `fn` with JAX, export it, compile it with hlofuse; cached per input signature."""
+    from .frontends.jax_api import jit as _jit
+
+    return _jit(fn, target=target, fusion=fusion)
+
+
+def load(path: str, format: str | None = None):
+    """Load a module from a file: `.hlo`/`.txt` as HLO text, `.mlir`/`.mlirbc` as StableHLO."""
+    from .loader import load_module
+
+    return load_module(path, format)
+
+
+__all__ = [
+    "Executable", "HloError", "HloParseError", "InputError", "UnsupportedError", "VerifierError",
+    "compile", "from_exported", "from_stablehlo", "jit", "load", "parse_hlo", "__version__",
+]

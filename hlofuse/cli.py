@@ -1,0 +1,244 @@
+"""The `hlofuse` command: run, compile, fmt, conformance, explain.
+
+A user's mistake (missing file, bad syntax, bad inputs) prints one paragraph and exits 2 with
+no traceback; outputs are written atomically, so a failed command leaves no partial file.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+
+from .compiler import TARGETS
+
+EXIT_MISMATCH = 1
+EXIT_USER_ERROR = 2
+
+
+class UsageError(Exception):
+    """A command-line mistake detected after argument parsing."""
+
+
+def _load(path: str, fmt: str | None):
+    from .loader import load_module
+
+    return load_module(path, fmt)
+
+
+def _emit_output(text: str, output: str | None) -> None:
+    if output:
+        from .runtime.io import write_text_atomically
+
+        write_text_atomically(output, text if text.endswith("\n") else text + "\n")
+    else:
+        sys.stdout.write(text if text.endswith("\n") else text + "\n")
+
+
+# ---- run --------------------------------------------------------------------------------
+def cmd_run(args: argparse.Namespace) -> int:
+    import hlofuse
+
+    from .runtime.compare import compare_outputs
+    from .runtime.io import random_inputs, read_inputs, write_outputs
+
+    module = _load(args.module, args.format)
+    inputs = read_inputs(args.inputs, module) if args.inputs else random_inputs(module, args.seed)
+    exe = hlofuse.compile(module, target=args.backend, fusion=not args.no_fusion)
+    outputs = list(exe(*inputs))
+    if args.report:
+        print(exe.fusion_report().to_text())
+    if args.repeat and args.repeat > 0:
+        times = []
+        for _ in range(args.repeat):
+            t0 = time.perf_counter()
+            exe(*inputs)
+            times.append(time.perf_counter() - t0)
+        print(f"{args.backend}: median {statistics.median(times) * 1e3:.3f} ms over {args.repeat} runs")
+    status = 0
+    if args.compare:
+        from .runtime.interpreter import evaluate
+
+        reference = evaluate(module, inputs)
+        results = compare_outputs(outputs, reference)
+        print(f"comparison of {args.backend} (fusion {'off' if args.no_fusion else 'on'}) with the interpreter:")
+        for r in results:
+            print("  " + r.line())
+        ok = all(r.ok for r in results)
+        print("  result: " + ("match" if ok else "MISMATCH"))
+        status = 0 if ok else EXIT_MISMATCH
+    if args.output:
+        write_outputs(args.output, outputs)
+    elif not args.compare and not args.repeat and not args.report:
+        import numpy as np
+
+        for i, o in enumerate(outputs):
+            print(f"out{i} = {np.array2string(np.asarray(o), threshold=20)}")
+    return status
+
+
+# ---- compile ----------------------------------------------------------------------------
+def cmd_compile(args: argparse.Namespace) -> int:
+    from .compiler import optimize
+
+    module = _load(args.module, args.format)
+    emit = args.emit
+    passes = args.passes.split(",") if args.passes else None
+    fused, pipeline = optimize(module, args.target, fusion=not args.no_fusion, verify=args.verify,
+                               dump_dir=args.dump_dir, passes=passes, timings=args.timings)
+    if args.dump_dir:
+        _dump_extras(args.dump_dir, module, fused)
+    if emit == "hlo":
+        text = fused.to_text()
+    elif emit in ("report", "json"):
+        from .passes.fusion.report import build_report
+
+        report = build_report(module, fused, getattr(fused, "fusion_log", None))
+        text = report.to_text() if emit == "report" else json.dumps(report.to_dict(), indent=2)
+    elif emit in ("html", "dot"):
+        from .viz import render
+
+        text = render(module, fused, emit)
+    elif emit in ("llvm", "asm"):
+        if args.target != "cpu":
+            raise UsageError(f"--emit {emit} is for --target cpu; use --emit ptx for the GPU")
+        from .runtime.cpu_executor import CpuProgram
+
+        program = CpuProgram.compile(fused)
+        text = program.llvm_ir() if emit == "llvm" else program.asm()
+    elif emit == "ptx":
+        if args.target != "gpu":
+            raise UsageError("--emit ptx needs --target gpu")
+        from .runtime.gpu_executor import GpuProgram
+
+        text = GpuProgram.compile(fused, emulated=True, build_only=True).ptx()
+    else:  # argparse restricts choices; kept for safety
+        raise UsageError(f"unknown --emit {emit}")
+    _emit_output(text, args.output)
+    if args.timings:
+        for name, seconds, changed in pipeline.timings:
+            print(f"{name:32s} {seconds * 1e3:9.3f} ms{'  (changed)' if changed else ''}", file=sys.stderr)
+    return 0
+
+
+def _dump_extras(dump_dir: str, module, fused) -> None:
+    """The report as JSON and the graph as HTML next to the per-pass dumps."""
+    import os
+
+    from .runtime.io import write_text_atomically
+
+    try:
+        from .passes.fusion.report import build_report
+
+        report = build_report(module, fused, getattr(fused, "fusion_log", None))
+        write_text_atomically(os.path.join(dump_dir, "fusion_report.json"), json.dumps(report.to_dict(), indent=2))
+    except ImportError:
+        pass
+    try:
+        from .viz import render
+
+        write_text_atomically(os.path.join(dump_dir, "fusion_graph.html"), render(module, fused, "html"))
+    except ImportError:
+        pass
+
+
+# ---- fmt, conformance, explain ----------------------------------------------------------
+def cmd_fmt(args: argparse.Namespace) -> int:
+    module = _load(args.module, args.format)
+    _emit_output(module.to_text(), args.output)
+    return 0
+
+
+def cmd_conformance(args: argparse.Namespace) -> int:
+    from .frontends.conformance import main_conformance
+
+    return main_conformance(args.paths, backend=args.backend, stream=sys.stdout)
+
+
+def cmd_explain(args: argparse.Namespace) -> int:
+    from .explain import explain
+
+    module = _load(args.module, args.format)
+    print(explain(module, args.instructions, target=args.target))
+    return 0
+
+
+# ---- parser -----------------------------------------------------------------------------
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of the `hlofuse` command."""
+    p = argparse.ArgumentParser(prog="hlofuse", description="XLA-style HLO fusion compiler.")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    def module_arg(sp):
+        sp.add_argument("module", help="module file: .hlo (HLO text) or .mlir (StableHLO)")
+        sp.add_argument("--format", choices=["hlo", "stablehlo"], help="override the format given by the suffix")
+
+    r = sub.add_parser("run", help="compile and run a module")
+    module_arg(r)
+    r.add_argument("--backend", choices=TARGETS, default="cpu")
+    r.add_argument("--inputs", help=".npz with arrays arg0, arg1, ... (random seeded inputs if absent)")
+    r.add_argument("--output", help="write the results as out0, out1, ... to this .npz")
+    r.add_argument("--no-fusion", action="store_true", help="run without the fusion passes")
+    r.add_argument("--compare", action="store_true", help="also run the interpreter; exit 1 on a mismatch")
+    r.add_argument("--report", action="store_true", help="print the fusion report")
+    r.add_argument("--repeat", type=int, default=0, help="time N executions and print the median")
+    r.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
+    r.set_defaults(func=cmd_run)
+
+    c = sub.add_parser("compile", help="run the pass pipeline and print a stage")
+    module_arg(c)
+    c.add_argument("--target", choices=["cpu", "gpu"], default="cpu")
+    c.add_argument("--emit", choices=["hlo", "llvm", "asm", "ptx", "report", "json", "html", "dot"], default="hlo")
+    c.add_argument("-o", "--output", help="write to this file instead of standard output")
+    c.add_argument("--dump-dir", help="write the module after every pass, the report and the graph here")
+    c.add_argument("--no-fusion", action="store_true")
+    c.add_argument("--passes", help="comma-separated pass names instead of the standard pipeline")
+    c.add_argument("--verify", action="store_true", help="verify the module after every pass")
+    c.add_argument("--timings", action="store_true", help="print per-pass timings to standard error")
+    c.set_defaults(func=cmd_compile)
+
+    f = sub.add_parser("fmt", help="print a module as canonical HLO text")
+    module_arg(f)
+    f.add_argument("-o", "--output")
+    f.set_defaults(func=cmd_fmt)
+
+    k = sub.add_parser("conformance", help="run StableHLO conformance test files")
+    k.add_argument("paths", nargs="+")
+    k.add_argument("--backend", choices=["interpreter", "cpu"], default="interpreter")
+    k.set_defaults(func=cmd_conformance)
+
+    e = sub.add_parser("explain", help="why is (or is not) an instruction fused with another")
+    module_arg(e)
+    e.add_argument("instructions", nargs="+", metavar="INSTRUCTION")
+    e.add_argument("--target", choices=["cpu", "gpu"], default="cpu")
+    e.set_defaults(func=cmd_explain)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the `hlofuse` console script."""
+    from .hlo.errors import HloError
+
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return args.func(args)
+    except (HloError, UsageError) as e:
+        print(f"hlofuse: {e}", file=sys.stderr)
+        return EXIT_USER_ERROR
+    except FileNotFoundError as e:
+        print(f"hlofuse: {e.filename or e}: no such file", file=sys.stderr)
+        return EXIT_USER_ERROR
+    except IsADirectoryError as e:
+        print(f"hlofuse: {e.filename}: is a directory", file=sys.stderr)
+        return EXIT_USER_ERROR
+    except PermissionError as e:
+        print(f"hlofuse: {e.filename}: permission denied", file=sys.stderr)
+        return EXIT_USER_ERROR
+    except BrokenPipeError:
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,99 @@
+"""`compile`: run the pass pipeline on a module and build an executable for a target."""
+from __future__ import annotations
+
+import time
+from typing import Any, Callable
+
+import numpy as np
+
+from .hlo.errors import UnsupportedError
+from .hlo.ir import HloModule
+
+TARGETS = ("interpreter", "cpu", "gpu", "gpu-emulated")
+
+
+def fusion_target(target: str) -> str:
+    """The fusion policy a backend uses: XLA GPU's choices for GPU targets, XLA CPU's otherwise."""
+    return "gpu" if target.startswith("gpu") else "cpu"
+
+
+class Executable:
+    """A compiled module: call it with numpy arrays, get a tuple of numpy arrays back.
+
+    `fused_module` is the module after the pass pipeline; `report()` says what was fused and why.
+    """
+
+    def __init__(self, module: HloModule, fused_module: HloModule, target: str,
+                 run: Callable[[list], list], program: Any = None, pipeline: Any = None,
+                 compile_seconds: float = 0.0) -> None:
+        self.module = module
+        self.fused_module = fused_module
+        self.target = target
+        self._run = run
+        self.program = program  # backend object (CpuProgram, GpuProgram) when there is one
+        self.pipeline = pipeline
+        self.compile_seconds = compile_seconds
+
+    def __call__(self, *arrays) -> tuple:
+        from .runtime.io import check_inputs
+
+        args = [a if isinstance(a, tuple) else np.asarray(a) for a in arrays]
+        check_inputs(self.fused_module, args)
+        return tuple(self._run(args))
+
+    def report(self) -> dict:
+        """What was fused and why, as JSON-able data (see `hlofuse compile --emit report`)."""
+        return self.fusion_report().to_dict()
+
+    def fusion_report(self):
+        """The fusion report object (with `to_text()` and `to_dict()`)."""
+        from .passes.fusion.report import build_report
+
+        return build_report(self.module, self.fused_module, getattr(self.fused_module, "fusion_log", None))
+
+    def timings(self) -> list:
+        """Per-pass (name, seconds, changed) of the pipeline that built this executable."""
+        return list(getattr(self.pipeline, "timings", []) or [])
+
+
+def optimize(module: HloModule, target: str = "cpu", fusion: bool = True, verify: bool = False,
+             dump_dir: str | None = None, passes: list[str] | None = None, timings: bool = False):
+    """Run the pass pipeline on a copy of `module`; return (optimized module, pipeline)."""
+    from .passes.pipeline import PassPipeline, get_pass, standard_pipeline
+
+    work = module.clone()
+    if passes is not None:
+        pipeline = PassPipeline([get_pass(p) for p in passes], verify=verify, dump_dir=dump_dir, timings=timings)
+    else:
+        pipeline = standard_pipeline(target=fusion_target(target), fusion=fusion, verify=verify,
+                                     dump_dir=dump_dir)
+    pipeline.run(work)
+    return work, pipeline
+
+
+def compile(module: HloModule, target: str = "cpu", fusion: bool = True, verify: bool = False,
+            dump_dir: str | None = None, cache_dir: str | None = None) -> Executable:
+    """Optimize and fuse `module` for `target` and return an Executable."""
+    if target not in TARGETS:
+        raise ValueError(f"unknown target '{target}'; expected one of {', '.join(TARGETS)}")
+    start = time.perf_counter()
+    fused, pipeline = optimize(module, target, fusion=fusion, verify=verify, dump_dir=dump_dir)
+    program = None
+    if target == "interpreter":
+        from .runtime.interpreter import evaluate
+
+        def run(args: list) -> list:
+            return evaluate(fused, args)
+    elif target == "cpu":
+        from .runtime.cpu_executor import CpuProgram
+
+        program = CpuProgram.compile(fused, cache_dir=cache_dir)
+        run = program.run
+    else:
+        try:
+            from .runtime.gpu_executor import GpuProgram
+        except ImportError as e:
+            raise UnsupportedError(f"the {target} backend is not available: {e}") from None
+        program = GpuProgram.compile(fused, emulated=(target == "gpu-emulated"))
+        run = program.run
+    return Executable(module, fused, target, run, program, pipeline, time.perf_counter() - start)
