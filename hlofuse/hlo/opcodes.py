@@ -69,7 +69,7 @@ def _binary(name: str, expensive: bool = False, math: str = "", domain: str = "a
 
 # ---- elementwise unary ------------------------------------------------------------------
 for _n in ("abs", "negate", "sign", "not", "ceil", "floor", "round-nearest-afz", "round-nearest-even",
-           "is-finite", "real", "imag", "clz", "popcnt", "copy", "bitcast-convert", "convert",
+           "is-finite", "real", "imag", "count-leading-zeros", "popcnt", "copy", "bitcast-convert", "convert",
            "reduce-precision"):
     _unary(_n)
 _unary("exponential", True, "exp")
