@@ -1,0 +1,73 @@
+"""Reference semantics of `dot` (general dimension numbers) and `ragged-dot`."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ...hlo.errors import UnsupportedError
+from ...hlo.ir import HloInstruction
+from ...hlo.opcodes import register_reference
+from .op_helpers import accumulation_dtype, attr_dims, from_compute, result_dtype, to_compute
+
+
+def dot_general(lhs: np.ndarray, rhs: np.ndarray, lb: tuple[int, ...], lc: tuple[int, ...],
+                rb: tuple[int, ...], rc: tuple[int, ...], out_dtype: np.dtype) -> np.ndarray:
+    """XLA's DotGeneral: result dimensions are batch, lhs free, rhs free (each in order).
+
+    Products are accumulated in `accumulation_dtype` (float64 for every float type, int64 for
+    integers) and rounded once to `out_dtype`, which is how preferred_element_type (the
+    result shape's type) takes effect.
+    """
+    lfree = [d for d in range(lhs.ndim) if d not in lb and d not in lc]
+    rfree = [d for d in range(rhs.ndim) if d not in rb and d not in rc]
+    acc = accumulation_dtype(lhs.dtype, rhs.dtype, out_dtype)
+    a = to_compute(lhs, acc).transpose(list(lb) + lfree + list(lc))
+    b = to_compute(rhs, acc).transpose(list(rb) + list(rc) + rfree)
+    batch = [lhs.shape[d] for d in lb]
+    m = [lhs.shape[d] for d in lfree]
+    n = [rhs.shape[d] for d in rfree]
+    k = math.prod(lhs.shape[d] for d in lc)
+    a = a.reshape(math.prod(batch), math.prod(m), k)
+    b = b.reshape(math.prod(batch), k, math.prod(n))
+    out = np.matmul(a, b).reshape(batch + m + n)
+    return from_compute(out, out_dtype)
+
+
+@register_reference("dot")
+def dot_reference(inst: HloInstruction, args: list, interp) -> np.ndarray:
+    """`dot(lhs, rhs)` with lhs/rhs batch and contracting dimensions."""
+    lhs, rhs = (np.asarray(a) for a in args)
+    lb, lc = attr_dims(inst, "lhs_batch_dims"), attr_dims(inst, "lhs_contracting_dims")
+    rb, rc = attr_dims(inst, "rhs_batch_dims"), attr_dims(inst, "rhs_contracting_dims")
+    if len(lb) != len(rb) or len(lc) != len(rc):
+        raise UnsupportedError(f"dot {inst.name}: lhs and rhs dimension numbers differ in length")
+    if "sparsity" in inst.attrs:
+        raise UnsupportedError(f"dot {inst.name}: sparse dot (sparsity=...) is not supported")
+    return dot_general(lhs, rhs, lb, lc, rb, rc, result_dtype(inst.shape))
+
+
+@register_reference("ragged-dot")
+def ragged_dot_reference(inst: HloInstruction, args: list, interp) -> np.ndarray:
+    """`ragged-dot(lhs, rhs, group_sizes)` in its common mode: lhs [m, k] is cut along its
+    ragged (non-contracting) dimension into groups of the given sizes, group g is multiplied
+    with rhs[g] ([g, k, n]), giving [m, n]; rows past the sum of group sizes are zero."""
+    lhs, rhs, sizes = (np.asarray(a) for a in args)
+    lc, rc = attr_dims(inst, "lhs_contracting_dims"), attr_dims(inst, "rhs_contracting_dims")
+    lb, rb = attr_dims(inst, "lhs_batch_dims"), attr_dims(inst, "rhs_batch_dims")
+    # XLA prints lhs_ragged_dims / rhs_group_dims; StableHLO spells the long names.
+    lr = attr_dims(inst, "lhs_ragged_dims") or attr_dims(inst, "lhs_ragged_dimensions")
+    rg = attr_dims(inst, "rhs_group_dims") or attr_dims(inst, "rhs_group_dimensions")
+    if lhs.ndim != 2 or rhs.ndim != 3 or lb or rb or lr != (0,) or rg != (0,) or lc != (1,):
+        raise UnsupportedError(f"ragged-dot {inst.name}: only the mode lhs[m,k] x rhs[g,k,n] "
+                               "(ragged lhs rows, rhs group dimension 0) is supported")
+    out_dtype = result_dtype(inst.shape)
+    acc = accumulation_dtype(lhs.dtype, rhs.dtype, out_dtype)
+    out = np.zeros((lhs.shape[0], rhs.shape[2]), dtype=acc)
+    start = 0
+    for g, size in enumerate(sizes.astype(np.int64).tolist()):
+        end = min(start + max(size, 0), lhs.shape[0])
+        rhs_g = rhs[g] if rc == (1,) else rhs[g].T
+        out[start:end] = to_compute(lhs[start:end], acc) @ to_compute(rhs_g, acc)
+        start = end
+    return from_compute(out, out_dtype)

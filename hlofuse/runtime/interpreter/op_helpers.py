@@ -1,0 +1,198 @@
+"""Helpers shared by the reference rules of the heavy op families (dot, convolution, gather,
+scatter, windows, sort, fft, linear algebra, rng): result and accumulation dtypes, attribute
+readers, and recognition of simple combiner computations so that scatter, reduce-window and
+select-and-scatter can run vectorized instead of calling the combiner once per element."""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ...hlo.attributes import Raw
+from ...hlo.errors import UnsupportedError
+from ...hlo.ir import HloComputation, HloInstruction
+from ...hlo.shapes import ArrayShape, Shape, TupleShape
+
+
+def result_dtype(shape: Shape) -> np.dtype:
+    """The numpy dtype of an array shape."""
+    assert isinstance(shape, ArrayShape), f"expected an array shape, got {shape}"
+    return shape.dtype.numpy
+
+
+def accumulation_dtype(*dtypes: np.dtype) -> np.dtype:
+    """The dtype the reference accumulates products in.
+
+    Floats accumulate in float64 (complex128 for complex): at least the operand precision, so
+    bf16/f16/f8/f32 products are summed more accurately than any backend does, then rounded
+    once to the result type. Integers accumulate in int64 (uint64 if every type is unsigned):
+    modular arithmetic makes the final wrapping cast equal to accumulating in the result type.
+    """
+    kinds = {np.dtype(d).kind for d in dtypes}
+    if "c" in kinds:
+        return np.dtype(np.complex128)
+    if any(_is_float(d) for d in dtypes):
+        return np.dtype(np.float64)
+    if kinds <= {"u", "b"} and "u" in kinds:
+        return np.dtype(np.uint64)
+    return np.dtype(np.int64)
+
+
+def _is_float(dtype: np.dtype) -> bool:
+    dt = np.dtype(dtype)
+    # ml_dtypes floats (bfloat16, float8_*) have kind 'V'; treat every non-integer,
+    # non-bool, non-complex dtype as a float.
+    return dt.kind == "f" or (dt.kind == "V" and "int" not in dt.name)
+
+
+def to_compute(x: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    """`x` converted to the accumulation dtype (through float32 for ml_dtypes floats)."""
+    x = np.asarray(x)
+    if x.dtype.kind == "V":
+        x = x.astype(np.float32) if _is_float(x.dtype) else x.astype(np.int64)
+    return x.astype(dtype, copy=False)
+
+
+def from_compute(x: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    """Round an accumulated array to the result dtype (integers wrap, as XLA's do)."""
+    dtype = np.dtype(dtype)
+    x = np.asarray(x)
+    if dtype == np.bool_:
+        return x != 0
+    if dtype.kind in "iu" and x.dtype.kind in "iu":
+        return x.astype(dtype)  # wrapping cast
+    if dtype.kind == "V" and x.dtype.kind == "c":
+        x = x.real
+    if dtype.kind == "f" and x.dtype.kind == "c":
+        x = x.real
+    return x.astype(dtype)
+
+
+def attr_bool(inst: HloInstruction, key: str, default: bool = False) -> bool:
+    """A boolean attribute, whether the parser kept it as bool, str or Raw."""
+    value = inst.attrs.get(key, default)
+    if isinstance(value, (Raw, str)):
+        text = str(value).strip().lower()
+        if text not in ("true", "false", "1", "0"):
+            raise UnsupportedError(f"{inst.opcode} {inst.name}: attribute {key}={value} is not a boolean")
+        return text in ("true", "1")
+    return bool(value)
+
+
+def attr_float(inst: HloInstruction, key: str, default: float | None = None) -> float:
+    """A floating-point attribute (epsilon ...), whatever form the parser gave it."""
+    value = inst.attrs.get(key, default)
+    if value is None:
+        raise UnsupportedError(f"{inst.opcode} {inst.name}: missing attribute {key}")
+    return float(str(value)) if isinstance(value, Raw) else float(value)
+
+
+def attr_int(inst: HloInstruction, key: str, default: int | None = None) -> int:
+    """An integer attribute, whatever form the parser gave it."""
+    value = inst.attrs.get(key, default)
+    if value is None:
+        raise UnsupportedError(f"{inst.opcode} {inst.name}: missing attribute {key}")
+    return int(str(value)) if isinstance(value, Raw) else int(value)
+
+
+def attr_str(inst: HloInstruction, key: str, default: str | None = None) -> str:
+    """A keyword attribute (fft_type, transpose_a ...) as a plain string."""
+    value = inst.attrs.get(key, default)
+    if value is None:
+        raise UnsupportedError(f"{inst.opcode} {inst.name}: missing attribute {key}")
+    return str(value)
+
+
+def attr_dims(inst: HloInstruction, key: str) -> tuple[int, ...]:
+    """A dimension-list attribute; absent means empty."""
+    value = inst.attrs.get(key, ())
+    if isinstance(value, Raw):
+        text = str(value).strip().strip("{}")
+        return tuple(int(v) for v in text.split(",") if v.strip())
+    if isinstance(value, int):
+        return (value,)
+    return tuple(int(v) for v in value)
+
+
+# ---- combiner recognition --------------------------------------------------------------------
+
+# A reducer recognised from a computation: for each output i, either a numpy ufunc applied to
+# (accumulator i, update i), or ASSIGN (the update replaces the value), or KEEP (the value stays).
+ASSIGN = "assign"
+KEEP = "keep"
+
+def _binary_ufunc(opcode: str, dtype: np.dtype):
+    kind = np.dtype(dtype).kind
+    if opcode == "add":
+        return np.logical_or if kind == "b" else np.add
+    if opcode == "multiply":
+        return np.logical_and if kind == "b" else np.multiply
+    if opcode == "maximum":
+        # XLA's maximum propagates NaN, like np.maximum (not np.fmax).
+        return np.logical_or if kind == "b" else np.maximum
+    if opcode == "minimum":
+        return np.logical_and if kind == "b" else np.minimum
+    if opcode == "and":
+        return np.logical_and if kind == "b" else np.bitwise_and
+    if opcode == "or":
+        return np.logical_or if kind == "b" else np.bitwise_or
+    if opcode == "xor":
+        return np.logical_xor if kind == "b" else np.bitwise_xor
+    return None
+
+
+def recognize_combiner(comp: HloComputation) -> list[Any] | None:
+    """The per-output reducers of a combiner computation `(acc_0..acc_{n-1}, x_0..x_{n-1})`,
+    or None when it is anything else (then callers evaluate it element by element).
+
+    Recognised outputs: `op(acc_i, x_i)` or `op(x_i, acc_i)` for a commutative op among
+    add/multiply/maximum/minimum/and/or/xor, `x_i` (assign) and `acc_i` (keep).
+    """
+    params = comp.parameters
+    if len(params) % 2:
+        return None
+    n = len(params) // 2
+    root = comp.root
+    outputs = list(root.operands) if root.opcode == "tuple" else [root]
+    if len(outputs) != n or (n > 1 and root.opcode != "tuple"):
+        return None
+    reducers: list[Any] = []
+    for i, out in enumerate(outputs):
+        acc, upd = params[i], params[n + i]
+        if out is upd:
+            reducers.append(ASSIGN)
+        elif out is acc:
+            reducers.append(KEEP)
+        elif len(out.operands) == 2 and {id(o) for o in out.operands} == {id(acc), id(upd)}:
+            fn = _binary_ufunc(out.opcode, result_dtype(out.shape)) if out.shape.is_array else None
+            if fn is None:
+                return None
+            reducers.append(fn)
+        else:
+            return None
+    return reducers
+
+
+def scalar_args(values: list[np.ndarray | np.generic], dtypes: list[np.dtype]) -> list[np.ndarray]:
+    """0-d arrays of the given dtypes, the argument form for calling a scalar computation."""
+    return [np.asarray(v, dtype=d).reshape(()) for v, d in zip(values, dtypes)]
+
+
+def flatten_value(value: Any) -> list[np.ndarray]:
+    """The arrays of a (possibly tuple) value, depth-first."""
+    if isinstance(value, (tuple, list)):
+        out: list[np.ndarray] = []
+        for v in value:
+            out.extend(flatten_value(v))
+        return out
+    return [np.asarray(value)]
+
+
+def leaf_dtypes(shape: Shape) -> list[np.dtype]:
+    """numpy dtypes of the array leaves of `shape`, depth-first."""
+    return [leaf.dtype.numpy for leaf in shape.leaves()]
+
+
+def tuple_or_single(values: list[np.ndarray], shape: Shape) -> Any:
+    """`values` as the Value of `shape`: a tuple for tuple shapes, the array otherwise."""
+    return tuple(values) if isinstance(shape, TupleShape) else values[0]

@@ -1,0 +1,256 @@
+"""Reference rules of the heavy op families checked against jax.lax (an independent
+implementation: XLA's CPU backend) over tables of configurations."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+jax = pytest.importorskip("jax")
+jax.config.update("jax_enable_x64", True)
+import jax.numpy as jnp  # noqa: E402
+from jax import lax  # noqa: E402
+
+from hlofuse.hlo.attributes import ConvDimensionNumbers, Window, WindowDimension  # noqa: E402
+from hlofuse.hlo.dtypes import from_numpy  # noqa: E402
+from hlofuse.hlo.errors import UnsupportedError  # noqa: E402
+from hlofuse.hlo.ir import HloComputation, HloInstruction  # noqa: E402
+from hlofuse.hlo.opcodes import op_info  # noqa: E402
+from hlofuse.hlo.shapes import ArrayShape, TupleShape, array  # noqa: E402
+
+import hlofuse.runtime.interpreter.convolution  # noqa: E402,F401  (registers the rules)
+import hlofuse.runtime.interpreter.dot  # noqa: E402,F401
+
+RNG = np.random.default_rng(0)
+
+
+# ---- helpers: build one instruction over parameters and run its rule ---------------------------
+def shape_of(x) -> ArrayShape:
+    x = np.asarray(x)
+    return array(from_numpy(x.dtype), x.shape)
+
+
+def param(shape, number: int) -> HloInstruction:
+    p = HloInstruction("parameter", shape, name=f"p{number}")
+    p.parameter_number = number
+    return p
+
+
+def instruction(opcode, out_shape, operand_shapes, **attrs) -> HloInstruction:
+    ops = [param(s, i) for i, s in enumerate(operand_shapes)]
+    return HloInstruction(opcode, out_shape, ops, attrs, name=f"{opcode}.0")
+
+
+class StubInterp:
+    """Evaluates the small scalar computations (combiners, comparators) the rules call."""
+
+    BINARY = {"add": np.add, "multiply": np.multiply, "maximum": np.maximum, "minimum": np.minimum,
+              "subtract": np.subtract, "and": np.logical_and, "or": np.logical_or}
+    CMP = {"LT": np.less, "GT": np.greater, "LE": np.less_equal, "GE": np.greater_equal,
+           "EQ": np.equal, "NE": np.not_equal}
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def call(self, comp: HloComputation, args):
+        self.calls += 1
+        env = {}
+        for inst in comp.post_order():
+            ops = [env[id(o)] for o in inst.operands]
+            if inst.opcode == "parameter":
+                v = np.asarray(args[inst.parameter_number])
+            elif inst.opcode == "constant":
+                v = inst.literal
+            elif inst.opcode in self.BINARY:
+                v = self.BINARY[inst.opcode](*ops).astype(inst.shape.dtype.numpy)
+            elif inst.opcode == "compare":
+                v = self.CMP[inst.attrs["direction"]](*ops)
+            elif inst.opcode == "select":
+                v = np.where(*ops)
+            elif inst.opcode == "tuple":
+                v = tuple(ops)
+            else:
+                raise NotImplementedError(inst.opcode)
+            env[id(inst)] = v
+        return env[id(comp.root)]
+
+
+def run(inst: HloInstruction, *args, interp=None):
+    return op_info(inst.opcode).reference(inst, [np.asarray(a) for a in args], interp or StubInterp())
+
+
+def scalar_computation(name: str, body, n_params: int, dtype="f32") -> HloComputation:
+    """A computation over `n_params` scalars whose root is `body(params)` (builds the instructions)."""
+    comp = HloComputation(name)
+    params = [comp.add_parameter(array(dtype, ()), f"x{i}") for i in range(n_params)]
+    root = body(comp, params)
+    comp.root = root
+    return comp
+
+
+def binary_comp(opcode: str, dtype="f32", swap=False) -> HloComputation:
+    def body(comp, p):
+        a, b = (p[1], p[0]) if swap else (p[0], p[1])
+        return comp.add_instruction(HloInstruction(opcode, array(dtype, ()), [a, b]))
+    return scalar_computation(opcode, body, 2, dtype)
+
+
+def rand(shape, dtype=np.float32, low=-3, high=3):
+    if np.issubdtype(np.dtype(dtype), np.integer):
+        return RNG.integers(low, high, size=shape).astype(dtype)
+    return RNG.uniform(low, high, size=shape).astype(dtype)
+
+
+def close(actual, expected, rtol=1e-5, atol=1e-5):
+    expected = np.asarray(expected)
+    assert actual.shape == expected.shape, (actual.shape, expected.shape)
+    assert actual.dtype == expected.dtype, (actual.dtype, expected.dtype)
+    np.testing.assert_allclose(actual.astype(np.float64) if actual.dtype.kind == "V" else actual,
+                               expected.astype(np.float64) if expected.dtype.kind == "V" else expected,
+                               rtol=rtol, atol=atol)
+
+
+HIGHEST = lax.Precision.HIGHEST
+
+# ---- dot ----------------------------------------------------------------------------------------
+DOT_CASES = [
+    # lhs shape, rhs shape, ((lc, rc), (lb, rb))
+    ((3, 4), (4, 5), (((1,), (0,)), ((), ()))),
+    ((4, 3), (4, 5), (((0,), (0,)), ((), ()))),
+    ((2, 3, 4), (2, 4, 5), (((2,), (1,)), ((0,), (0,)))),
+    ((3, 2, 4, 6), (6, 2, 5, 4), (((2, 3), (3, 0)), ((1,), (1,)))),
+    ((2, 5, 3, 7), (3, 7, 2, 4), (((3,), (1,)), ((0, 2), (2, 0)))),
+    ((5,), (5,), (((0,), (0,)), ((), ()))),
+    ((3, 4), (5, 6), (((), ()), ((), ()))),  # outer product
+]
+
+
+@pytest.mark.parametrize("lshape,rshape,dn", DOT_CASES)
+def test_dot_general_matches_jax(lshape, rshape, dn):
+    a, b = rand(lshape), rand(rshape)
+    want = lax.dot_general(a, b, dn, precision=HIGHEST)
+    (lc, rc), (lb, rb) = dn
+    inst = instruction("dot", shape_of(want), [shape_of(a), shape_of(b)], lhs_contracting_dims=lc,
+                       rhs_contracting_dims=rc, lhs_batch_dims=lb, rhs_batch_dims=rb)
+    close(run(inst, a, b), want, rtol=1e-4)
+
+
+@pytest.mark.parametrize("in_dtype,out_dtype", [
+    (np.int8, np.int32), (np.int32, np.int32), (np.uint8, np.uint32), ("bfloat16", np.float32),
+    ("bfloat16", "bfloat16"), (np.float16, np.float16), (np.float64, np.float64), (np.complex64, np.complex64),
+])
+def test_dot_types_and_preferred_element_type(in_dtype, out_dtype):
+    a, b = rand((6, 9), np.float64, -100, 100), rand((9, 4), np.float64, -100, 100)
+    if np.dtype(in_dtype).kind in "iu":
+        a, b = a.astype(in_dtype), b.astype(in_dtype)
+    elif np.dtype(in_dtype).kind == "c":
+        a = (a + 1j * rand((6, 9), np.float64)).astype(in_dtype)
+        b = (b - 1j * rand((9, 4), np.float64)).astype(in_dtype)
+    else:
+        a, b = jnp.asarray(a, in_dtype), jnp.asarray(b, in_dtype)
+        a, b = np.asarray(a), np.asarray(b)
+    want = lax.dot_general(a, b, (((1,), (0,)), ((), ())), precision=HIGHEST, preferred_element_type=out_dtype)
+    inst = instruction("dot", shape_of(want), [shape_of(a), shape_of(b)],
+                       lhs_contracting_dims=(1,), rhs_contracting_dims=(0,))
+    got = run(inst, a, b)
+    tol = 1e-2 if np.dtype(out_dtype).itemsize <= 2 else 1e-5
+    close(got, want, rtol=tol, atol=tol * 100)
+
+
+def test_integer_dot_wraps():
+    a = np.full((1, 4), 2**30, dtype=np.int32)
+    b = np.full((4, 1), 3, dtype=np.int32)
+    inst = instruction("dot", shape_of(np.zeros((1, 1), np.int32)), [shape_of(a), shape_of(b)],
+                       lhs_contracting_dims=(1,), rhs_contracting_dims=(0,))
+    want = np.array([[np.int64(12 * 2**30)]]).astype(np.int32)  # two's-complement wrap by hand
+    assert run(inst, a, b)[0, 0] == want[0, 0]
+
+
+# ---- convolution --------------------------------------------------------------------------------
+def jax_specs_to_labels(lhs_spec: str, rhs_spec: str, out_spec: str) -> str:
+    spatial = [ch for ch in rhs_spec if ch not in "OI"]
+    def conv(spec, named):
+        return "".join(named[ch] if ch in named else str(spatial.index(ch)) for ch in spec)
+    return f"{conv(lhs_spec, {'N': 'b', 'C': 'f'})}_{conv(rhs_spec, {'O': 'o', 'I': 'i'})}->" \
+           f"{conv(out_spec, {'N': 'b', 'C': 'f'})}"
+
+
+CONV_CASES = [
+    # specs, lhs spatial, kernel spatial, batch, in feat, out feat, strides, padding, lhs_dil, rhs_dil, fgc, bgc
+    (("NCHW", "OIHW", "NCHW"), (7, 6), (3, 2), 2, 3, 4, (1, 1), ((0, 0), (0, 0)), (1, 1), (1, 1), 1, 1),
+    (("NHWC", "HWIO", "NHWC"), (8, 7), (3, 3), 2, 3, 5, (2, 1), ((1, 1), (2, 0)), (1, 1), (1, 1), 1, 1),
+    (("NHWC", "HWIO", "NCHW"), (6, 6), (3, 3), 1, 2, 3, (1, 2), ((-1, 2), (1, -1)), (1, 1), (1, 1), 1, 1),
+    (("NCHW", "OIHW", "NCHW"), (5, 6), (3, 2), 2, 2, 3, (1, 1), ((2, 2), (1, 1)), (2, 3), (1, 1), 1, 1),
+    (("NCHW", "OIHW", "NCHW"), (9, 8), (3, 2), 2, 3, 2, (2, 1), ((1, 0), (0, 1)), (1, 1), (2, 3), 1, 1),
+    (("NHWC", "HWIO", "NHWC"), (7, 7), (3, 3), 2, 6, 4, (1, 1), ((1, 1), (1, 1)), (1, 1), (1, 1), 2, 1),
+    (("NHWC", "HWIO", "NHWC"), (6, 5), (3, 3), 1, 4, 8, (1, 1), ((1, 1), (1, 1)), (1, 1), (2, 1), 4, 1),
+    (("NCHW", "OIHW", "NCHW"), (6, 5), (2, 2), 6, 3, 4, (1, 1), ((0, 1), (1, 0)), (1, 1), (1, 1), 1, 2),
+    (("CHWN", "IOHW", "HNWC"), (5, 6), (2, 3), 2, 3, 4, (2, 2), ((1, 1), (0, 2)), (2, 1), (1, 2), 1, 1),
+    (("NCH", "OIH", "NCH"), (11,), (3,), 2, 3, 4, (2,), ((1, 2),), (1,), (2,), 1, 1),
+    (("NWC", "WIO", "NWC"), (10,), (4,), 3, 4, 2, (1,), ((3, 3),), (2,), (1,), 2, 1),
+    (("NCDHW", "OIDHW", "NCDHW"), (5, 4, 6), (2, 3, 2), 2, 2, 3, (1, 2, 1), ((1, 0), (1, 1), (0, 0)),
+     (1, 1, 2), (2, 1, 1), 1, 1),
+    (("NDHWC", "DHWIO", "NDHWC"), (4, 4, 4), (2, 2, 2), 4, 2, 6, (1, 1, 1), ((0, 0), (0, 0), (0, 0)),
+     (1, 1, 1), (1, 1, 1), 1, 2),
+    (("NCHW", "OIHW", "NCHW"), (2, 2), (3, 3), 1, 1, 1, (1, 1), ((0, 0), (0, 0)), (1, 1), (1, 1), 1, 1),
+]
+
+
+def _conv_operands(case, dtype=np.float32):
+    specs, lsp, ksp, n, c, o, strides, padding, ldil, rdil, fgc, bgc = case
+    lhs_spec, rhs_spec, _ = specs
+    spatial = [ch for ch in rhs_spec if ch not in "OI"]
+    lsizes = {"N": n, "C": c, **{ch: s for ch, s in zip(spatial, lsp)}}
+    rsizes = {"O": o, "I": c // fgc, **{ch: s for ch, s in zip(spatial, ksp)}}
+    lhs = rand(tuple(lsizes[ch] for ch in lhs_spec), dtype)
+    rhs = rand(tuple(rsizes[ch] for ch in rhs_spec), dtype)
+    return lhs, rhs
+
+
+def _conv_inst(case, lhs, rhs, want, reversal=None):
+    specs, lsp, ksp, n, c, o, strides, padding, ldil, rdil, fgc, bgc = case
+    dims = tuple(
+        WindowDimension(size=k, stride=s, padding_low=p[0], padding_high=p[1], window_dilation=rd,
+                        base_dilation=ld, window_reversal=bool(reversal and reversal[i]))
+        for i, (k, s, p, ld, rd) in enumerate(zip(ksp, strides, padding, ldil, rdil)))
+    attrs = dict(window=Window(dims), dim_labels=ConvDimensionNumbers.from_labels(jax_specs_to_labels(*specs)))
+    if fgc > 1:
+        attrs["feature_group_count"] = fgc
+    if bgc > 1:
+        attrs["batch_group_count"] = bgc
+    return instruction("convolution", shape_of(want), [shape_of(lhs), shape_of(rhs)], **attrs)
+
+
+@pytest.mark.parametrize("case", CONV_CASES, ids=lambda c: f"{c[0][0]}-{c[0][1]}-{c[0][2]}")
+def test_convolution_matches_jax(case):
+    specs, lsp, ksp, n, c, o, strides, padding, ldil, rdil, fgc, bgc = case
+    lhs, rhs = _conv_operands(case)
+    want = lax.conv_general_dilated(lhs, rhs, strides, padding, ldil, rdil, dimension_numbers=specs,
+                                    feature_group_count=fgc, batch_group_count=bgc, precision=HIGHEST)
+    close(run(_conv_inst(case, lhs, rhs, want), lhs, rhs), want, rtol=1e-4, atol=1e-4)
+
+
+def test_convolution_window_reversal_is_a_flipped_kernel():
+    case = CONV_CASES[1]
+    specs, lsp, ksp, n, c, o, strides, padding, ldil, rdil, fgc, bgc = case
+    lhs, rhs = _conv_operands(case)
+    flipped = rhs[::-1, :, :, :]  # HWIO: reverse H only
+    want = lax.conv_general_dilated(lhs, flipped, strides, padding, ldil, rdil, dimension_numbers=specs,
+                                    precision=HIGHEST)
+    inst = _conv_inst(case, lhs, rhs, want, reversal=(True, False))
+    close(run(inst, lhs, rhs), want, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("in_dtype,out_dtype", [(np.int8, np.int32), ("bfloat16", "bfloat16"),
+                                                (np.float16, np.float32)])
+def test_convolution_types(in_dtype, out_dtype):
+    case = CONV_CASES[5]
+    specs, lsp, ksp, n, c, o, strides, padding, ldil, rdil, fgc, bgc = case
+    lhs, rhs = _conv_operands(case, np.float64)
+    if np.dtype(in_dtype).kind == "i":
+        lhs, rhs = (np.round(x * 20).astype(in_dtype) for x in (lhs, rhs))
+    else:
+        lhs, rhs = (np.asarray(jnp.asarray(x, in_dtype)) for x in (lhs, rhs))
+    want = lax.conv_general_dilated(lhs, rhs, strides, padding, ldil, rdil, dimension_numbers=specs,
+                                    feature_group_count=fgc, precision=HIGHEST, preferred_element_type=out_dtype)
+    tol = 0 if np.dtype(in_dtype).kind == "i" else 3e-2
+    close(run(_conv_inst(case, lhs, rhs, want), lhs, rhs), want, rtol=tol, atol=tol * 10)
