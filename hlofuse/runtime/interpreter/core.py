@@ -1,0 +1,218 @@
+"""The reference interpreter: evaluates HLO with numpy, one registry rule per opcode.
+
+A Value is a numpy array (for array shapes), a tuple of Values (tuple shapes) or TOKEN (token
+shapes). Rules are registered on the op registry with `@register_reference(opcode, ...)` as
+`fn(inst, args: list[Value], interp: Interpreter) -> Value`; the interpreter reads nothing but
+the registry rows, so an opcode without a rule is reported with the registry's reason.
+
+The interpreter is the oracle of the compiled backends: it shares no code with them.
+"""
+from __future__ import annotations
+
+import importlib
+from typing import Any, Sequence
+
+import numpy as np
+
+from ...hlo.errors import HloError, InputError, UnsupportedError
+from ...hlo.ir import HloComputation, HloInstruction, HloModule
+from ...hlo.opcodes import op_info
+from ...hlo.shapes import ArrayShape, Shape, TokenShape, TupleShape
+
+Value = Any  # np.ndarray | tuple[Value, ...] | Token
+
+
+class Token:
+    """The value of a token-shaped instruction (orders side effects; carries no data)."""
+
+    _instance: "Token | None" = None
+
+    def __new__(cls) -> "Token":
+        if cls._instance is None:
+            cls._instance = super().__new__(cls)
+        return cls._instance
+
+    def __repr__(self) -> str:
+        return "TOKEN"
+
+
+TOKEN = Token()
+
+# Family modules whose import registers reference rules. The first group is the core families,
+# the second the heavy op families, which may not exist yet in a checkout.
+CORE_FAMILIES = ("elementwise", "data_movement", "reduction", "control_flow")
+OP_FAMILIES = ("convolution", "dot", "gather_scatter", "windows", "sort", "fft", "rng", "linalg")
+
+_loaded = False
+
+
+def load_families() -> None:
+    """Import every family module of this package so that their rules are registered."""
+    global _loaded
+    if _loaded:
+        return
+    for name in CORE_FAMILIES:
+        importlib.import_module(f"{__package__}.{name}")
+    for name in OP_FAMILIES:
+        full = f"{__package__}.{name}"
+        try:
+            importlib.import_module(full)
+        except ModuleNotFoundError as e:
+            if e.name != full:  # a family that exists but fails to import is a real error
+                raise
+    _loaded = True
+
+
+class InterpreterBug(RuntimeError):
+    """A reference rule produced a value that does not match its instruction's shape."""
+
+
+class Interpreter:
+    """Evaluates computations of one module.
+
+    `call(computation, args)` is the entry point for rules that evaluate called computations
+    (while bodies, reducers, fusions ...). `batched` calls evaluate a scalar computation on
+    whole arrays at once (used to vectorize reducers and mapped computations: every element-
+    wise rule broadcasts), which skips the per-instruction dimension check.
+    """
+
+    def __init__(self, module: HloModule | None = None, max_while_iterations: int | None = None) -> None:
+        load_families()
+        self.module = module
+        self.max_while_iterations = max_while_iterations
+        self._frames: list[Sequence[Value]] = []
+        self._batched = 0
+
+    # ---- evaluation ---------------------------------------------------------------------
+    def call(self, computation: HloComputation, args: Sequence[Value]) -> Value:
+        """Evaluate `computation` on `args` (one Value per parameter) and return its root's Value."""
+        n_params = len(computation.parameters)
+        if len(args) != n_params:
+            raise InputError(f"computation {computation.name} takes {n_params} arguments, got {len(args)}")
+        env: dict[int, Value] = {}
+        self._frames.append(args)
+        try:
+            with np.errstate(all="ignore"):
+                for inst in computation.post_order():
+                    env[id(inst)] = self.evaluate_instruction(inst, [env[id(op)] for op in inst.operands])
+        finally:
+            self._frames.pop()
+        return env[id(computation.root)]
+
+    def call_batched(self, computation: HloComputation, args: Sequence[Value]) -> Value:
+        """Evaluate a computation of scalars on arrays of equal shape, elementwise at once.
+
+        Only valid when every instruction of `computation` is elementwise (or a parameter,
+        constant, tuple or get-tuple-element); see `is_elementwise_computation`.
+        """
+        self._batched += 1
+        try:
+            return self.call(computation, args)
+        finally:
+            self._batched -= 1
+
+    def evaluate_instruction(self, inst: HloInstruction, args: list[Value]) -> Value:
+        """Apply the registered reference rule of `inst` to its operand values."""
+        info = op_info(inst.opcode)
+        rule = info.reference
+        if rule is None:
+            reason = info.unsupported.get("reference", "no reference rule is registered")
+            raise UnsupportedError(f"the interpreter does not support {inst.opcode} "
+                                   f"(instruction {inst.name}): {reason}")
+        value = rule(inst, args, self)
+        self._check(inst, value)
+        return value
+
+    def parameter_value(self, inst: HloInstruction) -> Value:
+        """The argument bound to parameter `inst` in the computation being evaluated."""
+        return self._frames[-1][inst.parameter_number]
+
+    @property
+    def batched(self) -> bool:
+        """True while evaluating a scalar computation on whole arrays (see `call_batched`)."""
+        return self._batched > 0
+
+    # ---- checks -------------------------------------------------------------------------
+    def _check(self, inst: HloInstruction, value: Value) -> None:
+        problem = _mismatch(inst.shape, value, check_dims=not self._batched)
+        if problem:
+            raise InterpreterBug(f"reference rule of {inst.opcode} gave a wrong value for {inst.name} "
+                                 f"({inst.shape}): {problem}")
+
+
+def _mismatch(shape: Shape, value: Value, check_dims: bool = True) -> str | None:
+    """Why `value` is not a Value of `shape`, or None."""
+    if isinstance(shape, TupleShape):
+        if not isinstance(value, tuple) or len(value) != len(shape.elements):
+            return f"expected a tuple of {len(shape.elements)}, got {type(value).__name__}"
+        for s, v in zip(shape.elements, value):
+            problem = _mismatch(s, v, check_dims)
+            if problem:
+                return problem
+        return None
+    if isinstance(shape, TokenShape):
+        return None if value is TOKEN else f"expected a token, got {type(value).__name__}"
+    assert isinstance(shape, ArrayShape)
+    if not isinstance(value, np.ndarray):
+        return f"expected a numpy array, got {type(value).__name__}"
+    if value.dtype != shape.dtype.numpy:
+        return f"dtype {value.dtype}, expected {shape.dtype.numpy}"
+    if check_dims and value.shape != tuple(shape.dims):
+        return f"dimensions {value.shape}, expected {tuple(shape.dims)}"
+    return None
+
+
+def is_elementwise_computation(comp: HloComputation) -> bool:
+    """True when `comp` can be evaluated with `Interpreter.call_batched` (all ops elementwise)."""
+    structural = ("parameter", "constant", "tuple", "get-tuple-element")
+    return all(i.opcode in structural or op_info(i.opcode).elementwise and not i.called_computations()
+               for i in comp.instructions)
+
+
+# ---- module entry point ---------------------------------------------------------------------
+def _bind_argument(shape: Shape, value: Any, where: str) -> Value:
+    if isinstance(shape, TupleShape):
+        if not isinstance(value, (tuple, list)) or len(value) != len(shape.elements):
+            raise InputError(f"{where}: expected a tuple of {len(shape.elements)} arrays for {shape}")
+        return tuple(_bind_argument(s, v, f"{where}[{i}]") for i, (s, v) in enumerate(zip(shape.elements, value)))
+    if isinstance(shape, TokenShape):
+        return TOKEN
+    assert isinstance(shape, ArrayShape)
+    arr = np.asarray(value)
+    want = shape.dtype.numpy
+    if arr.dtype != want:
+        raise InputError(f"{where}: expected element type {shape.dtype.name} ({want}), got {arr.dtype}")
+    if arr.shape != tuple(shape.dims):
+        raise InputError(f"{where}: expected dimensions {list(shape.dims)} ({shape.to_text(False)}), "
+                         f"got {list(arr.shape)}")
+    return arr
+
+
+def flatten(value: Value) -> list[np.ndarray]:
+    """The arrays of a Value, tuples flattened depth-first, tokens dropped."""
+    if isinstance(value, tuple):
+        out: list[np.ndarray] = []
+        for v in value:
+            out.extend(flatten(v))
+        return out
+    if value is TOKEN:
+        return []
+    return [value]
+
+
+def evaluate(module: HloModule, args: Sequence[Any]) -> list[np.ndarray]:
+    """Run the entry computation of `module` on `args` (one per entry parameter).
+
+    Returns the entry result as a list of numpy arrays, tuples flattened depth-first.
+    Raises InputError for a wrong number of arguments or a wrong dtype/shape, and
+    UnsupportedError (naming the op and instruction) for ops the interpreter cannot run.
+    """
+    entry = module.entry
+    if entry is None:
+        raise HloError(f"module {module.name} has no entry computation")
+    params = entry.parameters
+    if len(args) != len(params):
+        raise InputError(f"module {module.name} takes {len(params)} arguments, got {len(args)}")
+    bound = [_bind_argument(p.shape, a, f"argument {i} ({p.name})") for i, (p, a) in enumerate(zip(params, args))]
+    result = Interpreter(module).call(entry, bound)
+    return [np.array(a, copy=True) for a in flatten(result)]
