@@ -1,0 +1,41 @@
+"""Shape inference: the result shape of an instruction from its operands and attributes.
+
+The rules live in the op registry (`register_shape_rule`), one module per op family:
+shape_inference_elementwise, _data, _indexing, _reduce, _linalg and _control. Importing
+this module registers all of them. Layouts are not part of inference: compare with
+`shapes_compatible` (or Shape.equal_ignoring_layout).
+"""
+from __future__ import annotations
+
+from . import (  # noqa: F401  (imported for their registrations)
+    shape_inference_control,
+    shape_inference_data,
+    shape_inference_elementwise,
+    shape_inference_indexing,
+    shape_inference_linalg,
+    shape_inference_reduce,
+)
+from .errors import VerifierError
+from .ir import HloInstruction
+from .opcodes import is_known, op_info
+from .shape_inference_common import shapes_compatible
+from .shapes import Shape
+
+__all__ = ["infer_shape", "shapes_compatible"]
+
+
+def infer_shape(inst: HloInstruction) -> Shape:
+    """The shape `inst` must have, inferred from its operands and attributes (no layout).
+
+    Raises VerifierError naming the instruction when the opcode is unknown, has no shape
+    rule, or its operands or attributes are invalid.
+    """
+    comp = inst.parent.name if inst.parent is not None else None
+    if not is_known(inst.opcode):
+        raise VerifierError(f"unknown opcode '{inst.opcode}'", instruction=inst.name, computation=comp)
+    info = op_info(inst.opcode)
+    if info.shape_rule is None:
+        reason = info.unsupported.get("shape", "no shape rule is registered")
+        raise VerifierError(f"{inst.opcode}: cannot infer the shape: {reason}", instruction=inst.name,
+                            computation=comp)
+    return info.shape_rule(inst)

@@ -1,0 +1,155 @@
+"""Shape rules of control flow, calls, fusions, tokens, random numbers, i/o, collectives and
+async ops. Where XLA cannot infer the result from the operands (custom-call, collectives,
+async pairs, i/o), the declared shape is trusted after the checks that can be made."""
+from __future__ import annotations
+
+from .dtypes import PRED, S32
+from .ir import HloInstruction
+from .opcodes import opcodes_where, register_shape_rule
+from .shape_inference_common import (
+    array_operand, array_operands, attr, check_predicate_computation, check_signature, computation, fail,
+    is_scalar_of, make_array, root_shape, text, tuple_or_single,
+)
+from .shapes import ArrayShape, Shape, TupleShape, TOKEN_SHAPE
+
+FUSION_KINDS = ("kLoop", "kInput", "kOutput", "kCustom")
+
+
+def _operand_shapes(inst: HloInstruction) -> list[Shape]:
+    return [op.shape for op in inst.operands]
+
+
+@register_shape_rule("while")
+def _while(inst: HloInstruction) -> Shape:
+    """while(init), condition: S -> pred[], body: S -> S; the result is S."""
+    if len(inst.operands) != 1:
+        fail(inst, f"while takes one operand, has {len(inst.operands)}")
+    s = inst.operands[0].shape
+    check_predicate_computation(inst, computation(inst, "condition"), [s], "condition")
+    check_signature(inst, computation(inst, "body"), [s], s, "body")
+    return s
+
+
+@register_shape_rule("conditional")
+def _conditional(inst: HloInstruction) -> Shape:
+    """conditional(index, args...): branch k takes argument k; all branches return one shape."""
+    branches = inst.attrs.get("branch_computations")
+    if branches is not None:
+        branches = list(branches)
+        index_type = S32
+    else:
+        branches = [computation(inst, "true_computation"), computation(inst, "false_computation")]
+        index_type = PRED
+    if not branches:
+        fail(inst, "conditional needs at least one branch")
+    if len(inst.operands) != len(branches) + 1:
+        fail(inst, f"expects a branch index and {len(branches)} branch operands, has {len(inst.operands)} operands")
+    idx = inst.operands[0].shape
+    if not is_scalar_of(idx, index_type):
+        fail(inst, f"branch index must be {index_type.name}[], is {idx}")
+    result = root_shape(inst, branches[0])
+    for k, (comp, arg) in enumerate(zip(branches, inst.operands[1:])):
+        check_signature(inst, comp, [arg.shape], result, f"branch {k}")
+    return result
+
+
+@register_shape_rule("call")
+def _call(inst: HloInstruction) -> Shape:
+    """call(args), to_apply: the computation takes the operands; the result is its root."""
+    comp = computation(inst, "to_apply")
+    check_signature(inst, comp, _operand_shapes(inst), None, "called")
+    return root_shape(inst, comp)
+
+
+@register_shape_rule("fusion")
+def _fusion(inst: HloInstruction) -> Shape:
+    """fusion(args), kind, calls: the fused computation's parameters match the operands;
+    the result is its root."""
+    kind = attr(inst, "kind")
+    if kind not in FUSION_KINDS:
+        fail(inst, f"fusion kind must be one of {', '.join(FUSION_KINDS)}, got {kind!r}")
+    comp = computation(inst, "calls")
+    if comp.fusion_instruction is not None and comp.fusion_instruction is not inst:
+        fail(inst, f"fused computation {comp.name} belongs to {comp.fusion_instruction.name}")
+    check_signature(inst, comp, _operand_shapes(inst), None, "fused")
+    return root_shape(inst, comp)
+
+
+@register_shape_rule("custom-call")
+def _custom_call(inst: HloInstruction) -> Shape:
+    """custom-call: the declared shape (the target defines it); a target name is required."""
+    target = inst.attrs.get("custom_call_target")
+    if not target:
+        fail(inst, "custom-call needs a custom_call_target")
+    return inst.shape
+
+
+@register_shape_rule("optimization-barrier", "domain")
+def _identity(inst: HloInstruction) -> Shape:
+    """optimization-barrier / domain: the operand's shape."""
+    return inst.operands[0].shape if inst.operands else fail(inst, "expects one operand")
+
+
+@register_shape_rule("add-dependency")
+def _add_dependency(inst: HloInstruction) -> Shape:
+    """add-dependency(x, token): x's shape."""
+    if len(inst.operands) != 2 or not inst.operands[1].shape.is_token:
+        fail(inst, "add-dependency takes a value and a token")
+    return inst.operands[0].shape
+
+
+@register_shape_rule("after-all")
+def _after_all(inst: HloInstruction) -> Shape:
+    """after-all(tokens...): a token."""
+    for k, op in enumerate(inst.operands):
+        if not op.shape.is_token:
+            fail(inst, f"operand {k} ({op.name}) must be a token, is {op.shape}")
+    return TOKEN_SHAPE
+
+
+@register_shape_rule("rng")
+def _rng(inst: HloInstruction) -> Shape:
+    """rng(a, b), distribution: scalar bounds of the result's element type."""
+    a, b = array_operands(inst, range(2))
+    out = inst.shape
+    if not isinstance(out, ArrayShape):
+        fail(inst, f"rng result must be an array, declared {out}")
+    dist = str(attr(inst, "distribution"))
+    if dist not in ("rng_uniform", "rng_normal"):
+        fail(inst, f"distribution must be rng_uniform or rng_normal, got {dist!r}")
+    if a.rank or b.rank or a.dtype != out.dtype or b.dtype != out.dtype:
+        fail(inst, f"bounds must be {out.dtype.name} scalars, are {text(a)} and {text(b)}")
+    if dist == "rng_normal" and not out.dtype.is_float:
+        fail(inst, f"rng_normal needs a floating-point type, has {out.dtype.name}")
+    return make_array(out.dtype, out.dims)
+
+
+@register_shape_rule("rng-bit-generator")
+def _rng_bit_generator(inst: HloInstruction) -> Shape:
+    """rng-bit-generator(state): (new state of the state's shape, declared random bits)."""
+    state = array_operand(inst, 0)
+    out = inst.shape
+    if not isinstance(out, TupleShape) or len(out.elements) != 2 or not isinstance(out.elements[1], ArrayShape):
+        fail(inst, f"result must be (state, bits), declared {out}")
+    bits = out.elements[1]
+    if not (bits.dtype.is_integer or bits.dtype.is_float):
+        fail(inst, f"random bits must have an integer type, are {bits.dtype.name}")
+    return TupleShape((make_array(state.dtype, state.dims), make_array(bits.dtype, bits.dims)))
+
+
+@register_shape_rule("all-reduce")
+def _all_reduce(inst: HloInstruction) -> Shape:
+    """all-reduce: the operands' shapes (a tuple for several operands)."""
+    return tuple_or_single(_operand_shapes(inst)) if inst.operands else fail(inst, "expects operands")
+
+
+def _declared(inst: HloInstruction) -> Shape:
+    """The declared shape: XLA cannot infer it from the operands for these ops."""
+    return inst.shape
+
+
+register_shape_rule(*opcodes_where(
+    lambda i: i.kind in ("io", "collective") and i.name not in ("all-reduce", "replica-id", "partition-id")
+))(_declared)
+register_shape_rule("async-start", "async-update", "async-done", "copy-start", "copy-done",
+                    "rng-get-and-update-state")(_declared)

@@ -1,0 +1,132 @@
+"""The HLO verifier: structural checks of modules and computations, then every
+instruction's declared shape against the shape inferred by the registry's shape rules.
+
+`verify(module)` and `verify_computation(comp)` return None or raise VerifierError naming
+the instruction, its computation and the reason.
+"""
+from __future__ import annotations
+
+from .errors import VerifierError
+from .ir import HloComputation, HloInstruction, HloModule
+from .opcodes import is_known, op_info
+from .shape_inference import infer_shape, shapes_compatible
+
+__all__ = ["verify", "verify_computation", "verify_instruction"]
+
+
+def _fail(comp: HloComputation, reason: str, inst: HloInstruction | None = None) -> None:
+    if inst is None:
+        raise VerifierError(f"computation {comp.name}: {reason}")
+    raise VerifierError(reason, instruction=inst.name, computation=comp.name)
+
+
+def verify(module: HloModule) -> None:
+    """Check a whole module: an entry, unique computation names, each computation, and that
+    called computations belong to the module."""
+    if module.entry is None:
+        raise VerifierError(f"module {module.name} has no entry computation")
+    if module.entry not in module.computations:
+        raise VerifierError(f"module {module.name}: entry computation {module.entry.name} is not in the module")
+    names: set[str] = set()
+    for comp in module.computations:
+        if comp.name in names:
+            raise VerifierError(f"module {module.name} has two computations named {comp.name}")
+        names.add(comp.name)
+    members = {id(c) for c in module.computations}
+    for comp in module.computations:
+        for inst in comp.instructions:
+            for callee in inst.called_computations():
+                if id(callee) not in members:
+                    _fail(comp, f"calls computation {callee.name}, which is not in the module", inst)
+        verify_computation(comp)
+
+
+def verify_computation(comp: HloComputation) -> None:
+    """Check one computation: root, membership, operand/user consistency, unique names,
+    parameter numbering, acyclicity, then each instruction (operand count and shape)."""
+    if comp.root is None:
+        _fail(comp, "has no root instruction")
+    members = {id(i) for i in comp.instructions}
+    if id(comp.root) not in members:
+        _fail(comp, f"root {comp.root.name} is not an instruction of the computation")
+    _check_graph(comp, members)
+    _check_parameters(comp)
+    _check_acyclic(comp)
+    for inst in comp.instructions:
+        verify_instruction(inst)
+
+
+def _check_graph(comp: HloComputation, members: set[int]) -> None:
+    names: set[str] = set()
+    for inst in comp.instructions:
+        if inst.name in names:
+            _fail(comp, "the name is used twice in the computation", inst)
+        names.add(inst.name)
+        if inst.parent is not comp:
+            _fail(comp, "its parent is not the computation that lists it", inst)
+        for k, op in enumerate(inst.operands):
+            if id(op) not in members:
+                where = op.parent.name if op.parent is not None else "no computation"
+                _fail(comp, f"operand {k} ({op.name}) belongs to {where}, not to {comp.name}", inst)
+            if not any(u is inst for u in op.users):
+                _fail(comp, f"operand {k} ({op.name}) does not list it as a user", inst)
+        for user in inst.users:
+            if id(user) not in members:
+                _fail(comp, f"user {user.name} is not in the computation", inst)
+            if not any(o is inst for o in user.operands):
+                _fail(comp, f"user {user.name} does not have it as an operand", inst)
+        for pred in inst.control_predecessors:
+            if id(pred) not in members:
+                _fail(comp, f"control predecessor {pred.name} is not in the computation", inst)
+
+
+def _check_parameters(comp: HloComputation) -> None:
+    params = [i for i in comp.instructions if i.opcode == "parameter"]
+    numbers = sorted(p.parameter_number for p in params)
+    if numbers != list(range(len(params))):
+        _fail(comp, f"parameter numbers {numbers} must be 0..{len(params) - 1}, each once")
+    for p in params:
+        if p.operands:
+            _fail(comp, "a parameter takes no operands", p)
+
+
+def _check_acyclic(comp: HloComputation) -> None:
+    """Kahn's algorithm over operand and control edges; whatever is left lies on a cycle."""
+    preds = {id(i): {id(o) for o in i.operands + i.control_predecessors} for i in comp.instructions}
+    users: dict[int, list[int]] = {id(i): [] for i in comp.instructions}
+    for i in comp.instructions:
+        for p in preds[id(i)]:
+            users[p].append(id(i))
+    indegree = {k: len(v) for k, v in preds.items()}
+    ready = [k for k, d in indegree.items() if d == 0]
+    done = 0
+    while ready:
+        k = ready.pop()
+        done += 1
+        for u in users[k]:
+            indegree[u] -= 1
+            if indegree[u] == 0:
+                ready.append(u)
+    if done != len(comp.instructions):
+        on_cycle = [i for i in comp.instructions if indegree[id(i)] > 0]
+        _fail(comp, "lies on a cycle of operand/control edges with "
+                    + ", ".join(i.name for i in on_cycle[:5]), on_cycle[0])
+
+
+def verify_instruction(inst: HloInstruction) -> None:
+    """Check the opcode is known, the operand count matches the registry's arity, and the
+    declared shape equals the inferred one (layouts ignored)."""
+    comp_name = inst.parent.name if inst.parent is not None else None
+    if not is_known(inst.opcode):
+        raise VerifierError(f"unknown opcode '{inst.opcode}'", instruction=inst.name, computation=comp_name)
+    info = op_info(inst.opcode)
+    if not info.is_variadic and len(inst.operands) != info.arity:
+        raise VerifierError(f"{inst.opcode} takes {info.arity} operand{'s' if info.arity != 1 else ''}, "
+                            f"has {len(inst.operands)}", instruction=inst.name, computation=comp_name)
+    inferred = infer_shape(inst)
+    if not shapes_compatible(inst.shape, inferred):
+        raise VerifierError(
+            f"declared shape {inst.shape.to_text(with_layout=False)} differs from the inferred shape "
+            f"{inferred.to_text(with_layout=False)}",
+            instruction=inst.name, computation=comp_name,
+        )
