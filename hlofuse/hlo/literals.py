@@ -1,0 +1,222 @@
+"""Constant literals: HLO text <-> numpy arrays, in XLA's notation.
+
+`{ { 1, 2 }, { 3, 4 } }` for f32[2,2], `(1, -2.5)` for complex, `true`/`false` or `1`/`0` for
+pred, `inf`, `-inf`, `nan`, `-nan`, and `{...}` for an elided value (None).
+"""
+from __future__ import annotations
+
+import math
+import re
+
+import numpy as np
+
+from .shapes import ArrayShape, Shape, TupleShape
+
+_TOKENS = re.compile(r"/\*.*?\*/|//[^\n]*|(\{|\}|\(|\)|,|[^\s{}(),/]+|/)", re.S)
+_INT = re.compile(r"[-+]?\d+$")
+
+
+class LiteralError(ValueError):
+    """A malformed literal; the parser turns it into an HloParseError at the constant."""
+
+
+def parse_literal(text: str, shape: Shape):
+    """The value of literal `text` for `shape`: a numpy array of the element type's dtype,
+    a tuple of values for a tuple shape, or None for an elided `{...}`."""
+    stripped = text.strip()
+    if stripped in ("{...}", "..."):
+        return None
+    tokens = [t for t in _TOKENS.findall(text) if t]
+    reader = _Reader(tokens)
+    value = reader.value(shape)
+    if reader.i != len(tokens):
+        raise LiteralError(f"unexpected '{tokens[reader.i]}' after the literal of {shape}")
+    return value
+
+
+class _Reader:
+    def __init__(self, tokens: list[str]) -> None:
+        self.tokens = tokens
+        self.i = 0
+
+    def peek(self) -> str:
+        return self.tokens[self.i] if self.i < len(self.tokens) else ""
+
+    def take(self, expected: str | None = None) -> str:
+        tok = self.peek()
+        if expected is not None and tok != expected:
+            raise LiteralError(f"expected '{expected}' in literal but found {repr(tok) if tok else 'its end'}")
+        if not tok:
+            raise LiteralError("literal ends too early")
+        self.i += 1
+        return tok
+
+    def value(self, shape: Shape):
+        if isinstance(shape, TupleShape):
+            self.take("(")
+            out = []
+            for k, elem in enumerate(shape.elements):
+                if k:
+                    self.take(",")
+                out.append(self.value(elem))
+            self.take(")")
+            return tuple(out)
+        if not isinstance(shape, ArrayShape):
+            raise LiteralError(f"a constant cannot have shape {shape}")
+        flat: list[str | tuple[str, str]] = []
+        complex_ = shape.dtype.is_complex
+        if shape.rank == 0:
+            flat.append(self.scalar(complex_))
+        else:
+            self.array(shape.dims, 0, flat, complex_, shape)
+        return _to_numpy(flat, shape)
+
+    def scalar(self, complex_: bool):
+        if complex_:
+            self.take("(")
+            re_ = self.take()
+            self.take(",")
+            im = self.take()
+            self.take(")")
+            return (re_, im)
+        tok = self.take()
+        if tok in "{}(),":
+            raise LiteralError(f"expected a number but found '{tok}'")
+        return tok
+
+    def array(self, dims: tuple[int, ...], d: int, flat: list, complex_: bool, shape: ArrayShape) -> None:
+        self.take("{")
+        count = 0
+        while self.peek() != "}":
+            if count:
+                self.take(",")
+            if d + 1 < len(dims):
+                self.array(dims, d + 1, flat, complex_, shape)
+            else:
+                if self.peek() == "{":
+                    raise LiteralError(f"literal of {shape} is nested deeper than its rank {len(dims)}")
+                flat.append(self.scalar(complex_))
+            count += 1
+        self.take("}")
+        if count != dims[d]:
+            raise LiteralError(f"literal of {shape} has {count} elements in dimension {d}, expected {dims[d]}")
+
+
+def _number(tok: str, shape: ArrayShape):
+    t = shape.dtype
+    if t.is_pred:
+        if tok in ("true", "1"):
+            return True
+        if tok in ("false", "0"):
+            return False
+        raise LiteralError(f"expected true or false for {shape} but found '{tok}'")
+    if t.is_integer:
+        if not _INT.match(tok):
+            raise LiteralError(f"expected an integer for {shape} but found '{tok}'")
+        v = int(tok)
+        info = np.iinfo(t.numpy) if t.numpy.kind in "iu" else None
+        lo, hi = (info.min, info.max) if info else _subbyte_range(t.name)
+        if not lo <= v <= hi:
+            raise LiteralError(f"value {tok} is out of range for {t.name}")
+        return v
+    try:
+        return float(tok)
+    except ValueError:
+        raise LiteralError(f"expected a number for {shape} but found '{tok}'") from None
+
+
+def _subbyte_range(name: str) -> tuple[int, int]:
+    return (-8, 7) if name == "s4" else (0, 15)
+
+
+def _to_numpy(flat: list, shape: ArrayShape) -> np.ndarray:
+    dtype = shape.dtype.numpy
+    if shape.dtype.is_complex:
+        values = [complex(_number(r, _REAL_OF[shape.dtype.name]), _number(i, _REAL_OF[shape.dtype.name]))
+                  for r, i in flat]
+        return np.array(values, dtype=dtype).reshape(shape.dims)
+    values = [_number(tok, shape) for tok in flat]
+    if shape.dtype.is_float:
+        with np.errstate(over="ignore"):
+            arr = np.array(values, dtype=np.float64).astype(dtype)
+    else:
+        arr = np.array(values, dtype=dtype)
+    return arr.reshape(shape.dims)
+
+
+def _real_shape(name: str) -> ArrayShape:
+    from .shapes import scalar
+
+    return scalar(name)
+
+
+_REAL_OF = {"c64": _real_shape("f32"), "c128": _real_shape("f64")}
+
+
+# ---- printing -----------------------------------------------------------------------------
+def _format_float(v, np_type) -> str:
+    f = float(v)
+    if math.isnan(f):
+        return "-nan" if math.copysign(1.0, f) < 0 else "nan"
+    if math.isinf(f):
+        return "inf" if f > 0 else "-inf"
+    if np_type in (np.float16, np.float32, np.float64):
+        text = str(np_type(v))
+    else:  # bfloat16 / float8: shortest decimal that converts back to the same value
+        text = repr(f)
+        for digits in range(1, 18):
+            candidate = f"{f:.{digits}g}"
+            if np_type(float(candidate)) == np_type(v):
+                text = candidate
+                break
+    if text.endswith(".0"):
+        text = text[:-2]
+    return text
+
+
+def format_element(v, shape: ArrayShape, in_array: bool = False) -> str:
+    """One element as XLA prints it (pred prints true/false as a scalar, 1/0 in arrays)."""
+    t = shape.dtype
+    if t.is_pred:
+        if in_array:
+            return "1" if v else "0"
+        return "true" if v else "false"
+    if t.is_integer:
+        return str(int(v))
+    if t.is_complex:
+        real_type = np.float32 if t.name == "c64" else np.float64
+        return f"({_format_float(v.real, real_type)}, {_format_float(v.imag, real_type)})"
+    return _format_float(v, t.numpy.type)
+
+
+def format_literal(value, shape: Shape) -> str:
+    """The literal text of `value` (what goes between `constant(` and `)`)."""
+    if value is None:
+        return "{...}"
+    if isinstance(shape, TupleShape):
+        return "(" + ", ".join(format_literal(v, s) for v, s in zip(value, shape.elements)) + ")"
+    arr = np.asarray(value)
+    if shape.rank == 0:
+        return format_element(arr.reshape(()).item() if not shape.dtype.is_float else arr.reshape(())[()], shape)
+    elems = [format_element(x, shape, True) for x in (arr.reshape(-1).tolist() if not shape.dtype.is_float
+                                                         else arr.reshape(-1))]
+    return _nest(elems, shape.dims, 0, shape.rank, [])
+
+
+def _nest(elems: list[str], dims: tuple[int, ...], d: int, rank: int, index: list[int]) -> str:
+    if rank == 1:
+        return "{" + ", ".join(elems) + "}"
+    if d == rank - 1:
+        if len(elems) <= 1:
+            return "{" + "".join(elems) + "}"
+        return "{ " + ", ".join(elems) + " }"
+    n = dims[d]
+    step = len(elems) // n if n else 0
+    parts = []
+    for k in range(n):
+        sub = _nest(elems[k * step:(k + 1) * step], dims, d + 1, rank, index + [k])
+        parts.append(sub)
+    comment = f"/*i{d - 1}={index[-1]}*/ " if rank > 3 and 0 < d <= rank - 2 else ""
+    if not parts:
+        return "{ " + comment + "}" if comment else "{}"
+    return "{ " + comment + ", ".join(parts) + " }"

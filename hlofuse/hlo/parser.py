@@ -1,0 +1,410 @@
+"""A recursive-descent parser for XLA's HLO text.
+
+Accepts what XLA prints before and after optimization and what its tests contain: the
+`HloModule` header with attributes, the FileNames/FunctionNames/FileLocations/StackFrames
+tables, computations with or without `%` sigils and signatures, operands with or without
+inline shapes, every shape and layout form, constants of every element type, and every
+attribute (structured ones decoded, unknown ones kept verbatim). Computations and
+instructions may be used before they are defined. Every malformed input raises
+HloParseError with the line, column and source line of the offending token.
+"""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from .attributes import Raw
+from .dtypes import ELEMENT_TYPES
+from .errors import HloParseError
+from .ir import HloComputation, HloInstruction, HloModule
+from .lexer import ARRAY_SHAPE, STRING, WORD, Lexer
+from .literals import LiteralError, parse_literal
+from .opcodes import OPS, VARIADIC
+from .parse_attributes import AttributeError_, ComputationRef, decode_attribute
+from .shapes import TOKEN_SHAPE, UNBOUNDED, ArrayShape, Layout, Shape, TupleShape
+
+_SECTION = re.compile(
+    r"(FileNames|FunctionNames|FileLocations|StackFrames)[ \t]*(?:\n|$)((?:[ \t]*\d+[ \t][^\n]*(?:\n|$)|[ \t]*\n)*)"
+)
+_SECTION_KEYWORDS = ("FileNames", "FunctionNames", "FileLocations", "StackFrames")
+_ATTR_KEY = re.compile(r"[A-Za-z_][\w\-]*")
+_DIM = re.compile(r"(<=)?(\d+)$")
+_LAYOUT = re.compile(r"\{\s*(\d+(?:\s*,\s*\d+)*)?\s*(?::([^{}]*))?\}$")
+
+
+def parse_hlo(text: str, filename: str = "<string>") -> HloModule:
+    """Parse HLO module text; raises HloParseError (with position) on any malformed input."""
+    try:
+        return _Parser(text, filename).parse_module()
+    except HloParseError:
+        raise
+    except RecursionError:
+        raise HloParseError("input nests too deeply", 1, 1, text.split("\n", 1)[0], filename) from None
+
+
+def load_hlo_file(path) -> HloModule:
+    """Read and parse an HLO text file."""
+    p = Path(path)
+    return parse_hlo(p.read_text(), str(p))
+
+
+class _Pending:
+    """Names an instruction refers to, resolved when its computation is complete."""
+
+    __slots__ = ("inst", "operands", "controls", "comp_refs")
+
+    def __init__(self, inst, operands, controls, comp_refs) -> None:
+        self.inst = inst
+        self.operands = operands  # list of (name, offset)
+        self.controls = controls  # list of (name, offset)
+        self.comp_refs = comp_refs  # list of (key, ComputationRef)
+
+
+class _Parser:
+    def __init__(self, text: str, filename: str) -> None:
+        self.lex = Lexer(text, filename)
+        self.shape_cache: dict[str, ArrayShape] = {}
+        self.computations: dict[str, HloComputation] = {}
+        self.comp_refs: list[tuple[HloInstruction, str, ComputationRef]] = []
+        self.module: HloModule | None = None
+        self._name_pos: dict[int, int] = {}  # id(instruction) -> offset of its name, for errors
+
+    # ---- module ---------------------------------------------------------------------------
+    def parse_module(self) -> HloModule:
+        lex = self.lex
+        if not lex.accept_keyword("HloModule"):
+            raise lex.expected("'HloModule'")
+        name, _ = lex.name("a module name")
+        module = self.module = HloModule(name)
+        while lex.accept(","):
+            key = self._attr_key()
+            lex.expect("=")
+            module.attrs[key] = Raw(lex.scan_value())
+        entry = None
+        while not lex.at_end():
+            m = _SECTION.match(lex.text, lex.pos)
+            if m is not None:
+                module.extra_sections.append(m.group(0).rstrip())
+                lex.pos = m.end()
+                continue
+            comp, is_entry, pos = self.parse_computation()
+            if is_entry:
+                if entry is not None:
+                    raise lex.error(f"second ENTRY computation '{comp.name}' (the first is '{entry.name}')", pos)
+                entry = comp
+        if not module.computations:
+            raise lex.error("expected a computation but found end of input")
+        self._resolve_computation_refs()
+        module.set_entry(entry if entry is not None else module.computations[-1])
+        return module
+
+    def _attr_key(self) -> str:
+        m = self.lex.match(_ATTR_KEY)
+        if m is None:
+            raise self.lex.expected("an attribute name")
+        return m.group()
+
+    # ---- computations ---------------------------------------------------------------------
+    def parse_computation(self) -> tuple[HloComputation, bool, int]:
+        lex = self.lex
+        is_entry = lex.accept_keyword("ENTRY")
+        name, pos = lex.name("a computation name")
+        if name in self.computations:
+            raise lex.error(f"computation '{name}' is defined twice", pos)
+        if lex.peek() == "(":
+            self._signature()
+        lex.expect("{")
+        comp = HloComputation(name)
+        module = self.module
+        comp.parent = module
+        module.computations.append(comp)
+        module.reserve_name(name)
+        self.computations[name] = comp
+        pending: list[_Pending] = []
+        by_name: dict[str, HloInstruction] = {}
+        root = None
+        while not lex.accept("}"):
+            if lex.pos >= len(lex.text):
+                raise lex.expected("'}' to close computation '" + name + "'")
+            item, is_root, name_pos = self.parse_instruction()
+            inst = item.inst
+            if inst.name in by_name:
+                raise lex.error(f"instruction '{inst.name}' is defined twice in computation '{name}'", name_pos)
+            by_name[inst.name] = inst
+            if is_root:
+                if root is not None:
+                    raise lex.error(f"second ROOT '{inst.name}' in computation '{name}' (the first is "
+                                    f"'{root.name}')", name_pos)
+                root = inst
+            inst.parent = comp
+            comp.instructions.append(inst)
+            module.reserve_name(inst.name)
+            pending.append(item)
+        if not comp.instructions:
+            raise lex.error(f"computation '{name}' has no instructions", pos)
+        if lex.accept(","):
+            if not lex.accept_keyword("execution_thread"):
+                raise lex.expected("'execution_thread'")
+            lex.expect("=")
+            comp.execution_thread = lex.string()[1:-1]
+        comp.root = root if root is not None else comp.instructions[-1]
+        self._link(comp, pending, by_name)
+        return comp, is_entry, pos
+
+    def _signature(self) -> None:
+        lex = self.lex
+        lex.expect("(")
+        if not lex.accept(")"):
+            while True:
+                lex.name("a parameter name")
+                lex.expect(":")
+                self.parse_shape()
+                if lex.accept(")"):
+                    break
+                lex.expect(",")
+        lex.expect("->")
+        self.parse_shape()
+
+    def _link(self, comp: HloComputation, pending: list[_Pending], by_name: dict[str, HloInstruction]) -> None:
+        lex = self.lex
+        numbers: dict[int, HloInstruction] = {}
+        for item in pending:
+            inst = item.inst
+            for op_name, pos in item.operands:
+                op = by_name.get(op_name)
+                if op is None:
+                    raise lex.error(f"operand '{op_name}' of '{inst.name}' is not defined in computation "
+                                    f"'{comp.name}'", pos)
+                inst.append_operand(op)
+            for op_name, pos in item.controls:
+                op = by_name.get(op_name)
+                if op is None:
+                    raise lex.error(f"control predecessor '{op_name}' of '{inst.name}' is not defined in "
+                                    f"computation '{comp.name}'", pos)
+                inst.control_predecessors.append(op)
+            for key, ref in item.comp_refs:
+                self.comp_refs.append((inst, key, ref))
+            if inst.opcode == "parameter":
+                n = inst.parameter_number
+                if n in numbers:
+                    raise lex.error(f"parameter number {n} is used by both '{numbers[n].name}' and '{inst.name}'",
+                                    self._name_pos.get(id(inst), 0))
+                numbers[n] = inst
+        if sorted(numbers) != list(range(len(numbers))):
+            missing = min(set(range(len(numbers))) - set(numbers))
+            raise lex.error(f"computation '{comp.name}' has no parameter({missing}) but has "
+                            f"parameter({max(numbers)})", self._name_pos.get(id(comp.instructions[0]), 0))
+        if not self._ordered(comp):
+            comp.sort_instructions()
+            if not self._ordered(comp):
+                raise lex.error(f"computation '{comp.name}' has a cycle among its instructions",
+                                self._name_pos.get(id(comp.instructions[0]), 0))
+
+    @staticmethod
+    def _ordered(comp: HloComputation) -> bool:
+        seen: set[int] = set()
+        for inst in comp.instructions:
+            for op in inst.operands:
+                if id(op) not in seen:
+                    return False
+            for op in inst.control_predecessors:
+                if id(op) not in seen:
+                    return False
+            seen.add(id(inst))
+        return True
+
+    def _resolve_computation_refs(self) -> None:
+        lex = self.lex
+        for inst, key, ref in self.comp_refs:
+            found = []
+            for name, pos in ref.names:
+                comp = self.computations.get(name)
+                if comp is None:
+                    raise lex.error(f"computation '{name}' used by '{inst.name}' ({key}) is not defined", pos)
+                found.append(comp)
+            inst.attrs[key] = tuple(found) if ref.is_list else found[0]
+            if inst.opcode == "fusion" and key == "calls":
+                callee = found[0]
+                if callee.fusion_instruction is not None:
+                    raise lex.error(f"computation '{callee.name}' is called by two fusions "
+                                    f"('{callee.fusion_instruction.name}' and '{inst.name}')", ref.names[0][1])
+                callee.fusion_instruction = inst
+
+    # ---- instructions ---------------------------------------------------------------------
+    def parse_instruction(self) -> tuple[_Pending, bool, int]:
+        lex = self.lex
+        is_root = lex.accept_keyword("ROOT")
+        name, name_pos = lex.name("an instruction name")
+        lex.expect("=")
+        shape = self.parse_shape()
+        lex.skip_ws()
+        op_pos = lex.pos
+        m = WORD.match(lex.text, op_pos)
+        if m is None:
+            raise lex.expected("an opcode")
+        opcode = m.group()
+        info = OPS.get(opcode)
+        if info is None:
+            raise lex.error(f"unknown opcode '{opcode}'", op_pos)
+        lex.pos = m.end()
+        lex.expect("(")
+        inst = HloInstruction(opcode, shape, (), None, name)
+        self._name_pos[id(inst)] = name_pos
+        operands: list[tuple[str, int]] = []
+        if opcode == "constant":
+            self._constant(inst)
+        elif opcode == "parameter":
+            inst.parameter_number = lex.integer("a parameter number")
+            if inst.parameter_number < 0:
+                raise lex.error(f"parameter number of '{name}' must not be negative", op_pos)
+            lex.expect(")")
+        elif not lex.accept(")"):
+            while True:
+                c = lex.peek()
+                if c == "(" or ARRAY_SHAPE.match(lex.text, lex.pos):
+                    self.parse_shape()
+                operands.append(lex.name("an operand name"))
+                if lex.accept(")"):
+                    break
+                if not lex.accept(","):
+                    raise lex.expected("',' or ')'")
+        if info.arity != VARIADIC and len(operands) != info.arity and opcode not in ("constant", "parameter"):
+            raise lex.error(f"'{opcode}' takes {info.arity} operand{'s' if info.arity != 1 else ''} but "
+                            f"'{name}' has {len(operands)}", op_pos)
+        controls: list[tuple[str, int]] = []
+        comp_refs: list[tuple[str, ComputationRef]] = []
+        attrs = inst.attrs
+        while lex.accept(","):
+            lex.skip_ws()
+            key_pos = lex.pos
+            key = self._attr_key()
+            lex.expect("=")
+            if key in attrs or (key == "control-predecessors" and controls):
+                raise lex.error(f"attribute '{key}' is given twice on '{name}'", key_pos)
+            lex.skip_ws()
+            value_pos = lex.pos
+            raw = lex.scan_value()
+            if key == "control-predecessors":
+                controls = self._name_list(raw, value_pos, key)
+                if not controls:
+                    attrs.pop(key, None)
+                continue
+            try:
+                value = decode_attribute(key, raw, value_pos)
+            except AttributeError_ as e:
+                raise lex.error(f"{e} (on '{name}')", value_pos + e.offset) from None
+            if isinstance(value, ComputationRef):
+                comp_refs.append((key, value))
+                value = None
+            attrs[key] = value
+        return _Pending(inst, operands, controls, comp_refs), is_root, name_pos
+
+    def _name_list(self, raw: str, offset: int, key: str) -> list[tuple[str, int]]:
+        if not (raw.startswith("{") and raw.endswith("}")):
+            raise self.lex.error(f"attribute '{key}' expects {{%a, %b}}", offset)
+        out = []
+        for m in re.finditer(r"[^,{}\s]+", raw[1:-1]):
+            word = m.group()
+            if word.startswith("%"):
+                word = word[1:]
+            if not WORD.fullmatch(word):
+                raise self.lex.error(f"'{m.group()}' in {key} is not an instruction name", offset + m.start() + 1)
+            out.append((word, offset + m.start() + 1))
+        return out
+
+    def _constant(self, inst: HloInstruction) -> None:
+        lex = self.lex
+        lex.skip_ws()
+        start = lex.pos
+        text = lex.text
+        depth = 1
+        pos = start
+        # The literal ends at the ')' that closes `constant(`.
+        scan = re.compile(r'[^()"]*')
+        while True:
+            pos = scan.match(text, pos).end()
+            if pos >= len(text):
+                raise lex.error(f"expected ')' to close the literal of '{inst.name}'", start)
+            ch = text[pos]
+            if ch == '"':
+                s = STRING.match(text, pos)
+                if s is None:
+                    raise lex.error("unterminated string", pos)
+                pos = s.end()
+                continue
+            depth += 1 if ch == "(" else -1
+            if depth == 0:
+                break
+            pos += 1
+        literal_text = text[start:pos]
+        lex.pos = pos + 1
+        try:
+            inst.literal = parse_literal(literal_text, inst.shape)
+        except LiteralError as e:
+            raise lex.error(f"bad literal for '{inst.name}': {e}", start) from None
+
+    # ---- shapes ---------------------------------------------------------------------------
+    def parse_shape(self) -> Shape:
+        lex = self.lex
+        lex.skip_ws()
+        text = lex.text
+        pos = lex.pos
+        if text.startswith("(", pos):
+            lex.pos = pos + 1
+            elements = []
+            if not lex.accept(")"):
+                while True:
+                    elements.append(self.parse_shape())
+                    if lex.accept(")"):
+                        break
+                    if not lex.accept(","):
+                        raise lex.expected("',' or ')' in a tuple shape")
+            return TupleShape(tuple(elements))
+        m = ARRAY_SHAPE.match(text, pos)
+        if m is None:
+            raise lex.expected("a shape")
+        key = m.group()
+        shape = self.shape_cache.get(key)
+        if shape is None:
+            shape = self._array_shape(m, pos)
+            self.shape_cache[key] = shape
+        lex.pos = m.end()
+        return shape
+
+    def _array_shape(self, m: re.Match, pos: int) -> Shape:
+        lex = self.lex
+        type_name, dims_text, layout_text = m.group(1), m.group(2), m.group(3)
+        dtype = ELEMENT_TYPES.get(type_name)
+        if dtype is None:
+            raise lex.error(f"unknown element type '{type_name}'", pos)
+        if type_name == "token":
+            if dims_text.strip() or layout_text:
+                raise lex.error("a token shape is written 'token[]'", pos)
+            return TOKEN_SHAPE
+        dims: list[int] = []
+        dynamic: list[bool] = []
+        if dims_text.strip():
+            for part in dims_text.split(","):
+                part = part.strip()
+                if part == "?":
+                    dims.append(UNBOUNDED)
+                    dynamic.append(True)
+                    continue
+                d = _DIM.match(part)
+                if d is None:
+                    raise lex.error(f"bad dimension '{part}' in shape '{m.group()}'", pos)
+                dims.append(int(d.group(2)))
+                dynamic.append(d.group(1) is not None)
+        rank = len(dims)
+        if layout_text is None:
+            layout = Layout.default(rank)
+        else:
+            lm = _LAYOUT.match(layout_text)
+            if lm is None:
+                raise lex.error(f"bad layout '{layout_text}' in shape '{m.group()}'", pos)
+            order = tuple(int(x) for x in lm.group(1).split(",")) if lm.group(1) else ()
+            if sorted(order) != list(range(rank)):
+                raise lex.error(f"layout {layout_text} is not a permutation of the {rank} dimensions of "
+                                f"'{m.group()}'", pos)
+            layout = Layout(order, (lm.group(2) or "").strip())
+        return ArrayShape(dtype, tuple(dims), tuple(dynamic), layout)

@@ -1,0 +1,133 @@
+"""Canonical HLO text in XLA's style.
+
+    HloModule name, entry_computation_layout={...}, ...
+
+    %callee (p: f32[2]) -> f32[2] {
+      %p = f32[2]{0} parameter(0)
+      ROOT %n = f32[2]{0} negate(f32[2]{0} %p), metadata={...}
+    }
+
+    ENTRY %main ...
+
+Callees come before callers; attributes come in XLA's order; values the compiler does not
+interpret (metadata, backend_config, sharding ...) print back exactly as they were read.
+`parse_hlo(module_to_text(m))` prints byte-identically, and XLA's parser accepts the text.
+"""
+from __future__ import annotations
+
+from .ir import HloComputation, HloInstruction, HloModule
+from .literals import format_literal
+from .parse_attributes import attribute_rank, encode_attribute
+from .shapes import ArrayShape, Shape, TupleShape
+
+_LAYOUT_KEY = "entry_computation_layout"
+_HEADER_FIRST = ("is_scheduled", _LAYOUT_KEY)
+
+
+def shape_to_text(shape: Shape, with_layout: bool = True) -> str:
+    """A shape as XLA prints it: scalars without `{}`, `/*index=5*/` every five tuple elements."""
+    if isinstance(shape, ArrayShape):
+        text = shape.to_text(with_layout=False)
+        layout = shape.layout
+        if with_layout and layout is not None and (shape.dims or layout.suffix):
+            text += str(layout)
+        return text
+    if isinstance(shape, TupleShape):
+        parts = []
+        for i, e in enumerate(shape.elements):
+            prefix = f"/*index={i}*/" if i and i % 5 == 0 else ""
+            parts.append(prefix + shape_to_text(e, with_layout))
+        return "(" + ", ".join(parts) + ")"
+    return shape.to_text(with_layout)
+
+
+def _operands_text(inst: HloInstruction, operand_shapes: bool) -> str:
+    if inst.opcode == "parameter":
+        return str(inst.parameter_number)
+    if inst.opcode == "constant":
+        return format_literal(inst.literal, inst.shape)
+    parts = []
+    for i, op in enumerate(inst.operands):
+        prefix = f"/*index={i}*/" if i and i % 5 == 0 else ""
+        if operand_shapes:
+            parts.append(f"{prefix}{shape_to_text(op.shape)} %{op.name}")
+        else:
+            parts.append(f"{prefix}%{op.name}")
+    return ", ".join(parts)
+
+
+def instruction_to_text(inst: HloInstruction, operand_shapes: bool = True) -> str:
+    """One instruction line without indentation: `[ROOT ]%name = shape opcode(operands), attrs`."""
+    attrs = dict(inst.attrs)
+    if inst.control_predecessors:
+        attrs["control-predecessors"] = None
+    keys = sorted(attrs, key=attribute_rank)
+    parts = []
+    for key in keys:
+        if key == "control-predecessors":
+            value = "{" + ", ".join("%" + p.name for p in inst.control_predecessors) + "}"
+        else:
+            value = encode_attribute(key, attrs[key])
+        parts.append(f"{key}={value}")
+    root = "ROOT " if inst.is_root() else ""
+    head = f"{root}%{inst.name} = {shape_to_text(inst.shape)} {inst.opcode}({_operands_text(inst, operand_shapes)})"
+    return ", ".join([head] + parts)
+
+
+def computation_signature(comp: HloComputation) -> str:
+    """`(p0: f32[2], p1: s32[]) -> f32[2]` (shapes without layouts, as XLA prints them)."""
+    params = ", ".join(f"{p.name}: {shape_to_text(p.shape, False)}" for p in comp.parameters)
+    result = shape_to_text(comp.root.shape, False) if comp.root is not None else "()"
+    return f"({params}) -> {result}"
+
+
+def computation_to_text(comp: HloComputation, operand_shapes: bool = True) -> str:
+    """A computation block: header line, two-space indented instructions, closing brace."""
+    entry = "ENTRY " if comp.is_entry else ""
+    lines = [f"{entry}%{comp.name} {computation_signature(comp)} {{"]
+    for inst in comp.instructions:
+        lines.append("  " + instruction_to_text(inst, operand_shapes))
+    close = "}"
+    if comp.execution_thread is not None:
+        close += f', execution_thread="{comp.execution_thread}"'
+    lines.append(close)
+    return "\n".join(lines)
+
+
+def entry_computation_layout(module: HloModule) -> str:
+    """`{(param shapes)->result shape}` of the entry computation, with layouts."""
+    entry = module.entry
+    params = ", ".join(shape_to_text(p.shape) for p in entry.parameters)
+    return "{(" + params + ")->" + shape_to_text(entry.root.shape) + "}"
+
+
+def _header(module: HloModule) -> str:
+    attrs = dict(module.attrs)
+    if module.entry is not None and module.entry.root is not None:
+        current = entry_computation_layout(module)
+        old = attrs.get(_LAYOUT_KEY)
+        # Keep a layout read from the text unless the entry signature changed since.
+        if old is None or _strip_layouts(str(old)) != _strip_layouts(current):
+            attrs[_LAYOUT_KEY] = current
+    keys = [k for k in _HEADER_FIRST if k in attrs] + [k for k in attrs if k not in _HEADER_FIRST]
+    return ", ".join([f"HloModule {module.name}"] + [f"{k}={attrs[k]}" for k in keys])
+
+
+def _strip_layouts(text: str) -> str:
+    import re
+
+    text = re.sub(r"/\*.*?\*/", "", text)
+    return re.sub(r"\]\{[^{}]*\}", "]", text).replace(" ", "")
+
+
+def module_to_text(module: HloModule, operand_shapes: bool = True) -> str:
+    """The whole module as canonical HLO text (ends with a newline)."""
+    out = [_header(module), ""]
+    for section in module.extra_sections:
+        out.append(section)
+        out.append("")
+    if module.extra_sections:
+        out.append("")
+    blocks = [computation_to_text(c, operand_shapes) for c in module.computations_post_order()]
+    out.append("\n\n".join(blocks))
+    return "\n".join(out) + "\n"
