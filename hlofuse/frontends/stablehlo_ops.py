@@ -1,0 +1,521 @@
+"""Conversion rules: one StableHLO op -> HLO instructions.
+
+A rule is `rule(importer, op, scope) -> HloInstruction | list[HloInstruction]` (one HLO value
+per MLIR result). Elementwise ops need no rule of their own: `stablehlo.log_plus_one` maps to
+the registry row `log-plus-one` when that row is elementwise (see `rule_for`), so the op
+registry stays the only list of opcodes. Irregular ops register a rule with `@rule(...)`.
+"""
+from __future__ import annotations
+
+import re
+from typing import Callable
+
+import numpy as np
+
+from ..hlo import opcodes
+from ..hlo.attributes import ConvDimensionNumbers, Window, WindowDimension
+from ..hlo.ir import HloInstruction
+from ..hlo.shapes import TupleShape, array
+from .stablehlo_types import dense_to_numpy, hlo_shape, parse_dense_text
+
+RULES: dict[str, Callable] = {}
+
+# StableHLO spellings that are not the HLO opcode with '_' -> '-'.
+_RENAMED = {"count_leading_zeros": "clz"}
+
+
+def rule(*names: str):
+    """Register a conversion rule for the MLIR ops `names`."""
+
+    def deco(fn):
+        for n in names:
+            RULES[n] = fn
+        return fn
+
+    return deco
+
+
+def rule_for(op_name: str) -> Callable | None:
+    """The rule converting `op_name`, or None when hlofuse has none."""
+    if op_name in RULES:
+        return RULES[op_name]
+    dialect, _, base = op_name.partition(".")
+    if dialect != "stablehlo":
+        return None
+    hlo = _RENAMED.get(base, base.replace("_", "-"))
+    if opcodes.is_known(hlo):
+        info = opcodes.op_info(hlo)
+        if info.elementwise and info.kind in ("unary", "binary", "ternary") and info.called == ():
+            return lambda imp, op, scope: _elementwise(imp, op, scope, hlo)
+    return None
+
+
+# ---- attribute helpers ------------------------------------------------------------------
+def _ints(op, name: str, default=None) -> tuple[int, ...] | None:
+    if name not in op.attributes:
+        return default
+    attr = op.attributes[name]
+    try:
+        return tuple(int(x) for x in attr)
+    except TypeError:
+        return tuple(int(x) for x in np.array(attr).reshape(-1))
+
+
+def _int(op, name: str, default: int | None = None) -> int | None:
+    if name not in op.attributes:
+        return default
+    return int(op.attributes[name].value)
+
+
+def _bool(op, name: str, default: bool = False) -> bool:
+    if name not in op.attributes:
+        return default
+    return bool(op.attributes[name].value)
+
+
+_ENUM = re.compile(r"<\s*\w+\s+(\w+)\s*>")
+
+
+def _enum(op, name: str, default: str | None = None) -> str | None:
+    """The value of an enum attribute such as `#stablehlo<comparison_direction LT>`."""
+    if name not in op.attributes:
+        return default
+    m = _ENUM.search(str(op.attributes[name]))
+    if m is None:
+        raise ValueError(f"cannot read attribute {name} = {op.attributes[name]}")
+    return m.group(1)
+
+
+def _operands(scope, op) -> list[HloInstruction]:
+    return [scope.get(v) for v in op.operands]
+
+
+def _result_shape(op, i: int = 0):
+    return hlo_shape(op.results[i].type)
+
+
+def _results_shape(op):
+    shapes = [hlo_shape(r.type) for r in op.results]
+    return shapes[0] if len(shapes) == 1 else TupleShape(tuple(shapes))
+
+
+def _broadcast_scalar(imp, scope, inst: HloInstruction, like) -> HloInstruction:
+    """Broadcast a scalar operand to `like`'s dimensions (StableHLO allows scalar select/clamp operands)."""
+    if inst.shape.rank == like.rank:
+        return inst
+    shape = array(inst.shape.dtype, like.dims)
+    return imp.emit(scope, "broadcast", shape, [inst], {"dimensions": ()})
+
+
+# ---- elementwise ------------------------------------------------------------------------
+def _elementwise(imp, op, scope, opcode: str) -> HloInstruction:
+    shape = _result_shape(op)
+    operands = _operands(scope, op)
+    if opcode in ("select", "clamp"):
+        operands = [_broadcast_scalar(imp, scope, o, shape) for o in operands]
+    return imp.emit(scope, opcode, shape, operands)
+
+
+@rule("stablehlo.compare")
+def _compare(imp, op, scope):
+    attrs = {"direction": _enum(op, "comparison_direction")}
+    ctype = _enum(op, "compare_type")
+    if ctype and ctype != "NOTYPE":
+        attrs["type"] = ctype
+    return imp.emit(scope, "compare", _result_shape(op), _operands(scope, op), attrs)
+
+
+@rule("stablehlo.reduce_precision")
+def _reduce_precision(imp, op, scope):
+    attrs = {"exponent_bits": _int(op, "exponent_bits"), "mantissa_bits": _int(op, "mantissa_bits")}
+    return imp.emit(scope, "reduce-precision", _result_shape(op), _operands(scope, op), attrs)
+
+
+# ---- leaves -----------------------------------------------------------------------------
+@rule("stablehlo.constant")
+def _constant(imp, op, scope):
+    shape = _result_shape(op)
+    if shape.dtype.is_complex:
+        # The bindings cannot wrap complex dense attributes: read the printed op instead.
+        literal = parse_dense_text(op.get_asm(), shape)
+    else:
+        literal = dense_to_numpy(op.attributes["value"], shape)
+    inst = imp.emit(scope, "constant", shape, name="constant")
+    inst.literal = literal
+    return inst
+
+
+@rule("stablehlo.iota")
+def _iota(imp, op, scope):
+    return imp.emit(scope, "iota", _result_shape(op), [], {"iota_dimension": _int(op, "iota_dimension")})
+
+
+@rule("stablehlo.get_dimension_size")
+def _get_dimension_size(imp, op, scope):
+    operand = scope.get(op.operands[0])
+    size = operand.shape.dims[_int(op, "dimension")]
+    shape = _result_shape(op)
+    inst = imp.emit(scope, "constant", shape, name="constant")
+    inst.literal = np.array(size, dtype=shape.dtype.numpy)
+    return inst
+
+
+# ---- data movement ----------------------------------------------------------------------
+@rule("stablehlo.broadcast_in_dim")
+def _broadcast_in_dim(imp, op, scope):
+    return imp.emit(scope, "broadcast", _result_shape(op), _operands(scope, op),
+                    {"dimensions": _ints(op, "broadcast_dimensions", ())})
+
+
+@rule("stablehlo.broadcast")
+def _broadcast(imp, op, scope):
+    operand = scope.get(op.operands[0])
+    shape = _result_shape(op)
+    sizes = _ints(op, "broadcast_sizes", ())
+    dims = tuple(range(len(sizes), len(sizes) + operand.shape.rank))
+    return imp.emit(scope, "broadcast", shape, [operand], {"dimensions": dims})
+
+
+@rule("stablehlo.reshape")
+def _reshape(imp, op, scope):
+    return imp.emit(scope, "reshape", _result_shape(op), _operands(scope, op))
+
+
+@rule("stablehlo.transpose")
+def _transpose(imp, op, scope):
+    return imp.emit(scope, "transpose", _result_shape(op), _operands(scope, op),
+                    {"dimensions": _ints(op, "permutation")})
+
+
+@rule("stablehlo.slice")
+def _slice(imp, op, scope):
+    start = _ints(op, "start_indices")
+    limit = _ints(op, "limit_indices")
+    strides = _ints(op, "strides", (1,) * len(start))
+    return imp.emit(scope, "slice", _result_shape(op), _operands(scope, op),
+                    {"slice": tuple(zip(start, limit, strides))})
+
+
+@rule("stablehlo.dynamic_slice")
+def _dynamic_slice(imp, op, scope):
+    return imp.emit(scope, "dynamic-slice", _result_shape(op), _operands(scope, op),
+                    {"dynamic_slice_sizes": _ints(op, "slice_sizes")})
+
+
+@rule("stablehlo.dynamic_update_slice")
+def _dynamic_update_slice(imp, op, scope):
+    return imp.emit(scope, "dynamic-update-slice", _result_shape(op), _operands(scope, op))
+
+
+@rule("stablehlo.concatenate")
+def _concatenate(imp, op, scope):
+    return imp.emit(scope, "concatenate", _result_shape(op), _operands(scope, op),
+                    {"dimensions": (_int(op, "dimension"),)})
+
+
+@rule("stablehlo.pad")
+def _pad(imp, op, scope):
+    lo, hi = _ints(op, "edge_padding_low"), _ints(op, "edge_padding_high")
+    interior = _ints(op, "interior_padding", (0,) * len(lo))
+    return imp.emit(scope, "pad", _result_shape(op), _operands(scope, op),
+                    {"padding": tuple(zip(lo, hi, interior))})
+
+
+@rule("stablehlo.reverse")
+def _reverse(imp, op, scope):
+    return imp.emit(scope, "reverse", _result_shape(op), _operands(scope, op),
+                    {"dimensions": _ints(op, "dimensions")})
+
+
+@rule("stablehlo.gather")
+def _gather(imp, op, scope):
+    from jax._src.lib.mlir.dialects import hlo
+
+    dn = hlo.GatherDimensionNumbers(op.attributes["dimension_numbers"])
+    attrs = {
+        "offset_dims": tuple(dn.offset_dims),
+        "collapsed_slice_dims": tuple(dn.collapsed_slice_dims),
+        "start_index_map": tuple(dn.start_index_map),
+        "operand_batching_dims": tuple(dn.operand_batching_dims),
+        "start_indices_batching_dims": tuple(dn.start_indices_batching_dims),
+        "index_vector_dim": int(dn.index_vector_dim),
+        "slice_sizes": _ints(op, "slice_sizes"),
+        "indices_are_sorted": _bool(op, "indices_are_sorted"),
+    }
+    return imp.emit(scope, "gather", _result_shape(op), _operands(scope, op), attrs)
+
+
+@rule("stablehlo.tuple")
+def _tuple(imp, op, scope):
+    operands = _operands(scope, op)
+    return imp.emit(scope, "tuple", TupleShape(tuple(o.shape for o in operands)), operands)
+
+
+@rule("stablehlo.get_tuple_element")
+def _get_tuple_element(imp, op, scope):
+    return imp.emit(scope, "get-tuple-element", _result_shape(op), _operands(scope, op),
+                    {"index": _int(op, "index")})
+
+
+@rule("stablehlo.optimization_barrier")
+def _optimization_barrier(imp, op, scope):
+    operands = _operands(scope, op)
+    tup = imp.emit(scope, "tuple", TupleShape(tuple(o.shape for o in operands)), operands)
+    barrier = imp.emit(scope, "optimization-barrier", tup.shape, [tup], name="opt-barrier")
+    return imp.unpack(scope, barrier, len(operands))
+
+
+# ---- reductions, windows, sort, scatter ---------------------------------------------------
+def _window(sizes, strides=None, padding=None, base=None, window_dil=None, reversal=None) -> Window:
+    n = len(sizes)
+    strides = strides or (1,) * n
+    padding = padding or ((0, 0),) * n
+    base = base or (1,) * n
+    window_dil = window_dil or (1,) * n
+    reversal = reversal or (False,) * n
+    return Window(tuple(
+        WindowDimension(int(sizes[i]), int(strides[i]), int(padding[i][0]), int(padding[i][1]),
+                        int(window_dil[i]), int(base[i]), bool(reversal[i]))
+        for i in range(n)))
+
+
+def _padding(op, name: str = "padding"):
+    if name not in op.attributes:
+        return None
+    pads = np.array(op.attributes[name]).reshape(-1, 2)
+    return tuple((int(a), int(b)) for a, b in pads)
+
+
+@rule("stablehlo.reduce")
+def _reduce(imp, op, scope):
+    body = imp.region_computation(op.regions[0], "reduce_body")
+    return imp.unpack(scope, imp.emit(scope, "reduce", _results_shape(op), _operands(scope, op),
+                                      {"dimensions": _ints(op, "dimensions"), "to_apply": body}),
+                      len(op.results))
+
+
+@rule("stablehlo.reduce_window")
+def _reduce_window(imp, op, scope):
+    body = imp.region_computation(op.regions[0], "reduce_window_body")
+    window = _window(_ints(op, "window_dimensions"), _ints(op, "window_strides"), _padding(op),
+                     _ints(op, "base_dilations"), _ints(op, "window_dilations"))
+    inst = imp.emit(scope, "reduce-window", _results_shape(op), _operands(scope, op),
+                    {"window": window, "to_apply": body})
+    return imp.unpack(scope, inst, len(op.results))
+
+
+@rule("stablehlo.select_and_scatter")
+def _select_and_scatter(imp, op, scope):
+    select = imp.region_computation(op.regions[0], "select")
+    scatter = imp.region_computation(op.regions[1], "scatter")
+    rank = len(hlo_shape(op.operands[0].type).dims)
+    window = _window(_ints(op, "window_dimensions", (1,) * rank), _ints(op, "window_strides"), _padding(op))
+    return imp.emit(scope, "select-and-scatter", _result_shape(op), _operands(scope, op),
+                    {"window": window, "select": select, "scatter": scatter})
+
+
+@rule("stablehlo.scatter")
+def _scatter(imp, op, scope):
+    from jax._src.lib.mlir.dialects import hlo
+
+    dn = hlo.ScatterDimensionNumbers(op.attributes["scatter_dimension_numbers"])
+    body = imp.region_computation(op.regions[0], "scatter_body")
+    attrs = {
+        "update_window_dims": tuple(dn.update_window_dims),
+        "inserted_window_dims": tuple(dn.inserted_window_dims),
+        "scatter_dims_to_operand_dims": tuple(dn.scattered_dims_to_operand_dims),
+        "input_batching_dims": tuple(dn.input_batching_dims),
+        "scatter_indices_batching_dims": tuple(dn.scatter_indices_batching_dims),
+        "index_vector_dim": int(dn.index_vector_dim),
+        "indices_are_sorted": _bool(op, "indices_are_sorted"),
+        "unique_indices": _bool(op, "unique_indices"),
+        "to_apply": body,
+    }
+    inst = imp.emit(scope, "scatter", _results_shape(op), _operands(scope, op), attrs)
+    return imp.unpack(scope, inst, len(op.results))
+
+
+@rule("stablehlo.sort")
+def _sort(imp, op, scope):
+    comparator = imp.region_computation(op.regions[0], "compare")
+    shape = _results_shape(op)
+    rank = len(hlo_shape(op.results[0].type).dims)
+    dim = _int(op, "dimension", -1)
+    attrs = {"dimensions": (dim % rank if rank else 0,), "is_stable": _bool(op, "is_stable"),
+             "to_apply": comparator}
+    return imp.unpack(scope, imp.emit(scope, "sort", shape, _operands(scope, op), attrs), len(op.results))
+
+
+@rule("stablehlo.map")
+def _map(imp, op, scope):
+    body = imp.region_computation(op.regions[0], "map_body")
+    return imp.emit(scope, "map", _result_shape(op), _operands(scope, op),
+                    {"dimensions": _ints(op, "dimensions"), "to_apply": body})
+
+
+# ---- linear algebra ---------------------------------------------------------------------
+@rule("stablehlo.dot_general")
+def _dot_general(imp, op, scope):
+    from jax._src.lib.mlir.dialects import hlo
+
+    dn = hlo.DotDimensionNumbers(op.attributes["dot_dimension_numbers"])
+    attrs = {
+        "lhs_batch_dims": tuple(dn.lhs_batching_dimensions),
+        "lhs_contracting_dims": tuple(dn.lhs_contracting_dimensions),
+        "rhs_batch_dims": tuple(dn.rhs_batching_dimensions),
+        "rhs_contracting_dims": tuple(dn.rhs_contracting_dimensions),
+    }
+    return imp.emit(scope, "dot", _result_shape(op), _operands(scope, op), attrs)
+
+
+@rule("stablehlo.dot")
+def _dot(imp, op, scope):
+    lhs, rhs = _operands(scope, op)
+    attrs = {"lhs_batch_dims": (), "lhs_contracting_dims": (lhs.shape.rank - 1,),
+             "rhs_batch_dims": (), "rhs_contracting_dims": (0,)}
+    return imp.emit(scope, "dot", _result_shape(op), [lhs, rhs], attrs)
+
+
+@rule("stablehlo.convolution")
+def _convolution(imp, op, scope):
+    from jax._src.lib.mlir.dialects import hlo
+
+    lhs, rhs = _operands(scope, op)
+    dn = hlo.ConvDimensionNumbers(op.attributes["dimension_numbers"])
+    numbers = ConvDimensionNumbers(
+        dn.input_batch_dimension, dn.input_feature_dimension, tuple(dn.input_spatial_dimensions),
+        dn.kernel_input_feature_dimension, dn.kernel_output_feature_dimension,
+        tuple(dn.kernel_spatial_dimensions),
+        dn.output_batch_dimension, dn.output_feature_dimension, tuple(dn.output_spatial_dimensions))
+    sizes = tuple(rhs.shape.dims[d] for d in numbers.kernel_spatial)
+    reversal = None
+    if "window_reversal" in op.attributes:
+        reversal = tuple(bool(x) for x in op.attributes["window_reversal"])
+    window = _window(sizes, _ints(op, "window_strides"), _padding(op), _ints(op, "lhs_dilation"),
+                     _ints(op, "rhs_dilation"), reversal)
+    attrs = {"window": window, "dim_labels": numbers,
+             "feature_group_count": _int(op, "feature_group_count", 1),
+             "batch_group_count": _int(op, "batch_group_count", 1)}
+    return imp.emit(scope, "convolution", _result_shape(op), [lhs, rhs], attrs)
+
+
+@rule("stablehlo.fft")
+def _fft(imp, op, scope):
+    return imp.emit(scope, "fft", _result_shape(op), _operands(scope, op),
+                    {"fft_type": _enum(op, "fft_type"), "fft_length": _ints(op, "fft_length")})
+
+
+@rule("stablehlo.triangular_solve")
+def _triangular_solve(imp, op, scope):
+    attrs = {"left_side": _bool(op, "left_side"), "lower": _bool(op, "lower"),
+             "unit_diagonal": _bool(op, "unit_diagonal"), "transpose_a": _enum(op, "transpose_a", "NO_TRANSPOSE")}
+    return imp.emit(scope, "triangular-solve", _result_shape(op), _operands(scope, op), attrs)
+
+
+@rule("stablehlo.cholesky")
+def _cholesky(imp, op, scope):
+    return imp.emit(scope, "cholesky", _result_shape(op), _operands(scope, op), {"lower": _bool(op, "lower")})
+
+
+# ---- random numbers ---------------------------------------------------------------------
+@rule("stablehlo.rng_bit_generator")
+def _rng_bit_generator(imp, op, scope):
+    algorithm = "rng_" + _enum(op, "rng_algorithm", "DEFAULT").lower().replace("_", "")
+    algorithm = {"rng_threefry": "rng_three_fry"}.get(algorithm, algorithm)
+    inst = imp.emit(scope, "rng-bit-generator", _results_shape(op), _operands(scope, op),
+                    {"algorithm": algorithm})
+    return imp.unpack(scope, inst, len(op.results))
+
+
+@rule("stablehlo.rng")
+def _rng(imp, op, scope):
+    a, b = _operands(scope, op)[:2]
+    dist = "rng_" + _enum(op, "rng_distribution").lower()
+    return imp.emit(scope, "rng", _result_shape(op), [a, b], {"distribution": dist})
+
+
+# ---- control flow and calls -------------------------------------------------------------
+def _unique(values):
+    out, seen = [], set()
+    for v in values:
+        if v not in seen:
+            seen.add(v)
+            out.append(v)
+    return out
+
+
+@rule("stablehlo.while")
+def _while(imp, op, scope):
+    from .stablehlo import free_values
+
+    operands = _operands(scope, op)
+    captured = _unique(free_values(op.regions[0]) + free_values(op.regions[1]))
+    state = [(None, o.shape) for o in operands] + [(c, scope.get(c).shape) for c in captured]
+    init_values = operands + [scope.get(c) for c in captured]
+    shape = TupleShape(tuple(s for _, s in state))
+    init = imp.emit(scope, "tuple", shape, init_values)
+    cond = imp.tuple_region_computation(op.regions[0], "while_cond", state, extra_outputs=False)
+    body = imp.tuple_region_computation(op.regions[1], "while_body", state, extra_outputs=True)
+    loop = imp.emit(scope, "while", shape, [init], {"condition": cond, "body": body})
+    return [imp.emit(scope, "get-tuple-element", shape.elements[i], [loop], {"index": i})
+            for i in range(len(operands))]
+
+
+def _branch(imp, scope, region, name: str):
+    from .stablehlo import free_values
+
+    captured = free_values(region)
+    state = [(c, scope.get(c).shape) for c in captured]
+    comp = imp.tuple_region_computation(region, name, state, extra_outputs=False)
+    values = [scope.get(c) for c in captured]
+    operand = imp.emit(scope, "tuple", TupleShape(tuple(v.shape for v in values)), values)
+    return comp, operand
+
+
+@rule("stablehlo.if")
+def _if(imp, op, scope):
+    pred = scope.get(op.operands[0])
+    true_comp, true_op = _branch(imp, scope, op.regions[0], "true_branch")
+    false_comp, false_op = _branch(imp, scope, op.regions[1], "false_branch")
+    inst = imp.emit(scope, "conditional", _results_shape(op), [pred, true_op, false_op],
+                    {"true_computation": true_comp, "false_computation": false_comp})
+    return imp.unpack(scope, inst, len(op.results))
+
+
+@rule("stablehlo.case")
+def _case(imp, op, scope):
+    index = scope.get(op.operands[0])
+    comps, operands = [], []
+    for i, region in enumerate(op.regions):
+        comp, operand = _branch(imp, scope, region, f"branch_{i}")
+        comps.append(comp)
+        operands.append(operand)
+    inst = imp.emit(scope, "conditional", _results_shape(op), [index] + operands,
+                    {"branch_computations": tuple(comps)})
+    return imp.unpack(scope, inst, len(op.results))
+
+
+def _call(imp, op, scope, callee: str):
+    comp = imp.function(callee)
+    inst = imp.emit(scope, "call", _results_shape(op), _operands(scope, op), {"to_apply": comp})
+    return imp.unpack(scope, inst, len(op.results))
+
+
+@rule("func.call")
+def _func_call(imp, op, scope):
+    return _call(imp, op, scope, str(op.attributes["callee"]).lstrip("@").strip('"'))
+
+
+@rule("stablehlo.composite")
+def _composite(imp, op, scope):
+    return _call(imp, op, scope, str(op.attributes["decomposition"]).lstrip("@").strip('"'))
+
+
+@rule("stablehlo.custom_call")
+def _custom_call(imp, op, scope):
+    target = str(op.attributes["call_target_name"]).strip('"')
+    if imp.custom_call_handler is not None:
+        results = imp.custom_call_handler(imp, op, scope, target)
+        if results is not None:
+            return results
+    raise imp.unsupported(f"custom_call @{target} is not supported (hlofuse runs no external library calls)")
