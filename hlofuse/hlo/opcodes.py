@@ -81,9 +81,10 @@ _unary("sqrt", True, "sqrt", "positive")
 _unary("rsqrt", True, "rsqrt", "positive")
 _unary("cbrt", True, "cbrt")
 _unary("tanh", True, "tanh")
-_unary("sine", True, "sin")
-_unary("cosine", True, "cos")
-_unary("tan", True, "tan", "unit")
+# sine, cosine and tan are cheap for real types (XLA: expensive only for complex).
+_unary("sine", False, "sin")
+_unary("cosine", False, "cos")
+_unary("tan", False, "tan", "unit")
 _unary("erf", True, "erf")
 
 # ---- elementwise binary -----------------------------------------------------------------
@@ -99,10 +100,10 @@ _row("compare", 2, "compare", elementwise=True, fusion="yes")
 # ---- elementwise ternary ----------------------------------------------------------------
 _row("select", 3, "ternary", elementwise=True, fusion="yes")
 _row("clamp", 3, "ternary", elementwise=True, fusion="yes")
-_row("stochastic-convert", 2, "binary", elementwise=True, expensive=True)
+_row("stochastic-convert", 2, "binary", elementwise=True, fusion="yes")
 
 # ---- leaves -----------------------------------------------------------------------------
-_row("parameter", 0, "other", fusion="yes")
+_row("parameter", 0, "other", expensive=True, fusion="yes")
 _row("constant", 0, "other", fusion="yes")
 _row("iota", 0, "data", fusion="yes")
 _row("replica-id", 0, "collective")
@@ -121,8 +122,8 @@ _row("pad", 2, "data", fusion="yes")
 _row("reverse", 1, "data", fusion="yes")
 _row("gather", 2, "data", expensive=True, fusion="producer")
 _row("dynamic-reshape", VARIADIC, "data")
-_row("get-dimension-size", 1, "data")
-_row("set-dimension-size", 2, "data")
+_row("get-dimension-size", 1, "data", expensive=True)
+_row("set-dimension-size", 2, "data", expensive=True)
 
 # ---- tuples -----------------------------------------------------------------------------
 _row("tuple", VARIADIC, "other", fusion="yes")
@@ -133,7 +134,7 @@ _row("reduce", VARIADIC, "reduce", expensive=True, fusion="root", called=("to_ap
 _row("reduce-window", VARIADIC, "reduce", expensive=True, called=("to_apply",))
 _row("select-and-scatter", 3, "reduce", expensive=True, called=("select", "scatter"))
 _row("scatter", VARIADIC, "data", expensive=True, called=("to_apply",))
-_row("map", VARIADIC, "other", elementwise=True, expensive=True, called=("to_apply",))
+_row("map", VARIADIC, "other", elementwise=True, expensive=True, fusion="yes", called=("to_apply",))
 _row("sort", VARIADIC, "other", expensive=True, called=("to_apply",))
 _row("topk", 1, "other", expensive=True, called=("to_apply",))
 
@@ -156,9 +157,9 @@ _row("call", VARIADIC, "control", expensive=True, called=("to_apply",))
 _row("fusion", VARIADIC, "control", expensive=True, called=("calls",))
 _row("custom-call", VARIADIC, "other", expensive=True, side_effecting=True, called=("called_computations",))
 _row("optimization-barrier", 1, "other")
-_row("add-dependency", 2, "other")
-_row("after-all", VARIADIC, "other")
-_row("domain", 1, "other")
+_row("add-dependency", 2, "other", expensive=True)
+_row("after-all", VARIADIC, "other", expensive=True)
+_row("domain", 1, "other", expensive=True)
 
 # ---- random numbers ---------------------------------------------------------------------
 _row("rng", VARIADIC, "other", expensive=True, side_effecting=True)
@@ -167,13 +168,13 @@ _row("rng-get-and-update-state", 0, "other", expensive=True, side_effecting=True
 
 # ---- i/o, collectives and async ---------------------------------------------------------
 for _n in ("infeed", "outfeed", "send", "send-done", "recv", "recv-done"):
-    _row(_n, VARIADIC, "io", expensive=True, side_effecting=True)
+    _row(_n, VARIADIC, "io", expensive=_n not in ("infeed", "outfeed"), side_effecting=True)
 for _n in ("all-reduce", "all-reduce-start", "all-reduce-done", "all-gather", "all-gather-start",
            "all-gather-done", "all-to-all", "ragged-all-to-all", "reduce-scatter", "collective-broadcast",
            "collective-permute", "collective-permute-start", "collective-permute-done"):
     _row(_n, VARIADIC, "collective", expensive=True, side_effecting=True, called=("to_apply",))
 for _n in ("async-start", "async-update", "async-done", "copy-start", "copy-done"):
-    _row(_n, VARIADIC, "other", expensive=True, side_effecting=True, called=("calls",))
+    _row(_n, VARIADIC, "other", expensive=_n.startswith("async"), side_effecting=True, called=("calls",))
 
 
 def op_info(opcode: str) -> OpInfo:
