@@ -40,6 +40,7 @@ COMPUTATION_ATTRS = (
     "true_computation",
     "false_computation",
     "branch_computations",
+    "called_computations",  # custom-call
 )
 
 
