@@ -126,7 +126,7 @@ def verify_instruction(inst: HloInstruction) -> None:
     inferred = infer_shape(inst)
     if not shapes_compatible(inst.shape, inferred):
         raise VerifierError(
-            f"declared shape {inst.shape.to_text(with_layout=False)} differs from the inferred shape "
+            f"{inst.opcode}: declared shape {inst.shape.to_text(with_layout=False)} differs from the inferred shape "
             f"{inferred.to_text(with_layout=False)}",
             instruction=inst.name, computation=comp_name,
         )
