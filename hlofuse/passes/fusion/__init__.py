@@ -1,0 +1,66 @@
+"""Fusion passes: producer-consumer fusion with duplication, multi-output (sibling and
+producer-consumer) fusion, horizontal loop fusion; the cost model and the fusion report.
+
+`fusion_passes(target)` is what `standard_pipeline(target, fusion=True)` runs; the passes are
+registered as "fusion", "multi-output-fusion", "sibling-fusion", "horizontal-fusion" and
+"fusion-pipeline" (GPU parameters), with "-cpu" / "-gpu" suffixed names for a fixed target.
+"""
+from __future__ import annotations
+
+from ..pass_base import HloPass
+from .cost_model import CPU, GPU, TargetParams, module_cost, target_params
+from .decisions import Decision, FusionLog, LogEntry, module_log
+from .horizontal_fusion import HorizontalLoopFusion
+from .instruction_fusion import InstructionFusion
+from .multi_output_fusion import MultiOutputFusion, SiblingFusion
+
+
+class FusionPipeline(HloPass):
+    """All fusion passes of a target, in XLA's order."""
+
+    name = "fusion-pipeline"
+
+    def __init__(self, target: str | TargetParams = "gpu") -> None:
+        self.params = target_params(target)
+        self.passes = fusion_passes(self.params)
+
+    def run(self, module) -> bool:
+        changed = False
+        for p in self.passes:
+            changed |= bool(p.run(module))
+        return changed
+
+
+def fusion_passes(target: str | TargetParams = "gpu") -> list[HloPass]:
+    """The fusion passes XLA runs for `target`: GPU adds multi-output and horizontal fusion."""
+    params = target_params(target)
+    passes: list[HloPass] = [InstructionFusion(params)]
+    if params.multi_output:
+        passes.append(MultiOutputFusion(params))
+    if params.horizontal:
+        passes.append(HorizontalLoopFusion(params))
+    return passes
+
+
+def register_passes() -> None:
+    """Register the fusion passes with the pass registry (called by pipeline.py)."""
+    from ..pipeline import register_pass
+
+    factories = {
+        "fusion": InstructionFusion,
+        "multi-output-fusion": MultiOutputFusion,
+        "sibling-fusion": SiblingFusion,
+        "horizontal-fusion": HorizontalLoopFusion,
+        "fusion-pipeline": FusionPipeline,
+    }
+    for name, cls in factories.items():
+        register_pass(name, lambda cls=cls: cls("gpu"))
+        for target in ("gpu", "cpu"):
+            register_pass(f"{name}-{target}", lambda cls=cls, target=target: cls(target))
+
+
+__all__ = [
+    "CPU", "GPU", "Decision", "FusionLog", "FusionPipeline", "HorizontalLoopFusion", "InstructionFusion",
+    "LogEntry", "MultiOutputFusion", "SiblingFusion", "TargetParams", "fusion_passes", "module_cost",
+    "module_log", "register_passes", "target_params",
+]

@@ -1,0 +1,188 @@
+"""The fusion cost model: per-target parameters, and bytes/kernels/duplicated work of a module.
+
+Two parameter sets mirror XLA's choices:
+  gpu  GpuInstructionFusion + GpuMultiOutputFusion + GpuHorizontalLoopFusion
+       (xla/service/gpu/instruction_fusion.cc, gpu_fusible.{h,cc}, multi_output_fusion.cc,
+       horizontal_loop_fusion.cc)
+  cpu  CpuInstructionFusion (xla/service/cpu/cpu_instruction_fusion.cc); XLA's CPU pipeline has
+       no multi-output or horizontal fusion.
+
+The module cost counts, for every kernel (an instruction of a non-fusion computation that
+launches work), the bytes it reads (each distinct operand once) and writes (its outputs).
+Fusion lowers it by keeping intermediates in registers; duplication raises it when a copied
+producer's operands are read by several kernels, which this count sees because each kernel
+reads its own operands.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ...hlo.ir import HloComputation, HloInstruction, HloModule
+
+
+@dataclass(frozen=True)
+class TargetParams:
+    """What one XLA backend decides differently."""
+
+    name: str
+    # kMaxOperandsAndOutputsPerFusion (gpu_fusible.h: 96); CPU has no such budget.
+    max_operands_and_outputs: int | None
+    # GPU: divide/sqrt/rsqrt/exp are cheap in f32/f16 (GpuInstructionFusion::IsExpensive).
+    cheap_f32_math: bool
+    # A reduce is fused into its consumer only as an "epilogue" of converts/bitcasts (GPU),
+    # or like any loop-fusible producer (CPU, which fuses reduce+divide in softmax).
+    reduce_epilogue_only: bool
+    # GPU fuses a scalar constant only into an existing fusion; CPU likewise
+    # ("avoid creating 2-instruction fusions with just a constant").
+    max_concatenate_operands: int | None  # CPU: kMaxConcatenateArguments = 8
+    max_reductions_per_fusion: int | None  # CPU: kMaxReductionsInFusion = 5
+    max_unnested_reductions: int | None  # GPU: kMaxUnnestedReductionOutputsPerFusion = 8
+    input_fusion_kind: str  # GPU: kInput for reduce heroes; CPU: kLoop always
+    multi_output: bool  # GPU multi-output (sibling + producer-consumer) fusion
+    horizontal: bool  # GPU horizontal loop fusion
+    # Horizontal fusion profitability (horizontal_loop_fusion.cc)
+    horizontal_max_elements: int = 128 * 2048
+    horizontal_max_instructions: int = 30
+    horizontal_max_batch: int = 32
+    horizontal_max_param_bytes: int = 4000
+    # Code duplication guard: most copies of one producer inside a fusion's emitted code
+    # (FusionNodeIndexingEvaluation::CodeDuplicationTooHigh allows 8 emitted copies).
+    max_code_duplication: int = 8
+    # Launch cost of a kernel in "byte equivalents" for profitability comparisons.
+    launch_cost_bytes: int = 4096
+
+
+GPU = TargetParams(
+    name="gpu",
+    max_operands_and_outputs=96,
+    cheap_f32_math=True,
+    reduce_epilogue_only=True,
+    max_concatenate_operands=None,
+    max_reductions_per_fusion=None,
+    max_unnested_reductions=8,
+    input_fusion_kind="kInput",
+    multi_output=True,
+    horizontal=True,
+)
+
+CPU = TargetParams(
+    name="cpu",
+    max_operands_and_outputs=None,
+    cheap_f32_math=False,
+    reduce_epilogue_only=False,
+    max_concatenate_operands=8,
+    max_reductions_per_fusion=5,
+    max_unnested_reductions=None,
+    input_fusion_kind="kLoop",
+    multi_output=False,
+    horizontal=False,
+)
+
+TARGETS = {"gpu": GPU, "cpu": CPU}
+
+
+def target_params(target: str | TargetParams) -> TargetParams:
+    """Parameters of `target` ("gpu", "gpu-emulated" and "interpreter" use the GPU set)."""
+    if isinstance(target, TargetParams):
+        return target
+    if target in ("gpu", "gpu-emulated", "interpreter"):
+        return GPU
+    if target == "cpu":
+        return CPU
+    raise ValueError(f"unknown fusion target '{target}' (expected 'gpu' or 'cpu')")
+
+
+# ---- module cost ---------------------------------------------------------------------------
+
+def launches_kernel(inst: HloInstruction) -> bool:
+    """Whether `inst` runs as a kernel of its own (XLA emits no code for these)."""
+    # parameters and constants are buffers; tuples and get-tuple-element are pointer
+    # bookkeeping; a bitcast is a reinterpretation of its operand's buffer.
+    return inst.opcode not in ("parameter", "constant", "tuple", "get-tuple-element", "bitcast")
+
+
+def distinct(insts) -> list[HloInstruction]:
+    out: list[HloInstruction] = []
+    for i in insts:
+        if not any(i is o for o in out):
+            out.append(i)
+    return out
+
+
+def kernel_bytes(inst: HloInstruction) -> tuple[int, int]:
+    """(bytes read, bytes written) by the kernel of `inst`: each distinct operand read once."""
+    read = sum(op.shape.byte_size() for op in distinct(inst.operands) if not op.shape.is_token)
+    written = inst.shape.byte_size()
+    return read, written
+
+
+@dataclass(frozen=True)
+class ModuleCost:
+    """Kernels, bytes moved and duplicated work of a module's non-fusion computations."""
+
+    kernels: int
+    bytes_read: int
+    bytes_written: int
+    duplicated_elements: int  # elements recomputed by copies of duplicated producers
+    duplicated_expensive_elements: int  # ... of which by expensive ops (exp, log, ...)
+
+    @property
+    def bytes_moved(self) -> int:
+        return self.bytes_read + self.bytes_written
+
+    def to_dict(self) -> dict:
+        return {
+            "kernels": self.kernels,
+            "bytes_read": self.bytes_read,
+            "bytes_written": self.bytes_written,
+            "bytes_moved": self.bytes_moved,
+            "duplicated_elements": self.duplicated_elements,
+            "duplicated_expensive_elements": self.duplicated_expensive_elements,
+        }
+
+
+def kernel_computations(module: HloModule) -> list[HloComputation]:
+    """Computations whose instructions launch kernels: the entry and control-flow bodies."""
+    called_as_function: set[int] = set()
+    for inst in module.all_instructions():
+        for key in ("to_apply", "select", "scatter", "calls"):
+            c = inst.attrs.get(key)
+            if c is not None and inst.opcode not in ("call",):
+                called_as_function.add(id(c))
+    return [c for c in module.computations if id(c) not in called_as_function]
+
+
+def module_cost(module: HloModule, log=None) -> ModuleCost:
+    """The cost of `module` as it stands; `log` (a FusionLog) supplies duplicated work."""
+    kernels = read = written = 0
+    for comp in kernel_computations(module):
+        for inst in comp.instructions:
+            if not launches_kernel(inst):
+                continue
+            kernels += 1
+            r, w = kernel_bytes(inst)
+            read += r
+            written += w
+    dup = dup_exp = 0
+    if log is not None:
+        for e in log.fusions():
+            if e.duplicated:
+                dup += e.duplicated_elements
+                if e.duplicated_expensive:
+                    dup_exp += e.duplicated_elements
+    return ModuleCost(kernels, read, written, dup, dup_exp)
+
+
+def fusion_saves_bytes(producer: HloInstruction, consumer: HloInstruction, duplicate: bool) -> int:
+    """Bytes saved by fusing `producer` into `consumer` (negative: fusion costs traffic).
+
+    Unfused, the producer's output is written once and read by the consumer. Fused, that round
+    trip disappears, unless the producer is duplicated: then its output is still written for its
+    other users and the consumer reads the producer's operands instead.
+    """
+    out = producer.shape.byte_size()
+    if not duplicate:
+        return 2 * out  # the intermediate is neither written nor read back
+    operands_in = sum(op.shape.byte_size() for op in distinct(producer.operands)
+                      if not any(op is c for c in consumer.operands))
+    return out - operands_in

@@ -1,0 +1,114 @@
+"""Fusion decisions as values, and the log that keeps them.
+
+A `Decision` is either allowed or refused with a sentence that names both instructions and the
+rule, the way XLA's `FusionDecision` explains itself. Decisions combine with `and_then`, so a
+chain of rules stops at the first refusal and keeps its reason. Every decision a fusion pass
+takes (fused or refused) is written to a `FusionLog`, which the pipeline keeps on the module as
+`module.fusion_log` and the report reads.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Iterator
+
+
+@dataclass(frozen=True)
+class Decision:
+    """Allowed, or refused because of `rule` with the human sentence `reason`."""
+
+    allowed: bool
+    rule: str = ""
+    reason: str = ""
+
+    @staticmethod
+    def allow() -> "Decision":
+        return _ALLOW
+
+    @staticmethod
+    def refuse(rule: str, reason: str) -> "Decision":
+        """A refusal: `rule` is a short stable key ("cycle", "budget" ...), `reason` the sentence."""
+        return Decision(False, rule, reason)
+
+    def __bool__(self) -> bool:
+        return self.allowed
+
+    def and_then(self, more: Callable[[], "Decision"]) -> "Decision":
+        """This decision if refused, else the (lazily computed) next one."""
+        return self if not self.allowed else more()
+
+    def __str__(self) -> str:
+        return "allowed" if self.allowed else f"refused [{self.rule}]: {self.reason}"
+
+
+_ALLOW = Decision(True)
+
+
+def first_refusal(*checks: Callable[[], Decision]) -> Decision:
+    """Run `checks` in order; the first refusal, or allow if none refuses."""
+    for check in checks:
+        d = check()
+        if not d:
+            return d
+    return _ALLOW
+
+
+@dataclass
+class LogEntry:
+    """One decision of a fusion pass about a producer/consumer (or sibling) pair."""
+
+    pass_name: str
+    action: str  # "fused" | "refused"
+    producer: str
+    consumer: str
+    rule: str = ""
+    reason: str = ""
+    fusion: str = ""  # the fusion instruction that resulted (for "fused")
+    duplicated: bool = False  # the producer was copied, its original kept for other users
+    duplicated_elements: int = 0  # elements the copy recomputes
+    duplicated_expensive: bool = False
+
+    def to_dict(self) -> dict:
+        return dict(self.__dict__)
+
+    def to_text(self) -> str:
+        if self.action == "fused":
+            dup = " (duplicated)" if self.duplicated else ""
+            return f"[{self.pass_name}] fused {self.producer} into {self.consumer} -> {self.fusion}{dup}"
+        return f"[{self.pass_name}] refused {self.producer} -> {self.consumer}: {self.reason} [{self.rule}]"
+
+
+@dataclass
+class FusionLog:
+    """All decisions of the fusion passes that ran on a module, in order."""
+
+    entries: list[LogEntry] = field(default_factory=list)
+
+    def fused(self, pass_name: str, producer: str, consumer: str, fusion: str, **extra) -> None:
+        self.entries.append(LogEntry(pass_name, "fused", producer, consumer, fusion=fusion, **extra))
+
+    def refused(self, pass_name: str, producer: str, consumer: str, decision: Decision) -> None:
+        self.entries.append(LogEntry(pass_name, "refused", producer, consumer, decision.rule, decision.reason))
+
+    def refusals(self) -> list[LogEntry]:
+        return [e for e in self.entries if e.action == "refused"]
+
+    def fusions(self) -> list[LogEntry]:
+        return [e for e in self.entries if e.action == "fused"]
+
+    def __iter__(self) -> Iterator[LogEntry]:
+        return iter(self.entries)
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+    def to_text(self) -> str:
+        return "\n".join(e.to_text() for e in self.entries)
+
+
+def module_log(module) -> FusionLog:
+    """The FusionLog kept on `module` (created on first use)."""
+    log = getattr(module, "fusion_log", None)
+    if log is None:
+        log = FusionLog()
+        module.fusion_log = log
+    return log

@@ -1,0 +1,304 @@
+"""Which instructions fuse, and how: the one place that reads the op registry for fusion.
+
+The registry row gives the base facts (`fusion`: yes/root/producer/never, `expensive`,
+`side_effecting`, `elementwise`, `kind`); this module adds XLA's shape-dependent rules
+(InstructionFusion::IsExpensive, gpu_fusible.cc) on top of them.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+from ...hlo.ir import HloInstruction
+from ...hlo.opcodes import op_info
+from .cost_model import TargetParams
+
+
+# ---- expensiveness --------------------------------------------------------------------------
+
+def _is_effective_scalar_constant(inst: HloInstruction) -> bool:
+    if inst.opcode == "broadcast":
+        inst = inst.operands[0]
+    return inst.opcode == "constant" and inst.shape.is_array and inst.shape.element_count() == 1
+
+
+def _element(inst: HloInstruction):
+    return inst.shape.dtype if inst.shape.is_array else None
+
+
+def _complex_only(inst: HloInstruction, params: TargetParams) -> bool:
+    # XLA: cheap for reals, expensive for complex (abs, sign, sin, cos; tan on CPU).
+    t = _element(inst)
+    return t is not None and t.is_complex
+
+
+def _integer_division(inst: HloInstruction, params: TargetParams) -> bool:
+    # XLA: integer div/rem by a (broadcast) scalar constant compiles to multiplies and shifts.
+    t = _element(inst)
+    if t is not None and t.is_integer and _is_effective_scalar_constant(inst.operands[1]):
+        return False
+    return not (params.cheap_f32_math and inst.opcode == "divide" and _is_f32_or_f16(inst))
+
+
+def _is_f32_or_f16(inst: HloInstruction) -> bool:
+    t = _element(inst)
+    return t is not None and t.name in ("f32", "f16")
+
+
+def _gpu_cheap_math(inst: HloInstruction, params: TargetParams) -> bool:
+    # GpuInstructionFusion::IsExpensive: sqrt, rsqrt, exp are cheap in f32/f16 on the GPU.
+    if params.cheap_f32_math and _is_f32_or_f16(inst):
+        return False
+    return op_info(inst.opcode).expensive
+
+
+def _convert(inst: HloInstruction, params: TargetParams) -> bool:
+    # CpuInstructionFusion::IsExpensive: f32 -> bf16 needs NaN checks; every other convert is cheap.
+    if params.name != "cpu":
+        return False
+    t = _element(inst)
+    src = _element(inst.operands[0]) if inst.operands else None
+    return t is not None and src is not None and t.name == "bf16" and src.name == "f32"
+
+
+# Per-opcode overrides of the registry's `expensive` flag (XLA's shape-dependent cases).
+_EXPENSIVE_RULES: dict[str, Callable[[HloInstruction, TargetParams], bool]] = {
+    "abs": _complex_only,
+    "sign": _complex_only,
+    "sine": _complex_only,
+    "cosine": _complex_only,
+    "tan": _complex_only,
+    "divide": _integer_division,
+    "remainder": _integer_division,
+    "sqrt": _gpu_cheap_math,
+    "rsqrt": _gpu_cheap_math,
+    "exponential": _gpu_cheap_math,
+    "convert": _convert,
+}
+
+
+def is_expensive(inst: HloInstruction, params: TargetParams) -> bool:
+    """XLA's IsExpensive for `params`' target: not worth recomputing in several consumers."""
+    rule = _EXPENSIVE_RULES.get(inst.opcode)
+    if rule is not None and inst.shape.is_array:
+        return rule(inst, params)
+    return op_info(inst.opcode).expensive
+
+
+def is_always_duplicable(inst: HloInstruction) -> bool:
+    """XLA's IsAlwaysDuplicable: broadcasts and widening converts get cheaper when duplicated."""
+    if inst.opcode == "broadcast":
+        return True
+    return (inst.opcode == "convert" and inst.operands[0].shape.byte_size() < inst.shape.byte_size())
+
+
+# ---- what may fuse --------------------------------------------------------------------------
+
+def is_fusible(inst: HloInstruction) -> bool:
+    """May take part in fusion at all (registry `fusion` field, no side effects)."""
+    info = op_info(inst.opcode)
+    if inst.opcode == "fusion":
+        return True
+    if info.side_effecting or info.fusion == "never" or inst.opcode == "parameter":
+        return False
+    return not inst.control_predecessors
+
+
+def is_loop_fusion(inst: HloInstruction) -> bool:
+    return inst.opcode == "fusion" and inst.attrs.get("kind") == "kLoop"
+
+
+def _universally_loop_fusible(inst: HloInstruction) -> bool:
+    """XLA's IsUniversallyLoopFusible: elementwise with operands, or fusible data movement."""
+    if is_loop_fusion(inst):
+        return True
+    info = op_info(inst.opcode)
+    if info.fusion != "yes" or info.side_effecting:
+        return False
+    if info.elementwise:
+        return len(inst.operands) > 0
+    return info.kind == "data" and len(inst.operands) > 0
+
+
+def is_loop_fusible_as_producer(inst: HloInstruction) -> bool:
+    """May be fused into a consumer (gather and constants included; non-variadic reduces)."""
+    if not is_fusible(inst):
+        return False
+    info = op_info(inst.opcode)
+    if _universally_loop_fusible(inst) or info.fusion == "producer":
+        return True
+    if inst.opcode == "constant" or (info.kind == "data" and info.arity == 0 and info.fusion == "yes"):
+        return True  # constants and iota
+    return info.fusion == "root" and inst.shape.is_array  # non-variadic reduce
+
+
+def is_loop_fusible_as_consumer(inst: HloInstruction) -> bool:
+    """May become (or already is) the root of a loop or input fusion."""
+    if not is_fusible(inst):
+        return False
+    return _universally_loop_fusible(inst) or op_info(inst.opcode).fusion == "root"
+
+
+def is_multi_output(inst: HloInstruction) -> bool:
+    return inst.opcode == "fusion" and inst.fused_computation.root.opcode == "tuple"
+
+
+def fusion_outputs(inst: HloInstruction) -> list[HloInstruction]:
+    """The values a fusible produces: the root tuple's operands of a multi-output fusion."""
+    if inst.opcode != "fusion":
+        return [inst]
+    root = inst.fused_computation.root
+    return list(root.operands) if root.opcode == "tuple" else [root]
+
+
+def members(inst: HloInstruction) -> list[HloInstruction]:
+    """Instructions a fusible computes (parameters of a fusion excluded)."""
+    if inst.opcode != "fusion":
+        return [inst]
+    return [i for i in inst.fused_computation.instructions if i.opcode != "parameter"]
+
+
+# ---- reductions -----------------------------------------------------------------------------
+
+def _physical_order(shape) -> list[int]:
+    """Dimensions major to minor."""
+    if shape.layout is not None:
+        return list(reversed(shape.layout.minor_to_major))
+    return list(range(shape.rank))
+
+
+def reduction_is_contiguous(reduce: HloInstruction) -> bool:
+    """XLA's IsReductionFromOrToContiguousDimensions (unnested reduction), on layouts.
+
+    True when the reduced dimensions, or the kept ones, form one block of physically adjacent
+    dimensions (row and column reductions), ignoring dimensions of size 1.
+    """
+    operand = reduce.operands[0].shape
+    reduced = set(reduce.attrs.get("dimensions", ()))
+    order = [d for d in _physical_order(operand) if operand.dims[d] != 1]
+    if not order or not (reduced & set(order)):
+        return False
+    flags = [d in reduced for d in order]
+    blocks = sum(1 for i, f in enumerate(flags) if f and (i == 0 or not flags[i - 1]))
+    kept_blocks = sum(1 for i, f in enumerate(flags) if not f and (i == 0 or flags[i - 1]))
+    return blocks == 1 or kept_blocks <= 1
+
+
+def reduce_hero(inst: HloInstruction) -> HloInstruction | None:
+    """The reduce that leads `inst`'s kernel: `inst` itself, or a reduce among a fusion's outputs."""
+    for out in fusion_outputs(inst):
+        if out.opcode == "reduce":
+            return out
+    return None
+
+
+def is_input_fusible_reduction(inst: HloInstruction) -> bool:
+    """XLA's IsInputFusibleReduction: a reduce, or a fusion with a reduce among its roots."""
+    return reduce_hero(inst) is not None
+
+
+# ---- access patterns ------------------------------------------------------------------------
+
+def transpose_is_bitcast(inst: HloInstruction) -> bool:
+    """A transpose that only moves size-1 dimensions keeps the physical order."""
+    perm = inst.attrs.get("dimensions", ())
+    dims = inst.operands[0].shape.dims
+    moved = [p for p in perm if dims[p] != 1]
+    return moved == sorted(moved)
+
+
+def is_physically_transposing(inst: HloInstruction) -> bool:
+    """XLA's IsPhysicallyTransposing: a copy that changes layout or a real transpose."""
+    if inst.opcode == "fusion":
+        return any(is_physically_transposing(m) for m in members(inst))
+    if inst.opcode == "copy":
+        a, b = inst.operands[0].shape, inst.shape
+        return a.is_array and b.is_array and a.layout != b.layout
+    return inst.opcode == "transpose" and not transpose_is_bitcast(inst)
+
+
+def reads_elements_multiple_times(inst: HloInstruction) -> bool:
+    """XLA's IfFusedReadsElementsMultipleTimes: broadcast/gather that grow, overlapping windows."""
+    if inst.opcode in ("broadcast", "gather"):
+        return inst.shape.element_count() > inst.operands[0].shape.element_count()
+    if inst.opcode == "reduce-window":
+        return any(d.size > d.stride for d in inst.attrs["window"].dimensions)
+    return False
+
+
+def is_expensive_to_repeat(inst: HloInstruction) -> bool:
+    """XLA's IsExpensiveToRepeat: reductions that read many inputs per output (> 10)."""
+    if inst.opcode == "reduce" and not reduction_is_contiguous(inst):
+        ratio = inst.operands[0].shape.element_count() // max(1, inst.shape.leaves()[0].element_count())
+        return ratio > 10
+    if inst.opcode == "reduce-window":
+        ratio = 1
+        for d in inst.attrs["window"].dimensions:
+            ratio *= d.size
+        return ratio > 10
+    return False
+
+
+def creates_heavy_computation(producer: HloInstruction, consumer: HloInstruction) -> bool:
+    """XLA's CreatesHeavyComputation: a heavy producer under a consumer that re-reads elements."""
+    if not any(is_expensive_to_repeat(m) for m in members(producer)):
+        return False
+    if consumer.opcode != "fusion":
+        return reads_elements_multiple_times(consumer)
+    for i, op in enumerate(consumer.operands):
+        if op is producer:
+            stack = [consumer.fused_computation.parameter(i)]
+            seen: set[int] = set()
+            while stack:
+                cur = stack.pop()
+                if id(cur) in seen:
+                    continue
+                seen.add(id(cur))
+                if reads_elements_multiple_times(cur):
+                    return True
+                stack.extend(cur.users)
+    return False
+
+
+def _true_rank(shape) -> int:
+    return sum(1 for d in shape.dims if d != 1) if shape.is_array else 0
+
+
+def effectively_at_most_unary(inst: HloInstruction) -> bool:
+    """XLA's EffectivelyAtMostUnary: at most one operand as large (true rank) as the output."""
+    out_rank = max((_true_rank(s) for s in inst.shape.leaves()), default=0)
+    big = 0
+    for op in inst.operands:
+        if op.opcode in ("broadcast", "iota"):
+            continue
+        if op.opcode == "constant" and op.shape.is_array and op.shape.element_count() == 1:
+            continue
+        if op.shape.is_array and _true_rank(op.shape) >= out_rank:
+            big += 1
+    return big <= 1
+
+
+def _reuses_directly(inst: HloInstruction, operand_index: int) -> bool:
+    if inst.opcode in ("broadcast", "gather") and operand_index == 0:
+        return reads_elements_multiple_times(inst)
+    if inst.opcode in ("reduce-window", "dot", "convolution"):
+        return True
+    return False
+
+
+def reuses_operand_elements(consumer: HloInstruction, operand_index: int) -> bool:
+    """Whether `consumer` reads an element of operand `operand_index` more than once."""
+    if consumer.opcode != "fusion":
+        return _reuses_directly(consumer, operand_index)
+    param = consumer.fused_computation.parameter(operand_index)
+    stack, seen = [param], set()
+    while stack:
+        cur = stack.pop()
+        if id(cur) in seen:
+            continue
+        seen.add(id(cur))
+        for user in cur.users:
+            idx = next(i for i, o in enumerate(user.operands) if o is cur)
+            if _reuses_directly(user, idx):
+                return True
+            stack.append(user)
+    return False

@@ -1,0 +1,299 @@
+"""Graph surgery for fusion: fusion instructions, fused computations, merging, reachability.
+
+Names follow XLA: a fusion instruction is `fusion` (made unique: `fusion.1` ...), its computation
+`fused_computation`, fused parameters `param_N`. Instructions keep their names when they move
+into a fused computation; a duplicated producer's copy takes the original name plus a suffix
+(`exponential.3.1`) because the original stays behind for its other users.
+"""
+from __future__ import annotations
+
+from ...hlo.ir import HloComputation, HloInstruction, HloModule
+from ...hlo.shapes import TupleShape
+from .fusibility import fusion_outputs
+
+
+# ---- reachability ---------------------------------------------------------------------------
+
+class Reachability:
+    """Which instructions of a computation reach which, as ancestor bitsets over post order."""
+
+    def __init__(self, comp: HloComputation) -> None:
+        order = comp.post_order()
+        self._index = {id(inst): i for i, inst in enumerate(order)}
+        self._anc: list[int] = []
+        for i, inst in enumerate(order):
+            bits = 1 << i
+            for op in list(inst.operands) + list(inst.control_predecessors):
+                j = self._index.get(id(op))
+                if j is not None:
+                    bits |= self._anc[j]
+            self._anc.append(bits)
+
+    def is_present(self, inst: HloInstruction) -> bool:
+        return id(inst) in self._index
+
+    def is_reachable(self, a: HloInstruction, b: HloInstruction) -> bool:
+        """True if b depends on a (a == b counts)."""
+        ia, ib = self._index.get(id(a)), self._index.get(id(b))
+        if ia is None or ib is None:
+            return False
+        return bool(self._anc[ib] >> ia & 1)
+
+    def is_connected(self, a: HloInstruction, b: HloInstruction) -> bool:
+        return self.is_reachable(a, b) or self.is_reachable(b, a)
+
+
+def path_through(comp: HloComputation, producer: HloInstruction, consumer: HloInstruction) -> HloInstruction | None:
+    """An operand of `consumer` other than `producer` that `producer` reaches (a second path)."""
+    reach = Reachability(comp)
+    for op in consumer.operands:
+        if op is not producer and reach.is_reachable(producer, op):
+            return op
+    return None
+
+
+# ---- parameters of a fused computation --------------------------------------------------------
+
+def _module_of(inst: HloInstruction) -> HloModule:
+    module = inst.parent.parent if inst.parent is not None else None
+    if module is None:
+        raise ValueError(f"instruction {inst.name} is not in a module")
+    return module
+
+
+def _new_parameter(fc: HloComputation, number: int, shape) -> HloInstruction:
+    p = HloInstruction("parameter", shape, name=f"param_{number}")
+    p.parameter_number = number
+    return fc.add_instruction(p)
+
+
+def parameter_for(fusion: HloInstruction, operand: HloInstruction) -> HloInstruction:
+    """The fused parameter bound to `operand`, adding a fusion operand if there is none yet."""
+    fc = fusion.fused_computation
+    for i, op in enumerate(fusion.operands):
+        if op is operand:
+            return fc.parameter(i)
+    number = len(fusion.operands)
+    fusion.append_operand(operand)
+    return _new_parameter(fc, number, operand.shape)
+
+
+def remove_parameter(fusion: HloInstruction, number: int) -> None:
+    """Drop unused fused parameter `number` and the matching fusion operand; renumber the rest."""
+    fc = fusion.fused_computation
+    param = fc.parameter(number)
+    if param.users:
+        raise ValueError(f"fused parameter {param.name} of {fusion.name} still has users")
+    fc.remove_instruction(param)
+    for p in fc.instructions:
+        if p.opcode == "parameter" and p.parameter_number > number:
+            p.parameter_number -= 1
+    op = fusion.operands.pop(number)
+    if not any(o is op for o in fusion.operands) and fusion in op.users:
+        op.users.remove(fusion)
+
+
+def _operand_index(fusion: HloInstruction, operand: HloInstruction) -> int:
+    for i, op in enumerate(fusion.operands):
+        if op is operand:
+            return i
+    raise ValueError(f"{operand.name} is not an operand of {fusion.name}")
+
+
+# ---- creating and growing fusions -------------------------------------------------------------
+
+def _move_control_edges(old: HloInstruction, new: HloInstruction) -> None:
+    comp = old.parent
+    for p in old.control_predecessors:
+        if p not in new.control_predecessors:
+            new.control_predecessors.append(p)
+    for other in comp.instructions:
+        if old in other.control_predecessors:
+            other.control_predecessors = [new if c is old else c for c in other.control_predecessors]
+
+
+def create_fusion(consumer: HloInstruction, kind: str) -> HloInstruction:
+    """Replace `consumer` by a fusion instruction computing just it (XLA's CreateFusion)."""
+    comp = consumer.parent
+    module = _module_of(consumer)
+    fc = module.add_computation(HloComputation("fused_computation"))
+    ops: list[HloInstruction] = []
+    for op in consumer.operands:
+        if not any(op is o for o in ops):
+            ops.append(op)
+    params = [_new_parameter(fc, i, op.shape) for i, op in enumerate(ops)]
+    attrs = {"kind": kind, "calls": fc}
+    if "metadata" in consumer.attrs:
+        attrs["metadata"] = consumer.attrs["metadata"]
+    fusion = comp.add_instruction(HloInstruction("fusion", consumer.shape, ops, attrs, name="fusion"))
+    fc.fusion_instruction = fusion
+    _move_control_edges(consumer, fusion)
+    consumer.replace_all_uses_with(fusion)
+    clone = consumer.clone(operands=[params[next(i for i, o in enumerate(ops) if o is op)]
+                                     for op in consumer.operands])
+    name = consumer.name
+    consumer.control_predecessors = []
+    comp.remove_instruction(consumer)
+    fc.add_instruction(clone, name=name)
+    fc.root = clone
+    fc.sort_instructions()
+    return fusion
+
+
+def _clone_into(fusion: HloInstruction, producer: HloInstruction) -> tuple[list[tuple[HloInstruction, str]], list[HloInstruction]]:
+    """Clones of `producer`'s computation bound to `fusion`'s parameters, not yet added.
+
+    Returns the (clone, wanted name) pairs and the clones of the producer's outputs.
+    """
+    if producer.opcode != "fusion":
+        ops = [parameter_for(fusion, op) for op in producer.operands]
+        clone = producer.clone(operands=ops)
+        return [(clone, producer.name)], [clone]
+    pc = producer.fused_computation
+    mapping: dict[int, HloInstruction] = {}
+    for i, op in enumerate(producer.operands):
+        mapping[id(pc.parameter(i))] = parameter_for(fusion, op)
+    pending: list[tuple[HloInstruction, str]] = []
+    for inst in pc.post_order():
+        if inst.opcode == "parameter":
+            continue
+        if inst is pc.root and inst.opcode == "tuple":
+            continue
+        clone = inst.clone(operands=[mapping[id(o)] for o in inst.operands])
+        mapping[id(inst)] = clone
+        pending.append((clone, inst.name))
+    return pending, [mapping[id(o)] for o in fusion_outputs(producer)]
+
+
+def _retire(producer: HloInstruction) -> None:
+    """Remove a producer that has no users left (and its fused computation)."""
+    comp = producer.parent
+    called = producer.fused_computation if producer.opcode == "fusion" else None
+    comp.remove_instruction(producer)
+    if called is not None and comp.parent is not None:
+        comp.parent.remove_computation(called)
+
+
+def fuse_producer(fusion: HloInstruction, producer: HloInstruction) -> HloInstruction:
+    """Fuse `producer` (an operand of `fusion`) into it; duplicate it if it has other users.
+
+    Returns the copy of the producer's value inside the fused computation.
+    """
+    fc = fusion.fused_computation
+    if fusion_outputs(producer) != [producer] and len(fusion_outputs(producer)) != 1:
+        raise ValueError(f"cannot fuse multi-output {producer.name} as a plain producer")
+    k = _operand_index(fusion, producer)
+    param = fc.parameter(k)
+    pending, outs = _clone_into(fusion, producer)
+    param.replace_all_uses_with(outs[0])
+    k = _operand_index(fusion, producer)  # parameter_for may have appended operands, not moved k
+    remove_parameter(fusion, k)
+    if not producer.users:
+        _retire(producer)
+    for clone, name in pending:
+        fc.add_instruction(clone, name=name)
+    fc.sort_instructions()
+    return outs[0]
+
+
+def _make_gte(fusion: HloInstruction, index: int) -> HloInstruction:
+    shape = fusion.shape.elements[index]
+    gte = HloInstruction("get-tuple-element", shape, [fusion], {"index": index}, name="get-tuple-element")
+    return fusion.parent.add_instruction(gte)
+
+
+def _add_outputs(fusion: HloInstruction, values: list[HloInstruction]) -> int:
+    """Make `values` extra outputs of `fusion` (its root becomes a tuple); returns first index."""
+    fc = fusion.fused_computation
+    root = fc.root
+    if root.opcode == "tuple":
+        start = len(root.operands)
+        for v in values:
+            root.append_operand(v)
+        root.shape = TupleShape(tuple(o.shape for o in root.operands))
+        fusion.shape = root.shape
+        return start
+    tup = HloInstruction("tuple", TupleShape(tuple([root.shape] + [v.shape for v in values])),
+                         [root] + values, name="tuple")
+    fc.add_instruction(tup)
+    fc.root = tup
+    old_users = list(fusion.users)
+    was_root = fusion.is_root()
+    fusion.shape = tup.shape
+    gte0 = _make_gte(fusion, 0)
+    for u in old_users:
+        u.replace_operand_with(fusion, gte0)
+    if was_root:
+        fusion.parent.root = gte0
+    return 1
+
+
+def _redirect_users(old: HloInstruction, fusion: HloInstruction, first_index: int) -> None:
+    """Point the users of `old` (now inside `fusion` as outputs from `first_index`) at `fusion`."""
+    users = [u for u in old.users if u is not fusion]
+    was_root = old.is_root()
+    if old.opcode == "fusion" and old.fused_computation.root.opcode == "tuple":
+        for u in users:
+            if u.opcode != "get-tuple-element":
+                raise ValueError(f"multi-output {old.name} has a non-get-tuple-element user {u.name}")
+            u.replace_operand_with(old, fusion)
+            u.attrs["index"] = u.attrs["index"] + first_index
+        if was_root:
+            raise ValueError(f"multi-output {old.name} is the root")
+        return
+    if not users and not was_root:
+        return
+    gte = _make_gte(fusion, first_index)
+    for u in users:
+        u.replace_operand_with(old, gte)
+    if was_root:
+        old.parent.root = gte
+
+
+def fuse_into_multi_output(fusion: HloInstruction, producer: HloInstruction) -> HloInstruction:
+    """Fuse `producer` into its consumer `fusion`, keeping its value as an extra output."""
+    fc = fusion.fused_computation
+    pending, outs = _clone_into(fusion, producer)
+    for clone, _ in pending:
+        clone.parent = None
+    for i, op in enumerate(list(fusion.operands)):
+        if op is producer:
+            fc.parameter(i).replace_all_uses_with(outs[0])
+    while any(op is producer for op in fusion.operands):
+        remove_parameter(fusion, _operand_index(fusion, producer))
+    first = _add_outputs(fusion, outs)
+    _redirect_users(producer, fusion, first)
+    if not producer.users and not producer.is_root():
+        _retire(producer)
+    for clone, name in pending:
+        fc.add_instruction(clone, name=name)
+    fc.sort_instructions()
+    fusion.parent.sort_instructions()
+    return fusion
+
+
+def merge_siblings(fusion: HloInstruction, other: HloInstruction) -> HloInstruction:
+    """Merge `other` (a fusion or plain instruction not connected to `fusion`) into it.
+
+    The result is a multi-output fusion whose root tuple lists `fusion`'s outputs, then
+    `other`'s; users read them through get-tuple-element.
+    """
+    fc = fusion.fused_computation
+    pending, outs = _clone_into(fusion, other)
+    first = _add_outputs(fusion, outs)
+    _redirect_users(other, fusion, first)
+    if not other.users and not other.is_root():
+        _retire(other)
+    for clone, name in pending:
+        fc.add_instruction(clone, name=name)
+    fc.sort_instructions()
+    fusion.parent.sort_instructions()
+    if other.opcode == "fusion" and other.attrs.get("kind") == "kInput":
+        fusion.attrs["kind"] = "kInput"
+    return fusion
+
+
+def fused_instruction_count(inst: HloInstruction) -> int:
+    if inst.opcode != "fusion":
+        return 1
+    return sum(1 for i in inst.fused_computation.instructions if i.opcode != "parameter")

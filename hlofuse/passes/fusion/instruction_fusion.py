@@ -1,0 +1,368 @@
+"""Producer-consumer fusion with duplication (XLA's InstructionFusion, GPU and CPU flavours).
+
+Consumers are visited in reverse post order (root first). For each, its operands are tried in
+the order the queue would reach them; the first one that may fuse is fused (creating a fusion
+around the consumer, or growing the consumer's fusion) and the grown fusion goes back on the
+queue. A producer with other users is duplicated into the consumer when it is cheap; the
+global pre-pass `globally_unfusible` forbids duplicating producers that read more than they
+write unless every user can fuse them (InstructionFusion::ComputeGloballyUnfusible).
+"""
+from __future__ import annotations
+
+from ...hlo.ir import HloComputation, HloInstruction, HloModule
+from ...hlo.opcodes import op_info
+from ..pass_base import HloPass
+from .cost_model import TargetParams, fusion_saves_bytes, kernel_computations, target_params
+from .decisions import Decision, FusionLog, module_log
+from .fusibility import (
+    creates_heavy_computation, effectively_at_most_unary, is_always_duplicable, is_expensive,
+    is_fusible, is_input_fusible_reduction, is_loop_fusible_as_consumer, is_loop_fusible_as_producer,
+    is_loop_fusion, is_multi_output, is_physically_transposing, reduce_hero, reduction_is_contiguous,
+    reuses_operand_elements,
+)
+from .fusion_utils import Reachability, create_fusion, fuse_producer, fused_instruction_count
+
+refuse = Decision.refuse
+ALLOW = Decision.allow()
+
+
+def _desc(inst: HloInstruction) -> str:
+    return inst.name
+
+
+def _is_scalar_constant(inst: HloInstruction) -> bool:
+    return inst.opcode == "constant" and inst.shape.is_array and inst.shape.element_count() == 1
+
+
+def _would_duplicate(producer: HloInstruction, consumer: HloInstruction) -> bool:
+    return any(u is not consumer for u in producer.users) or producer.is_root()
+
+
+def _reduction_count(inst: HloInstruction, contiguous_only: bool) -> int:
+    comp_members = (inst.fused_computation.instructions if inst.opcode == "fusion" else [inst])
+    return sum(1 for m in comp_members
+               if m.opcode == "reduce" and (not contiguous_only or reduction_is_contiguous(m)))
+
+
+def _is_reduce_intermediate(inst: HloInstruction) -> bool:
+    """XLA's IsReduceIntermediate: a single-operand, single-user convert/bitcast epilogue op."""
+    if len(inst.operands) > 1 or len(inst.users) > 1:
+        return False
+    if inst.opcode in ("bitcast", "bitcast-convert", "convert"):
+        return True
+    if inst.opcode == "reshape":
+        a, b = inst.operands[0].shape, inst.shape
+        return [d for d in a.dims if d != 1] == [d for d in b.dims if d != 1]
+    return False
+
+
+def _minor_dim_concatenate(inst: HloInstruction) -> bool:
+    """CPU: a concatenate along the minor dimension with enough bytes is better left a memcpy."""
+    shape = inst.shape
+    if shape.rank <= 1:
+        return False
+    dim = inst.attrs.get("dimensions", (0,))[0]
+    minor = shape.layout.minor_to_major[0] if shape.layout is not None else shape.rank - 1
+    dim_bytes = shape.dims[dim] * shape.dtype.byte_size
+    return dim == minor and dim_bytes >= 64 and shape.byte_size() >= 2048
+
+
+class ProducerConsumerRules:
+    """XLA's ShouldFuse for one target: a Decision for fusing operand i into a consumer."""
+
+    def __init__(self, params: TargetParams, may_duplicate: bool = True) -> None:
+        self.params = params
+        self.may_duplicate = may_duplicate
+
+    def should_fuse(self, consumer: HloInstruction, index: int) -> Decision:
+        producer = consumer.operands[index]
+        p, c = _desc(producer), _desc(consumer)
+        if self.params.name == "cpu":
+            checks = (self._cpu_constant, self._producer_fusible, self._cpu_concatenate,
+                      self._reuse, self._base, self._cpu_reductions, self._scalar_constant,
+                      self._producer_is_fusion, self._consumer_fusible)
+        else:
+            checks = (self._producer_is_fusion, self._reuse, self._transposing_into_reduce,
+                      self._producer_fusible, self._reduce_epilogue, self._consumer_fusible,
+                      self._multi_output_producer, self._gpu_constant, self._heavy, self._base,
+                      self._budget)
+        for check in checks:
+            d = check(producer, consumer, p, c)
+            if not d:
+                return d
+        return ALLOW
+
+    # ---- the rules, each named after the XLA check it mirrors ----------------------------
+    def _producer_is_fusion(self, producer, consumer, p, c) -> Decision:
+        if producer.opcode == "fusion":
+            return refuse("producer-is-fusion",
+                          f"producer {p} is itself a fusion ({self.params.name.upper()} instruction fusion "
+                          f"does not fuse fusions into consumers)")
+        return ALLOW
+
+    def _reuse(self, producer, consumer, p, c) -> Decision:
+        if producer.opcode != "fusion" and is_expensive(producer, self.params):
+            idx = next(i for i, o in enumerate(consumer.operands) if o is producer)
+            if reuses_operand_elements(consumer, idx):
+                return refuse("expensive-reused",
+                              f"producer {p} is expensive and consumer {c} reads each of its elements "
+                              f"several times")
+        return ALLOW
+
+    def _transposing_into_reduce(self, producer, consumer, p, c) -> Decision:
+        if is_input_fusible_reduction(consumer) and is_physically_transposing(producer):
+            return refuse("transpose-into-reduce",
+                          f"fusing transposing producer {p} into reduction {c} would break read coalescing")
+        return ALLOW
+
+    def _producer_fusible(self, producer, consumer, p, c) -> Decision:
+        if not is_loop_fusible_as_producer(producer):
+            info = op_info(producer.opcode)
+            why = "side-effecting" if info.side_effecting else f"'{producer.opcode}' is not loop-fusible"
+            return refuse("producer-not-fusible", f"producer {p} cannot be fused: {why}")
+        return ALLOW
+
+    def _reduce_epilogue(self, producer, consumer, p, c) -> Decision:
+        if producer.opcode == "reduce" and self.params.reduce_epilogue_only and reduction_is_contiguous(producer):
+            members = ([i for i in consumer.fused_computation.instructions if i.opcode != "parameter"]
+                       if consumer.opcode == "fusion" else [consumer])
+            if not all(_is_reduce_intermediate(m) for m in members):
+                return refuse("reduce-epilogue",
+                              f"reduction {p} can only be fused into a convert/bitcast epilogue, "
+                              f"not into {c}")
+            if len(producer.users) > 1:
+                return refuse("reduce-epilogue", f"reduction {p} has several users; its epilogue fusion needs one")
+        return ALLOW
+
+    def _consumer_fusible(self, producer, consumer, p, c) -> Decision:
+        if consumer.opcode == "fusion":
+            if consumer.attrs.get("kind") in ("kLoop", "kInput"):
+                return ALLOW
+            return refuse("consumer-not-fusible", f"consumer {c} is a {consumer.attrs.get('kind')} fusion")
+        if not is_loop_fusible_as_consumer(consumer):
+            return refuse("consumer-not-fusible",
+                          f"consumer {c} ('{consumer.opcode}') cannot be the root of a loop or input fusion")
+        return ALLOW
+
+    def _multi_output_producer(self, producer, consumer, p, c) -> Decision:
+        if is_multi_output(producer):
+            return refuse("producer-multi-output", f"producer {p} is a multi-output fusion")
+        return ALLOW
+
+    def _gpu_constant(self, producer, consumer, p, c) -> Decision:
+        if producer.opcode == "constant":
+            if not _is_scalar_constant(producer):
+                return refuse("constant", f"non-scalar constant {p} stays a global buffer, not fused into {c}")
+            if consumer.opcode != "fusion":
+                return refuse("constant", f"scalar constant {p} is only fused into an existing fusion, "
+                                          f"not into {c}")
+        return ALLOW
+
+    def _cpu_constant(self, producer, consumer, p, c) -> Decision:
+        if producer.opcode == "constant" and not _is_scalar_constant(producer):
+            return refuse("constant", f"non-scalar constant {p} is not fused into {c}")
+        return ALLOW
+
+    def _scalar_constant(self, producer, consumer, p, c) -> Decision:
+        if producer.opcode == "constant" and consumer.opcode != "fusion":
+            return refuse("constant", f"scalar constant {p} is only fused into an existing fusion, not into {c}")
+        return ALLOW
+
+    def _heavy(self, producer, consumer, p, c) -> Decision:
+        if creates_heavy_computation(producer, consumer):
+            return refuse("heavy-computation",
+                          f"fusing {p} into {c} would recompute a heavy reduction for each re-read element")
+        return ALLOW
+
+    def _base(self, producer, consumer, p, c) -> Decision:
+        if producer.is_root():
+            return refuse("root", f"producer {p} is the root of {producer.parent.name}; its value must be "
+                                  f"materialized")
+        if _would_duplicate(producer, consumer) and not is_always_duplicable(producer):
+            if not self.may_duplicate:
+                return refuse("no-duplication", f"fusing {p} into {c} would duplicate it and this pass "
+                                                f"may not duplicate")
+            if is_expensive(producer, self.params):
+                others = [u for u in producer.users if u is not consumer]
+                return refuse("expensive-duplicate",
+                              f"producer {p} is expensive and has {len(producer.users)} users; fusing it into "
+                              f"{c} would duplicate it (other users: {', '.join(u.name for u in others)})")
+        return ALLOW
+
+    def _cpu_concatenate(self, producer, consumer, p, c) -> Decision:
+        limit = self.params.max_concatenate_operands
+        for inst in (producer, consumer):
+            if inst.opcode == "concatenate" and (
+                    (limit is not None and len(inst.operands) > limit) or _minor_dim_concatenate(inst)):
+                why = (f"{len(inst.operands)} > {limit} operands" if limit is not None
+                       and len(inst.operands) > limit else "a large minor-dimension concatenate")
+                return refuse("concatenate", f"concatenate {inst.name} is better unfused ({why}); "
+                                             f"not fusing {p} into {c}")
+        return ALLOW
+
+    def _cpu_reductions(self, producer, consumer, p, c) -> Decision:
+        limit = self.params.max_reductions_per_fusion
+        if limit is not None and consumer.opcode == "fusion" and producer.opcode == "reduce":
+            n = _reduction_count(consumer, False)
+            if n > limit:
+                return refuse("too-many-reductions", f"fusion {c} already holds {n} > {limit} reductions")
+        return ALLOW
+
+    def _budget(self, producer, consumer, p, c) -> Decision:
+        limit = self.params.max_unnested_reductions
+        if limit is not None:
+            n = _reduction_count(consumer, True) + _reduction_count(producer, True)
+            if n > limit:
+                return refuse("budget", f"fusing {p} into {c} gives {n} > {limit} unnested reductions")
+        budget = self.params.max_operands_and_outputs
+        if budget is None:
+            return ALLOW
+        operands: list[HloInstruction] = []
+        for op in list(consumer.operands) + list(producer.operands):
+            if op is not producer and op is not consumer and not any(op is o for o in operands):
+                operands.append(op)
+        if len(operands) <= len(consumer.operands):
+            return ALLOW
+        outputs = len(consumer.shape.leaves()) + len(producer.shape.leaves())
+        total = len(operands) + outputs
+        if total > budget:
+            return refuse("budget", f"operand budget exceeded: fusing {p} into {c} needs {len(operands)} "
+                                    f"operands + {outputs} outputs = {total} > {budget}")
+        return ALLOW
+
+    # ---- fusion kind -----------------------------------------------------------------------
+    def choose_kind(self, producer: HloInstruction, consumer: HloInstruction) -> str:
+        """kInput for a reduction hero on the GPU, kLoop otherwise (XLA's ChooseFusionKind)."""
+        if self.params.input_fusion_kind == "kInput" and is_input_fusible_reduction(consumer):
+            return "kInput"
+        return "kLoop"
+
+
+class InstructionFusion(HloPass):
+    """Producer-consumer fusion with duplication for `target` ("gpu" or "cpu")."""
+
+    name = "fusion"
+
+    def __init__(self, target: str | TargetParams = "gpu", may_duplicate: bool = True) -> None:
+        self.params = target_params(target)
+        self.rules = ProducerConsumerRules(self.params, may_duplicate)
+        self.may_duplicate = may_duplicate
+
+    def run(self, module: HloModule) -> bool:
+        log = module_log(module)
+        changed = False
+        for comp in kernel_computations(module):
+            if comp.is_fusion_computation():
+                continue
+            changed |= self._run_on(comp, log)
+        if changed:
+            module.remove_unreachable_computations()
+        return changed
+
+    # ---- the global pre-pass ---------------------------------------------------------------
+    def _can_fuse_on_all_paths(self, producer, consumer, do_not_fuse, reach, memo) -> bool:
+        if consumer is producer:
+            return True
+        if not is_fusible(consumer):
+            return False
+        key = (id(producer), id(consumer))
+        if key in memo:
+            return memo[key]
+        result = True
+        for i, op in enumerate(consumer.operands):
+            if not reach.is_reachable(producer, op):
+                continue
+            if id(op) in do_not_fuse or not self.rules.should_fuse(consumer, i):
+                result = False
+                break
+            if not self._can_fuse_on_all_paths(producer, op, do_not_fuse, reach, memo):
+                result = False
+                break
+        memo[key] = result
+        return result
+
+    def globally_unfusible(self, comp: HloComputation, reach: Reachability) -> dict[int, Decision]:
+        """Producers that must not be duplicated, with the reason (ComputeGloballyUnfusible)."""
+        out: dict[int, Decision] = {}
+        memo: dict = {}
+        for producer in reversed(comp.post_order()):
+            if effectively_at_most_unary(producer):
+                continue
+            in_elems = sum(op.shape.element_count() if op.shape.is_array else 0
+                           for op in {id(o): o for o in producer.operands}.values())
+            out_elems = sum(s.element_count() for s in producer.shape.leaves())
+            if in_elems <= out_elems:
+                continue
+            blockers = [u for u in producer.users
+                        if not self._can_fuse_on_all_paths(producer, u, out, reach, memo)]
+            if is_fusible(producer) and not blockers:
+                continue
+            who = ", ".join(u.name for u in blockers) or "none"
+            out[id(producer)] = refuse(
+                "not-fusible-into-all-users",
+                f"producer {producer.name} reads more than it writes ({in_elems} > {out_elems} elements) and "
+                f"has {len(producer.users)} users of which {len(blockers)} cannot fuse it ({who}); "
+                f"duplicating it would add memory traffic")
+        return out
+
+    # ---- the main loop ---------------------------------------------------------------------
+    def _run_on(self, comp: HloComputation, log: FusionLog) -> bool:
+        reach = Reachability(comp)
+        do_not_duplicate = self.globally_unfusible(comp, reach) if self.may_duplicate else {}
+        queue = comp.post_order()
+        position = {id(inst): i for i, inst in enumerate(queue)}
+        changed = False
+        while queue:
+            inst = queue.pop()
+            if inst is None:
+                continue
+            position.pop(id(inst), None)
+            if not is_fusible(inst) and inst.opcode != "fusion":
+                continue
+            indices = [i for i, op in enumerate(inst.operands)
+                       if id(op) in position and inst.operands.index(op) == i]
+            indices.sort(key=lambda i: -position[id(inst.operands[i])])
+            for i in indices:
+                producer = inst.operands[i]
+                if producer.opcode in ("parameter", "get-tuple-element", "tuple"):
+                    continue
+                decision = do_not_duplicate.get(id(producer), ALLOW)
+                if decision:
+                    decision = self.rules.should_fuse(inst, i)
+                if not decision:
+                    log.refused(self.name, producer.name, inst.name, decision)
+                    continue
+                fusion = self._fuse(producer, inst, log)
+                if not producer.users and producer.parent is None:
+                    idx = position.pop(id(producer), None)
+                    if idx is not None:
+                        queue[idx] = None
+                    do_not_duplicate.pop(id(producer), None)
+                if fusion is not inst:
+                    do_not_duplicate.pop(id(inst), None)
+                position[id(fusion)] = len(queue)
+                queue.append(fusion)
+                changed = True
+                break
+        if changed:
+            comp.sort_instructions()
+        return changed
+
+    def _fuse(self, producer: HloInstruction, consumer: HloInstruction, log: FusionLog) -> HloInstruction:
+        kind = self.rules.choose_kind(producer, consumer)
+        duplicated = _would_duplicate(producer, consumer)
+        saved = fusion_saves_bytes(producer, consumer, duplicated)
+        producer_name, consumer_name = producer.name, consumer.name
+        elements = sum(s.element_count() for s in producer.shape.leaves())
+        expensive = is_expensive(producer, self.params)
+        if consumer.opcode == "fusion":
+            fusion = consumer
+            if kind == "kInput" or fusion.attrs.get("kind") != "kInput":
+                fusion.attrs["kind"] = kind
+        else:
+            fusion = create_fusion(consumer, kind)
+        fuse_producer(fusion, producer)
+        log.fused(self.name, producer_name, consumer_name, fusion.name, duplicated=duplicated,
+                  duplicated_elements=elements if duplicated else 0,
+                  duplicated_expensive=duplicated and expensive, rule=f"saves {saved} bytes")
+        return fusion

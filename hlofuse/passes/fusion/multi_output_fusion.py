@@ -1,0 +1,292 @@
+"""Multi-output fusion (XLA's GpuMultiOutputFusion): sibling and producer-consumer.
+
+Sibling: consumers that read a common operand merge into one kernel that reads it once
+(`reduce(x)` and `reduce(x*x)` become one kInput fusion with a tuple root). Producer-consumer:
+a producer that is also used elsewhere is fused into one consumer and stays an output of the
+fusion, so it is computed once and its users read it through get-tuple-element.
+
+Producers are visited defs-after-uses (reverse post order); for each, siblings first, then the
+producer-consumer candidates, exactly in XLA's order.
+"""
+from __future__ import annotations
+
+from ...hlo.ir import HloComputation, HloInstruction, HloModule
+from ..pass_base import HloPass
+from .cost_model import TargetParams, kernel_computations, target_params
+from .decisions import Decision, FusionLog, module_log
+from .fusibility import (
+    creates_heavy_computation, fusion_outputs, is_fusible, is_input_fusible_reduction,
+    is_loop_fusible_as_producer, is_loop_fusion, is_multi_output, is_physically_transposing,
+    reduce_hero, reduction_is_contiguous,
+)
+from .fusion_utils import Reachability, create_fusion, fuse_into_multi_output, merge_siblings
+
+refuse = Decision.refuse
+_OK = Decision.allow()
+
+
+def is_fusible_as_multi_output_root(inst: HloInstruction) -> bool:
+    """XLA: reductions, loop fusions and elementwise instructions may root a multi-output fusion."""
+    if not is_fusible(inst):
+        return False
+    if inst.opcode == "fusion":
+        return inst.attrs.get("kind") in ("kLoop", "kInput")
+    return is_input_fusible_reduction(inst) or (inst.info.elementwise and len(inst.operands) > 0)
+
+
+def _hero(inst: HloInstruction) -> HloInstruction:
+    """XLA's GetRealHeroForMultiOutputFusion: the reduce among the outputs, else the first output."""
+    return reduce_hero(inst) or fusion_outputs(inst)[0]
+
+
+def _loop_shape(hero: HloInstruction):
+    if hero.opcode == "reduce" and reduction_is_contiguous(hero):
+        return hero.operands[0].shape
+    return hero.shape
+
+
+def _dims_text(shape) -> str:
+    return shape.to_text(with_layout=False)
+
+
+def _same_loop(a, b) -> bool:
+    if a.is_tuple or b.is_tuple:
+        return a.equal_ignoring_layout(b)
+    if a.dims == b.dims:
+        return True
+    # XLA accepts shapes that are reshapes of each other as bitcasts (same non-1 dimensions).
+    return [d for d in a.dims if d != 1] == [d for d in b.dims if d != 1]
+
+
+def shapes_compatible(a: HloInstruction, b: HloInstruction) -> Decision:
+    """XLA's ShapesCompatibleForMultiOutputFusion: one parallel loop can compute both."""
+    h1, h2 = _hero(a), _hero(b)
+    r1 = h1.opcode == "reduce" and reduction_is_contiguous(h1)
+    r2 = h2.opcode == "reduce" and reduction_is_contiguous(h2)
+    if r1 and r2:
+        same = (h1.shape.leaves()[0].dims == h2.shape.leaves()[0].dims
+                and h1.operands[0].shape.dims == h2.operands[0].shape.dims
+                and tuple(h1.attrs.get("dimensions", ())) == tuple(h2.attrs.get("dimensions", ())))
+        if not same:
+            return refuse("incompatible-reductions",
+                          f"reductions {h1.name} and {h2.name} have different shapes or dimensions "
+                          f"({_dims_text(h1.operands[0].shape)} dims={list(h1.attrs.get('dimensions', ()))} vs "
+                          f"{_dims_text(h2.operands[0].shape)} dims={list(h2.attrs.get('dimensions', ()))})")
+    l1, l2 = _loop_shape(h1), _loop_shape(h2)
+    if not _same_loop(l1, l2):
+        return refuse("different-loop-shapes",
+                      f"{a.name} and {b.name} have different loop shapes ({_dims_text(l1)} vs {_dims_text(l2)})")
+    return _OK
+
+
+def _unnested_reductions(inst: HloInstruction) -> int:
+    ms = inst.fused_computation.instructions if inst.opcode == "fusion" else [inst]
+    return sum(1 for m in ms if m.opcode == "reduce" and reduction_is_contiguous(m))
+
+
+def fits_in_budget(a: HloInstruction, b: HloInstruction, params: TargetParams) -> Decision:
+    """XLA's FusionFitsInBudget for a multi-output fusion of `a` and `b`."""
+    if params.max_unnested_reductions is not None:
+        n = _unnested_reductions(a) + _unnested_reductions(b)
+        if n > params.max_unnested_reductions:
+            return refuse("budget", f"fusing {a.name} and {b.name} gives {n} > "
+                                    f"{params.max_unnested_reductions} unnested reductions")
+    budget = params.max_operands_and_outputs
+    if budget is None:
+        return _OK
+    operands: list[HloInstruction] = []
+    for op in list(a.operands) + list(b.operands):
+        if op is not a and op is not b and not any(op is o for o in operands):
+            operands.append(op)
+    outputs = len(a.shape.leaves()) + len(b.shape.leaves())
+    if len(operands) + outputs > budget:
+        return refuse("budget", f"operand budget exceeded: fusing {a.name} and {b.name} needs {len(operands)} "
+                                f"operands + {outputs} outputs = {len(operands) + outputs} > {budget}")
+    return _OK
+
+
+def sibling_candidate(inst: HloInstruction) -> Decision:
+    """XLA's IsSiblingFusionCandidate."""
+    if not inst.users and not inst.is_root():
+        return refuse("sibling", f"{inst.name} has no users")
+    if not is_fusible_as_multi_output_root(inst):
+        return refuse("sibling", f"{inst.name} ('{inst.opcode}') cannot root a multi-output fusion")
+    if inst.shape.is_tuple and not is_multi_output(inst):
+        return refuse("sibling", f"{inst.name} is a variadic reduction")
+    if is_multi_output(inst) and any(u.opcode != "get-tuple-element" for u in inst.users):
+        return refuse("sibling", f"multi-output {inst.name} has a user that is not a get-tuple-element")
+    if is_multi_output(inst) and inst.is_root():
+        return refuse("sibling", f"multi-output {inst.name} is the root")
+    return _OK
+
+
+def _dus_root(inst: HloInstruction) -> bool:
+    return any(o.opcode == "dynamic-update-slice" for o in fusion_outputs(inst))
+
+
+def _priority(inst: HloInstruction) -> int:
+    return 2 if is_multi_output(inst) else (1 if inst.opcode == "fusion" else 0)
+
+
+class MultiOutputFusion(HloPass):
+    """Sibling and producer-consumer multi-output fusion (XLA's GpuMultiOutputFusion)."""
+
+    name = "multi-output-fusion"
+    producer_consumer = True
+
+    def __init__(self, target: str | TargetParams = "gpu") -> None:
+        self.params = target_params(target)
+
+    def run(self, module: HloModule) -> bool:
+        log = module_log(module)
+        changed = False
+        for comp in kernel_computations(module):
+            if not comp.is_fusion_computation():
+                changed |= self._run_on(comp, log)
+        if changed:
+            module.remove_unreachable_computations()
+        return changed
+
+    def _run_on(self, comp: HloComputation, log: FusionLog) -> bool:
+        changed = False
+        self.reach = Reachability(comp)
+        worklist = comp.post_order()
+        while worklist:
+            producer = worklist.pop()
+            # Constants are never multi-output fused (the regular fusion pass handles them).
+            if producer.parent is not comp or producer.opcode == "constant":
+                continue
+            changed |= self._fuse_siblings(producer, log)
+            if not self.producer_consumer or producer.opcode == "parameter":
+                continue
+            consumer = self._pick_consumer(producer, log)
+            if consumer is None:
+                continue
+            name_p, name_c = producer.name, consumer.name
+            fusion = consumer
+            if consumer.opcode != "fusion":
+                kind = "kInput" if is_input_fusible_reduction(consumer) else "kLoop"
+                fusion = create_fusion(consumer, kind)
+            fuse_into_multi_output(fusion, producer)
+            log.fused(self.name, name_p, name_c, fusion.name, rule="producer-consumer multi-output")
+            self.reach = Reachability(comp)
+            changed = True
+        if changed:
+            comp.sort_instructions()
+        return changed
+
+    # ---- siblings --------------------------------------------------------------------------
+    def _sibling_legal(self, a: HloInstruction, b: HloInstruction) -> Decision:
+        d = sibling_candidate(b)
+        if not d:
+            return d
+        if self.reach.is_connected(a, b):
+            first, second = (a, b) if self.reach.is_reachable(a, b) else (b, a)
+            return refuse("cycle", f"would create a cycle: {second.name} is reachable from {first.name}")
+        d = shapes_compatible(a, b)
+        if not d:
+            return d
+        if _dus_root(a) or _dus_root(b):
+            return refuse("dynamic-update-slice", f"cannot sibling-fuse dynamic-update-slice roots "
+                                                  f"of {a.name} and {b.name}")
+        return fits_in_budget(a, b, self.params)
+
+    def _fuse_siblings(self, parent: HloInstruction, log: FusionLog) -> bool:
+        if parent.opcode == "constant" and parent.shape.is_array and parent.shape.element_count() == 1:
+            return False
+        siblings = sorted(_distinct(parent.users), key=lambda u: -_priority(u))
+        changed = False
+        i = 0
+        while i < len(siblings):
+            a = siblings[i]
+            if a.opcode != "fusion" or not sibling_candidate(a):
+                i += 1
+                continue
+            j = i + 1
+            while j < len(siblings):
+                b = siblings[j]
+                d = self._sibling_legal(a, b)
+                if not d:
+                    if b.opcode in ("fusion",) or is_fusible_as_multi_output_root(b):
+                        log.refused(self.name, b.name, a.name, d)
+                    j += 1
+                    continue
+                name_b = b.name
+                merge_siblings(a, b)
+                log.fused(self.name, name_b, a.name, a.name, rule=f"sibling (common operand {parent.name})")
+                siblings.pop(j)
+                self.reach = Reachability(a.parent)
+                changed = True
+            i += 1
+        return changed
+
+    # ---- producer-consumer -----------------------------------------------------------------
+    def _pc_legal(self, producer: HloInstruction, consumer: HloInstruction) -> Decision:
+        if not is_fusible_as_multi_output_root(consumer):
+            return refuse("consumer-not-mof-root",
+                          f"consumer {consumer.name} ('{consumer.opcode}') cannot root a multi-output fusion")
+        if is_multi_output(producer):
+            return refuse("producer-multi-output", f"producer {producer.name} is a multi-output fusion")
+        if not is_loop_fusible_as_producer(producer) or (producer.opcode == "fusion" and not is_loop_fusion(producer)):
+            return refuse("producer-not-fusible", f"producer {producer.name} is not loop-fusible")
+        if reduce_hero(producer) is not None:
+            return refuse("producer-not-fusible", f"producer {producer.name} is a reduction; its users "
+                                                  f"cannot share its loop")
+        if is_physically_transposing(producer):
+            return refuse("transposing", f"producer {producer.name} is physically transposing")
+        if creates_heavy_computation(producer, consumer):
+            return refuse("heavy-computation", f"fusing {producer.name} into {consumer.name} would "
+                                               f"recompute a heavy reduction")
+        d = shapes_compatible(producer, consumer)
+        if not d:
+            return d
+        for op in consumer.operands:
+            if op is not producer and self.reach.is_reachable(producer, op):
+                return refuse("cycle", f"would create a cycle: {consumer.name} is reachable from "
+                                       f"{producer.name} through {op.name}")
+        d = fits_in_budget(producer, consumer, self.params)
+        if not d:
+            return d
+        if _profit_bytes(producer, consumer) < 0:
+            return refuse("unprofitable", f"fusing {producer.name} into {consumer.name} would move more bytes")
+        return _OK
+
+    def _pick_consumer(self, producer: HloInstruction, log: FusionLog) -> HloInstruction | None:
+        users = _distinct(producer.users)
+        if not users or (len(users) == 1 and not is_multi_output(users[0]) and not producer.is_root()):
+            return None
+        if not is_loop_fusible_as_producer(producer) and producer.opcode != "fusion":
+            return None
+        candidates = []
+        for consumer in users:
+            d = self._pc_legal(producer, consumer)
+            if d:
+                candidates.append(consumer)
+            elif d.rule not in ("consumer-not-mof-root",):
+                log.refused(self.name, producer.name, consumer.name, d)
+        if not candidates:
+            return None
+        best = max(_priority(c) for c in candidates)
+        return next(c for c in candidates if _priority(c) == best)
+
+
+def _profit_bytes(producer: HloInstruction, consumer: HloInstruction) -> int:
+    """Bytes saved by computing `producer` inside `consumer`: the consumer no longer reads it."""
+    shared = sum(op.shape.byte_size() for op in _distinct(producer.operands)
+                 if any(op is o for o in consumer.operands))
+    return producer.shape.byte_size() + shared
+
+
+def _distinct(insts) -> list[HloInstruction]:
+    out: list[HloInstruction] = []
+    for i in insts:
+        if not any(i is o for o in out):
+            out.append(i)
+    return out
+
+
+class SiblingFusion(MultiOutputFusion):
+    """Only the sibling half of multi-output fusion."""
+
+    name = "sibling-fusion"
+    producer_consumer = False
