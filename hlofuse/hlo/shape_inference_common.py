@@ -41,6 +41,27 @@ def int_tuple(inst: HloInstruction, key: str, default: Any = _MISSING) -> tuple[
         fail(inst, f"attribute '{key}' must be a list of integers, got {value!r}")
 
 
+def int_attr(inst: HloInstruction, key: str, default: Any = _MISSING) -> int:
+    """An integer attribute (an int, or Raw text of one for keys the parser keeps verbatim)."""
+    value = attr(inst, key, default)
+    try:
+        if isinstance(value, bool):
+            raise ValueError
+        return int(str(value))
+    except ValueError:
+        fail(inst, f"attribute '{key}' must be an integer, got {value!r}")
+
+
+def bool_attr(inst: HloInstruction, key: str, default: bool = False) -> bool:
+    """A boolean attribute (a bool, or Raw text `true`/`false`)."""
+    value = inst.attrs.get(key, default)
+    if isinstance(value, bool):
+        return value
+    if str(value) in ("true", "false"):
+        return str(value) == "true"
+    fail(inst, f"attribute '{key}' must be true or false, got {value!r}")
+
+
 def computation(inst: HloInstruction, key: str) -> HloComputation:
     """The computation held by attribute `key`."""
     value = attr(inst, key)

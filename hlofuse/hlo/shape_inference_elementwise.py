@@ -11,7 +11,7 @@ from .dtypes import PRED, ElementType, real_type
 from .ir import HloInstruction
 from .opcodes import register_shape_rule
 from .shape_inference_common import (
-    array_operand, array_operands, declared_array, fail, is_scalar_of, make_array, text,
+    array_operand, array_operands, declared_array, fail, int_attr, is_scalar_of, make_array, text,
 )
 from .shapes import ArrayShape, Shape
 
@@ -211,11 +211,11 @@ def _reduce_precision(inst: HloInstruction) -> Shape:
     """reduce-precision: a floating operand, exponent_bits >= 1, mantissa_bits >= 0."""
     x = array_operand(inst, 0)
     _check_type(inst, x, _floating)
-    e = inst.attrs.get("exponent_bits")
-    m = inst.attrs.get("mantissa_bits")
-    if not isinstance(e, int) or e < 1:
+    e = int_attr(inst, "exponent_bits")
+    m = int_attr(inst, "mantissa_bits")
+    if e < 1:
         fail(inst, f"exponent_bits must be an integer >= 1, got {e!r}")
-    if not isinstance(m, int) or m < 0:
+    if m < 0:
         fail(inst, f"mantissa_bits must be an integer >= 0, got {m!r}")
     return make_array(x.dtype, x.dims, x.dynamic)
 

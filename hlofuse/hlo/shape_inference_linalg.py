@@ -6,7 +6,8 @@ from .attributes import ConvDimensionNumbers
 from .ir import HloInstruction
 from .opcodes import register_shape_rule
 from .shape_inference_common import (
-    array_operand, array_operands, attr, check_dims_in_range, declared_array, fail, int_tuple, make_array,
+    array_operand, array_operands, attr, bool_attr, check_dims_in_range, declared_array, fail, int_attr, int_tuple,
+    make_array,
     text,
 )
 from .shape_inference_reduce import windowed_dims
@@ -64,8 +65,8 @@ def _convolution(inst: HloInstruction) -> Shape:
     n = len(dn.input_spatial)
     if lhs.rank != n + 2 or rhs.rank != n + 2:
         fail(inst, f"dim_labels {dn.to_labels()} need operands of rank {n + 2}, got {text(lhs)} and {text(rhs)}")
-    fgc = int(inst.attrs.get("feature_group_count", 1))
-    bgc = int(inst.attrs.get("batch_group_count", 1))
+    fgc = int_attr(inst, "feature_group_count", 1)
+    bgc = int_attr(inst, "batch_group_count", 1)
     if fgc < 1 or bgc < 1:
         fail(inst, "feature_group_count and batch_group_count must be >= 1")
     in_batch, in_feat = lhs.dims[dn.input_batch], lhs.dims[dn.input_feature]
@@ -150,10 +151,6 @@ def _cholesky(inst: HloInstruction) -> Shape:
     return make_array(a.dtype, a.dims)
 
 
-def _flag(value) -> bool:
-    return str(value).lower() == "true"
-
-
 @register_shape_rule("triangular-solve")
 def _triangular_solve(inst: HloInstruction) -> Shape:
     """triangular-solve(a, b): a is [..., m, m]; b is [..., m, n] (left side) or [..., n, m]."""
@@ -162,7 +159,7 @@ def _triangular_solve(inst: HloInstruction) -> Shape:
     if b.dtype != a.dtype or b.rank != a.rank or b.dims[:-2] != a.dims[:-2]:
         fail(inst, f"b {text(b)} must have a's element type, rank and batch dimensions ({text(a)})")
     m = a.dims[-1]
-    solved = b.dims[-2] if _flag(inst.attrs.get("left_side", False)) else b.dims[-1]
+    solved = b.dims[-2] if bool_attr(inst, "left_side") else b.dims[-1]
     if solved != m:
         fail(inst, f"the solved dimension of b {text(b)} must have size {m}")
     return make_array(b.dtype, b.dims)
@@ -172,8 +169,8 @@ def _batch_norm(inst: HloInstruction, vectors: range) -> tuple[ArrayShape, Array
     x = array_operand(inst, 0)
     if not x.dtype.is_float:
         fail(inst, f"operand must be floating-point, is {x.dtype.name}")
-    f = attr(inst, "feature_index")
-    if not isinstance(f, int) or not 0 <= f < x.rank:
+    f = int_attr(inst, "feature_index")
+    if not 0 <= f < x.rank:
         fail(inst, f"feature_index {f!r} is out of range for rank {x.rank}")
     vec = make_array(x.dtype, (x.dims[f],))
     for k in vectors:

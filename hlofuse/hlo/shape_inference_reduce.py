@@ -8,7 +8,7 @@ from .ir import HloInstruction
 from .opcodes import register_shape_rule
 from .shape_inference_common import (
     array_operands, attr, check_dims_in_range, check_predicate_computation, check_scalar_reducer,
-    check_signature, computation, fail, int_tuple, make_array, text, tuple_or_single,
+    check_signature, computation, fail, int_attr, int_tuple, make_array, text, tuple_or_single,
 )
 from .shapes import ArrayShape, Shape, TupleShape
 
@@ -120,10 +120,10 @@ def _sort(inst: HloInstruction) -> Shape:
 def _topk(inst: HloInstruction) -> Shape:
     """topk(x), k: (values, s32 indices), the last dimension cut to k."""
     (x,) = array_operands(inst, range(1))
-    k = attr(inst, "k")
     if x.rank == 0:
         fail(inst, "topk needs an operand of rank >= 1")
-    if not isinstance(k, int) or not 0 <= k <= x.dims[-1]:
+    k = int_attr(inst, "k")
+    if not 0 <= k <= x.dims[-1]:
         fail(inst, f"k={k!r} must be in [0, {x.dims[-1]}]")
     dims = x.dims[:-1] + (k,)
     if isinstance(inst.shape, TupleShape) and len(inst.shape.elements) == 2:
