@@ -420,3 +420,167 @@ def test_scatter_add_types(dtype):
     inst = _scatter_inst(case, binary_comp("add", from_numpy(np.dtype(dtype)).name), [operand], indices,
                          [updates], shape_of(want))
     close(run(inst, operand, indices, updates), want, rtol=1e-2)
+
+
+# ---- reduce-window and select-and-scatter --------------------------------------------------------
+import hlofuse.runtime.interpreter.windows  # noqa: E402,F401
+
+
+def make_window(sizes, strides=None, padding=None, base=None, dil=None) -> Window:
+    n = len(sizes)
+    strides, base, dil = strides or (1,) * n, base or (1,) * n, dil or (1,) * n
+    padding = padding or ((0, 0),) * n
+    return Window(tuple(WindowDimension(size=k, stride=s, padding_low=p[0], padding_high=p[1],
+                                        window_dilation=w, base_dilation=b)
+                        for k, s, p, b, w in zip(sizes, strides, padding, base, dil)))
+
+
+RW_CASES = [
+    # input shape, window, strides, padding, base dilation, window dilation
+    ((6, 7), (2, 3), (1, 1), ((0, 0), (0, 0)), (1, 1), (1, 1)),
+    ((8, 9), (3, 3), (2, 2), ((1, 1), (1, 0)), (1, 1), (1, 1)),
+    ((5, 6), (2, 2), (1, 2), ((2, 1), (0, 3)), (2, 1), (1, 1)),
+    ((9, 8), (2, 3), (1, 1), ((0, 0), (1, 1)), (1, 1), (2, 2)),
+    ((7, 6), (3, 2), (2, 1), ((1, 2), (2, 0)), (2, 3), (2, 1)),
+    ((11,), (4,), (3,), ((2, 2),), (1,), (1,)),
+    ((2, 6, 5, 3), (1, 3, 3, 1), (1, 2, 2, 1), ((0, 0), (1, 1), (1, 1), (0, 0)), (1, 1, 1, 1), (1, 1, 1, 1)),
+]
+
+RW_OPS = {"add": (lax.add, 0.0), "maximum": (lax.max, -np.inf), "minimum": (lax.min, np.inf),
+          "multiply": (lax.mul, 1.0)}
+
+
+@pytest.mark.parametrize("case", RW_CASES)
+@pytest.mark.parametrize("opcode", list(RW_OPS))
+def test_reduce_window_matches_jax(case, opcode):
+    shape, win, strides, padding, base, dil = case
+    x = rand(shape, np.float32, 0.5, 1.5)
+    fn, init = RW_OPS[opcode]
+    want = lax.reduce_window(x, np.float32(init), fn, win, strides, padding, base, dil)
+    inst = instruction("reduce-window", shape_of(want), [shape_of(x), array("f32", ())],
+                       window=make_window(win, strides, padding, base, dil), to_apply=binary_comp(opcode))
+    close(run(inst, x, np.float32(init)), want, rtol=1e-5)
+
+
+@pytest.mark.parametrize("case", RW_CASES[1:5])
+def test_reduce_window_padding_is_not_visited(case):
+    """A non-identity init (1) is added once, not once per padding element."""
+    shape, win, strides, padding, base, dil = case
+    x = rand(shape, np.float32)
+    want = lax.reduce_window(x, np.float32(1), lambda a, b: a + b, win, strides, padding, base, dil)
+    inst = instruction("reduce-window", shape_of(want), [shape_of(x), array("f32", ())],
+                       window=make_window(win, strides, padding, base, dil), to_apply=_opaque_add())
+    close(run(inst, x, np.float32(1)), want, rtol=1e-5)
+
+
+def _argmax_comp():
+    """(value, index) pairs: keep the larger value; on ties the smaller index."""
+    comp = HloComputation("argmax")
+    av, ai, bv, bi = (comp.add_parameter(array(t, ()), f"x{i}") for i, t in enumerate(["f32", "s32", "f32", "s32"]))
+    pred = array("pred", ())
+    gt = comp.add_instruction(HloInstruction("compare", pred, [av, bv], {"direction": "GT"}))
+    eq = comp.add_instruction(HloInstruction("compare", pred, [av, bv], {"direction": "EQ"}))
+    lt = comp.add_instruction(HloInstruction("compare", pred, [ai, bi], {"direction": "LT"}))
+    tie = comp.add_instruction(HloInstruction("and", pred, [eq, lt]))
+    take = comp.add_instruction(HloInstruction("or", pred, [gt, tie]))
+    v = comp.add_instruction(HloInstruction("select", array("f32", ()), [take, av, bv]))
+    i = comp.add_instruction(HloInstruction("select", array("s32", ()), [take, ai, bi]))
+    comp.root = comp.add_instruction(HloInstruction("tuple", TupleShape((v.shape, i.shape)), [v, i]))
+    return comp
+
+
+def test_variadic_reduce_window_argmax_matches_jax():
+    shape, win, strides, padding, base, dil = RW_CASES[1]
+    x = np.round(rand(shape, np.float32, 0, 4))  # ties on purpose
+    idx = np.arange(x.size, dtype=np.int32).reshape(shape)
+
+    def argmax(a, b):
+        take = (a[0] > b[0]) | ((a[0] == b[0]) & (a[1] < b[1]))
+        return lax.select(take, a[0], b[0]), lax.select(take, a[1], b[1])
+
+    init = (np.float32(-np.inf), np.int32(2**31 - 1))
+    want_v, want_i = lax.reduce_window((x, idx), init, argmax, win, strides, padding)
+    out = TupleShape((shape_of(want_v), shape_of(want_i)))
+    inst = instruction("reduce-window", out, [shape_of(x), shape_of(idx), array("f32", ()), array("s32", ())],
+                       window=make_window(win, strides, padding), to_apply=_argmax_comp())
+    got_v, got_i = run(inst, x, idx, *init)
+    close(got_v, want_v, rtol=0, atol=0)
+    close(got_i, want_i, rtol=0, atol=0)
+
+
+def test_variadic_reduce_window_recognised_pair():
+    shape, win, strides, padding, base, dil = RW_CASES[2]
+    x, y = rand(shape, np.float32), rand(shape, np.int32, -50, 50)
+    want_x = lax.reduce_window(x, np.float32(0), lax.add, win, strides, padding, base, dil)
+    want_y = lax.reduce_window(y, np.int32(-2**31), lax.max, win, strides, padding, base, dil)
+    comp = HloComputation("pair")
+    p = [comp.add_parameter(array(t, ()), f"x{i}") for i, t in enumerate(["f32", "s32", "f32", "s32"])]
+    s = comp.add_instruction(HloInstruction("add", array("f32", ()), [p[0], p[2]]))
+    m = comp.add_instruction(HloInstruction("maximum", array("s32", ()), [p[1], p[3]]))
+    comp.root = comp.add_instruction(HloInstruction("tuple", TupleShape((s.shape, m.shape)), [s, m]))
+    out = TupleShape((shape_of(want_x), shape_of(want_y)))
+    inst = instruction("reduce-window", out, [shape_of(x), shape_of(y), array("f32", ()), array("s32", ())],
+                       window=make_window(win, strides, padding, base, dil), to_apply=comp)
+    got_x, got_y = run(inst, x, y, np.float32(0), np.int32(-2**31))
+    close(got_x, want_x, rtol=1e-5)
+    close(got_y, want_y, rtol=0, atol=0)
+
+
+def _select_comp(direction: str, total_order: bool = False, swap: bool = False):
+    def body(comp, p):
+        attrs = {"direction": direction}
+        if total_order:
+            attrs["type"] = "TOTALORDER"
+        ops = [p[1], p[0]] if swap else [p[0], p[1]]
+        return comp.add_instruction(HloInstruction("compare", array("pred", ()), ops, attrs))
+    return scalar_computation("select", body, 2)
+
+
+SAS_CASES = [
+    # input shape, window, strides, padding
+    ((6, 8), (2, 2), (2, 2), ((0, 0), (0, 0))),
+    ((7, 7), (3, 3), (2, 2), ((1, 1), (1, 1))),
+    ((5, 9), (3, 2), (1, 1), ((0, 2), (1, 0))),
+    ((2, 6, 6, 3), (1, 3, 3, 1), (1, 2, 2, 1), ((0, 0), (1, 1), (0, 1), (0, 0))),
+]
+
+
+@pytest.mark.parametrize("case", SAS_CASES)
+@pytest.mark.parametrize("ties", [False, True])
+@pytest.mark.parametrize("select", ["GE", "GE-totalorder", "general"])
+def test_select_and_scatter_is_the_max_pool_gradient(case, ties, select):
+    shape, win, strides, padding = case
+    x = rand(shape, np.float32, 0, 3)
+    if ties:
+        x = np.round(x)
+    pooled = lax.reduce_window(x, -np.inf, lax.max, win, strides, padding)
+    cot = rand(pooled.shape, np.float32)
+    want = jax.grad(lambda v: (lax.reduce_window(v, -np.inf, lax.max, win, strides, padding) * cot).sum())(x)
+    if select == "general":  # GE written as select(x1 > x0, false, true): evaluated by calls
+        sel = HloComputation("not_gt")
+        a, b = sel.add_parameter(array("f32", ()), "a"), sel.add_parameter(array("f32", ()), "b")
+        gt = sel.add_instruction(HloInstruction("compare", array("pred", ()), [b, a], {"direction": "GT"}))
+        sel.root = sel.add_instruction(HloInstruction("select", array("pred", ()),
+                                                      [gt, _pred_constant(sel, False), _pred_constant(sel, True)]))
+    else:
+        sel = _select_comp("GE", total_order=select.endswith("totalorder"))
+    inst = instruction("select-and-scatter", shape_of(want), [shape_of(x), shape_of(cot), array("f32", ())],
+                       window=make_window(win, strides, padding), select=sel, scatter=binary_comp("add"))
+    close(run(inst, x, cot, np.float32(0)), want, rtol=1e-6)
+
+
+def _pred_constant(comp, value: bool):
+    c = HloInstruction("constant", array("pred", ()))
+    c.literal = np.array(value)
+    return comp.add_instruction(c)
+
+
+def test_select_and_scatter_le_picks_the_first_minimum():
+    x = np.array([[3, 1, 1, 2], [1, 5, 0, 0]], dtype=np.float32)
+    src = np.array([[10, 20]], dtype=np.float32)
+    inst = instruction("select-and-scatter", shape_of(x), [shape_of(x), shape_of(src), array("f32", ())],
+                       window=make_window((2, 2), (2, 2)), select=_select_comp("LE"), scatter=binary_comp("add"))
+    want = np.zeros_like(x)
+    want[0, 1] = 10  # first of the two 1s in row-major window order
+    want[1, 2] = 20  # first of the two 0s
+    close(run(inst, x, src, np.float32(0)), want, rtol=0, atol=0)

@@ -196,3 +196,14 @@ def leaf_dtypes(shape: Shape) -> list[np.dtype]:
 def tuple_or_single(values: list[np.ndarray], shape: Shape) -> Any:
     """`values` as the Value of `shape`: a tuple for tuple shapes, the array otherwise."""
     return tuple(values) if isinstance(shape, TupleShape) else values[0]
+
+
+def total_order_key(x: np.ndarray) -> np.ndarray:
+    """Signed integers ordered as XLA's TOTALORDER compare orders floats:
+    -NaN < -inf < ... < -0.0 < +0.0 < ... < +inf < +NaN. Integers and bools map to themselves."""
+    x = np.asarray(x)
+    if not _is_float(x.dtype):
+        return x
+    bits = x.view({1: np.int8, 2: np.int16, 4: np.int32, 8: np.int64}[x.dtype.itemsize])
+    # Negative floats order backwards in their sign-magnitude bits: flip all but the sign bit.
+    return np.where(bits < 0, bits ^ np.iinfo(bits.dtype).max, bits)

@@ -1,0 +1,179 @@
+"""Reference semantics of `reduce-window` (variadic, strides, padding, base and window
+dilation) and `select-and-scatter`.
+
+Both walk the window offsets in row-major order (a Python loop over the few elements of one
+window) and handle every output position at once with numpy. As in XLA, padding and the holes
+of base dilation are not visited: the accumulator starts at the init value and only real
+input elements are combined into it, in window order.
+"""
+from __future__ import annotations
+
+import itertools
+from typing import Iterator
+
+import numpy as np
+
+from ...hlo.attributes import Window
+from ...hlo.errors import UnsupportedError
+from ...hlo.ir import HloInstruction
+from ...hlo.opcodes import register_reference
+from .op_helpers import (ASSIGN, KEEP, flatten_value, leaf_dtypes, recognize_combiner, scalar_args,
+                         total_order_key)
+
+_COMPARE = {"LT": np.less, "LE": np.less_equal, "GT": np.greater, "GE": np.greater_equal}
+_SWAPPED = {"LT": "GT", "LE": "GE", "GT": "LT", "GE": "LE"}
+
+
+def window_output_shape(in_shape: tuple[int, ...], window: Window) -> tuple[int, ...]:
+    """Number of window positions per dimension (after base dilation and padding)."""
+    out = []
+    for size, d in zip(in_shape, window.dimensions):
+        dilated = (size - 1) * d.base_dilation + 1 if size > 0 else 0
+        padded = dilated + d.padding_low + d.padding_high
+        span = (d.size - 1) * d.window_dilation + 1
+        out.append(max(0, (padded - span) // d.stride + 1) if padded >= span else 0)
+    return tuple(out)
+
+
+def window_taps(in_shape: tuple[int, ...], window: Window) -> Iterator[tuple[tuple[np.ndarray, ...], np.ndarray]]:
+    """For each window offset in row-major order: per-dimension input index arrays (for
+    `np.ix_`, clipped to be addressable) and the mask of output positions where the offset
+    hits a real input element (not padding, not a base-dilation hole)."""
+    out_shape = window_output_shape(in_shape, window)
+    dims = window.dimensions
+    for offset in itertools.product(*(range(d.size) for d in dims)):
+        index, valid = [], []
+        for size, n_out, k, d in zip(in_shape, out_shape, offset, dims):
+            pos = np.arange(n_out) * d.stride + k * d.window_dilation - d.padding_low
+            ok = (pos >= 0) & (pos <= (size - 1) * d.base_dilation) & (pos % d.base_dilation == 0)
+            index.append(np.clip(pos // d.base_dilation, 0, max(size - 1, 0)))
+            valid.append(ok)
+        mask = np.ones(out_shape, dtype=bool)
+        for axis, ok in enumerate(valid):
+            shape = [1] * len(out_shape)
+            shape[axis] = len(ok)
+            mask = mask & ok.reshape(shape)
+        yield tuple(index), mask
+
+
+def _window_of(inst: HloInstruction, rank: int) -> Window:
+    window = inst.attrs.get("window")
+    if not isinstance(window, Window) or len(window.dimensions) != rank:
+        raise UnsupportedError(f"{inst.opcode} {inst.name}: window does not have one entry per "
+                               f"dimension of the rank-{rank} operand")
+    return window
+
+
+@register_reference("reduce-window")
+def reduce_window_reference(inst: HloInstruction, args: list, interp):
+    """`reduce-window(inputs..., inits...)`: to_apply folds each window into its init value."""
+    n = len(args) // 2
+    inputs = [np.asarray(a) for a in args[:n]]
+    inits = [np.asarray(a) for a in args[n:]]
+    window = _window_of(inst, inputs[0].ndim)
+    out_shape = window_output_shape(inputs[0].shape, window)
+    dtypes = leaf_dtypes(inst.shape)
+    accs = [np.full(out_shape, init, dtype=dt) for init, dt in zip(inits, dtypes)]
+    comp = inst.attrs["to_apply"]
+    reducers = recognize_combiner(comp)
+    empty = any(s == 0 for s in inputs[0].shape)
+    for index, mask in ([] if empty else window_taps(inputs[0].shape, window)):
+        grid = np.ix_(*index)
+        values = [x[grid] for x in inputs]
+        if reducers is not None:
+            for i, (reducer, value) in enumerate(zip(reducers, values)):
+                if reducer is ASSIGN:
+                    accs[i] = np.where(mask, value, accs[i]).astype(dtypes[i], copy=False)
+                elif reducer is not KEEP:
+                    accs[i] = np.where(mask, reducer(accs[i], value), accs[i]).astype(dtypes[i], copy=False)
+        else:
+            _fold_by_calls(comp, accs, values, mask, interp)
+    return tuple(accs) if inst.shape.is_tuple else accs[0]
+
+
+def _fold_by_calls(comp, accs: list[np.ndarray], values: list[np.ndarray], mask: np.ndarray, interp) -> None:
+    """acc = comp(acc..., value...) at every masked position, one call per element."""
+    acc_types = [a.dtype for a in accs]
+    val_types = [v.dtype for v in values]
+    for pos in zip(*np.nonzero(mask)):
+        call_args = scalar_args([a[pos] for a in accs], acc_types) + scalar_args([v[pos] for v in values], val_types)
+        for a, r in zip(accs, flatten_value(interp.call(comp, call_args))):
+            a[pos] = r
+
+
+def _simple_select(comp):
+    """The compare of a select computation `compare(p0, p1)` as a numpy function of
+    (selected, candidate), or None."""
+    root = comp.root
+    params = comp.parameters
+    if root.opcode != "compare" or len(params) != 2:
+        return None
+    direction = str(root.attrs.get("direction"))
+    if direction not in _COMPARE:
+        return None
+    if root.operands[0] is params[0] and root.operands[1] is params[1]:
+        fn = _COMPARE[direction]
+    elif root.operands[0] is params[1] and root.operands[1] is params[0]:
+        fn = _COMPARE[_SWAPPED[direction]]
+    else:
+        return None
+    if str(root.attrs.get("type", "")) == "TOTALORDER":
+        return lambda a, b: fn(total_order_key(a), total_order_key(b))
+    return fn
+
+
+@register_reference("select-and-scatter")
+def select_and_scatter_reference(inst: HloInstruction, args: list, interp) -> np.ndarray:
+    """`select-and-scatter(operand, source, init)`: in each window `select` picks one element
+    (the current pick is kept while select(pick, next) is true), and the source value of that
+    window is combined into the result at the pick with `scatter`."""
+    operand, source, init = (np.asarray(a) for a in args)
+    window = _window_of(inst, operand.ndim)
+    if any(d.base_dilation != 1 or d.window_dilation != 1 for d in window.dimensions):
+        raise UnsupportedError(f"select-and-scatter {inst.name}: dilated windows are not allowed")
+    out_shape = window_output_shape(operand.shape, window)
+    if tuple(source.shape) != out_shape:
+        raise UnsupportedError(f"select-and-scatter {inst.name}: source shape {source.shape} is not "
+                               f"the window output shape {out_shape}")
+    result = np.full(operand.shape, init, dtype=operand.dtype)
+    if operand.size == 0 or source.size == 0:
+        return result
+    select, scatter = inst.attrs["select"], inst.attrs["scatter"]
+    picked, have = _select_positions(select, operand, window, out_shape, interp)
+    flat = result.reshape(-1)
+    targets, values = picked[have], source[have]
+    reducers = recognize_combiner(scatter)
+    if reducers is not None and reducers[0] is not KEEP:
+        if reducers[0] is ASSIGN:
+            flat[targets] = values
+        else:
+            reducers[0].at(flat, targets, values.astype(flat.dtype, copy=False))
+    elif reducers is None:
+        for t, v in zip(targets.tolist(), values):
+            # XLA's evaluator calls scatter(source value, current result value).
+            call_args = scalar_args([v, flat[t]], [source.dtype, flat.dtype])
+            flat[t] = flatten_value(interp.call(scatter, call_args))[0]
+    return result
+
+
+def _select_positions(select, operand: np.ndarray, window: Window, out_shape, interp):
+    """Flat operand index of the element selected in each window, and whether any was."""
+    picked = np.zeros(out_shape, dtype=np.int64)
+    best = np.zeros(out_shape, dtype=operand.dtype)
+    have = np.zeros(out_shape, dtype=bool)
+    fast = _simple_select(select)
+    for index, mask in window_taps(operand.shape, window):
+        grid = np.ix_(*index)
+        value = operand[grid]
+        flat_index = np.ravel_multi_index(np.broadcast_arrays(*grid), operand.shape)
+        if fast is not None:
+            take = mask & (~have | ~fast(best, value))
+        else:
+            take = mask & ~have
+            for pos in zip(*np.nonzero(mask & have)):
+                keep = flatten_value(interp.call(select, scalar_args([best[pos], value[pos]], [operand.dtype] * 2)))[0]
+                take[pos] = not bool(keep)
+        best = np.where(take, value, best)
+        picked = np.where(take, flat_index, picked)
+        have |= mask
+    return picked, have
