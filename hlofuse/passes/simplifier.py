@@ -1,0 +1,353 @@
+"""Algebraic simplifier: the rewrites of XLA's AlgebraicSimplifier that matter for fusion.
+
+Every rewrite preserves results bit for bit. Where XLA trades exactness away, hlofuse does
+not: XLA folds `A + 0 => A` for any zero, which turns `-0.0 + 0.0` (= +0.0) into -0.0; here a
+float `A + C` folds only when every element of C is -0.0 (the additive identity of IEEE
+arithmetic), and `A - C` only when C is +0.0. `A * 1` and `A / 1` are not folded for complex
+types, where the product with (1 + 0i) can change the sign of a zero component.
+
+Rewrites (a rule per opcode, tried in post order until nothing changes):
+  no-ops removed: reshape/broadcast/transpose/convert/copy/slice/pad/reverse that keep the value;
+  reshape(reshape), broadcast(broadcast), transpose(transpose), convert(convert) composed;
+  reshape(broadcast(scalar)) => broadcast(scalar);
+  A*1, 1*A, A+0, 0+A, A-0, A/1 (see above); select(constant p, A, B) and select(p, A, A);
+  op(broadcast(c1), broadcast(c2)...) => broadcast(op(c1, c2...)) for scalar constants
+  (the folded constant stays a scalar behind the broadcast); constant folding (constant_folding.py).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+from ..hlo.ir import HloComputation, HloInstruction, HloModule
+from ..hlo.opcodes import op_info
+from ..hlo.shapes import ArrayShape, Layout, Shape
+from .constant_folding import (
+    DEFAULT_MAX_ELEMENTS,
+    can_fold_opcode,
+    fold,
+    fold_instruction,
+    literal_array,
+    replace_instruction,
+)
+from .pass_base import HloPass
+
+# A rule looks at one instruction and returns its replacement: an existing instruction, a new
+# one (not yet in the computation) or None when it does not apply.
+Rule = Callable[[HloInstruction], "HloInstruction | None"]
+_RULES: dict[str, list[Rule]] = {}
+
+
+def _rule(*opcodes: str):
+    def deco(fn: Rule) -> Rule:
+        for opcode in opcodes:
+            op_info(opcode)
+            _RULES.setdefault(opcode, []).append(fn)
+        return fn
+
+    return deco
+
+
+# ---- helpers ----------------------------------------------------------------------------------
+
+def _layout(s: ArrayShape) -> Layout:
+    return s.layout if s.layout is not None else Layout.default(s.rank)
+
+
+def compatible(a: Shape, b: Shape) -> bool:
+    """Same type, dimensions and layout (a missing layout counts as the default one)."""
+    if a.is_array and b.is_array:
+        return (a.dtype == b.dtype and a.dims == b.dims and a.dynamic == b.dynamic
+                and _layout(a) == _layout(b))
+    return a == b
+
+
+def _operand_if_noop(inst: HloInstruction) -> HloInstruction | None:
+    op = inst.operands[0]
+    return op if compatible(op.shape, inst.shape) else None
+
+
+def scalar_constant(inst: HloInstruction) -> np.ndarray | None:
+    """The value of a constant, looking through broadcasts, when all its elements are equal."""
+    while inst.opcode == "broadcast":
+        inst = inst.operands[0]
+    value = literal_array(inst)
+    if value is None or value.size == 0:
+        return None
+    first = value.reshape(-1)[0]
+    # Compare bit patterns so that -0.0 and 0.0 (and NaN payloads) stay distinct.
+    if value.dtype.kind in "fcV" or value.dtype.itemsize == 2:
+        raw = np.ascontiguousarray(value).view(np.uint8).reshape(value.size, -1)
+        if not (raw == raw[0]).all():
+            return None
+    elif not (value == first).all():
+        return None
+    return np.asarray(first)
+
+
+def _is_identity(inst: HloInstruction, which: str) -> bool:
+    """Whether `inst` holds the neutral element `which` ("zero+", "zero-", "zero", "one")."""
+    value = scalar_constant(inst)
+    if value is None:
+        return False
+    t = inst.shape.dtype
+    if which == "one":
+        return t.kind in ("sint", "uint", "float", "pred") and bool(value == 1)
+    if t.kind in ("sint", "uint"):
+        return bool(value == 0)
+    if t.kind not in ("float", "complex"):
+        return False
+    parts = [value.real, value.imag] if t.kind == "complex" else [value]
+    floats = [np.asarray(p, dtype=np.float64) for p in parts]
+    if not all(f == 0 for f in floats):
+        return False
+    want_negative = which == "zero-"
+    return all(bool(np.signbit(f)) == want_negative for f in floats)
+
+
+def _new(inst: HloInstruction, opcode: str, operands: list[HloInstruction], attrs: dict) -> HloInstruction:
+    # Named after its opcode, as XLA names new instructions; a rewrite to the same opcode takes
+    # over the old name (replace_instruction).
+    return HloInstruction(opcode, inst.shape, operands, attrs, name=opcode)
+
+
+# ---- data movement ----------------------------------------------------------------------------
+
+@_rule("reshape", "copy", "convert", "slice")
+def _noop_same_shape(inst):
+    # A reshape, copy or convert to an identical shape, or a slice that takes everything.
+    return _operand_if_noop(inst)
+
+
+@_rule("reshape")
+def _reshape_of_reshape(inst):
+    op = inst.operands[0]
+    if op.opcode == "reshape":
+        inner = op.operands[0]
+        if compatible(inner.shape, inst.shape):
+            return inner
+        return _new(inst, "reshape", [inner], {})
+    if op.opcode == "broadcast" and op.operands[0].shape.is_array and op.operands[0].shape.rank == 0:
+        return _new(inst, "broadcast", [op.operands[0]], {"dimensions": ()})
+    return None
+
+
+@_rule("broadcast")
+def _broadcast(inst):
+    op = inst.operands[0]
+    dims = tuple(inst.attrs.get("dimensions", ()))
+    if dims == tuple(range(inst.shape.rank)) and compatible(op.shape, inst.shape):
+        return op
+    if op.opcode == "broadcast":
+        inner_dims = tuple(op.attrs.get("dimensions", ()))
+        return _new(inst, "broadcast", [op.operands[0]], {"dimensions": tuple(dims[d] for d in inner_dims)})
+    return None
+
+
+@_rule("transpose")
+def _transpose(inst):
+    op = inst.operands[0]
+    perm = tuple(inst.attrs["dimensions"])
+    if perm == tuple(range(len(perm))) and compatible(op.shape, inst.shape):
+        return op
+    if op.opcode == "transpose":
+        inner = tuple(op.attrs["dimensions"])
+        composed = tuple(inner[p] for p in perm)
+        source = op.operands[0]
+        if composed == tuple(range(len(composed))) and compatible(source.shape, inst.shape):
+            return source
+        return _new(inst, "transpose", [source], {"dimensions": composed})
+    return None
+
+
+def _widens_exactly(src, mid) -> bool:
+    if src.kind == "float" and mid.kind == "float":
+        return mid.bits > src.bits and not (src.name == "bf16" and mid.name == "f16")
+    if src.kind in ("sint", "uint") and mid.kind in ("sint", "uint"):
+        return mid.bits > src.bits and (src.kind == mid.kind or src.kind == "uint")
+    return False
+
+
+@_rule("convert")
+def _convert_pair(inst):
+    # convert(convert(x: T) -> wider U) -> T is x: the round trip through U loses nothing.
+    op = inst.operands[0]
+    if op.opcode != "convert":
+        return None
+    source = op.operands[0]
+    if compatible(source.shape, inst.shape) and _widens_exactly(source.shape.dtype, op.shape.dtype):
+        return source
+    return None
+
+
+@_rule("pad")
+def _pad(inst):
+    config = inst.attrs.get("padding", ())
+    if all(tuple(c) == (0, 0, 0) for c in config):
+        return _operand_if_noop(inst)
+    return None
+
+
+@_rule("reverse")
+def _reverse(inst):
+    op = inst.operands[0]
+    if all(op.shape.dims[d] == 1 for d in inst.attrs.get("dimensions", ())):
+        return _operand_if_noop(inst)
+    return None
+
+
+# ---- arithmetic identities --------------------------------------------------------------------
+
+def _if_compatible(inst: HloInstruction, candidate: HloInstruction) -> HloInstruction | None:
+    return candidate if compatible(candidate.shape, inst.shape) else None
+
+
+@_rule("add")
+def _add_zero(inst):
+    lhs, rhs = inst.operands
+    zero = "zero-" if inst.shape.dtype.kind in ("float", "complex") else "zero"
+    if _is_identity(rhs, zero):
+        return _if_compatible(inst, lhs)
+    if _is_identity(lhs, zero):
+        return _if_compatible(inst, rhs)
+    return None
+
+
+@_rule("subtract")
+def _sub_zero(inst):
+    lhs, rhs = inst.operands
+    zero = "zero+" if inst.shape.dtype.kind in ("float", "complex") else "zero"
+    return _if_compatible(inst, lhs) if _is_identity(rhs, zero) else None
+
+
+@_rule("multiply")
+def _mul_one(inst):
+    lhs, rhs = inst.operands
+    if _is_identity(rhs, "one"):
+        return _if_compatible(inst, lhs)
+    if _is_identity(lhs, "one"):
+        return _if_compatible(inst, rhs)
+    return None
+
+
+@_rule("divide")
+def _div_one(inst):
+    lhs, rhs = inst.operands
+    return _if_compatible(inst, lhs) if _is_identity(rhs, "one") else None
+
+
+@_rule("select")
+def _select(inst):
+    pred, on_true, on_false = inst.operands
+    if on_true is on_false:
+        return _if_compatible(inst, on_true)
+    value = scalar_constant(pred)
+    if value is None:
+        return None
+    return _if_compatible(inst, on_true if bool(value) else on_false)
+
+
+# ---- folding ----------------------------------------------------------------------------------
+
+def _broadcast_scalar_constant(inst: HloInstruction) -> np.ndarray | None:
+    if inst.opcode != "broadcast":
+        return None
+    op = inst.operands[0]
+    if op.opcode != "constant" or not op.shape.is_array or op.shape.rank != 0:
+        return None
+    return literal_array(op)
+
+
+def sink_broadcasts(comp: HloComputation, inst: HloInstruction) -> bool:
+    """op(broadcast(c1), ..., broadcast(cn)) => broadcast(op(c1, ..., cn)) for an elementwise
+    op of scalar constants: the folded value stays a scalar behind one broadcast."""
+    if not inst.info.elementwise or not can_fold_opcode(inst.opcode) or not inst.shape.is_array:
+        return False
+    if inst.control_predecessors or not inst.operands:
+        return False
+    scalars = [_broadcast_scalar_constant(o) for o in inst.operands]
+    if any(s is None for s in scalars):
+        return False
+    scalar_shape = ArrayShape(inst.shape.dtype, (), (), Layout(()))
+    probe = HloInstruction(inst.opcode, scalar_shape, [], dict(inst.attrs), name=inst.name)
+    for o in inst.operands:  # the fold rules read operand types
+        probe.operands.append(o.operands[0])
+    value = fold(probe, scalars)
+    if value is None:
+        return False
+    const = HloInstruction("constant", scalar_shape, name="constant")
+    const.literal = np.ascontiguousarray(value)
+    comp.add_instruction(const)
+    replace_instruction(comp, inst, HloInstruction("broadcast", inst.shape, [const], {"dimensions": ()}, name="broadcast"))
+    return True
+
+
+# ---- the pass ---------------------------------------------------------------------------------
+
+def _blocked(inst: HloInstruction, control_successors: set[int]) -> bool:
+    # Like XLA, leave instructions tied by control edges alone: the edges order side effects.
+    return bool(inst.control_predecessors) or id(inst) in control_successors
+
+
+def simplify_instruction(comp: HloComputation, inst: HloInstruction, fold_constants: bool = True,
+                         max_fold_elements: int = DEFAULT_MAX_ELEMENTS) -> bool:
+    """Apply the first rule that rewrites `inst`; True if one did."""
+    for rule in _RULES.get(inst.opcode, ()):
+        new = rule(inst)
+        if new is not None and new is not inst:
+            replace_instruction(comp, inst, new)
+            return True
+    if fold_constants:
+        if sink_broadcasts(comp, inst):
+            return True
+        if fold_instruction(comp, inst, max_fold_elements):
+            return True
+    return False
+
+
+def simplify_computation(comp: HloComputation, fold_constants: bool = True,
+                         max_fold_elements: int = DEFAULT_MAX_ELEMENTS, max_rounds: int = 32) -> bool:
+    """Rewrite `comp` until no rule applies (or `max_rounds` sweeps); True if anything changed."""
+    changed = False
+    for _ in range(max_rounds):
+        control_successors = {id(p) for i in comp.instructions for p in i.control_predecessors}
+        round_changed = False
+        for inst in comp.post_order():
+            if inst.parent is not comp or _blocked(inst, control_successors):
+                continue
+            round_changed |= simplify_instruction(comp, inst, fold_constants, max_fold_elements)
+        if not round_changed:
+            break
+        changed = True
+    if changed:
+        comp.sort_instructions()
+    return changed
+
+
+@dataclass(frozen=True)
+class AlgebraicSimplifier(HloPass):
+    """The simplifier over every non-fused computation (fused ones are the fusion's business)."""
+
+    fold_constants: bool = True
+    max_fold_elements: int = DEFAULT_MAX_ELEMENTS
+    name: str = "simplifier"
+
+    def run(self, module: HloModule) -> bool:
+        """Simplify every computation; True if anything changed."""
+        changed = False
+        for comp in module.computations_post_order():
+            if not comp.is_fusion_computation():
+                changed |= simplify_computation(comp, self.fold_constants, self.max_fold_elements)
+        return changed
+
+
+def _register() -> None:
+    from .pipeline import register_pass
+
+    register_pass("simplifier", AlgebraicSimplifier)
+    register_pass("algsimp", AlgebraicSimplifier)
+
+
+_register()
