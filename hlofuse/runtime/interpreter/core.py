@@ -120,6 +120,8 @@ class Interpreter:
             raise UnsupportedError(f"the interpreter does not support {inst.opcode} "
                                    f"(instruction {inst.name}): {reason}")
         value = rule(inst, args, self)
+        if isinstance(value, np.generic):  # numpy ufuncs on 0-d arrays return scalars
+            value = np.asarray(value)
         self._check(inst, value)
         return value
 

@@ -1,0 +1,83 @@
+"""Reference rule of `reduce`, including variadic reduce (argmax-style (value, index) pairs).
+
+Reducers recognised from the computation (add, multiply, maximum, minimum, and, or, xor of
+the accumulator and the element) run as one numpy reduction; any other reducer is folded
+element by element along the reduced dimensions, vectorized over the kept elements when the
+reducer is elementwise (it is then evaluated once per reduced position on whole arrays).
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ...hlo.ir import HloComputation, HloInstruction
+from ...hlo.opcodes import register_reference
+from .core import Value, is_elementwise_computation
+from .op_helpers import ASSIGN, KEEP, recognize_combiner
+
+Array = np.ndarray
+
+
+def _fast_reduce(inputs: list[Array], inits: list[Array], dims: tuple[int, ...], reducers) -> list[Array] | None:
+    """One numpy reduction per output when every output has a recognised ufunc reducer."""
+    if any(r in (ASSIGN, KEEP) for r in reducers):
+        return None
+    out = []
+    for x, init, ufunc in zip(inputs, inits, reducers):
+        reduced_count = math.prod(x.shape[d] for d in dims)
+        if reduced_count == 0:
+            kept = tuple(s for i, s in enumerate(x.shape) if i not in dims)
+            out.append(np.broadcast_to(init, kept).astype(x.dtype))
+            continue
+        if not dims:
+            r = x
+        else:
+            r = ufunc.reduce(x, axis=dims) if x.dtype.kind != "V" else \
+                ufunc.reduce(x.astype(np.float32), axis=dims).astype(x.dtype)
+        # The init value joins once; for the recognised reducers its position does not matter.
+        out.append(np.asarray(ufunc(r, init)).astype(x.dtype))
+    return out
+
+
+def fold(interp, reducer: HloComputation, inputs: list[Array], inits: list[Array],
+         dims: tuple[int, ...]) -> list[Array]:
+    """Fold `reducer` over `dims` of `inputs` starting from `inits`, in index order."""
+    rank = inputs[0].ndim
+    kept = [d for d in range(rank) if d not in dims]
+    kept_shape = tuple(inputs[0].shape[d] for d in kept)
+    n_kept = math.prod(kept_shape)
+    n_red = math.prod(inputs[0].shape[d] for d in dims)
+    flat = [np.transpose(x, kept + list(dims)).reshape(n_kept, n_red) for x in inputs]
+    n = len(inputs)
+    if is_elementwise_computation(reducer):
+        acc = [np.broadcast_to(init, (n_kept,)).copy() for init in inits]
+        for k in range(n_red):
+            result = interp.call_batched(reducer, acc + [f[:, k] for f in flat])
+            values = list(result) if n > 1 else [result]
+            acc = [np.broadcast_to(np.asarray(v), (n_kept,)).astype(init.dtype) for v, init in zip(values, inits)]
+    else:
+        acc = [np.empty((n_kept,), dtype=init.dtype) for init in inits]
+        for i in range(n_kept):
+            state = [np.asarray(init) for init in inits]
+            for k in range(n_red):
+                result = interp.call(reducer, state + [np.asarray(f[i, k]) for f in flat])
+                state = list(result) if n > 1 else [result]
+            for a, s in zip(acc, state):
+                a[i] = s
+    return [a.reshape(kept_shape) for a in acc]
+
+
+@register_reference("reduce")
+def _reduce(inst: HloInstruction, args: list, interp) -> Value:
+    """Reduce N inputs with N init values over `dimensions` using `to_apply`."""
+    n = len(args) // 2
+    inputs = [np.asarray(a) for a in args[:n]]
+    inits = [np.asarray(a) for a in args[n:]]
+    dims = tuple(sorted(int(d) for d in inst.attrs.get("dimensions", ())))
+    reducer = inst.attrs["to_apply"]
+    reducers = recognize_combiner(reducer)
+    out = _fast_reduce(inputs, inits, dims, reducers) if reducers is not None else None
+    if out is None:
+        out = fold(interp, reducer, inputs, inits, dims)
+    return tuple(out) if inst.shape.is_tuple else out[0]
