@@ -584,3 +584,95 @@ def test_select_and_scatter_le_picks_the_first_minimum():
     want[0, 1] = 10  # first of the two 1s in row-major window order
     want[1, 2] = 20  # first of the two 0s
     close(run(inst, x, src, np.float32(0)), want, rtol=0, atol=0)
+
+
+# ---- sort and topk ------------------------------------------------------------------------------
+import hlofuse.runtime.interpreter.sort  # noqa: E402,F401
+
+
+def _compare_comp(direction, dtypes, total_order=False, swap=False):
+    """Comparator over (lhs_i, rhs_i) pairs of `dtypes` comparing operand 0 only."""
+    comp = HloComputation("cmp")
+    p = [comp.add_parameter(array(t, ()), f"x{i}") for i, t in enumerate(t for t in dtypes for _ in (0, 1))]
+    attrs = {"direction": direction, **({"type": "TOTALORDER"} if total_order else {})}
+    ops = [p[1], p[0]] if swap else [p[0], p[1]]
+    comp.root = comp.add_instruction(HloInstruction("compare", array("pred", ()), ops, attrs))
+    return comp
+
+
+def _sort_inst(operands, comp, dim, stable=True):
+    shapes = [shape_of(o) for o in operands]
+    out = TupleShape(tuple(shapes)) if len(operands) > 1 else shapes[0]
+    return instruction("sort", out, shapes, dimensions=(dim,), is_stable=stable, to_apply=comp)
+
+
+@pytest.mark.parametrize("shape,dim", [((10,), 0), ((4, 9), 1), ((7, 3, 5), 0), ((3, 8, 4), 1)])
+@pytest.mark.parametrize("dtype", [np.float32, np.int32, np.uint8])
+def test_sort_with_values_matches_jax(shape, dim, dtype):
+    keys = rand(shape, dtype, 0, 5)  # few distinct keys: stability matters
+    vals = rand(shape, np.float32)
+    want_k, want_v = lax.sort((keys, vals), dimension=dim, is_stable=True, num_keys=1)
+    name = from_numpy(np.dtype(dtype)).name
+    got_k, got_v = run(_sort_inst([keys, vals], _compare_comp("LT", [name, "f32"]), dim), keys, vals)
+    close(got_k, want_k, rtol=0, atol=0)
+    close(got_v, want_v, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("swap", [False, True])
+@pytest.mark.parametrize("dtype", [np.float32, np.int32, np.uint16, np.bool_])
+def test_sort_descending_is_stable(dtype, swap):
+    keys = rand((5, 12), np.int32, 0, 4).astype(dtype)
+    idx = np.broadcast_to(np.arange(12, dtype=np.int32), keys.shape).copy()
+    # GT as compare(p0, p1, GT) or equivalently compare(p1, p0, LT).
+    comp = _compare_comp("LT" if swap else "GT", [from_numpy(np.dtype(dtype)).name, "s32"], swap=swap)
+    got_k, got_i = run(_sort_inst([keys, idx], comp, 1), keys, idx)
+    order = np.argsort(-keys.astype(np.int64), axis=1, kind="stable")  # reference: numpy, by hand
+    close(got_k, np.take_along_axis(keys, order, 1), rtol=0, atol=0)
+    close(got_i, order.astype(np.int32), rtol=0, atol=0)
+
+
+def test_sort_totalorder_places_nan_and_signed_zero():
+    want = np.array([-np.nan, -np.inf, -1.5, -0.0, 0.0, 2.0, np.inf, np.nan], dtype=np.float32)
+    want[0] = -np.abs(np.float32(np.nan))  # a NaN with the sign bit set
+    x = want[[5, 0, 7, 3, 1, 6, 4, 2]]
+    got = run(_sort_inst([x], _compare_comp("LT", ["f32"], total_order=True), 0), x)
+    assert got.view(np.uint32).tolist() == want.view(np.uint32).tolist()
+
+
+def _lexicographic_comp():
+    """(a0 < b0) or (a0 == b0 and a1 < b1): two sort keys, evaluated by calls."""
+    comp = HloComputation("lex")
+    a0, b0, a1, b1 = (comp.add_parameter(array(t, ()), f"x{i}") for i, t in enumerate(["s32", "s32", "f32", "f32"]))
+    pred = array("pred", ())
+    lt0 = comp.add_instruction(HloInstruction("compare", pred, [a0, b0], {"direction": "LT"}))
+    eq0 = comp.add_instruction(HloInstruction("compare", pred, [a0, b0], {"direction": "EQ"}))
+    lt1 = comp.add_instruction(HloInstruction("compare", pred, [a1, b1], {"direction": "LT"}))
+    both = comp.add_instruction(HloInstruction("and", pred, [eq0, lt1]))
+    comp.root = comp.add_instruction(HloInstruction("or", pred, [lt0, both]))
+    return comp
+
+
+@pytest.mark.parametrize("dim", [0, 1])
+def test_sort_general_comparator_matches_jax_two_keys(dim):
+    k0 = rand((6, 7), np.int32, 0, 3)
+    k1 = np.round(rand((6, 7), np.float32, 0, 3))
+    want0, want1 = lax.sort((k0, k1), dimension=dim, is_stable=True, num_keys=2)
+    interp = StubInterp()
+    got0, got1 = run(_sort_inst([k0, k1], _lexicographic_comp(), dim), k0, k1, interp=interp)
+    close(got0, want0, rtol=0, atol=0)
+    close(got1, want1, rtol=0, atol=0)
+    assert interp.calls > 0
+
+
+@pytest.mark.parametrize("largest", [True, False])
+def test_topk_matches_jax(largest):
+    x = np.round(rand((3, 4, 10), np.float32, 0, 6))  # ties: lower index first
+    k = 4
+    want_v, want_i = lax.top_k(x if largest else -x, k)
+    if not largest:
+        want_v = -want_v
+    out = TupleShape((shape_of(np.asarray(want_v)), shape_of(np.asarray(want_i))))
+    inst = instruction("topk", out, [shape_of(x)], k=k, largest=largest)
+    got_v, got_i = run(inst, x)
+    close(got_v, want_v, rtol=0, atol=0)
+    close(got_i, want_i, rtol=0, atol=0)
