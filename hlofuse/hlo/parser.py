@@ -28,6 +28,15 @@ _SECTION = re.compile(
 )
 _SECTION_KEYWORDS = ("FileNames", "FunctionNames", "FileLocations", "StackFrames")
 _ATTR_KEY = re.compile(r"[A-Za-z_][\w\-]*")
+_NAME_RE = r"(%?([A-Za-z_][\w.\-]*))"
+_FAST_HEAD = re.compile(r"\s*(ROOT\s+)?" + _NAME_RE + r"[ \t]*=[ \t]*([a-z][a-z0-9]*\[[^\]\[]*\](?:\{[^{}]*\})?)"
+                        r"[ \t]+([a-z][a-z0-9\-]*)\(")
+_FAST_EMPTY = re.compile(r"\s*\)")
+_FAST_OPERAND = re.compile(r"[ \t]*(?:[a-z][a-z0-9]*\[[^\]\[]*\](?:\{[^{}]*\})?[ \t]+)?" + _NAME_RE + r"[ \t]*([,)])")
+_FAST_ATTR = re.compile(r"[ \t]*,[ \t]*([A-Za-z_][\w\-]*)[ \t]*=")
+# Possessive quantifiers (Python 3.11+) keep a failed match linear; failures take the general path.
+_FAST_VALUE = re.compile(r'[ \t]*([%\w.\-]+|\{(?:[^{}"\n/]++|"(?:[^"\\\n]++|\\.)*+")*+\}|"(?:[^"\\\n]++|\\.)*+")'
+                         r"(?=[ \t]*(?:,|\n|$))")
 _DIM = re.compile(r"(<=)?(\d+)$")
 _LAYOUT = re.compile(r"\{\s*(\d+(?:\s*,\s*\d+)*)?\s*(?::([^{}]*))?\}$")
 
@@ -170,12 +179,18 @@ class _Parser:
         numbers: dict[int, HloInstruction] = {}
         for item in pending:
             inst = item.inst
+            ops = inst.operands
             for op_name, pos in item.operands:
                 op = by_name.get(op_name)
                 if op is None:
                     raise lex.error(f"operand '{op_name}' of '{inst.name}' is not defined in computation "
                                     f"'{comp.name}'", pos)
-                inst.append_operand(op)
+                ops.append(op)
+                # All of inst's operand edges are added here at once, so a repeated operand
+                # (add(x, x)) is recognised by looking at the last user only.
+                users = op.users
+                if not users or users[-1] is not inst:
+                    users.append(inst)
             for op_name, pos in item.controls:
                 op = by_name.get(op_name)
                 if op is None:
@@ -233,21 +248,37 @@ class _Parser:
     # ---- instructions ---------------------------------------------------------------------
     def parse_instruction(self) -> tuple[_Pending, bool, int]:
         lex = self.lex
-        is_root = lex.accept_keyword("ROOT")
-        name, name_pos = lex.name("an instruction name")
-        lex.expect("=")
-        shape = self.parse_shape()
-        lex.skip_ws()
-        op_pos = lex.pos
-        m = WORD.match(lex.text, op_pos)
-        if m is None:
-            raise lex.expected("an opcode")
-        opcode = m.group()
+        text = lex.text
+        # Fast path for the common line head `[ROOT ]%name = f32[..]{..} opcode(`; anything
+        # else (tuple shapes, comments) takes the general path, which accepts a superset.
+        m = _FAST_HEAD.match(text, lex.pos)
+        if m is not None:
+            is_root = m.group(1) is not None
+            name, name_pos = m.group(3), m.start(2)
+            key = m.group(4)
+            shape = self.shape_cache.get(key)
+            if shape is None:
+                shape = self._array_shape(ARRAY_SHAPE.match(text, m.start(4)), m.start(4))
+                self.shape_cache[key] = shape
+            opcode, op_pos = m.group(5), m.start(5)
+            lex.pos = m.end()
+        else:
+            is_root = lex.accept_keyword("ROOT")
+            name, name_pos = lex.name("an instruction name")
+            lex.expect("=")
+            shape = self.parse_shape()
+            lex.skip_ws()
+            op_pos = lex.pos
+            w = WORD.match(text, op_pos)
+            if w is None:
+                raise lex.expected("an opcode")
+            opcode = w.group()
+            lex.pos = w.end()
         info = OPS.get(opcode)
         if info is None:
             raise lex.error(f"unknown opcode '{opcode}'", op_pos)
-        lex.pos = m.end()
-        lex.expect("(")
+        if m is None:
+            lex.expect("(")
         inst = HloInstruction(opcode, shape, (), None, name)
         self._name_pos[id(inst)] = name_pos
         operands: list[tuple[str, int]] = []
@@ -258,36 +289,38 @@ class _Parser:
             if inst.parameter_number < 0:
                 raise lex.error(f"parameter number of '{name}' must not be negative", op_pos)
             lex.expect(")")
-        elif not lex.accept(")"):
-            while True:
-                c = lex.peek()
-                if c == "(" or ARRAY_SHAPE.match(lex.text, lex.pos):
-                    self.parse_shape()
-                operands.append(lex.name("an operand name"))
-                if lex.accept(")"):
-                    break
-                if not lex.accept(","):
-                    raise lex.expected("',' or ')'")
+        else:
+            self._operands(operands)
         if info.arity != VARIADIC and len(operands) != info.arity and opcode not in ("constant", "parameter"):
             raise lex.error(f"'{opcode}' takes {info.arity} operand{'s' if info.arity != 1 else ''} but "
                             f"'{name}' has {len(operands)}", op_pos)
         controls: list[tuple[str, int]] = []
         comp_refs: list[tuple[str, ComputationRef]] = []
         attrs = inst.attrs
-        while lex.accept(","):
-            lex.skip_ws()
-            key_pos = lex.pos
-            key = self._attr_key()
-            lex.expect("=")
+        while True:
+            m = _FAST_ATTR.match(text, lex.pos)
+            if m is not None:
+                key, key_pos = m.group(1), m.start(1)
+                lex.pos = m.end()
+            elif lex.accept(","):
+                lex.skip_ws()
+                key_pos = lex.pos
+                key = self._attr_key()
+                lex.expect("=")
+            else:
+                break
             if key in attrs or (key == "control-predecessors" and controls):
                 raise lex.error(f"attribute '{key}' is given twice on '{name}'", key_pos)
-            lex.skip_ws()
-            value_pos = lex.pos
-            raw = lex.scan_value()
+            v = _FAST_VALUE.match(text, lex.pos)
+            if v is not None:
+                raw, value_pos = v.group(1), v.start(1)
+                lex.pos = v.end()
+            else:
+                lex.skip_ws()
+                value_pos = lex.pos
+                raw = lex.scan_value()
             if key == "control-predecessors":
                 controls = self._name_list(raw, value_pos, key)
-                if not controls:
-                    attrs.pop(key, None)
                 continue
             try:
                 value = decode_attribute(key, raw, value_pos)
@@ -295,9 +328,34 @@ class _Parser:
                 raise lex.error(f"{e} (on '{name}')", value_pos + e.offset) from None
             if isinstance(value, ComputationRef):
                 comp_refs.append((key, value))
-                value = None
+                value = None  # placeholder keeping the attribute's place; resolved at the end
             attrs[key] = value
         return _Pending(inst, operands, controls, comp_refs), is_root, name_pos
+
+    def _operands(self, operands: list[tuple[str, int]]) -> None:
+        """Operands up to the closing ')', each `[shape] [%]name`; appends (name, offset)."""
+        lex = self.lex
+        text = lex.text
+        m = _FAST_EMPTY.match(text, lex.pos)
+        if m is not None:
+            lex.pos = m.end()
+            return
+        while True:
+            m = _FAST_OPERAND.match(text, lex.pos)
+            if m is not None:
+                operands.append((m.group(2), m.start(1)))
+                lex.pos = m.end()
+                if m.group(3) == ")":
+                    return
+                continue
+            c = lex.peek()
+            if c == "(" or ARRAY_SHAPE.match(text, lex.pos):
+                self.parse_shape()
+            operands.append(lex.name("an operand name"))
+            if lex.accept(")"):
+                return
+            if not lex.accept(","):
+                raise lex.expected("',' or ')'")
 
     def _name_list(self, raw: str, offset: int, key: str) -> list[tuple[str, int]]:
         if not (raw.startswith("{") and raw.endswith("}")):
