@@ -1,0 +1,1 @@
+"""The CPU target: host target machine, LLVM optimization and JIT, kernel skeletons."""

@@ -1,0 +1,270 @@
+"""The elemental emitter (XLA's MakeElementGenerator), shared by every target.
+
+For each instruction of a fused computation it builds a *generator*: a function from an
+output index (an `Index` of i64 values) to the LLVM value of that element. Generators are
+composed through operands; the per-opcode rules are attached to the op registry with
+`register_elemental` (elemental_math.py for arithmetic, elemental_data.py for data
+movement). A kernel emitter supplies how a fused parameter is read (`param_gen`) and asks
+for the root's generator.
+
+Register representation of element types: pred is i1 (i8 in memory), integers are iN with
+the signedness taken from the HLO type, f16 is `half`, bf16 is its i16 bit pattern (LLVM
+arithmetic on it goes through f32 with round-to-nearest-even back), f32/f64 are float/double.
+A value of tuple shape is a Python tuple of values.
+"""
+from __future__ import annotations
+
+import math
+from typing import Callable
+
+import numpy as np
+from llvmlite import ir
+
+from ..hlo.dtypes import ElementType
+from ..hlo.errors import UnsupportedError
+from ..hlo.ir import HloComputation, HloInstruction
+
+I1 = ir.IntType(1)
+I8 = ir.IntType(8)
+I16 = ir.IntType(16)
+I32 = ir.IntType(32)
+I64 = ir.IntType(64)
+F16 = ir.HalfType()
+F32 = ir.FloatType()
+F64 = ir.DoubleType()
+
+_UNSUPPORTED_TYPES = ("s4", "u4", "f8e4m3fn", "f8e5m2", "c64", "c128", "token")
+
+
+def check_type(et: ElementType, inst: HloInstruction | None = None) -> None:
+    """UnsupportedError (naming the instruction) for element types the emitters do not handle."""
+    if et.name in _UNSUPPORTED_TYPES:
+        where = f" in instruction {inst.name} ({inst.opcode})" if inst is not None else ""
+        raise UnsupportedError(f"element type {et.name} is not supported by the LLVM emitters{where}")
+
+
+def reg_type(et: ElementType) -> ir.Type:
+    """LLVM type of an element held in a register."""
+    check_type(et)
+    if et.is_pred:
+        return I1
+    if et.name == "bf16":
+        return I16
+    if et.name == "f16":
+        return F16
+    if et.name == "f32":
+        return F32
+    if et.name == "f64":
+        return F64
+    return ir.IntType(et.bits)
+
+
+def mem_type(et: ElementType) -> ir.Type:
+    """LLVM type of an element in memory (pred is a byte)."""
+    return I8 if et.is_pred else reg_type(et)
+
+
+def compute_type(et: ElementType) -> ir.Type:
+    """Type float arithmetic on `et` is done in (f16 and bf16 compute in f32)."""
+    if et.name in ("bf16", "f16"):
+        return F32
+    return reg_type(et)
+
+
+def to_compute(b: ir.IRBuilder, v: ir.Value, et: ElementType) -> ir.Value:
+    """Widen a register value of a 16-bit float to f32 (identity otherwise)."""
+    if et.name == "bf16":
+        return b.bitcast(b.shl(b.zext(v, I32), ir.Constant(I32, 16)), F32)
+    if et.name == "f16":
+        return b.fpext(v, F32)
+    return v
+
+
+def bf16_from_f32(b: ir.IRBuilder, v: ir.Value) -> ir.Value:
+    """Round an f32 to bf16 bits, to nearest even; NaN stays a (quiet) NaN."""
+    bits = b.bitcast(v, I32)
+    lsb = b.and_(b.lshr(bits, ir.Constant(I32, 16)), ir.Constant(I32, 1))
+    rounded = b.lshr(b.add(bits, b.add(lsb, ir.Constant(I32, 0x7FFF))), ir.Constant(I32, 16))
+    nan = b.or_(b.lshr(bits, ir.Constant(I32, 16)), ir.Constant(I32, 0x40))
+    isnan = b.fcmp_unordered("uno", v, v)
+    return b.trunc(b.select(isnan, nan, rounded), I16)
+
+
+def from_compute(b: ir.IRBuilder, v: ir.Value, et: ElementType) -> ir.Value:
+    """Round a compute value back to the register type of `et`."""
+    if et.name == "bf16":
+        if v.type != F32:
+            v = b.fptrunc(v, F32)
+        return bf16_from_f32(b, v)
+    if et.name == "f16":
+        return b.fptrunc(v, F16)
+    return v
+
+
+def load_element(b: ir.IRBuilder, ptr: ir.Value, et: ElementType) -> ir.Value:
+    """Load an element through `ptr` (a mem_type pointer) into its register form."""
+    v = b.load(ptr)
+    if et.is_pred:
+        return b.icmp_unsigned("!=", v, ir.Constant(I8, 0))
+    return v
+
+
+def store_element(b: ir.IRBuilder, v: ir.Value, ptr: ir.Value, et: ElementType) -> None:
+    """Store a register value `v` of type `et` through `ptr`."""
+    if et.is_pred:
+        v = b.zext(v, I8)
+    b.store(v, ptr)
+
+
+def const_i64(v: int) -> ir.Constant:
+    return ir.Constant(I64, int(v))
+
+
+def row_major_strides(dims) -> list[int]:
+    strides, acc = [], 1
+    for d in reversed(dims):
+        strides.append(acc)
+        acc *= d
+    return strides[::-1]
+
+
+class Index:
+    """An index into an array of `dims`: its multi-dimensional i64 components and its linear
+    (row-major) form. The missing form is computed eagerly where the Index is made, so values
+    always dominate their uses; LLVM removes the unused one."""
+
+    def __init__(self, b: ir.IRBuilder, dims, multi=None, linear=None) -> None:
+        self.dims = tuple(int(d) for d in dims)
+        if multi is None and linear is None:
+            raise ValueError("an Index needs a multi-dimensional or a linear form")
+        if multi is None:
+            multi = delinearize(b, linear, self.dims)
+        if linear is None:
+            linear = linearize(b, multi, self.dims)
+        self.multi = tuple(multi)
+        self.linear = linear
+
+    def key(self) -> tuple:
+        return tuple(id(v) for v in self.multi) if self.multi else (id(self.linear),)
+
+
+def linearize(b: ir.IRBuilder, multi, dims) -> ir.Value:
+    """Row-major linear index of `multi` in `dims`."""
+    if not dims:
+        return const_i64(0)
+    acc = None
+    for v, stride in zip(multi, row_major_strides(dims)):
+        term = v if stride == 1 else b.mul(v, const_i64(stride), flags=["nuw", "nsw"])
+        acc = term if acc is None else b.add(acc, term, flags=["nuw", "nsw"])
+    return acc
+
+
+def delinearize(b: ir.IRBuilder, linear, dims) -> list:
+    """Multi-dimensional index of row-major `linear` in `dims` (size-1 dims give 0)."""
+    out = []
+    for d, stride in zip(dims, row_major_strides(dims)):
+        if d == 1:
+            out.append(const_i64(0))
+            continue
+        q = linear if stride == 1 else b.udiv(linear, const_i64(stride))
+        out.append(q if stride * d == math.prod(dims) else b.urem(q, const_i64(d)))
+    return out
+
+
+Generator = Callable[[Index], ir.Value]
+
+
+def dims_of(inst: HloInstruction) -> tuple[int, ...]:
+    return tuple(inst.shape.dims) if inst.shape.is_array else ()
+
+
+class ElementalEmitter:
+    """Builds generators for the instructions of one computation at one builder position.
+
+    `param_gen(parameter) -> Generator` says how parameters are read (a load from a kernel
+    argument, or a value already computed for an inlined scalar computation).
+    """
+
+    def __init__(self, builder: ir.IRBuilder, target, param_gen: Callable[[HloInstruction], Generator]) -> None:
+        self.b = builder
+        self.target = target
+        self.param_gen = param_gen
+        self.fp_flags: tuple[str, ...] = ()  # fast-math flags for float add/mul (reductions)
+        self._gens: dict[int, Generator] = {}
+        self._cache: dict[tuple, ir.Value] = {}
+
+    @property
+    def module(self) -> ir.Module:
+        return self.b.module
+
+    def gen(self, inst: HloInstruction) -> Generator:
+        """The (memoized) generator of `inst`."""
+        g = self._gens.get(id(inst))
+        if g is not None:
+            return g
+        if inst.opcode == "parameter":
+            raw = self.param_gen(inst)
+        else:
+            rule = inst.info.elemental
+            if rule is None:
+                reason = inst.info.unsupported.get("elemental", "it has no element generator")
+                raise UnsupportedError(f"cannot emit {inst.opcode} instruction {inst.name}: {reason}")
+            for leaf in inst.shape.leaves():
+                check_type(leaf.dtype, inst)
+            raw = rule(self, inst)
+        g = self._cached(inst, raw)
+        self._gens[id(inst)] = g
+        return g
+
+    def _cached(self, inst: HloInstruction, raw: Generator) -> Generator:
+        # Reuse a value only inside the block that computed it (so it dominates the use),
+        # which keeps DAG-shaped fusions (x used twice) from emitting x twice.
+        def g(index: Index):
+            key = (id(inst), index.key(), id(self.b.block))
+            v = self._cache.get(key)
+            if v is None:
+                v = raw(index)
+                self._cache[key] = v
+            return v
+
+        return g
+
+    def operand(self, inst: HloInstruction, i: int) -> Generator:
+        return self.gen(inst.operands[i])
+
+    def value(self, inst: HloInstruction, index: Index) -> ir.Value:
+        return self.gen(inst)(index)
+
+    def scalar(self, inst: HloInstruction) -> ir.Value:
+        """The value of a rank-0 instruction."""
+        return self.gen(inst)(Index(self.b, (), multi=()))
+
+    def call_scalar(self, comp: HloComputation, args: list, reduction: bool = False) -> ir.Value | tuple:
+        """Inline a scalar computation (a reducer, a map function) on register values `args`.
+
+        In a reduction the target may allow reassociating float adds and multiplies (XLA does:
+        vectorized row reductions on CPU, trees on GPU), which is what lets LLVM vectorize."""
+        params = {p.parameter_number: a for p, a in zip(comp.parameters, args)}
+        flat = list(args)
+        if len(comp.parameters) != len(flat):
+            raise UnsupportedError(f"computation {comp.name} takes {len(comp.parameters)} parameters, got {len(flat)}")
+        sub = ElementalEmitter(self.b, self.target, lambda p: (lambda _idx, v=params[p.parameter_number]: v))
+        if reduction and self.target.reassociate_reductions:
+            sub.fp_flags = ("reassoc", "contract")
+        return sub.scalar(comp.root)
+
+    def global_constant(self, inst: HloInstruction, data: np.ndarray, et: ElementType) -> ir.Value:
+        """An LLVM global holding `data` (raw bytes), as a pointer to its first element."""
+        raw = np.ascontiguousarray(data).tobytes()
+        arr_ty = ir.ArrayType(I8, len(raw))
+        name = f"const.{inst.name}.{len(self.module.globals)}"
+        gv = ir.GlobalVariable(self.module, arr_ty, name=name)
+        gv.global_constant = True
+        gv.linkage = "internal"
+        gv.align = 64
+        gv.initializer = ir.Constant(arr_ty, bytearray(raw))
+        return self.b.bitcast(gv, mem_type(et).as_pointer())
+
+
+# The rule modules register themselves in the op registry; they import this module's names.
+from . import elemental_data, elemental_math  # noqa: E402,F401

@@ -1,0 +1,398 @@
+"""Element generators for leaves and data movement (constant, iota, broadcast, reshape,
+transpose, slice, dynamic-slice, concatenate, pad, reverse, gather, tuples) and for the ops
+that inline a called computation per element (reduce, reduce-window, map).
+
+Data movement maps an output index to an operand index; choices between operands
+(concatenate, pad) are selects over clamped in-bounds reads, so loops stay branch-free and
+vectorizable."""
+from __future__ import annotations
+
+import numpy as np
+from llvmlite import ir
+
+from ..hlo.dtypes import S64, ElementType
+from ..hlo.errors import UnsupportedError
+from ..hlo.opcodes import register_elemental
+from .elemental import (
+    I1,
+    I16,
+    I64,
+    ElementalEmitter,
+    Index,
+    const_i64,
+    dims_of,
+    load_element,
+    reg_type,
+)
+from .elemental_math import convert_value
+from .loop_emitter import for_range
+
+
+def scalar_constant(et: ElementType, value) -> ir.Constant:
+    """An LLVM constant of register type for one element value."""
+    ty = reg_type(et)
+    if et.is_pred:
+        return ir.Constant(I1, int(bool(value)))
+    if et.name == "bf16":
+        return ir.Constant(I16, int(np.asarray(value, dtype=et.numpy).view(np.uint16)))
+    if et.is_float:
+        return ir.Constant(ty, float(value))
+    return ir.Constant(ty, int(value))
+
+
+@register_elemental("constant")
+def _constant(em: ElementalEmitter, inst):
+    lit = inst.literal
+    if lit is None:
+        raise UnsupportedError(f"constant {inst.name} has an elided value ({{...}}); cannot emit it")
+    et = inst.shape.dtype
+    lit = np.asarray(lit, dtype=et.numpy)
+    flat = lit.reshape(-1)
+    if flat.size == 1 or (flat.size and np.all(flat.view(np.uint8).reshape(flat.size, -1) == flat[:1].view(np.uint8))):
+        value = scalar_constant(et, flat[0]) if flat.size else None
+        return lambda idx: value
+    data = lit.astype(np.uint8) if et.is_pred else lit
+    ptr = em.global_constant(inst, data, et)
+    b = em.b
+    return lambda idx: load_element(b, b.gep(ptr, [idx.linear], inbounds=True), et)
+
+
+@register_elemental("iota")
+def _iota(em: ElementalEmitter, inst):
+    d = int(inst.attrs["iota_dimension"])
+    et = inst.shape.dtype
+    return lambda idx: convert_value(em, idx.multi[d], S64, et)
+
+
+@register_elemental("broadcast")
+def _broadcast(em: ElementalEmitter, inst):
+    g = em.operand(inst, 0)
+    dims = tuple(inst.attrs.get("dimensions", ()))
+    op_dims = dims_of(inst.operands[0])
+    if dims == tuple(range(len(dims_of(inst)))) and op_dims == dims_of(inst):
+        return g
+    return lambda idx: g(Index(em.b, op_dims, multi=[idx.multi[d] for d in dims]))
+
+
+def _reshape(em: ElementalEmitter, inst):
+    g = em.operand(inst, 0)
+    op_dims = dims_of(inst.operands[0])
+    if op_dims == dims_of(inst):
+        return g
+    return lambda idx: g(Index(em.b, op_dims, linear=idx.linear))
+
+
+register_elemental("reshape", "bitcast")(_reshape)
+
+
+@register_elemental("transpose")
+def _transpose(em: ElementalEmitter, inst):
+    g = em.operand(inst, 0)
+    perm = tuple(inst.attrs["dimensions"])
+    op_dims = dims_of(inst.operands[0])
+
+    def gen(idx: Index):
+        multi = [None] * len(perm)
+        for i, p in enumerate(perm):
+            multi[p] = idx.multi[i]
+        return g(Index(em.b, op_dims, multi=multi))
+
+    return gen
+
+
+@register_elemental("slice")
+def _slice(em: ElementalEmitter, inst):
+    g = em.operand(inst, 0)
+    spec = inst.attrs["slice"]
+    op_dims = dims_of(inst.operands[0])
+    b = em.b
+
+    def gen(idx: Index):
+        multi = []
+        for v, (start, _limit, stride) in zip(idx.multi, spec):
+            if stride != 1:
+                v = b.mul(v, const_i64(stride))
+            multi.append(b.add(v, const_i64(start)) if start else v)
+        return g(Index(b, op_dims, multi=multi))
+
+    return gen
+
+
+def index_to_i64(em: ElementalEmitter, v, et: ElementType):
+    """An index value of integer type `et` widened to i64 (by its signedness)."""
+    if v.type == I64:
+        return v
+    return em.b.sext(v, I64) if et.is_signed else em.b.zext(v, I64)
+
+
+def clamp_i64(b: ir.IRBuilder, v, lo: int, hi: int):
+    v = b.select(b.icmp_signed("<", v, const_i64(lo)), const_i64(lo), v)
+    return b.select(b.icmp_signed(">", v, const_i64(hi)), const_i64(hi), v)
+
+
+@register_elemental("dynamic-slice")
+def _dynamic_slice(em: ElementalEmitter, inst):
+    g = em.operand(inst, 0)
+    op_dims = dims_of(inst.operands[0])
+    sizes = dims_of(inst)
+    starts = inst.operands[1:]
+    b = em.b
+
+    def gen(idx: Index):
+        multi = []
+        for d, (v, s) in enumerate(zip(idx.multi, starts)):
+            start = index_to_i64(em, em.scalar(s), s.shape.dtype)
+            start = clamp_i64(b, start, 0, op_dims[d] - sizes[d])
+            multi.append(b.add(v, start))
+        return g(Index(b, op_dims, multi=multi))
+
+    return gen
+
+
+@register_elemental("concatenate")
+def _concatenate(em: ElementalEmitter, inst):
+    dim = int(inst.attrs["dimensions"][0])
+    gens = [em.gen(op) for op in inst.operands]
+    sizes = [dims_of(op)[dim] for op in inst.operands]
+    b = em.b
+
+    def gen(idx: Index):
+        v = idx.multi[dim]
+        result, offset = None, 0
+        for g, op, size in zip(gens, inst.operands, sizes):
+            if size == 0:
+                continue
+            local = clamp_i64(b, b.sub(v, const_i64(offset)), 0, size - 1)
+            multi = list(idx.multi)
+            multi[dim] = local
+            val = g(Index(b, dims_of(op), multi=multi))
+            if result is None:
+                result = val
+            else:
+                result = b.select(b.icmp_signed(">=", v, const_i64(offset)), val, result)
+            offset += size
+        return result
+
+    return gen
+
+
+@register_elemental("pad")
+def _pad(em: ElementalEmitter, inst):
+    g, pv = em.operand(inst, 0), em.gen(inst.operands[1])
+    config = inst.attrs["padding"]
+    op_dims = dims_of(inst.operands[0])
+    b = em.b
+
+    def gen(idx: Index):
+        in_bounds = ir.Constant(I1, 1)
+        multi = []
+        for v, (lo, _hi, interior), n in zip(idx.multi, config, op_dims):
+            t = b.sub(v, const_i64(lo)) if lo else v
+            if interior:
+                q = b.sdiv(t, const_i64(interior + 1))
+                in_bounds = b.and_(in_bounds, b.icmp_signed("==", b.srem(t, const_i64(interior + 1)), const_i64(0)))
+                t = q
+            in_bounds = b.and_(in_bounds, b.icmp_signed(">=", t, const_i64(0)))
+            in_bounds = b.and_(in_bounds, b.icmp_signed("<", t, const_i64(n)))
+            multi.append(clamp_i64(b, t, 0, max(n - 1, 0)))
+        if 0 in op_dims:
+            return pv(Index(b, (), multi=()))
+        val = g(Index(b, op_dims, multi=multi))
+        return b.select(in_bounds, val, pv(Index(b, (), multi=())))
+
+    return gen
+
+
+@register_elemental("reverse")
+def _reverse(em: ElementalEmitter, inst):
+    g = em.operand(inst, 0)
+    rev = set(inst.attrs["dimensions"])
+    dims = dims_of(inst)
+    b = em.b
+
+    def gen(idx: Index):
+        multi = [b.sub(const_i64(dims[d] - 1), v) if d in rev else v for d, v in enumerate(idx.multi)]
+        return g(Index(b, dims, multi=multi))
+
+    return gen
+
+
+@register_elemental("gather")
+def _gather(em: ElementalEmitter, inst):
+    """XLA's elemental gather: batch dims of the output pick a start index vector, offset dims
+    walk the slice; starts are clamped so the slice stays in bounds."""
+    g_op, g_idx = em.operand(inst, 0), em.operand(inst, 1)
+    a = inst.attrs
+    offset_dims = tuple(a.get("offset_dims", ()))
+    collapsed = tuple(a.get("collapsed_slice_dims", ()))
+    start_map = tuple(a.get("start_index_map", ()))
+    op_batch = tuple(a.get("operand_batching_dims", ()))
+    idx_batch = tuple(a.get("start_indices_batching_dims", ()))
+    ivd = int(a["index_vector_dim"])
+    sizes = tuple(a["slice_sizes"])
+    op_dims = dims_of(inst.operands[0])
+    idx_shape = inst.operands[1].shape
+    idx_dims = tuple(idx_shape.dims)
+    idx_et = idx_shape.dtype
+    out_rank = len(dims_of(inst))
+    batch_out = [d for d in range(out_rank) if d not in offset_dims]
+    idx_non_vec = [d for d in range(len(idx_dims)) if d != ivd]
+    window_op_dims = [d for d in range(len(op_dims)) if d not in collapsed and d not in op_batch]
+    b = em.b
+
+    def gen(idx: Index):
+        batch_vals = [idx.multi[d] for d in batch_out]
+        by_idx_dim = dict(zip(idx_non_vec, batch_vals))
+
+        def start_component(k):
+            multi = []
+            for d in range(len(idx_dims)):
+                multi.append(const_i64(k) if d == ivd else by_idx_dim[d])
+            return index_to_i64(em, g_idx(Index(b, idx_dims, multi=multi)), idx_et)
+
+        multi = []
+        for d in range(len(op_dims)):
+            v = const_i64(0)
+            if d in start_map:
+                v = clamp_i64(b, start_component(start_map.index(d)), 0, op_dims[d] - sizes[d])
+            if d in op_batch:
+                v = by_idx_dim[idx_batch[op_batch.index(d)]]
+            elif d in window_op_dims:
+                off = idx.multi[offset_dims[window_op_dims.index(d)]]
+                v = b.add(v, off)
+            multi.append(v)
+        return g_op(Index(b, op_dims, multi=multi))
+
+    return gen
+
+
+@register_elemental("tuple")
+def _tuple(em: ElementalEmitter, inst):
+    gens = [em.gen(op) for op in inst.operands]
+    return lambda idx: tuple(g(idx) for g in gens)
+
+
+@register_elemental("get-tuple-element")
+def _gte(em: ElementalEmitter, inst):
+    g = em.operand(inst, 0)
+    k = int(inst.attrs["index"])
+    return lambda idx: g(idx)[k]
+
+
+# ---- ops with a called computation, inlined per element -------------------------------------
+def _accumulate(em: ElementalEmitter, comp, inits: list, body):
+    """Allocate accumulators (entry block), run `body(update)` where update(values) folds
+    `values` into the accumulators through `comp`, and return the final accumulator values."""
+    b = em.b
+    slots = []
+    with b.goto_entry_block():
+        for v in inits:
+            slots.append(b.alloca(v.type))
+    for s, v in zip(slots, inits):
+        b.store(v, s)
+
+    def update(values):
+        current = [b.load(s) for s in slots]
+        res = em.call_scalar(comp, current + list(values), reduction=True)
+        res = list(res) if isinstance(res, tuple) else [res]
+        for s, r in zip(slots, res):
+            b.store(r, s)
+
+    body(update)
+    return [b.load(s) for s in slots]
+
+
+@register_elemental("reduce")
+def _reduce(em: ElementalEmitter, inst):
+    """Per output element, loop over the reduced dimensions (innermost = last operand dim)."""
+    n = len(inst.operands) // 2
+    ins, inits = inst.operands[:n], inst.operands[n:]
+    gens = [em.gen(op) for op in ins]
+    init_gens = [em.gen(op) for op in inits]
+    rdims = sorted(inst.attrs["dimensions"])
+    op_dims = dims_of(ins[0])
+    kept = [d for d in range(len(op_dims)) if d not in rdims]
+    comp = inst.attrs["to_apply"]
+    b = em.b
+
+    def gen(idx: Index):
+        init_vals = [g(Index(b, (), multi=())) for g in init_gens]
+
+        def body(update):
+            def nest(level, fixed):
+                if level == len(rdims):
+                    multi = [None] * len(op_dims)
+                    for d, v in zip(kept, idx.multi):
+                        multi[d] = v
+                    for d, v in zip(rdims, fixed):
+                        multi[d] = v
+                    index = Index(b, op_dims, multi=multi)
+                    update([g(index) for g in gens])
+                    return
+                with for_range(b, const_i64(0), const_i64(op_dims[rdims[level]]), f"r{level}") as i:
+                    nest(level + 1, fixed + [i])
+
+            nest(0, [])
+
+        out = _accumulate(em, comp, init_vals, body)
+        return tuple(out) if n > 1 else out[0]
+
+    return gen
+
+
+@register_elemental("map")
+def _map(em: ElementalEmitter, inst):
+    gens = [em.gen(op) for op in inst.operands]
+    comp = inst.attrs["to_apply"]
+    return lambda idx: em.call_scalar(comp, [g(idx) for g in gens])
+
+
+@register_elemental("reduce-window")
+def _reduce_window(em: ElementalEmitter, inst):
+    """Per output element, loop over the window; positions in padding or between dilated base
+    elements are skipped (as XLA's emitters do)."""
+    n = len(inst.operands) // 2
+    ins, inits = inst.operands[:n], inst.operands[n:]
+    gens = [em.gen(op) for op in ins]
+    init_gens = [em.gen(op) for op in inits]
+    window = inst.attrs["window"].dimensions
+    op_dims = dims_of(ins[0])
+    comp = inst.attrs["to_apply"]
+    b = em.b
+
+    def gen(idx: Index):
+        init_vals = [g(Index(b, (), multi=())) for g in init_gens]
+
+        def body(update):
+            def nest(level, pos, ok):
+                if level == len(window):
+                    with b.if_then(ok):
+                        index = Index(b, op_dims, multi=pos)
+                        update([g(index) for g in gens])
+                    return
+                w = window[level]
+                base = b.sub(b.mul(idx.multi[level], const_i64(w.stride)), const_i64(w.padding_low))
+
+                def at(k):
+                    p = b.add(base, b.mul(k, const_i64(w.window_dilation)))
+                    good = b.and_(b.icmp_signed(">=", p, const_i64(0)),
+                                  b.icmp_signed("<", p, const_i64((op_dims[level] - 1) * w.base_dilation + 1)))
+                    if w.base_dilation != 1:
+                        good = b.and_(good, b.icmp_signed("==", b.srem(p, const_i64(w.base_dilation)), const_i64(0)))
+                        p = b.sdiv(p, const_i64(w.base_dilation))
+                    return p, b.and_(ok, good)
+
+                if w.size == 1:
+                    p, good = at(const_i64(0))
+                    nest(level + 1, pos + [p], good)
+                else:
+                    with for_range(b, const_i64(0), const_i64(w.size), f"w{level}") as k:
+                        p, good = at(k)
+                        nest(level + 1, pos + [p], good)
+
+            nest(0, [], ir.Constant(I1, 1))
+
+        out = _accumulate(em, comp, init_vals, body)
+        return tuple(out) if n > 1 else out[0]
+
+    return gen

@@ -1,0 +1,416 @@
+"""Element generators for elementwise arithmetic, comparison and conversion, with XLA's
+semantics for the corner cases (integer division by zero, shifts past the width,
+NaN-propagating max/min, saturating float->int conversion, TOTALORDER compares)."""
+from __future__ import annotations
+
+from llvmlite import ir
+
+from ..hlo.dtypes import ElementType
+from ..hlo.errors import UnsupportedError
+from ..hlo.opcodes import opcodes_where, register_elemental
+from .elemental import (
+    I1,
+    ElementalEmitter,
+    compute_type,
+    from_compute,
+    reg_type,
+    to_compute,
+)
+
+
+def _et(inst) -> ElementType:
+    return inst.shape.dtype
+
+
+def _is_float(et: ElementType) -> bool:
+    return et.is_float
+
+
+def _intr(em: ElementalEmitter, name: str, args: list, ty=None):
+    return em.target.intrinsic(em.b, name, args, ty)
+
+
+def float_op(em: ElementalEmitter, et: ElementType, fn, *values):
+    """Apply `fn(*compute values)` to register values of float type `et`, rounding back."""
+    b = em.b
+    return from_compute(b, fn(*[to_compute(b, v, et) for v in values]), et)
+
+
+# ---- min / max -------------------------------------------------------------------------------
+def emit_max(em: ElementalEmitter, et: ElementType, x, y, is_min: bool = False):
+    """maximum/minimum; float NaN propagates (XLA's default, not fast-min-max)."""
+    b = em.b
+    if et.is_pred:
+        return b.and_(x, y) if is_min else b.or_(x, y)
+    if et.is_float:
+        # llvm.maximum/minimum propagate NaN and order -0 < +0; LLVM vectorizes them,
+        # also as reductions.
+        name = "llvm.minimum" if is_min else "llvm.maximum"
+        return float_op(em, et, lambda a, c: _intr(em, name, [a, c]), x, y)
+    op = "<=" if is_min else ">="
+    cmp = b.icmp_signed(op, x, y) if et.is_signed else b.icmp_unsigned(op, x, y)
+    return b.select(cmp, x, y)
+
+
+# ---- unary -----------------------------------------------------------------------------------
+def _unary_rule(fn):
+    def rule(em: ElementalEmitter, inst):
+        g = em.operand(inst, 0)
+        src = inst.operands[0].shape.dtype
+        return lambda idx: fn(em, inst, src, g(idx))
+
+    return rule
+
+
+def _abs(em, inst, et, x):
+    b = em.b
+    if et.is_float:
+        return float_op(em, et, lambda v: _intr(em, "llvm.fabs", [v]), x)
+    if not et.is_signed or et.is_pred:
+        return x
+    return b.select(b.icmp_signed("<", x, ir.Constant(x.type, 0)), b.neg(x), x)
+
+
+def _negate(em, inst, et, x):
+    if et.is_float:
+        return float_op(em, et, em.b.fneg, x)
+    return em.b.neg(x)
+
+
+def _sign(em, inst, et, x):
+    b = em.b
+    if et.is_float:
+        def f(v):
+            one = _intr(em, "llvm.copysign", [ir.Constant(v.type, 1.0), v])
+            keep = b.or_(b.fcmp_unordered("uno", v, v), b.fcmp_ordered("==", v, ir.Constant(v.type, 0.0)))
+            return b.select(keep, v, one)
+
+        return float_op(em, et, f, x)
+    zero = ir.Constant(x.type, 0)
+    if not et.is_signed:
+        return b.zext(b.icmp_unsigned("!=", x, zero), x.type)
+    pos = b.zext(b.icmp_signed(">", x, zero), x.type)
+    neg = b.zext(b.icmp_signed("<", x, zero), x.type)
+    return b.sub(pos, neg)
+
+
+def _not(em, inst, et, x):
+    return em.b.xor(x, ir.Constant(x.type, -1 if not et.is_pred else 1))
+
+
+def _rounding(intrinsic):
+    def f(em, inst, et, x):
+        if not et.is_float:
+            return x
+        return float_op(em, et, lambda v: _intr(em, intrinsic, [v]), x)
+
+    return f
+
+
+def _is_finite(em, inst, et, x):
+    b = em.b
+    v = to_compute(b, x, et)
+    return b.fcmp_ordered("<", _intr(em, "llvm.fabs", [v]), ir.Constant(v.type, float("inf")))
+
+
+def _clz(em, inst, et, x):
+    fnty = ir.FunctionType(x.type, [x.type, I1])
+    fn = em.module.declare_intrinsic("llvm.ctlz", [x.type], fnty)
+    return em.b.call(fn, [x, ir.Constant(I1, 0)])
+
+
+def _popcnt(em, inst, et, x):
+    return _intr(em, "llvm.ctpop", [x])
+
+
+def _copy(em, inst, et, x):
+    return x
+
+
+def _math_unary(em, inst, et, x):
+    name = inst.info.math
+    return float_op(em, et, lambda v: em.target.math(em.b, name, [v]), x)
+
+
+def _reduce_precision(em, inst, et, x):
+    """XLA's reduce-precision: round the mantissa to nearest even, flush exponents out of range."""
+    b = em.b
+    ebits, mbits = int(inst.attrs["exponent_bits"]), int(inst.attrs["mantissa_bits"])
+    v = to_compute(b, x, et)
+    nbits, nm, ne = (64, 52, 11) if v.type == ir.DoubleType() else (32, 23, 8)
+    it = ir.IntType(nbits)
+    c = lambda k: ir.Constant(it, k)  # noqa: E731
+    bits = b.bitcast(v, it)
+    if mbits < nm:
+        last = 1 << (nm - mbits)
+        bias = b.add(b.lshr(b.and_(bits, c(last)), c(nm - mbits)), c((last >> 1) - 1))
+        bits = b.and_(b.add(bits, bias), c(~(last - 1) & ((1 << nbits) - 1)))
+    if ebits < ne:
+        sign_mask = 1 << (nbits - 1)
+        exp_mask = ((1 << ne) - 1) << nm
+        exp_bias = (1 << (ne - 1)) - 1
+        red_bias = (1 << (ebits - 1)) - 1
+        xe = b.and_(bits, c(exp_mask))
+        over = b.icmp_unsigned(">", xe, c((exp_bias + red_bias) << nm))
+        under = b.icmp_unsigned("<=", xe, c((exp_bias - red_bias) << nm))
+        signed_zero = b.and_(bits, c(sign_mask))
+        signed_inf = b.or_(signed_zero, c(exp_mask))
+        bits = b.select(over, signed_inf, b.select(under, signed_zero, bits))
+    r = b.bitcast(bits, v.type)
+    if mbits > 0:
+        r = b.select(b.fcmp_unordered("uno", v, v), v, r)
+    return from_compute(b, r, et)
+
+
+for _op, _fn in {
+    "abs": _abs, "negate": _negate, "sign": _sign, "not": _not,
+    "ceil": _rounding("llvm.ceil"), "floor": _rounding("llvm.floor"),
+    "round-nearest-afz": _rounding("llvm.round"), "round-nearest-even": _rounding("llvm.rint"),
+    "is-finite": _is_finite, "count-leading-zeros": _clz, "popcnt": _popcnt, "copy": _copy,
+    "reduce-precision": _reduce_precision,
+}.items():
+    register_elemental(_op)(_unary_rule(_fn))
+
+register_elemental(*opcodes_where(lambda i: i.kind == "unary" and bool(i.math)))(_unary_rule(_math_unary))
+
+
+# ---- conversion ------------------------------------------------------------------------------
+def convert_value(em: ElementalEmitter, v, src: ElementType, dst: ElementType):
+    """XLA's convert: float->int saturates (NaN -> 0), ->pred tests != 0, floats round to nearest even."""
+    b = em.b
+    if src == dst:
+        return v
+    dty = reg_type(dst)
+    if dst.is_pred:
+        if src.is_float:
+            c = to_compute(b, v, src)
+            return b.fcmp_unordered("!=", c, ir.Constant(c.type, 0.0))
+        return b.icmp_unsigned("!=", v, ir.Constant(v.type, 0))
+    if src.is_float:
+        c = to_compute(b, v, src)
+        if dst.is_float:
+            cty = compute_type(dst)
+            if dst.name == "f16":
+                cty = dty
+            if c.type != cty:
+                c = b.fpext(c, cty) if _width(c.type) < _width(cty) else b.fptrunc(c, cty)
+            return from_compute(b, c, dst)
+        name = "llvm.fptosi.sat" if dst.is_signed else "llvm.fptoui.sat"
+        fn = em.module.declare_intrinsic(name, [dty, c.type], ir.FunctionType(dty, [c.type]))
+        return b.call(fn, [c])
+    signed = src.is_signed and not src.is_pred
+    if dst.is_float:
+        cty = dty if dst.name == "f16" else compute_type(dst)
+        c = b.sitofp(v, cty) if signed else b.uitofp(v, cty)
+        return from_compute(b, c, dst)
+    if src.bits == dst.bits:
+        return v
+    if src.bits > dst.bits:
+        return b.trunc(v, dty)
+    return b.sext(v, dty) if signed else b.zext(v, dty)
+
+
+def _width(t: ir.Type) -> int:
+    return {ir.HalfType: 16, ir.FloatType: 32, ir.DoubleType: 64}[type(t)]
+
+
+@register_elemental("convert")
+def _convert(em: ElementalEmitter, inst):
+    g = em.operand(inst, 0)
+    src, dst = inst.operands[0].shape.dtype, _et(inst)
+    return lambda idx: convert_value(em, g(idx), src, dst)
+
+
+@register_elemental("bitcast-convert")
+def _bitcast_convert(em: ElementalEmitter, inst):
+    g = em.operand(inst, 0)
+    src, dst = inst.operands[0].shape.dtype, _et(inst)
+    if src.bits != dst.bits or src.is_pred or dst.is_pred:
+        raise UnsupportedError(f"bitcast-convert {inst.name}: only same-width non-pred types are supported "
+                               f"({src.name} -> {dst.name})")
+    return lambda idx: em.b.bitcast(g(idx), reg_type(dst))
+
+
+# ---- binary ----------------------------------------------------------------------------------
+def _binary_rule(fn):
+    def rule(em: ElementalEmitter, inst):
+        g0, g1 = em.operand(inst, 0), em.operand(inst, 1)
+        et = inst.operands[0].shape.dtype
+        return lambda idx: fn(em, inst, et, g0(idx), g1(idx))
+
+    return rule
+
+
+def _arith(int_op, float_op_name):
+    def f(em, inst, et, x, y):
+        b = em.b
+        if et.is_float:
+            op = getattr(b, float_op_name)
+            return float_op(em, et, lambda u, v: op(u, v, flags=em.fp_flags), x, y)
+        return getattr(b, int_op)(x, y)
+
+    return f
+
+
+def _int_division(em, et, x, y, remainder: bool):
+    """XLA: x/0 = -1 (all ones), x%0 = x; INT_MIN/-1 = INT_MIN, INT_MIN%-1 = 0."""
+    b = em.b
+    ty = x.type
+    zero, one = ir.Constant(ty, 0), ir.Constant(ty, 1)
+    by_zero = b.icmp_unsigned("==", y, zero)
+    if et.is_signed:
+        int_min = ir.Constant(ty, -(1 << (et.bits - 1)))
+        overflow = b.and_(b.icmp_signed("==", x, int_min), b.icmp_signed("==", y, ir.Constant(ty, -1)))
+        safe = b.select(b.or_(by_zero, overflow), one, y)
+        if remainder:
+            r = b.select(overflow, zero, b.srem(x, safe))
+            return b.select(by_zero, x, r)
+        q = b.select(overflow, int_min, b.sdiv(x, safe))
+        return b.select(by_zero, ir.Constant(ty, -1), q)
+    safe = b.select(by_zero, one, y)
+    if remainder:
+        return b.select(by_zero, x, b.urem(x, safe))
+    return b.select(by_zero, ir.Constant(ty, -1), b.udiv(x, safe))
+
+
+def _divide(em, inst, et, x, y):
+    if et.is_float:
+        return float_op(em, et, em.b.fdiv, x, y)
+    return _int_division(em, et, x, y, False)
+
+
+def _remainder(em, inst, et, x, y):
+    if et.is_float:
+        return float_op(em, et, em.b.frem, x, y)
+    return _int_division(em, et, x, y, True)
+
+
+def _maximum(em, inst, et, x, y):
+    return emit_max(em, et, x, y)
+
+
+def _minimum(em, inst, et, x, y):
+    return emit_max(em, et, x, y, is_min=True)
+
+
+def _bitwise(op):
+    return lambda em, inst, et, x, y: getattr(em.b, op)(x, y)
+
+
+def _shift(kind):
+    def f(em, inst, et, x, y):
+        b = em.b
+        ty = x.type
+        width = ir.Constant(ty, et.bits)
+        too_far = b.icmp_unsigned(">=", y, width)
+        safe = b.select(too_far, ir.Constant(ty, 0), y)
+        if kind == "shl":
+            return b.select(too_far, ir.Constant(ty, 0), b.shl(x, safe))
+        if kind == "lshr":
+            return b.select(too_far, ir.Constant(ty, 0), b.lshr(x, safe))
+        return b.ashr(x, b.select(too_far, ir.Constant(ty, et.bits - 1), y))
+
+    return f
+
+
+def _power(em, inst, et, x, y):
+    b = em.b
+    if et.is_float:
+        return float_op(em, et, lambda u, v: em.target.math(b, "pow", [u, v]), x, y)
+    # Integer power by squaring over every exponent bit; XLA: negative exponent -> 0 unless x is +-1.
+    ty = x.type
+    acc, base, e = ir.Constant(ty, 1), x, y
+    for _ in range(et.bits):
+        bit = b.trunc(e, I1)
+        acc = b.select(bit, b.mul(acc, base), acc)
+        base = b.mul(base, base)
+        e = b.lshr(e, ir.Constant(ty, 1))
+    if et.is_signed:
+        neg = b.icmp_signed("<", y, ir.Constant(ty, 0))
+        one = ir.Constant(ty, 1)
+        is_one = b.icmp_signed("==", x, one)
+        is_mone = b.icmp_signed("==", x, ir.Constant(ty, -1))
+        odd = b.trunc(y, I1)
+        neg_val = b.select(is_one, one, b.select(is_mone, b.select(odd, ir.Constant(ty, -1), one), ir.Constant(ty, 0)))
+        acc = b.select(neg, neg_val, acc)
+    return acc
+
+
+def _atan2(em, inst, et, x, y):
+    return float_op(em, et, lambda u, v: em.target.math(em.b, "atan2", [u, v]), x, y)
+
+
+for _op, _fn in {
+    "add": _arith("add", "fadd"), "subtract": _arith("sub", "fsub"), "multiply": _arith("mul", "fmul"),
+    "divide": _divide, "remainder": _remainder, "maximum": _maximum, "minimum": _minimum,
+    "and": _bitwise("and_"), "or": _bitwise("or_"), "xor": _bitwise("xor"),
+    "shift-left": _shift("shl"), "shift-right-logical": _shift("lshr"), "shift-right-arithmetic": _shift("ashr"),
+    "power": _power, "atan2": _atan2,
+}.items():
+    register_elemental(_op)(_binary_rule(_fn))
+
+
+# ---- compare / select / clamp ----------------------------------------------------------------
+_DIR = {"EQ": "==", "NE": "!=", "LT": "<", "LE": "<=", "GT": ">", "GE": ">="}
+
+
+def compare_values(em: ElementalEmitter, et: ElementType, direction: str, cmp_type: str | None, x, y):
+    """compare with XLA's semantics: FLOAT is ordered except NE; TOTALORDER orders -NaN < -inf <
+    ... < -0 < +0 < ... < inf < NaN by comparing sign-magnitude flipped integers."""
+    b = em.b
+    op = _DIR[direction]
+    if et.is_float:
+        x, y = to_compute(b, x, et), to_compute(b, y, et)
+        if cmp_type == "TOTALORDER":
+            w = _width(x.type)
+            it = ir.IntType(w)
+            shift, mag = ir.Constant(it, w - 1), ir.Constant(it, (1 << (w - 1)) - 1)
+
+            def key(v):
+                bits = b.bitcast(v, it)
+                return b.xor(bits, b.and_(b.ashr(bits, shift), mag))
+
+            return b.icmp_signed(op, key(x), key(y))
+        if direction == "NE":
+            return b.fcmp_unordered("!=", x, y)
+        return b.fcmp_ordered(op, x, y)
+    signed = et.is_signed and not et.is_pred
+    if cmp_type == "UNSIGNED":
+        signed = False
+    elif cmp_type == "SIGNED":
+        signed = True
+    return b.icmp_signed(op, x, y) if signed else b.icmp_unsigned(op, x, y)
+
+
+@register_elemental("compare")
+def _compare(em: ElementalEmitter, inst):
+    g0, g1 = em.operand(inst, 0), em.operand(inst, 1)
+    et = inst.operands[0].shape.dtype
+    direction = str(inst.attrs["direction"])
+    cmp_type = inst.attrs.get("type")
+    cmp_type = str(cmp_type) if cmp_type is not None else None
+    return lambda idx: compare_values(em, et, direction, cmp_type, g0(idx), g1(idx))
+
+
+def _broadcast_scalar(em, inst, i):
+    """Generator of operand i, read at the scalar index if the operand is rank 0 (old-style HLO)."""
+    from .elemental import Index
+
+    g = em.operand(inst, i)
+    if inst.operands[i].shape.rank == 0 and inst.shape.rank > 0:
+        return lambda idx: g(Index(em.b, (), multi=()))
+    return g
+
+
+@register_elemental("select")
+def _select(em: ElementalEmitter, inst):
+    p, t, f = (_broadcast_scalar(em, inst, i) for i in range(3))
+    return lambda idx: em.b.select(p(idx), t(idx), f(idx))
+
+
+@register_elemental("clamp")
+def _clamp(em: ElementalEmitter, inst):
+    lo, x, hi = (_broadcast_scalar(em, inst, i) for i in range(3))
+    et = inst.shape.dtype
+    return lambda idx: emit_max(em, et, emit_max(em, et, x(idx), lo(idx)), hi(idx), is_min=True)
+

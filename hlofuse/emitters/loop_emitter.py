@@ -1,0 +1,123 @@
+"""Loop kernels: write every output of a (multi-output) loop fusion from one loop nest.
+
+The loop nest runs over a range of *units* [begin, end) given by the target's kernel
+skeleton (a thread's share on the CPU, a block's on the GPU):
+  * rows mode: a unit is a row of the last output dimension; the innermost loop walks the
+    row contiguously, so LLVM vectorizes it;
+  * flat mode (rank <= 1 or a short last dimension): a unit is one element.
+Index arithmetic is affine in the loop variables (GEP on the linear index), so LLVM sees
+unit-stride accesses.
+"""
+from __future__ import annotations
+
+import math
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+from llvmlite import ir
+
+from ..hlo.ir import HloComputation, HloInstruction
+
+I64 = ir.IntType(64)
+_MIN_ROW = 32  # shorter last dimensions use flat mode
+
+
+@contextmanager
+def for_range(b: ir.IRBuilder, start: ir.Value, stop: ir.Value, name: str = "i", step: int = 1):
+    """Emit `for (i = start; i < stop; i += step)`; the with-body emits the loop body and gets i."""
+    pre = b.block
+    header = b.append_basic_block(name + ".header")
+    body = b.append_basic_block(name + ".body")
+    done = b.append_basic_block(name + ".exit")
+    b.branch(header)
+    b.position_at_end(header)
+    phi = b.phi(I64, name)
+    phi.add_incoming(start, pre)
+    b.cbranch(b.icmp_signed("<", phi, stop), body, done)
+    b.position_at_end(body)
+    yield phi
+    nxt = b.add(phi, ir.Constant(I64, step), flags=["nsw"])
+    phi.add_incoming(nxt, b.block)
+    b.branch(header)
+    b.position_at_end(done)
+
+
+@dataclass
+class LoopShape:
+    """How a loop kernel walks `dims`: units and elements per unit."""
+
+    dims: tuple[int, ...]
+    rows_mode: bool
+
+    @property
+    def units(self) -> int:
+        if self.rows_mode:
+            return math.prod(self.dims[:-1])
+        return max(math.prod(self.dims), 0)
+
+    @property
+    def unit_elements(self) -> int:
+        return self.dims[-1] if self.rows_mode else 1
+
+
+def loop_shape(dims) -> LoopShape:
+    dims = tuple(dims)
+    return LoopShape(dims, len(dims) >= 2 and dims[-1] >= _MIN_ROW)
+
+
+def output_leaves(comp: HloComputation) -> list[HloInstruction]:
+    """The instructions computing each output leaf of a fused computation (tuple roots flattened)."""
+    out: list[HloInstruction] = []
+
+    def walk(inst: HloInstruction) -> None:
+        if inst.opcode == "tuple":
+            for op in inst.operands:
+                walk(op)
+        else:
+            out.append(inst)
+
+    walk(comp.root)
+    return out
+
+
+def emit_loop(skel, ls: LoopShape, body) -> None:
+    """Emit the loop nest over units [skel.begin, skel.end); `body(index)` emits one element."""
+    from .elemental import Index, const_i64, delinearize
+
+    b = skel.builder
+    dims = ls.dims
+    if ls.rows_mode:
+        n = dims[-1]
+        with for_range(b, skel.begin, skel.end, "row") as r:
+            outer = delinearize(b, r, dims[:-1])
+            base = b.mul(r, const_i64(n), flags=["nuw", "nsw"])
+            with for_range(b, const_i64(0), const_i64(n), "col") as j:
+                lin = b.add(base, j, flags=["nuw", "nsw"])
+                body(Index(b, dims, multi=list(outer) + [j], linear=lin))
+    else:
+        with for_range(b, skel.begin, skel.end, "elem") as i:
+            body(Index(b, dims, linear=i))
+
+
+def emit_loop_kernel(skel, comp: HloComputation, outputs: list[int]) -> LoopShape:
+    """Fill kernel skeleton `skel` with a loop writing output leaves `outputs` of `comp`
+    (all of the same dimensions); returns the loop shape (for the launcher)."""
+    from .elemental import ElementalEmitter, store_element
+
+    leaves = output_leaves(comp)
+    chosen = [leaves[k] for k in outputs]
+    dims = tuple(chosen[0].shape.dims)
+    ls = loop_shape(dims)
+    em = ElementalEmitter(skel.builder, skel.target, skel.param_gen)
+    gens = [em.gen(inst) for inst in chosen]
+    ptrs = [skel.output_ptr(k) for k in outputs]
+
+    def body(index):
+        b = skel.builder
+        for g, inst, ptr in zip(gens, chosen, ptrs):
+            v = g(index)
+            store_element(b, v, b.gep(ptr, [index.linear], inbounds=True), inst.shape.dtype)
+
+    emit_loop(skel, ls, body)
+    skel.finish()
+    return ls

@@ -1,0 +1,382 @@
+"""Vectorizable approximations of f32 transcendental functions, built as LLVM IR.
+
+Like XLA's CPU backend (and Eigen), hlofuse never calls scalar libm in a hot f32 loop:
+every function here is straight-line IR (selects, no branches, no calls except intrinsics
+LLVM vectorizes), so a loop over them becomes `<8 x float>` / `<4 x double>` code.
+
+Two families:
+  * exp, log, expm1, log1p, tanh, logistic: f32 arithmetic, Cody-Waite range reduction
+    and Cephes-style minimax polynomials (a few ULP).
+  * sin, cos, tan, atan2, pow, cbrt, erf: computed in f64 with long series (range
+    reduction exact for |x| < 2**26), then rounded once to f32 (about 0.5 ULP). Beyond
+    |x| >= 2**26 sin/cos/tan lose accuracy (no Payne-Hanek reduction).
+Measured ULP errors are in tests/test_cpu_math.py.
+"""
+from __future__ import annotations
+
+import functools
+import math
+
+import numpy as np
+from llvmlite import ir
+
+F32 = ir.FloatType()
+F64 = ir.DoubleType()
+I32 = ir.IntType(32)
+I64 = ir.IntType(64)
+
+
+class _M:
+    """Terse IR arithmetic over one builder (float type `ty`)."""
+
+    def __init__(self, b: ir.IRBuilder, target, ty: ir.Type) -> None:
+        self.b, self.t, self.ty = b, target, ty
+
+    def c(self, v: float) -> ir.Constant:
+        return ir.Constant(self.ty, float(v))
+
+    def add(self, x, y):
+        return self.b.fadd(x, y)
+
+    def sub(self, x, y):
+        return self.b.fsub(x, y)
+
+    def mul(self, x, y):
+        return self.b.fmul(x, y)
+
+    def div(self, x, y):
+        return self.b.fdiv(x, y)
+
+    def fma(self, x, y, z):
+        return self.t.intrinsic(self.b, "llvm.fmuladd", [x, y, z])
+
+    def intr(self, name, *args):
+        return self.t.intrinsic(self.b, name, list(args))
+
+    def sel(self, cond, x, y):
+        return self.b.select(cond, x, y)
+
+    def cmp(self, op, x, y):
+        return self.b.fcmp_ordered(op, x, y)
+
+    def isnan(self, x):
+        return self.b.fcmp_unordered("uno", x, x)
+
+    def horner(self, x, coeffs):
+        """coeffs[0]*x^n + ... + coeffs[n], highest degree first."""
+        acc = self.c(coeffs[0])
+        for k in coeffs[1:]:
+            acc = self.fma(acc, x, self.c(k))
+        return acc
+
+
+def _pow2_f32(m: _M, ni):
+    """2**ni as f32 for an i32 `ni` in [-126, 127]."""
+    b = m.b
+    bits = b.shl(b.add(ni, ir.Constant(I32, 127)), ir.Constant(I32, 23))
+    return b.bitcast(bits, F32)
+
+
+# ---- f32 exp / log family ------------------------------------------------------------------
+_EXP_P = [1.9875691500e-4, 1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2, 1.6666665459e-1, 5.0000001201e-1]
+
+
+def exp_f32(b: ir.IRBuilder, target, x):
+    """e**x: n = rint(x/ln2), r = x - n*ln2 (two-part), polynomial, scale by 2**n in two steps."""
+    m = _M(b, target, F32)
+    xc = m.sel(m.cmp(">", x, m.c(-104.0)), x, m.c(-104.0))  # NaN -> -104 (fixed up below)
+    xc = m.sel(m.cmp("<", xc, m.c(89.0)), xc, m.c(89.0))
+    n = m.intr("llvm.rint", m.mul(xc, m.c(1.44269504088896341)))
+    r = m.fma(n, m.c(-0.693359375), xc)
+    r = m.fma(n, m.c(2.12194440e-4), r)
+    p = m.horner(r, _EXP_P)
+    y = m.add(m.fma(p, m.mul(r, r), r), m.c(1.0))
+    ni = b.fptosi(n, I32)
+    n1 = b.ashr(ni, ir.Constant(I32, 1))
+    n2 = b.sub(ni, n1)
+    res = m.mul(m.mul(y, _pow2_f32(m, n1)), _pow2_f32(m, n2))
+    res = m.sel(m.cmp(">", x, m.c(88.72283935546875)), m.c(math.inf), res)
+    res = m.sel(m.cmp("<", x, m.c(-103.97208404541016)), m.c(0.0), res)
+    return m.sel(m.isnan(x), x, res)
+
+
+_LOG_P = [7.0376836292e-2, -1.1514610310e-1, 1.1676998740e-1, -1.2420140846e-1, 1.4249322787e-1,
+          -1.6668057665e-1, 2.0000714765e-1, -2.4999993993e-1, 3.3333331174e-1]
+
+
+def log_f32(b: ir.IRBuilder, target, x):
+    """ln x: exponent/mantissa split (subnormals prescaled), Cephes polynomial on [sqrt(.5), sqrt(2))."""
+    m = _M(b, target, F32)
+    sub = m.cmp("<", x, m.c(1.17549435e-38))
+    xs = m.sel(sub, m.mul(x, m.c(8388608.0)), x)
+    bits = b.bitcast(xs, I32)
+    e = b.sub(b.lshr(bits, ir.Constant(I32, 23)), ir.Constant(I32, 126))
+    e = b.sub(e, b.select(sub, ir.Constant(I32, 23), ir.Constant(I32, 0)))
+    mant = b.bitcast(b.or_(b.and_(bits, ir.Constant(I32, 0x007FFFFF)), ir.Constant(I32, 0x3F000000)), F32)
+    small = m.cmp("<", mant, m.c(0.707106781186547524))
+    e = b.sub(e, b.zext(small, I32))
+    f = m.sel(small, m.sub(m.add(mant, mant), m.c(1.0)), m.sub(mant, m.c(1.0)))
+    z = m.mul(f, f)
+    y = m.mul(m.mul(f, z), m.horner(f, _LOG_P))
+    fe = b.sitofp(e, F32)
+    y = m.fma(fe, m.c(-2.12194440e-4), y)
+    y = m.fma(z, m.c(-0.5), y)
+    r = m.add(f, y)
+    r = m.fma(fe, m.c(0.693359375), r)
+    r = m.sel(m.cmp("==", x, m.c(math.inf)), x, r)
+    r = m.sel(m.cmp("==", x, m.c(0.0)), m.c(-math.inf), r)
+    return m.sel(b.fcmp_unordered("ult", x, m.c(0.0)), m.c(math.nan), r)  # x < 0 or NaN
+
+
+def log1p_f32(b: ir.IRBuilder, target, x):
+    """log(1+x) = log(u) * x / (u-1) with u = 1+x (exact compensation, Goldberg's trick)."""
+    m = _M(b, target, F32)
+    u = m.add(x, m.c(1.0))
+    d = m.sub(u, m.c(1.0))
+    r = m.mul(log_f32(b, target, u), m.div(x, d))
+    r = m.sel(m.cmp("==", d, m.c(0.0)), x, r)
+    return m.sel(m.cmp("==", x, m.c(math.inf)), x, r)
+
+
+def expm1_f32(b: ir.IRBuilder, target, x):
+    """e**x - 1 = (u-1) * x / log(u) with u = e**x (Kahan's trick)."""
+    m = _M(b, target, F32)
+    u = exp_f32(b, target, x)
+    um1 = m.sub(u, m.c(1.0))
+    r = m.div(m.mul(um1, x), log_f32(b, target, u))
+    r = m.sel(m.cmp("==", um1, m.c(-1.0)), m.c(-1.0), r)
+    r = m.sel(m.cmp("==", u, m.c(math.inf)), u, r)
+    r = m.sel(m.cmp(">", x, m.c(0.5)), um1, r)  # no cancellation there; avoids inf/inf
+    return m.sel(m.cmp("==", u, m.c(1.0)), x, r)
+
+
+_TANH_P = [-5.70498872745e-3, 2.06390887954e-2, -5.37397155531e-2, 1.33314422036e-1, -3.33332819422e-1]
+
+
+def tanh_f32(b: ir.IRBuilder, target, x):
+    """tanh: odd polynomial for |x| < 0.625, 1 - 2/(e**2|x| + 1) beyond (|x| clamped at 9)."""
+    m = _M(b, target, F32)
+    ax = m.intr("llvm.fabs", x)
+    z = m.mul(x, x)
+    small = m.fma(m.mul(m.horner(z, _TANH_P), z), x, x)
+    axc = m.sel(m.cmp(">", ax, m.c(9.0)), m.c(9.0), ax)
+    e = exp_f32(b, target, m.add(axc, axc))
+    big = m.sub(m.c(1.0), m.div(m.c(2.0), m.add(e, m.c(1.0))))
+    big = m.intr("llvm.copysign", big, x)
+    return m.sel(m.cmp("<", ax, m.c(0.625)), small, big)
+
+
+def logistic_f32(b: ir.IRBuilder, target, x):
+    """1 / (1 + e**-x); e**x where that is the same to f32 precision (x < -20), so tiny results keep accuracy."""
+    m = _M(b, target, F32)
+    neg = m.cmp("<", x, m.c(-20.0))
+    e = exp_f32(b, target, m.sel(neg, x, m.b.fneg(x)))
+    r = m.div(m.c(1.0), m.add(m.c(1.0), e))
+    return m.sel(neg, e, r)
+
+
+# ---- f64 helpers for the f32 functions computed in double ---------------------------------
+def _exp_f64(m: _M, t):
+    """e**t for t in [-700, 700] (NaN-free input), relative error ~1e-15."""
+    b = m.b
+    n = m.intr("llvm.rint", m.mul(t, m.c(1.4426950408889634)))
+    r = m.fma(n, m.c(-6.93147180369123816490e-01), t)
+    r = m.fma(n, m.c(-1.90821492927058770002e-10), r)
+    coeffs = [1.0 / math.factorial(k) for k in range(13, -1, -1)]
+    p = m.horner(r, coeffs)
+    ni = b.fptosi(n, I64)
+    bits = b.shl(b.add(ni, ir.Constant(I64, 1023)), ir.Constant(I64, 52))
+    return m.mul(p, b.bitcast(bits, F64))
+
+
+def _log_f64(m: _M, x):
+    """ln x for positive normal doubles, relative error ~1e-16 (atanh series on [sqrt(.5), sqrt(2)))."""
+    b = m.b
+    bits = b.bitcast(x, I64)
+    e = b.sub(b.lshr(bits, ir.Constant(I64, 52)), ir.Constant(I64, 1023))
+    mant = b.bitcast(b.or_(b.and_(bits, ir.Constant(I64, 0x000FFFFFFFFFFFFF)),
+                           ir.Constant(I64, 0x3FF0000000000000)), F64)
+    big = m.cmp(">", mant, m.c(1.4142135623730951))
+    mant = m.sel(big, m.mul(mant, m.c(0.5)), mant)
+    e = b.add(e, b.zext(big, I64))
+    s = m.div(m.sub(mant, m.c(1.0)), m.add(mant, m.c(1.0)))
+    s2 = m.mul(s, s)
+    series = m.horner(s2, [1.0 / (2 * k + 1) for k in range(11, -1, -1)])
+    lm = m.mul(m.add(s, s), series)
+    return m.fma(b.sitofp(e, F64), m.c(math.log(2.0)), lm)
+
+
+def _to64(b, x):
+    return b.fpext(x, F64)
+
+
+def pow_f32(b: ir.IRBuilder, target, x, y):
+    """x**y with C99's special cases; exp(y*log|x|) evaluated in f64 then rounded once."""
+    m = _M(b, target, F64)
+    xd, yd = _to64(b, x), _to64(b, y)
+    ax = m.intr("llvm.fabs", xd)
+    safe = m.sel(m.cmp(">", ax, m.c(0.0)), ax, m.c(1.0))
+    safe = m.sel(m.cmp("<", safe, m.c(math.inf)), safe, m.c(1.0))
+    lg = _log_f64(m, safe)
+    lg = m.sel(m.cmp("==", ax, m.c(0.0)), m.c(-1e300), lg)
+    lg = m.sel(m.cmp("==", ax, m.c(math.inf)), m.c(1e300), lg)
+    t = m.mul(yd, lg)
+    t = m.sel(m.cmp(">", t, m.c(200.0)), m.c(200.0), t)
+    t = m.sel(m.cmp(">", t, m.c(-200.0)), t, m.c(-200.0))  # also NaN -> -200, fixed below
+    r = _exp_f64(m, t)
+    is_int = m.cmp("==", m.intr("llvm.floor", yd), yd)
+    half = m.mul(yd, m.c(0.5))
+    odd = b.and_(is_int, m.cmp("!=", m.intr("llvm.floor", half), half))
+    negx = b.icmp_signed("<", b.bitcast(xd, I64), ir.Constant(I64, 0))
+    r = m.sel(b.and_(negx, odd), b.fneg(r), r)
+    finite_neg = b.and_(m.cmp("<", xd, m.c(0.0)), m.cmp(">", xd, m.c(-math.inf)))
+    finite_y = m.cmp("<", m.intr("llvm.fabs", yd), m.c(math.inf))
+    r = m.sel(b.and_(finite_neg, b.and_(finite_y, b.not_(is_int))), m.c(math.nan), r)
+    r = m.sel(b.or_(m.isnan(xd), m.isnan(yd)), m.c(math.nan), r)
+    r = m.sel(b.and_(m.cmp("==", ax, m.c(1.0)), m.cmp("==", m.intr("llvm.fabs", yd), m.c(math.inf))), m.c(1.0), r)
+    r = m.sel(m.cmp("==", xd, m.c(1.0)), m.c(1.0), r)
+    r = m.sel(m.cmp("==", yd, m.c(0.0)), m.c(1.0), r)
+    return b.fptrunc(r, F32)
+
+
+def cbrt_f32(b: ir.IRBuilder, target, x):
+    """Cube root: exp(log|x|/3) in f64 with the sign of x; 0, inf and NaN map to themselves."""
+    m = _M(b, target, F64)
+    xd = _to64(b, x)
+    ax = m.intr("llvm.fabs", xd)
+    ok = b.and_(m.cmp(">", ax, m.c(0.0)), m.cmp("<", ax, m.c(math.inf)))
+    safe = m.sel(ok, ax, m.c(1.0))
+    r = _exp_f64(m, m.mul(_log_f64(m, safe), m.c(1.0 / 3.0)))
+    r = m.intr("llvm.copysign", r, xd)
+    return b.fptrunc(m.sel(ok, r, xd), F32)
+
+
+_PIO2_1 = 1.5707963267948966
+_PIO2_2 = 6.123233995736766e-17
+_PIO2_3 = -1.4973849048591698e-33  # pi/2 - _PIO2_1 - _PIO2_2 (rounded)
+
+
+def _reduce_pio2(m: _M, xd):
+    """(r, q): xd = q*pi/2 + r with |r| <= pi/4 (q mod 4 as i64)."""
+    b = m.b
+    j = m.intr("llvm.rint", m.mul(xd, m.c(2.0 / math.pi)))
+    j = m.sel(m.cmp("<", m.intr("llvm.fabs", j), m.c(1e15)), j, m.c(0.0))  # inf/NaN: r stays NaN
+    r = m.fma(b.fneg(j), m.c(_PIO2_1), xd)
+    r = m.fma(b.fneg(j), m.c(_PIO2_2), r)
+    r = m.fma(b.fneg(j), m.c(_PIO2_3), r)
+    q = b.and_(b.fptosi(j, I64), ir.Constant(I64, 3))
+    return r, q
+
+
+def _sin_cos_poly(m: _M, r):
+    z = m.mul(r, r)
+    sin_c = [(-1) ** k / math.factorial(2 * k + 1) for k in range(8, -1, -1)]
+    cos_c = [(-1) ** k / math.factorial(2 * k) for k in range(9, -1, -1)]
+    s = m.mul(r, m.horner(z, sin_c))
+    c = m.horner(z, cos_c)
+    return s, c
+
+
+def _quadrant(m: _M, q, values):
+    b = m.b
+    out = values[3]
+    for k in (2, 1, 0):
+        out = m.sel(b.icmp_signed("==", q, ir.Constant(I64, k)), values[k], out)
+    return out
+
+
+def sin_f32(b: ir.IRBuilder, target, x):
+    """sin via f64 reduction by pi/2 and Taylor series on [-pi/4, pi/4]."""
+    m = _M(b, target, F64)
+    xd = _to64(b, x)
+    r, q = _reduce_pio2(m, xd)
+    s, c = _sin_cos_poly(m, r)
+    res = _quadrant(m, q, [s, c, b.fneg(s), b.fneg(c)])
+    res = m.sel(m.cmp("==", xd, m.c(0.0)), xd, res)  # keep the sign of zero
+    return b.fptrunc(res, F32)
+
+
+def cos_f32(b: ir.IRBuilder, target, x):
+    """cos via f64 reduction by pi/2 and Taylor series on [-pi/4, pi/4]."""
+    m = _M(b, target, F64)
+    r, q = _reduce_pio2(m, _to64(b, x))
+    s, c = _sin_cos_poly(m, r)
+    return b.fptrunc(_quadrant(m, q, [c, b.fneg(s), b.fneg(c), s]), F32)
+
+
+def tan_f32(b: ir.IRBuilder, target, x):
+    """tan = sin/cos of the reduced argument, in f64."""
+    m = _M(b, target, F64)
+    xd = _to64(b, x)
+    r, q = _reduce_pio2(m, xd)
+    s, c = _sin_cos_poly(m, r)
+    odd = b.trunc(q, ir.IntType(1))
+    res = m.sel(odd, b.fneg(m.div(c, s)), m.div(s, c))
+    res = m.sel(m.cmp("==", xd, m.c(0.0)), xd, res)
+    return b.fptrunc(res, F32)
+
+
+def atan2_f32(b: ir.IRBuilder, target, y, x):
+    """atan2 with C99's zero/infinity cases: atan of min/max ratio (<= 1) in f64, then octant fix-up."""
+    m = _M(b, target, F64)
+    yd, xd = _to64(b, y), _to64(b, x)
+    ay, ax = m.intr("llvm.fabs", yd), m.intr("llvm.fabs", xd)
+    swap = m.cmp(">", ay, ax)
+    lo, hi = m.sel(swap, ax, ay), m.sel(swap, ay, ax)
+    a = m.div(lo, hi)
+    a = m.sel(m.cmp("==", hi, m.c(0.0)), m.c(0.0), a)
+    both_inf = b.and_(m.cmp("==", ax, m.c(math.inf)), m.cmp("==", ay, m.c(math.inf)))
+    a = m.sel(both_inf, m.c(1.0), a)
+    red = m.cmp(">", a, m.c(0.41421356237309503))
+    a2 = m.sel(red, m.div(m.sub(a, m.c(1.0)), m.add(a, m.c(1.0))), a)
+    z = m.mul(a2, a2)
+    t = m.mul(a2, m.horner(z, [(-1) ** k / (2 * k + 1) for k in range(16, -1, -1)]))
+    t = m.sel(red, m.add(t, m.c(math.pi / 4)), t)
+    t = m.sel(swap, m.sub(m.c(math.pi / 2), t), t)
+    xneg = b.icmp_signed("<", b.bitcast(xd, I64), ir.Constant(I64, 0))
+    t = m.sel(xneg, m.sub(m.c(math.pi), t), t)
+    t = m.intr("llvm.copysign", t, yd)
+    t = m.sel(b.or_(m.isnan(xd), m.isnan(yd)), m.c(math.nan), t)
+    return b.fptrunc(t, F32)
+
+
+_ERF_SPLIT = 1.5
+_ERF_HI = 4.0
+
+
+@functools.lru_cache(maxsize=None)
+def _erfc_scaled_cheb() -> tuple[float, ...]:
+    """Chebyshev coefficients of erfc(x)*exp(x*x) on [_ERF_SPLIT, _ERF_HI] (interpolated in f64)."""
+    fn = np.vectorize(lambda u: math.erfc(_map(u)) * math.exp(_map(u) ** 2))
+    return tuple(float(c) for c in np.polynomial.chebyshev.chebinterpolate(fn, 24))
+
+
+def _map(u: float) -> float:
+    return (_ERF_HI + _ERF_SPLIT) / 2 + u * (_ERF_HI - _ERF_SPLIT) / 2
+
+
+def _clenshaw(m: _M, u, coeffs):
+    b1, b2 = m.c(0.0), m.c(0.0)
+    two_u = m.add(u, u)
+    for ck in coeffs[:0:-1]:
+        b1, b2 = m.add(m.fma(two_u, b1, m.b.fneg(b2)), m.c(ck)), b1
+    return m.add(m.fma(u, b1, m.b.fneg(b2)), m.c(coeffs[0]))
+
+
+def erf_f32(b: ir.IRBuilder, target, x):
+    """erf: Taylor series for |x| < 1.5, 1 - exp(-x*x)*g(x) (Chebyshev fit of g) up to 4, then +-1; in f64."""
+    m = _M(b, target, F64)
+    xd = _to64(b, x)
+    ax = m.intr("llvm.fabs", xd)
+    z = m.mul(xd, xd)
+    taylor = [(-1) ** k / (math.factorial(k) * (2 * k + 1)) for k in range(22, -1, -1)]
+    small = m.mul(m.mul(xd, m.c(2.0 / math.sqrt(math.pi))), m.horner(z, taylor))
+    axc = m.sel(m.cmp("<", ax, m.c(_ERF_HI)), ax, m.c(_ERF_HI))
+    axc = m.sel(m.cmp(">", axc, m.c(_ERF_SPLIT)), axc, m.c(_ERF_SPLIT))
+    u = m.div(m.sub(axc, m.c((_ERF_HI + _ERF_SPLIT) / 2)), m.c((_ERF_HI - _ERF_SPLIT) / 2))
+    g = _clenshaw(m, u, _erfc_scaled_cheb())
+    big = m.sub(m.c(1.0), m.mul(_exp_f64(m, b.fneg(m.mul(axc, axc))), g))
+    big = m.sel(m.cmp("<", ax, m.c(_ERF_HI)), big, m.c(1.0))
+    big = m.intr("llvm.copysign", big, xd)
+    res = m.sel(m.cmp("<", ax, m.c(_ERF_SPLIT)), small, big)
+    return b.fptrunc(m.sel(m.isnan(xd), xd, res), F32)

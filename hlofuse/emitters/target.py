@@ -1,0 +1,98 @@
+"""Target descriptions: what the shared emitters ask of a backend.
+
+A Target is data plus a few hooks, not a fork of the emitters (see STYLE.md, point 6):
+the triple and data layout of the LLVM module, how a math function is computed (an LLVM
+intrinsic that vectorizes, one of hlofuse's polynomial approximations, or a named library
+function such as libm's `expm1` or libdevice's `__nv_expm1`), and whether float reductions
+may be reassociated. The CPU target lives in emitters/cpu/, a GPU target overrides
+`library_name` (libdevice) and the atomics.
+"""
+from __future__ import annotations
+
+from llvmlite import ir
+
+from . import math_approx
+
+# Math functions that map to LLVM intrinsics LLVM can vectorize on every target.
+_INTRINSICS = {
+    "sqrt": "llvm.sqrt",
+    "fabs": "llvm.fabs",
+    "floor": "llvm.floor",
+    "ceil": "llvm.ceil",
+    "rint": "llvm.rint",
+    "round": "llvm.round",
+    "copysign": "llvm.copysign",
+    "fma": "llvm.fma",
+}
+
+# f32 functions computed by hlofuse's vectorizable approximations (math_approx).
+_APPROX_F32 = {
+    "exp": math_approx.exp_f32,
+    "expm1": math_approx.expm1_f32,
+    "log": math_approx.log_f32,
+    "log1p": math_approx.log1p_f32,
+    "tanh": math_approx.tanh_f32,
+    "logistic": math_approx.logistic_f32,
+    "erf": math_approx.erf_f32,
+    "sin": math_approx.sin_f32,
+    "cos": math_approx.cos_f32,
+    "tan": math_approx.tan_f32,
+    "atan2": math_approx.atan2_f32,
+    "pow": math_approx.pow_f32,
+    "cbrt": math_approx.cbrt_f32,
+}
+
+
+class Target:
+    """Base target: intrinsics for the simple functions, approximations for f32,
+    library calls (by `library_name`) for f64."""
+
+    name = "generic"
+    triple = ""
+    data_layout = ""
+    # XLA reassociates float reductions (vectorized row reductions on CPU, trees on GPU).
+    reassociate_reductions = True
+
+    def library_name(self, fn: str, ty: ir.Type) -> str:
+        """Name of the library function computing `fn` on `ty` (libm naming on the CPU)."""
+        return fn if isinstance(ty, ir.DoubleType) else fn + "f"
+
+    def intrinsic(self, builder: ir.IRBuilder, name: str, args: list, ty: ir.Type | None = None) -> ir.Value:
+        """Call LLVM intrinsic `name` overloaded on the type of the first argument (or `ty`)."""
+        ty = ty or args[0].type
+        module = builder.module
+        fn = module.declare_intrinsic(name, [ty], ir.FunctionType(ty, [a.type for a in args]))
+        return builder.call(fn, args)
+
+    def library_call(self, builder: ir.IRBuilder, fn: str, args: list) -> ir.Value:
+        """Call the library function for `fn` (scalar; used only for f64 transcendentals)."""
+        ty = args[0].type
+        name = self.library_name(fn, ty)
+        module = builder.module
+        try:
+            func = module.get_global(name)
+        except KeyError:
+            func = ir.Function(module, ir.FunctionType(ty, [a.type for a in args]), name)
+        return builder.call(func, args)
+
+    def math(self, builder: ir.IRBuilder, fn: str, args: list) -> ir.Value:
+        """Compute math function `fn` on float values `args` (f32 or f64)."""
+        ty = args[0].type
+        if fn in _INTRINSICS:
+            return self.intrinsic(builder, _INTRINSICS[fn], args)
+        if fn == "rsqrt":
+            one = ir.Constant(ty, 1.0)
+            return builder.fdiv(one, self.intrinsic(builder, "llvm.sqrt", args))
+        if isinstance(ty, ir.FloatType) and fn in _APPROX_F32:
+            return _APPROX_F32[fn](builder, self, *args)
+        if fn == "logistic":
+            x = args[0]
+            one = ir.Constant(ty, 1.0)
+            e = self.library_call(builder, "exp", [builder.fneg(x)])
+            return builder.fdiv(one, builder.fadd(one, e))
+        return self.library_call(builder, fn, args)
+
+    def atomic_add(self, builder: ir.IRBuilder, ptr: ir.Value, value: ir.Value) -> ir.Value:
+        """Atomically add `value` at `ptr` (atomicrmw; GPU targets may override)."""
+        op = "fadd" if isinstance(value.type, (ir.FloatType, ir.DoubleType)) else "add"
+        return builder.atomic_rmw(op, ptr, value, "monotonic")
