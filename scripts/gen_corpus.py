@@ -31,13 +31,17 @@ OUT = ROOT / "testdata" / "jax"
 def lower(fn, args) -> tuple[str, str]:
     """HLO text before and after XLA's optimization for `fn` at `args`."""
     lowered = jax.jit(fn).lower(*args)
-    return lowered.as_text(dialect="hlo"), lowered.compile().as_text()
+    # Optimized modules list source files; keep them relative so the files do not depend on
+    # where the checkout lives.
+    opt = lowered.compile().as_text().replace(f'"{ROOT}/', '"')
+    return lowered.as_text(dialect="hlo"), opt
 
 
 def main(names: list[str]) -> int:
     """Write the files of the named programs (all programs when `names` is empty)."""
     OUT.mkdir(parents=True, exist_ok=True)
     todo = [p for p in PROGRAMS if not names or p.name in names]
+    (OUT / "JAX_VERSION").write_text(jax.__version__ + "\n")
     for p in todo:
         hlo, opt = lower(p.fn, p.make_args())
         (OUT / f"{p.name}.hlo").write_text(hlo)

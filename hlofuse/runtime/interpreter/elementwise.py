@@ -45,6 +45,12 @@ def compute_dtype(dt: np.dtype, transcendental: bool = False) -> np.dtype:
     return dt
 
 
+def _contig(x) -> Array:
+    """A C-contiguous array of `x` with the same shape (np.ascontiguousarray makes 0-d 1-d)."""
+    x = np.asarray(x)
+    return np.ascontiguousarray(x).reshape(x.shape)
+
+
 def _out(inst: HloInstruction) -> np.dtype:
     return inst.shape.dtype.numpy
 
@@ -166,7 +172,7 @@ def _unsigned_view(x: Array) -> tuple[Array, int]:
 @unary("count-leading-zeros")
 def count_leading_zeros(x: Array) -> Array:
     """Leading zero bits of the two's complement representation."""
-    u, bits = _unsigned_view(np.ascontiguousarray(x))
+    u, bits = _unsigned_view(_contig(x))
     out = np.full(u.shape, bits, dtype=np.int64)
     for b in range(bits):
         out = np.where((u >> np.asarray(b, u.dtype)) & np.asarray(1, u.dtype), bits - 1 - b, out)
@@ -176,7 +182,7 @@ def count_leading_zeros(x: Array) -> Array:
 @unary("popcnt")
 def popcnt(x: Array) -> Array:
     """Number of set bits of the two's complement representation."""
-    u, _ = _unsigned_view(np.ascontiguousarray(x))
+    u, _ = _unsigned_view(_contig(x))
     return np.bitwise_count(u).astype(x.dtype)
 
 
@@ -280,7 +286,7 @@ def _convert(inst: HloInstruction, args: list, interp) -> Array:
 @register_reference("bitcast-convert")
 def _bitcast_convert(inst: HloInstruction, args: list, interp) -> Array:
     """Reinterpret the bits; a narrower result type adds a minor dimension, a wider one drops it."""
-    x = np.ascontiguousarray(args[0])
+    x = _contig(args[0])
     dtype = _out(inst)
     if x.dtype.itemsize == dtype.itemsize:
         return x.view(dtype).reshape(inst.shape.dims)
@@ -297,7 +303,7 @@ def reduce_precision(x: Array, exponent_bits: int, mantissa_bits: int) -> Array:
     src_exp, src_mant, utype = _FLOAT_BITS[x.dtype]
     total = 1 + src_exp + src_mant
     one = utype(1)
-    bits = np.ascontiguousarray(x).view(utype).copy()
+    bits = _contig(x).view(utype).copy()
     if mantissa_bits < src_mant:
         shift = utype(src_mant - mantissa_bits)
         last_bit_mask = one << shift
@@ -447,16 +453,16 @@ def _shift(x: Array, y: Array, kind: str) -> Array:
     width = x.dtype.itemsize * 8
     utype = np.dtype(f"u{x.dtype.itemsize}")
     itype = np.dtype(f"i{x.dtype.itemsize}")
-    amount = np.ascontiguousarray(y).view(utype)  # shift amounts are read as unsigned
+    amount = _contig(y).view(utype)  # shift amounts are read as unsigned
     big = amount >= width
     s = np.where(big, 0, amount).astype(utype)
     if kind == "left":
-        out = (np.ascontiguousarray(x).view(utype) << s).view(x.dtype)
+        out = (_contig(x).view(utype) << s).view(x.dtype)
         return np.where(big, np.zeros_like(x), out)
     if kind == "logical":
-        out = (np.ascontiguousarray(x).view(utype) >> s).view(x.dtype)
+        out = (_contig(x).view(utype) >> s).view(x.dtype)
         return np.where(big, np.zeros_like(x), out)
-    sx = np.ascontiguousarray(x).view(itype)
+    sx = _contig(x).view(itype)
     out = np.where(big, np.where(sx < 0, -1, 0).astype(itype), sx >> s.astype(itype))
     return out.view(x.dtype)
 
@@ -527,7 +533,7 @@ def _complex(inst: HloInstruction, args: list, interp) -> Array:
 # ---- compare, select, clamp ----------------------------------------------------------------
 def total_order_key(x: Array) -> Array:
     """Integers ordered as IEEE totalOrder: -NaN < -inf < ... < -0 < +0 < ... < inf < NaN."""
-    x = np.ascontiguousarray(x)
+    x = _contig(x)
     itype = np.dtype(f"i{x.dtype.itemsize}")
     bits = x.view(itype)
     flip = np.array(np.iinfo(itype).max, itype)
