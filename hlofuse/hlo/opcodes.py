@@ -46,6 +46,7 @@ class OpInfo:
     shape_rule: Callable[..., Any] | None = None
     reference: Callable[..., Any] | None = None
     elemental: Callable[..., Any] | None = None
+    library: Callable[..., Any] | None = None  # runtime/library_ops.py: unfused op run by a compiled backend
 
     @property
     def is_variadic(self) -> bool:
@@ -204,6 +205,7 @@ def _registrar(slot: str):
 register_shape_rule = _registrar("shape_rule")
 register_reference = _registrar("reference")
 register_elemental = _registrar("elemental")
+register_library = _registrar("library")
 
 
 def mark_unsupported(stage: str, reason: str, *opcodes: str) -> None:
