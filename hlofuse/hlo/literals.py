@@ -16,6 +16,10 @@ _TOKENS = re.compile(r"/\*.*?\*/|//[^\n]*|(\{|\}|\(|\)|,|[^\s{}(),/]+|/)", re.S)
 _INT = re.compile(r"[-+]?\d+$")
 
 
+def _s(shape: Shape) -> str:
+    return shape.to_text(with_layout=False)
+
+
 class LiteralError(ValueError):
     """A malformed literal; the parser turns it into an HloParseError at the constant."""
 
@@ -30,7 +34,7 @@ def parse_literal(text: str, shape: Shape):
     reader = _Reader(tokens)
     value = reader.value(shape)
     if reader.i != len(tokens):
-        raise LiteralError(f"unexpected '{tokens[reader.i]}' after the literal of {shape}")
+        raise LiteralError(f"unexpected '{tokens[reader.i]}' after the literal of {_s(shape)}")
     return value
 
 
@@ -62,7 +66,7 @@ class _Reader:
             self.take(")")
             return tuple(out)
         if not isinstance(shape, ArrayShape):
-            raise LiteralError(f"a constant cannot have shape {shape}")
+            raise LiteralError(f"a constant cannot have shape {_s(shape)}")
         flat: list[str | tuple[str, str]] = []
         complex_ = shape.dtype.is_complex
         if shape.rank == 0:
@@ -94,12 +98,12 @@ class _Reader:
                 self.array(dims, d + 1, flat, complex_, shape)
             else:
                 if self.peek() == "{":
-                    raise LiteralError(f"literal of {shape} is nested deeper than its rank {len(dims)}")
+                    raise LiteralError(f"literal of {_s(shape)} is nested deeper than its rank {len(dims)}")
                 flat.append(self.scalar(complex_))
             count += 1
         self.take("}")
         if count != dims[d]:
-            raise LiteralError(f"literal of {shape} has {count} elements in dimension {d}, expected {dims[d]}")
+            raise LiteralError(f"literal of {_s(shape)} has {count} elements in dimension {d}, expected {dims[d]}")
 
 
 def _number(tok: str, shape: ArrayShape):
@@ -109,10 +113,10 @@ def _number(tok: str, shape: ArrayShape):
             return True
         if tok in ("false", "0"):
             return False
-        raise LiteralError(f"expected true or false for {shape} but found '{tok}'")
+        raise LiteralError(f"expected true or false for {_s(shape)} but found '{tok}'")
     if t.is_integer:
         if not _INT.match(tok):
-            raise LiteralError(f"expected an integer for {shape} but found '{tok}'")
+            raise LiteralError(f"expected an integer for {_s(shape)} but found '{tok}'")
         v = int(tok)
         info = np.iinfo(t.numpy) if t.numpy.kind in "iu" else None
         lo, hi = (info.min, info.max) if info else _subbyte_range(t.name)
@@ -122,7 +126,7 @@ def _number(tok: str, shape: ArrayShape):
     try:
         return float(tok)
     except ValueError:
-        raise LiteralError(f"expected a number for {shape} but found '{tok}'") from None
+        raise LiteralError(f"expected a number for {_s(shape)} but found '{tok}'") from None
 
 
 def _subbyte_range(name: str) -> tuple[int, int]:

@@ -20,7 +20,7 @@ from .ir import HloComputation, HloInstruction, HloModule
 from .lexer import ARRAY_SHAPE, STRING, WORD, Lexer
 from .literals import LiteralError, parse_literal
 from .opcodes import OPS, VARIADIC
-from .parse_attributes import AttributeError_, ComputationRef, decode_attribute
+from .parse_attributes import OPCODE_FROM_TEXT, AttributeError_, ComputationRef, decode_attribute
 from .shapes import TOKEN_SHAPE, UNBOUNDED, ArrayShape, Layout, Shape, TupleShape
 
 _SECTION = re.compile(
@@ -209,24 +209,26 @@ class _Parser:
             missing = min(set(range(len(numbers))) - set(numbers))
             raise lex.error(f"computation '{comp.name}' has no parameter({missing}) but has "
                             f"parameter({max(numbers)})", self._name_pos.get(id(comp.instructions[0]), 0))
-        if not self._ordered(comp):
+        if self._first_unordered(comp) is not None:
             comp.sort_instructions()
-            if not self._ordered(comp):
-                raise lex.error(f"computation '{comp.name}' has a cycle among its instructions",
-                                self._name_pos.get(id(comp.instructions[0]), 0))
+            bad = self._first_unordered(comp)
+            if bad is not None:
+                raise lex.error(f"instruction '{bad.name}' depends on itself: its operands form a cycle",
+                                self._name_pos.get(id(bad), 0))
 
     @staticmethod
-    def _ordered(comp: HloComputation) -> bool:
+    def _first_unordered(comp: HloComputation) -> HloInstruction | None:
+        """The first instruction that uses something defined after it, or None."""
         seen: set[int] = set()
         for inst in comp.instructions:
             for op in inst.operands:
                 if id(op) not in seen:
-                    return False
+                    return inst
             for op in inst.control_predecessors:
                 if id(op) not in seen:
-                    return False
+                    return inst
             seen.add(id(inst))
-        return True
+        return None
 
     def _resolve_computation_refs(self) -> None:
         lex = self.lex
@@ -274,6 +276,7 @@ class _Parser:
                 raise lex.expected("an opcode")
             opcode = w.group()
             lex.pos = w.end()
+        opcode = OPCODE_FROM_TEXT.get(opcode, opcode)
         info = OPS.get(opcode)
         if info is None:
             raise lex.error(f"unknown opcode '{opcode}'", op_pos)
