@@ -54,7 +54,7 @@ def register_passes() -> None:
         "fusion-pipeline": FusionPipeline,
     }
     for name, cls in factories.items():
-        register_pass(name, lambda cls=cls: cls("gpu"))
+        register_pass(name, cls)  # takes the pipeline's `target` option (default "gpu")
         for target in ("gpu", "cpu"):
             register_pass(f"{name}-{target}", lambda cls=cls, target=target: cls(target))
 

@@ -1,0 +1,56 @@
+"""Loading the fusion golden cases (testdata/hlo_text/fusion_*.hlo) for the fusion tests.
+
+A file holds cases separated by `// -----`; each has a `// RUN: passes=a,b target=gpu` line,
+the input module, and CHECK lines for the fused module.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+GOLDEN_DIR = Path(__file__).resolve().parent.parent / "testdata" / "hlo_text"
+
+
+@dataclass
+class FusionCase:
+    """One golden case: where it is, how to run it, the module and its checks."""
+
+    file: str
+    index: int
+    name: str
+    passes: list[str]
+    target: str
+    module: str
+    checks: str
+
+    @property
+    def id(self) -> str:
+        return f"{self.file}:{self.index}:{self.name}"
+
+
+def load_cases() -> list[FusionCase]:
+    """Every case of every fusion golden file, in file order."""
+    out: list[FusionCase] = []
+    for path in sorted(GOLDEN_DIR.glob("fusion_*.hlo")):
+        for i, case in enumerate(path.read_text().split("\n// -----\n")):
+            lines = case.splitlines()
+            run = next(l for l in lines if "RUN:" in l)
+            opts = dict(kv.split("=", 1) for kv in run.split("RUN:", 1)[1].split())
+            module = "\n".join(l for l in lines if not l.lstrip().startswith("//"))
+            checks = "\n".join(l for l in lines if re.match(r"\s*// CHECK", l))
+            name = re.search(r"HloModule\s+([\w.\-]+)", module).group(1)
+            out.append(FusionCase(path.name, i, name, opts["passes"].split(","), opts.get("target", "gpu"),
+                                  module, checks))
+    return out
+
+
+def run_passes(case: FusionCase):
+    """Parse the case's module and run its passes; returns the fused module."""
+    from hlofuse.hlo.parser import parse_hlo
+    from hlofuse.passes.pipeline import get_pass
+
+    module = parse_hlo(case.module)
+    for name in case.passes:
+        get_pass(name, target=case.target).run(module)
+    return module
