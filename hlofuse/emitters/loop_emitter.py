@@ -65,16 +65,39 @@ def loop_shape(dims) -> LoopShape:
     return LoopShape(dims, len(dims) >= 2 and dims[-1] >= _MIN_ROW)
 
 
-def output_leaves(comp: HloComputation) -> list[HloInstruction]:
-    """The instructions computing each output leaf of a fused computation (tuple roots flattened)."""
-    out: list[HloInstruction] = []
+@dataclass(frozen=True)
+class OutputLeaf:
+    """One array leaf of a fused computation's result: the instruction computing it and the
+    path into its (tuple) value, e.g. a variadic reduce's second result is (reduce, (1,))."""
+
+    inst: HloInstruction
+    path: tuple[int, ...]
+    shape: object  # ArrayShape
+
+    def select(self, value):
+        for k in self.path:
+            value = value[k]
+        return value
+
+
+def output_leaves(comp: HloComputation) -> list[OutputLeaf]:
+    """The output leaves of a fused computation, tuple roots flattened depth-first."""
+    out: list[OutputLeaf] = []
 
     def walk(inst: HloInstruction) -> None:
         if inst.opcode == "tuple":
             for op in inst.operands:
                 walk(op)
-        else:
-            out.append(inst)
+            return
+
+        def leaves(shape, path):
+            if shape.is_tuple:
+                for k, e in enumerate(shape.elements):
+                    leaves(e, path + (k,))
+            else:
+                out.append(OutputLeaf(inst, path, shape))
+
+        leaves(inst.shape, ())
 
     walk(comp.root)
     return out
@@ -109,14 +132,14 @@ def emit_loop_kernel(skel, comp: HloComputation, outputs: list[int]) -> LoopShap
     dims = tuple(chosen[0].shape.dims)
     ls = loop_shape(dims)
     em = ElementalEmitter(skel.builder, skel.target, skel.param_gen)
-    gens = [em.gen(inst) for inst in chosen]
+    gens = [em.gen(leaf.inst) for leaf in chosen]
     ptrs = [skel.output_ptr(k) for k in outputs]
 
     def body(index):
         b = skel.builder
-        for g, inst, ptr in zip(gens, chosen, ptrs):
-            v = g(index)
-            store_element(b, v, b.gep(ptr, [index.linear], inbounds=True), inst.shape.dtype)
+        for g, leaf, ptr in zip(gens, chosen, ptrs):
+            v = leaf.select(g(index))
+            store_element(b, v, b.gep(ptr, [index.linear], inbounds=True), leaf.shape.dtype)
 
     emit_loop(skel, ls, body)
     skel.finish()

@@ -72,8 +72,9 @@ class CpuKernelSkeleton:
     def output_ptr(self, k: int) -> ir.Value:
         from .. import loop_emitter
 
-        leaf = loop_emitter.output_leaves(self.comp)[k]
-        return self._typed(self.function.args[self.n_inputs + k], leaf.shape.dtype)
+        if not hasattr(self, "_leaves"):
+            self._leaves = loop_emitter.output_leaves(self.comp)
+        return self._typed(self.function.args[self.n_inputs + k], self._leaves[k].shape.dtype)
 
     def finish(self) -> None:
         self.builder.ret_void()

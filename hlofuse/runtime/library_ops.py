@@ -1,0 +1,386 @@
+"""Unfused ops the CPU executor runs as library calls (numpy / BLAS), and control flow.
+
+Rules are attached to the op registry with `register_library(opcode)`:
+`fn(inst, args, ctx) -> value`, where a value is a numpy array or a tuple of values and
+`ctx.call(computation, args)` runs a called computation through the compiled program.
+Written independently of the reference interpreter, which is the oracle for these too.
+Ops with an element generator never come here: the executor emits them as loop kernels.
+"""
+from __future__ import annotations
+
+import functools
+import math
+
+import numpy as np
+
+from ..hlo.errors import UnsupportedError
+from ..hlo.opcodes import mark_unsupported, register_library
+
+
+def _np_dtype(shape):
+    return shape.dtype.numpy
+
+
+def _work_dtype(dt: np.dtype) -> np.dtype:
+    """numpy computes low-precision floats (bf16, f16, f8) in f32."""
+    dt = np.dtype(dt)
+    if dt.kind == "V" or (dt.kind == "f" and dt.itemsize < 4) or dt.name in ("bfloat16",):
+        return np.dtype(np.float32)
+    return dt
+
+
+# ---- linear algebra --------------------------------------------------------------------------
+@register_library("dot")
+def dot(inst, args, ctx):
+    """General dot: batch dims, contracting dims, then lhs free and rhs free dims (XLA order)."""
+    lhs, rhs = args
+    a = inst.attrs
+    lb, lc = list(a.get("lhs_batch_dims", ())), list(a.get("lhs_contracting_dims", ()))
+    rb, rc = list(a.get("rhs_batch_dims", ())), list(a.get("rhs_contracting_dims", ()))
+    lf = [d for d in range(lhs.ndim) if d not in lb and d not in lc]
+    rf = [d for d in range(rhs.ndim) if d not in rb and d not in rc]
+    out_dt = _np_dtype(inst.shape)
+    work = _work_dtype(out_dt)
+    if np.dtype(out_dt).kind in "iub" or np.dtype(lhs.dtype).kind in "iub":
+        work = np.dtype(out_dt) if np.dtype(out_dt).kind in "iu" else work
+    B = [lhs.shape[d] for d in lb]
+    M = math.prod(lhs.shape[d] for d in lf)
+    N = math.prod(rhs.shape[d] for d in rf)
+    K = math.prod(lhs.shape[d] for d in lc)
+    nb = math.prod(B)
+    x = np.transpose(lhs, lb + lf + lc).astype(work, copy=False).reshape(nb, M, K)
+    y = np.transpose(rhs, rb + rc + rf).astype(work, copy=False).reshape(nb, K, N)
+    out = np.matmul(x, y)
+    dims = tuple(inst.shape.dims)
+    return out.reshape(dims).astype(out_dt, copy=False)
+
+
+def _spatial_pad(x, axis, lo, hi):
+    """Pad (or crop, for negative amounts) `x` along `axis` with zeros."""
+    n = x.shape[axis]
+    start, stop = max(-lo, 0), n - max(-hi, 0)
+    sl = [slice(None)] * x.ndim
+    sl[axis] = slice(start, max(stop, start))
+    x = x[tuple(sl)]
+    widths = [(0, 0)] * x.ndim
+    widths[axis] = (max(lo, 0), max(hi, 0))
+    return np.pad(x, widths)
+
+
+def _dilate(x, axis, factor):
+    if factor == 1 or x.shape[axis] == 0:
+        return x
+    shape = list(x.shape)
+    shape[axis] = (shape[axis] - 1) * factor + 1
+    out = np.zeros(shape, x.dtype)
+    sl = [slice(None)] * x.ndim
+    sl[axis] = slice(None, None, factor)
+    out[tuple(sl)] = x
+    return out
+
+
+@register_library("convolution")
+def convolution(inst, args, ctx):
+    """Convolution with XLA's dimension numbers, padding, dilations, feature and batch groups:
+    one strided tensordot per kernel spatial position."""
+    lhs, rhs = args
+    dn = inst.attrs["dim_labels"]
+    window = inst.attrs.get("window")
+    fgc = int(inst.attrs.get("feature_group_count", 1))
+    bgc = int(inst.attrs.get("batch_group_count", 1))
+    out_dt = _np_dtype(inst.shape)
+    work = _work_dtype(out_dt)
+    x = np.transpose(lhs, [dn.input_batch, dn.input_feature, *dn.input_spatial]).astype(work)
+    w = np.transpose(rhs, [dn.kernel_output_feature, dn.kernel_input_feature, *dn.kernel_spatial]).astype(work)
+    nsp = len(dn.input_spatial)
+    wdims = window.dimensions if window is not None else ()
+    strides, wdil = [], []
+    for s in range(nsp):
+        wd = wdims[s] if s < len(wdims) else None
+        if wd is None:
+            strides.append(1)
+            wdil.append(1)
+            continue
+        x = _dilate(x, 2 + s, wd.base_dilation)
+        x = _spatial_pad(x, 2 + s, wd.padding_low, wd.padding_high)
+        if wd.window_reversal:
+            w = np.flip(w, 2 + s)
+        strides.append(wd.stride)
+        wdil.append(wd.window_dilation)
+    N, C = x.shape[:2]
+    O, I = w.shape[:2]
+    ksp = w.shape[2:]
+    out_sp = [max(0, (x.shape[2 + s] - ((ksp[s] - 1) * wdil[s] + 1)) // strides[s] + 1) for s in range(nsp)]
+    nb = N // bgc
+    out = np.zeros((nb, O) + tuple(out_sp), work)
+    og = O // (fgc * bgc)
+    for g in range(fgc * bgc):
+        fg, bg = (g, 0) if bgc == 1 else (0, g)
+        xs = x[bg * nb:(bg + 1) * nb, fg * I:(fg + 1) * I]
+        ws = w[g * og:(g + 1) * og]
+        for kpos in np.ndindex(*ksp):
+            sl = [slice(None), slice(None)]
+            for s in range(nsp):
+                start = kpos[s] * wdil[s]
+                sl.append(slice(start, start + (out_sp[s] - 1) * strides[s] + 1 if out_sp[s] else start, strides[s]))
+            patch = xs[tuple(sl)]  # nb, I, out_sp...
+            k = ws[(slice(None), slice(None)) + kpos]  # og, I
+            out[:, g * og:(g + 1) * og] += np.moveaxis(np.tensordot(patch, k, axes=([1], [1])), -1, 1)
+    return _to_layout(out, dn, out_dt)
+
+
+def _to_layout(out, dn, out_dt):
+    order = [None] * out.ndim
+    order[dn.output_batch] = 0
+    order[dn.output_feature] = 1
+    for s, d in enumerate(dn.output_spatial):
+        order[d] = 2 + s
+    return np.ascontiguousarray(np.transpose(out, order)).astype(out_dt, copy=False)
+
+
+@register_library("fft")
+def fft(inst, args, ctx):
+    (x,) = args
+    kind = str(inst.attrs["fft_type"]).upper()
+    lengths = tuple(inst.attrs["fft_length"])
+    axes = tuple(range(x.ndim - len(lengths), x.ndim))
+    out_dt = _np_dtype(inst.shape)
+    if kind == "FFT":
+        r = np.fft.fftn(x, axes=axes)
+    elif kind == "IFFT":
+        r = np.fft.ifftn(x, axes=axes)
+    elif kind == "RFFT":
+        r = np.fft.rfftn(x, s=lengths, axes=axes)
+    elif kind == "IRFFT":
+        r = np.fft.irfftn(x, s=lengths, axes=axes)
+    else:
+        raise UnsupportedError(f"fft {inst.name}: unknown fft_type {kind}")
+    return r.astype(out_dt)
+
+
+@register_library("cholesky")
+def cholesky(inst, args, ctx):
+    (a,) = args
+    lower = "lower=true" in str(inst.attrs.get("cholesky_options", "")) or bool(inst.attrs.get("lower", False))
+    work = _work_dtype(a.dtype)
+    l = np.linalg.cholesky(a.astype(work) if lower else np.swapaxes(a, -1, -2).astype(work))
+    return (l if lower else np.swapaxes(l, -1, -2)).astype(a.dtype)
+
+
+# ---- data movement that stays unfused ---------------------------------------------------------
+def _start_indices(inst, starts, operand_dims, sizes):
+    out = []
+    for s, n, k in zip(starts, operand_dims, sizes):
+        out.append(int(np.clip(int(np.asarray(s)), 0, n - k)))
+    return out
+
+
+@register_library("dynamic-update-slice")
+def dynamic_update_slice(inst, args, ctx):
+    operand, update, *starts = args
+    idx = _start_indices(inst, starts, operand.shape, update.shape)
+    out = np.array(operand, copy=True)
+    out[tuple(slice(i, i + n) for i, n in zip(idx, update.shape))] = update
+    return out
+
+
+_COMBINERS = {"add": np.add, "multiply": np.multiply, "maximum": np.maximum, "minimum": np.minimum,
+              "or": np.logical_or, "and": np.logical_and}
+
+
+def _binary_combiner(comp):
+    """The numpy ufunc of a scalar computation `f(p0, p1) = op(p0, p1)`, 'assign' for
+    `f(p0, p1) = p1`, or None."""
+    root = comp.root
+    params = comp.parameters
+    if len(params) != 2:
+        return None
+    if root is params[1]:
+        return "assign"
+    if len(root.operands) == 2 and set(map(id, root.operands)) == {id(params[0]), id(params[1])}:
+        op = _COMBINERS.get(root.opcode)
+        if op is not None and root.shape.dtype.is_pred and root.opcode in ("or", "and"):
+            return op
+        if root.opcode in ("or", "and"):
+            return np.bitwise_or if root.opcode == "or" else np.bitwise_and
+        return op
+    return None
+
+
+@register_library("scatter")
+def scatter(inst, args, ctx):
+    """XLA scatter: each update element goes to operand[start(scatter index) + window offset]
+    (starts are not clamped: updates whose window leaves the operand are skipped)."""
+    n = (len(args) - 1) // 2
+    operands, indices, updates = args[:n], args[n], args[n + 1:]
+    a = inst.attrs
+    uwd = tuple(a.get("update_window_dims", ()))
+    iwd = tuple(a.get("inserted_window_dims", ()))
+    sdod = tuple(a.get("scatter_dims_to_operand_dims", ()))
+    ibd = tuple(a.get("input_batching_dims", ()))
+    sibd = tuple(a.get("scatter_indices_batching_dims", ()))
+    ivd = int(a["index_vector_dim"])
+    comp = a["to_apply"]
+    outs = [np.array(o, copy=True) for o in operands]
+    op_shape = outs[0].shape
+    idx = np.asarray(indices)
+    if ivd == idx.ndim:
+        idx = idx[..., None]
+    idx = np.moveaxis(idx, ivd, -1)
+    upd_shape = updates[0].shape
+    scatter_dims = [d for d in range(len(upd_shape)) if d not in uwd]
+    window_operand_dims = [d for d in range(len(op_shape)) if d not in iwd and d not in ibd]
+    idx_batch_dims = [d for d in range(np.asarray(indices).ndim) if d != ivd]
+    combiner = _binary_combiner(comp) if n == 1 else None
+    # Full operand index of every update element (vectorized), then a validity mask.
+    grids = np.indices(upd_shape).reshape(len(upd_shape), -1)
+    sidx = tuple(grids[d] for d in scatter_dims)
+    starts = idx[sidx] if scatter_dims else np.broadcast_to(idx.reshape(-1), (grids.shape[1], idx.shape[-1]))
+    full = np.zeros((len(op_shape), grids.shape[1]), np.int64)
+    for k, od in enumerate(sdod):
+        full[od] += starts[:, k].astype(np.int64)
+    for j, od in enumerate(window_operand_dims):
+        full[od] += grids[uwd[j]]
+    for od, idim in zip(ibd, sibd):
+        full[od] = grids[scatter_dims[idx_batch_dims.index(idim)]]
+    valid = np.all((full >= 0) & (full < np.array(op_shape)[:, None]), axis=0)
+    # XLA drops the whole window when its start is out of bounds: check window extents.
+    if len(op_shape):
+        win = [1] * len(op_shape)
+        for j, od in enumerate(window_operand_dims):
+            win[od] = upd_shape[uwd[j]]
+        wstart = np.zeros_like(full)
+        for k, od in enumerate(sdod):
+            wstart[od] = starts[:, k]
+        ok = np.all((wstart >= 0) & (wstart + np.array(win)[:, None] <= np.array(op_shape)[:, None]), axis=0)
+        valid &= ok
+    target = tuple(full[:, valid])
+    vals = [u.reshape(-1)[valid] for u in updates]
+    if combiner == "assign":
+        outs[0][target] = vals[0]
+    elif combiner is not None:
+        combiner.at(outs[0], target, vals[0])
+    else:
+        flat_targets = np.ravel_multi_index(target, op_shape) if len(op_shape) else np.zeros(len(vals[0]), int)
+        flats = [o.reshape(-1) for o in outs]
+        for t, *vs in zip(flat_targets, *vals):
+            cur = [np.asarray(f[t]) for f in flats]
+            res = ctx.call(comp, cur + [np.asarray(v) for v in vs])
+            res = res if isinstance(res, tuple) else (res,)
+            for f, r in zip(flats, res):
+                f[t] = r
+    return outs[0] if n == 1 else tuple(outs)
+
+
+def _sort_key_pattern(comp):
+    """(operand k, descending, total_order) for a comparator `compare(p2k, p2k+1)`, else None."""
+    root = comp.root
+    if root.opcode != "compare":
+        return None
+    params = comp.parameters
+    a, b = root.operands
+    if a.opcode != "parameter" or b.opcode != "parameter":
+        return None
+    direction = str(root.attrs["direction"])
+    if direction not in ("LT", "GT"):
+        return None
+    i, j = a.parameter_number, b.parameter_number
+    if i // 2 != j // 2 or i == j or len(params) % 2:
+        return None
+    desc = (direction == "GT") == (i % 2 == 0)
+    return i // 2, desc, str(root.attrs.get("type", "")) == "TOTALORDER"
+
+
+@register_library("sort")
+def sort(inst, args, ctx):
+    """Stable sort along `dimensions`; argsort on a key for plain comparators, else a
+    comparison sort calling the compiled comparator."""
+    dim = int(inst.attrs["dimensions"][0])
+    comp = inst.attrs["to_apply"]
+    moved = [np.moveaxis(np.asarray(x), dim, -1) for x in args]
+    pattern = _sort_key_pattern(comp)
+    if pattern is not None:
+        k, desc, _total = pattern
+        key = moved[k]
+        if desc:
+            n = key.shape[-1]
+            order = n - 1 - np.flip(np.argsort(np.flip(key, -1), axis=-1, kind="stable"), -1)
+        else:
+            order = np.argsort(key, axis=-1, kind="stable")
+    else:
+        order = np.empty(moved[0].shape, np.int64)
+        for row in np.ndindex(*moved[0].shape[:-1]):
+            vals = [m[row] for m in moved]
+
+            def less(i, j, vals=vals):
+                args2 = []
+                for v in vals:
+                    args2 += [np.asarray(v[i]), np.asarray(v[j])]
+                return bool(np.asarray(ctx.call(comp, args2)))
+
+            def cmp(i, j, less=less):
+                return -1 if less(i, j) else (1 if less(j, i) else 0)
+
+            order[row] = sorted(range(moved[0].shape[-1]), key=functools.cmp_to_key(cmp))
+    outs = [np.moveaxis(np.take_along_axis(m, order, -1), -1, dim) for m in moved]
+    outs = [np.ascontiguousarray(o) for o in outs]
+    return tuple(outs) if inst.shape.is_tuple else outs[0]
+
+
+# ---- control flow ------------------------------------------------------------------------------
+@register_library("while")
+def while_loop(inst, args, ctx):
+    cond, body = inst.attrs["condition"], inst.attrs["body"]
+    state = args[0]
+    while bool(np.asarray(ctx.call(cond, [state]))):
+        state = ctx.call(body, [state])
+    return state
+
+
+@register_library("conditional")
+def conditional(inst, args, ctx):
+    sel = np.asarray(args[0])
+    branches = inst.attrs.get("branch_computations")
+    if branches is None:
+        branches = (inst.attrs["true_computation"], inst.attrs["false_computation"])
+        k = 0 if bool(sel) else 1
+    else:
+        k = int(sel)
+        if k < 0 or k >= len(branches):
+            k = len(branches) - 1
+    return ctx.call(branches[k], [args[1 + k]])
+
+
+@register_library("call")
+def call(inst, args, ctx):
+    return ctx.call(inst.attrs["to_apply"], list(args))
+
+
+@register_library("optimization-barrier", "domain")
+def identity(inst, args, ctx):
+    return args[0]
+
+
+@register_library("add-dependency")
+def add_dependency(inst, args, ctx):
+    return args[0]
+
+
+@register_library("after-all")
+def after_all(inst, args, ctx):
+    return ()
+
+
+@register_library("get-dimension-size")
+def get_dimension_size(inst, args, ctx):
+    return np.asarray(args[0].shape[int(inst.attrs["dimensions"][0])], dtype=_np_dtype(inst.shape))
+
+
+@register_library("custom-call")
+def custom_call(inst, args, ctx):
+    target = inst.attrs.get("custom_call_target", "?")
+    raise UnsupportedError(f"custom-call {inst.name} (target {target!s}) cannot run on the CPU backend")
+
+
+mark_unsupported("library", "random number generation is not implemented by the CPU backend",
+                 "rng", "rng-bit-generator", "rng-get-and-update-state")
