@@ -676,3 +676,141 @@ def test_topk_matches_jax(largest):
     got_v, got_i = run(inst, x)
     close(got_v, want_v, rtol=0, atol=0)
     close(got_i, want_i, rtol=0, atol=0)
+
+
+# ---- through the parser and evaluate(): fft, linear algebra, batch norm ----------------------------
+from hlofuse.hlo.parser import parse_hlo  # noqa: E402
+from hlofuse.runtime.interpreter import evaluate  # noqa: E402
+
+
+def run_hlo(body: str, *args):
+    """Evaluate an entry computation whose instructions are `body` (parameters p0, p1, ...)."""
+    return evaluate(parse_hlo(f"HloModule test\n\nENTRY main {{\n{body}\n}}\n"), list(args))
+
+
+def hlo_type(x) -> str:
+    return shape_of(x).to_text(with_layout=False)
+
+
+FFT_CASES = [
+    ("FFT", (3, 8), (8,)), ("IFFT", (3, 8), (8,)), ("RFFT", (3, 8), (8,)), ("IRFFT", (3, 5), (8,)),
+    ("FFT", (2, 4, 6), (4, 6)), ("RFFT", (2, 4, 6), (4, 6)), ("IRFFT", (2, 4, 4), (4, 6)),
+    ("FFT", (2, 3, 4, 5), (3, 4, 5)), ("IRFFT", (3, 4, 3), (3, 4, 5)), ("RFFT", (7,), (7,)),
+]
+
+
+@pytest.mark.parametrize("kind,shape,lengths", FFT_CASES)
+@pytest.mark.parametrize("precision", ["single", "double"])
+def test_fft_matches_jax(kind, shape, lengths, precision):
+    real = np.float32 if precision == "single" else np.float64
+    cplx = np.complex64 if precision == "single" else np.complex128
+    x = rand(shape, real)
+    if kind in ("FFT", "IFFT", "IRFFT"):
+        x = (x + 1j * rand(shape, real)).astype(cplx)
+    axes = tuple(range(len(shape) - len(lengths), len(shape)))
+    fn = {"FFT": jnp.fft.fftn, "IFFT": jnp.fft.ifftn, "RFFT": jnp.fft.rfftn, "IRFFT": jnp.fft.irfftn}[kind]
+    want = np.asarray(fn(x, s=lengths, axes=axes))
+    lens = ",".join(map(str, lengths))
+    (got,) = run_hlo(f"  p0 = {hlo_type(x)} parameter(0)\n"
+                     f"  ROOT f = {hlo_type(want)} fft(p0), fft_type={kind}, fft_length={{{lens}}}", x)
+    tol = 1e-4 if precision == "single" else 1e-10
+    close(got, want, rtol=tol, atol=tol)
+
+
+def _spd(n, batch=(), dtype=np.float64):
+    m = rand((*batch, n, n), np.float64)
+    if np.dtype(dtype).kind == "c":
+        m = m + 1j * rand((*batch, n, n), np.float64)
+    a = m @ np.conj(np.swapaxes(m, -1, -2)) + n * np.eye(n)
+    return a.astype(dtype)
+
+
+@pytest.mark.parametrize("lower", [True, False])
+@pytest.mark.parametrize("dtype,batch", [(np.float32, ()), (np.float64, (3,)), (np.complex64, (2,))])
+def test_cholesky_matches_jax(lower, dtype, batch):
+    a = _spd(5, batch, dtype)
+    garbage = a.copy()  # only the named triangle may be read
+    tri = np.triu_indices(5, 1) if lower else np.tril_indices(5, -1)
+    garbage[..., tri[0], tri[1]] = 99
+    want_l = np.asarray(jax.lax.linalg.cholesky(a, symmetrize_input=False))
+    (got,) = run_hlo(f"  p0 = {hlo_type(a)} parameter(0)\n"
+                     f"  ROOT c = {hlo_type(a)} cholesky(p0), lower={'true' if lower else 'false'}", garbage)
+    keep = np.tril if lower else np.triu
+    want = keep(want_l if lower else np.conj(np.swapaxes(want_l, -1, -2)))
+    close(keep(got), want.astype(dtype), rtol=1e-4, atol=1e-4)
+
+
+def test_cholesky_not_positive_definite_gives_nan():
+    a = np.array([[1.0, 2.0], [2.0, 1.0]], dtype=np.float32)
+    (got,) = run_hlo("  p0 = f32[2,2] parameter(0)\n  ROOT c = f32[2,2] cholesky(p0), lower=true", a)
+    assert np.isnan(got).any()
+
+
+TRSM = [(left, lower, trans, unit) for left in (True, False) for lower in (True, False)
+        for trans in ("NO_TRANSPOSE", "TRANSPOSE", "ADJOINT") for unit in (False, True)]
+
+
+@pytest.mark.parametrize("left,lower,trans,unit", TRSM)
+def test_triangular_solve_matches_jax(left, lower, trans, unit):
+    dtype = np.complex64 if trans == "ADJOINT" else np.float32
+    a = rand((2, 4, 4), np.float64) + 4 * np.eye(4)
+    b = rand((2, 4, 3) if left else (2, 3, 4), np.float64)
+    if trans == "ADJOINT":
+        a, b = a + 1j * rand(a.shape, np.float64), b - 1j * rand(b.shape, np.float64)
+    a, b = a.astype(dtype), b.astype(dtype)
+    want = jax.lax.linalg.triangular_solve(a, b, left_side=left, lower=lower, transpose_a=trans != "NO_TRANSPOSE",
+                                           conjugate_a=trans == "ADJOINT", unit_diagonal=unit)
+    flags = (f"left_side={str(left).lower()}, lower={str(lower).lower()}, "
+             f"unit_diagonal={str(unit).lower()}, transpose_a={trans}")
+    (got,) = run_hlo(f"  p0 = {hlo_type(a)} parameter(0)\n  p1 = {hlo_type(b)} parameter(1)\n"
+                     f"  ROOT t = {hlo_type(b)} triangular-solve(p0, p1), {flags}", a, b)
+    close(got, np.asarray(want), rtol=1e-4, atol=1e-4)
+
+
+def _bn_train_jax(x, scale, offset, eps, f):
+    axes = tuple(d for d in range(x.ndim) if d != f)
+    shape = [1] * x.ndim
+    shape[f] = x.shape[f]
+    mean = x.mean(axis=axes)
+    var = ((x - mean.reshape(shape)) ** 2).mean(axis=axes)
+    y = (x - mean.reshape(shape)) * lax.rsqrt(var.reshape(shape) + eps) * scale.reshape(shape) + offset.reshape(shape)
+    return y, mean, var
+
+
+@pytest.mark.parametrize("feature_index", [0, 1, 3])
+def test_batch_norm_family_matches_jax(feature_index):
+    x = rand((4, 3, 5, 2), np.float32)
+    c = x.shape[feature_index]
+    scale, offset = rand((c,), np.float32, 0.5, 2), rand((c,), np.float32)
+    eps = 1e-3
+    y, mean, var = _bn_train_jax(x.astype(np.float64), scale, offset, eps, feature_index)
+    vec = f"f32[{c}]"
+    ty = hlo_type(x)
+    got_y, got_mean, got_var = run_hlo(
+        f"  p0 = {ty} parameter(0)\n  p1 = {vec} parameter(1)\n  p2 = {vec} parameter(2)\n"
+        f"  ROOT b = ({ty}, {vec}, {vec}) batch-norm-training(p0, p1, p2), epsilon=0.001, "
+        f"feature_index={feature_index}", x, scale, offset)
+    close(got_y, np.asarray(y, np.float32), rtol=1e-4, atol=1e-4)
+    close(got_mean, np.asarray(mean, np.float32), rtol=1e-5, atol=1e-6)
+    close(got_var, np.asarray(var, np.float32), rtol=1e-5, atol=1e-6)
+
+    mean32, var32 = np.asarray(mean, np.float32), np.asarray(var, np.float32)
+    (got_inf,) = run_hlo(
+        f"  p0 = {ty} parameter(0)\n  p1 = {vec} parameter(1)\n  p2 = {vec} parameter(2)\n"
+        f"  p3 = {vec} parameter(3)\n  p4 = {vec} parameter(4)\n"
+        f"  ROOT b = {ty} batch-norm-inference(p0, p1, p2, p3, p4), epsilon=0.001, feature_index={feature_index}",
+        x, scale, offset, mean32, var32)
+    close(got_inf, np.asarray(y, np.float32), rtol=1e-4, atol=1e-4)
+
+    dy = rand(x.shape, np.float32)
+    _, vjp = jax.vjp(lambda a, s, o: _bn_train_jax(a, s, o, eps, feature_index)[0],
+                     x.astype(np.float64), scale.astype(np.float64), offset.astype(np.float64))
+    want_dx, want_ds, want_do = vjp(dy.astype(np.float64))
+    got_dx, got_ds, got_do = run_hlo(
+        f"  p0 = {ty} parameter(0)\n  p1 = {vec} parameter(1)\n  p2 = {vec} parameter(2)\n"
+        f"  p3 = {vec} parameter(3)\n  p4 = {ty} parameter(4)\n"
+        f"  ROOT g = ({ty}, {vec}, {vec}) batch-norm-grad(p0, p1, p2, p3, p4), epsilon=0.001, "
+        f"feature_index={feature_index}", x, scale, mean32, var32, dy)
+    close(got_dx, np.asarray(want_dx, np.float32), rtol=1e-3, atol=1e-4)
+    close(got_ds, np.asarray(want_ds, np.float32), rtol=1e-3, atol=1e-4)
+    close(got_do, np.asarray(want_do, np.float32), rtol=1e-4, atol=1e-4)

@@ -207,3 +207,17 @@ def total_order_key(x: np.ndarray) -> np.ndarray:
     bits = x.view({1: np.int8, 2: np.int16, 4: np.int32, 8: np.int64}[x.dtype.itemsize])
     # Negative floats order backwards in their sign-magnitude bits: flip all but the sign bit.
     return np.where(bits < 0, bits ^ np.iinfo(bits.dtype).max, bits)
+
+
+def batched_call(comp: HloComputation, interp):
+    """A function evaluating scalar computation `comp` on whole arrays at once (returning the
+    flattened outputs), when the interpreter offers batched calls and `comp` is elementwise;
+    None otherwise (callers then call `comp` once per element)."""
+    call_batched = getattr(interp, "call_batched", None)
+    if call_batched is None:
+        return None
+    from .core import is_elementwise_computation
+
+    if not is_elementwise_computation(comp):
+        return None
+    return lambda args: flatten_value(call_batched(comp, args))

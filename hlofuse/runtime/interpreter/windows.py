@@ -17,8 +17,8 @@ from ...hlo.attributes import Window
 from ...hlo.errors import UnsupportedError
 from ...hlo.ir import HloInstruction
 from ...hlo.opcodes import register_reference
-from .op_helpers import (ASSIGN, KEEP, flatten_value, leaf_dtypes, recognize_combiner, scalar_args,
-                         total_order_key)
+from .op_helpers import (ASSIGN, KEEP, batched_call, flatten_value, leaf_dtypes, recognize_combiner,
+                         scalar_args, total_order_key)
 
 _COMPARE = {"LT": np.less, "LE": np.less_equal, "GT": np.greater, "GE": np.greater_equal}
 _SWAPPED = {"LT": "GT", "LE": "GE", "GT": "LT", "GE": "LE"}
@@ -76,6 +76,7 @@ def reduce_window_reference(inst: HloInstruction, args: list, interp):
     accs = [np.full(out_shape, init, dtype=dt) for init, dt in zip(inits, dtypes)]
     comp = inst.attrs["to_apply"]
     reducers = recognize_combiner(comp)
+    batched = batched_call(comp, interp) if reducers is None else None
     empty = any(s == 0 for s in inputs[0].shape)
     for index, mask in ([] if empty else window_taps(inputs[0].shape, window)):
         grid = np.ix_(*index)
@@ -86,6 +87,9 @@ def reduce_window_reference(inst: HloInstruction, args: list, interp):
                     accs[i] = np.where(mask, value, accs[i]).astype(dtypes[i], copy=False)
                 elif reducer is not KEEP:
                     accs[i] = np.where(mask, reducer(accs[i], value), accs[i]).astype(dtypes[i], copy=False)
+        elif batched is not None:
+            results = batched(accs + values)
+            accs = [np.where(mask, r, a).astype(dt, copy=False) for a, r, dt in zip(accs, results, dtypes)]
         else:
             _fold_by_calls(comp, accs, values, mask, interp)
     return tuple(accs) if inst.shape.is_tuple else accs[0]
@@ -162,12 +166,15 @@ def _select_positions(select, operand: np.ndarray, window: Window, out_shape, in
     best = np.zeros(out_shape, dtype=operand.dtype)
     have = np.zeros(out_shape, dtype=bool)
     fast = _simple_select(select)
+    batched = batched_call(select, interp) if fast is None else None
     for index, mask in window_taps(operand.shape, window):
         grid = np.ix_(*index)
         value = operand[grid]
         flat_index = np.ravel_multi_index(np.broadcast_arrays(*grid), operand.shape)
         if fast is not None:
             take = mask & (~have | ~fast(best, value))
+        elif batched is not None:
+            take = mask & (~have | ~np.asarray(batched([best, value])[0], dtype=bool))
         else:
             take = mask & ~have
             for pos in zip(*np.nonzero(mask & have)):

@@ -1,0 +1,142 @@
+"""Reference semantics of `cholesky`, `triangular-solve` and the `batch-norm-*` ops.
+
+Everything is computed in float64 (complex128 for complex types) and rounded once to the
+result type. Options the parser keeps as raw words (`lower=true`, `transpose_a=ADJOINT`,
+`epsilon=0.001`, `feature_index=1`) are read through the attribute helpers.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ...hlo.errors import UnsupportedError
+from ...hlo.ir import HloInstruction
+from ...hlo.opcodes import register_reference
+from .op_helpers import attr_bool, attr_float, attr_int, attr_str, leaf_dtypes, result_dtype
+
+
+def _wide(x: np.ndarray) -> np.ndarray:
+    x = np.asarray(x)
+    if x.dtype.kind == "c":
+        return x.astype(np.complex128)
+    return x.astype(np.float32).astype(np.float64) if x.dtype.kind == "V" else x.astype(np.float64)
+
+
+def _adjoint(x: np.ndarray) -> np.ndarray:
+    return np.conj(np.swapaxes(x, -1, -2))
+
+
+@register_reference("cholesky")
+def cholesky_reference(inst: HloInstruction, args: list, interp) -> np.ndarray:
+    """`cholesky(a), lower=...`: l with a = l l^H (lower) or u with a = u^H u (upper), reading
+    only that triangle of a. The other triangle of the result is zero; a matrix that is not
+    positive definite gives NaNs (XLA leaves both implementation-defined)."""
+    a = _wide(args[0])
+    lower = attr_bool(inst, "lower", False)
+    strict = np.tril(a, -1) if lower else np.triu(a, 1)
+    diag = np.real(np.diagonal(a, axis1=-2, axis2=-1)).astype(a.dtype)
+    hermitian = strict + _adjoint(strict)
+    idx = np.arange(a.shape[-1])
+    hermitian[..., idx, idx] = diag
+    flat = hermitian.reshape(-1, *a.shape[-2:])
+    out = np.full_like(flat, np.nan)
+    for i, m in enumerate(flat):
+        try:
+            out[i] = np.linalg.cholesky(m)
+        except np.linalg.LinAlgError:
+            pass
+    out = out.reshape(a.shape)
+    if not lower:
+        out = _adjoint(out)
+    return out.astype(result_dtype(inst.shape))
+
+
+def _substitute(m: np.ndarray, b: np.ndarray, lower: bool) -> np.ndarray:
+    """Solve m x = b for triangular m ([..., k, k]) by forward or back substitution; a zero
+    on the diagonal gives inf/NaN, as a division would."""
+    k = m.shape[-1]
+    x = np.zeros(np.broadcast_shapes(m.shape[:-2], b.shape[:-2]) + b.shape[-2:], dtype=np.result_type(m, b))
+    rows = range(k) if lower else range(k - 1, -1, -1)
+    for i in rows:
+        rest = slice(0, i) if lower else slice(i + 1, k)
+        partial = np.einsum("...j,...jn->...n", m[..., i, rest], x[..., rest, :])
+        x[..., i, :] = (b[..., i, :] - partial) / m[..., i, i][..., None]
+    return x
+
+
+@register_reference("triangular-solve")
+def triangular_solve_reference(inst: HloInstruction, args: list, interp) -> np.ndarray:
+    """`triangular-solve(a, b)`: x with op(a) x = b (left_side) or x op(a) = b, op per
+    transpose_a (NO_TRANSPOSE, TRANSPOSE, ADJOINT); only the `lower` or upper triangle of a is
+    read, and with unit_diagonal its diagonal is taken to be ones."""
+    a, b = _wide(args[0]), _wide(args[1])
+    lower = attr_bool(inst, "lower", False)
+    m = np.tril(a) if lower else np.triu(a)
+    if attr_bool(inst, "unit_diagonal", False):
+        idx = np.arange(a.shape[-1])
+        m[..., idx, idx] = 1
+    transpose = attr_str(inst, "transpose_a", "NO_TRANSPOSE").upper()
+    if transpose == "TRANSPOSE":
+        m, lower = np.swapaxes(m, -1, -2), not lower
+    elif transpose == "ADJOINT":
+        m, lower = _adjoint(m), not lower
+    elif transpose != "NO_TRANSPOSE":
+        raise UnsupportedError(f"triangular-solve {inst.name}: unknown transpose_a {transpose}")
+    with np.errstate(divide="ignore", invalid="ignore"):
+        if attr_bool(inst, "left_side", False):
+            x = _substitute(m, b, lower)
+        else:  # x m = b  <=>  m^T x^T = b^T
+            x = np.swapaxes(_substitute(np.swapaxes(m, -1, -2), np.swapaxes(b, -1, -2), not lower), -1, -2)
+    return x.astype(result_dtype(inst.shape))
+
+
+def _feature_layout(inst: HloInstruction, x: np.ndarray) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """(axes reduced over, shape that broadcasts a feature vector against the operand)."""
+    f = attr_int(inst, "feature_index")
+    if not 0 <= f < x.ndim:
+        raise UnsupportedError(f"{inst.opcode} {inst.name}: feature_index {f} is out of range for rank {x.ndim}")
+    axes = tuple(d for d in range(x.ndim) if d != f)
+    shape = tuple(x.shape[f] if d == f else 1 for d in range(x.ndim))
+    return axes, shape
+
+
+@register_reference("batch-norm-training")
+def batch_norm_training_reference(inst: HloInstruction, args: list, interp):
+    """(normalized, batch mean, batch variance) with the biased (population) variance."""
+    x, scale, offset = (_wide(a) for a in args)
+    axes, fshape = _feature_layout(inst, x)
+    eps = attr_float(inst, "epsilon")
+    mean = x.mean(axis=axes)
+    var = ((x - mean.reshape(fshape)) ** 2).mean(axis=axes)
+    y = (x - mean.reshape(fshape)) / np.sqrt(var.reshape(fshape) + eps) * scale.reshape(fshape) + offset.reshape(fshape)
+    dtypes = leaf_dtypes(inst.shape)
+    return y.astype(dtypes[0]), mean.astype(dtypes[1]), var.astype(dtypes[2])
+
+
+@register_reference("batch-norm-inference")
+def batch_norm_inference_reference(inst: HloInstruction, args: list, interp) -> np.ndarray:
+    """(x - mean) / sqrt(variance + epsilon) * scale + offset, per feature."""
+    x, scale, offset, mean, var = (_wide(a) for a in args)
+    _, fshape = _feature_layout(inst, x)
+    eps = attr_float(inst, "epsilon")
+    y = (x - mean.reshape(fshape)) / np.sqrt(var.reshape(fshape) + eps) * scale.reshape(fshape) + offset.reshape(fshape)
+    return y.astype(result_dtype(inst.shape))
+
+
+@register_reference("batch-norm-grad")
+def batch_norm_grad_reference(inst: HloInstruction, args: list, interp):
+    """(grad operand, grad scale, grad offset) of batch-norm-training at the given mean and
+    variance, per XLA's operation semantics."""
+    x, scale, mean, var, dy = (_wide(a) for a in args)
+    axes, fshape = _feature_layout(inst, x)
+    eps = attr_float(inst, "epsilon")
+    centered = x - mean.reshape(fshape)
+    inv_std = 1.0 / np.sqrt(var + eps)
+    grad_offset = dy.sum(axis=axes)
+    grad_scale = (dy * centered).sum(axis=axes) * inv_std
+    count = int(np.prod([x.shape[d] for d in axes]))
+    mean_dy = grad_offset / count
+    mean_dy_centered = (dy * centered).sum(axis=axes) / count
+    grad_x = (scale * inv_std).reshape(fshape) * (
+        dy - mean_dy.reshape(fshape) - centered * (mean_dy_centered / (var + eps)).reshape(fshape))
+    dtypes = leaf_dtypes(inst.shape)
+    return grad_x.astype(dtypes[0]), grad_scale.astype(dtypes[1]), grad_offset.astype(dtypes[2])
