@@ -21,6 +21,7 @@ from ..hlo.ir import HloComputation, HloInstruction, HloModule
 from ..hlo.shapes import Shape, TupleShape
 from .stablehlo_types import hlo_shape
 
+_NUMBERED = re.compile(r"(\.\d+)+$")
 _LOC = re.compile(r'loc\((?:callsite\()?(?:"[^"]*"\()?"([^"]*)":(\d+):(\d+)')
 
 
@@ -348,7 +349,7 @@ def inline_call(call: HloInstruction) -> HloInstruction:
         if inst.opcode == "parameter":
             mapping[id(inst)] = call.operands[inst.parameter_number]
             continue
-        clone = inst.clone(operands=[mapping[id(o)] for o in inst.operands])
+        clone = inst.clone(name=_NUMBERED.sub("", inst.name), operands=[mapping[id(o)] for o in inst.operands])
         mapping[id(inst)] = clone
         new.append(clone)
     # Keep the instruction list in a valid order: the clones go right before the call.

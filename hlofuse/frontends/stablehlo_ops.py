@@ -20,10 +20,6 @@ from .stablehlo_types import dense_to_numpy, hlo_shape, parse_dense_text
 
 RULES: dict[str, Callable] = {}
 
-# StableHLO spellings that are not the HLO opcode with '_' -> '-'.
-_RENAMED = {"count_leading_zeros": "clz"}
-
-
 def rule(*names: str):
     """Register a conversion rule for the MLIR ops `names`."""
 
@@ -42,7 +38,7 @@ def rule_for(op_name: str) -> Callable | None:
     dialect, _, base = op_name.partition(".")
     if dialect != "stablehlo":
         return None
-    hlo = _RENAMED.get(base, base.replace("_", "-"))
+    hlo = base.replace("_", "-")
     if opcodes.is_known(hlo):
         info = opcodes.op_info(hlo)
         if info.elementwise and info.kind in ("unary", "binary", "ternary") and info.called == ():
@@ -163,8 +159,18 @@ def _get_dimension_size(imp, op, scope):
 # ---- data movement ----------------------------------------------------------------------
 @rule("stablehlo.broadcast_in_dim")
 def _broadcast_in_dim(imp, op, scope):
-    return imp.emit(scope, "broadcast", _result_shape(op), _operands(scope, op),
-                    {"dimensions": _ints(op, "broadcast_dimensions", ())})
+    operand = scope.get(op.operands[0])
+    shape = _result_shape(op)
+    dims = _ints(op, "broadcast_dimensions", ())
+    # StableHLO may stretch a size-1 operand dimension; HLO broadcast cannot, so such
+    # dimensions are reshaped away first (as XLA's importer does).
+    stretched = [i for i, d in enumerate(dims) if operand.shape.dims[i] == 1 and shape.dims[d] != 1]
+    if stretched:
+        keep = [i for i in range(len(dims)) if i not in stretched]
+        reshaped = array(operand.shape.dtype, [operand.shape.dims[i] for i in keep])
+        operand = imp.emit(scope, "reshape", reshaped, [operand])
+        dims = tuple(dims[i] for i in keep)
+    return imp.emit(scope, "broadcast", shape, [operand], {"dimensions": dims})
 
 
 @rule("stablehlo.broadcast")
