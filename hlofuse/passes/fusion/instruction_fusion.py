@@ -297,13 +297,24 @@ class InstructionFusion(HloPass):
                         if not self._can_fuse_on_all_paths(producer, u, out, reach, memo)]
             if is_fusible(producer) and not blockers:
                 continue
-            who = ", ".join(u.name for u in blockers) or "none"
+            who = "; ".join(self._why_blocked(producer, u) for u in blockers) or "none"
+            users = len(producer.users)
             out[id(producer)] = refuse(
                 "not-fusible-into-all-users",
                 f"producer {producer.name} reads more than it writes ({in_elems} > {out_elems} elements) and "
-                f"has {len(producer.users)} users of which {len(blockers)} cannot fuse it ({who}); "
+                f"has {users} user{'s' if users != 1 else ''} of which {len(blockers)} cannot fuse it ({who}); "
                 f"duplicating it would add memory traffic")
         return out
+
+    def _why_blocked(self, producer: HloInstruction, user: HloInstruction) -> str:
+        if not is_fusible(user):
+            return user.name
+        idx = next((i for i, o in enumerate(user.operands) if o is producer), None)
+        if idx is not None:
+            d = self.rules.should_fuse(user, idx)
+            if not d:
+                return f"{user.name}: {d.reason}"
+        return f"{user.name}: not fusible on every path"
 
     # ---- the main loop ---------------------------------------------------------------------
     def _run_on(self, comp: HloComputation, log: FusionLog) -> bool:

@@ -176,13 +176,15 @@ class MultiOutputFusion(HloPass):
         return changed
 
     # ---- siblings --------------------------------------------------------------------------
-    def _sibling_legal(self, a: HloInstruction, b: HloInstruction) -> Decision:
+    def _sibling_legal(self, a: HloInstruction, b: HloInstruction, parent: HloInstruction) -> Decision:
         d = sibling_candidate(b)
         if not d:
             return d
         if self.reach.is_connected(a, b):
             first, second = (a, b) if self.reach.is_reachable(a, b) else (b, a)
-            return refuse("cycle", f"would create a cycle: {second.name} is reachable from {first.name}")
+            return refuse("cycle", f"siblings {b.name} and {a.name} (users of {parent.name}) are connected: "
+                                   f"{second.name} is reachable from {first.name}, so merging them would "
+                                   f"create a cycle")
         d = shapes_compatible(a, b)
         if not d:
             return d
@@ -205,7 +207,7 @@ class MultiOutputFusion(HloPass):
             j = i + 1
             while j < len(siblings):
                 b = siblings[j]
-                d = self._sibling_legal(a, b)
+                d = self._sibling_legal(a, b, parent)
                 if not d:
                     if b.opcode in ("fusion",) or is_fusible_as_multi_output_root(b):
                         log.refused(self.name, b.name, a.name, d)

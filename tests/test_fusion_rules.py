@@ -1,0 +1,243 @@
+"""Unit tests of the fusion rules, decisions and their reasons, the cost model and the report.
+Expected values are derived by hand from XLA's rules (cited) and from shape arithmetic."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from hlofuse.hlo.parser import parse_hlo
+from hlofuse.passes.fusion import fusion_passes, module_log
+from hlofuse.passes.fusion.cost_model import CPU, GPU, kernel_bytes, module_cost, target_params
+from hlofuse.passes.fusion.decisions import Decision, first_refusal
+from hlofuse.passes.fusion.fusibility import is_expensive, reduction_is_contiguous
+from hlofuse.passes.fusion.fusion_utils import Reachability
+from hlofuse.passes.fusion.report import build_report
+from hlofuse.passes.pipeline import get_pass
+
+REDUCERS = """
+add {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}
+"""
+
+
+def _module(body: str, reducers: bool = False):
+    return parse_hlo("HloModule m\n" + (REDUCERS if reducers else "") + "\nENTRY main {\n" + body + "\n}\n")
+
+
+def _inst(module, name):
+    return module.entry.instruction(name)
+
+
+def _fuse(module, target="gpu", passes=None):
+    for p in passes if passes is not None else fusion_passes(target):
+        p.run(module)
+    return module_log(module)
+
+
+# ---- expensiveness: XLA's shape-dependent rules -------------------------------------------------
+
+def test_integer_division_by_constant_is_cheap():
+    # InstructionFusion::IsExpensive: integer div by a (broadcast) scalar constant is cheap.
+    m = _module("""  x = s32[4] parameter(0)
+  y = s32[4] parameter(1)
+  c = s32[] constant(3)
+  b = s32[4] broadcast(c), dimensions={}
+  d = s32[4] divide(x, b)
+  ROOT e = s32[4] divide(x, y)""")
+    for params in (GPU, CPU):
+        assert not is_expensive(_inst(m, "d"), params)
+        assert is_expensive(_inst(m, "e"), params)
+
+
+def test_gpu_cheap_float_math():
+    # GpuInstructionFusion::IsExpensive: divide/sqrt/rsqrt/exp cheap in f32/f16, not in f64.
+    m = _module("""  x = f32[4] parameter(0)
+  y = f64[4] parameter(1)
+  e = f32[4] exponential(x)
+  d = f32[4] divide(x, x)
+  ROOT e64 = f64[4] exponential(y)""")
+    assert not is_expensive(_inst(m, "e"), GPU)
+    assert not is_expensive(_inst(m, "d"), GPU)
+    assert is_expensive(_inst(m, "e64"), GPU)
+    assert is_expensive(_inst(m, "e"), CPU)
+    assert is_expensive(_inst(m, "d"), CPU)
+
+
+def test_trigonometry_cheap_for_reals_and_bf16_convert_on_cpu():
+    m = _module("""  x = f32[4] parameter(0)
+  z = c64[4] parameter(1)
+  s = f32[4] sine(x)
+  sc = c64[4] sine(z)
+  ROOT b = bf16[4] convert(x)""")
+    assert not is_expensive(_inst(m, "s"), GPU)
+    assert is_expensive(_inst(m, "sc"), GPU)
+    assert is_expensive(_inst(m, "b"), CPU)  # CpuInstructionFusion: f32 -> bf16 has NaN checks
+    assert not is_expensive(_inst(m, "b"), GPU)
+
+
+@pytest.mark.parametrize("dims,shape,expected", [
+    ((1,), "f32[8,16]", True),  # row reduction
+    ((0,), "f32[8,16]", True),  # column reduction
+    ((1,), "f32[4,5,6]", True),  # column reduction (K, R, K)
+    ((0, 2), "f32[4,5,6]", True),  # "batched" row reduction (R, K, R): kept dims consecutive
+    ((1, 3), "f32[2,3,4,5]", False),  # (K, R, K, R): neither kept nor reduced dims consecutive
+])
+def test_reduction_is_contiguous(dims, shape, expected):
+    rank = shape.count(",") + 1
+    out_dims = [d for i, d in enumerate(shape[4:-1].split(",")) if i not in dims]
+    m = _module(f"""  x = {shape} parameter(0)
+  z = f32[] constant(0)
+  ROOT r = f32[{','.join(out_dims)}] reduce(x, z), dimensions={{{','.join(map(str, dims))}}}, to_apply=add""",
+                reducers=True)
+    assert rank >= 2
+    assert reduction_is_contiguous(_inst(m, "r")) is expected
+
+
+# ---- decisions ----------------------------------------------------------------------------------
+
+def test_decision_values():
+    ok = Decision.allow()
+    no = Decision.refuse("budget", "too big")
+    assert ok and not no
+    assert ok.and_then(lambda: no) is no
+    assert no.and_then(lambda: ok) is no
+    assert first_refusal(lambda: ok, lambda: no, lambda: 1 / 0) is no
+    assert str(no) == "refused [budget]: too big"
+
+
+def _reasons(log, rule):
+    return [e.reason for e in log.refusals() if e.rule == rule]
+
+
+def test_expensive_duplicate_reason_names_both_instructions():
+    m = _module("""  x = f32[16] parameter(0)
+  l = f32[16] log(x)
+  n = f32[16] negate(l)
+  f = f32[16] floor(l)
+  ROOT t = (f32[16], f32[16]) tuple(n, f)""")
+    log = _fuse(m, passes=[get_pass("fusion")])
+    reasons = _reasons(log, "expensive-duplicate")
+    assert any("producer l is expensive and has 2 users" in r and "into f" in r for r in reasons)
+
+
+def test_not_fusible_into_all_users_reason():
+    # InstructionFusionTest.AvoidDuplicationIfNotAllFusible
+    m = _module("""  x = f32[16] parameter(0)
+  y = f32[16] parameter(1)
+  a = f32[16] add(x, y)
+  n = f32[16] negate(a)
+  cc = f32[16] custom-call(a), custom_call_target="foo"
+  ROOT t = (f32[16], f32[16]) tuple(n, cc)""")
+    log = _fuse(m, passes=[get_pass("fusion")])
+    (reason,) = set(_reasons(log, "not-fusible-into-all-users"))
+    assert "producer a reads more than it writes (32 > 16 elements)" in reason
+    assert "has 2 users of which 1 cannot fuse it (cc)" in reason
+
+
+def test_cycle_reason_names_the_path():
+    m = _module("""  x = f32[16] parameter(0)
+  l = f32[16] log(x)
+  cc = f32[16] custom-call(l), custom_call_target="foo"
+  m = f32[16] multiply(l, cc)
+  ROOT t = (f32[16], f32[16]) tuple(l, m)""")
+    log = _fuse(m)
+    assert "would create a cycle: m is reachable from l through cc" in _reasons(log, "cycle")
+
+
+def test_budget_reason_counts_operands():
+    n = 50
+    body = []
+    for i in range(n):
+        body += [f"  x{i} = f32[2] parameter({2 * i})", f"  y{i} = f32[2] parameter({2 * i + 1})",
+                 f"  a{i} = f32[2] add(x{i}, y{i})"]
+    body.append(f"  ROOT c = f32[{2 * n}] concatenate({', '.join(f'a{i}' for i in range(n))}), dimensions={{0}}")
+    m = _module("\n".join(body))
+    log = _fuse(m, passes=[get_pass("fusion")])
+    reasons = _reasons(log, "budget")
+    assert reasons and all("= 97 > 96" in r for r in reasons)
+    fusion = m.entry.root
+    assert fusion.opcode == "fusion" and len(fusion.operands) + 1 <= 96
+    # the CPU has no operand budget but refuses concatenates of more than 8 operands
+    assert CPU.max_operands_and_outputs is None
+    m2 = _module("\n".join(body))
+    log2 = _fuse(m2, passes=[get_pass("fusion", target="cpu")])
+    reasons2 = _reasons(log2, "not-fusible-into-all-users")
+    assert any("concatenate c is better unfused (50 > 8 operands)" in r for r in reasons2)
+    assert m2.entry.root.opcode == "concatenate"
+
+
+# ---- reachability, cost model, report -----------------------------------------------------------
+
+def test_reachability():
+    m = _module("""  x = f32[4] parameter(0)
+  a = f32[4] negate(x)
+  b = f32[4] abs(a)
+  ROOT c = f32[4] add(b, x)""")
+    r = Reachability(m.entry)
+    a, b, c, x = (_inst(m, n) for n in "abcx")
+    assert r.is_reachable(a, c) and r.is_reachable(x, c) and r.is_reachable(a, a)
+    assert not r.is_reachable(c, a) and not r.is_reachable(b, a)
+    assert r.is_connected(c, a)
+
+
+def test_kernel_bytes_and_module_cost_by_hand():
+    m = _module("""  x = f32[16] parameter(0)
+  y = f32[16] parameter(1)
+  add = f32[16] add(x, y)
+  mul = f32[16] multiply(add, y)
+  ROOT neg = f32[16] negate(mul)""")
+    assert kernel_bytes(_inst(m, "add")) == (128, 64)
+    cost = module_cost(m)
+    # add: 128 + 64, mul: 128 + 64, neg: 64 + 64
+    assert (cost.kernels, cost.bytes_read, cost.bytes_written) == (3, 320, 192)
+    before = m.clone()
+    _fuse(m)
+    after = module_cost(m)
+    assert (after.kernels, after.bytes_moved) == (1, 128 + 64)
+    report = build_report(before, m, module_log(m))
+    (f,) = report.fusions
+    assert (f.kind, f.kernels_before, f.bytes_before, f.bytes_after) == ("kLoop", 3, 512, 192)
+    assert f.members == ["add", "mul", "neg"]
+    text = report.to_text()
+    assert "kernels:     3 -> 1" in text and "bytes moved: 512 -> 192" in text
+    json.dumps(report.to_dict())
+
+
+def test_report_lists_refusals_with_reasons_and_duplicated_work():
+    m = _module("""  x = f32[16] parameter(0)
+  e = f32[16] exponential(x)
+  n = f32[16] negate(e)
+  f = f32[16] floor(e)
+  l = f32[16] log(x)
+  g = f32[16] negate(l)
+  h = f32[16] floor(l)
+  ROOT t = (f32[16], f32[16], f32[16], f32[16]) tuple(n, f, g, h)""")
+    before = m.clone()
+    log = _fuse(m, passes=[get_pass("fusion")])
+    report = build_report(before, m, log)
+    # exp (cheap on the GPU) is duplicated into one of its users: 16 recomputed elements
+    assert report.after.duplicated_elements == 16
+    assert report.after.duplicated_expensive_elements == 0
+    assert any(e.rule == "expensive-duplicate" and e.producer == "l" for e in report.refused)
+    assert report.to_dict()["refused"][0]["reason"]
+
+
+def test_pipeline_keeps_log_on_module_and_targets():
+    from hlofuse.passes.pipeline import standard_pipeline
+
+    m = _module("""  x = f32[16] parameter(0)
+  a = f32[16] abs(x)
+  ROOT n = f32[16] negate(a)""")
+    standard_pipeline("gpu").run(m)
+    assert m.entry.root.opcode == "fusion"
+    assert module_log(m).fusions()
+    assert [p.name for p in fusion_passes("gpu")] == ["fusion", "multi-output-fusion", "horizontal-fusion"]
+    assert [p.name for p in fusion_passes("cpu")] == ["fusion"]
+    assert get_pass("fusion", target="cpu").params is CPU
+    assert get_pass("horizontal-fusion").params is GPU
+    with pytest.raises(ValueError, match="unknown fusion target"):
+        target_params("tpu")
