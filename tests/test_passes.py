@@ -106,6 +106,29 @@ def test_golden_cases_are_bit_exact(case):
         assert_bit_exact(evaluate(original, args), evaluate(optimized, args))
 
 
+JAX_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "testdata", "jax")
+JAX_FILES = sorted(f for f in os.listdir(JAX_DIR) if f.endswith(".hlo")) if os.path.isdir(JAX_DIR) else []
+
+
+@pytest.mark.parametrize("name", JAX_FILES)
+def test_jax_corpus_is_bit_exact_after_simplifier_cse_dce(name):
+    """Real programs as JAX emits them (and as XLA optimized them) keep their results."""
+    from hlofuse.hlo.errors import UnsupportedError
+    from hlofuse.runtime.interpreter import evaluate
+
+    with open(os.path.join(JAX_DIR, name)) as f:
+        text = f.read()
+    original = parse_hlo(text)
+    args = random_inputs(original, 0)
+    try:
+        before = evaluate(original, args)
+    except UnsupportedError as e:
+        pytest.skip(f"the interpreter cannot run it: {e}")
+    optimized = parse_hlo(text)
+    PassPipeline([AlgebraicSimplifier(), CommonSubexpressionElimination(), DeadCodeElimination()], verify=True).run(optimized)
+    assert_bit_exact(before, evaluate(optimized, args))
+
+
 def _random_module(seed: int) -> str:
     """A random chain of the patterns the simplifier and CSE rewrite (and look-alikes)."""
     rng = np.random.default_rng(seed)

@@ -299,12 +299,20 @@ def remove_with_dead_operands(comp: HloComputation, inst: HloInstruction) -> Non
         stack.extend(operands)
 
 
+def _add_with_new_operands(comp: HloComputation, inst: HloInstruction) -> None:
+    for op in inst.operands:
+        if op.parent is None and op.opcode != "parameter":
+            _add_with_new_operands(comp, op)
+    comp.add_instruction(inst)
+
+
 def replace_instruction(comp: HloComputation, old: HloInstruction, new: HloInstruction) -> None:
-    """Point every use of `old` at `new` (added to `comp` first if new) and drop `old`.
+    """Point every use of `old` at `new` (added to `comp` first if new, with its new operands)
+    and drop `old`.
     A new instruction takes over the old one's name, so the printed module stays readable."""
     fresh = new.parent is None
     if fresh:
-        comp.add_instruction(new)
+        _add_with_new_operands(comp, new)
     old.replace_all_uses_with(new)
     old_name = old.name
     remove_with_dead_operands(comp, old)

@@ -9,7 +9,8 @@ types, where the product with (1 + 0i) can change the sign of a zero component.
 Rewrites (a rule per opcode, tried in post order until nothing changes):
   no-ops removed: reshape/broadcast/transpose/convert/copy/slice/pad/reverse that keep the value;
   reshape(reshape), broadcast(broadcast), transpose(transpose), convert(convert) composed;
-  reshape(broadcast(scalar)) => broadcast(scalar);
+  reshape(broadcast(scalar)) => broadcast(scalar); a constant of equal elements => broadcast(scalar);
+  max(A, A), min(A, A), A & A, A | A => A;
   A*1, 1*A, A+0, 0+A, A-0, A/1 (see above); select(constant p, A, B) and select(p, A, A);
   op(broadcast(c1), broadcast(c2)...) => broadcast(op(c1, c2...)) for scalar constants
   (the folded constant stays a scalar behind the broadcast); constant folding (constant_folding.py).
@@ -238,6 +239,13 @@ def _div_one(inst):
     return _if_compatible(inst, lhs) if _is_identity(rhs, "one") else None
 
 
+@_rule("maximum", "minimum", "and", "or")
+def _idempotent(inst):
+    # max(A, A), min(A, A), A & A, A | A are A (NaN payloads and signed zeros included).
+    lhs, rhs = inst.operands
+    return _if_compatible(inst, lhs) if lhs is rhs else None
+
+
 @_rule("select")
 def _select(inst):
     pred, on_true, on_false = inst.operands
@@ -247,6 +255,20 @@ def _select(inst):
     if value is None:
         return None
     return _if_compatible(inst, on_true if bool(value) else on_false)
+
+
+@_rule("constant")
+def _splat_constant(inst):
+    # A constant whose elements are all equal becomes broadcast(scalar), as in XLA: fusion
+    # then reads one scalar instead of an array.
+    if not inst.shape.is_array or inst.shape.element_count() <= 1:
+        return None
+    value = scalar_constant(inst)
+    if value is None:
+        return None
+    scalar = HloInstruction("constant", ArrayShape(inst.shape.dtype, (), (), Layout(())), name="constant")
+    scalar.literal = np.asarray(value).astype(inst.shape.dtype.numpy).reshape(())
+    return HloInstruction("broadcast", inst.shape, [scalar], {"dimensions": ()}, name="broadcast")
 
 
 # ---- folding ----------------------------------------------------------------------------------
