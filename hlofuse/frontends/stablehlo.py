@@ -51,20 +51,20 @@ def parse_mlir(source: str | bytes, ctx):
     if isinstance(source, (bytes, bytearray)):
         data = bytes(source)
         if not data.startswith(b"ML\xefR"):
-            data_text = data.decode("utf-8", errors="replace")
-            return _parse_text(data_text, ir)
+            return _parse_text(data.decode("utf-8", errors="replace"), ir)
         try:
-            return ir.Module.parse(data)
-        except Exception:
-            pass
-        # A portable artifact (VHLO bytecode): jaxlib deserializes it to StableHLO.
-        try:
+            module = ir.Module.parse(data)
+        except Exception as e:  # noqa: BLE001 - MLIR says why
+            raise StableHloImportError(f"cannot read MLIR bytecode: {e}") from None
+        if any(op.operation.name.startswith("vhlo.") for op in module.body.operations):
+            # A portable artifact (versioned VHLO, as jax.export serializes): back to StableHLO.
             from jax._src.lib import _jax
 
-            text = _jax.mlir.deserialize_portable_artifact(data)
-            return _parse_text(text, ir)
-        except Exception as e:  # noqa: BLE001 - report why
-            raise StableHloImportError(f"cannot read StableHLO bytecode: {e}") from None
+            try:
+                module = _jax.mlir.deserialize_portable_artifact(data)
+            except Exception as e:  # noqa: BLE001
+                raise StableHloImportError(f"cannot deserialize the StableHLO portable artifact: {e}") from None
+        return module
     return _parse_text(source, ir)
 
 

@@ -1,0 +1,153 @@
+"""StableHLO import details: constants of every element type (hand-written MLIR, values
+derived by hand), bytecode input, names, and errors that name the op and its location."""
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import ml_dtypes
+import numpy as np
+import pytest
+
+from hlofuse.frontends.stablehlo import StableHloImportError, from_stablehlo
+from hlofuse.hlo.errors import HloError, UnsupportedError
+from hlofuse.runtime.interpreter import evaluate
+
+
+def constant_module(mlir_type: str, dense: str) -> str:
+    return f"""
+module @m {{
+  func.func public @main() -> tensor<{mlir_type}> {{
+    %c = stablehlo.constant dense<{dense}> : tensor<{mlir_type}>
+    return %c : tensor<{mlir_type}>
+  }}
+}}"""
+
+
+def constant_value(mlir_type: str, dense: str) -> np.ndarray:
+    module = from_stablehlo(constant_module(mlir_type, dense))
+    (const,) = [i for i in module.entry.instructions if i.opcode == "constant"]
+    return const.literal
+
+
+CASES = [
+    ("2xi1", "[true, false]", np.array([True, False])),
+    ("3xi8", "[-128, 0, 127]", np.array([-128, 0, 127], np.int8)),
+    ("2xui8", "[0, 255]", np.array([0, 255], np.uint8)),
+    ("2xi16", "[-2, 3]", np.array([-2, 3], np.int16)),
+    ("2xui16", "[65535, 1]", np.array([65535, 1], np.uint16)),
+    ("2xi32", "[-7, 7]", np.array([-7, 7], np.int32)),
+    ("2xui32", "[4294967295, 0]", np.array([4294967295, 0], np.uint32)),
+    ("2xi64", "[-9223372036854775808, 5]", np.array([-2 ** 63, 5], np.int64)),
+    ("2xui64", "[18446744073709551615, 5]", np.array([2 ** 64 - 1, 5], np.uint64)),
+    ("3xf16", "[1.5, -2.0, 0x7C00]", np.array([1.5, -2.0, np.inf], np.float16)),
+    ("3xbf16", "[1.5, -2.0, 0x7FC0]", np.array([1.5, -2.0, np.nan], ml_dtypes.bfloat16)),
+    ("2xf32", "[0.25, -3.0]", np.array([0.25, -3.0], np.float32)),
+    ("2xf64", "[0.1, 1.0E+300]", np.array([0.1, 1e300], np.float64)),
+    ("2xcomplex<f32>", "[(1.0,2.0), (-0.5,0x7F800000)]", np.array([1 + 2j, complex(-0.5, np.inf)], np.complex64)),
+    ("complex<f64>", "(0.5,-1.5)", np.array(0.5 - 1.5j, np.complex128)),
+    ("2x2xf32", "1.0", np.ones((2, 2), np.float32)),  # splat
+    ("2x2xbf16", "-2.5", np.full((2, 2), -2.5, ml_dtypes.bfloat16)),  # splat through the text path
+    ("2xf32", '"0x0000803F000000C0"', np.array([1.0, -2.0], np.float32)),  # hex: raw little-endian bytes
+    ("2xbf16", '"0x803F00C0"', np.array([1.0, -2.0], ml_dtypes.bfloat16)),
+    ("2xcomplex<f32>", '"0x0000803F000000C000004040000080C0"', np.array([1 - 2j, 3 - 4j], np.complex64)),
+    ("2xi1", '"0x0100"', np.array([True, False])),
+    ("2xf8E4M3FN", "[1.0, -2.0]", np.array([1.0, -2.0], ml_dtypes.float8_e4m3fn)),
+]
+
+
+@pytest.mark.parametrize("mlir_type,dense,want", CASES, ids=[f"{c[0]}={c[1]}" for c in CASES])
+def test_constants_of_every_element_type(mlir_type, dense, want):
+    got = constant_value(mlir_type, dense)
+    assert got.dtype == want.dtype and got.shape == want.shape
+    if want.dtype.kind in "fc" or want.dtype in (ml_dtypes.bfloat16, ml_dtypes.float8_e4m3fn):
+        np.testing.assert_array_equal(got.astype(np.complex128), want.astype(np.complex128))
+    else:
+        np.testing.assert_array_equal(got, want)
+
+
+def test_large_constants_come_back_exactly():
+    x = np.random.default_rng(1).standard_normal((20, 20)).astype(ml_dtypes.bfloat16)
+    z = (np.random.default_rng(2).standard_normal((30,)) + 1j).astype(np.complex64)
+    text = jax.jit(lambda: (jnp.asarray(x), jnp.asarray(z))).lower().as_text()
+    got = evaluate(from_stablehlo(text), [])
+    np.testing.assert_array_equal(got[0].view(np.uint16), x.view(np.uint16))
+    np.testing.assert_array_equal(got[1], z)
+
+
+def test_bytecode_and_portable_artifact():
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    exported = jax.export.export(jax.jit(lambda a: jnp.sin(a) * 2))(jax.ShapeDtypeStruct(x.shape, x.dtype))
+    want = np.sin(x) * 2
+    # Portable artifact (VHLO bytecode), as JAX serializes it.
+    portable = exported.mlir_module_serialized
+    assert isinstance(portable, (bytes, bytearray))
+    np.testing.assert_allclose(evaluate(from_stablehlo(portable), [x])[0], want, rtol=1e-6)
+    # Plain MLIR bytecode.
+    from jax._src.interpreters import mlir
+    from jax._src.lib.mlir import ir
+
+    with mlir.make_ir_context():
+        module = ir.Module.parse(exported.mlir_module())
+        import io
+
+        buf = io.BytesIO()
+        module.operation.write_bytecode(buf)
+    np.testing.assert_allclose(evaluate(from_stablehlo(buf.getvalue()), [x])[0], want, rtol=1e-6)
+
+
+def test_names_are_readable():
+    text = jax.jit(lambda a: jnp.exp(a) + jnp.exp(a * 2)).lower(np.ones(3, np.float32)).as_text()
+    module = from_stablehlo(text)
+    names = [i.name for i in module.entry.instructions]
+    assert "exponential" in names and "add" in names and "multiply" in names
+    assert len(set(names)) == len(names)
+    assert all(n.count(".") <= 1 for n in names)
+
+
+CUSTOM_CALL = """
+module @m {
+  func.func public @main(%arg0: tensor<4xf32>) -> tensor<4xf32> {
+    %0 = stablehlo.custom_call @my_kernel(%arg0) : (tensor<4xf32>) -> tensor<4xf32>
+    return %0 : tensor<4xf32>
+  }
+}"""
+
+
+def test_custom_call_is_a_clear_unsupported_error():
+    with pytest.raises(UnsupportedError) as info:
+        from_stablehlo(CUSTOM_CALL, filename="kernel.mlir")
+    msg = str(info.value)
+    assert "@my_kernel" in msg and "stablehlo.custom_call" in msg and "kernel.mlir:4:" in msg
+
+
+def test_op_without_counterpart_names_itself_and_its_location():
+    text = """
+module @m {
+  func.func public @main(%arg0: tensor<4xf32>) -> tensor<4xf32> {
+    %t = stablehlo.create_token : !stablehlo.token
+    %0 = stablehlo.add %arg0, %arg0 : tensor<4xf32>
+    return %0 : tensor<4xf32>
+  }
+}"""
+    with pytest.raises(UnsupportedError, match=r"f\.mlir:4:\d+: stablehlo\.create_token"):
+        from_stablehlo(text, filename="f.mlir")
+
+
+def test_syntax_error_and_missing_entry():
+    with pytest.raises(StableHloImportError, match="cannot parse"):
+        from_stablehlo("module { func.func @main( }")
+    with pytest.raises(StableHloImportError, match="no function @nope"):
+        from_stablehlo(CUSTOM_CALL, entry="nope")
+    assert issubclass(StableHloImportError, HloError)
+
+
+def test_dynamic_shapes_need_refinement():
+    text = """
+module @m {
+  func.func public @main(%arg0: tensor<?xf32>) -> tensor<?xf32> {
+    %0 = stablehlo.add %arg0, %arg0 : tensor<?xf32>
+    return %0 : tensor<?xf32>
+  }
+}"""
+    with pytest.raises(UnsupportedError, match="dynamic shape"):
+        from_stablehlo(text)
