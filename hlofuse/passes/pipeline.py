@@ -91,7 +91,7 @@ def write_atomically(path: str, text: str) -> None:
     """Write `text` to `path` through a temporary file and a rename (no half-written files)."""
     directory = os.path.dirname(os.path.abspath(path))
     os.makedirs(directory, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-", suffix=".hlo")
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-", suffix=".partial")
     try:
         with os.fdopen(fd, "w") as f:
             f.write(text)
