@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..emitters import elemental  # noqa: F401  (registers the element generators)
 from ..hlo.errors import InputError, UnsupportedError
 from ..hlo.ir import HloComputation, HloInstruction, HloModule
 from . import library_ops  # noqa: F401  (registers the library rules)
@@ -67,7 +68,7 @@ class Step:
 
     @property
     def aliases_operands(self) -> bool:
-        return self.kind in ("tuple", "gte", "library")
+        return self.kind in ("tuple", "gte", "library", "call")
 
     @property
     def kernel_leaf_bytes(self) -> list[int]:
@@ -87,6 +88,11 @@ def _wrap(inst: HloInstruction) -> HloComputation:
     root = comp.add_instruction(inst.clone(operands=params))
     comp.root = root
     return comp
+
+
+def _emittable(comp: HloComputation) -> bool:
+    """Whether every instruction of a fused computation has an element generator."""
+    return all(i.opcode == "parameter" or i.info.elemental is not None for i in comp.instructions)
 
 
 def _symbol(text: str) -> str:
@@ -155,6 +161,11 @@ class _ComputationPlan:
             return Step(inst, "gte")
         if op == "fusion":
             comp = inst.fused_computation
+            if not _emittable(comp):
+                # e.g. XLA's kOutput/kCustom fusions around a dot: run the fused computation
+                # like a call, its fusible parts as kernels.
+                planner.plan(comp)
+                return Step(inst, "call")
         elif inst.info.elemental is not None:
             comp = _wrap(inst)
         elif inst.info.library is not None:
@@ -334,6 +345,8 @@ class CpuProgram:
                 env[i] = ops[0][int(inst.attrs["index"])]
             elif step.kind == "library":
                 env[i] = inst.info.library(inst, ops, self)
+            elif step.kind == "call":
+                env[i] = self.call(inst.fused_computation, ops)
             else:
                 env[i] = self._run_kernels(plan, i, step, ops, arena)
         return env[plan.root_step]

@@ -19,7 +19,13 @@ def _init() -> None:
 
 @functools.lru_cache(maxsize=None)
 def host_target_machine() -> llvm.TargetMachine:
-    """The target machine for this host CPU (its name and features), at O3."""
+    """The target machine for this host CPU (its name and features), at O3 (shared; never
+    give it to an execution engine, which takes ownership: use new_host_target_machine)."""
+    return new_host_target_machine()
+
+
+def new_host_target_machine() -> llvm.TargetMachine:
+    """A fresh host target machine."""
     _init()
     target = llvm.Target.from_default_triple()
     return target.create_target_machine(
@@ -62,7 +68,7 @@ class JitModule:
     """Machine code loaded in an MCJIT engine, from an optimized module or an object file."""
 
     def __init__(self, llmod: llvm.ModuleRef | None = None, object_code: bytes | None = None) -> None:
-        tm = host_target_machine()
+        tm = new_host_target_machine()  # owned (and freed) by the engine
         with _lock:
             if llmod is None:
                 llmod = llvm.parse_assembly("")
