@@ -77,6 +77,15 @@ def _broadcast(em: ElementalEmitter, inst):
 def _reshape(em: ElementalEmitter, inst):
     g = em.operand(inst, 0)
     op_dims = dims_of(inst.operands[0])
+    src, dst = inst.operands[0].shape.dtype, inst.shape.dtype
+    if src != dst:
+        # An XLA bitcast may also reinterpret the element type (same width).
+        from .elemental_math import bitcast_value
+
+        if src.bits != dst.bits:
+            raise UnsupportedError(f"bitcast {inst.name} changes the element width ({src.name} -> {dst.name})")
+        inner = g
+        g = lambda idx: bitcast_value(em, inner(idx), src, dst)  # noqa: E731
     if op_dims == dims_of(inst):
         return g
     return lambda idx: g(Index(em.b, op_dims, linear=idx.linear))

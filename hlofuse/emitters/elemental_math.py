@@ -221,14 +221,55 @@ def _convert(em: ElementalEmitter, inst):
     return lambda idx: convert_value(em, g(idx), src, dst)
 
 
+def _to_bits(em: ElementalEmitter, v, et: ElementType):
+    if et.is_pred:
+        return em.b.zext(v, ir.IntType(8))
+    return v if isinstance(v.type, ir.IntType) else em.b.bitcast(v, ir.IntType(et.bits))
+
+
+def _from_bits(em: ElementalEmitter, v, et: ElementType):
+    if et.is_pred:
+        return em.b.icmp_unsigned("!=", v, ir.Constant(v.type, 0))
+    ty = reg_type(et)
+    return v if v.type == ty else em.b.bitcast(v, ty)
+
+
+def bitcast_value(em: ElementalEmitter, v, src: ElementType, dst: ElementType):
+    """Reinterpret the bits of a register value of type `src` as type `dst` (same width)."""
+    return _from_bits(em, _to_bits(em, v, src), dst)
+
+
 @register_elemental("bitcast-convert")
 def _bitcast_convert(em: ElementalEmitter, inst):
+    """Same width: reinterpret. Narrowing (f32 -> u16[..., 2]) adds a minor dimension holding the
+    pieces, little end first; widening removes it (XLA's semantics)."""
+    from .elemental import Index, const_i64
+
     g = em.operand(inst, 0)
     src, dst = inst.operands[0].shape.dtype, _et(inst)
-    if src.bits != dst.bits or src.is_pred or dst.is_pred:
-        raise UnsupportedError(f"bitcast-convert {inst.name}: only same-width non-pred types are supported "
-                               f"({src.name} -> {dst.name})")
-    return lambda idx: em.b.bitcast(g(idx), reg_type(dst))
+    b = em.b
+    if src.bits == dst.bits:
+        return lambda idx: bitcast_value(em, g(idx), src, dst)
+    op_dims = tuple(inst.operands[0].shape.dims)
+    if src.bits > dst.bits:
+        def narrow(idx):
+            whole = _to_bits(em, g(Index(b, op_dims, multi=idx.multi[:-1])), src)
+            shift = b.mul(b.trunc(idx.multi[-1], whole.type) if whole.type.width < 64 else idx.multi[-1],
+                          ir.Constant(whole.type, dst.bits))
+            return _from_bits(em, b.trunc(b.lshr(whole, shift), ir.IntType(dst.bits)), dst)
+
+        return narrow
+    k = src.bits and dst.bits // src.bits
+
+    def widen(idx):
+        acc = ir.Constant(ir.IntType(dst.bits), 0)
+        for j in range(k):
+            piece = _to_bits(em, g(Index(b, op_dims, multi=list(idx.multi) + [const_i64(j)])), src)
+            piece = b.shl(b.zext(piece, ir.IntType(dst.bits)), ir.Constant(ir.IntType(dst.bits), j * src.bits))
+            acc = b.or_(acc, piece)
+        return _from_bits(em, acc, dst)
+
+    return widen
 
 
 # ---- binary ----------------------------------------------------------------------------------

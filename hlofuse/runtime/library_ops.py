@@ -327,6 +327,67 @@ def sort(inst, args, ctx):
     return tuple(outs) if inst.shape.is_tuple else outs[0]
 
 
+@register_library("topk")
+def topk(inst, args, ctx):
+    """Top k along the last dimension: (values, s32 indices), stable (lower index first on ties)."""
+    (x,) = args
+    k = int(str(inst.attrs["k"]))
+    largest = str(inst.attrs.get("largest", "true")).lower() not in ("false", "0")
+    key = x.astype(_work_dtype(x.dtype))
+    order = np.argsort(-key if largest else key, axis=-1, kind="stable")[..., :k]
+    values = np.take_along_axis(x, order, -1)
+    return np.ascontiguousarray(values), np.ascontiguousarray(order.astype(np.int32))
+
+
+def _select_direction(comp):
+    """'GE' / 'GT' / 'LE' / 'LT' for a select computation `compare(p0, p1)`, else None."""
+    root = comp.root
+    params = comp.parameters
+    if root.opcode != "compare" or len(params) != 2:
+        return None
+    if root.operands[0] is params[0] and root.operands[1] is params[1]:
+        return str(root.attrs["direction"])
+    return None
+
+
+@register_library("select-and-scatter")
+def select_and_scatter(inst, args, ctx):
+    """For each window (one per source element) select an operand element (the select
+    computation keeps the current pick while it returns true), then combine the source
+    element into the output at the pick; padding positions are never picked."""
+    operand, source, init = args
+    direction = _select_direction(inst.attrs["select"])
+    combiner = _binary_combiner(inst.attrs["scatter"])
+    if direction not in ("GE", "GT", "LE", "LT") or combiner in (None, "assign"):
+        raise UnsupportedError(f"select-and-scatter {inst.name}: only compare selects and ufunc scatters are supported")
+    wd = inst.attrs["window"].dimensions
+    work = _work_dtype(operand.dtype)
+    x = operand.astype(work)
+    best_val = best_idx = None
+    flat_index = np.arange(x.size).reshape(x.shape)
+    for offs in np.ndindex(*[d.size for d in wd]):
+        coords = []
+        for axis, (d, o) in enumerate(zip(wd, offs)):
+            coords.append(np.arange(source.shape[axis]) * d.stride + o - d.padding_low)
+        grids = np.meshgrid(*coords, indexing="ij")
+        valid = np.ones(source.shape, bool)
+        for axis, gr in enumerate(grids):
+            valid &= (gr >= 0) & (gr < x.shape[axis])
+        clipped = tuple(np.clip(gr, 0, n - 1) for gr, n in zip(grids, x.shape))
+        cand, cidx = x[clipped], flat_index[clipped]
+        if best_val is None:
+            best_val, best_idx, have = cand.copy(), cidx.copy(), valid.copy()
+            continue
+        keep = {"GE": best_val >= cand, "GT": best_val > cand, "LE": best_val <= cand, "LT": best_val < cand}[direction]
+        take = valid & (~have | ~keep)
+        best_val = np.where(take, cand, best_val)
+        best_idx = np.where(take, cidx, best_idx)
+        have |= valid
+    out = np.full(x.size, np.asarray(init), dtype=operand.dtype)
+    combiner.at(out, best_idx[have], source[have].astype(operand.dtype))
+    return out.reshape(operand.shape)
+
+
 # ---- control flow ------------------------------------------------------------------------------
 @register_library("while")
 def while_loop(inst, args, ctx):
