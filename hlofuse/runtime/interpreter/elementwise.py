@@ -486,22 +486,21 @@ def shift_right_arithmetic(x: Array, y: Array) -> Array:
 
 
 def int_power(x: Array, y: Array) -> Array:
-    """Integer power by squaring with wrap-around; negative exponents give 0 unless |x| == 1."""
-    result = np.ones_like(x)
-    base = x.copy()
-    e = np.where(y < 0, 0, y).astype(np.uint64) if y.dtype.kind == "i" else y.astype(np.uint64)
-    while np.any(e):
+    """XLA's integer power: squaring over the low 6 bits of the exponent only (larger exponents
+    overflow any base but +-1 anyway), wrapping. Exponents negative as signed values (also for
+    unsigned types, as XLA compares them signed) give 0 unless the base is 1 or -1."""
+    itype = np.dtype(f"i{x.dtype.itemsize}")
+    sx, sy = _contig(x).view(itype), _contig(y).view(itype)
+    result = np.ones_like(sx)
+    base = sx.copy()
+    e = sy.astype(np.int64).astype(np.uint64)
+    for _ in range(6):
         result = np.where(e & np.uint64(1), result * base, result)
         base = base * base
         e = e >> np.uint64(1)
-    if y.dtype.kind == "i":
-        neg = y < 0
-        one = x == 1
-        minus_one = x == -1 if x.dtype.kind == "i" else np.zeros(x.shape, bool)
-        odd = (y & 1) == 1
-        neg_value = np.where(one, 1, np.where(minus_one, np.where(odd, -1, 1), 0)).astype(x.dtype)
-        result = np.where(neg, neg_value, result)
-    return result
+    odd = (sy & 1) == 1
+    negative_exponent = np.where(sx == 1, 1, np.where(sx == -1, np.where(odd, -1, 1), 0)).astype(itype)
+    return np.where(sy < 0, negative_exponent, result).astype(itype).view(x.dtype)
 
 
 @binary("power", transcendental=True)

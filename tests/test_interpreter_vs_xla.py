@@ -1,0 +1,159 @@
+"""Differential tests: the interpreter against XLA's own CPU compiler on the same HLO text.
+
+Each test builds one module that applies many ops (taken from the op registry) to edge-case
+inputs, runs it on both, and reports every op whose results differ. Integer, predicate and
+exactly-rounded float ops must match bit for bit; transcendental functions (XLA uses its own
+approximations) within a few ulps.
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+from xla_oracle import run_on_xla, xla_available  # noqa: E402
+
+from hlofuse.hlo.dtypes import from_numpy  # noqa: E402
+from hlofuse.hlo.opcodes import OPS, opcodes_where  # noqa: E402
+from hlofuse.hlo.parser import parse_hlo  # noqa: E402
+from hlofuse.runtime.interpreter import evaluate  # noqa: E402
+
+pytestmark = pytest.mark.skipif(not xla_available(), reason="jaxlib's XLA CPU client is not usable here")
+
+N = 48
+FLOATS = {"f32": np.float32, "f16": np.float16, "bf16": ml_dtypes.bfloat16, "f64": np.float64}
+INTS = {"s32": np.int32, "u32": np.uint32, "s8": np.int8, "u8": np.uint8, "s64": np.int64}
+
+
+def float_inputs(dtype, seed: int) -> np.ndarray:
+    edge = [0.0, -0.0, 1.0, -1.0, 0.5, -0.5, 1.5, 2.5, -2.5, np.nan, np.inf, -np.inf, 1e-3, 100.0, -100.0, 3.0]
+    rng = np.random.default_rng(seed)
+    rest = rng.standard_normal(N - len(edge)) * 3
+    return np.concatenate([edge, rest]).astype(dtype)
+
+
+def int_inputs(dtype, seed: int) -> np.ndarray:
+    info = np.iinfo(dtype)
+    bits = info.bits
+    edge = [0, 1, 2, 7, info.max, info.min, bits - 1, bits, bits + 1, 3]
+    if info.min < 0:
+        edge += [-1, -7, -2, -bits]
+    rng = np.random.default_rng(seed)
+    rest = rng.integers(info.min, int(info.max) + 1, N - len(edge), dtype=np.int64 if info.min < 0 else np.uint64)
+    return np.concatenate([np.array(edge, dtype=np.int64).astype(dtype), rest.astype(dtype)])
+
+
+def module_text(ops: list[tuple[str, str, list[int], str]], params: list[str]) -> str:
+    """An entry applying each (opcode, result type, parameter numbers, extra attributes) op."""
+    lines = [f"  p{i} = {t}[{N}] parameter({i})" for i, t in enumerate(params)]
+    names = []
+    for k, (opcode, rtype, operands, extra) in enumerate(ops):
+        args = ", ".join(f"p{i}" for i in operands)
+        lines.append(f"  r{k} = {rtype}[{N}] {opcode}({args}){extra}")
+        names.append(f"r{k}")
+    out_shape = ", ".join(f"{o[1]}[{N}]" for o in ops)
+    lines.append(f"  ROOT t = ({out_shape}) tuple({', '.join(names)})")
+    return "HloModule diff\n\nENTRY main {\n" + "\n".join(lines) + "\n}\n"
+
+
+def compare_all(text: str, args: list[np.ndarray], ops, max_ulps: dict[str, float]) -> None:
+    got = evaluate(parse_hlo(text), args)
+    want = run_on_xla(text, args)
+    problems = []
+    for (opcode, rtype, operands, extra), g, w in zip(ops, got, want):
+        label = f"{opcode}{extra} -> {rtype}"
+        if g.dtype != w.dtype:
+            problems.append(f"{label}: dtype {g.dtype} vs XLA {w.dtype}")
+            continue
+        kind = w.dtype.kind
+        if kind in "biu":
+            bad = g != w
+        else:
+            gf, wf = g.astype(np.float64), w.astype(np.float64)
+            both_nan = np.isnan(gf) & np.isnan(wf)
+            exact = (gf == wf) | both_nan
+            tol = max_ulps.get(opcode, 0)
+            # Tolerance in ulps of the result type (within a factor 2: eps * |x|).
+            fi = ml_dtypes.finfo(w.dtype) if w.dtype.kind != "c" else np.finfo(w.real.dtype)
+            spacing = float(fi.eps) * np.maximum(np.abs(wf), float(fi.tiny))
+            close = np.abs(gf - wf) <= tol * spacing
+            if tol:
+                # XLA's approximations flush results below the normal range to zero.
+                close |= (np.abs(gf) < float(fi.tiny)) & (np.abs(wf) < float(fi.tiny))
+            bad = ~(exact | (close & np.isfinite(gf) & np.isfinite(wf)))
+        if np.any(bad):
+            i = int(np.argmax(bad))
+            inputs = ", ".join(str(args[p][i]) for p in operands)
+            problems.append(f"{label}: {int(bad.sum())} differ, e.g. ({inputs}) -> {g[i]} vs XLA {w[i]}")
+    assert not problems, "\n".join(problems)
+
+
+UNARY = opcodes_where(lambda i: i.kind == "unary" and i.arity == 1)
+BINARY = opcodes_where(lambda i: i.kind == "binary" and i.arity == 2)
+FLOAT_UNARY = [o for o in UNARY if o not in ("not", "count-leading-zeros", "popcnt", "real", "imag", "bitcast-convert",
+                                               "convert", "reduce-precision")]
+INT_UNARY = ["abs", "negate", "sign", "not", "count-leading-zeros", "popcnt", "copy"]
+FLOAT_BINARY = ["add", "subtract", "multiply", "divide", "remainder", "maximum", "minimum", "power", "atan2"]
+INT_BINARY = ["add", "subtract", "multiply", "divide", "remainder", "maximum", "minimum", "and", "or", "xor",
+              "shift-left", "shift-right-arithmetic", "shift-right-logical", "power"]
+# XLA CPU's own approximations of transcendental functions, in ulps of the result type.
+TRANSCENDENTAL_ULPS = {o: 4 for o in opcodes_where(lambda i: i.elementwise and bool(i.math))}
+TRANSCENDENTAL_ULPS.update({"tan": 8, "erf": 8, "power": 8, "atan2": 4})
+
+
+def test_op_lists_come_from_the_registry():
+    for o in FLOAT_UNARY + INT_UNARY + FLOAT_BINARY + INT_BINARY:
+        assert o in OPS, o
+
+
+@pytest.mark.parametrize("t", list(FLOATS))
+def test_float_elementwise_vs_xla(t):
+    dtype = FLOATS[t]
+    x, y = float_inputs(dtype, 1), float_inputs(dtype, 2)[::-1].copy()
+    ops = [(o, "pred" if o == "is-finite" else t, [0], "") for o in FLOAT_UNARY]
+    ops += [(o, t, [0, 1], "") for o in FLOAT_BINARY]
+    compare_all(module_text(ops, [t, t]), [x, y], ops, TRANSCENDENTAL_ULPS)
+
+
+@pytest.mark.parametrize("t", list(INTS))
+def test_integer_elementwise_vs_xla(t):
+    dtype = INTS[t]
+    x, y = int_inputs(dtype, 1), int_inputs(dtype, 2)[::-1].copy()
+    unary = [o for o in INT_UNARY if t[0] == "s" or o not in ("abs", "sign")]  # StableHLO refuses unsigned abs
+    ops = [(o, t, [0], "") for o in unary] + [(o, t, [0, 1], "") for o in INT_BINARY]
+    compare_all(module_text(ops, [t, t]), [x, y], ops, {})
+
+
+@pytest.mark.parametrize("t", ["f32", "bf16", "s32", "u8"])
+def test_compare_vs_xla(t):
+    dtype = {**FLOATS, **INTS}[t]
+    x = float_inputs(dtype, 3) if t in FLOATS else int_inputs(dtype, 3)
+    y = np.roll(x, 5)
+    y[:8] = x[:8]  # some equal pairs
+    types = ["FLOAT", "TOTALORDER"] if t in FLOATS else (["SIGNED"] if t[0] == "s" else ["UNSIGNED"])
+    ops = [("compare", "pred", [0, 1], f", direction={d}, type={ty}")
+           for d in ("EQ", "NE", "LT", "LE", "GT", "GE") for ty in types]
+    compare_all(module_text(ops, [t, t]), [x, y], ops, {})
+
+
+@pytest.mark.parametrize("src", ["f32", "f16", "bf16", "s32", "u32", "s8", "u8", "pred"])
+def test_convert_vs_xla(src):
+    if src == "pred":
+        x = np.arange(N) % 3 == 0
+    elif src in FLOATS:
+        x = float_inputs(FLOATS[src], 4) * np.array(1e3 if src != "f16" else 10, FLOATS[src])
+    else:
+        x = int_inputs(INTS[src], 4)
+    targets = ["f32", "f16", "bf16", "f64", "s32", "u32", "s8", "u8", "s64", "pred"]
+    ops = [("convert", t, [0], "") for t in targets if t != src]
+    compare_all(module_text(ops, [src]), [x], ops, {})
+
+
+def test_select_clamp_vs_xla():
+    x, lo, hi = float_inputs(np.float32, 5), float_inputs(np.float32, 6), float_inputs(np.float32, 7)
+    text = module_text([("clamp", "f32", [0, 1, 2], "")], ["f32", "f32", "f32"])
+    compare_all(text, [lo, x, hi], [("clamp", "f32", [0, 1, 2], "")], {})
