@@ -562,3 +562,26 @@ def _jax_files() -> list[Path]:
 def test_jax_modules_verify(path):
     """Every module JAX produced (before and after XLA's optimizations) is well formed."""
     verify(parse_hlo(path.read_text(), filename=str(path)))
+
+
+STABLEHLO = Path(__file__).resolve().parent.parent.parent / "shared" / "stablehlo_testdata"
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not STABLEHLO.is_dir(), reason="../shared/stablehlo_testdata is absent")
+def test_imported_stablehlo_conformance_modules_verify():
+    """Every module the StableHLO importer builds from the conformance files is valid HLO."""
+    from hlofuse.frontends.conformance import ConformanceSkip, prepare
+    from hlofuse.hlo.errors import UnsupportedError
+
+    failures = []
+    for path in sorted(STABLEHLO.glob("*.mlir")):
+        try:
+            module = prepare(path.read_text(), str(path)).module
+        except (ConformanceSkip, UnsupportedError):
+            continue
+        try:
+            verify(module)
+        except VerifierError as e:
+            failures.append(f"{path.name}: {e}")
+    assert not failures, f"{len(failures)} imported modules fail to verify:\n" + "\n".join(failures[:20])
