@@ -2,16 +2,19 @@
 that feed the same consumer become one kernel launch.
 
 Candidates are the operands of one consumer (typically the root tuple) that are kLoop fusions
-or elementwise instructions, used only by that consumer (or the root), small enough to be
-launch-bound (<= 128*2048 elements, <= 30 instructions), with row-major layouts and no entry
-parameter shared with another candidate. They are sorted by output type, output count and
-instruction count, and fused in spans of equal type/count (at most 32, and at most ~4000 bytes
-of kernel parameters).
+or elementwise instructions, used only by that consumer (or the root), with row-major layouts
+and no entry parameter shared with another candidate. As in XLA, each consumer is tried twice:
 
-Representation: when every fused output has the same shape, the result is a kLoop fusion whose
-root is a tuple of the outputs (one loop computes them all). Otherwise, as XLA's sliced input
-fusion: each output is flattened, the flattened outputs are concatenated and sliced apart again,
-the fusion is kInput with a tuple of slices as root, and outside it a reshape restores each shape.
+1. kLoop: candidates with the same output shape (<= 8192*8192 elements, <= 128 instructions)
+   become one kLoop fusion whose root is a tuple of their outputs: one loop computes them all.
+2. sliced input fusion: the remaining small candidates (<= 128*2048 elements, <= 30
+   instructions) of any shape: each output is flattened, the flattened outputs are concatenated
+   and sliced apart again; the fusion is kInput with a tuple of slices as root, and outside it a
+   reshape restores each shape (XLA uses a bitcast there; a reshape means the same here).
+
+Candidates are sorted by output type, output count, instruction count and size and fused in
+spans of equal output type and count (at most 32 outputs, at most ~4000 bytes of kernel
+parameters).
 """
 from __future__ import annotations
 
@@ -84,19 +87,22 @@ class HorizontalLoopFusion(HloPass):
             module.remove_unreachable_computations()
         return changed
 
-    def _profitable(self, inst: HloInstruction) -> Decision:
+    def _profitable(self, inst: HloInstruction, sliced: bool) -> Decision:
         p = self.params
+        max_elems = p.horizontal_max_elements if sliced else 8192 * 8192
+        max_insts = p.horizontal_max_instructions if sliced else 128
         outs = fusion_outputs(inst)
         elems = outs[0].shape.element_count() if outs[0].shape.is_array else 0
-        if elems > p.horizontal_max_elements:
-            return refuse("not-launch-bound", f"{inst.name} has {elems} > {p.horizontal_max_elements} elements; "
-                                              f"its kernel is not launch-bound")
+        mode = "sliced input fusion" if sliced else "horizontal loop fusion"
+        if elems > max_elems:
+            return refuse("not-launch-bound", f"{inst.name} has {elems} > {max_elems} elements; its kernel is not "
+                                              f"launch-bound ({mode})")
         n = fused_instruction_count(inst)
-        if n > p.horizontal_max_instructions:
-            return refuse("not-launch-bound", f"{inst.name} has {n} > {p.horizontal_max_instructions} instructions")
+        if n > max_insts:
+            return refuse("not-launch-bound", f"{inst.name} has {n} > {max_insts} instructions ({mode})")
         return _OK
 
-    def candidates(self, consumer: HloInstruction, log: FusionLog) -> list[HloInstruction]:
+    def candidates(self, consumer: HloInstruction, sliced: bool, log: FusionLog | None) -> list[HloInstruction]:
         """The fusible operands of `consumer`, filtered and sorted as XLA does."""
         seen: list[HloInstruction] = []
         for op in consumer.operands:
@@ -110,7 +116,7 @@ class HorizontalLoopFusion(HloPass):
                 d = refuse("cycle", f"{inst.name} has users besides {consumer.name}; fusing it horizontally "
                                     f"could create a cycle")
             if d:
-                d = self._profitable(inst)
+                d = self._profitable(inst, sliced)
             if d and not _row_major(inst):
                 d = refuse("layout", f"{inst.name} has a non-row-major layout")
             if d:
@@ -121,54 +127,58 @@ class HorizontalLoopFusion(HloPass):
                         break
             if d:
                 out.append(inst)
-            elif len(seen) > 1:
+            elif log is not None and len(seen) > 1:
                 log.refused(self.name, inst.name, consumer.name, d)
-        out.sort(key=lambda i: (_output_type(i), len(fusion_outputs(i)), fused_instruction_count(i)))
+        out.sort(key=lambda i: (_output_type(i), len(fusion_outputs(i)), fused_instruction_count(i),
+                                fusion_outputs(i)[0].shape.element_count()))
         return out
 
-    def spans(self, cands: list[HloInstruction]) -> list[list[HloInstruction]]:
-        """Consecutive runs of equal output type, output count and instruction count."""
+    def spans(self, cands: list[HloInstruction], sliced: bool) -> list[list[HloInstruction]]:
+        """Runs of equal output type and count (and, for kLoop, equal output shape)."""
         p = self.params
         result: list[list[HloInstruction]] = []
         pos = 0
         while pos < len(cands):
             left = cands[pos]
-            span = [left]
-            io = 0
-            right = pos + 1
-            while right < len(cands):
-                cur = cands[right]
-                if (_output_type(cur) != _output_type(left) or len(fusion_outputs(cur)) != len(fusion_outputs(left))
-                        or fused_instruction_count(cur) != fused_instruction_count(left)):
+            limit = p.horizontal_max_batch if sliced or left.opcode == "fusion" else 2 * p.horizontal_max_batch
+            span: list[HloInstruction] = []
+            outputs = io = 0
+            for cur in cands[pos:]:
+                if _output_type(cur) != _output_type(left) or len(fusion_outputs(cur)) != len(fusion_outputs(left)):
                     break
-                if right - pos >= p.horizontal_max_batch:
+                if not sliced and fusion_outputs(cur)[0].shape.dims != fusion_outputs(left)[0].shape.dims:
+                    break
+                outputs += len(fusion_outputs(cur))
+                if outputs >= limit:
                     break
                 io += len(cur.operands) + len(fusion_outputs(cur))
                 if io * 8 >= p.horizontal_max_param_bytes:
                     break
                 span.append(cur)
-                right += 1
+            span = span or [left]
             result.append(span)
-            pos = right
+            pos += len(span)
         return result
 
     def _run_on(self, comp: HloComputation, log: FusionLog) -> bool:
         changed = False
-        for consumer in reversed(comp.post_order()):
-            if consumer.parent is not comp:
+        worklist = comp.post_order()
+        while worklist:
+            consumer = worklist.pop()
+            if consumer.parent is not comp or len(consumer.operands) < 2:
                 continue
-            for span in self.spans(self.candidates(consumer, log)):
-                if len(span) < 2:
-                    continue
-                self._fuse(span, log)
-                changed = True
+            for sliced in (False, True):
+                for span in self.spans(self.candidates(consumer, sliced, log if sliced else None), sliced):
+                    if len(span) < 2:
+                        continue
+                    worklist.append(self._fuse(span, sliced, log))
+                    changed = True
         if changed:
             comp.sort_instructions()
         return changed
 
-    def _fuse(self, span: list[HloInstruction], log: FusionLog) -> HloInstruction:
+    def _fuse(self, span: list[HloInstruction], sliced: bool, log: FusionLog) -> HloInstruction:
         names = [i.name for i in span]
-        same_shapes = len({o.shape.to_text(False) for i in span for o in fusion_outputs(i)}) == 1
         base = span[0] if span[0].opcode == "fusion" else create_fusion(span[0], "kLoop")
         for other in span[1:]:
             merge_siblings(base, other)
@@ -176,13 +186,14 @@ class HorizontalLoopFusion(HloPass):
         fc = base.fused_computation
         module.release_name(fc.name)
         fc.name = module.unique_name("horizontally_fused_computation")
-        if not same_shapes:
+        if sliced:
             _concatenate_outputs(base)
             base.attrs["kind"] = "kInput"
         else:
             base.attrs["kind"] = "kLoop"
+        mode = "sliced input fusion" if sliced else "loop fusion"
         for n in names[1:]:
-            log.fused(self.name, n, names[0], base.name, rule=f"horizontal ({len(names)} kernels -> 1)")
+            log.fused(self.name, n, names[0], base.name, rule=f"horizontal {mode} ({len(names)} kernels -> 1)")
         return base
 
 
