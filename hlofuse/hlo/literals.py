@@ -158,24 +158,27 @@ _REAL_OF = {"c64": _real_shape("f32"), "c128": _real_shape("f64")}
 
 
 # ---- printing -----------------------------------------------------------------------------
-def _format_float(v, np_type) -> str:
+# XLA prints a float with `%.<digits10>g` when that reads back to the same value and with
+# `%.<max_digits10>g` otherwise; for the narrow types it always uses max_digits10.
+_FLOAT_DIGITS = {"f32": (6, 9), "f64": (15, 17), "c64": (6, 9), "c128": (15, 17),
+                 "f16": (None, 5), "bf16": (None, 4), "f8e4m3fn": (None, 3), "f8e5m2": (None, 2)}
+
+
+def _format_float(v, type_name: str) -> str:
     f = float(v)
     if math.isnan(f):
         return "-nan" if math.copysign(1.0, f) < 0 else "nan"
     if math.isinf(f):
         return "inf" if f > 0 else "-inf"
-    if np_type in (np.float16, np.float32, np.float64):
-        text = str(np_type(v))
-    else:  # bfloat16 / float8: shortest decimal that converts back to the same value
-        text = repr(f)
-        for digits in range(1, 18):
-            candidate = f"{f:.{digits}g}"
-            if np_type(float(candidate)) == np_type(v):
-                text = candidate
-                break
-    if text.endswith(".0"):
-        text = text[:-2]
-    return text
+    if f == 0.0 and math.copysign(1.0, f) < 0:
+        return "-0.0"  # XLA's parser reads "-0" as the integer 0 and would lose the sign
+    short, full = _FLOAT_DIGITS.get(type_name, (None, 17))
+    if short is not None:
+        text = "%.*g" % (short, f)
+        back = float(text)
+        if (np.float32(back) == np.float32(f)) if full == 9 else (back == f):
+            return text
+    return "%.*g" % (full, f)
 
 
 def format_element(v, shape: ArrayShape, in_array: bool = False) -> str:
@@ -188,9 +191,8 @@ def format_element(v, shape: ArrayShape, in_array: bool = False) -> str:
     if t.is_integer:
         return str(int(v))
     if t.is_complex:
-        real_type = np.float32 if t.name == "c64" else np.float64
-        return f"({_format_float(v.real, real_type)}, {_format_float(v.imag, real_type)})"
-    return _format_float(v, t.numpy.type)
+        return f"({_format_float(v.real, t.name)}, {_format_float(v.imag, t.name)})"
+    return _format_float(v, t.name)
 
 
 def format_literal(value, shape: Shape) -> str:

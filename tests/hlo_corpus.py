@@ -1,0 +1,149 @@
+"""HLO text inputs shared by the parser/printer tests: the JAX corpus, golden-test inputs and
+hand-written modules covering XLA syntax that JAX rarely produces."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def corpus_files() -> list[Path]:
+    """Every testdata/jax/*.hlo (before and after optimization) and testdata/hlo_text/*.hlo."""
+    files = sorted((ROOT / "testdata" / "jax").glob("*.hlo"))
+    files += sorted((ROOT / "testdata" / "hlo_text").glob("*.hlo"))
+    return files
+
+
+def input_text(path: Path) -> str:
+    """The module text of a corpus file: golden tests keep their input before the first CHECK line."""
+    text = path.read_text()
+    cut = text.find("// CHECK")
+    return text if cut < 0 else text[:cut]
+
+
+EDGE_MODULES = {
+    "shapes_and_layouts": """HloModule shapes, entry_computation_layout={(f32[8,128]{0,1:T(8,128)}, s32[<=8]{0}, (f32[], token[]))->f32[8,128]{0,1:T(8,128)}}
+
+ENTRY %e (a: f32[8,128], b: s32[<=8], t: (f32[], token[])) -> f32[8,128] {
+  %a = f32[8,128]{0,1:T(8,128)} parameter(0)
+  %b = s32[<=8]{0} parameter(1)
+  %t = (f32[], token[]) parameter(2)
+  %tk = token[] get-tuple-element(%t), index=1
+  %s = s32[] get-dimension-size(%b), dimensions={0}
+  %six = (f32[], f32[], f32[], f32[], f32[], f32[], f32[]) tuple(%s0, %s0, %s0, %s0, %s0, %s0, %s0)
+  %s0 = f32[] get-tuple-element(%t), index=0
+  ROOT %r = f32[8,128]{0,1:T(8,128)} copy(%a)
+}
+""",
+    "constants": """HloModule constants
+
+ENTRY %e () -> (f32[4], bf16[3], c64[2], pred[3], s8[2,0], u64[2], f8e4m3fn[2], f16[2,2,1,1], s4[3], f64[2]) {
+  %a = f32[4]{0} constant({inf, -inf, nan, 1.17549435e-38})
+  %b = bf16[3]{0} constant({0.1001, -3, 65280})
+  %c = c64[2]{0} constant({(1, 2), (-0.5, 1e+20)})
+  %d = pred[3]{0} constant({1, 0, 1})
+  %e = s8[2,0]{1,0} constant({ {}, {} })
+  %f = u64[2]{0} constant({0, 18446744073709551615})
+  %g = f8e4m3fn[2]{0} constant({448, -0.001953125})
+  %h = f16[2,2,1,1]{3,2,1,0} constant({ { /*i0=0*/ { /*i1=0*/ {1} }, { /*i1=1*/ {2} } }, { /*i0=1*/ { /*i1=0*/ {3} }, { /*i1=1*/ {4} } } })
+  %i = s4[3]{0} constant({-8, 0, 7})
+  %j = f64[2]{0} constant({0.1, 1e-300})
+  %p = pred[] constant(false)
+  %z = f32[1000]{0} constant({...})
+  ROOT %t = (f32[4]{0}, bf16[3]{0}, c64[2]{0}, pred[3]{0}, s8[2,0]{1,0}, /*index=5*/u64[2]{0}, f8e4m3fn[2]{0}, f16[2,2,1,1]{3,2,1,0}, s4[3]{0}, f64[2]{0}) tuple(%a, %b, %c, %d, %e, %f, %g, %h, %i, %j)
+}
+""",
+    "control_flow_and_attributes": """HloModule cf, replica_count=2
+
+%add (x: f32[], y: f32[]) -> f32[] {
+  %x = f32[] parameter(0)
+  %y = f32[] parameter(1)
+  ROOT %s = f32[] add(%x, %y)
+}
+
+%cond (p: (s32[], f32[4])) -> pred[] {
+  %p = (s32[], f32[4]{0}) parameter(0)
+  %i = s32[] get-tuple-element(%p), index=0
+  %n = s32[] constant(3)
+  ROOT %lt = pred[] compare(%i, %n), direction=LT
+}
+
+%body (bp: (s32[], f32[4])) -> (s32[], f32[4]) {
+  %bp = (s32[], f32[4]{0}) parameter(0)
+  %bi = s32[] get-tuple-element(%bp), index=0
+  %one = s32[] constant(1)
+  %i1 = s32[] add(%bi, %one)
+  %v = f32[4]{0} get-tuple-element(%bp), index=1
+  %v2 = f32[4]{0} multiply(%v, %v)
+  ROOT %t = (s32[], f32[4]{0}) tuple(%i1, %v2)
+}
+
+%fused (p0: f32[4], p1: f32[]) -> f32[4] {
+  %p0 = f32[4]{0} parameter(0)
+  %p1 = f32[] parameter(1)
+  %fb = f32[4]{0} broadcast(%p1), dimensions={}
+  ROOT %m = f32[4]{0} multiply(%p0, %fb)
+}
+
+ENTRY %main (a: f32[4], w: f32[1,5,5,2], k: f32[3,3,2,4], op: f32[5,4], idx: s32[3,1]) -> (f32[4], f32[], f32[4]) {
+  %a = f32[4]{0} parameter(0), sharding={replicated}, metadata={op_name="a" source_file="x.py" source_line=1}
+  %w = f32[1,5,5,2]{3,2,1,0} parameter(1)
+  %k = f32[3,3,2,4]{3,2,1,0} parameter(2)
+  %op = f32[5,4]{1,0} parameter(3)
+  %idx = s32[3,1]{1,0} parameter(4)
+  %zero = f32[] constant(0)
+  %init = s32[] constant(0)
+  %tup = (s32[], f32[4]{0}) tuple(%init, %a)
+  %loop = (s32[], f32[4]{0}) while(%tup), condition=%cond, body=%body, backend_config={"known_trip_count":{"n":"3"}}
+  %res = f32[4]{0} get-tuple-element(%loop), index=1
+  %sum = f32[] reduce(%res, %zero), dimensions={0}, to_apply=%add, metadata={op_name="jit(f)/reduce_sum"}
+  %f = f32[4]{0} fusion(%res, %sum), kind=kLoop, calls=%fused, control-predecessors={%sum}
+  %conv = f32[1,3,3,4]{3,2,1,0} convolution(%w, %k), window={size=3x3 stride=2x2 pad=1_1x1_1 rhs_dilate=1x1}, dim_labels=b01f_01io->b01f, operand_precision={highest,highest}
+  %g = f32[3,4]{1,0} gather(%op, %idx), offset_dims={1}, collapsed_slice_dims={0}, start_index_map={0}, index_vector_dim=1, slice_sizes={1,4}
+  %sc = f32[5,4]{1,0} scatter(%op, %idx, %g), update_window_dims={1}, inserted_window_dims={0}, scatter_dims_to_operand_dims={0}, index_vector_dim=1, to_apply=%add
+  %sl = f32[2]{0} slice(%a), slice={[0:4:2]}
+  %pd = f32[9]{0} pad(%a, %zero), padding=1_2_1
+  %rw = f32[4]{0} reduce-window(%a, %zero), window={size=3 pad=1_1}, to_apply=%add
+  %cc = f32[4]{0} custom-call(%a), custom_call_target="my_target", api_version=API_VERSION_STATUS_RETURNING, backend_config="opaque"
+  %ar = f32[4]{0} all-reduce(%a), channel_id=1, replica_groups={{0,1}}, to_apply=%add
+  %ob = f32[4]{0} opt-barrier(%ar)
+  %c1 = pred[] compare(%sum, %zero), direction=GT, type=TOTALORDER
+  %sel = f32[4]{0} select(pred[4]{0} %bsel, %a, %f)
+  %bsel = pred[4]{0} broadcast(%c1), dimensions={}
+  %it = s32[4,2]{1,0} iota(), iota_dimension=1
+  ROOT %out = (f32[4]{0}, f32[], f32[4]{0}) tuple(%sel, %sum, %ob)
+}
+""",
+}
+
+
+def literal_bits(value) -> object:
+    """A comparable form of a constant's value that tells -0/0 and NaN payload signs apart."""
+    if value is None:
+        return None
+    if isinstance(value, tuple):
+        return tuple(literal_bits(v) for v in value)
+    arr = np.ascontiguousarray(value)
+    return (arr.dtype.name, arr.shape, arr.tobytes())
+
+
+def structure(module) -> list:
+    """Everything the IR holds about a module, as plain comparable data (names included)."""
+    from hlofuse.hlo.parse_attributes import encode_attribute
+
+    out = [module.name, sorted((k, str(v)) for k, v in module.attrs.items() if k != "entry_computation_layout"),
+           module.entry.name]
+    for comp in sorted(module.computations, key=lambda c: c.name):
+        insts = []
+        for inst in comp.instructions:
+            insts.append((
+                inst.name, inst.opcode, str(inst.shape), [o.name for o in inst.operands],
+                sorted((k, encode_attribute(k, v)) for k, v in inst.attrs.items()),
+                [p.name for p in inst.control_predecessors], literal_bits(inst.literal), inst.parameter_number,
+                inst.is_root(),
+            ))
+        fusion = comp.fusion_instruction.name if comp.fusion_instruction is not None else None
+        out.append((comp.name, comp.is_entry, comp.execution_thread, fusion, sorted(insts)))
+    return out

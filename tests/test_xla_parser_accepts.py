@@ -1,0 +1,89 @@
+"""XLA itself is the referee: its parser accepts what hlofuse prints, understands it the same
+way (XLA's re-print, parsed back by hlofuse, has the same instructions, shapes, operands,
+structured attributes and constant values), and hlofuse parses every form XLA prints."""
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from hlofuse.hlo.attributes import Raw
+from hlofuse.hlo.parser import parse_hlo
+from hlofuse.hlo.printer import module_to_text
+
+from hlo_corpus import EDGE_MODULES, corpus_files, input_text, literal_bits
+
+pytest.importorskip("jax", reason="XLA's parser comes with jaxlib")
+from jax._src.lib import xla_client  # noqa: E402
+
+CASES = [pytest.param(input_text(p), id=p.name) for p in corpus_files()]
+CASES += [pytest.param(text, id=name) for name, text in EDGE_MODULES.items() if name != "constants"]
+# XLA cannot read back the elided `{...}` constant of the constants module; test the rest of it.
+CASES.append(pytest.param(EDGE_MODULES["constants"].replace("  %z = f32[1000]{0} constant({...})\n", ""),
+                          id="constants"))
+
+
+# XLA refuses instruction names spelled like one of its element types (`s2`, `f32` ...);
+# hlofuse accepts them, so modules using such names cannot be checked against XLA.
+_XLA_RESERVED = re.compile(r"(pred|[su](1|2|4|8|16|32|64)|f(16|32|64)|bf16|c(64|128)|f[48]e\w+|token|opaque)$")
+
+
+def skip_if_xla_reserved_names(module) -> None:
+    bad = sorted(i.name for i in module.all_instructions() if _XLA_RESERVED.match(i.name))
+    if bad:
+        pytest.skip(f"XLA rejects instruction names spelled like element types: {', '.join(bad)}")
+
+
+def xla_reprint(text: str, **options) -> str:
+    """XLA parses `text` (raising with its own message if it rejects it) and prints it back."""
+    module = xla_client.hlo.hlo_module_from_text(text)
+    opts = xla_client.hlo.HloPrintOptions()
+    opts.print_large_constants = True
+    for key, value in options.items():
+        setattr(opts, key, value)
+    return module.to_string(opts)
+
+
+def semantics(module) -> dict:
+    """What both printers must agree on: per instruction its opcode, shape, operands, structured
+    attributes, constant value and parameter number; per computation its root and entry flag."""
+    out = {"entry": module.entry.name}
+    for comp in module.computations:
+        insts = {}
+        for inst in comp.instructions:
+            typed = {k: str(v) if not isinstance(v, tuple) else repr(v) for k, v in inst.attrs.items()
+                     if not isinstance(v, Raw)}
+            for k, v in inst.attrs.items():
+                if hasattr(v, "name") and not isinstance(v, Raw):
+                    typed[k] = v.name
+                elif isinstance(v, tuple) and v and hasattr(v[0], "instructions"):
+                    typed[k] = [c.name for c in v]
+            insts[inst.name] = (inst.opcode, str(inst.shape), [o.name for o in inst.operands], typed,
+                                literal_bits(inst.literal), inst.parameter_number,
+                                sorted(p.name for p in inst.control_predecessors))
+        out[comp.name] = (comp.root.name, comp.is_entry, insts)
+    return out
+
+
+@pytest.mark.parametrize("text", CASES)
+def test_xla_accepts_printed_text_and_agrees_on_its_meaning(text):
+    ours = parse_hlo(text)
+    skip_if_xla_reserved_names(ours)
+    printed = module_to_text(ours)
+    theirs = parse_hlo(xla_reprint(printed, print_operand_shape=True))
+    assert semantics(theirs) == semantics(ours)
+
+
+@pytest.mark.parametrize("options", [
+    {},
+    {"print_operand_shape": False, "print_percent": False},
+    {"print_metadata": False, "print_backend_config": False, "include_layout_in_shapes": False},
+    {"print_program_shape": False, "print_operand_names": True, "print_result_shape": True},
+])
+@pytest.mark.parametrize("text", CASES[:12] + CASES[-4:])
+def test_parser_accepts_every_xla_print_style(text, options):
+    ours = parse_hlo(text)
+    skip_if_xla_reserved_names(ours)
+    reprinted = xla_reprint(module_to_text(ours), **options)
+    m = parse_hlo(reprinted)
+    assert module_to_text(parse_hlo(module_to_text(m))) == module_to_text(m)
