@@ -157,3 +157,127 @@ def test_select_clamp_vs_xla():
     x, lo, hi = float_inputs(np.float32, 5), float_inputs(np.float32, 6), float_inputs(np.float32, 7)
     text = module_text([("clamp", "f32", [0, 1, 2], "")], ["f32", "f32", "f32"])
     compare_all(text, [lo, x, hi], [("clamp", "f32", [0, 1, 2], "")], {})
+
+
+# ---- whole modules: data movement, reduce, control flow ---------------------------------------
+MODULES = {
+    "dynamic_slice_clamping": ("""HloModule m
+ENTRY e {
+  x = f32[5,6] parameter(0)
+  i = s32[] parameter(1)
+  j = s32[] parameter(2)
+  u = f32[2,3] parameter(3)
+  ds = f32[3,2] dynamic-slice(x, i, j), dynamic_slice_sizes={3,2}
+  dus = f32[5,6] dynamic-update-slice(x, u, j, i)
+  ROOT t = (f32[3,2], f32[5,6]) tuple(ds, dus)
+}
+""", lambda rng: [rng.standard_normal((5, 6)).astype(np.float32), np.int32(-3), np.int32(9),
+                  rng.standard_normal((2, 3)).astype(np.float32)]),
+    "pad_reverse_concat_transpose": ("""HloModule m
+ENTRY e {
+  x = f32[4,6] parameter(0)
+  y = f32[2,6] parameter(1)
+  z = f32[] constant(0.5)
+  p = f32[7,5] pad(x, z), padding=1_-1_1x-2_1_0
+  r = f32[4,6] reverse(x), dimensions={0,1}
+  c = f32[6,6] concatenate(x, y), dimensions={0}
+  tr = f32[6,4] transpose(x), dimensions={1,0}
+  b = f32[3,4,6] broadcast(x), dimensions={1,2}
+  io = s32[4,3] iota(), iota_dimension=1
+  sl = f32[2,2] slice(x), slice={[1:4:2], [0:6:4]}
+  ROOT t = (f32[7,5], f32[4,6], f32[6,6], f32[6,4], f32[3,4,6], s32[4,3], f32[2,2]) tuple(p, r, c, tr, b, io, sl)
+}
+""", lambda rng: [rng.standard_normal((4, 6)).astype(np.float32), rng.standard_normal((2, 6)).astype(np.float32)]),
+    "bitcast_convert_widths": ("""HloModule m
+ENTRY e {
+  x = f32[3] parameter(0)
+  a = u8[3,4] bitcast-convert(x)
+  b = s16[3,2] bitcast-convert(x)
+  c = f32[3] bitcast-convert(a)
+  d = s32[3] bitcast-convert(x)
+  ROOT t = (u8[3,4], s16[3,2], f32[3], s32[3]) tuple(a, b, c, d)
+}
+""", lambda rng: [np.array([1.5, -0.0, np.nan], np.float32)]),
+    "variadic_reduce_argmin": ("""HloModule m
+argmin {
+  av = f32[] parameter(0)
+  ai = s32[] parameter(1)
+  bv = f32[] parameter(2)
+  bi = s32[] parameter(3)
+  lt = pred[] compare(av, bv), direction=LT
+  eq = pred[] compare(av, bv), direction=EQ
+  il = pred[] compare(ai, bi), direction=LT
+  tie = pred[] and(eq, il)
+  take = pred[] or(lt, tie)
+  v = f32[] select(take, av, bv)
+  i = s32[] select(take, ai, bi)
+  ROOT r = (f32[], s32[]) tuple(v, i)
+}
+add {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}
+ENTRY e {
+  x = f32[4,7] parameter(0)
+  idx = s32[4,7] iota(), iota_dimension=1
+  pinf = f32[] constant(inf)
+  zero = s32[] constant(0)
+  r = (f32[4], s32[4]) reduce(x, idx, pinf, zero), dimensions={1}, to_apply=argmin
+  v = f32[4] get-tuple-element(r), index=0
+  i = s32[4] get-tuple-element(r), index=1
+  z = f32[] constant(0)
+  s = f32[7] reduce(x, z), dimensions={0}, to_apply=add
+  ROOT t = (f32[4], s32[4], f32[7]) tuple(v, i, s)
+}
+""", lambda rng: [np.round(rng.standard_normal((4, 7)), 1).astype(np.float32)]),
+    "conditional_out_of_range_and_while": ("""HloModule m
+b0 {
+  p = f32[3] parameter(0)
+  ROOT n = f32[3] negate(p)
+}
+b1 {
+  p = f32[3] parameter(0)
+  ROOT n = f32[3] exponential(p)
+}
+cond {
+  s = (s32[], f32[3]) parameter(0)
+  i = s32[] get-tuple-element(s), index=0
+  k = s32[] constant(5)
+  ROOT c = pred[] compare(i, k), direction=LT
+}
+body {
+  s = (s32[], f32[3]) parameter(0)
+  i = s32[] get-tuple-element(s), index=0
+  x = f32[3] get-tuple-element(s), index=1
+  one = s32[] constant(1)
+  i2 = s32[] add(i, one)
+  x2 = f32[3] multiply(x, x)
+  ROOT t = (s32[], f32[3]) tuple(i2, x2)
+}
+ENTRY e {
+  k = s32[] parameter(0)
+  x = f32[3] parameter(1)
+  c = f32[3] conditional(k, x, x), branch_computations={b0, b1}
+  z = s32[] constant(2)
+  init = (s32[], f32[3]) tuple(z, x)
+  w = (s32[], f32[3]) while(init), condition=cond, body=body
+  ROOT t = (f32[3], (s32[], f32[3])) tuple(c, w)
+}
+""", lambda rng: [np.int32(7), np.array([1.01, -0.5, 0.9], np.float32)]),
+}
+
+
+@pytest.mark.parametrize("name", list(MODULES))
+def test_module_vs_xla(name):
+    text, make_args = MODULES[name]
+    args = make_args(np.random.default_rng(0))
+    got = evaluate(parse_hlo(text), args)
+    want = run_on_xla(text, args)
+    assert len(got) == len(want)
+    for k, (g, w) in enumerate(zip(got, want)):
+        assert g.dtype == w.dtype and g.shape == w.shape, f"out{k}"
+        if w.dtype.kind == "f":
+            np.testing.assert_allclose(g, w, rtol=1e-6, atol=1e-6, equal_nan=True, err_msg=f"out{k}")
+        else:
+            np.testing.assert_array_equal(g, w, err_msg=f"out{k}")
