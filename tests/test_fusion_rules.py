@@ -241,3 +241,24 @@ def test_pipeline_keeps_log_on_module_and_targets():
     assert get_pass("horizontal-fusion").params is GPU
     with pytest.raises(ValueError, match="unknown fusion target"):
         target_params("tpu")
+
+
+def test_names_follow_xla():
+    # XLA: `%fusion = ... fusion(...), kind=kLoop, calls=%fused_computation`, fused parameters
+    # `param_N`, members keep their names, a duplicated producer's copy gets a `.N` suffix.
+    m = _module("""  x = f32[16] parameter(0)
+  y = f32[16] parameter(1)
+  a = f32[16] add(x, y)
+  n = f32[16] negate(a)
+  f = f32[16] floor(a)
+  ROOT t = (f32[16], f32[16]) tuple(n, f)""")
+    _fuse(m, passes=[get_pass("fusion")])
+    fusions = \
+        [i for i in m.entry.instructions if i.opcode == "fusion"]
+    assert sorted(f.name for f in fusions) == ["fusion", "fusion.1"]
+    assert sorted(f.fused_computation.name for f in fusions) == ["fused_computation", "fused_computation.1"]
+    members = {i.name for f in fusions for i in f.fused_computation.instructions}
+    assert {"a", "a.1", "n", "f"} <= members
+    params = [i.name for f in fusions for i in f.fused_computation.instructions if i.opcode == "parameter"]
+    assert params and all(p.startswith("param_") for p in params)
+    assert "fused_computation" in m.to_text()
