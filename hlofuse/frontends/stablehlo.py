@@ -311,7 +311,7 @@ def from_stablehlo(source: str | bytes, entry: str = "main", filename: str | Non
     with mlir_context():
         mod = parse_mlir(source, None)
         legalize_chlo(mod)
-        name = module_name or _module_name(mod)
+        name = re.sub(r"[^A-Za-z0-9_.\-]", "_", module_name or _module_name(mod)) or "module"
         importer = Importer(mod, name, filename, custom_call_handler)
         module = importer.import_entry(entry)
     if inline_calls:
