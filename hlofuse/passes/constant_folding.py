@@ -21,10 +21,10 @@ from typing import Callable
 import numpy as np
 
 from ..hlo.dtypes import ElementType
-from ..hlo.ir import HloComputation, HloInstruction, HloModule
+from ..hlo.ir import HloInstruction, HloModule
 from ..hlo.opcodes import op_info
 from ..hlo.shapes import ArrayShape
-from .dce import has_side_effect, is_removable
+from .rewrite import Rewriter, has_side_effect
 from .pass_base import HloPass
 
 DEFAULT_MAX_ELEMENTS = 64
@@ -280,48 +280,6 @@ def fold(inst: HloInstruction, args: list[np.ndarray]) -> np.ndarray | None:
             return None  # malformed attributes: leave it to the verifier
 
 
-def make_constant(comp: HloComputation, value: np.ndarray, shape: ArrayShape, name: str = "constant") -> HloInstruction:
-    """Add a constant holding `value` (of `shape`) to `comp`."""
-    inst = HloInstruction("constant", shape, name=name)
-    inst.literal = np.ascontiguousarray(value.astype(shape.dtype.numpy, copy=False).reshape(shape.dims))
-    return comp.add_instruction(inst)
-
-
-def remove_with_dead_operands(comp: HloComputation, inst: HloInstruction) -> None:
-    """Remove `inst` (which has no users) and then every operand that it leaves dead."""
-    stack = [inst]
-    while stack:
-        dead = stack.pop()
-        if dead.parent is not comp or not is_removable(dead):
-            continue
-        operands = list(dead.operands)
-        comp.remove_instruction(dead)
-        stack.extend(operands)
-
-
-def _add_with_new_operands(comp: HloComputation, inst: HloInstruction) -> None:
-    for op in inst.operands:
-        if op.parent is None and op.opcode != "parameter":
-            _add_with_new_operands(comp, op)
-    comp.add_instruction(inst)
-
-
-def replace_instruction(comp: HloComputation, old: HloInstruction, new: HloInstruction) -> None:
-    """Point every use of `old` at `new` (added to `comp` first if new, with its new operands)
-    and drop `old`.
-    A new instruction takes over the old one's name, so the printed module stays readable."""
-    fresh = new.parent is None
-    if fresh:
-        _add_with_new_operands(comp, new)
-    old.replace_all_uses_with(new)
-    old_name = old.name
-    remove_with_dead_operands(comp, old)
-    module = comp.parent
-    if fresh and old.parent is None and module is not None and new.opcode == old.opcode:
-        module.release_name(new.name)
-        new.name = module.unique_name(old_name)
-
-
 def _foldable(inst: HloInstruction, max_elements: int) -> list[np.ndarray] | None:
     if inst.opcode in ("constant", "parameter", "tuple", "broadcast", "iota"):
         return None
@@ -340,7 +298,7 @@ def _foldable(inst: HloInstruction, max_elements: int) -> list[np.ndarray] | Non
     return args
 
 
-def fold_instruction(comp: HloComputation, inst: HloInstruction, max_elements: int = DEFAULT_MAX_ELEMENTS) -> bool:
+def fold_instruction(rewriter: Rewriter, inst: HloInstruction, max_elements: int = DEFAULT_MAX_ELEMENTS) -> bool:
     """Replace `inst` by a constant if all its operands are (broadcast) constants; True if done."""
     args = _foldable(inst, max_elements)
     if args is None:
@@ -350,7 +308,7 @@ def fold_instruction(comp: HloComputation, inst: HloInstruction, max_elements: i
         return False
     const = HloInstruction("constant", inst.shape, name="constant")
     const.literal = np.ascontiguousarray(value)
-    replace_instruction(comp, inst, const)
+    rewriter.replace(inst, const)
     return True
 
 
@@ -367,12 +325,14 @@ class ConstantFolding(HloPass):
         for comp in module.computations_post_order():
             if comp.is_fusion_computation():
                 continue
+            rewriter = Rewriter(comp)
+            folded = False
             for inst in comp.post_order():
-                if inst.parent is comp:
-                    changed |= fold_instruction(comp, inst, self.max_elements)
-        if changed:
-            for comp in module.computations:
+                folded |= fold_instruction(rewriter, inst, self.max_elements)
+            rewriter.finish()
+            if folded:
                 comp.sort_instructions()
+            changed |= folded
         return changed
 
 

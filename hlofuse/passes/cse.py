@@ -14,7 +14,7 @@ from typing import Any, Hashable
 import numpy as np
 
 from ..hlo.ir import HloComputation, HloInstruction, HloModule
-from .dce import has_side_effect
+from .rewrite import Rewriter, has_side_effect
 from .pass_base import HloPass
 
 _IGNORED_ATTRS = frozenset({"metadata"})
@@ -67,6 +67,7 @@ def cse_computation(comp: HloComputation) -> int:
     """Merge identical instructions of `comp` into their first occurrence; return how many went."""
     has_control_successor = {id(p) for i in comp.instructions for p in i.control_predecessors}
     seen: dict[Hashable, HloInstruction] = {}
+    rewriter = Rewriter(comp)
     merged = 0
     for inst in comp.post_order():
         if not _mergeable(inst) or id(inst) in has_control_successor:
@@ -76,9 +77,9 @@ def cse_computation(comp: HloComputation) -> int:
         if first is None:
             seen[key] = inst
             continue
-        inst.replace_all_uses_with(first)
-        comp.remove_instruction(inst)
+        rewriter.replace(inst, first)
         merged += 1
+    rewriter.finish()
     return merged
 
 

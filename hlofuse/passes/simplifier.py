@@ -25,15 +25,9 @@ import numpy as np
 from ..hlo.ir import HloComputation, HloInstruction, HloModule
 from ..hlo.opcodes import op_info
 from ..hlo.shapes import ArrayShape, Layout, Shape
-from .constant_folding import (
-    DEFAULT_MAX_ELEMENTS,
-    can_fold_opcode,
-    fold,
-    fold_instruction,
-    literal_array,
-    replace_instruction,
-)
+from .constant_folding import DEFAULT_MAX_ELEMENTS, can_fold_opcode, fold, fold_instruction, literal_array
 from .pass_base import HloPass
+from .rewrite import Rewriter
 
 # A rule looks at one instruction and returns its replacement: an existing instruction, a new
 # one (not yet in the computation) or None when it does not apply.
@@ -282,7 +276,7 @@ def _broadcast_scalar_constant(inst: HloInstruction) -> np.ndarray | None:
     return literal_array(op)
 
 
-def sink_broadcasts(comp: HloComputation, inst: HloInstruction) -> bool:
+def sink_broadcasts(rewriter: Rewriter, inst: HloInstruction) -> bool:
     """op(broadcast(c1), ..., broadcast(cn)) => broadcast(op(c1, ..., cn)) for an elementwise
     op of scalar constants: the folded value stays a scalar behind one broadcast."""
     if not inst.info.elementwise or not can_fold_opcode(inst.opcode) or not inst.shape.is_array:
@@ -301,8 +295,7 @@ def sink_broadcasts(comp: HloComputation, inst: HloInstruction) -> bool:
         return False
     const = HloInstruction("constant", scalar_shape, name="constant")
     const.literal = np.ascontiguousarray(value)
-    comp.add_instruction(const)
-    replace_instruction(comp, inst, HloInstruction("broadcast", inst.shape, [const], {"dimensions": ()}, name="broadcast"))
+    rewriter.replace(inst, HloInstruction("broadcast", inst.shape, [const], {"dimensions": ()}, name="broadcast"))
     return True
 
 
@@ -313,18 +306,18 @@ def _blocked(inst: HloInstruction, control_successors: set[int]) -> bool:
     return bool(inst.control_predecessors) or id(inst) in control_successors
 
 
-def simplify_instruction(comp: HloComputation, inst: HloInstruction, fold_constants: bool = True,
+def simplify_instruction(rewriter: Rewriter, inst: HloInstruction, fold_constants: bool = True,
                          max_fold_elements: int = DEFAULT_MAX_ELEMENTS) -> bool:
     """Apply the first rule that rewrites `inst`; True if one did."""
     for rule in _RULES.get(inst.opcode, ()):
         new = rule(inst)
         if new is not None and new is not inst:
-            replace_instruction(comp, inst, new)
+            rewriter.replace(inst, new)
             return True
     if fold_constants:
-        if sink_broadcasts(comp, inst):
+        if sink_broadcasts(rewriter, inst):
             return True
-        if fold_instruction(comp, inst, max_fold_elements):
+        if fold_instruction(rewriter, inst, max_fold_elements):
             return True
     return False
 
@@ -336,10 +329,12 @@ def simplify_computation(comp: HloComputation, fold_constants: bool = True,
     for _ in range(max_rounds):
         control_successors = {id(p) for i in comp.instructions for p in i.control_predecessors}
         round_changed = False
+        rewriter = Rewriter(comp)
         for inst in comp.post_order():
-            if inst.parent is not comp or _blocked(inst, control_successors):
+            if _blocked(inst, control_successors):
                 continue
-            round_changed |= simplify_instruction(comp, inst, fold_constants, max_fold_elements)
+            round_changed |= simplify_instruction(rewriter, inst, fold_constants, max_fold_elements)
+        rewriter.finish()
         if not round_changed:
             break
         changed = True
