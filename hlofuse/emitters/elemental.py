@@ -33,7 +33,7 @@ F16 = ir.HalfType()
 F32 = ir.FloatType()
 F64 = ir.DoubleType()
 
-_UNSUPPORTED_TYPES = ("s4", "u4", "f8e4m3fn", "f8e5m2", "c64", "c128", "token")
+_UNSUPPORTED_TYPES = ("s4", "u4", "f8e4m3fn", "f8e5m2", "token")
 
 
 def check_type(et: ElementType, inst: HloInstruction | None = None) -> None:
@@ -56,6 +56,10 @@ def reg_type(et: ElementType) -> ir.Type:
         return F32
     if et.name == "f64":
         return F64
+    if et.name == "c64":
+        return ir.LiteralStructType([F32, F32])
+    if et.name == "c128":
+        return ir.LiteralStructType([F64, F64])
     return ir.IntType(et.bits)
 
 
@@ -267,4 +271,4 @@ class ElementalEmitter:
 
 
 # The rule modules register themselves in the op registry; they import this module's names.
-from . import elemental_data, elemental_math  # noqa: E402,F401
+from . import elemental_complex, elemental_data, elemental_math  # noqa: E402,F401

@@ -35,6 +35,9 @@ def scalar_constant(et: ElementType, value) -> ir.Constant:
         return ir.Constant(I1, int(bool(value)))
     if et.name == "bf16":
         return ir.Constant(I16, int(np.asarray(value, dtype=et.numpy).view(np.uint16)))
+    if et.is_complex:
+        value = complex(value)
+        return ir.Constant(ty, [float(value.real), float(value.imag)])
     if et.is_float:
         return ir.Constant(ty, float(value))
     return ir.Constant(ty, int(value))

@@ -8,6 +8,7 @@ from llvmlite import ir
 from ..hlo.dtypes import ElementType
 from ..hlo.errors import UnsupportedError
 from ..hlo.opcodes import opcodes_where, register_elemental
+from . import elemental_complex as cplx
 from .elemental import (
     I1,
     ElementalEmitter,
@@ -57,6 +58,8 @@ def _unary_rule(fn):
     def rule(em: ElementalEmitter, inst):
         g = em.operand(inst, 0)
         src = inst.operands[0].shape.dtype
+        if src.is_complex and fn not in (_abs, _negate, _math_unary, _copy):
+            raise UnsupportedError(f"{inst.opcode} {inst.name}: complex operands are not supported")
         return lambda idx: fn(em, inst, src, g(idx))
 
     return rule
@@ -64,6 +67,8 @@ def _unary_rule(fn):
 
 def _abs(em, inst, et, x):
     b = em.b
+    if et.is_complex:
+        return cplx.absolute(em, x)
     if et.is_float:
         return float_op(em, et, lambda v: _intr(em, "llvm.fabs", [v]), x)
     if not et.is_signed or et.is_pred:
@@ -72,6 +77,8 @@ def _abs(em, inst, et, x):
 
 
 def _negate(em, inst, et, x):
+    if et.is_complex:
+        return cplx.negate(em, x)
     if et.is_float:
         return float_op(em, et, em.b.fneg, x)
     return em.b.neg(x)
@@ -129,6 +136,8 @@ def _copy(em, inst, et, x):
 
 def _math_unary(em, inst, et, x):
     name = inst.info.math
+    if et.is_complex:
+        return cplx.unary_math(em, name, x)
     return float_op(em, et, lambda v: em.target.math(em.b, name, [v]), x)
 
 
@@ -180,6 +189,8 @@ def convert_value(em: ElementalEmitter, v, src: ElementType, dst: ElementType):
     b = em.b
     if src == dst:
         return v
+    if src.is_complex or dst.is_complex:
+        return cplx.convert(em, v, src, dst, convert_value)
     dty = reg_type(dst)
     if dst.is_pred:
         if src.is_float:
@@ -285,6 +296,8 @@ def _binary_rule(fn):
 def _arith(int_op, float_op_name):
     def f(em, inst, et, x, y):
         b = em.b
+        if et.is_complex:
+            return cplx.binary(em, int_op, x, y)
         if et.is_float:
             op = getattr(b, float_op_name)
             return float_op(em, et, lambda u, v: op(u, v, flags=em.fp_flags), x, y)
@@ -315,6 +328,8 @@ def _int_division(em, et, x, y, remainder: bool):
 
 
 def _divide(em, inst, et, x, y):
+    if et.is_complex:
+        return cplx.binary(em, "div", x, y)
     if et.is_float:
         return float_op(em, et, em.b.fdiv, x, y)
     return _int_division(em, et, x, y, False)
@@ -400,6 +415,8 @@ def compare_values(em: ElementalEmitter, et: ElementType, direction: str, cmp_ty
     ... < -0 < +0 < ... < inf < NaN by comparing sign-magnitude flipped integers."""
     b = em.b
     op = _DIR[direction]
+    if et.is_complex:
+        return cplx.compare(em, direction, x, y)
     if et.is_float:
         x, y = to_compute(b, x, et), to_compute(b, y, et)
         if cmp_type == "TOTALORDER":
