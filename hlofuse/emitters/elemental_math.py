@@ -7,7 +7,7 @@ from llvmlite import ir
 
 from ..hlo.dtypes import ElementType
 from ..hlo.errors import UnsupportedError
-from ..hlo.opcodes import opcodes_where, register_elemental
+from ..hlo.opcodes import mark_unsupported, opcodes_where, register_elemental
 from . import elemental_complex as cplx
 from .elemental import (
     I1,
@@ -472,3 +472,7 @@ def _clamp(em: ElementalEmitter, inst):
     et = inst.shape.dtype
     return lambda idx: emit_max(em, et, emit_max(em, et, x(idx), lo(idx)), hi(idx), is_min=True)
 
+
+
+mark_unsupported("elemental", "stochastic rounding needs XLA's random-bit convention, which is not modelled "
+                 "(the interpreter has no reference for it either)", "stochastic-convert")

@@ -443,5 +443,51 @@ def custom_call(inst, args, ctx):
     raise UnsupportedError(f"custom-call {inst.name} (target {target!s}) cannot run on the CPU backend")
 
 
+@register_library("replica-id", "partition-id")
+def device_id(inst, args, ctx):
+    """The CPU backend runs one replica of one partition."""
+    return np.zeros((), dtype=_np_dtype(inst.shape))
+
+
+def _flag(inst, name: str, default: bool = False) -> bool:
+    v = inst.attrs.get(name)
+    return default if v is None else str(v).lower() in ("true", "1")
+
+
+@register_library("triangular-solve")
+def triangular_solve(inst, args, ctx):
+    """Solve op(a) x = b (left_side) or x op(a) = b with a triangular (XLA's options)."""
+    a, b = args
+    work = _work_dtype(a.dtype)
+    a = a.astype(work)
+    b = b.astype(work)
+    lower = _flag(inst, "lower")
+    n = a.shape[-1]
+    tri = np.tril(a) if lower else np.triu(a)
+    if _flag(inst, "unit_diagonal"):
+        tri = tri - tri * np.eye(n, dtype=work) + np.eye(n, dtype=work)
+    trans = str(inst.attrs.get("transpose_a", "NO_TRANSPOSE")).upper()
+    if trans == "TRANSPOSE":
+        tri = np.swapaxes(tri, -1, -2)
+    elif trans == "ADJOINT":
+        tri = np.conj(np.swapaxes(tri, -1, -2))
+    if _flag(inst, "left_side"):
+        x = np.linalg.solve(tri, b)
+    else:
+        x = np.swapaxes(np.linalg.solve(np.swapaxes(tri, -1, -2), np.swapaxes(b, -1, -2)), -1, -2)
+    return x.astype(_np_dtype(inst.shape))
+
+
 mark_unsupported("library", "random number generation is not implemented by the CPU backend",
                  "rng", "rng-bit-generator", "rng-get-and-update-state")
+mark_unsupported("library", "dynamic shapes are not supported by the CPU backend",
+                 "dynamic-reshape", "set-dimension-size")
+mark_unsupported("library", "XLA expands batch-norm ops before code generation; the CPU backend does not",
+                 "batch-norm-training", "batch-norm-inference", "batch-norm-grad")
+mark_unsupported("library", "ragged-dot is not implemented by the CPU backend", "ragged-dot")
+mark_unsupported("library", "collectives, I/O and async ops need a multi-device runtime; the CPU backend runs one device",
+                 "infeed", "outfeed", "send", "send-done", "recv", "recv-done", "all-reduce", "all-reduce-start",
+                 "all-reduce-done", "all-gather", "all-gather-start", "all-gather-done", "all-to-all",
+                 "ragged-all-to-all", "reduce-scatter", "collective-broadcast", "collective-permute",
+                 "collective-permute-start", "collective-permute-done", "async-start", "async-update",
+                 "async-done", "copy-start", "copy-done")
