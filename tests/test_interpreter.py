@@ -574,3 +574,9 @@ def test_elided_constant_is_reported():
     e.root = e.add_instruction(HloInstruction("constant", array("f32", (2,)), [], {}, "c"))
     with pytest.raises(UnsupportedError, match="constant c"):
         evaluate(m, [])
+
+
+def test_python_scalars_take_the_parameter_type():
+    i, x = evaluate(counting_while(4), [1, 0.5])
+    same(i, np.int32(4))
+    same(x, np.float32(4.0))

@@ -82,6 +82,8 @@ class Interpreter:
         self.max_while_iterations = max_while_iterations
         self._frames: list[Sequence[Value]] = []
         self._batched = 0
+        # Evaluation order per computation; computations are not changed while evaluating.
+        self._order: dict[int, list[HloInstruction]] = {}
 
     # ---- evaluation ---------------------------------------------------------------------
     def call(self, computation: HloComputation, args: Sequence[Value]) -> Value:
@@ -92,8 +94,11 @@ class Interpreter:
         env: dict[int, Value] = {}
         self._frames.append(args)
         try:
+            order = self._order.get(id(computation))
+            if order is None:
+                order = self._order[id(computation)] = computation.post_order()
             with np.errstate(all="ignore"):
-                for inst in computation.post_order():
+                for inst in order:
                     env[id(inst)] = self.evaluate_instruction(inst, [env[id(op)] for op in inst.operands])
         finally:
             self._frames.pop()
@@ -180,8 +185,10 @@ def _bind_argument(shape: Shape, value: Any, where: str) -> Value:
     if isinstance(shape, TokenShape):
         return TOKEN
     assert isinstance(shape, ArrayShape)
-    arr = np.asarray(value)
     want = shape.dtype.numpy
+    if isinstance(value, (bool, int, float, complex)) and not isinstance(value, np.generic) and not shape.dims:
+        value = np.asarray(value).astype(want)  # a Python scalar takes the parameter's type
+    arr = np.asarray(value)
     if arr.dtype != want:
         raise InputError(f"{where}: expected element type {shape.dtype.name} ({want}), got {arr.dtype}")
     if arr.shape != tuple(shape.dims):
