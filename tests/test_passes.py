@@ -529,3 +529,14 @@ def test_fold_rules_refuse_what_numpy_gets_wrong():
     assert fold(_probe("convert", "pred", ["f32"]), [np.array([0.0, np.nan], f32)]).tolist() == [False, True]
     assert fold(_probe("compare", "pred", ["f32", "f32"], direction="NE"),
                 [np.array([np.nan, 1], f32), np.array([np.nan, 1], f32)]).tolist() == [True, False]
+
+
+def test_fold_rules_leave_narrow_types_alone():
+    f8 = _probe("add", "f8e4m3fn", ["f8e4m3fn", "f8e4m3fn"])
+    one = np.ones(2, dtype=f8.shape.dtype.numpy)
+    assert fold(f8, [one, one]) is None
+    s4 = _probe("negate", "s4", ["s4"])
+    assert fold(s4, [np.ones(2, dtype=s4.shape.dtype.numpy)]) is None
+    # data movement of narrow types is exact
+    rev = _probe("reverse", "s4", ["s4"], dimensions=(0,))
+    assert fold(rev, [np.array([1, 2], dtype=rev.shape.dtype.numpy)]).astype(int).tolist() == [2, 1]

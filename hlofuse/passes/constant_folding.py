@@ -96,7 +96,13 @@ def _out(inst: HloInstruction, value) -> np.ndarray | None:
 # ---- elementwise rules ------------------------------------------------------------------------
 
 def _types(inst: HloInstruction) -> list[ElementType]:
-    return [o.shape.dtype for o in inst.operands]
+    return [o.shape.dtype for o in inst.operands if o.shape.is_array]
+
+
+def _narrow(t: ElementType) -> bool:
+    # 4-bit integers and 8-bit floats: XLA computes them through wider types with its own
+    # rounding steps, which numpy/ml_dtypes arithmetic does not reproduce exactly.
+    return t.bits < 8 or (t.kind == "float" and t.bits == 8)
 
 
 @_folds("add", "subtract")
@@ -272,6 +278,8 @@ def fold(inst: HloInstruction, args: list[np.ndarray]) -> np.ndarray | None:
     """`inst` applied to operand values `args` with numpy, or None where not exactly foldable."""
     rule = _FOLDERS.get(inst.opcode)
     if rule is None or not inst.shape.is_array:
+        return None
+    if inst.info.kind != "data" and any(_narrow(t) for t in [inst.shape.dtype, *_types(inst)]):
         return None
     with np.errstate(all="ignore"):
         try:
