@@ -4,7 +4,10 @@ Every rewrite preserves results bit for bit. Where XLA trades exactness away, hl
 not: XLA folds `A + 0 => A` for any zero, which turns `-0.0 + 0.0` (= +0.0) into -0.0; here a
 float `A + C` folds only when every element of C is -0.0 (the additive identity of IEEE
 arithmetic), and `A - C` only when C is +0.0. `A * 1` and `A / 1` are not folded for complex
-types, where the product with (1 + 0i) can change the sign of a zero component.
+types, where the product with (1 + 0i) can change the sign of a zero component. (The one
+exception, as in XLA: arithmetic quiets a signaling NaN, and `A * 1 => A` or a float round
+trip `convert(convert(A))` => A keep it signaling. Values computed by HLO are never signaling
+NaNs, only inputs can be.)
 
 Rewrites (a rule per opcode, tried in post order until nothing changes):
   no-ops removed: reshape/broadcast/transpose/convert/copy/slice/pad/reverse that keep the value;
