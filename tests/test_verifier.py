@@ -325,6 +325,20 @@ def test_unknown_opcode_is_named():
     expect_error(module(b.comp), "instruction bad", "unknown opcode 'frobnicate'")
 
 
+def test_malformed_attribute_is_a_verifier_error_not_a_crash():
+    from hlofuse.hlo.attributes import Raw
+
+    msg = expect_error(_one("slice", "f32[2]", ["f32[4]"], slice=Raw("garbage")), "instruction bad", "slice")
+    assert "malformed" in msg
+
+
+def test_copy_of_a_tuple_verifies():
+    b = B()
+    t = b.param(("f32[2]", "s32[]"))
+    b.op("copy", ("f32[2]", "s32[]"), t)
+    verify(module(b.comp))
+
+
 # ---- negative cases: called computations ----------------------------------------------
 
 def test_reducer_must_take_2n_scalars_and_return_n():

@@ -38,4 +38,12 @@ def infer_shape(inst: HloInstruction) -> Shape:
         reason = info.unsupported.get("shape", "no shape rule is registered")
         raise VerifierError(f"{inst.opcode}: cannot infer the shape: {reason}", instruction=inst.name,
                             computation=comp)
-    return info.shape_rule(inst)
+    try:
+        return info.shape_rule(inst)
+    except VerifierError:
+        raise
+    except (IndexError, KeyError, TypeError, ValueError, AttributeError) as e:
+        # Malformed IR built by hand (an attribute of the wrong type, missing operands):
+        # report it against the instruction rather than as a Python traceback.
+        raise VerifierError(f"{inst.opcode}: malformed instruction ({type(e).__name__}: {e})",
+                            instruction=inst.name, computation=comp) from e

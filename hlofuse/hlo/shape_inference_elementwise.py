@@ -84,11 +84,20 @@ register_shape_rule("negate")(_unary(_numeric))
 register_shape_rule("count-leading-zeros", "popcnt")(_unary(_integral))
 register_shape_rule("not")(_unary(_integral_or_pred))
 register_shape_rule("is-finite")(_unary(_floating, lambda t: PRED))
-register_shape_rule("copy")(_unary(_any))
+
+
+@register_shape_rule("copy")
+def _copy(inst: HloInstruction) -> Shape:
+    """copy: the operand's shape (arrays and tuples alike)."""
+    if len(inst.operands) != 1:
+        fail(inst, f"expects 1 operand, has {len(inst.operands)}")
+    return inst.operands[0].shape
 
 
 def _same_dims_operands(inst: HloInstruction) -> list[ArrayShape]:
     shapes = array_operands(inst)
+    if not shapes:
+        fail(inst, "expects at least one operand")
     for i, s in enumerate(shapes[1:], 1):
         if s.dims != shapes[0].dims:
             fail(inst, f"operands must have equal dimensions (no implicit broadcast in HLO): "
