@@ -111,3 +111,15 @@ def test_rewrite_checks_is_idempotent():
         from golden_harness import run_case
 
         check(run_case(case), case.checks(), case.filename)
+
+
+def test_parse_errors_point_at_the_golden_file_line():
+    from golden_harness import run_case
+    from hlofuse.hlo.errors import HloParseError
+
+    text = SAMPLE + "\n// -----\n\n// RUN: passes=dce\nHloModule bad\n\nENTRY %main () -> f32[] {\n  ROOT %c = f32[] bogus-op()\n}\n"
+    case = split_cases(text, "bad.hlo")[2]
+    with pytest.raises(HloParseError) as info:
+        run_case(case)
+    assert info.value.line == text.splitlines().index("  ROOT %c = f32[] bogus-op()") + 1
+    assert "bad.hlo" in str(info.value)
