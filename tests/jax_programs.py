@@ -337,7 +337,8 @@ def _convert(rng):
     def fn(x, i):
         return (x.astype(jnp.int32), x.astype(jnp.uint8), x.astype(jnp.bool_), i.astype(jnp.float32),
                 lax.bitcast_convert_type(x, jnp.int32), lax.bitcast_convert_type(x, jnp.uint16),
-                lax.bitcast_convert_type(i, jnp.uint8), lax.bitcast_convert_type(i.astype(jnp.int8).reshape(4, 2), jnp.int16))
+                lax.bitcast_convert_type(i, jnp.uint8),
+                lax.bitcast_convert_type(i.astype(jnp.int8).reshape(4, 2), jnp.int16))
 
     x = np.array([0.5, -1.7, 3e9, -3e9, np.nan, np.inf, -np.inf, 255.9], np.float32)
     return fn, (x, rng.integers(-1000, 1000, (8,)).astype(np.int32))
