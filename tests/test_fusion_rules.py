@@ -235,7 +235,8 @@ def test_pipeline_keeps_log_on_module_and_targets():
     standard_pipeline("gpu").run(m)
     assert m.entry.root.opcode == "fusion"
     assert module_log(m).fusions()
-    assert [p.name for p in fusion_passes("gpu")] == ["fusion", "multi-output-fusion", "horizontal-fusion"]
+    assert [p.name for p in fusion_passes("gpu")] == ["fusion", "fusion-merger", "multi-output-fusion",
+                                                     "horizontal-fusion"]
     assert [p.name for p in fusion_passes("cpu")] == ["fusion"]
     assert get_pass("fusion", target="cpu").params is CPU
     assert get_pass("horizontal-fusion").params is GPU
@@ -262,3 +263,26 @@ def test_names_follow_xla():
     params = [i.name for f in fusions for i in f.fused_computation.instructions if i.opcode == "parameter"]
     assert params and all(p.startswith("param_") for p in params)
     assert "fused_computation" in m.to_text()
+
+
+def test_fusion_merger_reasons():
+    body = """  x = f32[16] parameter(0)
+  y = f32[16] parameter(1)
+  a = f32[16] add(x, y)
+  l = f32[16] log(a)
+  ny = f32[16] negate(y)
+  n = f32[16] add(l, ny)
+  cc = f32[16] custom-call(l), custom_call_target="foo"
+  ROOT t = (f32[16], f32[16]) tuple(n, cc)"""
+    m = _module(body)
+    log = _fuse(m, passes=[get_pass("fusion"), get_pass("fusion-merger")])
+    (reason,) = _reasons(log, "user-not-fusion")
+    assert "not all users of fusion" in reason and "(cc is 'custom-call')" in reason
+    # with a fusion user in place of the custom-call the expensive producer is merged into both
+    m2 = _module(body.replace('cc = f32[16] custom-call(l), custom_call_target="foo"', "fy = f32[16] floor(y)\n"
+                              "  cc = f32[16] multiply(l, fy)"))
+    log2 = _fuse(m2, passes=[get_pass("fusion"), get_pass("fusion-merger")])
+    merged = [e for e in log2.fusions() if e.pass_name == "fusion-merger"]
+    assert len(merged) == 2 and merged[0].duplicated and merged[0].duplicated_expensive
+    assert sum(1 for i in m2.entry.instructions if i.opcode == "fusion") == 2
+    assert not any(i.opcode == "log" for i in m2.entry.instructions)

@@ -2,14 +2,16 @@
 producer-consumer) fusion, horizontal loop fusion; the cost model and the fusion report.
 
 `fusion_passes(target)` is what `standard_pipeline(target, fusion=True)` runs; the passes are
-registered as "fusion", "multi-output-fusion", "sibling-fusion", "horizontal-fusion" and
-"fusion-pipeline" (GPU parameters), with "-cpu" / "-gpu" suffixed names for a fixed target.
+registered as "fusion", "fusion-merger", "multi-output-fusion", "sibling-fusion",
+"horizontal-fusion" and "fusion-pipeline" (they take the pipeline's `target` option, GPU by
+default), and with "-cpu" / "-gpu" suffixed names for a fixed target.
 """
 from __future__ import annotations
 
 from ..pass_base import HloPass
 from .cost_model import CPU, GPU, TargetParams, module_cost, target_params
 from .decisions import Decision, FusionLog, LogEntry, module_log
+from .fusion_merger import FusionMerger
 from .horizontal_fusion import HorizontalLoopFusion
 from .instruction_fusion import InstructionFusion
 from .multi_output_fusion import MultiOutputFusion, SiblingFusion
@@ -32,10 +34,12 @@ class FusionPipeline(HloPass):
 
 
 def fusion_passes(target: str | TargetParams = "gpu") -> list[HloPass]:
-    """The fusion passes XLA runs for `target`: GPU adds multi-output and horizontal fusion."""
+    """The fusion passes XLA runs for `target`: the GPU adds fusion merging, multi-output and
+    horizontal fusion."""
     params = target_params(target)
     passes: list[HloPass] = [InstructionFusion(params)]
     if params.multi_output:
+        passes.append(FusionMerger(params))
         passes.append(MultiOutputFusion(params))
     if params.horizontal:
         passes.append(HorizontalLoopFusion(params))
@@ -48,6 +52,7 @@ def register_passes() -> None:
 
     factories = {
         "fusion": InstructionFusion,
+        "fusion-merger": FusionMerger,
         "multi-output-fusion": MultiOutputFusion,
         "sibling-fusion": SiblingFusion,
         "horizontal-fusion": HorizontalLoopFusion,
@@ -60,7 +65,7 @@ def register_passes() -> None:
 
 
 __all__ = [
-    "CPU", "GPU", "Decision", "FusionLog", "FusionPipeline", "HorizontalLoopFusion", "InstructionFusion",
+    "CPU", "GPU", "Decision", "FusionLog", "FusionMerger", "FusionPipeline", "HorizontalLoopFusion", "InstructionFusion",
     "LogEntry", "MultiOutputFusion", "SiblingFusion", "TargetParams", "fusion_passes", "module_cost",
     "module_log", "register_passes", "target_params",
 ]

@@ -1,0 +1,118 @@
+"""Fusion merging (XLA's GPU FusionMerger): a loop fusion whose users are all fusions is merged
+into every one of them when that does not add memory traffic, so an expensive producer is
+duplicated only when every user fuses it and the duplication pays for itself.
+
+For each kLoop fusion (defs before uses), the merge is refused with a reason when a user is not
+a fusion, when a user may not take it (the producer-consumer rules, the budget, an expensive
+producer under a consumer that re-reads elements), or when reading the producer's operands in
+every user would move more than 10% more bytes than writing and re-reading its result.
+"""
+from __future__ import annotations
+
+from ...hlo.ir import HloComputation, HloInstruction, HloModule
+from ..pass_base import HloPass
+from .cost_model import TargetParams, distinct, kernel_computations, target_params
+from .decisions import Decision, FusionLog, module_log
+from .fusibility import (
+    creates_heavy_computation, is_expensive, is_input_fusible_reduction, is_loop_fusion, is_multi_output,
+    is_physically_transposing, members, reuses_operand_elements,
+)
+from .fusion_utils import fuse_producer
+
+refuse = Decision.refuse
+_OK = Decision.allow()
+_MAX_BYTES_RATIO = 1.10  # FusionMerger's merged_to_current_bytes_ratio limit
+
+
+def _operand_index(user: HloInstruction, producer: HloInstruction) -> int:
+    return next(i for i, o in enumerate(user.operands) if o is producer)
+
+
+class FusionMerger(HloPass):
+    """Merge loop fusions into all of their (fusion) users when it does not add traffic (GPU)."""
+
+    name = "fusion-merger"
+
+    def __init__(self, target: str | TargetParams = "gpu") -> None:
+        self.params = target_params(target)
+
+    def run(self, module: HloModule) -> bool:
+        log = module_log(module)
+        changed = False
+        for comp in kernel_computations(module):
+            if not comp.is_fusion_computation():
+                changed |= self._run_on(comp, log)
+        if changed:
+            module.remove_unreachable_computations()
+        return changed
+
+    def _run_on(self, comp: HloComputation, log: FusionLog) -> bool:
+        changed = False
+        for producer in comp.post_order():
+            if producer.parent is not comp or not is_loop_fusion(producer) or is_multi_output(producer):
+                continue
+            users = distinct(producer.users)
+            if not users or producer.is_root():
+                continue
+            d = self.should_merge(producer, users)
+            if not d:
+                if any(u.opcode == "fusion" for u in users):  # else nothing to merge into
+                    log.refused(self.name, producer.name, ", ".join(u.name for u in users), d)
+                continue
+            name = producer.name
+            expensive = any(is_expensive(m, self.params) for m in members(producer))
+            elements = sum(s.element_count() for s in producer.shape.leaves())
+            for k, user in enumerate(users):
+                duplicated = k < len(users) - 1
+                fuse_producer(user, producer)
+                log.fused(self.name, name, user.name, user.name, rule="merged into every user",
+                          duplicated=duplicated, duplicated_elements=elements if duplicated else 0,
+                          duplicated_expensive=duplicated and expensive)
+            changed = True
+        if changed:
+            comp.sort_instructions()
+        return changed
+
+    def should_merge(self, producer: HloInstruction, users: list[HloInstruction]) -> Decision:
+        """XLA's FusionMerger::ShouldMerge for `producer` and all of its users."""
+        p = producer.name
+        for user in users:
+            if user.opcode != "fusion" or user.attrs.get("kind") not in ("kLoop", "kInput"):
+                return refuse("user-not-fusion", f"not all users of {p} are loop or input fusions "
+                                                 f"({user.name} is '{user.opcode}')")
+        expensive = any(is_expensive(m, self.params) for m in members(producer))
+        for user in users:
+            idx = _operand_index(user, producer)
+            if expensive and reuses_operand_elements(user, idx):
+                return refuse("expensive-reused", f"{p} computes expensive instructions and user {user.name} "
+                                                  f"reads its elements several times")
+            if is_input_fusible_reduction(user) and is_physically_transposing(producer):
+                return refuse("transpose-into-reduce", f"merging transposing {p} into reduction {user.name} "
+                                                       f"would break read coalescing")
+            if creates_heavy_computation(producer, user):
+                return refuse("heavy-computation", f"merging {p} into {user.name} would recompute a heavy "
+                                                   f"reduction")
+            d = self._budget(producer, user)
+            if not d:
+                return d
+        # Bytes: unfused, the producer reads its operands once, writes its result once, and each
+        # user reads that result; merged, every user reads the producer's operands instead.
+        out = producer.shape.byte_size()
+        ops = distinct(producer.operands)
+        current = sum(o.shape.byte_size() for o in ops) + out + out * len(users)
+        merged = sum(o.shape.byte_size() for u in users for o in ops if not any(o is x for x in u.operands))
+        if merged > _MAX_BYTES_RATIO * current:
+            return refuse("more-bytes", f"merging {p} into its {len(users)} users would move {merged} bytes "
+                                        f"instead of {current} (more than {_MAX_BYTES_RATIO:.2f}x)")
+        return _OK
+
+    def _budget(self, producer: HloInstruction, user: HloInstruction) -> Decision:
+        budget = self.params.max_operands_and_outputs
+        if budget is None:
+            return _OK
+        operands = distinct([o for o in list(user.operands) + list(producer.operands) if o is not producer])
+        total = len(operands) + len(user.shape.leaves())
+        if len(operands) > len(user.operands) and total > budget:
+            return refuse("budget", f"operand budget exceeded: merging {producer.name} into {user.name} needs "
+                                    f"{total} > {budget} operands and outputs")
+        return _OK
