@@ -814,3 +814,34 @@ def test_batch_norm_family_matches_jax(feature_index):
     close(got_dx, np.asarray(want_dx, np.float32), rtol=1e-3, atol=1e-4)
     close(got_ds, np.asarray(want_ds, np.float32), rtol=1e-3, atol=1e-4)
     close(got_do, np.asarray(want_do, np.float32), rtol=1e-4, atol=1e-4)
+
+
+# ---- random numbers -----------------------------------------------------------------------------
+RNG_ALGORITHMS = {"three_fry": lax.RandomAlgorithm.RNG_THREE_FRY, "philox": lax.RandomAlgorithm.RNG_PHILOX,
+                  "default": lax.RandomAlgorithm.RNG_DEFAULT}
+RNG_KEYS = [np.array([1, 2, 3, 4], np.uint32),
+            np.array([0xFFFFFFFF, 0xFFFFFFFE, 0xFFFFFFFF, 0xFFFFFFFF], np.uint32)]  # counter carries
+
+
+@pytest.mark.parametrize("algorithm", list(RNG_ALGORITHMS))
+@pytest.mark.parametrize("shape", [(), (7,), (2, 3), (4, 1, 3), (5, 3, 7)])
+@pytest.mark.parametrize("dtype", [np.uint32, np.uint64, np.uint16, np.uint8])
+def test_rng_bit_generator_is_bit_exact_with_xla(algorithm, shape, dtype):
+    """JAX's HLO for lax.rng_bit_generator evaluated by hlofuse gives XLA's bits and state."""
+    for key in RNG_KEYS:
+        fn = lambda k: lax.rng_bit_generator(k, shape, dtype=dtype, algorithm=RNG_ALGORITHMS[algorithm])  # noqa: E731
+        want_state, want_bits = fn(key)
+        text = jax.jit(fn).lower(key).as_text(dialect="hlo")
+        got_state, got_bits = evaluate(parse_hlo(text), [key])
+        assert got_bits.dtype == np.dtype(dtype) and got_bits.shape == shape
+        np.testing.assert_array_equal(got_bits, np.asarray(want_bits))
+        np.testing.assert_array_equal(got_state, np.asarray(want_state))
+
+
+@pytest.mark.parametrize("body", [
+    "  a = f32[] constant(0)\n  b = f32[] constant(1)\n  ROOT r = f32[3] rng(a, b), distribution=rng_uniform",
+    "  ROOT r = u64[2] rng-get-and-update-state(), delta=4",
+])
+def test_rng_with_unspecified_stream_is_unsupported(body):
+    with pytest.raises(UnsupportedError, match="unspecified"):
+        run_hlo(body)
