@@ -396,6 +396,14 @@ def test_fusion_parameters_must_match_operands():
     expect_error(module(fused.comp, b.comp), "instruction bad", "fused computation fused must take (f32[4])")
 
 
+def test_fused_computation_must_point_back_at_its_fusion():
+    fused = B("fused")
+    fused.op("negate", "f32[3]", fused.param("f32[3]"))
+    b = B()
+    b.op("fusion", "f32[3]", b.param("f32[3]"), kind="kLoop", calls=fused.comp, name="bad")
+    expect_error(module(fused.comp, b.comp), "instruction bad", "must point back at this fusion")
+
+
 def test_fusion_kind_checked():
     fused = B("fused")
     fused.op("negate", "f32[3]", fused.param("f32[3]"))

@@ -69,8 +69,10 @@ def _fusion(inst: HloInstruction) -> Shape:
     if kind not in FUSION_KINDS:
         fail(inst, f"fusion kind must be one of {', '.join(FUSION_KINDS)}, got {kind!r}")
     comp = computation(inst, "calls")
-    if comp.fusion_instruction is not None and comp.fusion_instruction is not inst:
-        fail(inst, f"fused computation {comp.name} belongs to {comp.fusion_instruction.name}")
+    if comp.fusion_instruction is not inst:
+        owner = comp.fusion_instruction.name if comp.fusion_instruction is not None else "nothing"
+        fail(inst, f"fused computation {comp.name} must point back at this fusion "
+                   f"(its fusion_instruction is {owner})")
     check_signature(inst, comp, _operand_shapes(inst), None, "fused")
     return root_shape(inst, comp)
 
