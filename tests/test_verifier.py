@@ -253,6 +253,33 @@ def test_misc_ops():
     verify(module(b.comp))
 
 
+def test_batch_norm_rng_topk_and_dynamic_shapes():
+    add = reducer("f32", 1, "add")
+    b = B()
+    x = b.param("f32[2,3,4]")
+    scale, offset = b.param("f32[3]"), b.param("f32[3]")
+    b.op("batch-norm-training", ("f32[2,3,4]", "f32[3]", "f32[3]"), x, scale, offset, feature_index=1,
+         epsilon=0.001)
+    b.op("batch-norm-inference", "f32[2,3,4]", x, scale, offset, scale, offset, feature_index=1)
+    b.op("batch-norm-grad", ("f32[2,3,4]", "f32[3]", "f32[3]"), x, scale, scale, offset, x, feature_index=1)
+    lo, hi = b.param("f32[]"), b.param("f32[]")
+    b.op("rng", "f32[5,2]", lo, hi, distribution="rng_normal")
+    v = b.param("f32[4,9]")
+    b.op("topk", ("f32[4,3]", "s32[4,3]"), v, k=3, largest=True)
+    n = b.param("s32[]")
+    b.op("set-dimension-size", "f32[4,9]", v, n, dimensions=(1,))
+    b.op("dynamic-reshape", "f32[36]", v, n)
+    b.op("bitcast", "f32[36]", v)
+    b.op("all-reduce", "f32[4,9]", v, to_apply=add)
+    r = b.param("u32[4,9]")
+    b.op("stochastic-convert", "f16[4,9]", v, r)
+    b.op("reduce-precision", "f32[4,9]", v, exponent_bits=5, mantissa_bits=10)
+    callee = B("callee")
+    callee.op("negate", "f32[4,9]", callee.param("f32[4,9]"))
+    b.op("call", "f32[4,9]", v, to_apply=callee.comp)
+    verify(module(add, callee.comp, b.comp))
+
+
 def test_shapes_compare_without_layouts():
     b = B()
     x = b.param("f32[2,3]")
@@ -302,6 +329,25 @@ def _one(opcode, shape, operand_shapes, **attrs):
     ("get-tuple-element", "f32[2]", ["f32[2]"], {"index": 0}, "must be a tuple"),
     ("reduce-precision", "f32[2]", ["f32[2]"], {"exponent_bits": 0, "mantissa_bits": 3}, "exponent_bits"),
     ("fft", "c64[4]", ["f32[4]"], {"fft_type": "FFT", "fft_length": (4,)}, "complex operand"),
+    ("convolution", "f32[1,3,3,4]", ["f32[1,5,5,3]", "f32[3,3,2,4]"],
+     {"window": Window((WindowDimension(size=3),) * 2), "dim_labels": ConvDimensionNumbers.from_labels("b01f_01io->b01f")},
+     "feature_group_count"),
+    ("convolution", "f32[1,3,3,4]", ["f32[1,5,5,2]", "f32[3,3,2,4]"],
+     {"window": Window((WindowDimension(size=2),) * 2), "dim_labels": ConvDimensionNumbers.from_labels("b01f_01io->b01f")},
+     "window sizes"),
+    ("gather", "f32[3,7]", ["f32[5,7]", "s32[3,1]"],
+     {"offset_dims": (1,), "collapsed_slice_dims": (), "start_index_map": (0,), "index_vector_dim": 1,
+      "slice_sizes": (1, 7)}, "offset_dims"),
+    ("gather", "f32[3,7]", ["f32[5,7]", "f32[3,1]"],
+     {"offset_dims": (1,), "collapsed_slice_dims": (0,), "start_index_map": (0,), "index_vector_dim": 1,
+      "slice_sizes": (1, 7)}, "integer element type"),
+    ("batch-norm-inference", "f32[2,3]", ["f32[2,3]"] + ["f32[2]"] * 4, {"feature_index": 1}, "one value per feature"),
+    ("rng", "s32[3]", ["s32[]", "s32[]"], {"distribution": "rng_normal"}, "floating-point"),
+    ("triangular-solve", "f32[4,2]", ["f32[4,4]", "f32[3,2]"], {"left_side": True}, "solved dimension"),
+    ("bitcast", "f32[5]", ["f32[4]"], {}, "changes the size"),
+    ("after-all", "token", ["f32[]"], {}, "must be a token"),
+    ("topk", ("f32[2]", "s32[2]"), ["f32[3]"], {"k": 4}, "k=4"),
+    ("cholesky", "f32[3,4]", ["f32[3,4]"], {}, "square"),
 ])
 def test_shape_errors_name_the_instruction(opcode, shape, operands, attrs, fragment):
     msg = expect_error(_one(opcode, shape, operands, **attrs), "instruction bad", "in computation entry", fragment)
