@@ -154,12 +154,12 @@ _TANH_P = [-5.70498872745e-3, 2.06390887954e-2, -5.37397155531e-2, 1.33314422036
 
 
 def tanh_f32(b: ir.IRBuilder, target, x):
-    """tanh: odd polynomial for |x| < 0.625, 1 - 2/(e**2|x| + 1) beyond (|x| clamped at 9)."""
+    """tanh: odd polynomial for |x| < 0.625, 1 - 2/(e**2|x| + 1) beyond (|x| clamped at 20)."""
     m = _M(b, target, F32)
     ax = m.intr("llvm.fabs", x)
     z = m.mul(x, x)
     small = m.fma(m.mul(m.horner(z, _TANH_P), z), x, x)
-    axc = m.sel(m.cmp(">", ax, m.c(9.0)), m.c(9.0), ax)
+    axc = m.sel(m.cmp(">", ax, m.c(20.0)), m.c(20.0), ax)
     e = exp_f32(b, target, m.add(axc, axc))
     big = m.sub(m.c(1.0), m.div(m.c(2.0), m.add(e, m.c(1.0))))
     big = m.intr("llvm.copysign", big, x)
@@ -277,12 +277,12 @@ def _sin_cos_poly(m: _M, r):
     return s, c
 
 
-def _quadrant(m: _M, q, values):
+def _quadrant(m: _M, q, values, xd):
     b = m.b
     out = values[3]
     for k in (2, 1, 0):
         out = m.sel(b.icmp_signed("==", q, ir.Constant(I64, k)), values[k], out)
-    return out
+    return m.sel(m.cmp("==", m.intr("llvm.fabs", xd), m.c(math.inf)), m.c(math.nan), out)
 
 
 def sin_f32(b: ir.IRBuilder, target, x):
@@ -291,7 +291,7 @@ def sin_f32(b: ir.IRBuilder, target, x):
     xd = _to64(b, x)
     r, q = _reduce_pio2(m, xd)
     s, c = _sin_cos_poly(m, r)
-    res = _quadrant(m, q, [s, c, b.fneg(s), b.fneg(c)])
+    res = _quadrant(m, q, [s, c, b.fneg(s), b.fneg(c)], xd)
     res = m.sel(m.cmp("==", xd, m.c(0.0)), xd, res)  # keep the sign of zero
     return b.fptrunc(res, F32)
 
@@ -299,9 +299,10 @@ def sin_f32(b: ir.IRBuilder, target, x):
 def cos_f32(b: ir.IRBuilder, target, x):
     """cos via f64 reduction by pi/2 and Taylor series on [-pi/4, pi/4]."""
     m = _M(b, target, F64)
-    r, q = _reduce_pio2(m, _to64(b, x))
+    xd = _to64(b, x)
+    r, q = _reduce_pio2(m, xd)
     s, c = _sin_cos_poly(m, r)
-    return b.fptrunc(_quadrant(m, q, [c, b.fneg(s), b.fneg(c), s]), F32)
+    return b.fptrunc(_quadrant(m, q, [c, b.fneg(s), b.fneg(c), s], xd), F32)
 
 
 def tan_f32(b: ir.IRBuilder, target, x):
