@@ -86,6 +86,7 @@ def _golden_cases_of_my_passes():
         with open(path) as f:
             for case in split_cases(f.read(), path):
                 passes = set(case.options.get("passes", "").split(","))
+                # rng draws differ between runs: nothing to compare
                 if case.options.get("passes") and passes <= MY_PASSES and "rng(" not in case.module_text():
                     out.append(case)
     return out
@@ -98,12 +99,18 @@ GOLDEN = _golden_cases_of_my_passes()
 def test_golden_cases_are_bit_exact(case):
     from hlofuse.runtime.interpreter import evaluate
 
+    from hlofuse.hlo.errors import UnsupportedError
+
     original = parse_hlo(case.module_text())
     optimized = parse_hlo(case.module_text())
     build_pipeline(case.options).run(optimized)
     for seed in range(3):
         args = random_inputs(original, seed)
-        assert_bit_exact(evaluate(original, args), evaluate(optimized, args))
+        try:
+            before = evaluate(original, args)
+        except UnsupportedError as e:
+            pytest.skip(f"the interpreter cannot run it: {e}")
+        assert_bit_exact(before, evaluate(optimized, args))
 
 
 JAX_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "testdata", "jax")
