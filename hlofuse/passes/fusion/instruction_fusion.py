@@ -17,10 +17,9 @@ from .decisions import Decision, FusionLog, module_log
 from .fusibility import (
     creates_heavy_computation, effectively_at_most_unary, is_always_duplicable, is_expensive,
     is_fusible, is_input_fusible_reduction, is_loop_fusible_as_consumer, is_loop_fusible_as_producer,
-    is_loop_fusion, is_multi_output, is_physically_transposing, reduce_hero, reduction_is_contiguous,
-    reuses_operand_elements,
+    is_multi_output, is_physically_transposing, reduction_is_contiguous, reuses_operand_elements,
 )
-from .fusion_utils import Reachability, create_fusion, fuse_producer, fused_instruction_count
+from .fusion_utils import Reachability, create_fusion, fuse_producer
 
 refuse = Decision.refuse
 ALLOW = Decision.allow()
