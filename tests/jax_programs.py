@@ -576,3 +576,42 @@ def _threefry(rng):
         return jax.random.uniform(jax.random.key(seed), (6,))
 
     return fn, (np.uint32(42),)
+
+
+# ---- training-style programs ----------------------------------------------------------------
+@program("mlp_grad", rtol=1e-4)
+def _mlp_grad(rng):
+    """jax.grad of a softmax cross-entropy MLP loss (transposes, broadcasts, reductions)."""
+
+    def loss(w1, w2, x, labels):
+        logits = jnp.tanh(x @ w1) @ w2
+        return -jnp.mean(jnp.sum(jax.nn.log_softmax(logits) * jax.nn.one_hot(labels, 4), axis=-1))
+
+    return jax.grad(loss, argnums=(0, 1)), (f32(rng, 6, 5), f32(rng, 5, 4), f32(rng, 3, 6),
+                                            np.array([0, 3, 1], np.int32))
+
+
+@program("gelu_variants")
+def _gelu(rng):
+    """Exact (erf) and tanh-approximate GELU."""
+    return (lambda x: (jax.nn.gelu(x, approximate=False), jax.nn.gelu(x, approximate=True))), (f32(rng, 4, 9, scale=3),)
+
+
+@program("segment_sum")
+def _segment_sum(rng):
+    """jax.ops.segment_sum / segment_max (scatter with a combiner) with an empty segment."""
+
+    def fn(data, ids):
+        return jax.ops.segment_sum(data, ids, num_segments=5), jax.ops.segment_max(data, ids, num_segments=5)
+
+    return fn, (f32(rng, 8, 3), np.array([0, 0, 1, 3, 3, 3, 4, 1], np.int32))
+
+
+@program("embedding_lookup")
+def _embedding(rng):
+    """Embedding table gather by token ids, mean over the sequence, out-of-range ids clamped."""
+
+    def fn(table, ids):
+        return jnp.mean(jnp.take(table, ids, axis=0, mode="clip"), axis=1)
+
+    return fn, (f32(rng, 10, 4), np.array([[1, 2, 9], [0, 12, -3]], np.int32))
