@@ -350,6 +350,7 @@ def _one(opcode, shape, operand_shapes, **attrs):
     ("after-all", "token", ["f32[]"], {}, "must be a token"),
     ("topk", ("f32[2]", "s32[2]"), ["f32[3]"], {"k": 4}, "k=4"),
     ("cholesky", "f32[3,4]", ["f32[3,4]"], {}, "square"),
+    ("replica-id", "s32[]", [], {}, "inferred shape u32[]"),
 ])
 def test_shape_errors_name_the_instruction(opcode, shape, operands, attrs, fragment):
     msg = expect_error(_one(opcode, shape, operands, **attrs), "instruction bad", "in computation entry", fragment)

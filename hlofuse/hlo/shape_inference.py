@@ -7,14 +7,11 @@ this module registers all of them. Layouts are not part of inference: compare wi
 """
 from __future__ import annotations
 
-from . import (  # noqa: F401  (imported for their registrations)
-    shape_inference_control,
-    shape_inference_data,
-    shape_inference_elementwise,
-    shape_inference_indexing,
-    shape_inference_linalg,
-    shape_inference_reduce,
-)
+# Imported for their registrations; _control last, since it gives the declared-shape rule
+# to whichever i/o and collective opcodes have no rule of their own by then.
+from . import shape_inference_data, shape_inference_elementwise  # noqa: F401  isort: skip
+from . import shape_inference_indexing, shape_inference_linalg, shape_inference_reduce  # noqa: F401  isort: skip
+from . import shape_inference_control  # noqa: F401  isort: skip
 from .errors import VerifierError
 from .ir import HloInstruction
 from .opcodes import is_known, op_info

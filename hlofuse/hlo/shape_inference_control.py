@@ -150,8 +150,7 @@ def _declared(inst: HloInstruction) -> Shape:
     return inst.shape
 
 
-register_shape_rule(*opcodes_where(
-    lambda i: i.kind in ("io", "collective") and i.name not in ("all-reduce", "replica-id", "partition-id")
-))(_declared)
+# Every i/o and collective op without a rule of its own (all-reduce, replica-id ... have one).
+register_shape_rule(*opcodes_where(lambda i: i.kind in ("io", "collective") and i.shape_rule is None))(_declared)
 register_shape_rule("async-start", "async-update", "async-done", "copy-start", "copy-done",
                     "rng-get-and-update-state")(_declared)
