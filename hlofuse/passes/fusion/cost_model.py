@@ -32,24 +32,20 @@ class TargetParams:
     # A reduce is fused into its consumer only as an "epilogue" of converts/bitcasts (GPU),
     # or like any loop-fusible producer (CPU, which fuses reduce+divide in softmax).
     reduce_epilogue_only: bool
-    # GPU fuses a scalar constant only into an existing fusion; CPU likewise
-    # ("avoid creating 2-instruction fusions with just a constant").
     max_concatenate_operands: int | None  # CPU: kMaxConcatenateArguments = 8
     max_reductions_per_fusion: int | None  # CPU: kMaxReductionsInFusion = 5
     max_unnested_reductions: int | None  # GPU: kMaxUnnestedReductionOutputsPerFusion = 8
     input_fusion_kind: str  # GPU: kInput for reduce heroes; CPU: kLoop always
     multi_output: bool  # GPU multi-output (sibling + producer-consumer) fusion
     horizontal: bool  # GPU horizontal loop fusion
-    # Horizontal fusion profitability (horizontal_loop_fusion.cc)
+    # Horizontal fusion profitability (horizontal_loop_fusion.cc, IsProfitableFusionCandidate):
+    # sliced input fusion / kLoop horizontal fusion limits per candidate.
     horizontal_max_elements: int = 128 * 2048
     horizontal_max_instructions: int = 30
+    horizontal_loop_max_elements: int = 8192 * 8192
+    horizontal_loop_max_instructions: int = 128
     horizontal_max_batch: int = 32
     horizontal_max_param_bytes: int = 4000
-    # Code duplication guard: most copies of one producer inside a fusion's emitted code
-    # (FusionNodeIndexingEvaluation::CodeDuplicationTooHigh allows 8 emitted copies).
-    max_code_duplication: int = 8
-    # Launch cost of a kernel in "byte equivalents" for profitability comparisons.
-    launch_cost_bytes: int = 4096
 
 
 GPU = TargetParams(

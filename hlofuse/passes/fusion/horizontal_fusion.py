@@ -89,8 +89,8 @@ class HorizontalLoopFusion(HloPass):
 
     def _profitable(self, inst: HloInstruction, sliced: bool) -> Decision:
         p = self.params
-        max_elems = p.horizontal_max_elements if sliced else 8192 * 8192
-        max_insts = p.horizontal_max_instructions if sliced else 128
+        max_elems = p.horizontal_max_elements if sliced else p.horizontal_loop_max_elements
+        max_insts = p.horizontal_max_instructions if sliced else p.horizontal_loop_max_instructions
         outs = fusion_outputs(inst)
         elems = outs[0].shape.element_count() if outs[0].shape.is_array else 0
         mode = "sliced input fusion" if sliced else "horizontal loop fusion"
