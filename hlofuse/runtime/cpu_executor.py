@@ -231,13 +231,13 @@ class CpuProgram:
         key = cache_key(fused_module.to_text(), target.fingerprint())
         disk = CompileCache(cache_dir) if cache_dir is not None else None
         obj = _memory_cache.get(key)
-        if obj is None and disk is not None:
-            obj = disk.load(key)
+        on_disk = disk.load(key) if disk is not None else None
+        obj = obj or on_disk
         prog.cache_hit = obj is not None
         if obj is None:
             obj = prog._build_object(target)
-            if disk is not None:
-                disk.store(key, obj)
+        if disk is not None and on_disk is None:
+            disk.store(key, obj)
         _memory_cache[key] = obj
         prog._load(obj)
         prog.compile_seconds = time.perf_counter() - start
