@@ -281,9 +281,9 @@ def _runner(backend: str) -> Callable[[HloModule, list], list]:
         return lambda module, args: evaluate(module, args)
 
     def run(module: HloModule, args: list) -> list:
-        import hlofuse
+        from .jax_api import compile_module
 
-        return list(hlofuse.compile(module, backend)(*args))
+        return list(compile_module(module, backend)(*args))
 
     return run
 
