@@ -151,3 +151,18 @@ module @m {
 }"""
     with pytest.raises(UnsupportedError, match="dynamic shape"):
         from_stablehlo(text)
+
+
+def test_sharding_annotation_is_the_value_on_one_device():
+    text = """
+module @m {
+  func.func public @main(%arg0: tensor<4xf32>) -> tensor<4xf32> {
+    %0 = stablehlo.custom_call @Sharding(%arg0) {mhlo.sharding = "{replicated}"} : (tensor<4xf32>) -> tensor<4xf32>
+    %1 = stablehlo.negate %0 : tensor<4xf32>
+    return %1 : tensor<4xf32>
+  }
+}"""
+    module = from_stablehlo(text)
+    assert [i.opcode for i in module.entry.instructions] == ["parameter", "negate"]
+    x = np.arange(4, dtype=np.float32)
+    np.testing.assert_array_equal(evaluate(module, [x])[0], -x)

@@ -517,9 +517,15 @@ def _composite(imp, op, scope):
     return _call(imp, op, scope, str(op.attributes["decomposition"]).lstrip("@").strip('"'))
 
 
+# Custom calls that only annotate a value for the partitioner: on one device they are the value.
+_ANNOTATIONS = ("Sharding", "SPMDFullToShardShape", "SPMDShardToFullShape")
+
+
 @rule("stablehlo.custom_call")
 def _custom_call(imp, op, scope):
     target = str(op.attributes["call_target_name"]).strip('"')
+    if target in _ANNOTATIONS and len(op.operands) == 1 == len(op.results):
+        return scope.get(op.operands[0])
     if imp.custom_call_handler is not None:
         results = imp.custom_call_handler(imp, op, scope, target)
         if results is not None:
