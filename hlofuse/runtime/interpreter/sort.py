@@ -1,10 +1,14 @@
 """Reference semantics of `sort` (any number of operands, a comparator computation, any
 dimension) and `topk`.
 
-A comparator that is a single LT or GT compare of operand 0's two parameters is run as a
-stable numpy argsort on an order-preserving key; any other comparator is called through the
-interpreter from `functools.cmp_to_key` on each slice. Both paths are stable, which satisfies
-`is_stable=true` and is one of the orders allowed without it.
+Three paths, all stable (which satisfies `is_stable=true` and is one of the orders allowed
+without it):
+- a comparator that is a single LT or GT compare of operand 0's two parameters runs as a numpy
+  argsort on an order-preserving key;
+- an elementwise comparator (what JAX emits: NaN/-0 canonicalisation, several keys) runs a
+  bottom-up merge sort whose merges place every element by a binary search, so that each
+  search step is one batched evaluation of the comparator over all elements;
+- any other comparator is called per comparison from `functools.cmp_to_key`.
 """
 from __future__ import annotations
 
@@ -15,7 +19,7 @@ import numpy as np
 from ...hlo.errors import UnsupportedError
 from ...hlo.ir import HloComputation, HloInstruction
 from ...hlo.opcodes import register_reference
-from .op_helpers import attr_bool, attr_dims, attr_int, flatten_value, scalar_args, total_order_key
+from .op_helpers import attr_bool, attr_dims, attr_int, batched_call, flatten_value, scalar_args, total_order_key
 
 
 def _descending_key(key: np.ndarray) -> np.ndarray:
@@ -72,6 +76,51 @@ def _order_by_calls(comp: HloComputation, operands: list[np.ndarray], interp) ->
     return order.reshape(operands[0].shape)
 
 
+def _order_by_batched_merges(less, operands: list[np.ndarray]) -> np.ndarray:
+    """Stable permutation of each row (last axis) by bottom-up merge sort.
+
+    When runs A and B (each sorted) merge, an element of A moves forward by the number of B
+    elements strictly less than it, and an element of B by the number of A elements not
+    greater than it; both counts are binary searches, and every search step evaluates `less`
+    once over all rows and elements together.
+    """
+    n = operands[0].shape[-1]
+    rows = [o.reshape(-1, n) for o in operands]
+    r = rows[0].shape[0]
+    perm = np.broadcast_to(np.arange(n), (r, n)).copy()
+    pos = np.arange(n)
+    width = 1
+    while width < n:
+        vals = [np.take_along_axis(row, perm, axis=1) for row in rows]
+        start = pos // (2 * width) * (2 * width)
+        in_a = pos - start < width
+        b_len = np.clip(np.minimum(start + 2 * width, n) - (start + width), 0, None)
+        other_start = np.where(in_a, start + width, start)
+        other_len = np.where(in_a, b_len, width)
+        local = np.where(in_a, pos - start, pos - start - width)
+        lo = np.zeros((r, n), dtype=np.int64)
+        hi = np.broadcast_to(other_len, (r, n)).astype(np.int64)
+        while np.any(lo < hi):
+            active = lo < hi
+            mid = (lo + hi) // 2
+            at = np.clip(other_start + np.minimum(mid, np.maximum(other_len - 1, 0)), 0, n - 1)
+            other = [np.take_along_axis(v, at, axis=1) for v in vals]
+            # A element a: is B[mid] < a?   B element b: is b < A[mid]? (then not counted)
+            args = []
+            for v, o in zip(vals, other):
+                args.extend([np.where(in_a, o, v), np.where(in_a, v, o)])
+            result = np.asarray(less(args), dtype=bool)
+            counted = np.where(in_a, result, ~result)
+            lo = np.where(active & counted, mid + 1, lo)
+            hi = np.where(active & ~counted, mid, hi)
+        new_pos = start + local + lo
+        new_perm = np.empty_like(perm)
+        np.put_along_axis(new_perm, new_pos, perm, axis=1)
+        perm = new_perm
+        width *= 2
+    return perm.reshape(operands[0].shape)
+
+
 @register_reference("sort")
 def sort_reference(inst: HloInstruction, args: list, interp):
     """`sort(operands...), dimensions={d}, is_stable=..., to_apply=comparator`."""
@@ -90,7 +139,12 @@ def sort_reference(inst: HloInstruction, args: list, interp):
             order = np.argsort(key, axis=dim, kind="stable")
         else:
             moved = [np.moveaxis(o, dim, -1) for o in operands]
-            order = np.moveaxis(_order_by_calls(comp, moved, interp), -1, dim)
+            less = batched_call(comp, interp)
+            if less is not None:
+                perm = _order_by_batched_merges(lambda a: less(a)[0], moved)
+            else:
+                perm = _order_by_calls(comp, moved, interp)
+            order = np.moveaxis(perm, -1, dim)
         results = [np.take_along_axis(o, order, axis=dim) for o in operands]
     return tuple(results) if inst.shape.is_tuple else results[0]
 
