@@ -257,11 +257,7 @@ class _Parser:
         if m is not None:
             is_root = m.group(1) is not None
             name, name_pos = m.group(3), m.start(2)
-            key = m.group(4)
-            shape = self.shape_cache.get(key)
-            if shape is None:
-                shape = self._array_shape(ARRAY_SHAPE.match(text, m.start(4)), m.start(4))
-                self.shape_cache[key] = shape
+            shape = self._cached_shape(m.group(4), m.start(4))
             opcode, op_pos = m.group(5), m.start(5)
             lex.pos = m.end()
         else:
@@ -276,35 +272,26 @@ class _Parser:
                 raise lex.expected("an opcode")
             opcode = w.group()
             lex.pos = w.end()
-        opcode = OPCODE_FROM_TEXT.get(opcode, opcode)
-        info = OPS.get(opcode)
-        if info is None:
-            raise lex.error(f"unknown opcode '{opcode}'", op_pos)
+        inst, info = self._new_instruction(opcode, op_pos, shape, name, name_pos)
         if m is None:
             lex.expect("(")
-        inst = HloInstruction(opcode, shape, (), None, name)
-        self._name_pos[id(inst)] = name_pos
         operands: list[tuple[str, int]] = []
-        if opcode == "constant":
+        if inst.opcode == "constant":
             self._constant(inst)
-        elif opcode == "parameter":
+        elif inst.opcode == "parameter":
             inst.parameter_number = lex.integer("a parameter number")
-            if inst.parameter_number < 0:
-                raise lex.error(f"parameter number of '{name}' must not be negative", op_pos)
             lex.expect(")")
         else:
             self._operands(operands)
-        if info.arity != VARIADIC and len(operands) != info.arity and opcode not in ("constant", "parameter"):
-            raise lex.error(f"'{opcode}' takes {info.arity} operand{'s' if info.arity != 1 else ''} but "
-                            f"'{name}' has {len(operands)}", op_pos)
-        controls: list[tuple[str, int]] = []
-        comp_refs: list[tuple[str, ComputationRef]] = []
-        attrs = inst.attrs
+        self._check_arity(inst, info, len(operands), op_pos)
+        attrs: list[tuple[str, int, str, int]] = []
         while True:
-            m = _FAST_ATTR.match(text, lex.pos)
-            if m is not None:
-                key, key_pos = m.group(1), m.start(1)
-                lex.pos = m.end()
+            a = _FAST_ATTR.match(text, lex.pos)
+            if a is not None:
+                key, key_pos = a.group(1), a.start(1)
+                lex.pos = a.end()
+            elif text.startswith("\n", lex.pos):
+                break  # the usual end of an instruction
             elif lex.accept(","):
                 lex.skip_ws()
                 key_pos = lex.pos
@@ -312,8 +299,6 @@ class _Parser:
                 lex.expect("=")
             else:
                 break
-            if key in attrs or (key == "control-predecessors" and controls):
-                raise lex.error(f"attribute '{key}' is given twice on '{name}'", key_pos)
             v = _FAST_VALUE.match(text, lex.pos)
             if v is not None:
                 raw, value_pos = v.group(1), v.start(1)
@@ -322,18 +307,52 @@ class _Parser:
                 lex.skip_ws()
                 value_pos = lex.pos
                 raw = lex.scan_value()
+            attrs.append((key, key_pos, raw, value_pos))
+        return self._finish(inst, operands, attrs), is_root, name_pos
+
+    def _cached_shape(self, key: str, pos: int) -> Shape:
+        shape = self.shape_cache.get(key)
+        if shape is None:
+            shape = self._array_shape(ARRAY_SHAPE.match(self.lex.text, pos), pos)
+            self.shape_cache[key] = shape
+        return shape
+
+    def _new_instruction(self, opcode: str, op_pos: int, shape: Shape, name: str, name_pos: int):
+        opcode = OPCODE_FROM_TEXT.get(opcode, opcode)
+        info = OPS.get(opcode)
+        if info is None:
+            raise self.lex.error(f"unknown opcode '{opcode}'", op_pos)
+        inst = HloInstruction(opcode, shape, (), None, name)
+        self._name_pos[id(inst)] = name_pos
+        return inst, info
+
+    def _check_arity(self, inst: HloInstruction, info, count: int, op_pos: int) -> None:
+        if inst.opcode in ("constant", "parameter") or info.arity == VARIADIC or count == info.arity:
+            return
+        raise self.lex.error(f"'{inst.opcode}' takes {info.arity} operand{'s' if info.arity != 1 else ''} but "
+                             f"'{inst.name}' has {count}", op_pos)
+
+    def _finish(self, inst: HloInstruction, operands, attr_items) -> _Pending:
+        """Decode the attributes (key, key offset, value text, value offset) of `inst`."""
+        lex = self.lex
+        controls: list[tuple[str, int]] = []
+        comp_refs: list[tuple[str, ComputationRef]] = []
+        attrs = inst.attrs
+        for key, key_pos, raw, value_pos in attr_items:
+            if key in attrs or (key == "control-predecessors" and controls):
+                raise lex.error(f"attribute '{key}' is given twice on '{inst.name}'", key_pos)
             if key == "control-predecessors":
                 controls = self._name_list(raw, value_pos, key)
                 continue
             try:
                 value = decode_attribute(key, raw, value_pos)
             except AttributeError_ as e:
-                raise lex.error(f"{e} (on '{name}')", value_pos + e.offset) from None
+                raise lex.error(f"{e} (on '{inst.name}')", value_pos + e.offset) from None
             if isinstance(value, ComputationRef):
                 comp_refs.append((key, value))
                 value = None  # placeholder keeping the attribute's place; resolved at the end
             attrs[key] = value
-        return _Pending(inst, operands, controls, comp_refs), is_root, name_pos
+        return _Pending(inst, operands, controls, comp_refs)
 
     def _operands(self, operands: list[tuple[str, int]]) -> None:
         """Operands up to the closing ')', each `[shape] [%]name`; appends (name, offset)."""
