@@ -11,7 +11,6 @@ import pytest
 from jax import lax
 
 from hlofuse.frontends.stablehlo import from_stablehlo
-from hlofuse.hlo.errors import UnsupportedError
 from hlofuse.hlo.verifier import verify
 from hlofuse.runtime.interpreter import evaluate
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable
+from typing import Any, Callable
 
 from ..hlo.errors import HloError, UnsupportedError
 from ..hlo.ir import HloComputation, HloInstruction, HloModule
@@ -167,8 +167,9 @@ class Importer:
         self.module.add_computation(comp)
         return comp
 
-    def region_computation(self, region, name: str, param_shapes: Iterable[Shape] | None = None) -> HloComputation:
-        """A computation from a region whose block arguments become scalar/array parameters."""
+    def region_computation(self, region, name: str) -> HloComputation:
+        """A computation from a region whose block arguments become parameters (reduce bodies,
+        comparators); such regions may not use values of the enclosing function."""
         block = region.blocks[0]
         comp = HloComputation(name)
         scope = Scope(comp)
@@ -265,9 +266,6 @@ class Importer:
             return [inst]
         return [self.emit(scope, "get-tuple-element", inst.shape.elements[i], [inst], {"index": i})
                 for i in range(count)]
-
-    def new_name(self, base: str) -> str:
-        return base
 
 
 def _sym_name(func_op) -> str:

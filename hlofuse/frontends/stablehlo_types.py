@@ -58,10 +58,6 @@ def hlo_shape(mlir_type) -> Shape:
     raise UnsupportedError(f"type {text} has no HLO counterpart")
 
 
-def numpy_dtype(t: ElementType) -> np.dtype:
-    return t.numpy
-
-
 def dense_to_numpy(attr, shape: ArrayShape) -> np.ndarray:
     """The value of a DenseElementsAttr as a numpy array of `shape`'s element type."""
     t = shape.dtype
