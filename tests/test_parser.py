@@ -429,3 +429,56 @@ def test_errors_name_the_problem_and_position(body, message, line, at):
 )
 def test_module_level_errors(text, message):
     assert message in error_of(text).message
+
+
+def test_instruction_spread_over_lines():
+    text = """HloModule m
+ENTRY e {
+  a = f32[2] parameter(0)
+  ROOT r = f32[2]
+      add(
+        f32[2] a,   // first
+        a)
+      , metadata={op_name="x"}, sharding={
+         replicated}
+}"""
+    r = parse_hlo(text).entry.root
+    assert [o.name for o in r.operands] == ["a", "a"]
+    assert r.attrs["metadata"] == Raw('{op_name="x"}')
+    assert r.attrs["sharding"] == Raw("{\n         replicated}")
+
+
+def test_xla_test_style_snippets():
+    text = """HloModule async, entry_computation_layout={(f32[4]{0})->f32[4]{0}}
+
+%async_comp (p: f32[4]) -> f32[4] {
+  %p = f32[4]{0} parameter(0)
+  ROOT %cc = f32[4]{0} custom-call(%p), custom_call_target="foo", output_to_operand_aliasing={{}: (0, {})}
+}, execution_thread="foo_thread"
+
+%lt (a: f32[], b: f32[], c: s32[], d: s32[]) -> pred[] {
+  %a = f32[] parameter(0)
+  %b = f32[] parameter(1)
+  %c = s32[] parameter(2)
+  %d = s32[] parameter(3)
+  ROOT %r = pred[] compare(%a, %b), direction=LT
+}
+
+ENTRY %e (x: f32[4]) -> f32[4] {
+  %x = f32[4]{0} parameter(0), parameter_replication={false}
+  %start = ((f32[4]{0}), f32[4]{0}, u32[]) async-start(%x), async_execution_thread="foo_thread", calls=%async_comp
+  %done = f32[4]{0} async-done(%start)
+  %i = s32[4]{0} iota(), iota_dimension=0
+  %s = (f32[4]{0}, s32[4]{0}) sort(%done, %i), dimensions={0}, is_stable=true, to_apply=%lt
+  %d = f32[4]{0} domain(%x), domain={kind="sharding", entry={maximal device=0}, exit={replicated}}
+  ROOT %g = f32[4]{0} get-tuple-element(%s), index=0, sharding={{maximal device=0}, {replicated}}
+}
+"""
+    m = parse_hlo(text)
+    assert m.computation("async_comp").execution_thread == "foo_thread"
+    start = m.entry.instruction("start")
+    assert start.attrs["calls"] is m.computation("async_comp")
+    assert start.attrs["async_execution_thread"] == Raw('"foo_thread"')
+    assert m.entry.instruction("s").attrs["to_apply"] is m.computation("lt")
+    assert m.entry.instruction("d").attrs["domain"] == Raw('{kind="sharding", entry={maximal device=0}, exit={replicated}}')
+    assert m.computation("async_comp").root.attrs["output_to_operand_aliasing"] == Raw("{{}: (0, {})}")

@@ -17,7 +17,7 @@ from .attributes import Raw
 from .dtypes import ELEMENT_TYPES
 from .errors import HloParseError
 from .ir import HloComputation, HloInstruction, HloModule
-from .lexer import ARRAY_SHAPE, STRING, WORD, Lexer
+from .lexer import ARRAY_SHAPE, STRING, WORD, WS, Lexer
 from .literals import LiteralError, parse_literal
 from .opcodes import OPS, VARIADIC
 from .parse_attributes import OPCODE_FROM_TEXT, AttributeError_, ComputationRef, decode_attribute
@@ -37,6 +37,7 @@ _FAST_ATTR = re.compile(r"[ \t]*,[ \t]*([A-Za-z_][\w\-]*)[ \t]*=")
 # Possessive quantifiers (Python 3.11+) keep a failed match linear; failures take the general path.
 _FAST_VALUE = re.compile(r'[ \t]*([%\w.\-]+|\{(?:[^{}"\n/]++|"(?:[^"\\\n]++|\\.)*+")*+\}|"(?:[^"\\\n]++|\\.)*+")'
                          r"(?=[ \t]*(?:,|\n|$))")
+_CONTINUED = re.compile(WS.pattern + ",", re.S)  # an attribute list going on after a line break
 _DIM = re.compile(r"(<=)?(\d+)$")
 _LAYOUT = re.compile(r"\{\s*(\d+(?:\s*,\s*\d+)*)?\s*(?::([^{}]*))?\}$")
 
@@ -290,7 +291,7 @@ class _Parser:
             if a is not None:
                 key, key_pos = a.group(1), a.start(1)
                 lex.pos = a.end()
-            elif text.startswith("\n", lex.pos):
+            elif text.startswith("\n", lex.pos) and _CONTINUED.match(text, lex.pos) is None:
                 break  # the usual end of an instruction
             elif lex.accept(","):
                 lex.skip_ws()
