@@ -17,7 +17,7 @@ from .fusibility import (
     creates_heavy_computation, is_expensive, is_input_fusible_reduction, is_loop_fusion, is_multi_output,
     is_physically_transposing, members, reuses_operand_elements,
 )
-from .fusion_utils import fuse_producer
+from .fusion_utils import fuse_producer, sort_computations
 
 refuse = Decision.refuse
 _OK = Decision.allow()
@@ -70,7 +70,7 @@ class FusionMerger(HloPass):
                           duplicated_expensive=duplicated and expensive)
             changed = True
         if changed:
-            comp.sort_instructions()
+            sort_computations(comp)
         return changed
 
     def should_merge(self, producer: HloInstruction, users: list[HloInstruction]) -> Decision:

@@ -136,7 +136,6 @@ def create_fusion(consumer: HloInstruction, kind: str) -> HloInstruction:
     comp.remove_instruction(consumer)
     fc.add_instruction(clone, name=name)
     fc.root = clone
-    fc.sort_instructions()
     return fusion
 
 
@@ -192,7 +191,6 @@ def fuse_producer(fusion: HloInstruction, producer: HloInstruction) -> HloInstru
         _retire(producer)
     for clone, name in pending:
         fc.add_instruction(clone, name=name)
-    fc.sort_instructions()
     return outs[0]
 
 
@@ -267,8 +265,6 @@ def fuse_into_multi_output(fusion: HloInstruction, producer: HloInstruction) -> 
         _retire(producer)
     for clone, name in pending:
         fc.add_instruction(clone, name=name)
-    fc.sort_instructions()
-    fusion.parent.sort_instructions()
     return fusion
 
 
@@ -286,11 +282,21 @@ def merge_siblings(fusion: HloInstruction, other: HloInstruction) -> HloInstruct
         _retire(other)
     for clone, name in pending:
         fc.add_instruction(clone, name=name)
-    fc.sort_instructions()
-    fusion.parent.sort_instructions()
     if other.opcode == "fusion" and other.attrs.get("kind") == "kInput":
         fusion.attrs["kind"] = "kInput"
     return fusion
+
+
+def sort_computations(comp: HloComputation) -> None:
+    """Put `comp` and the fused computations of its fusions back in post order.
+
+    The surgery above appends instructions where it is convenient; passes call this once at
+    the end instead of after every step (which would be quadratic in the fusion size).
+    """
+    comp.sort_instructions()
+    for inst in comp.instructions:
+        if inst.opcode == "fusion":
+            inst.fused_computation.sort_instructions()
 
 
 def fused_instruction_count(inst: HloInstruction) -> int:

@@ -24,7 +24,7 @@ from ..pass_base import HloPass
 from .cost_model import TargetParams, target_params
 from .decisions import Decision, FusionLog, module_log
 from .fusibility import fusion_outputs, is_loop_fusion
-from .fusion_utils import create_fusion, fused_instruction_count, merge_siblings
+from .fusion_utils import create_fusion, fused_instruction_count, merge_siblings, sort_computations
 
 refuse = Decision.refuse
 _OK = Decision.allow()
@@ -174,7 +174,7 @@ class HorizontalLoopFusion(HloPass):
                     worklist.append(self._fuse(span, sliced, log))
                     changed = True
         if changed:
-            comp.sort_instructions()
+            sort_computations(comp)
         return changed
 
     def _fuse(self, span: list[HloInstruction], sliced: bool, log: FusionLog) -> HloInstruction:
@@ -231,7 +231,6 @@ def _concatenate_outputs(fusion: HloInstruction) -> None:
     fc.root = tup
     root.detach_operands()
     fc.remove_instruction(root)
-    fc.sort_instructions()
     fusion.shape = tup.shape
     comp = fusion.parent
     for g in [u for u in fusion.users if u.opcode == "get-tuple-element"]:

@@ -19,7 +19,7 @@ from .fusibility import (
     is_fusible, is_input_fusible_reduction, is_loop_fusible_as_consumer, is_loop_fusible_as_producer,
     is_multi_output, is_physically_transposing, reduction_is_contiguous, reuses_operand_elements,
 )
-from .fusion_utils import Reachability, create_fusion, fuse_producer
+from .fusion_utils import Reachability, create_fusion, fuse_producer, sort_computations
 
 refuse = Decision.refuse
 ALLOW = Decision.allow()
@@ -209,8 +209,9 @@ class ProducerConsumerRules:
 
     def _budget(self, producer, consumer, p, c) -> Decision:
         limit = self.params.max_unnested_reductions
-        if limit is not None:
-            n = _reduction_count(consumer, True) + _reduction_count(producer, True)
+        added = _reduction_count(producer, True) if limit is not None else 0
+        if added:
+            n = _reduction_count(consumer, True) + added
             if n > limit:
                 return refuse("budget", f"fusing {p} into {c} gives {n} > {limit} unnested reductions")
         budget = self.params.max_operands_and_outputs
@@ -259,32 +260,37 @@ class InstructionFusion(HloPass):
         return changed
 
     # ---- the global pre-pass ---------------------------------------------------------------
-    def _can_fuse_on_all_paths(self, producer, consumer, do_not_fuse, reach, memo) -> bool:
-        if consumer is producer:
-            return True
-        if not is_fusible(consumer):
-            return False
-        key = (id(producer), id(consumer))
-        if key in memo:
-            return memo[key]
-        result = True
-        for i, op in enumerate(consumer.operands):
-            if not reach.is_reachable(producer, op):
+    def _fusible_on_all_paths(self, producer: HloInstruction, order: list[HloInstruction],
+                              do_not_fuse: dict, reach: Reachability) -> dict[int, bool]:
+        """XLA's CanFuseOnAllPaths for every instruction between `producer` and its users.
+
+        An instruction can take `producer` on all paths if it is fusible and every operand that
+        `producer` reaches may be fused into it and can itself take `producer` on all paths.
+        Computed over the post order (operands first), so deep graphs need no recursion.
+        """
+        users = producer.users
+        result: dict[int, bool] = {id(producer): True}
+        for inst in order:
+            if inst is producer or not reach.is_reachable(producer, inst):
                 continue
-            if id(op) in do_not_fuse or not self.rules.should_fuse(consumer, i):
-                result = False
-                break
-            if not self._can_fuse_on_all_paths(producer, op, do_not_fuse, reach, memo):
-                result = False
-                break
-        memo[key] = result
+            if not any(reach.is_reachable(inst, u) for u in users):
+                continue
+            ok = is_fusible(inst)
+            for i, op in enumerate(inst.operands):
+                if not ok:
+                    break
+                if not reach.is_reachable(producer, op):
+                    continue
+                ok = (id(op) not in do_not_fuse and bool(self.rules.should_fuse(inst, i))
+                      and result.get(id(op), False))
+            result[id(inst)] = ok
         return result
 
     def globally_unfusible(self, comp: HloComputation, reach: Reachability) -> dict[int, Decision]:
         """Producers that must not be duplicated, with the reason (ComputeGloballyUnfusible)."""
         out: dict[int, Decision] = {}
-        memo: dict = {}
-        for producer in reversed(comp.post_order()):
+        order = comp.post_order()
+        for producer in reversed(order):
             if effectively_at_most_unary(producer):
                 continue
             in_elems = sum(op.shape.element_count() if op.shape.is_array else 0
@@ -292,8 +298,8 @@ class InstructionFusion(HloPass):
             out_elems = sum(s.element_count() for s in producer.shape.leaves())
             if in_elems <= out_elems:
                 continue
-            blockers = [u for u in producer.users
-                        if not self._can_fuse_on_all_paths(producer, u, out, reach, memo)]
+            on_all_paths = self._fusible_on_all_paths(producer, order, out, reach)
+            blockers = [u for u in producer.users if not on_all_paths.get(id(u), False)]
             if is_fusible(producer) and not blockers:
                 continue
             who = "; ".join(self._why_blocked(producer, u) for u in blockers) or "none"
@@ -355,7 +361,7 @@ class InstructionFusion(HloPass):
                 changed = True
                 break
         if changed:
-            comp.sort_instructions()
+            sort_computations(comp)
         return changed
 
     def _fuse(self, producer: HloInstruction, consumer: HloInstruction, log: FusionLog) -> HloInstruction:

@@ -19,7 +19,9 @@ from .fusibility import (
     is_loop_fusible_as_producer, is_loop_fusion, is_multi_output, is_physically_transposing,
     reduce_hero, reduction_is_contiguous,
 )
-from .fusion_utils import Reachability, create_fusion, fuse_into_multi_output, merge_siblings
+from .fusion_utils import (
+    Reachability, create_fusion, fuse_into_multi_output, merge_siblings, sort_computations,
+)
 
 refuse = Decision.refuse
 _OK = Decision.allow()
@@ -172,7 +174,7 @@ class MultiOutputFusion(HloPass):
             self.reach = Reachability(comp)
             changed = True
         if changed:
-            comp.sort_instructions()
+            sort_computations(comp)
         return changed
 
     # ---- siblings --------------------------------------------------------------------------
