@@ -482,3 +482,24 @@ ENTRY %e (x: f32[4]) -> f32[4] {
     assert m.entry.instruction("s").attrs["to_apply"] is m.computation("lt")
     assert m.entry.instruction("d").attrs["domain"] == Raw('{kind="sharding", entry={maximal device=0}, exit={replicated}}')
     assert m.computation("async_comp").root.attrs["output_to_operand_aliasing"] == Raw("{{}: (0, {})}")
+
+
+def test_async_shorthand_gets_an_explicit_computation():
+    text = """HloModule m
+ENTRY e {
+  x = f32[4] parameter(0)
+  start = ((f32[4]), f32[4], u32[]) custom-call-start(x), async_execution_thread="t", custom_call_target="foo", metadata={op_name="a"}
+  upd = ((f32[4]), f32[4], u32[]) custom-call-update(start)
+  ROOT done = f32[4] custom-call-done(upd)
+}"""
+    m = parse_hlo(text)
+    start = m.entry.instruction("start")
+    assert start.opcode == "async-start"
+    assert set(start.attrs) == {"async_execution_thread", "metadata", "calls"}
+    comp = start.attrs["calls"]
+    assert comp.execution_thread == "t"
+    assert comp.root.opcode == "custom-call" and comp.root.attrs == {"custom_call_target": "foo"}
+    assert [p.shape for p in comp.parameters] == [m.entry.instruction("x").shape]
+    assert comp.root.shape == m.entry.instruction("x").shape
+    assert [i.opcode for i in m.entry.instructions[2:]] == ["async-update", "async-done"]
+    assert "unknown opcode 'frob-start'" in error_of(text.replace("custom-call-start", "frob-start")).message

@@ -38,6 +38,10 @@ _FAST_ATTR = re.compile(r"[ \t]*,[ \t]*([A-Za-z_][\w\-]*)[ \t]*=")
 _FAST_VALUE = re.compile(r'[ \t]*([%\w.\-]+|\{(?:[^{}"\n/]++|"(?:[^"\\\n]++|\\.)*+")*+\}|"(?:[^"\\\n]++|\\.)*+")'
                          r"(?=[ \t]*(?:,|\n|$))")
 _CONTINUED = re.compile(WS.pattern + ",", re.S)  # an attribute list going on after a line break
+_ASYNC_SUGAR = re.compile(r"(.+)-(start|update|done)")
+# Attributes of an `op-start` shorthand that belong to the async-start, not to the wrapped op.
+_ASYNC_START_KEEPS = frozenset({"async_execution_thread", "async_group_id", "metadata", "sharding",
+                                "frontend_attributes", "statistics", "origin"})
 _DIM = re.compile(r"(<=)?(\d+)$")
 _LAYOUT = re.compile(r"\{\s*(\d+(?:\s*,\s*\d+)*)?\s*(?::([^{}]*))?\}$")
 
@@ -77,7 +81,8 @@ class _Parser:
         self.computations: dict[str, HloComputation] = {}
         self.comp_refs: list[tuple[HloInstruction, str, ComputationRef]] = []
         self.module: HloModule | None = None
-        self._name_pos: dict[int, int] = {}  # id(instruction) -> offset of its name, for errors
+        self._name_pos: dict[int, int] = {}
+        self._async_starts: list[tuple[HloInstruction, str, int]] = []  # id(instruction) -> offset of its name, for errors
 
     # ---- module ---------------------------------------------------------------------------
     def parse_module(self) -> HloModule:
@@ -105,6 +110,7 @@ class _Parser:
         if not module.computations:
             raise lex.error("expected a computation but found end of input")
         self._resolve_computation_refs()
+        self._build_async_computations()
         module.set_entry(entry if entry is not None else module.computations[-1])
         return module
 
@@ -321,11 +327,50 @@ class _Parser:
     def _new_instruction(self, opcode: str, op_pos: int, shape: Shape, name: str, name_pos: int):
         opcode = OPCODE_FROM_TEXT.get(opcode, opcode)
         info = OPS.get(opcode)
+        wrapped = None
         if info is None:
-            raise self.lex.error(f"unknown opcode '{opcode}'", op_pos)
+            # XLA's shorthand for an async pair around one op: `custom-call-start(...)`,
+            # `custom-call-update(...)`, `custom-call-done(...)`.
+            sugar = _ASYNC_SUGAR.fullmatch(opcode)
+            if sugar is None or OPCODE_FROM_TEXT.get(sugar.group(1), sugar.group(1)) not in OPS:
+                raise self.lex.error(f"unknown opcode '{opcode}'", op_pos)
+            wrapped = OPCODE_FROM_TEXT.get(sugar.group(1), sugar.group(1))
+            opcode = "async-" + sugar.group(2)
+            info = OPS[opcode]
         inst = HloInstruction(opcode, shape, (), None, name)
         self._name_pos[id(inst)] = name_pos
+        if wrapped is not None and opcode == "async-start":
+            self._async_starts.append((inst, wrapped, op_pos))
         return inst, info
+
+    def _build_async_computations(self) -> None:
+        """Give each `op-start` shorthand its explicit computation: parameters for the start's
+        operands and the wrapped op (with the start's op-specific attributes) as root."""
+        module = self.module
+        for start, opcode, op_pos in self._async_starts:
+            shape = start.shape
+            if not isinstance(shape, TupleShape) or len(shape.elements) < 2:
+                raise self.lex.error(f"'{opcode}-start' must have a tuple shape (operands, result, ...) "
+                                     f"but '{start.name}' has {shape}", op_pos)
+            comp = HloComputation(module.unique_name(f"{start.name}.async_computation"))
+            comp.parent = module
+            for i, op in enumerate(start.operands):
+                p = HloInstruction("parameter", op.shape, name=module.unique_name(f"param_{i}"))
+                p.parameter_number = i
+                p.parent = comp
+                comp.instructions.append(p)
+            moved = {k: v for k, v in start.attrs.items() if k not in _ASYNC_START_KEEPS}
+            root = HloInstruction(opcode, shape.elements[1], list(comp.instructions), moved,
+                                  module.unique_name(f"{start.name}.wrapped"))
+            root.parent = comp
+            comp.instructions.append(root)
+            comp.root = root
+            thread = start.attrs.get("async_execution_thread")
+            if isinstance(thread, Raw) and thread.text.startswith('"'):
+                comp.execution_thread = thread.text[1:-1]
+            start.attrs = {k: v for k, v in start.attrs.items() if k in _ASYNC_START_KEEPS}
+            start.attrs["calls"] = comp
+            module.computations.insert(module.computations.index(start.parent), comp)
 
     def _check_arity(self, inst: HloInstruction, info, count: int, op_pos: int) -> None:
         if inst.opcode in ("constant", "parameter") or info.arity == VARIADIC or count == info.arity:
