@@ -55,7 +55,7 @@ def _out(inst: HloInstruction) -> np.dtype:
     return inst.shape.dtype.numpy
 
 
-def _result(value, dtype: np.dtype) -> Array:
+def to_type(value, dtype: np.dtype) -> Array:
     """`value` as an array of `dtype` (rounding wider floats, wrapping 4-bit integers)."""
     arr = np.asarray(value)
     dtype = np.dtype(dtype)
@@ -75,7 +75,7 @@ def unary(*opcodes: str, transcendental: bool = False):
         @register_reference(*opcodes)
         def rule(inst: HloInstruction, args: list, interp) -> Array:
             x = np.asarray(args[0])
-            return _result(fn(x.astype(compute_dtype(x.dtype, transcendental), copy=False)), _out(inst))
+            return to_type(fn(x.astype(compute_dtype(x.dtype, transcendental), copy=False)), _out(inst))
 
         rule.__doc__ = fn.__doc__
         return fn
@@ -95,8 +95,8 @@ def _abs(inst: HloInstruction, args: list, interp) -> Array:
     """|x|; complex gives its real-typed modulus; abs(INT_MIN) == INT_MIN."""
     x = np.asarray(args[0])
     if x.dtype.kind == "c":
-        return _result(np.abs(x.astype(np.complex128)), _out(inst))
-    return _result(np.abs(x.astype(compute_dtype(x.dtype))), _out(inst))
+        return to_type(np.abs(x.astype(np.complex128)), _out(inst))
+    return to_type(np.abs(x.astype(compute_dtype(x.dtype))), _out(inst))
 
 
 @unary("sign")
@@ -142,10 +142,11 @@ def round_afz(x: Array) -> Array:
     return np.copysign(np.where(np.abs(frac) >= 0.5, t + np.sign(x), t), x)
 
 
-@unary("copy")
-def copy(x: Array) -> Array:
-    """The operand (layouts are not modelled: values are logical)."""
-    return np.array(x, copy=True)
+@register_reference("copy")
+def _copy(inst: HloInstruction, args: list, interp):
+    """The operand, arrays or tuples (layouts are not modelled: values are logical)."""
+    value = args[0]
+    return value if isinstance(value, tuple) else np.array(value, copy=True)
 
 
 @register_reference("is-finite")
@@ -160,7 +161,7 @@ def _real_imag(inst: HloInstruction, args: list, interp) -> Array:
     """Real or imaginary part (of a real operand: itself or zero)."""
     x = np.asarray(args[0])
     part = np.real(x) if inst.opcode == "real" else np.imag(x)
-    return _result(part, _out(inst))
+    return to_type(part, _out(inst))
 
 
 # ---- unary: bits --------------------------------------------------------------------------
@@ -237,7 +238,7 @@ def float_to_int(x: Array, dtype: np.dtype) -> Array:
     x = np.asarray(x).astype(np.float64) if np.asarray(x).dtype != np.float64 else np.asarray(x)
     if is_small_int(dtype):
         lo, hi = (0, 15) if "uint" in dtype.name else (-8, 7)
-        return _result(np.clip(np.nan_to_num(np.trunc(x), nan=0.0), lo, hi).astype(np.int64), dtype)
+        return to_type(np.clip(np.nan_to_num(np.trunc(x), nan=0.0), lo, hi).astype(np.int64), dtype)
     info = np.iinfo(dtype)
     bits = info.bits
     # Powers of two are exact in every float type, so these bounds compare exactly.
@@ -268,7 +269,7 @@ def convert_array(x: Array, dtype: np.dtype) -> Array:
     if (dtype.kind in "iu" or is_small_int(dtype)) and is_float(src):
         return float_to_int(x.astype(np.float64), dtype)
     if is_small_int(dtype):
-        return _result(x.astype(np.int64), dtype)
+        return to_type(x.astype(np.int64), dtype)
     if is_small_int(src):
         x = x.astype(np.int64)
     if is_float(dtype) and dtype.itemsize < 4 and (x.dtype.kind in "iu") and x.dtype.itemsize >= 4:
@@ -337,7 +338,7 @@ def _reduce_precision(inst: HloInstruction, args: list, interp) -> Array:
     x = np.asarray(args[0])
     wide = x.astype(np.float64 if x.dtype == np.float64 else np.float32)
     out = reduce_precision(wide, int(inst.attrs["exponent_bits"]), int(inst.attrs["mantissa_bits"]))
-    return _result(out, _out(inst))
+    return to_type(out, _out(inst))
 
 
 mark_unsupported("reference", "stochastic rounding needs XLA's random-bit convention, which is not modelled",
@@ -353,7 +354,7 @@ def binary(*opcodes: str, transcendental: bool = False):
         def rule(inst: HloInstruction, args: list, interp) -> Array:
             x, y = (np.asarray(a) for a in args)
             ct = compute_dtype(x.dtype, transcendental)
-            return _result(fn(x.astype(ct, copy=False), y.astype(ct, copy=False)), _out(inst))
+            return to_type(fn(x.astype(ct, copy=False), y.astype(ct, copy=False)), _out(inst))
 
         rule.__doc__ = fn.__doc__
         return fn
@@ -565,7 +566,7 @@ def _compare(inst: HloInstruction, args: list, interp) -> Array:
 def _select(inst: HloInstruction, args: list, interp) -> Array:
     """on_true where pred, on_false elsewhere (pred may be a scalar)."""
     pred, a, b = (np.asarray(v) for v in args)
-    return _result(np.where(pred, a, b), _out(inst))
+    return to_type(np.where(pred, a, b), _out(inst))
 
 
 @register_reference("clamp")
@@ -574,4 +575,4 @@ def _clamp(inst: HloInstruction, args: list, interp) -> Array:
     lo, x, hi = (np.asarray(v) for v in args)
     ct = compute_dtype(x.dtype)
     lo, x, hi = (v.astype(ct, copy=False) for v in (lo, x, hi))
-    return _result(np.minimum(np.maximum(x, lo), hi), _out(inst))
+    return to_type(np.minimum(np.maximum(x, lo), hi), _out(inst))

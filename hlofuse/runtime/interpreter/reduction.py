@@ -14,6 +14,7 @@ import numpy as np
 from ...hlo.ir import HloComputation, HloInstruction
 from ...hlo.opcodes import register_reference
 from .core import Value, is_elementwise_computation
+from .elementwise import compute_dtype, to_type
 from .op_helpers import ASSIGN, KEEP, recognize_combiner
 
 Array = np.ndarray
@@ -33,10 +34,13 @@ def _fast_reduce(inputs: list[Array], inits: list[Array], dims: tuple[int, ...],
         if not dims:
             r = x
         else:
-            r = ufunc.reduce(x, axis=dims) if x.dtype.kind != "V" else \
-                ufunc.reduce(x.astype(np.float32), axis=dims).astype(x.dtype)
+            # Narrow floats accumulate in f32 and round once (as XLA's CPU reductions nearly do);
+            # 4-bit integers in 8 bits, wrapped at the end.
+            wide = compute_dtype(x.dtype)
+            r = ufunc.reduce(x.astype(wide, copy=False), axis=dims)
+            init = init.astype(wide, copy=False)
         # The init value joins once; for the recognised reducers its position does not matter.
-        out.append(np.asarray(ufunc(r, init)).astype(x.dtype))
+        out.append(to_type(ufunc(r, init), x.dtype))
     return out
 
 
