@@ -124,12 +124,12 @@ def test_op_without_counterpart_names_itself_and_its_location():
     text = """
 module @m {
   func.func public @main(%arg0: tensor<4xf32>) -> tensor<4xf32> {
-    %t = stablehlo.create_token : !stablehlo.token
+    %t = stablehlo.partition_id : tensor<ui32>
     %0 = stablehlo.add %arg0, %arg0 : tensor<4xf32>
     return %0 : tensor<4xf32>
   }
 }"""
-    with pytest.raises(UnsupportedError, match=r"f\.mlir:4:\d+: stablehlo\.create_token"):
+    with pytest.raises(UnsupportedError, match=r"f\.mlir:4:\d+: stablehlo\.partition_id: hlofuse cannot import this op"):
         from_stablehlo(text, filename="f.mlir")
 
 
@@ -166,3 +166,18 @@ module @m {
     assert [i.opcode for i in module.entry.instructions] == ["parameter", "negate"]
     x = np.arange(4, dtype=np.float32)
     np.testing.assert_array_equal(evaluate(module, [x])[0], -x)
+
+
+def test_tokens():
+    text = """
+module @m {
+  func.func public @main(%arg0: !stablehlo.token, %arg1: tensor<2xf32>) -> (!stablehlo.token, tensor<2xf32>) {
+    %t = stablehlo.create_token : !stablehlo.token
+    %t2 = stablehlo.after_all %arg0, %t : !stablehlo.token
+    return %t2, %arg1 : !stablehlo.token, tensor<2xf32>
+  }
+}"""
+    module = from_stablehlo(text)
+    assert str(module.entry.parameters[0].shape) == "token[]"
+    assert [i.opcode for i in module.entry.instructions].count("after-all") == 2
+    assert str(module.entry.root.shape).startswith("(token[], f32[2]")

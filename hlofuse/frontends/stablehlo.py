@@ -231,7 +231,7 @@ class Importer:
                 return [scope.get(v) for v in op.operands]
             rule = stablehlo_ops.rule_for(op.name)
             if rule is None:
-                raise self.unsupported("op has no HLO counterpart in hlofuse")
+                raise self.unsupported("hlofuse cannot import this op")
             try:
                 results = rule(self, op, scope)
             except HloError:

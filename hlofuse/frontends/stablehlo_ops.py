@@ -15,7 +15,7 @@ import numpy as np
 from ..hlo import opcodes
 from ..hlo.attributes import ConvDimensionNumbers, Window, WindowDimension
 from ..hlo.ir import HloInstruction
-from ..hlo.shapes import TupleShape, array
+from ..hlo.shapes import TOKEN_SHAPE, TupleShape, array
 from .stablehlo_types import dense_to_numpy, hlo_shape, parse_dense_text
 
 RULES: dict[str, Callable] = {}
@@ -438,6 +438,12 @@ def _rng(imp, op, scope):
     a, b = _operands(scope, op)[:2]
     dist = "rng_" + _enum(op, "rng_distribution").lower()
     return imp.emit(scope, "rng", _result_shape(op), [a, b], {"distribution": dist})
+
+
+# ---- tokens -------------------------------------------------------------------------------
+@rule("stablehlo.after_all", "stablehlo.create_token")
+def _after_all(imp, op, scope):
+    return imp.emit(scope, "after-all", TOKEN_SHAPE, _operands(scope, op))
 
 
 # ---- control flow and calls -------------------------------------------------------------
