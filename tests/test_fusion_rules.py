@@ -286,3 +286,18 @@ def test_fusion_merger_reasons():
     assert len(merged) == 2 and merged[0].duplicated and merged[0].duplicated_expensive
     assert sum(1 for i in m2.entry.instructions if i.opcode == "fusion") == 2
     assert not any(i.opcode == "log" for i in m2.entry.instructions)
+
+
+def test_deep_graph_needs_no_recursion():
+    # A 2000-long chain between a non-unary producer and its second user: the all-paths analysis
+    # (ComputeGloballyUnfusible) and the fusion itself must not recurse per instruction.
+    n = 2000
+    body = ["  x = f32[4] parameter(0)", "  y = f32[4] parameter(1)", "  p = f32[4] add(x, y)",
+            "  c0 = f32[4] negate(p)"]
+    body += [f"  c{i} = f32[4] negate(c{i - 1})" for i in range(1, n)]
+    body.append(f"  ROOT r = f32[4] add(c{n - 1}, p)")
+    m = _module("\n".join(body))
+    _fuse(m)
+    assert [i.opcode for i in m.entry.instructions if i.opcode not in ("parameter",)] == ["fusion"]
+    # the chain, p (fused once: both of its uses end up in the same fusion), r, x and y
+    assert len(m.entry.root.fused_computation.instructions) == n + 4
