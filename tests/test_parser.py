@@ -416,6 +416,7 @@ def test_errors_name_the_problem_and_position(body, message, line, at):
     "text, message",
     [
         ("", "expected 'HloModule' but found end of input"),
+        ("Hlo", "expected '{' but found end of input"),
         ("HloModule", "expected a module name but found end of input"),
         ("HloModule m", "expected a computation but found end of input"),
         ("HloModule m\nENTRY e {\n", "expected '}' to close computation 'e'"),
@@ -503,3 +504,30 @@ ENTRY e {
     assert comp.root.shape == m.entry.instruction("x").shape
     assert [i.opcode for i in m.entry.instructions[2:]] == ["async-update", "async-done"]
     assert "unknown opcode 'frob-start'" in error_of(text.replace("custom-call-start", "frob-start")).message
+
+
+def test_module_without_header_is_named_after_its_entry():
+    text = """add {
+  x = f32[] parameter(0)
+  y = f32[] parameter(1)
+  ROOT s = f32[] add(x, y)
+}
+
+fusion {
+  %operand_1 = f32[50,5]  parameter(0)
+  %indices =  s32[24,1] iota(), iota_dimension=0
+  %update_1 = f32[24,5] parameter(1)
+
+  ROOT %scatter = f32[50,5] scatter(
+      %operand_1, %indices, %update_1),
+    update_window_dims={1},
+    inserted_window_dims={0},
+    scatter_dims_to_operand_dims={0},
+    index_vector_dim=1,
+    to_apply=add
+}
+"""
+    m = parse_hlo(text)
+    assert m.name == "module_fusion"  # XLA's name for a header-less module
+    assert m.entry.name == "fusion"
+    assert m.entry.root.attrs["update_window_dims"] == (1,)

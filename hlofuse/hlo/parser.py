@@ -87,11 +87,14 @@ class _Parser:
     # ---- module ---------------------------------------------------------------------------
     def parse_module(self) -> HloModule:
         lex = self.lex
-        if not lex.accept_keyword("HloModule"):
+        # Like XLA, accept bare computations without a header (XLA's tests use them); the
+        # module is then called after its entry computation.
+        has_header = lex.accept_keyword("HloModule")
+        if not has_header and lex.at_end():
             raise lex.expected("'HloModule'")
-        name, _ = lex.name("a module name")
+        name = lex.name("a module name")[0] if has_header else ""
         module = self.module = HloModule(name)
-        while lex.accept(","):
+        while has_header and lex.accept(","):
             key = self._attr_key()
             lex.expect("=")
             module.attrs[key] = Raw(lex.scan_value())
@@ -112,6 +115,8 @@ class _Parser:
         self._resolve_computation_refs()
         self._build_async_computations()
         module.set_entry(entry if entry is not None else module.computations[-1])
+        if not has_header:
+            module.name = "module_" + module.entry.name
         return module
 
     def _attr_key(self) -> str:
