@@ -104,7 +104,8 @@ _REAL_OF = {"c64": "f32", "c128": "f64"}
 @register_shape_rule("fft")
 def _fft(inst: HloInstruction) -> Shape:
     """fft: FFT/IFFT keep a complex shape; RFFT maps real to complex with the last length
-    halved plus one; IRFFT maps it back."""
+    halved plus one; IRFFT maps it back. Stricter than XLA, which does not compare FFT/IFFT
+    lengths with the trailing dimensions: a transform of another length is refused here."""
     x = array_operand(inst, 0)
     kind = str(attr(inst, "fft_type")).upper()
     length = int_tuple(inst, "fft_length")
