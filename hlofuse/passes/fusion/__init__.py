@@ -2,13 +2,14 @@
 producer-consumer) fusion, horizontal loop fusion; the cost model and the fusion report.
 
 `fusion_passes(target)` is what `standard_pipeline(target, fusion=True)` runs; the passes are
-registered as "fusion", "fusion-merger", "multi-output-fusion", "sibling-fusion",
+registered as "call-inliner", "fusion", "fusion-merger", "multi-output-fusion", "sibling-fusion",
 "horizontal-fusion" and "fusion-pipeline" (they take the pipeline's `target` option, GPU by
 default), and with "-cpu" / "-gpu" suffixed names for a fixed target.
 """
 from __future__ import annotations
 
 from ..pass_base import HloPass
+from .call_inliner import CallInliner
 from .cost_model import CPU, GPU, TargetParams, module_cost, target_params
 from .decisions import Decision, FusionLog, LogEntry, module_log
 from .fusion_merger import FusionMerger
@@ -34,10 +35,11 @@ class FusionPipeline(HloPass):
 
 
 def fusion_passes(target: str | TargetParams = "gpu") -> list[HloPass]:
-    """The fusion passes XLA runs for `target`: the GPU adds fusion merging, multi-output and
-    horizontal fusion."""
+    """The fusion passes XLA runs for `target`: calls inlined first (fusion cannot see through
+    them), producer-consumer fusion, and on the GPU fusion merging, multi-output and horizontal
+    fusion."""
     params = target_params(target)
-    passes: list[HloPass] = [InstructionFusion(params)]
+    passes: list[HloPass] = [CallInliner(params.name), InstructionFusion(params)]
     if params.multi_output:
         passes.append(FusionMerger(params))
         passes.append(MultiOutputFusion(params))
@@ -51,6 +53,7 @@ def register_passes() -> None:
     from ..pipeline import register_pass
 
     factories = {
+        "call-inliner": CallInliner,
         "fusion": InstructionFusion,
         "fusion-merger": FusionMerger,
         "multi-output-fusion": MultiOutputFusion,
@@ -65,7 +68,7 @@ def register_passes() -> None:
 
 
 __all__ = [
-    "CPU", "GPU", "Decision", "FusionLog", "FusionMerger", "FusionPipeline", "HorizontalLoopFusion", "InstructionFusion",
+    "CPU", "CallInliner", "GPU", "Decision", "FusionLog", "FusionMerger", "FusionPipeline", "HorizontalLoopFusion", "InstructionFusion",
     "LogEntry", "MultiOutputFusion", "SiblingFusion", "TargetParams", "fusion_passes", "module_cost",
     "module_log", "register_passes", "target_params",
 ]

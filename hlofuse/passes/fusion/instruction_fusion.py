@@ -333,8 +333,8 @@ class InstructionFusion(HloPass):
             if inst is None:
                 continue
             position.pop(id(inst), None)
-            if not is_fusible(inst) and inst.opcode != "fusion":
-                continue
+            if inst.opcode != "fusion" and not is_loop_fusible_as_consumer(inst):
+                continue  # tuples, calls, library ops...: every operand would be refused
             indices = [i for i, op in enumerate(inst.operands)
                        if id(op) in position and inst.operands.index(op) == i]
             indices.sort(key=lambda i: -position[id(inst.operands[i])])

@@ -1,0 +1,57 @@
+"""Call inlining before fusion (XLA's CallInliner): fusion cannot look through `call`
+boundaries, and JAX emits a `call` for every nested jit (`jnp.clip`, `jnp.where`, ...), so the
+called computation is inlined into its caller first, as XLA's CPU and GPU pipelines do early on.
+"""
+from __future__ import annotations
+
+from ...hlo.ir import HloComputation, HloInstruction, HloModule
+from ..pass_base import HloPass
+from .cost_model import kernel_computations
+
+
+def inline_call(call: HloInstruction) -> HloInstruction:
+    """Replace `call` by a copy of the computation it calls; returns the copy of its root."""
+    comp = call.parent
+    callee: HloComputation = call.attrs["to_apply"]
+    mapping: dict[int, HloInstruction] = {}
+    for inst in callee.post_order():
+        if inst.opcode == "parameter":
+            mapping[id(inst)] = call.operands[inst.parameter_number]
+            continue
+        clone = inst.clone(operands=[mapping[id(o)] for o in inst.operands])
+        clone.control_predecessors = [mapping[id(p)] for p in inst.control_predecessors if id(p) in mapping]
+        mapping[id(inst)] = comp.add_instruction(clone)
+    root = mapping[id(callee.root)]
+    call.replace_all_uses_with(root)
+    comp.remove_instruction(call)
+    return root
+
+
+class CallInliner(HloPass):
+    """Inline every `call` of the kernel computations (repeatedly, for nested calls)."""
+
+    name = "call-inliner"
+
+    def __init__(self, target: str = "gpu") -> None:
+        self.target = target
+
+    def run(self, module: HloModule) -> bool:
+        changed = False
+        while True:
+            calls = [i for c in kernel_computations(module) if not c.is_fusion_computation()
+                     for i in c.instructions if i.opcode == "call" and _no_control_edges(i)]
+            if not calls:
+                break
+            for call in calls:
+                inline_call(call)
+            changed = True
+        if changed:
+            for c in module.computations:
+                c.sort_instructions()
+            module.remove_unreachable_computations()
+        return changed
+
+
+def _no_control_edges(inst: HloInstruction) -> bool:
+    return not inst.control_predecessors and not any(inst in o.control_predecessors
+                                                     for o in inst.parent.instructions)
