@@ -1,0 +1,263 @@
+"""Reduction fusions (kInput with reduce heroes) as tiled grid kernels, XLA-GPU style.
+
+A reduction group (emitters/reduction_emitter.py: reduces of the same input dimensions and
+reduced dimensions, plus elementwise outputs of the input's dimensions) is viewed as K output
+elements, each folding R input elements. Every input element is visited by exactly one
+thread, which also writes the group's elementwise outputs there (multi-output fusion).
+
+Kernel shapes (`plan_reduction`):
+  * per_output (R <= PER_OUTPUT_MAX, or R == 0): one thread folds a whole output element,
+    starting from the init value, and stores it. No atomics.
+  * row (the last input dimension is reduced, or all are): block b takes output
+    o = b / chunks and chunk c = b % chunks of its R reduced elements; lane t of the block
+    folds r = c * lanes * ROW_TILE + t + j * lanes for j < ROW_TILE (consecutive lanes read
+    consecutive addresses). Long rows use several blocks (chunks > 1), full reductions are
+    row reductions with K = 1.
+  * column (the last dimension is kept): thread i takes column x = i % K and the tile of
+    COLUMN_TILE reduced positions y = (i / K) * COLUMN_TILE + j, j < COLUMN_TILE.
+Tiles that do not divide R are bounds-checked per element; threads with no element do nothing.
+
+A thread's partial starts from its FIRST element (not from the init value), so the init value
+enters the result exactly once even when it is not the reducer's identity. Partials are then
+combined in one of two ways (decided per group by atomics.atomic_kind for every reduce):
+  * atomic (one pass): an init kernel first stores the init value into every output element,
+    then each thread combines its partial with atomicrmw or a compare-and-swap loop;
+  * two passes (variadic reducers, 8/16-bit types): each thread stores its partial into a
+    scratch buffer [P, K] (P partials per output), and a finish kernel (one thread per
+    output) folds init and the valid partials in order.
+Warp shuffles and shared memory are not used: the host emulation runs the threads of a block
+one after another and could not execute them faithfully, so real and emulated kernels share
+this atomic path (documented trade-off: more global atomics than XLA's tree reduction).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from llvmlite import ir
+
+from ...hlo.ir import HloComputation
+from ..elemental import ElementalEmitter, Index, const_i64, delinearize, load_element, store_element
+from ..loop_emitter import for_range, output_leaves
+from ..reduction_emitter import ReductionGroup, _Hero
+from .atomics import atomic_kind, emit_atomic_combine
+from .kernels import LaunchDims, launch_for
+
+PER_OUTPUT_MAX = 32
+ROW_TILE = 8
+ROW_MAX_LANES = 256
+COLUMN_TILE = 32
+
+I1 = ir.IntType(1)
+
+
+def _pow2_at_least(n: int) -> int:
+    return 1 << max(0, (n - 1).bit_length())
+
+
+@dataclass
+class ReductionPlan:
+    """How one reduction group is launched."""
+
+    group: ReductionGroup
+    kind: str  # per_output | row | column
+    atomic: bool
+    outputs_k: int  # K: output elements per reduce result
+    reduced_r: int  # R: input elements folded into each
+    lanes: int = 1
+    tile: int = 1
+    chunks: int = 1
+    launch: LaunchDims = field(default_factory=lambda: LaunchDims(0, 32))
+
+    @property
+    def partials(self) -> int:
+        """Partials per output element (P) of the row/column kinds."""
+        return self.chunks * self.lanes if self.kind == "row" else self.chunks
+
+    @property
+    def two_pass(self) -> bool:
+        return self.kind != "per_output" and not self.atomic
+
+    @property
+    def output_launch(self) -> LaunchDims:
+        """The launch of the init and finish kernels (one thread per output element)."""
+        return launch_for(self.outputs_k)
+
+    def scratch_types(self) -> tuple:
+        """Element types of the partials buffers (one per reduce result) of a two-pass plan."""
+        if not self.two_pass:
+            return ()
+        return tuple(op.shape.dtype for h in self.group.heroes for op in h.operands[len(h.operands) // 2:])
+
+    def scratch_elements(self) -> int:
+        return self.partials * self.outputs_k
+
+
+def plan_reduction(group: ReductionGroup) -> ReductionPlan:
+    """Choose the kernel shape and the combining strategy of `group`."""
+    k = math.prod(group.out_dims)
+    r = math.prod(group.in_dims[d] for d in group.rdims) if group.in_dims else 1
+    atomic = all(
+        atomic_kind(h.attrs["to_apply"], op.shape.dtype) is not None if len(h.operands) == 2 else False
+        for h in group.heroes for op in h.operands[len(h.operands) // 2:]
+    )
+    if r <= PER_OUTPUT_MAX or k == 0:
+        return ReductionPlan(group, "per_output", True, k, r, launch=launch_for(k))
+    if group.is_row:
+        lanes = min(ROW_MAX_LANES, max(32, _pow2_at_least(-(-r // ROW_TILE))))
+        chunks = -(-r // (lanes * ROW_TILE))
+        return ReductionPlan(group, "row", atomic, k, r, lanes, ROW_TILE, chunks, LaunchDims(k * chunks, lanes))
+    chunks = -(-r // COLUMN_TILE)
+    return ReductionPlan(group, "column", atomic, k, r, 1, COLUMN_TILE, chunks, launch_for(k * chunks))
+
+
+class _Emit:
+    """Shared plumbing of the kernels of one plan in one skeleton."""
+
+    def __init__(self, skel, comp: HloComputation, plan: ReductionPlan) -> None:
+        self.skel = skel
+        self.b = skel.builder
+        self.plan = plan
+        self.group = plan.group
+        self.em = ElementalEmitter(self.b, skel.target, skel.param_gen)
+        self.heroes = [_Hero(self.em, h) for h in self.group.heroes]
+        leaves = output_leaves(comp)
+        self.hero_ptrs = [[skel.output_ptr(k) for k in ks] for ks in self.group.hero_outputs]
+        self.extra_leaves = [leaves[k] for k in self.group.extras]
+        self.extra_ptrs = [skel.output_ptr(k) for k in self.group.extras]
+        self.extra_gens = [self.em.gen(leaf.inst) for leaf in self.extra_leaves]
+        self.red_sizes = [self.group.in_dims[d] for d in self.group.rdims]
+
+    def input_index(self, out_multi, r) -> Index:
+        b = self.b
+        multi = [None] * len(self.group.in_dims)
+        for d, v in zip(self.group.kept, out_multi):
+            multi[d] = v
+        for d, v in zip(self.group.rdims, delinearize(b, r, self.red_sizes)):
+            multi[d] = v
+        return Index(b, self.group.in_dims, multi=multi)
+
+    def slots(self) -> list[list]:
+        """Accumulator slots per hero, set to the init values."""
+        b = self.b
+        inits = [h.init_values(b) for h in self.heroes]
+        slots = []
+        with b.goto_entry_block():
+            for vals in inits:
+                slots.append([b.alloca(v.type) for v in vals])
+        for ss, vals in zip(slots, inits):
+            for s, v in zip(ss, vals):
+                b.store(v, s)
+        return slots
+
+    def visit(self, slots, out_multi, r, first: ir.Value | None) -> None:
+        """Fold input element (out_multi, r) into the slots (replacing them when `first`)
+        and write the elementwise outputs there."""
+        b = self.b
+        index = self.input_index(out_multi, r)
+        for h, ss in zip(self.heroes, slots):
+            values = [g(index) for g in h.inputs]
+            folded = h.fold(self.em, [b.load(s) for s in ss], index)
+            for s, f, v in zip(ss, folded, values):
+                b.store(f if first is None else b.select(first, v, f), s)
+        for ptr, g, leaf in zip(self.extra_ptrs, self.extra_gens, self.extra_leaves):
+            store_element(b, leaf.select(g(index)), b.gep(ptr, [index.linear], inbounds=True), leaf.shape.dtype)
+
+    def store_outputs(self, slots, o) -> None:
+        b = self.b
+        for h, ss, ptrs in zip(self.heroes, slots, self.hero_ptrs):
+            for s, ptr, et in zip(ss, ptrs, h.types):
+                store_element(b, b.load(s), b.gep(ptr, [o], inbounds=True), et)
+
+
+def emit_reduction_main(skel, comp: HloComputation, plan: ReductionPlan) -> None:
+    """The kernel visiting every input element once (see the module docstring)."""
+    e = _Emit(skel, comp, plan)
+    b = e.b
+    k, r_total = plan.outputs_k, plan.reduced_r
+    if plan.kind == "per_output":
+        o = skel.global_thread_idx
+        with b.if_then(b.icmp_signed("<", o, const_i64(k))):
+            out_multi = delinearize(b, o, e.group.out_dims)
+            slots = e.slots()
+            with for_range(b, const_i64(0), const_i64(r_total), "r") as r:
+                e.visit(slots, out_multi, r, None)
+            e.store_outputs(slots, o)
+        skel.finish()
+        return
+    if plan.kind == "row":
+        o = b.udiv(skel.block_idx, const_i64(plan.chunks))
+        c = b.urem(skel.block_idx, const_i64(plan.chunks))
+        base = b.add(b.mul(c, const_i64(plan.lanes * plan.tile)), skel.thread_idx)
+        stride = plan.lanes
+        part = b.add(b.mul(c, const_i64(plan.lanes)), skel.thread_idx)
+        active = b.icmp_signed("<", base, const_i64(r_total))
+    else:
+        gid = skel.global_thread_idx
+        o = b.urem(gid, const_i64(k))
+        part = b.udiv(gid, const_i64(k))
+        base = b.mul(part, const_i64(plan.tile))
+        stride = 1
+        active = b.icmp_signed("<", gid, const_i64(k * plan.chunks))
+    with b.if_then(active):
+        out_multi = delinearize(b, o, e.group.out_dims)
+        slots = e.slots()
+        with for_range(b, const_i64(0), const_i64(plan.tile), "j") as j:
+            r = b.add(base, b.mul(j, const_i64(stride)))
+            with b.if_then(b.icmp_signed("<", r, const_i64(r_total))):
+                e.visit(slots, out_multi, r, b.icmp_signed("==", j, const_i64(0)))
+        if plan.atomic:
+            for h, ss, ptrs in zip(e.heroes, slots, e.hero_ptrs):
+                emit_atomic_combine(e.em, h.comp, h.types[0], b.gep(ptrs[0], [o], inbounds=True), b.load(ss[0]))
+        else:
+            slot_index = b.add(b.mul(part, const_i64(k)), o)
+            s = 0
+            for h, ss in zip(e.heroes, slots):
+                for acc, et in zip(ss, h.types):
+                    store_element(b, b.load(acc), b.gep(skel.scratch_ptr(s), [slot_index], inbounds=True), et)
+                    s += 1
+    skel.finish()
+
+
+def emit_reduction_init(skel, comp: HloComputation, plan: ReductionPlan) -> None:
+    """One thread per output element stores the init values (before the atomic kernel)."""
+    e = _Emit(skel, comp, plan)
+    b = e.b
+    o = skel.global_thread_idx
+    with b.if_then(b.icmp_signed("<", o, const_i64(plan.outputs_k))):
+        for h, ptrs in zip(e.heroes, e.hero_ptrs):
+            for v, ptr, et in zip(h.init_values(b), ptrs, h.types):
+                store_element(b, v, b.gep(ptr, [o], inbounds=True), et)
+    skel.finish()
+
+
+def emit_reduction_finish(skel, comp: HloComputation, plan: ReductionPlan) -> None:
+    """Second pass: one thread per output folds init and the valid partials in order."""
+    e = _Emit(skel, comp, plan)
+    b = e.b
+    k = plan.outputs_k
+    o = skel.global_thread_idx
+    with b.if_then(b.icmp_signed("<", o, const_i64(k))):
+        slots = e.slots()
+        with for_range(b, const_i64(0), const_i64(plan.partials), "p") as p:
+            if plan.kind == "row":  # partial p = chunk * lanes + lane; empty when it starts past R
+                lanes = const_i64(plan.lanes)
+                start = b.add(b.mul(b.udiv(p, lanes), const_i64(plan.lanes * plan.tile)), b.urem(p, lanes))
+                valid = b.icmp_signed("<", start, const_i64(plan.reduced_r))
+            else:
+                valid = ir.Constant(I1, 1)
+            with b.if_then(valid):
+                slot_index = b.add(b.mul(p, const_i64(k)), o)
+                s = 0
+                for h, ss in zip(e.heroes, slots):
+                    partials = []
+                    for et in h.types:
+                        ptr = b.gep(skel.scratch_ptr(s), [slot_index], inbounds=True)
+                        partials.append(load_element(b, ptr, et))
+                        s += 1
+                    res = e.em.call_scalar(h.comp, [b.load(x) for x in ss] + partials, reduction=True)
+                    res = list(res) if isinstance(res, tuple) else [res]
+                    for x, v in zip(ss, res):
+                        b.store(v, x)
+        e.store_outputs(slots, o)
+    skel.finish()

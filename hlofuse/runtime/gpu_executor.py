@@ -1,0 +1,348 @@
+"""The GPU executable: plan a fused module into grid launches, emit them once for NVPTX (PTX)
+and once for the host emulation, and run them on a CUDA GPU or on the CPU.
+
+    program = GpuProgram.compile(fused_module, emulated=True)   # runs anywhere
+    outputs = program.run([x, y])                                # entry result flattened
+    program.ptx()                                                # every kernel, for sm_90
+
+Planning reuses the CPU executor's planner (runtime/cpu_executor.py): every executed
+computation becomes steps; a fusion (or a fusible op left unfused, wrapped in a computation)
+becomes a list of GPU launches (GpuLaunch) instead of CPU kernel calls:
+  * per reduction group: [init] main [finish] (emitters/gpu/reduction_kernel.py),
+  * per set of remaining outputs of equal dimensions: one loop kernel (loop_kernel.py).
+Other ops (dot, convolution, sort, while, ...) are not kernels: they run on the host through
+the CPU backend's library rules (runtime/library_ops.py, numpy). On a real GPU their operands
+are copied to the host and their results back to the device when a kernel reads them; inputs
+are copied host->device once per run (on first use), kernel results stay on the device, and
+each output leaf is copied device->host once at the end.
+
+The real-GPU path (CudaDevice: numba.cuda memory, cuda.core launches) could not be run where
+this was written (no GPU); the emulated path runs the same kernel bodies, and every PTX is
+checked by ptxas in the tests.
+"""
+from __future__ import annotations
+
+import ctypes
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..emitters import elemental  # noqa: F401  (registers the element generators)
+from ..emitters.gpu.kernels import LaunchDims, param_leaf_count
+from ..emitters.gpu.target import DEFAULT_ARCH
+from ..hlo.errors import InputError, UnsupportedError
+from ..hlo.ir import HloComputation, HloInstruction, HloModule
+from .cpu_executor import _check_input, _constant, _ComputationPlan, _flatten, _Planner, _symbol, _unflatten
+
+
+@dataclass
+class GpuLaunch:
+    """One kernel launch of a fusion step."""
+
+    name: str
+    comp: HloComputation
+    role: str  # loop | init | main | finish
+    dims: LaunchDims
+    plan: object  # LoopPlan or ReductionPlan
+    outputs: list[int] = field(default_factory=list)  # output leaves of loop kernels
+    fn: object = None  # loaded kernel (emulated ctypes function or CUDA function)
+
+    @property
+    def scratch_types(self) -> tuple:
+        return self.plan.scratch_types() if self.role in ("main", "finish") else ()
+
+
+class _GpuPlanner(_Planner):
+    """The CPU planner with GPU launches in place of CPU kernel calls."""
+
+    def kernel_calls(self, comp: HloComputation, inst: HloInstruction) -> list[GpuLaunch]:
+        from ..emitters.gpu.loop_kernel import plan_loop
+        from ..emitters.gpu.reduction_kernel import plan_reduction
+        from ..emitters.loop_emitter import output_leaves
+        from ..emitters.reduction_emitter import reduction_groups
+
+        leaves = output_leaves(comp)
+        groups, rest = reduction_groups(comp)
+        base = f"k{len(self.kernels)}_{_symbol(inst.name)}"
+        launches: list[GpuLaunch] = []
+
+        def add(role, dims, plan, outputs=()):
+            launches.append(GpuLaunch(f"{base}_{role}{len(launches)}", comp, role, dims, plan, list(outputs)))
+
+        for g in groups:
+            plan = plan_reduction(g)
+            if plan.kind != "per_output" and plan.atomic:
+                add("init", plan.output_launch, plan)
+            add("main", plan.launch, plan)
+            if plan.two_pass:
+                add("finish", plan.output_launch, plan)
+        by_dims: dict[tuple, list[int]] = {}
+        for k in rest:
+            by_dims.setdefault(tuple(leaves[k].shape.dims), []).append(k)
+        for dims, ks in by_dims.items():
+            widest = max(leaves[k].shape.dtype.byte_size for k in ks)
+            plan = plan_loop(dims, widest)
+            add("loop", plan.launch, plan, ks)
+        self.kernels.extend(launches)
+        return launches
+
+
+def emit_module(launches: list[GpuLaunch], target, name: str):
+    """An llvmlite module with every launch's kernel for `target` (GPU or emulated)."""
+    from llvmlite import ir
+
+    from ..emitters.gpu.kernels import GpuKernelSkeleton
+    from ..emitters.gpu.loop_kernel import emit_loop_kernel
+    from ..emitters.gpu.reduction_kernel import emit_reduction_finish, emit_reduction_init, emit_reduction_main
+
+    mod = ir.Module(name=_symbol(name))
+    mod.triple = target.triple
+    mod.data_layout = target.data_layout
+    emitters = {"init": emit_reduction_init, "main": emit_reduction_main, "finish": emit_reduction_finish}
+    for launch in launches:
+        skel = GpuKernelSkeleton(mod, target, launch.name, launch.comp, launch.dims, launch.scratch_types)
+        if launch.role == "loop":
+            emit_loop_kernel(skel, launch.comp, launch.outputs, launch.plan)
+        else:
+            emitters[launch.role](skel, launch.comp, launch.plan)
+    return mod
+
+
+class HostDevice:
+    """The emulation: device memory is host memory, launches run on the CPU (gpu_emulator)."""
+
+    def __init__(self, launches: list[GpuLaunch], module) -> None:
+        from ..emitters.loop_emitter import output_leaves
+        from .gpu_emulator import EmulatedModule
+
+        self.module = EmulatedModule(module)
+        for launch in launches:
+            n = param_leaf_count(launch.comp) + len(output_leaves(launch.comp)) + len(launch.scratch_types)
+            launch.fn = self.module.function(launch.name, n)
+
+    def to_device(self, a):
+        return np.ascontiguousarray(a)
+
+    def to_host(self, a):
+        return a
+
+    def empty(self, dims, dtype):
+        return np.empty(dims, dtype)
+
+    def pointer(self, a) -> int:
+        return a.ctypes.data
+
+    def launch(self, launch: GpuLaunch, pointers: list[int]) -> None:
+        from .gpu_emulator import run_grid
+
+        run_grid(launch.fn, pointers, launch.dims.grid)
+
+    def synchronize(self) -> None:
+        pass
+
+
+class CudaDevice:
+    """A CUDA GPU through numba.cuda (memory, PTX loading) and cuda.core (launches)."""
+
+    def __init__(self, launches: list[GpuLaunch], ptx: str) -> None:
+        from numba import cuda
+
+        self.cuda = cuda
+        self.module = cuda.current_context().create_module_ptx(ptx)
+        for launch in launches:
+            launch.fn = self.module.get_function(launch.name)
+
+    def to_device(self, a):
+        if self.cuda.is_cuda_array(a):
+            return a
+        return self.cuda.to_device(np.ascontiguousarray(a))
+
+    def to_host(self, a):
+        return a.copy_to_host() if self.cuda.is_cuda_array(a) else a
+
+    def empty(self, dims, dtype):
+        return self.cuda.device_array(tuple(dims), dtype)
+
+    def pointer(self, a) -> int:
+        return a.__cuda_array_interface__["data"][0]
+
+    def launch(self, launch: GpuLaunch, pointers: list[int]) -> None:
+        from cuda.core import Device, LaunchConfig, launch as cu_launch
+
+        if launch.dims.grid <= 0:
+            return
+        stream = Device().default_stream
+        config = LaunchConfig(grid=launch.dims.grid, block=launch.dims.block)
+        cu_launch(stream, config, launch.fn.kernel, *[ctypes.c_void_p(p) for p in pointers])
+
+    def synchronize(self) -> None:
+        self.cuda.synchronize()
+
+
+class GpuProgram:
+    """A fused module compiled into grid kernels (run emulated on the host, or on a GPU)."""
+
+    def __init__(self, module: HloModule, emulated: bool, arch: str = DEFAULT_ARCH) -> None:
+        self.module = module
+        self.emulated = emulated
+        self.arch = arch
+        self._planner = _GpuPlanner()
+        self._entry = self._planner.plan(module.entry)
+        self._ptx: str | None = None
+        self._nvptx_ir: str | None = None
+        self.device = None
+
+    @property
+    def launches(self) -> list[GpuLaunch]:
+        """Every kernel launch of the program (in planning order)."""
+        return self._planner.kernels
+
+    # ---- compilation ---------------------------------------------------------------------
+    @classmethod
+    def compile(cls, fused_module: HloModule, emulated: bool, build_only: bool = False,
+                arch: str = DEFAULT_ARCH) -> "GpuProgram":
+        """Plan `fused_module`; unless `build_only`, build and load its kernels for the host
+        emulation (`emulated`) or for the CUDA GPU of this machine."""
+        prog = cls(fused_module, emulated, arch)
+        if build_only:
+            return prog
+        if emulated:
+            from ..emitters.gpu.target import EmulatedGpuTarget
+
+            prog.device = HostDevice(prog.launches, emit_module(prog.launches, EmulatedGpuTarget(), fused_module.name))
+        else:
+            from numba import cuda
+
+            if not cuda.is_available():
+                raise UnsupportedError("no CUDA GPU is available on this machine; use the gpu-emulated backend")
+            prog.device = CudaDevice(prog.launches, prog.ptx())
+        return prog
+
+    def ptx(self) -> str:
+        """PTX of every kernel of the program (one module, for `arch`)."""
+        if self._ptx is None:
+            from ..emitters.gpu.target import GpuTarget, compile_ptx
+
+            mod = emit_module(self.launches, GpuTarget(self.arch), self.module.name)
+            self._nvptx_ir, self._ptx = compile_ptx(mod, self.arch)
+        return self._ptx
+
+    def llvm_ir(self) -> str:
+        """Optimized NVPTX LLVM IR of the program (libdevice linked)."""
+        self.ptx()
+        return self._nvptx_ir
+
+    def emulated_llvm_ir(self) -> str:
+        """Optimized host LLVM IR of the emulated kernels (after compile(emulated=True))."""
+        if not isinstance(self.device, HostDevice):
+            raise RuntimeError("the program was not compiled for the emulation")
+        return self.device.module.llvm_ir
+
+    def validate(self, arch: str | None = None) -> bytes:
+        """Assemble the PTX for `arch` (ptxas or nvJitLink); returns the cubin."""
+        from ..emitters.gpu.ptxas import assemble
+
+        return assemble(self.ptx(), arch or self.arch)
+
+    # ---- execution -----------------------------------------------------------------------
+    def run(self, args: list) -> list[np.ndarray]:
+        """Run on numpy arrays (one per entry parameter); the entry result flattened."""
+        if self.device is None:
+            raise RuntimeError("the program was compiled with build_only=True; it cannot run")
+        params = self.module.entry.parameters
+        if len(args) != len(params):
+            raise InputError(f"module {self.module.name} takes {len(params)} arguments, got {len(args)}")
+        checked = [_check_input(p, a) for p, a in zip(params, args)]
+        protected = {id(x) for x in _flatten(tuple(checked))}
+        self._resident: dict[int, object] = {}
+        result = self._execute(self._entry, checked)
+        self.device.synchronize()
+        out = []
+        for leaf in _flatten(result):
+            leaf = np.asarray(self.device.to_host(leaf))
+            if id(leaf) in protected or not leaf.flags.owndata or not leaf.flags.writeable:
+                leaf = np.array(leaf, copy=True)
+            out.append(leaf)
+        self._resident = {}
+        return out
+
+    def call(self, comp: HloComputation, args: list):
+        """Run a called computation (while body, branch, comparator ...) on values `args`."""
+        return self._execute(self._planner.plan(comp), args)
+
+    def _host(self, value):
+        if isinstance(value, tuple):
+            return tuple(self._host(v) for v in value)
+        return self.device.to_host(value)
+
+    def _on_device(self, value):
+        # Each host array is copied to the device once per run, however many kernels read it.
+        if isinstance(value, tuple):
+            return tuple(self._on_device(v) for v in value)
+        if isinstance(value, np.ndarray):
+            dev = self._resident.get(id(value))
+            if dev is None:
+                dev = self.device.to_device(value)
+                self._resident[id(value)] = (dev, value)
+                return dev
+            return dev[0]
+        return value
+
+    def _execute(self, plan: _ComputationPlan, args: list):
+        env: list = [None] * len(plan.steps)
+        for i, step in enumerate(plan.steps):
+            inst = step.inst
+            ops = [env[j] for j in step.operand_steps]
+            if step.kind == "param":
+                env[i] = args[inst.parameter_number]
+            elif step.kind == "const":
+                env[i] = _constant(inst)
+            elif step.kind == "tuple":
+                env[i] = tuple(ops)
+            elif step.kind == "gte":
+                env[i] = ops[0][int(inst.attrs["index"])]
+            elif step.kind == "library":
+                env[i] = inst.info.library(inst, [self._host(o) for o in ops], self)
+            elif step.kind == "call":
+                env[i] = self.call(inst.fused_computation, ops)
+            else:
+                env[i] = self._run_launches(plan, i, step, ops)
+        return env[plan.root_step]
+
+    def _run_launches(self, plan: _ComputationPlan, i: int, step, ops):
+        dev = self.device
+        inputs = _flatten(self._on_device(tuple(ops)))
+        outs = []
+        emulated = isinstance(dev, HostDevice)
+        for k, shape in enumerate(step.leaf_shapes):
+            slot = plan.assignment.slots[(i, k)]
+            dt = shape.dtype.numpy
+            if emulated and slot.offset is not None:
+                view = plan.arena()[slot.offset:slot.offset + slot.nbytes].view(dt)
+                outs.append(view.reshape(shape.dims))
+            else:
+                outs.append(dev.empty(shape.dims, dt))
+        base = [dev.pointer(x) for x in inputs] + [dev.pointer(o) for o in outs]
+        scratch: dict[int, list] = {}
+        for launch in step.kernels:
+            extra = []
+            if launch.scratch_types:
+                bufs = scratch.get(id(launch.plan))
+                if bufs is None:
+                    n = max(launch.plan.scratch_elements(), 1)
+                    bufs = [dev.empty((n,), et.numpy) for et in launch.scratch_types]
+                    scratch[id(launch.plan)] = bufs
+                extra = [dev.pointer(x) for x in bufs]
+            dev.launch(launch, base + extra)
+        return _unflatten(step.inst.shape, outs)
+
+
+def launch_summary(program: GpuProgram) -> list[dict]:
+    """One dict per launch (name, role, kind, grid, block, threads), for reports and tests."""
+    rows = []
+    for launch in program.launches:
+        kind = getattr(launch.plan, "kind", "loop")
+        rows.append({"name": launch.name, "role": launch.role, "kind": kind, "grid": launch.dims.grid,
+                     "block": launch.dims.block, "threads": launch.dims.threads,
+                     "atomic": bool(getattr(launch.plan, "atomic", False)) and kind != "per_output"})
+    return rows
