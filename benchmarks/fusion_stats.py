@@ -38,7 +38,8 @@ def stats_for(name: str, fn, args) -> dict:
     row = {"workload": name}
     for target in ("gpu", "cpu"):
         module = parse_hlo(text)
-        for p in ("simplifier", "cse", "dce"):
+        # "before" is the module the fusion passes see: simplified, calls inlined
+        for p in ("simplifier", "cse", "dce", "call-inliner"):
             get_pass(p).run(module)
         before = module_cost(module)
         for p in fusion_passes(target):
@@ -54,7 +55,7 @@ def stats_for(name: str, fn, args) -> dict:
 
 
 def _kib(n: int) -> str:
-    return f"{n / 1024:.1f}K" if n < 10 << 20 else f"{n / (1 << 20):.1f}M"
+    return f"{n / 1024:.1f}K" if n < 1 << 20 else f"{n / (1 << 20):.1f}M"
 
 
 def print_table(rows: list[dict]) -> None:
