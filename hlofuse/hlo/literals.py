@@ -14,6 +14,19 @@ from .shapes import ArrayShape, Shape, TupleShape
 
 _TOKENS = re.compile(r"/\*.*?\*/|//[^\n]*|(\{|\}|\(|\)|,|[^\s{}(),/]+|/)", re.S)
 _INT = re.compile(r"[-+]?\d+$")
+_FLOAT_RE = r"[-+]?(?:(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|inf|nan)"
+_FLOAT = re.compile(_FLOAT_RE)
+_FLOATS = re.compile(f"(?:{_FLOAT_RE})(?: (?:{_FLOAT_RE}))*")
+_COMMENT = re.compile(r"/\*.*?\*/|//[^\n]*", re.S)
+_ATOM = re.compile(r"[^\s{}(),/]+")
+
+
+def _skeleton(dims: tuple[int, ...]) -> str:
+    """The literal text of an array of `dims` with every number written `n`, no blanks."""
+    s = "n"
+    for d in reversed(dims):
+        s = "{" + ",".join([s] * d) + "}"
+    return s
 
 
 def _s(shape: Shape) -> str:
@@ -30,6 +43,12 @@ def parse_literal(text: str, shape: Shape):
     stripped = text.strip()
     if stripped in ("{...}", "..."):
         return None
+    if isinstance(shape, ArrayShape) and shape.rank and not shape.dtype.is_complex:
+        # Fast path for big arrays: check the brace structure as one string, convert in bulk.
+        body = _COMMENT.sub(" ", text) if "/" in text else text
+        skeleton = "".join(_ATOM.sub("n", body).split())
+        if skeleton == _skeleton(shape.dims):
+            return _to_numpy(_ATOM.findall(body), shape)
     tokens = [t for t in _TOKENS.findall(text) if t]
     reader = _Reader(tokens)
     value = reader.value(shape)
@@ -123,10 +142,9 @@ def _number(tok: str, shape: ArrayShape):
         if not lo <= v <= hi:
             raise LiteralError(f"value {tok} is out of range for {t.name}")
         return v
-    try:
+    if _FLOAT.fullmatch(tok):
         return float(tok)
-    except ValueError:
-        raise LiteralError(f"expected a number for {_s(shape)} but found '{tok}'") from None
+    raise LiteralError(f"expected a number for {_s(shape)} but found '{tok}'")
 
 
 def _subbyte_range(name: str) -> tuple[int, int]:
@@ -139,7 +157,12 @@ def _to_numpy(flat: list, shape: ArrayShape) -> np.ndarray:
         values = [complex(_number(r, _REAL_OF[shape.dtype.name]), _number(i, _REAL_OF[shape.dtype.name]))
                   for r, i in flat]
         return np.array(values, dtype=dtype).reshape(shape.dims)
-    values = [_number(tok, shape) for tok in flat]
+    values = None
+    if shape.dtype.is_float:
+        if _FLOATS.fullmatch(" ".join(flat)):
+            values = [float(tok) for tok in flat]  # bulk path; _number explains any failure
+    if values is None:
+        values = [_number(tok, shape) for tok in flat]
     if shape.dtype.is_float:
         with np.errstate(over="ignore"):
             arr = np.array(values, dtype=np.float64).astype(dtype)
