@@ -80,6 +80,12 @@ def _reduce(inst: HloInstruction, args: list, interp) -> Value:
     inits = [np.asarray(a) for a in args[n:]]
     dims = tuple(sorted(int(d) for d in inst.attrs.get("dimensions", ())))
     reducer = inst.attrs["to_apply"]
+    if all(inputs[0].shape[d] == 1 for d in dims):
+        # One element per output: XLA takes the init value to be the reducer's identity and
+        # the reduce to be a reshape (its simplifier rewrites it so), whatever the init is.
+        kept = tuple(inst.shape.leaves()[0].dims)
+        out = [x.reshape(kept).copy() for x in inputs]
+        return tuple(out) if inst.shape.is_tuple else out[0]
     reducers = recognize_combiner(reducer)
     out = _fast_reduce(inputs, inits, dims, reducers) if reducers is not None else None
     if out is None:
