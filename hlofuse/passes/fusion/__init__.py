@@ -39,7 +39,11 @@ def fusion_passes(target: str | TargetParams = "gpu") -> list[HloPass]:
     them), producer-consumer fusion, and on the GPU fusion merging, multi-output and horizontal
     fusion."""
     params = target_params(target)
-    passes: list[HloPass] = [CallInliner(params.name), InstructionFusion(params)]
+    passes: list[HloPass] = [CallInliner(params.name)]
+    if params.multi_output:
+        # XLA's GPU pipeline first fuses without duplication, then with it.
+        passes.append(InstructionFusion(params, may_duplicate=False))
+    passes.append(InstructionFusion(params))
     if params.multi_output:
         passes.append(FusionMerger(params))
         passes.append(MultiOutputFusion(params))
