@@ -202,6 +202,7 @@ def _check_random(text: str, target: str) -> None:
         p.run(fused)
     verify(fused)
     printed = fused.to_text()
+    _xla_parses(printed)
     assert _same(expected, evaluate(parse_hlo(printed), args)), printed
 
 

@@ -25,10 +25,6 @@ refuse = Decision.refuse
 ALLOW = Decision.allow()
 
 
-def _desc(inst: HloInstruction) -> str:
-    return inst.name
-
-
 def _is_scalar_constant(inst: HloInstruction) -> bool:
     return inst.opcode == "constant" and inst.shape.is_array and inst.shape.element_count() == 1
 
@@ -75,7 +71,7 @@ class ProducerConsumerRules:
 
     def should_fuse(self, consumer: HloInstruction, index: int) -> Decision:
         producer = consumer.operands[index]
-        p, c = _desc(producer), _desc(consumer)
+        p, c = producer.name, consumer.name
         if self.params.name == "cpu":
             checks = (self._cpu_constant, self._producer_fusible, self._cpu_concatenate,
                       self._reuse, self._base, self._cpu_reductions, self._scalar_constant,
