@@ -580,3 +580,14 @@ def test_python_scalars_take_the_parameter_type():
     i, x = evaluate(counting_while(4), [1, 0.5])
     same(i, np.int32(4))
     same(x, np.float32(4.0))
+
+
+def test_variadic_reduce_argmax_long_rows_pairwise():
+    rng = np.random.default_rng(9)
+    x = rng.integers(0, 20, (3, 1000)).astype(np.float32)  # many ties: first index must win
+    x[1, 500] = np.nan
+    idx = np.broadcast_to(np.arange(1000, dtype=np.int32), x.shape).copy()
+    out_shape = TupleShape((array("f32", (3,)), array("s32", (3,))))
+    m = reduce_module(argmax_reducer(), [x, idx], [np.float32(-np.inf), np.int32(0)], (1,), out_shape)
+    vals, args = evaluate(m, [x, idx, np.asarray(np.float32(-np.inf)), np.asarray(np.int32(0))])
+    same(args, np.asarray(jnp.argmax(x, axis=1)).astype(np.int32))

@@ -44,6 +44,34 @@ def _fast_reduce(inputs: list[Array], inits: list[Array], dims: tuple[int, ...],
     return out
 
 
+# Up to this many reduced elements a generic reducer is folded in index order; longer rows are
+# combined pairwise (XLA fixes no order: the reducer is meant to be associative).
+SEQUENTIAL_LIMIT = 64
+
+
+def _call_columns(interp, reducer: HloComputation, left: list[Array], right: list[Array]) -> list[Array]:
+    """The reducer applied elementwise to equal-shape arrays (accumulators first)."""
+    shape = left[0].shape
+    result = interp.call_batched(reducer, [a.reshape(-1) for a in left] + [b.reshape(-1) for b in right])
+    values = list(result) if len(left) > 1 else [result]
+    return [np.broadcast_to(np.asarray(v), (math.prod(shape),)).astype(a.dtype).reshape(shape)
+            for v, a in zip(values, left)]
+
+
+def _tree_fold(interp, reducer: HloComputation, flat: list[Array], inits: list[Array]) -> list[Array]:
+    """Pairwise combination of the columns of (kept, reduced) arrays, earlier elements on the
+    left (so index-based tie breaks still prefer them), then the init values in front."""
+    cols = flat
+    while cols[0].shape[1] > 1:
+        width = cols[0].shape[1]
+        even = width - width % 2
+        paired = _call_columns(interp, reducer, [c[:, 0:even:2] for c in cols], [c[:, 1:even:2] for c in cols])
+        cols = [np.concatenate([p, c[:, even:]], axis=1) for p, c in zip(paired, cols)]
+    n_kept = cols[0].shape[0]
+    heads = [np.broadcast_to(init, (n_kept,)).copy() for init in inits]
+    return _call_columns(interp, reducer, heads, [c[:, 0] for c in cols])
+
+
 def fold(interp, reducer: HloComputation, inputs: list[Array], inits: list[Array],
          dims: tuple[int, ...]) -> list[Array]:
     """Fold `reducer` over `dims` of `inputs` starting from `inits`, in index order."""
@@ -54,7 +82,9 @@ def fold(interp, reducer: HloComputation, inputs: list[Array], inits: list[Array
     n_red = math.prod(inputs[0].shape[d] for d in dims)
     flat = [np.transpose(x, kept + list(dims)).reshape(n_kept, n_red) for x in inputs]
     n = len(inputs)
-    if is_elementwise_computation(reducer):
+    if is_elementwise_computation(reducer) and n_red > SEQUENTIAL_LIMIT:
+        acc = _tree_fold(interp, reducer, flat, inits)
+    elif is_elementwise_computation(reducer):
         acc = [np.broadcast_to(init, (n_kept,)).copy() for init in inits]
         for k in range(n_red):
             result = interp.call_batched(reducer, acc + [f[:, k] for f in flat])
