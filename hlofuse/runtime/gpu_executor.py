@@ -5,11 +5,13 @@ and once for the host emulation, and run them on a CUDA GPU or on the CPU.
     outputs = program.run([x, y])                                # entry result flattened
     program.ptx()                                                # every kernel, for sm_90
 
-Planning reuses the CPU executor's planner (runtime/cpu_executor.py): every executed
-computation becomes steps; a fusion (or a fusible op left unfused, wrapped in a computation)
-becomes a list of GPU launches (GpuLaunch) instead of CPU kernel calls:
-  * per reduction group: [init] main [finish] (emitters/gpu/reduction_kernel.py),
-  * per set of remaining outputs of equal dimensions: one loop kernel (loop_kernel.py).
+Planning follows the CPU executor: every executed computation becomes steps with a buffer
+assignment (runtime/buffers.py); a fusion (or a fusible op left unfused, wrapped in a
+computation) is split into kernels by the shared kernel planner (runtime/kernel_planning.py:
+reduction groups, loop kernels per output dimensions, reduces materialized into temporaries),
+and each kernel becomes GPU launches (GpuLaunch):
+  * a reduction group: [init] main [finish] [epilogue] (emitters/gpu/reduction_kernel.py),
+  * a loop kernel: one grid (loop_kernel.py).
 Other ops (dot, convolution, sort, while, ...) are not kernels: they run on the host through
 the CPU backend's library rules (runtime/library_ops.py, numpy). On a real GPU their operands
 are copied to the host and their results back to the device when a kernel reads them; inputs
@@ -32,59 +34,153 @@ from ..emitters.gpu.kernels import LaunchDims, param_leaf_count
 from ..emitters.gpu.target import DEFAULT_ARCH
 from ..hlo.errors import InputError, UnsupportedError
 from ..hlo.ir import HloComputation, HloInstruction, HloModule
-from .cpu_executor import _check_input, _constant, _ComputationPlan, _flatten, _Planner, _symbol, _unflatten
+from .buffers import Assignment, assign_buffers
+from .cpu_executor import _check_input, _constant, _emittable, _flatten, _symbol, _unflatten, _wrap
 
 
 @dataclass
 class GpuLaunch:
-    """One kernel launch of a fusion step."""
+    """One kernel launch of a fusion step. `inputs`/`results` say where the kernel's
+    parameter and output leaves live: ("in", i) a leaf of the fusion's operands, ("out", k) a
+    leaf of its result, ("tmp", t) a temporary between the step's kernels (a reduce that the
+    shared kernel planner materializes, e.g. softmax's row max)."""
 
     name: str
     comp: HloComputation
-    role: str  # loop | init | main | finish
+    role: str  # loop | init | main | finish | epilogue
     dims: LaunchDims
     plan: object  # LoopPlan or ReductionPlan
     outputs: list[int] = field(default_factory=list)  # output leaves of loop kernels
+    inputs: list[tuple[str, int]] = field(default_factory=list)
+    results: list[tuple[str, int]] = field(default_factory=list)
     fn: object = None  # loaded kernel (emulated ctypes function or CUDA function)
 
     @property
     def scratch_types(self) -> tuple:
-        return self.plan.scratch_types() if self.role in ("main", "finish") else ()
+        return () if self.role == "loop" else self.plan.scratch_types()
 
 
-class _GpuPlanner(_Planner):
-    """The CPU planner with GPU launches in place of CPU kernel calls."""
+@dataclass
+class GpuStep:
+    """One instruction of an executed computation and how it runs."""
 
-    def kernel_calls(self, comp: HloComputation, inst: HloInstruction) -> list[GpuLaunch]:
-        from ..emitters.gpu.loop_kernel import plan_loop
-        from ..emitters.gpu.reduction_kernel import plan_reduction
+    inst: HloInstruction
+    kind: str  # param | const | tuple | gte | kernel | library | call
+    operand_steps: list[int] = field(default_factory=list)
+    launches: list[GpuLaunch] = field(default_factory=list)
+    leaf_shapes: list = field(default_factory=list)  # output leaves (kernel steps)
+    temps: list = field(default_factory=list)  # shapes of temporaries between its kernels
+
+    @property
+    def aliases_operands(self) -> bool:
+        return self.kind in ("tuple", "gte", "library", "call")
+
+    @property
+    def kernel_leaf_bytes(self) -> list[int]:
+        if self.kind != "kernel":
+            return []
+        return [s.element_count() * s.dtype.byte_size for s in self.leaf_shapes]
+
+
+def _launches_of(kp, leaves, add) -> None:
+    """GPU launches for one kernel of the shared kernel planner (a reduction group or loop)."""
+    from ..emitters.gpu.loop_kernel import plan_loop
+    from ..emitters.gpu.reduction_kernel import plan_reduction
+
+    if kp.group is not None:
+        plan = plan_reduction(kp.group, leaves)
+        if plan.kind != "per_output" and plan.atomic:
+            add(kp, "init", plan.output_launch, plan)
+        add(kp, "main", plan.launch, plan)
+        if plan.two_pass:
+            add(kp, "finish", plan.output_launch, plan)
+        if plan.needs_epilogue:
+            add(kp, "epilogue", plan.output_launch, plan)
+        return
+    widest = max(leaves[k].shape.dtype.byte_size for k in kp.outputs)
+    plan = plan_loop(leaves[kp.outputs[0]].shape.dims, widest)
+    add(kp, "loop", plan.launch, plan, kp.outputs)
+
+
+class _GpuPlanner:
+    """Turns executed computations into steps and collects every launch of the program."""
+
+    def __init__(self) -> None:
+        self.plans: dict[int, _ComputationPlan] = {}
+        self.kernels: list[GpuLaunch] = []
+
+    def plan(self, comp: HloComputation) -> "_ComputationPlan":
+        p = self.plans.get(id(comp))
+        if p is None:
+            p = _ComputationPlan(comp, self)
+            self.plans[id(comp)] = p
+        return p
+
+    def step(self, inst: HloInstruction) -> GpuStep:
         from ..emitters.loop_emitter import output_leaves
-        from ..emitters.reduction_emitter import reduction_groups
 
-        leaves = output_leaves(comp)
-        groups, rest = reduction_groups(comp)
-        base = f"k{len(self.kernels)}_{_symbol(inst.name)}"
+        op = inst.opcode
+        if op in ("parameter", "constant", "tuple"):
+            return GpuStep(inst, {"parameter": "param", "constant": "const"}.get(op, op))
+        if op == "get-tuple-element":
+            return GpuStep(inst, "gte")
+        if op == "fusion":
+            comp = inst.fused_computation
+            if not _emittable(comp):  # e.g. a kOutput fusion around a dot: run it like a call
+                self.plan(comp)
+                return GpuStep(inst, "call")
+        elif inst.info.elemental is not None:
+            comp = _wrap(inst)
+        elif inst.info.library is not None:
+            for callee in inst.called_computations():
+                self.plan(callee)
+            return GpuStep(inst, "library")
+        else:
+            reason = inst.info.unsupported.get("library") or inst.info.unsupported.get("elemental") or "not implemented"
+            raise UnsupportedError(f"the GPU backend cannot run {op} instruction {inst.name}: {reason}")
+        step = GpuStep(inst, "kernel", leaf_shapes=[leaf.shape for leaf in output_leaves(comp)])
+        step.launches, step.temps = self.fusion_launches(comp, inst)
+        return step
+
+    def fusion_launches(self, comp: HloComputation, inst: HloInstruction):
+        """The launches of fused computation `comp` (in order) and its temporaries' shapes."""
+        from ..emitters.loop_emitter import output_leaves
+        from .kernel_planning import plan_fusion
+
+        kernels, temps = plan_fusion(comp, f"k{len(self.kernels)}_{_symbol(inst.name)}")
         launches: list[GpuLaunch] = []
 
-        def add(role, dims, plan, outputs=()):
-            launches.append(GpuLaunch(f"{base}_{role}{len(launches)}", comp, role, dims, plan, list(outputs)))
+        def add(kp, role, dims, plan, outputs=()):
+            launches.append(GpuLaunch(f"{kp.name}_{role}{len(launches)}", kp.comp, role, dims, plan,
+                                      list(outputs), list(kp.inputs), list(kp.results)))
 
-        for g in groups:
-            plan = plan_reduction(g)
-            if plan.kind != "per_output" and plan.atomic:
-                add("init", plan.output_launch, plan)
-            add("main", plan.launch, plan)
-            if plan.two_pass:
-                add("finish", plan.output_launch, plan)
-        by_dims: dict[tuple, list[int]] = {}
-        for k in rest:
-            by_dims.setdefault(tuple(leaves[k].shape.dims), []).append(k)
-        for dims, ks in by_dims.items():
-            widest = max(leaves[k].shape.dtype.byte_size for k in ks)
-            plan = plan_loop(dims, widest)
-            add("loop", plan.launch, plan, ks)
+        for kp in kernels:
+            _launches_of(kp, output_leaves(kp.comp), add)
         self.kernels.extend(launches)
-        return launches
+        return launches, temps
+
+
+class _ComputationPlan:
+    """The steps executing one computation, and its buffer assignment."""
+
+    def __init__(self, comp: HloComputation, planner: _GpuPlanner) -> None:
+        self.comp = comp
+        self.steps: list[GpuStep] = []
+        index: dict[int, int] = {}
+        for inst in comp.post_order():
+            step = planner.step(inst)
+            step.operand_steps = [index[id(op)] for op in inst.operands]
+            index[id(inst)] = len(self.steps)
+            self.steps.append(step)
+        self.root_step = index[id(comp.root)]
+        self.assignment: Assignment = assign_buffers(self.steps, self.root_step)
+        self._arena: np.ndarray | None = None
+
+    def arena(self) -> np.ndarray:
+        """Host arena for the temporaries of the emulation (allocated once)."""
+        if self._arena is None:
+            self._arena = np.empty(max(self.assignment.arena_bytes, 1), np.uint8)
+        return self._arena
 
 
 def emit_module(launches: list[GpuLaunch], target, name: str):
@@ -93,12 +189,18 @@ def emit_module(launches: list[GpuLaunch], target, name: str):
 
     from ..emitters.gpu.kernels import GpuKernelSkeleton
     from ..emitters.gpu.loop_kernel import emit_loop_kernel
-    from ..emitters.gpu.reduction_kernel import emit_reduction_finish, emit_reduction_init, emit_reduction_main
+    from ..emitters.gpu.reduction_kernel import (
+        emit_reduction_epilogue,
+        emit_reduction_finish,
+        emit_reduction_init,
+        emit_reduction_main,
+    )
 
     mod = ir.Module(name=_symbol(name))
     mod.triple = target.triple
     mod.data_layout = target.data_layout
-    emitters = {"init": emit_reduction_init, "main": emit_reduction_main, "finish": emit_reduction_finish}
+    emitters = {"init": emit_reduction_init, "main": emit_reduction_main, "finish": emit_reduction_finish,
+                "epilogue": emit_reduction_epilogue}
     for launch in launches:
         skel = GpuKernelSkeleton(mod, target, launch.name, launch.comp, launch.dims, launch.scratch_types)
         if launch.role == "loop":
@@ -322,15 +424,17 @@ class GpuProgram:
                 outs.append(view.reshape(shape.dims))
             else:
                 outs.append(dev.empty(shape.dims, dt))
-        base = [dev.pointer(x) for x in inputs] + [dev.pointer(o) for o in outs]
         scratch: dict[int, list] = {}
-        for launch in step.kernels:
+        temps = [dev.empty(t.dims, t.dtype.numpy) for t in step.temps]
+        where = {"in": [dev.pointer(x) for x in inputs], "out": [dev.pointer(o) for o in outs],
+                 "tmp": [dev.pointer(t) for t in temps]}
+        for launch in step.launches:
+            base = [where[kind][n] for kind, n in launch.inputs] + [where[kind][n] for kind, n in launch.results]
             extra = []
             if launch.scratch_types:
                 bufs = scratch.get(id(launch.plan))
                 if bufs is None:
-                    n = max(launch.plan.scratch_elements(), 1)
-                    bufs = [dev.empty((n,), et.numpy) for et in launch.scratch_types]
+                    bufs = [dev.empty((max(n, 1),), et.numpy) for et, n in launch.plan.scratch()]
                     scratch[id(launch.plan)] = bufs
                 extra = [dev.pointer(x) for x in bufs]
             dev.launch(launch, base + extra)

@@ -64,7 +64,7 @@ def emit_atomic_combine(em: ElementalEmitter, comp: HloComputation, et: ElementT
         return
     ty = mem_type(et)
     ity = ir.IntType(et.bits)
-    iptr = b.bitcast(ptr, ity.as_pointer(ptr.type.addr_space))
+    iptr = b.bitcast(ptr, ity.as_pointer(ptr.type.addrspace))
     start = b.load(iptr)
     pre = b.block
     loop = b.append_basic_block("cas.loop")

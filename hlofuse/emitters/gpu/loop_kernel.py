@@ -52,19 +52,27 @@ def emit_loop_kernel(skel, comp: HloComputation, outputs: list[int], plan: LoopP
     n = plan.elements
     first = b.mul(skel.global_thread_idx, const_i64(plan.unroll), flags=["nuw", "nsw"])
 
-    def element(lin):
-        index = Index(b, plan.dims, linear=lin)
-        values = [leaf.select(g(index)) for g, leaf in zip(gens, chosen)]
-        for v, leaf, ptr in zip(values, chosen, ptrs):
-            store_element(b, v, b.gep(ptr, [lin], inbounds=True), leaf.shape.dtype)
+    def elements(lins) -> None:
+        # All loads first (parameters read at the output index), then all values, then all
+        # stores: math between the accesses (libdevice's inline asm) would otherwise keep
+        # LLVM's load/store vectorizer from merging them into vector accesses.
+        indices = [Index(b, plan.dims, linear=lin) for lin in lins]
+        for p in comp.parameters:
+            if p.shape.is_array and tuple(p.shape.dims) == plan.dims:
+                for index in indices:
+                    em.gen(p)(index)
+        values = [[leaf.select(g(index)) for g, leaf in zip(gens, chosen)] for index in indices]
+        for lin, vals in zip(lins, values):
+            for v, leaf, ptr in zip(vals, chosen, ptrs):
+                store_element(b, v, b.gep(ptr, [lin], inbounds=True), leaf.shape.dtype)
 
     if n % plan.unroll == 0:
         with b.if_then(b.icmp_signed("<", first, const_i64(n)), likely=True):
-            for k in range(plan.unroll):
-                element(first if k == 0 else b.add(first, const_i64(k), flags=["nuw", "nsw"]))
+            elements([first if k == 0 else b.add(first, const_i64(k), flags=["nuw", "nsw"])
+                      for k in range(plan.unroll)])
     else:
         for k in range(plan.unroll):
             lin = first if k == 0 else b.add(first, const_i64(k), flags=["nuw", "nsw"])
             with b.if_then(b.icmp_signed("<", lin, const_i64(n))):
-                element(lin)
+                elements([lin])
     skel.finish()

@@ -25,6 +25,12 @@ combined in one of two ways (decided per group by atomics.atomic_kind for every 
   * two passes (variadic reducers, 8/16-bit types): each thread stores its partial into a
     scratch buffer [P, K] (P partials per output), and a finish kernel (one thread per
     output) folds init and the valid partials in order.
+Outputs computed from the reduced values at the output index (the group's epilogue, e.g.
+`divide(reduce(x), n)`) are evaluated where the reduced values are final: right after the fold
+(per_output), in the finish kernel (two passes), or in an epilogue kernel after the atomic
+kernel, which reads the accumulators (an output leaf when the reduce is itself an output, a
+scratch buffer otherwise).
+
 Warp shuffles and shared memory are not used: the host emulation runs the threads of a block
 one after another and could not execute them faithfully, so real and emulated kernels share
 this atomic path (documented trade-off: more global atomics than XLA's tree reduction).
@@ -57,7 +63,7 @@ def _pow2_at_least(n: int) -> int:
 
 @dataclass
 class ReductionPlan:
-    """How one reduction group is launched."""
+    """How one reduction group is launched, and where its accumulators live."""
 
     group: ReductionGroup
     kind: str  # per_output | row | column
@@ -68,6 +74,10 @@ class ReductionPlan:
     tile: int = 1
     chunks: int = 1
     launch: LaunchDims = field(default_factory=lambda: LaunchDims(0, 32))
+    # Per hero, per result: the output leaf holding it (a reduce that is itself an output),
+    # or None (an accumulator in a scratch buffer, read by the epilogue kernel).
+    homes: list = field(default_factory=list)
+    trivial: set = field(default_factory=set)  # epilogue leaves that are a hero's result
 
     @property
     def partials(self) -> int:
@@ -79,36 +89,63 @@ class ReductionPlan:
         return self.kind != "per_output" and not self.atomic
 
     @property
+    def needs_epilogue(self) -> bool:
+        """Atomic plans with outputs computed from the reduced values need a last kernel."""
+        return self.kind != "per_output" and self.atomic and any(k not in self.trivial for k in self.group.epilogue)
+
+    @property
     def output_launch(self) -> LaunchDims:
-        """The launch of the init and finish kernels (one thread per output element)."""
+        """The launch of the init, finish and epilogue kernels (one thread per output element)."""
         return launch_for(self.outputs_k)
 
+    def _results(self):
+        return [(h, j, op.shape.dtype) for h in self.group.heroes
+                for j, op in enumerate(h.operands[len(h.operands) // 2:])]
+
+    def scratch(self) -> list[tuple]:
+        """(element type, element count) of each scratch buffer: the partials of every reduce
+        result (two passes), or the accumulators of results that are not outputs (atomics)."""
+        if self.two_pass:
+            return [(et, self.partials * self.outputs_k) for _, _, et in self._results()]
+        if self.kind == "per_output":
+            return []
+        homes = [k for ks in self.homes for k in ks]
+        return [(et, self.outputs_k) for (_, _, et), home in zip(self._results(), homes) if home is None]
+
     def scratch_types(self) -> tuple:
-        """Element types of the partials buffers (one per reduce result) of a two-pass plan."""
-        if not self.two_pass:
-            return ()
-        return tuple(op.shape.dtype for h in self.group.heroes for op in h.operands[len(h.operands) // 2:])
-
-    def scratch_elements(self) -> int:
-        return self.partials * self.outputs_k
+        return tuple(et for et, _ in self.scratch())
 
 
-def plan_reduction(group: ReductionGroup) -> ReductionPlan:
-    """Choose the kernel shape and the combining strategy of `group`."""
+def plan_reduction(group: ReductionGroup, leaves: list) -> ReductionPlan:
+    """Choose the kernel shape and the combining strategy of `group` (`leaves`: the output
+    leaves of its fused computation)."""
     k = math.prod(group.out_dims)
     r = math.prod(group.in_dims[d] for d in group.rdims) if group.in_dims else 1
     atomic = all(
         atomic_kind(h.attrs["to_apply"], op.shape.dtype) is not None if len(h.operands) == 2 else False
         for h in group.heroes for op in h.operands[len(h.operands) // 2:]
     )
+    homes, trivial = [], set()
+    for h in group.heroes:
+        n = len(h.operands) // 2
+        found = []
+        for j in range(n):
+            path = (j,) if n > 1 else ()
+            k_out = next((e for e in group.epilogue if leaves[e].inst is h and leaves[e].path == path), None)
+            found.append(k_out)
+            if k_out is not None:
+                trivial.add(k_out)
+        homes.append(found)
+    common = dict(homes=homes, trivial=trivial)
     if r <= PER_OUTPUT_MAX or k == 0:
-        return ReductionPlan(group, "per_output", True, k, r, launch=launch_for(k))
+        return ReductionPlan(group, "per_output", True, k, r, launch=launch_for(k), **common)
     if group.is_row:
         lanes = min(ROW_MAX_LANES, max(32, _pow2_at_least(-(-r // ROW_TILE))))
         chunks = -(-r // (lanes * ROW_TILE))
-        return ReductionPlan(group, "row", atomic, k, r, lanes, ROW_TILE, chunks, LaunchDims(k * chunks, lanes))
+        return ReductionPlan(group, "row", atomic, k, r, lanes, ROW_TILE, chunks, LaunchDims(k * chunks, lanes),
+                             **common)
     chunks = -(-r // COLUMN_TILE)
-    return ReductionPlan(group, "column", atomic, k, r, 1, COLUMN_TILE, chunks, launch_for(k * chunks))
+    return ReductionPlan(group, "column", atomic, k, r, 1, COLUMN_TILE, chunks, launch_for(k * chunks), **common)
 
 
 class _Emit:
@@ -121,12 +158,26 @@ class _Emit:
         self.group = plan.group
         self.em = ElementalEmitter(self.b, skel.target, skel.param_gen)
         self.heroes = [_Hero(self.em, h) for h in self.group.heroes]
-        leaves = output_leaves(comp)
-        self.hero_ptrs = [[skel.output_ptr(k) for k in ks] for ks in self.group.hero_outputs]
-        self.extra_leaves = [leaves[k] for k in self.group.extras]
+        self.leaves = output_leaves(comp)
+        self.extra_leaves = [self.leaves[k] for k in self.group.extras]
         self.extra_ptrs = [skel.output_ptr(k) for k in self.group.extras]
         self.extra_gens = [self.em.gen(leaf.inst) for leaf in self.extra_leaves]
         self.red_sizes = [self.group.in_dims[d] for d in self.group.rdims]
+
+    def acc_ptrs(self) -> list[list]:
+        """Per hero, per result: the buffer its atomically combined value lives in."""
+        s = 0
+        out = []
+        for homes in self.plan.homes:
+            ptrs = []
+            for k in homes:
+                if k is None:
+                    ptrs.append(self.skel.scratch_ptr(s))
+                    s += 1
+                else:
+                    ptrs.append(self.skel.output_ptr(k))
+            out.append(ptrs)
+        return out
 
     def input_index(self, out_multi, r) -> Index:
         b = self.b
@@ -163,11 +214,28 @@ class _Emit:
         for ptr, g, leaf in zip(self.extra_ptrs, self.extra_gens, self.extra_leaves):
             store_element(b, leaf.select(g(index)), b.gep(ptr, [index.linear], inbounds=True), leaf.shape.dtype)
 
-    def store_outputs(self, slots, o) -> None:
+    def store_epilogue(self, values, o, only_nontrivial: bool = False) -> None:
+        """Store the group's epilogue outputs at output element `o`, the heroes' values
+        given by `values(hero) -> list of register values` (the reduce's generator is
+        overridden, so outputs computed from a reduce read the reduced value)."""
         b = self.b
-        for h, ss, ptrs in zip(self.heroes, slots, self.hero_ptrs):
-            for s, ptr, et in zip(ss, ptrs, h.types):
-                store_element(b, b.load(s), b.gep(ptr, [o], inbounds=True), et)
+        for h in self.heroes:
+            def gen(_idx, h=h):
+                vals = values(h)
+                return tuple(vals) if h.n > 1 else vals[0]
+
+            self.em.override(h.inst, gen)
+        index = Index(b, self.group.out_dims, linear=o)
+        for k in self.group.epilogue:
+            if only_nontrivial and k in self.plan.trivial:
+                continue
+            leaf = self.leaves[k]
+            v = leaf.select(self.em.gen(leaf.inst)(index))
+            store_element(b, v, b.gep(self.skel.output_ptr(k), [o], inbounds=True), leaf.shape.dtype)
+
+    def store_from_slots(self, slots, o) -> None:
+        by_hero = {id(h): ss for h, ss in zip(self.heroes, slots)}
+        self.store_epilogue(lambda h: [self.b.load(s) for s in by_hero[id(h)]], o)
 
 
 def emit_reduction_main(skel, comp: HloComputation, plan: ReductionPlan) -> None:
@@ -182,7 +250,7 @@ def emit_reduction_main(skel, comp: HloComputation, plan: ReductionPlan) -> None
             slots = e.slots()
             with for_range(b, const_i64(0), const_i64(r_total), "r") as r:
                 e.visit(slots, out_multi, r, None)
-            e.store_outputs(slots, o)
+            e.store_from_slots(slots, o)
         skel.finish()
         return
     if plan.kind == "row":
@@ -207,7 +275,7 @@ def emit_reduction_main(skel, comp: HloComputation, plan: ReductionPlan) -> None
             with b.if_then(b.icmp_signed("<", r, const_i64(r_total))):
                 e.visit(slots, out_multi, r, b.icmp_signed("==", j, const_i64(0)))
         if plan.atomic:
-            for h, ss, ptrs in zip(e.heroes, slots, e.hero_ptrs):
+            for h, ss, ptrs in zip(e.heroes, slots, e.acc_ptrs()):
                 emit_atomic_combine(e.em, h.comp, h.types[0], b.gep(ptrs[0], [o], inbounds=True), b.load(ss[0]))
         else:
             slot_index = b.add(b.mul(part, const_i64(k)), o)
@@ -225,7 +293,7 @@ def emit_reduction_init(skel, comp: HloComputation, plan: ReductionPlan) -> None
     b = e.b
     o = skel.global_thread_idx
     with b.if_then(b.icmp_signed("<", o, const_i64(plan.outputs_k))):
-        for h, ptrs in zip(e.heroes, e.hero_ptrs):
+        for h, ptrs in zip(e.heroes, e.acc_ptrs()):
             for v, ptr, et in zip(h.init_values(b), ptrs, h.types):
                 store_element(b, v, b.gep(ptr, [o], inbounds=True), et)
     skel.finish()
@@ -259,5 +327,21 @@ def emit_reduction_finish(skel, comp: HloComputation, plan: ReductionPlan) -> No
                     res = list(res) if isinstance(res, tuple) else [res]
                     for x, v in zip(ss, res):
                         b.store(v, x)
-        e.store_outputs(slots, o)
+        e.store_from_slots(slots, o)
+    skel.finish()
+
+
+def emit_reduction_epilogue(skel, comp: HloComputation, plan: ReductionPlan) -> None:
+    """After the atomic kernel: one thread per output element computes the outputs that are
+    functions of the reduced values (XLA's reduction epilogue), reading the accumulators."""
+    e = _Emit(skel, comp, plan)
+    b = e.b
+    o = skel.global_thread_idx
+    with b.if_then(b.icmp_signed("<", o, const_i64(plan.outputs_k))):
+        ptrs = {id(h): ps for h, ps in zip(e.heroes, e.acc_ptrs())}
+
+        def values(h):
+            return [load_element(b, b.gep(p, [o], inbounds=True), et) for p, et in zip(ptrs[id(h)], h.types)]
+
+        e.store_epilogue(values, o, only_nontrivial=True)
     skel.finish()

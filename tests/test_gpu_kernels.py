@@ -1,0 +1,376 @@
+"""GPU kernels on hand-written fused modules, run by the host emulation of the grid (every
+block and thread, blocks on several OS threads with real atomics) and compared with the
+interpreter (float sums within tolerance, integer reductions exactly); the same kernels'
+PTX is assembled by ptxas for sm_90."""
+from __future__ import annotations
+
+import re
+import threading
+
+import numpy as np
+import pytest
+
+from hlofuse.emitters.gpu import reduction_kernel as rk
+from hlofuse.emitters.gpu.atomics import atomic_kind
+from hlofuse.emitters.gpu.ptxas import assemble, assembler
+from hlofuse.hlo.parser import parse_hlo
+from hlofuse.runtime.gpu_emulator import run_grid
+from hlofuse.runtime.gpu_executor import GpuProgram, launch_summary
+from hlofuse.runtime.interpreter import evaluate
+
+REDUCERS = """
+add_f32 {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}
+max_f32 {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] maximum(a, b)
+}
+mul_f32 {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] multiply(a, b)
+}
+add_s32 {
+  a = s32[] parameter(0)
+  b = s32[] parameter(1)
+  ROOT s = s32[] add(a, b)
+}
+max_s32 {
+  a = s32[] parameter(0)
+  b = s32[] parameter(1)
+  ROOT s = s32[] maximum(a, b)
+}
+min_u32 {
+  a = u32[] parameter(0)
+  b = u32[] parameter(1)
+  ROOT s = u32[] minimum(a, b)
+}
+add_s64 {
+  a = s64[] parameter(0)
+  b = s64[] parameter(1)
+  ROOT s = s64[] add(a, b)
+}
+xor_s32 {
+  a = s32[] parameter(0)
+  b = s32[] parameter(1)
+  ROOT s = s32[] xor(a, b)
+}
+sub_s32 {
+  a = s32[] parameter(0)
+  b = s32[] parameter(1)
+  ROOT s = s32[] subtract(a, b)
+}
+add_f16 {
+  a = f16[] parameter(0)
+  b = f16[] parameter(1)
+  ROOT s = f16[] add(a, b)
+}
+or_pred {
+  a = pred[] parameter(0)
+  b = pred[] parameter(1)
+  ROOT s = pred[] or(a, b)
+}
+"""
+
+
+def _shape(ty: str, dims) -> str:
+    return f"{ty}[{','.join(map(str, dims))}]"
+
+
+def reduce_module(dims, rdims, ty="f32", reducer="add_f32", init="0") -> str:
+    out = [d for i, d in enumerate(dims) if i not in rdims]
+    rd = ",".join(map(str, rdims))
+    return f"""HloModule r
+{REDUCERS}
+fused {{
+  p0 = {_shape(ty, dims)} parameter(0)
+  c = {ty}[] constant({init})
+  ROOT r = {_shape(ty, out)} reduce(p0, c), dimensions={{{rd}}}, to_apply={reducer}
+}}
+ENTRY e {{
+  x = {_shape(ty, dims)} parameter(0)
+  ROOT f = {_shape(ty, out)} fusion(x), kind=kInput, calls=fused
+}}
+"""
+
+
+def _input(dims, ty: str, rng) -> np.ndarray:
+    if ty == "f32":
+        return rng.standard_normal(dims).astype(np.float32)
+    if ty == "f16":
+        return rng.standard_normal(dims).astype(np.float16)
+    if ty == "pred":
+        return rng.random(dims) < 0.001
+    dt = {"s32": np.int32, "u32": np.uint32, "s64": np.int64}[ty]
+    return rng.integers(0, 1000, dims).astype(dt)
+
+
+def run_both(text: str, args: list, check_ptx: bool = False):
+    """(emulated outputs, interpreter outputs, program) for module `text` on `args`."""
+    module = parse_hlo(text)
+    prog = GpuProgram.compile(module, emulated=True)
+    got = prog.run(args)
+    want = [np.asarray(w) for w in evaluate(module, args)]
+    if check_ptx and assembler() is not None:
+        assemble(prog.ptx(), "sm_90")
+    return got, want, prog
+
+
+def assert_match(got, want, exact: bool) -> None:
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        assert g.shape == w.shape and g.dtype == w.dtype
+        if exact:
+            np.testing.assert_array_equal(g, w)
+        else:
+            np.testing.assert_allclose(g.astype(np.float64), w.astype(np.float64), rtol=2e-4, atol=2e-4)
+
+
+def kinds(prog) -> set[tuple[str, str]]:
+    return {(r["role"], r["kind"]) for r in launch_summary(prog)}
+
+
+# ---- shapes of reductions -------------------------------------------------------------------
+@pytest.mark.parametrize("dims,rdims,kind", [
+    ((300, 257), (1,), "row"),        # 257 = 32 lanes * 8 + 1: the last lane's tile is partial
+    ((7, 5000), (1,), "row"),          # several blocks per row (chunks > 1)
+    ((1000, 130), (0,), "column"),     # 1000 = 31 * 32 + 8: a partial last tile
+    ((64, 33, 40), (0, 1), "column"),  # several reduced dims, kept minor
+    ((6, 50, 9), (0, 2), "row"),       # interleaved: reduced, kept, reduced
+    ((4099,), (0,), "row"),            # full reduction: many blocks, one output
+    ((33, 65), (0, 1), "row"),         # full reduction of a 2-D array
+    ((40, 20), (1,), "per_output"),    # short rows: a thread per output, no atomics
+])
+def test_float_sum_shapes(dims, rdims, kind):
+    rng = np.random.default_rng(1)
+    got, want, prog = run_both(reduce_module(dims, rdims), [_input(dims, "f32", rng)], check_ptx=True)
+    assert ("main", kind) in kinds(prog)
+    assert_match(got, want, exact=False)
+
+
+@pytest.mark.parametrize("ty,reducer,dims,rdims,expected_atomic", [
+    ("s32", "add_s32", (1000, 77), (0,), "rmw:add"),
+    ("s32", "add_s32", (77, 1000), (1,), "rmw:add"),
+    ("s64", "add_s64", (5001,), (0,), "rmw:add"),
+    ("s32", "max_s32", (513, 70), (0,), "rmw:max"),
+    ("u32", "min_u32", (70, 513), (1,), "rmw:umin"),
+    ("s32", "xor_s32", (3000,), (0,), "rmw:xor"),
+])
+def test_integer_reductions_are_exact(ty, reducer, dims, rdims, expected_atomic):
+    rng = np.random.default_rng(2)
+    text = reduce_module(dims, rdims, ty, reducer, "0" if "min" not in reducer else "4294967295")
+    got, want, prog = run_both(text, [_input(dims, ty, rng)])
+    hero = parse_hlo(text).computations
+    comp = next(c for c in hero if c.name == reducer)
+    assert atomic_kind(comp, comp.root.shape.dtype) == expected_atomic
+    assert any(r["atomic"] for r in launch_summary(prog))
+    assert_match(got, want, exact=True)
+
+
+def test_non_identity_init_enters_once():
+    """Partials start from their first element, so init=5 is added exactly once (as the
+    interpreter does), whatever the number of tiles and atomics."""
+    rng = np.random.default_rng(3)
+    x = _input((300, 100), "s32", rng)
+    got, want, _ = run_both(reduce_module((300, 100), (0,), "s32", "add_s32", "5"), [x])
+    assert_match(got, want, exact=True)
+    np.testing.assert_array_equal(got[0], x.sum(axis=0) + 5)
+
+
+def test_cas_loop_reducers():
+    """multiply and float maximum have no atomicrmw: a compare-and-swap loop combines them."""
+    rng = np.random.default_rng(4)
+    x = (1.0 + 0.001 * rng.standard_normal((2000, 40))).astype(np.float32)
+    got, want, prog = run_both(reduce_module((2000, 40), (0,), "f32", "mul_f32", "1"), [x], check_ptx=True)
+    assert_match(got, want, exact=False)
+    x[5, 3] = np.nan
+    got, want, _ = run_both(reduce_module((2000, 40), (0,), "f32", "max_f32", "-inf"), [x])
+    assert np.isnan(got[0][3]) and np.isnan(want[0][3])
+    assert_match(got, want, exact=True)
+    # a reducer that is not an atomicrmw operation (and not associative): still a CAS loop
+    comp = next(c for c in parse_hlo(reduce_module((4,), (0,), "s32", "sub_s32")).computations if c.name == "sub_s32")
+    assert atomic_kind(comp, comp.root.shape.dtype) == "cas"
+
+
+def test_two_pass_for_f16_and_pred():
+    rng = np.random.default_rng(5)
+    x = _input((500, 64), "f16", rng)
+    got, want, prog = run_both(reduce_module((500, 64), (0,), "f16", "add_f16"), [x], check_ptx=True)
+    assert ("finish", "column") in kinds(prog) and not any(r["atomic"] for r in launch_summary(prog))
+    np.testing.assert_allclose(got[0].astype(np.float32), want[0].astype(np.float32), rtol=2e-2, atol=0.15)
+    p = _input((64, 700), "pred", rng)
+    got, want, prog = run_both(reduce_module((64, 700), (1,), "pred", "or_pred", "false"), [p])
+    assert ("finish", "row") in kinds(prog)
+    assert_match(got, want, exact=True)
+
+
+ARGMAX = """HloModule argmax
+argmax {
+  v0 = f32[] parameter(0)
+  i0 = s32[] parameter(1)
+  v1 = f32[] parameter(2)
+  i1 = s32[] parameter(3)
+  gt = pred[] compare(v0, v1), direction=GT
+  eq = pred[] compare(v0, v1), direction=EQ
+  lt = pred[] compare(i0, i1), direction=LT
+  tie = pred[] and(eq, lt)
+  keep = pred[] or(gt, tie)
+  v = f32[] select(keep, v0, v1)
+  i = s32[] select(keep, i0, i1)
+  ROOT t = (f32[], s32[]) tuple(v, i)
+}
+fused {
+  x = f32[DIMS] parameter(0)
+  io = s32[DIMS] iota(), iota_dimension=RD
+  ninf = f32[] constant(-inf)
+  zero = s32[] constant(0)
+  ROOT r = (f32[OUT], s32[OUT]) reduce(x, io, ninf, zero), dimensions={RD}, to_apply=argmax
+}
+ENTRY e {
+  x = f32[DIMS] parameter(0)
+  ROOT f = (f32[OUT], s32[OUT]) fusion(x), kind=kInput, calls=fused
+}
+"""
+
+
+@pytest.mark.parametrize("dims,rd", [((50, 3000), 1), ((3000, 50), 0)])
+def test_variadic_argmax_two_pass(dims, rd):
+    out = [d for i, d in enumerate(dims) if i != rd]
+    text = ARGMAX.replace("DIMS", ",".join(map(str, dims))).replace("OUT", ",".join(map(str, out))).replace("RD", str(rd))
+    rng = np.random.default_rng(6)
+    x = rng.integers(-50, 50, dims).astype(np.float32)  # many ties: the smallest index must win
+    got, want, prog = run_both(text, [x], check_ptx=True)
+    assert any(r["role"] == "finish" for r in launch_summary(prog))
+    assert_match(got, want, exact=True)
+    np.testing.assert_array_equal(got[1], np.argmax(x, axis=rd))
+
+
+MULTI = """HloModule multi
+add {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}
+fused {
+  x = f32[130,1100] parameter(0)
+  sq = f32[130,1100] multiply(x, x)
+  e = f32[130,1100] exponential(x)
+  z = f32[] constant(0)
+  s1 = f32[130] reduce(x, z), dimensions={1}, to_apply=add
+  s2 = f32[130] reduce(sq, z), dimensions={1}, to_apply=add
+  s3 = f32[1100] reduce(e, z), dimensions={0}, to_apply=add
+  ROOT t = (f32[130], f32[130], f32[130,1100], f32[1100]) tuple(s1, s2, e, s3)
+}
+ENTRY main {
+  x = f32[130,1100] parameter(0)
+  ROOT f = (f32[130], f32[130], f32[130,1100], f32[1100]) fusion(x), kind=kInput, calls=fused
+}
+"""
+
+
+def test_multi_output_reduction_fusion():
+    """Two row reductions share one pass (one partial each) and the elementwise output is
+    written from the same loop; the column reduction is its own group."""
+    rng = np.random.default_rng(7)
+    got, want, prog = run_both(MULTI, [rng.standard_normal((130, 1100)).astype(np.float32)], check_ptx=True)
+    mains = [r for r in launch_summary(prog) if r["role"] == "main"]
+    assert sorted(r["kind"] for r in mains) == ["column", "row"]
+    assert not any(r["role"] == "loop" for r in launch_summary(prog))
+    assert_match(got, want, exact=False)
+
+
+def test_empty_reduced_dimension_gives_init():
+    got, want, _ = run_both(reduce_module((5, 0), (1,), "f32", "add_f32", "2.5"), [np.zeros((5, 0), np.float32)])
+    assert_match(got, want, exact=True)
+    np.testing.assert_array_equal(got[0], np.full(5, 2.5, np.float32))
+
+
+# ---- loop kernels ---------------------------------------------------------------------------
+LOOP = """HloModule loop
+fused {
+  p0 = f32[@N] parameter(0)
+  p1 = f32[@N] parameter(1)
+  a = f32[@N] add(p0, p1)
+  t = f32[@N] tanh(a)
+  ROOT r = (f32[@N], f32[@N]) tuple(a, t)
+}
+ENTRY e {
+  x = f32[@N] parameter(0)
+  y = f32[@N] parameter(1)
+  ROOT f = (f32[@N], f32[@N]) fusion(x, y), kind=kLoop, calls=fused
+}
+"""
+
+
+@pytest.mark.parametrize("n,unroll", [(4096, 4), (1001, 1), (3, 1)])
+def test_loop_kernel_unroll_and_bounds(n, unroll):
+    rng = np.random.default_rng(8)
+    args = [rng.standard_normal(n).astype(np.float32) for _ in range(2)]
+    got, want, prog = run_both(LOOP.replace("@N", str(n)), args)
+    assert prog.launches[0].plan.unroll == unroll
+    assert_match(got, want, exact=False)
+
+
+@pytest.mark.skipif(assembler() is None, reason="neither ptxas nor nvJitLink is installed")
+def test_loop_ptx_is_vectorized_and_uses_libdevice():
+    prog = GpuProgram.compile(parse_hlo(LOOP.replace("@N", "4096")), emulated=True, build_only=True)
+    ptx = prog.ptx()
+    assert f".entry {prog.launches[0].name}(" in ptx and ".target sm_90" in ptx
+    assert "ld.global.nc.v4" in ptx or "ld.global.v4" in ptx
+    assert "st.global.v4" in ptx
+    assert "__nv_tanhf" not in ptx  # libdevice is linked and inlined, not called
+    for arch in ("sm_80", "sm_90"):
+        assert len(assemble(GpuProgram.compile(parse_hlo(LOOP.replace("@N", "4096")), emulated=True,
+                                               build_only=True, arch=arch).ptx(), arch)) > 0
+
+
+def test_atomic_ptx_instructions():
+    """The atomic paths select the GPU's atomics: red/atom add, max and a cas loop."""
+    if assembler() is None:
+        pytest.skip("neither ptxas nor nvJitLink is installed")
+    ptx = GpuProgram.compile(parse_hlo(reduce_module((1000, 130), (0,))), emulated=True, build_only=True).ptx()
+    assert "red.global.add.f32" in ptx or "atom.global.add.f32" in ptx
+    ptx = GpuProgram.compile(parse_hlo(reduce_module((513, 70), (0,), "s32", "max_s32")), emulated=True,
+                             build_only=True).ptx()
+    assert "max.s32" in ptx
+    ptx = GpuProgram.compile(parse_hlo(reduce_module((2000, 40), (0,), "f32", "mul_f32", "1")), emulated=True,
+                             build_only=True).ptx()
+    assert re.search(r"atom\.[a-z.]*cas\.b32", ptx)
+    assemble(ptx)
+
+
+# ---- the emulator ---------------------------------------------------------------------------
+def test_run_grid_covers_every_block_once_on_several_threads():
+    seen: list[tuple[int, int, int]] = []
+    lock = threading.Lock()
+    barrier = threading.Barrier(2, timeout=5)
+
+    def fn(begin, end):
+        barrier.wait()  # both ranges are in flight at the same time
+        with lock:
+            seen.append((threading.get_ident(), begin, end))
+
+    run_grid(fn, [], 37)
+    blocks = sorted(b for _, begin, end in seen for b in range(begin, end))
+    assert blocks == list(range(37))
+    assert len({t for t, _, _ in seen}) >= 2
+
+
+def test_plan_thresholds():
+    """Reduction plans follow the documented thresholds."""
+    from hlofuse.emitters.reduction_emitter import reduction_groups
+
+    def plan(dims, rdims):
+        comp = next(c for c in parse_hlo(reduce_module(dims, rdims)).computations if c.name == "fused")
+        from hlofuse.emitters.loop_emitter import output_leaves
+        return rk.plan_reduction(reduction_groups(comp)[0][0], output_leaves(comp))
+
+    assert plan((10, rk.PER_OUTPUT_MAX), (1,)).kind == "per_output"
+    p = plan((10, 5000), (1,))
+    assert (p.kind, p.lanes, p.chunks) == ("row", 256, 3)
+    p = plan((100, 64), (0,))
+    assert (p.kind, p.chunks, p.launch.threads >= 64 * 4) == ("column", 4, True)
