@@ -27,11 +27,7 @@ _HEADER_FIRST = ("is_scheduled", _LAYOUT_KEY)
 def shape_to_text(shape: Shape, with_layout: bool = True) -> str:
     """A shape as XLA prints it: scalars without `{}`, `/*index=5*/` every five tuple elements."""
     if isinstance(shape, ArrayShape):
-        text = shape.to_text(with_layout=False)
-        layout = shape.layout
-        if with_layout and layout is not None and (shape.dims or layout.suffix):
-            text += str(layout)
-        return text
+        return shape.to_text(with_layout)
     if isinstance(shape, TupleShape):
         parts = []
         for i, e in enumerate(shape.elements):

@@ -112,7 +112,8 @@ class ArrayShape(Shape):
             else:
                 parts.append(("<=" if dyn else "") + str(d))
         text = f"{self.dtype.name}[{','.join(parts)}]"
-        if with_layout and self.layout is not None:
+        # XLA writes scalars as `f32[]`, without the empty `{}` layout.
+        if with_layout and self.layout is not None and (self.dims or self.layout.suffix):
             text += str(self.layout)
         return text
 
