@@ -220,6 +220,11 @@ class ElementalEmitter:
         self._gens[id(inst)] = g
         return g
 
+    def override(self, inst: HloInstruction, gen: Generator) -> None:
+        """Make `gen` the generator of `inst` (uncached): kernel emitters use it to feed values
+        they computed themselves (a reduction's accumulators) into epilogue generators."""
+        self._gens[id(inst)] = gen
+
     def _cached(self, inst: HloInstruction, raw: Generator) -> Generator:
         # Reuse a value only inside the block that computed it (so it dominates the use),
         # which keeps DAG-shaped fusions (x used twice) from emitting x twice.

@@ -24,18 +24,31 @@ from dataclasses import dataclass
 from llvmlite import ir
 
 from ..hlo.ir import HloComputation
-from .elemental import ElementalEmitter, Index, const_i64, delinearize, dims_of, load_element, store_element
-from .loop_emitter import OutputLeaf, for_range, output_leaves
+from .elemental import (
+    ElementalEmitter,
+    Index,
+    const_i64,
+    delinearize,
+    dims_of,
+    load_element,
+    mem_type,
+    reg_type,
+    store_element,
+)
+from .loop_emitter import for_range, output_leaves
 
 COLUMN_BLOCK = 512
 
 
 @dataclass
 class ReductionGroup:
-    """Output leaves written by one reduction kernel."""
+    """Output leaves written by one reduction kernel: reduce heroes (reducing inputs of
+    `in_dims` over `rdims`), outputs computed from them by an elementwise epilogue at the
+    output index (the reduces themselves are the trivial epilogue), and elementwise outputs
+    of the input's dimensions (`extras`)."""
 
     heroes: list  # reduce instructions
-    hero_outputs: list[list[int]]  # per hero, its output leaf positions (one per result)
+    epilogue: list[int]  # output leaves computed from the heroes at the output index
     extras: list[int]  # elementwise output leaves with the input's dimensions
     in_dims: tuple[int, ...]
     rdims: tuple[int, ...]
@@ -70,38 +83,54 @@ class ReductionGroup:
 
     @property
     def outputs(self) -> list[int]:
-        return [k for ks in self.hero_outputs for k in ks] + self.extras
+        return self.epilogue + self.extras
+
+
+def reduce_heroes(inst) -> list:
+    """The reduce instructions `inst` depends on through non-reduce instructions."""
+    out, seen, stack = [], set(), [inst]
+    while stack:
+        i = stack.pop()
+        if id(i) in seen:
+            continue
+        seen.add(id(i))
+        if i.opcode == "reduce":
+            out.append(i)
+            continue
+        stack.extend(i.operands)
+    return out
+
+
+def _signature(r) -> tuple:
+    return dims_of(r.operands[0]), tuple(sorted(r.attrs["dimensions"]))
 
 
 def reduction_groups(comp: HloComputation) -> tuple[list[ReductionGroup], list[int]]:
     """Split the output leaves of `comp` into reduction groups and the rest (loop outputs)."""
     leaves = output_leaves(comp)
-    groups: list[ReductionGroup] = []
-    taken: set[int] = set()
-    for k, leaf in enumerate(leaves):
-        inst = leaf.inst
-        if inst.opcode != "reduce" or k in taken:
-            continue
-        in_dims = dims_of(inst.operands[0])
-        rdims = tuple(sorted(inst.attrs["dimensions"]))
-        group = next((g for g in groups if g.in_dims == in_dims and g.rdims == rdims), None)
-        if group is None:
-            group = ReductionGroup([], [], [], in_dims, rdims)
-            groups.append(group)
-        positions = [j for j, other in enumerate(leaves) if other.inst is inst]
-        group.heroes.append(inst)
-        group.hero_outputs.append(positions)
-        taken.update(positions)
+    groups: dict[tuple, ReductionGroup] = {}
     rest = []
     for k, leaf in enumerate(leaves):
-        if k in taken:
-            continue
-        home = next((g for g in groups if tuple(leaf.shape.dims) == g.in_dims and g.in_dims), None)
-        if home is not None and leaf.inst.opcode != "reduce":
+        heroes = reduce_heroes(leaf.inst)
+        sigs = {_signature(h) for h in heroes}
+        if len(sigs) == 1:
+            in_dims, rdims = next(iter(sigs))
+            g = groups.get((in_dims, rdims)) or ReductionGroup([], [], [], in_dims, rdims)
+            if tuple(leaf.shape.dims) == g.out_dims:
+                groups[(in_dims, rdims)] = g
+                g.epilogue.append(k)
+                g.heroes.extend(h for h in heroes if all(h is not o for o in g.heroes))
+                continue
+        rest.append(k)
+    loops = []
+    for k in rest:
+        leaf = leaves[k]
+        home = next((g for g in groups.values() if g.in_dims and tuple(leaf.shape.dims) == g.in_dims), None)
+        if home is not None and not reduce_heroes(leaf.inst):
             home.extras.append(k)
         else:
-            rest.append(k)
-    return groups, rest
+            loops.append(k)
+    return list(groups.values()), loops
 
 
 class _Hero:
@@ -115,6 +144,7 @@ class _Hero:
         self.inits = [em.gen(op) for op in inst.operands[n:]]
         self.comp = inst.attrs["to_apply"]
         self.types = [op.shape.dtype for op in inst.operands[n:]]
+        self.reg_types = [reg_type(et) for et in self.types]
 
     def init_values(self, b):
         return [g(Index(b, (), multi=())) for g in self.inits]
@@ -131,63 +161,93 @@ def emit_reduction_kernel(skel, comp: HloComputation, group: ReductionGroup) -> 
     em = ElementalEmitter(b, skel.target, skel.param_gen)
     heroes = [_Hero(em, h) for h in group.heroes]
     leaves = output_leaves(comp)
-    hero_ptrs = [[skel.output_ptr(k) for k in ks] for ks in group.hero_outputs]
-    extra_ptrs = [skel.output_ptr(k) for k in group.extras]
-    extra_gens = [em.gen(leaves[k].inst) for k in group.extras]
+    extras = [(skel.output_ptr(k), em.gen(leaves[k].inst), leaves[k]) for k in group.extras]
+    epilogue_ptrs = [skel.output_ptr(k) for k in group.epilogue]
     if group.is_row:
-        _emit_row(skel, em, group, heroes, hero_ptrs, extra_ptrs, extra_gens, [leaves[k] for k in group.extras])
+        _emit_row(skel, em, group, heroes, extras, epilogue_ptrs, [leaves[k] for k in group.epilogue])
     else:
-        _emit_column(skel, em, group, heroes, hero_ptrs, extra_ptrs, extra_gens, [leaves[k] for k in group.extras])
+        _emit_column(skel, em, group, heroes, extras, epilogue_ptrs, [leaves[k] for k in group.epilogue])
     skel.finish()
 
 
-def _store_extras(b, index: Index, ptrs, gens, leaves: list[OutputLeaf]) -> None:
-    for ptr, g, leaf in zip(ptrs, gens, leaves):
+def _store_extras(b, index: Index, extras) -> None:
+    for ptr, g, leaf in extras:
         store_element(b, leaf.select(g(index)), b.gep(ptr, [index.linear], inbounds=True), leaf.shape.dtype)
 
 
-def _emit_row(skel, em, group, heroes, hero_ptrs, extra_ptrs, extra_gens, extra_leaves) -> None:
+def _input_index(b, group: ReductionGroup, kept_vals, reduced_vals) -> Index:
+    multi = [None] * len(group.in_dims)
+    for d, v in zip(group.kept, kept_vals):
+        multi[d] = v
+    for d, v in zip(group.rdims, reduced_vals):
+        multi[d] = v
+    return Index(b, group.in_dims, multi=multi)
+
+
+def _reduced_loops(b, group: ReductionGroup, body, level: int = 0, fixed=()) -> None:
+    """Nested loops over the reduced dimensions, outermost first; body(values) inside."""
+    if level == len(group.rdims):
+        body(list(fixed))
+        return
+    size = group.in_dims[group.rdims[level]]
+    with for_range(b, const_i64(0), const_i64(size), f"r{level}") as i:
+        _reduced_loops(b, group, body, level + 1, tuple(fixed) + (i,))
+
+
+def _override_heroes(em: ElementalEmitter, heroes, current) -> None:
+    """Make each hero's generator return its accumulated value (`current(hero)` at emission time),
+    so epilogue generators created afterwards read the accumulators."""
+    for h in heroes:
+        def gen(_idx, h=h):
+            vals = current(h)
+            return tuple(vals) if h.n > 1 else vals[0]
+
+        em.override(h.inst, gen)
+
+
+def _emit_row(skel, em, group, heroes, extras, epilogue_ptrs, epilogue_leaves) -> None:
     b = skel.builder
-    in_dims, rdims, kept = group.in_dims, list(group.rdims), group.kept
+    slots = {}
+    with b.goto_entry_block():
+        for h in heroes:
+            slots[id(h)] = [b.alloca(reg) for reg in h.reg_types]
+    _override_heroes(em, heroes, lambda h: [b.load(s) for s in slots[id(h)]])
+    epilogue_gens = [em.gen(leaf.inst) for leaf in epilogue_leaves]
     with for_range(b, skel.begin, skel.end, "out") as u:
-        out_multi = delinearize(b, u, group.out_dims)
-        slots = []
-        inits = [h.init_values(b) for h in heroes]
-        with b.goto_entry_block():
-            for vals in inits:
-                slots.append([b.alloca(v.type) for v in vals])
-        for ss, vals in zip(slots, inits):
-            for s, v in zip(ss, vals):
+        out_index = Index(b, group.out_dims, linear=u)
+        for h in heroes:
+            for s, v in zip(slots[id(h)], h.init_values(b)):
                 b.store(v, s)
 
-        def nest(level, fixed):
-            if level == len(rdims):
-                multi = [None] * len(in_dims)
-                for d, v in zip(kept, out_multi):
-                    multi[d] = v
-                for d, v in zip(rdims, fixed):
-                    multi[d] = v
-                index = Index(b, in_dims, multi=multi)
-                for h, ss in zip(heroes, slots):
-                    res = h.fold(em, [b.load(s) for s in ss], index)
-                    for s, r in zip(ss, res):
-                        b.store(r, s)
-                _store_extras(b, index, extra_ptrs, extra_gens, extra_leaves)
-                return
-            with for_range(b, const_i64(0), const_i64(in_dims[rdims[level]]), f"r{level}") as i:
-                nest(level + 1, fixed + [i])
+        def body(reduced):
+            index = _input_index(b, group, out_index.multi, reduced)
+            for h in heroes:
+                ss = slots[id(h)]
+                for s, r in zip(ss, h.fold(em, [b.load(s) for s in ss], index)):
+                    b.store(r, s)
+            _store_extras(b, index, extras)
 
-        nest(0, [])
-        for h, ss, ptrs in zip(heroes, slots, hero_ptrs):
-            for s, ptr, et in zip(ss, ptrs, h.types):
-                store_element(b, b.load(s), b.gep(ptr, [u], inbounds=True), et)
+        _reduced_loops(b, group, body)
+        for g, leaf, ptr in zip(epilogue_gens, epilogue_leaves, epilogue_ptrs):
+            store_element(b, leaf.select(g(out_index)), b.gep(ptr, [u], inbounds=True), leaf.shape.dtype)
 
 
-def _emit_column(skel, em, group, heroes, hero_ptrs, extra_ptrs, extra_gens, extra_leaves) -> None:
+def _emit_column(skel, em, group, heroes, extras, epilogue_ptrs, epilogue_leaves) -> None:
     b = skel.builder
-    in_dims, rdims, kept = group.in_dims, list(group.rdims), group.kept
-    last = in_dims[-1]
+    last = group.in_dims[-1]
     nb = group.blocks
+    scratch = {}
+    with b.goto_entry_block():
+        for h in heroes:
+            scratch[id(h)] = [b.alloca(mem_type(et), size=COLUMN_BLOCK) for et in h.types]
+    position = {}
+
+    def current(h):
+        return [load_element(b, b.gep(p, [position["j"]], inbounds=True), et)
+                for p, et in zip(scratch[id(h)], h.types)]
+
+    _override_heroes(em, heroes, current)
+    epilogue_gens = [em.gen(leaf.inst) for leaf in epilogue_leaves]
     with for_range(b, skel.begin, skel.end, "unit") as u:
         o = b.udiv(u, const_i64(nb))
         j0 = b.mul(b.urem(u, const_i64(nb)), const_i64(COLUMN_BLOCK))
@@ -197,29 +257,26 @@ def _emit_column(skel, em, group, heroes, hero_ptrs, extra_ptrs, extra_gens, ext
         row = b.mul(o, const_i64(last))
         inits = [h.init_values(b) for h in heroes]
         with for_range(b, j0, j1, "init") as j:
-            lin = b.add(row, j)
-            for h, vals, ptrs in zip(heroes, inits, hero_ptrs):
-                for v, ptr, et in zip(vals, ptrs, h.types):
-                    store_element(b, v, b.gep(ptr, [lin], inbounds=True), et)
+            slot = b.sub(j, j0)
+            for h, vals in zip(heroes, inits):
+                for v, p, et in zip(vals, scratch[id(h)], h.types):
+                    store_element(b, v, b.gep(p, [slot], inbounds=True), et)
 
-        def nest(level, fixed):
-            if level == len(rdims):
-                with for_range(b, j0, j1, "col") as j:
-                    multi = [None] * len(in_dims)
-                    for d, v in zip(kept, list(outer) + [j]):
-                        multi[d] = v
-                    for d, v in zip(rdims, fixed):
-                        multi[d] = v
-                    index = Index(b, in_dims, multi=multi)
-                    lin = b.add(row, j)
-                    for h, ptrs in zip(heroes, hero_ptrs):
-                        addrs = [b.gep(ptr, [lin], inbounds=True) for ptr in ptrs]
-                        accs = [load_element(b, a, et) for a, et in zip(addrs, h.types)]
-                        for a, r, et in zip(addrs, h.fold(em, accs, index), h.types):
-                            store_element(b, r, a, et)
-                    _store_extras(b, index, extra_ptrs, extra_gens, extra_leaves)
-                return
-            with for_range(b, const_i64(0), const_i64(in_dims[rdims[level]]), f"r{level}") as i:
-                nest(level + 1, fixed + [i])
+        def body(reduced):
+            with for_range(b, j0, j1, "col") as j:
+                index = _input_index(b, group, list(outer) + [j], reduced)
+                slot = b.sub(j, j0)
+                for h in heroes:
+                    addrs = [b.gep(p, [slot], inbounds=True) for p in scratch[id(h)]]
+                    accs = [load_element(b, a, et) for a, et in zip(addrs, h.types)]
+                    for a, r, et in zip(addrs, h.fold(em, accs, index), h.types):
+                        store_element(b, r, a, et)
+                _store_extras(b, index, extras)
 
-        nest(0, [])
+        _reduced_loops(b, group, body)
+        with for_range(b, j0, j1, "epilogue") as j:
+            position["j"] = b.sub(j, j0)
+            out_index = Index(b, group.out_dims, multi=list(outer) + [j], linear=b.add(row, j))
+            for g, leaf, ptr in zip(epilogue_gens, epilogue_leaves, epilogue_ptrs):
+                store_element(b, leaf.select(g(out_index)), b.gep(ptr, [out_index.linear], inbounds=True),
+                              leaf.shape.dtype)

@@ -28,8 +28,9 @@ from ..emitters import elemental  # noqa: F401  (registers the element generator
 from ..hlo.errors import InputError, UnsupportedError
 from ..hlo.ir import HloComputation, HloInstruction, HloModule
 from . import library_ops  # noqa: F401  (registers the library rules)
-from .buffers import Assignment, assign_buffers
+from .buffers import Assignment, OutputPool, assign_buffers
 from .compile_cache import CompileCache, cache_key
+from .kernel_planning import KernelPlan, plan_fusion
 
 _PARALLEL_MIN_ELEMENTS = 1 << 15
 _pool: ThreadPoolExecutor | None = None
@@ -46,25 +47,13 @@ def _thread_pool() -> ThreadPoolExecutor:
 
 
 @dataclass
-class KernelCall:
-    """One kernel of a step: its symbol, which output leaves it writes, its work units."""
-
-    name: str
-    comp: HloComputation
-    outputs: list[int]
-    units: int
-    unit_elements: int
-    group: object = None  # ReductionGroup for reduction kernels
-    fn: object = None  # ctypes function after loading
-
-
-@dataclass
 class Step:
     inst: HloInstruction
     kind: str  # param | const | tuple | gte | kernel | library
     operand_steps: list[int] = field(default_factory=list)
-    kernels: list[KernelCall] = field(default_factory=list)
+    kernels: list[KernelPlan] = field(default_factory=list)
     leaf_shapes: list = field(default_factory=list)  # output leaves (kernel steps)
+    temps: list = field(default_factory=list)  # shapes of temporaries between its kernels
 
     @property
     def aliases_operands(self) -> bool:
@@ -104,7 +93,7 @@ class _Planner:
 
     def __init__(self) -> None:
         self.plans: dict[int, _ComputationPlan] = {}
-        self.kernels: list[KernelCall] = []
+        self.kernels: list[KernelPlan] = []
 
     def plan(self, comp: HloComputation) -> "_ComputationPlan":
         p = self.plans.get(id(comp))
@@ -113,24 +102,10 @@ class _Planner:
             self.plans[id(comp)] = p
         return p
 
-    def kernel_calls(self, comp: HloComputation, inst: HloInstruction) -> list[KernelCall]:
-        from ..emitters.loop_emitter import loop_shape, output_leaves
-        from ..emitters.reduction_emitter import reduction_groups
-
-        leaves = output_leaves(comp)
-        groups, rest = reduction_groups(comp)
-        calls = []
-        base = f"k{len(self.kernels)}_{_symbol(inst.name)}"
-        for g in groups:
-            calls.append(KernelCall(f"{base}_r{len(calls)}", comp, g.outputs, g.units, g.unit_elements, g))
-        by_dims: dict[tuple, list[int]] = {}
-        for k in rest:
-            by_dims.setdefault(tuple(leaves[k].shape.dims), []).append(k)
-        for dims, ks in by_dims.items():
-            ls = loop_shape(dims)
-            calls.append(KernelCall(f"{base}_l{len(calls)}", comp, ks, ls.units, ls.unit_elements))
-        self.kernels.extend(calls)
-        return calls
+    def kernel_calls(self, comp: HloComputation, inst: HloInstruction) -> tuple[list[KernelPlan], list]:
+        kernels, temps = plan_fusion(comp, f"k{len(self.kernels)}_{_symbol(inst.name)}")
+        self.kernels.extend(kernels)
+        return kernels, temps
 
 
 class _ComputationPlan:
@@ -178,7 +153,7 @@ class _ComputationPlan:
         from ..emitters.loop_emitter import output_leaves
 
         step = Step(inst, "kernel", leaf_shapes=[leaf.shape for leaf in output_leaves(comp)])
-        step.kernels = planner.kernel_calls(comp, inst)
+        step.kernels, step.temps = planner.kernel_calls(comp, inst)
         return step
 
     def arena(self) -> np.ndarray:
@@ -197,14 +172,15 @@ def _flatten(value) -> list:
 
 
 def _unflatten(shape, leaves: list):
-    it = iter(leaves)
+    # No recursive closure here: its reference cycle would keep the output arrays alive
+    # until the cyclic GC runs, defeating the output pool.
+    return _build(shape, iter(leaves))
 
-    def build(s):
-        if s.is_tuple:
-            return tuple(build(e) for e in s.elements)
-        return next(it)
 
-    return build(shape)
+def _build(shape, it):
+    if shape.is_tuple:
+        return tuple(_build(e, it) for e in shape.elements)
+    return next(it)
 
 
 class CpuProgram:
@@ -218,6 +194,7 @@ class CpuProgram:
         self._llvm_ir: str | None = None
         self._jit = None
         self.cache_hit = False
+        self._outputs = OutputPool()
 
     # ---- compilation -----------------------------------------------------------------------
     @classmethod
@@ -358,28 +335,50 @@ class CpuProgram:
             slot = plan.assignment.slots[(i, k)]
             dt = shape.dtype.numpy
             if slot.offset is None:
-                outs.append(np.empty(shape.dims, dt))
+                outs.append(self._outputs.empty(shape.dims, dt))
             else:
                 view = arena[slot.offset:slot.offset + slot.nbytes].view(dt)
                 outs.append(view.reshape(shape.dims))
-        ptrs = [x.ctypes.data for x in inputs] + [o.ctypes.data for o in outs]
+        temps = [np.empty(t.dims, t.dtype.numpy) for t in step.temps]
+        where = {"in": [x.ctypes.data for x in inputs], "out": [o.ctypes.data for o in outs],
+                 "tmp": [t.ctypes.data for t in temps]}
         for k in step.kernels:
+            ptrs = [where[kind][n] for kind, n in k.inputs] + [where[kind][n] for kind, n in k.results]
             _launch(k, ptrs)
         return _unflatten(step.inst.shape, outs)
 
 
-def _launch(k: KernelCall, ptrs: list[int]) -> None:
+_idle_cores = {"value": 1, "at": -1.0}
+
+
+def _available_cores() -> int:
+    """Cores not busy with other work (refreshed twice a second): threads beyond them only
+    add scheduling delays on a loaded machine."""
+    now = time.monotonic()
+    if now - _idle_cores["at"] > 0.5:
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+        try:
+            busy = max(0.0, os.getloadavg()[0] - 1.0)  # minus this process's own runnable thread
+        except OSError:
+            busy = 0.0
+        _idle_cores.update(value=max(1, min(cores, round(cores - busy))), at=now)
+    return _idle_cores["value"]
+
+
+def _launch(k: KernelPlan, ptrs: list[int]) -> None:
+    """Call kernel `k` over all its units, split over the cores when there is enough work
+    (the calling thread runs the first share itself)."""
     units = k.units
     if units <= 0:
         return
     total = units * max(k.unit_elements, 1)
-    workers = os.cpu_count() or 1
-    if units == 1 or workers == 1 or total < _PARALLEL_MIN_ELEMENTS:
+    workers = min(_available_cores(), units, max(1, total // _PARALLEL_MIN_ELEMENTS))
+    if workers <= 1:
         k.fn(*ptrs, 0, units)
         return
-    chunks = min(workers * 4, units, max(1, total // (_PARALLEL_MIN_ELEMENTS // 4)))
-    bounds = [units * c // chunks for c in range(chunks + 1)]
-    futures = [_thread_pool().submit(k.fn, *ptrs, bounds[c], bounds[c + 1]) for c in range(chunks)]
+    bounds = [units * c // workers for c in range(workers + 1)]
+    futures = [_thread_pool().submit(k.fn, *ptrs, bounds[c], bounds[c + 1]) for c in range(1, workers)]
+    k.fn(*ptrs, bounds[0], bounds[1])
     for f in futures:
         f.result()
 

@@ -1,0 +1,168 @@
+"""Splitting a fused computation into kernels.
+
+Most fusions are one kernel: a loop kernel, or a reduction kernel whose heroes are the
+root reduces (with an elementwise epilogue and elementwise side outputs). A reduce whose
+value is needed elsewhere in the fusion - broadcast back into a loop (softmax), or feeding
+another reduce (variance from a mean) - would be recomputed per element by its element
+generator; instead it is *materialized*: computed first by its own kernel into a temporary,
+which the rest of the fusion then reads like a parameter. Output leaves with different
+dimensions get separate loop kernels.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..emitters.loop_emitter import loop_shape, output_leaves
+from ..emitters.reduction_emitter import ReductionGroup, reduction_groups
+from ..hlo.ir import HloComputation, HloInstruction
+
+
+@dataclass
+class KernelPlan:
+    """One kernel: the computation it emits, the output leaves it writes, its work units, and
+    where its parameter leaves come from / its output leaves go to: ("in", i) a leaf of the
+    fusion's operands, ("out", k) a leaf of the fusion's result, ("tmp", t) a temporary."""
+
+    comp: HloComputation
+    outputs: list[int]
+    units: int
+    unit_elements: int
+    group: ReductionGroup | None
+    inputs: list[tuple[str, int]] = field(default_factory=list)
+    results: list[tuple[str, int]] = field(default_factory=list)
+    name: str = ""
+    fn: object = None
+
+
+def _leaf_count(shape) -> int:
+    return len(shape.leaves()) if shape.is_tuple else 1
+
+
+def _walk_reduces(inst: HloInstruction, stop: set[int], found: dict[int, HloInstruction]) -> None:
+    """Collect reduces reachable from `inst` (not descending into them or into `stop`)."""
+    stack, seen = [inst], set()
+    while stack:
+        i = stack.pop()
+        if id(i) in seen or id(i) in stop:
+            continue
+        seen.add(id(i))
+        if i.opcode == "reduce":
+            found[id(i)] = i
+            continue
+        stack.extend(i.operands)
+
+
+def reduces_to_materialize(comp: HloComputation) -> list[HloInstruction]:
+    """Reduces of `comp` that no reduction kernel can produce as a hero."""
+    leaves = output_leaves(comp)
+    groups, loops = reduction_groups(comp)
+    found: dict[int, HloInstruction] = {}
+    for k in loops:
+        _walk_reduces(leaves[k].inst, set(), found)
+    for g in groups:
+        for k in g.extras:
+            _walk_reduces(leaves[k].inst, set(), found)
+        for h in g.heroes:
+            for op in h.operands:
+                _walk_reduces(op, set(), found)
+    order = {id(i): n for n, i in enumerate(comp.post_order())}
+    return sorted(found.values(), key=lambda i: order.get(id(i), 0))
+
+
+def _rebuild(comp: HloComputation, root: HloInstruction, replaced: list[HloInstruction], name: str) -> HloComputation:
+    """A computation computing `root` of `comp`, with each instruction of `replaced` read from a
+    new parameter numbered after comp's parameters (all of comp's parameters are kept)."""
+    new = HloComputation(name)
+    mapping: dict[int, HloInstruction] = {}
+    n = len(comp.parameters)
+    for p in comp.parameters:
+        q = p.clone()
+        q.parameter_number = p.parameter_number
+        mapping[id(p)] = new.add_instruction(q)
+    for j, r in enumerate(replaced):
+        if r is root:
+            continue
+        q = HloInstruction("parameter", r.shape, name=f"materialized_{j}")
+        q.parameter_number = n + j
+        mapping[id(r)] = new.add_instruction(q)
+    # Post order of the instructions `root` needs, stopping at mapped ones.
+    order, seen = [], set()
+
+    def visit(i: HloInstruction) -> None:
+        stack = [(i, False)]
+        while stack:
+            node, done = stack.pop()
+            if id(node) in mapping or id(node) in seen and not done:
+                continue
+            if done:
+                order.append(node)
+                continue
+            seen.add(id(node))
+            stack.append((node, True))
+            for op in reversed(node.operands):
+                if id(op) not in mapping and id(op) not in seen:
+                    stack.append((op, False))
+
+    visit(root)
+    for i in order:
+        mapping[id(i)] = new.add_instruction(i.clone(operands=[mapping[id(o)] for o in i.operands]))
+    new.root = mapping[id(root)]
+    return new
+
+
+def plan_fusion(comp: HloComputation, name: str) -> tuple[list[KernelPlan], list]:
+    """Kernels (in execution order) computing the fused computation `comp`, and the shapes of
+    the temporaries they exchange."""
+    temps: list = []
+    kernels: list[KernelPlan] = []
+    n_params = len(comp.parameters)
+    in_offsets, acc = [], 0
+    for p in comp.parameters:
+        in_offsets.append(acc)
+        acc += _leaf_count(p.shape)
+    materialized = reduces_to_materialize(comp)
+    tmp_offsets = []
+    for r in materialized:
+        tmp_offsets.append(len(temps))
+        temps.extend(r.shape.leaves() if r.shape.is_tuple else [r.shape])
+
+    def inputs_of(c: HloComputation) -> list[tuple[str, int]]:
+        out = []
+        for p in c.parameters:
+            k = p.parameter_number
+            count = _leaf_count(p.shape)
+            if k < n_params:
+                out.extend(("in", in_offsets[k] + j) for j in range(count))
+            else:
+                out.extend(("tmp", tmp_offsets[k - n_params] + j) for j in range(count))
+        return out
+
+    for j, r in enumerate(materialized):
+        sub = _rebuild(comp, r, materialized, f"{comp.name}.reduce{j}")
+        for kp in _kernels_of(sub, f"{name}_m{j}"):
+            kp.inputs = inputs_of(sub)
+            kp.results = [("tmp", tmp_offsets[j] + q) for q in range(len(output_leaves(sub)))]
+            kernels.append(kp)
+    main = _rebuild(comp, comp.root, materialized, f"{comp.name}.main") if materialized else comp
+    for kp in _kernels_of(main, name):
+        kp.inputs = inputs_of(main)
+        kp.results = [("out", q) for q in range(len(output_leaves(main)))]
+        kernels.append(kp)
+    return kernels, temps
+
+
+def _kernels_of(comp: HloComputation, name: str) -> list[KernelPlan]:
+    """Reduction kernels for the reduction groups and loop kernels per output dimensions."""
+    leaves = output_leaves(comp)
+    groups, loops = reduction_groups(comp)
+    plans = []
+    for g in groups:
+        plans.append(KernelPlan(comp, g.outputs, g.units, g.unit_elements, g, name=f"{name}_r{len(plans)}"))
+    by_dims: dict[tuple, list[int]] = {}
+    for k in loops:
+        by_dims.setdefault(tuple(leaves[k].shape.dims), []).append(k)
+    for dims, ks in by_dims.items():
+        ls = loop_shape(dims)
+        plans.append(KernelPlan(comp, ks, ls.units, ls.unit_elements, None, name=f"{name}_l{len(plans)}"))
+    return plans
+
