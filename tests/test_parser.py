@@ -531,3 +531,12 @@ fusion {
     assert m.name == "module_fusion"  # XLA's name for a header-less module
     assert m.entry.name == "fusion"
     assert m.entry.root.attrs["update_window_dims"] == (1,)
+
+
+def test_binary_file_is_a_parse_error(tmp_path):
+    path = tmp_path / "bad.hlo"
+    path.write_bytes(b"HloModule m\n\xff\xfe")
+    with pytest.raises(HloParseError) as e:
+        load_hlo_file(path)
+    assert (e.value.line, e.value.column) == (2, 1)
+    assert "UTF-8" in e.value.message

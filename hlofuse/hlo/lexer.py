@@ -118,12 +118,6 @@ class Lexer:
             return True
         return False
 
-    def word(self, what: str = "a name") -> str:
-        m = self.match(WORD)
-        if m is None:
-            raise self.expected(what)
-        return m.group()
-
     def name(self, what: str = "a name") -> tuple[str, int]:
         """A name with optional `%`; returns (name without %, its offset)."""
         self.skip_ws()

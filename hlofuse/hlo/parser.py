@@ -26,7 +26,6 @@ from .shapes import TOKEN_SHAPE, UNBOUNDED, ArrayShape, Layout, Shape, TupleShap
 _SECTION = re.compile(
     r"(FileNames|FunctionNames|FileLocations|StackFrames)[ \t]*(?:\n|$)((?:[ \t]*\d+[ \t][^\n]*(?:\n|$)|[ \t]*\n)*)"
 )
-_SECTION_KEYWORDS = ("FileNames", "FunctionNames", "FileLocations", "StackFrames")
 _ATTR_KEY = re.compile(r"[A-Za-z_][\w\-]*")
 _NAME_RE = r"(%?([A-Za-z_][\w.\-]*))"
 _FAST_HEAD = re.compile(r"\s*(ROOT\s+)?" + _NAME_RE + r"[ \t]*=[ \t]*([a-z][a-z0-9]*\[[^\]\[]*\](?:\{[^{}]*\})?)"
@@ -59,7 +58,15 @@ def parse_hlo(text: str, filename: str = "<string>") -> HloModule:
 def load_hlo_file(path) -> HloModule:
     """Read and parse an HLO text file."""
     p = Path(path)
-    return parse_hlo(p.read_text(), str(p))
+    data = p.read_bytes()
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        before = data[: e.start]
+        line = before.count(b"\n") + 1
+        column = e.start - (before.rfind(b"\n") + 1) + 1
+        raise HloParseError("the file is not UTF-8 text", line, column, "", str(p)) from None
+    return parse_hlo(text, str(p))
 
 
 class _Pending:
