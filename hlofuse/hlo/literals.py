@@ -208,6 +208,7 @@ def format_element(v, shape: ArrayShape, in_array: bool = False) -> str:
     """One element as XLA prints it (pred prints true/false as a scalar, 1/0 in arrays)."""
     t = shape.dtype
     if t.is_pred:
+        v = bool(v)
         if in_array:
             return "1" if v else "0"
         return "true" if v else "false"
@@ -225,6 +226,8 @@ def format_literal(value, shape: Shape) -> str:
     if isinstance(shape, TupleShape):
         return "(" + ", ".join(format_literal(v, s) for v, s in zip(value, shape.elements)) + ")"
     arr = np.asarray(value)
+    if arr.size != shape.element_count():
+        raise ValueError(f"a literal of {arr.size} elements cannot be printed as {_s(shape)}")
     if shape.rank == 0:
         return format_element(arr.reshape(()).item() if not shape.dtype.is_float else arr.reshape(())[()], shape)
     elems = [format_element(x, shape, True) for x in (arr.reshape(-1).tolist() if not shape.dtype.is_float

@@ -12,6 +12,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from .attributes import ConvDimensionNumbers, Raw, Window, WindowDimension
 from .ir import COMPUTATION_ATTRS
 
@@ -239,7 +241,7 @@ def encode_attribute(key: str, value: Any) -> str:
 
     if isinstance(value, Raw):
         return value.text
-    if isinstance(value, bool):
+    if isinstance(value, (bool, np.bool_)):
         return "true" if value else "false"
     if isinstance(value, HloComputation):
         return "%" + value.name
