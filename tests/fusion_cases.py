@@ -14,7 +14,7 @@ GOLDEN_DIR = Path(__file__).resolve().parent.parent / "testdata" / "hlo_text"
 
 @dataclass
 class FusionCase:
-    """One golden case: where it is, how to run it, the module and its checks."""
+    """One golden case: where it is, how to run it, and the module."""
 
     file: str
     index: int
