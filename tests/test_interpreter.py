@@ -8,7 +8,6 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from hlofuse.hlo.attributes import Raw
 from hlofuse.hlo.dtypes import from_numpy
 from hlofuse.hlo.errors import InputError, UnsupportedError
 from hlofuse.hlo.ir import HloComputation, HloInstruction, HloModule
@@ -58,13 +57,12 @@ def same(a, b) -> None:
 # ---- registry ---------------------------------------------------------------------------------
 def test_every_core_family_loads_and_rules_are_registered():
     load_families()
-    assert CORE_FAMILIES == ("elementwise", "data_movement", "reduction", "control_flow")
+    assert CORE_FAMILIES == ("elementwise", "conversion", "data_movement", "reduction", "control_flow")
     for opcode in ("add", "reduce", "while", "dynamic-slice", "convert", "compare", "fusion"):
         assert OPS[opcode].reference is not None, opcode
 
 
 def test_unsupported_op_names_op_instruction_and_reason():
-    tok = ArrayShape  # noqa: F841
     with pytest.raises(UnsupportedError, match=r"all-reduce \(instruction all-reduce\).*replicas"):
         op("all-reduce", "f32", np.ones(2, np.float32), to_apply=binop_computation("add", "f32"))
 

@@ -13,7 +13,7 @@ import numpy as np
 
 from ...hlo.errors import UnsupportedError
 from ...hlo.ir import HloInstruction
-from ...hlo.opcodes import mark_unsupported, register_reference
+from ...hlo.opcodes import register_reference
 
 Array = np.ndarray
 
@@ -45,13 +45,14 @@ def compute_dtype(dt: np.dtype, transcendental: bool = False) -> np.dtype:
     return dt
 
 
-def _contig(x) -> Array:
+def contiguous(x) -> Array:
     """A C-contiguous array of `x` with the same shape (np.ascontiguousarray makes 0-d 1-d)."""
     x = np.asarray(x)
     return np.ascontiguousarray(x).reshape(x.shape)
 
 
-def _out(inst: HloInstruction) -> np.dtype:
+def out_dtype(inst: HloInstruction) -> np.dtype:
+    """The numpy dtype of an instruction's (array) result."""
     return inst.shape.dtype.numpy
 
 
@@ -75,7 +76,7 @@ def unary(*opcodes: str, transcendental: bool = False):
         @register_reference(*opcodes)
         def rule(inst: HloInstruction, args: list, interp) -> Array:
             x = np.asarray(args[0])
-            return to_type(fn(x.astype(compute_dtype(x.dtype, transcendental), copy=False)), _out(inst))
+            return to_type(fn(x.astype(compute_dtype(x.dtype, transcendental), copy=False)), out_dtype(inst))
 
         rule.__doc__ = fn.__doc__
         return fn
@@ -95,8 +96,8 @@ def _abs(inst: HloInstruction, args: list, interp) -> Array:
     """|x|; complex gives its real-typed modulus; abs(INT_MIN) == INT_MIN."""
     x = np.asarray(args[0])
     if x.dtype.kind == "c":
-        return to_type(np.abs(x.astype(np.complex128)), _out(inst))
-    return to_type(np.abs(x.astype(compute_dtype(x.dtype))), _out(inst))
+        return to_type(np.abs(x.astype(np.complex128)), out_dtype(inst))
+    return to_type(np.abs(x.astype(compute_dtype(x.dtype))), out_dtype(inst))
 
 
 @unary("sign")
@@ -161,7 +162,7 @@ def _real_imag(inst: HloInstruction, args: list, interp) -> Array:
     """Real or imaginary part (of a real operand: itself or zero)."""
     x = np.asarray(args[0])
     part = np.real(x) if inst.opcode == "real" else np.imag(x)
-    return to_type(part, _out(inst))
+    return to_type(part, out_dtype(inst))
 
 
 # ---- unary: bits --------------------------------------------------------------------------
@@ -173,7 +174,7 @@ def _unsigned_view(x: Array) -> tuple[Array, int]:
 @unary("count-leading-zeros")
 def count_leading_zeros(x: Array) -> Array:
     """Leading zero bits of the two's complement representation."""
-    u, bits = _unsigned_view(_contig(x))
+    u, bits = _unsigned_view(contiguous(x))
     out = np.full(u.shape, bits, dtype=np.int64)
     for b in range(bits):
         out = np.where((u >> np.asarray(b, u.dtype)) & np.asarray(1, u.dtype), bits - 1 - b, out)
@@ -183,7 +184,7 @@ def count_leading_zeros(x: Array) -> Array:
 @unary("popcnt")
 def popcnt(x: Array) -> Array:
     """Number of set bits of the two's complement representation."""
-    u, _ = _unsigned_view(_contig(x))
+    u, _ = _unsigned_view(contiguous(x))
     return np.bitwise_count(u).astype(x.dtype)
 
 
@@ -231,120 +232,6 @@ for _opcode, _fn in _TRANSCENDENTAL.items():
     unary(_opcode, transcendental=True)(_fn)
 
 
-# ---- conversions ----------------------------------------------------------------------------
-def float_to_int(x: Array, dtype: np.dtype) -> Array:
-    """XLA's float -> integer conversion: truncate, NaN -> 0, saturate at the type's range."""
-    dtype = np.dtype(dtype)
-    x = np.asarray(x).astype(np.float64) if np.asarray(x).dtype != np.float64 else np.asarray(x)
-    if is_small_int(dtype):
-        lo, hi = (0, 15) if "uint" in dtype.name else (-8, 7)
-        return to_type(np.clip(np.nan_to_num(np.trunc(x), nan=0.0), lo, hi).astype(np.int64), dtype)
-    info = np.iinfo(dtype)
-    bits = info.bits
-    # Powers of two are exact in every float type, so these bounds compare exactly.
-    upper = float(2 ** (bits - 1) if info.min < 0 else 2 ** bits)
-    lower = float(-(2 ** (bits - 1)) if info.min < 0 else 0)
-    nan = np.isnan(x)
-    over = x >= upper
-    under = x < lower
-    safe = np.where(nan | over | under, 0.0, np.trunc(x))
-    out = safe.astype(dtype)
-    out = np.where(over, info.max, out)
-    out = np.where(under, info.min, out)
-    return np.where(nan, 0, out).astype(dtype)
-
-
-def convert_array(x: Array, dtype: np.dtype) -> Array:
-    """Convert `x` to `dtype` as XLA's `convert` does."""
-    x = np.asarray(x)
-    dtype = np.dtype(dtype)
-    if x.dtype == dtype:
-        return x.copy()
-    if dtype == np.bool_:
-        return x != 0
-    src = x.dtype
-    if src.kind == "c" and dtype.kind != "c":
-        x = np.real(x)
-        src = x.dtype
-    if (dtype.kind in "iu" or is_small_int(dtype)) and is_float(src):
-        return float_to_int(x.astype(np.float64), dtype)
-    if is_small_int(dtype):
-        return to_type(x.astype(np.int64), dtype)
-    if is_small_int(src):
-        x = x.astype(np.int64)
-    if is_float(dtype) and dtype.itemsize < 4 and (x.dtype.kind in "iu") and x.dtype.itemsize >= 4:
-        # Going through float64 keeps a single rounding for any integer below 2**53.
-        x = x.astype(np.float64)
-    return x.astype(dtype)
-
-
-@register_reference("convert")
-def _convert(inst: HloInstruction, args: list, interp) -> Array:
-    """Type conversion: float->int truncates and saturates (NaN -> 0), ->pred is x != 0."""
-    return convert_array(args[0], _out(inst))
-
-
-@register_reference("bitcast-convert")
-def _bitcast_convert(inst: HloInstruction, args: list, interp) -> Array:
-    """Reinterpret the bits; a narrower result type adds a minor dimension, a wider one drops it."""
-    x = _contig(args[0])
-    dtype = _out(inst)
-    if x.dtype.itemsize == dtype.itemsize:
-        return x.view(dtype).reshape(inst.shape.dims)
-    if x.dtype.itemsize > dtype.itemsize:
-        return x.reshape(x.shape + (1,)).view(dtype).reshape(inst.shape.dims)
-    return x.view(dtype).reshape(inst.shape.dims)
-
-
-_FLOAT_BITS = {np.dtype(np.float32): (8, 23, np.uint32), np.dtype(np.float64): (11, 52, np.uint64)}
-
-
-def reduce_precision(x: Array, exponent_bits: int, mantissa_bits: int) -> Array:
-    """Round f32/f64 values to a float format with the given bits (XLA's algorithm), as the same type."""
-    src_exp, src_mant, utype = _FLOAT_BITS[x.dtype]
-    total = 1 + src_exp + src_mant
-    one = utype(1)
-    bits = _contig(x).view(utype).copy()
-    if mantissa_bits < src_mant:
-        shift = utype(src_mant - mantissa_bits)
-        last_bit_mask = one << shift
-        base_bias = (last_bit_mask >> one) - one
-        last_bit = (bits & last_bit_mask) >> shift
-        truncation_mask = ~(last_bit_mask - one)
-        bits = (bits + last_bit + base_bias) & truncation_mask
-    if exponent_bits < src_exp:
-        sign_mask = one << utype(total - 1)
-        exp_mask = utype((1 << src_exp) - 1) << utype(src_mant)
-        bias = (1 << (src_exp - 1)) - 1
-        reduced_bias = (1 << (exponent_bits - 1)) - 1
-        max_exp = utype(bias + reduced_bias) << utype(src_mant)
-        min_exp = utype(bias - reduced_bias) << utype(src_mant)
-        exponent = bits & exp_mask
-        signed_zero = bits & sign_mask
-        bits = np.where(exponent > max_exp, signed_zero | exp_mask,
-                        np.where(exponent <= min_exp, signed_zero, bits)).astype(utype)
-    out = bits.view(x.dtype)
-    if mantissa_bits > 0:
-        out = np.where(np.isnan(x), x, out)
-    else:
-        # With no mantissa bits a NaN cannot be told from infinity; XLA keeps it a NaN.
-        out = np.where(np.isnan(x), np.array(np.nan, x.dtype), out)
-    return out.astype(x.dtype)
-
-
-@register_reference("reduce-precision")
-def _reduce_precision(inst: HloInstruction, args: list, interp) -> Array:
-    """Round to `exponent_bits`/`mantissa_bits` and back (overflow to inf, underflow to zero)."""
-    x = np.asarray(args[0])
-    wide = x.astype(np.float64 if x.dtype == np.float64 else np.float32)
-    out = reduce_precision(wide, int(inst.attrs["exponent_bits"]), int(inst.attrs["mantissa_bits"]))
-    return to_type(out, _out(inst))
-
-
-mark_unsupported("reference", "stochastic rounding needs XLA's random-bit convention, which is not modelled",
-                 "stochastic-convert")
-
-
 # ---- binary ---------------------------------------------------------------------------------
 def binary(*opcodes: str, transcendental: bool = False):
     """Register `fn(x, y) -> array` for binary ops computed in the operands' compute type."""
@@ -354,7 +241,7 @@ def binary(*opcodes: str, transcendental: bool = False):
         def rule(inst: HloInstruction, args: list, interp) -> Array:
             x, y = (np.asarray(a) for a in args)
             ct = compute_dtype(x.dtype, transcendental)
-            return to_type(fn(x.astype(ct, copy=False), y.astype(ct, copy=False)), _out(inst))
+            return to_type(fn(x.astype(ct, copy=False), y.astype(ct, copy=False)), out_dtype(inst))
 
         rule.__doc__ = fn.__doc__
         return fn
@@ -454,16 +341,16 @@ def _shift(x: Array, y: Array, kind: str) -> Array:
     width = x.dtype.itemsize * 8
     utype = np.dtype(f"u{x.dtype.itemsize}")
     itype = np.dtype(f"i{x.dtype.itemsize}")
-    amount = _contig(y).view(utype)  # shift amounts are read as unsigned
+    amount = contiguous(y).view(utype)  # shift amounts are read as unsigned
     big = amount >= width
     s = np.where(big, 0, amount).astype(utype)
     if kind == "left":
-        out = (_contig(x).view(utype) << s).view(x.dtype)
+        out = (contiguous(x).view(utype) << s).view(x.dtype)
         return np.where(big, np.zeros_like(x), out)
     if kind == "logical":
-        out = (_contig(x).view(utype) >> s).view(x.dtype)
+        out = (contiguous(x).view(utype) >> s).view(x.dtype)
         return np.where(big, np.zeros_like(x), out)
-    sx = _contig(x).view(itype)
+    sx = contiguous(x).view(itype)
     out = np.where(big, np.where(sx < 0, -1, 0).astype(itype), sx >> s.astype(itype))
     return out.view(x.dtype)
 
@@ -491,7 +378,7 @@ def int_power(x: Array, y: Array) -> Array:
     overflow any base but +-1 anyway), wrapping. Exponents negative as signed values (also for
     unsigned types, as XLA compares them signed) give 0 unless the base is 1 or -1."""
     itype = np.dtype(f"i{x.dtype.itemsize}")
-    sx, sy = _contig(x).view(itype), _contig(y).view(itype)
+    sx, sy = contiguous(x).view(itype), contiguous(y).view(itype)
     result = np.ones_like(sx)
     base = sx.copy()
     e = sy.astype(np.int64).astype(np.uint64)
@@ -524,7 +411,7 @@ def atan2(x: Array, y: Array) -> Array:
 def _complex(inst: HloInstruction, args: list, interp) -> Array:
     """real + i*imag."""
     re, im = (np.asarray(a) for a in args)
-    out = np.empty(np.broadcast_shapes(re.shape, im.shape), dtype=_out(inst))
+    out = np.empty(np.broadcast_shapes(re.shape, im.shape), dtype=out_dtype(inst))
     out.real = re
     out.imag = im
     return out
@@ -533,7 +420,7 @@ def _complex(inst: HloInstruction, args: list, interp) -> Array:
 # ---- compare, select, clamp ----------------------------------------------------------------
 def total_order_key(x: Array) -> Array:
     """Integers ordered as IEEE totalOrder: -NaN < -inf < ... < -0 < +0 < ... < inf < NaN."""
-    x = _contig(x)
+    x = contiguous(x)
     itype = np.dtype(f"i{x.dtype.itemsize}")
     bits = x.view(itype)
     flip = np.array(np.iinfo(itype).max, itype)
@@ -566,7 +453,7 @@ def _compare(inst: HloInstruction, args: list, interp) -> Array:
 def _select(inst: HloInstruction, args: list, interp) -> Array:
     """on_true where pred, on_false elsewhere (pred may be a scalar)."""
     pred, a, b = (np.asarray(v) for v in args)
-    return to_type(np.where(pred, a, b), _out(inst))
+    return to_type(np.where(pred, a, b), out_dtype(inst))
 
 
 @register_reference("clamp")
@@ -575,4 +462,4 @@ def _clamp(inst: HloInstruction, args: list, interp) -> Array:
     lo, x, hi = (np.asarray(v) for v in args)
     ct = compute_dtype(x.dtype)
     lo, x, hi = (v.astype(ct, copy=False) for v in (lo, x, hi))
-    return to_type(np.minimum(np.maximum(x, lo), hi), _out(inst))
+    return to_type(np.minimum(np.maximum(x, lo), hi), out_dtype(inst))

@@ -1,0 +1,122 @@
+"""Reference rules of the conversions: convert (XLA's saturating float->int, NaN -> 0, ->pred
+is x != 0), bitcast-convert (a narrower type adds a minor dimension) and reduce-precision."""
+from __future__ import annotations
+
+import numpy as np
+
+from ...hlo.ir import HloInstruction
+from ...hlo.opcodes import mark_unsupported, register_reference
+from .elementwise import Array, contiguous, is_float, is_small_int, out_dtype, to_type
+
+
+def float_to_int(x: Array, dtype: np.dtype) -> Array:
+    """XLA's float -> integer conversion: truncate, NaN -> 0, saturate at the type's range."""
+    dtype = np.dtype(dtype)
+    x = np.asarray(x).astype(np.float64) if np.asarray(x).dtype != np.float64 else np.asarray(x)
+    if is_small_int(dtype):
+        lo, hi = (0, 15) if "uint" in dtype.name else (-8, 7)
+        return to_type(np.clip(np.nan_to_num(np.trunc(x), nan=0.0), lo, hi).astype(np.int64), dtype)
+    info = np.iinfo(dtype)
+    bits = info.bits
+    # Powers of two are exact in every float type, so these bounds compare exactly.
+    upper = float(2 ** (bits - 1) if info.min < 0 else 2 ** bits)
+    lower = float(-(2 ** (bits - 1)) if info.min < 0 else 0)
+    nan = np.isnan(x)
+    over = x >= upper
+    under = x < lower
+    safe = np.where(nan | over | under, 0.0, np.trunc(x))
+    out = safe.astype(dtype)
+    out = np.where(over, info.max, out)
+    out = np.where(under, info.min, out)
+    return np.where(nan, 0, out).astype(dtype)
+
+
+def convert_array(x: Array, dtype: np.dtype) -> Array:
+    """Convert `x` to `dtype` as XLA's `convert` does."""
+    x = np.asarray(x)
+    dtype = np.dtype(dtype)
+    if x.dtype == dtype:
+        return x.copy()
+    if dtype == np.bool_:
+        return x != 0
+    src = x.dtype
+    if src.kind == "c" and dtype.kind != "c":
+        x = np.real(x)
+        src = x.dtype
+    if (dtype.kind in "iu" or is_small_int(dtype)) and is_float(src):
+        return float_to_int(x.astype(np.float64), dtype)
+    if is_small_int(dtype):
+        return to_type(x.astype(np.int64), dtype)
+    if is_small_int(src):
+        x = x.astype(np.int64)
+    if is_float(dtype) and dtype.itemsize < 4 and (x.dtype.kind in "iu") and x.dtype.itemsize >= 4:
+        # Going through float64 keeps a single rounding for any integer below 2**53.
+        x = x.astype(np.float64)
+    return x.astype(dtype)
+
+
+@register_reference("convert")
+def _convert(inst: HloInstruction, args: list, interp) -> Array:
+    """Type conversion: float->int truncates and saturates (NaN -> 0), ->pred is x != 0."""
+    return convert_array(args[0], out_dtype(inst))
+
+
+@register_reference("bitcast-convert")
+def _bitcast_convert(inst: HloInstruction, args: list, interp) -> Array:
+    """Reinterpret the bits; a narrower result type adds a minor dimension, a wider one drops it."""
+    x = contiguous(args[0])
+    dtype = out_dtype(inst)
+    if x.dtype.itemsize == dtype.itemsize:
+        return x.view(dtype).reshape(inst.shape.dims)
+    if x.dtype.itemsize > dtype.itemsize:
+        return x.reshape(x.shape + (1,)).view(dtype).reshape(inst.shape.dims)
+    return x.view(dtype).reshape(inst.shape.dims)
+
+
+_FLOAT_BITS = {np.dtype(np.float32): (8, 23, np.uint32), np.dtype(np.float64): (11, 52, np.uint64)}
+
+
+def reduce_precision(x: Array, exponent_bits: int, mantissa_bits: int) -> Array:
+    """Round f32/f64 values to a float format with the given bits (XLA's algorithm), as the same type."""
+    src_exp, src_mant, utype = _FLOAT_BITS[x.dtype]
+    total = 1 + src_exp + src_mant
+    one = utype(1)
+    bits = contiguous(x).view(utype).copy()
+    if mantissa_bits < src_mant:
+        shift = utype(src_mant - mantissa_bits)
+        last_bit_mask = one << shift
+        base_bias = (last_bit_mask >> one) - one
+        last_bit = (bits & last_bit_mask) >> shift
+        truncation_mask = ~(last_bit_mask - one)
+        bits = (bits + last_bit + base_bias) & truncation_mask
+    if exponent_bits < src_exp:
+        sign_mask = one << utype(total - 1)
+        exp_mask = utype((1 << src_exp) - 1) << utype(src_mant)
+        bias = (1 << (src_exp - 1)) - 1
+        reduced_bias = (1 << (exponent_bits - 1)) - 1
+        max_exp = utype(bias + reduced_bias) << utype(src_mant)
+        min_exp = utype(bias - reduced_bias) << utype(src_mant)
+        exponent = bits & exp_mask
+        signed_zero = bits & sign_mask
+        bits = np.where(exponent > max_exp, signed_zero | exp_mask,
+                        np.where(exponent <= min_exp, signed_zero, bits)).astype(utype)
+    out = bits.view(x.dtype)
+    if mantissa_bits > 0:
+        out = np.where(np.isnan(x), x, out)
+    else:
+        # With no mantissa bits a NaN cannot be told from infinity; XLA keeps it a NaN.
+        out = np.where(np.isnan(x), np.array(np.nan, x.dtype), out)
+    return out.astype(x.dtype)
+
+
+@register_reference("reduce-precision")
+def _reduce_precision(inst: HloInstruction, args: list, interp) -> Array:
+    """Round to `exponent_bits`/`mantissa_bits` and back (overflow to inf, underflow to zero)."""
+    x = np.asarray(args[0])
+    wide = x.astype(np.float64 if x.dtype == np.float64 else np.float32)
+    out = reduce_precision(wide, int(inst.attrs["exponent_bits"]), int(inst.attrs["mantissa_bits"]))
+    return to_type(out, out_dtype(inst))
+
+
+mark_unsupported("reference", "stochastic rounding needs XLA's random-bit convention, which is not modelled",
+                 "stochastic-convert")
