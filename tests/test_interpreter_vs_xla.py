@@ -282,3 +282,40 @@ def test_module_vs_xla(name):
             np.testing.assert_allclose(g, w, rtol=1e-6, atol=1e-6, equal_nan=True, err_msg=f"out{k}")
         else:
             np.testing.assert_array_equal(g, w, err_msg=f"out{k}")
+
+
+@pytest.mark.parametrize("t", ["f16", "bf16"])
+def test_reduce_precision_of_narrow_floats_vs_xla(t):
+    x = float_inputs(FLOATS[t], 8) * np.array(7, FLOATS[t])
+    ops = [("reduce-precision", t, [0], f", exponent_bits={e}, mantissa_bits={m}")
+           for e, m in [(5, 2), (4, 3), (8, 7), (3, 1)]]
+    compare_all(module_text(ops, [t]), [x], ops, {})
+
+
+def test_float8_conversions_vs_xla():
+    x = float_inputs(np.float32, 9) * np.float32(40)
+    ops = [("convert", t, [0], "") for t in ("f8e4m3fn", "f8e5m2")]
+    compare_all(module_text(ops, ["f32"]), [x], ops, {})
+    y = x.astype(ml_dtypes.float8_e4m3fn)
+    back = [("convert", t, [0], "") for t in ("f32", "f16", "bf16", "s32")]
+    compare_all(module_text(back, ["f8e4m3fn"]), [y], back, {})
+
+
+def test_complex_elementwise_vs_xla():
+    rng = np.random.default_rng(10)
+    z = (rng.standard_normal(N) + 1j * rng.standard_normal(N)).astype(np.complex64)
+    w = (rng.standard_normal(N) + 1j * rng.standard_normal(N)).astype(np.complex64)
+    unary = ["negate", "exponential", "log", "sqrt", "tanh", "sign", "exponential-minus-one", "log-plus-one",
+             "sine", "cosine", "rsqrt"]
+    ops = [(o, "c64", [0], "") for o in unary] + [(o, "c64", [0, 1], "") for o in ("add", "subtract", "multiply",
+                                                                                       "divide", "power")]
+    ops += [("abs", "f32", [0], ""), ("real", "f32", [0], ""), ("imag", "f32", [0], ""),
+            ("compare", "pred", [0, 1], ", direction=EQ"), ("compare", "pred", [0, 0], ", direction=NE")]
+    got = evaluate(parse_hlo(module_text(ops, ["c64", "c64"])), [z, w])
+    want = run_on_xla(module_text(ops, ["c64", "c64"]), [z, w])
+    for (opcode, rtype, _, extra), g, e in zip(ops, got, want):
+        assert g.dtype == e.dtype, opcode
+        if e.dtype == np.bool_:
+            np.testing.assert_array_equal(g, e, err_msg=opcode)
+        else:
+            np.testing.assert_allclose(g, e, rtol=2e-5, atol=1e-6, err_msg=opcode)
