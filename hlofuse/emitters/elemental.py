@@ -164,14 +164,22 @@ def linearize(b: ir.IRBuilder, multi, dims) -> ir.Value:
 
 
 def delinearize(b: ir.IRBuilder, linear, dims) -> list:
-    """Multi-dimensional index of row-major `linear` in `dims` (size-1 dims give 0)."""
+    """Multi-dimensional index of row-major `linear` in `dims` (size-1 dims give 0).
+
+    Below 2**31 elements the divisions are done in i32: division by a constant then becomes a
+    32-bit multiply-high, which vectorizes (there is no vector 64-bit multiply-high on x86)."""
+    total = math.prod(dims)
+    narrow = total < (1 << 31) and linear.type == I64
+    lin = b.trunc(linear, I32) if narrow else linear
+    ty = lin.type
     out = []
     for d, stride in zip(dims, row_major_strides(dims)):
         if d == 1:
             out.append(const_i64(0))
             continue
-        q = linear if stride == 1 else b.udiv(linear, const_i64(stride))
-        out.append(q if stride * d == math.prod(dims) else b.urem(q, const_i64(d)))
+        q = lin if stride == 1 else b.udiv(lin, ir.Constant(ty, stride))
+        q = q if stride * d == total else b.urem(q, ir.Constant(ty, d))
+        out.append(b.zext(q, I64) if narrow else q)
     return out
 
 

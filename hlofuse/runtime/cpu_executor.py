@@ -17,9 +17,7 @@ from __future__ import annotations
 import ctypes
 import os
 import re
-import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -30,20 +28,11 @@ from ..hlo.ir import HloComputation, HloInstruction, HloModule
 from . import library_ops  # noqa: F401  (registers the library rules)
 from .buffers import Assignment, OutputPool, assign_buffers
 from .compile_cache import CompileCache, cache_key
+from .cpu_threads import available_cores, fit_blas_threads, thread_pool
 from .kernel_planning import KernelPlan, plan_fusion
 
 _PARALLEL_MIN_ELEMENTS = 1 << 15
-_pool: ThreadPoolExecutor | None = None
-_pool_lock = threading.Lock()
 _memory_cache: dict[str, bytes] = {}
-
-
-def _thread_pool() -> ThreadPoolExecutor:
-    global _pool
-    with _pool_lock:
-        if _pool is None:
-            _pool = ThreadPoolExecutor(max_workers=os.cpu_count() or 1, thread_name_prefix="hlofuse-cpu")
-        return _pool
 
 
 @dataclass
@@ -293,6 +282,7 @@ class CpuProgram:
         for p, a in zip(params, args):
             checked.append(_check_input(p, a))
         protected = {id(x) for x in _flatten(tuple(checked))}
+        fit_blas_threads()
         result = self._execute(self._entry, checked)
         out = []
         for leaf in _flatten(result):
@@ -348,23 +338,6 @@ class CpuProgram:
         return _unflatten(step.inst.shape, outs)
 
 
-_idle_cores = {"value": 1, "at": -1.0}
-
-
-def _available_cores() -> int:
-    """Cores not busy with other work (refreshed twice a second): threads beyond them only
-    add scheduling delays on a loaded machine."""
-    now = time.monotonic()
-    if now - _idle_cores["at"] > 0.5:
-        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-        try:
-            busy = max(0.0, os.getloadavg()[0] - 1.0)  # minus this process's own runnable thread
-        except OSError:
-            busy = 0.0
-        _idle_cores.update(value=max(1, min(cores, round(cores - busy))), at=now)
-    return _idle_cores["value"]
-
-
 def _launch(k: KernelPlan, ptrs: list[int]) -> None:
     """Call kernel `k` over all its units, split over the cores when there is enough work
     (the calling thread runs the first share itself)."""
@@ -372,12 +345,12 @@ def _launch(k: KernelPlan, ptrs: list[int]) -> None:
     if units <= 0:
         return
     total = units * max(k.unit_elements, 1)
-    workers = min(_available_cores(), units, max(1, total // _PARALLEL_MIN_ELEMENTS))
+    workers = min(available_cores(), units, max(1, total // _PARALLEL_MIN_ELEMENTS))
     if workers <= 1:
         k.fn(*ptrs, 0, units)
         return
     bounds = [units * c // workers for c in range(workers + 1)]
-    futures = [_thread_pool().submit(k.fn, *ptrs, bounds[c], bounds[c + 1]) for c in range(1, workers)]
+    futures = [thread_pool().submit(k.fn, *ptrs, bounds[c], bounds[c + 1]) for c in range(1, workers)]
     k.fn(*ptrs, bounds[0], bounds[1])
     for f in futures:
         f.result()
