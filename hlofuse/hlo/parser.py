@@ -17,7 +17,7 @@ from .attributes import Raw
 from .dtypes import ELEMENT_TYPES
 from .errors import HloParseError
 from .ir import HloComputation, HloInstruction, HloModule
-from .lexer import ARRAY_SHAPE, STRING, WORD, WS, Lexer
+from .lexer import ARRAY_SHAPE, STRING, WORD, Lexer
 from .literals import LiteralError, parse_literal
 from .opcodes import OPS, VARIADIC
 from .parse_attributes import OPCODE_FROM_TEXT, AttributeError_, ComputationRef, decode_attribute
@@ -30,17 +30,18 @@ _ATTR_KEY = re.compile(r"[A-Za-z_][\w\-]*")
 _NAME_RE = r"(%?([A-Za-z_][\w.\-]*))"
 _FAST_HEAD = re.compile(r"\s*(ROOT\s+)?" + _NAME_RE + r"[ \t]*=[ \t]*([a-z][a-z0-9]*\[[^\]\[]*\](?:\{[^{}]*\})?)"
                         r"[ \t]+([a-z][a-z0-9\-]*)\(")
-_FAST_EMPTY = re.compile(r"\s*\)")
 _FAST_OPERAND = re.compile(r"[ \t]*(?:[a-z][a-z0-9]*\[[^\]\[]*\](?:\{[^{}]*\})?[ \t]+)?" + _NAME_RE + r"[ \t]*([,)])")
 _FAST_ATTR = re.compile(r"[ \t]*,[ \t]*([A-Za-z_][\w\-]*)[ \t]*=")
 # Possessive quantifiers (Python 3.11+) keep a failed match linear; failures take the general path.
 _FAST_VALUE = re.compile(r'[ \t]*([%\w.\-]+|\{(?:[^{}"\n/]++|"(?:[^"\\\n]++|\\.)*+")*+\}|"(?:[^"\\\n]++|\\.)*+")'
                          r"(?=[ \t]*(?:,|\n|$))")
-_CONTINUED = re.compile(WS.pattern + ",", re.S)  # an attribute list going on after a line break
+# A line break after which the attribute list does not go on (no ',' or comment comes next).
+_LINE_END = re.compile(r"[ \t]*\n[ \t]*[^ \t\n,/]")
 _ASYNC_SUGAR = re.compile(r"(.+)-(start|update|done)")
 # Attributes of an `op-start` shorthand that belong to the async-start, not to the wrapped op.
 _ASYNC_START_KEEPS = frozenset({"async_execution_thread", "async_group_id", "metadata", "sharding",
                                 "frontend_attributes", "statistics", "origin"})
+_NEXT_LINE = re.compile(r"\s*(\})?")
 _DIM = re.compile(r"(<=)?(\d+)$")
 _LAYOUT = re.compile(r"\{\s*(\d+(?:\s*,\s*\d+)*)?\s*(?::([^{}]*))?\}$")
 
@@ -151,8 +152,17 @@ class _Parser:
         pending: list[_Pending] = []
         by_name: dict[str, HloInstruction] = {}
         root = None
-        while not lex.accept("}"):
-            if lex.pos >= len(lex.text):
+        text = lex.text
+        while True:
+            m = _NEXT_LINE.match(text, lex.pos)
+            lex.pos = m.end()
+            if m.group(1) is not None:
+                break
+            if text.startswith("/", lex.pos):  # comments between instructions
+                lex.skip_ws()
+                if lex.accept("}"):
+                    break
+            if lex.pos >= len(text):
                 raise lex.expected("'}' to close computation '" + name + "'")
             item, is_root, name_pos = self.parse_instruction()
             inst = item.inst
@@ -309,8 +319,8 @@ class _Parser:
             if a is not None:
                 key, key_pos = a.group(1), a.start(1)
                 lex.pos = a.end()
-            elif text.startswith("\n", lex.pos) and _CONTINUED.match(text, lex.pos) is None:
-                break  # the usual end of an instruction
+            elif _LINE_END.match(text, lex.pos) is not None:
+                break  # the usual end of an instruction: the next line starts something else
             elif lex.accept(","):
                 lex.skip_ws()
                 key_pos = lex.pos
@@ -416,10 +426,7 @@ class _Parser:
         """Operands up to the closing ')', each `[shape] [%]name`; appends (name, offset)."""
         lex = self.lex
         text = lex.text
-        m = _FAST_EMPTY.match(text, lex.pos)
-        if m is not None:
-            lex.pos = m.end()
-            return
+        first = True
         while True:
             m = _FAST_OPERAND.match(text, lex.pos)
             if m is not None:
@@ -427,7 +434,11 @@ class _Parser:
                 lex.pos = m.end()
                 if m.group(3) == ")":
                     return
+                first = False
                 continue
+            if first and lex.accept(")"):
+                return
+            first = False
             c = lex.peek()
             if c == "(" or ARRAY_SHAPE.match(text, lex.pos):
                 self.parse_shape()
