@@ -1,0 +1,213 @@
+"""The graph a fused module is drawn as: nodes, fusion clusters and byte-weighted edges.
+
+Every computation that launches kernels (the entry, control-flow bodies) is one `VizGraph`.
+Its instructions are nodes, except `fusion` instructions, which become clusters holding the
+instructions of their fused computation (parameters included: a fusion parameter is where the
+kernel reads memory). An edge inside a cluster is a value kept in registers ("fused"); an edge
+between kernels is a value written to memory by one kernel and read back by another
+("memory", the traffic fusion exists to remove); the rest are reads of the module's
+parameters and constants and the bookkeeping of tuples ("io").
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from ..hlo.ir import HloComputation, HloInstruction, HloModule
+from ..hlo.parse_attributes import encode_attribute
+from ..hlo.printer import instruction_to_text
+from ..passes.fusion.cost_model import kernel_bytes, kernel_computations, launches_kernel
+from ..passes.fusion.decisions import FusionLog, LogEntry
+
+_SUFFIX = re.compile(r"^(.*)\.\d+$")
+# Instructions that only name or regroup buffers: an edge through them carries no new traffic.
+_BOOKKEEPING = ("get-tuple-element", "bitcast", "tuple")
+
+
+@dataclass
+class VizNode:
+    """One instruction drawn as a box."""
+
+    id: str
+    name: str
+    opcode: str
+    shape: str
+    computation: str
+    cluster: str | None  # name of the fusion it belongs to
+    origin: str | None  # name of the instruction of the unfused module it came from
+    bytes: int
+    hlo: str
+    attrs: dict[str, str]
+    decisions: list[dict]
+    is_root: bool = False
+
+
+@dataclass
+class VizCluster:
+    """One fusion instruction drawn as a coloured box around its fused instructions."""
+
+    id: str
+    name: str
+    kind: str
+    computation: str  # the fused computation
+    multi_output: bool
+    members: list[str]  # node ids
+    bytes_read: int
+    bytes_written: int
+    hlo: str
+    decisions: list[dict]
+
+
+@dataclass
+class VizEdge:
+    """A value flowing from `src` to `dst` (node ids), `bytes` wide."""
+
+    src: str
+    dst: str
+    bytes: int
+    kind: str  # "fused" | "memory" | "io"
+
+
+@dataclass
+class VizGraph:
+    """One drawn computation."""
+
+    name: str
+    nodes: dict[str, VizNode] = field(default_factory=dict)
+    clusters: dict[str, VizCluster] = field(default_factory=dict)
+    edges: list[VizEdge] = field(default_factory=list)
+
+
+def node_id(name: str) -> str:
+    """A DOM/DOT-safe id for an instruction name (unique as names are unique in a module)."""
+    return "n-" + re.sub(r"[^A-Za-z0-9_.-]", lambda m: f"_{ord(m.group()):x}_", name)
+
+
+def cluster_id(name: str) -> str:
+    """A DOM/DOT-safe id for a fusion cluster."""
+    return "c-" + node_id(name)[2:]
+
+
+def origin_name(name: str, known: set[str]) -> str | None:
+    """The unfused instruction a fused copy came from (copies are named `<origin>.N`)."""
+    while True:
+        if name in known:
+            return name
+        m = _SUFFIX.match(name)
+        if not m:
+            return None
+        name = m.group(1)
+
+
+def _entry_key(e: LogEntry) -> tuple:
+    return (e.pass_name, e.action, e.producer, e.consumer, e.rule, e.reason, e.fusion)
+
+
+def decisions_about(log: FusionLog | None, names: set[str]) -> list[dict]:
+    """Distinct log entries whose producer, consumer or resulting fusion is in `names`, in
+    order, each with how many times the pass took it (`count`)."""
+    out: dict[tuple, dict] = {}
+    for e in (log or []):
+        consumers = {c.strip() for c in e.consumer.split(",")}
+        if e.producer in names or consumers & names or (e.fusion and e.fusion in names):
+            key = _entry_key(e)
+            if key in out:
+                out[key]["count"] += 1
+            else:
+                d = e.to_dict()
+                d["count"] = 1
+                out[key] = d
+    return list(out.values())
+
+
+def _attrs_text(inst: HloInstruction) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for key, value in inst.attrs.items():
+        try:
+            out[key] = encode_attribute(key, value)
+        except Exception:  # an attribute the encoder does not know: show it as Python sees it
+            out[key] = str(value)
+    if inst.opcode == "parameter":
+        out["parameter_number"] = str(inst.parameter_number)
+    return out
+
+
+def _short_shape(inst: HloInstruction) -> str:
+    return inst.shape.to_text(with_layout=False)
+
+
+def _materialized(inst: HloInstruction) -> bool:
+    """Whether the value of `inst` was written to memory by a kernel (not a module input)."""
+    seen: set[int] = set()
+    stack = [inst]
+    while stack:
+        i = stack.pop()
+        if id(i) in seen:
+            continue
+        seen.add(id(i))
+        if i.opcode in _BOOKKEEPING:
+            stack.extend(i.operands)
+        elif launches_kernel(i):
+            return True
+    return False
+
+
+class _Builder:
+    def __init__(self, before: HloModule, log: FusionLog | None) -> None:
+        self.known = {i.name for i in before.all_instructions()}
+        self.log = log
+
+    def node(self, inst: HloInstruction, graph: VizGraph, cluster: str | None) -> VizNode:
+        origin = origin_name(inst.name, self.known)
+        names = {inst.name} | ({origin} if origin else set())
+        node = VizNode(
+            id=node_id(inst.name), name=inst.name, opcode=inst.opcode, shape=_short_shape(inst),
+            computation=inst.parent.name if inst.parent else "", cluster=cluster, origin=origin,
+            bytes=inst.shape.byte_size(), hlo=instruction_to_text(inst), attrs=_attrs_text(inst),
+            decisions=decisions_about(self.log, names) if inst.opcode != "parameter" or cluster is None else [],
+            is_root=inst.is_root(),
+        )
+        graph.nodes[node.id] = node
+        return node
+
+    def fusion(self, inst: HloInstruction, graph: VizGraph) -> None:
+        fc = inst.fused_computation
+        ids = [self.node(m, graph, inst.name).id for m in fc.instructions]
+        r, w = kernel_bytes(inst)
+        graph.clusters[inst.name] = VizCluster(
+            id=cluster_id(inst.name), name=inst.name, kind=str(inst.attrs.get("kind", "")), computation=fc.name,
+            multi_output=fc.root.opcode == "tuple", members=ids, bytes_read=r, bytes_written=w,
+            hlo=instruction_to_text(inst), decisions=decisions_about(self.log, {inst.name}))
+        for m in fc.instructions:
+            for op in m.operands:
+                graph.edges.append(VizEdge(node_id(op.name), node_id(m.name), op.shape.byte_size(), "fused"))
+
+    def graph(self, comp: HloComputation) -> VizGraph:
+        g = VizGraph(comp.name)
+        for inst in comp.instructions:
+            if inst.opcode == "fusion":
+                self.fusion(inst, g)
+            else:
+                self.node(inst, g, None)
+        for inst in comp.instructions:
+            for k, op in enumerate(inst.operands):
+                src = op.fused_computation.root if op.opcode == "fusion" else op
+                if inst.opcode == "fusion":
+                    dst = inst.fused_computation.parameter(k)
+                    reads = True
+                else:
+                    dst = inst
+                    reads = launches_kernel(inst)
+                kind = "memory" if reads and _materialized(op) else "io"
+                g.edges.append(VizEdge(node_id(src.name), node_id(dst.name), op.shape.byte_size(), kind))
+        return g
+
+
+def build_graphs(before: HloModule, fused: HloModule, log: FusionLog | None = None) -> list[VizGraph]:
+    """The drawn graphs of `fused` (entry first), with decisions from `log` (default: the
+    module's `fusion_log`) and origins looked up in the unfused `before`."""
+    log = log if log is not None else getattr(fused, "fusion_log", None)
+    builder = _Builder(before, log)
+    comps = kernel_computations(fused)
+    comps.sort(key=lambda c: 0 if c is fused.entry else 1)
+    return [builder.graph(c) for c in comps]
