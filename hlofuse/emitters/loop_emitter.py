@@ -3,8 +3,10 @@
 The loop nest runs over a range of *units* [begin, end) given by the target's kernel
 skeleton (a thread's share on the CPU, a block's on the GPU):
   * rows mode: a unit is a row of the last output dimension; the innermost loop walks the
-    row contiguously, so LLVM vectorizes it;
-  * flat mode (rank <= 1 or a short last dimension): a unit is one element.
+    row contiguously, so LLVM vectorizes it. A very short row (<= 4, e.g. RGB channels) is
+    unrolled completely, and LLVM vectorizes across rows with interleaved accesses (loads of
+    a broadcast channel vector become loop invariant);
+  * flat mode (rank <= 1 or a last dimension of 5..31): a unit is one element.
 Index arithmetic is affine in the loop variables (GEP on the linear index), so LLVM sees
 unit-stride accesses.
 """
@@ -19,7 +21,8 @@ from llvmlite import ir
 from ..hlo.ir import HloComputation, HloInstruction
 
 I64 = ir.IntType(64)
-_MIN_ROW = 32  # shorter last dimensions use flat mode
+_MIN_ROW = 32  # shorter last dimensions use flat mode ...
+_UNROLLED_ROW = 4  # ... unless so short that LLVM unrolls the row and vectorizes across rows
 
 
 @contextmanager
@@ -62,7 +65,7 @@ class LoopShape:
 
 def loop_shape(dims) -> LoopShape:
     dims = tuple(dims)
-    return LoopShape(dims, len(dims) >= 2 and dims[-1] >= _MIN_ROW)
+    return LoopShape(dims, len(dims) >= 2 and (dims[-1] >= _MIN_ROW or dims[-1] <= _UNROLLED_ROW))
 
 
 @dataclass(frozen=True)
