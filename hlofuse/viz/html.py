@@ -120,8 +120,9 @@ SCRIPT = r"""
 
 
 def _json_for_script(obj) -> str:
-    # "</" would end the script element early; "<!--" would start a comment in it.
-    return json.dumps(obj, separators=(",", ":")).replace("</", "<\\/").replace("<!--", "<\\!--")
+    # "</script" would end the script element early and "<!--" open a comment in it: no "<"
+    # at all (JSON's \u003c escape reads back as the same character).
+    return json.dumps(obj, separators=(",", ":")).replace("<", "\\u003c")
 
 
 def _legend() -> str:
