@@ -275,12 +275,14 @@ class ElementalEmitter:
         raw = np.ascontiguousarray(data).tobytes()
         arr_ty = ir.ArrayType(I8, len(raw))
         name = f"const.{inst.name}.{len(self.module.globals)}"
-        gv = ir.GlobalVariable(self.module, arr_ty, name=name)
+        space = getattr(self.target, "constant_address_space", 0)
+        gv = ir.GlobalVariable(self.module, arr_ty, name=name, addrspace=space)
         gv.global_constant = True
         gv.linkage = "internal"
         gv.align = 64
         gv.initializer = ir.Constant(arr_ty, bytearray(raw))
-        return self.b.bitcast(gv, mem_type(et).as_pointer())
+        # A constant expression (not an instruction), so it is valid wherever it is used.
+        return gv.bitcast(mem_type(et).as_pointer(space))
 
 
 # The rule modules register themselves in the op registry; they import this module's names.

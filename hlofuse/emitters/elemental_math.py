@@ -46,8 +46,7 @@ def emit_max(em: ElementalEmitter, et: ElementType, x, y, is_min: bool = False):
     if et.is_float:
         # llvm.maximum/minimum propagate NaN and order -0 < +0; LLVM vectorizes them,
         # also as reductions.
-        name = "llvm.minimum" if is_min else "llvm.maximum"
-        return float_op(em, et, lambda a, c: _intr(em, name, [a, c]), x, y)
+        return float_op(em, et, lambda a, c: em.target.float_max(b, a, c, is_min), x, y)
     op = "<=" if is_min else ">="
     cmp = b.icmp_signed(op, x, y) if et.is_signed else b.icmp_unsigned(op, x, y)
     return b.select(cmp, x, y)
@@ -206,9 +205,7 @@ def convert_value(em: ElementalEmitter, v, src: ElementType, dst: ElementType):
             if c.type != cty:
                 c = b.fpext(c, cty) if _width(c.type) < _width(cty) else b.fptrunc(c, cty)
             return from_compute(b, c, dst)
-        name = "llvm.fptosi.sat" if dst.is_signed else "llvm.fptoui.sat"
-        fn = em.module.declare_intrinsic(name, [dty, c.type], ir.FunctionType(dty, [c.type]))
-        return b.call(fn, [c])
+        return em.target.float_to_int(b, c, dty, dst.is_signed)
     signed = src.is_signed and not src.is_pred
     if dst.is_float:
         cty = dty if dst.name == "f16" else compute_type(dst)

@@ -92,6 +92,20 @@ class Target:
             return builder.fdiv(one, builder.fadd(one, e))
         return self.library_call(builder, fn, args)
 
+    def float_max(self, builder: ir.IRBuilder, a: ir.Value, b: ir.Value, is_min: bool = False) -> ir.Value:
+        """NaN-propagating maximum/minimum (-0 < +0); LLVM vectorizes these intrinsics, also as
+        reductions. A target without them can override with compares and selects."""
+        return self.intrinsic(builder, "llvm.minimum" if is_min else "llvm.maximum", [a, b])
+
+    def float_to_int(self, builder: ir.IRBuilder, v: ir.Value, ty: ir.IntType, signed: bool) -> ir.Value:
+        """XLA's float -> int conversion: NaN -> 0, out-of-range values saturate."""
+        name = "llvm.fptosi.sat" if signed else "llvm.fptoui.sat"
+        fn = builder.module.declare_intrinsic(name, [ty, v.type], ir.FunctionType(ty, [v.type]))
+        return builder.call(fn, [v])
+
+    # Address space of constant arrays emitted as LLVM globals (e.g. 1 or 4 on NVPTX).
+    constant_address_space = 0
+
     def atomic_add(self, builder: ir.IRBuilder, ptr: ir.Value, value: ir.Value) -> ir.Value:
         """Atomically add `value` at `ptr` (atomicrmw; GPU targets may override)."""
         op = "fadd" if isinstance(value.type, (ir.FloatType, ir.DoubleType)) else "add"
