@@ -3,9 +3,13 @@ too), lhs (base) and rhs (window) dilation, window reversal, feature and batch g
 
 The input is brought to [batch, feature, spatial...], dilated and padded; every window is
 then viewed with `sliding_window_view` (no copy) and contracted with the kernel by one
-einsum, so no Python loop runs per output element.
+einsum, or term by term for small float contractions; no Python loop runs per output
+element.
 """
 from __future__ import annotations
+
+import itertools
+import math
 
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
@@ -14,7 +18,7 @@ from ...hlo.attributes import ConvDimensionNumbers, Window, WindowDimension
 from ...hlo.errors import UnsupportedError
 from ...hlo.ir import HloInstruction
 from ...hlo.opcodes import register_reference
-from .op_helpers import accumulation_dtype, attr_int, from_compute, result_dtype, to_compute
+from .op_helpers import accumulation_dtype, attr_int, from_compute, result_dtype, sequential_dtype, to_compute
 
 
 def dilate_and_pad(x: np.ndarray, axes: list[int], dims: list[WindowDimension], fill) -> np.ndarray:
@@ -42,6 +46,28 @@ def dilate_and_pad(x: np.ndarray, axes: list[int], dims: list[WindowDimension], 
     return x
 
 
+def _padded_size(size: int, d: WindowDimension) -> int:
+    """Size of one input dimension after base dilation and padding."""
+    dilated = (size - 1) * d.base_dilation + 1 if size > 0 else 0
+    return max(dilated + d.padding_low + d.padding_high, 0)
+
+
+def _sum_sequentially(pg: np.ndarray, kg: np.ndarray, nsp: int, acc: np.dtype) -> np.ndarray:
+    """sum over (window offset, input feature) of pg * kg, one term at a time: window offsets
+    in row-major order outside, input features inside, as XLA's loops run them."""
+    batch, groups, ci = pg.shape[:3]
+    out_spatial = pg.shape[3:3 + nsp]
+    og = kg.shape[1]
+    result = np.zeros((batch, groups, og, *out_spatial), dtype=acc)
+    expand = (slice(None), slice(None), None) + (Ellipsis,)
+    for offset in itertools.product(*(range(s) for s in kg.shape[3:])):
+        for j in range(ci):
+            tap = pg[(slice(None), slice(None), j, Ellipsis) + offset][expand]
+            weight = kg[(slice(None), slice(None), j) + offset].reshape(1, groups, og, *([1] * nsp))
+            result += tap * weight
+    return result
+
+
 def window_output_size(padded: int, d: WindowDimension) -> int:
     """Number of window positions along one (already dilated and padded) dimension."""
     dilated_window = (d.size - 1) * d.window_dilation + 1
@@ -54,8 +80,10 @@ def convolve(lhs: np.ndarray, rhs: np.ndarray, window: Window, dn: ConvDimension
              feature_groups: int, batch_groups: int, out_dtype: np.dtype, name: str = "") -> np.ndarray:
     """XLA's ConvGeneralDilated on numpy arrays; the result is laid out as `dn` says.
 
-    Products accumulate in float64 for every float type (int64 for integers), then round once
-    to `out_dtype` (the result shape's type, i.e. preferred_element_type).
+    Accumulation (see op_helpers): a small float contraction is summed term by term in the
+    result's precision (at least f32), window offsets outside and input features inside, as
+    XLA's loops do; a large one in float64 by one einsum; integers in int64, wrapped. The
+    result is rounded once to `out_dtype` (the result shape's type: preferred_element_type).
     """
     nsp = len(dn.input_spatial)
     dims = list(window.dimensions)
@@ -65,7 +93,14 @@ def convolve(lhs: np.ndarray, rhs: np.ndarray, window: Window, dn: ConvDimension
     if feature_groups > 1 and batch_groups > 1:
         raise UnsupportedError(f"convolution {name}: feature_group_count and batch_group_count "
                                "cannot both exceed 1")
-    acc = accumulation_dtype(lhs.dtype, rhs.dtype, out_dtype)
+    n, c = lhs.shape[dn.input_batch], lhs.shape[dn.input_feature]
+    o, ci = rhs.shape[dn.kernel_output_feature], rhs.shape[dn.kernel_input_feature]
+    window_size = math.prod(d.size for d in dims)
+    out_batch = n // batch_groups
+    outputs = out_batch * o * math.prod(window_output_size(
+        _padded_size(lhs.shape[ax], d), d) for ax, d in zip(dn.input_spatial, dims))
+    seq = sequential_dtype(out_dtype, terms=window_size * ci, outputs=outputs)
+    acc = seq if seq is not None else accumulation_dtype(lhs.dtype, rhs.dtype, out_dtype)
     x = to_compute(lhs, acc).transpose([dn.input_batch, dn.input_feature, *dn.input_spatial])
     k = to_compute(rhs, acc).transpose([dn.kernel_output_feature, dn.kernel_input_feature, *dn.kernel_spatial])
     for i, d in enumerate(dims):
@@ -73,9 +108,6 @@ def convolve(lhs: np.ndarray, rhs: np.ndarray, window: Window, dn: ConvDimension
             k = np.flip(k, axis=2 + i)
     x = dilate_and_pad(x, list(range(2, 2 + nsp)), dims, 0)
     out_spatial = [window_output_size(x.shape[2 + i], d) for i, d in enumerate(dims)]
-    n, c = x.shape[:2]
-    o, ci = k.shape[:2]
-    out_batch = n // batch_groups
     if 0 in out_spatial or 0 in (n, c, o):
         result = np.zeros((out_batch, o, *out_spatial), dtype=acc)
     else:
@@ -84,20 +116,22 @@ def convolve(lhs: np.ndarray, rhs: np.ndarray, window: Window, dn: ConvDimension
         index = (slice(None), slice(None)) + tuple(slice(None, None, d.stride) for d in dims) \
             + tuple(slice(None, None, d.window_dilation) for d in dims)
         patches = patches[index]  # [n, c, out spatial..., window...]
-        sp = "".join(chr(ord("p") + i) for i in range(nsp))  # output positions
-        win = "".join(chr(ord("h") + i) for i in range(nsp))  # window offsets
         if batch_groups > 1:
             # The batch splits group-major into batch_groups groups; output feature group g
             # (of o // batch_groups features) reads batch group g.
-            pg = patches.reshape(batch_groups, out_batch, c, *patches.shape[2:])
+            pg = patches.reshape(batch_groups, out_batch, c, *patches.shape[2:]).swapaxes(0, 1)
             kg = k.reshape(batch_groups, o // batch_groups, ci, *k.shape[2:])
-            result = np.einsum(f"gnc{sp}{win},goc{win}->ngo{sp}", pg, kg, optimize=True)
         else:
             # Input features split into feature_groups groups of ci; output feature group g
             # (of o // feature_groups features) reads input group g.
-            g = feature_groups
-            pg = patches.reshape(n, g, c // g, *patches.shape[2:])
-            kg = k.reshape(g, o // g, ci, *k.shape[2:])
+            pg = patches.reshape(n, feature_groups, c // feature_groups, *patches.shape[2:])
+            kg = k.reshape(feature_groups, o // feature_groups, ci, *k.shape[2:])
+        # pg: [batch, group, ci, out spatial..., window...]; kg: [group, og, ci, window...]
+        if seq is not None:
+            result = _sum_sequentially(pg, kg, nsp, acc)
+        else:
+            sp = "".join(chr(ord("p") + i) for i in range(nsp))  # output positions
+            win = "".join(chr(ord("h") + i) for i in range(nsp))  # window offsets
             result = np.einsum(f"ngc{sp}{win},goc{win}->ngo{sp}", pg, kg, optimize=True)
         result = result.reshape(out_batch, o, *out_spatial)
     perm = [dn.output_batch, dn.output_feature, *dn.output_spatial]

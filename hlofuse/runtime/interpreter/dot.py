@@ -8,30 +8,40 @@ import numpy as np
 from ...hlo.errors import UnsupportedError
 from ...hlo.ir import HloInstruction
 from ...hlo.opcodes import register_reference
-from .op_helpers import accumulation_dtype, attr_dims, from_compute, result_dtype, to_compute
+from .op_helpers import (accumulation_dtype, attr_dims, from_compute, result_dtype, sequential_dtype,
+                         to_compute)
 
 
 def dot_general(lhs: np.ndarray, rhs: np.ndarray, lb: tuple[int, ...], lc: tuple[int, ...],
                 rb: tuple[int, ...], rc: tuple[int, ...], out_dtype: np.dtype) -> np.ndarray:
     """XLA's DotGeneral: result dimensions are batch, lhs free, rhs free (each in order).
 
-    Products are accumulated in `accumulation_dtype` (float64 for every float type, int64 for
-    integers) and rounded once to `out_dtype`, which is how preferred_element_type (the
-    result shape's type) takes effect.
+    Accumulation (see op_helpers): a small float contraction is summed term by term in the
+    result's precision (at least f32: bf16/f16 products accumulate in f32, then round), in
+    increasing contracting index, as XLA's loops do; a large one in float64 by one matmul.
+    Integers accumulate in int64 and wrap to the result type. The result shape's element
+    type is the preferred_element_type.
     """
     lfree = [d for d in range(lhs.ndim) if d not in lb and d not in lc]
     rfree = [d for d in range(rhs.ndim) if d not in rb and d not in rc]
-    acc = accumulation_dtype(lhs.dtype, rhs.dtype, out_dtype)
-    a = to_compute(lhs, acc).transpose(list(lb) + lfree + list(lc))
-    b = to_compute(rhs, acc).transpose(list(rb) + list(rc) + rfree)
     batch = [lhs.shape[d] for d in lb]
     m = [lhs.shape[d] for d in lfree]
     n = [rhs.shape[d] for d in rfree]
     k = math.prod(lhs.shape[d] for d in lc)
+    outputs = math.prod(batch) * math.prod(m) * math.prod(n)
+    seq = sequential_dtype(out_dtype, terms=k, outputs=outputs)
+    acc = seq if seq is not None else accumulation_dtype(lhs.dtype, rhs.dtype, out_dtype)
+    a = to_compute(lhs, acc).transpose(list(lb) + lfree + list(lc))
+    b = to_compute(rhs, acc).transpose(list(rb) + list(rc) + rfree)
     a = a.reshape(math.prod(batch), math.prod(m), k)
     b = b.reshape(math.prod(batch), k, math.prod(n))
-    out = np.matmul(a, b).reshape(batch + m + n)
-    return from_compute(out, out_dtype)
+    if seq is not None:
+        out = np.zeros((a.shape[0], a.shape[1], b.shape[2]), dtype=acc)
+        for i in range(k):
+            out += a[:, :, i, None] * b[:, None, i, :]
+    else:
+        out = np.matmul(a, b)
+    return from_compute(out.reshape(batch + m + n), out_dtype)
 
 
 @register_reference("dot")

@@ -21,7 +21,7 @@ def result_dtype(shape: Shape) -> np.dtype:
 
 
 def accumulation_dtype(*dtypes: np.dtype) -> np.dtype:
-    """The dtype the reference accumulates products in.
+    """The dtype large contractions accumulate products in.
 
     Floats accumulate in float64 (complex128 for complex): at least the operand precision, so
     bf16/f16/f8/f32 products are summed more accurately than any backend does, then rounded
@@ -36,6 +36,28 @@ def accumulation_dtype(*dtypes: np.dtype) -> np.dtype:
     if kinds <= {"u", "b"} and "u" in kinds:
         return np.dtype(np.uint64)
     return np.dtype(np.int64)
+
+
+# Small contractions are summed one term at a time in the result's precision (at least f32),
+# in XLA's order: that is what XLA's naive loop emitters and its evaluator do, so the
+# reference reproduces their results bit for bit (the StableHLO conformance expectations were
+# made that way). Beyond these sizes no backend sums sequentially, and the reference uses the
+# exact float64 accumulation of `accumulation_dtype` instead.
+SEQUENTIAL_MAX_TERMS = 256
+SEQUENTIAL_MAX_WORK = 1 << 25
+
+
+def sequential_dtype(out_dtype: np.dtype, terms: int, outputs: int) -> np.dtype | None:
+    """The dtype to sum a small float contraction in term by term (the result's precision, at
+    least float32), or None for integer results and for contractions too large for that."""
+    out = np.dtype(out_dtype)
+    if not (_is_float(out) or out.kind == "c"):
+        return None
+    if terms > SEQUENTIAL_MAX_TERMS or terms * outputs > SEQUENTIAL_MAX_WORK:
+        return None
+    if out.kind == "c":
+        return out
+    return np.dtype(np.float64 if out == np.float64 else np.float32)
 
 
 def _is_float(dtype: np.dtype) -> bool:
