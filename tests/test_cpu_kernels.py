@@ -232,3 +232,64 @@ ENTRY e {{
     x = np.arange(48, dtype=np.float32).reshape(6, 8)
     (got,) = compile_text(text).run([x])
     np.testing.assert_allclose(got, (x * x).reshape(3, 2, 4, 2).sum(axis=(1, 3)))
+
+
+@pytest.mark.parametrize("rdim", [0, 1])
+def test_reduction_epilogue_in_one_kernel(rdim):
+    """reduce followed by elementwise ops on its result (XLA's reduction epilogue fusion)."""
+    n = 60 if rdim == 0 else 45
+    text = f"""HloModule ep
+{ADD}
+fused {{
+  p0 = f32[60,45] parameter(0)
+  p1 = f32[{n if rdim else 45}] parameter(1)
+  c = f32[] constant(0)
+  s = f32[{45 if rdim == 0 else 60}] reduce(p0, c), dimensions={{{rdim}}}, to_apply=add
+  k = f32[] constant(0.5)
+  kb = f32[{45 if rdim == 0 else 60}] broadcast(k), dimensions={{}}
+  m = f32[{45 if rdim == 0 else 60}] multiply(s, kb)
+  ROOT r = f32[{45 if rdim == 0 else 60}] subtract(m, p1)
+}}
+ENTRY e {{
+  x = f32[60,45] parameter(0)
+  y = f32[{45 if rdim == 0 else 60}] parameter(1)
+  ROOT f = f32[{45 if rdim == 0 else 60}] fusion(x, y), kind=kLoop, calls=fused
+}}
+""".replace(f"f32[{n if rdim else 45}] parameter(1)", f"f32[{45 if rdim == 0 else 60}] parameter(1)")
+    prog = compile_text(text)
+    assert len(prog._planner.kernels) == 1 and prog._planner.kernels[0].group is not None
+    rng = np.random.default_rng(8)
+    x = rng.standard_normal((60, 45)).astype(np.float32)
+    y = rng.standard_normal(45 if rdim == 0 else 60).astype(np.float32)
+    (got,) = prog.run([x, y])
+    np.testing.assert_allclose(got, x.astype(np.float64).sum(rdim) * 0.5 - y, rtol=1e-5, atol=1e-5)
+
+
+def test_softmax_fusion_materializes_its_reductions():
+    """A reduce broadcast back into the loop is computed once by its own kernel, not per element."""
+    text = f"""HloModule smx
+{ADD}
+fused {{
+  p0 = f32[32,300] parameter(0)
+  ninf = f32[] constant(-inf)
+  mx = f32[32] reduce(p0, ninf), dimensions={{1}}, to_apply=max
+  mb = f32[32,300] broadcast(mx), dimensions={{0}}
+  d = f32[32,300] subtract(p0, mb)
+  e = f32[32,300] exponential(d)
+  z = f32[] constant(0)
+  s = f32[32] reduce(e, z), dimensions={{1}}, to_apply=add
+  sb = f32[32,300] broadcast(s), dimensions={{0}}
+  ROOT r = f32[32,300] divide(e, sb)
+}}
+ENTRY e {{
+  x = f32[32,300] parameter(0)
+  ROOT f = f32[32,300] fusion(x), kind=kLoop, calls=fused
+}}
+"""
+    prog = compile_text(text)
+    kinds = [k.group is not None for k in prog._planner.kernels]
+    assert kinds == [True, True, False]  # max, then sum (reading max), then the loop
+    x = (np.random.default_rng(9).standard_normal((32, 300)) * 5).astype(np.float32)
+    (got,) = prog.run([x])
+    e = np.exp(x - x.max(1, keepdims=True))
+    np.testing.assert_allclose(got, e / e.sum(1, keepdims=True), rtol=2e-6, atol=1e-9)
