@@ -322,3 +322,26 @@ def test_rng_bit_generator_is_bit_exact_with_xla(algorithm, shape, dtype):
 def test_rng_with_unspecified_stream_is_unsupported(body):
     with pytest.raises(UnsupportedError, match="unspecified"):
         run_hlo(body)
+
+
+def test_small_float_dot_sums_term_by_term_in_float32():
+    """Bit-exact with a hand-written sequential float32 sum (XLA's loop order)."""
+    a, b = rand((3, 7)), rand((7, 4))
+    want = np.zeros((3, 4), np.float32)
+    for i in range(3):
+        for j in range(4):
+            acc = np.float32(0)
+            for k in range(7):
+                acc = np.float32(acc + np.float32(a[i, k] * b[k, j]))
+            want[i, j] = acc
+    inst = instruction("dot", shape_of(want), [shape_of(a), shape_of(b)],
+                       lhs_contracting_dims=(1,), rhs_contracting_dims=(0,))
+    assert run(inst, a, b).tobytes() == want.tobytes()
+
+
+def test_large_float_dot_accumulates_in_float64():
+    a, b = rand((2, 600)), rand((600, 3))
+    want = (a.astype(np.float64) @ b.astype(np.float64)).astype(np.float32)
+    inst = instruction("dot", shape_of(want), [shape_of(a), shape_of(b)],
+                       lhs_contracting_dims=(1,), rhs_contracting_dims=(0,))
+    assert run(inst, a, b).tobytes() == want.tobytes()
