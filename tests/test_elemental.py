@@ -290,3 +290,10 @@ def test_complex_arithmetic():
     np.testing.assert_allclose(binary("divide", a, b), a / b, rtol=1e-5)
     np.testing.assert_allclose(unary("abs", a, "f32"), np.abs(a), rtol=1e-6)
     np.testing.assert_allclose(unary("exponential", a), np.exp(a), rtol=1e-5)
+
+
+def test_bitcast_follows_physical_layouts():
+    """bitcast(f32[3,4]{0,1}) -> f32[4,3]{1,0} is a transpose of the logical values."""
+    m = np.arange(12, dtype=np.float32).reshape(3, 4)
+    got = run("  p0 = f32[3,4]{0,1} parameter(0)\n  ROOT r = f32[4,3]{1,0} bitcast(p0)", m)[0]
+    np.testing.assert_array_equal(got, m.T)

@@ -89,9 +89,45 @@ def _reshape(em: ElementalEmitter, inst):
             raise UnsupportedError(f"bitcast {inst.name} changes the element width ({src.name} -> {dst.name})")
         inner = g
         g = lambda idx: bitcast_value(em, inner(idx), src, dst)  # noqa: E731
-    if op_dims == dims_of(inst):
+    if op_dims == dims_of(inst) and (inst.opcode == "reshape" or _same_layout(inst.operands[0].shape, inst.shape)):
         return g
+    if inst.opcode == "bitcast" and not (_row_major(inst.shape) and _row_major(inst.operands[0].shape)):
+        return _physical_bitcast(em, inst, g)
     return lambda idx: g(Index(em.b, op_dims, linear=idx.linear))
+
+
+def _row_major(shape) -> bool:
+    layout = shape.layout
+    return layout is None or tuple(layout.minor_to_major) == tuple(range(shape.rank - 1, -1, -1))
+
+
+def _same_layout(a, b) -> bool:
+    return _row_major(a) and _row_major(b) or (a.layout is not None and b.layout is not None
+                                               and a.layout.minor_to_major == b.layout.minor_to_major)
+
+
+def _physical_bitcast(em: ElementalEmitter, inst, g):
+    """XLA's bitcast reinterprets the physical buffer: map the output index to its offset under
+    the output layout, then to the operand index under the operand layout."""
+    b = em.b
+    out_shape, op_shape = inst.shape, inst.operands[0].shape
+
+    def order(shape):
+        return tuple(shape.layout.minor_to_major) if shape.layout is not None else tuple(range(shape.rank - 1, -1, -1))
+
+    out_major = order(out_shape)[::-1]
+    op_major = order(op_shape)[::-1]
+    out_dims, op_dims = dims_of(inst), dims_of(inst.operands[0])
+
+    def gen(idx: Index):
+        physical = Index(b, [out_dims[d] for d in out_major], multi=[idx.multi[d] for d in out_major])
+        in_phys = Index(b, [op_dims[d] for d in op_major], linear=physical.linear)
+        multi = [None] * len(op_dims)
+        for k, d in enumerate(op_major):
+            multi[d] = in_phys.multi[k]
+        return g(Index(b, op_dims, multi=multi))
+
+    return gen
 
 
 register_elemental("reshape", "bitcast")(_reshape)
