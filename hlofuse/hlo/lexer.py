@@ -143,12 +143,14 @@ class Lexer:
 
     def scan_value(self) -> str:
         """The text of one attribute value: up to the next ',' or closing bracket at depth 0,
-        or the end of the line, with brackets balanced and strings intact."""
+        or the end of the line, with brackets balanced, strings intact and comments dropped."""
         self.skip_ws()
         text = self.text
         start = pos = self.pos
         n = len(text)
         stack: list[str] = []
+        pieces: list[str] = []
+        piece_start = start
         while pos < n:
             m = _SPECIAL.match(text, pos)
             if m is not None:
@@ -173,9 +175,14 @@ class Lexer:
             elif ch == "/":
                 c = WS.match(text, pos)
                 if c.end() == pos:
+                    if text.startswith("/*", pos):
+                        raise self.error("unterminated comment: '/*' without '*/'", pos)
                     pos += 1
                 elif stack:
-                    pos = c.end()
+                    # Comments inside a value are dropped (keeping one blank in their place),
+                    # so the value prints back as plain text.
+                    pieces.append(text[piece_start:pos].rstrip() + " ")
+                    pos = piece_start = c.end()
                 else:
                     break
             elif not stack:  # ',' or newline at depth 0 ends the value
@@ -185,7 +192,7 @@ class Lexer:
         if stack:
             raise self.error(f"expected '{stack[-1]}' to close attribute value", pos)
         self.pos = pos
-        value = text[start:pos].rstrip()
+        value = ("".join(pieces) + text[piece_start:pos]).rstrip()
         if not value:
             raise self.error(f"expected an attribute value but found {self.describe(start)}", start)
         return value

@@ -46,9 +46,11 @@ def parse_literal(text: str, shape: Shape):
     if isinstance(shape, ArrayShape) and shape.rank and not shape.dtype.is_complex:
         # Fast path for big arrays: check the brace structure as one string, convert in bulk.
         body = _COMMENT.sub(" ", text) if "/" in text else text
-        skeleton = "".join(_ATOM.sub("n", body).split())
-        if skeleton == _skeleton(shape.dims):
-            return _to_numpy(_ATOM.findall(body), shape)
+        atoms = _ATOM.findall(body)
+        if len(atoms) == shape.element_count() and 0 not in shape.dims:
+            skeleton = "".join(_ATOM.sub("n", body).split())
+            if skeleton == _skeleton(shape.dims):
+                return _to_numpy(atoms, shape)
     tokens = [t for t in _TOKENS.findall(text) if t]
     reader = _Reader(tokens)
     value = reader.value(shape)

@@ -15,6 +15,8 @@ interpret (metadata, backend_config, sharding ...) print back exactly as they we
 """
 from __future__ import annotations
 
+import re
+
 from .ir import HloComputation, HloInstruction, HloModule
 from .literals import format_literal
 from .parse_attributes import OPCODE_TEXT, attribute_rank, encode_attribute
@@ -102,18 +104,20 @@ def _header(module: HloModule) -> str:
     if module.entry is not None and module.entry.root is not None:
         current = entry_computation_layout(module)
         old = attrs.get(_LAYOUT_KEY)
-        # Keep a layout read from the text unless the entry signature changed since.
-        if old is None or _strip_layouts(str(old)) != _strip_layouts(current):
+        # Keep a layout read from the text only where it says more than the entry signature
+        # (other layouts for the same shapes); print the canonical form otherwise.
+        if old is None or _canon(str(old), False) != _canon(current, False) or _canon(str(old)) == _canon(current):
             attrs[_LAYOUT_KEY] = current
     keys = [k for k in _HEADER_FIRST if k in attrs] + [k for k in attrs if k not in _HEADER_FIRST]
     return ", ".join([f"HloModule {module.name}"] + [f"{k}={attrs[k]}" for k in keys])
 
 
-def _strip_layouts(text: str) -> str:
-    import re
-
+def _canon(text: str, layouts: bool = True) -> str:
+    """`text` without comments and blanks (and without layouts unless `layouts`)."""
     text = re.sub(r"/\*.*?\*/", "", text)
-    return re.sub(r"\]\{[^{}]*\}", "]", text).replace(" ", "")
+    if not layouts:
+        text = re.sub(r"\]\{[^{}]*\}", "]", text)
+    return "".join(text.split())
 
 
 def module_to_text(module: HloModule, operand_shapes: bool = True) -> str:
