@@ -10,7 +10,9 @@ from jax import lax  # noqa: E402
 
 from hlofuse.hlo.dtypes import from_numpy  # noqa: E402
 from hlofuse.hlo.ir import HloComputation, HloInstruction  # noqa: E402
+from hlofuse.hlo.parser import parse_hlo  # noqa: E402
 from hlofuse.hlo.shapes import TupleShape, array  # noqa: E402
+from hlofuse.runtime.interpreter import evaluate  # noqa: E402
 from interp_ops_support import (  # noqa: E402
     RNG,
     binary_comp,
@@ -180,3 +182,40 @@ def test_scatter_add_types(dtype):
     inst = _scatter_inst(case, binary_comp("add", from_numpy(np.dtype(dtype)).name), [operand], indices,
                          [updates], shape_of(want))
     close(run(inst, operand, indices, updates), want, rtol=1e-2)
+
+
+SCATTER_ORDERED_HLO = """
+HloModule m
+
+combine {
+  x0 = f32[] parameter(0)
+  x1 = f32[] parameter(1)
+  two = f32[] constant(2)
+  twice = f32[] multiply(x0, two)
+  ROOT r = f32[] add(twice, x1)
+}
+
+ENTRY main {
+  p0 = f32[6,2] parameter(0)
+  p1 = s32[9,1] parameter(1)
+  p2 = f32[9,2] parameter(2)
+  ROOT s = f32[6,2] scatter(p0, p1, p2), update_window_dims={1}, inserted_window_dims={0},
+    scatter_dims_to_operand_dims={0}, index_vector_dim=1, to_apply=combine
+}
+"""
+
+
+def test_scatter_order_dependent_combiner_through_evaluate():
+    """acc*2 + update depends on the order of duplicate updates: it must be update order."""
+    operand = rand((6, 2))
+    indices = np.array([[1], [3], [1], [7], [1], [0], [3], [-1], [5]], np.int32)  # 7 and -1 are dropped
+    updates = rand((9, 2))
+    want = operand.copy()
+    for i, row in enumerate(indices[:, 0]):  # by hand, one update after another
+        if 0 <= row < 6:
+            want[row] = want[row] * np.float32(2) + updates[i]
+    (got,) = evaluate(parse_hlo(SCATTER_ORDERED_HLO), [operand, indices, updates])
+    close(got, want, rtol=0, atol=0)
+    # The same through per-element calls (the stub offers no batched calls).
+    inst = parse_hlo(SCATTER_ORDERED_HLO).entry.root
+    close(run(inst, operand, indices, updates), want, rtol=0, atol=0)

@@ -34,6 +34,16 @@ def _nan_floats(shape):
     return x
 
 
+def _argmax_pool(x):
+    idx = lax.broadcasted_iota(jnp.int32, x.shape, 1)
+
+    def pick(a, b):
+        take = (a[0] > b[0]) | ((a[0] == b[0]) & (a[1] < b[1]))
+        return lax.select(take, a[0], b[0]), lax.select(take, a[1], b[1])
+
+    return lax.reduce_window((x, idx), (-jnp.inf, jnp.int32(2**31 - 1)), pick, (1, 3), (1, 2), ((0, 0), (1, 1)))
+
+
 JAX_PROGRAMS = {
     "sort_nan_zero": (lambda x: jnp.sort(x, axis=1), lambda: [_nan_floats((6, 40))]),
     "sort_big_row": (lambda x: jnp.sort(x), lambda: [rand((2, 3000), np.float32)]),
@@ -67,6 +77,7 @@ JAX_PROGRAMS = {
     "avg_pool": (lambda x: lax.reduce_window(x, 0.0, lax.add, (1, 2, 2, 1), (1, 2, 2, 1), "SAME") / 4,
                  lambda: [rand((2, 7, 7, 3))]),
     "max_pool_grad": (lambda x: jax.grad(lambda v: (_maxpool(v) ** 2).sum())(x), lambda: [np.round(rand((2, 7, 8, 3)))]),
+    "argmax_pool": (_argmax_pool, lambda: [np.round(rand((4, 11), np.float32, 0, 3))]),
     "cumsum": (lambda x: jnp.cumsum(x, axis=1), lambda: [rand((3, 20))]),
     "cummax": (lambda x: lax.cummax(x, axis=0), lambda: [rand((20, 3))]),
     "fft2": (lambda x: jnp.fft.rfft2(x), lambda: [rand((3, 8, 6))]),

@@ -12,7 +12,8 @@ import numpy as np
 from ...hlo.errors import UnsupportedError
 from ...hlo.ir import HloInstruction
 from ...hlo.opcodes import register_reference
-from .op_helpers import ASSIGN, KEEP, attr_dims, attr_int, flatten_value, recognize_combiner, scalar_args
+from .op_helpers import (ASSIGN, KEEP, attr_dims, attr_int, batched_call, flatten_value, recognize_combiner,
+                         scalar_args)
 
 _INDEX_MAX = 2**62  # larger unsigned indices clamp to this before the int64 cast
 
@@ -131,9 +132,34 @@ def scatter_reference(inst: HloInstruction, args: list, interp):
                 operand[where] = window
             elif reducer is not KEEP:
                 reducer.at(operand, where, window.astype(operand.dtype, copy=False))
+    elif (batched := batched_call(comp, interp)) is not None:
+        _scatter_in_rounds(batched, operands, where, windows)
     else:
         _scatter_by_calls(comp, operands, where, windows, interp)
     return tuple(operands) if n > 1 or inst.shape.is_tuple else operands[0]
+
+
+def _scatter_in_rounds(batched, operands: list[np.ndarray], where, windows: list[np.ndarray]) -> None:
+    """Apply an elementwise combiner with batched calls. Round r combines, for every operand
+    element, its r-th update (in update order), so each round touches distinct elements and
+    each element still sees its updates in order."""
+    flat_index = np.ravel_multi_index(tuple(np.broadcast_arrays(*where)), operands[0].shape).reshape(-1)
+    if flat_index.size == 0:
+        return
+    order = np.argsort(flat_index, kind="stable")
+    sorted_index = flat_index[order]
+    first = np.r_[0, np.flatnonzero(np.diff(sorted_index)) + 1]
+    run_start = np.repeat(first, np.diff(np.r_[first, sorted_index.size]))
+    rank = np.empty_like(order)
+    rank[order] = np.arange(order.size) - run_start
+    flat_ops = [o.reshape(-1) for o in operands]
+    flat_upd = [w.reshape(-1) for w in windows]
+    for r in range(int(rank.max()) + 1):
+        pick = np.flatnonzero(rank == r)
+        targets = flat_index[pick]
+        results = batched([o[targets] for o in flat_ops] + [u[pick] for u in flat_upd])
+        for o, res in zip(flat_ops, results):
+            o[targets] = np.broadcast_to(np.asarray(res, dtype=o.dtype), targets.shape)
 
 
 def _scatter_by_calls(comp, operands: list[np.ndarray], where, windows: list[np.ndarray], interp) -> None:
