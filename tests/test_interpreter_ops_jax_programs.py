@@ -41,7 +41,7 @@ def _argmax_pool(x):
         take = (a[0] > b[0]) | ((a[0] == b[0]) & (a[1] < b[1]))
         return lax.select(take, a[0], b[0]), lax.select(take, a[1], b[1])
 
-    return lax.reduce_window((x, idx), (-jnp.inf, jnp.int32(2**31 - 1)), pick, (1, 3), (1, 2), ((0, 0), (1, 1)))
+    return lax.reduce_window((x, idx), (np.float32(-np.inf), np.int32(2**31 - 1)), pick, (1, 3), (1, 2), ((0, 0), (1, 1)))
 
 
 JAX_PROGRAMS = {
