@@ -540,3 +540,13 @@ def test_binary_file_is_a_parse_error(tmp_path):
         load_hlo_file(path)
     assert (e.value.line, e.value.column) == (2, 1)
     assert "UTF-8" in e.value.message
+
+
+def test_windows_line_endings():
+    text = (
+        'HloModule m, entry_computation_layout={(f32[2]{0})->f32[2]{0}}\n\nFileNames\n1 "a.py"\n\n'
+        'ENTRY e {\n  a = f32[2] parameter(0), metadata={op_name="x"}\n  ROOT b = f32[2] negate(a)\n}\n'
+    )
+    m = parse_hlo(text.replace("\n", "\r\n"))
+    assert m.extra_sections == ['FileNames\n1 "a.py"']
+    assert m.entry.instruction("a").attrs["metadata"] == Raw('{op_name="x"}')

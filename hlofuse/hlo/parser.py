@@ -48,6 +48,8 @@ _LAYOUT = re.compile(r"\{\s*(\d+(?:\s*,\s*\d+)*)?\s*(?::([^{}]*))?\}$")
 
 def parse_hlo(text: str, filename: str = "<string>") -> HloModule:
     """Parse HLO module text; raises HloParseError (with position) on any malformed input."""
+    if "\r" in text:
+        text = text.replace("\r\n", "\n")
     try:
         return _Parser(text, filename).parse_module()
     except HloParseError:
