@@ -65,11 +65,12 @@ class GpuStep:
     """One instruction of an executed computation and how it runs."""
 
     inst: HloInstruction
-    kind: str  # param | const | tuple | gte | kernel | library | call
+    kind: str  # param | const | tuple | gte | kernel | library | call | unsupported
     operand_steps: list[int] = field(default_factory=list)
     launches: list[GpuLaunch] = field(default_factory=list)
     leaf_shapes: list = field(default_factory=list)  # output leaves (kernel steps)
     temps: list = field(default_factory=list)  # shapes of temporaries between its kernels
+    message: str = ""  # why an unsupported step cannot run (build_only programs)
 
     @property
     def aliases_operands(self) -> bool:
@@ -105,9 +106,10 @@ def _launches_of(kp, leaves, add) -> None:
 class _GpuPlanner:
     """Turns executed computations into steps and collects every launch of the program."""
 
-    def __init__(self) -> None:
+    def __init__(self, lenient: bool = False) -> None:
         self.plans: dict[int, _ComputationPlan] = {}
         self.kernels: list[GpuLaunch] = []
+        self.lenient = lenient  # build_only: plan what can be emitted, fail only when run
 
     def plan(self, comp: HloComputation) -> "_ComputationPlan":
         p = self.plans.get(id(comp))
@@ -137,7 +139,10 @@ class _GpuPlanner:
             return GpuStep(inst, "library")
         else:
             reason = inst.info.unsupported.get("library") or inst.info.unsupported.get("elemental") or "not implemented"
-            raise UnsupportedError(f"the GPU backend cannot run {op} instruction {inst.name}: {reason}")
+            message = f"the GPU backend cannot run {op} instruction {inst.name}: {reason}"
+            if not self.lenient:
+                raise UnsupportedError(message)
+            return GpuStep(inst, "unsupported", message=message)
         step = GpuStep(inst, "kernel", leaf_shapes=[leaf.shape for leaf in output_leaves(comp)])
         step.launches, step.temps = self.fusion_launches(comp, inst)
         return step
@@ -284,11 +289,11 @@ class CudaDevice:
 class GpuProgram:
     """A fused module compiled into grid kernels (run emulated on the host, or on a GPU)."""
 
-    def __init__(self, module: HloModule, emulated: bool, arch: str = DEFAULT_ARCH) -> None:
+    def __init__(self, module: HloModule, emulated: bool, arch: str = DEFAULT_ARCH, lenient: bool = False) -> None:
         self.module = module
         self.emulated = emulated
         self.arch = arch
-        self._planner = _GpuPlanner()
+        self._planner = _GpuPlanner(lenient)
         self._entry = self._planner.plan(module.entry)
         self._ptx: str | None = None
         self._nvptx_ir: str | None = None
@@ -305,7 +310,7 @@ class GpuProgram:
                 arch: str = DEFAULT_ARCH) -> "GpuProgram":
         """Plan `fused_module`; unless `build_only`, build and load its kernels for the host
         emulation (`emulated`) or for the CUDA GPU of this machine."""
-        prog = cls(fused_module, emulated, arch)
+        prog = cls(fused_module, emulated, arch, lenient=build_only)
         if build_only:
             return prog
         if emulated:
@@ -407,6 +412,8 @@ class GpuProgram:
                 env[i] = inst.info.library(inst, [self._host(o) for o in ops], self)
             elif step.kind == "call":
                 env[i] = self.call(inst.fused_computation, ops)
+            elif step.kind == "unsupported":
+                raise UnsupportedError(step.message)
             else:
                 env[i] = self._run_launches(plan, i, step, ops)
         return env[plan.root_step]
