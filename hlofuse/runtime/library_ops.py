@@ -233,9 +233,11 @@ def scatter(inst, args, ctx):
     idx_batch_dims = [d for d in range(np.asarray(indices).ndim) if d != ivd]
     combiner = _binary_combiner(comp) if n == 1 else None
     # Full operand index of every update element (vectorized), then a validity mask.
-    grids = np.indices(upd_shape).reshape(len(upd_shape), -1)
+    count = math.prod(upd_shape)
+    grids = np.indices(upd_shape).reshape(len(upd_shape), count)
     sidx = tuple(grids[d] for d in scatter_dims)
-    starts = idx[sidx] if scatter_dims else np.broadcast_to(idx.reshape(-1), (grids.shape[1], idx.shape[-1]))
+    starts = idx[sidx] if scatter_dims else np.broadcast_to(idx.reshape(-1), (count, idx.shape[-1]))
+    starts = np.asarray(starts).reshape(count, -1)
     full = np.zeros((len(op_shape), grids.shape[1]), np.int64)
     for k, od in enumerate(sdod):
         full[od] += starts[:, k].astype(np.int64)
