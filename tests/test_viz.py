@@ -247,3 +247,30 @@ def test_page_renders_in_chromium_without_script_errors(tmp_path, example, targe
     assert re.search(r'<body[^>]*data-ready="true"', dom), "the page script did not run to its end"
     present = set(re.findall(r'<g class="node" id="[^"]*" data-name="([^"]*)"', dom))
     assert present == _drawn_instructions(fused)
+
+
+# ---- --dump-dir ----------------------------------------------------------------------------
+def test_dump_dir_has_every_pass_in_order_then_graph_and_report(tmp_path):
+    import hlofuse.cli
+    from hlofuse.compiler import fusion_target
+    from hlofuse.passes.pipeline import standard_pipeline
+
+    dump = tmp_path / "dump"
+    assert hlofuse.cli.main(["compile", str(EXAMPLES / "lstm_cell.hlo"), "--dump-dir", str(dump)]) == 0
+    files = sorted(os.listdir(dump))
+    assert files[-2:] == ["fusion_graph.html", "fusion_report.json"]
+    hlo = files[:-2]
+    passes = [p.name for p in standard_pipeline(target=fusion_target("cpu")).passes]
+    expected = ["0000.jit_lstm_cell.before_optimizations.hlo"] + [
+        f"{k:04d}.jit_lstm_cell.{name}.hlo" for k, name in enumerate(passes, start=1)]
+    assert hlo == expected
+    # each dump is the module after that pass: parseable, and the last one is what compile prints
+    last = hlofuse.parse_hlo((dump / hlo[-1]).read_text())
+    module = hlofuse.load(str(EXAMPLES / "lstm_cell.hlo"))
+    fused, _ = optimize(module, "cpu")
+    assert last.to_text() == fused.to_text()
+    report = json.loads((dump / "fusion_report.json").read_text())
+    assert report["after"]["kernels"] < report["before"]["kernels"]
+    html = (dump / "fusion_graph.html").read_text()
+    assert {g.get("data-name") for g in _svgs(html)[0].iter(f"{SVG_NS}g")
+            if g.get("class") == "node"} == _drawn_instructions(fused)
