@@ -10,6 +10,7 @@ HloParseError with the line, column and source line of the offending token.
 """
 from __future__ import annotations
 
+import gc
 import re
 from pathlib import Path
 
@@ -50,12 +51,19 @@ def parse_hlo(text: str, filename: str = "<string>") -> HloModule:
     """Parse HLO module text; raises HloParseError (with position) on any malformed input."""
     if "\r" in text:
         text = text.replace("\r\n", "\n")
+    # The parser allocates many long-lived objects and no cycles worth collecting: pausing
+    # the cyclic garbage collector keeps it from rescanning the growing graph (about 2x faster).
+    gc_was_enabled = gc.isenabled()
+    gc.disable()
     try:
         return _Parser(text, filename).parse_module()
     except HloParseError:
         raise
     except RecursionError:
         raise HloParseError("input nests too deeply", 1, 1, text.split("\n", 1)[0], filename) from None
+    finally:
+        if gc_was_enabled:
+            gc.enable()
 
 
 def load_hlo_file(path) -> HloModule:
