@@ -144,3 +144,76 @@ def test_gpu_workload_through_compile_api():
     module = hlofuse.parse_hlo(jax.jit(softmax).lower(x).as_text(dialect="hlo"))
     (got,) = hlofuse.compile(module, target="gpu")(x)
     np.testing.assert_allclose(got, np.asarray(softmax(x)), rtol=1e-5, atol=1e-6)
+
+
+class _FakeDeviceArray:
+    """Host memory posing as a numba device array (only what CudaDevice uses)."""
+
+    def __init__(self, host: np.ndarray) -> None:
+        self.host = host
+
+    @property
+    def __cuda_array_interface__(self):
+        return {"data": (self.host.ctypes.data, False), "shape": self.host.shape, "typestr": "|u1", "version": 3}
+
+    def copy_to_host(self):
+        return self.host.copy()
+
+
+class _FakeCuda:
+    def __init__(self) -> None:
+        self.h2d = 0
+        self.d2h = 0
+
+    def to_device(self, a):
+        self.h2d += 1
+        return _FakeDeviceArray(np.array(a, copy=True))
+
+    def device_array(self, n, dtype):
+        return _FakeDeviceArray(np.empty(n, dtype))
+
+    def synchronize(self):
+        pass
+
+
+def test_cuda_device_transfers_with_host_memory_standing_in(monkeypatch):
+    """CudaDevice's byte buffers (bf16 and pred included), one copy per input and per output,
+    with the emulated kernels standing in for the launches."""
+    from hlofuse.emitters.gpu.target import EmulatedGpuTarget
+    from hlofuse.runtime import gpu_executor as ge
+    from hlofuse.runtime.gpu_emulator import run_grid
+
+    text = """HloModule t
+fused {
+  x = bf16[300] parameter(0)
+  p = pred[300] parameter(1)
+  c = f32[300] convert(x)
+  n = f32[300] negate(c)
+  s = f32[300] select(p, c, n)
+  ROOT t = (f32[300], pred[300]) tuple(s, p)
+}
+ENTRY e {
+  x = bf16[300] parameter(0)
+  p = pred[300] parameter(1)
+  ROOT f = (f32[300], pred[300]) fusion(x, p), kind=kLoop, calls=fused
+}
+"""
+    module = parse_hlo(text)
+    prog = GpuProgram.compile(module, emulated=True, build_only=True)
+    # Loads the emulated kernels into prog.launches[*].fn, which the fake launches run.
+    emulated = ge.HostDevice(prog.launches, ge.emit_module(prog.launches, EmulatedGpuTarget(), "t"))
+    fake = _FakeCuda()
+    dev = ge.CudaDevice.__new__(ge.CudaDevice)
+    dev.cuda = fake
+    monkeypatch.setattr(dev, "launch", lambda launch, ptrs: run_grid(launch.fn, ptrs, launch.dims.grid), raising=False)
+    prog.device = dev
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal(300).astype(module.entry.parameters[0].shape.dtype.numpy)
+    p = rng.random(300) < 0.5
+    got = prog.run([x, p])
+    want = evaluate(module, [x, p])
+    assert fake.h2d == 2
+    assert emulated.module is not None
+    for g, w in zip(got, want):
+        assert g.dtype == np.asarray(w).dtype
+        np.testing.assert_array_equal(g, np.asarray(w))

@@ -141,3 +141,29 @@ ENTRY e {
     assert ".target sm_90" in ptx and ".entry" in ptx
     if assembler() is not None:
         assemble(ptx)
+
+
+def test_compile_api_gpu_emulated():
+    import hlofuse
+
+    text = """HloModule m
+add {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}
+ENTRY e {
+  x = f32[512,96] parameter(0)
+  t = f32[512,96] tanh(x)
+  z = f32[] constant(0)
+  r = f32[96] reduce(t, z), dimensions={0}, to_apply=add
+  ROOT o = (f32[512,96], f32[96]) tuple(t, r)
+}
+"""
+    module = hlofuse.parse_hlo(text)
+    exe = hlofuse.compile(module, target="gpu-emulated")
+    x = np.random.default_rng(4).standard_normal((512, 96)).astype(np.float32)
+    t, r = exe(x)
+    np.testing.assert_allclose(t, np.tanh(x), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(r, np.tanh(x).sum(axis=0), rtol=1e-4, atol=1e-4)
+    assert ".entry" in exe.program.ptx()

@@ -248,39 +248,60 @@ class HostDevice:
         pass
 
 
+@dataclass
+class DeviceBuffer:
+    """Bytes on the GPU holding an array of `dims` and numpy `dtype` (kept as raw bytes so
+    every element type, bf16 and pred included, moves the same way)."""
+
+    data: object  # numba DeviceNDArray of uint8
+    dims: tuple
+    dtype: np.dtype
+
+
 class CudaDevice:
     """A CUDA GPU through numba.cuda (memory, PTX loading) and cuda.core (launches)."""
 
     def __init__(self, launches: list[GpuLaunch], ptx: str) -> None:
+        from cuda.core import Device
         from numba import cuda
 
         self.cuda = cuda
         self.module = cuda.current_context().create_module_ptx(ptx)
+        self.device = Device()
+        self.device.set_current()  # the primary context numba made current
         for launch in launches:
             launch.fn = self.module.get_function(launch.name)
 
     def to_device(self, a):
-        if self.cuda.is_cuda_array(a):
+        if isinstance(a, DeviceBuffer):
             return a
-        return self.cuda.to_device(np.ascontiguousarray(a))
+        a = np.ascontiguousarray(a)
+        raw = a.reshape(-1).view(np.uint8) if a.size else np.zeros(1, np.uint8)
+        return DeviceBuffer(self.cuda.to_device(raw), tuple(a.shape), a.dtype)
 
     def to_host(self, a):
-        return a.copy_to_host() if self.cuda.is_cuda_array(a) else a
+        if not isinstance(a, DeviceBuffer):
+            return a
+        n = int(np.prod(a.dims, dtype=np.int64))
+        if n == 0:
+            return np.empty(a.dims, a.dtype)
+        return a.data.copy_to_host().view(a.dtype)[:n].reshape(a.dims)
 
     def empty(self, dims, dtype):
-        return self.cuda.device_array(tuple(dims), dtype)
+        dtype = np.dtype(dtype)
+        nbytes = max(int(np.prod(dims, dtype=np.int64)) * dtype.itemsize, 1)
+        return DeviceBuffer(self.cuda.device_array(nbytes, np.uint8), tuple(dims), dtype)
 
     def pointer(self, a) -> int:
-        return a.__cuda_array_interface__["data"][0]
+        return a.data.__cuda_array_interface__["data"][0]
 
     def launch(self, launch: GpuLaunch, pointers: list[int]) -> None:
-        from cuda.core import Device, LaunchConfig, launch as cu_launch
+        from cuda.core import LaunchConfig, launch as cu_launch
 
         if launch.dims.grid <= 0:
             return
-        stream = Device().default_stream
         config = LaunchConfig(grid=launch.dims.grid, block=launch.dims.block)
-        cu_launch(stream, config, launch.fn.kernel, *[ctypes.c_void_p(p) for p in pointers])
+        cu_launch(self.device.default_stream, config, launch.fn.kernel, *[ctypes.c_void_p(p) for p in pointers])
 
     def synchronize(self) -> None:
         self.cuda.synchronize()
