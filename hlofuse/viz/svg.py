@@ -115,12 +115,12 @@ def render_svg(scene: Scene, svg_id: str = "graph", standalone: bool = True) -> 
         fill, stroke, dash = _node_style(n)
         cx = box.x + box.w / 2
         title = f"{n.name} = {n.opcode} {n.shape}" + (f" (in {n.cluster})" if n.cluster else "")
+        in_cluster = f' data-cluster="{escape(n.cluster)}"' if n.cluster else ""
+        dashes = f' stroke-dasharray="{dash}"' if dash else ""
         out.append(f'<g class="node" id="{nid}" data-name="{escape(n.name)}" data-opcode="{escape(n.opcode)}"'
-                   f'{f" data-cluster={chr(34)}{escape(n.cluster)}{chr(34)}" if n.cluster else ""}>'
-                   f'<title>{escape(title)}</title>')
+                   f'{in_cluster}><title>{escape(title)}</title>')
         out.append(f'<rect x="{box.x:.1f}" y="{box.y:.1f}" width="{box.w:.1f}" height="{box.h:.1f}" rx="4" '
-                   f'fill="{fill}" stroke="{stroke}" stroke-width="{2 if n.is_root else 1}"'
-                   f'{f" stroke-dasharray={chr(34)}{dash}{chr(34)}" if dash else ""}/>')
+                   f'fill="{fill}" stroke="{stroke}" stroke-width="{2 if n.is_root else 1}"{dashes}/>')
         for cls, text, dy in (("op", n.opcode, 15), ("shape", n.shape, 29), ("name", n.name, 42)):
             out.append(f'<text class="{cls}" x="{cx:.1f}" y="{box.y + dy:.1f}" text-anchor="middle">{escape(text)}</text>')
         out.append("</g>")
