@@ -87,3 +87,55 @@ def test_parser_accepts_every_xla_print_style(text, options):
     reprinted = xla_reprint(module_to_text(ours), **options)
     m = parse_hlo(reprinted)
     assert module_to_text(parse_hlo(module_to_text(m))) == module_to_text(m)
+
+
+@pytest.mark.parametrize("style", ["canonical", "short_parsable"])
+@pytest.mark.parametrize("text", CASES[:16] + CASES[-4:])
+def test_parser_reads_xla_canonical_text_with_inline_computations(text, style):
+    """XLA's canonical form renames everything tmp_N and writes called computations in place
+    (`to_apply={ ... }`); hlofuse reads it, prints it canonically, and XLA reads that back."""
+    ours = parse_hlo(text)
+    skip_if_xla_reserved_names(ours)
+    options = getattr(xla_client.hlo.HloPrintOptions, style)()
+    options.print_large_constants = True
+    xla_text = xla_client.hlo.hlo_module_from_text(module_to_text(ours)).to_string(options)
+    theirs = parse_hlo(xla_text)
+    printed = module_to_text(theirs)
+    assert module_to_text(parse_hlo(printed)) == printed
+    xla_client.hlo.hlo_module_from_text(printed)
+
+    def entry_ops(m):
+        return sorted((i.opcode, str(i.shape)) for i in m.entry.instructions)
+
+    assert entry_ops(theirs) == entry_ops(ours)
+
+
+def test_inline_computations_are_parsed_in_place():
+    text = """HloModule m
+ENTRY e {
+  tmp_0 = f32[4] parameter(0)
+  tmp_1 = f32[] constant(0)
+  tmp_2 = f32[] reduce(f32[4] tmp_0, f32[] tmp_1), dimensions={0}, to_apply=
+  {
+    tmp_0 = f32[] parameter(0)
+    tmp_1 = f32[] parameter(1)
+    ROOT tmp_2 = f32[] add(f32[] tmp_0, f32[] tmp_1)
+  }
+  tmp_3 = s32[] constant(1)
+  ROOT tmp_4 = f32[] conditional(s32[] tmp_3, f32[] tmp_2, f32[] tmp_2), branch_computations={
+  {
+    ROOT tmp_0 = f32[] parameter(0)
+  },
+  {
+    tmp_0 = f32[] parameter(0)
+    ROOT tmp_1 = f32[] negate(f32[] tmp_0)
+  }
+  }
+}"""
+    m = parse_hlo(text)
+    reduce = m.entry.instruction("tmp_2")
+    body = reduce.attrs["to_apply"]
+    assert body.root.opcode == "add" and len(body.parameters) == 2
+    branches = m.entry.root.attrs["branch_computations"]
+    assert [b.root.opcode for b in branches] == ["parameter", "negate"]
+    assert len({c.name for c in m.computations}) == 4

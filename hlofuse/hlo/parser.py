@@ -21,7 +21,8 @@ from .ir import HloComputation, HloInstruction, HloModule
 from .lexer import ARRAY_SHAPE, STRING, WORD, Lexer
 from .literals import LiteralError, parse_literal
 from .opcodes import OPS, VARIADIC
-from .parse_attributes import OPCODE_FROM_TEXT, AttributeError_, ComputationRef, decode_attribute
+from .parse_attributes import (COMPUTATION_KEYS, COMPUTATION_LIST_KEYS, OPCODE_FROM_TEXT, AttributeError_,
+                               ComputationRef, decode_attribute)
 from .shapes import TOKEN_SHAPE, UNBOUNDED, ArrayShape, Layout, Shape, TupleShape
 
 _SECTION = re.compile(
@@ -153,6 +154,17 @@ class _Parser:
         if lex.peek() == "(":
             self._signature()
         lex.expect("{")
+        comp = self._computation_body(name, pos)
+        if lex.accept(","):
+            if not lex.accept_keyword("execution_thread"):
+                raise lex.expected("'execution_thread'")
+            lex.expect("=")
+            comp.execution_thread = lex.string()[1:-1]
+        return comp, is_entry, pos
+
+    def _computation_body(self, name: str, pos: int) -> HloComputation:
+        """The instructions after a computation's `{` up to its `}`, linked."""
+        lex = self.lex
         comp = HloComputation(name)
         module = self.module
         comp.parent = module
@@ -190,14 +202,40 @@ class _Parser:
             pending.append(item)
         if not comp.instructions:
             raise lex.error(f"computation '{name}' has no instructions", pos)
-        if lex.accept(","):
-            if not lex.accept_keyword("execution_thread"):
-                raise lex.expected("'execution_thread'")
-            lex.expect("=")
-            comp.execution_thread = lex.string()[1:-1]
         comp.root = root if root is not None else comp.instructions[-1]
         self._link(comp, pending, by_name)
-        return comp, is_entry, pos
+        return comp
+
+    def _inline_computations(self, key: str):
+        """XLA's canonical text writes called computations in place: `to_apply={ ... }` and
+        `branch_computations={ {...}, {...} }`. Returns the computation(s) if the value at the
+        cursor is written so, else None (the cursor does not move then)."""
+        lex = self.lex
+        text = lex.text
+        lex.skip_ws()
+        start = lex.pos
+        if not text.startswith("{", start):
+            return None
+        if key in COMPUTATION_LIST_KEYS:
+            lex.pos = start + 1
+            if lex.peek() != "{":
+                lex.pos = start
+                return None
+            comps = []
+            while True:
+                comps.append(self._inline_computation())
+                if lex.accept("}"):
+                    return tuple(comps)
+                if not lex.accept(","):
+                    raise lex.expected("',' or '}'")
+        return self._inline_computation()
+
+    def _inline_computation(self) -> HloComputation:
+        lex = self.lex
+        lex.skip_ws()
+        pos = lex.pos
+        lex.expect("{")
+        return self._computation_body(self.module.unique_name("_"), pos)  # XLA calls them "_"
 
     def _signature(self) -> None:
         lex = self.lex
@@ -338,6 +376,12 @@ class _Parser:
                 lex.expect("=")
             else:
                 break
+            if key in COMPUTATION_KEYS:
+                value_pos = lex.pos
+                inline = self._inline_computations(key)
+                if inline is not None:
+                    attrs.append((key, key_pos, inline, value_pos))
+                    continue
             v = _FAST_VALUE.match(text, lex.pos)
             if v is not None:
                 raw, value_pos = v.group(1), v.start(1)
@@ -421,6 +465,11 @@ class _Parser:
                 raise lex.error(f"attribute '{key}' is given twice on '{inst.name}'", key_pos)
             if key == "control-predecessors":
                 controls = self._name_list(raw, value_pos, key)
+                continue
+            if not isinstance(raw, str):  # computations written in place
+                attrs[key] = raw
+                if key == "calls" and inst.opcode == "fusion":
+                    raw.fusion_instruction = inst
                 continue
             try:
                 value = decode_attribute(key, raw, value_pos)
