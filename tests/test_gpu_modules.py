@@ -100,6 +100,25 @@ def test_jax_corpus(path):
     check_module(parse_hlo(open(path).read(), path))
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("path", sorted(glob.glob(os.path.join(ROOT, "testdata", "jax", "*.opt.hlo"))),
+                         ids=os.path.basename)
+def test_xla_fused_corpus_runs_as_given(path):
+    """XLA's own fusion decisions (the .opt.hlo files, kLoop/kInput/kOutput fusions) run
+    through the GPU kernels without re-fusing."""
+    module = parse_hlo(open(path).read(), path)
+    args = random_inputs(module, 0)
+    try:
+        want = evaluate(module, args)
+    except UnsupportedError as e:
+        pytest.skip(f"interpreter: {e}")
+    prog = GpuProgram.compile(module, emulated=True)
+    bad = [r.line() for r in compare_outputs(prog.run(args), [np.asarray(w) for w in want]) if not r.ok]
+    assert not bad, "\n".join(bad)
+    if assembler() is not None:
+        assemble(prog.ptx())
+
+
 def test_build_only_defers_unsupported_ops():
     text = """HloModule m
 ENTRY e {
