@@ -234,19 +234,30 @@ def _chromium_dom(path: Path) -> tuple[str, str]:
     return proc.stdout, proc.stderr
 
 
+# After the page's own script, click one element the way a user would.
+_CLICK = """<script>
+document.querySelector('g[data-name="%s"]').dispatchEvent(new MouseEvent("click", {bubbles: true}));
+</script></body>"""
+
+
 @pytest.mark.skipif(not os.path.exists(CHROMIUM), reason="needs headless Chromium (apt-get install chromium)")
-@pytest.mark.parametrize("example,target", [("lstm_cell.hlo", "cpu"), ("softmax.hlo", "gpu")])
-def test_page_renders_in_chromium_without_script_errors(tmp_path, example, target):
+@pytest.mark.parametrize("example,target,click,shown", [
+    ("lstm_cell.hlo", "cpu", "tanh.3", "[fusion] fused tanh.3 into mul.5 -> fusion"),
+    ("softmax.hlo", "gpu", "fusion.2", "kInput"),
+])
+def test_page_renders_in_chromium_without_script_errors(tmp_path, example, target, click, shown):
     module, fused = _compiled(example, target)
     page = tmp_path / "graph.html"
-    page.write_text(render(module, fused, "html"))
+    page.write_text(render(module, fused, "html").replace("</body>", _CLICK % click))
     dom, log = _chromium_dom(page)
     console = [line for line in log.splitlines() if "CONSOLE" in line]
     assert not console, console
     assert "Uncaught" not in log
     assert re.search(r'<body[^>]*data-ready="true"', dom), "the page script did not run to its end"
-    present = set(re.findall(r'<g class="node" id="[^"]*" data-name="([^"]*)"', dom))
-    assert present == _drawn_instructions(fused)
+    present = set(re.findall(r'<g class="node( selected)?" id="[^"]*" data-name="([^"]*)"', dom))
+    assert {name for _, name in present} == _drawn_instructions(fused)
+    details = re.search(r'<aside id="details">(.*?)</aside>', dom, flags=re.S).group(1)
+    assert f"<h3>{click}</h3>" in details and shown in details.replace("&gt;", ">")
 
 
 # ---- --dump-dir ----------------------------------------------------------------------------
@@ -274,3 +285,21 @@ def test_dump_dir_has_every_pass_in_order_then_graph_and_report(tmp_path):
     html = (dump / "fusion_graph.html").read_text()
     assert {g.get("data-name") for g in _svgs(html)[0].iter(f"{SVG_NS}g")
             if g.get("class") == "node"} == _drawn_instructions(fused)
+
+
+def test_control_flow_bodies_are_drawn_as_their_own_graphs():
+    from hlofuse.passes.fusion.cost_model import kernel_computations
+
+    module, fused = _compiled("../testdata/jax/scan_cumulative.hlo", "cpu")
+    comps = kernel_computations(fused)
+    assert len(comps) > 1  # the entry and the while loop's body and condition
+    svgs = _svgs(render(module, fused, "html"))
+    assert sorted(s.get("data-computation") for s in svgs) == sorted(c.name for c in comps)
+    for svg in svgs:
+        comp = next(c for c in comps if c.name == svg.get("data-computation"))
+        expected = set()
+        for inst in comp.instructions:
+            expected.update([inst.name] if inst.opcode != "fusion" else
+                            [m.name for m in inst.fused_computation.instructions])
+        drawn = {g.get("data-name") for g in svg.iter(f"{SVG_NS}g") if g.get("class") == "node"}
+        assert drawn == expected

@@ -18,7 +18,7 @@ body { margin: 0; font-family: system-ui, sans-serif; color: #111827; background
 header { padding: 12px 20px; background: #111827; color: #f9fafb; }
 header h1 { margin: 0 0 4px 0; font-size: 18px; }
 header p { margin: 2px 0; font-size: 13px; color: #d1d5db; }
-.legend { display: flex; flex-wrap: wrap; gap: 14px; padding: 8px 20px; font-size: 12px;
+.legend { display: flex; flex-wrap: wrap; gap: 14px; padding: 8px 20px; margin-right: 360px; font-size: 12px;
           background: #fff; border-bottom: 1px solid #e5e7eb; }
 .legend span.sw { display: inline-block; width: 14px; height: 10px; margin-right: 4px; vertical-align: middle;
                   border: 1.5px solid; border-radius: 2px; }
@@ -39,6 +39,8 @@ section h2 { font-size: 14px; font-weight: 600; margin: 14px 0 6px 0; }
 g.node, g.cluster { cursor: pointer; }
 g.node:hover rect, g.node.selected rect { stroke: #f59e0b; stroke-width: 3; }
 g.cluster.selected > rect:first-of-type { stroke-width: 4; }
+svg.focus path.edge { stroke-opacity: 0.25; }
+svg.focus path.edge.hl { stroke-opacity: 1; }
 """
 
 SCRIPT = r"""
@@ -102,7 +104,17 @@ SCRIPT = r"""
   }
   function select(g) {
     document.querySelectorAll(".selected").forEach(function (e) { e.classList.remove("selected"); });
-    if (g) g.classList.add("selected");
+    document.querySelectorAll("path.edge.hl").forEach(function (e) { e.classList.remove("hl"); });
+    document.querySelectorAll("svg.focus").forEach(function (e) { e.classList.remove("focus"); });
+    if (!g) return;
+    g.classList.add("selected");
+    if (!g.classList.contains("node")) return;
+    var name = g.getAttribute("data-name");
+    var svg = g.ownerSVGElement;
+    svg.classList.add("focus");
+    svg.querySelectorAll("path.edge").forEach(function (e) {
+      if (e.getAttribute("data-src") === name || e.getAttribute("data-dst") === name) e.classList.add("hl");
+    });
   }
   document.querySelectorAll("g.node, g.cluster").forEach(function (g) {
     g.addEventListener("mouseenter", function () { if (!pinned) show(g); });
