@@ -124,6 +124,9 @@ def test_main_conformance_lines_summary_and_exit_code(tmp_path):
     assert "SKIPPED kernel_float32_2.mlir" in text and "@my_kernel" in text
     assert "skipped 1:" in text and "by family:" in text and "by dtype:" in text
     assert main_conformance([str(tmp_path / "missing.mlir")], stream=io.StringIO()) == 2
+    parallel = io.StringIO()
+    assert main_conformance([str(tmp_path)], stream=parallel, jobs=2) == 1
+    assert parallel.getvalue().splitlines() == [l for l in text.splitlines() if not l.startswith(("by ", "  "))]
     result = run_file(good)
     assert (result.status, result.family, result.dtypes) == ("passed", "abs", ("f32",))
 

@@ -331,10 +331,19 @@ def expand_paths(paths: Iterable[str]) -> list[str]:
     return out
 
 
-def run_conformance(paths: Iterable[str], backend: str = "interpreter") -> Iterator[ConformanceResult]:
-    """One result per test file found under `paths`, in order."""
-    for path in expand_paths(paths):
-        yield run_file(path, backend)
+def run_conformance(paths: Iterable[str], backend: str = "interpreter", jobs: int = 1) -> Iterator[ConformanceResult]:
+    """One result per test file found under `paths`, in order (`jobs` worker processes)."""
+    files = expand_paths(paths)
+    if jobs <= 1 or len(files) < 2:
+        for path in files:
+            yield run_file(path, backend)
+        return
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    # spawn, not fork: forking a process that runs JAX/XLA threads can deadlock.
+    with ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
+        yield from pool.map(run_file, files, [backend] * len(files), chunksize=4)
 
 
 def summary_line(results: list[ConformanceResult]) -> str:
@@ -365,8 +374,10 @@ def format_breakdown(results: list[ConformanceResult]) -> str:
 
 
 def main_conformance(paths: list[str], backend: str = "interpreter", stream: TextIO | None = None,
-                     verbose_breakdown: bool = False) -> int:
-    """Run the files, print a line per file and the summary; exit code 0 iff nothing failed."""
+                     verbose_breakdown: bool = False, jobs: int = 1) -> int:
+    """Run the files, print a line per file, each skip reason with its count, (optionally) the
+    breakdown by op family and dtype, and the summary line; exit code 0 iff nothing failed
+    (2 when a path does not exist)."""
     stream = stream or sys.stdout
     files = expand_paths(paths)
     missing = [p for p in files if not os.path.exists(p)]
@@ -374,7 +385,7 @@ def main_conformance(paths: list[str], backend: str = "interpreter", stream: Tex
         print(f"error: no such file: {missing[0]}", file=stream)
         return 2
     results = []
-    for r in run_conformance(files, backend):
+    for r in run_conformance(files, backend, jobs):
         results.append(r)
         print(r.line(), file=stream, flush=True)
     skips = Counter(r.reason for r in results if r.status == "skipped")
