@@ -15,7 +15,6 @@ import re
 from pathlib import Path
 
 from .attributes import Raw
-from .dtypes import ELEMENT_TYPES
 from .errors import HloParseError
 from .ir import HloComputation, HloInstruction, HloModule
 from .lexer import ARRAY_SHAPE, STRING, WORD, Lexer
@@ -23,7 +22,8 @@ from .literals import LiteralError, parse_literal
 from .opcodes import OPS, VARIADIC
 from .parse_attributes import (COMPUTATION_KEYS, COMPUTATION_LIST_KEYS, OPCODE_FROM_TEXT, AttributeError_,
                                ComputationRef, decode_attribute)
-from .shapes import TOKEN_SHAPE, UNBOUNDED, ArrayShape, Layout, Shape, TupleShape
+from .parse_shapes import ShapeReader
+from .shapes import Shape, TupleShape
 
 _SECTION = re.compile(
     r"(FileNames|FunctionNames|FileLocations|StackFrames)[ \t]*(?:\n|$)((?:[ \t]*\d+[ \t][^\n]*(?:\n|$)|[ \t]*\n)*)"
@@ -44,8 +44,6 @@ _ASYNC_SUGAR = re.compile(r"(.+)-(start|update|done)")
 _ASYNC_START_KEEPS = frozenset({"async_execution_thread", "async_group_id", "metadata", "sharding",
                                 "frontend_attributes", "statistics", "origin"})
 _NEXT_LINE = re.compile(r"\s*(\})?")
-_DIM = re.compile(r"(<=)?(\d+)$")
-_LAYOUT = re.compile(r"\{\s*(\d+(?:\s*,\s*\d+)*)?\s*(?::([^{}]*))?\}$")
 
 
 def parse_hlo(text: str, filename: str = "<string>") -> HloModule:
@@ -96,7 +94,7 @@ class _Pending:
 class _Parser:
     def __init__(self, text: str, filename: str) -> None:
         self.lex = Lexer(text, filename)
-        self.shape_cache: dict[str, ArrayShape] = {}
+        self.shapes = ShapeReader(self.lex)
         self.computations: dict[str, HloComputation] = {}
         self.comp_refs: list[tuple[HloInstruction, str, ComputationRef]] = []
         self.module: HloModule | None = None
@@ -244,12 +242,12 @@ class _Parser:
             while True:
                 lex.name("a parameter name")
                 lex.expect(":")
-                self.parse_shape()
+                self.shapes.parse()
                 if lex.accept(")"):
                     break
                 lex.expect(",")
         lex.expect("->")
-        self.parse_shape()
+        self.shapes.parse()
 
     def _link(self, comp: HloComputation, pending: list[_Pending], by_name: dict[str, HloInstruction]) -> None:
         lex = self.lex
@@ -334,14 +332,14 @@ class _Parser:
         if m is not None:
             is_root = m.group(1) is not None
             name, name_pos = m.group(3), m.start(2)
-            shape = self._cached_shape(m.group(4), m.start(4))
+            shape = self.shapes.cached(m.group(4), m.start(4))
             opcode, op_pos = m.group(5), m.start(5)
             lex.pos = m.end()
         else:
             is_root = lex.accept_keyword("ROOT")
             name, name_pos = lex.name("an instruction name")
             lex.expect("=")
-            shape = self.parse_shape()
+            shape = self.shapes.parse()
             lex.skip_ws()
             op_pos = lex.pos
             w = WORD.match(text, op_pos)
@@ -392,13 +390,6 @@ class _Parser:
                 raw = lex.scan_value()
             attrs.append((key, key_pos, raw, value_pos))
         return self._finish(inst, operands, attrs), is_root, name_pos
-
-    def _cached_shape(self, key: str, pos: int) -> Shape:
-        shape = self.shape_cache.get(key)
-        if shape is None:
-            shape = self._array_shape(ARRAY_SHAPE.match(self.lex.text, pos), pos)
-            self.shape_cache[key] = shape
-        return shape
 
     def _new_instruction(self, opcode: str, op_pos: int, shape: Shape, name: str, name_pos: int):
         opcode = OPCODE_FROM_TEXT.get(opcode, opcode)
@@ -500,7 +491,7 @@ class _Parser:
             first = False
             c = lex.peek()
             if c == "(" or ARRAY_SHAPE.match(text, lex.pos):
-                self.parse_shape()
+                self.shapes.parse()
             operands.append(lex.name("an operand name"))
             if lex.accept(")"):
                 return
@@ -550,69 +541,3 @@ class _Parser:
             inst.literal = parse_literal(literal_text, inst.shape)
         except LiteralError as e:
             raise lex.error(f"bad literal for '{inst.name}': {e}", start) from None
-
-    # ---- shapes ---------------------------------------------------------------------------
-    def parse_shape(self) -> Shape:
-        lex = self.lex
-        lex.skip_ws()
-        text = lex.text
-        pos = lex.pos
-        if text.startswith("(", pos):
-            lex.pos = pos + 1
-            elements = []
-            if not lex.accept(")"):
-                while True:
-                    elements.append(self.parse_shape())
-                    if lex.accept(")"):
-                        break
-                    if not lex.accept(","):
-                        raise lex.expected("',' or ')' in a tuple shape")
-            return TupleShape(tuple(elements))
-        m = ARRAY_SHAPE.match(text, pos)
-        if m is None:
-            raise lex.expected("a shape")
-        key = m.group()
-        shape = self.shape_cache.get(key)
-        if shape is None:
-            shape = self._array_shape(m, pos)
-            self.shape_cache[key] = shape
-        lex.pos = m.end()
-        return shape
-
-    def _array_shape(self, m: re.Match, pos: int) -> Shape:
-        lex = self.lex
-        type_name, dims_text, layout_text = m.group(1), m.group(2), m.group(3)
-        dtype = ELEMENT_TYPES.get(type_name)
-        if dtype is None:
-            raise lex.error(f"unknown element type '{type_name}'", pos)
-        if type_name == "token":
-            if dims_text.strip() or layout_text:
-                raise lex.error("a token shape is written 'token[]'", pos)
-            return TOKEN_SHAPE
-        dims: list[int] = []
-        dynamic: list[bool] = []
-        if dims_text.strip():
-            for part in dims_text.split(","):
-                part = part.strip()
-                if part == "?":
-                    dims.append(UNBOUNDED)
-                    dynamic.append(True)
-                    continue
-                d = _DIM.match(part)
-                if d is None:
-                    raise lex.error(f"bad dimension '{part}' in shape '{m.group()}'", pos)
-                dims.append(int(d.group(2)))
-                dynamic.append(d.group(1) is not None)
-        rank = len(dims)
-        if layout_text is None:
-            layout = Layout.default(rank)
-        else:
-            lm = _LAYOUT.match(layout_text)
-            if lm is None:
-                raise lex.error(f"bad layout '{layout_text}' in shape '{m.group()}'", pos)
-            order = tuple(int(x) for x in lm.group(1).split(",")) if lm.group(1) else ()
-            if sorted(order) != list(range(rank)):
-                raise lex.error(f"layout {layout_text} is not a permutation of the {rank} dimensions of "
-                                f"'{m.group()}'", pos)
-            layout = Layout(order, (lm.group(2) or "").strip())
-        return ArrayShape(dtype, tuple(dims), tuple(dynamic), layout)
