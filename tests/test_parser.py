@@ -550,3 +550,30 @@ def test_windows_line_endings():
     m = parse_hlo(text.replace("\n", "\r\n"))
     assert m.extra_sections == ['FileNames\n1 "a.py"']
     assert m.entry.instruction("a").attrs["metadata"] == Raw('{op_name="x"}')
+
+
+def test_trailing_debug_sections_are_kept_and_printed_after_the_header():
+    text = """HloModule m
+
+ENTRY e {
+  ROOT a = f32[] parameter(0), metadata={op_name="a" stack_frame_id=1}
+}
+
+FileNames
+1 "x.py"
+
+FunctionNames
+1 "f"
+
+FileLocations
+1 {file_name_id=1 function_name_id=1 line=3 end_line=3 column=1 end_column=9}
+
+StackFrames
+1 {file_location_id=1 parent_frame_id=1}
+"""
+    m = parse_hlo(text)
+    assert [s.split("\n")[0] for s in m.extra_sections] == ["FileNames", "FunctionNames", "FileLocations",
+                                                             "StackFrames"]
+    printed = m.to_text()
+    assert printed.index("StackFrames\n1 {file_location_id=1 parent_frame_id=1}") < printed.index("ENTRY")
+    assert parse_hlo(printed).extra_sections == m.extra_sections
