@@ -207,6 +207,8 @@ def convert_value(em: ElementalEmitter, v, src: ElementType, dst: ElementType):
             return from_compute(b, c, dst)
         return em.target.float_to_int(b, c, dty, dst.is_signed)
     signed = src.is_signed and not src.is_pred
+    if src.is_pred and not dst.is_float:
+        return b.zext(v, dty)
     if dst.is_float:
         cty = dty if dst.name == "f16" else compute_type(dst)
         c = b.sitofp(v, cty) if signed else b.uitofp(v, cty)
@@ -368,6 +370,8 @@ def _shift(kind):
 
 def _power(em, inst, et, x, y):
     b = em.b
+    if et.is_complex:
+        raise UnsupportedError(f"power {inst.name}: complex power is not supported by the LLVM emitters")
     if et.is_float:
         return float_op(em, et, lambda u, v: em.target.math(b, "pow", [u, v]), x, y)
     # Integer power by squaring over every exponent bit; XLA: negative exponent -> 0 unless x is +-1.

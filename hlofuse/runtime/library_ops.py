@@ -29,6 +29,8 @@ def _work_dtype(dt: np.dtype) -> np.dtype:
     return dt
 
 
+_SMALL_DOT = 1 << 15  # multiply-adds
+
 # ---- linear algebra --------------------------------------------------------------------------
 @register_library("dot")
 def dot(inst, args, ctx):
@@ -39,10 +41,10 @@ def dot(inst, args, ctx):
     rb, rc = list(a.get("rhs_batch_dims", ())), list(a.get("rhs_contracting_dims", ()))
     lf = [d for d in range(lhs.ndim) if d not in lb and d not in lc]
     rf = [d for d in range(rhs.ndim) if d not in rb and d not in rc]
-    out_dt = _np_dtype(inst.shape)
+    out_dt = np.dtype(_np_dtype(inst.shape))
     work = _work_dtype(out_dt)
-    if np.dtype(out_dt).kind in "iub" or np.dtype(lhs.dtype).kind in "iub":
-        work = np.dtype(out_dt) if np.dtype(out_dt).kind in "iu" else work
+    if out_dt.kind in "iu":
+        work = out_dt
     B = [lhs.shape[d] for d in lb]
     M = math.prod(lhs.shape[d] for d in lf)
     N = math.prod(rhs.shape[d] for d in rf)
@@ -50,7 +52,15 @@ def dot(inst, args, ctx):
     nb = math.prod(B)
     x = np.transpose(lhs, lb + lf + lc).astype(work, copy=False).reshape(nb, M, K)
     y = np.transpose(rhs, rb + rc + rf).astype(work, copy=False).reshape(nb, K, N)
-    out = np.matmul(x, y)
+    if out_dt.kind in "fc" and nb * M * N * K <= _SMALL_DOT:
+        # Small dots: accumulate term by term in increasing contracting index, in the result's
+        # precision, the way XLA's CPU backend runs small dots (a naive loop, not a GEMM);
+        # rounding then matches it rather than a blocked BLAS order.
+        out = np.zeros((nb, M, N), work)
+        for k in range(K):
+            out += x[:, :, k, None] * y[:, None, k, :]
+    else:
+        out = np.matmul(x, y)
     dims = tuple(inst.shape.dims)
     return out.reshape(dims).astype(out_dt, copy=False)
 
