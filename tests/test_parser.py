@@ -398,6 +398,10 @@ def test_error_expected_paren_names_found_token_and_position():
         ("  ROOT a = f32[2] parameter(0), dimensions={0}, dimensions={0}", "given twice", 0, "dimensions={0}\n"),
         ("  ROOT a = f32[] parameter(0), window={size=2 bogus=1}", "unexpected 'bogus=1'", 0, "{size"),
         ("  ROOT a = f32[] parameter(0), dim_labels=bf_io", "dim_labels", 0, "bf_io"),
+        ("  a = f32[] parameter(0)\n  ROOT c = pred[] compare(a, a), direction=LTE", "'direction' must be one of EQ",
+         1, "LTE"),
+        ("  a = f32[] parameter(0)\n  ROOT c = pred[] compare(a, a), direction=LT, type=BOGUS", "'type' must be one",
+         1, "BOGUS"),
         ("  ROOT a = f32[] parameter(0), metadata={op_name=\"x\"", "expected '}' to close computation", 2, ""),
     ],
 )

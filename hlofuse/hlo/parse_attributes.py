@@ -35,6 +35,15 @@ INT_KEYS = frozenset({
 BOOL_KEYS = frozenset({"is_stable", "indices_are_sorted", "unique_indices"})
 WORD_KEYS = frozenset({"direction", "type", "kind", "distribution", "algorithm", "fft_type"})
 STRING_KEYS = frozenset({"custom_call_target"})
+# The values XLA's parser accepts for the enumerated attributes.
+_CHOICES = {
+    "direction": ("EQ", "NE", "LT", "LE", "GT", "GE"),
+    "type": ("FLOAT", "TOTALORDER", "SIGNED", "UNSIGNED"),
+    "kind": ("kLoop", "kInput", "kOutput", "kCustom"),
+    "distribution": ("rng_uniform", "rng_normal"),
+    "algorithm": ("rng_default", "rng_three_fry", "rng_philox"),
+    "fft_type": ("FFT", "IFFT", "RFFT", "IRFFT"),
+}
 # Attributes naming several computations: `{%a, %b}`.
 COMPUTATION_LIST_KEYS = frozenset({"branch_computations", "called_computations"})
 COMPUTATION_KEYS = frozenset(COMPUTATION_ATTRS) | COMPUTATION_LIST_KEYS
@@ -113,6 +122,9 @@ def decode_attribute(key: str, raw: str, offset: int = 0) -> Any:
             raise AttributeError_(f"attribute '{key}' expects true or false but found '{raw}'")
         return raw == "true"
     if key in WORD_KEYS:
+        choices = _CHOICES.get(key)
+        if choices is not None and raw not in choices:
+            raise AttributeError_(f"attribute '{key}' must be one of {', '.join(choices)} but is '{raw}'")
         if not _WORD.match(raw):
             raise AttributeError_(f"attribute '{key}' expects a word but found '{raw}'")
         return raw
