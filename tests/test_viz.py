@@ -303,3 +303,16 @@ def test_control_flow_bodies_are_drawn_as_their_own_graphs():
                             [m.name for m in inst.fused_computation.instructions])
         drawn = {g.get("data-name") for g in svg.iter(f"{SVG_NS}g") if g.get("class") == "node"}
         assert drawn == expected
+
+
+def test_human_bytes_and_cluster_labels_fit():
+    from hlofuse.viz.graph import human_bytes
+
+    assert [human_bytes(n) for n in (0, 1023, 1024, 1536 * 1024, 3 << 30)] == [
+        "0 B", "1023 B", "1.0 KiB", "1.5 MiB", "3.0 GiB"]
+    module, fused = _compiled("softmax.hlo", "gpu")
+    (svg,) = _svgs(render(module, fused, "html"))
+    for c in svg.iter(f"{SVG_NS}g"):
+        if c.get("class") == "cluster":
+            rect, label = c.find(f"{SVG_NS}rect"), c.find(f"{SVG_NS}text")
+            assert len(label.text) * 6.9 + 10 <= float(rect.get("width"))

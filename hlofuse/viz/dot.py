@@ -1,8 +1,8 @@
 """Graphviz DOT text of the drawn graphs: one cluster per computation, one per fusion inside."""
 from __future__ import annotations
 
-from .graph import VizGraph
-from .svg import EDGE_COLORS, KIND_COLORS, cluster_label, edge_width, human_bytes
+from .graph import VizGraph, cluster_label, human_bytes
+from .svg import EDGE_COLORS, KIND_COLORS, edge_width
 
 
 def _q(text: str) -> str:

@@ -99,6 +99,27 @@ def origin_name(name: str, known: set[str]) -> str | None:
         name = m.group(1)
 
 
+def human_bytes(n: int) -> str:
+    """`n` bytes as B, KiB, MiB or GiB with one decimal."""
+    if n < 1024:
+        return f"{n} B"
+    value = n / 1024
+    for unit in ("KiB", "MiB"):
+        if value < 1024:
+            return f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{value:.1f} GiB"
+
+
+def cluster_label(c: VizCluster) -> str:
+    """`fusion.1 · kLoop · multi-output · reads 9.0 KiB, writes 4.0 KiB`."""
+    parts = [c.name, c.kind or "fusion"]
+    if c.multi_output:
+        parts.append("multi-output")
+    parts.append(f"reads {human_bytes(c.bytes_read)}, writes {human_bytes(c.bytes_written)}")
+    return " · ".join(parts)
+
+
 def _entry_key(e: LogEntry) -> tuple:
     return (e.pass_name, e.action, e.producer, e.consumer, e.rule, e.reason, e.fusion)
 

@@ -9,9 +9,9 @@ import json
 from dataclasses import asdict
 from html import escape
 
-from .graph import VizGraph
+from .graph import VizGraph, human_bytes
 from .scene import build_scene
-from .svg import EDGE_COLORS, KIND_COLORS, STYLE, human_bytes, render_svg
+from .svg import EDGE_COLORS, KIND_COLORS, STYLE, render_svg
 
 PAGE_STYLE = """
 body { margin: 0; font-family: system-ui, sans-serif; color: #111827; background: #f9fafb; }

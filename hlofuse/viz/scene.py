@@ -8,12 +8,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .graph import VizGraph, VizNode
+from .graph import VizGraph, VizNode, cluster_label
 from .layout import Point, layered_layout
 
 NODE_HEIGHT = 48.0
 CLUSTER_PAD = 12.0
 CLUSTER_LABEL = 22.0
+LABEL_CHAR_WIDTH = 6.9  # 11px bold monospace
 
 
 @dataclass
@@ -66,7 +67,8 @@ def build_scene(graph: VizGraph) -> Scene:
             order.append(item[nid])
     outer_sizes = {it: sizes[it] for it in order if it in graph.nodes and it not in graph.clusters}
     for name, lay in inner.items():
-        outer_sizes[name] = (max(lay.width, 140.0), lay.height + CLUSTER_LABEL)
+        label_width = len(cluster_label(graph.clusters[name])) * LABEL_CHAR_WIDTH + 20
+        outer_sizes[name] = (max(lay.width, label_width), lay.height + CLUSTER_LABEL)
     cross = [k for k, e in enumerate(graph.edges) if item[e.src] != item[e.dst]]
     outer = layered_layout(order, outer_sizes, [(item[graph.edges[k].src], item[graph.edges[k].dst]) for k in cross],
                            margin=20.0)

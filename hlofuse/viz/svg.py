@@ -4,7 +4,7 @@ from __future__ import annotations
 import math
 from html import escape
 
-from .graph import VizGraph
+from .graph import VizGraph, cluster_label, human_bytes
 from .layout import Point
 from .scene import CLUSTER_LABEL, Scene
 
@@ -28,17 +28,6 @@ STYLE = """
 """
 
 
-def human_bytes(n: int) -> str:
-    """`n` bytes as B, KiB, MiB or GiB with one decimal."""
-    if n < 1024:
-        return f"{n} B"
-    for unit in ("KiB", "MiB", "GiB"):
-        n /= 1024
-        if n < 1024 or unit == "GiB":
-            return f"{n:.1f} {unit}"
-    return f"{n} B"  # unreachable
-
-
 def _path(points: list[Point]) -> str:
     (x0, y0), rest = points[0], points[1:]
     parts = [f"M{x0:.1f},{y0:.1f}"]
@@ -54,15 +43,6 @@ def edge_width(nbytes: int, max_bytes: int) -> float:
     if max_bytes <= 0:
         return 1.0
     return 1.0 + (MAX_EDGE_WIDTH - 1.0) * math.sqrt(max(nbytes, 0) / max_bytes)
-
-
-def cluster_label(c) -> str:
-    """`fusion.1 · kLoop · multi-output · reads 9.0 KiB, writes 4.0 KiB`."""
-    parts = [c.name, c.kind or "fusion"]
-    if c.multi_output:
-        parts.append("multi-output")
-    parts.append(f"reads {human_bytes(c.bytes_read)}, writes {human_bytes(c.bytes_written)}")
-    return " · ".join(parts)
 
 
 def _node_style(node) -> tuple[str, str, str]:
