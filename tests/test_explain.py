@@ -77,6 +77,30 @@ def test_gpu_refusals_name_the_rules(softmax):
     text = explain(softmax, ["reduce_sum.7", "div.7"], "gpu")
     assert "reduce_sum.7 (reduce f32[32]) ended up in fusion fusion.2 (kind=kInput" in text
     assert "[expensive-reused]" in text and "What would allow it:" in text
+    # multi-output fusion refused to merge them: the division is reachable from the sum
+    assert "[cycle]" in text and "Reachability: a kernel holding reduce_sum.7 and div.7 but not div.6" in text
+
+
+SIBLINGS = """
+HloModule siblings
+ENTRY main {
+  x = f32[64,128] parameter(0)
+  e = f32[64,128] exponential(x)
+  t = f32[128,64] transpose(x), dimensions={1,0}
+  n = f32[128,64] negate(t)
+  ROOT r = (f32[64,128], f32[128,64]) tuple(e, n)
+}
+"""
+
+
+def test_gpu_siblings_refused_for_different_loop_shapes():
+    module = hlofuse.parse_hlo(SIBLINGS)
+    text = explain(module, ["e", "t"], "gpu")
+    assert "e and t are siblings: both read x" in text
+    assert "different loop shapes (f32[128,64] vs f32[64,128]) [different-loop-shapes]" in text
+    assert "make their output shapes (or reduction input shapes) agree" in text
+    text = explain(module, ["e", "t"], "cpu")
+    assert "no multi-output (sibling) fusion" in text
 
 
 def test_names_removed_before_fusion_or_in_combiners(softmax):
