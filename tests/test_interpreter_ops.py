@@ -303,19 +303,24 @@ RNG_KEYS = [np.array([1, 2, 3, 4], np.uint32),
             np.array([0xFFFFFFFF, 0xFFFFFFFE, 0xFFFFFFFF, 0xFFFFFFFF], np.uint32)]  # counter carries
 
 
-@pytest.mark.parametrize("algorithm", list(RNG_ALGORITHMS))
-@pytest.mark.parametrize("shape", [(), (7,), (2, 3), (4, 1, 3), (5, 3, 7)])
-@pytest.mark.parametrize("dtype", [np.uint32, np.uint64, np.uint16, np.uint8])
+RNG_CASES = [(alg, shape, np.uint32) for alg in ("three_fry", "philox")
+             for shape in [(), (7,), (2, 3), (4, 1, 3), (5, 3, 7)]]
+RNG_CASES += [(alg, shape, dtype) for alg in ("three_fry", "philox") for shape in [(2, 3), (5, 3, 7)]
+              for dtype in (np.uint64, np.uint16, np.uint8)]
+RNG_CASES += [("default", (5, 3, 7), np.uint32), ("default", (3,), np.uint64)]
+
+
+@pytest.mark.parametrize("algorithm,shape,dtype", RNG_CASES)
 def test_rng_bit_generator_is_bit_exact_with_xla(algorithm, shape, dtype):
     """JAX's HLO for lax.rng_bit_generator evaluated by hlofuse gives XLA's bits and state."""
-    for key in RNG_KEYS:
-        fn = lambda k: lax.rng_bit_generator(k, shape, dtype=dtype, algorithm=RNG_ALGORITHMS[algorithm])  # noqa: E731
-        want_state, want_bits = fn(key)
-        text = jax.jit(fn).lower(key).as_text(dialect="hlo")
-        got_state, got_bits = evaluate(parse_hlo(text), [key])
-        assert got_bits.dtype == np.dtype(dtype) and got_bits.shape == shape
-        np.testing.assert_array_equal(got_bits, np.asarray(want_bits))
-        np.testing.assert_array_equal(got_state, np.asarray(want_state))
+    key = RNG_KEYS[len(shape) % 2]
+    fn = lambda k: lax.rng_bit_generator(k, shape, dtype=dtype, algorithm=RNG_ALGORITHMS[algorithm])  # noqa: E731
+    want_state, want_bits = fn(key)
+    text = jax.jit(fn).lower(key).as_text(dialect="hlo")
+    got_state, got_bits = evaluate(parse_hlo(text), [key])
+    assert got_bits.dtype == np.dtype(dtype) and got_bits.shape == shape
+    np.testing.assert_array_equal(got_bits, np.asarray(want_bits))
+    np.testing.assert_array_equal(got_state, np.asarray(want_state))
 
 
 @pytest.mark.parametrize("body", [
