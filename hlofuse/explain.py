@@ -19,6 +19,7 @@ from .hlo.ir import HloInstruction, HloModule
 from .passes.fusion.cost_model import kernel_computations, launches_kernel
 from .passes.fusion.decisions import FusionLog, LogEntry
 from .passes.fusion.fusibility import is_loop_fusible_as_consumer, is_loop_fusible_as_producer
+from .viz.graph import origin_name
 
 # What would let a refused fusion happen, per refusal rule ({p}: producer, {c}: consumer).
 HINTS = {
@@ -95,12 +96,6 @@ class Place:
         return f"fusion {k.name} (kind={k.attrs.get('kind')}, calls={k.fused_computation.name}){copy}"
 
 
-def _origin(name: str, known: set[str]) -> str | None:
-    from .viz.graph import origin_name
-
-    return origin_name(name, known)
-
-
 def _entry_text(e: LogEntry, count: int) -> str:
     times = f" (x{count})" if count > 1 else ""
     return e.to_text() + times
@@ -120,6 +115,7 @@ class _Explainer:
         self.original = {i.name: i for i in module.all_instructions()}
         self.before = {i.name: i for i in self.pre.all_instructions()}
         self.after = {i.name: i for i in self.fused.all_instructions()}
+        self._places: dict[str, list[Place]] | None = None
 
     # ---- names -----------------------------------------------------------------------------
     def check(self, names: list[str]) -> None:
@@ -136,19 +132,22 @@ class _Explainer:
 
     # ---- placement -------------------------------------------------------------------------
     def places(self, name: str) -> list[Place]:
-        known = set(self.before)
-        out = []
-        for comp in kernel_computations(self.fused):
-            for inst in comp.instructions:
-                if inst.opcode == "fusion":
-                    if inst.name == name and name not in self.before:
-                        out.append(Place(inst, inst, name))
+        """Every kernel holding `name` (or a copy of it) in the fused module."""
+        if self._places is None:
+            self._places = {}
+            known = set(self.before)
+            for comp in kernel_computations(self.fused):
+                for inst in comp.instructions:
+                    if inst.opcode != "fusion":
+                        self._places.setdefault(inst.name, []).append(Place(inst, inst, inst.name))
+                        continue
+                    if inst.name not in known:  # asking about the fusion itself
+                        self._places.setdefault(inst.name, []).append(Place(inst, inst, inst.name))
                     for m in inst.fused_computation.instructions:
-                        if m.opcode != "parameter" and _origin(m.name, known) == name:
-                            out.append(Place(inst, m, name))
-                elif inst.name == name:
-                    out.append(Place(inst, inst, name))
-        return out
+                        origin = origin_name(m.name, known) if m.opcode != "parameter" else None
+                        if origin is not None:
+                            self._places.setdefault(origin, []).append(Place(inst, m, origin))
+        return self._places.get(name, [])
 
     def where(self, name: str) -> list[str]:
         inst = self.before.get(name) or self.after.get(name) or self.original[name]
