@@ -10,7 +10,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from hlofuse.frontends.conformance import (compare, format_breakdown, main_conformance, op_family,
+from hlofuse.frontends.conformance import (compare, dtypes_from_name, format_breakdown, main_conformance, op_family,
                                            run_file, summary_line, ulp_difference)
 
 TESTDATA = os.path.normpath(os.path.join(os.path.dirname(__file__), "..", "..", "shared", "stablehlo_testdata"))
@@ -77,6 +77,10 @@ def test_op_family_names():
     assert op_family("add_any_uint8_2_uint8_2.mlir") == "add"
     assert op_family("iota_2x32_shape_.mlir") == "iota_2x32"
     assert op_family("random_uniform_.mlir") == "random_uniform"
+    assert dtypes_from_name("sort_uint64_5_7.mlir") == ("u64",)
+    assert dtypes_from_name("top_k_bool_5_3_chlo.mlir") == ("pred",)
+    assert dtypes_from_name("add_any_bfloat16_2_bfloat16_2.mlir") == ("bf16",)
+    assert dtypes_from_name("random_split_.mlir") == ()
 
 
 # ---- the runner's output ------------------------------------------------------------------

@@ -24,7 +24,7 @@ from typing import Callable, Iterable, Iterator, TextIO
 
 import numpy as np
 
-from ..hlo.errors import HloError
+from ..hlo.errors import HloError, UnsupportedError
 from ..hlo.ir import HloInstruction, HloModule
 from ..hlo.shapes import TupleShape
 from .stablehlo import from_stablehlo, inline_all_calls
@@ -292,28 +292,47 @@ def run_file(path: str, backend: str = "interpreter") -> ConformanceResult:
     """Run one test file; never raises for a problem of the file or of hlofuse."""
     name = os.path.basename(path)
     family = op_family(name)
+    dtypes = dtypes_from_name(name)
     start = time.perf_counter()
+
+    def result(status: str, reason: str = "") -> ConformanceResult:
+        return ConformanceResult(name, status, reason, family, dtypes, time.perf_counter() - start)
+
     try:
         with open(path, encoding="utf-8") as f:
             text = f.read()
         test = prepare(text, name)
+        dtypes = test.dtypes or dtypes
         outputs = _runner(backend)(test.module, test.inputs)
         reasons = []
         for i, (kind, exp) in enumerate(zip(test.kinds, test.expected)):
             why = compare(kind, np.asarray(outputs[i]), exp)
             if why:
                 reasons.append(f"check {i} ({kind}): {why}")
-        status = "failed" if reasons else "passed"
-        return ConformanceResult(name, status, "; ".join(reasons), family, test.dtypes,
-                                 time.perf_counter() - start)
+        return result("failed" if reasons else "passed", "; ".join(reasons))
     except ConformanceSkip as e:
-        return ConformanceResult(name, "skipped", str(e), family, (), time.perf_counter() - start)
+        return result("skipped", str(e))
+    except UnsupportedError as e:
+        return result("skipped", _one_line(e))
     except HloError as e:
-        status = "skipped" if type(e).__name__ == "UnsupportedError" else "failed"
-        return ConformanceResult(name, status, _one_line(e), family, (), time.perf_counter() - start)
+        return result("failed", _one_line(e))
     except Exception as e:  # noqa: BLE001 - a crash in hlofuse fails this file, not the run
-        return ConformanceResult(name, "failed", f"{type(e).__name__}: {_one_line(e)}", family, (),
-                                 time.perf_counter() - start)
+        return result("failed", f"{type(e).__name__}: {_one_line(e)}")
+
+
+_NAME_TO_HLO = {"bool": "pred", "bfloat16": "bf16", "complex64": "c64", "complex128": "c128"}
+
+
+def dtypes_from_name(name: str) -> tuple[str, ...]:
+    """The element type a test file name starts with (`abs_float32_20_20` -> ('f32',))."""
+    m = _DTYPE_WORD.search(os.path.basename(name))
+    if m is None:
+        return ()
+    word = m.group(1)
+    if word in _NAME_TO_HLO:
+        return (_NAME_TO_HLO[word],)
+    hlo = re.sub(r"^uint", "u", re.sub(r"^int", "s", re.sub(r"^float", "f", word)))
+    return (hlo,)
 
 
 def _one_line(e: BaseException) -> str:
