@@ -293,3 +293,25 @@ ENTRY e {{
     (got,) = prog.run([x])
     e = np.exp(x - x.max(1, keepdims=True))
     np.testing.assert_allclose(got, e / e.sum(1, keepdims=True), rtol=2e-6, atol=1e-9)
+
+
+def test_large_full_reduction_is_split_across_cores_then_combined():
+    text = f"""HloModule full
+{ADD}
+fused {{
+  x = f32[2048,300] parameter(0)
+  c = f32[] constant(0)
+  r = f32[] reduce(x, c), dimensions={{0,1}}, to_apply=add
+  n = f32[] constant(614400)
+  ROOT d = f32[] divide(r, n)
+}}
+ENTRY e {{
+  x = f32[2048,300] parameter(0)
+  ROOT f = f32[] fusion(x), kind=kInput, calls=fused
+}}
+"""
+    prog = compile_text(text)
+    assert [k.stage for k in prog._planner.kernels] == ["partial", "combine"]
+    x = np.random.default_rng(10).random((2048, 300)).astype(np.float32)
+    (got,) = prog.run([x])
+    np.testing.assert_allclose(got, x.astype(np.float64).mean(), rtol=1e-6)

@@ -155,14 +155,29 @@ class _Hero:
         return list(res) if isinstance(res, tuple) else [res]
 
 
-def emit_reduction_kernel(skel, comp: HloComputation, group: ReductionGroup) -> None:
-    """Fill kernel skeleton `skel` with the loops of reduction group `group`."""
+def emit_reduction_kernel(skel, comp: HloComputation, group: ReductionGroup, stage: str = "single",
+                          parts: int = 1) -> None:
+    """Fill kernel skeleton `skel` with the loops of reduction group `group`.
+
+    `stage` "partial" and "combine" split a row reduction with few outputs over `parts` slices
+    of its outermost reduced dimension, so the cores share it: the partial kernel writes each
+    slice's accumulators to the skeleton's scratch buffers (one per accumulator, laid out
+    [part][output]); the combine kernel folds the slices with the reducer and runs the epilogue."""
     b = skel.builder
     em = ElementalEmitter(b, skel.target, skel.param_gen)
     heroes = [_Hero(em, h) for h in group.heroes]
     leaves = output_leaves(comp)
     extras = [(skel.output_ptr(k), em.gen(leaves[k].inst), leaves[k]) for k in group.extras]
     epilogue_ptrs = [skel.output_ptr(k) for k in group.epilogue]
+    if stage != "single":
+        types = [et for h in heroes for et in h.types]
+        scratch = [skel.scratch_ptr(i, et) for i, et in enumerate(types)]
+        if stage == "partial":
+            _emit_row(skel, em, group, heroes, extras, [], [], parts=parts, scratch=scratch)
+        else:
+            _emit_combine(skel, em, group, heroes, epilogue_ptrs, [leaves[k] for k in group.epilogue], parts, scratch)
+        skel.finish()
+        return
     if group.is_row:
         _emit_row(skel, em, group, heroes, extras, epilogue_ptrs, [leaves[k] for k in group.epilogue])
     else:
@@ -184,13 +199,15 @@ def _input_index(b, group: ReductionGroup, kept_vals, reduced_vals) -> Index:
     return Index(b, group.in_dims, multi=multi)
 
 
-def _reduced_loops(b, group: ReductionGroup, body, level: int = 0, fixed=()) -> None:
-    """Nested loops over the reduced dimensions, outermost first; body(values) inside."""
+def _reduced_loops(b, group: ReductionGroup, body, level: int = 0, fixed=(), outer=None) -> None:
+    """Nested loops over the reduced dimensions, outermost first; body(values) inside.
+    `outer` = (lo, hi) restricts the outermost one (a slice of a split reduction)."""
     if level == len(group.rdims):
         body(list(fixed))
         return
     size = group.in_dims[group.rdims[level]]
-    with for_range(b, const_i64(0), const_i64(size), f"r{level}") as i:
+    lo, hi = outer if (level == 0 and outer is not None) else (const_i64(0), const_i64(size))
+    with for_range(b, lo, hi, f"r{level}") as i:
         _reduced_loops(b, group, body, level + 1, tuple(fixed) + (i,))
 
 
@@ -205,15 +222,24 @@ def _override_heroes(em: ElementalEmitter, heroes, current) -> None:
         em.override(h.inst, gen)
 
 
-def _emit_row(skel, em, group, heroes, extras, epilogue_ptrs, epilogue_leaves) -> None:
+def _emit_row(skel, em, group, heroes, extras, epilogue_ptrs, epilogue_leaves, parts: int = 1,
+              scratch=None) -> None:
     b = skel.builder
+    n_out = math.prod(group.out_dims)
     slots = {}
     with b.goto_entry_block():
         for h in heroes:
             slots[id(h)] = [b.alloca(reg) for reg in h.reg_types]
     _override_heroes(em, heroes, lambda h: [b.load(s) for s in slots[id(h)]])
     epilogue_gens = [em.gen(leaf.inst) for leaf in epilogue_leaves]
-    with for_range(b, skel.begin, skel.end, "out") as u:
+    with for_range(b, skel.begin, skel.end, "out") as unit:
+        outer = None
+        u = unit
+        if scratch is not None:  # unit = part * n_out + output
+            part, u = b.udiv(unit, const_i64(n_out)), b.urem(unit, const_i64(n_out))
+            r0 = group.in_dims[group.rdims[0]]
+            outer = (b.udiv(b.mul(part, const_i64(r0)), const_i64(parts)),
+                     b.udiv(b.mul(b.add(part, const_i64(1)), const_i64(r0)), const_i64(parts)))
         out_index = Index(b, group.out_dims, linear=u)
         for h in heroes:
             for s, v in zip(slots[id(h)], h.init_values(b)):
@@ -227,7 +253,38 @@ def _emit_row(skel, em, group, heroes, extras, epilogue_ptrs, epilogue_leaves) -
                     b.store(r, s)
             _store_extras(b, index, extras)
 
-        _reduced_loops(b, group, body)
+        _reduced_loops(b, group, body, outer=outer)
+        if scratch is not None:
+            values = [(s, et) for h in heroes for s, et in zip(slots[id(h)], h.types)]
+            for (s, et), ptr in zip(values, scratch):
+                store_element(b, b.load(s), b.gep(ptr, [unit], inbounds=True), et)
+        for g, leaf, ptr in zip(epilogue_gens, epilogue_leaves, epilogue_ptrs):
+            store_element(b, leaf.select(g(out_index)), b.gep(ptr, [u], inbounds=True), leaf.shape.dtype)
+
+
+def _emit_combine(skel, em, group, heroes, epilogue_ptrs, epilogue_leaves, parts: int, scratch) -> None:
+    """Fold the partial accumulators of a split reduction, then write the epilogue outputs."""
+    b = skel.builder
+    n_out = math.prod(group.out_dims)
+    finals = {}
+    _override_heroes(em, heroes, lambda h: finals[id(h)])
+    epilogue_gens = [em.gen(leaf.inst) for leaf in epilogue_leaves]
+    with for_range(b, skel.begin, skel.end, "out") as u:
+        k = 0
+        for h in heroes:
+            ptrs = scratch[k:k + len(h.types)]
+            k += len(h.types)
+
+            def partial(p, ptrs=ptrs, h=h):
+                at = b.add(b.mul(const_i64(p), const_i64(n_out)), u)
+                return [load_element(b, b.gep(ptr, [at], inbounds=True), et) for ptr, et in zip(ptrs, h.types)]
+
+            acc = partial(0)
+            for p in range(1, parts):
+                res = em.call_scalar(h.comp, acc + partial(p), reduction=True)
+                acc = list(res) if isinstance(res, tuple) else [res]
+            finals[id(h)] = acc
+        out_index = Index(b, group.out_dims, linear=u)
         for g, leaf, ptr in zip(epilogue_gens, epilogue_leaves, epilogue_ptrs):
             store_element(b, leaf.select(g(out_index)), b.gep(ptr, [u], inbounds=True), leaf.shape.dtype)
 

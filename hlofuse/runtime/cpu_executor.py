@@ -221,9 +221,9 @@ class CpuProgram:
         mod.triple = target.triple
         mod.data_layout = target.data_layout
         for k in self._planner.kernels:
-            skel = CpuKernelSkeleton(mod, target, k.name, k.comp, len(output_leaves(k.comp)))
+            skel = CpuKernelSkeleton(mod, target, k.name, k.comp, len(output_leaves(k.comp)), len(k.scratch))
             if k.group is not None:
-                emit_reduction_kernel(skel, k.comp, k.group)
+                emit_reduction_kernel(skel, k.comp, k.group, k.stage, k.parts)
             else:
                 emit_loop_kernel(skel, k.comp, k.outputs)
         return mod
@@ -251,7 +251,7 @@ class CpuProgram:
         self._jit = JitModule(object_code=obj)
         for k in self._planner.kernels:
             n = sum(len(p.shape.leaves()) if p.shape.is_tuple else 1 for p in k.comp.parameters)
-            n += len(output_leaves(k.comp))
+            n += len(output_leaves(k.comp)) + len(k.scratch)
             proto = ctypes.CFUNCTYPE(None, *([ctypes.c_void_p] * n), ctypes.c_int64, ctypes.c_int64)
             k.fn = proto(self._jit.address(k.name))
 
@@ -333,7 +333,7 @@ class CpuProgram:
         where = {"in": [x.ctypes.data for x in inputs], "out": [o.ctypes.data for o in outs],
                  "tmp": [t.ctypes.data for t in temps]}
         for k in step.kernels:
-            ptrs = [where[kind][n] for kind, n in k.inputs] + [where[kind][n] for kind, n in k.results]
+            ptrs = [where[kind][n] for kind, n in k.inputs + k.results + k.scratch]
             _launch(k, ptrs)
         return _unflatten(step.inst.shape, outs)
 

@@ -32,6 +32,9 @@ class KernelPlan:
     results: list[tuple[str, int]] = field(default_factory=list)
     name: str = ""
     fn: object = None
+    stage: str = "single"  # "partial" / "combine" for a reduction split across cores
+    parts: int = 1
+    scratch: list[tuple[str, int]] = field(default_factory=list)
 
 
 def _leaf_count(shape) -> int:
@@ -139,24 +142,47 @@ def plan_fusion(comp: HloComputation, name: str) -> tuple[list[KernelPlan], list
 
     for j, r in enumerate(materialized):
         sub = _rebuild(comp, r, materialized, f"{comp.name}.reduce{j}")
-        for kp in _kernels_of(sub, f"{name}_m{j}"):
+        for kp in _kernels_of(sub, f"{name}_m{j}", temps):
             kp.inputs = inputs_of(sub)
             kp.results = [("tmp", tmp_offsets[j] + q) for q in range(len(output_leaves(sub)))]
             kernels.append(kp)
     main = _rebuild(comp, comp.root, materialized, f"{comp.name}.main") if materialized else comp
-    for kp in _kernels_of(main, name):
+    for kp in _kernels_of(main, name, temps):
         kp.inputs = inputs_of(main)
         kp.results = [("out", q) for q in range(len(output_leaves(main)))]
         kernels.append(kp)
     return kernels, temps
 
 
-def _kernels_of(comp: HloComputation, name: str) -> list[KernelPlan]:
+# A row reduction with fewer outputs than this, over at least SPLIT_MIN_ELEMENTS elements per
+# output, is split into SPLIT_PARTS slices of its outermost reduced dimension (so all cores
+# share it), then the slices are combined.
+SPLIT_MAX_OUTPUTS = 16
+SPLIT_MIN_ELEMENTS = 1 << 17
+SPLIT_PARTS = 16
+
+
+def _kernels_of(comp: HloComputation, name: str, temps: list) -> list[KernelPlan]:
     """Reduction kernels for the reduction groups and loop kernels per output dimensions."""
+    from ..hlo.shapes import ArrayShape
+
     leaves = output_leaves(comp)
     groups, loops = reduction_groups(comp)
     plans = []
     for g in groups:
+        r0 = g.in_dims[g.rdims[0]] if g.rdims else 1
+        if g.is_row and g.units < SPLIT_MAX_OUTPUTS and g.unit_elements >= SPLIT_MIN_ELEMENTS and r0 >= 2:
+            parts = min(SPLIT_PARTS, r0)
+            scratch = []
+            for h in g.heroes:
+                for init in h.operands[len(h.operands) // 2:]:
+                    scratch.append(("tmp", len(temps)))
+                    temps.append(ArrayShape(init.shape.dtype, (parts * g.units,)))
+            plans.append(KernelPlan(comp, g.extras, parts * g.units, g.unit_elements // parts, g,
+                                    name=f"{name}_r{len(plans)}p", stage="partial", parts=parts, scratch=scratch))
+            plans.append(KernelPlan(comp, g.epilogue, g.units, parts, g, name=f"{name}_r{len(plans)}c",
+                                    stage="combine", parts=parts, scratch=scratch))
+            continue
         plans.append(KernelPlan(comp, g.outputs, g.units, g.unit_elements, g, name=f"{name}_r{len(plans)}"))
     by_dims: dict[tuple, list[int]] = {}
     for k in loops:

@@ -1,6 +1,7 @@
 """The CPU kernel skeleton: `void kernel(i8* noalias in..., i8* noalias out..., i64 begin, i64 end)`.
 
-A kernel gets one raw pointer per array leaf of the fusion's parameters and outputs, and a
+A kernel gets one raw pointer per array leaf of the fusion's parameters and outputs (then
+any scratch buffers it shares with another kernel of the same fusion), and a
 range of work units [begin, end) so a thread pool can split the outer loop across cores. The
 loop and reduction emitters fill the body through `param_gen`, `output_ptr`, `begin`, `end`.
 """
@@ -22,17 +23,19 @@ def leaf_count(shape: Shape) -> int:
 class CpuKernelSkeleton:
     """One kernel function in `module` for fused computation `comp` with `n_outputs` output leaves."""
 
-    def __init__(self, module: ir.Module, target, name: str, comp: HloComputation, n_outputs: int) -> None:
+    def __init__(self, module: ir.Module, target, name: str, comp: HloComputation, n_outputs: int,
+                 n_scratch: int = 0) -> None:
         self.module = module
         self.target = target
         self.comp = comp
         params = comp.parameters
         self.n_inputs = sum(leaf_count(p.shape) for p in params)
         self.n_outputs = n_outputs
-        fnty = ir.FunctionType(ir.VoidType(), [I8P] * (self.n_inputs + n_outputs) + [I64, I64])
+        self.n_scratch = n_scratch
+        fnty = ir.FunctionType(ir.VoidType(), [I8P] * (self.n_inputs + n_outputs + n_scratch) + [I64, I64])
         self.function = ir.Function(module, fnty, name)
         self.function.attributes.add("nounwind")
-        for i in range(self.n_inputs + n_outputs):
+        for i in range(self.n_inputs + n_outputs + n_scratch):
             arg = self.function.args[i]
             arg.add_attribute("noalias")
         self.begin, self.end = self.function.args[-2], self.function.args[-1]
@@ -75,6 +78,10 @@ class CpuKernelSkeleton:
         if not hasattr(self, "_leaves"):
             self._leaves = loop_emitter.output_leaves(self.comp)
         return self._typed(self.function.args[self.n_inputs + k], self._leaves[k].shape.dtype)
+
+    def scratch_ptr(self, i: int, et) -> ir.Value:
+        """Typed pointer to scratch buffer `i` (arguments after the outputs)."""
+        return self._typed(self.function.args[self.n_inputs + self.n_outputs + i], et)
 
     def finish(self) -> None:
         self.builder.ret_void()
