@@ -374,3 +374,77 @@ def test_plan_thresholds():
     assert (p.kind, p.lanes, p.chunks) == ("row", 256, 3)
     p = plan((100, 64), (0,))
     assert (p.kind, p.chunks, p.launch.threads >= 64 * 4) == ("column", 4, True)
+
+
+EPILOGUE = """HloModule epi
+add {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}
+fused {
+  x = f32[96,700] parameter(0)
+  z = f32[] constant(0)
+  r = f32[96] reduce(x, z), dimensions={1}, to_apply=add
+  n = f32[] constant(700)
+  nb = f32[96] broadcast(n), dimensions={}
+  mean = f32[96] divide(r, nb)
+  ROOT t = (f32[96], f32[96]) tuple(mean, r)
+}
+ENTRY e {
+  x = f32[96,700] parameter(0)
+  ROOT f = (f32[96], f32[96]) fusion(x), kind=kInput, calls=fused
+}
+"""
+
+
+def test_reduction_epilogue_after_atomics():
+    """mean = sum / n is computed by an epilogue kernel once the atomics are done; the sum,
+    itself an output, is accumulated in place."""
+    rng = np.random.default_rng(9)
+    got, want, prog = run_both(EPILOGUE, [rng.standard_normal((96, 700)).astype(np.float32)], check_ptx=True)
+    roles = [r["role"] for r in launch_summary(prog)]
+    assert roles == ["init", "main", "epilogue"]
+    assert_match(got, want, exact=False)
+
+
+SOFTMAX = """HloModule softmax
+max {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] maximum(a, b)
+}
+add {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}
+fused {
+  x = f32[50,900] parameter(0)
+  ninf = f32[] constant(-inf)
+  m = f32[50] reduce(x, ninf), dimensions={1}, to_apply=max
+  mb = f32[50,900] broadcast(m), dimensions={0}
+  s = f32[50,900] subtract(x, mb)
+  e = f32[50,900] exponential(s)
+  z = f32[] constant(0)
+  d = f32[50] reduce(e, z), dimensions={1}, to_apply=add
+  db = f32[50,900] broadcast(d), dimensions={0}
+  ROOT r = f32[50,900] divide(e, db)
+}
+ENTRY e {
+  x = f32[50,900] parameter(0)
+  ROOT f = f32[50,900] fusion(x), kind=kLoop, calls=fused
+}
+"""
+
+
+def test_softmax_in_one_fusion_materializes_its_reduces():
+    """Reduces broadcast back into the loop become their own kernels writing temporaries."""
+    rng = np.random.default_rng(10)
+    x = rng.standard_normal((50, 900)).astype(np.float32)
+    got, want, prog = run_both(SOFTMAX, [x], check_ptx=True)
+    mains = [r for r in launch_summary(prog) if r["role"] == "main"]
+    assert len(mains) == 2 and any(r["role"] == "loop" for r in launch_summary(prog))
+    assert_match(got, want, exact=False)
+    e = np.exp(x - x.max(axis=1, keepdims=True))
+    np.testing.assert_allclose(got[0], e / e.sum(axis=1, keepdims=True), rtol=1e-5, atol=1e-7)

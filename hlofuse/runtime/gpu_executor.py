@@ -89,6 +89,11 @@ def _launches_of(kp, leaves, add) -> None:
     from ..emitters.gpu.reduction_kernel import plan_reduction
 
     if kp.group is not None:
+        # The shared planner may split a reduction for the CPU's cores into a "partial" and
+        # a "combine" kernel; the grid kernels split reductions themselves, so the group is
+        # emitted whole, once (at its first kernel).
+        if getattr(kp, "stage", "single") == "combine":
+            return
         plan = plan_reduction(kp.group, leaves)
         if plan.kind != "per_output" and plan.atomic:
             add(kp, "init", plan.output_launch, plan)
