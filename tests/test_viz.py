@@ -240,15 +240,26 @@ document.querySelector('g[data-name="%s"]').dispatchEvent(new MouseEvent("click"
 </script></body>"""
 
 
+# ... or type a name into the find box.
+_FIND = """<script>
+var find = document.getElementById("find");
+find.value = "%s";
+find.dispatchEvent(new Event("change"));
+</script></body>"""
+
+
 @pytest.mark.skipif(not os.path.exists(CHROMIUM), reason="needs headless Chromium (apt-get install chromium)")
 @pytest.mark.parametrize("example,target,click,shown", [
     ("lstm_cell.hlo", "cpu", "tanh.3", "[fusion] fused tanh.3 into mul.5 -> fusion"),
     ("softmax.hlo", "gpu", "fusion.2", "kInput"),
+    ("softmax.hlo", "gpu", "find:exp.1", "exponential"),
 ])
 def test_page_renders_in_chromium_without_script_errors(tmp_path, example, target, click, shown):
     module, fused = _compiled(example, target)
     page = tmp_path / "graph.html"
-    page.write_text(render(module, fused, "html").replace("</body>", _CLICK % click))
+    script = _FIND % click[5:] if click.startswith("find:") else _CLICK % click
+    page.write_text(render(module, fused, "html").replace("</body>", script))
+    click = click.removeprefix("find:")
     dom, log = _chromium_dom(page)
     console = [line for line in log.splitlines() if "CONSOLE" in line]
     assert not console, console

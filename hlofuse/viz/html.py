@@ -39,6 +39,7 @@ section h2 { font-size: 14px; font-weight: 600; margin: 14px 0 6px 0; }
 g.node, g.cluster { cursor: pointer; }
 g.node:hover rect, g.node.selected rect { stroke: #f59e0b; stroke-width: 3; }
 g.cluster.selected > rect:first-of-type { stroke-width: 4; }
+#find.missing { outline: 2px solid #dc2626; }
 svg.focus path.edge { stroke-opacity: 0.25; }
 svg.focus path.edge.hl { stroke-opacity: 1; }
 """
@@ -126,6 +127,16 @@ SCRIPT = r"""
     });
   });
   document.addEventListener("click", function () { pinned = null; select(null); });
+  var find = document.getElementById("find");
+  find.addEventListener("change", function () {
+    var g = document.querySelector('g[data-name="' + CSS.escape(find.value.trim()) + '"]');
+    find.classList.toggle("missing", !g);
+    if (!g) return;
+    pinned = g;
+    select(g);
+    show(g);
+    g.scrollIntoView({block: "center", inline: "center"});
+  });
   document.body.setAttribute("data-ready", "true");
 })();
 """
@@ -164,6 +175,7 @@ def render_html(graphs: list[VizGraph], module_name: str, summary: list[str]) ->
         svg = render_svg(build_scene(g), svg_id=f"graph{i}", standalone=False)
         sections.append(f'<section><h2>computation {escape(g.name)}</h2><div class="canvas">{svg}</div></section>')
     info = "".join(f"<p>{escape(line)}</p>" for line in summary)
+    options = "".join(f'<option value="{escape(name)}">' for name in [*nodes, *clusters])
     return "\n".join([
         "<!DOCTYPE html>",
         '<html lang="en"><head><meta charset="utf-8">',
@@ -171,6 +183,8 @@ def render_html(graphs: list[VizGraph], module_name: str, summary: list[str]) ->
         f"<style>{PAGE_STYLE}{STYLE}</style></head><body>",
         f"<header><h1>Fusion graph of {escape(module_name)}</h1>{info}</header>",
         _legend(),
+        '<div class="legend"><label>find instruction or fusion: <input id="find" list="names" size="28"></label>'
+        f'<datalist id="names">{options}</datalist></div>',
         "<main>", *sections, "</main>",
         '<aside id="details"><h3>Details</h3><p>Hover over an instruction or a fusion to see its attributes and '
         "the fusion decisions about it; click to keep it.</p></aside>",
