@@ -392,6 +392,7 @@ def test_error_expected_paren_names_found_token_and_position():
         ("  a = f32[] negate(b)\n  ROOT b = f32[] negate(a)", "cycle", 1, "b ="),
         ("  ROOT a = f32[] parameter(0)\n  ROOT b = f32[] parameter(1)", "second ROOT 'b'", 1, "b ="),
         ("  ROOT a = f32[] parameter(1)", "no parameter(0)", 0, "a ="),
+        ("  a = f32[] parameter(0)\n  b = f32[] parameter(2)", "no parameter(1) but has parameter(2)", 1, "b ="),
         ("  p = f32[] parameter(0)\n  ROOT r = f32[] reduce(p, p), to_apply=nowhere", "computation 'nowhere'", 1,
          "nowhere"),
         ("  ROOT a = f32[2] broadcast(a), dimensions={x}", "expects a list of integers", 0, "{x}"),

@@ -98,8 +98,8 @@ class _Parser:
         self.computations: dict[str, HloComputation] = {}
         self.comp_refs: list[tuple[HloInstruction, str, ComputationRef]] = []
         self.module: HloModule | None = None
-        self._name_pos: dict[int, int] = {}
-        self._async_starts: list[tuple[HloInstruction, str, int]] = []  # id(instruction) -> offset of its name, for errors
+        self._name_pos: dict[int, int] = {}  # id(instruction) -> offset of its name, for errors
+        self._async_starts: list[tuple[HloInstruction, str, int]] = []  # `op-start` shorthands
 
     # ---- module ---------------------------------------------------------------------------
     def parse_module(self) -> HloModule:
@@ -283,7 +283,7 @@ class _Parser:
         if sorted(numbers) != list(range(len(numbers))):
             missing = min(set(range(len(numbers))) - set(numbers))
             raise lex.error(f"computation '{comp.name}' has no parameter({missing}) but has "
-                            f"parameter({max(numbers)})", self._name_pos.get(id(comp.instructions[0]), 0))
+                            f"parameter({max(numbers)})", self._name_pos.get(id(numbers[max(numbers)]), 0))
         if self._first_unordered(comp) is not None:
             comp.sort_instructions()
             bad = self._first_unordered(comp)
