@@ -62,3 +62,29 @@ def test_unknown_total_and_elapsed_format():
     bar.update(7)
     assert bar.text() == "items 7 done 0:00"
     assert format_elapsed(59.9) == "0:59" and format_elapsed(3725) == "1:02:05"
+
+
+def test_conformance_runner_draws_the_bar_on_a_terminal_only(monkeypatch):
+    import os
+    import sys
+
+    import pytest
+
+    from hlofuse.frontends.conformance import main_conformance
+
+    data = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "stablehlo_testdata")
+    files = sorted(f for f in os.listdir(data) if f.endswith(".mlir"))[:2] if os.path.isdir(data) else []
+    if not files:
+        pytest.skip("needs ../shared/stablehlo_testdata")
+    paths = [os.path.join(data, f) for f in files]
+    out, err = io.StringIO(), FakeTTY()
+    monkeypatch.setattr(sys, "stderr", err)
+    main_conformance(paths, stream=out)
+    lines = out.getvalue().splitlines()
+    assert len(lines) == 3 and "\x1b" not in out.getvalue()  # the per-file lines stay clean
+    assert "conformance [" in err.getvalue() and "2/2 100%" in err.getvalue()
+    assert err.getvalue().endswith("\r\x1b[K")
+    monkeypatch.setattr(sys, "stderr", io.StringIO())
+    out2 = io.StringIO()
+    main_conformance(paths, stream=out2)
+    assert out2.getvalue() == out.getvalue() and sys.stderr.getvalue() == ""

@@ -27,6 +27,7 @@ import numpy as np
 from ..hlo.errors import HloError, UnsupportedError
 from ..hlo.ir import HloInstruction, HloModule
 from ..hlo.shapes import TupleShape
+from ..progress import Progress
 from .stablehlo import from_stablehlo, inline_all_calls
 
 MAX_ULP_DIFFERENCE = 3
@@ -404,9 +405,12 @@ def main_conformance(paths: list[str], backend: str = "interpreter", stream: Tex
         print(f"error: no such file: {missing[0]}", file=stream)
         return 2
     results = []
-    for r in run_conformance(files, backend, jobs):
-        results.append(r)
-        print(r.line(), file=stream, flush=True)
+    with Progress(len(files), "conformance", stream=sys.stderr) as bar:  # drawn on a terminal only
+        for r in run_conformance(files, backend, jobs):
+            results.append(r)
+            bar.clear()
+            print(r.line(), file=stream, flush=True)
+            bar.update(note=summary_line(results))
     skips = Counter(r.reason for r in results if r.status == "skipped")
     for reason, n in skips.most_common():
         print(f"skipped {n}: {reason}", file=stream)
