@@ -261,3 +261,35 @@ def test_topk_matches_jax(largest):
     got_v, got_i = run(inst, x)
     close(got_v, want_v, rtol=0, atol=0)
     close(got_i, want_i, rtol=0, atol=0)
+
+
+def test_reduce_window_assign_keeps_the_last_visited_element():
+    """to_apply returning its second parameter: each window yields its last real element."""
+    x = rand((5, 6))
+    win, strides, padding = (2, 3), (1, 2), ((1, 0), (0, 2))
+    out_rows, out_cols = 5, 3
+    want = np.full((out_rows, out_cols), np.float32(-7))
+    for r in range(out_rows):
+        for c in range(out_cols):
+            for i in range(win[0]):
+                for j in range(win[1]):
+                    rr, cc = r * strides[0] + i - padding[0][0], c * strides[1] + j - padding[1][0]
+                    if 0 <= rr < 5 and 0 <= cc < 6:
+                        want[r, c] = x[rr, cc]
+    assign = scalar_computation("assign", lambda comp, p: p[1], 2)
+    inst = instruction("reduce-window", shape_of(want), [shape_of(x), array("f32", ())],
+                       window=make_window(win, strides, padding), to_apply=assign)
+    close(run(inst, x, np.float32(-7)), want, rtol=0, atol=0)
+
+
+def test_reduce_window_max_in_a_type_without_infinity():
+    """float8_e4m3fn cannot hold -inf, so padding is skipped by masks rather than filled."""
+    import ml_dtypes
+    x32 = np.round(rand((6, 7), np.float32, -8, 8))
+    x = x32.astype(ml_dtypes.float8_e4m3fn)
+    win, strides, padding = (3, 2), (2, 1), ((1, 1), (1, 0))
+    want = lax.reduce_window(x.astype(np.float32), np.float32(-448), lax.max, win, strides, padding)
+    inst = instruction("reduce-window", shape_of(np.asarray(want).astype(x.dtype)), [shape_of(x), array("f8e4m3fn", ())],
+                       window=make_window(win, strides, padding), to_apply=binary_comp("maximum", "f8e4m3fn"))
+    got = run(inst, x, np.array(-448, x.dtype))
+    close(got, np.asarray(want).astype(x.dtype), rtol=0, atol=0)

@@ -17,6 +17,7 @@ from ...hlo.attributes import Window
 from ...hlo.errors import UnsupportedError
 from ...hlo.ir import HloInstruction
 from ...hlo.opcodes import register_reference
+from .convolution import dilate_and_pad
 from .op_helpers import (ASSIGN, KEEP, batched_call, flatten_value, leaf_dtypes, recognize_combiner,
                          scalar_args, total_order_key)
 
@@ -78,6 +79,8 @@ def reduce_window_reference(inst: HloInstruction, args: list, interp):
     reducers = recognize_combiner(comp)
     batched = batched_call(comp, interp) if reducers is None else None
     empty = any(s == 0 for s in inputs[0].shape)
+    if not empty and reducers is not None and _fold_strided(inputs, accs, reducers, window, out_shape):
+        return tuple(accs) if inst.shape.is_tuple else accs[0]
     for index, mask in ([] if empty else window_taps(inputs[0].shape, window)):
         grid = np.ix_(*index)
         values = [x[grid] for x in inputs]
@@ -93,6 +96,51 @@ def reduce_window_reference(inst: HloInstruction, args: list, interp):
         else:
             _fold_by_calls(comp, accs, values, mask, interp)
     return tuple(accs) if inst.shape.is_tuple else accs[0]
+
+
+def _identity(reducer, dtype: np.dtype):
+    """The element that `reducer` leaves every value unchanged with, bit for bit, if `dtype`
+    can represent it (-0.0 for float add: x + -0.0 == x even for x = -0.0), else None."""
+    dtype = np.dtype(dtype)
+    is_float = dtype.kind in "fcV" and "int" not in dtype.name
+    if dtype.kind == "b":
+        table = {np.logical_or: False, np.logical_and: True, np.logical_xor: False}
+    elif is_float:
+        table = {np.add: -0.0, np.multiply: 1.0, np.maximum: -np.inf, np.minimum: np.inf}
+    else:
+        info = np.iinfo(dtype) if dtype.kind in "iu" else None
+        if info is None:
+            return None
+        table = {np.add: 0, np.multiply: 1, np.maximum: info.min, np.minimum: info.max,
+                 np.bitwise_or: 0, np.bitwise_xor: 0, np.bitwise_and: -1 if dtype.kind == "i" else info.max}
+    if reducer not in table:
+        return None
+    value = np.array(table[reducer]).astype(dtype)
+    if is_float and not np.array_equal(value.astype(np.complex128), np.array(table[reducer], np.complex128)):
+        return None  # e.g. float8_e4m3fn has no infinity
+    return value
+
+
+def _fold_strided(inputs: list[np.ndarray], accs: list[np.ndarray], reducers: list, window: Window,
+                  out_shape: tuple[int, ...]) -> bool:
+    """Fold recognised reducers over strided views of the inputs padded and dilated with the
+    reducers' identities (equal to not visiting those positions); False when some reducer has
+    no identity (assign, or a type that cannot hold it) and the masked path must run."""
+    identities = [None if r is KEEP else _identity(r, a.dtype) if r is not ASSIGN else None
+                  for r, a in zip(reducers, accs)]
+    if any(i is None and r is not KEEP for i, r in zip(identities, reducers)):
+        return False
+    axes = list(range(inputs[0].ndim))
+    dims = window.dimensions
+    padded = [None if r is KEEP else dilate_and_pad(x.astype(a.dtype, copy=False), axes, list(dims), ident)
+              for x, a, r, ident in zip(inputs, accs, reducers, identities)]
+    for offset in itertools.product(*(range(d.size) for d in dims)):
+        view = tuple(slice(k * d.window_dilation, k * d.window_dilation + d.stride * (n - 1) + 1, d.stride)
+                     for k, d, n in zip(offset, dims, out_shape))
+        for i, (reducer, x) in enumerate(zip(reducers, padded)):
+            if reducer is not KEEP:
+                accs[i] = reducer(accs[i], x[view]).astype(accs[i].dtype, copy=False)
+    return True
 
 
 def _fold_by_calls(comp, accs: list[np.ndarray], values: list[np.ndarray], mask: np.ndarray, interp) -> None:
