@@ -372,6 +372,8 @@ def test_plan_thresholds():
     assert plan((10, rk.PER_OUTPUT_MAX), (1,)).kind == "per_output"
     p = plan((10, 5000), (1,))
     assert (p.kind, p.lanes, p.chunks) == ("row", 256, 3)
+    p = plan((50, 100), (1,))  # short rows: 8 rows of 32 lanes per block, 7 blocks for 50 rows
+    assert (p.kind, p.lanes, p.rows_per_block, p.launch.grid, p.launch.block) == ("row", 32, 8, 7, 256)
     p = plan((100, 64), (0,))
     assert (p.kind, p.chunks, p.launch.threads >= 64 * 4) == ("column", 4, True)
 

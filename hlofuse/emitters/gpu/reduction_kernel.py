@@ -11,8 +11,9 @@ Kernel shapes (`plan_reduction`):
   * row (the last input dimension is reduced, or all are): block b takes output
     o = b / chunks and chunk c = b % chunks of its R reduced elements; lane t of the block
     folds r = c * lanes * ROW_TILE + t + j * lanes for j < ROW_TILE (consecutive lanes read
-    consecutive addresses). Long rows use several blocks (chunks > 1), full reductions are
-    row reductions with K = 1.
+    consecutive addresses). Long rows use several blocks (chunks > 1), short rows share a
+    block (rows_per_block rows of `lanes` >= 32 threads), full reductions are row reductions
+    with K = 1.
   * column (the last dimension is kept): thread i takes column x = i % K and the tile of
     COLUMN_TILE reduced positions y = (i / K) * COLUMN_TILE + j, j < COLUMN_TILE.
 Tiles that do not divide R are bounds-checked per element; threads with no element do nothing.
@@ -78,6 +79,7 @@ class ReductionPlan:
     # or None (an accumulator in a scratch buffer, read by the epilogue kernel).
     homes: list = field(default_factory=list)
     trivial: set = field(default_factory=set)  # epilogue leaves that are a hero's result
+    rows_per_block: int = 1  # row kind with one chunk: short rows share a block of ROW_MAX_LANES
 
     @property
     def partials(self) -> int:
@@ -142,8 +144,9 @@ def plan_reduction(group: ReductionGroup, leaves: list) -> ReductionPlan:
     if group.is_row:
         lanes = min(ROW_MAX_LANES, max(32, _pow2_at_least(-(-r // ROW_TILE))))
         chunks = -(-r // (lanes * ROW_TILE))
-        return ReductionPlan(group, "row", atomic, k, r, lanes, ROW_TILE, chunks, LaunchDims(k * chunks, lanes),
-                             **common)
+        rows = ROW_MAX_LANES // lanes if chunks == 1 else 1
+        return ReductionPlan(group, "row", atomic, k, r, lanes, ROW_TILE, chunks,
+                             LaunchDims(-(-k // rows) * chunks, lanes * rows), rows_per_block=rows, **common)
     chunks = -(-r // COLUMN_TILE)
     return ReductionPlan(group, "column", atomic, k, r, 1, COLUMN_TILE, chunks, launch_for(k * chunks), **common)
 
@@ -253,7 +256,14 @@ def emit_reduction_main(skel, comp: HloComputation, plan: ReductionPlan) -> None
             e.store_from_slots(slots, o)
         skel.finish()
         return
-    if plan.kind == "row":
+    if plan.kind == "row" and plan.rows_per_block > 1:
+        # rows_per_block rows of `lanes` threads each share a block (one chunk per row).
+        lanes = const_i64(plan.lanes)
+        base = part = b.urem(skel.thread_idx, lanes)
+        o = b.add(b.mul(skel.block_idx, const_i64(plan.rows_per_block)), b.udiv(skel.thread_idx, lanes))
+        stride = plan.lanes
+        active = b.and_(b.icmp_signed("<", o, const_i64(k)), b.icmp_signed("<", base, const_i64(r_total)))
+    elif plan.kind == "row":
         o = b.udiv(skel.block_idx, const_i64(plan.chunks))
         c = b.urem(skel.block_idx, const_i64(plan.chunks))
         base = b.add(b.mul(c, const_i64(plan.lanes * plan.tile)), skel.thread_idx)
