@@ -293,3 +293,18 @@ def test_reduce_window_max_in_a_type_without_infinity():
                        window=make_window(win, strides, padding), to_apply=binary_comp("maximum", "f8e4m3fn"))
     got = run(inst, x, np.array(-448, x.dtype))
     close(got, np.asarray(want).astype(x.dtype), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("returns", [0, 1])
+def test_select_and_scatter_scatter_parameter_order(returns):
+    """scatter(source, current): returning parameter 0 stores the source value, parameter 1
+    keeps the current (init) value."""
+    x = np.array([[1, 5, 2, 0], [3, 4, 9, 1]], dtype=np.float32)
+    src = np.array([[10, 20]], dtype=np.float32)
+    pick = scalar_computation("pick", lambda comp, p: p[returns], 2)
+    inst = instruction("select-and-scatter", shape_of(x), [shape_of(x), shape_of(src), array("f32", ())],
+                       window=make_window((2, 2), (2, 2)), select=_select_comp("GE"), scatter=pick)
+    want = np.full_like(x, -1)
+    if returns == 0:
+        want[0, 1], want[1, 2] = 10, 20  # the maxima 5 and 9
+    close(run(inst, x, src, np.float32(-1)), want, rtol=0, atol=0)

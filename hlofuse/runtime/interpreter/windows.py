@@ -194,13 +194,16 @@ def select_and_scatter_reference(inst: HloInstruction, args: list, interp) -> np
     picked, have = _select_positions(select, operand, window, out_shape, interp)
     flat = result.reshape(-1)
     targets, values = picked[have], source[have]
+    # scatter is called as scatter(source value, current value): recognize_combiner reads its
+    # parameters as (accumulator, update), so its ASSIGN means "keep the current value" here
+    # and its KEEP means "store the source value".
     reducers = recognize_combiner(scatter)
-    if reducers is not None and reducers[0] is not KEEP:
-        if reducers[0] is ASSIGN:
+    if reducers is not None:
+        if reducers[0] is KEEP:
             flat[targets] = values
-        else:
+        elif reducers[0] is not ASSIGN:
             reducers[0].at(flat, targets, values.astype(flat.dtype, copy=False))
-    elif reducers is None:
+    else:
         for t, v in zip(targets.tolist(), values):
             # XLA's evaluator calls scatter(source value, current result value).
             call_args = scalar_args([v, flat[t]], [source.dtype, flat.dtype])
