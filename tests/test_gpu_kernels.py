@@ -450,3 +450,13 @@ def test_softmax_in_one_fusion_materializes_its_reduces():
     assert_match(got, want, exact=False)
     e = np.exp(x - x.max(axis=1, keepdims=True))
     np.testing.assert_allclose(got[0], e / e.sum(axis=1, keepdims=True), rtol=1e-5, atol=1e-7)
+
+
+@pytest.mark.skipif(assembler() is None, reason="neither ptxas nor nvJitLink is installed")
+def test_sm80_ptx_for_reductions_and_atomics():
+    """The same kernels for sm_80 (A100): atomics, CAS loops, two passes and libdevice."""
+    argmax = ARGMAX.replace("DIMS", "50,3000").replace("OUT", "50").replace("RD", "1")
+    for text in (MULTI, argmax, reduce_module((2000, 40), (0,), "f32", "mul_f32", "1"), EPILOGUE):
+        ptx = GpuProgram.compile(parse_hlo(text), emulated=True, build_only=True, arch="sm_80").ptx()
+        assert ".target sm_80" in ptx
+        assemble(ptx, "sm_80")
