@@ -308,3 +308,16 @@ def test_select_and_scatter_scatter_parameter_order(returns):
     if returns == 0:
         want[0, 1], want[1, 2] = 10, 20  # the maxima 5 and 9
     close(run(inst, x, src, np.float32(-1)), want, rtol=0, atol=0)
+
+
+def test_sort_keyed_on_the_second_operand():
+    """compare(p2, p3, LT) orders by operand 1; operand 0 follows the same permutation."""
+    a = np.arange(12, dtype=np.int32)
+    b = rand((12,), np.int32, 0, 4)
+    comp = HloComputation("cmp")
+    p = [comp.add_parameter(array(t, ()), f"x{i}") for i, t in enumerate(["s32", "s32", "s32", "s32"])]
+    comp.root = comp.add_instruction(HloInstruction("compare", array("pred", ()), [p[2], p[3]], {"direction": "LT"}))
+    got_a, got_b = run(_sort_inst([a, b], comp, 0), a, b)
+    order = np.argsort(b, kind="stable")
+    close(got_a, a[order], rtol=0, atol=0)
+    close(got_b, b[order], rtol=0, atol=0)

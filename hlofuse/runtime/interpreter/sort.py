@@ -3,8 +3,9 @@ dimension) and `topk`.
 
 Three paths, all stable (which satisfies `is_stable=true` and is one of the orders allowed
 without it):
-- a comparator that is a single LT or GT compare of operand 0's two parameters runs as a numpy
-  argsort on an order-preserving key;
+- a comparator `compare(f(lhs_i), f(rhs_i), LT|GT)` on one operand i, with f the identity or
+  any elementwise function (JAX canonicalises NaN and -0 that way), runs as a numpy argsort on
+  an order-preserving key computed from f over the whole operand at once;
 - an elementwise comparator (what JAX emits: NaN/-0 canonicalisation, several keys) runs a
   bottom-up merge sort whose merges place every element by a binary search, so that each
   search step is one batched evaluation of the comparator over all elements;
@@ -36,23 +37,99 @@ def _ascending_key(key: np.ndarray) -> np.ndarray:
     return key.astype(np.float32) if key.dtype.kind == "V" else key
 
 
-def _fast_key(comp: HloComputation, operand0: np.ndarray):
-    """The argsort key of a comparator `compare(p0, p1, LT|GT)` (either operand order), or None."""
-    root, params = comp.root, comp.parameters
-    if root.opcode != "compare" or len(root.operands) != 2 or operand0.dtype.kind == "c":
+def _canonical(inst: HloInstruction, side: int, memo: dict) -> tuple | None:
+    """A structural form of the value `inst` computes from comparator parameters of parity
+    `side` (0: the lhs parameters 2i, 1: the rhs parameters 2i+1), with each parameter named
+    by its operand index i; None if it reads a parameter of the other side."""
+    key = id(inst)
+    if key not in memo:
+        if inst.opcode == "parameter":
+            number = inst.parameter_number
+            memo[key] = ("parameter", number // 2) if number % 2 == side else None
+        else:
+            operands = [_canonical(o, side, memo) for o in inst.operands]
+            if any(o is None for o in operands):
+                memo[key] = None
+            else:
+                literal = None if inst.literal is None else (np.asarray(inst.literal).tobytes(), str(inst.literal.dtype))
+                attrs = tuple(sorted((k, str(v)) for k, v in inst.attrs.items() if k != "metadata"))
+                memo[key] = (inst.opcode, inst.shape.to_text(False), attrs, literal, tuple(operands))
+    return memo[key]
+
+
+def _key_computation(value: HloInstruction) -> HloComputation:
+    """A computation of the one parameter `value` reads, computing `value`: the key function f
+    of a comparator compare(f(lhs), f(rhs))."""
+    comp = HloComputation("sort_key")
+    mapped: dict[int, HloInstruction] = {}
+
+    def visit(inst: HloInstruction) -> HloInstruction:
+        if id(inst) not in mapped:
+            if inst.opcode == "parameter":
+                mapped[id(inst)] = comp.add_parameter(inst.shape, "x")
+            else:
+                mapped[id(inst)] = comp.add_instruction(inst.clone(operands=[visit(o) for o in inst.operands]))
+        return mapped[id(inst)]
+
+    comp.root = visit(value)
+    return comp
+
+
+def _sort_key(comp: HloComputation, operands: list[np.ndarray], interp):
+    """An argsort key equivalent to a comparator `compare(f(lhs_i), f(rhs_i), LT|GT)` on one
+    operand i (f the identity, or any elementwise function such as JAX's NaN and -0
+    canonicalisation, evaluated once over the whole operand), or None."""
+    root = comp.root
+    if root.opcode != "compare" or len(root.operands) != 2:
         return None
     direction = str(root.attrs.get("direction"))
-    a, b = root.operands
-    if a is params[1] and b is params[0]:
-        direction = {"LT": "GT", "GT": "LT"}.get(direction, direction)
-    elif not (a is params[0] and b is params[1]):
-        return None
     if direction not in ("LT", "GT"):
         return None
-    key = operand0
+    a, b = root.operands
+    ca, cb = _canonical(a, 0, {}), _canonical(b, 1, {})
+    if ca is None or cb is None:  # maybe compare(f(rhs), f(lhs)): the opposite direction
+        a, b = b, a
+        direction = "GT" if direction == "LT" else "LT"
+        ca, cb = _canonical(a, 0, {}), _canonical(b, 1, {})
+    if ca is None or ca != cb:
+        return None
+    used = {n // 2 for n in (p.parameter_number for p in _parameters_of(a))}
+    if len(used) != 1:
+        return None  # a constant comparator, or a key computed from several operands
+    i = used.pop()
+    if a.opcode == "parameter":
+        key = operands[i]
+    else:
+        key_comp = _key_computation(a)
+        call_batched = getattr(interp, "call_batched", None)
+        if call_batched is None or not _elementwise(key_comp):
+            return None
+        key = np.asarray(flatten_value(call_batched(key_comp, [operands[i]]))[0])
+        if key.shape != operands[i].shape:
+            key = np.broadcast_to(key, operands[i].shape)
+    if key.dtype.kind == "c":
+        return None
     if str(root.attrs.get("type", "")) == "TOTALORDER":
         key = total_order_key(key)
     return _ascending_key(key) if direction == "LT" else _descending_key(key)
+
+
+def _parameters_of(inst: HloInstruction) -> list[HloInstruction]:
+    seen: dict[int, HloInstruction] = {}
+    stack = [inst]
+    while stack:
+        node = stack.pop()
+        if id(node) in seen:
+            continue
+        seen[id(node)] = node
+        stack.extend(node.operands)
+    return [n for n in seen.values() if n.opcode == "parameter"]
+
+
+def _elementwise(comp: HloComputation) -> bool:
+    from .core import is_elementwise_computation
+
+    return is_elementwise_computation(comp)
 
 
 def _order_by_calls(comp: HloComputation, operands: list[np.ndarray], interp) -> np.ndarray:
@@ -134,7 +211,7 @@ def sort_reference(inst: HloInstruction, args: list, interp):
     if operands[0].ndim == 0 or operands[0].shape[dim] <= 1:
         results = [o.copy() for o in operands]
     else:
-        key = _fast_key(comp, operands[0])
+        key = _sort_key(comp, operands, interp)
         if key is not None:
             order = np.argsort(key, axis=dim, kind="stable")
         else:
