@@ -203,7 +203,7 @@ class ElementalEmitter:
         self.param_gen = param_gen
         self.fp_flags: tuple[str, ...] = ()  # fast-math flags for float add/mul (reductions)
         self._gens: dict[int, Generator] = {}
-        self._cache: dict[tuple, ir.Value] = {}
+        self._cache: dict[tuple, tuple] = {}
 
     @property
     def module(self) -> ir.Module:
@@ -238,10 +238,12 @@ class ElementalEmitter:
         # which keeps DAG-shaped fusions (x used twice) from emitting x twice.
         def g(index: Index):
             key = (id(inst), index.key(), id(self.b.block))
-            v = self._cache.get(key)
-            if v is None:
-                v = raw(index)
-                self._cache[key] = v
+            hit = self._cache.get(key)
+            if hit is not None:
+                return hit[1]
+            v = raw(index)
+            # Keep the index values alive with the entry, so their ids cannot be reused.
+            self._cache[key] = ((index.multi, index.linear), v)
             return v
 
         return g
