@@ -60,7 +60,7 @@ _OP_SPECIFIC_ORDER = (
     "index_vector_dim", "slice_sizes", "dynamic_slice_sizes", "indices_are_sorted", "unique_indices",
     "operand_precision", "dimensions", "iota_dimension", "index", "direction", "type", "exponent_bits",
     "mantissa_bits", "fft_type", "fft_length", "distribution", "algorithm", "is_stable", "kind",
-    "custom_call_target", "api_version",
+    "custom_call_target",
 )
 _CALLS_ORDER = ("calls", "condition", "body", "select", "scatter", "to_apply", "branch_computations",
                 "true_computation", "false_computation", "called_computations")
@@ -74,6 +74,7 @@ for _i, _k in enumerate(_CALLS_ORDER):
 for _i, _k in enumerate(_GENERIC_ORDER):
     _RANK[_k] = 2000 + _i
 _UNLISTED_RANK = 500
+_RANK["api_version"] = 999  # custom-call: after its layout constraints and aliasing
 
 
 def attribute_rank(key: str) -> int:
