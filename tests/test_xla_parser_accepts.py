@@ -188,3 +188,15 @@ def test_random_modules_round_trip_and_agree_with_xla(text):
     assert module_to_text(parse_hlo(printed)) == printed
     theirs = parse_hlo(xla_reprint(printed, print_operand_shape=True))
     assert semantics(theirs) == semantics(ours)
+
+
+@pytest.mark.parametrize("text", CASES)
+def test_attributes_print_in_xlas_order(text):
+    ours = parse_hlo(text)
+    skip_if_xla_reserved_names(ours)
+    # The parser keeps attributes in text order, so XLA's printing order can be read back.
+    printed = parse_hlo(module_to_text(ours))
+    theirs = parse_hlo(xla_reprint(module_to_text(ours)))
+    mine = {i.name: list(i.attrs) for i in printed.all_instructions()}
+    xlas = {i.name: list(i.attrs) for i in theirs.all_instructions() if i.name in mine}
+    assert xlas == {n: mine[n] for n in xlas}
