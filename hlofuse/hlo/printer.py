@@ -10,7 +10,7 @@
     ENTRY %main ...
 
 Callees come before callers; attributes come in XLA's order; values the compiler does not
-interpret (metadata, backend_config, sharding ...) print back exactly as they were read.
+interpret (metadata, backend_config, sharding ...) print back as they were read (less comments).
 `parse_hlo(module_to_text(m))` prints byte-identically, and XLA's parser accepts the text.
 """
 from __future__ import annotations
