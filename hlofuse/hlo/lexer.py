@@ -20,7 +20,9 @@ NAME = re.compile(r"%?([A-Za-z_][\w.\-]*)")
 # A bare word: identifiers, opcodes, attribute keys (which may contain '-').
 WORD = re.compile(r"[A-Za-z_][\w.\-]*")
 INT = re.compile(r"[-+]?\d+")
-STRING = re.compile(r'"(?:[^"\\\n]++|\\.)*+"', re.S)
+# Unrolled loops ("normal* (special normal*)*") match in linear time even when they fail.
+STRING_RE = r'"[^"\\\n]*(?:\\.[^"\\\n]*)*"'
+STRING = re.compile(STRING_RE, re.S)
 # Array shape text: element type, dimensions, optional layout. Layout bodies never nest braces.
 ARRAY_SHAPE = re.compile(r"([a-z][a-z0-9]*)\[([^\]\[]*)\](\{[^{}]*\})?")
 # Characters that open/close a nesting level or start a string, for balanced scanning.

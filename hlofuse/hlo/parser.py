@@ -17,7 +17,7 @@ from pathlib import Path
 from .attributes import Raw
 from .errors import HloParseError
 from .ir import HloComputation, HloInstruction, HloModule
-from .lexer import ARRAY_SHAPE, STRING, WORD, Lexer
+from .lexer import ARRAY_SHAPE, STRING, STRING_RE, WORD, Lexer
 from .literals import LiteralError, parse_literal
 from .opcodes import OPS, VARIADIC
 from .parse_attributes import (COMPUTATION_KEYS, COMPUTATION_LIST_KEYS, OPCODE_FROM_TEXT, AttributeError_,
@@ -34,8 +34,8 @@ _FAST_HEAD = re.compile(r"\s*(ROOT\s+)?" + _NAME_RE + r"[ \t]*=[ \t]*([a-z][a-z0
                         r"[ \t]+([a-z][a-z0-9\-]*)\(")
 _FAST_OPERAND = re.compile(r"[ \t]*(?:[a-z][a-z0-9]*\[[^\]\[]*\](?:\{[^{}]*\})?[ \t]+)?" + _NAME_RE + r"[ \t]*([,)])")
 _FAST_ATTR = re.compile(r"[ \t]*,[ \t]*([A-Za-z_][\w\-]*)[ \t]*=")
-# Possessive quantifiers (Python 3.11+) keep a failed match linear; failures take the general path.
-_FAST_VALUE = re.compile(r'[ \t]*([%\w.\-]+|\{(?:[^{}"\n/]++|"(?:[^"\\\n]++|\\.)*+")*+\}|"(?:[^"\\\n]++|\\.)*+")'
+# A simple attribute value: a word, a string, or braces without nested braces or comments.
+_FAST_VALUE = re.compile(r'[ \t]*([%\w.\-]+|\{[^{}"\n/]*(?:' + STRING_RE + r'[^{}"\n/]*)*\}|' + STRING_RE + ")"
                          r"(?=[ \t]*(?:,|\n|$))")
 # A line break after which the attribute list does not go on (no ',' or comment comes next).
 _LINE_END = re.compile(r"[ \t]*\n[ \t]*[^ \t\n,/]")
