@@ -353,3 +353,22 @@ def test_large_float_dot_accumulates_in_float64():
     inst = instruction("dot", shape_of(want), [shape_of(a), shape_of(b)],
                        lhs_contracting_dims=(1,), rhs_contracting_dims=(0,))
     assert run(inst, a, b).tobytes() == want.tobytes()
+
+
+@pytest.mark.parametrize("sizes", [(2, 0, 3, 1), (1, 1, 1, 1), (0, 0, 0, 5), (2, 2, 0, 0)])
+def test_ragged_dot_matches_jax(sizes):
+    lhs, rhs = rand((6, 5)), rand((4, 5, 3))
+    group_sizes = np.array(sizes, np.int32)
+    want = lax.ragged_dot(lhs, rhs, group_sizes, precision=HIGHEST)
+    inst = instruction("ragged-dot", shape_of(want), [shape_of(lhs), shape_of(rhs), shape_of(group_sizes)],
+                       lhs_contracting_dims=(1,), rhs_contracting_dims=(1,), lhs_ragged_dims=(0,),
+                       rhs_group_dims=(0,))
+    close(run(inst, lhs, rhs, group_sizes), want, rtol=1e-5)
+
+
+def test_ragged_dot_as_xla_prints_it():
+    lhs, rhs, sizes = rand((6, 5)), rand((3, 5, 2)), np.array([1, 3, 2], np.int32)
+    (got,) = run_hlo("  p0 = f32[6,5] parameter(0)\n  p1 = f32[3,5,2] parameter(1)\n  p2 = s32[3] parameter(2)\n"
+                     "  ROOT r = f32[6,2] ragged-dot(p0, p1, p2), lhs_contracting_dims={1}, rhs_contracting_dims={1},"
+                     " lhs_ragged_dims={0}, rhs_group_dims={0}", lhs, rhs, sizes)
+    close(got, lax.ragged_dot(lhs, rhs, sizes, precision=HIGHEST), rtol=1e-5)
