@@ -181,3 +181,37 @@ module @m {
     assert str(module.entry.parameters[0].shape) == "token[]"
     assert [i.opcode for i in module.entry.instructions].count("after-all") == 2
     assert str(module.entry.root.shape).startswith("(token[], f32[2]")
+
+
+def test_map_composite_and_batch_norm():
+    text = """
+module @m {
+  func.func public @main(%x: tensor<2x3xf32>, %s: tensor<3xf32>, %o: tensor<3xf32>)
+      -> (tensor<2x3xf32>, tensor<2x3xf32>, tensor<2x3xf32>, tensor<3xf32>) {
+    %m = "stablehlo.map"(%x, %x) ({
+    ^bb0(%a: tensor<f32>, %b: tensor<f32>):
+      %p = stablehlo.multiply %a, %b : tensor<f32>
+      stablehlo.return %p : tensor<f32>
+    }) {dimensions = array<i64: 0, 1>} : (tensor<2x3xf32>, tensor<2x3xf32>) -> tensor<2x3xf32>
+    %c = stablehlo.composite "my.double" %x {decomposition = @double} : (tensor<2x3xf32>) -> tensor<2x3xf32>
+    %n, %mean, %var = "stablehlo.batch_norm_training"(%x, %s, %o) {epsilon = 0.5 : f32, feature_index = 1 : i64}
+        : (tensor<2x3xf32>, tensor<3xf32>, tensor<3xf32>) -> (tensor<2x3xf32>, tensor<3xf32>, tensor<3xf32>)
+    return %m, %c, %n, %mean : tensor<2x3xf32>, tensor<2x3xf32>, tensor<2x3xf32>, tensor<3xf32>
+  }
+  func.func private @double(%a: tensor<2x3xf32>) -> tensor<2x3xf32> {
+    %r = stablehlo.add %a, %a : tensor<2x3xf32>
+    return %r : tensor<2x3xf32>
+  }
+}"""
+    module = from_stablehlo(text)
+    assert {"map", "batch-norm-training"} <= {i.opcode for i in module.entry.instructions}
+    x = np.array([[1, 2, 3], [5, 0, -1]], np.float32)
+    s = np.array([1, 2, 3], np.float32)
+    o = np.array([0, 1, 0], np.float32)
+    squared, doubled, normed, mean = evaluate(module, [x, s, o])
+    np.testing.assert_array_equal(squared, x * x)
+    np.testing.assert_array_equal(doubled, x + x)
+    # Per feature (column): mean (3, 1, 1), variance (4, 1, 4); (x - mean) / sqrt(var + 0.5) * s + o.
+    np.testing.assert_allclose(mean, [3, 1, 1])
+    want = (x - [3, 1, 1]) / np.sqrt(np.array([4, 1, 4]) + 0.5) * s + o
+    np.testing.assert_allclose(normed, want, rtol=1e-6)

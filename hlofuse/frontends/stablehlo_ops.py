@@ -423,6 +423,14 @@ def _cholesky(imp, op, scope):
     return imp.emit(scope, "cholesky", _result_shape(op), _operands(scope, op), {"lower": _bool(op, "lower")})
 
 
+@rule("stablehlo.batch_norm_training", "stablehlo.batch_norm_inference", "stablehlo.batch_norm_grad")
+def _batch_norm(imp, op, scope):
+    opcode = op.name.split(".")[1].replace("_", "-")
+    attrs = {"epsilon": float(op.attributes["epsilon"].value), "feature_index": _int(op, "feature_index")}
+    inst = imp.emit(scope, opcode, _results_shape(op), _operands(scope, op), attrs)
+    return imp.unpack(scope, inst, len(op.results))
+
+
 # ---- random numbers ---------------------------------------------------------------------
 @rule("stablehlo.rng_bit_generator")
 def _rng_bit_generator(imp, op, scope):
