@@ -99,7 +99,7 @@ def convolve(lhs: np.ndarray, rhs: np.ndarray, window: Window, dn: ConvDimension
     out_batch = n // batch_groups
     outputs = out_batch * o * math.prod(window_output_size(
         _padded_size(lhs.shape[ax], d), d) for ax, d in zip(dn.input_spatial, dims))
-    seq = sequential_dtype(out_dtype, terms=window_size * ci, outputs=outputs)
+    seq = sequential_dtype(out_dtype, lhs.dtype, rhs.dtype, terms=window_size * ci, outputs=outputs)
     acc = seq if seq is not None else accumulation_dtype(lhs.dtype, rhs.dtype, out_dtype)
     x = to_compute(lhs, acc).transpose([dn.input_batch, dn.input_feature, *dn.input_spatial])
     k = to_compute(rhs, acc).transpose([dn.kernel_output_feature, dn.kernel_input_feature, *dn.kernel_spatial])

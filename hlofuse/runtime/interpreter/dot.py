@@ -29,7 +29,7 @@ def dot_general(lhs: np.ndarray, rhs: np.ndarray, lb: tuple[int, ...], lc: tuple
     n = [rhs.shape[d] for d in rfree]
     k = math.prod(lhs.shape[d] for d in lc)
     outputs = math.prod(batch) * math.prod(m) * math.prod(n)
-    seq = sequential_dtype(out_dtype, terms=k, outputs=outputs)
+    seq = sequential_dtype(out_dtype, lhs.dtype, rhs.dtype, terms=k, outputs=outputs)
     acc = seq if seq is not None else accumulation_dtype(lhs.dtype, rhs.dtype, out_dtype)
     a = to_compute(lhs, acc).transpose(list(lb) + lfree + list(lc))
     b = to_compute(rhs, acc).transpose(list(rb) + list(rc) + rfree)

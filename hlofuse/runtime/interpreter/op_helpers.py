@@ -47,17 +47,19 @@ SEQUENTIAL_MAX_TERMS = 256
 SEQUENTIAL_MAX_WORK = 1 << 25
 
 
-def sequential_dtype(out_dtype: np.dtype, terms: int, outputs: int) -> np.dtype | None:
-    """The dtype to sum a small float contraction in term by term (the result's precision, at
-    least float32), or None for integer results and for contractions too large for that."""
+def sequential_dtype(out_dtype: np.dtype, *operand_dtypes: np.dtype, terms: int, outputs: int) -> np.dtype | None:
+    """The dtype to sum a small float contraction in term by term: the precision of the
+    result and the operands, at least float32 (complex if the result is); None for integer
+    results and for contractions too large for that."""
     out = np.dtype(out_dtype)
     if not (_is_float(out) or out.kind == "c"):
         return None
     if terms > SEQUENTIAL_MAX_TERMS or terms * outputs > SEQUENTIAL_MAX_WORK:
         return None
+    wide = any(np.dtype(d) in (np.float64, np.complex128) for d in (out, *operand_dtypes))
     if out.kind == "c":
-        return out
-    return np.dtype(np.float64 if out == np.float64 else np.float32)
+        return np.dtype(np.complex128 if wide else np.complex64)
+    return np.dtype(np.float64 if wide else np.float32)
 
 
 def _is_float(dtype: np.dtype) -> bool:
