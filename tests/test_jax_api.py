@@ -110,6 +110,15 @@ def test_jit_decorator_keeps_output_structure_and_caches():
     assert g.__name__ == "g"
 
 
+def test_unused_arguments_are_dropped_like_jax_does():
+    x, y, unused = np.arange(3, dtype=np.float32), np.ones(3, np.float32), np.zeros(2, np.int32)
+    specs = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in (x, unused, y)]
+    exp = export.export(jax.jit(lambda a, b, c: a * 2 + c))(*specs)
+    assert tuple(exp.module_kept_var_idx) == (0, 2)
+    assert len(from_exported(exp).entry.parameters) == 2
+    np.testing.assert_array_equal(compile_exported(exp, target="interpreter")(x, unused, y), x * 2 + y)
+
+
 def test_jit_plain_decorator_and_module():
     @jit
     def h(v):

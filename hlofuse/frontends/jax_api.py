@@ -151,7 +151,8 @@ def from_exported(exported, *args) -> HloModule:
     """The HloModule of a `jax.export.Exported`.
 
     A shape-polymorphic export needs the concrete arguments (arrays or ShapeDtypeStructs) to
-    refine its shapes; its dimension constraints are checked against them (InputError)."""
+    refine its shapes; its dimension constraints are checked against them (InputError). The
+    module's parameters are the arguments JAX kept (`exported.module_kept_var_idx`)."""
     name = f"jit_{exported.fun_name}"
     if not _is_polymorphic(exported):
         if args:
@@ -163,7 +164,14 @@ def from_exported(exported, *args) -> HloModule:
                          f"pass concrete arguments, from_exported(exported, *args)")
     specs = [_spec(a) for a in args]
     solve_dimension_variables(exported, specs)
-    return from_stablehlo(refined_bytecode(exported, specs), module_name=name)
+    kept = [specs[i] for i in _kept(exported)]
+    return from_stablehlo(refined_bytecode(exported, kept), module_name=name)
+
+
+def _kept(exported) -> tuple[int, ...]:
+    """Indices of the arguments the exported module takes (JAX drops unused ones)."""
+    kept = getattr(exported, "module_kept_var_idx", None)
+    return tuple(kept) if kept is not None else tuple(range(len(exported.in_avals)))
 
 
 def _signature(args) -> tuple:
@@ -191,7 +199,7 @@ class ExportedFunction:
 
     def __call__(self, *args):
         arrays = [np.asarray(a) for a in args]
-        outputs = self.executable(*arrays)(*arrays)
+        outputs = self.executable(*arrays)(*[arrays[i] for i in _kept(self.exported)])
         return unflatten(self.exported.out_tree, [np.asarray(o) for o in outputs])
 
 
