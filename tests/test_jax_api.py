@@ -125,6 +125,9 @@ def test_jit_plain_decorator_and_module():
         return jnp.tanh(v) * 2 + 1
 
     assert h.target == "cpu"
+    got = jit(lambda v, k: v * k, target="interpreter")(np.arange(3.0), 2)  # float64 and int, as jax.jit takes them
+    assert got.dtype == np.float32
+    np.testing.assert_array_equal(got, [0, 2, 4])
     module = h.module(np.ones(4, np.float32))
     assert {"tanh", "multiply", "add"} <= {i.opcode for i in module.entry.instructions}
 

@@ -256,7 +256,11 @@ class JitFunction:
         return from_exported(self.lower(*args).exported, *args)
 
     def __call__(self, *args):
+        import jax
+
+        # As jax.jit does: float64/int64 inputs become 32-bit unless x64 is enabled.
         arrays = [np.asarray(a) for a in args]
+        arrays = [a.astype(jax.dtypes.canonicalize_dtype(a.dtype), copy=False) for a in arrays]
         return self.lower(*arrays)(*arrays)
 
 
