@@ -41,7 +41,22 @@ def _argmax_pool(x):
         take = (a[0] > b[0]) | ((a[0] == b[0]) & (a[1] < b[1]))
         return lax.select(take, a[0], b[0]), lax.select(take, a[1], b[1])
 
-    return lax.reduce_window((x, idx), (np.float32(-np.inf), np.int32(2**31 - 1)), pick, (1, 3), (1, 2), ((0, 0), (1, 1)))
+    init = (np.float32(-np.inf), np.int32(2**31 - 1))
+    return lax.reduce_window((x, idx), init, pick, (1, 3), (1, 2), ((0, 0), (1, 1)))
+
+
+def ints(low, high, shape):
+    return RNG.integers(low, high, size=shape).astype(np.int32)
+
+
+def _conv_nhwc(x, w):
+    return lax.conv_general_dilated(x, w, (2, 1), "SAME", dimension_numbers=("NHWC", "HWIO", "NHWC"), precision=HIGHEST)
+
+
+def _conv_grad(x, w):
+    def loss(x, w):
+        return (lax.conv_general_dilated(x, w, (2, 2), "SAME", rhs_dilation=(1, 2), precision=HIGHEST) ** 2).sum()
+    return jax.grad(loss, argnums=(0, 1))(x, w)
 
 
 JAX_PROGRAMS = {
@@ -54,29 +69,26 @@ JAX_PROGRAMS = {
     "top_k": (lambda x: lax.top_k(x, 3), lambda: [rand((4, 9), np.float32)]),
     "einsum": (lambda a, b: jnp.einsum("bij,bjk->bik", a, b, precision=HIGHEST),
                lambda: [rand((2, 3, 4)), rand((2, 4, 5))]),
-    "conv_nhwc": (lambda x, w: lax.conv_general_dilated(x, w, (2, 1), "SAME", dimension_numbers=("NHWC", "HWIO", "NHWC"),
-                                                        precision=HIGHEST),
-                  lambda: [rand((2, 9, 8, 3)), rand((3, 3, 3, 4))]),
-    "conv_grad": (lambda x, w: jax.grad(lambda x, w: (lax.conv_general_dilated(
-        x, w, (2, 2), "SAME", rhs_dilation=(1, 2), precision=HIGHEST) ** 2).sum(), argnums=(0, 1))(x, w),
-                  lambda: [rand((2, 3, 8, 9)), rand((4, 3, 3, 2))]),
+    "conv_nhwc": (_conv_nhwc, lambda: [rand((2, 9, 8, 3)), rand((3, 3, 3, 4))]),
+    "conv_grad": (_conv_grad, lambda: [rand((2, 3, 8, 9)), rand((4, 3, 3, 2))]),
     "take": (lambda x, i: jnp.take(x, i, axis=1, mode="clip"),
-             lambda: [rand((3, 7, 2)), RNG.integers(-2, 9, size=(4, 5)).astype(np.int32)]),
-    "fancy_index": (lambda x, i, j: x[i, :, j], lambda: [rand((5, 3, 6)), RNG.integers(0, 5, size=(4,)).astype(np.int32),
-                                                          RNG.integers(0, 6, size=(4,)).astype(np.int32)]),
-    "scatter_add": (lambda x, i, u: x.at[i].add(u), lambda: [rand((6, 3)), RNG.integers(-1, 8, size=(9,)).astype(np.int32),
+             lambda: [rand((3, 7, 2)), ints(-2, 9, (4, 5))]),
+    "fancy_index": (lambda x, i, j: x[i, :, j], lambda: [rand((5, 3, 6)), ints(0, 5, (4,)),
+                                                          ints(0, 6, (4,))]),
+    "scatter_add": (lambda x, i, u: x.at[i].add(u), lambda: [rand((6, 3)), ints(-1, 8, (9,)),
                                                              rand((9, 3))]),
     "scatter_max_2d": (lambda x, i, j, u: x.at[i, j].max(u),
-                       lambda: [rand((5, 6)), RNG.integers(0, 5, size=(7,)).astype(np.int32),
-                                RNG.integers(0, 6, size=(7,)).astype(np.int32), rand((7,))]),
+                       lambda: [rand((5, 6)), ints(0, 5, (7,)),
+                                ints(0, 6, (7,)), rand((7,))]),
     "scatter_set": (lambda x, i, u: x.at[i].set(u, unique_indices=True),
                     lambda: [rand((8, 2)), RNG.permutation(8)[:5].astype(np.int32), rand((5, 2))]),
-    "vmap_gather": (jax.vmap(lambda x, i: x[i]), lambda: [rand((4, 6, 2)), RNG.integers(0, 6, size=(4, 3)).astype(np.int32)]),
+    "vmap_gather": (jax.vmap(lambda x, i: x[i]), lambda: [rand((4, 6, 2)), ints(0, 6, (4, 3))]),
     "vmap_scatter": (jax.vmap(lambda x, i, u: x.at[i].add(u)),
-                     lambda: [rand((4, 6)), RNG.integers(0, 6, size=(4, 3)).astype(np.int32), rand((4, 3))]),
+                     lambda: [rand((4, 6)), ints(0, 6, (4, 3)), rand((4, 3))]),
     "avg_pool": (lambda x: lax.reduce_window(x, 0.0, lax.add, (1, 2, 2, 1), (1, 2, 2, 1), "SAME") / 4,
                  lambda: [rand((2, 7, 7, 3))]),
-    "max_pool_grad": (lambda x: jax.grad(lambda v: (_maxpool(v) ** 2).sum())(x), lambda: [np.round(rand((2, 7, 8, 3)))]),
+    "max_pool_grad": (lambda x: jax.grad(lambda v: (_maxpool(v) ** 2).sum())(x),
+                      lambda: [np.round(rand((2, 7, 8, 3)))]),
     "argmax_pool": (_argmax_pool, lambda: [np.round(rand((4, 11), np.float32, 0, 3))]),
     "cumsum": (lambda x: jnp.cumsum(x, axis=1), lambda: [rand((3, 20))]),
     "cummax": (lambda x: lax.cummax(x, axis=0), lambda: [rand((20, 3))]),

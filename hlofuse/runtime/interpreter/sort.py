@@ -51,7 +51,8 @@ def _canonical(inst: HloInstruction, side: int, memo: dict) -> tuple | None:
             if any(o is None for o in operands):
                 memo[key] = None
             else:
-                literal = None if inst.literal is None else (np.asarray(inst.literal).tobytes(), str(inst.literal.dtype))
+                literal = None if inst.literal is None else (np.asarray(inst.literal).tobytes(),
+                                                             str(np.asarray(inst.literal).dtype))
                 attrs = tuple(sorted((k, str(v)) for k, v in inst.attrs.items() if k != "metadata"))
                 memo[key] = (inst.opcode, inst.shape.to_text(False), attrs, literal, tuple(operands))
     return memo[key]
