@@ -297,3 +297,16 @@ def test_bitcast_follows_physical_layouts():
     m = np.arange(12, dtype=np.float32).reshape(3, 4)
     got = run("  p0 = f32[3,4]{0,1} parameter(0)\n  ROOT r = f32[4,3]{1,0} bitcast(p0)", m)[0]
     np.testing.assert_array_equal(got, m.T)
+
+
+@pytest.mark.parametrize("op,ref", [("sqrt", np.sqrt), ("rsqrt", lambda z: 1 / np.sqrt(z)), ("log", np.log),
+                                    ("exponential-minus-one", np.expm1), ("log-plus-one", np.log1p),
+                                    ("sine", np.sin), ("cosine", np.cos), ("tan", np.tan), ("tanh", np.tanh),
+                                    ("sign", lambda z: z / np.abs(z))])
+def test_complex_functions(op, ref):
+    rng = np.random.default_rng(4)
+    z = (rng.standard_normal(200) + 1j * rng.standard_normal(200)).astype(np.complex128)
+    z[:4] = [1e-9 + 1e-9j, -4 + 0j, 0.5j, -2 - 3j]
+    np.testing.assert_allclose(unary(op, z), ref(z), rtol=1e-12, atol=1e-14)
+    w = (rng.standard_normal(200) + 1j * rng.standard_normal(200)).astype(np.complex128)
+    np.testing.assert_allclose(binary("power", z, w), np.power(z, w), rtol=1e-11)

@@ -68,17 +68,113 @@ def absolute(em, x):
     return b.select(is_inf, inf, r)
 
 
+def sqrt(em, x):
+    """Principal square root: t = sqrt((|re| + |z|) / 2), then the half that keeps the branch cut."""
+    b = em.b
+    t_ = em.target
+    re, im = parts(b, x)
+    ty = re.type
+    zero, half = ir.Constant(ty, 0.0), ir.Constant(ty, 0.5)
+    fabs = lambda v: t_.intrinsic(b, "llvm.fabs", [v])  # noqa: E731
+    t = t_.math(b, "sqrt", [b.fmul(b.fadd(fabs(re), absolute(em, x)), half)])
+    safe = b.select(b.fcmp_ordered("==", t, zero), ir.Constant(ty, 1.0), t)
+    other = b.fdiv(im, b.fadd(safe, safe))
+    pos = b.fcmp_ordered(">=", re, zero)
+    out_re = b.select(pos, t, fabs(other))
+    out_im = b.select(pos, other, t_.intrinsic(b, "llvm.copysign", [t, im]))
+    is_zero = b.fcmp_ordered("==", t, zero)
+    return make(b, x.type, b.select(is_zero, zero, out_re), b.select(is_zero, im, out_im))
+
+
+def _one(x):
+    ty = x.type.elements[0]
+    return make_const(x.type, ir.Constant(ty, 1.0), ir.Constant(ty, 0.0))
+
+
+def make_const(ty, re, im):
+    return ir.Constant(ty, [re.constant, im.constant])
+
+
 def unary_math(em, name: str, x):
-    """exp and log of a complex value; other functions are unsupported."""
+    """Complex exp, log, expm1, log1p, sqrt, rsqrt, sin, cos, tan, tanh."""
     b = em.b
     re, im = parts(b, x)
     t = em.target
+    ty = re.type
     if name == "exp":
         e = t.math(b, "exp", [re])
         return make(b, x.type, b.fmul(e, t.math(b, "cos", [im])), b.fmul(e, t.math(b, "sin", [im])))
     if name == "log":
         return make(b, x.type, t.math(b, "log", [absolute(em, x)]), t.math(b, "atan2", [im, re]))
+    if name == "expm1":
+        # e^z - 1 = (expm1(re) cos(im) - 2 sin^2(im/2)) + i e^re sin(im): no cancellation near 0
+        s_half = t.math(b, "sin", [b.fmul(im, ir.Constant(ty, 0.5))])
+        real = b.fsub(b.fmul(t.math(b, "expm1", [re]), t.math(b, "cos", [im])),
+                      b.fmul(ir.Constant(ty, 2.0), b.fmul(s_half, s_half)))
+        return make(b, x.type, real, b.fmul(t.math(b, "exp", [re]), t.math(b, "sin", [im])))
+    if name == "log1p":
+        # |1+z|^2 = 1 + (2 re + re^2 + im^2): log1p of the small part keeps accuracy near 0
+        small = b.fadd(b.fmul(re, b.fadd(re, ir.Constant(ty, 2.0))), b.fmul(im, im))
+        real = b.fmul(ir.Constant(ty, 0.5), t.math(b, "log1p", [small]))
+        return make(b, x.type, real, t.math(b, "atan2", [im, b.fadd(re, ir.Constant(ty, 1.0))]))
+    if name == "sqrt":
+        return sqrt(em, x)
+    if name == "rsqrt":
+        return binary(em, "div", _one(x), sqrt(em, x))
+    if name in ("sin", "cos", "tan", "tanh"):
+        # sinh/cosh of the other component from expm1 (accurate near 0)
+        def sinh_cosh(v):
+            ep, em_ = t.math(b, "expm1", [v]), t.math(b, "expm1", [b.fneg(v)])
+            sh = b.fmul(b.fsub(ep, em_), ir.Constant(ty, 0.5))
+            ch = b.fadd(b.fmul(b.fadd(ep, em_), ir.Constant(ty, 0.5)), ir.Constant(ty, 1.0))
+            return sh, ch
+
+        if name in ("tanh", "tan"):
+            # tanh(a+ib) = (sinh 2a + i sin 2b) / (cosh 2a + cos 2b); for large |a| the quotient
+            # overflows, and it is sign(a) + i sin(2b) 2 e^-2|a| to working precision.
+            # tan(z) = -i tanh(iz).
+            a, c = (re, im) if name == "tanh" else (b.fneg(im), re)
+            sh, ch = sinh_cosh(b.fadd(a, a))
+            den = b.fadd(ch, t.math(b, "cos", [b.fadd(c, c)]))
+            s2 = t.math(b, "sin", [b.fadd(c, c)])
+            u, v = b.fdiv(sh, den), b.fdiv(s2, den)
+            fabs_a = t.intrinsic(b, "llvm.fabs", [a])
+            big = b.fcmp_ordered(">", fabs_a, ir.Constant(ty, 20.0 if ty == ir.DoubleType() else 10.0))
+            decay = t.math(b, "exp", [b.fmul(ir.Constant(ty, -2.0), fabs_a)])
+            u = b.select(big, t.intrinsic(b, "llvm.copysign", [ir.Constant(ty, 1.0), a]), u)
+            v = b.select(big, b.fmul(b.fmul(s2, ir.Constant(ty, 2.0)), decay), v)
+            return make(b, x.type, u, v) if name == "tanh" else make(b, x.type, v, b.fneg(u))
+        sh, ch = sinh_cosh(im)
+        sn, cs = t.math(b, "sin", [re]), t.math(b, "cos", [re])
+        sin_z = make(b, x.type, b.fmul(sn, ch), b.fmul(cs, sh))
+        cos_z = make(b, x.type, b.fmul(cs, ch), b.fneg(b.fmul(sn, sh)))
+        return sin_z if name == "sin" else cos_z
     raise UnsupportedError(f"complex {name} is not supported by the LLVM emitters")
+
+
+def sign(em, x):
+    """z / |z| (0 stays 0, NaN stays NaN)."""
+    b = em.b
+    re, im = parts(b, x)
+    r = absolute(em, x)
+    zero = ir.Constant(r.type, 0.0)
+    safe = b.select(b.fcmp_ordered("==", r, zero), ir.Constant(r.type, 1.0), r)
+    return make(b, x.type, b.fdiv(re, safe), b.fdiv(im, safe))
+
+
+def power(em, x, y):
+    """x**y = exp(y log x), with 0**y = 0 for re(y) > 0 and x**0 = 1."""
+    b = em.b
+    res = unary_math(em, "exp", binary(em, "mul", y, unary_math(em, "log", x)))
+    xr, xi = parts(b, x)
+    yr, yi = parts(b, y)
+    ty = xr.type
+    zero = ir.Constant(ty, 0.0)
+    x_zero = b.and_(b.fcmp_ordered("==", xr, zero), b.fcmp_ordered("==", xi, zero))
+    y_zero = b.and_(b.fcmp_ordered("==", yr, zero), b.fcmp_ordered("==", yi, zero))
+    zero_c = make_const(x.type, zero, zero)
+    res = b.select(b.and_(x_zero, b.fcmp_ordered(">", yr, zero)), zero_c, res)
+    return b.select(y_zero, _one(x), res)
 
 
 def compare(em, direction: str, x, y):

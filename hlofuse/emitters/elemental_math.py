@@ -57,7 +57,7 @@ def _unary_rule(fn):
     def rule(em: ElementalEmitter, inst):
         g = em.operand(inst, 0)
         src = inst.operands[0].shape.dtype
-        if src.is_complex and fn not in (_abs, _negate, _math_unary, _copy):
+        if src.is_complex and fn not in (_abs, _negate, _math_unary, _copy, _sign):
             raise UnsupportedError(f"{inst.opcode} {inst.name}: complex operands are not supported")
         return lambda idx: fn(em, inst, src, g(idx))
 
@@ -85,6 +85,8 @@ def _negate(em, inst, et, x):
 
 def _sign(em, inst, et, x):
     b = em.b
+    if et.is_complex:
+        return cplx.sign(em, x)
     if et.is_float:
         def f(v):
             one = _intr(em, "llvm.copysign", [ir.Constant(v.type, 1.0), v])
@@ -371,7 +373,7 @@ def _shift(kind):
 def _power(em, inst, et, x, y):
     b = em.b
     if et.is_complex:
-        raise UnsupportedError(f"power {inst.name}: complex power is not supported by the LLVM emitters")
+        return cplx.power(em, x, y)
     if et.is_float:
         return float_op(em, et, lambda u, v: em.target.math(b, "pow", [u, v]), x, y)
     # Integer power by squaring over every exponent bit; XLA: negative exponent -> 0 unless x is +-1.
