@@ -215,3 +215,14 @@ module @m {
     np.testing.assert_allclose(mean, [3, 1, 1])
     want = (x - [3, 1, 1]) / np.sqrt(np.array([4, 1, 4]) + 0.5) * s + o
     np.testing.assert_allclose(normed, want, rtol=1e-6)
+
+
+def test_error_names_the_jax_op():
+    def f(x):
+        return jnp.linalg.cholesky(x)  # a LAPACK custom call on CPU
+
+    text = jax.jit(f).lower(np.eye(3, dtype=np.float32)).as_text(debug_info=True)
+    with pytest.raises(UnsupportedError) as info:
+        from_stablehlo(text)
+    msg = str(info.value)
+    assert "stablehlo.custom_call (cholesky)" in msg and "@lapack_spotrf_ffi is not supported" in msg

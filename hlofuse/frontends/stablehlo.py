@@ -22,7 +22,8 @@ from ..hlo.shapes import Shape, TupleShape
 from .stablehlo_types import hlo_shape
 
 _NUMBERED = re.compile(r"(\.\d+)+$")
-_LOC = re.compile(r'loc\((?:callsite\()?(?:"[^"]*"\()?"([^"]*)":(\d+):(\d+)')
+_FILE_LOC = re.compile(r'"([^"]*)":(\d+):(\d+)')
+_NAME_LOC = re.compile(r'^loc\("([^"]*)"[()]')
 
 
 class StableHloImportError(HloError):
@@ -44,7 +45,7 @@ def _register_passes() -> None:
         _register_passes.done = True
 
 
-def parse_mlir(source: str | bytes, ctx):
+def parse_mlir(source: str | bytes):
     """Parse StableHLO text or bytecode (portable artifacts included) into an ir.Module."""
     from jax._src.lib.mlir import ir
 
@@ -88,15 +89,21 @@ def legalize_chlo(module) -> None:
 
 
 def location_text(op, filename: str | None = None) -> str:
-    """`file:line:col` of an MLIR op (the first file location found), or the raw location."""
-    text = str(op.location)
-    m = _LOC.search(text)
+    """Where an MLIR op comes from: `file:line:col` of its first file location (`-`, MLIR's
+    name for parsed text, replaced by `filename`), else `filename`, else `<unknown>`."""
+    m = _FILE_LOC.search(str(op.location))
     if m:
         name = m.group(1)
         if name == "-" and filename:
             name = filename
         return f"{name}:{m.group(2)}:{m.group(3)}"
-    return text
+    return filename or "<unknown>"
+
+
+def location_name(op) -> str:
+    """The name location of an op (JAX's `jit(f)/sin`, `cholesky`), or ''."""
+    m = _NAME_LOC.match(str(op.location))
+    return m.group(1) if m else ""
 
 
 @dataclass
@@ -119,7 +126,7 @@ class Importer:
     def __init__(self, mlir_module, name: str, filename: str | None = None,
                  custom_call_handler: Callable | None = None) -> None:
         self.mlir_module = mlir_module
-        self.filename = filename
+        self.filename = filename or "<string>"
         self.module = HloModule(name)
         self.custom_call_handler = custom_call_handler
         self.funcs: dict[str, Any] = {}
@@ -133,9 +140,11 @@ class Importer:
     def unsupported(self, reason: str, op=None) -> UnsupportedError:
         """An UnsupportedError naming the op and its source location."""
         op = op if op is not None else self.op
-        where = location_text(op, self.filename) if op is not None else "?"
-        name = op.name if op is not None else "?"
-        return UnsupportedError(f"{where}: {name}: {reason}")
+        if op is None:
+            return UnsupportedError(f"{self.filename or '<unknown>'}: {reason}")
+        source = location_name(op)
+        what = op.name + (f" ({source})" if source else "")
+        return UnsupportedError(f"{location_text(op, self.filename)}: {what}: {reason}")
 
     # ---- functions ---------------------------------------------------------------------
     def import_entry(self, entry: str = "main") -> HloModule:
@@ -307,7 +316,7 @@ def from_stablehlo(source: str | bytes, entry: str = "main", filename: str | Non
     may convert custom calls the importer does not know (return None to refuse).
     """
     with mlir_context():
-        mod = parse_mlir(source, None)
+        mod = parse_mlir(source)
         legalize_chlo(mod)
         name = re.sub(r"[^A-Za-z0-9_.\-]", "_", module_name or _module_name(mod)) or "module"
         importer = Importer(mod, name, filename, custom_call_handler)
