@@ -372,3 +372,26 @@ def test_ragged_dot_as_xla_prints_it():
                      "  ROOT r = f32[6,2] ragged-dot(p0, p1, p2), lhs_contracting_dims={1}, rhs_contracting_dims={1},"
                      " lhs_ragged_dims={0}, rhs_group_dims={0}", lhs, rhs, sizes)
     close(got, lax.ragged_dot(lhs, rhs, sizes, precision=HIGHEST), rtol=1e-5)
+
+
+RAGGED_CASES = [
+    # lhs shape, rhs shape, ((lc, rc), (lb, rb)), lhs ragged, rhs group, group_sizes
+    ((2, 11, 5), (3, 2, 5, 7), (((2,), (2,)), ((0,), (1,))), (1,), (0,), np.array([3, 4, 2])),
+    ((2, 11, 5), (3, 2, 5, 7), (((2,), (2,)), ((0,), (1,))), (1,), (0,), np.array([[3, 4, 2], [0, 9, 1]])),
+    ((4, 6, 5), (2, 5, 3), (((2,), (1,)), ((), ())), (1,), (0,), np.array([[1, 2], [3, 3], [0, 4], [6, 0]])),
+    ((2, 3, 10), (2, 10, 4), (((2,), (1,)), ((0,), (0,))), (2,), (), np.array([3, 0, 5])),
+    ((3, 9), (9, 4), (((1,), (0,)), ((), ())), (1,), (), np.array([2, 3, 4])),
+]
+
+
+@pytest.mark.parametrize("lshape,rshape,dn,ragged,group,sizes", RAGGED_CASES)
+def test_ragged_dot_general_matches_jax(lshape, rshape, dn, ragged, group, sizes):
+    lhs, rhs, sizes = rand(lshape), rand(rshape), sizes.astype(np.int32)
+    rdn = lax.RaggedDotDimensionNumbers(dot_dimension_numbers=dn, lhs_ragged_dimensions=list(ragged),
+                                        rhs_group_dimensions=list(group))
+    want = lax.ragged_dot_general(lhs, rhs, sizes, rdn, precision=HIGHEST)
+    (lc, rc), (lb, rb) = dn
+    inst = instruction("ragged-dot", shape_of(want), [shape_of(lhs), shape_of(rhs), shape_of(sizes)],
+                       lhs_contracting_dims=lc, rhs_contracting_dims=rc, lhs_batch_dims=lb, rhs_batch_dims=rb,
+                       lhs_ragged_dims=ragged, rhs_group_dims=group)
+    close(run(inst, lhs, rhs, sizes), want, rtol=1e-5)

@@ -59,25 +59,54 @@ def dot_reference(inst: HloInstruction, args: list, interp) -> np.ndarray:
 
 @register_reference("ragged-dot")
 def ragged_dot_reference(inst: HloInstruction, args: list, interp) -> np.ndarray:
-    """`ragged-dot(lhs, rhs, group_sizes)` in its common mode: lhs [m, k] is cut along its
-    ragged (non-contracting) dimension into groups of the given sizes, group g is multiplied
-    with rhs[g] ([g, k, n]), giving [m, n]; rows past the sum of group sizes are zero."""
+    """`ragged-dot(lhs, rhs, group_sizes)`: a dot whose lhs ragged dimension is cut into
+    consecutive groups of the given sizes (group_sizes [g], or [lhs batch..., outer dims..., g]).
+
+    - ragged non-contracting dimension (rhs has a group dimension): rows of group i multiply
+      rhs group i; the result is [batch..., lhs free..., rhs free...], rows past the last
+      group are zero;
+    - ragged contracting dimension (no rhs group dimension): group i contracts only its own
+      range; the result is [g, batch..., lhs free..., rhs free...];
+    - a ragged batch dimension is not supported.
+    """
     lhs, rhs, sizes = (np.asarray(a) for a in args)
     lc, rc = attr_dims(inst, "lhs_contracting_dims"), attr_dims(inst, "rhs_contracting_dims")
     lb, rb = attr_dims(inst, "lhs_batch_dims"), attr_dims(inst, "rhs_batch_dims")
     # XLA prints lhs_ragged_dims / rhs_group_dims; StableHLO spells the long names.
     lr = attr_dims(inst, "lhs_ragged_dims") or attr_dims(inst, "lhs_ragged_dimensions")
     rg = attr_dims(inst, "rhs_group_dims") or attr_dims(inst, "rhs_group_dimensions")
-    if lhs.ndim != 2 or rhs.ndim != 3 or lb or rb or lr != (0,) or rg != (0,) or lc != (1,):
-        raise UnsupportedError(f"ragged-dot {inst.name}: only the mode lhs[m,k] x rhs[g,k,n] "
-                               "(ragged lhs rows, rhs group dimension 0) is supported")
+    if len(lr) != 1 or lr[0] in lb or (lr[0] in lc) == bool(rg) or len(rg) > 1:
+        raise UnsupportedError(f"ragged-dot {inst.name}: only a ragged non-contracting dimension (with one rhs "
+                               "group dimension) or a ragged contracting dimension (with none) is supported")
+    ragged = lr[0]
     out_dtype = result_dtype(inst.shape)
     acc = accumulation_dtype(lhs.dtype, rhs.dtype, out_dtype)
-    out = np.zeros((lhs.shape[0], rhs.shape[2]), dtype=acc)
-    start = 0
-    for g, size in enumerate(sizes.astype(np.int64).tolist()):
-        end = min(start + max(size, 0), lhs.shape[0])
-        rhs_g = rhs[g] if rc == (1,) else rhs[g].T
-        out[start:end] = to_compute(lhs[start:end], acc) @ to_compute(rhs_g, acc)
-        start = end
+    # group_sizes' leading dimensions are the lhs batch dimensions, then the lhs dimensions of
+    # the ragged dimension's kind (free or contracting) outer to it.
+    same_kind = [d for d in range(ragged) if d not in lb and (d in lc) == (ragged in lc)]
+    lead = list(lb) + same_kind
+    ends = np.cumsum(sizes.astype(np.int64), axis=-1)
+    starts = ends - sizes.astype(np.int64)
+    position = np.arange(lhs.shape[ragged]).reshape([-1 if d == ragged else 1 for d in range(lhs.ndim)])
+
+    def rows_of(group: int) -> np.ndarray:
+        shape = [1] * lhs.ndim
+        for d, size in zip(lead, sizes.shape[:-1]):
+            shape[d] = size
+        lo, hi = starts[..., group].reshape(shape), ends[..., group].reshape(shape)
+        return (position >= lo) & (position < hi)
+
+    lhs_acc = to_compute(lhs, acc)
+    groups = sizes.shape[-1]
+    if rg:
+        g_dim = rg[0]
+        rb2, rc2 = (tuple(d - (d > g_dim) for d in dims) for dims in (rb, rc))
+        out = None
+        for g in range(groups):
+            part = dot_general(np.where(rows_of(g), lhs_acc, 0), np.take(to_compute(rhs, acc), g, axis=g_dim),
+                               lb, lc, rb2, rc2, acc)
+            out = part if out is None else out + part
+    else:
+        out = np.stack([dot_general(np.where(rows_of(g), lhs_acc, 0), to_compute(rhs, acc), lb, lc, rb, rc, acc)
+                        for g in range(groups)])
     return from_compute(out, out_dtype)
