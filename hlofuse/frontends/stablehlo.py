@@ -247,6 +247,7 @@ class Importer:
                 raise
             except Exception as e:  # a malformed attribute and the like: name the op
                 raise self.unsupported(f"cannot convert: {type(e).__name__}: {e}", op) from e
+            self.op = op  # converting nested regions moved it
             results = results if isinstance(results, (list, tuple)) else [results]
             if len(results) != len(op.results):
                 raise self.unsupported(f"converted to {len(results)} values, the op has {len(op.results)}")
