@@ -67,7 +67,8 @@ def ragged_dot_reference(inst: HloInstruction, args: list, interp) -> np.ndarray
       group are zero;
     - ragged contracting dimension (no rhs group dimension): group i contracts only its own
       range; the result is [g, batch..., lhs free..., rhs free...];
-    - a ragged batch dimension is not supported.
+    - ragged batch dimension (no rhs group dimension): batch entries are independent, so the
+      grouping changes nothing and this is the ordinary dot (as in JAX's reference).
     """
     lhs, rhs, sizes = (np.asarray(a) for a in args)
     lc, rc = attr_dims(inst, "lhs_contracting_dims"), attr_dims(inst, "rhs_contracting_dims")
@@ -75,16 +76,15 @@ def ragged_dot_reference(inst: HloInstruction, args: list, interp) -> np.ndarray
     # XLA prints lhs_ragged_dims / rhs_group_dims; StableHLO spells the long names.
     lr = attr_dims(inst, "lhs_ragged_dims") or attr_dims(inst, "lhs_ragged_dimensions")
     rg = attr_dims(inst, "rhs_group_dims") or attr_dims(inst, "rhs_group_dimensions")
-    if len(lr) != 1 or lr[0] in lb or (lr[0] in lc) == bool(rg) or len(rg) > 1:
-        raise UnsupportedError(f"ragged-dot {inst.name}: only a ragged non-contracting dimension (with one rhs "
-                               "group dimension) or a ragged contracting dimension (with none) is supported")
+    if len(lr) != 1 or len(rg) > 1 or bool(rg) != (lr[0] not in lc and lr[0] not in lb):
+        raise UnsupportedError(f"ragged-dot {inst.name}: needs one lhs ragged dimension, and one rhs group "
+                               "dimension exactly when the ragged dimension is a non-contracting one")
     ragged = lr[0]
     out_dtype = result_dtype(inst.shape)
     acc = accumulation_dtype(lhs.dtype, rhs.dtype, out_dtype)
     # group_sizes' leading dimensions are the lhs batch dimensions, then the lhs dimensions of
     # the ragged dimension's kind (free or contracting) outer to it.
-    same_kind = [d for d in range(ragged) if d not in lb and (d in lc) == (ragged in lc)]
-    lead = list(lb) + same_kind
+    lead = list(lb) + [d for d in range(ragged) if d not in lb and (d in lc) == (ragged in lc)]
     ends = np.cumsum(sizes.astype(np.int64), axis=-1)
     starts = ends - sizes.astype(np.int64)
     position = np.arange(lhs.shape[ragged]).reshape([-1 if d == ragged else 1 for d in range(lhs.ndim)])
@@ -106,6 +106,8 @@ def ragged_dot_reference(inst: HloInstruction, args: list, interp) -> np.ndarray
             part = dot_general(np.where(rows_of(g), lhs_acc, 0), np.take(to_compute(rhs, acc), g, axis=g_dim),
                                lb, lc, rb2, rc2, acc)
             out = part if out is None else out + part
+    elif ragged in lb:
+        out = dot_general(lhs_acc, to_compute(rhs, acc), lb, lc, rb, rc, acc)
     else:
         out = np.stack([dot_general(np.where(rows_of(g), lhs_acc, 0), to_compute(rhs, acc), lb, lc, rb, rc, acc)
                         for g in range(groups)])
