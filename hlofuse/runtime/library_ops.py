@@ -30,6 +30,7 @@ def _work_dtype(dt: np.dtype) -> np.dtype:
 
 
 _SMALL_DOT = 1 << 15  # multiply-adds
+_MEDIUM_DOT = 1 << 22
 
 # ---- linear algebra --------------------------------------------------------------------------
 @register_library("dot")
@@ -59,6 +60,11 @@ def dot(inst, args, ctx):
         out = np.zeros((nb, M, N), work)
         for k in range(K):
             out += x[:, :, k, None] * y[:, None, k, :]
+    elif out_dt.kind in "fc" and nb * M * N * K <= _MEDIUM_DOT:
+        # Medium dots: one matmul in double precision (cheap at this size, and the result is
+        # then correctly rounded rather than carrying a blocked f32 summation's error).
+        wide = np.complex128 if out_dt.kind == "c" else np.float64
+        out = np.matmul(x.astype(wide), y.astype(wide))
     else:
         out = np.matmul(x, y)
     dims = tuple(inst.shape.dims)
