@@ -226,3 +226,15 @@ def test_error_names_the_jax_op():
         from_stablehlo(text)
     msg = str(info.value)
     assert "stablehlo.custom_call (cholesky)" in msg and "@lapack_spotrf_ffi is not supported" in msg
+
+
+def test_metadata_names_the_jax_op_and_source_line():
+    text = jax.jit(lambda v: jnp.sin(v) * 2).lower(np.ones(3, np.float32)).as_text(debug_info=True)
+    module = from_stablehlo(text)
+    (sine,) = [i for i in module.entry.instructions if i.opcode == "sine"]
+    meta = str(sine.attrs["metadata"])
+    assert 'op_name="jit(<lambda>)/sin"' in meta and "source_line=" in meta
+    from hlofuse.hlo.parser import parse_hlo
+
+    reparsed = parse_hlo(module.to_text())
+    assert str(reparsed.entry.instruction("sine").attrs["metadata"]) == meta

@@ -16,6 +16,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from ..hlo.attributes import Raw
 from ..hlo.errors import HloError, UnsupportedError
 from ..hlo.ir import HloComputation, HloInstruction, HloModule
 from ..hlo.shapes import Shape, TupleShape
@@ -260,9 +261,27 @@ class Importer:
         return inst
 
     def emit(self, scope: Scope, opcode: str, shape: Shape, operands=(), attrs=None, name: str | None = None) -> HloInstruction:
-        """Add a new instruction to the computation being built."""
-        inst = HloInstruction(opcode, shape, list(operands), attrs or {}, name or opcode)
+        """Add a new instruction to the computation being built (with XLA-style `metadata`
+        naming the JAX op and source line when the MLIR op's location has them)."""
+        attrs = dict(attrs or {})
+        metadata = self.metadata(self.op)
+        if metadata is not None:
+            attrs.setdefault("metadata", metadata)
+        inst = HloInstruction(opcode, shape, list(operands), attrs, name or opcode)
         return self._add(scope.comp, inst)
+
+    def metadata(self, op) -> Raw | None:
+        """`{op_name="jit(f)/sin" source_file="f.py" source_line=4}` for a named op, else None."""
+        if op is None:
+            return None
+        name = location_name(op)
+        if not name:
+            return None
+        parts = [f'op_name="{_escape(name)}"']
+        m = _FILE_LOC.search(str(op.location))
+        if m and m.group(1) != "-":
+            parts.append(f'source_file="{_escape(m.group(1))}" source_line={m.group(2)}')
+        return Raw("{" + " ".join(parts) + "}")
 
     def pack(self, comp: HloComputation, values: list[HloInstruction]) -> HloInstruction:
         """One value as is; several (or none) as a tuple."""
@@ -276,6 +295,10 @@ class Importer:
             return [inst]
         return [self.emit(scope, "get-tuple-element", inst.shape.elements[i], [inst], {"index": i})
                 for i in range(count)]
+
+
+def _escape(text: str) -> str:
+    return text.replace("\\", "\\\\").replace('"', '\\"')
 
 
 def _sym_name(func_op) -> str:
