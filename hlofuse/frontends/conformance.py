@@ -257,7 +257,10 @@ def compare(kind: str, actual: np.ndarray, expected: np.ndarray) -> str:
         with np.errstate(invalid="ignore", over="ignore"):
             bad |= _not_almost_equal(a, e)
     n = int(np.count_nonzero(bad))
-    return "" if n == 0 else f"{n} of {actual.size} elements differ by more than {ALMOST_EQ_TOLERANCE}"
+    if n == 0:
+        return ""
+    return (f"{n} of {actual.size} elements differ by more than {ALMOST_EQ_TOLERANCE} (first at {_first(bad)}: "
+            f"{actual[bad].ravel()[0]!r} vs {expected[bad].ravel()[0]!r})")
 
 
 def _not_almost_equal(a, e) -> np.ndarray:
