@@ -397,3 +397,41 @@ def test_ragged_dot_general_matches_jax(lshape, rshape, dn, ragged, group, sizes
                        lhs_contracting_dims=lc, rhs_contracting_dims=rc, lhs_batch_dims=lb, rhs_batch_dims=rb,
                        lhs_ragged_dims=ragged, rhs_group_dims=group)
     close(run(inst, lhs, rhs, sizes), want, rtol=1e-5)
+
+
+def _random_conv_case(seed: int):
+    """A random valid convolution: layouts, sizes, strides, padding (negative too), dilations, groups."""
+    r = np.random.default_rng(seed)
+    nsp = int(r.integers(1, 3))
+    spatial_letters = "HWD"[:nsp]
+    fgc, bgc = (int(r.integers(1, 4)), 1) if r.random() < 0.7 else (1, int(r.integers(1, 3)))
+    n, ci = bgc * int(r.integers(1, 3)), int(r.integers(1, 4))
+    c, o = fgc * ci if bgc == 1 else ci, fgc * bgc * int(r.integers(1, 3))
+    kernel = [int(r.integers(1, 4)) for _ in range(nsp)]
+    strides = [int(r.integers(1, 4)) for _ in range(nsp)]
+    ldil = [int(r.integers(1, 3)) for _ in range(nsp)]
+    rdil = [int(r.integers(1, 3)) for _ in range(nsp)]
+    sizes, padding = [], []
+    for k, ld, rd in zip(kernel, ldil, rdil):
+        size = int(r.integers(1, 8))
+        lo, hi = int(r.integers(-1, 3)), int(r.integers(-1, 3))
+        span = (k - 1) * rd + 1
+        base = (size - 1) * ld + 1
+        if base + lo + hi < span:  # make the window fit at least once
+            hi += span - (base + lo + hi)
+        sizes.append(size)
+        padding.append((lo, hi))
+    perm = lambda letters: "".join(r.permutation(list(letters)))  # noqa: E731
+    specs = (perm("NC" + spatial_letters), perm("OI" + spatial_letters), perm("NC" + spatial_letters))
+    return (specs, tuple(sizes), tuple(kernel), n, c, o, tuple(strides), tuple(padding), tuple(ldil),
+            tuple(rdil), fgc, bgc)
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_random_convolution_matches_jax(seed):
+    case = _random_conv_case(seed)
+    specs, lsp, ksp, n, c, o, strides, padding, ldil, rdil, fgc, bgc = case
+    lhs, rhs = _conv_operands(case)
+    want = lax.conv_general_dilated(lhs, rhs, strides, padding, ldil, rdil, dimension_numbers=specs,
+                                    feature_group_count=fgc, batch_group_count=bgc, precision=HIGHEST)
+    close(run(_conv_inst(case, lhs, rhs, want), lhs, rhs), want, rtol=1e-4, atol=1e-4)

@@ -219,3 +219,39 @@ def test_scatter_order_dependent_combiner_through_evaluate():
     # The same through per-element calls (the stub offers no batched calls).
     inst = parse_hlo(SCATTER_ORDERED_HLO).entry.root
     close(run(inst, operand, indices, updates), want, rtol=0, atol=0)
+
+
+def _random_gather_case(seed: int):
+    """Random valid gather dimension numbers (no batching dims: those have their own table)."""
+    r = np.random.default_rng(seed)
+    rank = int(r.integers(1, 4))
+    oshape = tuple(int(r.integers(1, 6)) for _ in range(rank))
+    smap = tuple(int(d) for d in r.permutation(rank)[:int(r.integers(1, rank + 1))])
+    collapsed = tuple(sorted(int(d) for d in smap if r.random() < 0.5))
+    sizes = tuple(1 if d in collapsed else int(r.integers(1, oshape[d] + 1)) for d in range(rank))
+    bshape = tuple(int(r.integers(1, 4)) for _ in range(int(r.integers(0, 3))))
+    n_offset = rank - len(collapsed)
+    out_rank = len(bshape) + n_offset
+    offset_dims = tuple(sorted(int(d) for d in r.permutation(out_rank)[:n_offset]))
+    return oshape, bshape, offset_dims, collapsed, smap, sizes
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_random_gather_and_scatter_match_jax(seed):
+    oshape, bshape, offset_dims, collapsed, smap, sizes = _random_gather_case(seed)
+    operand = rand(oshape)
+    indices = RNG.integers(-2, max(oshape) + 2, size=(*bshape, len(smap))).astype(np.int32)
+    gdn = lax.GatherDimensionNumbers(offset_dims, collapsed, smap)
+    want = lax.gather(operand, indices, gdn, sizes, mode=lax.GatherScatterMode.CLIP)
+    inst = instruction("gather", shape_of(want), [shape_of(operand), shape_of(indices)], offset_dims=offset_dims,
+                       collapsed_slice_dims=collapsed, start_index_map=smap, index_vector_dim=len(bshape),
+                       slice_sizes=sizes)
+    close(run(inst, operand, indices), want, rtol=0, atol=0)
+    # The scatter with the same numbers writes updates shaped like that gather's result.
+    updates = rand(np.shape(want))
+    sdn = lax.ScatterDimensionNumbers(offset_dims, collapsed, smap)
+    want = lax.scatter_add(operand, indices, updates, sdn, mode=lax.GatherScatterMode.FILL_OR_DROP)
+    inst = instruction("scatter", shape_of(want), [shape_of(operand), shape_of(indices), shape_of(updates)],
+                       update_window_dims=offset_dims, inserted_window_dims=collapsed,
+                       scatter_dims_to_operand_dims=smap, index_vector_dim=len(bshape), to_apply=binary_comp("add"))
+    close(run(inst, operand, indices, updates), want, rtol=1e-5, atol=1e-5)

@@ -82,7 +82,7 @@ def gather_reference(inst: HloInstruction, args: list, interp) -> np.ndarray:
     starts = np.clip(starts, 0, np.array(operand.shape) - np.array(slice_sizes))
     sliced = operand[window_indices(starts, slice_sizes)]  # [rows, *slice_sizes]
     kept = [s for d, s in enumerate(slice_sizes) if d not in collapsed and d not in op_batching]
-    current = sliced.reshape(*batch_shape, *kept)
+    current = sliced.reshape((*batch_shape, *kept))
     # Output dimension offset_dims[i] is slice dimension i; batch dimensions fill the rest in order.
     rank = len(batch_shape) + len(kept)
     batch_positions = [p for p in range(rank) if p not in offset_dims]
