@@ -323,3 +323,27 @@ def test_sort_keyed_on_the_second_operand():
     order = np.argsort(b, kind="stable")
     close(got_a, a[order], rtol=0, atol=0)
     close(got_b, b[order], rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_random_reduce_window_matches_jax(seed):
+    r = np.random.default_rng(seed)
+    rank = int(r.integers(1, 4))
+    shape = tuple(int(r.integers(1, 7)) for _ in range(rank))
+    win = tuple(int(r.integers(1, 4)) for _ in range(rank))
+    strides = tuple(int(r.integers(1, 3)) for _ in range(rank))
+    base = tuple(int(r.integers(1, 3)) for _ in range(rank))
+    dil = tuple(int(r.integers(1, 3)) for _ in range(rank))
+    padding = []
+    for size, k, b, d in zip(shape, win, base, dil):
+        lo, hi = int(r.integers(-1, 3)), int(r.integers(-1, 3))
+        deficit = (k - 1) * d + 1 - ((size - 1) * b + 1 + lo + hi)
+        padding.append((lo, hi + max(deficit, 0)))
+    padding = tuple(padding)
+    opcode = ["add", "maximum", "minimum"][seed % 3]
+    x = rand(shape)
+    fn, init = RW_OPS[opcode]
+    want = lax.reduce_window(x, np.float32(init), fn, win, strides, padding, base, dil)
+    inst = instruction("reduce-window", shape_of(want), [shape_of(x), array("f32", ())],
+                       window=make_window(win, strides, padding, base, dil), to_apply=binary_comp(opcode))
+    close(run(inst, x, np.float32(init)), want, rtol=1e-5)
