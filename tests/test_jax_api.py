@@ -119,6 +119,17 @@ def test_unused_arguments_are_dropped_like_jax_does():
     np.testing.assert_array_equal(compile_exported(exp, target="interpreter")(x, unused, y), x * 2 + y)
 
 
+@pytest.mark.parametrize("polymorphic", [False, True])
+def test_multi_platform_export_runs_its_cpu_variant(polymorphic):
+    (n,) = export.symbolic_shape("n")
+    spec = jax.ShapeDtypeStruct((n,) if polymorphic else (3,), jnp.float32)
+    exp = export.export(jax.jit(lambda v: jnp.sin(v) * 2), platforms=("cuda", "cpu"))(spec)
+    x = np.arange(3, dtype=np.float32)
+    module = from_exported(exp, x)
+    assert len(module.entry.parameters) == 1
+    np.testing.assert_allclose(evaluate(module, [x])[0], np.sin(x) * 2, rtol=1e-6)
+
+
 def test_jit_plain_decorator_and_module():
     @jit
     def h(v):

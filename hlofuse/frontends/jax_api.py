@@ -147,25 +147,51 @@ def refined_bytecode(exported, specs) -> bytes:
         return buf.getvalue()
 
 
-def from_exported(exported, *args) -> HloModule:
+def from_exported(exported, *args, platform: str = "cpu") -> HloModule:
     """The HloModule of a `jax.export.Exported`.
 
     A shape-polymorphic export needs the concrete arguments (arrays or ShapeDtypeStructs) to
     refine its shapes; its dimension constraints are checked against them (InputError). The
-    module's parameters are the arguments JAX kept (`exported.module_kept_var_idx`)."""
+    module's parameters are the arguments JAX kept (`exported.module_kept_var_idx`). A module
+    exported for several platforms runs its `platform` variant (the first when absent)."""
     name = f"jit_{exported.fun_name}"
+    multi = len(getattr(exported, "platforms", ())) > 1
     if not _is_polymorphic(exported):
         if args:
             solve_dimension_variables(exported, [_spec(a) for a in args])
-        return from_stablehlo(exported.mlir_module(), module_name=name)
-    if not args:
-        dims = sorted({str(d) for aval in exported.in_avals for d in aval.shape if not isinstance(d, int)})
-        raise InputError(f"{exported.fun_name} was exported with symbolic dimensions ({', '.join(dims)}): "
-                         f"pass concrete arguments, from_exported(exported, *args)")
-    specs = [_spec(a) for a in args]
-    solve_dimension_variables(exported, specs)
-    kept = [specs[i] for i in _kept(exported)]
-    return from_stablehlo(refined_bytecode(exported, kept), module_name=name)
+        module = from_stablehlo(exported.mlir_module(), module_name=name)
+    else:
+        if not args:
+            dims = sorted({str(d) for aval in exported.in_avals for d in aval.shape if not isinstance(d, int)})
+            raise InputError(f"{exported.fun_name} was exported with symbolic dimensions ({', '.join(dims)}): "
+                             f"pass concrete arguments, from_exported(exported, *args)")
+        specs = [_spec(a) for a in args]
+        solve_dimension_variables(exported, specs)
+        kept = [specs[i] for i in _kept(exported)]
+        if multi:
+            kept = [((), np.dtype(np.int32))] + kept
+        module = from_stablehlo(refined_bytecode(exported, kept), module_name=name)
+    if multi:
+        platforms = [p.lower() for p in exported.platforms]
+        _bind_platform_index(module, platforms.index(platform) if platform in platforms else 0)
+    return module
+
+
+def _bind_platform_index(module: HloModule, index: int) -> None:
+    """Replace the leading platform-index parameter of a multi-platform export by a constant."""
+    from ..hlo.ir import HloInstruction
+
+    entry = module.entry
+    param = entry.parameter(0)
+    const = HloInstruction("constant", param.shape, name="platform_index")
+    const.literal = np.array(index, dtype=param.shape.dtype.numpy)
+    entry.add_instruction(const)
+    entry.instructions.remove(const)
+    entry.instructions.insert(entry.instructions.index(param), const)
+    param.replace_all_uses_with(const)
+    entry.remove_instruction(param)
+    for p in entry.parameters:
+        p.parameter_number -= 1
 
 
 def _kept(exported) -> tuple[int, ...]:
