@@ -215,3 +215,25 @@ def test_jax_corpus_against_interpreter(path, target):
     """Every JAX-generated module, fused with the CPU and with the GPU policy (multi-output and
     horizontal fusions), compiled for the CPU and compared with the interpreter."""
     _run_corpus_file(path, target)
+
+
+def test_small_dots_sum_in_order_like_the_reference():
+    """Small float dots run as kernels summing term by term in f32 (bit-exact with a
+    sequential numpy loop); batch and multiple free dimensions keep their order."""
+    text = """HloModule d
+ENTRY e {
+  a = f32[2,3,4,5] parameter(0)
+  b = f32[2,5,6] parameter(1)
+  ROOT d = f32[2,3,4,6] dot(a, b), lhs_batch_dims={0}, lhs_contracting_dims={3}, rhs_batch_dims={0}, rhs_contracting_dims={1}
+}
+"""
+    rng = np.random.default_rng(11)
+    a = rng.standard_normal((2, 3, 4, 5)).astype(np.float32)
+    b = rng.standard_normal((2, 5, 6)).astype(np.float32)
+    prog = CpuProgram.compile(parse_hlo(text))
+    assert prog._entry.steps[-1].kind == "kernel"
+    (got,) = prog.run([a, b])
+    want = np.zeros((2, 3, 4, 6), np.float32)
+    for k in range(5):
+        want += a[:, :, :, k, None] * b[:, None, None, k, :]
+    np.testing.assert_array_equal(got, want)

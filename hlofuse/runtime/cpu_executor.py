@@ -29,7 +29,7 @@ from . import library_ops  # noqa: F401  (registers the library rules)
 from .buffers import Assignment, OutputPool, assign_buffers
 from .compile_cache import CompileCache, cache_key
 from .cpu_threads import available_cores, fit_blas_threads, thread_pool
-from .kernel_planning import KernelPlan, plan_fusion
+from .kernel_planning import KernelPlan, plan_fusion, sequential_dot
 
 _PARALLEL_MIN_ELEMENTS = 1 << 15
 _memory_cache: dict[str, bytes] = {}
@@ -132,6 +132,8 @@ class _ComputationPlan:
                 return Step(inst, "call")
         elif inst.info.elemental is not None:
             comp = _wrap(inst)
+        elif op == "dot" and sequential_dot(inst) is not None:
+            comp = sequential_dot(inst)
         elif inst.info.library is not None:
             for callee in inst.called_computations():
                 planner.plan(callee)

@@ -192,3 +192,76 @@ def _kernels_of(comp: HloComputation, name: str, temps: list) -> list[KernelPlan
         plans.append(KernelPlan(comp, ks, ls.units, ls.unit_elements, None, name=f"{name}_l{len(plans)}"))
     return plans
 
+
+
+# Float dots with at most this many terms per output (and this much work) are computed by a
+# kernel that sums term by term in increasing contracting index, in the result's precision
+# (at least f32), as XLA's naive dot loops do (and the reference interpreter); larger ones
+# go to BLAS through the library rule.
+SEQUENTIAL_DOT_TERMS = 256
+SEQUENTIAL_DOT_WORK = 1 << 25
+
+
+def sequential_dot(inst: HloInstruction) -> HloComputation | None:
+    """A computation that computes float `dot` instruction `inst` as a reduction of broadcast
+    products over the contracting dimension (a column reduction, vectorized over the output's
+    minor dimension), or None when the dot is too large or not a float dot."""
+    import math
+
+    from ..hlo.shapes import array
+
+    out = inst.shape
+    if not out.is_array or not (out.dtype.is_float or out.dtype.is_complex) or out.dtype.bits < 16:
+        return None
+    lhs, rhs = inst.operands
+    a = inst.attrs
+    lb, lc = list(a.get("lhs_batch_dims", ())), list(a.get("lhs_contracting_dims", ()))
+    rb, rc = list(a.get("rhs_batch_dims", ())), list(a.get("rhs_contracting_dims", ()))
+    ld, rd = tuple(lhs.shape.dims), tuple(rhs.shape.dims)
+    lf = [d for d in range(len(ld)) if d not in lb and d not in lc]
+    rf = [d for d in range(len(rd)) if d not in rb and d not in rc]
+    B, M = math.prod(ld[d] for d in lb), math.prod(ld[d] for d in lf)
+    K, N = math.prod(ld[d] for d in lc), math.prod(rd[d] for d in rf)
+    if K > SEQUENTIAL_DOT_TERMS or K * B * M * N > SEQUENTIAL_DOT_WORK or K == 0:
+        return None
+    acc_t = out.dtype if out.dtype.bits >= 32 or out.dtype.is_complex else array("f32").dtype
+    comp = HloComputation(f"dot.{inst.name}")
+
+    def add(opcode, shape, operands, **attrs):
+        return comp.add_instruction(HloInstruction(opcode, shape, operands, attrs, name=opcode))
+
+    params = []
+    for i, op in enumerate((lhs, rhs)):
+        p = HloInstruction("parameter", op.shape, name=f"param_{i}")
+        p.parameter_number = i
+        params.append(comp.add_instruction(p))
+
+    def canonical(p, perm, dims3):
+        t = add("transpose", array(p.shape.dtype, [p.shape.dims[d] for d in perm]), [p], dimensions=tuple(perm))
+        r = add("reshape", array(p.shape.dtype, dims3), [t])
+        return add("convert", array(acc_t, dims3), [r]) if p.shape.dtype != acc_t else r
+
+    bd, fd, gd = [ld[d] for d in lb], [ld[d] for d in lf], [rd[d] for d in rf]
+    x = canonical(params[0], lb + lf + lc, bd + fd + [K])
+    y = canonical(params[1], rb + rc + rf, bd + [K] + gd)
+    nb, nf = len(bd), len(fd)
+    full = array(acc_t, bd + fd + [K] + gd)  # the result's dimensions with K inserted
+    xb = add("broadcast", full, [x], dimensions=tuple(range(nb + nf + 1)))
+    yb = add("broadcast", full, [y], dimensions=tuple(range(nb)) + tuple(range(nb + nf, len(full.dims))))
+    prod = add("multiply", full, [xb, yb])
+    reducer = HloComputation(f"dot.{inst.name}.add")
+    ra = HloInstruction("parameter", array(acc_t, ()), name="a")
+    ra.parameter_number = 0
+    rb_ = HloInstruction("parameter", array(acc_t, ()), name="b")
+    rb_.parameter_number = 1
+    reducer.add_instruction(ra)
+    reducer.add_instruction(rb_)
+    reducer.root = reducer.add_instruction(HloInstruction("add", array(acc_t, ()), [ra, rb_], name="sum"))
+    zero = HloInstruction("constant", array(acc_t, ()), name="zero")
+    import numpy as np
+
+    zero.literal = np.zeros((), acc_t.numpy)
+    zero = comp.add_instruction(zero)
+    red = add("reduce", array(acc_t, out.dims), [prod, zero], dimensions=(nb + nf,), to_apply=reducer)
+    comp.root = add("convert", array(out.dtype, out.dims), [red]) if acc_t != out.dtype else red
+    return comp
