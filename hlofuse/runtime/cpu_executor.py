@@ -132,8 +132,8 @@ class _ComputationPlan:
                 return Step(inst, "call")
         elif inst.info.elemental is not None:
             comp = _wrap(inst)
-        elif op == "dot" and sequential_dot(inst) is not None:
-            comp = sequential_dot(inst)
+        elif op == "dot" and (dot_comp := sequential_dot(inst)) is not None:
+            comp = dot_comp
         elif inst.info.library is not None:
             for callee in inst.called_computations():
                 planner.plan(callee)
