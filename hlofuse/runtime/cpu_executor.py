@@ -17,6 +17,7 @@ from __future__ import annotations
 import ctypes
 import os
 import re
+import threading
 import time
 from dataclasses import dataclass, field
 
@@ -186,6 +187,8 @@ class CpuProgram:
         self._jit = None
         self.cache_hit = False
         self._outputs = OutputPool()
+        # The arenas and the output pool are per program: runs of one program are serialized.
+        self._run_lock = threading.Lock()
 
     # ---- compilation -----------------------------------------------------------------------
     @classmethod
@@ -285,7 +288,8 @@ class CpuProgram:
             checked.append(_check_input(p, a))
         protected = {id(x) for x in _flatten(tuple(checked))}
         fit_blas_threads()
-        result = self._execute(self._entry, checked)
+        with self._run_lock:
+            result = self._execute(self._entry, checked)
         out = []
         for leaf in _flatten(result):
             leaf = np.asarray(leaf)
