@@ -112,18 +112,20 @@ def prepare(text: str, filename: str = "<string>") -> PreparedTest:
     if not checks:
         raise ConformanceSkip("no check.expect_* call in @main")
     entry = module.entry
+    if entry.parameters:
+        raise ConformanceSkip("@main takes arguments (test files compute their inputs with @inputs())")
     input_calls = [i for i in entry.instructions if i.opcode == "call" and i.attrs["to_apply"].name == "inputs"]
     expected_calls = [i for i in entry.instructions if i.opcode == "call" and i.attrs["to_apply"].name == "expected"]
 
     inputs: list[np.ndarray] = []
     if input_calls:
         call = input_calls[0]
-        inputs = [np.asarray(a) for a in evaluate(_sub_module(text, filename, "inputs"), [])]
-        _parameterize(entry, call, len(inputs))
+        inputs = [np.asarray(a) for a in evaluate(from_stablehlo(text, "inputs", filename), [])]
+        _parameterize(entry, call)
 
     expected_values: list[np.ndarray] = []
     if expected_calls:
-        expected_values = [np.asarray(a) for a in evaluate(_sub_module(text, filename, "expected"), [])]
+        expected_values = [np.asarray(a) for a in evaluate(from_stablehlo(text, "expected", filename), [])]
 
     outputs: list[HloInstruction] = []
     expected: list[np.ndarray | None] = []
@@ -145,11 +147,7 @@ def prepare(text: str, filename: str = "<string>") -> PreparedTest:
     return PreparedTest(module, inputs, [c.kind for c in checks], expected, dtypes)
 
 
-def _sub_module(text: str, filename: str, entry: str) -> HloModule:
-    return from_stablehlo(text, entry, filename)
-
-
-def _parameterize(entry, call: HloInstruction, count: int) -> None:
+def _parameterize(entry, call: HloInstruction) -> None:
     """Replace `call @inputs()` (or its get-tuple-elements) by entry parameters."""
     shapes = call.shape.elements if call.shape.is_tuple else (call.shape,)
     params = []
@@ -171,6 +169,7 @@ def _parameterize(entry, call: HloInstruction, count: int) -> None:
 
 
 def _expected_from_call(inst: HloInstruction, calls, values) -> np.ndarray | None:
+    """The value of @expected() that `inst` reads, or None when it is computed otherwise."""
     if inst.opcode == "get-tuple-element" and inst.operands[0] in calls:
         return values[inst.attrs["index"]]
     if inst in calls and not inst.shape.is_tuple:
@@ -179,6 +178,7 @@ def _expected_from_call(inst: HloInstruction, calls, values) -> np.ndarray | Non
 
 
 def _remove_dead(comp) -> None:
+    """Remove the instructions the root does not depend on (parameters stay)."""
     live: set[int] = set()
     stack = [comp.root]
     while stack:
