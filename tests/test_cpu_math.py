@@ -125,3 +125,34 @@ def test_pow_special_cases_follow_c99():
     with np.errstate(all="ignore"):
         want = np.power(x, y)
     np.testing.assert_array_equal(_run("power", x, y), want)
+
+
+def _all_doubles(seed: int, n: int = N) -> np.ndarray:
+    bits = np.random.default_rng(seed).integers(0, 1 << 63, n, dtype=np.uint64) * 2 + 1
+    x = bits.view(np.float64)
+    x = x[np.isfinite(x)]
+    rng = np.random.default_rng(seed + 1)
+    special = np.array([0.0, -0.0, 1.0, -1.0, np.inf, -np.inf, np.nan, 5e-324, 1e-310, 709.7, -745.0, 710.0])
+    return np.concatenate([special, x, rng.uniform(-50, 50, n // 4), rng.uniform(0.5, 2.0, n // 4)])
+
+
+def _ulp64(got: np.ndarray, want: np.ndarray) -> float:
+    def ordered(v):
+        i = v.view(np.int64)
+        return np.where(i < 0, -(i & 0x7FFFFFFFFFFFFFFF), i)  # int64: exact differences
+
+    nan_g, nan_w = np.isnan(got), np.isnan(want)
+    assert np.array_equal(nan_g, nan_w)
+    ok = ~nan_g
+    return float(np.max(np.abs(ordered(got[ok]) - ordered(want[ok]))).astype(np.float64))
+
+
+@pytest.mark.parametrize("op,ref", [("exponential", np.exp), ("log", np.log)])
+def test_f64_exp_log_ulp(op, ref):
+    x = _all_doubles(21)
+    text = f"HloModule m\n\nENTRY e {{\n  p0 = f64[{x.size}] parameter(0)\n  ROOT r = f64[{x.size}] {op}(p0)\n}}\n"
+    got = CpuProgram.compile(parse_hlo(text)).run([x])[0]
+    with np.errstate(all="ignore"):
+        worst = _ulp64(got, ref(x))
+    print(f"\nf64 {op}: max {worst:.0f} ULP")
+    assert worst <= 2

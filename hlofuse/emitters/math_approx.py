@@ -381,3 +381,52 @@ def erf_f32(b: ir.IRBuilder, target, x):
     big = m.intr("llvm.copysign", big, xd)
     res = m.sel(m.cmp("<", ax, m.c(_ERF_SPLIT)), small, big)
     return b.fptrunc(m.sel(m.isnan(xd), xd, res), F32)
+
+
+# ---- f64 exp / log (vectorizable; libm would be a scalar call per element) ------------------
+def exp_f64(b: ir.IRBuilder, target, x):
+    """e**x in f64: two-part ln2 reduction, degree-13 Taylor polynomial, 2**n in two steps."""
+    m = _M(b, target, F64)
+    xc = m.sel(m.cmp(">", x, m.c(-746.0)), x, m.c(-746.0))  # NaN -> -746 (fixed up below)
+    xc = m.sel(m.cmp("<", xc, m.c(710.0)), xc, m.c(710.0))
+    n = m.intr("llvm.rint", m.mul(xc, m.c(1.4426950408889634)))
+    r = m.fma(n, m.c(-6.93147180369123816490e-01), xc)
+    r = m.fma(n, m.c(-1.90821492927058770002e-10), r)
+    p = m.horner(r, [1.0 / math.factorial(k) for k in range(13, -1, -1)])
+    ni = b.fptosi(n, I64)
+    n1 = b.ashr(ni, ir.Constant(I64, 1))
+    n2 = b.sub(ni, n1)
+
+    def pow2(k):
+        return b.bitcast(b.shl(b.add(k, ir.Constant(I64, 1023)), ir.Constant(I64, 52)), F64)
+
+    res = m.mul(m.mul(p, pow2(n1)), pow2(n2))
+    res = m.sel(m.cmp(">", x, m.c(709.782712893384)), m.c(math.inf), res)
+    res = m.sel(m.cmp("<", x, m.c(-745.1332191019412)), m.c(0.0), res)
+    return m.sel(m.isnan(x), x, res)
+
+
+def log_f64(b: ir.IRBuilder, target, x):
+    """ln x in f64: subnormals prescaled, mantissa in [sqrt(.5), sqrt(2)), atanh series, e*ln2 in two parts."""
+    m = _M(b, target, F64)
+    sub = m.cmp("<", x, m.c(2.2250738585072014e-308))
+    xs = m.sel(sub, m.mul(x, m.c(2.0 ** 54)), x)
+    xs = m.sel(m.cmp(">", xs, m.c(0.0)), xs, m.c(1.0))  # keep the bit tricks on positive values
+    bits = b.bitcast(xs, I64)
+    e = b.sub(b.lshr(bits, ir.Constant(I64, 52)), ir.Constant(I64, 1023))
+    e = b.sub(e, b.select(sub, ir.Constant(I64, 54), ir.Constant(I64, 0)))
+    mant = b.bitcast(b.or_(b.and_(bits, ir.Constant(I64, 0x000FFFFFFFFFFFFF)),
+                           ir.Constant(I64, 0x3FF0000000000000)), F64)
+    big = m.cmp(">", mant, m.c(1.4142135623730951))
+    mant = m.sel(big, m.mul(mant, m.c(0.5)), mant)
+    e = b.add(e, b.zext(big, I64))
+    s = m.div(m.sub(mant, m.c(1.0)), m.add(mant, m.c(1.0)))
+    s2 = m.mul(s, s)
+    series = m.horner(s2, [1.0 / (2 * k + 1) for k in range(12, 0, -1)])
+    lm = m.fma(m.add(s, s), m.mul(s2, series), m.add(s, s))
+    fe = b.sitofp(e, F64)
+    r = m.fma(fe, m.c(1.90821492927058770002e-10), lm)
+    r = m.fma(fe, m.c(6.93147180369123816490e-01), r)
+    r = m.sel(m.cmp("==", x, m.c(math.inf)), x, r)
+    r = m.sel(m.cmp("==", x, m.c(0.0)), m.c(-math.inf), r)
+    return m.sel(b.fcmp_unordered("ult", x, m.c(0.0)), m.c(math.nan), r)

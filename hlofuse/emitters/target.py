@@ -42,16 +42,25 @@ _APPROX_F32 = {
     "cbrt": math_approx.cbrt_f32,
 }
 
+# f64 functions computed by approximations (the others call the library, e.g. libm).
+_APPROX_F64 = {
+    "exp": math_approx.exp_f64,
+    "log": math_approx.log_f64,
+}
+
 
 class Target:
-    """Base target: intrinsics for the simple functions, approximations for f32,
-    library calls (by `library_name`) for f64."""
+    """Base target: intrinsics for the simple functions, approximations for f32 (and f64
+    exp/log), library calls (by `library_name`) for the other f64 functions."""
 
     name = "generic"
     triple = ""
     data_layout = ""
     # XLA reassociates float reductions (vectorized row reductions on CPU, trees on GPU).
     reassociate_reductions = True
+    # f64 functions computed by vectorizable approximations (a GPU target may clear this and
+    # use its library, e.g. libdevice's __nv_exp).
+    approx_f64 = _APPROX_F64
 
     def library_name(self, fn: str, ty: ir.Type) -> str:
         """Name of the library function computing `fn` on `ty` (libm naming on the CPU)."""
@@ -85,10 +94,12 @@ class Target:
             return builder.fdiv(one, self.intrinsic(builder, "llvm.sqrt", args))
         if isinstance(ty, ir.FloatType) and fn in _APPROX_F32:
             return _APPROX_F32[fn](builder, self, *args)
+        if isinstance(ty, ir.DoubleType) and fn in self.approx_f64:
+            return self.approx_f64[fn](builder, self, *args)
         if fn == "logistic":
             x = args[0]
             one = ir.Constant(ty, 1.0)
-            e = self.library_call(builder, "exp", [builder.fneg(x)])
+            e = self.math(builder, "exp", [builder.fneg(x)])
             return builder.fdiv(one, builder.fadd(one, e))
         return self.library_call(builder, fn, args)
 
