@@ -10,6 +10,7 @@ Two families:
   * sin, cos, tan, atan2, pow, cbrt, erf: computed in f64 with long series (range
     reduction exact for |x| < 2**26), then rounded once to f32 (about 0.5 ULP). Beyond
     |x| >= 2**26 sin/cos/tan lose accuracy (no Payne-Hanek reduction).
+  * f64 exp and log (1-2 ULP); other f64 functions call the target's library (libm).
 Measured ULP errors are in tests/test_cpu_math.py.
 """
 from __future__ import annotations
