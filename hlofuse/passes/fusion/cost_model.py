@@ -46,6 +46,9 @@ class TargetParams:
     horizontal_loop_max_instructions: int = 128
     horizontal_max_batch: int = 32
     horizontal_max_param_bytes: int = 4000
+    # An expensive producer is duplicated (into every one of its users, never only some) into
+    # at most this many consumers: the duplicated work is bounded to this many evaluations.
+    max_expensive_copies: int = 4
 
 
 GPU = TargetParams(
@@ -167,6 +170,20 @@ def module_cost(module: HloModule, log=None) -> ModuleCost:
                 if e.duplicated_expensive:
                     dup_exp += e.duplicated_elements
     return ModuleCost(kernels, read, written, dup, dup_exp)
+
+
+def duplication_saves_bytes(producer: HloInstruction, users: list[HloInstruction]) -> int:
+    """Bytes saved by duplicating `producer` into every one of `users` (negative: it costs).
+
+    Materialized, the producer reads its operands once, writes its output once, and each user
+    reads that output. Duplicated into all users, nothing is written; each user reads those of
+    the producer's operands it does not read already.
+    """
+    ops = distinct(producer.operands)
+    out = producer.shape.byte_size()
+    materialized = sum(o.shape.byte_size() for o in ops) + out + out * len(users)
+    duplicated = sum(o.shape.byte_size() for u in users for o in ops if not any(o is x for x in u.operands))
+    return materialized - duplicated
 
 
 def fusion_saves_bytes(producer: HloInstruction, consumer: HloInstruction, duplicate: bool) -> int:

@@ -62,7 +62,7 @@ class LogEntry:
     consumer: str
     rule: str = ""
     reason: str = ""
-    fusion: str = ""  # the fusion instruction that resulted (for "fused")
+    fusion: str = ""  # "fused": the fusion that resulted; "refused": the fusion holding the consumer
     duplicated: bool = False  # the producer was copied, its original kept for other users
     duplicated_elements: int = 0  # elements the copy recomputes
     duplicated_expensive: bool = False
@@ -74,7 +74,8 @@ class LogEntry:
         if self.action == "fused":
             dup = " (duplicated)" if self.duplicated else ""
             return f"[{self.pass_name}] fused {self.producer} into {self.consumer} -> {self.fusion}{dup}"
-        return f"[{self.pass_name}] refused {self.producer} -> {self.consumer}: {self.reason} [{self.rule}]"
+        where = f" (in {self.fusion})" if self.fusion else ""
+        return f"[{self.pass_name}] refused {self.producer} -> {self.consumer}{where}: {self.reason} [{self.rule}]"
 
 
 @dataclass
@@ -82,12 +83,21 @@ class FusionLog:
     """All decisions of the fusion passes that ran on a module, in order."""
 
     entries: list[LogEntry] = field(default_factory=list)
+    target: str = ""  # the target whose fusion passes wrote the log ("gpu" or "cpu")
+    _refused_pairs: set = field(default_factory=set, repr=False)
 
     def fused(self, pass_name: str, producer: str, consumer: str, fusion: str, **extra) -> None:
         self.entries.append(LogEntry(pass_name, "fused", producer, consumer, fusion=fusion, **extra))
 
-    def refused(self, pass_name: str, producer: str, consumer: str, decision: Decision) -> None:
-        self.entries.append(LogEntry(pass_name, "refused", producer, consumer, decision.rule, decision.reason))
+    def refused(self, pass_name: str, producer: str, consumer: str, decision: Decision, fusion: str = "") -> None:
+        """Record a refusal, once per (producer, consumer, rule): a pass revisiting the pair (a
+        growing fusion around the consumer, or the same pass run again) adds nothing new."""
+        key = (producer, consumer, decision.rule)
+        if key in self._refused_pairs:
+            return
+        self._refused_pairs.add(key)
+        self.entries.append(LogEntry(pass_name, "refused", producer, consumer, decision.rule, decision.reason,
+                                     fusion=fusion))
 
     def refusals(self) -> list[LogEntry]:
         return [e for e in self.entries if e.action == "refused"]
@@ -105,10 +115,12 @@ class FusionLog:
         return "\n".join(e.to_text() for e in self.entries)
 
 
-def module_log(module) -> FusionLog:
-    """The FusionLog kept on `module` (created on first use)."""
+def module_log(module, target: str | None = None) -> FusionLog:
+    """The FusionLog kept on `module` (created on first use); a pass gives its `target`."""
     log = getattr(module, "fusion_log", None)
     if log is None:
         log = FusionLog()
         module.fusion_log = log
+    if target:
+        log.target = target
     return log

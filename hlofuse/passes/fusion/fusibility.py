@@ -138,6 +138,41 @@ def is_loop_fusible_as_consumer(inst: HloInstruction) -> bool:
     return _universally_loop_fusible(inst) or op_info(inst.opcode).fusion == "root"
 
 
+# Why an op the registry marks `fusion="never"` stays out of loop fusions, where XLA's reason is
+# more specific than the registry's category (the rest are explained from the row itself).
+_NEVER_FUSED_WHY: dict[str, str] = {
+    "dot": "a dot, which is never fused into loop fusions (XLA fuses dots only in dedicated fusions)",
+    "ragged-dot": "a ragged dot, which is never fused into loop fusions (XLA runs it as a library call)",
+    "convolution": "a convolution, which is never fused into loop fusions (XLA fuses convolutions only "
+                   "in dedicated fusions)",
+    "sort": "a sort, which runs as a kernel of its own",
+    "reduce-window": "a reduce-window, which XLA's loop fusion does not take as a producer",
+    "scatter": "a scatter, which updates its operand in place and only roots a fusion of its own",
+    "dynamic-update-slice": "a dynamic-update-slice, which updates its operand in place and is not fused "
+                            "as a producer",
+}
+
+
+def not_fusible_reason(inst: HloInstruction) -> str:
+    """Why `inst` cannot be fused into a consumer, as "NAME is a ..., which ..." (short, for reasons)."""
+    info = op_info(inst.opcode)
+    if inst.opcode == "fusion":
+        return f"{inst.name} is a {inst.attrs.get('kind')} fusion, which is not fused into loop fusions"
+    if info.side_effecting:
+        return f"{inst.name} is a {inst.opcode}, which has side effects and never fuses"
+    if inst.control_predecessors:
+        return f"{inst.name} has control predecessors, which pin it outside fusions"
+    if inst.opcode in _NEVER_FUSED_WHY:
+        return f"{inst.name} is {_NEVER_FUSED_WHY[inst.opcode]}"
+    if info.kind == "control":
+        return f"{inst.name} is a {inst.opcode} (control flow), which never fuses"
+    if info.fusion == "root":
+        return f"{inst.name} is a variadic {inst.opcode}, which only roots a fusion of its own"
+    if info.fusion == "never":
+        return f"{inst.name} is a {inst.opcode}, which never fuses"
+    return f"{inst.name} is a {inst.opcode}, which is not loop-fusible"
+
+
 def is_multi_output(inst: HloInstruction) -> bool:
     return inst.opcode == "fusion" and inst.fused_computation.root.opcode == "tuple"
 

@@ -37,7 +37,7 @@ class FusionMerger(HloPass):
         self.params = target_params(target)
 
     def run(self, module: HloModule) -> bool:
-        log = module_log(module)
+        log = module_log(module, self.params.name)
         changed = False
         for comp in kernel_computations(module):
             if not comp.is_fusion_computation():

@@ -7,8 +7,12 @@ into a fused computation; a duplicated producer's copy takes the original name p
 """
 from __future__ import annotations
 
+from typing import Hashable
+
 from ...hlo.ir import HloComputation, HloInstruction, HloModule
 from ...hlo.shapes import TupleShape
+from ..cse import instruction_key
+from ..rewrite import Rewriter, has_side_effect
 from .fusibility import fusion_outputs
 
 
@@ -173,10 +177,54 @@ def _retire(producer: HloInstruction) -> None:
         comp.parent.remove_computation(called)
 
 
+def _dedupable(inst: HloInstruction) -> bool:
+    if inst.opcode in ("parameter", "tuple") or inst.control_predecessors:
+        return False
+    if inst.opcode == "constant" and inst.literal is None:
+        return False  # an elided literal has an unknown value
+    return not has_side_effect(inst)
+
+
+def dedupe_fused_computation(fusion: HloInstruction) -> int:
+    """Compute identical instructions of `fusion`'s computation once (CSE inside the kernel).
+
+    Merging fusions that each hold a copy of a duplicated producer (multi-output and sibling
+    fusion of the consumers it was duplicated into) would otherwise evaluate it twice per
+    element. Of two identical instructions the one with the plainer name survives (`exp.3`
+    rather than its copy `exp.3.1`). Returns how many instructions were removed.
+    """
+    fc = fusion.fused_computation
+    seen: dict[Hashable, HloInstruction] = {}
+    best_name: dict[int, tuple[HloInstruction, str]] = {}
+    rewriter = Rewriter(fc)
+    merged = 0
+    for inst in fc.post_order():
+        if not _dedupable(inst):
+            continue
+        key = instruction_key(inst)
+        first = seen.get(key)
+        if first is None:
+            seen[key] = inst
+            continue
+        rewriter.replace(inst, first)  # keep the first: its users' keys already name it
+        _, name = best_name.get(id(first), (first, first.name))
+        if (len(inst.name), inst.name) < (len(name), name):
+            best_name[id(first)] = (first, inst.name)
+        merged += 1
+    if merged:
+        rewriter.finish()
+        module = fc.parent
+        for keep, name in best_name.values():
+            if module is not None and module.unique_name(name) == name:  # freed by the removal
+                module.release_name(keep.name)
+                keep.name = name
+    return merged
+
+
 def fuse_producer(fusion: HloInstruction, producer: HloInstruction) -> HloInstruction:
     """Fuse `producer` (an operand of `fusion`) into it; duplicate it if it has other users.
 
-    Returns the copy of the producer's value inside the fused computation.
+    Instructions the fusion already computes identically are not added twice. Returns `fusion`.
     """
     fc = fusion.fused_computation
     if fusion_outputs(producer) != [producer] and len(fusion_outputs(producer)) != 1:
@@ -191,7 +239,8 @@ def fuse_producer(fusion: HloInstruction, producer: HloInstruction) -> HloInstru
         _retire(producer)
     for clone, name in pending:
         fc.add_instruction(clone, name=name)
-    return outs[0]
+    dedupe_fused_computation(fusion)
+    return fusion
 
 
 def _make_gte(fusion: HloInstruction, index: int) -> HloInstruction:
@@ -265,6 +314,7 @@ def fuse_into_multi_output(fusion: HloInstruction, producer: HloInstruction) -> 
         _retire(producer)
     for clone, name in pending:
         fc.add_instruction(clone, name=name)
+    dedupe_fused_computation(fusion)
     return fusion
 
 
@@ -282,6 +332,7 @@ def merge_siblings(fusion: HloInstruction, other: HloInstruction) -> HloInstruct
         _retire(other)
     for clone, name in pending:
         fc.add_instruction(clone, name=name)
+    dedupe_fused_computation(fusion)
     if other.opcode == "fusion" and other.attrs.get("kind") == "kInput":
         fusion.attrs["kind"] = "kInput"
     return fusion

@@ -81,7 +81,7 @@ class HorizontalLoopFusion(HloPass):
     def run(self, module: HloModule) -> bool:
         if module.entry is None:
             return False
-        log = module_log(module)
+        log = module_log(module, self.params.name)
         changed = self._run_on(module.entry, log)
         if changed:
             module.remove_unreachable_computations()

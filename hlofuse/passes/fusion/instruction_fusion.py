@@ -3,21 +3,31 @@
 Consumers are visited in reverse post order (root first). For each, its operands are tried in
 the order the queue would reach them; the first one that may fuse is fused (creating a fusion
 around the consumer, or growing the consumer's fusion) and the grown fusion goes back on the
-queue. A producer with other users is duplicated into the consumer when it is cheap; the
-global pre-pass `globally_unfusible` forbids duplicating producers that read more than they
-write unless every user can fuse them (InstructionFusion::ComputeGloballyUnfusible).
+queue. A producer with other users is duplicated into the consumer when it is cheap. Two
+pre-passes decide, before any fusion, which producers may be duplicated at all:
+
+- `globally_unfusible` forbids duplicating producers that read more than they write unless
+  every user can fuse them (InstructionFusion::ComputeGloballyUnfusible);
+- `expensive_duplication` lets an expensive producer (exp, log, ...) be duplicated only when
+  every one of its users can fuse it, so that it is never materialized as well as recomputed,
+  and the cost model agrees: at most `TargetParams.max_expensive_copies` copies, and fewer
+  bytes moved than materializing it once. (XLA never duplicates an expensive producer; this
+  is hlofuse's refinement, which turns `add(exp(x), y), mul(exp(x), y)` into two kernels
+  instead of three.)
 """
 from __future__ import annotations
 
 from ...hlo.ir import HloComputation, HloInstruction, HloModule
-from ...hlo.opcodes import op_info
 from ..pass_base import HloPass
-from .cost_model import TargetParams, fusion_saves_bytes, kernel_computations, target_params
+from .cost_model import (
+    TargetParams, distinct, duplication_saves_bytes, fusion_saves_bytes, kernel_computations, target_params,
+)
 from .decisions import Decision, FusionLog, module_log
 from .fusibility import (
     creates_heavy_computation, effectively_at_most_unary, is_always_duplicable, is_expensive,
     is_fusible, is_input_fusible_reduction, is_loop_fusible_as_consumer, is_loop_fusible_as_producer,
-    is_multi_output, is_physically_transposing, reduction_is_contiguous, reuses_operand_elements,
+    is_multi_output, is_physically_transposing, not_fusible_reason, reduction_is_contiguous,
+    reuses_operand_elements,
 )
 from .fusion_utils import Reachability, create_fusion, fuse_producer, sort_computations
 
@@ -62,12 +72,42 @@ def _minor_dim_concatenate(inst: HloInstruction) -> bool:
     return dim == minor and dim_bytes >= 64 and shape.byte_size() >= 2048
 
 
+def _users(n: int) -> str:
+    return f"{n} user" if n == 1 else f"{n} users"
+
+
+def _operand_index(user: HloInstruction, producer: HloInstruction) -> int:
+    return next(i for i, o in enumerate(user.operands) if o is producer)
+
+
+def _reader_names(producer: HloInstruction, consumer: HloInstruction) -> tuple[str, str]:
+    """(the instructions that read `producer`, the fusion they are in or ""), for the log.
+
+    A refusal names the original reader inside a consumer fusion, so that the same refused pair
+    is recorded once however often the growing fusion around the reader is revisited.
+    """
+    if consumer.opcode != "fusion":
+        return consumer.name, ""
+    param = consumer.fused_computation.parameter(_operand_index(consumer, producer))
+    readers = [u.name for u in distinct(param.users)]
+    return (", ".join(readers) or consumer.name), consumer.name
+
+
+def _consumer_label(producer: HloInstruction, consumer: HloInstruction) -> str:
+    """`consumer`'s name, or for a fusion "READERS (in FUSION)" naming who reads `producer`."""
+    readers, fusion = _reader_names(producer, consumer)
+    return f"{readers} (in {fusion})" if fusion else readers
+
+
 class ProducerConsumerRules:
     """XLA's ShouldFuse for one target: a Decision for fusing operand i into a consumer."""
 
     def __init__(self, params: TargetParams, may_duplicate: bool = True) -> None:
         self.params = params
         self.may_duplicate = may_duplicate
+        # id(producer) -> whether this expensive producer may be duplicated (set per computation
+        # by InstructionFusion.expensive_duplication; absent: refused with the generic reason)
+        self.expensive_verdicts: dict[int, Decision] = {}
 
     def should_fuse(self, consumer: HloInstruction, index: int) -> Decision:
         producer = consumer.operands[index]
@@ -112,9 +152,10 @@ class ProducerConsumerRules:
 
     def _producer_fusible(self, producer, consumer, p, c) -> Decision:
         if not is_loop_fusible_as_producer(producer):
-            info = op_info(producer.opcode)
-            why = "side-effecting" if info.side_effecting else f"'{producer.opcode}' is not loop-fusible"
-            return refuse("producer-not-fusible", f"producer {p} cannot be fused: {why}")
+            readers = _reader_names(producer, consumer)[0].split(", ")
+            verb = "reads" if len(readers) == 1 else "read"
+            return refuse("producer-not-fusible", f"{not_fusible_reason(producer)}; {' and '.join(readers)} "
+                                                  f"{verb} it from memory")
         return ALLOW
 
     def _reduce_epilogue(self, producer, consumer, p, c) -> Decision:
@@ -174,14 +215,18 @@ class ProducerConsumerRules:
             return refuse("root", f"producer {p} is the root of {producer.parent.name}; its value must be "
                                   f"materialized")
         if _would_duplicate(producer, consumer) and not is_always_duplicable(producer):
+            c = " and ".join(_reader_names(producer, consumer)[0].split(", "))
             if not self.may_duplicate:
                 return refuse("no-duplication", f"fusing {p} into {c} would duplicate it and this pass "
                                                 f"may not duplicate")
             if is_expensive(producer, self.params):
-                others = [u for u in producer.users if u is not consumer]
+                verdict = self.expensive_verdicts.get(id(producer))
+                if verdict is not None:
+                    return verdict
+                users = distinct(producer.users)
                 return refuse("expensive-duplicate",
-                              f"producer {p} is expensive and has {len(producer.users)} users; fusing it into "
-                              f"{c} would duplicate it (other users: {', '.join(u.name for u in others)})")
+                              f"producer {p} is expensive and has {len(users)} users; fusing it into {c} "
+                              f"would compute it twice")
         return ALLOW
 
     def _cpu_concatenate(self, producer, consumer, p, c) -> Decision:
@@ -191,8 +236,8 @@ class ProducerConsumerRules:
                     (limit is not None and len(inst.operands) > limit) or _minor_dim_concatenate(inst)):
                 why = (f"{len(inst.operands)} > {limit} operands" if limit is not None
                        and len(inst.operands) > limit else "a large minor-dimension concatenate")
-                return refuse("concatenate", f"concatenate {inst.name} is better unfused ({why}); "
-                                             f"not fusing {p} into {c}")
+                return refuse("concatenate", f"concatenate {inst.name} is better unfused on the CPU ({why}); "
+                                             f"{p} is not fused into {c}")
         return ALLOW
 
     def _cpu_reductions(self, producer, consumer, p, c) -> Decision:
@@ -200,7 +245,8 @@ class ProducerConsumerRules:
         if limit is not None and consumer.opcode == "fusion" and producer.opcode == "reduce":
             n = _reduction_count(consumer, False)
             if n > limit:
-                return refuse("too-many-reductions", f"fusion {c} already holds {n} > {limit} reductions")
+                return refuse("too-many-reductions", f"too many reductions: fusion {c} already holds {n} > "
+                                                     f"{limit}; {p} is not fused into it")
         return ALLOW
 
     def _budget(self, producer, consumer, p, c) -> Decision:
@@ -209,7 +255,8 @@ class ProducerConsumerRules:
         if added:
             n = _reduction_count(consumer, True) + added
             if n > limit:
-                return refuse("budget", f"fusing {p} into {c} gives {n} > {limit} unnested reductions")
+                return refuse("budget", f"reduction budget exceeded: {n} > {limit} unnested reductions "
+                                        f"(fusing {p} into {_consumer_label(producer, consumer)})")
         budget = self.params.max_operands_and_outputs
         if budget is None:
             return ALLOW
@@ -222,8 +269,9 @@ class ProducerConsumerRules:
         outputs = len(consumer.shape.leaves()) + len(producer.shape.leaves())
         total = len(operands) + outputs
         if total > budget:
-            return refuse("budget", f"operand budget exceeded: fusing {p} into {c} needs {len(operands)} "
-                                    f"operands + {outputs} outputs = {total} > {budget}")
+            return refuse("budget", f"operand budget exceeded: {total} > {budget} (fusing {p} into "
+                                    f"{_consumer_label(producer, consumer)} needs {len(operands)} operands + "
+                                    f"{outputs} outputs)")
         return ALLOW
 
     # ---- fusion kind -----------------------------------------------------------------------
@@ -245,7 +293,7 @@ class InstructionFusion(HloPass):
         self.may_duplicate = may_duplicate
 
     def run(self, module: HloModule) -> bool:
-        log = module_log(module)
+        log = module_log(module, self.params.name)
         changed = False
         for comp in kernel_computations(module):
             if comp.is_fusion_computation():
@@ -287,39 +335,84 @@ class InstructionFusion(HloPass):
         out: dict[int, Decision] = {}
         order = comp.post_order()
         for producer in reversed(order):
-            if effectively_at_most_unary(producer):
+            # A producer nothing can fuse is refused pair by pair with its own reason.
+            if not is_loop_fusible_as_producer(producer) or effectively_at_most_unary(producer):
                 continue
+            if not self.rules.expensive_verdicts.get(id(producer), ALLOW):
+                continue  # an expensive producer already refused with its own reason
             in_elems = sum(op.shape.element_count() if op.shape.is_array else 0
-                           for op in {id(o): o for o in producer.operands}.values())
+                           for op in distinct(producer.operands))
             out_elems = sum(s.element_count() for s in producer.shape.leaves())
             if in_elems <= out_elems:
                 continue
             on_all_paths = self._fusible_on_all_paths(producer, order, out, reach)
-            blockers = [u for u in producer.users if not on_all_paths.get(id(u), False)]
-            if is_fusible(producer) and not blockers:
+            users = distinct(producer.users)
+            blockers = [u for u in users if not on_all_paths.get(id(u), False)]
+            if not blockers:
                 continue
-            who = "; ".join(self._why_blocked(producer, u) for u in blockers) or "none"
-            users = len(producer.users)
+            who = "; ".join(self._why_blocked(producer, u) for u in blockers)
             out[id(producer)] = refuse(
                 "not-fusible-into-all-users",
                 f"producer {producer.name} reads more than it writes ({in_elems} > {out_elems} elements) and "
-                f"has {users} user{'s' if users != 1 else ''} of which {len(blockers)} cannot fuse it ({who}); "
-                f"duplicating it would add memory traffic")
+                f"has {_users(len(users))} of which {len(blockers)} cannot fuse it ({who}); duplicating it "
+                f"would add memory traffic")
         return out
 
     def _why_blocked(self, producer: HloInstruction, user: HloInstruction) -> str:
-        if not is_fusible(user):
-            return user.name
+        """Why `user` cannot take `producer`, as a short clause naming `user`."""
+        if user.opcode != "fusion" and not is_loop_fusible_as_consumer(user):
+            return f"{user.name} is a {user.opcode}, which cannot root a fusion"
         idx = next((i for i, o in enumerate(user.operands) if o is producer), None)
         if idx is not None:
             d = self.rules.should_fuse(user, idx)
             if not d:
-                return f"{user.name}: {d.reason}"
-        return f"{user.name}: not fusible on every path"
+                return f"{user.name}: {d.reason} [{d.rule}]"
+        return f"{user.name}: a path from {producer.name} to it cannot be fused"
+
+    def expensive_duplication(self, comp: HloComputation) -> dict[int, Decision]:
+        """For each expensive producer with several users: may it be duplicated into all of them?
+
+        Allowed when every user can fuse it (so the original disappears instead of being
+        materialized next to its copies) and the cost model agrees: at most
+        `max_expensive_copies` copies, and fewer bytes moved than materializing it once.
+        Otherwise refused with a reason naming the users that cannot fuse it.
+        """
+        out: dict[int, Decision] = {}
+        for producer in comp.instructions:
+            users = distinct(producer.users)
+            if (len(users) < 2 or producer.is_root() or not is_expensive(producer, self.params)
+                    or not is_loop_fusible_as_producer(producer) or is_always_duplicable(producer)):
+                continue
+            p, n = producer.name, len(users)
+            # judge each user as if duplicating this producer were allowed
+            self.rules.expensive_verdicts[id(producer)] = ALLOW
+            blockers = [self._why_blocked(producer, u) for u in users
+                        if u.opcode != "fusion" and not is_loop_fusible_as_consumer(u)
+                        or not self.rules.should_fuse(u, _operand_index(u, producer))]
+            del self.rules.expensive_verdicts[id(producer)]
+            limit = self.params.max_expensive_copies
+            saved = duplication_saves_bytes(producer, users)
+            if blockers:
+                d = refuse("expensive-duplicate",
+                           f"producer {p} is expensive and has {n} users of which {len(blockers)} cannot fuse it: "
+                           f"{'; '.join(blockers)}")
+            elif n > limit:
+                d = refuse("expensive-duplicate",
+                           f"producer {p} is expensive and has {n} users; duplicating it into all of them "
+                           f"would compute it {n} times (at most {limit})")
+            elif saved <= 0:
+                d = refuse("expensive-duplicate",
+                           f"producer {p} is expensive and has {n} users; duplicating it into all of them "
+                           f"would move {-saved} more bytes than materializing it once")
+            else:
+                d = ALLOW
+            out[id(producer)] = d
+        return out
 
     # ---- the main loop ---------------------------------------------------------------------
     def _run_on(self, comp: HloComputation, log: FusionLog) -> bool:
         reach = Reachability(comp)
+        self.rules.expensive_verdicts = self.expensive_duplication(comp) if self.may_duplicate else {}
         do_not_duplicate = self.globally_unfusible(comp, reach) if self.may_duplicate else {}
         queue = comp.post_order()
         position = {id(inst): i for i, inst in enumerate(queue)}
@@ -342,7 +435,8 @@ class InstructionFusion(HloPass):
                 if decision:
                     decision = self.rules.should_fuse(inst, i)
                 if not decision:
-                    log.refused(self.name, producer.name, inst.name, decision)
+                    consumer, fusion = _reader_names(producer, inst)
+                    log.refused(self.name, producer.name, consumer, decision, fusion=fusion)
                     continue
                 fusion = self._fuse(producer, inst, log)
                 if not producer.users and producer.parent is None:

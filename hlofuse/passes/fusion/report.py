@@ -7,12 +7,15 @@ what `Executable.report()` returns (JSON-able).
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from ...hlo.ir import HloInstruction, HloModule
-from .cost_model import ModuleCost, kernel_bytes, kernel_computations, launches_kernel, module_cost
+from .cost_model import (
+    ModuleCost, TargetParams, distinct, kernel_bytes, kernel_computations, launches_kernel, module_cost,
+    target_params,
+)
 from .decisions import FusionLog, LogEntry
-from .fusibility import fusion_outputs
+from .fusibility import fusion_outputs, is_expensive
 
 _SUFFIX = re.compile(r"^(.*)\.\d+$")
 
@@ -50,8 +53,8 @@ class FusionReport:
             "before": self.before.to_dict(),
             "after": self.after.to_dict(),
             "fusions": [f.to_dict() for f in self.fusions],
-            "refused": [{"producer": e.producer, "consumer": e.consumer, "pass": e.pass_name,
-                         "rule": e.rule, "reason": e.reason} for e in self.refused],
+            "refused": [{"producer": e.producer, "consumer": e.consumer, "fusion": e.fusion,
+                         "pass": e.pass_name, "rule": e.rule, "reason": e.reason} for e in self.refused],
         }
 
     def to_text(self) -> str:
@@ -74,7 +77,8 @@ class FusionReport:
         lines.append("")
         lines.append(f"Refused candidates ({len(self.refused)}):")
         for e in self.refused:
-            lines.append(f"  {e.producer} -> {e.consumer} [{e.pass_name}/{e.rule}]: {e.reason}")
+            where = f" (in {e.fusion})" if e.fusion else ""
+            lines.append(f"  {e.producer} -> {e.consumer}{where} [{e.pass_name}/{e.rule}]: {e.reason}")
         return "\n".join(lines) + "\n"
 
 
@@ -104,8 +108,7 @@ def build_report(before: HloModule, after: HloModule, log: FusionLog | None = No
             fc = inst.fused_computation
             members = [m.name for m in fc.instructions if m.opcode != "parameter"]
             kernels = bytes_before = 0
-            for name in members:
-                orig = _original(name, originals)
+            for orig in distinct(_original(name, originals) for name in members):
                 if orig is not None and launches_kernel(orig):
                     kernels += 1
                     r, w = kernel_bytes(orig)
@@ -120,8 +123,31 @@ def build_report(before: HloModule, after: HloModule, log: FusionLog | None = No
     seen: set[tuple[str, str, str]] = set()
     for e in log.refusals():
         key = (e.producer, e.consumer, e.rule)
-        if key in seen or (e.producer, alias.get(e.consumer, e.consumer)) in fused_pairs:
+        if key in seen or (e.producer, e.fusion or alias.get(e.consumer, e.consumer)) in fused_pairs:
             continue
         seen.add(key)
         refused.append(e)
-    return FusionReport(after.name, module_cost(before), module_cost(after, log), summaries, refused)
+    dup, dup_expensive = duplicated_work(after, originals, target_params(log.target or "gpu"))
+    cost = replace(module_cost(after), duplicated_elements=dup, duplicated_expensive_elements=dup_expensive)
+    return FusionReport(after.name, module_cost(before), cost, summaries, refused)
+
+
+def duplicated_work(after: HloModule, originals: dict[str, HloInstruction],
+                    params: TargetParams) -> tuple[int, int]:
+    """(elements recomputed, of which by expensive ops) in `after`: every original instruction
+    computed by k > 1 kernels costs (k - 1) times its elements. Counted on the fused module, so
+    copies that multi-output fusion merged back into one kernel (and deduplicated) cost nothing."""
+    copies: dict[int, list] = {}
+    for comp in kernel_computations(after):
+        for inst in comp.instructions:
+            for m in (inst.fused_computation.instructions if inst.opcode == "fusion" else [inst]):
+                orig = _original(m.name, originals)
+                if orig is not None and launches_kernel(orig) and m.opcode == orig.opcode:
+                    copies.setdefault(id(orig), [orig, 0])[1] += 1
+    dup = dup_expensive = 0
+    for orig, count in copies.values():
+        if count > 1:
+            n = (count - 1) * sum(s.element_count() for s in orig.shape.leaves())
+            dup += n
+            dup_expensive += n if is_expensive(orig, params) else 0
+    return dup, dup_expensive
