@@ -121,10 +121,12 @@ def store_element(b: ir.IRBuilder, v: ir.Value, ptr: ir.Value, et: ElementType) 
 
 
 def const_i64(v: int) -> ir.Constant:
+    """An i64 LLVM constant."""
     return ir.Constant(I64, int(v))
 
 
 def row_major_strides(dims) -> list[int]:
+    """Element strides of a row-major array of `dims`."""
     strides, acc = [], 1
     for d in reversed(dims):
         strides.append(acc)
@@ -149,6 +151,7 @@ class Index:
         self.linear = linear
 
     def key(self) -> tuple:
+        """A hashable identity of the index values (for the value cache)."""
         return tuple(id(v) for v in self.multi) if self.multi else (id(self.linear),)
 
 
@@ -187,6 +190,7 @@ Generator = Callable[[Index], ir.Value]
 
 
 def dims_of(inst: HloInstruction) -> tuple[int, ...]:
+    """Dimensions of an array-shaped instruction (() for tuples)."""
     return tuple(inst.shape.dims) if inst.shape.is_array else ()
 
 
@@ -207,6 +211,7 @@ class ElementalEmitter:
 
     @property
     def module(self) -> ir.Module:
+        """The LLVM module being emitted into."""
         return self.b.module
 
     def gen(self, inst: HloInstruction) -> Generator:
@@ -249,9 +254,11 @@ class ElementalEmitter:
         return g
 
     def operand(self, inst: HloInstruction, i: int) -> Generator:
+        """The generator of operand `i` of `inst`."""
         return self.gen(inst.operands[i])
 
     def value(self, inst: HloInstruction, index: Index) -> ir.Value:
+        """The value of `inst` at `index`."""
         return self.gen(inst)(index)
 
     def scalar(self, inst: HloInstruction) -> ir.Value:

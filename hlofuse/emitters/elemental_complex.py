@@ -13,10 +13,12 @@ from ..hlo.opcodes import register_elemental
 
 
 def parts(b: ir.IRBuilder, v):
+    """(real, imaginary) parts of a complex register value."""
     return b.extract_value(v, 0), b.extract_value(v, 1)
 
 
 def make(b: ir.IRBuilder, ty: ir.Type, re, im):
+    """A complex value of struct type `ty` from its parts."""
     return b.insert_value(b.insert_value(ir.Constant(ty, ir.Undefined), re, 0), im, 1)
 
 
@@ -47,6 +49,7 @@ def binary(em, op: str, x, y):
 
 
 def negate(em, x):
+    """-z."""
     b = em.b
     re, im = parts(b, x)
     return make(b, x.type, b.fneg(re), b.fneg(im))
@@ -92,6 +95,7 @@ def _one(x):
 
 
 def make_const(ty, re, im):
+    """A complex LLVM constant from constant parts."""
     return ir.Constant(ty, [re.constant, im.constant])
 
 
@@ -178,6 +182,7 @@ def power(em, x, y):
 
 
 def compare(em, direction: str, x, y):
+    """EQ / NE of complex values (other directions are not defined)."""
     b = em.b
     a, bb = parts(b, x)
     c, d = parts(b, y)

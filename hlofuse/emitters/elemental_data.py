@@ -174,6 +174,7 @@ def index_to_i64(em: ElementalEmitter, v, et: ElementType):
 
 
 def clamp_i64(b: ir.IRBuilder, v, lo: int, hi: int):
+    """Clamp an i64 value to [lo, hi] (signed)."""
     v = b.select(b.icmp_signed("<", v, const_i64(lo)), const_i64(lo), v)
     return b.select(b.icmp_signed(">", v, const_i64(hi)), const_i64(hi), v)
 

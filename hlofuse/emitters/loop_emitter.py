@@ -54,16 +54,19 @@ class LoopShape:
 
     @property
     def units(self) -> int:
+        """Work units the launcher splits across threads."""
         if self.rows_mode:
             return math.prod(self.dims[:-1])
         return max(math.prod(self.dims), 0)
 
     @property
     def unit_elements(self) -> int:
+        """Elements computed per unit."""
         return self.dims[-1] if self.rows_mode else 1
 
 
 def loop_shape(dims) -> LoopShape:
+    """How a loop kernel over output `dims` walks them (rows or flat mode)."""
     dims = tuple(dims)
     return LoopShape(dims, len(dims) >= 2 and (dims[-1] >= _MIN_ROW or dims[-1] <= _UNROLLED_ROW))
 
@@ -78,6 +81,7 @@ class OutputLeaf:
     shape: object  # ArrayShape
 
     def select(self, value):
+        """This leaf's part of a (tuple) value."""
         for k in self.path:
             value = value[k]
         return value

@@ -55,34 +55,41 @@ class ReductionGroup:
 
     @property
     def is_row(self) -> bool:
+        """Whether the minor input dimension is reduced (or all are): register accumulators."""
         return not self.in_dims or (len(self.in_dims) - 1) in self.rdims
 
     @property
     def kept(self) -> list[int]:
+        """Input dimensions that are not reduced."""
         return [d for d in range(len(self.in_dims)) if d not in self.rdims]
 
     @property
     def out_dims(self) -> tuple[int, ...]:
+        """Dimensions of the reduce results."""
         return tuple(self.in_dims[d] for d in self.kept)
 
     @property
     def units(self) -> int:
+        """Work units (outputs, or column blocks)."""
         if self.is_row:
             return math.prod(self.out_dims)
         return math.prod(self.out_dims[:-1]) * self.blocks
 
     @property
     def blocks(self) -> int:
+        """Column blocks per row of kept dimensions (column case)."""
         return max(1, -(-self.in_dims[-1] // COLUMN_BLOCK)) if self.in_dims else 1
 
     @property
     def unit_elements(self) -> int:
+        """Input elements visited per unit."""
         if self.is_row:
             return math.prod(self.in_dims[d] for d in self.rdims)
         return math.prod(self.in_dims[d] for d in self.rdims) * min(COLUMN_BLOCK, self.in_dims[-1])
 
     @property
     def outputs(self) -> list[int]:
+        """Output leaves this kernel writes."""
         return self.epilogue + self.extras
 
 
@@ -147,9 +154,11 @@ class _Hero:
         self.reg_types = [reg_type(et) for et in self.types]
 
     def init_values(self, b):
+        """The init values of the reduce (rank-0 generators)."""
         return [g(Index(b, (), multi=())) for g in self.inits]
 
     def fold(self, em: ElementalEmitter, accs: list, index: Index) -> list:
+        """Fold the input values at `index` into accumulators `accs` with the reducer."""
         values = [g(index) for g in self.inputs]
         res = em.call_scalar(self.comp, list(accs) + values, reduction=True)
         return list(res) if isinstance(res, tuple) else [res]

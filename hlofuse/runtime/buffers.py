@@ -38,6 +38,7 @@ class _UnionFind:
         self.parent: dict[int, int] = {}
 
     def find(self, x: int) -> int:
+        """The representative of `x`'s class."""
         self.parent.setdefault(x, x)
         while self.parent[x] != x:
             self.parent[x] = self.parent[self.parent[x]]
@@ -45,6 +46,7 @@ class _UnionFind:
         return x
 
     def union(self, a: int, b: int) -> None:
+        """Merge the classes of `a` and `b`."""
         self.parent[self.find(a)] = self.find(b)
 
 
@@ -113,6 +115,7 @@ class OutputPool:
         self._arrays: dict[tuple, list] = {}
 
     def empty(self, dims: tuple[int, ...], dtype):
+        """An uninitialized array of `dims` and `dtype`, recycled when possible."""
         import sys
 
         import numpy as np

@@ -14,6 +14,7 @@ EMITTER_VERSION = "cpu-1"
 
 
 def hlofuse_version() -> str:
+    """The installed hlofuse version (part of the cache key)."""
     try:
         from importlib.metadata import version
 

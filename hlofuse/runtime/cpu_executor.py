@@ -38,6 +38,7 @@ _memory_cache: dict[str, bytes] = {}
 
 @dataclass
 class Step:
+    """One instruction of an executed computation and how it runs."""
     inst: HloInstruction
     kind: str  # param | const | tuple | gte | kernel | library
     operand_steps: list[int] = field(default_factory=list)
@@ -47,10 +48,12 @@ class Step:
 
     @property
     def aliases_operands(self) -> bool:
+        """Whether the value may share buffers with its operands."""
         return self.kind in ("tuple", "gte", "library", "call")
 
     @property
     def kernel_leaf_bytes(self) -> list[int]:
+        """Byte sizes of the output leaves a kernel step writes."""
         if self.kind != "kernel":
             return []
         return [s.element_count() * s.dtype.byte_size for s in self.leaf_shapes]
@@ -86,6 +89,7 @@ class _Planner:
         self.kernels: list[KernelPlan] = []
 
     def plan(self, comp: HloComputation) -> "_ComputationPlan":
+        """The (memoized) plan of computation `comp`."""
         p = self.plans.get(id(comp))
         if p is None:
             p = _ComputationPlan(comp, self)
@@ -93,6 +97,7 @@ class _Planner:
         return p
 
     def kernel_calls(self, comp: HloComputation, inst: HloInstruction) -> tuple[list[KernelPlan], list]:
+        """Kernels and temporaries computing fused computation `comp` for instruction `inst`."""
         kernels, temps = plan_fusion(comp, f"k{len(self.kernels)}_{_symbol(inst.name)}")
         self.kernels.extend(kernels)
         return kernels, temps
@@ -149,6 +154,7 @@ class _ComputationPlan:
         return step
 
     def arena(self) -> np.ndarray:
+        """This plan's arena of temporaries (allocated once)."""
         if self._arena is None:
             self._arena = np.empty(max(self.assignment.arena_bytes, 1), np.uint8)
         return self._arena

@@ -156,6 +156,7 @@ def _to_layout(out, dn, out_dt):
 
 @register_library("fft")
 def fft(inst, args, ctx):
+    """FFT / IFFT / RFFT / IRFFT over the trailing `fft_length` dimensions."""
     (x,) = args
     kind = str(inst.attrs["fft_type"]).upper()
     lengths = tuple(inst.attrs["fft_length"])
@@ -176,6 +177,7 @@ def fft(inst, args, ctx):
 
 @register_library("cholesky")
 def cholesky(inst, args, ctx):
+    """Cholesky factor (lower, or upper with lower=false)."""
     (a,) = args
     lower = "lower=true" in str(inst.attrs.get("cholesky_options", "")) or bool(inst.attrs.get("lower", False))
     work = _work_dtype(a.dtype)
@@ -193,6 +195,7 @@ def _start_indices(inst, starts, operand_dims, sizes):
 
 @register_library("dynamic-update-slice")
 def dynamic_update_slice(inst, args, ctx):
+    """A copy of the operand with `update` written at the clamped start indices."""
     operand, update, *starts = args
     idx = _start_indices(inst, starts, operand.shape, update.shape)
     out = np.array(operand, copy=True)
@@ -409,6 +412,7 @@ def select_and_scatter(inst, args, ctx):
 # ---- control flow ------------------------------------------------------------------------------
 @register_library("while")
 def while_loop(inst, args, ctx):
+    """Run `body` while `condition` holds."""
     cond, body = inst.attrs["condition"], inst.attrs["body"]
     state = args[0]
     while bool(np.asarray(ctx.call(cond, [state]))):
@@ -418,6 +422,7 @@ def while_loop(inst, args, ctx):
 
 @register_library("conditional")
 def conditional(inst, args, ctx):
+    """Run the branch chosen by a pred or an index (out of range: the last branch)."""
     sel = np.asarray(args[0])
     branches = inst.attrs.get("branch_computations")
     if branches is None:
@@ -432,31 +437,37 @@ def conditional(inst, args, ctx):
 
 @register_library("call")
 def call(inst, args, ctx):
+    """Run the called computation."""
     return ctx.call(inst.attrs["to_apply"], list(args))
 
 
 @register_library("optimization-barrier", "domain")
 def identity(inst, args, ctx):
+    """The operand itself."""
     return args[0]
 
 
 @register_library("add-dependency")
 def add_dependency(inst, args, ctx):
+    """The first operand (the token orders nothing here)."""
     return args[0]
 
 
 @register_library("after-all")
 def after_all(inst, args, ctx):
+    """A token (an empty tuple)."""
     return ()
 
 
 @register_library("get-dimension-size")
 def get_dimension_size(inst, args, ctx):
+    """The static size of a dimension."""
     return np.asarray(args[0].shape[int(inst.attrs["dimensions"][0])], dtype=_np_dtype(inst.shape))
 
 
 @register_library("custom-call")
 def custom_call(inst, args, ctx):
+    """Custom calls are external library calls: unsupported."""
     target = inst.attrs.get("custom_call_target", "?")
     raise UnsupportedError(f"custom-call {inst.name} (target {target!s}) cannot run on the CPU backend")
 

@@ -17,6 +17,7 @@ I8P = ir.IntType(8).as_pointer()
 
 
 def leaf_count(shape: Shape) -> int:
+    """Number of array leaves of a shape."""
     return len(shape.leaves()) if shape.is_tuple else 1
 
 
@@ -73,6 +74,7 @@ class CpuKernelSkeleton:
         return build(p.shape)
 
     def output_ptr(self, k: int) -> ir.Value:
+        """Typed pointer to output leaf `k`."""
         from .. import loop_emitter
 
         if not hasattr(self, "_leaves"):
@@ -84,4 +86,5 @@ class CpuKernelSkeleton:
         return self._typed(self.function.args[self.n_inputs + self.n_outputs + i], et)
 
     def finish(self) -> None:
+        """Terminate the kernel function."""
         self.builder.ret_void()
