@@ -188,13 +188,26 @@ class Importer:
             p.parameter_number = i
             scope.values[arg] = p
             self._add(comp, p)
-        captured = free_values(region)
-        if captured:
-            raise self.unsupported(f"region of {name} uses {len(captured)} value(s) of the enclosing function")
+        for value in free_values(region):
+            # MLIR's folders hoist constants out of regions; HLO computations get their own copy.
+            owner = value.owner
+            if getattr(owner, "name", "") != "stablehlo.constant":
+                raise self.unsupported(f"region of {name} uses a value of the enclosing function")
+            scope.values[value] = self.constant_copy(owner.operation, scope)
         results = self.block(block, scope)
         comp.root = self.pack(comp, results)
         self.module.add_computation(comp)
         return comp
+
+    def constant_copy(self, constant_op, scope: Scope) -> HloInstruction:
+        """Convert a `stablehlo.constant` op into the computation of `scope`."""
+        from . import stablehlo_ops
+
+        saved, self.op = self.op, constant_op
+        try:
+            return stablehlo_ops.rule_for("stablehlo.constant")(self, constant_op, scope)
+        finally:
+            self.op = saved
 
     def tuple_region_computation(self, region, name: str, state: list, extra_outputs: bool) -> HloComputation:
         """A computation taking one tuple parameter: the block arguments then captured values.
