@@ -435,3 +435,10 @@ def test_random_convolution_matches_jax(seed):
     want = lax.conv_general_dilated(lhs, rhs, strides, padding, ldil, rdil, dimension_numbers=specs,
                                     feature_group_count=fgc, batch_group_count=bgc, precision=HIGHEST)
     close(run(_conv_inst(case, lhs, rhs, want), lhs, rhs), want, rtol=1e-4, atol=1e-4)
+
+
+def test_convolution_without_spatial_dimensions_is_a_matmul():
+    a, b = rand((3, 4)), rand((4, 5))
+    (got,) = run_hlo("  p0 = f32[3,4] parameter(0)\n  p1 = f32[4,5] parameter(1)\n"
+                     "  ROOT c = f32[3,5] convolution(p0, p1), dim_labels=bf_io->bf", a, b)
+    close(got, np.asarray(jnp.matmul(a, b, precision=HIGHEST)), rtol=1e-5)
