@@ -190,10 +190,10 @@ class Importer:
             self._add(comp, p)
         for value in free_values(region):
             # MLIR's folders hoist constants out of regions; HLO computations get their own copy.
-            owner = value.owner
-            if getattr(owner, "name", "") != "stablehlo.constant":
+            owner = getattr(value.owner, "operation", None)  # None for a block argument
+            if owner is None or owner.name != "stablehlo.constant":
                 raise self.unsupported(f"region of {name} uses a value of the enclosing function")
-            scope.values[value] = self.constant_copy(owner.operation, scope)
+            scope.values[value] = self.constant_copy(owner, scope)
         results = self.block(block, scope)
         comp.root = self.pack(comp, results)
         self.module.add_computation(comp)
