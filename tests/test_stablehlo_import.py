@@ -287,3 +287,16 @@ module @m {
     assert "constant" in {i.opcode for i in body.instructions}
     x = np.array([1, 2, 3, 4], np.float32)
     assert evaluate(module, [x])[0] == 20.0
+
+
+def test_test_suite_checks_compute_nothing():
+    text = """
+module @m {
+  func.func public @main(%arg0: tensor<2xf32>) -> tensor<2xf32> {
+    %0 = stablehlo.abs %arg0 : tensor<2xf32>
+    stablehlo.custom_call @check.expect_close(%0, %arg0) {has_side_effect = true} : (tensor<2xf32>, tensor<2xf32>) -> ()
+    return %0 : tensor<2xf32>
+  }
+}"""
+    module = from_stablehlo(text)
+    assert [i.opcode for i in module.entry.instructions] == ["parameter", "abs"]

@@ -544,4 +544,8 @@ def _custom_call(imp, op, scope):
         results = imp.custom_call_handler(imp, op, scope, target)
         if results is not None:
             return results
+    if target.startswith("check.") and not op.results:
+        # A test assertion of the StableHLO test suite (the conformance runner evaluates them);
+        # it computes nothing, so running such a file elsewhere simply skips it.
+        return []
     raise imp.unsupported(f"custom_call @{target} is not supported (hlofuse runs no external library calls)")
