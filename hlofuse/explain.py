@@ -31,8 +31,9 @@ HINTS = {
                                   "and add traffic. Giving {p} only fusible users (or one user) allows the fusion.",
     "no-duplication": "this pass never duplicates a producer with several users; a later pass (with duplication "
                       "or multi-output fusion) decides again. A single user of {p} avoids the duplication.",
-    "expensive-duplicate": "{p} is expensive and has other users: fusing would compute it twice. Give {p} a single "
-                           "user (or make the other users fusible into the same kernel).",
+    "expensive-duplicate": "{p} is expensive, so it is duplicated into its users only when every one of them can "
+                           "fuse it (and only into a few): make every user of {p} fusible (an output, library "
+                           "call or re-reading consumer keeps it in memory), or give it fewer users.",
     "expensive-reused": "{c} reads each element of {p} several times, so fusing would recompute the expensive {p} "
                         "per read. Materialising {p} once (as now) is cheaper; a cheaper {p} would fuse.",
     "heavy-computation": "fusing would recompute a heavy computation per output element of {c}; reduce the reuse "

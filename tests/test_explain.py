@@ -52,7 +52,9 @@ def test_direct_producer_refused_with_numbers_and_hint(lstm):
     assert "dot_general.2 is an operand of add.9." in text
     # f32[8,512]: 8 * 512 * 4 bytes, written once and read once when not fused
     assert "f32[8,512] = 16384 bytes" in text and "32768 bytes of traffic" in text
-    assert "'dot' is not loop-fusible" in text
+    assert "dot_general.2 is a dot, which is never fused into loop fusions (XLA fuses dots only in dedicated " \
+           "fusions); add.9 reads it from memory [producer-not-fusible]" in text
+    assert text.count("refused dot_general.2 -> add.9") == 1  # recorded once per pair
     assert "dot, convolution, sort, custom calls never fuse" in text
 
 

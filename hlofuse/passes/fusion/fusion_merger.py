@@ -78,20 +78,21 @@ class FusionMerger(HloPass):
         p = producer.name
         for user in users:
             if user.opcode != "fusion" or user.attrs.get("kind") not in ("kLoop", "kInput"):
-                return refuse("user-not-fusion", f"not all users of {p} are loop or input fusions "
-                                                 f"({user.name} is '{user.opcode}')")
+                what = f"a {user.attrs.get('kind')} fusion" if user.opcode == "fusion" else f"a {user.opcode}"
+                return refuse("user-not-fusion", f"{p} cannot be merged into its users: {user.name} is {what}, "
+                                                 f"not a loop or input fusion")
         expensive = any(is_expensive(m, self.params) for m in members(producer))
         for user in users:
             idx = _operand_index(user, producer)
             if expensive and reuses_operand_elements(user, idx):
-                return refuse("expensive-reused", f"{p} computes expensive instructions and user {user.name} "
-                                                  f"reads its elements several times")
+                return refuse("expensive-reused", f"{p} computes expensive instructions and {user.name} reads "
+                                                  f"each of its elements several times")
             if is_input_fusible_reduction(user) and is_physically_transposing(producer):
                 return refuse("transpose-into-reduce", f"merging transposing {p} into reduction {user.name} "
                                                        f"would break read coalescing")
             if creates_heavy_computation(producer, user):
                 return refuse("heavy-computation", f"merging {p} into {user.name} would recompute a heavy "
-                                                   f"reduction")
+                                                   f"reduction for each element {user.name} re-reads")
             d = self._budget(producer, user)
             if not d:
                 return d
@@ -113,6 +114,7 @@ class FusionMerger(HloPass):
         operands = distinct([o for o in list(user.operands) + list(producer.operands) if o is not producer])
         total = len(operands) + len(user.shape.leaves())
         if len(operands) > len(user.operands) and total > budget:
-            return refuse("budget", f"operand budget exceeded: merging {producer.name} into {user.name} needs "
-                                    f"{total} > {budget} operands and outputs")
+            return refuse("budget", f"operand budget exceeded: {total} > {budget} (merging {producer.name} into "
+                                    f"{user.name} needs {len(operands)} operands + {len(user.shape.leaves())} "
+                                    f"outputs)")
         return _OK

@@ -131,8 +131,9 @@ class ProducerConsumerRules:
     def _producer_is_fusion(self, producer, consumer, p, c) -> Decision:
         if producer.opcode == "fusion":
             return refuse("producer-is-fusion",
-                          f"producer {p} is itself a fusion ({self.params.name.upper()} instruction fusion "
-                          f"does not fuse fusions into consumers)")
+                          f"{p} is a fusion, which {self.params.name.upper()} instruction fusion does not fuse "
+                          f"into {_consumer_label(producer, consumer)} (the fusion merger and multi-output "
+                          f"fusion decide)")
         return ALLOW
 
     def _reuse(self, producer, consumer, p, c) -> Decision:
@@ -140,8 +141,8 @@ class ProducerConsumerRules:
             idx = next(i for i, o in enumerate(consumer.operands) if o is producer)
             if reuses_operand_elements(consumer, idx):
                 return refuse("expensive-reused",
-                              f"producer {p} is expensive and consumer {c} reads each of its elements "
-                              f"several times")
+                              f"producer {p} is expensive and {_consumer_label(producer, consumer)} reads each "
+                              f"of its elements several times")
         return ALLOW
 
     def _transposing_into_reduce(self, producer, consumer, p, c) -> Decision:

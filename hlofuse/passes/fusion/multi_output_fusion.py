@@ -17,7 +17,7 @@ from .decisions import Decision, FusionLog, module_log
 from .fusibility import (
     creates_heavy_computation, fusion_outputs, is_fusible, is_input_fusible_reduction,
     is_loop_fusible_as_producer, is_loop_fusion, is_multi_output, is_physically_transposing,
-    reduce_hero, reduction_is_contiguous,
+    not_fusible_reason, reduce_hero, reduction_is_contiguous,
 )
 from .fusion_utils import (
     Reachability, create_fusion, fuse_into_multi_output, merge_siblings, sort_computations,
@@ -91,8 +91,8 @@ def fits_in_budget(a: HloInstruction, b: HloInstruction, params: TargetParams) -
     if params.max_unnested_reductions is not None:
         n = _unnested_reductions(a) + _unnested_reductions(b)
         if n > params.max_unnested_reductions:
-            return refuse("budget", f"fusing {a.name} and {b.name} gives {n} > "
-                                    f"{params.max_unnested_reductions} unnested reductions")
+            return refuse("budget", f"reduction budget exceeded: {n} > {params.max_unnested_reductions} "
+                                    f"unnested reductions (fusing {a.name} and {b.name})")
     budget = params.max_operands_and_outputs
     if budget is None:
         return _OK
@@ -102,8 +102,8 @@ def fits_in_budget(a: HloInstruction, b: HloInstruction, params: TargetParams) -
             operands.append(op)
     outputs = len(a.shape.leaves()) + len(b.shape.leaves())
     if len(operands) + outputs > budget:
-        return refuse("budget", f"operand budget exceeded: fusing {a.name} and {b.name} needs {len(operands)} "
-                                f"operands + {outputs} outputs = {len(operands) + outputs} > {budget}")
+        return refuse("budget", f"operand budget exceeded: {len(operands) + outputs} > {budget} (fusing {a.name} "
+                                f"and {b.name} needs {len(operands)} operands + {outputs} outputs)")
     return _OK
 
 
@@ -184,9 +184,9 @@ class MultiOutputFusion(HloPass):
             return d
         if self.reach.is_connected(a, b):
             first, second = (a, b) if self.reach.is_reachable(a, b) else (b, a)
-            return refuse("cycle", f"siblings {b.name} and {a.name} (users of {parent.name}) are connected: "
-                                   f"{second.name} is reachable from {first.name}, so merging them would "
-                                   f"create a cycle")
+            return refuse("cycle", f"would create a cycle: {second.name} depends on {first.name}, so the "
+                                   f"siblings {b.name} and {a.name} (both reading {parent.name}) cannot share "
+                                   f"a kernel")
         d = shapes_compatible(a, b)
         if not d:
             return d
@@ -228,19 +228,21 @@ class MultiOutputFusion(HloPass):
     def _pc_legal(self, producer: HloInstruction, consumer: HloInstruction) -> Decision:
         if not is_fusible_as_multi_output_root(consumer):
             return refuse("consumer-not-mof-root",
-                          f"consumer {consumer.name} ('{consumer.opcode}') cannot root a multi-output fusion")
+                          f"{consumer.name} is a {consumer.opcode}, which cannot root a multi-output fusion")
         if is_multi_output(producer):
             return refuse("producer-multi-output", f"producer {producer.name} is a multi-output fusion")
         if not is_loop_fusible_as_producer(producer) or (producer.opcode == "fusion" and not is_loop_fusion(producer)):
-            return refuse("producer-not-fusible", f"producer {producer.name} is not loop-fusible")
+            return refuse("producer-not-fusible", f"{not_fusible_reason(producer)}; it is not computed as an "
+                                                  f"extra output of {consumer.name}")
         if reduce_hero(producer) is not None:
-            return refuse("producer-not-fusible", f"producer {producer.name} is a reduction; its users "
-                                                  f"cannot share its loop")
+            return refuse("producer-not-fusible", f"{producer.name} is a reduction, whose loop {consumer.name} "
+                                                  f"cannot share to compute it as an extra output")
         if is_physically_transposing(producer):
-            return refuse("transposing", f"producer {producer.name} is physically transposing")
+            return refuse("transposing", f"{producer.name} is physically transposing; as an extra output of "
+                                         f"{consumer.name} its writes would not be coalesced")
         if creates_heavy_computation(producer, consumer):
-            return refuse("heavy-computation", f"fusing {producer.name} into {consumer.name} would "
-                                               f"recompute a heavy reduction")
+            return refuse("heavy-computation", f"fusing {producer.name} into {consumer.name} would recompute "
+                                               f"a heavy reduction for each element {consumer.name} re-reads")
         d = shapes_compatible(producer, consumer)
         if not d:
             return d
