@@ -26,7 +26,7 @@ import numpy as np
 from ..emitters import elemental  # noqa: F401  (registers the element generators)
 from ..hlo.errors import InputError, UnsupportedError
 from ..hlo.ir import HloComputation, HloInstruction, HloModule
-from . import library_ops  # noqa: F401  (registers the library rules)
+from . import library_ops, library_rng  # noqa: F401  (register the library rules)
 from .buffers import Assignment, OutputPool, assign_buffers
 from .compile_cache import CompileCache, cache_key
 from .cpu_threads import available_cores, fit_blas_threads, thread_pool

@@ -507,8 +507,8 @@ def triangular_solve(inst, args, ctx):
     return x.astype(_np_dtype(inst.shape))
 
 
-mark_unsupported("library", "random number generation is not implemented by the CPU backend",
-                 "rng", "rng-bit-generator", "rng-get-and-update-state")
+mark_unsupported("library", "rng and rng-get-and-update-state draw from a stream each XLA backend defines for "
+                 "itself; there is nothing to reproduce", "rng", "rng-get-and-update-state")
 mark_unsupported("library", "dynamic shapes are not supported by the CPU backend",
                  "dynamic-reshape", "set-dimension-size")
 mark_unsupported("library", "XLA expands batch-norm ops before code generation; the CPU backend does not",
