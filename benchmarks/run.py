@@ -131,23 +131,17 @@ def main(argv=None) -> int:
 
     from workloads import WORKLOADS
 
-    try:
-        from hlofuse.progress import Progress
-    except ImportError:  # progress bars are optional
-        Progress = None
+    from hlofuse.progress import Progress
 
     names = args.workloads.split(",") if args.workloads else list(WORKLOADS)
     copy_bw = copy_bandwidth()
     rows = []
-    progress = Progress(len(names), "benchmarks") if Progress else None
-    with tempfile.TemporaryDirectory() as cache_dir:
+    with tempfile.TemporaryDirectory() as cache_dir, Progress(len(names), "benchmarks") as bar:
         for name in names:
+            bar.update(0, note=name)
             w = WORKLOADS[name]
             rows.append(run_workload(name, w.fn, w.inputs(args.size), args.repeat, cache_dir))
-            if progress:
-                progress.advance(name)
-    if progress:
-        progress.close()
+            bar.update(note=name)
     print_table(rows, copy_bw)
     if args.json:
         with open(args.json, "w") as f:
