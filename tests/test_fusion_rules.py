@@ -439,3 +439,36 @@ def test_dedupe_fused_computation_merges_identical_chains_only():
     assert fusion.fused_computation.root.operands[0] is fusion.fused_computation.root.operands[1]
     assert dedupe_fused_computation(fusion) == 0  # nothing left to merge
     assert _inst(m, "l").opcode == "log"  # instructions outside the fusion are untouched
+
+
+def test_report_text_and_executable_report_agree():
+    # The issue's report: per fusion its kind, members, outputs and bytes read+written before ->
+    # after, then the refused candidates with reasons; Executable.report() is the same as data.
+    # By hand (CPU policy; e is expensive and also an output, so it stays materialized): n and f
+    # fuse; before they read 64 B and write 64 B each (128+128), after one kernel reads e and
+    # writes f (64+64); the module goes from 3 kernels to 2.
+    import hlofuse
+
+    m = _module("""  x = f32[16] parameter(0)
+  e = f32[16] exponential(x)
+  n = f32[16] negate(e)
+  f = f32[16] floor(n)
+  ROOT t = (f32[16], f32[16]) tuple(f, e)""")
+    exe = hlofuse.compile(m, target="interpreter")
+    data = exe.report()
+    text = exe.fusion_report().to_text()
+    (fusion,) = data["fusions"]
+    assert (fusion["kind"], fusion["members"], fusion["outputs"]) == ("kLoop", ["n", "f"], ["f"])
+    assert (fusion["bytes_read_before"], fusion["bytes_written_before"]) == (128, 128)
+    assert (fusion["bytes_read_after"], fusion["bytes_written_after"]) == (64, 64)
+    assert (data["before"]["kernels"], data["after"]["kernels"]) == (3, 2)
+    assert f"  {fusion['name']} kind=kLoop calls={fusion['computation']}: 2 instructions, 2 kernels -> 1, " \
+           f"bytes 256 -> 128\n    members: n, f\n    outputs: f\n    bytes read+written: 128+128 -> 64+64\n" in text
+    assert data["refused"] == [{
+        "producer": "e", "consumer": "n", "fusion": "fusion", "pass": "fusion", "rule": "expensive-duplicate",
+        "reason": "producer e is expensive and has 2 users of which 1 cannot fuse it: t is a tuple, which "
+                  "cannot root a fusion"}]
+    assert text.endswith("Refused candidates (1):\n  e -> n (in fusion) [fusion/expensive-duplicate]: producer e "
+                         "is expensive and has 2 users of which 1 cannot fuse it: t is a tuple, which cannot root "
+                         "a fusion\n")
+    json.dumps(data)

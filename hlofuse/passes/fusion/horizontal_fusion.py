@@ -99,7 +99,8 @@ class HorizontalLoopFusion(HloPass):
                                               f"launch-bound ({mode})")
         n = fused_instruction_count(inst)
         if n > max_insts:
-            return refuse("not-launch-bound", f"{inst.name} has {n} > {max_insts} instructions ({mode})")
+            return refuse("not-launch-bound", f"{inst.name} has {n} > {max_insts} instructions; its kernel is "
+                                              f"not launch-bound ({mode})")
         return _OK
 
     def candidates(self, consumer: HloInstruction, sliced: bool, log: FusionLog | None) -> list[HloInstruction]:
@@ -113,8 +114,10 @@ class HorizontalLoopFusion(HloPass):
         for inst in seen:
             d = _OK
             if not _only_user_is(inst, consumer):
-                d = refuse("cycle", f"{inst.name} has users besides {consumer.name}; fusing it horizontally "
-                                    f"could create a cycle")
+                others = [u.name for u in inst.users if u is not consumer]
+                d = refuse("cycle", f"would create a cycle: {inst.name} also feeds {', '.join(others[:3])}"
+                                    f"{', ...' if len(others) > 3 else ''}, not only {consumer.name}, so it is "
+                                    f"not fused horizontally with {consumer.name}'s other operands")
             if d:
                 d = self._profitable(inst, sliced)
             if d and not _row_major(inst):
@@ -122,8 +125,9 @@ class HorizontalLoopFusion(HloPass):
             if d:
                 for op in inst.operands:
                     if op.opcode == "parameter" and any(u is not inst and any(u is s for s in seen) for u in op.users):
-                        d = refuse("shared-parameter", f"{inst.name} shares parameter {op.name} with another "
-                                                       f"candidate")
+                        other = next(u for u in op.users if u is not inst and any(u is s for s in seen))
+                        d = refuse("shared-parameter", f"{inst.name} shares parameter {op.name} with {other.name}; "
+                                                       f"horizontally fused kernels may not share inputs")
                         break
             if d:
                 out.append(inst)

@@ -32,6 +32,10 @@ class FusionSummary:
     bytes_after: int  # read + written by the fusion kernel
     bytes_before: int  # read + written by its members' kernels before fusion
     kernels_before: int  # how many kernels its members were
+    bytes_read_before: int = 0
+    bytes_written_before: int = 0
+    bytes_read_after: int = 0
+    bytes_written_after: int = 0
 
     def to_dict(self) -> dict:
         return dict(self.__dict__)
@@ -74,6 +78,8 @@ class FusionReport:
                          f"{f.kernels_before} kernels -> 1, bytes {f.bytes_before} -> {f.bytes_after}")
             lines.append(f"    members: {', '.join(f.members)}")
             lines.append(f"    outputs: {', '.join(f.outputs)}")
+            lines.append(f"    bytes read+written: {f.bytes_read_before}+{f.bytes_written_before} -> "
+                         f"{f.bytes_read_after}+{f.bytes_written_after}")
         lines.append("")
         lines.append(f"Refused candidates ({len(self.refused)}):")
         for e in self.refused:
@@ -106,27 +112,33 @@ def build_report(before: HloModule, after: HloModule, log: FusionLog | None = No
             if inst.opcode != "fusion":
                 continue
             fc = inst.fused_computation
-            members = [m.name for m in fc.instructions if m.opcode != "parameter"]
-            kernels = bytes_before = 0
+            # the root tuple of a multi-output fusion only bundles the outputs (listed apart)
+            members = [m.name for m in fc.instructions
+                       if m.opcode != "parameter" and not (m is fc.root and m.opcode == "tuple")]
+            kernels = read_before = written_before = 0
             for orig in distinct(_original(name, originals) for name in members):
                 if orig is not None and launches_kernel(orig):
                     kernels += 1
                     r, w = kernel_bytes(orig)
-                    bytes_before += r + w
+                    read_before += r
+                    written_before += w
             r, w = kernel_bytes(inst)
             summaries.append(FusionSummary(inst.name, inst.attrs.get("kind", ""), fc.name, members,
-                                           [o.name for o in fusion_outputs(inst)], r + w, bytes_before, kernels))
+                                           [o.name for o in fusion_outputs(inst)], r + w,
+                                           read_before + written_before, kernels, read_before, written_before,
+                                           r, w))
     # A consumer that became a fusion is known by the fusion's name afterwards.
     alias = {e.consumer: e.fusion for e in log.fusions()}
     fused_pairs = {(e.producer, e.fusion) for e in log.fusions()}
-    refused: list[LogEntry] = []
-    seen: set[tuple[str, str, str]] = set()
+    # One line per refused pair: its last decision (the GPU runs instruction fusion twice, first
+    # without duplication; the second pass's reason is the one that stands).
+    latest: dict[tuple[str, str], LogEntry] = {}
     for e in log.refusals():
-        key = (e.producer, e.consumer, e.rule)
-        if key in seen or (e.producer, e.fusion or alias.get(e.consumer, e.consumer)) in fused_pairs:
+        if (e.producer, e.fusion or alias.get(e.consumer, e.consumer)) in fused_pairs:
             continue
-        seen.add(key)
-        refused.append(e)
+        latest.pop((e.producer, e.consumer), None)
+        latest[(e.producer, e.consumer)] = e
+    refused = list(latest.values())
     dup, dup_expensive = duplicated_work(after, originals, target_params(log.target or "gpu"))
     cost = replace(module_cost(after), duplicated_elements=dup, duplicated_expensive_elements=dup_expensive)
     return FusionReport(after.name, module_cost(before), cost, summaries, refused)
