@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from hlofuse.hlo.errors import UnsupportedError
 from hlofuse.hlo.parser import parse_hlo
 from hlofuse.hlo.verifier import verify
-from hlofuse.passes.fusion import fusion_passes
+from hlofuse.passes.fusion import fusion_passes, target_params
 from hlofuse.runtime.interpreter import evaluate
 
 from fusion_cases import load_cases, run_passes
@@ -193,6 +193,35 @@ def random_module(draw) -> str:
     return _HEADER + "ENTRY main {\n" + "\n".join(lines) + "\n}\n"
 
 
+def _check_invariants(original, fused, target: str) -> None:
+    """No fused computation computes an instruction twice (merged fusions are deduplicated), and
+    an expensive producer is never both materialized and recomputed by a copy (it is duplicated
+    only into every one of its users)."""
+    from hlofuse.passes.cse import instruction_key
+    from hlofuse.passes.fusion.fusibility import is_expensive
+
+    names = {i.name: i for i in original.entry.instructions}
+    places: dict[str, list[bool]] = {}  # original name -> [materialized?] per copy
+    for inst in fused.entry.instructions:
+        if inst.opcode != "fusion":
+            places.setdefault(inst.name, []).append(True)
+            continue
+        members = [m for m in inst.fused_computation.instructions if m.opcode not in ("parameter", "tuple")]
+        keys = [instruction_key(m) for m in members]
+        assert len(set(keys)) == len(keys), f"{inst.name} computes an instruction twice"
+        for m in members:
+            base = m.name
+            while base not in names and "." in base:
+                base = base.rsplit(".", 1)[0]
+            places.setdefault(base, []).append(False)
+    params = target_params(target)
+    for name, where in places.items():
+        inst = names.get(name)
+        materialized_and_copied = len(where) > 1 and any(where)
+        assert not (inst is not None and materialized_and_copied and is_expensive(inst, params)), \
+            f"expensive {name} is materialized and also recomputed"
+
+
 def _check_random(text: str, target: str) -> None:
     original = parse_hlo(text)
     args = _inputs(original, seed=len(text))
@@ -201,6 +230,7 @@ def _check_random(text: str, target: str) -> None:
     for p in fusion_passes(target):
         p.run(fused)
     verify(fused)
+    _check_invariants(original, fused, target)
     printed = fused.to_text()
     _xla_parses(printed)
     assert _same(expected, evaluate(parse_hlo(printed), args)), printed

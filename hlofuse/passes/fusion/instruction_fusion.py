@@ -439,7 +439,12 @@ class InstructionFusion(HloPass):
                     consumer, fusion = _reader_names(producer, inst)
                     log.refused(self.name, producer.name, consumer, decision, fusion=fusion)
                     continue
-                fusion = self._fuse(producer, inst, log)
+                if self._duplicates_expensive(producer, inst):
+                    fusion = self._fuse_into_every_user(producer, inst, queue, position, log)
+                    if fusion is None:
+                        continue
+                else:
+                    fusion = self._fuse(producer, inst, log)
                 if not producer.users and producer.parent is None:
                     idx = position.pop(id(producer), None)
                     if idx is not None:
@@ -454,6 +459,46 @@ class InstructionFusion(HloPass):
         if changed:
             sort_computations(comp)
         return changed
+
+    def _duplicates_expensive(self, producer: HloInstruction, consumer: HloInstruction) -> bool:
+        return (self.may_duplicate and _would_duplicate(producer, consumer) and not is_always_duplicable(producer)
+                and is_expensive(producer, self.params))
+
+    def _fuse_into_every_user(self, producer: HloInstruction, consumer: HloInstruction,
+                              queue: list, position: dict, log: FusionLog) -> HloInstruction | None:
+        """Duplicate the expensive `producer` into all of its users at once (all or nothing).
+
+        The pre-pass judged the users as they were; they may have grown since (a user inside a
+        fusion that now broadcasts it re-reads its elements), so every user is asked again, and
+        only if all of them still take it is it fused into each, so it is never materialized
+        and recomputed as well. Returns `consumer`'s fusion, or None (refusal logged).
+        """
+        users = distinct(producer.users)
+        blockers = [self._why_blocked(producer, u) for u in users
+                    if not self.rules.should_fuse(u, _operand_index(u, producer))]
+        if blockers:
+            d = refuse("expensive-duplicate",
+                       f"producer {producer.name} is expensive and has {len(users)} users of which "
+                       f"{len(blockers)} cannot fuse it: {'; '.join(blockers)}")
+            self.rules.expensive_verdicts[id(producer)] = d
+            readers, fusion_name = _reader_names(producer, consumer)
+            log.refused(self.name, producer.name, readers, d, fusion=fusion_name)
+            return None
+        result = consumer
+        for user in [consumer] + [u for u in users if u is not consumer]:
+            fusion = self._fuse(producer, user, log)
+            if user is consumer:
+                result = fusion
+                continue
+            # the user's place in the queue (or a new one, if it was visited) goes to its fusion
+            idx = position.pop(id(user), None)
+            if idx is None:
+                idx = len(queue)
+                queue.append(fusion)
+            else:
+                queue[idx] = fusion
+            position[id(fusion)] = idx
+        return result
 
     def _fuse(self, producer: HloInstruction, consumer: HloInstruction, log: FusionLog) -> HloInstruction:
         kind = self.rules.choose_kind(producer, consumer)
