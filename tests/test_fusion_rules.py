@@ -174,6 +174,22 @@ def test_expensive_producer_not_duplicated_into_a_consumer_that_rereads_it():
     assert _inst(m, "l").opcode == "log"
 
 
+def test_expensive_producer_duplicated_into_all_users_at_once():
+    # The pre-pass finds that both users (a and mul) can fuse e; fusing e is then all or nothing:
+    # the first time it is offered it goes into every user, so a later change of a user's kernel
+    # (a broadcast of a joining it) cannot leave e materialized next to a copy.
+    m = _module("""  x = f32[16] parameter(0)
+  y = f32[16] parameter(1)
+  e = f32[16] exponential(x)
+  a = f32[16] add(e, y)
+  b = f32[4,16] broadcast(a), dimensions={1}
+  mul = f32[16] multiply(e, y)
+  ROOT t = (f32[4,16], f32[16]) tuple(b, mul)""")
+    _fuse(m, "cpu")
+    assert _fusions_holding(m, "exponential") == [1, 1]
+    assert not any(i.opcode == "exponential" for i in m.entry.instructions)
+
+
 @pytest.mark.parametrize("users,duplicated", [(4, True), (5, False)])
 def test_expensive_duplication_is_bounded_by_the_cost_model(users, duplicated):
     # At most CPU.max_expensive_copies (4) evaluations of an expensive producer.
