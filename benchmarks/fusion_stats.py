@@ -31,7 +31,7 @@ def stats_for(name: str, fn, args) -> dict:
 
     from hlofuse.hlo.parser import parse_hlo
     from hlofuse.passes.fusion import fusion_passes, module_log
-    from hlofuse.passes.fusion.cost_model import module_cost
+    from hlofuse.passes.fusion.report import build_report
     from hlofuse.passes.pipeline import get_pass
 
     text = jax.jit(fn).lower(*args).as_text(dialect="hlo")
@@ -41,15 +41,18 @@ def stats_for(name: str, fn, args) -> dict:
         # "before" is the module the fusion passes see: simplified, calls inlined
         for p in ("simplifier", "cse", "dce", "call-inliner"):
             get_pass(p).run(module)
-        before = module_cost(module)
+        unfused = module.clone()
         for p in fusion_passes(target):
             p.run(module)
         get_pass("dce").run(module)
-        after = module_cost(module, module_log(module))
+        # duplicated work is counted on the fused module (copies merged back cost nothing)
+        report = build_report(unfused, module, module_log(module))
+        before, after = report.before, report.after
         fusions = sum(1 for i in module.entry.instructions if i.opcode == "fusion")
         row[target] = {"kernels_before": before.kernels, "kernels_after": after.kernels,
                        "bytes_before": before.bytes_moved, "bytes_after": after.bytes_moved,
-                       "fusions": fusions, "duplicated_elements": after.duplicated_elements}
+                       "fusions": fusions, "duplicated_elements": after.duplicated_elements,
+                       "duplicated_expensive_elements": after.duplicated_expensive_elements}
     row["xla_cpu_fusions"] = xla_cpu_fusions(fn, args)
     return row
 

@@ -47,3 +47,17 @@ def test_workload_inputs_have_two_sizes():
         assert sum(a.nbytes for a in small) < sum(a.nbytes for a in large)
     with pytest.raises(ValueError):
         WORKLOADS["softmax"].inputs("huge")
+
+
+def test_fusion_stats_row():
+    # benchmarks/fusion_stats.py: one row per workload, both policies, and XLA's CPU fusion count.
+    from fusion_stats import stats_for
+
+    w = WORKLOADS["softmax"]
+    row = stats_for("softmax", w.fn, w.inputs("small"))
+    for target in ("gpu", "cpu"):
+        r = row[target]
+        assert r["kernels_after"] < r["kernels_before"] and r["bytes_after"] < r["bytes_before"]
+        assert 0 < r["fusions"] <= r["kernels_after"]
+        assert 0 <= r["duplicated_expensive_elements"] <= r["duplicated_elements"]
+    assert row["xla_cpu_fusions"] >= 1
