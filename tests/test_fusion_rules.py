@@ -8,7 +8,7 @@ import re
 import pytest
 
 from hlofuse.hlo.parser import parse_hlo
-from hlofuse.passes.fusion import InstructionFusion, fusion_passes, module_log
+from hlofuse.passes.fusion import fusion_passes, module_log
 from hlofuse.passes.fusion.cost_model import CPU, GPU, kernel_bytes, module_cost, target_params
 from hlofuse.passes.fusion.decisions import Decision, first_refusal
 from hlofuse.passes.fusion.fusibility import is_expensive, reduction_is_contiguous
@@ -389,7 +389,7 @@ def test_fusion_merger_reasons():
                               "  cc = f32[16] multiply(l, fy)"))
     # (instruction fusion without duplication first, as XLA's GPU pipeline runs it: with
     # duplication it would already copy the expensive producer into both users itself)
-    log2 = _fuse(m2, passes=[InstructionFusion("gpu", may_duplicate=False), get_pass("fusion-merger")])
+    log2 = _fuse(m2, passes=[get_pass("fusion-no-duplication"), get_pass("fusion-merger")])
     merged = [e for e in log2.fusions() if e.pass_name == "fusion-merger"]
     assert len(merged) == 2 and merged[0].duplicated and merged[0].duplicated_expensive
     assert sum(1 for i in m2.entry.instructions if i.opcode == "fusion") == 2

@@ -2,7 +2,7 @@
 producer-consumer) fusion, horizontal loop fusion; the cost model and the fusion report.
 
 `fusion_passes(target)` is what `standard_pipeline(target, fusion=True)` runs; the passes are
-registered as "call-inliner", "fusion", "fusion-merger", "multi-output-fusion", "sibling-fusion",
+registered as "call-inliner", "fusion", "fusion-no-duplication", "fusion-merger", "multi-output-fusion", "sibling-fusion",
 "horizontal-fusion" and "fusion-pipeline" (they take the pipeline's `target` option, GPU by
 default), and with "-cpu" / "-gpu" suffixed names for a fixed target.
 """
@@ -14,7 +14,7 @@ from .cost_model import CPU, GPU, TargetParams, module_cost, target_params
 from .decisions import Decision, FusionLog, LogEntry, module_log
 from .fusion_merger import FusionMerger
 from .horizontal_fusion import HorizontalLoopFusion
-from .instruction_fusion import InstructionFusion
+from .instruction_fusion import InstructionFusion, NonDuplicatingFusion
 from .multi_output_fusion import MultiOutputFusion, SiblingFusion
 
 
@@ -59,6 +59,7 @@ def register_passes() -> None:
     factories = {
         "call-inliner": CallInliner,
         "fusion": InstructionFusion,
+        "fusion-no-duplication": NonDuplicatingFusion,
         "fusion-merger": FusionMerger,
         "multi-output-fusion": MultiOutputFusion,
         "sibling-fusion": SiblingFusion,
@@ -73,6 +74,6 @@ def register_passes() -> None:
 
 __all__ = [
     "CPU", "CallInliner", "GPU", "Decision", "FusionLog", "FusionMerger", "FusionPipeline", "HorizontalLoopFusion", "InstructionFusion",
-    "LogEntry", "MultiOutputFusion", "SiblingFusion", "TargetParams", "fusion_passes", "module_cost",
+    "LogEntry", "MultiOutputFusion", "NonDuplicatingFusion", "SiblingFusion", "TargetParams", "fusion_passes", "module_cost",
     "module_log", "register_passes", "target_params",
 ]

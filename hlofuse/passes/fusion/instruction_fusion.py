@@ -518,3 +518,11 @@ class InstructionFusion(HloPass):
                   duplicated_elements=elements if duplicated else 0,
                   duplicated_expensive=duplicated and expensive, rule=f"saves {saved} bytes")
         return fusion
+
+
+class NonDuplicatingFusion(InstructionFusion):
+    """Producer-consumer fusion that never duplicates: the first of XLA GPU's two instruction
+    fusion passes (registered as "fusion-no-duplication")."""
+
+    def __init__(self, target: str | TargetParams = "gpu") -> None:
+        super().__init__(target, may_duplicate=False)
