@@ -47,6 +47,7 @@ class ConformanceResult:
     seconds: float = 0.0
 
     def line(self) -> str:
+        """`PASSED  name`, or the status and name followed by the reason."""
         text = f"{self.status.upper():7s} {self.name}"
         return text + (f"  ({self.reason})" if self.reason else "")
 
@@ -370,6 +371,7 @@ def run_conformance(paths: Iterable[str], backend: str = "interpreter", jobs: in
 
 
 def summary_line(results: list[ConformanceResult]) -> str:
+    """`N passed, M failed, K skipped`."""
     counts = Counter(r.status for r in results)
     return f"{counts['passed']} passed, {counts['failed']} failed, {counts['skipped']} skipped"
 

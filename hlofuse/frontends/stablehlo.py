@@ -115,6 +115,7 @@ class Scope:
     values: dict = field(default_factory=dict)
 
     def get(self, value) -> HloInstruction:
+        """The HLO instruction holding an MLIR value."""
         try:
             return self.values[value]
         except KeyError:
@@ -149,6 +150,7 @@ class Importer:
 
     # ---- functions ---------------------------------------------------------------------
     def import_entry(self, entry: str = "main") -> HloModule:
+        """Convert `@entry` and everything it calls; the module's entry is its computation."""
         if entry not in self.funcs:
             raise StableHloImportError(
                 f"no function @{entry} in the module (functions: {', '.join(sorted(self.funcs)) or 'none'})")
