@@ -52,12 +52,17 @@ def test_compare_kinds():
     x = np.array([1.0, 2.0], np.float32)
     assert compare("expect_close", x, np.nextafter(x, np.float32(9), dtype=np.float32)) == ""
     assert "ULP" in compare("expect_close", x, x * np.float32(1.001))
+    far = np.array([1.0], np.float32).view(np.uint32) + np.uint32(5)  # 5 ULP above 1.0
+    assert compare("expect_close", far.view(np.float32), np.ones(1, np.float32), max_ulp_difference=5) == ""
+    assert "0..4 ULP" in compare("expect_close", far.view(np.float32), np.ones(1, np.float32), max_ulp_difference=4)
+    assert "ULP" in compare("expect_close", x, x, min_ulp_difference=1)
     assert compare("expect_eq", np.array([np.nan], np.float32), np.array([np.nan], np.float32)) == ""
     assert "differ" in compare("expect_eq", x, x + 1)
     assert compare("expect_eq", np.array([3, 4], np.int8), np.array([3, 4], np.int8)) == ""
     assert "differ" in compare("expect_close", np.array([3], np.int32), np.array([4], np.int32))  # ints exact
     assert compare("expect_almost_eq", x, x + np.float32(0.0009)) == ""
     assert "0.001" in compare("expect_almost_eq", x, x + np.float32(0.002))
+    assert compare("expect_almost_eq", x, x + np.float32(0.002), tolerance=0.01) == ""
     assert "differ" in compare("expect_almost_eq", np.array([0.0001]), np.array([-0.0001]))  # sign must match
     assert "expected float32" in compare("expect_eq", x.astype(np.float64), x)
 
@@ -124,6 +129,11 @@ def test_main_conformance_lines_summary_and_exit_code(tmp_path):
     assert parallel.getvalue().splitlines() == [l for l in text.splitlines() if not l.startswith(("by ", "  "))]
     result = run_file(good)
     assert (result.status, result.family, result.dtypes) == ("passed", "abs", ("f32",))
+    near = PASSING.replace("EXPECTED", "1.5, 2.0000005")  # 2 ULP above 2.0
+    assert run_file(_write(tmp_path, "near.mlir", near)).status == "passed"
+    strict = near.replace("{has_side_effect = true}", "{has_side_effect = true, max_ulp_difference = 0 : ui64}")
+    result = run_file(_write(tmp_path, "strict.mlir", strict))
+    assert result.status == "failed" and "0..0 ULP" in result.reason
 
 
 # ---- the shared test folder ---------------------------------------------------------------

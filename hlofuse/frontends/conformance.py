@@ -33,6 +33,8 @@ from .stablehlo import from_stablehlo, inline_all_calls
 MAX_ULP_DIFFERENCE = 3
 ALMOST_EQ_TOLERANCE = 1e-3
 CHECKS = ("check.expect_eq", "check.expect_close", "check.expect_almost_eq")
+# Attributes a check may carry to override the defaults above.
+_LIMITS = ("max_ulp_difference", "min_ulp_difference", "tolerance")
 
 
 @dataclass
@@ -59,6 +61,7 @@ class Check:
     kind: str
     actual: HloInstruction
     expected: HloInstruction
+    limits: dict = field(default_factory=dict)  # max_ulp_difference, min_ulp_difference, tolerance
 
 
 @dataclass
@@ -70,6 +73,7 @@ class PreparedTest:
     kinds: list[str]
     expected: list[np.ndarray]
     dtypes: tuple[str, ...] = field(default_factory=tuple)
+    limits: list[dict] = field(default_factory=list)
 
 
 class ConformanceSkip(Exception):
@@ -97,7 +101,8 @@ def _collect_checks(checks: list) -> Callable:
             return None
         if len(op.operands) != 2:
             raise imp.unsupported(f"@{target} with {len(op.operands)} operands")
-        checks.append(Check(target.split(".")[1], scope.get(op.operands[0]), scope.get(op.operands[1])))
+        limits = {k: op.attributes[k].value for k in _LIMITS if k in op.attributes}
+        checks.append(Check(target.split(".")[1], scope.get(op.operands[0]), scope.get(op.operands[1]), limits))
         return []
 
     return handler
@@ -145,7 +150,7 @@ def prepare(text: str, filename: str = "<string>") -> PreparedTest:
         computed = iter(values[len(outputs):])
         expected = [e if e is not None else np.asarray(next(computed)) for e in expected]
     dtypes = tuple(sorted({str(c.actual.shape.dtype) for c in checks if c.actual.shape.is_array}))
-    return PreparedTest(module, inputs, [c.kind for c in checks], expected, dtypes)
+    return PreparedTest(module, inputs, [c.kind for c in checks], expected, dtypes, [c.limits for c in checks])
 
 
 def _parameterize(entry, call: HloInstruction) -> None:
@@ -222,7 +227,8 @@ def ulp_difference(actual: np.ndarray, expected: np.ndarray) -> np.ndarray:
     return np.where(same_bits | both_nan, np.uint64(0), np.where(finite, diff, top))
 
 
-def compare(kind: str, actual: np.ndarray, expected: np.ndarray) -> str:
+def compare(kind: str, actual: np.ndarray, expected: np.ndarray, max_ulp_difference: int = MAX_ULP_DIFFERENCE,
+            min_ulp_difference: int = 0, tolerance: float = ALMOST_EQ_TOLERANCE) -> str:
     """'' when `actual` passes check `kind` against `expected`, else the reason it does not."""
     actual = np.asarray(actual)
     expected = np.asarray(expected)
@@ -243,11 +249,11 @@ def compare(kind: str, actual: np.ndarray, expected: np.ndarray) -> str:
                                  f"{actual[bad].ravel()[0]!r} vs {expected[bad].ravel()[0]!r})"
     if kind == "expect_close":
         ulps = ulp_difference(actual, expected)
-        bad = ulps > MAX_ULP_DIFFERENCE
+        bad = (ulps > np.uint64(max_ulp_difference)) | (ulps < np.uint64(min_ulp_difference))
         n = int(np.count_nonzero(bad))
         if n == 0:
             return ""
-        return (f"{n} of {actual.size} elements more than {MAX_ULP_DIFFERENCE} ULP apart (max "
+        return (f"{n} of {actual.size} elements outside {min_ulp_difference}..{max_ulp_difference} ULP (max "
                 f"{int(ulps.max())} ULP; first at {_first(bad)}: {actual[bad].ravel()[0]!r} vs "
                 f"{expected[bad].ravel()[0]!r})")
     # expect_almost_eq
@@ -256,21 +262,21 @@ def compare(kind: str, actual: np.ndarray, expected: np.ndarray) -> str:
     bad = np.zeros(actual.shape, bool)
     for a, e in parts:
         with np.errstate(invalid="ignore", over="ignore"):
-            bad |= _not_almost_equal(a, e)
+            bad |= _not_almost_equal(a, e, tolerance)
     n = int(np.count_nonzero(bad))
     if n == 0:
         return ""
-    return (f"{n} of {actual.size} elements differ by more than {ALMOST_EQ_TOLERANCE} (first at {_first(bad)}: "
+    return (f"{n} of {actual.size} elements differ by more than {tolerance} (first at {_first(bad)}: "
             f"{actual[bad].ravel()[0]!r} vs {expected[bad].ravel()[0]!r})")
 
 
-def _not_almost_equal(a, e) -> np.ndarray:
-    """Where two real arrays are not equal within ALMOST_EQ_TOLERANCE (same sign, NaN == NaN)."""
+def _not_almost_equal(a, e, tolerance: float) -> np.ndarray:
+    """Where two real arrays are not equal within `tolerance` (same sign, NaN == NaN)."""
     a = np.asarray(a, np.float64)
     e = np.asarray(e, np.float64)
     nan_ok = np.isnan(a) & np.isnan(e)
     close = np.isfinite(a) & np.isfinite(e) & (np.signbit(a) == np.signbit(e)) & \
-        (np.abs(a - e) <= ALMOST_EQ_TOLERANCE)
+        (np.abs(a - e) <= tolerance)
     return ~(nan_ok | (a == e) | close)
 
 
@@ -310,8 +316,8 @@ def run_file(path: str, backend: str = "interpreter") -> ConformanceResult:
         dtypes = test.dtypes or dtypes
         outputs = _runner(backend)(test.module, test.inputs)
         reasons = []
-        for i, (kind, exp) in enumerate(zip(test.kinds, test.expected)):
-            why = compare(kind, np.asarray(outputs[i]), exp)
+        for i, (kind, exp, limits) in enumerate(zip(test.kinds, test.expected, test.limits)):
+            why = compare(kind, np.asarray(outputs[i]), exp, **limits)
             if why:
                 reasons.append(f"check {i} ({kind}): {why}")
         return result("failed" if reasons else "passed", "; ".join(reasons))
