@@ -2,9 +2,10 @@
 producer-consumer) fusion, horizontal loop fusion; the cost model and the fusion report.
 
 `fusion_passes(target)` is what `standard_pipeline(target, fusion=True)` runs; the passes are
-registered as "call-inliner", "fusion", "fusion-no-duplication", "fusion-merger", "multi-output-fusion", "sibling-fusion",
-"horizontal-fusion" and "fusion-pipeline" (they take the pipeline's `target` option, GPU by
-default), and with "-cpu" / "-gpu" suffixed names for a fixed target.
+registered as "call-inliner", "fusion", "fusion-no-duplication", "fusion-merger",
+"multi-output-fusion", "sibling-fusion", "horizontal-fusion" and "fusion-pipeline" (they take
+the pipeline's `target` option, GPU by default), and with "-cpu" / "-gpu" suffixed names for a
+fixed target.
 """
 from __future__ import annotations
 
@@ -73,7 +74,8 @@ def register_passes() -> None:
 
 
 __all__ = [
-    "CPU", "CallInliner", "GPU", "Decision", "FusionLog", "FusionMerger", "FusionPipeline", "HorizontalLoopFusion", "InstructionFusion",
-    "LogEntry", "MultiOutputFusion", "NonDuplicatingFusion", "SiblingFusion", "TargetParams", "fusion_passes", "module_cost",
-    "module_log", "register_passes", "target_params",
+    "CPU", "CallInliner", "GPU", "Decision", "FusionLog", "FusionMerger", "FusionPipeline",
+    "HorizontalLoopFusion", "InstructionFusion", "LogEntry", "MultiOutputFusion", "NonDuplicatingFusion",
+    "SiblingFusion", "TargetParams", "fusion_passes", "module_cost", "module_log", "register_passes",
+    "target_params",
 ]

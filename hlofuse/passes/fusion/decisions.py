@@ -85,19 +85,29 @@ class FusionLog:
     entries: list[LogEntry] = field(default_factory=list)
     target: str = ""  # the target whose fusion passes wrote the log ("gpu" or "cpu")
     _refused_pairs: set = field(default_factory=set, repr=False)
+    _copies: dict = field(default_factory=dict, repr=False)  # copy name -> original name
 
     def fused(self, pass_name: str, producer: str, consumer: str, fusion: str, **extra) -> None:
         self.entries.append(LogEntry(pass_name, "fused", producer, consumer, fusion=fusion, **extra))
 
     def refused(self, pass_name: str, producer: str, consumer: str, decision: Decision, fusion: str = "") -> None:
         """Record a refusal, once per (producer, consumer, rule): a pass revisiting the pair (a
-        growing fusion around the consumer, or the same pass run again) adds nothing new."""
-        key = (producer, consumer, decision.rule)
+        growing fusion around the consumer, a duplicated copy of either, or the same pass run
+        again) adds nothing new."""
+        key = (self.origin(producer), ", ".join(self.origin(c) for c in consumer.split(", ")), decision.rule)
         if key in self._refused_pairs:
             return
         self._refused_pairs.add(key)
         self.entries.append(LogEntry(pass_name, "refused", producer, consumer, decision.rule, decision.reason,
                                      fusion=fusion))
+
+    def copied(self, copy: str, original: str) -> None:
+        """Record that `copy` is a duplicate of `original` (refusals name the original pair)."""
+        self._copies[copy] = self.origin(original)
+
+    def origin(self, name: str) -> str:
+        """The original instruction `name` is a copy of (itself if it is none)."""
+        return self._copies.get(name, name)
 
     def refusals(self) -> list[LogEntry]:
         return [e for e in self.entries if e.action == "refused"]

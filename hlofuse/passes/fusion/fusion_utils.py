@@ -143,7 +143,8 @@ def create_fusion(consumer: HloInstruction, kind: str) -> HloInstruction:
     return fusion
 
 
-def _clone_into(fusion: HloInstruction, producer: HloInstruction) -> tuple[list[tuple[HloInstruction, str]], list[HloInstruction]]:
+def _clone_into(fusion: HloInstruction,
+                producer: HloInstruction) -> tuple[list[tuple[HloInstruction, str]], list[HloInstruction]]:
     """Clones of `producer`'s computation bound to `fusion`'s parameters, not yet added.
 
     Returns the (clone, wanted name) pairs and the clones of the producer's outputs.

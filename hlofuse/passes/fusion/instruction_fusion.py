@@ -17,6 +17,8 @@ pre-passes decide, before any fusion, which producers may be duplicated at all:
 """
 from __future__ import annotations
 
+from typing import Callable
+
 from ...hlo.ir import HloComputation, HloInstruction, HloModule
 from ..pass_base import HloPass
 from .cost_model import (
@@ -80,22 +82,32 @@ def _operand_index(user: HloInstruction, producer: HloInstruction) -> int:
     return next(i for i, o in enumerate(user.operands) if o is producer)
 
 
-def _reader_names(producer: HloInstruction, consumer: HloInstruction) -> tuple[str, str]:
-    """(the instructions that read `producer`, the fusion they are in or ""), for the log.
+def _reader_names(producer: HloInstruction, consumer: HloInstruction,
+                  origin: Callable[[str], str] = str) -> tuple[str, str]:
+    """(the instructions that read `producer`, the fusion they are in or ""), for reasons.
 
-    A refusal names the original reader inside a consumer fusion, so that the same refused pair
-    is recorded once however often the growing fusion around the reader is revisited.
+    A refusal names the original reader inside a consumer fusion (`origin` maps a duplicated
+    copy to the instruction it copies), so the same refused pair reads the same however often
+    the growing fusion around the reader, or a copy of it, is revisited.
     """
     if consumer.opcode != "fusion":
-        return consumer.name, ""
+        return origin(consumer.name), ""
     param = consumer.fused_computation.parameter(_operand_index(consumer, producer))
-    readers = [u.name for u in distinct(param.users)]
+    readers = distinct_names(origin(u.name) for u in param.users)
     return (", ".join(readers) or consumer.name), consumer.name
 
 
-def _consumer_label(producer: HloInstruction, consumer: HloInstruction) -> str:
+def distinct_names(names) -> list[str]:
+    out: list[str] = []
+    for n in names:
+        if n not in out:
+            out.append(n)
+    return out
+
+
+def _consumer_label(producer: HloInstruction, consumer: HloInstruction, origin: Callable[[str], str] = str) -> str:
     """`consumer`'s name, or for a fusion "READERS (in FUSION)" naming who reads `producer`."""
-    readers, fusion = _reader_names(producer, consumer)
+    readers, fusion = _reader_names(producer, consumer, origin)
     return f"{readers} (in {fusion})" if fusion else readers
 
 
@@ -108,6 +120,8 @@ class ProducerConsumerRules:
         # id(producer) -> whether this expensive producer may be duplicated (set per computation
         # by InstructionFusion.expensive_duplication; absent: refused with the generic reason)
         self.expensive_verdicts: dict[int, Decision] = {}
+        # names a duplicated copy back to its original (the pass sets the log's mapping)
+        self.origin: Callable[[str], str] = str
 
     def should_fuse(self, consumer: HloInstruction, index: int) -> Decision:
         producer = consumer.operands[index]
@@ -132,8 +146,8 @@ class ProducerConsumerRules:
         if producer.opcode == "fusion":
             return refuse("producer-is-fusion",
                           f"{p} is a fusion, which {self.params.name.upper()} instruction fusion does not fuse "
-                          f"into {_consumer_label(producer, consumer)} (the fusion merger and multi-output "
-                          f"fusion decide)")
+                          f"into {_consumer_label(producer, consumer, self.origin)} (the fusion merger and "
+                          f"multi-output fusion decide)")
         return ALLOW
 
     def _reuse(self, producer, consumer, p, c) -> Decision:
@@ -141,8 +155,8 @@ class ProducerConsumerRules:
             idx = next(i for i, o in enumerate(consumer.operands) if o is producer)
             if reuses_operand_elements(consumer, idx):
                 return refuse("expensive-reused",
-                              f"producer {p} is expensive and {_consumer_label(producer, consumer)} reads each "
-                              f"of its elements several times")
+                              f"producer {p} is expensive and {_consumer_label(producer, consumer, self.origin)} "
+                              f"reads each of its elements several times")
         return ALLOW
 
     def _transposing_into_reduce(self, producer, consumer, p, c) -> Decision:
@@ -153,7 +167,7 @@ class ProducerConsumerRules:
 
     def _producer_fusible(self, producer, consumer, p, c) -> Decision:
         if not is_loop_fusible_as_producer(producer):
-            readers = _reader_names(producer, consumer)[0].split(", ")
+            readers = _reader_names(producer, consumer, self.origin)[0].split(", ")
             verb = "reads" if len(readers) == 1 else "read"
             return refuse("producer-not-fusible", f"{not_fusible_reason(producer)}; {' and '.join(readers)} "
                                                   f"{verb} it from memory")
@@ -216,7 +230,7 @@ class ProducerConsumerRules:
             return refuse("root", f"producer {p} is the root of {producer.parent.name}; its value must be "
                                   f"materialized")
         if _would_duplicate(producer, consumer) and not is_always_duplicable(producer):
-            c = " and ".join(_reader_names(producer, consumer)[0].split(", "))
+            c = " and ".join(_reader_names(producer, consumer, self.origin)[0].split(", "))
             if not self.may_duplicate:
                 return refuse("no-duplication", f"fusing {p} into {c} would duplicate it and this pass "
                                                 f"may not duplicate")
@@ -257,7 +271,7 @@ class ProducerConsumerRules:
             n = _reduction_count(consumer, True) + added
             if n > limit:
                 return refuse("budget", f"reduction budget exceeded: {n} > {limit} unnested reductions "
-                                        f"(fusing {p} into {_consumer_label(producer, consumer)})")
+                                        f"(fusing {p} into {_consumer_label(producer, consumer, self.origin)})")
         budget = self.params.max_operands_and_outputs
         if budget is None:
             return ALLOW
@@ -270,9 +284,9 @@ class ProducerConsumerRules:
         outputs = len(consumer.shape.leaves()) + len(producer.shape.leaves())
         total = len(operands) + outputs
         if total > budget:
-            return refuse("budget", f"operand budget exceeded: {total} > {budget} (fusing {p} into "
-                                    f"{_consumer_label(producer, consumer)} needs {len(operands)} operands + "
-                                    f"{outputs} outputs)")
+            where = _consumer_label(producer, consumer, self.origin)
+            return refuse("budget", f"operand budget exceeded: {total} > {budget} (fusing {p} into {where} "
+                                    f"needs {len(operands)} operands + {outputs} outputs)")
         return ALLOW
 
     # ---- fusion kind -----------------------------------------------------------------------
@@ -295,6 +309,7 @@ class InstructionFusion(HloPass):
 
     def run(self, module: HloModule) -> bool:
         log = module_log(module, self.params.name)
+        self.rules.origin = log.origin
         changed = False
         for comp in kernel_computations(module):
             if comp.is_fusion_computation():
@@ -436,7 +451,7 @@ class InstructionFusion(HloPass):
                 if decision:
                     decision = self.rules.should_fuse(inst, i)
                 if not decision:
-                    consumer, fusion = _reader_names(producer, inst)
+                    consumer, fusion = _reader_names(producer, inst, log.origin)
                     log.refused(self.name, producer.name, consumer, decision, fusion=fusion)
                     continue
                 if self._duplicates_expensive(producer, inst):
@@ -481,7 +496,7 @@ class InstructionFusion(HloPass):
                        f"producer {producer.name} is expensive and has {len(users)} users of which "
                        f"{len(blockers)} cannot fuse it: {'; '.join(blockers)}")
             self.rules.expensive_verdicts[id(producer)] = d
-            readers, fusion_name = _reader_names(producer, consumer)
+            readers, fusion_name = _reader_names(producer, consumer, log.origin)
             log.refused(self.name, producer.name, readers, d, fusion=fusion_name)
             return None
         result = consumer
@@ -513,7 +528,12 @@ class InstructionFusion(HloPass):
                 fusion.attrs["kind"] = kind
         else:
             fusion = create_fusion(consumer, kind)
+        known = {id(i) for i in fusion.fused_computation.instructions}
         fuse_producer(fusion, producer)
+        if duplicated:
+            for inst in fusion.fused_computation.instructions:
+                if id(inst) not in known and inst.name.startswith(producer_name + "."):
+                    log.copied(inst.name, producer_name)
         log.fused(self.name, producer_name, consumer_name, fusion.name, duplicated=duplicated,
                   duplicated_elements=elements if duplicated else 0,
                   duplicated_expensive=duplicated and expensive, rule=f"saves {saved} bytes")
