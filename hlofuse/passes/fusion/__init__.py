@@ -43,7 +43,7 @@ def fusion_passes(target: str | TargetParams = "gpu") -> list[HloPass]:
     passes: list[HloPass] = [CallInliner(params.name)]
     if params.multi_output:
         # XLA's GPU pipeline first fuses without duplication, then with it.
-        passes.append(InstructionFusion(params, may_duplicate=False))
+        passes.append(NonDuplicatingFusion(params))
     passes.append(InstructionFusion(params))
     if params.multi_output:
         passes.append(FusionMerger(params))

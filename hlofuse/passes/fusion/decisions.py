@@ -84,6 +84,7 @@ class FusionLog:
 
     entries: list[LogEntry] = field(default_factory=list)
     target: str = ""  # the target whose fusion passes wrote the log ("gpu" or "cpu")
+    passes_run: set = field(default_factory=set)  # names of the fusion passes that ran
     _refused_pairs: set = field(default_factory=set, repr=False)
     _copies: dict = field(default_factory=dict, repr=False)  # copy name -> original name
 
@@ -91,10 +92,11 @@ class FusionLog:
         self.entries.append(LogEntry(pass_name, "fused", producer, consumer, fusion=fusion, **extra))
 
     def refused(self, pass_name: str, producer: str, consumer: str, decision: Decision, fusion: str = "") -> None:
-        """Record a refusal, once per (producer, consumer, rule): a pass revisiting the pair (a
-        growing fusion around the consumer, a duplicated copy of either, or the same pass run
-        again) adds nothing new."""
-        key = (self.origin(producer), ", ".join(self.origin(c) for c in consumer.split(", ")), decision.rule)
+        """Record a refusal, once per pass and (producer, consumer, rule): a pass revisiting the
+        pair (a growing fusion around the consumer, a duplicated copy of either, or the same
+        pass run again) adds nothing new. The report shows the last decision per pair."""
+        key = (pass_name, self.origin(producer), ", ".join(self.origin(c) for c in consumer.split(", ")),
+               decision.rule)
         if key in self._refused_pairs:
             return
         self._refused_pairs.add(key)

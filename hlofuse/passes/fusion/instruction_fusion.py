@@ -309,6 +309,7 @@ class InstructionFusion(HloPass):
 
     def run(self, module: HloModule) -> bool:
         log = module_log(module, self.params.name)
+        log.passes_run.add(self.name)
         self.rules.origin = log.origin
         changed = False
         for comp in kernel_computations(module):
@@ -542,7 +543,9 @@ class InstructionFusion(HloPass):
 
 class NonDuplicatingFusion(InstructionFusion):
     """Producer-consumer fusion that never duplicates: the first of XLA GPU's two instruction
-    fusion passes (registered as "fusion-no-duplication")."""
+    fusion passes. Its refusals are provisional: the duplicating pass after it decides again."""
+
+    name = "fusion-no-duplication"
 
     def __init__(self, target: str | TargetParams = "gpu") -> None:
         super().__init__(target, may_duplicate=False)
