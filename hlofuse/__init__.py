@@ -17,18 +17,29 @@ def parse_hlo(text: str, filename: str = "<string>"):
     return _parse(text, filename)
 
 
-def from_stablehlo(text_or_bytecode):
-    """Import a StableHLO module (text or MLIR bytecode) as an HloModule."""
+def from_stablehlo(text_or_bytecode, **options):
+    """Import a StableHLO module (text, MLIR bytecode or a serialized jax.export) as an HloModule.
+
+    Options: entry="main", filename=None (for error locations), inline_calls, module_name.
+    """
     from .frontends.stablehlo import from_stablehlo as _import
 
-    return _import(text_or_bytecode)
+    return _import(text_or_bytecode, **options)
 
 
-def from_exported(exported):
-    """Import a `jax.export.Exported` (shape-polymorphic ones included)."""
+def from_exported(exported, *args, platform: str = "cpu"):
+    """Import a `jax.export.Exported`; shape-polymorphic exports need the concrete `args`
+    (arrays or shape/dtype specs) to refine their symbolic dimensions."""
     from .frontends.jax_api import from_exported as _from_exported
 
-    return _from_exported(exported)
+    return _from_exported(exported, *args, platform=platform)
+
+
+def compile_exported(exported, target: str = "cpu", fusion: bool = True):
+    """A callable running `exported` with hlofuse, compiled once per concrete input signature."""
+    from .frontends.jax_api import compile_exported as _compile_exported
+
+    return _compile_exported(exported, target=target, fusion=fusion)
 
 
 def jit(fn=None, *, target: str = "cpu", fusion: bool = True):
@@ -47,5 +58,5 @@ def load(path: str, format: str | None = None):
 
 __all__ = [
     "Executable", "HloError", "HloParseError", "InputError", "UnsupportedError", "VerifierError",
-    "compile", "from_exported", "from_stablehlo", "jit", "load", "parse_hlo", "__version__",
+    "compile", "compile_exported", "from_exported", "from_stablehlo", "jit", "load", "parse_hlo", "__version__",
 ]

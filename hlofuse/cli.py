@@ -153,7 +153,8 @@ def cmd_fmt(args: argparse.Namespace) -> int:
 def cmd_conformance(args: argparse.Namespace) -> int:
     from .frontends.conformance import main_conformance
 
-    return main_conformance(args.paths, backend=args.backend, stream=sys.stdout)
+    return main_conformance(args.paths, backend=args.backend, stream=sys.stdout,
+                            verbose_breakdown=args.breakdown, jobs=args.jobs)
 
 
 def cmd_explain(args: argparse.Namespace) -> int:
@@ -206,6 +207,8 @@ def build_parser() -> argparse.ArgumentParser:
     k = sub.add_parser("conformance", help="run StableHLO conformance test files")
     k.add_argument("paths", nargs="+")
     k.add_argument("--backend", choices=["interpreter", "cpu"], default="interpreter")
+    k.add_argument("--jobs", type=int, default=1, help="files run in parallel processes")
+    k.add_argument("--breakdown", action="store_true", help="also print results by op family and element type")
     k.set_defaults(func=cmd_conformance)
 
     e = sub.add_parser("explain", help="why is (or is not) an instruction fused with another")

@@ -49,17 +49,8 @@ def load_module(path: str, format: str | None = None) -> HloModule:
 
     with open(path, "rb") as f:
         data = f.read()
-    return from_stablehlo(data if not _is_text(data) else data.decode("utf-8"), filename=path) \
-        if _accepts_filename() else from_stablehlo(data if not _is_text(data) else data.decode("utf-8"))
+    source = data if data.startswith(_MLIR_BYTECODE_MAGIC) else data.decode("utf-8", errors="replace")
+    return from_stablehlo(source, filename=path)
 
 
-def _is_text(data: bytes) -> bool:
-    return not data.startswith(b"ML\xefR")
-
-
-def _accepts_filename() -> bool:
-    import inspect
-
-    from .frontends.stablehlo import from_stablehlo
-
-    return "filename" in inspect.signature(from_stablehlo).parameters
+_MLIR_BYTECODE_MAGIC = b"ML\xefR"
