@@ -29,7 +29,7 @@ def _load(path: str, fmt: str | None):
 
 def _emit_output(text: str, output: str | None) -> None:
     if output:
-        from .runtime.io import write_text_atomically
+        from .files import write_text_atomically
 
         write_text_atomically(output, text if text.endswith("\n") else text + "\n")
     else:
@@ -126,7 +126,7 @@ def _dump_extras(dump_dir: str, module, fused) -> None:
     """The report as JSON and the graph as HTML next to the per-pass dumps."""
     import os
 
-    from .runtime.io import write_text_atomically
+    from .files import write_text_atomically
 
     try:
         from .passes.fusion.report import build_report

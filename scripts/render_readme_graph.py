@@ -17,7 +17,7 @@ def main(argv: list[str] | None = None) -> int:
     """Write the SVG; print where."""
     import hlofuse
     from hlofuse.compiler import optimize
-    from hlofuse.runtime.io import write_text_atomically
+    from hlofuse.files import write_text_atomically
     from hlofuse.viz import render_svg_file
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])

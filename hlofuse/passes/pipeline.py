@@ -8,10 +8,10 @@ from __future__ import annotations
 import inspect
 import os
 import re
-import tempfile
 import time
 from typing import Any, Callable, Iterable
 
+from ..files import write_text_atomically
 from ..hlo.errors import HloError
 from ..hlo.ir import HloModule
 from .pass_base import HloPass
@@ -87,21 +87,6 @@ def _file_safe(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", name) or "module"
 
 
-def write_atomically(path: str, text: str) -> None:
-    """Write `text` to `path` through a temporary file and a rename (no half-written files)."""
-    directory = os.path.dirname(os.path.abspath(path))
-    os.makedirs(directory, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-", suffix=".partial")
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-
-
 class PassPipeline(HloPass):
     """Passes run in order. Options: verify after each pass, dump the module before and after
     each pass to `dump_dir` (XLA's numbering: `0000.<module>.before_optimizations.hlo`, then
@@ -123,7 +108,7 @@ class PassPipeline(HloPass):
         if not self.dump_dir:
             return
         path = os.path.join(self.dump_dir, f"{index:04d}.{_file_safe(module.name)}.{_file_safe(label)}.hlo")
-        write_atomically(path, module.to_text())
+        write_text_atomically(path, module.to_text())
 
     def _verify(self, module: HloModule, after: str) -> None:
         from ..hlo.verifier import verify  # written by another part; imported only when asked

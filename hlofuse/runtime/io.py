@@ -2,12 +2,11 @@
 seeded random inputs, and validation of arrays against the entry's parameters."""
 from __future__ import annotations
 
-import os
-import tempfile
 import zipfile
 
 import numpy as np
 
+from ..files import write_atomically
 from ..hlo.errors import InputError
 from ..hlo.ir import HloModule
 from ..hlo.shapes import ArrayShape, Shape, TupleShape, flatten_shapes
@@ -99,30 +98,8 @@ def read_inputs(path: str, module: HloModule) -> list:
 
 def write_outputs(path: str, outputs: list) -> None:
     """Write `out0, out1, ...` to an .npz file atomically (no partial file on failure)."""
-    directory = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(suffix=".npz", dir=directory)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            np.savez(f, **{f"out{i}": np.asarray(o) for i, o in enumerate(outputs)})
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-
-
-def write_text_atomically(path: str, text: str) -> None:
-    """Write a text file through a temporary file and a rename."""
-    directory = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(dir=directory)
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    arrays = {f"out{i}": np.asarray(o) for i, o in enumerate(outputs)}
+    write_atomically(path, lambda f: np.savez(f, **arrays), binary=True)
 
 
 def flatten_values(value) -> list[np.ndarray]:
