@@ -216,9 +216,14 @@ def dedupe_fused_computation(fusion: HloInstruction) -> int:
         rewriter.finish()
         module = fc.parent
         for keep, name in best_name.values():
-            if module is not None and module.unique_name(name) == name:  # freed by the removal
+            if module is None:
+                continue
+            got = module.unique_name(name)
+            if got == name:  # freed by the removal
                 module.release_name(keep.name)
                 keep.name = name
+            else:
+                module.release_name(got)
     return merged
 
 
