@@ -93,11 +93,11 @@ def _reader_names(producer: HloInstruction, consumer: HloInstruction,
     if consumer.opcode != "fusion":
         return origin(consumer.name), ""
     param = consumer.fused_computation.parameter(_operand_index(consumer, producer))
-    readers = distinct_names(origin(u.name) for u in param.users)
+    readers = _distinct_names(origin(u.name) for u in param.users)
     return (", ".join(readers) or consumer.name), consumer.name
 
 
-def distinct_names(names) -> list[str]:
+def _distinct_names(names) -> list[str]:
     out: list[str] = []
     for n in names:
         if n not in out:
@@ -119,9 +119,17 @@ class ProducerConsumerRules:
         self.may_duplicate = may_duplicate
         # id(producer) -> whether this expensive producer may be duplicated (set per computation
         # by InstructionFusion.expensive_duplication; absent: refused with the generic reason)
-        self.expensive_verdicts: dict[int, Decision] = {}
+        self.expensive_verdicts: dict[int, tuple[HloInstruction, Decision]] = {}
         # names a duplicated copy back to its original (the pass sets the log's mapping)
         self.origin: Callable[[str], str] = str
+
+    def verdict(self, producer: HloInstruction) -> Decision | None:
+        """The pre-pass's decision on duplicating the expensive `producer`, if it took one."""
+        entry = self.expensive_verdicts.get(id(producer))
+        return entry[1] if entry is not None and entry[0] is producer else None
+
+    def set_verdict(self, producer: HloInstruction, decision: Decision) -> None:
+        self.expensive_verdicts[id(producer)] = (producer, decision)
 
     def should_fuse(self, consumer: HloInstruction, index: int) -> Decision:
         producer = consumer.operands[index]
@@ -235,7 +243,7 @@ class ProducerConsumerRules:
                 return refuse("no-duplication", f"fusing {p} into {c} would duplicate it and this pass "
                                                 f"may not duplicate")
             if is_expensive(producer, self.params):
-                verdict = self.expensive_verdicts.get(id(producer))
+                verdict = self.verdict(producer)
                 if verdict is not None:
                     return verdict
                 users = distinct(producer.users)
@@ -355,7 +363,7 @@ class InstructionFusion(HloPass):
             # A producer nothing can fuse is refused pair by pair with its own reason.
             if not is_loop_fusible_as_producer(producer) or effectively_at_most_unary(producer):
                 continue
-            if not self.rules.expensive_verdicts.get(id(producer), ALLOW):
+            if not (self.rules.verdict(producer) or ALLOW):
                 continue  # an expensive producer already refused with its own reason
             in_elems = sum(op.shape.element_count() if op.shape.is_array else 0
                            for op in distinct(producer.operands))
@@ -394,6 +402,7 @@ class InstructionFusion(HloPass):
         `max_expensive_copies` copies, and fewer bytes moved than materializing it once.
         Otherwise refused with a reason naming the users that cannot fuse it.
         """
+        self.rules.expensive_verdicts = {}
         out: dict[int, Decision] = {}
         for producer in comp.instructions:
             users = distinct(producer.users)
@@ -402,11 +411,10 @@ class InstructionFusion(HloPass):
                 continue
             p, n = producer.name, len(users)
             # judge each user as if duplicating this producer were allowed
-            self.rules.expensive_verdicts[id(producer)] = ALLOW
+            self.rules.set_verdict(producer, ALLOW)
             blockers = [self._why_blocked(producer, u) for u in users
                         if u.opcode != "fusion" and not is_loop_fusible_as_consumer(u)
                         or not self.rules.should_fuse(u, _operand_index(u, producer))]
-            del self.rules.expensive_verdicts[id(producer)]
             limit = self.params.max_expensive_copies
             saved = duplication_saves_bytes(producer, users)
             if blockers:
@@ -423,14 +431,19 @@ class InstructionFusion(HloPass):
                            f"would move {-saved} more bytes than materializing it once")
             else:
                 d = ALLOW
+            self.rules.set_verdict(producer, d)
             out[id(producer)] = d
         return out
 
     # ---- the main loop ---------------------------------------------------------------------
     def _run_on(self, comp: HloComputation, log: FusionLog) -> bool:
         reach = Reachability(comp)
-        self.rules.expensive_verdicts = self.expensive_duplication(comp) if self.may_duplicate else {}
-        do_not_duplicate = self.globally_unfusible(comp, reach) if self.may_duplicate else {}
+        self.rules.expensive_verdicts = {}
+        if self.may_duplicate:
+            self.expensive_duplication(comp)  # kept by the rules (ProducerConsumerRules.verdict)
+        refused = self.globally_unfusible(comp, reach) if self.may_duplicate else {}
+        # keyed by id but checked by identity: a new fusion may reuse a removed instruction's id
+        do_not_duplicate = {id(i): (i, refused[id(i)]) for i in comp.instructions if id(i) in refused}
         queue = comp.post_order()
         position = {id(inst): i for i, inst in enumerate(queue)}
         changed = False
@@ -448,7 +461,8 @@ class InstructionFusion(HloPass):
                 producer = inst.operands[i]
                 if producer.opcode in ("parameter", "get-tuple-element", "tuple"):
                     continue
-                decision = do_not_duplicate.get(id(producer), ALLOW)
+                entry = do_not_duplicate.get(id(producer))
+                decision = entry[1] if entry is not None and entry[0] is producer else ALLOW
                 if decision:
                     decision = self.rules.should_fuse(inst, i)
                 if not decision:
@@ -496,7 +510,7 @@ class InstructionFusion(HloPass):
             d = refuse("expensive-duplicate",
                        f"producer {producer.name} is expensive and has {len(users)} users of which "
                        f"{len(blockers)} cannot fuse it: {'; '.join(blockers)}")
-            self.rules.expensive_verdicts[id(producer)] = d
+            self.rules.set_verdict(producer, d)
             readers, fusion_name = _reader_names(producer, consumer, log.origin)
             log.refused(self.name, producer.name, readers, d, fusion=fusion_name)
             return None
