@@ -14,7 +14,7 @@ from hlofuse.hlo.opcodes import OPS, VARIADIC
 KINDS = {"unary", "binary", "ternary", "compare", "data", "reduce", "control", "collective", "io", "other"}
 FUSION = {"yes", "root", "producer", "never"}
 DOMAINS = {"any", "positive", "unit", "nonzero", "int"}
-STAGES = {"shape", "reference", "elemental"}
+STAGES = {"shape", "reference", "elemental", "library"}  # library: unfused ops run by compiled backends
 KIND_ARITY = {"unary": 1, "binary": 2, "ternary": 3, "compare": 2}
 
 # Independent reference, not a registry: XLA's InstructionFusion::IsExpensive
