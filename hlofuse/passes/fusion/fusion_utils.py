@@ -186,32 +186,40 @@ def _dedupable(inst: HloInstruction) -> bool:
     return not has_side_effect(inst)
 
 
-def dedupe_fused_computation(fusion: HloInstruction) -> int:
+def dedupe_fused_computation(fusion: HloInstruction, new: list[HloInstruction] | None = None) -> int:
     """Compute identical instructions of `fusion`'s computation once (CSE inside the kernel).
 
     Merging fusions that each hold a copy of a duplicated producer (multi-output and sibling
     fusion of the consumers it was duplicated into) would otherwise evaluate it twice per
-    element. Of two identical instructions the one with the plainer name survives (`exp.3`
-    rather than its copy `exp.3.1`). Returns how many instructions were removed.
+    element. `new` are the instructions just added (the rest is already free of duplicates, so
+    only they and, after a merge, the users of what they merged into are compared, each with
+    the instructions that share its first operand); None checks everything. Of two identical
+    instructions the one with the plainer name survives (`exp.3` rather than its copy
+    `exp.3.1`). Returns how many instructions were removed.
     """
     fc = fusion.fused_computation
-    seen: dict[Hashable, HloInstruction] = {}
-    best_name: dict[int, tuple[HloInstruction, str]] = {}
+    work = list(fc.post_order()) if new is None else [i for i in new if i.parent is fc]
     rewriter = Rewriter(fc)
+    best_name: dict[int, tuple[HloInstruction, str]] = {}
+    gone: set[int] = set()
     merged = 0
-    for inst in fc.post_order():
-        if not _dedupable(inst):
+    while work:
+        inst = work.pop(0)
+        if id(inst) in gone or not _dedupable(inst):
             continue
         key = instruction_key(inst)
-        first = seen.get(key)
-        if first is None:
-            seen[key] = inst
+        pool = inst.operands[0].users if inst.operands else fc.instructions
+        match = next((c for c in pool if c is not inst and id(c) not in gone and c.parent is fc
+                      and c.opcode == inst.opcode and _dedupable(c) and instruction_key(c) == key), None)
+        if match is None:
             continue
-        rewriter.replace(inst, first)  # keep the first: its users' keys already name it
-        _, name = best_name.get(id(first), (first, first.name))
-        if (len(inst.name), inst.name) < (len(name), name):
-            best_name[id(first)] = (first, inst.name)
+        rewriter.replace(inst, match)
+        gone.add(id(inst))
         merged += 1
+        _, name = best_name.get(id(match), (match, match.name))
+        if (len(inst.name), inst.name) < (len(name), name):
+            best_name[id(match)] = (match, inst.name)
+        work.extend(u for u in match.users if not any(u is w for w in work))  # may be identical now
     if merged:
         rewriter.finish()
         module = fc.parent
@@ -245,7 +253,7 @@ def fuse_producer(fusion: HloInstruction, producer: HloInstruction) -> HloInstru
         _retire(producer)
     for clone, name in pending:
         fc.add_instruction(clone, name=name)
-    dedupe_fused_computation(fusion)
+    dedupe_fused_computation(fusion, [clone for clone, _ in pending])
     return fusion
 
 
@@ -320,7 +328,7 @@ def fuse_into_multi_output(fusion: HloInstruction, producer: HloInstruction) -> 
         _retire(producer)
     for clone, name in pending:
         fc.add_instruction(clone, name=name)
-    dedupe_fused_computation(fusion)
+    dedupe_fused_computation(fusion, [clone for clone, _ in pending])
     return fusion
 
 
@@ -338,7 +346,7 @@ def merge_siblings(fusion: HloInstruction, other: HloInstruction) -> HloInstruct
         _retire(other)
     for clone, name in pending:
         fc.add_instruction(clone, name=name)
-    dedupe_fused_computation(fusion)
+    dedupe_fused_computation(fusion, [clone for clone, _ in pending])
     if other.opcode == "fusion" and other.attrs.get("kind") == "kInput":
         fusion.attrs["kind"] = "kInput"
     return fusion

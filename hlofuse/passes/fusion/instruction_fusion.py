@@ -543,7 +543,7 @@ class InstructionFusion(HloPass):
                 fusion.attrs["kind"] = kind
         else:
             fusion = create_fusion(consumer, kind)
-        known = {id(i) for i in fusion.fused_computation.instructions}
+        known = {id(i) for i in fusion.fused_computation.instructions} if duplicated else set()
         fuse_producer(fusion, producer)
         if duplicated:
             for inst in fusion.fused_computation.instructions:
