@@ -63,8 +63,8 @@ def test_every_core_family_loads_and_rules_are_registered():
 
 
 def test_unsupported_op_names_op_instruction_and_reason():
-    with pytest.raises(UnsupportedError, match=r"all-reduce \(instruction all-reduce\).*replicas"):
-        op("all-reduce", "f32", np.ones(2, np.float32), to_apply=binop_computation("add", "f32"))
+    with pytest.raises(UnsupportedError, match=r"infeed \(instruction infeed\).*not modelled"):
+        op("infeed", "f32", np.ones(2, np.float32))
 
 
 def test_custom_call_is_refused_with_target():

@@ -1,6 +1,6 @@
 """Reference rules for control flow and structure: while, conditional, call, map, fusion,
 tuple, get-tuple-element, parameter, constant, optimization-barrier, tokens, and the ops the
-interpreter refuses (custom-call, i/o, collectives, async)."""
+interpreter refuses (custom-call, i/o). Collectives and async ops: single_replica.py."""
 from __future__ import annotations
 
 import numpy as np
@@ -134,7 +134,3 @@ def _custom_call(inst: HloInstruction, args: list, interp) -> Value:
 
 mark_unsupported("reference", "side effects through the host (infeed/outfeed/send/recv) are not modelled",
                  *opcodes_where(lambda i: i.kind == "io"))
-mark_unsupported("reference", "collectives need several replicas; the interpreter runs one",
-                 *opcodes_where(lambda i: i.kind == "collective"))
-mark_unsupported("reference", "asynchronous ops are not modelled",
-                 "async-start", "async-update", "async-done", "copy-start", "copy-done")

@@ -41,7 +41,8 @@ TOKEN = Token()
 # Family modules whose import registers reference rules. The first group is the core families,
 # the second the heavy op families, which may not exist yet in a checkout.
 CORE_FAMILIES = ("elementwise", "conversion", "data_movement", "reduction", "control_flow")
-OP_FAMILIES = ("convolution", "dot", "gather_scatter", "windows", "sort", "fft", "rng", "linalg")
+OP_FAMILIES = ("convolution", "dot", "gather_scatter", "windows", "sort", "fft", "rng", "linalg",
+               "single_replica")
 
 _loaded = False
 
