@@ -9,6 +9,7 @@ import pytest
 
 from hlofuse import parse_hlo
 from hlofuse.hlo.errors import UnsupportedError
+from hlofuse.hlo.verifier import verify
 from hlofuse.runtime.interpreter import evaluate
 from hlofuse.runtime.interpreter.single_replica import read_groups, read_pairs
 
@@ -33,7 +34,9 @@ def run(body: str, *args, header: str = "", comps: str = ADD):
     """Evaluate an entry computation `body` (instruction lines) over parameters `args`."""
     params = "\n".join(f"  %p{i} = {_hlo_type(a)} parameter({i})" for i, a in enumerate(args))
     text = f"HloModule m{header}\n{comps}\nENTRY %main {{\n{params}\n{body}\n}}\n"
-    return evaluate(parse_hlo(text), [np.asarray(a) for a in args])
+    module = parse_hlo(text)
+    verify(module)  # well-formed for hlofuse's verifier: only the interpreter may refuse it
+    return evaluate(module, [np.asarray(a) for a in args])
 
 
 def _hlo_type(a) -> str:
@@ -216,11 +219,26 @@ def test_collective_permute_start_done(pairs, want):
     outs = run(f"  %s = (f32[2,3], f32[2,3], u32[], u32[]) collective-permute-start(%p0), channel_id=2, "
                f"source_target_pairs={pairs}\n  %in = f32[2,3] get-tuple-element(%s), index=0\n"
                f"  %c = u32[] get-tuple-element(%s), index=2\n"
-               f"  %d = f32[2,3] collective-permute-done(%s)\n  ROOT %t = (f32[2,3], f32[2,3], u32[]) tuple(%in, %d, %c)",
-               X)
+               f"  %d = f32[2,3] collective-permute-done(%s)\n"
+               f"  ROOT %t = (f32[2,3], f32[2,3], u32[]) tuple(%in, %d, %c)", X)
     same(outs[0], X)
     same(outs[1], want)
     same(outs[2], np.uint32(0))
+
+
+def test_combined_collective_permute_start():
+    y = np.array([7, 8], np.int32)
+    outs = run("  %s = ((f32[2,3], s32[2]), (f32[2,3], s32[2]), u32[], u32[]) collective-permute-start(%p0, %p1), "
+               "source_target_pairs={}\n  ROOT %d = (f32[2,3], s32[2]) collective-permute-done(%s)", X, y)
+    same(outs[0], np.zeros((2, 3), np.float32))
+    same(outs[1], np.zeros(2, np.int32))
+
+
+def test_in_place_collective_permute_is_refused():
+    z = np.zeros((), np.int32)
+    with pytest.raises(UnsupportedError, match=r"instruction r\).*in-place"):
+        run("  %o = (s32[], s32[]) tuple(%p1, %p1)\n"
+            "  ROOT %r = f32[2,3] collective-permute(%p0, %p0, %o, %o), source_target_pairs={{0,0}}", X, z)
 
 
 def test_collective_permute_start_without_context():
@@ -299,7 +317,7 @@ def test_collective_inside_a_loop_body():
 
 
 def test_ragged_all_to_all_stays_unsupported_with_a_reason():
-    with pytest.raises(UnsupportedError, match="ragged-all-to-all.*participants"):
+    with pytest.raises(UnsupportedError, match="ragged-all-to-all.*not modelled"):
         run("  ROOT %r = f32[2,3] ragged-all-to-all(%p0, %p0, %p1, %p1, %p1, %p1), replica_groups={{0}}",
             X, np.zeros(1, np.int32))
 
@@ -333,6 +351,7 @@ def test_matches_xla_on_a_one_device_mesh(name):
     # The algebraic simplifier would fold partition-id to 0 on one partition; keep it for the interpreter.
     text = f.lower(xs).compile(compiler_options={"xla_disable_hlo_passes": "algsimp"}).as_text()
     module = parse_hlo(text)
+    verify(module)
     opcodes = {i.opcode for c in module.computations for i in c.instructions}
     # XLA kept the collective: the interpreter, not a simplification, gives the single-participant value.
     assert opcodes & {"all-reduce", "all-gather", "collective-permute", "reduce-scatter", "partition-id"}, opcodes

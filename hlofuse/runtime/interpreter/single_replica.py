@@ -298,5 +298,5 @@ def _async_update(inst: HloInstruction, args: list, interp) -> Value:
     return args[0]
 
 
-mark_unsupported("reference", "ragged-all-to-all's offsets and sizes describe exchanges between several "
-                 "participants; not modelled for one", "ragged-all-to-all")
+mark_unsupported("reference", "ragged-all-to-all is not modelled: its single-participant copy has no "
+                 "independent oracle (XLA:CPU does not implement the op)", "ragged-all-to-all")
