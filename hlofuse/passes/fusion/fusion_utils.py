@@ -7,8 +7,6 @@ into a fused computation; a duplicated producer's copy takes the original name p
 """
 from __future__ import annotations
 
-from typing import Hashable
-
 from ...hlo.ir import HloComputation, HloInstruction, HloModule
 from ...hlo.shapes import TupleShape
 from ..cse import instruction_key
