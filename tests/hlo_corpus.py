@@ -116,6 +116,40 @@ ENTRY %main (a: f32[4], w: f32[1,5,5,2], k: f32[3,3,2,4], op: f32[5,4], idx: s32
   ROOT %out = (f32[4]{0}, f32[], f32[4]{0}) tuple(%sel, %sum, %ob)
 }
 """,
+    # Forms found in XLA's own tests: `name:` after the module name, a header string spanning
+    # lines, narrow element types, NaN payloads, 64-bit wrap-around, keys that mean something
+    # else on another opcode, custom-call attributes XLA does not check.
+    "xla_test_forms": """HloModule forms:, num_partitions=2, frontend_attributes={note="two
+lines"}
+
+ENTRY %e (p: f32[8], q: s1[4], r: f4e2m1fn[2,2]) -> (f8e4m3[3], f8e3m4[2], f8e4m3fnuz[2], f8e5m2fnuz[2], f8e4m3b11fnuz[2], /*index=5*/f8e8m0fnu[2], f6e2m3fn[2], f6e3m2fn[2], s2[2], u2[2], /*index=10*/u1[2], bf16[3], f32[2], u64[2], s64[1], /*index=15*/f32[2], f32[8], f32[2]) {
+  %p = f32[8]{0} parameter(0)
+  %q = s1[4]{0} parameter(1)
+  %r = f4e2m1fn[2,2]{1,0} parameter(2)
+  %a = f8e4m3[3]{0} constant({1.5, -240, inf})
+  %b = f8e3m4[2]{0} constant({0.3, nan(0x3)})
+  %c = f8e4m3fnuz[2]{0} constant({0.1, -nan})
+  %d = f8e5m2fnuz[2]{0} constant({57344, -1})
+  %f = f8e4m3b11fnuz[2]{0} constant({-nan, 7})
+  %g = f8e8m0fnu[2]{0} constant({0.5, 1024})
+  %h = f6e2m3fn[2]{0} constant({7.5, -0.125})
+  %i = f6e3m2fn[2]{0} constant({28, 0.0625})
+  %j = s2[2]{0} constant({-2, 1})
+  %k = u2[2]{0} constant({0, 3})
+  %l = u1[2]{0} constant({1, 0})
+  %m = bf16[3]{0} constant({-nan(0x7f), nan(0x1), -nan})
+  %n = f32[2]{0} constant({nan(0x123), -nan(0x400001)})
+  %o = u64[2]{0} constant({-1, 9223372036854775808})
+  %s = s64[1]{0} constant({9223372036854775808})
+  %dot = f32[2]{0} dot(%p2, %p2), lhs_contracting_dims={1}, rhs_contracting_dims={1}, algorithm=dot_tf32_tf32_f32
+  %p2 = f32[2,4]{1,0} reshape(%p)
+  %cp = f32[8]{0} collective-permute(%p, %p, %t0, %t0), source_target_pairs={{0,1},{1,0}}, slice_sizes={{4}}
+  %z = s32[] constant(0)
+  %t0 = (s32[]) tuple(%z)
+  %cc = f32[2]{0} custom-call(%p), custom_call_target="t", window={size=2x2}, dim_labels=?b01f_0?1io->b01?f
+  ROOT %out = (f8e4m3[3]{0}, f8e3m4[2]{0}, f8e4m3fnuz[2]{0}, f8e5m2fnuz[2]{0}, f8e4m3b11fnuz[2]{0}, /*index=5*/f8e8m0fnu[2]{0}, f6e2m3fn[2]{0}, f6e3m2fn[2]{0}, s2[2]{0}, u2[2]{0}, /*index=10*/u1[2]{0}, bf16[3]{0}, f32[2]{0}, u64[2]{0}, s64[1]{0}, /*index=15*/f32[2]{0}, f32[8]{0}, f32[2]{0}) tuple(%a, %b, %c, %d, %f, %g, %h, %i, %j, %k, %l, %m, %n, %o, %s, %dot, %cp, %cc)
+}
+""",
 }
 
 

@@ -69,6 +69,20 @@ _ALL = [
     _t("c128", np.complex128, 128, "complex"),
     _t("f8e4m3fn", ml_dtypes.float8_e4m3fn, 8, "float"),
     _t("f8e5m2", ml_dtypes.float8_e5m2, 8, "float"),
+    # Narrow types XLA's text can carry (ml_dtypes gives each a numpy dtype).
+    _t("s1", ml_dtypes.int1, 1, "sint"),
+    _t("s2", ml_dtypes.int2, 2, "sint"),
+    _t("u1", ml_dtypes.uint1, 1, "uint"),
+    _t("u2", ml_dtypes.uint2, 2, "uint"),
+    _t("f8e4m3", ml_dtypes.float8_e4m3, 8, "float"),
+    _t("f8e3m4", ml_dtypes.float8_e3m4, 8, "float"),
+    _t("f8e4m3fnuz", ml_dtypes.float8_e4m3fnuz, 8, "float"),
+    _t("f8e5m2fnuz", ml_dtypes.float8_e5m2fnuz, 8, "float"),
+    _t("f8e4m3b11fnuz", ml_dtypes.float8_e4m3b11fnuz, 8, "float"),
+    _t("f8e8m0fnu", ml_dtypes.float8_e8m0fnu, 8, "float"),
+    _t("f6e2m3fn", ml_dtypes.float6_e2m3fn, 6, "float"),
+    _t("f6e3m2fn", ml_dtypes.float6_e3m2fn, 6, "float"),
+    _t("f4e2m1fn", ml_dtypes.float4_e2m1fn, 4, "float"),
     _t("token", None, 0, "token"),
 ]
 

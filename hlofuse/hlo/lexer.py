@@ -14,7 +14,7 @@ import re
 from .errors import HloParseError
 
 # Whitespace and comments; `/*index=5*/` and `/*i0=0*/` appear inside XLA's own output.
-WS = re.compile(r"(?:\s+|/\*.*?\*/|//[^\n]*)*", re.S)
+WS = re.compile(r"(?:\s+|/\*.*?\*/|//[^\n\r]*)*", re.S)
 # An instruction or computation name, with or without its `%` sigil.
 NAME = re.compile(r"%?([A-Za-z_][\w.\-]*)")
 # A bare word: identifiers, opcodes, attribute keys (which may contain '-').
@@ -23,6 +23,9 @@ INT = re.compile(r"[-+]?\d+")
 # Unrolled loops ("normal* (special normal*)*") match in linear time even when they fail.
 STRING_RE = r'"[^"\\\n]*(?:\\.[^"\\\n]*)*"'
 STRING = re.compile(STRING_RE, re.S)
+# XLA's strings may also span lines (a module's `origin_recovery_table` holds whole modules);
+# attribute values accept those, everything else keeps the one-line form for clearer errors.
+STRING_MULTILINE = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"', re.S)
 # Array shape text: element type, dimensions, optional layout. Layout bodies never nest braces.
 ARRAY_SHAPE = re.compile(r"([a-z][a-z0-9]*)\[([^\]\[]*)\](\{[^{}]*\})?")
 # Characters that open/close a nesting level or start a string, for balanced scanning.
@@ -75,6 +78,8 @@ class Lexer:
     def expected(self, what: str) -> HloParseError:
         """'expected X but found Y' at the cursor (after whitespace)."""
         self.skip_ws()
+        if self.text.startswith("/*", self.pos):
+            return self.error("unterminated comment: '/*' without '*/'")
         return self.error(f"expected {what} but found {self.describe()}")
 
     # ---- matching -----------------------------------------------------------------------
@@ -161,7 +166,7 @@ class Lexer:
                     break
             ch = text[pos]
             if ch == '"':
-                s = STRING.match(text, pos)
+                s = STRING.match(text, pos) or STRING_MULTILINE.match(text, pos)
                 if s is None:
                     raise self.error("unterminated string", pos)
                 pos = s.end()

@@ -8,17 +8,20 @@ from __future__ import annotations
 import math
 import re
 
+import ml_dtypes
 import numpy as np
 
 from .shapes import ArrayShape, Shape, TupleShape
 
-_TOKENS = re.compile(r"/\*.*?\*/|//[^\n]*|(\{|\}|\(|\)|,|[^\s{}(),/]+|/)", re.S)
+_TOKENS = re.compile(r"/\*.*?\*/|//[^\n\r]*|(\{|\}|\(|\)|,|[^\s{}(),/]+|/)", re.S)
 _INT = re.compile(r"[-+]?\d+$")
 _FLOAT_RE = r"[-+]?(?:(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|inf|nan)"
 _FLOAT = re.compile(_FLOAT_RE)
 _FLOATS = re.compile(f"(?:{_FLOAT_RE})(?: (?:{_FLOAT_RE}))*")
-_COMMENT = re.compile(r"/\*.*?\*/|//[^\n]*", re.S)
+_COMMENT = re.compile(r"/\*.*?\*/|//[^\n\r]*", re.S)
 _ATOM = re.compile(r"[^\s{}(),/]+")
+# A NaN with an explicit payload, `-nan(0x7f)` (the tokenizer splits it at the parentheses).
+_NAN_PAYLOAD = re.compile(r"([-+]?)nan\(0x([0-9a-fA-F]+)\)$")
 
 
 def _skeleton(dims: tuple[int, ...]) -> str:
@@ -107,6 +110,10 @@ class _Reader:
         tok = self.take()
         if tok in "{}(),":
             raise LiteralError(f"expected a number but found '{tok}'")
+        if tok.lstrip("-+") == "nan" and self.peek() == "(":
+            self.take("(")
+            tok += "(" + self.take() + ")"
+            self.take(")")
         return tok
 
     def array(self, dims: tuple[int, ...], d: int, flat: list, complex_: bool, shape: ArrayShape) -> None:
@@ -139,8 +146,16 @@ def _number(tok: str, shape: ArrayShape):
         if not _INT.match(tok):
             raise LiteralError(f"expected an integer for {_s(shape)} but found '{tok}'")
         v = int(tok)
-        info = np.iinfo(t.numpy) if t.numpy.kind in "iu" else None
-        lo, hi = (info.min, info.max) if info else _subbyte_range(t.name)
+        info = ml_dtypes.iinfo(t.numpy)
+        lo, hi = int(info.min), int(info.max)
+        if t.bits == 64:
+            # Like XLA, 64-bit literals wrap: u64 constant(-1) is 2^64-1, s64 takes up to 2^64-1.
+            lo, hi = -(1 << 63), (1 << 64) - 1
+            if not lo <= v <= hi:
+                raise LiteralError(f"value {tok} is out of range for {t.name}")
+            if t.kind == "sint":
+                return v - (1 << 64) if v > info.max else v
+            return v % (1 << 64)
         if not lo <= v <= hi:
             raise LiteralError(f"value {tok} is out of range for {t.name}")
         return v
@@ -149,28 +164,81 @@ def _number(tok: str, shape: ArrayShape):
     raise LiteralError(f"expected a number for {_s(shape)} but found '{tok}'")
 
 
-def _subbyte_range(name: str) -> tuple[int, int]:
-    return (-8, 7) if name == "s4" else (0, 15)
-
-
 def _to_numpy(flat: list, shape: ArrayShape) -> np.ndarray:
     dtype = shape.dtype.numpy
     if shape.dtype.is_complex:
         values = [complex(_number(r, _REAL_OF[shape.dtype.name]), _number(i, _REAL_OF[shape.dtype.name]))
                   for r, i in flat]
-        return np.array(values, dtype=dtype).reshape(shape.dims)
+        with np.errstate(over="ignore", invalid="ignore"):
+            arr = np.array(values, dtype=dtype)
+        parts = [t for pair in flat for t in pair]
+        _check_float_range(arr.view(arr.real.dtype).reshape(-1), parts, shape)
+        return arr.reshape(shape.dims)
     values = None
+    payloads: list[tuple[int, str, int]] = []
     if shape.dtype.is_float:
         if _FLOATS.fullmatch(" ".join(flat)):
             values = [float(tok) for tok in flat]  # bulk path; _number explains any failure
+        elif "(" in "".join(flat):
+            flat = list(flat)
+            for i, tok in enumerate(flat):
+                m = _NAN_PAYLOAD.match(tok)
+                if m is not None:
+                    payloads.append((i, m.group(1), int(m.group(2), 16)))
+                    flat[i] = m.group(1) + "nan"
     if values is None:
         values = [_number(tok, shape) for tok in flat]
     if shape.dtype.is_float:
-        with np.errstate(over="ignore"):
-            arr = np.array(values, dtype=np.float64).astype(dtype)
+        with np.errstate(over="ignore", invalid="ignore"):
+            wide = np.array(values, dtype=np.float64)
+            arr = wide.astype(dtype)
+        _check_float_range(arr, flat, shape)
+        for i, sign, payload in payloads:
+            _set_nan_payload(arr, i, sign == "-", payload, shape)
     else:
         arr = np.array(values, dtype=dtype)
     return arr.reshape(shape.dims)
+
+
+def _check_float_range(arr: np.ndarray, flat: list, shape: ArrayShape) -> None:
+    """XLA refuses a finite literal that does not fit its type (it would read as inf or NaN)."""
+    with np.errstate(invalid="ignore"):
+        bad = ~np.isfinite(arr.astype(np.float64))
+    if not bad.any():
+        return
+    for i in np.flatnonzero(bad):
+        tok = flat[i]
+        if "inf" not in tok and "nan" not in tok:
+            raise LiteralError(f"value {tok} is out of range for {shape.dtype.name}")
+
+
+# Float types whose NaNs carry a payload (an all-ones exponent with any nonzero mantissa).
+_IEEE_NAN_TYPES = frozenset({"f16", "bf16", "f32", "f64", "f8e5m2", "f8e4m3", "f8e3m4"})
+_UINT_OF_SIZE = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
+
+
+def _set_nan_payload(arr: np.ndarray, i: int, negative: bool, payload: int, shape: ArrayShape) -> None:
+    name = shape.dtype.name
+    info = ml_dtypes.finfo(arr.dtype)
+    if name not in _IEEE_NAN_TYPES or not 0 < payload < (1 << info.nmant):
+        raise LiteralError(f"{name} literal tries to set NaN payload 0x{payload:x}")
+    bits = arr.dtype.itemsize * 8
+    word = ((1 << info.nexp) - 1) << info.nmant | payload | (int(negative) << (bits - 1))
+    arr.reshape(-1).view(_UINT_OF_SIZE[arr.dtype.itemsize])[i] = word
+
+
+def _nan_text(v, type_name: str) -> str:
+    """`nan`, `-nan`, or with a payload that is not the quiet NaN's: `nan(0x1)`."""
+    a = np.asarray(v)
+    with np.errstate(invalid="ignore"):
+        sign = "-" if np.signbit(a.astype(np.float64)) else ""
+    if type_name not in _IEEE_NAN_TYPES:
+        return sign + "nan"
+    info = ml_dtypes.finfo(a.dtype)
+    payload = int(a.reshape(1).view(_UINT_OF_SIZE[a.dtype.itemsize])[0]) & ((1 << info.nmant) - 1)
+    if payload == 1 << (info.nmant - 1):
+        return sign + "nan"
+    return f"{sign}nan(0x{payload:x})"
 
 
 def _real_shape(name: str) -> ArrayShape:
@@ -189,15 +257,23 @@ _FLOAT_DIGITS = {"f32": (6, 9), "f64": (15, 17), "c64": (6, 9), "c128": (15, 17)
                  "f16": (None, 5), "bf16": (None, 4), "f8e4m3fn": (None, 3), "f8e5m2": (None, 2)}
 
 
+def _max_digits10(dtype) -> int:
+    """Decimal digits that identify every value of a float type: ceil(1 + p * log10(2))."""
+    return math.ceil(1 + (ml_dtypes.finfo(dtype).nmant + 1) * math.log10(2))
+
+
 def _format_float(v, type_name: str) -> str:
     f = float(v)
     if math.isnan(f):
-        return "-nan" if math.copysign(1.0, f) < 0 else "nan"
+        return _nan_text(v, type_name)
     if math.isinf(f):
         return "inf" if f > 0 else "-inf"
     if f == 0.0 and math.copysign(1.0, f) < 0:
         return "-0.0"  # XLA's parser reads "-0" as the integer 0 and would lose the sign
-    short, full = _FLOAT_DIGITS.get(type_name, (None, 17))
+    digits = _FLOAT_DIGITS.get(type_name)
+    if digits is None:
+        digits = _FLOAT_DIGITS[type_name] = (None, _max_digits10(np.asarray(v).dtype))
+    short, full = digits
     if short is not None:
         text = "%.*g" % (short, f)
         back = float(text)

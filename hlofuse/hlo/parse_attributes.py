@@ -107,11 +107,32 @@ _WORD = re.compile(r"[A-Za-z_][\w\-]*$")
 _WINDOW_FIELD = re.compile(r"(size|stride|pad|lhs_dilate|rhs_dilate|rhs_reversal)=(\S+)")
 
 
-def decode_attribute(key: str, raw: str, offset: int = 0) -> Any:
-    """The IR value of attribute `key` whose text is `raw` (starting at source `offset`).
+# Keys that mean one structured thing on some opcodes only; on any other opcode the value is
+# kept verbatim (`algorithm=dot_tf32_tf32_f32` on a dot, `slice_sizes={{64,32}}` on a
+# collective-permute).
+_KEY_OWNERS = {"algorithm": frozenset({"rng-bit-generator"}), "slice_sizes": frozenset({"gather"})}
+
+
+def decode_attribute(key: str, raw: str, offset: int = 0, opcode: str | None = None) -> Any:
+    """The IR value of attribute `key` whose text is `raw` (starting at source `offset`) on an
+    instruction with `opcode` (None: any).
 
     Raises AttributeError_ (with an offset into `raw`) when a structured value is malformed.
+    A custom-call's attributes mean nothing to hlofuse, so there a malformed one stays Raw
+    (XLA accepts `dim_labels=?b01f_0?1io->b01?f` on a custom-call).
     """
+    owners = _KEY_OWNERS.get(key)
+    if opcode is not None and owners is not None and opcode not in owners:
+        return Raw(raw)
+    if opcode == "custom-call":
+        try:
+            return _decode(key, raw, offset)
+        except AttributeError_:
+            return Raw(raw)
+    return _decode(key, raw, offset)
+
+
+def _decode(key: str, raw: str, offset: int) -> Any:
     if key in INT_LIST_KEYS:
         return _int_list(key, raw)
     if key in INT_KEYS:

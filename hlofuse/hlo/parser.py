@@ -49,7 +49,7 @@ _NEXT_LINE = re.compile(r"\s*(\})?")
 def parse_hlo(text: str, filename: str = "<string>") -> HloModule:
     """Parse HLO module text; raises HloParseError (with position) on any malformed input."""
     if "\r" in text:
-        text = text.replace("\r\n", "\n")
+        text = text.replace("\r\n", "\n")  # a lone '\r' (old Mac files) is a blank too
     # The parser allocates many long-lived objects and no cycles worth collecting: pausing
     # the cyclic garbage collector keeps it from rescanning the growing graph (about 2x faster).
     gc_was_enabled = gc.isenabled()
@@ -110,6 +110,8 @@ class _Parser:
         if not has_header and lex.at_end():
             raise lex.expected("'HloModule'")
         name = lex.name("a module name")[0] if has_header else ""
+        if has_header:
+            lex.accept(":")  # XLA's tests write `HloModule name:`
         module = self.module = HloModule(name)
         while has_header and lex.accept(","):
             key = self._attr_key()
@@ -149,10 +151,11 @@ class _Parser:
         name, pos = lex.name("a computation name")
         if name in self.computations:
             raise lex.error(f"computation '{name}' is defined twice", pos)
-        if lex.peek() == "(":
-            self._signature()
+        signature = self._signature() if lex.peek() == "(" else None
         lex.expect("{")
         comp = self._computation_body(name, pos)
+        if signature is not None:
+            self._check_signature(comp, *signature)
         if lex.accept(","):
             if not lex.accept_keyword("execution_thread"):
                 raise lex.expected("'execution_thread'")
@@ -235,19 +238,40 @@ class _Parser:
         lex.expect("{")
         return self._computation_body(self.module.unique_name("_"), pos)  # XLA calls them "_"
 
-    def _signature(self) -> None:
+    def _signature(self) -> tuple[list[Shape], Shape, int]:
+        """`(p: shape, ...) -> shape`: the parameter shapes, the result shape and its offset."""
         lex = self.lex
         lex.expect("(")
+        params = []
         if not lex.accept(")"):
             while True:
                 lex.name("a parameter name")
                 lex.expect(":")
-                self.shapes.parse()
+                params.append(self.shapes.parse())
                 if lex.accept(")"):
                     break
                 lex.expect(",")
         lex.expect("->")
-        self.shapes.parse()
+        lex.skip_ws()
+        result_pos = lex.pos
+        return params, self.shapes.parse(), result_pos
+
+    def _check_signature(self, comp: HloComputation, params: list[Shape], result: Shape, pos: int) -> None:
+        """Like XLA, refuse a signature that disagrees with the body (layouts aside)."""
+        lex = self.lex
+        root = comp.root
+        if not result.equal_ignoring_layout(root.shape):
+            raise lex.error(f"computation '{comp.name}' is declared to return {result.to_text(False)} but its "
+                            f"root '{root.name}' has shape {root.shape.to_text(False)}", pos)
+        actual = comp.parameters
+        if len(actual) != len(params):
+            raise lex.error(f"computation '{comp.name}' declares {len(params)} parameters but has "
+                            f"{len(actual)}", pos)
+        for declared, p in zip(params, actual):
+            if not declared.equal_ignoring_layout(p.shape):
+                raise lex.error(f"computation '{comp.name}' declares parameter {p.parameter_number} as "
+                                f"{declared.to_text(False)} but '{p.name}' has shape {p.shape.to_text(False)}",
+                                self._name_pos.get(id(p), pos))
 
     def _link(self, comp: HloComputation, pending: list[_Pending], by_name: dict[str, HloInstruction]) -> None:
         lex = self.lex
@@ -463,7 +487,7 @@ class _Parser:
                     raw.fusion_instruction = inst
                 continue
             try:
-                value = decode_attribute(key, raw, value_pos)
+                value = decode_attribute(key, raw, value_pos, inst.opcode)
             except AttributeError_ as e:
                 raise lex.error(f"{e} (on '{inst.name}')", value_pos + e.offset) from None
             if isinstance(value, ComputationRef):

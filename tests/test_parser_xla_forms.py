@@ -1,0 +1,202 @@
+"""Syntax forms found in XLA's own tests (hlo_parser_test.cc and friends), written by hand:
+element types beyond the common ones, NaN payloads, literal ranges, keys that mean different
+things on different opcodes, header and comment forms, and the checks XLA makes on them."""
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+from hlofuse.hlo.attributes import ConvDimensionNumbers, Raw
+from hlofuse.hlo.errors import HloParseError
+from hlofuse.hlo.parser import parse_hlo
+from hlofuse.hlo.printer import module_to_text
+
+
+def constant(shape: str, literal: str):
+    """The parsed instruction of `ROOT c = <shape> constant(<literal>)`."""
+    return parse_hlo(f"HloModule m\nENTRY e {{\n  ROOT c = {shape} constant({literal})\n}}\n").entry.root
+
+
+def printed_literal(shape: str, literal: str) -> str:
+    line = module_to_text(parse_hlo(f"HloModule m\nENTRY e {{\n  ROOT c = {shape} constant({literal})\n}}\n"))
+    return line.split("constant(", 1)[1].rsplit(")", 1)[0]
+
+
+def bits(arr: np.ndarray) -> list[int]:
+    arr = np.ascontiguousarray(arr)
+    return arr.reshape(-1).view({1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}[arr.itemsize]).tolist()
+
+
+# ---- element types -----------------------------------------------------------------------
+# The printed text is XLA's own (checked against jaxlib's printer): `%.<max_digits10>g`.
+@pytest.mark.parametrize("name, dtype, values, printed", [
+    ("s1", ml_dtypes.int1, [-1, 0], "{-1, 0}"),
+    ("s2", ml_dtypes.int2, [-2, 1], "{-2, 1}"),
+    ("u1", ml_dtypes.uint1, [0, 1], "{0, 1}"),
+    ("u2", ml_dtypes.uint2, [0, 3], "{0, 3}"),
+    ("f8e4m3", ml_dtypes.float8_e4m3, [240.0, -0.5], "{240, -0.5}"),
+    ("f8e3m4", ml_dtypes.float8_e3m4, [15.5, 0.25], "{15.5, 0.25}"),
+    ("f8e4m3fnuz", ml_dtypes.float8_e4m3fnuz, [240.0, -0.125], "{240, -0.125}"),
+    ("f8e5m2fnuz", ml_dtypes.float8_e5m2fnuz, [57344.0, 3.0], "{5.7e+04, 3}"),
+    ("f8e4m3b11fnuz", ml_dtypes.float8_e4m3b11fnuz, [30.0, -1.0], "{30, -1}"),
+    ("f8e8m0fnu", ml_dtypes.float8_e8m0fnu, [0.5, 1024.0], "{0.5, 1e+03}"),
+    ("f6e2m3fn", ml_dtypes.float6_e2m3fn, [7.5, -0.125], "{7.5, -0.125}"),
+    ("f6e3m2fn", ml_dtypes.float6_e3m2fn, [28.0, 0.0625], "{28, 0.062}"),
+    ("f4e2m1fn", ml_dtypes.float4_e2m1fn, [6.0, -0.5], "{6, -0.5}"),
+])
+def test_narrow_element_types_parse_and_print(name, dtype, values, printed):
+    text = "{" + ", ".join(repr(v) for v in values) + "}"
+    c = constant(f"{name}[2]", text)
+    assert c.shape.dtype.name == name and c.literal.dtype == np.dtype(dtype)
+    assert c.literal.astype(np.float64).tolist() == values
+    assert printed_literal(f"{name}[2]", text) == printed
+    assert constant(f"{name}[2]", printed).literal.astype(np.float64).tolist() == values
+
+
+def test_narrow_integer_ranges():
+    with pytest.raises(HloParseError, match="value 2 is out of range for s2"):
+        constant("s2[]", "2")
+    with pytest.raises(HloParseError, match="value -1 is out of range for u1"):
+        constant("u1[]", "-1")
+
+
+def test_narrow_float_prints_enough_digits_to_read_back():
+    # 0.1 rounds to 0.1015625 in f8e4m3fnuz (3 mantissa bits): 3 significant digits identify it.
+    c = constant("f8e4m3fnuz[]", "0.1")
+    assert float(c.literal) == 0.1015625
+    assert printed_literal("f8e4m3fnuz[]", "0.1") == "0.102"
+
+
+# ---- literal values ------------------------------------------------------------------------
+def test_nan_payloads_are_kept_and_printed():
+    c = constant("bf16[3]", "{-nan(0x7f), nan(0x1), -nan}")
+    assert bits(c.literal) == [0xFFFF, 0x7F81, 0xFFC0]
+    assert printed_literal("bf16[3]", "{-nan(0x7f), nan(0x1), -nan}") == "{-nan(0x7f), nan(0x1), -nan}"
+    c = constant("f32[]", "nan(0x123)")
+    assert bits(c.literal) == [0x7F800123]
+    # The quiet NaN's own payload prints as plain nan.
+    assert printed_literal("f32[]", "nan(0x400000)") == "nan"
+
+
+@pytest.mark.parametrize("shape, literal", [
+    ("bf16[]", "nan(0x80)"),        # 7 mantissa bits
+    ("f8e4m3fn[]", "nan(0x1)"),     # a single NaN, no payloads
+    ("f16[]", "nan(0x0)"),          # that would be infinity
+])
+def test_impossible_nan_payloads_are_refused(shape, literal):
+    with pytest.raises(HloParseError, match="tries to set NaN payload"):
+        constant(shape, literal)
+
+
+@pytest.mark.parametrize("shape, literal", [
+    ("f16[]", "-65520"), ("bf16[]", "1e100"), ("f64[]", "1.8e308"), ("c64[]", "(1e100, 0)"),
+    ("f8e4m3fn[]", "1000"), ("f32[2]", "{1, 1e39}"),
+])
+def test_finite_floats_too_large_for_their_type_are_refused(shape, literal):
+    with pytest.raises(HloParseError, match="out of range"):
+        constant(shape, literal)
+
+
+def test_infinities_and_largest_finite_values_are_accepted():
+    assert constant("f16[2]", "{65504, -inf}").literal.tolist() == [65504.0, -np.inf]
+    assert float(constant("f8e4m3fn[]", "448").literal) == 448.0
+    assert float(constant("f32[]", "1e-50").literal) == 0.0  # underflow is rounding, not an error
+
+
+def test_64_bit_literals_wrap_like_xla():
+    assert int(constant("u64[]", "-1").literal) == 2**64 - 1
+    assert int(constant("s64[]", "9223372036854775808").literal) == -2**63
+    with pytest.raises(HloParseError, match="out of range for u32"):
+        constant("u32[]", "-1")
+    with pytest.raises(HloParseError, match="out of range for u64"):
+        constant("u64[]", "18446744073709551616")
+
+
+# ---- attributes whose meaning depends on the opcode ----------------------------------------
+def test_dot_algorithm_is_kept_verbatim_and_rng_algorithm_checked():
+    m = parse_hlo("""HloModule m
+ENTRY e {
+  a = f32[2,3] parameter(0)
+  ROOT d = f32[2,2] dot(a, a), lhs_contracting_dims={1}, rhs_contracting_dims={1}, algorithm=dot_bf16_bf16_f32_x3
+}
+""")
+    assert m.entry.root.attrs["algorithm"] == Raw("dot_bf16_bf16_f32_x3")
+    assert "algorithm=dot_bf16_bf16_f32_x3" in module_to_text(m)
+    with pytest.raises(HloParseError, match="'algorithm' must be one of"):
+        parse_hlo("HloModule m\nENTRY e {\n  s = u64[2] parameter(0)\n"
+                  "  ROOT r = (u64[2], u32[4]) rng-bit-generator(s), algorithm=dot_any\n}\n")
+
+
+def test_slice_sizes_of_a_collective_permute_are_a_list_of_lists():
+    m = parse_hlo("""HloModule m
+ENTRY e {
+  p = f32[8] parameter(0)
+  z = s32[] constant(0)
+  t = (s32[]) tuple(z)
+  ROOT cp = f32[8] collective-permute(p, p, t, t), source_target_pairs={{0,1}}, slice_sizes={{2},{4}}
+}
+""")
+    assert m.entry.root.attrs["slice_sizes"] == Raw("{{2},{4}}")
+    g = parse_hlo("""HloModule m
+ENTRY e {
+  o = f32[5,4] parameter(0)
+  i = s32[3,1] parameter(1)
+  ROOT g = f32[3,4] gather(o, i), offset_dims={1}, collapsed_slice_dims={0}, start_index_map={0}, index_vector_dim=1, slice_sizes={1,4}
+}
+""").entry.root
+    assert g.attrs["slice_sizes"] == (1, 4)
+
+
+def test_custom_call_keeps_attributes_xla_does_not_check():
+    root = parse_hlo("HloModule m\nENTRY e {\n  ROOT r = f32[4] custom-call(), custom_call_target=\"x\", "
+                     "window={size=2}, dim_labels=?b0f_0?io->b0?f\n}\n").entry.root
+    assert root.attrs["dim_labels"] == Raw("?b0f_0?io->b0?f")
+    conv = parse_hlo("""HloModule m
+ENTRY e {
+  a = f32[1,4,1] parameter(0)
+  k = f32[1,1,1] parameter(1)
+  ROOT c = f32[1,4,1] convolution(a, k), window={size=1}, dim_labels=b0f_0io->b0f
+}
+""").entry.root
+    assert isinstance(conv.attrs["dim_labels"], ConvDimensionNumbers)
+    with pytest.raises(HloParseError, match="dim_labels"):
+        parse_hlo("HloModule m\nENTRY e {\n  a = f32[1,4,1] parameter(0)\n  k = f32[1,1,1] parameter(1)\n"
+                  "  ROOT c = f32[1,4,1] convolution(a, k), window={size=1}, dim_labels=?0f_0io->b0f\n}\n")
+
+
+# ---- module structure ----------------------------------------------------------------------
+def test_module_name_may_end_with_a_colon():
+    m = parse_hlo("HloModule my_mod:\nENTRY e {\n  ROOT c = f32[] constant(1)\n}\n")
+    assert m.name == "my_mod"
+    assert module_to_text(m).startswith("HloModule my_mod, ")
+
+
+def test_old_mac_line_endings_with_line_comments():
+    m = parse_hlo("HloModule m\r// note\rENTRY e {\r  // inside\r  ROOT c = f32[] constant(2) // after\r}")
+    assert m.entry.root.opcode == "constant" and float(m.entry.root.literal) == 2.0
+
+
+def test_header_string_spanning_lines_prints_back_verbatim():
+    text = 'HloModule m, frontend_attributes={doc="first line\n  second line"}\n\nENTRY e {\n  ROOT c = f32[] constant(1)\n}\n'
+    m = parse_hlo(text)
+    assert str(m.attrs["frontend_attributes"]) == '{doc="first line\n  second line"}'
+    printed = module_to_text(m)
+    assert module_to_text(parse_hlo(printed)) == printed
+
+
+def test_unterminated_block_comment_is_named():
+    with pytest.raises(HloParseError, match="unterminated comment") as e:
+        parse_hlo("HloModule m\nENTRY e {\n  /* never closed\n  ROOT c = f32[] constant(1)\n}\n")
+    assert (e.value.line, e.value.column) == (3, 3)
+
+
+def test_signature_must_agree_with_the_body():
+    with pytest.raises(HloParseError, match=r"declared to return f32\[1\] but its root 'r' has shape f32\[2\]"):
+        parse_hlo("HloModule m\nENTRY %e () -> f32[1] {\n  ROOT %r = f32[2] constant({1, 2})\n}\n")
+    with pytest.raises(HloParseError, match=r"declares parameter 0 as s32\[\] but 'p' has shape f32\[\]"):
+        parse_hlo("HloModule m\nENTRY %e (p: s32[]) -> f32[] {\n  ROOT %p = f32[] parameter(0)\n}\n")
+    with pytest.raises(HloParseError, match="declares 2 parameters but has 1"):
+        parse_hlo("HloModule m\nENTRY %e (p: f32[], q: f32[]) -> f32[] {\n  ROOT %p = f32[] parameter(0)\n}\n")
+    # Layouts may differ: XLA's signatures print none.
+    parse_hlo("HloModule m\nENTRY %e (p: f32[2,3]) -> f32[2,3] {\n  ROOT %p = f32[2,3]{0,1} parameter(0)\n}\n")
