@@ -59,8 +59,10 @@ class Executable:
 def optimize(module: HloModule, target: str = "cpu", fusion: bool = True, verify: bool = False,
              dump_dir: str | None = None, passes: list[str] | None = None, timings: bool = False):
     """Run the pass pipeline on a copy of `module`; return (optimized module, pipeline)."""
+    from .hlo.verifier import verify
     from .passes.pipeline import PassPipeline, get_pass, standard_pipeline
 
+    verify(module)  # a malformed module is the user's error, not something to run
     work = module.clone()
     if passes is not None:
         pipeline = PassPipeline([get_pass(p) for p in passes], verify=verify, dump_dir=dump_dir, timings=timings)

@@ -111,3 +111,12 @@ def test_run_cpu_compare_example():
     proc = run_cli("run", EXAMPLE, "--backend", "cpu", "--compare", "--report")
     assert proc.returncode == 0, proc.stderr
     assert "result: match" in proc.stdout
+
+
+def test_module_that_fails_verification_is_a_user_error(tmp_path):
+    bad = tmp_path / "bad.hlo"
+    bad.write_text(SIMPLE.replace("ROOT a = f32[4]{0} add", "ROOT a = f32[5]{0} add"))
+    proc = run_cli("run", str(bad), "--backend", "cpu")
+    assert proc.returncode == 2
+    assert "Traceback" not in proc.stderr
+    assert "instruction a" in proc.stderr and "f32[5]" in proc.stderr

@@ -79,7 +79,8 @@ def compare_arrays(actual: np.ndarray, expected: np.ndarray, index: int = 0,
     nan_mismatch = nan_a != nan_e
     finite = ~(nan_a | nan_e)
     abs_err = np.zeros(e.shape)
-    abs_err[finite] = np.abs(a[finite] - e[finite])
+    with np.errstate(invalid="ignore", over="ignore"):  # inf - inf is handled below
+        abs_err[finite] = np.abs(a[finite] - e[finite])
     inf_e = np.isinf(e) & finite
     inf_mismatch = np.zeros(e.shape, bool)
     inf_mismatch[inf_e] = a[inf_e] != e[inf_e]
