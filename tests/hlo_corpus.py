@@ -150,6 +150,23 @@ ENTRY %e (p: f32[8], q: s1[4], r: f4e2m1fn[2,2]) -> (f8e4m3[3], f8e3m4[2], f8e4m
   ROOT %out = (f8e4m3[3]{0}, f8e3m4[2]{0}, f8e4m3fnuz[2]{0}, f8e5m2fnuz[2]{0}, f8e4m3b11fnuz[2]{0}, /*index=5*/f8e8m0fnu[2]{0}, f6e2m3fn[2]{0}, f6e3m2fn[2]{0}, s2[2]{0}, u2[2]{0}, /*index=10*/u1[2]{0}, bf16[3]{0}, f32[2]{0}, u64[2]{0}, s64[1]{0}, /*index=15*/f32[2]{0}, f32[8]{0}, f32[2]{0}) tuple(%a, %b, %c, %d, %f, %g, %h, %i, %j, %k, %l, %m, %n, %o, %s, %dot, %cp, %cc)
 }
 """,
+    # Shapes left for the parser to infer and instructions nested in operand lists (XLA's
+    # short test syntax): they print as ordinary instructions named `<opcode>.anon`.
+    "inferred_and_nested": """HloModule inferred
+
+%neg (x: f32[]) -> f32[] {
+  %x = f32[] parameter(0)
+  ROOT %n = negate(%x)
+}
+
+ENTRY %e {
+  %a = f32[2,10] parameter(0)
+  %d = dot(%a, f32[10,3] parameter(1)), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  %s = add(%d, f32[2,3] broadcast(f32[] constant(1)))
+  %c = conditional(pred[] parameter(2), f32[] parameter(3), f32[] parameter(4)), true_computation=%neg, false_computation=%neg
+  ROOT %t = tuple(%s, (f32[], s32[]) tuple(%c, s32[] constant(7)))
+}
+""",
 }
 
 

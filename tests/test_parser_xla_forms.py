@@ -200,3 +200,65 @@ def test_signature_must_agree_with_the_body():
         parse_hlo("HloModule m\nENTRY %e (p: f32[], q: f32[]) -> f32[] {\n  ROOT %p = f32[] parameter(0)\n}\n")
     # Layouts may differ: XLA's signatures print none.
     parse_hlo("HloModule m\nENTRY %e (p: f32[2,3]) -> f32[2,3] {\n  ROOT %p = f32[2,3]{0,1} parameter(0)\n}\n")
+
+
+# ---- shapes left for the parser to infer, and instructions nested in operand lists ---------
+def test_shapes_left_out_are_inferred_with_default_layouts():
+    m = parse_hlo("""HloModule m
+neg {
+  x = f32[] parameter(0)
+  ROOT n = negate(x)
+}
+
+ENTRY e {
+  a = f32[2,10] parameter(0)
+  b = f32[10,3] parameter(1)
+  d = dot(a, b), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  s = add(d, d)
+  p = pred[] parameter(2)
+  f = f32[] parameter(3)
+  c = conditional(p, f, f), true_computation=neg, false_computation=neg
+  ROOT t = tuple(s, c)
+}
+""")
+    e = m.entry
+    assert str(e.instruction("d").shape) == "f32[2,3]{1,0}"
+    assert str(e.instruction("s").shape) == "f32[2,3]{1,0}"
+    assert str(e.instruction("c").shape) == "f32[]"
+    assert str(e.root.shape) == "(f32[2,3]{1,0}, f32[])"
+    printed = module_to_text(m)
+    assert "%s = f32[2,3]{1,0} add(" in printed and module_to_text(parse_hlo(printed)) == printed
+
+
+def test_nested_instructions_become_anon_instructions_before_their_user():
+    m = parse_hlo("""HloModule m
+ENTRY e {
+  ROOT r = multiply(f32[4] parameter(0),
+                    negate(f32[4] parameter(1)))
+}
+""")
+    e = m.entry
+    assert [(i.name, i.opcode) for i in e.instructions] == [
+        ("parameter.anon", "parameter"), ("parameter.anon.1", "parameter"), ("negate.anon", "negate"),
+        ("r", "multiply")]
+    assert [o.name for o in e.root.operands] == ["parameter.anon", "negate.anon"]
+    assert [p.parameter_number for p in e.parameters] == [0, 1]
+    assert str(e.root.shape) == "f32[4]{0}"
+
+
+def test_broadcast_of_a_scalar_may_leave_out_its_dimensions():
+    m = parse_hlo("HloModule m\nENTRY e {\n  s = f32[] parameter(0)\n  ROOT b = f32[2,3] broadcast(s)\n}\n")
+    assert m.entry.root.attrs["dimensions"] == ()
+    with pytest.raises(HloParseError, match="needs dimensions"):
+        parse_hlo("HloModule m\nENTRY e {\n  v = f32[3] parameter(0)\n  ROOT b = f32[2,3] broadcast(v)\n}\n")
+
+
+@pytest.mark.parametrize("body, message", [
+    ("  ROOT p = parameter(0)", "cannot infer the shape of 'p'"),
+    ("  ROOT c = constant(1)", "the shape of constant 'c' must be written out"),
+    ("  a = f32[4] parameter(0)\n  ROOT r = reshape(a)", "cannot infer the shape of 'r'"),
+    ("  a = f32[4] parameter(0)\n  ROOT r = add(a, f32[5] parameter(1))", "cannot infer the shape of 'r'"),
+])
+def test_shapes_that_cannot_be_inferred_are_errors(body, message):
+    with pytest.raises(HloParseError, match=message):
+        parse_hlo(f"HloModule m\nENTRY e {{\n{body}\n}}\n")

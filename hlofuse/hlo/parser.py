@@ -17,13 +17,14 @@ from pathlib import Path
 from .attributes import Raw
 from .errors import HloParseError
 from .ir import HloComputation, HloInstruction, HloModule
-from .lexer import ARRAY_SHAPE, STRING, STRING_RE, WORD, Lexer
+from .lexer import STRING, STRING_RE, WORD, Lexer
 from .literals import LiteralError, parse_literal
 from .opcodes import OPS, VARIADIC
 from .parse_attributes import (COMPUTATION_KEYS, COMPUTATION_LIST_KEYS, OPCODE_FROM_TEXT, AttributeError_,
                                ComputationRef, decode_attribute)
+from .parse_infer import build_async_computations, check_signature, complete_instructions
 from .parse_shapes import ShapeReader
-from .shapes import Shape, TupleShape
+from .shapes import Shape
 
 _SECTION = re.compile(
     r"(FileNames|FunctionNames|FileLocations|StackFrames)[ \t]*(?:\n|$)((?:[ \t]*\d+[ \t][^\n]*(?:\n|$)|[ \t]*\n)*)"
@@ -40,10 +41,10 @@ _FAST_VALUE = re.compile(r'[ \t]*([%\w.\-]+|\{[^{}"\n/]*(?:' + STRING_RE + r'[^{
 # A line break after which the attribute list does not go on (no ',' or comment comes next).
 _LINE_END = re.compile(r"[ \t]*\n[ \t]*[^ \t\n,/]")
 _ASYNC_SUGAR = re.compile(r"(.+)-(start|update|done)")
-# Attributes of an `op-start` shorthand that belong to the async-start, not to the wrapped op.
-_ASYNC_START_KEEPS = frozenset({"async_execution_thread", "async_group_id", "metadata", "sharding",
-                                "frontend_attributes", "statistics", "origin"})
 _NEXT_LINE = re.compile(r"\s*(\})?")
+_SHAPE_START = re.compile(r"[a-z][a-z0-9]*\[")
+# An operand written as an instruction of its own: `[shape] opcode(` (XLA's nested syntax).
+_NESTED_HEAD = re.compile(r"([a-z][a-z0-9\-]*)[ \t]*\(")
 
 
 def parse_hlo(text: str, filename: str = "<string>") -> HloModule:
@@ -100,6 +101,9 @@ class _Parser:
         self.module: HloModule | None = None
         self._name_pos: dict[int, int] = {}  # id(instruction) -> offset of its name, for errors
         self._async_starts: list[tuple[HloInstruction, str, int]] = []  # `op-start` shorthands
+        self._nested: list[_Pending] = []  # instructions written inside an operand list, in order
+        self._incomplete = False  # a shape or a broadcast's dimensions are left to infer
+        self._signatures: list[tuple[HloComputation, list[Shape], Shape, int]] = []
 
     # ---- module ---------------------------------------------------------------------------
     def parse_module(self) -> HloModule:
@@ -132,7 +136,12 @@ class _Parser:
         if not module.computations:
             raise lex.error("expected a computation but found end of input")
         self._resolve_computation_refs()
-        self._build_async_computations()
+        error, name_pos = self.lex.error, lambda inst: self._name_pos.get(id(inst), 0)
+        if self._incomplete:
+            complete_instructions(module, error, name_pos)
+        for comp, params, result, pos in self._signatures:
+            check_signature(comp, params, result, pos, error, name_pos)
+        build_async_computations(module, self._async_starts, error)
         module.set_entry(entry if entry is not None else module.computations[-1])
         if not has_header:
             module.name = "module_" + module.entry.name
@@ -155,7 +164,7 @@ class _Parser:
         lex.expect("{")
         comp = self._computation_body(name, pos)
         if signature is not None:
-            self._check_signature(comp, *signature)
+            self._signatures.append((comp, *signature))
         if lex.accept(","):
             if not lex.accept_keyword("execution_thread"):
                 raise lex.expected("'execution_thread'")
@@ -188,15 +197,20 @@ class _Parser:
             if lex.pos >= len(text):
                 raise lex.expected("'}' to close computation '" + name + "'")
             item, is_root, name_pos = self.parse_instruction()
+            if self._nested:
+                for nested in self._nested:  # operands written in place come first
+                    self._add_instruction(comp, nested, by_name, pending)
+                self._nested.clear()
             inst = item.inst
-            if inst.name in by_name:
-                raise lex.error(f"instruction '{inst.name}' is defined twice in computation '{name}'", name_pos)
-            by_name[inst.name] = inst
             if is_root:
                 if root is not None:
                     raise lex.error(f"second ROOT '{inst.name}' in computation '{name}' (the first is "
                                     f"'{root.name}')", name_pos)
                 root = inst
+            # _add_instruction, inlined on this hot path
+            if inst.name in by_name:
+                raise lex.error(f"instruction '{inst.name}' is defined twice in computation '{name}'", name_pos)
+            by_name[inst.name] = inst
             inst.parent = comp
             comp.instructions.append(inst)
             module.reserve_name(inst.name)
@@ -206,6 +220,18 @@ class _Parser:
         comp.root = root if root is not None else comp.instructions[-1]
         self._link(comp, pending, by_name)
         return comp
+
+    def _add_instruction(self, comp: HloComputation, item: _Pending, by_name: dict[str, HloInstruction],
+                         pending: list[_Pending]) -> None:
+        inst = item.inst
+        if inst.name in by_name:
+            raise self.lex.error(f"instruction '{inst.name}' is defined twice in computation '{comp.name}'",
+                                 self._name_pos.get(id(inst), 0))
+        by_name[inst.name] = inst
+        inst.parent = comp
+        comp.instructions.append(inst)
+        self.module.reserve_name(inst.name)
+        pending.append(item)
 
     def _inline_computations(self, key: str):
         """XLA's canonical text writes called computations in place: `to_apply={ ... }` and
@@ -255,23 +281,6 @@ class _Parser:
         lex.skip_ws()
         result_pos = lex.pos
         return params, self.shapes.parse(), result_pos
-
-    def _check_signature(self, comp: HloComputation, params: list[Shape], result: Shape, pos: int) -> None:
-        """Like XLA, refuse a signature that disagrees with the body (layouts aside)."""
-        lex = self.lex
-        root = comp.root
-        if not result.equal_ignoring_layout(root.shape):
-            raise lex.error(f"computation '{comp.name}' is declared to return {result.to_text(False)} but its "
-                            f"root '{root.name}' has shape {root.shape.to_text(False)}", pos)
-        actual = comp.parameters
-        if len(actual) != len(params):
-            raise lex.error(f"computation '{comp.name}' declares {len(params)} parameters but has "
-                            f"{len(actual)}", pos)
-        for declared, p in zip(params, actual):
-            if not declared.equal_ignoring_layout(p.shape):
-                raise lex.error(f"computation '{comp.name}' declares parameter {p.parameter_number} as "
-                                f"{declared.to_text(False)} but '{p.name}' has shape {p.shape.to_text(False)}",
-                                self._name_pos.get(id(p), pos))
 
     def _link(self, comp: HloComputation, pending: list[_Pending], by_name: dict[str, HloInstruction]) -> None:
         lex = self.lex
@@ -363,7 +372,7 @@ class _Parser:
             is_root = lex.accept_keyword("ROOT")
             name, name_pos = lex.name("an instruction name")
             lex.expect("=")
-            shape = self.shapes.parse()
+            shape = self._optional_shape()
             lex.skip_ws()
             op_pos = lex.pos
             w = WORD.match(text, op_pos)
@@ -434,35 +443,6 @@ class _Parser:
             self._async_starts.append((inst, wrapped, op_pos))
         return inst, info
 
-    def _build_async_computations(self) -> None:
-        """Give each `op-start` shorthand its explicit computation: parameters for the start's
-        operands and the wrapped op (with the start's op-specific attributes) as root."""
-        module = self.module
-        for start, opcode, op_pos in self._async_starts:
-            shape = start.shape
-            if not isinstance(shape, TupleShape) or len(shape.elements) < 2:
-                raise self.lex.error(f"'{opcode}-start' must have a tuple shape (operands, result, ...) "
-                                     f"but '{start.name}' has {shape}", op_pos)
-            comp = HloComputation(module.unique_name(f"{start.name}.async_computation"))
-            comp.parent = module
-            for i, op in enumerate(start.operands):
-                p = HloInstruction("parameter", op.shape, name=module.unique_name(f"param_{i}"))
-                p.parameter_number = i
-                p.parent = comp
-                comp.instructions.append(p)
-            moved = {k: v for k, v in start.attrs.items() if k not in _ASYNC_START_KEEPS}
-            root = HloInstruction(opcode, shape.elements[1], list(comp.instructions), moved,
-                                  module.unique_name(f"{start.name}.wrapped"))
-            root.parent = comp
-            comp.instructions.append(root)
-            comp.root = root
-            thread = start.attrs.get("async_execution_thread")
-            if isinstance(thread, Raw) and thread.text.startswith('"'):
-                comp.execution_thread = thread.text[1:-1]
-            start.attrs = {k: v for k, v in start.attrs.items() if k in _ASYNC_START_KEEPS}
-            start.attrs["calls"] = comp
-            module.computations.insert(module.computations.index(start.parent), comp)
-
     def _check_arity(self, inst: HloInstruction, info, count: int, op_pos: int) -> None:
         if inst.opcode in ("constant", "parameter") or info.arity == VARIADIC or count == info.arity:
             return
@@ -494,6 +474,8 @@ class _Parser:
                 comp_refs.append((key, value))
                 value = None  # placeholder keeping the attribute's place; resolved at the end
             attrs[key] = value
+        if inst.opcode == "broadcast" and "dimensions" not in attrs:
+            self._incomplete = True  # XLA fills in dimensions={} for a scalar operand
         return _Pending(inst, operands, controls, comp_refs)
 
     def _operands(self, operands: list[tuple[str, int]]) -> None:
@@ -513,14 +495,45 @@ class _Parser:
             if first and lex.accept(")"):
                 return
             first = False
-            c = lex.peek()
-            if c == "(" or ARRAY_SHAPE.match(text, lex.pos):
-                self.shapes.parse()
-            operands.append(lex.name("an operand name"))
+            shape = self._optional_shape()
+            lex.skip_ws()
+            nested = _NESTED_HEAD.match(text, lex.pos)
+            if nested is not None:
+                operands.append(self._nested_instruction(shape, nested))
+            else:
+                operands.append(lex.name("an operand name"))
             if lex.accept(")"):
                 return
             if not lex.accept(","):
                 raise lex.expected("',' or ')'")
+
+    def _optional_shape(self) -> Shape | None:
+        """The shape at the cursor, or None where the text leaves it to be inferred."""
+        lex = self.lex
+        c = lex.peek()
+        if c == "(" or _SHAPE_START.match(lex.text, lex.pos):
+            return self.shapes.parse()
+        self._incomplete = True
+        return None
+
+    def _nested_instruction(self, shape: Shape | None, head: re.Match) -> tuple[str, int]:
+        """An operand written as `[shape] opcode(operands)`: XLA names it `<opcode>.anon`."""
+        lex = self.lex
+        opcode, op_pos = head.group(1), head.start(1)
+        name = self.module.unique_name(opcode + ".anon")
+        inst, info = self._new_instruction(opcode, op_pos, shape, name, op_pos)
+        lex.pos = head.end()
+        operands: list[tuple[str, int]] = []
+        if inst.opcode == "constant":
+            self._constant(inst)
+        elif inst.opcode == "parameter":
+            inst.parameter_number = lex.integer("a parameter number")
+            lex.expect(")")
+        else:
+            self._operands(operands)
+        self._check_arity(inst, info, len(operands), op_pos)
+        self._nested.append(self._finish(inst, operands, []))
+        return name, op_pos
 
     def _name_list(self, raw: str, offset: int, key: str) -> list[tuple[str, int]]:
         if not (raw.startswith("{") and raw.endswith("}")):
@@ -539,6 +552,8 @@ class _Parser:
         lex = self.lex
         lex.skip_ws()
         start = lex.pos
+        if inst.shape is None:
+            raise lex.error(f"the shape of constant '{inst.name}' must be written out", start)
         text = lex.text
         depth = 1
         pos = start
