@@ -310,3 +310,11 @@ def test_complex_functions(op, ref):
     np.testing.assert_allclose(unary(op, z), ref(z), rtol=1e-12, atol=1e-14)
     w = (rng.standard_normal(200) + 1j * rng.standard_normal(200)).astype(np.complex128)
     np.testing.assert_allclose(binary("power", z, w), np.power(z, w), rtol=1e-11)
+
+
+def test_unsupported_element_types_are_named():
+    from hlofuse.hlo.errors import UnsupportedError
+
+    with pytest.raises(UnsupportedError, match="f8e5m2"):
+        run("  p0 = f8e5m2[4] parameter(0)\n  ROOT r = f8e5m2[4] negate(p0)",
+            np.zeros(4, ml_dtypes.float8_e5m2))

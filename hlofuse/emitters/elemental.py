@@ -33,12 +33,18 @@ F16 = ir.HalfType()
 F32 = ir.FloatType()
 F64 = ir.DoubleType()
 
-_UNSUPPORTED_TYPES = ("s4", "u4", "f8e4m3fn", "f8e5m2", "token")
+def supported_type(et: ElementType) -> bool:
+    """pred, 8..64-bit integers, f16/bf16/f32/f64 and complex; not sub-byte or 8-bit floats."""
+    if et.is_pred or et.is_complex:
+        return True
+    if et.is_integer:
+        return et.bits in (8, 16, 32, 64)
+    return et.is_float and et.bits >= 16
 
 
 def check_type(et: ElementType, inst: HloInstruction | None = None) -> None:
     """UnsupportedError (naming the instruction) for element types the emitters do not handle."""
-    if et.name in _UNSUPPORTED_TYPES:
+    if not supported_type(et):
         where = f" in instruction {inst.name} ({inst.opcode})" if inst is not None else ""
         raise UnsupportedError(f"element type {et.name} is not supported by the LLVM emitters{where}")
 
