@@ -262,3 +262,45 @@ def test_broadcast_of_a_scalar_may_leave_out_its_dimensions():
 def test_shapes_that_cannot_be_inferred_are_errors(body, message):
     with pytest.raises(HloParseError, match=message):
         parse_hlo(f"HloModule m\nENTRY e {{\n{body}\n}}\n")
+
+
+# ---- a single instruction instead of a module ----------------------------------------------
+def test_a_lone_instruction_is_a_module_whose_operands_are_parameters():
+    m = parse_hlo("%sum = f32[2,3]{1,0} add(f32[2,3]{1,0} %a, f32[2,3]{1,0} %b), metadata={op_name=\"s\"}")
+    e = m.entry
+    assert e.name == "_" and e.root.name == "sum" and e.root.opcode == "add"
+    assert [(p.name, p.parameter_number, str(p.shape)) for p in e.parameters] == [
+        ("a", 0, "f32[2,3]{1,0}"), ("b", 1, "f32[2,3]{1,0}")]
+    assert e.root.attrs["metadata"] == Raw('{op_name="s"}')
+
+
+def test_a_lone_canonical_instruction_names_itself_and_its_operands():
+    m = parse_hlo("s32[4]{0} multiply(s32[4]{0}, s32[4]{0})")
+    e = m.entry
+    assert [i.name for i in e.instructions] == ["_0", "_1", "_"]
+    assert [o.name for o in e.root.operands] == ["_0", "_1"]
+
+
+def test_a_lone_instruction_may_call_computations_written_in_place():
+    m = parse_hlo("""%r = f32[] reduce(f32[8] %v, f32[] %z), dimensions={0}, to_apply=
+{
+  %x = f32[] parameter(0)
+  %y = f32[] parameter(1)
+  ROOT %s = f32[] add(f32[] %x, f32[] %y)
+}""")
+    root = m.entry.root
+    assert [p.name for p in m.entry.parameters] == ["v", "z"]
+    callee = root.attrs["to_apply"]
+    assert [p.name for p in callee.parameters] == ["x", "y"] and callee.root.opcode == "add"
+    printed = module_to_text(m)
+    assert module_to_text(parse_hlo(printed)) == printed
+
+
+@pytest.mark.parametrize("text, message", [
+    ("%m = f32[2] multiply(%a, %b)", "needs its shape"),
+    ("p = f32[3] parameter(-1)", "parameter number must be >= 0"),
+    ("a = f32[2] negate(f32[2] x)\nb = f32[2] negate(f32[2] y)", "the end of the text after a single instruction"),
+])
+def test_lone_instruction_errors(text, message):
+    with pytest.raises(HloParseError, match=message):
+        parse_hlo(text)

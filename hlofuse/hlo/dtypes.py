@@ -84,6 +84,7 @@ _ALL = [
     _t("f6e3m2fn", ml_dtypes.float6_e3m2fn, 6, "float"),
     _t("f4e2m1fn", ml_dtypes.float4_e2m1fn, 4, "float"),
     _t("token", None, 0, "token"),
+    _t("opaque", None, 0, "opaque"),  # XLA's OPAQUE_TYPE: `opaque[]`, a handle custom-calls pass around
 ]
 
 ELEMENT_TYPES: dict[str, ElementType] = {t.name: t for t in _ALL}

@@ -121,18 +121,14 @@ def decode_attribute(key: str, raw: str, offset: int = 0, opcode: str | None = N
     A custom-call's attributes mean nothing to hlofuse, so there a malformed one stays Raw
     (XLA accepts `dim_labels=?b01f_0?1io->b01?f` on a custom-call).
     """
-    owners = _KEY_OWNERS.get(key)
-    if opcode is not None and owners is not None and opcode not in owners:
-        return Raw(raw)
-    if opcode == "custom-call":
-        try:
-            return _decode(key, raw, offset)
-        except AttributeError_:
+    if opcode is not None:  # (the checks are inline: this runs for every attribute)
+        if key in _KEY_OWNERS and opcode not in _KEY_OWNERS[key]:
             return Raw(raw)
-    return _decode(key, raw, offset)
-
-
-def _decode(key: str, raw: str, offset: int) -> Any:
+        if opcode == "custom-call":
+            try:
+                return decode_attribute(key, raw, offset)
+            except AttributeError_:
+                return Raw(raw)
     if key in INT_LIST_KEYS:
         return _int_list(key, raw)
     if key in INT_KEYS:

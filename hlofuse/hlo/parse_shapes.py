@@ -68,6 +68,8 @@ class ShapeReader:
             if dims_text.strip() or layout_text:
                 raise lex.error("a token shape is written 'token[]'", pos)
             return TOKEN_SHAPE
+        if dtype.kind == "opaque" and dims_text.strip():
+            raise lex.error("an opaque shape is written 'opaque[]'", pos)
         dims: list[int] = []
         dynamic: list[bool] = []
         if dims_text.strip():

@@ -23,6 +23,7 @@ from .opcodes import OPS, VARIADIC
 from .parse_attributes import (COMPUTATION_KEYS, COMPUTATION_LIST_KEYS, OPCODE_FROM_TEXT, AttributeError_,
                                ComputationRef, decode_attribute)
 from .parse_infer import build_async_computations, check_signature, complete_instructions
+from .parse_short_forms import LONE_INSTRUCTION, NESTED_HEAD, Pending, ShortForms
 from .parse_shapes import ShapeReader
 from .shapes import Shape
 
@@ -42,9 +43,6 @@ _FAST_VALUE = re.compile(r'[ \t]*([%\w.\-]+|\{[^{}"\n/]*(?:' + STRING_RE + r'[^{
 _LINE_END = re.compile(r"[ \t]*\n[ \t]*[^ \t\n,/]")
 _ASYNC_SUGAR = re.compile(r"(.+)-(start|update|done)")
 _NEXT_LINE = re.compile(r"\s*(\})?")
-_SHAPE_START = re.compile(r"[a-z][a-z0-9]*\[")
-# An operand written as an instruction of its own: `[shape] opcode(` (XLA's nested syntax).
-_NESTED_HEAD = re.compile(r"([a-z][a-z0-9\-]*)[ \t]*\(")
 
 
 def parse_hlo(text: str, filename: str = "<string>") -> HloModule:
@@ -80,19 +78,7 @@ def load_hlo_file(path) -> HloModule:
     return parse_hlo(text, str(p))
 
 
-class _Pending:
-    """Names an instruction refers to, resolved when its computation is complete."""
-
-    __slots__ = ("inst", "operands", "controls", "comp_refs")
-
-    def __init__(self, inst, operands, controls, comp_refs) -> None:
-        self.inst = inst
-        self.operands = operands  # list of (name, offset)
-        self.controls = controls  # list of (name, offset)
-        self.comp_refs = comp_refs  # list of (key, ComputationRef)
-
-
-class _Parser:
+class _Parser(ShortForms):
     def __init__(self, text: str, filename: str) -> None:
         self.lex = Lexer(text, filename)
         self.shapes = ShapeReader(self.lex)
@@ -101,9 +87,10 @@ class _Parser:
         self.module: HloModule | None = None
         self._name_pos: dict[int, int] = {}  # id(instruction) -> offset of its name, for errors
         self._async_starts: list[tuple[HloInstruction, str, int]] = []  # `op-start` shorthands
-        self._nested: list[_Pending] = []  # instructions written inside an operand list, in order
+        self._nested: list[Pending] = []  # instructions written inside an operand list, in order
         self._incomplete = False  # a shape or a broadcast's dimensions are left to infer
         self._signatures: list[tuple[HloComputation, list[Shape], Shape, int]] = []
+        self._params: list[HloInstruction] | None = None  # set while reading a lone instruction
 
     # ---- module ---------------------------------------------------------------------------
     def parse_module(self) -> HloModule:
@@ -122,6 +109,8 @@ class _Parser:
             lex.expect("=")
             module.attrs[key] = Raw(lex.scan_value())
         entry = None
+        if not has_header and LONE_INSTRUCTION.match(lex.text, lex.pos):
+            entry = self._lone_instruction_computation()
         while not lex.at_end():
             m = _SECTION.match(lex.text, lex.pos)
             if m is not None:
@@ -181,7 +170,7 @@ class _Parser:
         module.computations.append(comp)
         module.reserve_name(name)
         self.computations[name] = comp
-        pending: list[_Pending] = []
+        pending: list[Pending] = []
         by_name: dict[str, HloInstruction] = {}
         root = None
         text = lex.text
@@ -221,8 +210,8 @@ class _Parser:
         self._link(comp, pending, by_name)
         return comp
 
-    def _add_instruction(self, comp: HloComputation, item: _Pending, by_name: dict[str, HloInstruction],
-                         pending: list[_Pending]) -> None:
+    def _add_instruction(self, comp: HloComputation, item: Pending, by_name: dict[str, HloInstruction],
+                         pending: list[Pending]) -> None:
         inst = item.inst
         if inst.name in by_name:
             raise self.lex.error(f"instruction '{inst.name}' is defined twice in computation '{comp.name}'",
@@ -262,7 +251,14 @@ class _Parser:
         lex.skip_ws()
         pos = lex.pos
         lex.expect("{")
-        return self._computation_body(self.module.unique_name("_"), pos)  # XLA calls them "_"
+        # The callee is ordinary text: its operands are not a lone instruction's parameters, and
+        # instructions nested in the caller's operands stay the caller's.
+        params, self._params = self._params, None
+        nested, self._nested = self._nested, []
+        try:
+            return self._computation_body(self.module.unique_name("_"), pos)  # XLA calls them "_"
+        finally:
+            self._params, self._nested = params, nested
 
     def _signature(self) -> tuple[list[Shape], Shape, int]:
         """`(p: shape, ...) -> shape`: the parameter shapes, the result shape and its offset."""
@@ -282,7 +278,7 @@ class _Parser:
         result_pos = lex.pos
         return params, self.shapes.parse(), result_pos
 
-    def _link(self, comp: HloComputation, pending: list[_Pending], by_name: dict[str, HloInstruction]) -> None:
+    def _link(self, comp: HloComputation, pending: list[Pending], by_name: dict[str, HloInstruction]) -> None:
         lex = self.lex
         numbers: dict[int, HloInstruction] = {}
         for item in pending:
@@ -356,13 +352,17 @@ class _Parser:
                 callee.fusion_instruction = inst
 
     # ---- instructions ---------------------------------------------------------------------
-    def parse_instruction(self) -> tuple[_Pending, bool, int]:
+    def parse_instruction(self, head: tuple | None = None) -> tuple[Pending, bool, int]:
+        """One instruction; `head` (is_root, name, name_pos, shape, opcode, op_pos) when the
+        caller has read everything up to the opcode already."""
         lex = self.lex
         text = lex.text
         # Fast path for the common line head `[ROOT ]%name = f32[..]{..} opcode(`; anything
         # else (tuple shapes, comments) takes the general path, which accepts a superset.
-        m = _FAST_HEAD.match(text, lex.pos)
-        if m is not None:
+        m = _FAST_HEAD.match(text, lex.pos) if head is None else None
+        if head is not None:
+            is_root, name, name_pos, shape, opcode, op_pos = head
+        elif m is not None:
             is_root = m.group(1) is not None
             name, name_pos = m.group(3), m.start(2)
             shape = self.shapes.cached(m.group(4), m.start(4))
@@ -387,8 +387,7 @@ class _Parser:
         if inst.opcode == "constant":
             self._constant(inst)
         elif inst.opcode == "parameter":
-            inst.parameter_number = lex.integer("a parameter number")
-            lex.expect(")")
+            self._parameter_number(inst)
         else:
             self._operands(operands)
         self._check_arity(inst, info, len(operands), op_pos)
@@ -449,7 +448,7 @@ class _Parser:
         raise self.lex.error(f"'{inst.opcode}' takes {info.arity} operand{'s' if info.arity != 1 else ''} but "
                              f"'{inst.name}' has {count}", op_pos)
 
-    def _finish(self, inst: HloInstruction, operands, attr_items) -> _Pending:
+    def _finish(self, inst: HloInstruction, operands, attr_items) -> Pending:
         """Decode the attributes (key, key offset, value text, value offset) of `inst`."""
         lex = self.lex
         controls: list[tuple[str, int]] = []
@@ -476,15 +475,16 @@ class _Parser:
             attrs[key] = value
         if inst.opcode == "broadcast" and "dimensions" not in attrs:
             self._incomplete = True  # XLA fills in dimensions={} for a scalar operand
-        return _Pending(inst, operands, controls, comp_refs)
+        return Pending(inst, operands, controls, comp_refs)
 
     def _operands(self, operands: list[tuple[str, int]]) -> None:
         """Operands up to the closing ')', each `[shape] [%]name`; appends (name, offset)."""
         lex = self.lex
         text = lex.text
         first = True
+        single = self._params is not None  # operands of a lone instruction become parameters
         while True:
-            m = _FAST_OPERAND.match(text, lex.pos)
+            m = _FAST_OPERAND.match(text, lex.pos) if not single else None
             if m is not None:
                 operands.append((m.group(2), m.start(1)))
                 lex.pos = m.end()
@@ -497,9 +497,11 @@ class _Parser:
             first = False
             shape = self._optional_shape()
             lex.skip_ws()
-            nested = _NESTED_HEAD.match(text, lex.pos)
+            nested = NESTED_HEAD.match(text, lex.pos)
             if nested is not None:
                 operands.append(self._nested_instruction(shape, nested))
+            elif single:
+                operands.append(self._single_op_parameter(shape))
             else:
                 operands.append(lex.name("an operand name"))
             if lex.accept(")"):
@@ -507,33 +509,15 @@ class _Parser:
             if not lex.accept(","):
                 raise lex.expected("',' or ')'")
 
-    def _optional_shape(self) -> Shape | None:
-        """The shape at the cursor, or None where the text leaves it to be inferred."""
+    def _parameter_number(self, inst: HloInstruction) -> None:
+        """`N)` of `parameter(N)`."""
         lex = self.lex
-        c = lex.peek()
-        if c == "(" or _SHAPE_START.match(lex.text, lex.pos):
-            return self.shapes.parse()
-        self._incomplete = True
-        return None
-
-    def _nested_instruction(self, shape: Shape | None, head: re.Match) -> tuple[str, int]:
-        """An operand written as `[shape] opcode(operands)`: XLA names it `<opcode>.anon`."""
-        lex = self.lex
-        opcode, op_pos = head.group(1), head.start(1)
-        name = self.module.unique_name(opcode + ".anon")
-        inst, info = self._new_instruction(opcode, op_pos, shape, name, op_pos)
-        lex.pos = head.end()
-        operands: list[tuple[str, int]] = []
-        if inst.opcode == "constant":
-            self._constant(inst)
-        elif inst.opcode == "parameter":
-            inst.parameter_number = lex.integer("a parameter number")
-            lex.expect(")")
-        else:
-            self._operands(operands)
-        self._check_arity(inst, info, len(operands), op_pos)
-        self._nested.append(self._finish(inst, operands, []))
-        return name, op_pos
+        lex.skip_ws()
+        pos = lex.pos
+        inst.parameter_number = lex.integer("a parameter number")
+        if inst.parameter_number < 0:
+            raise lex.error(f"parameter number must be >= 0 but '{inst.name}' has {inst.parameter_number}", pos)
+        lex.expect(")")
 
     def _name_list(self, raw: str, offset: int, key: str) -> list[tuple[str, int]]:
         if not (raw.startswith("{") and raw.endswith("}")):
