@@ -304,3 +304,19 @@ def test_a_lone_instruction_may_call_computations_written_in_place():
 def test_lone_instruction_errors(text, message):
     with pytest.raises(HloParseError, match=message):
         parse_hlo(text)
+
+
+def test_operand_written_with_another_shape_is_refused():
+    with pytest.raises(HloParseError, match=r"operand 'c' of 'r' is written as f32\[2,5\] but 'c' has shape f32\[2,2\]"):
+        parse_hlo("HloModule m\nENTRY e {\n  c = f32[2,2] parameter(0)\n  ROOT r = f32[2,2] negate(f32[2,5] c)\n}\n")
+    # Another layout is fine: XLA compares shapes without layouts here.
+    parse_hlo("HloModule m\nENTRY e {\n  c = f32[2,2]{0,1} parameter(0)\n  ROOT r = f32[2,2] negate(f32[2,2]{1,0} c)\n}\n")
+
+
+def test_opaque_shape():
+    m = parse_hlo("HloModule m\nENTRY e {\n  p = (f32[2], opaque[]) parameter(0)\n"
+                  "  ROOT o = opaque[] get-tuple-element(p), index=1\n}\n")
+    assert str(m.entry.root.shape) == "opaque[]"
+    assert "opaque[] get-tuple-element(" in module_to_text(m)
+    with pytest.raises(HloParseError, match="an opaque shape is written 'opaque\\[\\]'"):
+        parse_hlo("HloModule m\nENTRY e {\n  ROOT p = opaque[2] parameter(0)\n}\n")

@@ -83,19 +83,20 @@ def check_signature(comp: HloComputation, params: list[Shape], result: Shape, po
                     name_pos: Callable[[HloInstruction], int]) -> None:
     """Like XLA, refuse a signature `(params) -> result` that disagrees with the body (layouts aside)."""
     root = comp.root
-    if not _same_ignoring_layout(result, root.shape):
+    if not same_ignoring_layout(result, root.shape):
         raise error(f"computation '{comp.name}' is declared to return {result.to_text(False)} but its "
                     f"root '{root.name}' has shape {root.shape.to_text(False)}", pos)
     actual = comp.parameters
     if len(actual) != len(params):
         raise error(f"computation '{comp.name}' declares {len(params)} parameters but has {len(actual)}", pos)
     for declared, p in zip(params, actual):
-        if not _same_ignoring_layout(declared, p.shape):
+        if not same_ignoring_layout(declared, p.shape):
             raise error(f"computation '{comp.name}' declares parameter {p.parameter_number} as "
                         f"{declared.to_text(False)} but '{p.name}' has shape {p.shape.to_text(False)}", name_pos(p))
 
 
-def _same_ignoring_layout(a: Shape, b: Shape) -> bool:
+def same_ignoring_layout(a: Shape, b: Shape) -> bool:
+    """Equal element types and dimensions (XLA's ShapeUtil::Compatible), layouts aside."""
     if isinstance(a, ArrayShape) and isinstance(b, ArrayShape):  # the common case, without text
         return a.dtype == b.dtype and a.dims == b.dims and a.dynamic == b.dynamic
     return a.equal_ignoring_layout(b)

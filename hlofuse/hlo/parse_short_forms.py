@@ -104,7 +104,7 @@ class ShortForms:
         name = self.module.unique_name(opcode + ".anon")
         inst, info = self._new_instruction(opcode, op_pos, shape, name, op_pos)
         lex.pos = head.end()
-        operands: list[tuple[str, int]] = []
+        operands: list[tuple] = []
         if inst.opcode == "constant":
             self._constant(inst)
         elif inst.opcode == "parameter":

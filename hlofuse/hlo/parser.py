@@ -22,7 +22,7 @@ from .literals import LiteralError, parse_literal
 from .opcodes import OPS, VARIADIC
 from .parse_attributes import (COMPUTATION_KEYS, COMPUTATION_LIST_KEYS, OPCODE_FROM_TEXT, AttributeError_,
                                ComputationRef, decode_attribute)
-from .parse_infer import build_async_computations, check_signature, complete_instructions
+from .parse_infer import build_async_computations, check_signature, complete_instructions, same_ignoring_layout
 from .parse_short_forms import LONE_INSTRUCTION, NESTED_HEAD, Pending, ShortForms
 from .parse_shapes import ShapeReader
 from .shapes import Shape
@@ -34,7 +34,7 @@ _ATTR_KEY = re.compile(r"[A-Za-z_][\w\-]*")
 _NAME_RE = r"(%?([A-Za-z_][\w.\-]*))"
 _FAST_HEAD = re.compile(r"\s*(ROOT\s+)?" + _NAME_RE + r"[ \t]*=[ \t]*([a-z][a-z0-9]*\[[^\]\[]*\](?:\{[^{}]*\})?)"
                         r"[ \t]+([a-z][a-z0-9\-]*)\(")
-_FAST_OPERAND = re.compile(r"[ \t]*(?:[a-z][a-z0-9]*\[[^\]\[]*\](?:\{[^{}]*\})?[ \t]+)?" + _NAME_RE + r"[ \t]*([,)])")
+_FAST_OPERAND = re.compile(r"[ \t]*(?:([a-z][a-z0-9]*\[[^\]\[]*\](?:\{[^{}]*\})?)[ \t]+)?" + _NAME_RE + r"[ \t]*([,)])")
 _FAST_ATTR = re.compile(r"[ \t]*,[ \t]*([A-Za-z_][\w\-]*)[ \t]*=")
 # A simple attribute value: a word, a string, or braces without nested braces or comments.
 _FAST_VALUE = re.compile(r'[ \t]*([%\w.\-]+|\{[^{}"\n/]*(?:' + STRING_RE + r'[^{}"\n/]*)*\}|' + STRING_RE + ")"
@@ -284,11 +284,13 @@ class _Parser(ShortForms):
         for item in pending:
             inst = item.inst
             ops = inst.operands
-            for op_name, pos in item.operands:
+            for op_name, pos, declared, declared_pos in item.operands:
                 op = by_name.get(op_name)
                 if op is None:
                     raise lex.error(f"operand '{op_name}' of '{inst.name}' is not defined in computation "
                                     f"'{comp.name}'", pos)
+                if declared is not None:
+                    self._check_operand_shape(inst, op, declared, declared_pos or pos)
                 ops.append(op)
                 # All of inst's operand edges are added here at once, so a repeated operand
                 # (add(x, x)) is recognised by looking at the last user only.
@@ -319,6 +321,15 @@ class _Parser(ShortForms):
             if bad is not None:
                 raise lex.error(f"instruction '{bad.name}' depends on itself: its operands form a cycle",
                                 self._name_pos.get(id(bad), 0))
+
+    def _check_operand_shape(self, inst: HloInstruction, op: HloInstruction, declared, pos: int) -> None:
+        """Like XLA, refuse an operand written with a shape other than its definition's."""
+        if isinstance(declared, str):
+            declared = self.shapes.cached(declared, pos)
+        if declared is op.shape or op.shape is None or same_ignoring_layout(declared, op.shape):
+            return
+        raise self.lex.error(f"operand '{op.name}' of '{inst.name}' is written as {declared.to_text(False)} but "
+                             f"'{op.name}' has shape {op.shape.to_text(False)}", pos)
 
     @staticmethod
     def _first_unordered(comp: HloComputation) -> HloInstruction | None:
@@ -383,7 +394,7 @@ class _Parser(ShortForms):
         inst, info = self._new_instruction(opcode, op_pos, shape, name, name_pos)
         if m is None:
             lex.expect("(")
-        operands: list[tuple[str, int]] = []
+        operands: list[tuple] = []
         if inst.opcode == "constant":
             self._constant(inst)
         elif inst.opcode == "parameter":
@@ -477,7 +488,7 @@ class _Parser(ShortForms):
             self._incomplete = True  # XLA fills in dimensions={} for a scalar operand
         return Pending(inst, operands, controls, comp_refs)
 
-    def _operands(self, operands: list[tuple[str, int]]) -> None:
+    def _operands(self, operands: list[tuple]) -> None:
         """Operands up to the closing ')', each `[shape] [%]name`; appends (name, offset)."""
         lex = self.lex
         text = lex.text
@@ -486,9 +497,10 @@ class _Parser(ShortForms):
         while True:
             m = _FAST_OPERAND.match(text, lex.pos) if not single else None
             if m is not None:
-                operands.append((m.group(2), m.start(1)))
+                # (name, offset, declared shape text or None, its offset), checked in _link
+                operands.append((m.group(3), m.start(2), m.group(1), m.start(1)))
                 lex.pos = m.end()
-                if m.group(3) == ")":
+                if m.group(4) == ")":
                     return
                 first = False
                 continue
@@ -499,11 +511,11 @@ class _Parser(ShortForms):
             lex.skip_ws()
             nested = NESTED_HEAD.match(text, lex.pos)
             if nested is not None:
-                operands.append(self._nested_instruction(shape, nested))
+                operands.append(self._nested_instruction(shape, nested) + (None, 0))
             elif single:
-                operands.append(self._single_op_parameter(shape))
+                operands.append(self._single_op_parameter(shape) + (None, 0))
             else:
-                operands.append(lex.name("an operand name"))
+                operands.append(lex.name("an operand name") + (shape, 0))
             if lex.accept(")"):
                 return
             if not lex.accept(","):
