@@ -40,3 +40,10 @@ def test_shape_dtype_and_count_mismatches_fail():
     assert not compare_arrays(np.zeros(3, np.float64), e).ok
     results = compare_outputs([e], [e, e])
     assert not all(r.ok for r in results)
+
+
+def test_cancellation_error_is_judged_against_the_output_scale():
+    # A dot that cancels to a small value keeps an absolute error on the scale of the others.
+    e = np.array([1.0, 0.005104795], np.float32)
+    assert compare_arrays(np.array([1.0, 0.005103508], np.float32), e).ok
+    assert not compare_arrays(np.array([1.0, 0.0052], np.float32), e).ok
