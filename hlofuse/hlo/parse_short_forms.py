@@ -14,6 +14,7 @@ from .shapes import Shape
 SHAPE_START = re.compile(r"[a-z][a-z0-9]*\[")
 # Text that is one instruction, not a module: `[ROOT] [%]name = ...` or `shape opcode(...)`.
 LONE_INSTRUCTION = re.compile(r"\s*(?:ROOT\s|%?[A-Za-z_][\w.\-]*\s*=|[a-z][a-z0-9]*\[|\()")
+NEVER = re.compile(r"(?!)")  # a pattern that matches nothing
 # An operand written as an instruction of its own: `[shape] opcode(` (XLA's nested syntax).
 NESTED_HEAD = re.compile(r"([a-z][a-z0-9\-]*)[ \t]*\(")
 
@@ -59,9 +60,10 @@ class ShortForms:
             raise lex.expected("an opcode")
         lex.pos = w.end()
         params: list[HloInstruction] = []
-        self._params = params
+        fast_operand = self._fast_operand
+        self._params, self._fast_operand = params, NEVER  # every operand becomes a parameter
         item, _, _ = self.parse_instruction((True, name, name_pos, shape, w.group(), op_pos))
-        self._params = None
+        self._params, self._fast_operand = None, fast_operand
         if not lex.at_end():
             raise lex.expected("the end of the text after a single instruction")
         pending: list[Pending] = []

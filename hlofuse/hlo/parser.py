@@ -91,6 +91,7 @@ class _Parser(ShortForms):
         self._incomplete = False  # a shape or a broadcast's dimensions are left to infer
         self._signatures: list[tuple[HloComputation, list[Shape], Shape, int]] = []
         self._params: list[HloInstruction] | None = None  # set while reading a lone instruction
+        self._fast_operand = _FAST_OPERAND  # NEVER while reading a lone instruction's operands
 
     # ---- module ---------------------------------------------------------------------------
     def parse_module(self) -> HloModule:
@@ -255,10 +256,11 @@ class _Parser(ShortForms):
         # instructions nested in the caller's operands stay the caller's.
         params, self._params = self._params, None
         nested, self._nested = self._nested, []
+        fast, self._fast_operand = self._fast_operand, _FAST_OPERAND
         try:
             return self._computation_body(self.module.unique_name("_"), pos)  # XLA calls them "_"
         finally:
-            self._params, self._nested = params, nested
+            self._params, self._nested, self._fast_operand = params, nested, fast
 
     def _signature(self) -> tuple[list[Shape], Shape, int]:
         """`(p: shape, ...) -> shape`: the parameter shapes, the result shape and its offset."""
@@ -281,6 +283,7 @@ class _Parser(ShortForms):
     def _link(self, comp: HloComputation, pending: list[Pending], by_name: dict[str, HloInstruction]) -> None:
         lex = self.lex
         numbers: dict[int, HloInstruction] = {}
+        cache = self.shapes.cache
         for item in pending:
             inst = item.inst
             ops = inst.operands
@@ -289,7 +292,9 @@ class _Parser(ShortForms):
                 if op is None:
                     raise lex.error(f"operand '{op_name}' of '{inst.name}' is not defined in computation "
                                     f"'{comp.name}'", pos)
-                if declared is not None:
+                # Usually the declared text was read before as the operand's own shape, so the
+                # shape cache hands back the very same object.
+                if declared is not None and cache.get(declared, declared) is not op.shape:
                     self._check_operand_shape(inst, op, declared, declared_pos or pos)
                 ops.append(op)
                 # All of inst's operand edges are added here at once, so a repeated operand
@@ -493,9 +498,9 @@ class _Parser(ShortForms):
         lex = self.lex
         text = lex.text
         first = True
-        single = self._params is not None  # operands of a lone instruction become parameters
+        fast = self._fast_operand
         while True:
-            m = _FAST_OPERAND.match(text, lex.pos) if not single else None
+            m = fast.match(text, lex.pos)
             if m is not None:
                 # (name, offset, declared shape text or None, its offset), checked in _link
                 operands.append((m.group(3), m.start(2), m.group(1), m.start(1)))
@@ -512,7 +517,7 @@ class _Parser(ShortForms):
             nested = NESTED_HEAD.match(text, lex.pos)
             if nested is not None:
                 operands.append(self._nested_instruction(shape, nested) + (None, 0))
-            elif single:
+            elif self._params is not None:  # operands of a lone instruction become parameters
                 operands.append(self._single_op_parameter(shape) + (None, 0))
             else:
                 operands.append(lex.name("an operand name") + (shape, 0))
@@ -524,11 +529,9 @@ class _Parser(ShortForms):
     def _parameter_number(self, inst: HloInstruction) -> None:
         """`N)` of `parameter(N)`."""
         lex = self.lex
-        lex.skip_ws()
-        pos = lex.pos
-        inst.parameter_number = lex.integer("a parameter number")
-        if inst.parameter_number < 0:
-            raise lex.error(f"parameter number must be >= 0 but '{inst.name}' has {inst.parameter_number}", pos)
+        n = inst.parameter_number = lex.integer("a parameter number")
+        if n < 0:
+            raise lex.error(f"parameter number must be >= 0 but '{inst.name}' has {n}", lex.pos - len(str(n)))
         lex.expect(")")
 
     def _name_list(self, raw: str, offset: int, key: str) -> list[tuple[str, int]]:
