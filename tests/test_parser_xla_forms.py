@@ -320,3 +320,35 @@ def test_opaque_shape():
     assert "opaque[] get-tuple-element(" in module_to_text(m)
     with pytest.raises(HloParseError, match="an opaque shape is written 'opaque\\[\\]'"):
         parse_hlo("HloModule m\nENTRY e {\n  ROOT p = opaque[2] parameter(0)\n}\n")
+
+
+# ---- async chains ----------------------------------------------------------------------------
+_ASYNC_CALLEE = "wrapped {\n  p = f32[4] parameter(0)\n  ROOT n = f32[4] negate(p)\n}\n\n"
+
+
+@pytest.mark.parametrize("body, message", [
+    ("  s = (f32[4], f32[4], s32[]) async-start(x), calls=wrapped\n  ROOT d = f32[4] async-done(s)",
+     r"must have shape \(\(operands...\), outputs, state...\)"),
+    ("  t = ((f32[4]), f32[4], s32[]) tuple(x, x, z)\n  ROOT d = f32[4] async-done(t)",
+     "must take the async-start or async-update of its chain"),
+    ("  s = ((f32[4]), f32[4], s32[]) async-start(x), calls=wrapped\n"
+     "  u = ((f32[4]), f32[4], u32[]) async-update(s)\n  ROOT d = f32[4] async-done(u)",
+     "must have its operand's shape"),
+    ("  s = ((f32[4]), f32[4], s32[]) async-start(x), calls=wrapped\n  ROOT d = f32[4] add-done(s)",
+     "'d' is written add-done but its async-start 's' wraps negate"),
+    ("  s = ((f32[4]), f32[4], s32[]) async-start(x), calls=wrapped\n  d = f32[4] async-done(s)\n"
+     "  s2 = ((f32[4]), f32[4], s32[]) async-start(x), calls=wrapped\n  ROOT d2 = f32[4] async-done(s2)",
+     "computation 'wrapped' is wrapped by two async ops"),
+])
+def test_async_chains_are_checked_like_xla(body, message):
+    text = f"HloModule m\n\n{_ASYNC_CALLEE}ENTRY e {{\n  x = f32[4] parameter(0)\n  z = s32[] parameter(1)\n{body}\n}}\n"
+    with pytest.raises(HloParseError, match=message):
+        parse_hlo(text)
+
+
+def test_well_formed_async_chain_parses():
+    m = parse_hlo(f"HloModule m\n\n{_ASYNC_CALLEE}ENTRY e {{\n  x = f32[4] parameter(0)\n"
+                  "  s = ((f32[4]), f32[4], s32[]) async-start(x), calls=wrapped\n"
+                  "  u = ((f32[4]), f32[4], s32[]) async-update(s), calls=wrapped\n"
+                  "  ROOT d = f32[4] negate-done(u)\n}\n")
+    assert m.entry.root.opcode == "async-done"

@@ -10,10 +10,12 @@ from typing import Callable
 from .attributes import Raw
 from .errors import HloParseError, VerifierError
 from .ir import HloComputation, HloInstruction, HloModule
+from .opcodes import opcodes_where
 from .shapes import ArrayShape, Shape, TupleShape
 
 # error(message, offset) -> HloParseError, and the source offset of an instruction's name.
 ErrorAt = Callable[[str, int], HloParseError]
+ASYNC_OPCODES = frozenset(opcodes_where(lambda info: info.name.startswith("async-")))
 # Attributes of an `op-start` shorthand that belong to the async-start, not to the wrapped op.
 _ASYNC_START_KEEPS = frozenset({"async_execution_thread", "async_group_id", "metadata", "sharding",
                                 "frontend_attributes", "statistics", "origin"})
@@ -131,3 +133,42 @@ def build_async_computations(module: HloModule, starts: list[tuple[HloInstructio
         start.attrs = {k: v for k, v in start.attrs.items() if k in _ASYNC_START_KEEPS}
         start.attrs["calls"] = comp
         module.computations.insert(module.computations.index(start.parent), comp)
+
+
+def check_async_chains(ops: list[tuple[HloInstruction, str | None, int]], error: ErrorAt) -> None:
+    """The checks XLA's parser makes on async ops (instruction, op named by a shorthand or None,
+    offset): a start's shape is ((operands), outputs, state...); an update or done takes the
+    start or update of its chain; an update keeps its operand's shape; a shorthand names the
+    op its start wraps; one computation is wrapped by one start only."""
+    wrapped_by: dict[int, HloInstruction] = {}
+    for inst, named, pos in ops:
+        if inst.opcode == "async-start":
+            shape = inst.shape
+            if not (isinstance(shape, TupleShape) and len(shape.elements) >= 2
+                    and isinstance(shape.elements[0], TupleShape)):
+                raise error(f"async-start '{inst.name}' must have shape ((operands...), outputs, state...) but "
+                            f"has {shape}", pos)
+            comp = inst.attrs.get("calls")
+            if isinstance(comp, HloComputation):
+                other = wrapped_by.setdefault(id(comp), inst)
+                if other is not inst:
+                    raise error(f"computation '{comp.name}' is wrapped by two async ops ('{other.name}' and "
+                                f"'{inst.name}')", pos)
+            continue
+        start = inst.operands[0] if len(inst.operands) == 1 else None
+        while start is not None and start.opcode == "async-update":
+            start = start.operands[0] if len(start.operands) == 1 else None
+        if start is None or start.opcode != "async-start":
+            raise error(f"{inst.opcode} '{inst.name}' must take the async-start or async-update of its chain "
+                        f"as its only operand", pos)
+        if inst.opcode == "async-update" and not same_ignoring_layout(inst.shape, inst.operands[0].shape):
+            raise error(f"async-update '{inst.name}' must have its operand's shape {inst.operands[0].shape}", pos)
+        comp = start.attrs.get("calls")
+        if isinstance(comp, HloComputation):
+            own = inst.attrs.get("calls")
+            if isinstance(own, HloComputation) and own is not comp:
+                raise error(f"{inst.opcode} '{inst.name}' calls '{own.name}' but its async-start "
+                            f"'{start.name}' wraps '{comp.name}'", pos)
+            if named is not None and comp.root is not None and comp.root.opcode != named:
+                raise error(f"'{inst.name}' is written {named}-{inst.opcode[6:]} but its async-start "
+                            f"'{start.name}' wraps {comp.root.opcode}", pos)

@@ -22,7 +22,8 @@ from .literals import LiteralError, parse_literal
 from .opcodes import OPS, VARIADIC
 from .parse_attributes import (COMPUTATION_KEYS, COMPUTATION_LIST_KEYS, OPCODE_FROM_TEXT, AttributeError_,
                                ComputationRef, decode_attribute)
-from .parse_infer import build_async_computations, check_signature, complete_instructions, same_ignoring_layout
+from .parse_infer import (ASYNC_OPCODES, build_async_computations, check_async_chains, check_signature,
+                          complete_instructions, same_ignoring_layout)
 from .parse_short_forms import LONE_INSTRUCTION, NESTED_HEAD, Pending, ShortForms
 from .parse_shapes import ShapeReader
 from .shapes import Shape
@@ -87,6 +88,7 @@ class _Parser(ShortForms):
         self.module: HloModule | None = None
         self._name_pos: dict[int, int] = {}  # id(instruction) -> offset of its name, for errors
         self._async_starts: list[tuple[HloInstruction, str, int]] = []  # `op-start` shorthands
+        self._async_ops: list[tuple[HloInstruction, str | None, int]] = []  # (op, shorthand's op, offset)
         self._nested: list[Pending] = []  # instructions written inside an operand list, in order
         self._incomplete = False  # a shape or a broadcast's dimensions are left to infer
         self._signatures: list[tuple[HloComputation, list[Shape], Shape, int]] = []
@@ -132,6 +134,8 @@ class _Parser(ShortForms):
         for comp, params, result, pos in self._signatures:
             check_signature(comp, params, result, pos, error, name_pos)
         build_async_computations(module, self._async_starts, error)
+        if self._async_ops:
+            check_async_chains(self._async_ops, error)
         module.set_entry(entry if entry is not None else module.computations[-1])
         if not has_header:
             module.name = "module_" + module.entry.name
@@ -454,8 +458,10 @@ class _Parser(ShortForms):
             info = OPS[opcode]
         inst = HloInstruction(opcode, shape, (), None, name)
         self._name_pos[id(inst)] = name_pos
-        if wrapped is not None and opcode == "async-start":
-            self._async_starts.append((inst, wrapped, op_pos))
+        if opcode in ASYNC_OPCODES:
+            self._async_ops.append((inst, wrapped, op_pos))
+            if wrapped is not None and opcode == "async-start":
+                self._async_starts.append((inst, wrapped, op_pos))
         return inst, info
 
     def _check_arity(self, inst: HloInstruction, info, count: int, op_pos: int) -> None:
