@@ -352,3 +352,8 @@ def test_well_formed_async_chain_parses():
                   "  u = ((f32[4]), f32[4], s32[]) async-update(s), calls=wrapped\n"
                   "  ROOT d = f32[4] negate-done(u)\n}\n")
     assert m.entry.root.opcode == "async-done"
+
+
+def test_layout_suffix_prints_without_blanks_as_xla_does():
+    m = parse_hlo("HloModule m\nENTRY e {\n  ROOT p = f32[4,8,128]{ 0, 1, 2 : T(2, * , 128) S(1) } parameter(0)\n}\n")
+    assert str(m.entry.root.shape) == "f32[4,8,128]{0,1,2:T(2,*,128)S(1)}"

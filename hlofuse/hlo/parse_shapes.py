@@ -95,5 +95,6 @@ class ShapeReader:
             if sorted(order) != list(range(rank)):
                 raise lex.error(f"layout {layout_text} is not a permutation of the {rank} dimensions of "
                                 f"'{m.group()}'", pos)
-            layout = Layout(order, (lm.group(2) or "").strip())
+            # XLA prints tiles and the rest of the suffix without blanks: `T(2,*,128)`.
+            layout = Layout(order, "".join((lm.group(2) or "").split()))
         return ArrayShape(dtype, tuple(dims), tuple(dynamic), layout)
