@@ -5,8 +5,8 @@ and once for the host emulation, and run them on a CUDA GPU or on the CPU.
     outputs = program.run([x, y])                                # entry result flattened
     program.ptx()                                                # every kernel, for sm_90
 
-Planning follows the CPU executor: every executed computation becomes steps with a buffer
-assignment (runtime/buffers.py); a fusion (or a fusible op left unfused, wrapped in a
+Planning and step execution are shared with the CPU executor (runtime/executor_common.py):
+every executed computation becomes steps with a buffer assignment (runtime/buffers.py); a fusion (or a fusible op left unfused, wrapped in a
 computation) is split into kernels by the shared kernel planner (runtime/kernel_planning.py:
 reduction groups, loop kernels per output dimensions, reduces materialized into temporaries),
 and each kernel becomes GPU launches (GpuLaunch):
@@ -29,13 +29,21 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..emitters import elemental  # noqa: F401  (registers the element generators)
 from ..emitters.gpu.kernels import LaunchDims, param_leaf_count
 from ..emitters.gpu.target import DEFAULT_ARCH
-from ..hlo.errors import InputError, UnsupportedError
+from ..hlo.errors import UnsupportedError
 from ..hlo.ir import HloComputation, HloInstruction, HloModule
-from .buffers import Assignment, assign_buffers
-from .cpu_executor import _check_input, _constant, _emittable, _flatten, _symbol, _unflatten, _wrap
+from .executor_common import (
+    ComputationPlan,
+    Planner,
+    ProgramBase,
+    Step,
+    check_arguments,
+    flatten,
+    owned_outputs,
+    symbol_name,
+    unflatten,
+)
 
 
 @dataclass
@@ -58,29 +66,6 @@ class GpuLaunch:
     @property
     def scratch_types(self) -> tuple:
         return () if self.role == "loop" else self.plan.scratch_types()
-
-
-@dataclass
-class GpuStep:
-    """One instruction of an executed computation and how it runs."""
-
-    inst: HloInstruction
-    kind: str  # param | const | tuple | gte | kernel | library | call | unsupported
-    operand_steps: list[int] = field(default_factory=list)
-    launches: list[GpuLaunch] = field(default_factory=list)
-    leaf_shapes: list = field(default_factory=list)  # output leaves (kernel steps)
-    temps: list = field(default_factory=list)  # shapes of temporaries between its kernels
-    message: str = ""  # why an unsupported step cannot run (build_only programs)
-
-    @property
-    def aliases_operands(self) -> bool:
-        return self.kind in ("tuple", "gte", "library", "call")
-
-    @property
-    def kernel_leaf_bytes(self) -> list[int]:
-        if self.kind != "kernel":
-            return []
-        return [s.element_count() * s.dtype.byte_size for s in self.leaf_shapes]
 
 
 def _launches_of(kp, leaves, add) -> None:
@@ -108,56 +93,17 @@ def _launches_of(kp, leaves, add) -> None:
     add(kp, "loop", plan.launch, plan, kp.outputs)
 
 
-class _GpuPlanner:
-    """Turns executed computations into steps and collects every launch of the program."""
+class _GpuPlanner(Planner):
+    """Plans the launches of every kernel of the shared kernel planner."""
 
-    def __init__(self, lenient: bool = False) -> None:
-        self.plans: dict[int, _ComputationPlan] = {}
-        self.kernels: list[GpuLaunch] = []
-        self.lenient = lenient  # build_only: plan what can be emitted, fail only when run
+    backend = "GPU"
 
-    def plan(self, comp: HloComputation) -> "_ComputationPlan":
-        p = self.plans.get(id(comp))
-        if p is None:
-            p = _ComputationPlan(comp, self)
-            self.plans[id(comp)] = p
-        return p
-
-    def step(self, inst: HloInstruction) -> GpuStep:
-        from ..emitters.loop_emitter import output_leaves
-
-        op = inst.opcode
-        if op in ("parameter", "constant", "tuple"):
-            return GpuStep(inst, {"parameter": "param", "constant": "const"}.get(op, op))
-        if op == "get-tuple-element":
-            return GpuStep(inst, "gte")
-        if op == "fusion":
-            comp = inst.fused_computation
-            if not _emittable(comp):  # e.g. a kOutput fusion around a dot: run it like a call
-                self.plan(comp)
-                return GpuStep(inst, "call")
-        elif inst.info.elemental is not None:
-            comp = _wrap(inst)
-        elif inst.info.library is not None:
-            for callee in inst.called_computations():
-                self.plan(callee)
-            return GpuStep(inst, "library")
-        else:
-            reason = inst.info.unsupported.get("library") or inst.info.unsupported.get("elemental") or "not implemented"
-            message = f"the GPU backend cannot run {op} instruction {inst.name}: {reason}"
-            if not self.lenient:
-                raise UnsupportedError(message)
-            return GpuStep(inst, "unsupported", message=message)
-        step = GpuStep(inst, "kernel", leaf_shapes=[leaf.shape for leaf in output_leaves(comp)])
-        step.launches, step.temps = self.fusion_launches(comp, inst)
-        return step
-
-    def fusion_launches(self, comp: HloComputation, inst: HloInstruction):
+    def kernel_calls(self, comp: HloComputation, inst: HloInstruction) -> tuple[list[GpuLaunch], list]:
         """The launches of fused computation `comp` (in order) and its temporaries' shapes."""
         from ..emitters.loop_emitter import output_leaves
         from .kernel_planning import plan_fusion
 
-        kernels, temps = plan_fusion(comp, f"k{len(self.kernels)}_{_symbol(inst.name)}")
+        kernels, temps = plan_fusion(comp, self.kernel_name(inst))
         launches: list[GpuLaunch] = []
 
         def add(kp, role, dims, plan, outputs=()):
@@ -168,29 +114,6 @@ class _GpuPlanner:
             _launches_of(kp, output_leaves(kp.comp), add)
         self.kernels.extend(launches)
         return launches, temps
-
-
-class _ComputationPlan:
-    """The steps executing one computation, and its buffer assignment."""
-
-    def __init__(self, comp: HloComputation, planner: _GpuPlanner) -> None:
-        self.comp = comp
-        self.steps: list[GpuStep] = []
-        index: dict[int, int] = {}
-        for inst in comp.post_order():
-            step = planner.step(inst)
-            step.operand_steps = [index[id(op)] for op in inst.operands]
-            index[id(inst)] = len(self.steps)
-            self.steps.append(step)
-        self.root_step = index[id(comp.root)]
-        self.assignment: Assignment = assign_buffers(self.steps, self.root_step)
-        self._arena: np.ndarray | None = None
-
-    def arena(self) -> np.ndarray:
-        """Host arena for the temporaries of the emulation (allocated once)."""
-        if self._arena is None:
-            self._arena = np.empty(max(self.assignment.arena_bytes, 1), np.uint8)
-        return self._arena
 
 
 def emit_module(launches: list[GpuLaunch], target, name: str):
@@ -206,7 +129,7 @@ def emit_module(launches: list[GpuLaunch], target, name: str):
         emit_reduction_main,
     )
 
-    mod = ir.Module(name=_symbol(name))
+    mod = ir.Module(name=symbol_name(name))
     mod.triple = target.triple
     mod.data_layout = target.data_layout
     emitters = {"init": emit_reduction_init, "main": emit_reduction_main, "finish": emit_reduction_finish,
@@ -312,7 +235,7 @@ class CudaDevice:
         self.cuda.synchronize()
 
 
-class GpuProgram:
+class GpuProgram(ProgramBase):
     """A fused module compiled into grid kernels (run emulated on the host, or on a GPU)."""
 
     def __init__(self, module: HloModule, emulated: bool, arch: str = DEFAULT_ARCH, lenient: bool = False) -> None:
@@ -382,26 +305,13 @@ class GpuProgram:
         """Run on numpy arrays (one per entry parameter); the entry result flattened."""
         if self.device is None:
             raise RuntimeError("the program was compiled with build_only=True; it cannot run")
-        params = self.module.entry.parameters
-        if len(args) != len(params):
-            raise InputError(f"module {self.module.name} takes {len(params)} arguments, got {len(args)}")
-        checked = [_check_input(p, a) for p, a in zip(params, args)]
-        protected = {id(x) for x in _flatten(tuple(checked))}
+        checked = check_arguments(self.module, args)
         self._resident: dict[int, object] = {}
         result = self._execute(self._entry, checked)
         self.device.synchronize()
-        out = []
-        for leaf in _flatten(result):
-            leaf = np.asarray(self.device.to_host(leaf))
-            if id(leaf) in protected or not leaf.flags.owndata or not leaf.flags.writeable:
-                leaf = np.array(leaf, copy=True)
-            out.append(leaf)
+        out = owned_outputs(result, checked, self.device.to_host)
         self._resident = {}
         return out
-
-    def call(self, comp: HloComputation, args: list):
-        """Run a called computation (while body, branch, comparator ...) on values `args`."""
-        return self._execute(self._planner.plan(comp), args)
 
     def _host(self, value):
         if isinstance(value, tuple):
@@ -421,47 +331,27 @@ class GpuProgram:
             return dev[0]
         return value
 
-    def _execute(self, plan: _ComputationPlan, args: list):
-        env: list = [None] * len(plan.steps)
-        for i, step in enumerate(plan.steps):
-            inst = step.inst
-            ops = [env[j] for j in step.operand_steps]
-            if step.kind == "param":
-                env[i] = args[inst.parameter_number]
-            elif step.kind == "const":
-                env[i] = _constant(inst)
-            elif step.kind == "tuple":
-                env[i] = tuple(ops)
-            elif step.kind == "gte":
-                env[i] = ops[0][int(inst.attrs["index"])]
-            elif step.kind == "library":
-                env[i] = inst.info.library(inst, [self._host(o) for o in ops], self)
-            elif step.kind == "call":
-                env[i] = self.call(inst.fused_computation, ops)
-            elif step.kind == "unsupported":
-                raise UnsupportedError(step.message)
-            else:
-                env[i] = self._run_launches(plan, i, step, ops)
-        return env[plan.root_step]
+    def _library_operands(self, ops: list) -> list:
+        """Library rules run on the host: operands come back from the device."""
+        return [self._host(o) for o in ops]
 
-    def _run_launches(self, plan: _ComputationPlan, i: int, step, ops):
+    def _run_kernels(self, plan: ComputationPlan, i: int, step: Step, ops: list):
+        """Run the launches of step `i` (emulated outputs in the host arena when planned so)."""
         dev = self.device
-        inputs = _flatten(self._on_device(tuple(ops)))
+        inputs = flatten(self._on_device(tuple(ops)))
         outs = []
         emulated = isinstance(dev, HostDevice)
         for k, shape in enumerate(step.leaf_shapes):
             slot = plan.assignment.slots[(i, k)]
-            dt = shape.dtype.numpy
             if emulated and slot.offset is not None:
-                view = plan.arena()[slot.offset:slot.offset + slot.nbytes].view(dt)
-                outs.append(view.reshape(shape.dims))
+                outs.append(plan.arena_view(slot, shape))
             else:
-                outs.append(dev.empty(shape.dims, dt))
+                outs.append(dev.empty(shape.dims, shape.dtype.numpy))
         scratch: dict[int, list] = {}
         temps = [dev.empty(t.dims, t.dtype.numpy) for t in step.temps]
         where = {"in": [dev.pointer(x) for x in inputs], "out": [dev.pointer(o) for o in outs],
                  "tmp": [dev.pointer(t) for t in temps]}
-        for launch in step.launches:
+        for launch in step.kernels:
             base = [where[kind][n] for kind, n in launch.inputs] + [where[kind][n] for kind, n in launch.results]
             extra = []
             if launch.scratch_types:
@@ -471,7 +361,7 @@ class GpuProgram:
                     scratch[id(launch.plan)] = bufs
                 extra = [dev.pointer(x) for x in bufs]
             dev.launch(launch, base + extra)
-        return _unflatten(step.inst.shape, outs)
+        return unflatten(step.inst.shape, outs)
 
 
 def launch_summary(program: GpuProgram) -> list[dict]:

@@ -1,0 +1,287 @@
+"""Program-level pieces shared by the CPU and the GPU executables.
+
+Both backends execute a fused module the same way: every executed computation (the entry,
+while bodies, branches, called computations) becomes a list of `Step`s with a buffer
+assignment; a fusion, or a fusible op left unfused (wrapped into a one-instruction
+computation), becomes kernels; other ops run as library rules (runtime/library_ops.py).
+This module holds that common part: the step and computation plans, the planner that
+classifies instructions, the step interpreter, and the checks and conversions of a run's
+inputs and outputs. Each backend supplies how a fused computation becomes kernels
+(`Planner.kernel_calls`) and how a kernel step runs (`ProgramBase._run_kernels`).
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..emitters import elemental  # noqa: F401  (registers the element generators)
+from ..hlo.errors import InputError, UnsupportedError
+from ..hlo.ir import HloComputation, HloInstruction, HloModule
+from ..hlo.shapes import Shape
+from . import library_ops, library_rng  # noqa: F401  (register the library rules)
+from .buffers import Assignment, Slot, assign_buffers
+
+
+@dataclass
+class Step:
+    """One instruction of an executed computation and how it runs.
+
+    `kernels` are the backend's kernels of a kernel step (KernelPlans on the CPU, GpuLaunches
+    on the GPU), in launch order."""
+
+    inst: HloInstruction
+    kind: str  # param | const | tuple | gte | kernel | library | call | unsupported
+    operand_steps: list[int] = field(default_factory=list)
+    kernels: list = field(default_factory=list)
+    leaf_shapes: list = field(default_factory=list)  # output leaves (kernel steps)
+    temps: list = field(default_factory=list)  # shapes of temporaries between its kernels
+    message: str = ""  # why an unsupported step cannot run (lenient planning)
+
+    @property
+    def aliases_operands(self) -> bool:
+        """Whether the value may share buffers with its operands."""
+        return self.kind in ("tuple", "gte", "library", "call")
+
+    @property
+    def kernel_leaf_bytes(self) -> list[int]:
+        """Byte sizes of the output leaves a kernel step writes."""
+        if self.kind != "kernel":
+            return []
+        return [s.element_count() * s.dtype.byte_size for s in self.leaf_shapes]
+
+
+class ComputationPlan:
+    """The steps executing one computation, and its buffer assignment."""
+
+    def __init__(self, comp: HloComputation, planner: "Planner") -> None:
+        self.comp = comp
+        self.steps: list[Step] = []
+        index: dict[int, int] = {}
+        for inst in comp.post_order():
+            step = planner.step(inst)
+            step.operand_steps = [index[id(op)] for op in inst.operands]
+            index[id(inst)] = len(self.steps)
+            self.steps.append(step)
+        self.root_step = index[id(comp.root)]
+        self.assignment: Assignment = assign_buffers(self.steps, self.root_step)
+        self._arena: np.ndarray | None = None
+
+    def arena(self) -> np.ndarray:
+        """This plan's host arena of temporaries (allocated once)."""
+        if self._arena is None:
+            self._arena = np.empty(max(self.assignment.arena_bytes, 1), np.uint8)
+        return self._arena
+
+    def arena_view(self, slot: Slot, shape: Shape) -> np.ndarray:
+        """The arena bytes of `slot` (which has an offset) as an array of `shape`."""
+        view = self.arena()[slot.offset:slot.offset + slot.nbytes].view(shape.dtype.numpy)
+        return view.reshape(shape.dims)
+
+
+_SIMPLE_KINDS = {"parameter": "param", "constant": "const", "tuple": "tuple", "get-tuple-element": "gte"}
+
+
+class Planner:
+    """Turns executed computations into steps and collects the kernels to emit.
+
+    Subclasses name the `backend` (for messages) and implement `kernel_calls`; they may
+    override `dedicated_kernel` to run some non-fusible ops as kernels."""
+
+    backend = "?"
+
+    def __init__(self, lenient: bool = False) -> None:
+        self.plans: dict[int, ComputationPlan] = {}
+        self.kernels: list = []
+        self.lenient = lenient  # plan what can be emitted; fail only when an unsupported step runs
+
+    def plan(self, comp: HloComputation) -> ComputationPlan:
+        """The (memoized) plan of computation `comp`."""
+        p = self.plans.get(id(comp))
+        if p is None:
+            p = ComputationPlan(comp, self)
+            self.plans[id(comp)] = p
+        return p
+
+    def kernel_calls(self, comp: HloComputation, inst: HloInstruction) -> tuple[list, list]:
+        """The kernels (in order) and temporaries' shapes computing fused computation `comp`
+        for instruction `inst`; the kernels are also appended to `self.kernels`."""
+        raise NotImplementedError
+
+    def kernel_name(self, inst: HloInstruction) -> str:
+        """A fresh symbol prefix for the kernels of instruction `inst`."""
+        return f"k{len(self.kernels)}_{symbol_name(inst.name)}"
+
+    def dedicated_kernel(self, inst: HloInstruction) -> HloComputation | None:
+        """A computation to run non-elemental instruction `inst` as kernels, or None."""
+        return None
+
+    def step(self, inst: HloInstruction) -> Step:
+        """How instruction `inst` of an executed computation runs."""
+        from ..emitters.loop_emitter import output_leaves
+
+        op = inst.opcode
+        if op in _SIMPLE_KINDS:
+            return Step(inst, _SIMPLE_KINDS[op])
+        if op == "fusion":
+            comp = inst.fused_computation
+            if not is_emittable(comp):
+                # e.g. XLA's kOutput/kCustom fusions around a dot: run the fused computation
+                # like a call, its fusible parts as kernels.
+                self.plan(comp)
+                return Step(inst, "call")
+        elif inst.info.elemental is not None:
+            comp = wrap_instruction(inst)
+        elif (dedicated := self.dedicated_kernel(inst)) is not None:
+            comp = dedicated
+        elif inst.info.library is not None:
+            for callee in inst.called_computations():
+                self.plan(callee)
+            return Step(inst, "library")
+        else:
+            reason = inst.info.unsupported.get("library") or inst.info.unsupported.get("elemental") or "not implemented"
+            message = f"the {self.backend} backend cannot run {op} instruction {inst.name}: {reason}"
+            if not self.lenient:
+                raise UnsupportedError(message)
+            return Step(inst, "unsupported", message=message)
+        step = Step(inst, "kernel", leaf_shapes=[leaf.shape for leaf in output_leaves(comp)])
+        step.kernels, step.temps = self.kernel_calls(comp, inst)
+        return step
+
+
+class ProgramBase:
+    """The step interpreter shared by the executables (`self._planner` is their Planner).
+
+    Library rules receive the program as their interpreter (`call`)."""
+
+    _planner: Planner
+
+    def call(self, comp: HloComputation, args: list):
+        """Run a called computation (while body, branch, comparator ...) on values `args`."""
+        return self._execute(self._planner.plan(comp), args)
+
+    def _library_operands(self, ops: list) -> list:
+        """The operand values a library rule gets (host arrays)."""
+        return ops
+
+    def _run_kernels(self, plan: ComputationPlan, i: int, step: Step, ops: list):
+        """Run the kernels of step `i` of `plan` on operand values `ops`; its value."""
+        raise NotImplementedError
+
+    def _execute(self, plan: ComputationPlan, args: list):
+        env: list = [None] * len(plan.steps)
+        for i, step in enumerate(plan.steps):
+            inst = step.inst
+            ops = [env[j] for j in step.operand_steps]
+            if step.kind == "param":
+                env[i] = args[inst.parameter_number]
+            elif step.kind == "const":
+                env[i] = constant_value(inst)
+            elif step.kind == "tuple":
+                env[i] = tuple(ops)
+            elif step.kind == "gte":
+                env[i] = ops[0][int(inst.attrs["index"])]
+            elif step.kind == "library":
+                env[i] = inst.info.library(inst, self._library_operands(ops), self)
+            elif step.kind == "call":
+                env[i] = self.call(inst.fused_computation, ops)
+            elif step.kind == "unsupported":
+                raise UnsupportedError(step.message)
+            else:
+                env[i] = self._run_kernels(plan, i, step, ops)
+        return env[plan.root_step]
+
+
+def wrap_instruction(inst: HloInstruction) -> HloComputation:
+    """A computation holding a copy of `inst` applied to fresh parameters (an unfused fusible op)."""
+    comp = HloComputation(f"wrapped.{inst.name}")
+    params = []
+    for i, op in enumerate(inst.operands):
+        p = HloInstruction("parameter", op.shape, name=f"param_{i}")
+        p.parameter_number = i
+        params.append(comp.add_instruction(p))
+    root = comp.add_instruction(inst.clone(operands=params))
+    comp.root = root
+    return comp
+
+
+def is_emittable(comp: HloComputation) -> bool:
+    """Whether every instruction of a fused computation has an element generator."""
+    return all(i.opcode == "parameter" or i.info.elemental is not None for i in comp.instructions)
+
+
+def symbol_name(text: str) -> str:
+    """`text` with every character that is not a letter, digit or underscore replaced by '_'."""
+    return re.sub(r"[^A-Za-z0-9_]", "_", text)
+
+
+def constant_value(inst: HloInstruction):
+    """The value of constant instruction `inst` (an array of its shape, or its tuple literal)."""
+    lit = inst.literal
+    if lit is None:
+        raise UnsupportedError(f"constant {inst.name} has an elided value ({{...}}); cannot run it")
+    if inst.shape.is_tuple:
+        return lit
+    return np.asarray(lit, dtype=inst.shape.dtype.numpy).reshape(inst.shape.dims)
+
+
+def check_input(p: HloInstruction, a):
+    """Argument `a` for parameter `p` as a contiguous array (a tuple of them for tuple
+    parameters); InputError when its element type or shape differs from the parameter's."""
+    if p.shape.is_tuple:
+        if not isinstance(a, (tuple, list)) or len(a) != len(p.shape.elements):
+            raise InputError(f"parameter {p.name} expects a tuple of {len(p.shape.elements)} arrays")
+        fake = [HloInstruction("parameter", s, name=f"{p.name}.{k}") for k, s in enumerate(p.shape.elements)]
+        return tuple(check_input(f, x) for f, x in zip(fake, a))
+    want = p.shape.dtype.numpy
+    arr = np.asarray(a)
+    if arr.dtype != want:
+        raise InputError(f"parameter {p.name} expects {p.shape.dtype.name} (numpy {want}), got {arr.dtype}")
+    if tuple(arr.shape) != tuple(p.shape.dims):
+        raise InputError(f"parameter {p.name} expects shape {tuple(p.shape.dims)}, got {tuple(arr.shape)}")
+    return np.ascontiguousarray(arr)
+
+
+def check_arguments(module: HloModule, args: list) -> list:
+    """The checked arguments (`check_input`) for the entry parameters of `module`."""
+    params = module.entry.parameters
+    if len(args) != len(params):
+        raise InputError(f"module {module.name} takes {len(params)} arguments, got {len(args)}")
+    return [check_input(p, a) for p, a in zip(params, args)]
+
+
+def flatten(value) -> list:
+    """The array leaves of a value (nested tuples flattened depth-first)."""
+    if isinstance(value, tuple):
+        out = []
+        for v in value:
+            out.extend(flatten(v))
+        return out
+    return [value]
+
+
+def unflatten(shape: Shape, leaves: list):
+    """The value of `shape` whose leaves, depth-first, are `leaves`."""
+    # No recursive closure here: its reference cycle would keep the output arrays alive
+    # until the cyclic GC runs, defeating the output pool.
+    return _build(shape, iter(leaves))
+
+
+def _build(shape: Shape, it):
+    if shape.is_tuple:
+        return tuple(_build(e, it) for e in shape.elements)
+    return next(it)
+
+
+def owned_outputs(result, checked: list, to_host=None) -> list[np.ndarray]:
+    """The leaves of `result` as arrays the caller owns: a leaf that is an input, a view or
+    read-only is copied. `to_host` first brings a leaf to the host (GPU results)."""
+    protected = {id(x) for x in flatten(tuple(checked))}
+    out = []
+    for leaf in flatten(result):
+        leaf = np.asarray(leaf if to_host is None else to_host(leaf))
+        if id(leaf) in protected or not leaf.flags.owndata or not leaf.flags.writeable:
+            leaf = np.array(leaf, copy=True)
+        out.append(leaf)
+    return out
