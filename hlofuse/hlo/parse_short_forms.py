@@ -31,7 +31,6 @@ class Pending:
         self.comp_refs = comp_refs  # list of (key, ComputationRef)
 
 
-
 class ShortForms:
     """Methods of the parser (hlo/parser.py `_Parser`) for the short forms; they use its lexer,
     shape reader, module and bookkeeping (`_nested`, `_params`, `_incomplete`, `_name_pos`)."""

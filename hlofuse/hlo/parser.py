@@ -5,8 +5,12 @@ Accepts what XLA prints before and after optimization and what its tests contain
 tables, computations with or without `%` sigils and signatures, operands with or without
 inline shapes, every shape and layout form, constants of every element type, and every
 attribute (structured ones decoded, unknown ones kept verbatim). Computations and
-instructions may be used before they are defined. Every malformed input raises
-HloParseError with the line, column and source line of the offending token.
+instructions may be used before they are defined. XLA's short test syntax is read too:
+shapes left to infer, instructions nested in operand lists and a lone instruction instead
+of a module (hlo/parse_short_forms.py). What XLA's parser checks beyond syntax (signatures,
+async chains) and fills in (inferred shapes) is in hlo/parse_infer.py.
+Every malformed input raises HloParseError with the line, column and source line of the
+offending token.
 """
 from __future__ import annotations
 
