@@ -140,8 +140,8 @@ def reduction_groups(comp: HloComputation) -> tuple[list[ReductionGroup], list[i
     return list(groups.values()), loops
 
 
-class _Hero:
-    """Generators and accumulator plumbing of one reduce."""
+class ReduceHero:
+    """Generators and accumulator plumbing of one reduce (used by the CPU and the GPU reduction emitters)."""
 
     def __init__(self, em: ElementalEmitter, inst) -> None:
         n = len(inst.operands) // 2
@@ -174,7 +174,7 @@ def emit_reduction_kernel(skel, comp: HloComputation, group: ReductionGroup, sta
     [part][output]); the combine kernel folds the slices with the reducer and runs the epilogue."""
     b = skel.builder
     em = ElementalEmitter(b, skel.target, skel.param_gen)
-    heroes = [_Hero(em, h) for h in group.heroes]
+    heroes = [ReduceHero(em, h) for h in group.heroes]
     leaves = output_leaves(comp)
     extras = [(skel.output_ptr(k), em.gen(leaves[k].inst), leaves[k]) for k in group.extras]
     epilogue_ptrs = [skel.output_ptr(k) for k in group.epilogue]

@@ -26,7 +26,7 @@ _INTRINSICS = {
 }
 
 # f32 functions computed by hlofuse's vectorizable approximations (math_approx).
-_APPROX_F32 = {
+APPROX_F32 = {
     "exp": math_approx.exp_f32,
     "expm1": math_approx.expm1_f32,
     "log": math_approx.log_f32,
@@ -92,8 +92,8 @@ class Target:
         if fn == "rsqrt":
             one = ir.Constant(ty, 1.0)
             return builder.fdiv(one, self.intrinsic(builder, "llvm.sqrt", args))
-        if isinstance(ty, ir.FloatType) and fn in _APPROX_F32:
-            return _APPROX_F32[fn](builder, self, *args)
+        if isinstance(ty, ir.FloatType) and fn in APPROX_F32:
+            return APPROX_F32[fn](builder, self, *args)
         if isinstance(ty, ir.DoubleType) and fn in self.approx_f64:
             return self.approx_f64[fn](builder, self, *args)
         if fn == "logistic":

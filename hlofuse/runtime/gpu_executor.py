@@ -6,8 +6,8 @@ and once for the host emulation, and run them on a CUDA GPU or on the CPU.
     program.ptx()                                                # every kernel, for sm_90
 
 Planning and step execution are shared with the CPU executor (runtime/executor_common.py):
-every executed computation becomes steps with a buffer assignment (runtime/buffers.py); a fusion (or a fusible op left unfused, wrapped in a
-computation) is split into kernels by the shared kernel planner (runtime/kernel_planning.py:
+every executed computation becomes steps with a buffer assignment (runtime/buffers.py); a
+fusion (or a fusible op left unfused, wrapped in a computation) is split into kernels by the shared kernel planner (runtime/kernel_planning.py:
 reduction groups, loop kernels per output dimensions, reduces materialized into temporaries),
 and each kernel becomes GPU launches (GpuLaunch):
   * a reduction group: [init] main [finish] [epilogue] (emitters/gpu/reduction_kernel.py),
@@ -29,7 +29,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..emitters.gpu.kernels import LaunchDims, param_leaf_count
+from ..emitters.gpu.kernels import LaunchDims
+from ..emitters.kernel_args import param_leaf_count
 from ..emitters.gpu.target import DEFAULT_ARCH
 from ..hlo.errors import UnsupportedError
 from ..hlo.ir import HloComputation, HloInstruction, HloModule

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ..emitters.kernel_args import leaf_count
 from ..emitters.loop_emitter import loop_shape, output_leaves
 from ..emitters.reduction_emitter import ReductionGroup, reduction_groups
 from ..hlo.ir import HloComputation, HloInstruction
@@ -35,10 +36,6 @@ class KernelPlan:
     stage: str = "single"  # "partial" / "combine" for a reduction split across cores
     parts: int = 1
     scratch: list[tuple[str, int]] = field(default_factory=list)
-
-
-def _leaf_count(shape) -> int:
-    return len(shape.leaves()) if shape.is_tuple else 1
 
 
 def _walk_reduces(inst: HloInstruction, stop: set[int], found: dict[int, HloInstruction]) -> None:
@@ -122,7 +119,7 @@ def plan_fusion(comp: HloComputation, name: str) -> tuple[list[KernelPlan], list
     in_offsets, acc = [], 0
     for p in comp.parameters:
         in_offsets.append(acc)
-        acc += _leaf_count(p.shape)
+        acc += leaf_count(p.shape)
     materialized = reduces_to_materialize(comp)
     tmp_offsets = []
     for r in materialized:
@@ -133,7 +130,7 @@ def plan_fusion(comp: HloComputation, name: str) -> tuple[list[KernelPlan], list
         out = []
         for p in c.parameters:
             k = p.parameter_number
-            count = _leaf_count(p.shape)
+            count = leaf_count(p.shape)
             if k < n_params:
                 out.extend(("in", in_offsets[k] + j) for j in range(count))
             else:

@@ -1,7 +1,8 @@
 """The CPU kernel skeleton: `void kernel(i8* noalias in..., i8* noalias out..., i64 begin, i64 end)`.
 
 A kernel gets one raw pointer per array leaf of the fusion's parameters and outputs (then
-any scratch buffers it shares with another kernel of the same fusion), and a
+any scratch buffers it shares with another kernel of the same fusion; emitters/kernel_args.py
+has the layout, shared with the GPU skeleton), and a
 range of work units [begin, end) so a thread pool can split the outer loop across cores. The
 loop and reduction emitters fill the body through `param_gen`, `output_ptr`, `begin`, `end`.
 """
@@ -10,15 +11,10 @@ from __future__ import annotations
 from llvmlite import ir
 
 from ...hlo.ir import HloComputation, HloInstruction
-from ...hlo.shapes import Shape
-from ..elemental import I64, Index, load_element, mem_type
+from ..elemental import I64
+from ..kernel_args import param_generator, param_leaf_count, param_leaf_slots, typed_pointer
 
 I8P = ir.IntType(8).as_pointer()
-
-
-def leaf_count(shape: Shape) -> int:
-    """Number of array leaves of a shape."""
-    return len(shape.leaves()) if shape.is_tuple else 1
 
 
 class CpuKernelSkeleton:
@@ -29,8 +25,7 @@ class CpuKernelSkeleton:
         self.module = module
         self.target = target
         self.comp = comp
-        params = comp.parameters
-        self.n_inputs = sum(leaf_count(p.shape) for p in params)
+        self.n_inputs = param_leaf_count(comp)
         self.n_outputs = n_outputs
         self.n_scratch = n_scratch
         fnty = ir.FunctionType(ir.VoidType(), [I8P] * (self.n_inputs + n_outputs + n_scratch) + [I64, I64])
@@ -41,37 +36,18 @@ class CpuKernelSkeleton:
             arg.add_attribute("noalias")
         self.begin, self.end = self.function.args[-2], self.function.args[-1]
         self.builder = ir.IRBuilder(self.function.append_basic_block("entry"))
-        self._param_leaves: dict[int, list] = {}
-        k = 0
-        for p in params:
-            leaves = p.shape.leaves() if p.shape.is_tuple else [p.shape]
-            ptrs = []
-            for leaf in leaves:
-                ptrs.append((self._typed(self.function.args[k], leaf.dtype), leaf))
-                k += 1
-            self._param_leaves[p.parameter_number] = ptrs
+        # Parameter pointers are cast once, in the entry block.
+        self._param_slots = param_leaf_slots(comp)
+        self._param_ptrs = {k: self._typed(self.function.args[k], leaf.dtype)
+                            for slots in self._param_slots.values() for k, leaf in slots}
 
     def _typed(self, arg: ir.Value, et) -> ir.Value:
-        return self.builder.bitcast(arg, mem_type(et).as_pointer())
+        return typed_pointer(self.builder, arg, et)
 
     def param_gen(self, p: HloInstruction):
         """Generator reading parameter `p` (a nested tuple of loads for tuple parameters)."""
-        leaves = iter(self._param_leaves[p.parameter_number])
-        b = self.builder
-
-        def build(shape):
-            if shape.is_tuple:
-                subs = [build(e) for e in shape.elements]
-                return lambda idx: tuple(s(idx) for s in subs)
-            ptr, leaf = next(leaves)
-
-            def load(idx: Index):
-                lin = idx.linear if tuple(idx.dims) == tuple(leaf.dims) else Index(b, leaf.dims, multi=idx.multi).linear
-                return load_element(b, b.gep(ptr, [lin], inbounds=True), leaf.dtype)
-
-            return load
-
-        return build(p.shape)
+        return param_generator(self.builder, p, self._param_slots[p.parameter_number],
+                               lambda k, leaf: self._param_ptrs[k])
 
     def output_ptr(self, k: int) -> ir.Value:
         """Typed pointer to output leaf `k`."""

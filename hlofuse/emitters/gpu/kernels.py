@@ -25,7 +25,8 @@ from llvmlite import ir
 
 from ...hlo.dtypes import ElementType
 from ...hlo.ir import HloComputation, HloInstruction
-from ..elemental import I64, Index, const_i64, load_element, mem_type
+from ..elemental import I64, const_i64
+from ..kernel_args import param_generator, param_leaf_count, param_leaf_slots, typed_pointer
 from ..loop_emitter import for_range, output_leaves
 
 I8 = ir.IntType(8)
@@ -49,11 +50,6 @@ def launch_for(threads: int, max_block: int = 256) -> LaunchDims:
         return LaunchDims(0, 32)
     block = min(max_block, -(-threads // 32) * 32)
     return LaunchDims(-(-threads // block), block)
-
-
-def param_leaf_count(comp: HloComputation) -> int:
-    """Number of array leaves over the parameters of `comp`."""
-    return sum(len(p.shape.leaves()) if p.shape.is_tuple else 1 for p in comp.parameters)
 
 
 class GpuKernelSkeleton:
@@ -96,12 +92,7 @@ class GpuKernelSkeleton:
             b = self.builder
             self.thread_idx = b.zext(target.special_register(b, "tid.x"), I64)
             self.block_idx = b.zext(target.special_register(b, "ctaid.x"), I64)
-        self._param_leaves: dict[int, list] = {}
-        k = 0
-        for p in comp.parameters:
-            leaves = p.shape.leaves() if p.shape.is_tuple else [p.shape]
-            self._param_leaves[p.parameter_number] = [(k + j, leaf) for j, leaf in enumerate(leaves)]
-            k += len(leaves)
+        self._param_slots = param_leaf_slots(comp)
 
     @property
     def global_thread_idx(self) -> ir.Value:
@@ -111,7 +102,7 @@ class GpuKernelSkeleton:
                      flags=["nuw", "nsw"])
 
     def _typed(self, arg: ir.Value, et: ElementType) -> ir.Value:
-        return self.builder.bitcast(arg, mem_type(et).as_pointer(self.addrspace))
+        return typed_pointer(self.builder, arg, et, self.addrspace)
 
     def _arg_ptr(self, k: int, et: ElementType) -> ir.Value:
         # Bitcasts are emitted at the use; LLVM hoists and merges them.
@@ -119,23 +110,8 @@ class GpuKernelSkeleton:
 
     def param_gen(self, p: HloInstruction):
         """Generator reading parameter `p` (nested tuples of loads for tuple parameters)."""
-        leaves = iter(self._param_leaves[p.parameter_number])
-        b = self.builder
-
-        def build(shape):
-            if shape.is_tuple:
-                subs = [build(e) for e in shape.elements]
-                return lambda idx: tuple(s(idx) for s in subs)
-            k, leaf = next(leaves)
-
-            def load(idx: Index):
-                same = tuple(idx.dims) == tuple(leaf.dims)
-                lin = idx.linear if same else Index(b, leaf.dims, multi=idx.multi).linear
-                return load_element(b, b.gep(self._arg_ptr(k, leaf.dtype), [lin], inbounds=True), leaf.dtype)
-
-            return load
-
-        return build(p.shape)
+        return param_generator(self.builder, p, self._param_slots[p.parameter_number],
+                               lambda k, leaf: self._arg_ptr(k, leaf.dtype))
 
     def output_ptr(self, k: int) -> ir.Value:
         """Typed pointer to output leaf `k`."""

@@ -46,7 +46,7 @@ from llvmlite import ir
 from ...hlo.ir import HloComputation
 from ..elemental import ElementalEmitter, Index, const_i64, delinearize, load_element, store_element
 from ..loop_emitter import for_range, output_leaves
-from ..reduction_emitter import ReductionGroup, _Hero
+from ..reduction_emitter import ReduceHero, ReductionGroup
 from .atomics import atomic_kind, emit_atomic_combine
 from .kernels import LaunchDims, launch_for
 
@@ -160,7 +160,7 @@ class _Emit:
         self.plan = plan
         self.group = plan.group
         self.em = ElementalEmitter(self.b, skel.target, skel.param_gen)
-        self.heroes = [_Hero(self.em, h) for h in self.group.heroes]
+        self.heroes = [ReduceHero(self.em, h) for h in self.group.heroes]
         self.leaves = output_leaves(comp)
         self.extra_leaves = [self.leaves[k] for k in self.group.extras]
         self.extra_ptrs = [skel.output_ptr(k) for k in self.group.extras]

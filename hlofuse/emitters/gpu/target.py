@@ -25,7 +25,7 @@ import llvmlite.binding as llvm
 from llvmlite import ir
 
 from ..cpu.target import CpuTarget
-from ..target import _APPROX_F32, Target
+from ..target import APPROX_F32, Target
 
 NVPTX_TRIPLE = "nvptx64-nvidia-cuda"
 NVPTX_DATA_LAYOUT = "e-i64:64-i128:128-v16:16-v32:32-n16:32:64"
@@ -88,7 +88,7 @@ class GpuTarget(Target):
             return builder.fdiv(one, builder.fadd(one, e))
         if fn == "rsqrt":
             return self.library_call(builder, "rsqrt", args)
-        if fn in _APPROX_F32:
+        if fn in APPROX_F32:
             return self.library_call(builder, fn, args)
         return super().math(builder, fn, args)
 

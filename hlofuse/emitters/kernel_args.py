@@ -1,0 +1,66 @@
+"""Kernel arguments shared by the CPU and the GPU kernel skeletons.
+
+Every kernel takes one raw i8 pointer per array leaf of the fused computation's parameters
+(parameters in order, tuple parameters flattened depth-first), then one per output leaf,
+then its scratch buffers. This module counts those leaves and builds the element
+generators that read a parameter through its leaf pointers.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+from llvmlite import ir
+
+from ..hlo.dtypes import ElementType
+from ..hlo.ir import HloComputation, HloInstruction
+from ..hlo.shapes import Shape
+from .elemental import Index, load_element, mem_type
+
+
+def leaf_count(shape: Shape) -> int:
+    """Number of array leaves of a shape."""
+    return len(shape.leaves()) if shape.is_tuple else 1
+
+
+def param_leaf_count(comp: HloComputation) -> int:
+    """Number of array leaves over the parameters of `comp`."""
+    return sum(leaf_count(p.shape) for p in comp.parameters)
+
+
+def param_leaf_slots(comp: HloComputation) -> dict[int, list[tuple[int, Shape]]]:
+    """Per parameter number of `comp`: its leaves as (argument index, leaf shape)."""
+    slots: dict[int, list[tuple[int, Shape]]] = {}
+    k = 0
+    for p in comp.parameters:
+        leaves = p.shape.leaves() if p.shape.is_tuple else [p.shape]
+        slots[p.parameter_number] = [(k + j, leaf) for j, leaf in enumerate(leaves)]
+        k += len(leaves)
+    return slots
+
+
+def typed_pointer(builder: ir.IRBuilder, arg: ir.Value, et: ElementType, addrspace: int = 0) -> ir.Value:
+    """Raw pointer `arg` cast to a pointer to the memory type of `et`."""
+    return builder.bitcast(arg, mem_type(et).as_pointer(addrspace))
+
+
+def param_generator(builder: ir.IRBuilder, p: HloInstruction, slots: list[tuple[int, Shape]],
+                    pointer: Callable[[int, Shape], ir.Value]):
+    """Generator reading parameter `p` whose leaves are `slots` (a nested tuple of loads for
+    tuple parameters); `pointer(k, leaf)` gives the typed pointer of argument `k`."""
+    leaves = iter(slots)
+    b = builder
+
+    def build(shape: Shape):
+        if shape.is_tuple:
+            subs = [build(e) for e in shape.elements]
+            return lambda idx: tuple(s(idx) for s in subs)
+        k, leaf = next(leaves)
+
+        def load(idx: Index):
+            same = tuple(idx.dims) == tuple(leaf.dims)
+            lin = idx.linear if same else Index(b, leaf.dims, multi=idx.multi).linear
+            return load_element(b, b.gep(pointer(k, leaf), [lin], inbounds=True), leaf.dtype)
+
+        return load
+
+    return build(p.shape)
