@@ -8,19 +8,9 @@ import pytest
 
 from hlofuse.hlo.parser import parse_hlo
 from hlofuse.runtime.cpu_executor import CpuProgram
+from kernel_cases import ADD_MAX_F32, argmax_module, reduce_module
 
-ADD = """
-add {
-  a = f32[] parameter(0)
-  b = f32[] parameter(1)
-  ROOT s = f32[] add(a, b)
-}
-max {
-  a = f32[] parameter(0)
-  b = f32[] parameter(1)
-  ROOT s = f32[] maximum(a, b)
-}
-"""
+ADD = ADD_MAX_F32  # reducers "add" and "max"
 
 
 def compile_text(text: str) -> CpuProgram:
@@ -29,24 +19,6 @@ def compile_text(text: str) -> CpuProgram:
 
 def vectorized(ir_text: str) -> bool:
     return any(f"<{w} x float>" in ir_text for w in (4, 8, 16))
-
-
-def reduce_module(dims: tuple[int, ...], rdims: tuple[int, ...], reducer: str = "add", init: str = "0") -> str:
-    shape = f"f32[{','.join(map(str, dims))}]"
-    out = f"f32[{','.join(str(d) for i, d in enumerate(dims) if i not in rdims)}]"
-    rd = ",".join(map(str, rdims))
-    return f"""HloModule r
-{ADD}
-fused {{
-  p0 = {shape} parameter(0)
-  c = f32[] constant({init})
-  ROOT r = {out} reduce(p0, c), dimensions={{{rd}}}, to_apply={reducer}
-}}
-ENTRY e {{
-  x = {shape} parameter(0)
-  ROOT f = {out} fusion(x), kind=kInput, calls=fused
-}}
-"""
 
 
 def test_loop_fusion_multi_output_vectorizes_and_is_exact():
@@ -109,33 +81,7 @@ def test_row_reduction_vectorizes():
 
 
 def test_variadic_argmax_reduction():
-    text = """HloModule am
-argmax {
-  v0 = f32[] parameter(0)
-  i0 = s32[] parameter(1)
-  v1 = f32[] parameter(2)
-  i1 = s32[] parameter(3)
-  gt = pred[] compare(v0, v1), direction=GT
-  eq = pred[] compare(v0, v1), direction=EQ
-  lt = pred[] compare(i0, i1), direction=LT
-  tie = pred[] and(eq, lt)
-  keep = pred[] or(gt, tie)
-  v = f32[] select(keep, v0, v1)
-  i = s32[] select(keep, i0, i1)
-  ROOT t = (f32[], s32[]) tuple(v, i)
-}
-fused {
-  p0 = f32[16,300] parameter(0)
-  io = s32[16,300] iota(), iota_dimension=1
-  ninf = f32[] constant(-inf)
-  zero = s32[] constant(0)
-  ROOT r = (f32[16], s32[16]) reduce(p0, io, ninf, zero), dimensions={1}, to_apply=argmax
-}
-ENTRY e {
-  x = f32[16,300] parameter(0)
-  ROOT f = (f32[16], s32[16]) fusion(x), kind=kInput, calls=fused
-}
-"""
+    text = argmax_module((16, 300), 1)
     x = np.random.default_rng(3).standard_normal((16, 300)).astype(np.float32)
     x[5, 10] = x[5, 200] = 50.0  # tie: the lower index wins
     values, index = compile_text(text).run([x])

@@ -9,6 +9,7 @@ from hlofuse.hlo.errors import UnsupportedError
 from hlofuse.hlo.parser import parse_hlo
 from hlofuse.runtime.gpu_executor import GpuProgram, HostDevice
 from hlofuse.runtime.interpreter import evaluate
+from kernel_cases import ADD_MAX_F32
 
 
 def _cuda_available() -> bool:
@@ -23,18 +24,7 @@ def _cuda_available() -> bool:
 HAS_GPU = _cuda_available()
 needs_gpu = pytest.mark.skipif(not HAS_GPU, reason="no CUDA GPU: numba.cuda.is_available() is False")
 
-MODULE = """HloModule m
-add {
-  a = f32[] parameter(0)
-  b = f32[] parameter(1)
-  ROOT s = f32[] add(a, b)
-}
-max {
-  a = f32[] parameter(0)
-  b = f32[] parameter(1)
-  ROOT s = f32[] maximum(a, b)
-}
-rows {
+MODULE = "HloModule m\n" + ADD_MAX_F32 + """rows {
   x = f32[256,300] parameter(0)
   e = f32[256,300] exponential(x)
   z = f32[] constant(0)

@@ -17,85 +17,18 @@ from hlofuse.hlo.parser import parse_hlo
 from hlofuse.runtime.gpu_emulator import run_grid
 from hlofuse.runtime.gpu_executor import GpuProgram, launch_summary
 from hlofuse.runtime.interpreter import evaluate
+import kernel_cases
+from kernel_cases import argmax_module
 
-REDUCERS = """
-add_f32 {
-  a = f32[] parameter(0)
-  b = f32[] parameter(1)
-  ROOT s = f32[] add(a, b)
-}
-max_f32 {
-  a = f32[] parameter(0)
-  b = f32[] parameter(1)
-  ROOT s = f32[] maximum(a, b)
-}
-mul_f32 {
-  a = f32[] parameter(0)
-  b = f32[] parameter(1)
-  ROOT s = f32[] multiply(a, b)
-}
-add_s32 {
-  a = s32[] parameter(0)
-  b = s32[] parameter(1)
-  ROOT s = s32[] add(a, b)
-}
-max_s32 {
-  a = s32[] parameter(0)
-  b = s32[] parameter(1)
-  ROOT s = s32[] maximum(a, b)
-}
-min_u32 {
-  a = u32[] parameter(0)
-  b = u32[] parameter(1)
-  ROOT s = u32[] minimum(a, b)
-}
-add_s64 {
-  a = s64[] parameter(0)
-  b = s64[] parameter(1)
-  ROOT s = s64[] add(a, b)
-}
-xor_s32 {
-  a = s32[] parameter(0)
-  b = s32[] parameter(1)
-  ROOT s = s32[] xor(a, b)
-}
-sub_s32 {
-  a = s32[] parameter(0)
-  b = s32[] parameter(1)
-  ROOT s = s32[] subtract(a, b)
-}
-add_f16 {
-  a = f16[] parameter(0)
-  b = f16[] parameter(1)
-  ROOT s = f16[] add(a, b)
-}
-or_pred {
-  a = pred[] parameter(0)
-  b = pred[] parameter(1)
-  ROOT s = pred[] or(a, b)
-}
-"""
-
-
-def _shape(ty: str, dims) -> str:
-    return f"{ty}[{','.join(map(str, dims))}]"
+REDUCERS = "".join(kernel_cases.reducer(name, ty, op) for name, ty, op in [
+    ("add_f32", "f32", "add"), ("max_f32", "f32", "maximum"), ("mul_f32", "f32", "multiply"),
+    ("add_s32", "s32", "add"), ("max_s32", "s32", "maximum"), ("min_u32", "u32", "minimum"),
+    ("add_s64", "s64", "add"), ("xor_s32", "s32", "xor"), ("sub_s32", "s32", "subtract"),
+    ("add_f16", "f16", "add"), ("or_pred", "pred", "or")])
 
 
 def reduce_module(dims, rdims, ty="f32", reducer="add_f32", init="0") -> str:
-    out = [d for i, d in enumerate(dims) if i not in rdims]
-    rd = ",".join(map(str, rdims))
-    return f"""HloModule r
-{REDUCERS}
-fused {{
-  p0 = {_shape(ty, dims)} parameter(0)
-  c = {ty}[] constant({init})
-  ROOT r = {_shape(ty, out)} reduce(p0, c), dimensions={{{rd}}}, to_apply={reducer}
-}}
-ENTRY e {{
-  x = {_shape(ty, dims)} parameter(0)
-  ROOT f = {_shape(ty, out)} fusion(x), kind=kInput, calls=fused
-}}
-"""
+    return kernel_cases.reduce_module(dims, rdims, reducer, init, ty, REDUCERS)
 
 
 def _input(dims, ty: str, rng) -> np.ndarray:
@@ -208,39 +141,9 @@ def test_two_pass_for_f16_and_pred():
     assert_match(got, want, exact=True)
 
 
-ARGMAX = """HloModule argmax
-argmax {
-  v0 = f32[] parameter(0)
-  i0 = s32[] parameter(1)
-  v1 = f32[] parameter(2)
-  i1 = s32[] parameter(3)
-  gt = pred[] compare(v0, v1), direction=GT
-  eq = pred[] compare(v0, v1), direction=EQ
-  lt = pred[] compare(i0, i1), direction=LT
-  tie = pred[] and(eq, lt)
-  keep = pred[] or(gt, tie)
-  v = f32[] select(keep, v0, v1)
-  i = s32[] select(keep, i0, i1)
-  ROOT t = (f32[], s32[]) tuple(v, i)
-}
-fused {
-  x = f32[DIMS] parameter(0)
-  io = s32[DIMS] iota(), iota_dimension=RD
-  ninf = f32[] constant(-inf)
-  zero = s32[] constant(0)
-  ROOT r = (f32[OUT], s32[OUT]) reduce(x, io, ninf, zero), dimensions={RD}, to_apply=argmax
-}
-ENTRY e {
-  x = f32[DIMS] parameter(0)
-  ROOT f = (f32[OUT], s32[OUT]) fusion(x), kind=kInput, calls=fused
-}
-"""
-
-
 @pytest.mark.parametrize("dims,rd", [((50, 3000), 1), ((3000, 50), 0)])
 def test_variadic_argmax_two_pass(dims, rd):
-    out = [d for i, d in enumerate(dims) if i != rd]
-    text = ARGMAX.replace("DIMS", ",".join(map(str, dims))).replace("OUT", ",".join(map(str, out))).replace("RD", str(rd))
+    text = argmax_module(dims, rd)
     rng = np.random.default_rng(6)
     x = rng.integers(-50, 50, dims).astype(np.float32)  # many ties: the smallest index must win
     got, want, prog = run_both(text, [x], check_ptx=True)
@@ -249,13 +152,7 @@ def test_variadic_argmax_two_pass(dims, rd):
     np.testing.assert_array_equal(got[1], np.argmax(x, axis=rd))
 
 
-MULTI = """HloModule multi
-add {
-  a = f32[] parameter(0)
-  b = f32[] parameter(1)
-  ROOT s = f32[] add(a, b)
-}
-fused {
+MULTI = "HloModule multi\n" + kernel_cases.reducer("add", "f32", "add") + """fused {
   x = f32[130,1100] parameter(0)
   sq = f32[130,1100] multiply(x, x)
   e = f32[130,1100] exponential(x)
@@ -378,13 +275,7 @@ def test_plan_thresholds():
     assert (p.kind, p.chunks, p.launch.threads >= 64 * 4) == ("column", 4, True)
 
 
-EPILOGUE = """HloModule epi
-add {
-  a = f32[] parameter(0)
-  b = f32[] parameter(1)
-  ROOT s = f32[] add(a, b)
-}
-fused {
+EPILOGUE = "HloModule epi\n" + kernel_cases.reducer("add", "f32", "add") + """fused {
   x = f32[96,700] parameter(0)
   z = f32[] constant(0)
   r = f32[96] reduce(x, z), dimensions={1}, to_apply=add
@@ -410,18 +301,7 @@ def test_reduction_epilogue_after_atomics():
     assert_match(got, want, exact=False)
 
 
-SOFTMAX = """HloModule softmax
-max {
-  a = f32[] parameter(0)
-  b = f32[] parameter(1)
-  ROOT s = f32[] maximum(a, b)
-}
-add {
-  a = f32[] parameter(0)
-  b = f32[] parameter(1)
-  ROOT s = f32[] add(a, b)
-}
-fused {
+SOFTMAX = "HloModule softmax\n" + kernel_cases.ADD_MAX_F32 + """fused {
   x = f32[50,900] parameter(0)
   ninf = f32[] constant(-inf)
   m = f32[50] reduce(x, ninf), dimensions={1}, to_apply=max
@@ -455,7 +335,7 @@ def test_softmax_in_one_fusion_materializes_its_reduces():
 @pytest.mark.skipif(assembler() is None, reason="neither ptxas nor nvJitLink is installed")
 def test_sm80_ptx_for_reductions_and_atomics():
     """The same kernels for sm_80 (A100): atomics, CAS loops, two passes and libdevice."""
-    argmax = ARGMAX.replace("DIMS", "50,3000").replace("OUT", "50").replace("RD", "1")
+    argmax = argmax_module((50, 3000), 1)
     for text in (MULTI, argmax, reduce_module((2000, 40), (0,), "f32", "mul_f32", "1"), EPILOGUE):
         ptx = GpuProgram.compile(parse_hlo(text), emulated=True, build_only=True, arch="sm_80").ptx()
         assert ".target sm_80" in ptx

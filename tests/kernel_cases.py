@@ -1,0 +1,78 @@
+"""HLO text shared by the CPU and GPU kernel tests: scalar reducer computations, a reduce
+fusion of any shape and element type, and a variadic argmax reduction (value, index)."""
+from __future__ import annotations
+
+
+def reducer(name: str, ty: str, op: str) -> str:
+    """A scalar reducer computation `name` applying binary opcode `op` to two `ty` values."""
+    return f"""{name} {{
+  a = {ty}[] parameter(0)
+  b = {ty}[] parameter(1)
+  ROOT s = {ty}[] {op}(a, b)
+}}
+"""
+
+
+ADD_MAX_F32 = reducer("add", "f32", "add") + reducer("max", "f32", "maximum")
+
+
+def shape_text(ty: str, dims) -> str:
+    """HLO text of an array shape, e.g. f32[3,4]."""
+    return f"{ty}[{','.join(map(str, dims))}]"
+
+
+def reduce_module(dims, rdims, reducer: str = "add", init: str = "0", ty: str = "f32",
+                  computations: str = ADD_MAX_F32) -> str:
+    """A module whose entry is one kInput fusion reducing a `ty` array of `dims` over `rdims`
+    with `reducer` (one of `computations`) from `init`."""
+    out = [d for i, d in enumerate(dims) if i not in rdims]
+    rd = ",".join(map(str, rdims))
+    return f"""HloModule r
+{computations}
+fused {{
+  p0 = {shape_text(ty, dims)} parameter(0)
+  c = {ty}[] constant({init})
+  ROOT r = {shape_text(ty, out)} reduce(p0, c), dimensions={{{rd}}}, to_apply={reducer}
+}}
+ENTRY e {{
+  x = {shape_text(ty, dims)} parameter(0)
+  ROOT f = {shape_text(ty, out)} fusion(x), kind=kInput, calls=fused
+}}
+"""
+
+
+_ARGMAX = """HloModule argmax
+argmax {
+  v0 = f32[] parameter(0)
+  i0 = s32[] parameter(1)
+  v1 = f32[] parameter(2)
+  i1 = s32[] parameter(3)
+  gt = pred[] compare(v0, v1), direction=GT
+  eq = pred[] compare(v0, v1), direction=EQ
+  lt = pred[] compare(i0, i1), direction=LT
+  tie = pred[] and(eq, lt)
+  keep = pred[] or(gt, tie)
+  v = f32[] select(keep, v0, v1)
+  i = s32[] select(keep, i0, i1)
+  ROOT t = (f32[], s32[]) tuple(v, i)
+}
+fused {
+  x = f32[DIMS] parameter(0)
+  io = s32[DIMS] iota(), iota_dimension=RD
+  ninf = f32[] constant(-inf)
+  zero = s32[] constant(0)
+  ROOT r = (f32[OUT], s32[OUT]) reduce(x, io, ninf, zero), dimensions={RD}, to_apply=argmax
+}
+ENTRY e {
+  x = f32[DIMS] parameter(0)
+  ROOT f = (f32[OUT], s32[OUT]) fusion(x), kind=kInput, calls=fused
+}
+"""
+
+
+def argmax_module(dims, rd: int) -> str:
+    """A kInput fusion computing (max, argmax) of an f32 array of `dims` over dimension `rd`
+    (ties go to the smaller index, as jnp.argmax)."""
+    out = [d for i, d in enumerate(dims) if i != rd]
+    return (_ARGMAX.replace("DIMS", ",".join(map(str, dims))).replace("OUT", ",".join(map(str, out)))
+            .replace("RD", str(rd)))
