@@ -190,11 +190,11 @@ def _exp_f64(m: _M, t):
     return m.mul(p, b.bitcast(bits, F64))
 
 
-def _log_f64(m: _M, x):
-    """ln x for positive normal doubles, relative error ~1e-16 (atanh series on [sqrt(.5), sqrt(2)))."""
+def _atanh_argument(m: _M, bits, e):
+    """For a positive double with bit pattern `bits` and unbiased exponent `e`: its mantissa
+    taken into [sqrt(.5), sqrt(2)) (adjusting `e`), then s = (mant-1)/(mant+1) and s*s, so
+    that ln(mant) = 2*atanh(s). Returns (s, s2, e)."""
     b = m.b
-    bits = b.bitcast(x, I64)
-    e = b.sub(b.lshr(bits, ir.Constant(I64, 52)), ir.Constant(I64, 1023))
     mant = b.bitcast(b.or_(b.and_(bits, ir.Constant(I64, 0x000FFFFFFFFFFFFF)),
                            ir.Constant(I64, 0x3FF0000000000000)), F64)
     big = m.cmp(">", mant, m.c(1.4142135623730951))
@@ -202,6 +202,15 @@ def _log_f64(m: _M, x):
     e = b.add(e, b.zext(big, I64))
     s = m.div(m.sub(mant, m.c(1.0)), m.add(mant, m.c(1.0)))
     s2 = m.mul(s, s)
+    return s, s2, e
+
+
+def _log_f64(m: _M, x):
+    """ln x for positive normal doubles, relative error ~1e-16 (atanh series on [sqrt(.5), sqrt(2)))."""
+    b = m.b
+    bits = b.bitcast(x, I64)
+    e = b.sub(b.lshr(bits, ir.Constant(I64, 52)), ir.Constant(I64, 1023))
+    s, s2, e = _atanh_argument(m, bits, e)
     series = m.horner(s2, [1.0 / (2 * k + 1) for k in range(11, -1, -1)])
     lm = m.mul(m.add(s, s), series)
     return m.fma(b.sitofp(e, F64), m.c(math.log(2.0)), lm)
@@ -416,13 +425,7 @@ def log_f64(b: ir.IRBuilder, target, x):
     bits = b.bitcast(xs, I64)
     e = b.sub(b.lshr(bits, ir.Constant(I64, 52)), ir.Constant(I64, 1023))
     e = b.sub(e, b.select(sub, ir.Constant(I64, 54), ir.Constant(I64, 0)))
-    mant = b.bitcast(b.or_(b.and_(bits, ir.Constant(I64, 0x000FFFFFFFFFFFFF)),
-                           ir.Constant(I64, 0x3FF0000000000000)), F64)
-    big = m.cmp(">", mant, m.c(1.4142135623730951))
-    mant = m.sel(big, m.mul(mant, m.c(0.5)), mant)
-    e = b.add(e, b.zext(big, I64))
-    s = m.div(m.sub(mant, m.c(1.0)), m.add(mant, m.c(1.0)))
-    s2 = m.mul(s, s)
+    s, s2, e = _atanh_argument(m, bits, e)
     series = m.horner(s2, [1.0 / (2 * k + 1) for k in range(12, 0, -1)])
     lm = m.fma(m.add(s, s), m.mul(s2, series), m.add(s, s))
     fe = b.sitofp(e, F64)
