@@ -119,11 +119,12 @@ def _shape(dims) -> str:
 
 
 @st.composite
-def random_module(draw) -> str:
+def random_module(draw, max_a: int = 3, max_b: int = 4) -> str:
     """A random DAG of elementwise, broadcast, reshape, transpose, slice, concatenate and reduce
-    instructions over small shapes, with producers shared by several users."""
-    a = draw(st.integers(1, 3))
-    b = draw(st.integers(2, 4))
+    instructions over small shapes (dimensions up to `max_a` x `max_b`), with producers shared
+    by several users."""
+    a = draw(st.integers(1, max_a))
+    b = draw(st.integers(2, max_b))
     nodes: list[tuple[str, tuple[int, ...]]] = []
     lines: list[str] = []
     nparams = draw(st.integers(1, 3))
