@@ -6,9 +6,9 @@ import llvmlite.binding as llvm
 import numpy as np
 import pytest
 
+from backend_cases import ADD_MAX_F32, argmax_module, reduce_module
 from hlofuse.hlo.parser import parse_hlo
 from hlofuse.runtime.cpu_executor import CpuProgram
-from kernel_cases import ADD_MAX_F32, argmax_module, reduce_module
 
 ADD = ADD_MAX_F32  # reducers "add" and "max"
 

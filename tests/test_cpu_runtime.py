@@ -9,6 +9,7 @@ import time
 import numpy as np
 import pytest
 
+from backend_cases import corpus_case
 from hlofuse.hlo.errors import InputError, UnsupportedError
 from hlofuse.hlo.parser import parse_hlo
 from hlofuse.runtime import cpu_executor
@@ -183,15 +184,8 @@ def _corpus_files() -> list[str]:
 def _run_corpus_file(path: str, target: str) -> None:
     from hlofuse.compiler import optimize
     from hlofuse.runtime.compare import compare_outputs
-    from hlofuse.runtime.interpreter import evaluate
-    from hlofuse.runtime.io import random_inputs
 
-    module = parse_hlo(open(path).read(), path)
-    args = random_inputs(module, 0)
-    try:
-        want = evaluate(module, args)
-    except UnsupportedError as e:
-        pytest.skip(f"interpreter: {e}")
+    module, args, want = corpus_case(path)
     fused, _ = optimize(module, target, fusion=True)
     try:
         got = CpuProgram.compile(fused).run(args)
@@ -199,7 +193,7 @@ def _run_corpus_file(path: str, target: str) -> None:
         if "rng-bit-generator" in str(e):
             pytest.skip(str(e))
         raise
-    bad = [str(r) for r in compare_outputs(got, [np.asarray(w) for w in want]) if not r.ok]
+    bad = [str(r) for r in compare_outputs(got, want) if not r.ok]
     assert not bad
 
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from backend_cases import ADD_MAX_F32
 from hlofuse.hlo.errors import UnsupportedError
 from hlofuse.hlo.parser import parse_hlo
 from hlofuse.runtime.gpu_executor import GpuProgram, HostDevice
 from hlofuse.runtime.interpreter import evaluate
-from kernel_cases import ADD_MAX_F32
 
 
 def _cuda_available() -> bool:

@@ -10,6 +10,8 @@ import threading
 import numpy as np
 import pytest
 
+import backend_cases
+from backend_cases import argmax_module
 from hlofuse.emitters.gpu import reduction_kernel as rk
 from hlofuse.emitters.gpu.atomics import atomic_kind
 from hlofuse.emitters.gpu.ptxas import assemble, assembler
@@ -17,10 +19,8 @@ from hlofuse.hlo.parser import parse_hlo
 from hlofuse.runtime.gpu_emulator import run_grid
 from hlofuse.runtime.gpu_executor import GpuProgram, launch_summary
 from hlofuse.runtime.interpreter import evaluate
-import kernel_cases
-from kernel_cases import argmax_module
 
-REDUCERS = "".join(kernel_cases.reducer(name, ty, op) for name, ty, op in [
+REDUCERS = "".join(backend_cases.reducer(name, ty, op) for name, ty, op in [
     ("add_f32", "f32", "add"), ("max_f32", "f32", "maximum"), ("mul_f32", "f32", "multiply"),
     ("add_s32", "s32", "add"), ("max_s32", "s32", "maximum"), ("min_u32", "u32", "minimum"),
     ("add_s64", "s64", "add"), ("xor_s32", "s32", "xor"), ("sub_s32", "s32", "subtract"),
@@ -28,7 +28,7 @@ REDUCERS = "".join(kernel_cases.reducer(name, ty, op) for name, ty, op in [
 
 
 def reduce_module(dims, rdims, ty="f32", reducer="add_f32", init="0") -> str:
-    return kernel_cases.reduce_module(dims, rdims, reducer, init, ty, REDUCERS)
+    return backend_cases.reduce_module(dims, rdims, reducer, init, ty, REDUCERS)
 
 
 def _input(dims, ty: str, rng) -> np.ndarray:
@@ -152,7 +152,7 @@ def test_variadic_argmax_two_pass(dims, rd):
     np.testing.assert_array_equal(got[1], np.argmax(x, axis=rd))
 
 
-MULTI = "HloModule multi\n" + kernel_cases.reducer("add", "f32", "add") + """fused {
+MULTI = "HloModule multi\n" + backend_cases.reducer("add", "f32", "add") + """fused {
   x = f32[130,1100] parameter(0)
   sq = f32[130,1100] multiply(x, x)
   e = f32[130,1100] exponential(x)
@@ -275,7 +275,7 @@ def test_plan_thresholds():
     assert (p.kind, p.chunks, p.launch.threads >= 64 * 4) == ("column", 4, True)
 
 
-EPILOGUE = "HloModule epi\n" + kernel_cases.reducer("add", "f32", "add") + """fused {
+EPILOGUE = "HloModule epi\n" + backend_cases.reducer("add", "f32", "add") + """fused {
   x = f32[96,700] parameter(0)
   z = f32[] constant(0)
   r = f32[96] reduce(x, z), dimensions={1}, to_apply=add
@@ -301,7 +301,7 @@ def test_reduction_epilogue_after_atomics():
     assert_match(got, want, exact=False)
 
 
-SOFTMAX = "HloModule softmax\n" + kernel_cases.ADD_MAX_F32 + """fused {
+SOFTMAX = "HloModule softmax\n" + backend_cases.ADD_MAX_F32 + """fused {
   x = f32[50,900] parameter(0)
   ninf = f32[] constant(-inf)
   m = f32[50] reduce(x, ninf), dimensions={1}, to_apply=max

@@ -11,6 +11,7 @@ import sys
 import numpy as np
 import pytest
 
+from backend_cases import corpus_case
 from golden_harness import golden_files, split_cases
 from hlofuse.compiler import optimize
 from hlofuse.emitters.gpu.ptxas import assemble, assembler
@@ -106,14 +107,9 @@ def test_jax_corpus(path):
 def test_xla_fused_corpus_runs_as_given(path):
     """XLA's own fusion decisions (the .opt.hlo files, kLoop/kInput/kOutput fusions) run
     through the GPU kernels without re-fusing."""
-    module = parse_hlo(open(path).read(), path)
-    args = random_inputs(module, 0)
-    try:
-        want = evaluate(module, args)
-    except UnsupportedError as e:
-        pytest.skip(f"interpreter: {e}")
+    module, args, want = corpus_case(path)
     prog = GpuProgram.compile(module, emulated=True)
-    bad = [r.line() for r in compare_outputs(prog.run(args), [np.asarray(w) for w in want]) if not r.ok]
+    bad = [r.line() for r in compare_outputs(prog.run(args), want) if not r.ok]
     assert not bad, "\n".join(bad)
     if assembler() is not None:
         assemble(prog.ptx())

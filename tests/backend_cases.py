@@ -1,6 +1,29 @@
-"""HLO text shared by the CPU and GPU kernel tests: scalar reducer computations, a reduce
-fusion of any shape and element type, and a variadic argmax reduction (value, index)."""
+"""Inputs shared by the CPU and GPU backend tests: scalar reducer computations, a reduce
+fusion of any shape and element type, a variadic argmax reduction (value, index), and a
+corpus module with random arguments and the interpreter's outputs."""
 from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from hlofuse.hlo.errors import UnsupportedError
+from hlofuse.hlo.ir import HloModule
+from hlofuse.hlo.parser import parse_hlo
+
+
+def corpus_case(path: str) -> tuple[HloModule, list, list[np.ndarray]]:
+    """The module in file `path`, random arguments (seed 0) and the interpreter's outputs
+    for them; skips the test when the interpreter cannot run the module."""
+    from hlofuse.runtime.interpreter import evaluate
+    from hlofuse.runtime.io import random_inputs
+
+    module = parse_hlo(open(path).read(), path)
+    args = random_inputs(module, 0)
+    try:
+        want = evaluate(module, args)
+    except UnsupportedError as e:
+        pytest.skip(f"interpreter: {e}")
+    return module, args, [np.asarray(w) for w in want]
 
 
 def reducer(name: str, ty: str, op: str) -> str:
