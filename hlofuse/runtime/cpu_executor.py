@@ -26,17 +26,8 @@ from . import library_ops, library_rng  # noqa: F401  (register the library rule
 from .buffers import OutputPool
 from .compile_cache import CompileCache, cache_key
 from .cpu_threads import available_cores, fit_blas_threads, thread_pool
-from .executor_common import (
-    ComputationPlan,
-    Planner,
-    ProgramBase,
-    Step,
-    check_arguments,
-    flatten,
-    owned_outputs,
-    symbol_name,
-    unflatten,
-)
+from .executor_common import ComputationPlan, Planner, ProgramBase, Step, check_arguments, flatten, owned_outputs
+from .executor_common import symbol_name, unflatten
 from .kernel_planning import KernelPlan, plan_fusion, sequential_dot
 
 _PARALLEL_MIN_ELEMENTS = 1 << 15

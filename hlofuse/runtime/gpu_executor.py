@@ -7,9 +7,9 @@ and once for the host emulation, and run them on a CUDA GPU or on the CPU.
 
 Planning and step execution are shared with the CPU executor (runtime/executor_common.py):
 every executed computation becomes steps with a buffer assignment (runtime/buffers.py); a
-fusion (or a fusible op left unfused, wrapped in a computation) is split into kernels by the shared kernel planner (runtime/kernel_planning.py:
-reduction groups, loop kernels per output dimensions, reduces materialized into temporaries),
-and each kernel becomes GPU launches (GpuLaunch):
+fusion (or a fusible op left unfused, wrapped in a computation) is split into kernels by the
+shared kernel planner (runtime/kernel_planning.py: reduction groups, loop kernels per output
+dimensions, reduces materialized into temporaries), and each kernel becomes GPU launches (GpuLaunch):
   * a reduction group: [init] main [finish] [epilogue] (emitters/gpu/reduction_kernel.py),
   * a loop kernel: one grid (loop_kernel.py).
 Other ops (dot, convolution, sort, while, ...) are not kernels: they run on the host through
@@ -34,17 +34,8 @@ from ..emitters.kernel_args import param_leaf_count
 from ..emitters.gpu.target import DEFAULT_ARCH
 from ..hlo.errors import UnsupportedError
 from ..hlo.ir import HloComputation, HloInstruction, HloModule
-from .executor_common import (
-    ComputationPlan,
-    Planner,
-    ProgramBase,
-    Step,
-    check_arguments,
-    flatten,
-    owned_outputs,
-    symbol_name,
-    unflatten,
-)
+from .executor_common import ComputationPlan, Planner, ProgramBase, Step, check_arguments, flatten, owned_outputs
+from .executor_common import symbol_name, unflatten
 
 
 @dataclass
