@@ -44,7 +44,7 @@ def typed_pointer(builder: ir.IRBuilder, arg: ir.Value, et: ElementType, addrspa
 
 
 def param_generator(builder: ir.IRBuilder, p: HloInstruction, slots: list[tuple[int, Shape]],
-                    pointer: Callable[[int, Shape], ir.Value]):
+                    pointer: Callable[[int, Shape], ir.Value]) -> Callable:
     """Generator reading parameter `p` whose leaves are `slots` (a nested tuple of loads for
     tuple parameters); `pointer(k, leaf)` gives the typed pointer of argument `k`."""
     leaves = iter(slots)

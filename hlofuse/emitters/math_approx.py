@@ -82,7 +82,7 @@ def _pow2_f32(m: _M, ni):
 _EXP_P = [1.9875691500e-4, 1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2, 1.6666665459e-1, 5.0000001201e-1]
 
 
-def exp_f32(b: ir.IRBuilder, target, x):
+def exp_f32(b: ir.IRBuilder, target, x) -> ir.Value:
     """e**x: n = rint(x/ln2), r = x - n*ln2 (two-part), polynomial, scale by 2**n in two steps."""
     m = _M(b, target, F32)
     xc = m.sel(m.cmp(">", x, m.c(-104.0)), x, m.c(-104.0))  # NaN -> -104 (fixed up below)
@@ -105,7 +105,7 @@ _LOG_P = [7.0376836292e-2, -1.1514610310e-1, 1.1676998740e-1, -1.2420140846e-1, 
           -1.6668057665e-1, 2.0000714765e-1, -2.4999993993e-1, 3.3333331174e-1]
 
 
-def log_f32(b: ir.IRBuilder, target, x):
+def log_f32(b: ir.IRBuilder, target, x) -> ir.Value:
     """ln x: exponent/mantissa split (subnormals prescaled), Cephes polynomial on [sqrt(.5), sqrt(2))."""
     m = _M(b, target, F32)
     sub = m.cmp("<", x, m.c(1.17549435e-38))
@@ -129,7 +129,7 @@ def log_f32(b: ir.IRBuilder, target, x):
     return m.sel(b.fcmp_unordered("ult", x, m.c(0.0)), m.c(math.nan), r)  # x < 0 or NaN
 
 
-def log1p_f32(b: ir.IRBuilder, target, x):
+def log1p_f32(b: ir.IRBuilder, target, x) -> ir.Value:
     """log(1+x) = log(u) * x / (u-1) with u = 1+x (exact compensation, Goldberg's trick)."""
     m = _M(b, target, F32)
     u = m.add(x, m.c(1.0))
@@ -139,7 +139,7 @@ def log1p_f32(b: ir.IRBuilder, target, x):
     return m.sel(m.cmp("==", x, m.c(math.inf)), x, r)
 
 
-def expm1_f32(b: ir.IRBuilder, target, x):
+def expm1_f32(b: ir.IRBuilder, target, x) -> ir.Value:
     """e**x - 1 = (u-1) * x / log(u) with u = e**x (Kahan's trick)."""
     m = _M(b, target, F32)
     u = exp_f32(b, target, x)
@@ -154,7 +154,7 @@ def expm1_f32(b: ir.IRBuilder, target, x):
 _TANH_P = [-5.70498872745e-3, 2.06390887954e-2, -5.37397155531e-2, 1.33314422036e-1, -3.33332819422e-1]
 
 
-def tanh_f32(b: ir.IRBuilder, target, x):
+def tanh_f32(b: ir.IRBuilder, target, x) -> ir.Value:
     """tanh: odd polynomial for |x| < 0.625, 1 - 2/(e**2|x| + 1) beyond (|x| clamped at 20)."""
     m = _M(b, target, F32)
     ax = m.intr("llvm.fabs", x)
@@ -167,7 +167,7 @@ def tanh_f32(b: ir.IRBuilder, target, x):
     return m.sel(m.cmp("<", ax, m.c(0.625)), small, big)
 
 
-def logistic_f32(b: ir.IRBuilder, target, x):
+def logistic_f32(b: ir.IRBuilder, target, x) -> ir.Value:
     """1 / (1 + e**-x); e**x where that is the same to f32 precision (x < -20), so tiny results keep accuracy."""
     m = _M(b, target, F32)
     neg = m.cmp("<", x, m.c(-20.0))
@@ -220,7 +220,7 @@ def _to64(b, x):
     return b.fpext(x, F64)
 
 
-def pow_f32(b: ir.IRBuilder, target, x, y):
+def pow_f32(b: ir.IRBuilder, target, x, y) -> ir.Value:
     """x**y with C99's special cases; exp(y*log|x|) evaluated in f64 then rounded once."""
     m = _M(b, target, F64)
     xd, yd = _to64(b, x), _to64(b, y)
@@ -249,7 +249,7 @@ def pow_f32(b: ir.IRBuilder, target, x, y):
     return b.fptrunc(r, F32)
 
 
-def cbrt_f32(b: ir.IRBuilder, target, x):
+def cbrt_f32(b: ir.IRBuilder, target, x) -> ir.Value:
     """Cube root: exp(log|x|/3) in f64 with the sign of x; 0, inf and NaN map to themselves."""
     m = _M(b, target, F64)
     xd = _to64(b, x)
@@ -295,7 +295,7 @@ def _quadrant(m: _M, q, values, xd):
     return m.sel(m.cmp("==", m.intr("llvm.fabs", xd), m.c(math.inf)), m.c(math.nan), out)
 
 
-def sin_f32(b: ir.IRBuilder, target, x):
+def sin_f32(b: ir.IRBuilder, target, x) -> ir.Value:
     """sin via f64 reduction by pi/2 and Taylor series on [-pi/4, pi/4]."""
     m = _M(b, target, F64)
     xd = _to64(b, x)
@@ -306,7 +306,7 @@ def sin_f32(b: ir.IRBuilder, target, x):
     return b.fptrunc(res, F32)
 
 
-def cos_f32(b: ir.IRBuilder, target, x):
+def cos_f32(b: ir.IRBuilder, target, x) -> ir.Value:
     """cos via f64 reduction by pi/2 and Taylor series on [-pi/4, pi/4]."""
     m = _M(b, target, F64)
     xd = _to64(b, x)
@@ -315,7 +315,7 @@ def cos_f32(b: ir.IRBuilder, target, x):
     return b.fptrunc(_quadrant(m, q, [c, b.fneg(s), b.fneg(c), s], xd), F32)
 
 
-def tan_f32(b: ir.IRBuilder, target, x):
+def tan_f32(b: ir.IRBuilder, target, x) -> ir.Value:
     """tan = sin/cos of the reduced argument, in f64."""
     m = _M(b, target, F64)
     xd = _to64(b, x)
@@ -327,7 +327,7 @@ def tan_f32(b: ir.IRBuilder, target, x):
     return b.fptrunc(res, F32)
 
 
-def atan2_f32(b: ir.IRBuilder, target, y, x):
+def atan2_f32(b: ir.IRBuilder, target, y, x) -> ir.Value:
     """atan2 with C99's zero/infinity cases: atan of min/max ratio (<= 1) in f64, then octant fix-up."""
     m = _M(b, target, F64)
     yd, xd = _to64(b, y), _to64(b, x)
@@ -374,7 +374,7 @@ def _clenshaw(m: _M, u, coeffs):
     return m.add(m.fma(u, b1, m.b.fneg(b2)), m.c(coeffs[0]))
 
 
-def erf_f32(b: ir.IRBuilder, target, x):
+def erf_f32(b: ir.IRBuilder, target, x) -> ir.Value:
     """erf: Taylor series for |x| < 1.5, 1 - exp(-x*x)*g(x) (Chebyshev fit of g) up to 4, then +-1; in f64."""
     m = _M(b, target, F64)
     xd = _to64(b, x)
@@ -394,7 +394,7 @@ def erf_f32(b: ir.IRBuilder, target, x):
 
 
 # ---- f64 exp / log (vectorizable; libm would be a scalar call per element) ------------------
-def exp_f64(b: ir.IRBuilder, target, x):
+def exp_f64(b: ir.IRBuilder, target, x) -> ir.Value:
     """e**x in f64: two-part ln2 reduction, degree-13 Taylor polynomial, 2**n in two steps."""
     m = _M(b, target, F64)
     xc = m.sel(m.cmp(">", x, m.c(-746.0)), x, m.c(-746.0))  # NaN -> -746 (fixed up below)
@@ -416,7 +416,7 @@ def exp_f64(b: ir.IRBuilder, target, x):
     return m.sel(m.isnan(x), x, res)
 
 
-def log_f64(b: ir.IRBuilder, target, x):
+def log_f64(b: ir.IRBuilder, target, x) -> ir.Value:
     """ln x in f64: subnormals prescaled, mantissa in [sqrt(.5), sqrt(2)), atanh series, e*ln2 in two parts."""
     m = _M(b, target, F64)
     sub = m.cmp("<", x, m.c(2.2250738585072014e-308))

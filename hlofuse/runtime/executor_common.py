@@ -216,7 +216,7 @@ def symbol_name(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9_]", "_", text)
 
 
-def constant_value(inst: HloInstruction):
+def constant_value(inst: HloInstruction) -> np.ndarray | tuple:
     """The value of constant instruction `inst` (an array of its shape, or its tuple literal)."""
     lit = inst.literal
     if lit is None:
@@ -226,7 +226,7 @@ def constant_value(inst: HloInstruction):
     return np.asarray(lit, dtype=inst.shape.dtype.numpy).reshape(inst.shape.dims)
 
 
-def check_input(p: HloInstruction, a):
+def check_input(p: HloInstruction, a) -> np.ndarray | tuple:
     """Argument `a` for parameter `p` as a contiguous array (a tuple of them for tuple
     parameters); InputError when its element type or shape differs from the parameter's."""
     if p.shape.is_tuple:
@@ -261,7 +261,7 @@ def flatten(value) -> list:
     return [value]
 
 
-def unflatten(shape: Shape, leaves: list):
+def unflatten(shape: Shape, leaves: list) -> object:
     """The value of `shape` whose leaves, depth-first, are `leaves`."""
     # No recursive closure here: its reference cycle would keep the output arrays alive
     # until the cyclic GC runs, defeating the output pool.

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import ctypes
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -36,6 +37,9 @@ from ..hlo.errors import UnsupportedError
 from ..hlo.ir import HloComputation, HloInstruction, HloModule
 from .executor_common import ComputationPlan, Planner, ProgramBase, Step, check_arguments, flatten, owned_outputs
 from .executor_common import symbol_name, unflatten
+
+if TYPE_CHECKING:
+    from llvmlite import ir
 
 
 @dataclass
@@ -57,6 +61,7 @@ class GpuLaunch:
 
     @property
     def scratch_types(self) -> tuple:
+        """Element types of the scratch buffers the kernel takes after its outputs."""
         return () if self.role == "loop" else self.plan.scratch_types()
 
 
@@ -108,7 +113,7 @@ class _GpuPlanner(Planner):
         return launches, temps
 
 
-def emit_module(launches: list[GpuLaunch], target, name: str):
+def emit_module(launches: list[GpuLaunch], target, name: str) -> ir.Module:
     """An llvmlite module with every launch's kernel for `target` (GPU or emulated)."""
     from llvmlite import ir
 
@@ -148,24 +153,29 @@ class HostDevice:
             launch.fn = self.module.function(launch.name, n)
 
     def to_device(self, a):
+        """`a` as a contiguous host array (device memory is host memory)."""
         return np.ascontiguousarray(a)
 
     def to_host(self, a):
+        """`a` itself (device memory is host memory)."""
         return a
 
     def empty(self, dims, dtype):
+        """An uninitialized host array of `dims` and numpy `dtype`."""
         return np.empty(dims, dtype)
 
     def pointer(self, a) -> int:
+        """The address of `a`, for kernel arguments."""
         return a.ctypes.data
 
     def launch(self, launch: GpuLaunch, pointers: list[int]) -> None:
+        """Run every block of `launch` on the host with kernel arguments `pointers`."""
         from .gpu_emulator import run_grid
 
         run_grid(launch.fn, pointers, launch.dims.grid)
 
     def synchronize(self) -> None:
-        pass
+        """Nothing to wait for: emulated launches finish before they return."""
 
 
 @dataclass
@@ -193,6 +203,7 @@ class CudaDevice:
             launch.fn = self.module.get_function(launch.name)
 
     def to_device(self, a):
+        """`a` in device memory (a host array is copied; device memory is returned as is)."""
         if isinstance(a, DeviceBuffer):
             return a
         a = np.ascontiguousarray(a)
@@ -200,6 +211,7 @@ class CudaDevice:
         return DeviceBuffer(self.cuda.to_device(raw), tuple(a.shape), a.dtype)
 
     def to_host(self, a):
+        """`a` as a host array (device memory is copied back)."""
         if not isinstance(a, DeviceBuffer):
             return a
         n = int(np.prod(a.dims, dtype=np.int64))
@@ -208,14 +220,17 @@ class CudaDevice:
         return a.data.copy_to_host().view(a.dtype)[:n].reshape(a.dims)
 
     def empty(self, dims, dtype):
+        """Uninitialized device memory for an array of `dims` and numpy `dtype`."""
         dtype = np.dtype(dtype)
         nbytes = max(int(np.prod(dims, dtype=np.int64)) * dtype.itemsize, 1)
         return DeviceBuffer(self.cuda.device_array(nbytes, np.uint8), tuple(dims), dtype)
 
     def pointer(self, a) -> int:
+        """The device address of `a`, for kernel arguments."""
         return a.data.__cuda_array_interface__["data"][0]
 
     def launch(self, launch: GpuLaunch, pointers: list[int]) -> None:
+        """Launch `launch` over its grid with kernel arguments `pointers`."""
         from cuda.core import LaunchConfig, launch as cu_launch
 
         if launch.dims.grid <= 0:
@@ -224,6 +239,7 @@ class CudaDevice:
         cu_launch(self.device.default_stream, config, launch.fn.kernel, *[ctypes.c_void_p(p) for p in pointers])
 
     def synchronize(self) -> None:
+        """Wait until every launch so far has finished."""
         self.cuda.synchronize()
 
 

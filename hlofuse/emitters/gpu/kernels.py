@@ -41,6 +41,7 @@ class LaunchDims:
 
     @property
     def threads(self) -> int:
+        """Threads of the launch (grid * block)."""
         return self.grid * self.block
 
 

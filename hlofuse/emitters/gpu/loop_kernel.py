@@ -29,6 +29,7 @@ class LoopPlan:
 
     @property
     def elements(self) -> int:
+        """Elements of the output (the product of its dimensions)."""
         return math.prod(self.dims)
 
 

@@ -88,6 +88,7 @@ class ReductionPlan:
 
     @property
     def two_pass(self) -> bool:
+        """Whether partials go to scratch for a finish kernel to combine (row/column kinds without atomics)."""
         return self.kind != "per_output" and not self.atomic
 
     @property
@@ -115,6 +116,7 @@ class ReductionPlan:
         return [(et, self.outputs_k) for (_, _, et), home in zip(self._results(), homes) if home is None]
 
     def scratch_types(self) -> tuple:
+        """Element types of the scratch buffers (partials) the kernels take."""
         return tuple(et for et, _ in self.scratch())
 
 

@@ -103,6 +103,7 @@ class GpuTarget(Target):
         return builder.call(fn, [])
 
     def fingerprint(self) -> str:
+        """What identifies the generated code of this target (triple and architecture)."""
         return f"{self.triple}|{self.arch}"
 
 
