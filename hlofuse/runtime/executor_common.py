@@ -20,7 +20,7 @@ from ..emitters import elemental  # noqa: F401  (registers the element generator
 from ..hlo.errors import InputError, UnsupportedError
 from ..hlo.ir import HloComputation, HloInstruction, HloModule
 from ..hlo.shapes import Shape
-from . import library_ops, library_rng  # noqa: F401  (register the library rules)
+from . import library_collectives, library_ops, library_rng  # noqa: F401  (register the library rules)
 from .buffers import Assignment, Slot, assign_buffers
 
 

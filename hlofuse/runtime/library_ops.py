@@ -441,7 +441,7 @@ def call(inst, args, ctx):
     return ctx.call(inst.attrs["to_apply"], list(args))
 
 
-@register_library("optimization-barrier", "domain")
+@register_library("opt-barrier", "domain")
 def identity(inst, args, ctx):
     """The operand itself."""
     return args[0]
@@ -470,12 +470,6 @@ def custom_call(inst, args, ctx):
     """Custom calls are external library calls: unsupported."""
     target = inst.attrs.get("custom_call_target", "?")
     raise UnsupportedError(f"custom-call {inst.name} (target {target!s}) cannot run on the CPU backend")
-
-
-@register_library("replica-id", "partition-id")
-def device_id(inst, args, ctx):
-    """The CPU backend runs one replica of one partition."""
-    return np.zeros((), dtype=_np_dtype(inst.shape))
 
 
 def _flag(inst, name: str, default: bool = False) -> bool:
@@ -514,9 +508,8 @@ mark_unsupported("library", "dynamic shapes are not supported by the CPU backend
 mark_unsupported("library", "XLA expands batch-norm ops before code generation; the CPU backend does not",
                  "batch-norm-training", "batch-norm-inference", "batch-norm-grad")
 mark_unsupported("library", "ragged-dot is not implemented by the CPU backend", "ragged-dot")
-mark_unsupported("library", "collectives, I/O and async ops need a multi-device runtime; the CPU backend runs one device",
-                 "infeed", "outfeed", "send", "send-done", "recv", "recv-done", "all-reduce", "all-reduce-start",
-                 "all-reduce-done", "all-gather", "all-gather-start", "all-gather-done", "all-to-all",
-                 "ragged-all-to-all", "reduce-scatter", "collective-broadcast", "collective-permute",
-                 "collective-permute-start", "collective-permute-done", "async-start", "async-update",
-                 "async-done", "copy-start", "copy-done")
+mark_unsupported("library", "I/O and point-to-point transfers need a host or a second device; the compiled "
+                 "backends run one device (single-participant collectives: runtime/library_collectives.py)",
+                 "infeed", "outfeed", "send", "send-done", "recv", "recv-done")
+mark_unsupported("library", "ragged-all-to-all is not modelled (XLA:CPU does not implement it either)",
+                 "ragged-all-to-all")
