@@ -546,7 +546,7 @@ def test_tokens_and_after_all_flatten_away():
     from hlofuse.hlo.shapes import TOKEN_SHAPE
     tok = e.add_instruction(HloInstruction("after-all", TOKEN_SHAPE, []))
     dep = e.add_instruction(HloInstruction("add-dependency", a.shape, [a, tok]))
-    bar = e.add_instruction(HloInstruction("optimization-barrier", a.shape, [dep]))
+    bar = e.add_instruction(HloInstruction("opt-barrier", a.shape, [dep]))
     e.root = e.add_instruction(HloInstruction("tuple", TupleShape((a.shape, TOKEN_SHAPE)), [bar, tok]))
     out = evaluate(m, [np.ones(2, np.float32)])
     assert len(out) == 1

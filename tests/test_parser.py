@@ -344,7 +344,7 @@ def test_quoted_backend_config_and_opt_barrier_spelling():
     body = """  p = f32[2] parameter(0)
   ROOT o = f32[2] opt-barrier(p), backend_config="abc, def\\"" """
     root = parse_hlo(module(body)).entry.root
-    assert root.opcode == "optimization-barrier"
+    assert root.opcode == "opt-barrier"
     assert root.attrs["backend_config"] == Raw('"abc, def\\""')
 
 

@@ -25,7 +25,7 @@ KIND_ARITY = {"unary": 1, "binary": 2, "ternary": 3, "compare": 2}
 XLA_CHEAP = set("""
     add and bitcast bitcast-convert broadcast ceil clamp count-leading-zeros compare complex concatenate
     constant convert copy copy-done copy-start dynamic-slice dynamic-update-slice floor get-tuple-element
-    imag infeed iota is-finite maximum minimum multiply negate not optimization-barrier or xor outfeed pad
+    imag infeed iota is-finite maximum minimum multiply negate not opt-barrier or xor outfeed pad
     partition-id popcnt real reduce-precision replica-id reshape dynamic-reshape reverse round-nearest-afz
     round-nearest-even select shift-left shift-right-arithmetic shift-right-logical slice stochastic-convert
     subtract transpose tuple abs sign sine cosine tan""".split())

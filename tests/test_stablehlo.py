@@ -232,7 +232,7 @@ def test_nested_call_is_inlined():
 
 def test_optimization_barrier():
     module = check(lambda a, b: lax.optimization_barrier((a * 2, b)), f32(3), f32(2))
-    assert "optimization-barrier" in opcodes(module)
+    assert "opt-barrier" in opcodes(module)
 
 
 @functools.lru_cache(maxsize=1)

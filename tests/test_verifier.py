@@ -250,7 +250,7 @@ def test_misc_ops():
     tok = b.op("after-all", "token")
     b.op("add-dependency", "f32[4,4]", x, tok)
     b.op("custom-call", "f32[7]", x, custom_call_target="foo")
-    b.op("optimization-barrier", "f32[4,4]", x)
+    b.op("opt-barrier", "f32[4,4]", x)
     verify(module(b.comp))
 
 

@@ -267,7 +267,7 @@ def _get_tuple_element(imp, op, scope):
 def _optimization_barrier(imp, op, scope):
     operands = _operands(scope, op)
     tup = imp.emit(scope, "tuple", TupleShape(tuple(o.shape for o in operands)), operands)
-    barrier = imp.emit(scope, "optimization-barrier", tup.shape, [tup], name="opt-barrier")
+    barrier = imp.emit(scope, "opt-barrier", tup.shape, [tup], name="opt-barrier")
     return imp.unpack(scope, barrier, len(operands))
 
 

@@ -157,7 +157,7 @@ _row("conditional", VARIADIC, "control", expensive=True,
 _row("call", VARIADIC, "control", expensive=True, called=("to_apply",))
 _row("fusion", VARIADIC, "control", expensive=True, called=("calls",))
 _row("custom-call", VARIADIC, "other", expensive=True, side_effecting=True, called=("called_computations",))
-_row("optimization-barrier", 1, "other")
+_row("opt-barrier", 1, "other")
 _row("add-dependency", 2, "other", expensive=True)
 _row("after-all", VARIADIC, "other", expensive=True)
 _row("domain", 1, "other", expensive=True)

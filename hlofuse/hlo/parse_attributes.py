@@ -17,10 +17,6 @@ import numpy as np
 from .attributes import ConvDimensionNumbers, Raw, Window, WindowDimension
 from .ir import COMPUTATION_ATTRS
 
-# Opcodes whose registry name differs from the spelling in XLA's text (registry name -> text).
-OPCODE_TEXT = {"optimization-barrier": "opt-barrier"}
-OPCODE_FROM_TEXT = {text: name for name, text in OPCODE_TEXT.items()}
-
 INT_LIST_KEYS = frozenset({
     "dimensions", "lhs_batch_dims", "lhs_contracting_dims", "rhs_batch_dims", "rhs_contracting_dims",
     "offset_dims", "collapsed_slice_dims", "start_index_map", "operand_batching_dims",

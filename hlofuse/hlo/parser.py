@@ -24,7 +24,7 @@ from .ir import HloComputation, HloInstruction, HloModule
 from .lexer import STRING, STRING_RE, WORD, Lexer
 from .literals import LiteralError, parse_literal
 from .opcodes import OPS, VARIADIC
-from .parse_attributes import (COMPUTATION_KEYS, COMPUTATION_LIST_KEYS, OPCODE_FROM_TEXT, AttributeError_,
+from .parse_attributes import (COMPUTATION_KEYS, COMPUTATION_LIST_KEYS, AttributeError_,
                                ComputationRef, decode_attribute)
 from .parse_infer import (ASYNC_OPCODES, build_async_computations, check_async_chains, check_signature,
                           complete_instructions, same_ignoring_layout)
@@ -448,16 +448,15 @@ class _Parser(ShortForms):
         return self._finish(inst, operands, attrs), is_root, name_pos
 
     def _new_instruction(self, opcode: str, op_pos: int, shape: Shape, name: str, name_pos: int):
-        opcode = OPCODE_FROM_TEXT.get(opcode, opcode)
         info = OPS.get(opcode)
         wrapped = None
         if info is None:
             # XLA's shorthand for an async pair around one op: `custom-call-start(...)`,
             # `custom-call-update(...)`, `custom-call-done(...)`.
             sugar = _ASYNC_SUGAR.fullmatch(opcode)
-            if sugar is None or OPCODE_FROM_TEXT.get(sugar.group(1), sugar.group(1)) not in OPS:
+            if sugar is None or sugar.group(1) not in OPS:
                 raise self.lex.error(f"unknown opcode '{opcode}'", op_pos)
-            wrapped = OPCODE_FROM_TEXT.get(sugar.group(1), sugar.group(1))
+            wrapped = sugar.group(1)
             opcode = "async-" + sugar.group(2)
             info = OPS[opcode]
         inst = HloInstruction(opcode, shape, (), None, name)

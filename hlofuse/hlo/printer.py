@@ -19,7 +19,7 @@ import re
 
 from .ir import HloComputation, HloInstruction, HloModule
 from .literals import format_literal
-from .parse_attributes import OPCODE_TEXT, attribute_rank, encode_attribute
+from .parse_attributes import attribute_rank, encode_attribute
 from .shapes import ArrayShape, Shape, TupleShape
 
 _LAYOUT_KEY = "entry_computation_layout"
@@ -68,7 +68,7 @@ def instruction_to_text(inst: HloInstruction, operand_shapes: bool = True) -> st
             value = encode_attribute(key, attrs[key])
         parts.append(f"{key}={value}")
     root = "ROOT " if inst.is_root() else ""
-    head = f"{root}%{inst.name} = {shape_to_text(inst.shape)} {OPCODE_TEXT.get(inst.opcode, inst.opcode)}({_operands_text(inst, operand_shapes)})"
+    head = f"{root}%{inst.name} = {shape_to_text(inst.shape)} {inst.opcode}({_operands_text(inst, operand_shapes)})"
     return ", ".join([head] + parts)
 
 

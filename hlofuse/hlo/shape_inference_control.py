@@ -86,9 +86,9 @@ def _custom_call(inst: HloInstruction) -> Shape:
     return inst.shape
 
 
-@register_shape_rule("optimization-barrier", "domain")
+@register_shape_rule("opt-barrier", "domain")
 def _identity(inst: HloInstruction) -> Shape:
-    """optimization-barrier / domain: the operand's shape."""
+    """opt-barrier / domain: the operand's shape."""
     return inst.operands[0].shape if inst.operands else fail(inst, "expects one operand")
 
 

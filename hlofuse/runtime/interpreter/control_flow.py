@@ -1,5 +1,5 @@
 """Reference rules for control flow and structure: while, conditional, call, map, fusion,
-tuple, get-tuple-element, parameter, constant, optimization-barrier, tokens, and the ops the
+tuple, get-tuple-element, parameter, constant, opt-barrier, tokens, and the ops the
 interpreter refuses (custom-call, i/o). Collectives and async ops: single_replica.py."""
 from __future__ import annotations
 
@@ -46,7 +46,7 @@ def _gte(inst: HloInstruction, args: list, interp) -> Value:
     return args[0][int(inst.attrs["index"])]
 
 
-@register_reference("optimization-barrier", "domain")
+@register_reference("opt-barrier", "domain")
 def _identity(inst: HloInstruction, args: list, interp) -> Value:
     """The operand, unchanged."""
     return args[0]
