@@ -9,42 +9,25 @@ every user would move more than 10% more bytes than writing and re-reading its r
 """
 from __future__ import annotations
 
-from ...hlo.ir import HloComputation, HloInstruction, HloModule
-from ..pass_base import HloPass
-from .cost_model import TargetParams, distinct, kernel_computations, target_params
-from .decisions import Decision, FusionLog, module_log
+from ...hlo.ir import HloComputation, HloInstruction
+from .cost_model import distinct
+from .decisions import Decision, FusionLog
 from .fusibility import (
     creates_heavy_computation, is_expensive, is_input_fusible_reduction, is_loop_fusion, is_multi_output,
     is_physically_transposing, members, reuses_operand_elements,
 )
-from .fusion_utils import fuse_producer, sort_computations
+from .fusion_utils import fuse_producer, operand_index, sort_computations
+from .kernel_pass import KernelComputationPass
 
 refuse = Decision.refuse
 _OK = Decision.allow()
 _MAX_BYTES_RATIO = 1.10  # FusionMerger's merged_to_current_bytes_ratio limit
 
 
-def _operand_index(user: HloInstruction, producer: HloInstruction) -> int:
-    return next(i for i, o in enumerate(user.operands) if o is producer)
-
-
-class FusionMerger(HloPass):
+class FusionMerger(KernelComputationPass):
     """Merge loop fusions into all of their (fusion) users when it does not add traffic (GPU)."""
 
     name = "fusion-merger"
-
-    def __init__(self, target: str | TargetParams = "gpu") -> None:
-        self.params = target_params(target)
-
-    def run(self, module: HloModule) -> bool:
-        log = module_log(module, self.params.name)
-        changed = False
-        for comp in kernel_computations(module):
-            if not comp.is_fusion_computation():
-                changed |= self._run_on(comp, log)
-        if changed:
-            module.remove_unreachable_computations()
-        return changed
 
     def _run_on(self, comp: HloComputation, log: FusionLog) -> bool:
         changed = False
@@ -83,7 +66,7 @@ class FusionMerger(HloPass):
                                                  f"not a loop or input fusion")
         expensive = any(is_expensive(m, self.params) for m in members(producer))
         for user in users:
-            idx = _operand_index(user, producer)
+            idx = operand_index(user, producer)
             if expensive and reuses_operand_elements(user, idx):
                 return refuse("expensive-reused", f"{p} computes expensive instructions and {user.name} reads "
                                                   f"each of its elements several times")

@@ -95,7 +95,8 @@ def remove_parameter(fusion: HloInstruction, number: int) -> None:
         op.users.remove(fusion)
 
 
-def _operand_index(fusion: HloInstruction, operand: HloInstruction) -> int:
+def operand_index(fusion: HloInstruction, operand: HloInstruction) -> int:
+    """The position of `operand` among the operands of `fusion` (compared by identity)."""
     for i, op in enumerate(fusion.operands):
         if op is operand:
             return i
@@ -241,11 +242,11 @@ def fuse_producer(fusion: HloInstruction, producer: HloInstruction) -> HloInstru
     fc = fusion.fused_computation
     if fusion_outputs(producer) != [producer] and len(fusion_outputs(producer)) != 1:
         raise ValueError(f"cannot fuse multi-output {producer.name} as a plain producer")
-    k = _operand_index(fusion, producer)
+    k = operand_index(fusion, producer)
     param = fc.parameter(k)
     pending, outs = _clone_into(fusion, producer)
     param.replace_all_uses_with(outs[0])
-    k = _operand_index(fusion, producer)  # parameter_for may have appended operands, not moved k
+    k = operand_index(fusion, producer)  # parameter_for may have appended operands, not moved k
     remove_parameter(fusion, k)
     if not producer.users:
         _retire(producer)
@@ -319,7 +320,7 @@ def fuse_into_multi_output(fusion: HloInstruction, producer: HloInstruction) -> 
         if op is producer:
             fc.parameter(i).replace_all_uses_with(outs[0])
     while any(op is producer for op in fusion.operands):
-        remove_parameter(fusion, _operand_index(fusion, producer))
+        remove_parameter(fusion, operand_index(fusion, producer))
     first = _add_outputs(fusion, outs)
     _redirect_users(producer, fusion, first)
     if not producer.users and not producer.is_root():

@@ -20,10 +20,7 @@ from __future__ import annotations
 from typing import Callable
 
 from ...hlo.ir import HloComputation, HloInstruction, HloModule
-from ..pass_base import HloPass
-from .cost_model import (
-    TargetParams, distinct, duplication_saves_bytes, fusion_saves_bytes, kernel_computations, target_params,
-)
+from .cost_model import TargetParams, distinct, duplication_saves_bytes, fusion_saves_bytes
 from .decisions import Decision, FusionLog, module_log
 from .fusibility import (
     creates_heavy_computation, effectively_at_most_unary, is_always_duplicable, is_expensive,
@@ -31,7 +28,8 @@ from .fusibility import (
     is_multi_output, is_physically_transposing, not_fusible_reason, reduction_is_contiguous,
     reuses_operand_elements,
 )
-from .fusion_utils import Reachability, create_fusion, fuse_producer, sort_computations
+from .fusion_utils import Reachability, create_fusion, fuse_producer, operand_index, sort_computations
+from .kernel_pass import KernelComputationPass
 
 refuse = Decision.refuse
 ALLOW = Decision.allow()
@@ -78,10 +76,6 @@ def _users(n: int) -> str:
     return f"{n} user" if n == 1 else f"{n} users"
 
 
-def _operand_index(user: HloInstruction, producer: HloInstruction) -> int:
-    return next(i for i, o in enumerate(user.operands) if o is producer)
-
-
 def _reader_names(producer: HloInstruction, consumer: HloInstruction,
                   origin: Callable[[str], str] = str) -> tuple[str, str]:
     """(the instructions that read `producer`, the fusion they are in or ""), for reasons.
@@ -92,7 +86,7 @@ def _reader_names(producer: HloInstruction, consumer: HloInstruction,
     """
     if consumer.opcode != "fusion":
         return origin(consumer.name), ""
-    param = consumer.fused_computation.parameter(_operand_index(consumer, producer))
+    param = consumer.fused_computation.parameter(operand_index(consumer, producer))
     readers = _distinct_names(origin(u.name) for u in param.users)
     return (", ".join(readers) or consumer.name), consumer.name
 
@@ -305,28 +299,22 @@ class ProducerConsumerRules:
         return "kLoop"
 
 
-class InstructionFusion(HloPass):
+class InstructionFusion(KernelComputationPass):
     """Producer-consumer fusion with duplication for `target` ("gpu" or "cpu")."""
 
     name = "fusion"
 
     def __init__(self, target: str | TargetParams = "gpu", may_duplicate: bool = True) -> None:
-        self.params = target_params(target)
+        super().__init__(target)
         self.rules = ProducerConsumerRules(self.params, may_duplicate)
         self.may_duplicate = may_duplicate
 
     def run(self, module: HloModule) -> bool:
+        """Fuse producers into consumers in every kernel computation; True if anything fused."""
         log = module_log(module, self.params.name)
         log.passes_run.add(self.name)
         self.rules.origin = log.origin
-        changed = False
-        for comp in kernel_computations(module):
-            if comp.is_fusion_computation():
-                continue
-            changed |= self._run_on(comp, log)
-        if changed:
-            module.remove_unreachable_computations()
-        return changed
+        return super().run(module)
 
     # ---- the global pre-pass ---------------------------------------------------------------
     def _fusible_on_all_paths(self, producer: HloInstruction, order: list[HloInstruction],
@@ -414,7 +402,7 @@ class InstructionFusion(HloPass):
             self.rules.set_verdict(producer, ALLOW)
             blockers = [self._why_blocked(producer, u) for u in users
                         if u.opcode != "fusion" and not is_loop_fusible_as_consumer(u)
-                        or not self.rules.should_fuse(u, _operand_index(u, producer))]
+                        or not self.rules.should_fuse(u, operand_index(u, producer))]
             limit = self.params.max_expensive_copies
             saved = duplication_saves_bytes(producer, users)
             if blockers:
@@ -505,7 +493,7 @@ class InstructionFusion(HloPass):
         """
         users = distinct(producer.users)
         blockers = [self._why_blocked(producer, u) for u in users
-                    if not self.rules.should_fuse(u, _operand_index(u, producer))]
+                    if not self.rules.should_fuse(u, operand_index(u, producer))]
         if blockers:
             d = refuse("expensive-duplicate",
                        f"producer {producer.name} is expensive and has {len(users)} users of which "

@@ -10,10 +10,9 @@ producer-consumer candidates, exactly in XLA's order.
 """
 from __future__ import annotations
 
-from ...hlo.ir import HloComputation, HloInstruction, HloModule
-from ..pass_base import HloPass
-from .cost_model import TargetParams, kernel_computations, target_params
-from .decisions import Decision, FusionLog, module_log
+from ...hlo.ir import HloComputation, HloInstruction
+from .cost_model import TargetParams, distinct
+from .decisions import Decision, FusionLog
 from .fusibility import (
     creates_heavy_computation, fusion_outputs, is_fusible, is_input_fusible_reduction,
     is_loop_fusible_as_producer, is_loop_fusion, is_multi_output, is_physically_transposing,
@@ -22,6 +21,7 @@ from .fusibility import (
 from .fusion_utils import (
     Reachability, create_fusion, fuse_into_multi_output, merge_siblings, sort_computations,
 )
+from .kernel_pass import KernelComputationPass
 
 refuse = Decision.refuse
 _OK = Decision.allow()
@@ -130,24 +130,11 @@ def _priority(inst: HloInstruction) -> int:
     return 2 if is_multi_output(inst) else (1 if inst.opcode == "fusion" else 0)
 
 
-class MultiOutputFusion(HloPass):
+class MultiOutputFusion(KernelComputationPass):
     """Sibling and producer-consumer multi-output fusion (XLA's GpuMultiOutputFusion)."""
 
     name = "multi-output-fusion"
     producer_consumer = True
-
-    def __init__(self, target: str | TargetParams = "gpu") -> None:
-        self.params = target_params(target)
-
-    def run(self, module: HloModule) -> bool:
-        log = module_log(module, self.params.name)
-        changed = False
-        for comp in kernel_computations(module):
-            if not comp.is_fusion_computation():
-                changed |= self._run_on(comp, log)
-        if changed:
-            module.remove_unreachable_computations()
-        return changed
 
     def _run_on(self, comp: HloComputation, log: FusionLog) -> bool:
         changed = False
@@ -198,7 +185,7 @@ class MultiOutputFusion(HloPass):
     def _fuse_siblings(self, parent: HloInstruction, log: FusionLog) -> bool:
         if parent.opcode == "constant" and parent.shape.is_array and parent.shape.element_count() == 1:
             return False
-        siblings = sorted(_distinct(parent.users), key=lambda u: -_priority(u))
+        siblings = sorted(distinct(parent.users), key=lambda u: -_priority(u))
         changed = False
         i = 0
         while i < len(siblings):
@@ -258,7 +245,7 @@ class MultiOutputFusion(HloPass):
         return _OK
 
     def _pick_consumer(self, producer: HloInstruction, log: FusionLog) -> HloInstruction | None:
-        users = _distinct(producer.users)
+        users = distinct(producer.users)
         if not users or (len(users) == 1 and not is_multi_output(users[0]) and not producer.is_root()):
             return None
         if not is_loop_fusible_as_producer(producer) and producer.opcode != "fusion":
@@ -278,17 +265,9 @@ class MultiOutputFusion(HloPass):
 
 def _profit_bytes(producer: HloInstruction, consumer: HloInstruction) -> int:
     """Bytes saved by computing `producer` inside `consumer`: the consumer no longer reads it."""
-    shared = sum(op.shape.byte_size() for op in _distinct(producer.operands)
+    shared = sum(op.shape.byte_size() for op in distinct(producer.operands)
                  if any(op is o for o in consumer.operands))
     return producer.shape.byte_size() + shared
-
-
-def _distinct(insts) -> list[HloInstruction]:
-    out: list[HloInstruction] = []
-    for i in insts:
-        if not any(i is o for o in out):
-            out.append(i)
-    return out
 
 
 class SiblingFusion(MultiOutputFusion):
