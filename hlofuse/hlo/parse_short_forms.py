@@ -105,14 +105,7 @@ class ShortForms:
         name = self.module.unique_name(opcode + ".anon")
         inst, info = self._new_instruction(opcode, op_pos, shape, name, op_pos)
         lex.pos = head.end()
-        operands: list[tuple] = []
-        if inst.opcode == "constant":
-            self._constant(inst)
-        elif inst.opcode == "parameter":
-            self._parameter_number(inst)
-        else:
-            self._operands(operands)
-        self._check_arity(inst, info, len(operands), op_pos)
+        operands = self._instruction_operands(inst, info, op_pos)
         self._nested.append(self._finish(inst, operands, []))
         return name, op_pos
 

@@ -407,14 +407,7 @@ class _Parser(ShortForms):
         inst, info = self._new_instruction(opcode, op_pos, shape, name, name_pos)
         if m is None:
             lex.expect("(")
-        operands: list[tuple] = []
-        if inst.opcode == "constant":
-            self._constant(inst)
-        elif inst.opcode == "parameter":
-            self._parameter_number(inst)
-        else:
-            self._operands(operands)
-        self._check_arity(inst, info, len(operands), op_pos)
+        operands = self._instruction_operands(inst, info, op_pos)
         attrs: list[tuple[str, int, str, int]] = []
         while True:
             a = _FAST_ATTR.match(text, lex.pos)
@@ -466,6 +459,18 @@ class _Parser(ShortForms):
             if wrapped is not None and opcode == "async-start":
                 self._async_starts.append((inst, wrapped, op_pos))
         return inst, info
+
+    def _instruction_operands(self, inst: HloInstruction, info, op_pos: int) -> list[tuple]:
+        """What follows `opcode(`: a constant's literal, a parameter's number or the operand list."""
+        operands: list[tuple] = []
+        if inst.opcode == "constant":
+            self._constant(inst)
+        elif inst.opcode == "parameter":
+            self._parameter_number(inst)
+        else:
+            self._operands(operands)
+        self._check_arity(inst, info, len(operands), op_pos)
+        return operands
 
     def _check_arity(self, inst: HloInstruction, info, count: int, op_pos: int) -> None:
         if inst.opcode in ("constant", "parameter") or info.arity == VARIADIC or count == info.arity:
