@@ -294,9 +294,9 @@ def test_pipeline_verify_names_the_pass_that_broke_the_module():
 
 def test_standard_pipeline_order():
     without = standard_pipeline(fusion=False)
-    assert [p.name for p in without.passes] == ["simplifier", "cse", "dce", "dce"]
+    assert [p.name for p in without.passes] == ["batchnorm-expander", "simplifier", "cse", "dce", "dce"]
     with_fusion = [p.name for p in standard_pipeline(target="gpu").passes]
-    assert with_fusion[:3] == ["simplifier", "cse", "dce"] and with_fusion[-1] == "dce"
+    assert with_fusion[:4] == ["batchnorm-expander", "simplifier", "cse", "dce"] and with_fusion[-1] == "dce"
 
 
 # ---- DCE ----------------------------------------------------------------------------------------

@@ -42,7 +42,7 @@ def _load_builtins() -> None:
     if _BUILTINS_LOADED:
         return
     _BUILTINS_LOADED = True
-    from . import constant_folding, cse, dce, simplifier  # noqa: F401
+    from . import batchnorm_expander, constant_folding, cse, dce, simplifier  # noqa: F401
 
     try:
         from . import fusion as fusion_pkg
@@ -147,8 +147,9 @@ def _fusion_passes(target: str) -> list[HloPass]:
 
 def standard_pipeline(target: str = "cpu", fusion: bool = True, verify: bool = False,
                       dump_dir: str | None = None, timings: bool = False) -> PassPipeline:
-    """simplifier, cse, dce, then (with `fusion`) the fusion passes for `target`, then dce."""
-    passes = [get_pass("simplifier"), get_pass("cse"), get_pass("dce")]
+    """batchnorm-expander, simplifier, cse, dce, then (with `fusion`) the fusion passes for
+    `target`, then dce."""
+    passes = [get_pass("batchnorm-expander"), get_pass("simplifier"), get_pass("cse"), get_pass("dce")]
     if fusion:
         passes += _fusion_passes(target)
     passes.append(get_pass("dce"))
