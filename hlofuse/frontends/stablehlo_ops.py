@@ -95,6 +95,25 @@ def _results_shape(op):
     return shapes[0] if len(shapes) == 1 else TupleShape(tuple(shapes))
 
 
+def _direct(name: str, **readers: Callable) -> None:
+    """Register the rule for `stablehlo.<name>`: one HLO instruction `<name with dashes>` on the
+    op's operands and result type, each attribute `key` read from the op by `readers[key](op)`."""
+    opcode = name.replace("_", "-")
+
+    def convert(imp, op, scope):
+        attrs = {key: read(op) for key, read in readers.items()}
+        return imp.emit(scope, opcode, _result_shape(op), _operands(scope, op), attrs)
+
+    RULES["stablehlo." + name] = convert
+
+
+def _emit_results(imp, scope, op, opcode: str, attrs: dict, operands=None) -> list[HloInstruction]:
+    """Emit `opcode` with the op's (possibly tuple) result shape; one HLO value per MLIR result."""
+    operands = _operands(scope, op) if operands is None else operands
+    inst = imp.emit(scope, opcode, _results_shape(op), operands, attrs)
+    return imp.unpack(scope, inst, len(op.results))
+
+
 def _broadcast_scalar(imp, scope, inst: HloInstruction, like) -> HloInstruction:
     """Broadcast a scalar operand to `like`'s dimensions (StableHLO allows scalar select/clamp operands)."""
     if inst.shape.rank == like.rank:
@@ -121,10 +140,8 @@ def _compare(imp, op, scope):
     return imp.emit(scope, "compare", _result_shape(op), _operands(scope, op), attrs)
 
 
-@rule("stablehlo.reduce_precision")
-def _reduce_precision(imp, op, scope):
-    attrs = {"exponent_bits": _int(op, "exponent_bits"), "mantissa_bits": _int(op, "mantissa_bits")}
-    return imp.emit(scope, "reduce-precision", _result_shape(op), _operands(scope, op), attrs)
+_direct("reduce_precision", exponent_bits=lambda op: _int(op, "exponent_bits"),
+        mantissa_bits=lambda op: _int(op, "mantissa_bits"))
 
 
 # ---- leaves -----------------------------------------------------------------------------
@@ -141,9 +158,7 @@ def _constant(imp, op, scope):
     return inst
 
 
-@rule("stablehlo.iota")
-def _iota(imp, op, scope):
-    return imp.emit(scope, "iota", _result_shape(op), [], {"iota_dimension": _int(op, "iota_dimension")})
+_direct("iota", iota_dimension=lambda op: _int(op, "iota_dimension"))
 
 
 @rule("stablehlo.get_dimension_size")
@@ -182,15 +197,8 @@ def _broadcast(imp, op, scope):
     return imp.emit(scope, "broadcast", shape, [operand], {"dimensions": dims})
 
 
-@rule("stablehlo.reshape")
-def _reshape(imp, op, scope):
-    return imp.emit(scope, "reshape", _result_shape(op), _operands(scope, op))
-
-
-@rule("stablehlo.transpose")
-def _transpose(imp, op, scope):
-    return imp.emit(scope, "transpose", _result_shape(op), _operands(scope, op),
-                    {"dimensions": _ints(op, "permutation")})
+_direct("reshape")
+_direct("transpose", dimensions=lambda op: _ints(op, "permutation"))
 
 
 @rule("stablehlo.slice")
@@ -202,21 +210,9 @@ def _slice(imp, op, scope):
                     {"slice": tuple(zip(start, limit, strides))})
 
 
-@rule("stablehlo.dynamic_slice")
-def _dynamic_slice(imp, op, scope):
-    return imp.emit(scope, "dynamic-slice", _result_shape(op), _operands(scope, op),
-                    {"dynamic_slice_sizes": _ints(op, "slice_sizes")})
-
-
-@rule("stablehlo.dynamic_update_slice")
-def _dynamic_update_slice(imp, op, scope):
-    return imp.emit(scope, "dynamic-update-slice", _result_shape(op), _operands(scope, op))
-
-
-@rule("stablehlo.concatenate")
-def _concatenate(imp, op, scope):
-    return imp.emit(scope, "concatenate", _result_shape(op), _operands(scope, op),
-                    {"dimensions": (_int(op, "dimension"),)})
+_direct("dynamic_slice", dynamic_slice_sizes=lambda op: _ints(op, "slice_sizes"))
+_direct("dynamic_update_slice")
+_direct("concatenate", dimensions=lambda op: (_int(op, "dimension"),))
 
 
 @rule("stablehlo.pad")
@@ -227,10 +223,7 @@ def _pad(imp, op, scope):
                     {"padding": tuple(zip(lo, hi, interior))})
 
 
-@rule("stablehlo.reverse")
-def _reverse(imp, op, scope):
-    return imp.emit(scope, "reverse", _result_shape(op), _operands(scope, op),
-                    {"dimensions": _ints(op, "dimensions")})
+_direct("reverse", dimensions=lambda op: _ints(op, "dimensions"))
 
 
 @rule("stablehlo.gather")
@@ -295,9 +288,7 @@ def _padding(op, name: str = "padding"):
 @rule("stablehlo.reduce")
 def _reduce(imp, op, scope):
     body = imp.region_computation(op.regions[0], "reduce_body")
-    return imp.unpack(scope, imp.emit(scope, "reduce", _results_shape(op), _operands(scope, op),
-                                      {"dimensions": _ints(op, "dimensions"), "to_apply": body}),
-                      len(op.results))
+    return _emit_results(imp, scope, op, "reduce", {"dimensions": _ints(op, "dimensions"), "to_apply": body})
 
 
 @rule("stablehlo.reduce_window")
@@ -305,9 +296,7 @@ def _reduce_window(imp, op, scope):
     body = imp.region_computation(op.regions[0], "reduce_window_body")
     window = _window(_ints(op, "window_dimensions"), _ints(op, "window_strides"), _padding(op),
                      _ints(op, "base_dilations"), _ints(op, "window_dilations"))
-    inst = imp.emit(scope, "reduce-window", _results_shape(op), _operands(scope, op),
-                    {"window": window, "to_apply": body})
-    return imp.unpack(scope, inst, len(op.results))
+    return _emit_results(imp, scope, op, "reduce-window", {"window": window, "to_apply": body})
 
 
 @rule("stablehlo.select_and_scatter")
@@ -337,19 +326,17 @@ def _scatter(imp, op, scope):
         "unique_indices": _bool(op, "unique_indices"),
         "to_apply": body,
     }
-    inst = imp.emit(scope, "scatter", _results_shape(op), _operands(scope, op), attrs)
-    return imp.unpack(scope, inst, len(op.results))
+    return _emit_results(imp, scope, op, "scatter", attrs)
 
 
 @rule("stablehlo.sort")
 def _sort(imp, op, scope):
     comparator = imp.region_computation(op.regions[0], "compare")
-    shape = _results_shape(op)
     rank = len(hlo_shape(op.results[0].type).dims)
     dim = _int(op, "dimension", -1)
     attrs = {"dimensions": (dim % rank if rank else 0,), "is_stable": _bool(op, "is_stable"),
              "to_apply": comparator}
-    return imp.unpack(scope, imp.emit(scope, "sort", shape, _operands(scope, op), attrs), len(op.results))
+    return _emit_results(imp, scope, op, "sort", attrs)
 
 
 @rule("stablehlo.map")
@@ -405,30 +392,18 @@ def _convolution(imp, op, scope):
     return imp.emit(scope, "convolution", _result_shape(op), [lhs, rhs], attrs)
 
 
-@rule("stablehlo.fft")
-def _fft(imp, op, scope):
-    return imp.emit(scope, "fft", _result_shape(op), _operands(scope, op),
-                    {"fft_type": _enum(op, "fft_type"), "fft_length": _ints(op, "fft_length")})
-
-
-@rule("stablehlo.triangular_solve")
-def _triangular_solve(imp, op, scope):
-    attrs = {"left_side": _bool(op, "left_side"), "lower": _bool(op, "lower"),
-             "unit_diagonal": _bool(op, "unit_diagonal"), "transpose_a": _enum(op, "transpose_a", "NO_TRANSPOSE")}
-    return imp.emit(scope, "triangular-solve", _result_shape(op), _operands(scope, op), attrs)
-
-
-@rule("stablehlo.cholesky")
-def _cholesky(imp, op, scope):
-    return imp.emit(scope, "cholesky", _result_shape(op), _operands(scope, op), {"lower": _bool(op, "lower")})
+_direct("fft", fft_type=lambda op: _enum(op, "fft_type"), fft_length=lambda op: _ints(op, "fft_length"))
+_direct("triangular_solve", left_side=lambda op: _bool(op, "left_side"), lower=lambda op: _bool(op, "lower"),
+        unit_diagonal=lambda op: _bool(op, "unit_diagonal"),
+        transpose_a=lambda op: _enum(op, "transpose_a", "NO_TRANSPOSE"))
+_direct("cholesky", lower=lambda op: _bool(op, "lower"))
 
 
 @rule("stablehlo.batch_norm_training", "stablehlo.batch_norm_inference", "stablehlo.batch_norm_grad")
 def _batch_norm(imp, op, scope):
     opcode = op.name.split(".")[1].replace("_", "-")
     attrs = {"epsilon": float(op.attributes["epsilon"].value), "feature_index": _int(op, "feature_index")}
-    inst = imp.emit(scope, opcode, _results_shape(op), _operands(scope, op), attrs)
-    return imp.unpack(scope, inst, len(op.results))
+    return _emit_results(imp, scope, op, opcode, attrs)
 
 
 # ---- random numbers ---------------------------------------------------------------------
@@ -436,9 +411,7 @@ def _batch_norm(imp, op, scope):
 def _rng_bit_generator(imp, op, scope):
     algorithm = "rng_" + _enum(op, "rng_algorithm", "DEFAULT").lower().replace("_", "")
     algorithm = {"rng_threefry": "rng_three_fry"}.get(algorithm, algorithm)
-    inst = imp.emit(scope, "rng-bit-generator", _results_shape(op), _operands(scope, op),
-                    {"algorithm": algorithm})
-    return imp.unpack(scope, inst, len(op.results))
+    return _emit_results(imp, scope, op, "rng-bit-generator", {"algorithm": algorithm})
 
 
 @rule("stablehlo.rng")
@@ -497,9 +470,9 @@ def _if(imp, op, scope):
     pred = scope.get(op.operands[0])
     true_comp, true_op = _branch(imp, scope, op.regions[0], "true_branch")
     false_comp, false_op = _branch(imp, scope, op.regions[1], "false_branch")
-    inst = imp.emit(scope, "conditional", _results_shape(op), [pred, true_op, false_op],
-                    {"true_computation": true_comp, "false_computation": false_comp})
-    return imp.unpack(scope, inst, len(op.results))
+    return _emit_results(imp, scope, op, "conditional",
+                         {"true_computation": true_comp, "false_computation": false_comp},
+                         [pred, true_op, false_op])
 
 
 @rule("stablehlo.case")
@@ -510,15 +483,12 @@ def _case(imp, op, scope):
         comp, operand = _branch(imp, scope, region, f"branch_{i}")
         comps.append(comp)
         operands.append(operand)
-    inst = imp.emit(scope, "conditional", _results_shape(op), [index] + operands,
-                    {"branch_computations": tuple(comps)})
-    return imp.unpack(scope, inst, len(op.results))
+    return _emit_results(imp, scope, op, "conditional", {"branch_computations": tuple(comps)},
+                         [index] + operands)
 
 
 def _call(imp, op, scope, callee: str):
-    comp = imp.function(callee)
-    inst = imp.emit(scope, "call", _results_shape(op), _operands(scope, op), {"to_apply": comp})
-    return imp.unpack(scope, inst, len(op.results))
+    return _emit_results(imp, scope, op, "call", {"to_apply": imp.function(callee)})
 
 
 @rule("func.call")
