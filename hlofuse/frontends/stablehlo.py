@@ -168,28 +168,28 @@ class Importer:
         block = func.regions[0].blocks[0]
         comp = HloComputation(name)
         self.converted[name] = comp
+        scope = self._parameter_scope(comp, block)
+        results = self.block(block, scope)
+        comp.root = self.pack(comp, results)
+        self.module.add_computation(comp)
+        return comp
+
+    def _parameter_scope(self, comp: HloComputation, block) -> Scope:
+        """A scope for `comp` in which the block's arguments are its parameters `Arg_<i>`."""
         scope = Scope(comp)
         for i, arg in enumerate(block.arguments):
             p = HloInstruction("parameter", hlo_shape(arg.type), name=f"Arg_{i}")
             p.parameter_number = i
             scope.values[arg] = p
             self._add(comp, p)
-        results = self.block(block, scope)
-        comp.root = self.pack(comp, results)
-        self.module.add_computation(comp)
-        return comp
+        return scope
 
     def region_computation(self, region, name: str) -> HloComputation:
         """A computation from a region whose block arguments become parameters (reduce bodies,
         comparators); such regions may not use values of the enclosing function."""
         block = region.blocks[0]
         comp = HloComputation(name)
-        scope = Scope(comp)
-        for i, arg in enumerate(block.arguments):
-            p = HloInstruction("parameter", hlo_shape(arg.type), name=f"Arg_{i}")
-            p.parameter_number = i
-            scope.values[arg] = p
-            self._add(comp, p)
+        scope = self._parameter_scope(comp, block)
         for value in free_values(region):
             # MLIR's folders hoist constants out of regions; HLO computations get their own copy.
             owner = getattr(value.owner, "operation", None)  # None for a block argument
