@@ -117,22 +117,9 @@ def logical_not(x: Array) -> Array:
     return np.logical_not(x) if x.dtype == np.bool_ else np.invert(x)
 
 
-@unary("ceil")
-def ceil(x: Array) -> Array:
-    """Round toward +inf."""
-    return np.ceil(x)
-
-
-@unary("floor")
-def floor(x: Array) -> Array:
-    """Round toward -inf."""
-    return np.floor(x)
-
-
-@unary("round-nearest-even")
-def round_even(x: Array) -> Array:
-    """Round half to even."""
-    return np.rint(x)
+# Ops that are one numpy ufunc: ceil (toward +inf), floor (toward -inf), rint (half to even).
+for _opcode, _fn in {"ceil": np.ceil, "floor": np.floor, "round-nearest-even": np.rint}.items():
+    unary(_opcode)(_fn)
 
 
 @unary("round-nearest-afz")
@@ -307,34 +294,11 @@ def remainder(x: Array, y: Array) -> Array:
     return np.fmod(x, y)
 
 
-@binary("maximum")
-def maximum(x: Array, y: Array) -> Array:
-    """max(x, y), NaN if either is NaN."""
-    return np.maximum(x, y)
-
-
-@binary("minimum")
-def minimum(x: Array, y: Array) -> Array:
-    """min(x, y), NaN if either is NaN."""
-    return np.minimum(x, y)
-
-
-@binary("and")
-def bit_and(x: Array, y: Array) -> Array:
-    """Bitwise/logical and."""
-    return np.bitwise_and(x, y)
-
-
-@binary("or")
-def bit_or(x: Array, y: Array) -> Array:
-    """Bitwise/logical or."""
-    return np.bitwise_or(x, y)
-
-
-@binary("xor")
-def bit_xor(x: Array, y: Array) -> Array:
-    """Bitwise/logical xor."""
-    return np.bitwise_xor(x, y)
+# Ops that are one numpy ufunc: max/min propagate NaN as XLA's do; the bitwise ufuncs are the
+# logical ops on pred.
+for _opcode, _fn in {"maximum": np.maximum, "minimum": np.minimum, "and": np.bitwise_and,
+                     "or": np.bitwise_or, "xor": np.bitwise_xor}.items():
+    binary(_opcode)(_fn)
 
 
 def _shift(x: Array, y: Array, kind: str) -> Array:

@@ -145,24 +145,24 @@ def attr_dims(inst: HloInstruction, key: str) -> tuple[int, ...]:
 ASSIGN = "assign"
 KEEP = "keep"
 
+# The combiners that are one numpy ufunc: opcode -> (ufunc on pred, ufunc on other types).
+# XLA's maximum/minimum propagate NaN, like np.maximum/np.minimum (not np.fmax/np.fmin).
+_COMBINER_UFUNCS = {
+    "add": (np.logical_or, np.add),
+    "multiply": (np.logical_and, np.multiply),
+    "maximum": (np.logical_or, np.maximum),
+    "minimum": (np.logical_and, np.minimum),
+    "and": (np.logical_and, np.bitwise_and),
+    "or": (np.logical_or, np.bitwise_or),
+    "xor": (np.logical_xor, np.bitwise_xor),
+}
+
+
 def _binary_ufunc(opcode: str, dtype: np.dtype):
-    kind = np.dtype(dtype).kind
-    if opcode == "add":
-        return np.logical_or if kind == "b" else np.add
-    if opcode == "multiply":
-        return np.logical_and if kind == "b" else np.multiply
-    if opcode == "maximum":
-        # XLA's maximum propagates NaN, like np.maximum (not np.fmax).
-        return np.logical_or if kind == "b" else np.maximum
-    if opcode == "minimum":
-        return np.logical_and if kind == "b" else np.minimum
-    if opcode == "and":
-        return np.logical_and if kind == "b" else np.bitwise_and
-    if opcode == "or":
-        return np.logical_or if kind == "b" else np.bitwise_or
-    if opcode == "xor":
-        return np.logical_xor if kind == "b" else np.bitwise_xor
-    return None
+    ufuncs = _COMBINER_UFUNCS.get(opcode)
+    if ufuncs is None:
+        return None
+    return ufuncs[0] if np.dtype(dtype).kind == "b" else ufuncs[1]
 
 
 def recognize_combiner(comp: HloComputation) -> list[Any] | None:
