@@ -28,7 +28,8 @@ from .compile_cache import CompileCache, cache_key
 from .cpu_threads import available_cores, fit_blas_threads, thread_pool
 from .executor_common import ComputationPlan, Planner, ProgramBase, Step, check_arguments, flatten, owned_outputs
 from .executor_common import symbol_name, unflatten
-from .kernel_planning import KernelPlan, plan_fusion, sequential_dot
+from .kernel_planning import KernelPlan, find_shared_expression, plan_fusion, sequential_dot, share_candidate
+from .kernel_planning import share_expression
 
 _PARALLEL_MIN_ELEMENTS = 1 << 15
 _memory_cache: dict[str, bytes] = {}
@@ -39,15 +40,54 @@ class _CpuPlanner(Planner):
 
     backend = "CPU"
 
+    def __init__(self, lenient: bool = False) -> None:
+        super().__init__(lenient)
+        self._candidates: dict[int, object] = {}  # id(inst) -> ShareCandidate
+        self.shared: list = []  # shapes of buffers one kernel step writes and a later one reads
+        self.shared_outputs: dict[int, list[int]] = {}  # id(inst) -> shared buffers appended to its outputs
+        self.shared_inputs: dict[int, list[int]] = {}  # id(inst) -> shared buffers appended to its inputs
+
     def dedicated_kernel(self, inst: HloInstruction) -> HloComputation | None:
         """A sequential dot kernel for a dot small enough not to go to BLAS."""
         return sequential_dot(inst) if inst.opcode == "dot" else None
 
     def kernel_calls(self, comp: HloComputation, inst: HloInstruction) -> tuple[list[KernelPlan], list]:
         """Kernels and temporaries computing fused computation `comp` for instruction `inst`."""
-        kernels, temps = plan_fusion(comp, self.kernel_name(inst))
+        name = self.kernel_name(inst)
+        shared = self._reuse_expression(comp, inst, name)
+        if shared is not None:
+            return shared
+        kernels, temps = plan_fusion(comp, name)
         self.kernels.extend(kernels)
+        cand = share_candidate(comp, inst, name, kernels, temps)
+        if cand is not None:
+            self._candidates[id(inst)] = cand
         return kernels, temps
+
+    def _reuse_expression(self, comp: HloComputation, inst: HloInstruction, name: str):
+        """Kernels reading an expression an operand's reduction kernel also writes (see
+        kernel_planning.share_candidate), or None."""
+        for op in inst.operands:
+            cand = self._candidates.get(id(op))
+            if cand is None:
+                continue
+            expr = find_shared_expression(comp, inst, cand)
+            if expr is None:
+                continue
+            old = list(cand.kernels)
+            planned = share_expression(cand, comp, expr, name)
+            if planned is None:
+                continue
+            del self._candidates[id(op)]
+            self.kernels[:] = [k for k in self.kernels if all(k is not o for o in old)] + cand.kernels
+            sid = len(self.shared)
+            self.shared.append(expr.shape)
+            self.shared_outputs.setdefault(id(op), []).append(sid)
+            self.shared_inputs[id(inst)] = [sid]
+            kernels, temps = planned
+            self.kernels.extend(kernels)
+            return kernels, temps
+        return None
 
 
 class CpuProgram(ProgramBase):
@@ -62,6 +102,7 @@ class CpuProgram(ProgramBase):
         self._jit = None
         self.cache_hit = False
         self._outputs = OutputPool()
+        self._shared: list[np.ndarray] | None = None
         # The arenas and the output pool are per program: runs of one program are serialized.
         self._run_lock = threading.Lock()
 
@@ -74,7 +115,7 @@ class CpuProgram(ProgramBase):
         start = time.perf_counter()
         prog = cls(fused_module)
         target = CpuTarget()
-        key = cache_key(fused_module.to_text(), target.fingerprint())
+        key = cache_key(fused_module.to_text() + prog._kernel_signature(), target.fingerprint())
         disk = CompileCache(cache_dir) if cache_dir is not None else None
         obj = _memory_cache.get(key)
         on_disk = disk.load(key) if disk is not None else None
@@ -88,6 +129,15 @@ class CpuProgram(ProgramBase):
         prog._load(obj)
         prog.compile_seconds = time.perf_counter() - start
         return prog
+
+    def _kernel_signature(self) -> str:
+        """The kernels' names, stages and argument counts: part of the cache key, so object code
+        planned differently for the same module text (e.g. a shared expression) is not reused."""
+        from ..emitters.kernel_args import param_leaf_count
+        from ..emitters.loop_emitter import output_leaves
+
+        return "".join(f"\n; {k.name} {k.stage} {param_leaf_count(k.comp)} {len(output_leaves(k.comp))} {len(k.scratch)}"
+                       for k in self._planner.kernels)
 
     def _emit_module(self, target):
         """The LLVM module (llvmlite.ir) with every kernel of the program."""
@@ -164,6 +214,11 @@ class CpuProgram(ProgramBase):
     def _run_kernels(self, plan: ComputationPlan, i: int, step: Step, ops: list):
         """Run the kernels of step `i` (outputs in the arena or the output pool)."""
         inputs = [np.ascontiguousarray(x) for x in flatten(tuple(ops))]
+        planner = self._planner
+        if planner.shared:
+            if self._shared is None:
+                self._shared = [np.empty(s.dims, s.dtype.numpy) for s in planner.shared]
+            inputs += [self._shared[s] for s in planner.shared_inputs.get(id(step.inst), ())]
         outs = []
         for k, shape in enumerate(step.leaf_shapes):
             slot = plan.assignment.slots[(i, k)]
@@ -172,7 +227,8 @@ class CpuProgram(ProgramBase):
             else:
                 outs.append(plan.arena_view(slot, shape))
         temps = [np.empty(t.dims, t.dtype.numpy) for t in step.temps]
-        where = {"in": [x.ctypes.data for x in inputs], "out": [o.ctypes.data for o in outs],
+        extra = [self._shared[s] for s in planner.shared_outputs.get(id(step.inst), ())] if planner.shared else []
+        where = {"in": [x.ctypes.data for x in inputs], "out": [o.ctypes.data for o in outs + extra],
                  "tmp": [t.ctypes.data for t in temps]}
         for k in step.kernels:
             ptrs = [where[kind][n] for kind, n in k.inputs + k.results + k.scratch]

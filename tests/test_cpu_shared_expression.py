@@ -1,0 +1,108 @@
+"""A reduction fusion's expensive input expression written once and read by a later fusion
+(softmax's exp(x - max)): same results as recomputing it, and only where it applies."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import hlofuse
+from hlofuse.runtime import cpu_executor, kernel_planning
+
+SOFTMAX = """
+HloModule softmax
+max_f32 {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT m = f32[] maximum(a, b)
+}
+add_f32 {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}
+ENTRY main {
+  x = f32[%(rows)d,%(cols)d] parameter(0)
+  ninf = f32[] constant(-inf)
+  mx = f32[%(rows)d] reduce(x, ninf), dimensions={1}, to_apply=max_f32
+  mb = f32[%(rows)d,%(cols)d] broadcast(mx), dimensions={0}
+  d = f32[%(rows)d,%(cols)d] subtract(x, mb)
+  e = f32[%(rows)d,%(cols)d] %(op)s(d)
+  zero = f32[] constant(0)
+  s = f32[%(rows)d] reduce(e, zero), dimensions={1}, to_apply=add_f32
+  sb = f32[%(rows)d,%(cols)d] broadcast(s), dimensions={0}
+  ROOT r = f32[%(rows)d,%(cols)d] divide(e, sb)
+}
+"""
+
+
+def _compile(op: str, rows: int = 37, cols: int = 300):
+    return hlofuse.compile(hlofuse.parse_hlo(SOFTMAX % {"rows": rows, "cols": cols, "op": op}), target="cpu")
+
+
+def _input(rows: int = 37, cols: int = 300) -> np.ndarray:
+    return np.random.default_rng(0).standard_normal((rows, cols)).astype(np.float32) * 4
+
+
+def test_softmax_shares_exp_and_matches_numpy():
+    exe = _compile("exponential")
+    planner = exe.program._planner
+    assert len(planner.shared) == 1 and tuple(planner.shared[0].dims) == (37, 300)
+    x = _input()
+    (out,) = exe(x)
+    e = np.exp(x.astype(np.float64) - x.max(axis=1, keepdims=True))
+    np.testing.assert_allclose(out, e / e.sum(axis=1, keepdims=True), rtol=2e-6, atol=1e-9)
+
+
+def test_shared_values_are_bit_identical_to_recomputing(monkeypatch):
+    x = _input()
+    (shared,) = _compile("exponential")(x)
+    monkeypatch.setattr(cpu_executor, "share_candidate", lambda *a: None)
+    # Same module text, other kernels: the compile cache must not hand back the sharing object.
+    exe = _compile("exponential")
+    assert not exe.program._planner.shared
+    (recomputed,) = exe(x)
+    np.testing.assert_array_equal(shared, recomputed)
+
+
+def test_cheap_expression_is_recomputed():
+    # negate is cheap: writing and reading it back would cost more than recomputing it.
+    exe = _compile("negate")
+    assert not exe.program._planner.shared
+    x = _input()
+    (out,) = exe(x)
+    e = -(x - x.max(axis=1, keepdims=True))
+    np.testing.assert_allclose(out, e / e.sum(axis=1, keepdims=True), rtol=1e-5)
+
+
+@pytest.mark.parametrize("rows,cols", [(1, 1), (3, 1), (64, 4096)])
+def test_softmax_shapes(rows, cols):
+    exe = _compile("exponential", rows, cols)
+    x = _input(rows, cols)
+    for _ in range(2):  # the shared buffer is reused by the second run
+        (out,) = exe(x)
+        e = np.exp(x.astype(np.float64) - x.max(axis=1, keepdims=True))
+        np.testing.assert_allclose(out, e / e.sum(axis=1, keepdims=True), rtol=2e-6, atol=1e-9)
+
+
+def test_structural_keys_tell_parameters_apart():
+    module = hlofuse.parse_hlo(SOFTMAX % {"rows": 2, "cols": 3, "op": "exponential"})
+    entry = module.entry
+    x, mx = entry.instruction("x"), entry.instruction("mx")
+    keys = kernel_planning._structural_keys(entry, [None])
+    # Two different parameters of a fused computation read different outer operands.
+    comp = hlofuse.parse_hlo("""
+HloModule m
+ENTRY f {
+  a = f32[4] parameter(0)
+  b = f32[4] parameter(1)
+  ea = f32[4] exponential(a)
+  eb = f32[4] exponential(b)
+  ROOT t = (f32[4], f32[4]) tuple(ea, eb)
+}
+""").entry
+    same = kernel_planning._structural_keys(comp, [x, x])
+    diff = kernel_planning._structural_keys(comp, [x, mx])
+    ea, eb = comp.instruction("ea"), comp.instruction("eb")
+    assert same[id(ea)] == same[id(eb)]
+    assert diff[id(ea)] != diff[id(eb)]
+    assert keys[id(entry.instruction("d"))] != keys[id(entry.instruction("e"))]
