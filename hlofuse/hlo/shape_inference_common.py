@@ -123,6 +123,17 @@ def check_dims_in_range(inst: HloInstruction, dims: Iterable[int], rank: int, wh
     return dims
 
 
+def slice_sizes(inst: HloInstruction, key: str, operand: ArrayShape) -> tuple[int, ...]:
+    """The slice sizes in attribute `key`: one per operand dimension, each within its size."""
+    sizes = int_tuple(inst, key)
+    if len(sizes) != operand.rank:
+        fail(inst, f"{key} {list(sizes)} must have {operand.rank} entries")
+    for i, (s, d) in enumerate(zip(sizes, operand.dims)):
+        if not 0 <= s <= d:
+            fail(inst, f"slice size {s} of dimension {i} is out of range for size {d}")
+    return sizes
+
+
 def is_scalar_of(shape: Shape, dtype: ElementType | None = None) -> bool:
     """True for a rank-0 array (of `dtype` when given)."""
     return isinstance(shape, ArrayShape) and shape.rank == 0 and (dtype is None or shape.dtype == dtype)

@@ -11,7 +11,7 @@ from .ir import HloInstruction
 from .opcodes import register_shape_rule
 from .shape_inference_common import (
     array_operand, array_operands, attr, check_dims_in_range, declared_array, fail, int_tuple,
-    is_integer_scalar, make_array, text,
+    is_integer_scalar, make_array, slice_sizes, text,
 )
 from .shapes import ArrayShape, Shape, TupleShape
 
@@ -142,13 +142,7 @@ def _dynamic_slice(inst: HloInstruction) -> Shape:
     """dynamic-slice(x, i0..ir-1), dynamic_slice_sizes: each size within the operand's."""
     x = array_operand(inst, 0)
     _start_indices(inst, 1, x.rank)
-    sizes = int_tuple(inst, "dynamic_slice_sizes")
-    if len(sizes) != x.rank:
-        fail(inst, f"dynamic_slice_sizes {list(sizes)} must have {x.rank} entries")
-    for i, (s, d) in enumerate(zip(sizes, x.dims)):
-        if not 0 <= s <= d:
-            fail(inst, f"slice size {s} of dimension {i} is out of range for size {d}")
-    return make_array(x.dtype, sizes)
+    return make_array(x.dtype, slice_sizes(inst, "dynamic_slice_sizes", x))
 
 
 @register_shape_rule("dynamic-update-slice")

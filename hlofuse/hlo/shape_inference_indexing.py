@@ -5,7 +5,7 @@ from .ir import HloInstruction
 from .opcodes import register_shape_rule
 from .shape_inference_common import (
     array_operand, array_operands, attr, check_dims_in_range, check_scalar_reducer, computation, fail,
-    int_tuple, make_array, text, tuple_or_single,
+    int_tuple, make_array, slice_sizes, text, tuple_or_single,
 )
 from .shapes import ArrayShape, Shape
 
@@ -59,21 +59,16 @@ def _gather(inst: HloInstruction) -> Shape:
     """gather: offset dims take the uncollapsed slice sizes, the rest the index batch dims."""
     operand, indices = array_operands(inst, range(2))
     ivd, batch, n = _index_batch_dims(inst, indices)
-    slice_sizes = int_tuple(inst, "slice_sizes")
-    if len(slice_sizes) != operand.rank:
-        fail(inst, f"slice_sizes {list(slice_sizes)} must have {operand.rank} entries")
-    for k, (s, d) in enumerate(zip(slice_sizes, operand.dims)):
-        if not 0 <= s <= d:
-            fail(inst, f"slice size {s} of dimension {k} is out of range for size {d}")
+    sizes = slice_sizes(inst, "slice_sizes", operand)
     collapsed = _sorted_dims(inst, "collapsed_slice_dims", operand.rank)
     obatch = _check_batching(inst, operand, indices, ivd, "operand_batching_dims", "start_indices_batching_dims")
     if set(collapsed) & set(obatch):
         fail(inst, "collapsed_slice_dims and operand_batching_dims must be disjoint")
     for d in collapsed + obatch:
-        if slice_sizes[d] > 1:
-            fail(inst, f"slice size of collapsed or batching dimension {d} must be <= 1, is {slice_sizes[d]}")
+        if sizes[d] > 1:
+            fail(inst, f"slice size of collapsed or batching dimension {d} must be <= 1, is {sizes[d]}")
     _check_index_map(inst, "start_index_map", n, operand.rank, obatch)
-    offset_sizes = [s for k, s in enumerate(slice_sizes) if k not in collapsed and k not in obatch]
+    offset_sizes = [s for k, s in enumerate(sizes) if k not in collapsed and k not in obatch]
     out_rank = len(offset_sizes) + len(batch)
     offset_dims = _sorted_dims(inst, "offset_dims", out_rank)
     if len(offset_dims) != len(offset_sizes):
