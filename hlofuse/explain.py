@@ -82,9 +82,11 @@ class Place:
 
     @property
     def fused(self) -> bool:
+        """Whether the instruction ran inside a fusion kernel."""
         return self.kernel.opcode == "fusion"
 
     def describe(self) -> str:
+        """One line saying where the instruction ended up."""
         if not self.fused:
             k = self.kernel
             if k.opcode == "parameter":

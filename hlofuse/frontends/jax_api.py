@@ -290,7 +290,7 @@ class JitFunction:
         return self.lower(*arrays)(*arrays)
 
 
-def jit(fn: Callable | None = None, *, target: str = "cpu", fusion: bool = True):
+def jit(fn: Callable | None = None, *, target: str = "cpu", fusion: bool = True) -> Callable:
     """Compile a JAX function with hlofuse; usable as `@jit` or `@jit(target="interpreter")`.
 
     Calls return numpy arrays in the function's output structure."""

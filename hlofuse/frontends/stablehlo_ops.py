@@ -20,7 +20,7 @@ from .stablehlo_types import dense_to_numpy, hlo_shape, parse_dense_text
 
 RULES: dict[str, Callable] = {}
 
-def rule(*names: str):
+def rule(*names: str) -> Callable[[Callable], Callable]:
     """Register a conversion rule for the MLIR ops `names`."""
 
     def deco(fn):
@@ -126,7 +126,7 @@ def _broadcast_scalar(imp, scope, inst: HloInstruction, like) -> HloInstruction:
 def _elementwise(imp, op, scope, opcode: str) -> HloInstruction:
     shape = _result_shape(op)
     operands = _operands(scope, op)
-    if opcode in ("select", "clamp"):
+    if opcodes.op_info(opcode).kind == "ternary":  # select and clamp take scalars in StableHLO
         operands = [_broadcast_scalar(imp, scope, o, shape) for o in operands]
     return imp.emit(scope, opcode, shape, operands)
 

@@ -18,6 +18,7 @@ class HloParseError(HloError):
         super().__init__(self.render())
 
     def render(self) -> str:
+        """`file:line:col: error: message`, then the source line and a caret under the column."""
         caret = " " * max(self.column - 1, 0) + "^"
         return f"{self.filename}:{self.line}:{self.column}: error: {self.message}\n{self.source_line}\n{caret}"
 

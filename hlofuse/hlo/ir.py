@@ -70,9 +70,11 @@ class HloInstruction:
 
     # ---- operands and users -------------------------------------------------------------
     def operand(self, i: int) -> "HloInstruction":
+        """Operand `i`."""
         return self.operands[i]
 
     def append_operand(self, op: "HloInstruction") -> None:
+        """Add `op` as the last operand (and this instruction to its users)."""
         self.operands.append(op)
         if self not in op.users:
             op.users.append(self)
@@ -112,6 +114,7 @@ class HloInstruction:
         self.operands = []
 
     def user_count(self) -> int:
+        """How many distinct instructions use this one."""
         return len(self.users)
 
     # ---- called computations ------------------------------------------------------------
@@ -135,6 +138,7 @@ class HloInstruction:
 
     # ---- queries ------------------------------------------------------------------------
     def is_root(self) -> bool:
+        """Whether this is the root of its computation."""
         return self.parent is not None and self.parent.root is self
 
     @property
@@ -158,6 +162,7 @@ class HloInstruction:
         return inst
 
     def to_text(self) -> str:
+        """The instruction in HLO text (one line)."""
         from .printer import instruction_to_text
 
         return instruction_to_text(self)
@@ -185,6 +190,7 @@ class HloComputation:
         return sorted(params, key=lambda p: p.parameter_number)
 
     def parameter(self, number: int) -> HloInstruction:
+        """The parameter instruction with parameter number `number`."""
         for p in self.instructions:
             if p.opcode == "parameter" and p.parameter_number == number:
                 return p
@@ -250,6 +256,7 @@ class HloComputation:
         self.instructions = self.post_order()
 
     def instruction(self, name: str) -> HloInstruction:
+        """The instruction called `name`."""
         for inst in self.instructions:
             if inst.name == name:
                 return inst
@@ -268,6 +275,7 @@ class HloComputation:
         return g
 
     def is_fusion_computation(self) -> bool:
+        """Whether this is the fused computation of a fusion instruction."""
         return self.fusion_instruction is not None
 
     def __repr__(self) -> str:
@@ -303,9 +311,11 @@ class HloModule:
                 return candidate
 
     def reserve_name(self, name: str) -> None:
+        """Mark `name` as taken so `unique_name` will not hand it out."""
         self._names.add(name)
 
     def release_name(self, name: str) -> None:
+        """Free `name` for `unique_name` again."""
         self._names.discard(name)
 
     # ---- computations -------------------------------------------------------------------
@@ -321,18 +331,21 @@ class HloModule:
         return comp
 
     def set_entry(self, comp: HloComputation) -> None:
+        """Make `comp` the entry computation."""
         if self.entry is not None:
             self.entry.is_entry = False
         self.entry = comp
         comp.is_entry = True
 
     def remove_computation(self, comp: HloComputation) -> None:
+        """Drop `comp` from the module and free its names."""
         self.computations.remove(comp)
         self.release_name(comp.name)
         for inst in comp.instructions:
             self.release_name(inst.name)
 
     def computation(self, name: str) -> HloComputation:
+        """The computation called `name`."""
         for c in self.computations:
             if c.name == name:
                 return c
@@ -378,6 +391,7 @@ class HloModule:
         return bool(dead)
 
     def all_instructions(self) -> Iterator[HloInstruction]:
+        """Every instruction of every computation, computation by computation."""
         for c in self.computations:
             yield from c.instructions
 

@@ -84,9 +84,11 @@ class Lexer:
 
     # ---- matching -----------------------------------------------------------------------
     def skip_ws(self) -> None:
+        """Move past white space and comments."""
         self.pos = WS.match(self.text, self.pos).end()
 
     def at_end(self) -> bool:
+        """Whether only white space and comments are left."""
         self.skip_ws()
         return self.pos >= len(self.text)
 
@@ -136,6 +138,7 @@ class Lexer:
         return m.group(1), start
 
     def integer(self, what: str = "an integer") -> int:
+        """Read an integer, or fail saying `what` was expected."""
         m = self.match(INT)
         if m is None:
             raise self.expected(what)

@@ -140,6 +140,7 @@ def is_scalar_of(shape: Shape, dtype: ElementType | None = None) -> bool:
 
 
 def is_integer_scalar(shape: Shape) -> bool:
+    """Whether `shape` is a rank-0 array of an integer type."""
     return isinstance(shape, ArrayShape) and shape.rank == 0 and shape.dtype.is_integer
 
 

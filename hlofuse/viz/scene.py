@@ -28,6 +28,7 @@ class Box:
 
     @property
     def center(self) -> Point:
+        """The middle of the box."""
         return (self.x + self.w / 2, self.y + self.h / 2)
 
 

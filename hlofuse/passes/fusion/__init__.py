@@ -29,6 +29,7 @@ class FusionPipeline(HloPass):
         self.passes = fusion_passes(self.params)
 
     def run(self, module) -> bool:
+        """Run every fusion pass of the target in order; True if any changed the module."""
         changed = False
         for p in self.passes:
             changed |= bool(p.run(module))

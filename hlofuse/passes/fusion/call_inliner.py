@@ -36,6 +36,7 @@ class CallInliner(HloPass):
         self.target = target
 
     def run(self, module: HloModule) -> bool:
+        """Inline calls until none is left; True if any was inlined."""
         changed = False
         while True:
             calls = [i for c in kernel_computations(module) if not c.is_fusion_computation()

@@ -101,6 +101,7 @@ def launches_kernel(inst: HloInstruction) -> bool:
 
 
 def distinct(insts) -> list[HloInstruction]:
+    """`insts` without repeats (by identity), in first-seen order."""
     out: list[HloInstruction] = []
     for i in insts:
         if not any(i is o for o in out):
@@ -127,9 +128,11 @@ class ModuleCost:
 
     @property
     def bytes_moved(self) -> int:
+        """Bytes read plus bytes written."""
         return self.bytes_read + self.bytes_written
 
     def to_dict(self) -> dict:
+        """The counts as a JSON-ready dict."""
         return {
             "kernels": self.kernels,
             "bytes_read": self.bytes_read,
@@ -146,7 +149,7 @@ def kernel_computations(module: HloModule) -> list[HloComputation]:
     for inst in module.all_instructions():
         for key in ("to_apply", "select", "scatter", "calls"):
             c = inst.attrs.get(key)
-            if c is not None and inst.opcode not in ("call",):
+            if c is not None and inst.opcode != "call":
                 called_as_function.add(id(c))
     return [c for c in module.computations if id(c) not in called_as_function]
 

@@ -22,6 +22,7 @@ class Decision:
 
     @staticmethod
     def allow() -> "Decision":
+        """The shared 'yes' decision."""
         return _ALLOW
 
     @staticmethod
@@ -68,9 +69,11 @@ class LogEntry:
     duplicated_expensive: bool = False
 
     def to_dict(self) -> dict:
+        """The entry as a JSON-ready dict."""
         return dict(self.__dict__)
 
     def to_text(self) -> str:
+        """One line per entry, readable."""
         if self.action == "fused":
             dup = " (duplicated)" if self.duplicated else ""
             return f"[{self.pass_name}] fused {self.producer} into {self.consumer} -> {self.fusion}{dup}"
@@ -89,6 +92,7 @@ class FusionLog:
     _copies: dict = field(default_factory=dict, repr=False)  # copy name -> original name
 
     def fused(self, pass_name: str, producer: str, consumer: str, fusion: str, **extra) -> None:
+        """Record that `pass_name` fused `producer` into `consumer`, giving `fusion`."""
         self.entries.append(LogEntry(pass_name, "fused", producer, consumer, fusion=fusion, **extra))
 
     def refused(self, pass_name: str, producer: str, consumer: str, decision: Decision, fusion: str = "") -> None:
@@ -112,9 +116,11 @@ class FusionLog:
         return self._copies.get(name, name)
 
     def refusals(self) -> list[LogEntry]:
+        """The entries of refused fusions."""
         return [e for e in self.entries if e.action == "refused"]
 
     def fusions(self) -> list[LogEntry]:
+        """The entries of fusions done."""
         return [e for e in self.entries if e.action == "fused"]
 
     def __iter__(self) -> Iterator[LogEntry]:
@@ -124,6 +130,7 @@ class FusionLog:
         return len(self.entries)
 
     def to_text(self) -> str:
+        """One line per entry, readable."""
         return "\n".join(e.to_text() for e in self.entries)
 
 

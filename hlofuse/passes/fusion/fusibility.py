@@ -104,6 +104,7 @@ def is_fusible(inst: HloInstruction) -> bool:
 
 
 def is_loop_fusion(inst: HloInstruction) -> bool:
+    """Whether `inst` is a kLoop fusion."""
     return inst.opcode == "fusion" and inst.attrs.get("kind") == "kLoop"
 
 
@@ -174,6 +175,7 @@ def not_fusible_reason(inst: HloInstruction) -> str:
 
 
 def is_multi_output(inst: HloInstruction) -> bool:
+    """Whether `inst` is a fusion with a tuple root (several outputs)."""
     return inst.opcode == "fusion" and inst.fused_computation.root.opcode == "tuple"
 
 

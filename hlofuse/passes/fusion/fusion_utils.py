@@ -32,6 +32,7 @@ class Reachability:
             self._anc.append(bits)
 
     def is_present(self, inst: HloInstruction) -> bool:
+        """Whether `inst` was in the computation when the map was built."""
         return id(inst) in self._index
 
     def is_reachable(self, a: HloInstruction, b: HloInstruction) -> bool:
@@ -42,6 +43,7 @@ class Reachability:
         return bool(self._anc[ib] >> ia & 1)
 
     def is_connected(self, a: HloInstruction, b: HloInstruction) -> bool:
+        """Whether either instruction reaches the other."""
         return self.is_reachable(a, b) or self.is_reachable(b, a)
 
 
@@ -364,6 +366,7 @@ def sort_computations(comp: HloComputation) -> None:
 
 
 def fused_instruction_count(inst: HloInstruction) -> int:
+    """How many instructions `inst` stands for (a fusion's, parameters not counted)."""
     if inst.opcode != "fusion":
         return 1
     return sum(1 for i in inst.fused_computation.instructions if i.opcode != "parameter")

@@ -79,6 +79,7 @@ class HorizontalLoopFusion(HloPass):
         self.params = target_params(target)
 
     def run(self, module: HloModule) -> bool:
+        """Fuse sibling loop kernels of the entry computation; True if any were fused."""
         if module.entry is None:
             return False
         log = module_log(module, self.params.name)

@@ -123,9 +123,11 @@ class ProducerConsumerRules:
         return entry[1] if entry is not None and entry[0] is producer else None
 
     def set_verdict(self, producer: HloInstruction, decision: Decision) -> None:
+        """Remember the global pre-pass's verdict on duplicating expensive `producer`."""
         self.expensive_verdicts[id(producer)] = (producer, decision)
 
     def should_fuse(self, consumer: HloInstruction, index: int) -> Decision:
+        """Whether operand `index` of `consumer` may be fused into it, with the reason when not."""
         producer = consumer.operands[index]
         p, c = producer.name, consumer.name
         if self.params.name == "cpu":

@@ -198,7 +198,7 @@ class MultiOutputFusion(KernelComputationPass):
                 b = siblings[j]
                 d = self._sibling_legal(a, b, parent)
                 if not d:
-                    if b.opcode in ("fusion",) or is_fusible_as_multi_output_root(b):
+                    if b.opcode == "fusion" or is_fusible_as_multi_output_root(b):
                         log.refused(self.name, b.name, a.name, d)
                     j += 1
                     continue

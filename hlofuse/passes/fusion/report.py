@@ -38,6 +38,7 @@ class FusionSummary:
     bytes_written_after: int = 0
 
     def to_dict(self) -> dict:
+        """The report as a JSON-ready dict."""
         return dict(self.__dict__)
 
 
@@ -52,6 +53,7 @@ class FusionReport:
     refused: list[LogEntry] = field(default_factory=list)
 
     def to_dict(self) -> dict:
+        """The report as a JSON-ready dict."""
         return {
             "module": self.module,
             "before": self.before.to_dict(),
@@ -62,6 +64,7 @@ class FusionReport:
         }
 
     def to_text(self) -> str:
+        """The report as readable text."""
         b, a = self.before, self.after
         lines = [
             f"Fusion report for module {self.module}",

@@ -69,7 +69,7 @@ def to_type(value, dtype: np.dtype) -> Array:
     return arr.astype(dtype, copy=False) if arr.dtype != dtype else arr
 
 
-def unary(*opcodes: str, transcendental: bool = False):
+def unary(*opcodes: str, transcendental: bool = False) -> Callable[[Callable], Callable]:
     """Register `fn(x) -> array` for opcodes whose result has the operand's type."""
 
     def deco(fn: Callable[[Array], Array]):
@@ -220,7 +220,7 @@ for _opcode, _fn in _TRANSCENDENTAL.items():
 
 
 # ---- binary ---------------------------------------------------------------------------------
-def binary(*opcodes: str, transcendental: bool = False):
+def binary(*opcodes: str, transcendental: bool = False) -> Callable[[Callable], Callable]:
     """Register `fn(x, y) -> array` for binary ops computed in the operands' compute type."""
 
     def deco(fn: Callable[[Array, Array], Array]):

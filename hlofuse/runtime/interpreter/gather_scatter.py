@@ -95,7 +95,7 @@ def gather_reference(inst: HloInstruction, args: list, interp) -> np.ndarray:
 
 
 @register_reference("scatter")
-def scatter_reference(inst: HloInstruction, args: list, interp):
+def scatter_reference(inst: HloInstruction, args: list, interp) -> np.ndarray | tuple:
     """`scatter(operands..., scatter_indices, updates...)`, to_apply combining old and new
     values. An update window that does not lie wholly inside the operand is skipped."""
     n = (len(args) - 1) // 2

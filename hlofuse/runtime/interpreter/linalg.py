@@ -100,7 +100,7 @@ def _feature_layout(inst: HloInstruction, x: np.ndarray) -> tuple[tuple[int, ...
 
 
 @register_reference("batch-norm-training")
-def batch_norm_training_reference(inst: HloInstruction, args: list, interp):
+def batch_norm_training_reference(inst: HloInstruction, args: list, interp) -> tuple:
     """(normalized, batch mean, batch variance) with the biased (population) variance."""
     x, scale, offset = (_wide(a) for a in args)
     axes, fshape = _feature_layout(inst, x)
@@ -123,7 +123,7 @@ def batch_norm_inference_reference(inst: HloInstruction, args: list, interp) -> 
 
 
 @register_reference("batch-norm-grad")
-def batch_norm_grad_reference(inst: HloInstruction, args: list, interp):
+def batch_norm_grad_reference(inst: HloInstruction, args: list, interp) -> tuple:
     """(grad operand, grad scale, grad offset) of batch-norm-training at the given mean and
     variance, per XLA's operation semantics."""
     x, scale, mean, var, dy = (_wide(a) for a in args)

@@ -4,7 +4,7 @@ readers, and recognition of simple combiner computations so that scatter, reduce
 select-and-scatter can run vectorized instead of calling the combiner once per element."""
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -233,7 +233,7 @@ def total_order_key(x: np.ndarray) -> np.ndarray:
     return np.where(bits < 0, bits ^ np.iinfo(bits.dtype).max, bits)
 
 
-def batched_call(comp: HloComputation, interp):
+def batched_call(comp: HloComputation, interp) -> Callable[[list], list] | None:
     """A function evaluating scalar computation `comp` on whole arrays at once (returning the
     flattened outputs), when the interpreter offers batched calls and `comp` is elementwise;
     None otherwise (callers then call `comp` once per element)."""

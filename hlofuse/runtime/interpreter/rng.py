@@ -121,7 +121,7 @@ def _philox_bits(key, counter_low, counter_high, dims: tuple[int, ...], bits: in
 
 
 @register_reference("rng-bit-generator")
-def rng_bit_generator_reference(inst: HloInstruction, args: list, interp):
+def rng_bit_generator_reference(inst: HloInstruction, args: list, interp) -> tuple:
     """`rng-bit-generator(state), algorithm=...` -> (new state, random bits)."""
     state = np.asarray(args[0])
     if state.dtype.itemsize != 8:

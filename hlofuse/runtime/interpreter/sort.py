@@ -200,7 +200,7 @@ def _order_by_batched_merges(less, operands: list[np.ndarray]) -> np.ndarray:
 
 
 @register_reference("sort")
-def sort_reference(inst: HloInstruction, args: list, interp):
+def sort_reference(inst: HloInstruction, args: list, interp) -> np.ndarray | tuple:
     """`sort(operands...), dimensions={d}, is_stable=..., to_apply=comparator`."""
     operands = [np.asarray(a) for a in args]
     dims = attr_dims(inst, "dimensions")
@@ -228,7 +228,7 @@ def sort_reference(inst: HloInstruction, args: list, interp):
 
 
 @register_reference("topk")
-def topk_reference(inst: HloInstruction, args: list, interp):
+def topk_reference(inst: HloInstruction, args: list, interp) -> tuple:
     """`topk(operand), k=K, largest=true|false` along the last dimension: (values, s32 indices),
     ordered largest (or smallest) first, ties by lower index; floats in total order, so NaN
     counts as the largest value."""

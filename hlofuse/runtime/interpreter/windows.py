@@ -66,7 +66,7 @@ def _window_of(inst: HloInstruction, rank: int) -> Window:
 
 
 @register_reference("reduce-window")
-def reduce_window_reference(inst: HloInstruction, args: list, interp):
+def reduce_window_reference(inst: HloInstruction, args: list, interp) -> np.ndarray | tuple:
     """`reduce-window(inputs..., inits...)`: to_apply folds each window into its init value."""
     n = len(args) // 2
     inputs = [np.asarray(a) for a in args[:n]]
