@@ -194,6 +194,15 @@ def members(inst: HloInstruction) -> list[HloInstruction]:
     return [i for i in inst.fused_computation.instructions if i.opcode != "parameter"]
 
 
+def combined_operands(a: HloInstruction, b: HloInstruction) -> list[HloInstruction]:
+    """The distinct operands of one kernel computing both `a` and `b` (neither reads the other)."""
+    operands: list[HloInstruction] = []
+    for op in list(a.operands) + list(b.operands):
+        if op is not a and op is not b and not any(op is o for o in operands):
+            operands.append(op)
+    return operands
+
+
 # ---- reductions -----------------------------------------------------------------------------
 
 def _physical_order(shape) -> list[int]:
@@ -218,6 +227,12 @@ def reduction_is_contiguous(reduce: HloInstruction) -> bool:
     blocks = sum(1 for i, f in enumerate(flags) if f and (i == 0 or not flags[i - 1]))
     kept_blocks = sum(1 for i, f in enumerate(flags) if not f and (i == 0 or flags[i - 1]))
     return blocks == 1 or kept_blocks <= 1
+
+
+def reduction_count(inst: HloInstruction, unnested_only: bool = False) -> int:
+    """How many reduces `inst` computes (only the contiguous, unnested ones if `unnested_only`)."""
+    return sum(1 for m in members(inst)
+               if m.opcode == "reduce" and (not unnested_only or reduction_is_contiguous(m)))
 
 
 def reduce_hero(inst: HloInstruction) -> HloInstruction | None:

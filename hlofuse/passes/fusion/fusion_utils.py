@@ -252,10 +252,16 @@ def fuse_producer(fusion: HloInstruction, producer: HloInstruction) -> HloInstru
     remove_parameter(fusion, k)
     if not producer.users:
         _retire(producer)
+    _add_clones(fusion, pending)
+    return fusion
+
+
+def _add_clones(fusion: HloInstruction, pending: list[tuple[HloInstruction, str]]) -> None:
+    """Add the clones `_clone_into` prepared to `fusion`'s computation, each computed once."""
+    fc = fusion.fused_computation
     for clone, name in pending:
         fc.add_instruction(clone, name=name)
     dedupe_fused_computation(fusion, [clone for clone, _ in pending])
-    return fusion
 
 
 def _make_gte(fusion: HloInstruction, index: int) -> HloInstruction:
@@ -327,9 +333,7 @@ def fuse_into_multi_output(fusion: HloInstruction, producer: HloInstruction) -> 
     _redirect_users(producer, fusion, first)
     if not producer.users and not producer.is_root():
         _retire(producer)
-    for clone, name in pending:
-        fc.add_instruction(clone, name=name)
-    dedupe_fused_computation(fusion, [clone for clone, _ in pending])
+    _add_clones(fusion, pending)
     return fusion
 
 
@@ -339,15 +343,12 @@ def merge_siblings(fusion: HloInstruction, other: HloInstruction) -> HloInstruct
     The result is a multi-output fusion whose root tuple lists `fusion`'s outputs, then
     `other`'s; users read them through get-tuple-element.
     """
-    fc = fusion.fused_computation
     pending, outs = _clone_into(fusion, other)
     first = _add_outputs(fusion, outs)
     _redirect_users(other, fusion, first)
     if not other.users and not other.is_root():
         _retire(other)
-    for clone, name in pending:
-        fc.add_instruction(clone, name=name)
-    dedupe_fused_computation(fusion, [clone for clone, _ in pending])
+    _add_clones(fusion, pending)
     if other.opcode == "fusion" and other.attrs.get("kind") == "kInput":
         fusion.attrs["kind"] = "kInput"
     return fusion

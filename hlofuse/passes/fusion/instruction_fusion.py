@@ -23,10 +23,10 @@ from ...hlo.ir import HloComputation, HloInstruction, HloModule
 from .cost_model import TargetParams, distinct, duplication_saves_bytes, fusion_saves_bytes
 from .decisions import Decision, FusionLog, module_log
 from .fusibility import (
-    creates_heavy_computation, effectively_at_most_unary, is_always_duplicable, is_expensive,
+    combined_operands, creates_heavy_computation, effectively_at_most_unary, is_always_duplicable, is_expensive,
     is_fusible, is_input_fusible_reduction, is_loop_fusible_as_consumer, is_loop_fusible_as_producer,
-    is_multi_output, is_physically_transposing, not_fusible_reason, reduction_is_contiguous,
-    reuses_operand_elements,
+    is_multi_output, is_physically_transposing, not_fusible_reason, reduction_count,
+    reduction_is_contiguous, reuses_operand_elements,
 )
 from .fusion_utils import Reachability, create_fusion, fuse_producer, operand_index, sort_computations
 from .kernel_pass import KernelComputationPass
@@ -41,12 +41,6 @@ def _is_scalar_constant(inst: HloInstruction) -> bool:
 
 def _would_duplicate(producer: HloInstruction, consumer: HloInstruction) -> bool:
     return any(u is not consumer for u in producer.users) or producer.is_root()
-
-
-def _reduction_count(inst: HloInstruction, contiguous_only: bool) -> int:
-    comp_members = (inst.fused_computation.instructions if inst.opcode == "fusion" else [inst])
-    return sum(1 for m in comp_members
-               if m.opcode == "reduce" and (not contiguous_only or reduction_is_contiguous(m)))
 
 
 def _is_reduce_intermediate(inst: HloInstruction) -> bool:
@@ -262,7 +256,7 @@ class ProducerConsumerRules:
     def _cpu_reductions(self, producer, consumer, p, c) -> Decision:
         limit = self.params.max_reductions_per_fusion
         if limit is not None and consumer.opcode == "fusion" and producer.opcode == "reduce":
-            n = _reduction_count(consumer, False)
+            n = reduction_count(consumer)
             if n > limit:
                 return refuse("too-many-reductions", f"too many reductions: fusion {c} already holds {n} > "
                                                      f"{limit}; {p} is not fused into it")
@@ -270,19 +264,16 @@ class ProducerConsumerRules:
 
     def _budget(self, producer, consumer, p, c) -> Decision:
         limit = self.params.max_unnested_reductions
-        added = _reduction_count(producer, True) if limit is not None else 0
+        added = reduction_count(producer, unnested_only=True) if limit is not None else 0
         if added:
-            n = _reduction_count(consumer, True) + added
+            n = reduction_count(consumer, unnested_only=True) + added
             if n > limit:
                 return refuse("budget", f"reduction budget exceeded: {n} > {limit} unnested reductions "
                                         f"(fusing {p} into {_consumer_label(producer, consumer, self.origin)})")
         budget = self.params.max_operands_and_outputs
         if budget is None:
             return ALLOW
-        operands: list[HloInstruction] = []
-        for op in list(consumer.operands) + list(producer.operands):
-            if op is not producer and op is not consumer and not any(op is o for o in operands):
-                operands.append(op)
+        operands = combined_operands(consumer, producer)
         if len(operands) <= len(consumer.operands):
             return ALLOW
         outputs = len(consumer.shape.leaves()) + len(producer.shape.leaves())

@@ -14,9 +14,9 @@ from ...hlo.ir import HloComputation, HloInstruction
 from .cost_model import TargetParams, distinct
 from .decisions import Decision, FusionLog
 from .fusibility import (
-    creates_heavy_computation, fusion_outputs, is_fusible, is_input_fusible_reduction,
+    combined_operands, creates_heavy_computation, fusion_outputs, is_fusible, is_input_fusible_reduction,
     is_loop_fusible_as_producer, is_loop_fusion, is_multi_output, is_physically_transposing,
-    not_fusible_reason, reduce_hero, reduction_is_contiguous,
+    not_fusible_reason, reduce_hero, reduction_count, reduction_is_contiguous,
 )
 from .fusion_utils import (
     Reachability, create_fusion, fuse_into_multi_output, merge_siblings, sort_computations,
@@ -81,25 +81,17 @@ def shapes_compatible(a: HloInstruction, b: HloInstruction) -> Decision:
     return _OK
 
 
-def _unnested_reductions(inst: HloInstruction) -> int:
-    ms = inst.fused_computation.instructions if inst.opcode == "fusion" else [inst]
-    return sum(1 for m in ms if m.opcode == "reduce" and reduction_is_contiguous(m))
-
-
 def fits_in_budget(a: HloInstruction, b: HloInstruction, params: TargetParams) -> Decision:
     """XLA's FusionFitsInBudget for a multi-output fusion of `a` and `b`."""
     if params.max_unnested_reductions is not None:
-        n = _unnested_reductions(a) + _unnested_reductions(b)
+        n = reduction_count(a, unnested_only=True) + reduction_count(b, unnested_only=True)
         if n > params.max_unnested_reductions:
             return refuse("budget", f"reduction budget exceeded: {n} > {params.max_unnested_reductions} "
                                     f"unnested reductions (fusing {a.name} and {b.name})")
     budget = params.max_operands_and_outputs
     if budget is None:
         return _OK
-    operands: list[HloInstruction] = []
-    for op in list(a.operands) + list(b.operands):
-        if op is not a and op is not b and not any(op is o for o in operands):
-            operands.append(op)
+    operands = combined_operands(a, b)
     outputs = len(a.shape.leaves()) + len(b.shape.leaves())
     if len(operands) + outputs > budget:
         return refuse("budget", f"operand budget exceeded: {len(operands) + outputs} > {budget} (fusing {a.name} "
