@@ -16,12 +16,10 @@ from dataclasses import dataclass, field
 from ..hlo.ir import HloComputation, HloInstruction, HloModule
 from ..hlo.parse_attributes import encode_attribute
 from ..hlo.printer import instruction_to_text
-from ..passes.fusion.cost_model import kernel_bytes, kernel_computations, launches_kernel
+from ..passes.fusion.cost_model import is_bookkeeping, kernel_bytes, kernel_computations, launches_kernel
 from ..passes.fusion.decisions import FusionLog, LogEntry
 
 _SUFFIX = re.compile(r"^(.*)\.\d+$")
-# Instructions that only name or regroup buffers: an edge through them carries no new traffic.
-_BOOKKEEPING = ("get-tuple-element", "bitcast", "tuple")
 
 
 @dataclass
@@ -166,7 +164,7 @@ def _materialized(inst: HloInstruction) -> bool:
         if id(i) in seen:
             continue
         seen.add(id(i))
-        if i.opcode in _BOOKKEEPING:
+        if is_bookkeeping(i):  # an edge through it carries no new traffic
             stack.extend(i.operands)
         elif launches_kernel(i):
             return True

@@ -93,11 +93,16 @@ def target_params(target: str | TargetParams) -> TargetParams:
 
 # ---- module cost ---------------------------------------------------------------------------
 
+def is_bookkeeping(inst: HloInstruction) -> bool:
+    """Whether `inst` only names or regroups buffers: tuples and get-tuple-element are pointer
+    bookkeeping, a bitcast reinterprets its operand's buffer."""
+    return inst.opcode in ("tuple", "get-tuple-element", "bitcast")
+
+
 def launches_kernel(inst: HloInstruction) -> bool:
     """Whether `inst` runs as a kernel of its own (XLA emits no code for these)."""
-    # parameters and constants are buffers; tuples and get-tuple-element are pointer
-    # bookkeeping; a bitcast is a reinterpretation of its operand's buffer.
-    return inst.opcode not in ("parameter", "constant", "tuple", "get-tuple-element", "bitcast")
+    # parameters and constants are buffers.
+    return not is_bookkeeping(inst) and inst.opcode not in ("parameter", "constant")
 
 
 def distinct(insts) -> list[HloInstruction]:
