@@ -106,3 +106,14 @@ ENTRY f {
     assert same[id(ea)] == same[id(eb)]
     assert diff[id(ea)] != diff[id(eb)]
     assert keys[id(entry.instruction("d"))] != keys[id(entry.instruction("e"))]
+
+
+def test_fresh_arrays_each_run_are_read_from_their_own_memory():
+    # The executor remembers array addresses by id; a new array may reuse a dead one's id.
+    exe = _compile("exponential", 5, 40)
+    for seed in range(20):
+        x = np.random.default_rng(seed).standard_normal((5, 40)).astype(np.float32)
+        (out,) = exe(x.copy())
+        e = np.exp(x.astype(np.float64) - x.max(axis=1, keepdims=True))
+        np.testing.assert_allclose(out, e / e.sum(axis=1, keepdims=True), rtol=2e-6, atol=1e-9)
+        del out

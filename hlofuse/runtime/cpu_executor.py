@@ -18,6 +18,7 @@ from __future__ import annotations
 import ctypes
 import threading
 import time
+import weakref
 import numpy as np
 
 from ..emitters import elemental  # noqa: F401  (registers the element generators)
@@ -103,6 +104,7 @@ class CpuProgram(ProgramBase):
         self.cache_hit = False
         self._outputs = OutputPool()
         self._shared: list[np.ndarray] | None = None
+        self._runtimes: dict[tuple[int, int], _StepRuntime] = {}
         # The arenas and the output pool are per program: runs of one program are serialized.
         self._run_lock = threading.Lock()
 
@@ -213,27 +215,84 @@ class CpuProgram(ProgramBase):
 
     def _run_kernels(self, plan: ComputationPlan, i: int, step: Step, ops: list):
         """Run the kernels of step `i` (outputs in the arena or the output pool)."""
-        inputs = [np.ascontiguousarray(x) for x in flatten(tuple(ops))]
-        planner = self._planner
-        if planner.shared:
-            if self._shared is None:
-                self._shared = [np.empty(s.dims, s.dtype.numpy) for s in planner.shared]
-            inputs += [self._shared[s] for s in planner.shared_inputs.get(id(step.inst), ())]
-        outs = []
+        rt = self._runtimes.get((id(plan), i))
+        if rt is None:
+            rt = self._runtimes[(id(plan), i)] = _StepRuntime(self, plan, i, step)
+        leaves = flatten(tuple(ops)) if rt.tuple_operands else ops
+        addrs = [_address(x if x.flags.c_contiguous else np.ascontiguousarray(x)) for x in leaves]
+        addrs += rt.shared_in
+        outs = list(rt.fixed_outs)
+        for k, (dims, dtype) in rt.pooled:
+            outs[k] = o = self._outputs.empty(dims, dtype)
+            rt.out_addrs[k] = _address(o)
+        addrs += rt.out_addrs
+        for k, index in zip(step.kernels, rt.arg_index):
+            _launch(k, [addrs[j] if j >= 0 else rt.fixed[~j] for j in index])
+        return unflatten(step.inst.shape, outs)
+
+    def _shared_buffers(self) -> list[np.ndarray]:
+        """The buffers of expressions shared between kernel steps (allocated once)."""
+        if self._shared is None:
+            self._shared = [np.empty(s.dims, s.dtype.numpy) for s in self._planner.shared]
+        return self._shared
+
+
+class _StepRuntime:
+    """What a kernel step needs on every run, computed on its first: arena views and the
+    temporaries (both persistent: runs of a program are serialized), the shared buffers, and
+    for every kernel where each argument comes from.
+
+    Argument addresses per run are [inputs..., shared inputs..., outputs..., shared outputs...];
+    `arg_index` holds an index into that list, or ~j for `fixed[j]` (a temporary)."""
+
+    def __init__(self, prog: CpuProgram, plan: ComputationPlan, i: int, step: Step) -> None:
+        planner = prog._planner
+        shared = prog._shared_buffers() if planner.shared else []
+        self.tuple_operands = any(op.shape.is_tuple for op in step.inst.operands)
+        self.shared_in = [shared[s].ctypes.data for s in planner.shared_inputs.get(id(step.inst), ())]
+        self.fixed_outs: list = []
+        self.pooled: list = []
+        self.out_addrs: list[int] = []
         for k, shape in enumerate(step.leaf_shapes):
             slot = plan.assignment.slots[(i, k)]
             if slot.offset is None:
-                outs.append(self._outputs.empty(shape.dims, shape.dtype.numpy))
+                self.fixed_outs.append(None)
+                self.pooled.append((k, (tuple(shape.dims), shape.dtype.numpy)))
+                self.out_addrs.append(0)
             else:
-                outs.append(plan.arena_view(slot, shape))
-        temps = [np.empty(t.dims, t.dtype.numpy) for t in step.temps]
-        extra = [self._shared[s] for s in planner.shared_outputs.get(id(step.inst), ())] if planner.shared else []
-        where = {"in": [x.ctypes.data for x in inputs], "out": [o.ctypes.data for o in outs + extra],
-                 "tmp": [t.ctypes.data for t in temps]}
-        for k in step.kernels:
-            ptrs = [where[kind][n] for kind, n in k.inputs + k.results + k.scratch]
-            _launch(k, ptrs)
-        return unflatten(step.inst.shape, outs)
+                view = plan.arena_view(slot, shape)
+                self.fixed_outs.append(view)
+                self.out_addrs.append(view.ctypes.data)
+        self.out_addrs += [shared[s].ctypes.data for s in planner.shared_outputs.get(id(step.inst), ())]
+        self.temps = [np.empty(t.dims, t.dtype.numpy) for t in step.temps]
+        self.fixed = [t.ctypes.data for t in self.temps]
+        n_in = sum(1 for _ in _leaf_shapes(step.inst.operands)) + len(self.shared_in)
+        base = {"in": 0, "out": n_in}
+        self.arg_index = [[base[kind] + n if kind != "tmp" else ~n for kind, n in k.inputs + k.results + k.scratch]
+                          for k in step.kernels]
+
+
+_addresses: dict[int, tuple] = {}
+
+
+def _address(x: np.ndarray) -> int:
+    """The data address of array `x`: `x.ctypes.data` costs a microsecond, so addresses of
+    arrays seen before (inputs passed again, recycled outputs) are remembered, under a weak
+    reference that tells whether the id still names the same array, with the shape (an
+    array's data moves only when `ndarray.resize` changes its size)."""
+    hit = _addresses.get(id(x))
+    if hit is not None and hit[0]() is x and hit[2] == x.shape:
+        return hit[1]
+    addr = x.ctypes.data
+    if len(_addresses) > 1024:
+        _addresses.clear()
+    _addresses[id(x)] = (weakref.ref(x), addr, x.shape)
+    return addr
+
+
+def _leaf_shapes(operands):
+    for op in operands:
+        yield from (op.shape.leaves() if op.shape.is_tuple else [op.shape])
 
 
 def _launch(k: KernelPlan, ptrs: list[int]) -> None:
