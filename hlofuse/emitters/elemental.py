@@ -8,8 +8,10 @@ movement). A kernel emitter supplies how a fused parameter is read (`param_gen`)
 for the root's generator.
 
 Register representation of element types: pred is i1 (i8 in memory), integers are iN with
-the signedness taken from the HLO type, f16 is `half`, bf16 is its i16 bit pattern (LLVM
-arithmetic on it goes through f32 with round-to-nearest-even back), f32/f64 are float/double.
+the signedness taken from the HLO type (s4/u4 are i4, one per byte in memory as ml_dtypes
+stores them, the high nibble zero), f16 is `half`, bf16 is its i16 bit pattern (LLVM
+arithmetic on it goes through f32 with round-to-nearest-even back), the 8/6/4-bit floats are
+their bit pattern in an i8, computed in f32 (elemental_narrow.py), f32/f64 are float/double.
 A value of tuple shape is a Python tuple of values.
 """
 from __future__ import annotations
@@ -23,6 +25,7 @@ from llvmlite import ir
 from ..hlo.dtypes import ElementType
 from ..hlo.errors import UnsupportedError
 from ..hlo.ir import HloComputation, HloInstruction
+from . import elemental_narrow as narrow
 
 I1 = ir.IntType(1)
 I8 = ir.IntType(8)
@@ -34,12 +37,13 @@ F32 = ir.FloatType()
 F64 = ir.DoubleType()
 
 def supported_type(et: ElementType) -> bool:
-    """pred, 8..64-bit integers, f16/bf16/f32/f64 and complex; not sub-byte or 8-bit floats."""
+    """pred, 4..64-bit integers, every float type (f64 down to the 4-bit floats) and complex;
+    not the 1- and 2-bit integers."""
     if et.is_pred or et.is_complex:
         return True
     if et.is_integer:
-        return et.bits in (8, 16, 32, 64)
-    return et.is_float and et.bits >= 16
+        return et.bits in (4, 8, 16, 32, 64)
+    return et.is_float and (et.bits >= 16 or narrow.is_narrow_float(et.name))
 
 
 def check_type(et: ElementType, inst: HloInstruction | None = None) -> None:
@@ -56,6 +60,8 @@ def reg_type(et: ElementType) -> ir.Type:
         return I1
     if et.name == "bf16":
         return I16
+    if narrow.is_narrow_float(et.name):
+        return I8
     if et.name == "f16":
         return F16
     if et.name == "f32":
@@ -70,19 +76,21 @@ def reg_type(et: ElementType) -> ir.Type:
 
 
 def mem_type(et: ElementType) -> ir.Type:
-    """LLVM type of an element in memory (pred is a byte)."""
-    return I8 if et.is_pred else reg_type(et)
+    """LLVM type of an element in memory (pred and 4-bit integers take a byte)."""
+    return I8 if et.is_pred or et.bits < 8 else reg_type(et)
 
 
 def compute_type(et: ElementType) -> ir.Type:
-    """Type float arithmetic on `et` is done in (f16 and bf16 compute in f32)."""
-    if et.name in ("bf16", "f16"):
+    """Type float arithmetic on `et` is done in (f16, bf16 and the narrower floats compute in f32)."""
+    if et.name in ("bf16", "f16") or narrow.is_narrow_float(et.name):
         return F32
     return reg_type(et)
 
 
 def to_compute(b: ir.IRBuilder, v: ir.Value, et: ElementType) -> ir.Value:
-    """Widen a register value of a 16-bit float to f32 (identity otherwise)."""
+    """Widen a register value of a 16-bit or narrower float to f32 (identity otherwise)."""
+    if narrow.is_narrow_float(et.name):
+        return narrow.decode(b, v, et.name)
     if et.name == "bf16":
         return b.bitcast(b.shl(b.zext(v, I32), ir.Constant(I32, 16)), F32)
     if et.name == "f16":
@@ -101,7 +109,10 @@ def bf16_from_f32(b: ir.IRBuilder, v: ir.Value) -> ir.Value:
 
 
 def from_compute(b: ir.IRBuilder, v: ir.Value, et: ElementType) -> ir.Value:
-    """Round a compute value back to the register type of `et`."""
+    """Round a compute value back to the register type of `et`. An f64 goes to a narrow float
+    through f32 (two roundings), as ml_dtypes converts and the interpreter therefore does."""
+    if narrow.is_narrow_float(et.name):
+        return narrow.encode(b, b.fptrunc(v, F32) if v.type == F64 else v, et.name)
     if et.name == "bf16":
         if v.type != F32:
             v = b.fptrunc(v, F32)
@@ -116,12 +127,14 @@ def load_element(b: ir.IRBuilder, ptr: ir.Value, et: ElementType) -> ir.Value:
     v = b.load(ptr)
     if et.is_pred:
         return b.icmp_unsigned("!=", v, ir.Constant(I8, 0))
+    if et.is_integer and et.bits < 8:
+        return b.trunc(v, ir.IntType(et.bits))
     return v
 
 
 def store_element(b: ir.IRBuilder, v: ir.Value, ptr: ir.Value, et: ElementType) -> None:
     """Store a register value `v` of type `et` through `ptr`."""
-    if et.is_pred:
+    if et.is_pred or (et.is_integer and et.bits < 8):
         v = b.zext(v, I8)
     b.store(v, ptr)
 

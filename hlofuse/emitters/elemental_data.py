@@ -35,6 +35,8 @@ def scalar_constant(et: ElementType, value) -> ir.Constant:
         return ir.Constant(I1, int(bool(value)))
     if et.name == "bf16":
         return ir.Constant(I16, int(np.asarray(value, dtype=et.numpy).view(np.uint16)))
+    if ty == ir.IntType(8) and et.is_float:  # a narrow float: its bit pattern
+        return ir.Constant(ty, int(np.asarray(value, dtype=et.numpy).reshape(1).view(np.uint8)[0]))
     if et.is_complex:
         value = complex(value)
         return ir.Constant(ty, [float(value.real), float(value.imag)])

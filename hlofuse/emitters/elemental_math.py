@@ -9,6 +9,7 @@ from ..hlo.dtypes import ElementType
 from ..hlo.errors import UnsupportedError
 from ..hlo.opcodes import mark_unsupported, opcodes_where, register_elemental
 from . import elemental_complex as cplx
+from .elemental_narrow import is_narrow_float, narrow_total_order_key
 from .elemental import (
     I1,
     ElementalEmitter,
@@ -200,6 +201,8 @@ def convert_value(em: ElementalEmitter, v, src: ElementType, dst: ElementType):
         return b.icmp_unsigned("!=", v, ir.Constant(v.type, 0))
     if src.is_float:
         c = to_compute(b, v, src)
+        if dst.is_float and is_narrow_float(dst.name):
+            return from_compute(b, c, dst)
         if dst.is_float:
             cty = compute_type(dst)
             if dst.name == "f16":
@@ -213,6 +216,8 @@ def convert_value(em: ElementalEmitter, v, src: ElementType, dst: ElementType):
         return b.zext(v, dty)
     if dst.is_float:
         cty = dty if dst.name == "f16" else compute_type(dst)
+        if is_narrow_float(dst.name) and src.bits >= 32:
+            cty = ir.DoubleType()  # exact below 2**53, then rounded as an f64 is (the interpreter's path)
         c = b.sitofp(v, cty) if signed else b.uitofp(v, cty)
         return from_compute(b, c, dst)
     if src.bits == dst.bits:
@@ -420,6 +425,9 @@ def compare_values(em: ElementalEmitter, et: ElementType, direction: str, cmp_ty
     op = _DIR[direction]
     if et.is_complex:
         return cplx.compare(em, direction, x, y)
+    if et.is_float and cmp_type == "TOTALORDER" and is_narrow_float(et.name):
+        # On the stored bit patterns, so NaN payloads stay ordered (decoding would merge them).
+        return b.icmp_signed(op, narrow_total_order_key(b, x, et.name), narrow_total_order_key(b, y, et.name))
     if et.is_float:
         x, y = to_compute(b, x, et), to_compute(b, y, et)
         if cmp_type == "TOTALORDER":
