@@ -117,3 +117,22 @@ def test_fresh_arrays_each_run_are_read_from_their_own_memory():
         e = np.exp(x.astype(np.float64) - x.max(axis=1, keepdims=True))
         np.testing.assert_allclose(out, e / e.sum(axis=1, keepdims=True), rtol=2e-6, atol=1e-9)
         del out
+
+
+def test_kernel_step_takes_strided_and_scalar_operands():
+    # Library rules may hand a kernel step views or numpy scalars; the executor copies them
+    # into contiguous arrays that stay alive while the kernels run.
+    exe = hlofuse.compile(hlofuse.parse_hlo("""
+HloModule m
+ENTRY f {
+  x = f32[64,48] parameter(0)
+  s = f32[] parameter(1)
+  b = f32[64,48] broadcast(s), dimensions={}
+  e = f32[64,48] exponential(x)
+  ROOT r = f32[64,48] multiply(e, b)
+}
+"""), target="cpu")
+    base = np.random.default_rng(1).standard_normal((48, 64)).astype(np.float32)
+    for _ in range(3):
+        out = exe.program.call(exe.fused_module.entry, [base.T, np.float32(3.0)])
+        np.testing.assert_allclose(out, np.exp(base.T) * 3.0, rtol=1e-6)

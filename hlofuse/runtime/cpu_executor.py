@@ -219,7 +219,9 @@ class CpuProgram(ProgramBase):
         if rt is None:
             rt = self._runtimes[(id(plan), i)] = _StepRuntime(self, plan, i, step)
         leaves = flatten(tuple(ops)) if rt.tuple_operands else ops
-        addrs = [_address(x if x.flags.c_contiguous else np.ascontiguousarray(x)) for x in leaves]
+        if not all(type(x) is np.ndarray and x.flags.c_contiguous for x in leaves):
+            leaves = [np.ascontiguousarray(x) for x in leaves]  # kept alive until the kernels ran
+        addrs = [_address(x) for x in leaves]
         addrs += rt.shared_in
         outs = list(rt.fixed_outs)
         for k, (dims, dtype) in rt.pooled:
