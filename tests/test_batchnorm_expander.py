@@ -88,6 +88,20 @@ def test_expanded_module_matches_the_interpreter_on_the_original(name):
     _close(evaluate(expanded, args), want, rtol)
 
 
+@pytest.mark.parametrize("target", ["cpu", "gpu-emulated"])
+def test_bf16_training_computes_in_bf16(target):
+    """The expansion keeps the operand's type (as XLA's does): bf16 in, bf16 arithmetic, so the
+    result is within bf16 rounding of the interpreter's (which computes wide and rounds once)."""
+    text = TRAINING.replace("f32", "bf16")
+    module = parse_hlo(text)
+    args = _args(module, seed=2)
+    want = evaluate(module, args)
+    got = hlofuse.compile(module, target=target)(*args)
+    for g, w in zip(got, want):
+        assert g.dtype == w.dtype
+        np.testing.assert_allclose(g.astype(np.float32), w.astype(np.float32), rtol=0.05, atol=0.05)
+
+
 def test_no_batch_norm_no_change():
     module = parse_hlo("HloModule m\nENTRY %e (p: f32[3]) -> f32[3] {\n  %p = f32[3] parameter(0)\n"
                        "  ROOT %n = f32[3] negate(%p)\n}\n")
