@@ -11,7 +11,9 @@ computation), becomes kernel calls; other ops run as library rules (runtime/libr
 Kernels are then emitted with the shared emitters
 into one module, optimized at O3 for the host, compiled to an object file (cached on disk
 by fingerprint) and loaded. A kernel's outer range of work units is split over a thread
-pool; ctypes releases the GIL during the call.
+pool; ctypes releases the GIL during the call. Per-call work is kept small (box_decode runs
+five kernels in ~0.15 ms): what a kernel step needs is prepared on its first run
+(`_StepRuntime`), and array addresses are remembered.
 """
 from __future__ import annotations
 

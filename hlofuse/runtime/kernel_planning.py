@@ -6,7 +6,8 @@ value is needed elsewhere in the fusion - broadcast back into a loop (softmax), 
 another reduce (variance from a mean) - would be recomputed per element by its element
 generator; instead it is *materialized*: computed first by its own kernel into a temporary,
 which the rest of the fusion then reads like a parameter. Output leaves with different
-dimensions get separate loop kernels.
+dimensions get separate loop kernels. Across fusions, a reduction kernel may also write its
+expensive input expression for a later fusion that would recompute it (`share_candidate`).
 """
 from __future__ import annotations
 
