@@ -136,3 +136,23 @@ ENTRY f {
     for _ in range(3):
         out = exe.program.call(exe.fused_module.entry, [base.T, np.float32(3.0)])
         np.testing.assert_allclose(out, np.exp(base.T) * 3.0, rtol=1e-6)
+
+
+def test_structural_keys_compare_whole_constants():
+    # Large constants differ in an element numpy's repr would elide ("...").
+    a = np.zeros(2000, np.float32)
+    b = a.copy()
+    b[1000] = 1
+    comp = hlofuse.parse_hlo("""
+HloModule m
+ENTRY f {
+  p = f32[2000] parameter(0)
+  ROOT c = f32[2000] constant({...})
+}
+""").entry
+    c = comp.root
+    c.literal = a
+    k1 = kernel_planning._structural_keys(comp, [None])[id(c)]
+    c.literal = b
+    k2 = kernel_planning._structural_keys(comp, [None])[id(c)]
+    assert k1 != k2

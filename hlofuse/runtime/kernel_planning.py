@@ -287,7 +287,9 @@ def _structural_keys(comp: HloComputation, outer_operands: list) -> dict[int, tu
         else:
             attrs = tuple(sorted((k, id(v) if isinstance(v, HloComputation) else repr(v))
                                  for k, v in inst.attrs.items() if k not in _IGNORED_ATTRS))
-            literal = None if inst.literal is None else repr(inst.literal)
+            lit = inst.literal
+            literal = None if lit is None else (repr(getattr(lit, "dtype", None)), repr(getattr(lit, "shape", None)),
+                                                lit.tobytes() if hasattr(lit, "tobytes") else id(inst))
             key = (inst.opcode, repr(inst.shape), attrs, literal, tuple(keys[id(o)] for o in inst.operands))
         keys[id(inst)] = key
     return keys
@@ -340,7 +342,7 @@ def find_shared_expression(comp: HloComputation, inst: HloInstruction, cand: Sha
     """The instruction of `comp` (fused computation of `inst`) computing candidate's expression."""
     keys = _structural_keys(comp, list(inst.operands))
     for i in comp.instructions:
-        if i is not comp.root and keys[id(i)] == cand.key:
+        if i is not comp.root and keys.get(id(i)) == cand.key:
             return i
     return None
 
