@@ -28,13 +28,13 @@ from ..hlo.ir import HloComputation, HloInstruction, HloModule
 from . import library_ops, library_rng  # noqa: F401  (register the library rules)
 from .buffers import OutputPool
 from .compile_cache import CompileCache, cache_key
-from .cpu_threads import available_cores, fit_blas_threads, thread_pool
+from .cpu_threads import SplitTuner, fit_blas_threads, split_choices, thread_pool
 from .executor_common import ComputationPlan, Planner, ProgramBase, Step, check_arguments, flatten, owned_outputs
 from .executor_common import symbol_name, unflatten
 from .kernel_planning import KernelPlan, find_shared_expression, plan_fusion, sequential_dot, share_candidate
 from .kernel_planning import share_expression
 
-_PARALLEL_MIN_ELEMENTS = 1 << 15
+_PARALLEL_MIN_ELEMENTS = 1 << 14  # a thread gets at least this many elements
 _memory_cache: dict[str, bytes] = {}
 
 
@@ -300,18 +300,23 @@ def _leaf_shapes(operands):
 
 
 def _launch(k: KernelPlan, ptrs: list[int]) -> None:
-    """Call kernel `k` over all its units, split over the cores when there is enough work
-    (the calling thread runs the first share itself)."""
+    """Call kernel `k` over all its units, split over as many threads as its tuner finds
+    fastest (the calling thread runs the first share itself)."""
     units = k.units
     if units <= 0:
         return
-    total = units * max(k.unit_elements, 1)
-    workers = min(available_cores(), units, max(1, total // _PARALLEL_MIN_ELEMENTS))
+    tuner = k.tuner
+    if tuner is None:
+        tuner = k.tuner = SplitTuner(split_choices(units, units * max(k.unit_elements, 1),
+                                                          _PARALLEL_MIN_ELEMENTS))
+    workers = tuner.choose()
+    start = time.perf_counter()
     if workers <= 1:
         k.fn(*ptrs, 0, units)
-        return
-    bounds = [units * c // workers for c in range(workers + 1)]
-    futures = [thread_pool().submit(k.fn, *ptrs, bounds[c], bounds[c + 1]) for c in range(1, workers)]
-    k.fn(*ptrs, bounds[0], bounds[1])
-    for f in futures:
-        f.result()
+    else:
+        bounds = [units * c // workers for c in range(workers + 1)]
+        futures = [thread_pool().submit(k.fn, *ptrs, bounds[c], bounds[c + 1]) for c in range(1, workers)]
+        k.fn(*ptrs, bounds[0], bounds[1])
+        for f in futures:
+            f.result()
+    tuner.record(workers, time.perf_counter() - start)

@@ -37,6 +37,7 @@ class KernelPlan:
     stage: str = "single"  # "partial" / "combine" for a reduction split across cores
     parts: int = 1
     scratch: list[tuple[str, int]] = field(default_factory=list)
+    tuner: object = None  # the CPU executor's thread-count choice (cpu_threads.SplitTuner)
 
 
 def _walk_reduces(inst: HloInstruction, stop: set[int], found: dict[int, HloInstruction]) -> None:
