@@ -24,7 +24,9 @@ from ..pass_base import HloPass
 from .cost_model import TargetParams, target_params
 from .decisions import Decision, FusionLog, module_log
 from .fusibility import fusion_outputs, is_loop_fusion
-from .fusion_utils import create_fusion, fused_instruction_count, merge_siblings, sort_computations
+from .fusion_utils import (
+    create_fusion, dedupe_fused_computation, fused_instruction_count, merge_siblings, sort_computations,
+)
 
 refuse = Decision.refuse
 _OK = Decision.allow()
@@ -212,13 +214,15 @@ def _concatenate_outputs(fusion: HloInstruction) -> None:
     root = fc.root
     outs = list(root.operands)
     flat: list[HloInstruction] = []
+    reshapes: list[HloInstruction] = []
     for o in outs:
         n = o.shape.element_count()
         if o.shape.rank == 1:
             flat.append(o)
         else:
             r = HloInstruction("reshape", o.shape.with_dims((n,), Layout.default(1)), [o], name="reshape")
-            flat.append(fc.add_instruction(r))
+            reshapes.append(fc.add_instruction(r))
+            flat.append(r)
     total = sum(f.shape.dims[0] for f in flat)
     concat = fc.add_instruction(HloInstruction(
         "concatenate", flat[0].shape.with_dims((total,), Layout.default(1)), flat, {"dimensions": (0,)},
@@ -236,6 +240,8 @@ def _concatenate_outputs(fusion: HloInstruction) -> None:
     fc.root = tup
     root.detach_operands()
     fc.remove_instruction(root)
+    # An output listed twice, or one already flattened inside the fusion, is reshaped once.
+    dedupe_fused_computation(fusion, reshapes)
     fusion.shape = tup.shape
     comp = fusion.parent
     for g in [u for u in fusion.users if u.opcode == "get-tuple-element"]:
