@@ -14,6 +14,7 @@ import numpy as np
 from ...hlo.errors import UnsupportedError
 from ...hlo.ir import HloInstruction
 from ...hlo.opcodes import register_reference
+from .op_helpers import total_order_key
 
 Array = np.ndarray
 
@@ -152,27 +153,96 @@ def _real_imag(inst: HloInstruction, args: list, interp) -> Array:
     return to_type(part, out_dtype(inst))
 
 
-# ---- unary: bits --------------------------------------------------------------------------
-def _unsigned_view(x: Array) -> tuple[Array, int]:
-    bits = x.dtype.itemsize * 8
-    return x.view(np.dtype(f"u{x.dtype.itemsize}")), bits
+# ---- integer bit ops --------------------------------------------------------------------------
+def int_bits(dt: np.dtype) -> int:
+    """The bit width of an integer type (4 for s4/u4, which ml_dtypes stores one per byte)."""
+    dt = np.dtype(dt)
+    return 4 if is_small_int(dt) else dt.itemsize * 8
 
 
-@unary("count-leading-zeros")
-def count_leading_zeros(x: Array) -> Array:
-    """Leading zero bits of the two's complement representation."""
-    u, bits = _unsigned_view(contiguous(x))
-    out = np.full(u.shape, bits, dtype=np.int64)
-    for b in range(bits):
-        out = np.where((u >> np.asarray(b, u.dtype)) & np.asarray(1, u.dtype), bits - 1 - b, out)
-    return out.astype(x.dtype)
+def bit_pattern(x: Array) -> Array:
+    """The two's complement bit patterns of integers `x` as uint64, in the type's own width
+    (an s4 -1 is 0b1111, not a sign-extended byte)."""
+    x = np.asarray(x)
+    if is_small_int(x.dtype):
+        return (x.astype(np.int64) & 0xF).astype(np.uint64)
+    return contiguous(x).view(np.dtype(f"u{x.dtype.itemsize}")).astype(np.uint64)
 
 
-@unary("popcnt")
-def popcnt(x: Array) -> Array:
-    """Number of set bits of the two's complement representation."""
-    u, _ = _unsigned_view(contiguous(x))
-    return np.bitwise_count(u).astype(x.dtype)
+def from_pattern(p: Array, dtype: np.dtype) -> Array:
+    """Integers of `dtype` from uint64 bit patterns (bits above the type's width are dropped)."""
+    dtype = np.dtype(dtype)
+    if is_small_int(dtype):
+        return to_type((p & np.uint64(0xF)).astype(np.int64), dtype)
+    return np.asarray(p).astype(np.dtype(f"u{dtype.itemsize}")).view(dtype)
+
+
+def _unary_bits(opcode: str) -> Callable[[Callable], Callable]:
+    """Register `fn(patterns, width) -> counts` for an integer op on the operand's bit patterns."""
+
+    def deco(fn: Callable[[Array, int], Array]):
+        @register_reference(opcode)
+        def rule(inst: HloInstruction, args: list, interp) -> Array:
+            x = np.asarray(args[0])
+            return to_type(fn(bit_pattern(x), int_bits(x.dtype)).astype(np.int64), out_dtype(inst))
+
+        rule.__doc__ = fn.__doc__
+        return fn
+
+    return deco
+
+
+@_unary_bits("count-leading-zeros")
+def count_leading_zeros(p: Array, width: int) -> Array:
+    """Leading zero bits of the two's complement pattern in the type's width (clz(s4 1) == 3)."""
+    out = np.full(p.shape, width, dtype=np.int64)
+    for b in range(width):
+        out = np.where((p >> np.uint64(b)) & np.uint64(1), width - 1 - b, out)
+    return out
+
+
+@_unary_bits("popcnt")
+def popcnt(p: Array, width: int) -> Array:
+    """Set bits of the two's complement pattern in the type's width (popcnt(s4 -1) == 4)."""
+    return np.bitwise_count(p)
+
+
+def shift(x: Array, y: Array, kind: str) -> Array:
+    """x shifted by y in x's own bit width w: kind "left", "logical" (zeros come in) or
+    "arithmetic" (copies of bit w-1 come in, also for unsigned types, as LLVM's ashr does).
+    Amounts are read as unsigned; amounts >= w give 0, or all copies of bit w-1 (arithmetic)."""
+    width = int_bits(x.dtype)
+    p, amount = bit_pattern(x), bit_pattern(y)
+    big = amount >= np.uint64(width)
+    mask = np.uint64((1 << width) - 1)
+    if kind == "arithmetic":
+        up = np.uint64(64 - width)
+        signed = (p << up).view(np.int64) >> up.astype(np.int64)  # sign-extended from bit w-1
+        s = np.minimum(amount, np.uint64(width - 1)).astype(np.int64)
+        out = (signed >> s).view(np.uint64) & mask
+    else:
+        s = np.where(big, np.uint64(0), amount)
+        out = (p << s) & mask if kind == "left" else p >> s
+        out = np.where(big, np.uint64(0), out)
+    return from_pattern(out, x.dtype)
+
+
+@register_reference("shift-left")
+def _shift_left(inst: HloInstruction, args: list, interp) -> Array:
+    """x << y in x's width; 0 when y >= the width."""
+    return shift(np.asarray(args[0]), np.asarray(args[1]), "left")
+
+
+@register_reference("shift-right-logical")
+def _shift_right_logical(inst: HloInstruction, args: list, interp) -> Array:
+    """Logical right shift in x's width; 0 when y >= the width."""
+    return shift(np.asarray(args[0]), np.asarray(args[1]), "logical")
+
+
+@register_reference("shift-right-arithmetic")
+def _shift_right_arithmetic(inst: HloInstruction, args: list, interp) -> Array:
+    """Arithmetic right shift in x's width; the top bit fills when y >= the width."""
+    return shift(np.asarray(args[0]), np.asarray(args[1]), "arithmetic")
 
 
 # ---- unary: transcendental --------------------------------------------------------------
@@ -301,42 +371,6 @@ for _opcode, _fn in {"maximum": np.maximum, "minimum": np.minimum, "and": np.bit
     binary(_opcode)(_fn)
 
 
-def _shift(x: Array, y: Array, kind: str) -> Array:
-    width = x.dtype.itemsize * 8
-    utype = np.dtype(f"u{x.dtype.itemsize}")
-    itype = np.dtype(f"i{x.dtype.itemsize}")
-    amount = contiguous(y).view(utype)  # shift amounts are read as unsigned
-    big = amount >= width
-    s = np.where(big, 0, amount).astype(utype)
-    if kind == "left":
-        out = (contiguous(x).view(utype) << s).view(x.dtype)
-        return np.where(big, np.zeros_like(x), out)
-    if kind == "logical":
-        out = (contiguous(x).view(utype) >> s).view(x.dtype)
-        return np.where(big, np.zeros_like(x), out)
-    sx = contiguous(x).view(itype)
-    out = np.where(big, np.where(sx < 0, -1, 0).astype(itype), sx >> s.astype(itype))
-    return out.view(x.dtype)
-
-
-@binary("shift-left")
-def shift_left(x: Array, y: Array) -> Array:
-    """x << y; 0 when y >= bit width."""
-    return _shift(x, y, "left")
-
-
-@binary("shift-right-logical")
-def shift_right_logical(x: Array, y: Array) -> Array:
-    """Logical right shift; 0 when y >= bit width."""
-    return _shift(x, y, "logical")
-
-
-@binary("shift-right-arithmetic")
-def shift_right_arithmetic(x: Array, y: Array) -> Array:
-    """Arithmetic right shift; the sign fills when y >= bit width."""
-    return _shift(x, y, "arithmetic")
-
-
 def int_power(x: Array, y: Array) -> Array:
     """XLA's integer power: squaring over the low 6 bits of the exponent only (larger exponents
     overflow any base but +-1 anyway), wrapping. Exponents negative as signed values (also for
@@ -382,15 +416,6 @@ def _complex(inst: HloInstruction, args: list, interp) -> Array:
 
 
 # ---- compare, select, clamp ----------------------------------------------------------------
-def total_order_key(x: Array) -> Array:
-    """Integers ordered as IEEE totalOrder: -NaN < -inf < ... < -0 < +0 < ... < inf < NaN."""
-    x = contiguous(x)
-    itype = np.dtype(f"i{x.dtype.itemsize}")
-    bits = x.view(itype)
-    flip = np.array(np.iinfo(itype).max, itype)
-    return np.where(bits < 0, bits ^ flip, bits)
-
-
 _DIRECTIONS = {"EQ": np.equal, "NE": np.not_equal, "LT": np.less, "LE": np.less_equal,
                "GT": np.greater, "GE": np.greater_equal}
 

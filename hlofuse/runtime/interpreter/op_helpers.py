@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+import ml_dtypes
 import numpy as np
 
 from ...hlo.attributes import Raw
@@ -222,15 +223,42 @@ def tuple_or_single(values: list[np.ndarray], shape: Shape) -> Any:
     return tuple(values) if isinstance(shape, TupleShape) else values[0]
 
 
+def float_layout(dtype: np.dtype) -> tuple[int, bool, bool]:
+    """(bit width, has a sign bit, the sign bit alone is NaN) of a float type: ml_dtypes stores
+    the 4- and 6-bit floats in the low bits of a byte, f8e8m0fnu has no sign bit, and the fnuz
+    formats have their NaN where -0 would be."""
+    dt = np.dtype(dtype)
+    if dt.kind == "f":
+        return dt.itemsize * 8, True, False
+    info = ml_dtypes.finfo(dt)
+    width, signed = int(info.bits), float(info.min) < 0
+    utype = {1: np.uint8, 2: np.uint16}[dt.itemsize]
+    sign_nan = signed and bool(np.isnan(np.array(1 << (width - 1), utype).view(dt).astype(np.float32)))
+    return width, signed, sign_nan
+
+
 def total_order_key(x: np.ndarray) -> np.ndarray:
     """Signed integers ordered as XLA's TOTALORDER compare orders floats:
-    -NaN < -inf < ... < -0.0 < +0.0 < ... < +inf < +NaN. Integers and bools map to themselves."""
+    -NaN < -inf < ... < -0.0 < +0.0 < ... < +inf < +NaN, reading the sign from each format's
+    own sign bit (f8e8m0fnu, unsigned, orders by its pattern; the fnuz NaN, sign bit set, is a
+    negative NaN, below everything, as XLA orders it). Integers and bools map to themselves."""
     x = np.asarray(x)
     if not _is_float(x.dtype):
         return x
-    bits = x.view({1: np.int8, 2: np.int16, 4: np.int32, 8: np.int64}[x.dtype.itemsize])
-    # Negative floats order backwards in their sign-magnitude bits: flip all but the sign bit.
-    return np.where(bits < 0, bits ^ np.iinfo(bits.dtype).max, bits)
+    storage = {1: np.int8, 2: np.int16, 4: np.int32, 8: np.int64}[x.dtype.itemsize]
+    bits = np.ascontiguousarray(x).reshape(x.shape).view(storage)
+    if x.dtype.kind == "f":
+        # Negative floats order backwards in their sign-magnitude bits: flip all but the sign bit.
+        return np.where(bits < 0, bits ^ np.iinfo(storage).max, bits)
+    width, signed, sign_nan = float_layout(x.dtype)
+    pattern = bits.astype(np.int64) & ((1 << width) - 1)
+    if not signed:
+        return pattern
+    magnitude = pattern & ((1 << (width - 1)) - 1)
+    key = np.where(pattern >> (width - 1), -magnitude - 1, magnitude)
+    if sign_nan:
+        key = np.where(pattern == 1 << (width - 1), -(1 << width), key)
+    return key
 
 
 def batched_call(comp: HloComputation, interp) -> Callable[[list], list] | None:
