@@ -164,33 +164,27 @@ def test_binary_ops_on_every_pair(name, target):
     outs = [(f"{name}[{n}]", f"{op}(p0, p1)") for op in ops]
     outs += [(f"pred[{n}]", f"compare(p0, p1), direction={d}") for d in ("LT", "EQ", "GE")]
     labels = ops + ["LT", "EQ", "GE"]
-    if ELEMENT_TYPES[name].bits == 8 and name != "f8e8m0fnu":  # the oracle's key has the sign in bit 7
-        outs += [(f"pred[{n}]", "compare(p0, p1), direction=LT, type=TOTALORDER")]
-        labels.append("LT total order")
     _check(_module([(name, n), (name, n)], outs), [a, b], target, labels=labels)
 
 
+def _total_order_params():
+    # The fnuz formats' NaN is their -0 pattern (the sign bit alone); XLA orders it as a negative
+    # NaN, below everything, and so does the interpreter, while the backends' key
+    # (emitters/elemental_narrow.py narrow_total_order_key) still puts it just below +0.
+    fnuz = pytest.mark.xfail(strict=True, reason="backends order the fnuz NaN (0x80) as -0, XLA as -NaN")
+    return [pytest.param(name, marks=fnuz) if name.endswith("fnuz") else name for name in NARROW]
+
+
 @pytest.mark.parametrize("target", TARGETS)
-@pytest.mark.parametrize("name", ["f4e2m1fn", "f6e3m2fn", "f8e8m0fnu", "f8e5m2"])
-def test_total_order_by_value(name, target):
-    """Hand-derived: TOTALORDER sorts patterns by value with -0 < +0 and NaN (positive) above
-    everything (negative NaNs below), using each format's own sign bit."""
+@pytest.mark.parametrize("name", _total_order_params())
+def test_total_order_on_every_pair(name, target):
+    """TOTALORDER compares by each format's own sign bit (the top of 4, 6 or 8 bits; none for
+    f8e8m0fnu): -NaN < ... < -0 < +0 < ... < NaN."""
     x = _all_patterns(name)
     a, b = np.repeat(x, x.size), np.tile(x, x.size)
     n = a.size
-    module = _module([(name, n), (name, n)], [(f"pred[{n}]", "compare(p0, p1), direction=LT, type=TOTALORDER")])
-    (got,) = hlofuse.compile(module, target=target)(a, b)
-    v = x.astype(np.float64)
-    sign_bit = 1 << (ELEMENT_TYPES[name].bits - 1) if name != "f8e8m0fnu" else 0
-    neg = (x.view(np.uint8) & sign_bit) != 0 if sign_bit else np.zeros(x.size, bool)
-    # rank: value, with -0 below +0; NaNs by sign at the ends, ordered by pattern among themselves
-    bits = x.view(np.uint8).astype(int)
-    keys = [(-1, -int(p), 0.0) if np.isnan(f) and s else (1, int(p), 0.0) if np.isnan(f)
-            else (0, 0, -1e-300 if f == 0 and s else float(f)) for f, s, p in zip(v, neg, bits)]
-    rank = np.empty(x.size, int)
-    rank[sorted(range(x.size), key=lambda i: keys[i])] = np.arange(x.size)
-    want = rank[np.repeat(np.arange(x.size), x.size)] < rank[np.tile(np.arange(x.size), x.size)]
-    np.testing.assert_array_equal(got, want)
+    outs = [(f"pred[{n}]", f"compare(p0, p1), direction={d}, type=TOTALORDER") for d in ("LT", "EQ", "GE")]
+    _check(_module([(name, n), (name, n)], outs), [a, b], target, labels=["LT", "EQ", "GE"])
 
 
 @pytest.mark.parametrize("target", TARGETS)
@@ -226,41 +220,18 @@ ENTRY e {
 @pytest.mark.parametrize("target", TARGETS)
 @pytest.mark.parametrize("name", ["s4", "u4"])
 def test_int4_ops_on_every_pair(name, target):
-    """Wrap-around arithmetic in 4 bits, XLA's division by zero and shifts past the width."""
+    """Wrap-around arithmetic in 4 bits, XLA's division by zero, shifts (also past the width),
+    popcnt and count-leading-zeros in the 4-bit pattern (an s4 -1 is 0b1111)."""
     x = _all_patterns(name)
     a, b = np.repeat(x, x.size), np.tile(x, x.size)
     n = a.size
     ops = ["add", "subtract", "multiply", "divide", "remainder", "maximum", "minimum", "and", "or", "xor",
-           "shift-left"]
+           "shift-left", "shift-right-logical", "shift-right-arithmetic"]
     outs = [(f"{name}[{n}]", f"{op}(p0, p1)") for op in ops]
     outs += [(f"pred[{n}]", f"compare(p0, p1), direction={d}") for d in ("LT", "GE")]
-    unary = ["not"] + (["negate", "abs", "sign"] if name == "s4" else [])
+    unary = ["not", "popcnt", "count-leading-zeros"] + (["negate", "abs", "sign"] if name == "s4" else [])
     outs += [(f"{name}[{n}]", f"{op}(p0)") for op in unary]
     _check(_module([(name, n), (name, n)], outs), [a, b], target, labels=ops + ["LT", "GE"] + unary)
-
-
-@pytest.mark.parametrize("target", TARGETS)
-@pytest.mark.parametrize("name", ["s4", "u4"])
-def test_int4_bit_ops_work_on_4_bits(name, target):
-    """Hand-derived (the interpreter works on a byte there, sign- or zero-extended): a logical
-    right shift brings zeros into the 4-bit pattern, an arithmetic one copies bit 3 (also for
-    u4, as XLA's ashr does for u8), shifts of 4 or more give all zeros / all copies of bit 3;
-    popcnt and count-leading-zeros count within the 4 bits."""
-    x = _all_patterns(name)
-    a, b = np.repeat(x, x.size), np.tile(x, x.size)
-    module = _module([(name, a.size), (name, a.size)], [(f"{name}[{a.size}]", "shift-right-logical(p0, p1)"),
-                                                        (f"{name}[{a.size}]", "shift-right-arithmetic(p0, p1)")])
-    logical, arithmetic = hlofuse.compile(module, target=target)(a, b)
-    pa, pb = a.view(np.uint8).astype(int), b.view(np.uint8).astype(int)  # 4-bit patterns
-    np.testing.assert_array_equal(logical.view(np.uint8), np.where(pb < 4, pa >> np.minimum(pb, 3), 0))
-    signed = np.where(pa >= 8, pa - 16, pa)
-    np.testing.assert_array_equal(arithmetic.view(np.uint8), (signed >> np.minimum(pb, 3)) & 15)
-    module = _module([(name, x.size)], [(f"{name}[{x.size}]", "popcnt(p0)"),
-                                        (f"{name}[{x.size}]", "count-leading-zeros(p0)")])
-    pop, clz = hlofuse.compile(module, target=target)(x)
-    patterns = range(16)
-    np.testing.assert_array_equal(pop.astype(int), [bin(p).count("1") for p in patterns])
-    np.testing.assert_array_equal(clz.astype(int), [4 - p.bit_length() for p in patterns])
 
 
 @pytest.mark.parametrize("target", TARGETS)
