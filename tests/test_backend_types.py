@@ -167,16 +167,8 @@ def test_binary_ops_on_every_pair(name, target):
     _check(_module([(name, n), (name, n)], outs), [a, b], target, labels=labels)
 
 
-def _total_order_params():
-    # The fnuz formats' NaN is their -0 pattern (the sign bit alone); XLA orders it as a negative
-    # NaN, below everything, and so does the interpreter, while the backends' key
-    # (emitters/elemental_narrow.py narrow_total_order_key) still puts it just below +0.
-    fnuz = pytest.mark.xfail(strict=True, reason="backends order the fnuz NaN (0x80) as -0, XLA as -NaN")
-    return [pytest.param(name, marks=fnuz) if name.endswith("fnuz") else name for name in NARROW]
-
-
 @pytest.mark.parametrize("target", TARGETS)
-@pytest.mark.parametrize("name", _total_order_params())
+@pytest.mark.parametrize("name", NARROW)
 def test_total_order_on_every_pair(name, target):
     """TOTALORDER compares by each format's own sign bit (the top of 4, 6 or 8 bits; none for
     f8e8m0fnu): -NaN < ... < -0 < +0 < ... < NaN."""

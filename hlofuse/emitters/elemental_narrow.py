@@ -196,7 +196,8 @@ def encode(b: ir.IRBuilder, v: ir.Value, name: str) -> ir.Value:
 def narrow_total_order_key(b: ir.IRBuilder, bits: ir.Value, name: str) -> ir.Value:
     """An i16 whose signed order is the total order of narrow-float bit patterns `bits`
     (-NaN < -inf < ... < -0 < +0 < ... < inf < NaN, by the format's own sign bit; the
-    unsigned f8e8m0fnu orders by its pattern)."""
+    unsigned f8e8m0fnu orders by its pattern). The fnuz formats' only NaN is the sign bit
+    alone (their "-0"): XLA orders it as a negative NaN, below every other pattern."""
     fmt = NARROW_FLOATS[name]
     i16 = ir.IntType(16)
     x = b.zext(bits, i16)
@@ -204,4 +205,8 @@ def narrow_total_order_key(b: ir.IRBuilder, bits: ir.Value, name: str) -> ir.Val
         return x
     mag = b.and_(x, ir.Constant(i16, fmt.sign_bit - 1))
     negative = b.icmp_unsigned("!=", b.and_(x, ir.Constant(i16, fmt.sign_bit)), ir.Constant(i16, 0))
-    return b.select(negative, b.xor(mag, ir.Constant(i16, -1)), mag)
+    key = b.select(negative, b.xor(mag, ir.Constant(i16, -1)), mag)
+    if fmt.kind == "fnuz":
+        is_nan = b.icmp_unsigned("==", x, ir.Constant(i16, fmt.sign_bit))
+        key = b.select(is_nan, ir.Constant(i16, -2 * fmt.sign_bit), key)
+    return key
