@@ -28,7 +28,7 @@ from ..hlo.ir import HloComputation, HloInstruction, HloModule
 from . import library_ops, library_rng  # noqa: F401  (register the library rules)
 from .buffers import OutputPool
 from .compile_cache import CompileCache, cache_key
-from .cpu_threads import SplitTuner, fit_blas_threads, split_choices, thread_pool
+from .cpu_threads import SplitTuner, blas_thread_choices, set_blas_threads, split_choices, thread_pool
 from .executor_common import ComputationPlan, Planner, ProgramBase, Step, check_arguments, flatten, owned_outputs
 from .executor_common import symbol_name, unflatten
 from .kernel_planning import KernelPlan, find_shared_expression, plan_fusion, sequential_dot, share_candidate
@@ -107,6 +107,7 @@ class CpuProgram(ProgramBase):
         self._outputs = OutputPool()
         self._shared: list[np.ndarray] | None = None
         self._runtimes: dict[tuple[int, int], _StepRuntime] = {}
+        self._library_tuners: dict[int, SplitTuner] = {}  # id(inst) -> BLAS thread-count tuner
         # The arenas and the output pool are per program: runs of one program are serialized.
         self._run_lock = threading.Lock()
 
@@ -210,10 +211,23 @@ class CpuProgram(ProgramBase):
     def run(self, args: list) -> list[np.ndarray]:
         """Run on numpy arrays (one per entry parameter); the entry result flattened."""
         checked = check_arguments(self.module, args)
-        fit_blas_threads()
         with self._run_lock:
             result = self._execute(self._entry, checked)
         return owned_outputs(result, checked)
+
+    def _run_library(self, inst: HloInstruction, operands: list):
+        """Run a library rule with BLAS's thread count chosen by timing, per instruction:
+        OpenBLAS's threads spin while they wait, so on a busy machine one thread can be many
+        times faster than all cores, and on an idle one all cores win."""
+        tuner = self._library_tuners.get(id(inst))
+        if tuner is None:
+            tuner = self._library_tuners[id(inst)] = SplitTuner(blas_thread_choices())
+        threads = tuner.choose()
+        set_blas_threads(threads)
+        start = time.perf_counter()
+        result = super()._run_library(inst, operands)
+        tuner.record(threads, time.perf_counter() - start)
+        return result
 
     def _run_kernels(self, plan: ComputationPlan, i: int, step: Step, ops: list):
         """Run the kernels of step `i` (outputs in the arena or the output pool)."""

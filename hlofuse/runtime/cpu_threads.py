@@ -60,15 +60,20 @@ def _blas_setter():
     return None
 
 
-def fit_blas_threads() -> None:
-    """Set numpy's OpenBLAS to use the free cores (no-op when OpenBLAS is not found)."""
-    n = available_cores()
+def set_blas_threads(n: int) -> None:
+    """Make numpy's OpenBLAS use `n` threads (no-op when OpenBLAS is not found)."""
     if _blas["threads"] == n:
         return
     setter = _blas_setter()
     if setter is not None:
         setter(n)
         _blas["threads"] = n
+
+
+def blas_thread_choices() -> list[int]:
+    """Thread counts worth timing for a library call that may use BLAS: one, and every core."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return sorted({1, cores})
 
 
 class SplitTuner:

@@ -161,6 +161,10 @@ class ProgramBase:
         """Run a called computation (while body, branch, comparator ...) on values `args`."""
         return self._execute(self._planner.plan(comp), args)
 
+    def _run_library(self, inst: HloInstruction, operands: list):
+        """Run one unfused instruction through its library rule."""
+        return inst.info.library(inst, operands, self)
+
     def _library_operands(self, ops: list) -> list:
         """The operand values a library rule gets (host arrays)."""
         return ops
@@ -183,7 +187,7 @@ class ProgramBase:
             elif step.kind == "gte":
                 env[i] = ops[0][int(inst.attrs["index"])]
             elif step.kind == "library":
-                env[i] = inst.info.library(inst, self._library_operands(ops), self)
+                env[i] = self._run_library(inst, self._library_operands(ops))
             elif step.kind == "call":
                 env[i] = self.call(inst.fused_computation, ops)
             elif step.kind == "unsupported":
