@@ -29,8 +29,9 @@ from . import library_ops, library_rng  # noqa: F401  (register the library rule
 from .buffers import OutputPool
 from .compile_cache import CompileCache, cache_key
 from .cpu_threads import SplitTuner, blas_thread_choices, set_blas_threads, split_choices, thread_pool
-from .executor_common import ComputationPlan, Planner, ProgramBase, Step, check_arguments, flatten, owned_outputs
-from .executor_common import symbol_name, unflatten
+from .executor_common import (ComputationPlan, Planner, ProgramBase, Step, flatten, owned_outputs, symbol_name,
+                              unflatten)
+from .io import check_arguments
 from .kernel_planning import KernelPlan, find_shared_expression, plan_fusion, sequential_dot, share_candidate
 from .kernel_planning import share_expression
 

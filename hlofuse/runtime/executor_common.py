@@ -230,31 +230,6 @@ def constant_value(inst: HloInstruction) -> np.ndarray | tuple:
     return np.asarray(lit, dtype=inst.shape.dtype.numpy).reshape(inst.shape.dims)
 
 
-def check_input(p: HloInstruction, a) -> np.ndarray | tuple:
-    """Argument `a` for parameter `p` as a contiguous array (a tuple of them for tuple
-    parameters); InputError when its element type or shape differs from the parameter's."""
-    if p.shape.is_tuple:
-        if not isinstance(a, (tuple, list)) or len(a) != len(p.shape.elements):
-            raise InputError(f"parameter {p.name} expects a tuple of {len(p.shape.elements)} arrays")
-        fake = [HloInstruction("parameter", s, name=f"{p.name}.{k}") for k, s in enumerate(p.shape.elements)]
-        return tuple(check_input(f, x) for f, x in zip(fake, a))
-    want = p.shape.dtype.numpy
-    arr = np.asarray(a)
-    if arr.dtype != want:
-        raise InputError(f"parameter {p.name} expects {p.shape.dtype.name} (numpy {want}), got {arr.dtype}")
-    if tuple(arr.shape) != tuple(p.shape.dims):
-        raise InputError(f"parameter {p.name} expects shape {tuple(p.shape.dims)}, got {tuple(arr.shape)}")
-    return np.ascontiguousarray(arr)
-
-
-def check_arguments(module: HloModule, args: list) -> list:
-    """The checked arguments (`check_input`) for the entry parameters of `module`."""
-    params = module.entry.parameters
-    if len(args) != len(params):
-        raise InputError(f"module {module.name} takes {len(params)} arguments, got {len(args)}")
-    return [check_input(p, a) for p, a in zip(params, args)]
-
-
 def flatten(value) -> list:
     """The array leaves of a value (nested tuples flattened depth-first)."""
     if isinstance(value, tuple):

@@ -35,8 +35,9 @@ from ..emitters.kernel_args import param_leaf_count
 from ..emitters.gpu.target import DEFAULT_ARCH
 from ..hlo.errors import UnsupportedError
 from ..hlo.ir import HloComputation, HloInstruction, HloModule
-from .executor_common import ComputationPlan, Planner, ProgramBase, Step, check_arguments, flatten, owned_outputs
-from .executor_common import symbol_name, unflatten
+from .executor_common import (ComputationPlan, Planner, ProgramBase, Step, flatten, owned_outputs, symbol_name,
+                              unflatten)
+from .io import check_arguments
 
 if TYPE_CHECKING:
     from llvmlite import ir

@@ -8,7 +8,7 @@ import numpy as np
 
 from ..files import write_atomically
 from ..hlo.errors import InputError
-from ..hlo.ir import HloModule
+from ..hlo.ir import HloInstruction, HloModule
 from ..hlo.shapes import ArrayShape, Shape, TupleShape, flatten_shapes
 
 
@@ -48,30 +48,33 @@ def random_inputs(module: HloModule, seed: int = 0) -> list:
     return [make(s) for s in parameter_shapes(module)]
 
 
-def check_inputs(module: HloModule, args: list) -> None:
-    """Raise InputError unless `args` match the entry parameters in count, shapes and dtypes."""
-    shapes = parameter_shapes(module)
-    if len(args) != len(shapes):
-        raise InputError(f"module {module.name} takes {len(shapes)} inputs, {len(args)} were given")
-    for i, (arg, shape) in enumerate(zip(args, shapes)):
-        _check_one(f"arg{i}", arg, shape)
+def check_input(p: HloInstruction, a, label: str | None = None) -> np.ndarray | tuple:
+    """Argument `a` for parameter `p` as a contiguous array (a tuple of them for tuple
+    parameters); InputError, naming the argument (`argN`) and the parameter, when its element
+    type or shape differs from the parameter's."""
+    label = label or f"arg{p.parameter_number}"
+    if p.shape.is_tuple:
+        if not isinstance(a, (tuple, list)) or len(a) != len(p.shape.elements):
+            raise InputError(f"{label} must be a tuple of {len(p.shape.elements)} arrays for parameter "
+                             f"{p.name} of shape {p.shape.to_text(False)}")
+        fake = [HloInstruction("parameter", s, name=p.name) for s in p.shape.elements]
+        return tuple(check_input(f, x, f"{label}[{k}]") for k, (f, x) in enumerate(zip(fake, a)))
+    want = p.shape.dtype.numpy
+    arr = np.asarray(a)
+    if arr.dtype != want:
+        raise InputError(f"{label} has dtype {arr.dtype}, but parameter {p.name} is "
+                         f"{p.shape.to_text(False)} (numpy {want})")
+    if tuple(arr.shape) != tuple(p.shape.dims):
+        raise InputError(f"{label} has shape {list(arr.shape)}, but parameter {p.name} is {p.shape.to_text(False)}")
+    return np.ascontiguousarray(arr)
 
 
-def _check_one(label: str, arg, shape: Shape) -> None:
-    if isinstance(shape, TupleShape):
-        if not isinstance(arg, tuple) or len(arg) != len(shape.elements):
-            raise InputError(f"{label} must be a tuple of {len(shape.elements)} arrays for shape {shape}")
-        for j, (a, s) in enumerate(zip(arg, shape.elements)):
-            _check_one(f"{label}[{j}]", a, s)
-        return
-    if not isinstance(shape, ArrayShape):
-        return
-    arr = np.asarray(arg)
-    if arr.dtype != shape.dtype.numpy:
-        raise InputError(f"{label} has dtype {arr.dtype}, the parameter is {shape.to_text(False)}"
-                         f" ({shape.dtype.numpy})")
-    if shape.is_static() and tuple(arr.shape) != tuple(shape.dims):
-        raise InputError(f"{label} has shape {list(arr.shape)}, the parameter is {shape.to_text(False)}")
+def check_arguments(module: HloModule, args: list) -> list:
+    """The checked arguments (`check_input`) for the entry parameters of `module`."""
+    params = module.entry.parameters
+    if len(args) != len(params):
+        raise InputError(f"module {module.name} takes {len(params)} arguments, got {len(args)}")
+    return [check_input(p, a) for p, a in zip(params, args)]
 
 
 def read_inputs(path: str, module: HloModule) -> list:
@@ -92,8 +95,7 @@ def read_inputs(path: str, module: HloModule) -> list:
     for i, shape in enumerate(parameter_shapes(module)):
         if isinstance(shape, TupleShape):
             raise InputError(f"{path}: parameter {i} is a tuple {shape}; .npz inputs must be arrays")
-    check_inputs(module, args)
-    return args
+    return check_arguments(module, args)
 
 
 def write_outputs(path: str, outputs: list) -> None:
