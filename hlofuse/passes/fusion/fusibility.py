@@ -6,7 +6,7 @@ The registry row gives the base facts (`fusion`: yes/root/producer/never, `expen
 """
 from __future__ import annotations
 
-from typing import Callable
+from typing import Callable, Iterator
 
 from ...hlo.ir import HloInstruction
 from ...hlo.opcodes import op_info
@@ -297,18 +297,22 @@ def creates_heavy_computation(producer: HloInstruction, consumer: HloInstruction
     if consumer.opcode != "fusion":
         return reads_elements_multiple_times(consumer)
     for i, op in enumerate(consumer.operands):
-        if op is producer:
-            stack = [consumer.fused_computation.parameter(i)]
-            seen: set[int] = set()
-            while stack:
-                cur = stack.pop()
-                if id(cur) in seen:
-                    continue
-                seen.add(id(cur))
-                if reads_elements_multiple_times(cur):
-                    return True
-                stack.extend(cur.users)
+        if op is producer and any(reads_elements_multiple_times(cur)
+                                  for cur in _reached_from(consumer.fused_computation.parameter(i))):
+            return True
     return False
+
+
+def _reached_from(start: HloInstruction) -> Iterator[HloInstruction]:
+    """`start` and every instruction that (transitively) uses it, each once."""
+    stack, seen = [start], set()
+    while stack:
+        cur = stack.pop()
+        if id(cur) in seen:
+            continue
+        seen.add(id(cur))
+        yield cur
+        stack.extend(cur.users)
 
 
 def _true_rank(shape) -> int:
@@ -341,16 +345,9 @@ def reuses_operand_elements(consumer: HloInstruction, operand_index: int) -> boo
     """Whether `consumer` reads an element of operand `operand_index` more than once."""
     if consumer.opcode != "fusion":
         return _reuses_directly(consumer, operand_index)
-    param = consumer.fused_computation.parameter(operand_index)
-    stack, seen = [param], set()
-    while stack:
-        cur = stack.pop()
-        if id(cur) in seen:
-            continue
-        seen.add(id(cur))
+    for cur in _reached_from(consumer.fused_computation.parameter(operand_index)):
         for user in cur.users:
             idx = next(i for i, o in enumerate(user.operands) if o is cur)
             if _reuses_directly(user, idx):
                 return True
-            stack.append(user)
     return False
