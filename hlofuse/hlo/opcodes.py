@@ -42,6 +42,7 @@ class OpInfo:
     math: str = ""  # the math function the emitters call ("exp", "log", ...)
     domain: str = "any"  # input domain for generated numeric tests: any|positive|unit|nonzero|int
     called: tuple[str, ...] = ()  # attribute names holding called computations
+    bookkeeping: bool = False  # only names or regroups buffers (tuples, get-tuple-element, bitcast): no kernel
     unsupported: dict[str, str] = field(default_factory=dict)  # stage -> reason
     shape_rule: Callable[..., Any] | None = None
     reference: Callable[..., Any] | None = None
@@ -113,7 +114,7 @@ _row("partition-id", 0, "collective")
 # ---- data movement (fusible) ------------------------------------------------------------
 _row("broadcast", 1, "data", fusion="yes")
 _row("reshape", 1, "data", fusion="yes")
-_row("bitcast", 1, "data", fusion="yes")
+_row("bitcast", 1, "data", fusion="yes", bookkeeping=True)
 _row("transpose", 1, "data", fusion="yes")
 _row("slice", 1, "data", fusion="yes")
 _row("dynamic-slice", VARIADIC, "data", fusion="yes")
@@ -127,8 +128,8 @@ _row("get-dimension-size", 1, "data", expensive=True)
 _row("set-dimension-size", 2, "data", expensive=True)
 
 # ---- tuples -----------------------------------------------------------------------------
-_row("tuple", VARIADIC, "other", fusion="yes")
-_row("get-tuple-element", 1, "other", fusion="yes")
+_row("tuple", VARIADIC, "other", fusion="yes", bookkeeping=True)
+_row("get-tuple-element", 1, "other", fusion="yes", bookkeeping=True)
 
 # ---- reductions and windows -------------------------------------------------------------
 _row("reduce", VARIADIC, "reduce", expensive=True, fusion="root", called=("to_apply",))

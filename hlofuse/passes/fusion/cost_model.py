@@ -96,7 +96,7 @@ def target_params(target: str | TargetParams) -> TargetParams:
 def is_bookkeeping(inst: HloInstruction) -> bool:
     """Whether `inst` only names or regroups buffers: tuples and get-tuple-element are pointer
     bookkeeping, a bitcast reinterprets its operand's buffer."""
-    return inst.opcode in ("tuple", "get-tuple-element", "bitcast")
+    return inst.info.bookkeeping
 
 
 def launches_kernel(inst: HloInstruction) -> bool:
