@@ -127,20 +127,12 @@ def _dump_extras(dump_dir: str, module, fused) -> None:
     import os
 
     from .files import write_text_atomically
+    from .passes.fusion.report import build_report
+    from .viz import render
 
-    try:
-        from .passes.fusion.report import build_report
-
-        report = build_report(module, fused, getattr(fused, "fusion_log", None))
-        write_text_atomically(os.path.join(dump_dir, "fusion_report.json"), json.dumps(report.to_dict(), indent=2))
-    except ImportError:
-        pass
-    try:
-        from .viz import render
-
-        write_text_atomically(os.path.join(dump_dir, "fusion_graph.html"), render(module, fused, "html"))
-    except ImportError:
-        pass
+    report = build_report(module, fused, getattr(fused, "fusion_log", None))
+    write_text_atomically(os.path.join(dump_dir, "fusion_report.json"), json.dumps(report.to_dict(), indent=2))
+    write_text_atomically(os.path.join(dump_dir, "fusion_graph.html"), render(module, fused, "html"))
 
 
 # ---- fmt, conformance, explain ----------------------------------------------------------

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import itertools
 import re
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any, Iterable, Iterator
 
 from .shapes import Shape
 
@@ -410,9 +410,3 @@ class HloModule:
 
     def __repr__(self) -> str:
         return f"<HloModule {self.name}: {len(self.computations)} computations>"
-
-
-def map_instructions(comp: HloComputation, fn: Callable[[HloInstruction], None]) -> None:
-    """Apply `fn` to every instruction of `comp` in post order."""
-    for inst in comp.post_order():
-        fn(inst)

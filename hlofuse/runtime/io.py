@@ -9,7 +9,7 @@ import numpy as np
 from ..files import write_atomically
 from ..hlo.errors import InputError
 from ..hlo.ir import HloInstruction, HloModule
-from ..hlo.shapes import ArrayShape, Shape, TupleShape, flatten_shapes
+from ..hlo.shapes import ArrayShape, Shape, TupleShape
 
 
 def parameter_shapes(module: HloModule) -> list[Shape]:
@@ -102,17 +102,3 @@ def write_outputs(path: str, outputs: list) -> None:
     """Write `out0, out1, ...` to an .npz file atomically (no partial file on failure)."""
     arrays = {f"out{i}": np.asarray(o) for i, o in enumerate(outputs)}
     write_atomically(path, lambda f: np.savez(f, **arrays), binary=True)
-
-
-def flatten_values(value) -> list[np.ndarray]:
-    """Flatten nested tuples of arrays depth-first."""
-    if isinstance(value, (tuple, list)):
-        out: list[np.ndarray] = []
-        for v in value:
-            out.extend(flatten_values(v))
-        return out
-    return [value]
-
-
-def output_count(module: HloModule) -> int:
-    return len(flatten_shapes(module.entry.root.shape))
