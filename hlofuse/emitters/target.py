@@ -116,8 +116,3 @@ class Target:
 
     # Address space of constant arrays emitted as LLVM globals (e.g. 1 or 4 on NVPTX).
     constant_address_space = 0
-
-    def atomic_add(self, builder: ir.IRBuilder, ptr: ir.Value, value: ir.Value) -> ir.Value:
-        """Atomically add `value` at `ptr` (atomicrmw; GPU targets may override)."""
-        op = "fadd" if isinstance(value.type, (ir.FloatType, ir.DoubleType)) else "add"
-        return builder.atomic_rmw(op, ptr, value, "monotonic")

@@ -86,13 +86,6 @@ def array_operands(inst: HloInstruction, indices: Iterable[int] | None = None) -
     return [array_operand(inst, i) for i in idx]
 
 
-def expect_operand_count(inst: HloInstruction, *allowed: int) -> None:
-    """Fail unless the instruction has one of the `allowed` operand counts."""
-    if len(inst.operands) not in allowed:
-        want = " or ".join(str(a) for a in allowed)
-        fail(inst, f"expects {want} operands, has {len(inst.operands)}")
-
-
 def declared_array(inst: HloInstruction) -> ArrayShape:
     """The instruction's own shape, which must be an array."""
     if not isinstance(inst.shape, ArrayShape):

@@ -31,10 +31,6 @@ class Reachability:
                     bits |= self._anc[j]
             self._anc.append(bits)
 
-    def is_present(self, inst: HloInstruction) -> bool:
-        """Whether `inst` was in the computation when the map was built."""
-        return id(inst) in self._index
-
     def is_reachable(self, a: HloInstruction, b: HloInstruction) -> bool:
         """True if b depends on a (a == b counts)."""
         ia, ib = self._index.get(id(a)), self._index.get(id(b))
@@ -45,15 +41,6 @@ class Reachability:
     def is_connected(self, a: HloInstruction, b: HloInstruction) -> bool:
         """Whether either instruction reaches the other."""
         return self.is_reachable(a, b) or self.is_reachable(b, a)
-
-
-def path_through(comp: HloComputation, producer: HloInstruction, consumer: HloInstruction) -> HloInstruction | None:
-    """An operand of `consumer` other than `producer` that `producer` reaches (a second path)."""
-    reach = Reachability(comp)
-    for op in consumer.operands:
-        if op is not producer and reach.is_reachable(producer, op):
-            return op
-    return None
 
 
 # ---- parameters of a fused computation --------------------------------------------------------
