@@ -1,12 +1,16 @@
 """The `hlofuse` command: run, compile, fmt, conformance, explain.
 
-A user's mistake (missing file, bad syntax, bad inputs) prints one paragraph and exits 2 with
-no traceback; outputs are written atomically, so a failed command leaves no partial file.
+Exit codes: 0 ok, 1 a mismatch found by `run --compare`, 2 a user's mistake (bad option,
+missing file, bad syntax, bad inputs, a module too big for the machine), 3 a bug in hlofuse.
+A mistake prints one paragraph and no traceback; a bug prints one paragraph naming the
+exception and where hlofuse raised it (the traceback with `--debug`). Outputs are written
+atomically, so a failed command leaves no partial file.
 """
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import time
@@ -15,6 +19,7 @@ from .compiler import TARGETS
 
 EXIT_MISMATCH = 1
 EXIT_USER_ERROR = 2
+EXIT_INTERNAL_ERROR = 3
 
 
 class UsageError(Exception):
@@ -25,6 +30,42 @@ def _load(path: str, fmt: str | None):
     from .loader import load_module
 
     return load_module(path, fmt)
+
+
+def _check_npz(path: str) -> None:
+    """InputError unless `path` is an .npz archive (numpy's own errors for an .npy, an empty
+    or a text file are not a user's message)."""
+    import zipfile
+
+    from .hlo.errors import InputError
+
+    if not os.path.exists(path):
+        raise InputError(f"{path}: no such file (--inputs takes an .npz of arrays arg0, arg1, ...)")
+    if os.path.isdir(path):
+        raise InputError(f"{path}: is a directory (--inputs takes an .npz of arrays arg0, arg1, ...)")
+    if not zipfile.is_zipfile(path):
+        raise InputError(f"{path}: not an .npz archive (--inputs takes an .npz of arrays arg0, arg1, ..., "
+                         f"as written by numpy.savez)")
+
+
+def _check_run_memory(exe, module, random: bool, compare: bool) -> None:
+    """ResourceError when generating the random inputs, or the interpreter's run of --compare
+    next to the backend's, needs more memory than the machine has (the backend's run alone
+    was checked by compile())."""
+    from .runtime.memory_budget import (MemoryEstimate, check_memory, estimate_interpreter, estimate_memory,
+                                        random_inputs_bytes)
+
+    if random:
+        scratch = random_inputs_bytes(module)
+        params = sum(p.shape.byte_size() for p in module.entry.parameters)
+        check_memory(MemoryEstimate(module.name, exe.target, params, 0, 0, "none yet",
+                                    extras=[("scratch of the random draws", scratch)],
+                                    purpose="to generate its random inputs"))
+    if compare:
+        run = estimate_memory(exe.fused_module, exe.target, exe.program)
+        reference = estimate_interpreter(module)
+        run.extras.append(("the interpreter's run for --compare", reference.results + reference.temporaries))
+        check_memory(run)
 
 
 def _emit_output(text: str, output: str | None) -> None:
@@ -41,15 +82,23 @@ def cmd_run(args: argparse.Namespace) -> int:
     import hlofuse
 
     from .runtime.compare import compare_outputs
+    from .files import check_output_path
     from .runtime.io import random_inputs, read_inputs, write_outputs
 
+    if args.output:
+        check_output_path(args.output)  # before the work, not after it
+    if args.inputs:
+        _check_npz(args.inputs)
     module = _load(args.module, args.format)
-    inputs = read_inputs(args.inputs, module) if args.inputs else random_inputs(module, args.seed)
+    # compile() refuses a module too big for the machine (ResourceError) before anything of a
+    # run is allocated; the inputs come after it, and random ones are checked first too.
     exe = hlofuse.compile(module, target=args.backend, fusion=not args.no_fusion)
+    _check_run_memory(exe, module, random=not args.inputs, compare=args.compare)
+    inputs = read_inputs(args.inputs, module) if args.inputs else random_inputs(module, args.seed)
     outputs = list(exe(*inputs))
     if args.report:
         print(exe.fusion_report().to_text())
-    if args.repeat and args.repeat > 0:
+    if args.repeat:
         times = []
         for _ in range(args.repeat):
             t0 = time.perf_counter()
@@ -81,12 +130,14 @@ def cmd_run(args: argparse.Namespace) -> int:
 # ---- compile ----------------------------------------------------------------------------
 def cmd_compile(args: argparse.Namespace) -> int:
     from .compiler import optimize
+    from .files import check_output_path
 
+    if args.output:
+        check_output_path(args.output)
     module = _load(args.module, args.format)
     emit = args.emit
-    passes = args.passes.split(",") if args.passes else None
-    fused, pipeline = optimize(module, args.target, fusion=not args.no_fusion, verify=args.verify,
-                               dump_dir=args.dump_dir, passes=passes, timings=args.timings)
+    fused, pipeline = optimize(module, args.target, fusion=not args.no_fusion, verify=args.verify or None,
+                               dump_dir=args.dump_dir, passes=args.passes)
     if args.dump_dir:
         _dump_extras(args.dump_dir, module, fused)
     if emit == "hlo":
@@ -124,19 +175,23 @@ def cmd_compile(args: argparse.Namespace) -> int:
 
 def _dump_extras(dump_dir: str, module, fused) -> None:
     """The report as JSON and the graph as HTML next to the per-pass dumps."""
-    import os
-
     from .files import write_text_atomically
     from .passes.fusion.report import build_report
     from .viz import render
 
     report = build_report(module, fused, getattr(fused, "fusion_log", None))
-    write_text_atomically(os.path.join(dump_dir, "fusion_report.json"), json.dumps(report.to_dict(), indent=2))
-    write_text_atomically(os.path.join(dump_dir, "fusion_graph.html"), render(module, fused, "html"))
+    write_text_atomically(os.path.join(dump_dir, "fusion_report.json"), json.dumps(report.to_dict(), indent=2),
+                          create_dirs=True)
+    write_text_atomically(os.path.join(dump_dir, "fusion_graph.html"), render(module, fused, "html"),
+                          create_dirs=True)
 
 
 # ---- fmt, conformance, explain ----------------------------------------------------------
 def cmd_fmt(args: argparse.Namespace) -> int:
+    from .files import check_output_path
+
+    if args.output:
+        check_output_path(args.output)
     module = _load(args.module, args.format)
     _emit_output(module.to_text(), args.output)
     return 0

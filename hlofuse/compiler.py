@@ -1,6 +1,7 @@
 """`compile`: run the pass pipeline on a module and build an executable for a target."""
 from __future__ import annotations
 
+import os
 import time
 from typing import Any, Callable
 
@@ -53,16 +54,25 @@ class Executable:
         return list(getattr(self.pipeline, "timings", []) or [])
 
 
-def optimize(module: HloModule, target: str = "cpu", fusion: bool = True, verify: bool = False,
-             dump_dir: str | None = None, passes: list[str] | None = None, timings: bool = False):
-    """Run the pass pipeline on a copy of `module`; return (optimized module, pipeline)."""
-    from .hlo.verifier import verify
-    from .passes.pipeline import PassPipeline, get_pass, standard_pipeline
+def optimize(module: HloModule, target: str = "cpu", fusion: bool = True, verify: bool | None = None,
+             dump_dir: str | None = None, passes: list[str] | str | None = None):
+    """Run the pass pipeline on a copy of `module`; return (optimized module, pipeline).
 
-    verify(module)  # a malformed module is the user's error, not something to run
+    The input is always verified (a malformed module is the user's error, not something to
+    run). `verify` verifies after every pass as well; None takes the `HLOFUSE_VERIFY_PASSES`
+    environment variable (the test suite sets it), off otherwise. `passes` replaces the
+    standard pipeline by a pass list (`"simplifier,cse,fusion{target=cpu}"`, or its items)."""
+    from .hlo.verifier import verify as verify_module
+    from .passes.pipeline import PassPipeline, parse_pass_list, standard_pipeline
+
+    if verify is None:
+        verify = os.environ.get("HLOFUSE_VERIFY_PASSES", "") not in ("", "0")
+    verify_module(module)
     work = module.clone()
     if passes is not None:
-        pipeline = PassPipeline([get_pass(p) for p in passes], verify=verify, dump_dir=dump_dir, timings=timings)
+        spec = passes if isinstance(passes, str) else ",".join(passes)
+        pipeline = PassPipeline(parse_pass_list(spec, defaults={"target": fusion_target(target)}),
+                                verify=verify, dump_dir=dump_dir)
     else:
         pipeline = standard_pipeline(target=fusion_target(target), fusion=fusion, verify=verify,
                                      dump_dir=dump_dir)
@@ -70,7 +80,7 @@ def optimize(module: HloModule, target: str = "cpu", fusion: bool = True, verify
     return work, pipeline
 
 
-def compile(module: HloModule, target: str = "cpu", fusion: bool = True, verify: bool = False,
+def compile(module: HloModule, target: str = "cpu", fusion: bool = True, verify: bool | None = None,
             dump_dir: str | None = None, cache_dir: str | None = None) -> Executable:
     """Optimize and fuse `module` for `target` and return an Executable."""
     if target not in TARGETS:
@@ -95,4 +105,9 @@ def compile(module: HloModule, target: str = "cpu", fusion: bool = True, verify:
             raise UnsupportedError(f"the {target} backend is not available: {e}") from None
         program = GpuProgram.compile(fused, emulated=(target == "gpu-emulated"))
         run = program.run
+    # Nothing has been allocated for a run yet: refuse a module that cannot fit (ResourceError)
+    # here rather than fail with a MemoryError halfway through a run.
+    from .runtime.memory_budget import check_compiled
+
+    check_compiled(fused, target, program)
     return Executable(module, fused, target, run, program, pipeline, time.perf_counter() - start)

@@ -105,7 +105,7 @@ def build_pipeline(options: dict):
     passes = opts.pop("passes", None)
     pipeline = opts.pop("pipeline", None)
     if passes:
-        return PassPipeline(parse_pass_list(passes, target=target, **opts), verify=verify)
+        return PassPipeline(parse_pass_list(passes, defaults={"target": target}, **opts), verify=verify)
     if pipeline not in ("fusion", "nofusion", "standard"):
         raise ValueError(f"unknown pipeline '{pipeline}' (expected fusion or nofusion)")
     return standard_pipeline(target=target, fusion=pipeline != "nofusion", verify=verify)

@@ -19,8 +19,8 @@ from hlofuse.passes.constant_folding import ConstantFolding, fold
 from hlofuse.passes.cse import CommonSubexpressionElimination
 from hlofuse.passes.dce import DeadCodeElimination
 from hlofuse.passes.pass_base import HloPass
-from hlofuse.passes.pipeline import (PassPipeline, PipelineVerifyError, UnknownPassError, get_pass,
-                                     register_pass, registered_passes, standard_pipeline)
+from hlofuse.passes.pipeline import (PASSES, PassPipeline, PipelineVerifyError, UnknownPassError, get_pass,
+                                     parse_pass_list, registered_passes, standard_pipeline)
 from hlofuse.passes.simplifier import AlgebraicSimplifier
 
 MY_PASSES = {"simplifier", "algsimp", "cse", "dce", "constant-folding"}
@@ -231,19 +231,51 @@ def test_unknown_pass_is_a_user_error():
     assert isinstance(info.value, HloError)
 
 
-def test_options_reach_only_passes_that_take_them():
-    p = get_pass("simplifier", max_fold_elements=5, target="gpu")
-    assert p.max_fold_elements == 5
-    assert get_pass("dce", target="gpu") == DeadCodeElimination()
+def test_pass_options_are_strict():
+    assert get_pass("simplifier", max_fold_elements=5).max_fold_elements == 5
+    with pytest.raises(UnknownPassError, match="pass 'simplifier' has no option max_fold_elments; it takes "
+                                               "fold_constants, max_fold_elements"):
+        get_pass("simplifier", max_fold_elments=8)
+    with pytest.raises(UnknownPassError, match="pass 'dce' has no option target"):
+        get_pass("dce", target="gpu")
 
-    class Targeted(HloPass):
-        name = "targeted"
 
-        def __init__(self, target: str = "cpu") -> None:
-            self.target = target
+def test_pass_specs_carry_options_in_braces():
+    simplifier, cse, fusion = parse_pass_list("simplifier{max_fold_elements=8, fold_constants=false},cse,"
+                                              "fusion{target=cpu}")
+    assert (simplifier.max_fold_elements, simplifier.fold_constants) == (8, False)
+    assert cse == CommonSubexpressionElimination() and fusion.params.name == "cpu"
+    # a named pipeline stands where a pass can
+    assert [p.name for p in parse_pass_list("fusion-pipeline{target=cpu},dce")] == ["call-inliner", "fusion", "dce"]
+    with pytest.raises(UnknownPassError, match="has no option max_fold_elments"):
+        parse_pass_list("simplifier{max_fold_elments=8}")
+    with pytest.raises(UnknownPassError, match="no pass of 'cse,dce' takes option max_fold_elements"):
+        parse_pass_list("cse,dce", max_fold_elements=8)
+    with pytest.raises(UnknownPassError, match="malformed pass spec"):
+        parse_pass_list("simplifier{max_fold_elements=8")
 
-    register_pass("test-targeted", Targeted)
-    assert get_pass("test-targeted", target="gpu").target == "gpu"
+
+def test_every_pass_of_the_table_is_a_value_with_its_options():
+    for name, cls in PASSES.items():
+        p = get_pass(name)
+        assert isinstance(p, cls) and p.name in PASSES, name
+        assert get_pass(name, **{k: getattr(p, k) for k in cls.option_names() if hasattr(p, k)}) is not p
+
+
+def test_compile_verify_flag_is_honoured(monkeypatch):
+    """`verify=False` runs no verification after the passes; `verify=True` after each one."""
+    import hlofuse
+    from hlofuse.hlo import verifier
+
+    calls = []
+    real = verifier.verify
+    monkeypatch.setattr(verifier, "verify", lambda m, *a, **k: (calls.append(1), real(m, *a, **k))[1])
+    m = module("  %p = f32[4]{0} parameter(0)\n  ROOT %n = f32[4]{0} negate(f32[4]{0} %p)")
+    hlofuse.compile(m, target="interpreter", verify=False)
+    assert len(calls) == 1  # the input only
+    calls.clear()
+    fused, pipeline = hlofuse.compiler.optimize(m, "cpu", verify=True)
+    assert len(calls) == 1 + len(pipeline.passes)
 
 
 class _Counter(HloPass):

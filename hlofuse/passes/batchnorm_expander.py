@@ -14,6 +14,8 @@ N, the number of elements per feature, is a constant here: hlofuse shapes are st
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 
@@ -22,7 +24,6 @@ from ..hlo.errors import VerifierError
 from ..hlo.ir import HloComputation, HloInstruction, HloModule
 from ..hlo.shapes import ArrayShape, Shape, array, scalar
 from .pass_base import HloPass
-from .pipeline import register_pass
 from .rewrite import Rewriter
 
 _BATCH_NORM = ("batch-norm-training", "batch-norm-inference", "batch-norm-grad")
@@ -38,8 +39,8 @@ def _attr_number(inst: HloInstruction, key: str, cast):
 class _Builder:
     """Makes the unattached instructions of one expansion (the Rewriter adds them)."""
 
-    def __init__(self, pass_: "BatchNormExpander", module: HloModule, x: HloInstruction, feature: int) -> None:
-        self.pass_ = pass_
+    def __init__(self, reducers: "_AddReducers", module: HloModule, x: HloInstruction, feature: int) -> None:
+        self.reducers = reducers
         self.module = module
         self.shape: ArrayShape = x.shape
         self.dtype = x.shape.dtype
@@ -72,7 +73,7 @@ class _Builder:
 
     def sum(self, value: HloInstruction) -> HloInstruction:
         """The add-reduction of an operand-shaped value over every dimension but the feature."""
-        reducer = self.pass_.add_computation(self.module, self.dtype)
+        reducer = self.reducers.get(self.dtype)
         return self.op("reduce", self.feature_shape, value, self.constant(0.0),
                        dimensions=self.other_dims, to_apply=reducer)
 
@@ -129,30 +130,35 @@ _EXPANDERS = {
 }
 
 
-class BatchNormExpander(HloPass):
-    """Rewrites the batch-norm ops of every non-fusion computation into simpler HLO."""
+class _AddReducers:
+    """The scalar add computations of one run, one per element type (made on first use)."""
 
-    name = "batchnorm-expander"
+    def __init__(self, module: HloModule) -> None:
+        self.module = module
+        self._by_dtype: dict[str, HloComputation] = {}
 
-    def __init__(self) -> None:
-        self._reducers: dict[tuple[int, str], HloComputation] = {}
-
-    def add_computation(self, module: HloModule, dtype) -> HloComputation:
-        """The scalar add computation of `dtype` in `module` (made once per run)."""
-        key = (id(module), dtype.name)
-        comp = self._reducers.get(key)
+    def get(self, dtype) -> HloComputation:
+        """The scalar add computation of `dtype` in the module."""
+        comp = self._by_dtype.get(dtype.name)
         if comp is None:
             comp = HloComputation(f"add_{dtype.name}")
-            module.add_computation(comp)
+            self.module.add_computation(comp)
             a = comp.add_parameter(scalar(dtype), "lhs")
             b = comp.add_parameter(scalar(dtype), "rhs")
             comp.root = comp.add_instruction(HloInstruction("add", scalar(dtype), (a, b), name="add"))
-            self._reducers[key] = comp
+            self._by_dtype[dtype.name] = comp
         return comp
+
+
+@dataclass(frozen=True)
+class BatchNormExpander(HloPass):
+    """Rewrites the batch-norm ops of every non-fusion computation into simpler HLO."""
+
+    name: ClassVar[str] = "batchnorm-expander"
 
     def run(self, module: HloModule) -> bool:
         """Expand every batch-norm instruction; True if there was one."""
-        self._reducers = {}
+        reducers = _AddReducers(module)
         changed = False
         for comp in list(module.computations):
             if comp.is_fusion_computation():
@@ -167,11 +173,9 @@ class BatchNormExpander(HloPass):
                     raise VerifierError(f"{inst.opcode} needs a floating-point array operand", instruction=inst.name)
                 feature = _attr_number(inst, "feature_index", int)
                 eps = _attr_number(inst, "epsilon", float)
-                bld = _Builder(self, module, x, feature)
+                bld = _Builder(reducers, module, x, feature)
                 rewriter.replace(inst, _EXPANDERS[inst.opcode](bld, inst, eps))
             rewriter.finish()
             changed = True
         return changed
 
-
-register_pass("batchnorm-expander", BatchNormExpander)

@@ -16,7 +16,7 @@ nothing to gain from materializing big constants.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, ClassVar
 
 import numpy as np
 
@@ -325,7 +325,7 @@ class ConstantFolding(HloPass):
     """Fold instructions whose operands are all constants (see the module docstring)."""
 
     max_elements: int = DEFAULT_MAX_ELEMENTS
-    name: str = "constant-folding"
+    name: ClassVar[str] = "constant-folding"
 
     def run(self, module: HloModule) -> bool:
         """Fold everywhere except inside fused computations; True if anything was folded."""
@@ -343,11 +343,3 @@ class ConstantFolding(HloPass):
             changed |= folded
         return changed
 
-
-def _register() -> None:
-    from .pipeline import register_pass
-
-    register_pass("constant-folding", ConstantFolding)
-
-
-_register()

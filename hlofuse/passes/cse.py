@@ -9,7 +9,7 @@ tied by control edges are never merged.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Hashable
+from typing import Any, ClassVar, Hashable
 
 import numpy as np
 
@@ -87,7 +87,7 @@ def cse_computation(comp: HloComputation) -> int:
 class CommonSubexpressionElimination(HloPass):
     """XLA's HloCSE over every computation (callees first)."""
 
-    name: str = "cse"
+    name: ClassVar[str] = "cse"
 
     def run(self, module: HloModule) -> bool:
         """Merge duplicates everywhere; True if any instruction was merged."""
@@ -96,11 +96,3 @@ class CommonSubexpressionElimination(HloPass):
             changed |= cse_computation(comp) > 0
         return changed
 
-
-def _register() -> None:
-    from .pipeline import register_pass
-
-    register_pass("cse", CommonSubexpressionElimination)
-
-
-_register()

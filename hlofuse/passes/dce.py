@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 from ..hlo.ir import HloModule
 from .pass_base import HloPass
@@ -16,7 +17,7 @@ class DeadCodeElimination(HloPass):
     parameters stay), then computations no longer called from the entry."""
 
     remove_computations: bool = True
-    name: str = "dce"
+    name: ClassVar[str] = "dce"
 
     def run(self, module: HloModule) -> bool:
         """Remove dead code; True if anything went."""
@@ -27,11 +28,3 @@ class DeadCodeElimination(HloPass):
             changed |= module.remove_unreachable_computations()
         return changed
 
-
-def _register() -> None:
-    from .pipeline import register_pass
-
-    register_pass("dce", DeadCodeElimination)
-
-
-_register()

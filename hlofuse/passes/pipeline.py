@@ -1,11 +1,16 @@
-"""Pass registry and pipeline: run passes in order, verify, time and dump after each.
+"""The pass table and the one pass runner.
 
-Passes are found by name (`--passes dce,cse`): `register_pass(name, factory)` maps a name to
-a zero-argument factory returning a fresh pass value; `get_pass(name)` builds one.
+`PASSES` names every pass; `PIPELINES` names lists of passes (the fusion passes of a target)
+that can stand wherever a pass name can. A pass spec is a name with optional options in
+braces, as MLIR writes them: `simplifier{max_fold_elements=8}`, `fusion{target=cpu}`;
+`parse_pass_list("simplifier,cse,dce")` builds a list. Options are the pass's dataclass
+fields; an option no pass takes is an error, never dropped.
+
+`PassPipeline` runs passes in order and is the only runner: it verifies after each pass when
+asked, dumps the module before and after each pass, and records per-pass wall times.
 """
 from __future__ import annotations
 
-import inspect
 import os
 import re
 import time
@@ -14,73 +19,152 @@ from typing import Any, Callable, Iterable
 from ..files import write_text_atomically
 from ..hlo.errors import HloError
 from ..hlo.ir import HloModule
+from .batchnorm_expander import BatchNormExpander
+from .constant_folding import ConstantFolding
+from .cse import CommonSubexpressionElimination
+from .dce import DeadCodeElimination
+from .fusion import (CallInliner, FusionMerger, HorizontalLoopFusion, InstructionFusion, MultiOutputFusion,
+                     NonDuplicatingFusion, SiblingFusion, fusion_passes)
 from .pass_base import HloPass
+from .simplifier import AlgebraicSimplifier
 
-PassFactory = Callable[[], HloPass]
+# Every pass hlofuse has, by the name `--passes` and the golden files use.
+PASSES: dict[str, type[HloPass]] = {
+    "batchnorm-expander": BatchNormExpander,
+    "simplifier": AlgebraicSimplifier,
+    "algsimp": AlgebraicSimplifier,  # XLA's name for it
+    "constant-folding": ConstantFolding,
+    "cse": CommonSubexpressionElimination,
+    "dce": DeadCodeElimination,
+    "call-inliner": CallInliner,
+    "fusion": InstructionFusion,
+    "fusion-no-duplication": NonDuplicatingFusion,
+    "fusion-merger": FusionMerger,
+    "multi-output-fusion": MultiOutputFusion,
+    "sibling-fusion": SiblingFusion,
+    "horizontal-fusion": HorizontalLoopFusion,
+}
 
-_REGISTRY: dict[str, PassFactory] = {}
-_BUILTINS_LOADED = False
+# Named lists of passes: `--passes fusion-pipeline{target=cpu}` runs the fusion passes of the CPU.
+PIPELINES: dict[str, Callable[..., list[HloPass]]] = {
+    "fusion-pipeline": fusion_passes,
+}
 
 
 class UnknownPassError(HloError):
-    """A pass name that no module registered."""
+    """A pass name that is not in the table, or an option the pass does not take."""
 
 
 class PipelineVerifyError(HloError):
     """The verifier rejected the module after a pass; the message names the pass."""
 
 
-def register_pass(name: str, factory: PassFactory) -> None:
-    """Make `get_pass(name)` build a pass with `factory()` (a later registration replaces it)."""
-    _REGISTRY[name] = factory
-
-
-def _load_builtins() -> None:
-    # Importing the pass modules registers them; the fusion passes live in another package
-    # that may not be importable yet, so it is optional.
-    global _BUILTINS_LOADED
-    if _BUILTINS_LOADED:
-        return
-    _BUILTINS_LOADED = True
-    from . import batchnorm_expander, constant_folding, cse, dce, simplifier  # noqa: F401
-
-    try:
-        from . import fusion as fusion_pkg
-
-        getattr(fusion_pkg, "register_passes", lambda: None)()
-    except ImportError:
-        pass
-
-
 def registered_passes() -> list[str]:
-    """Names of all registered passes, sorted."""
-    _load_builtins()
-    return sorted(_REGISTRY)
+    """Names of all passes and pipelines, sorted."""
+    return sorted([*PASSES, *PIPELINES])
+
+
+def pass_options(name: str) -> tuple[str, ...]:
+    """The options the pass or pipeline `name` takes."""
+    if name in PIPELINES:
+        return ("target",)
+    return _options_of(_lookup(name))
+
+
+def _options_of(cls: type[HloPass]) -> tuple[str, ...]:
+    return cls.option_names()
+
+
+def _lookup(name: str) -> type[HloPass]:
+    try:
+        return PASSES[name]
+    except KeyError:
+        raise UnknownPassError(f"unknown pass '{name}'; known passes: {', '.join(registered_passes())}") from None
 
 
 def get_pass(name: str, **options: Any) -> HloPass:
-    """A fresh pass registered as `name`, built with those `options` its factory accepts
-    (e.g. `target="gpu"` reaches only passes that take a target); UnknownPassError lists the
-    known names for an unknown one."""
-    _load_builtins()
+    """A fresh pass `name` built with `options` (each must be one of the pass's options)."""
     name = name.strip()
-    try:
-        factory = _REGISTRY[name]
-    except KeyError:
-        raise UnknownPassError(f"unknown pass '{name}'; known passes: {', '.join(sorted(_REGISTRY))}") from None
-    return factory(**_accepted_options(factory, options))
+    cls = _lookup(name)
+    known = _options_of(cls)
+    unknown = sorted(set(options) - set(known))
+    if unknown:
+        takes = f"it takes {', '.join(known)}" if known else "it takes no options"
+        raise UnknownPassError(f"pass '{name}' has no option {', '.join(unknown)}; {takes}")
+    return cls(**options)
 
 
-def _accepted_options(factory: PassFactory, options: dict[str, Any]) -> dict[str, Any]:
-    if not options:
-        return {}
+def expand(name: str, **options: Any) -> list[HloPass]:
+    """The passes a name stands for: one pass, or every pass of a named pipeline."""
+    name = name.strip()
+    if name in PIPELINES:
+        unknown = sorted(set(options) - {"target"})
+        if unknown:
+            raise UnknownPassError(f"pipeline '{name}' has no option {', '.join(unknown)}; it takes target")
+        return list(PIPELINES[name](options.get("target", "gpu")))
+    return [get_pass(name, **options)]
+
+
+_SPEC = re.compile(r"\s*([A-Za-z0-9_.-]+)\s*(?:\{([^{}]*)\})?\s*$")
+
+
+def parse_pass_list(spec: str, defaults: dict[str, Any] | None = None, **shared: Any) -> list[HloPass]:
+    """Passes for a comma-separated list of specs (`"simplifier{max_fold_elements=8},cse,dce"`).
+
+    `shared` options (the golden files' `max_fold_elements=8`) go to every pass that takes them;
+    each must be taken by at least one pass of the list, or it is an error. `defaults` (the
+    compile target) go to the passes that take them and may be taken by none."""
+    passes: list[HloPass] = []
+    for key, value in (defaults or {}).items():
+        shared.setdefault(key, value)
+    used: set[str] = set()
+    for item in _split_specs(spec):
+        m = _SPEC.match(item)
+        if m is None:
+            raise UnknownPassError(f"malformed pass spec '{item}'; expected name or name{{option=value,...}}")
+        name, body = m.group(1), m.group(2)
+        own = _parse_options(name, body) if body else {}
+        takes = set(pass_options(name))
+        given = {k: v for k, v in shared.items() if k in takes}
+        used |= set(given)
+        passes += expand(name, **{**given, **own})
+    unused = sorted(set(shared) - used - set(defaults or {}))
+    if unused:
+        raise UnknownPassError(f"no pass of '{spec}' takes option {', '.join(unused)}")
+    return passes
+
+
+def _split_specs(spec: str) -> list[str]:
+    items, depth, cur = [], 0, ""
+    for ch in spec:
+        depth += ch == "{"
+        depth -= ch == "}"
+        if ch == "," and depth == 0:
+            items.append(cur)
+            cur = ""
+        else:
+            cur += ch
+    items.append(cur)
+    return [i for i in items if i.strip()]
+
+
+def _parse_options(name: str, body: str) -> dict[str, Any]:
+    options: dict[str, Any] = {}
+    for word in body.split(","):
+        key, sep, value = word.partition("=")
+        if not sep or not key.strip():
+            raise UnknownPassError(f"option '{word.strip()}' of pass '{name}' is not key=value")
+        options[key.strip()] = _option_value(value.strip())
+    return options
+
+
+def _option_value(text: str) -> Any:
+    if text in ("true", "false"):
+        return text == "true"
     try:
-        params = inspect.signature(factory).parameters
-    except (TypeError, ValueError):
-        return {}
-    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
-        return dict(options)
-    return {k: v for k, v in options.items() if k in params and k != "name"}
+        return int(text)
+    except ValueError:
+        return text
 
 
 def _file_safe(name: str) -> str:
@@ -90,28 +174,25 @@ def _file_safe(name: str) -> str:
 class PassPipeline(HloPass):
     """Passes run in order. Options: verify after each pass, dump the module before and after
     each pass to `dump_dir` (XLA's numbering: `0000.<module>.before_optimizations.hlo`, then
-    `NNNN.<module>.<pass>.hlo`), and per-pass wall times in `timings` as (name, seconds, changed)
-    (always recorded; they cost nothing)."""
-
-    name = "pipeline"
+    `NNNN.<module>.<pass>.hlo`); per-pass wall times are always recorded in `timings` as
+    (name, seconds, changed)."""
 
     def __init__(self, passes: Iterable[HloPass], verify: bool = False, dump_dir: str | None = None,
-                 timings: bool = False, name: str = "pipeline") -> None:
+                 name: str = "pipeline") -> None:
         self.passes = list(passes)
         self.verify = verify
         self.dump_dir = dump_dir
-        self.record_timings = timings
-        self.name = name
+        self.pipeline_name = name
         self.timings: list[tuple[str, float, bool]] = []
 
     def _dump(self, module: HloModule, index: int, label: str) -> None:
         if not self.dump_dir:
             return
         path = os.path.join(self.dump_dir, f"{index:04d}.{_file_safe(module.name)}.{_file_safe(label)}.hlo")
-        write_text_atomically(path, module.to_text())
+        write_text_atomically(path, module.to_text(), create_dirs=True)  # --dump-dir makes its folder
 
     def _verify(self, module: HloModule, after: str) -> None:
-        from ..hlo.verifier import verify  # written by another part; imported only when asked
+        from ..hlo.verifier import verify
 
         try:
             verify(module)
@@ -134,28 +215,16 @@ class PassPipeline(HloPass):
         return changed_any
 
     def __repr__(self) -> str:
-        return f"<pipeline {', '.join(p.name for p in self.passes)}>"
-
-
-def _fusion_passes(target: str) -> list[HloPass]:
-    try:
-        from .fusion import fusion_passes
-    except ImportError:
-        return []  # the fusion package is not there yet: optimize without fusion
-    return list(fusion_passes(target))
+        return f"<pipeline {self.pipeline_name}: {', '.join(p.name for p in self.passes)}>"
 
 
 def standard_pipeline(target: str = "cpu", fusion: bool = True, verify: bool = False,
-                      dump_dir: str | None = None, timings: bool = False) -> PassPipeline:
+                      dump_dir: str | None = None) -> PassPipeline:
     """batchnorm-expander, simplifier, cse, dce, then (with `fusion`) the fusion passes for
     `target`, then dce."""
-    passes = [get_pass("batchnorm-expander"), get_pass("simplifier"), get_pass("cse"), get_pass("dce")]
+    passes: list[HloPass] = [BatchNormExpander(), AlgebraicSimplifier(), CommonSubexpressionElimination(),
+                             DeadCodeElimination()]
     if fusion:
-        passes += _fusion_passes(target)
-    passes.append(get_pass("dce"))
-    return PassPipeline(passes, verify=verify, dump_dir=dump_dir, timings=timings, name=f"standard-{target}")
-
-
-def parse_pass_list(spec: str, **options: Any) -> list[HloPass]:
-    """Passes for a comma-separated list of names (`"simplifier,cse,dce"`)."""
-    return [get_pass(n, **options) for n in spec.split(",") if n.strip()]
+        passes += fusion_passes(target)
+    passes.append(DeadCodeElimination())
+    return PassPipeline(passes, verify=verify, dump_dir=dump_dir, name=f"standard-{target}")

@@ -21,7 +21,7 @@ Rewrites (a rule per opcode, tried in post order until nothing changes):
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, ClassVar
 
 import numpy as np
 
@@ -352,7 +352,7 @@ class AlgebraicSimplifier(HloPass):
 
     fold_constants: bool = True
     max_fold_elements: int = DEFAULT_MAX_ELEMENTS
-    name: str = "simplifier"
+    name: ClassVar[str] = "simplifier"
 
     def run(self, module: HloModule) -> bool:
         """Simplify every computation; True if anything changed."""
@@ -362,12 +362,3 @@ class AlgebraicSimplifier(HloPass):
                 changed |= simplify_computation(comp, self.fold_constants, self.max_fold_elements)
         return changed
 
-
-def _register() -> None:
-    from .pipeline import register_pass
-
-    register_pass("simplifier", AlgebraicSimplifier)
-    register_pass("algsimp", AlgebraicSimplifier)
-
-
-_register()

@@ -1,11 +1,8 @@
 """Fusion passes: producer-consumer fusion with duplication, multi-output (sibling and
 producer-consumer) fusion, horizontal loop fusion; the cost model and the fusion report.
 
-`fusion_passes(target)` is what `standard_pipeline(target, fusion=True)` runs; the passes are
-registered as "call-inliner", "fusion", "fusion-no-duplication", "fusion-merger",
-"multi-output-fusion", "sibling-fusion", "horizontal-fusion" and "fusion-pipeline" (they take
-the pipeline's `target` option, GPU by default), and with "-cpu" / "-gpu" suffixed names for a
-fixed target.
+`fusion_passes(target)` is what `standard_pipeline(target, fusion=True)` runs (and what the
+pass table calls "fusion-pipeline"); every fusion pass takes a `target` option, GPU by default.
 """
 from __future__ import annotations
 
@@ -17,23 +14,6 @@ from .fusion_merger import FusionMerger
 from .horizontal_fusion import HorizontalLoopFusion
 from .instruction_fusion import InstructionFusion, NonDuplicatingFusion
 from .multi_output_fusion import MultiOutputFusion, SiblingFusion
-
-
-class FusionPipeline(HloPass):
-    """All fusion passes of a target, in XLA's order."""
-
-    name = "fusion-pipeline"
-
-    def __init__(self, target: str | TargetParams = "gpu") -> None:
-        self.params = target_params(target)
-        self.passes = fusion_passes(self.params)
-
-    def run(self, module) -> bool:
-        """Run every fusion pass of the target in order; True if any changed the module."""
-        changed = False
-        for p in self.passes:
-            changed |= bool(p.run(module))
-        return changed
 
 
 def fusion_passes(target: str | TargetParams = "gpu") -> list[HloPass]:
@@ -54,29 +34,9 @@ def fusion_passes(target: str | TargetParams = "gpu") -> list[HloPass]:
     return passes
 
 
-def register_passes() -> None:
-    """Register the fusion passes with the pass registry (called by pipeline.py)."""
-    from ..pipeline import register_pass
-
-    factories = {
-        "call-inliner": CallInliner,
-        "fusion": InstructionFusion,
-        "fusion-no-duplication": NonDuplicatingFusion,
-        "fusion-merger": FusionMerger,
-        "multi-output-fusion": MultiOutputFusion,
-        "sibling-fusion": SiblingFusion,
-        "horizontal-fusion": HorizontalLoopFusion,
-        "fusion-pipeline": FusionPipeline,
-    }
-    for name, cls in factories.items():
-        register_pass(name, cls)  # takes the pipeline's `target` option (default "gpu")
-        for target in ("gpu", "cpu"):
-            register_pass(f"{name}-{target}", lambda cls=cls, target=target: cls(target))
-
-
 __all__ = [
-    "CPU", "CallInliner", "GPU", "Decision", "FusionLog", "FusionMerger", "FusionPipeline",
+    "CPU", "CallInliner", "GPU", "Decision", "FusionLog", "FusionMerger",
     "HorizontalLoopFusion", "InstructionFusion", "LogEntry", "MultiOutputFusion", "NonDuplicatingFusion",
-    "SiblingFusion", "TargetParams", "fusion_passes", "module_cost", "module_log", "register_passes",
+    "SiblingFusion", "TargetParams", "fusion_passes", "module_cost", "module_log",
     "target_params",
 ]
