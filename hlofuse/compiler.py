@@ -7,7 +7,6 @@ from typing import Any, Callable
 
 import numpy as np
 
-from .hlo.errors import UnsupportedError
 from .hlo.ir import HloModule
 
 TARGETS = ("interpreter", "cpu", "gpu", "gpu-emulated")
@@ -99,10 +98,8 @@ def compile(module: HloModule, target: str = "cpu", fusion: bool = True, verify:
         program = CpuProgram.compile(fused, cache_dir=cache_dir)
         run = program.run
     else:
-        try:
-            from .runtime.gpu_executor import GpuProgram
-        except ImportError as e:
-            raise UnsupportedError(f"the {target} backend is not available: {e}") from None
+        from .runtime.gpu_executor import GpuProgram
+
         program = GpuProgram.compile(fused, emulated=(target == "gpu-emulated"))
         run = program.run
     # Nothing has been allocated for a run yet: refuse a module that cannot fit (ResourceError)

@@ -230,18 +230,10 @@ class ExportedFunction:
 
 
 def compile_module(module: HloModule, target: str, fusion: bool = True) -> Callable:
-    """hlofuse.compile(module, target, fusion); the reference interpreter while that is absent."""
-    try:
-        from ..compiler import compile as hlo_compile
-    except ImportError:  # pragma: no cover - the integrator provides hlofuse.compile
-        hlo_compile = None
-    if hlo_compile is not None:
-        return hlo_compile(module, target, fusion=fusion)
-    if target != "interpreter":
-        raise InputError(f"target {target} needs hlofuse.compile, which is not available")
-    from ..runtime.interpreter import evaluate
+    """hlofuse.compile(module, target, fusion)."""
+    from ..compiler import compile as hlo_compile
 
-    return lambda *arrays: tuple(evaluate(module, list(arrays)))
+    return hlo_compile(module, target, fusion=fusion)
 
 
 def unflatten(tree, leaves: list):
