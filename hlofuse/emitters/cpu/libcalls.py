@@ -1,0 +1,200 @@
+"""Runtime library calls LLVM's code generator inserts on its own, provided to the JIT.
+
+LLVM lowers some IR operations to calls of compiler-rt / libgcc "builtins" rather than to
+instructions. On x86-64 the ones hlofuse's IR can produce are the half-precision conversions:
+`fptrunc double -> half` is always `__truncdfhf2` (no x86 instruction rounds f64 to f16 in one
+step; the DAG combiner even creates such a truncation for `copysign(half, fpext(x))`), and
+without F16C `__truncsfhf2` / `__extendhfsf2` handle every f32 <-> f16 conversion.
+
+The JIT cannot find these in the Python process: libgcc_s is loaded RTLD_LOCAL (by llvmlite),
+and older libgcc versions lack the half builtins entirely. MCJIT then silently binds the
+call to address 0 and the kernel dies with SIGSEGV (an f16 atan2 did, and any f64 -> f16
+convert). So hlofuse compiles its own definitions once per process, from integer arithmetic
+only (a float definition would lower to a call of itself), and registers their addresses
+with `llvm.add_symbol` before any kernel is loaded. `undefined_symbols` + `check_resolvable`
+turn any other unresolvable symbol into an error instead of a crash.
+"""
+from __future__ import annotations
+
+import struct
+import threading
+from dataclasses import dataclass
+
+import llvmlite.binding as llvm
+from llvmlite import ir
+
+_lock = threading.Lock()
+_registered: dict[str, int] = {}
+_engines: list = []  # the engines holding the builtins' machine code, alive for the process
+
+
+@dataclass(frozen=True)
+class _Format:
+    """An IEEE binary floating-point format: total, exponent and stored mantissa bits."""
+
+    ir_type: ir.Type
+    bits: int
+    exp_bits: int
+    mant_bits: int
+
+    @property
+    def bias(self) -> int:
+        return (1 << (self.exp_bits - 1)) - 1
+
+    @property
+    def exp_max(self) -> int:
+        return (1 << self.exp_bits) - 1
+
+
+F16 = _Format(ir.HalfType(), 16, 5, 10)
+F32 = _Format(ir.FloatType(), 32, 8, 23)
+F64 = _Format(ir.DoubleType(), 64, 11, 52)
+
+
+def _emit_truncate(module: ir.Module, name: str, src: _Format, dst: _Format) -> None:
+    """`dst name(src x)`: x rounded to nearest-even in `dst` (overflow to infinity, gradual
+    underflow to subnormals, NaN stays a quiet NaN with its sign and top payload bits)."""
+    fn = ir.Function(module, ir.FunctionType(dst.ir_type, [src.ir_type]), name)
+    b = ir.IRBuilder(fn.append_basic_block("entry"))
+    it = ir.IntType(src.bits)
+
+    def c(v: int) -> ir.Constant:
+        return ir.Constant(it, v)
+
+    sm, dm = src.mant_bits, dst.mant_bits
+    bits = b.bitcast(fn.args[0], it)
+    sign = b.lshr(bits, c(src.bits - 1))
+    exp = b.and_(b.lshr(bits, c(sm)), c(src.exp_max))
+    mant = b.and_(bits, c((1 << sm) - 1))
+    is_norm = b.icmp_unsigned("!=", exp, c(0))
+    sig = b.select(is_norm, b.or_(mant, c(1 << sm)), mant)
+    # Biased exponent in dst (a source subnormal has exponent 1 - bias and no implicit bit).
+    dexp = b.add(b.select(is_norm, exp, c(1)), c(dst.bias - src.bias))
+    dst_normal = b.icmp_signed(">", dexp, c(0))
+    # Normal result: ((dexp - 1) << dm) + rounded significand (its implicit bit, and a carry
+    # out of rounding, step the exponent field). Subnormal: shift further right by 1 - dexp.
+    base = b.select(dst_normal, b.shl(b.sub(dexp, c(1)), c(dm)), c(0))
+    extra = b.select(dst_normal, c(0), b.sub(c(1), dexp))
+    # Past sm + 2 bits the value is below half the smallest subnormal: clamp (keeps shifts legal).
+    limit = c(sm + 2 - (sm - dm))
+    extra = b.select(b.icmp_signed(">", extra, limit), limit, extra)
+    shift = b.add(extra, c(sm - dm))
+    q = b.lshr(sig, shift)
+    rem = b.and_(sig, b.sub(b.shl(c(1), shift), c(1)))
+    half = b.shl(c(1), b.sub(shift, c(1)))
+    tie_odd = b.and_(b.icmp_unsigned("==", rem, half), b.trunc(q, ir.IntType(1)))
+    round_up = b.or_(b.icmp_unsigned(">", rem, half), tie_odd)
+    mag = b.add(b.add(base, q), b.zext(round_up, it))
+    inf = c(dst.exp_max << dm)
+    mag = b.select(b.icmp_unsigned(">=", mag, inf), inf, mag)
+    nan = b.or_(c((dst.exp_max << dm) | (1 << (dm - 1))), b.lshr(mant, c(sm - dm)))
+    special = b.select(b.icmp_unsigned("!=", mant, c(0)), nan, inf)
+    mag = b.select(b.icmp_unsigned("==", exp, c(src.exp_max)), special, mag)
+    out = b.or_(mag, b.shl(sign, c(dst.bits - 1)))
+    b.ret(b.bitcast(b.trunc(out, ir.IntType(dst.bits)), dst.ir_type))
+
+
+def _emit_extend(module: ir.Module, name: str, src: _Format, dst: _Format) -> None:
+    """`dst name(src x)`: x exactly, for a format `dst` with more exponent and mantissa bits.
+    The significand goes through `uitofp` and a power-of-two multiply, both exact here."""
+    fn = ir.Function(module, ir.FunctionType(dst.ir_type, [src.ir_type]), name)
+    b = ir.IRBuilder(fn.append_basic_block("entry"))
+    it = ir.IntType(dst.bits)
+
+    def c(v: int) -> ir.Constant:
+        return ir.Constant(it, v)
+
+    sm, dm = src.mant_bits, dst.mant_bits
+    bits = b.zext(b.bitcast(fn.args[0], ir.IntType(src.bits)), it)
+    sign = b.shl(b.lshr(bits, c(src.bits - 1)), c(dst.bits - 1))
+    exp = b.and_(b.lshr(bits, c(sm)), c(src.exp_max))
+    mant = b.and_(bits, c((1 << sm) - 1))
+    is_norm = b.icmp_unsigned("!=", exp, c(0))
+    sig = b.select(is_norm, b.or_(mant, c(1 << sm)), mant)
+    # value = sig * 2**(e - bias - sm), with e - bias - sm a normal exponent of dst.
+    scale_exp = b.add(b.select(is_norm, exp, c(1)), c(dst.bias - src.bias - sm))
+    scale = b.bitcast(b.shl(scale_exp, c(dm)), dst.ir_type)
+    value = b.bitcast(b.fmul(b.uitofp(sig, dst.ir_type), scale), it)
+    special = b.or_(c(dst.exp_max << dm), b.shl(mant, c(dm - sm)))
+    mag = b.select(b.icmp_unsigned("==", exp, c(src.exp_max)), special, value)
+    b.ret(b.bitcast(b.or_(mag, sign), dst.ir_type))
+
+
+# name -> (emitter, source format, destination format): the builtins' names and ABI are
+# compiler-rt's (half passed and returned in an SSE register on x86-64, as LLVM calls them).
+_BUILTINS = {
+    "__truncdfhf2": (_emit_truncate, F64, F16),
+    "__truncsfhf2": (_emit_truncate, F32, F16),
+    "__extendhfsf2": (_emit_extend, F16, F32),
+    "__extendhfdf2": (_emit_extend, F16, F64),
+}
+# Older names of the same functions some LLVM targets call.
+_ALIASES = {"__gnu_f2h_ieee": "__truncsfhf2", "__gnu_h2f_ieee": "__extendhfsf2"}
+
+
+def builtins_module() -> ir.Module:
+    """The LLVM module defining the builtins (host triple; no float op that needs a builtin)."""
+    module = ir.Module(name="hlofuse_builtins")
+    module.triple = llvm.get_process_triple()
+    for name, (emit, src, dst) in _BUILTINS.items():
+        emit(module, name, src, dst)
+    return module
+
+
+def register_builtins() -> dict[str, int]:
+    """Compile the builtins once per process and make their symbols visible to every JIT
+    (`llvm.add_symbol`); returns name -> address."""
+    with _lock:
+        if _registered:
+            return _registered
+        from .target import new_host_target_machine
+
+        llmod = llvm.parse_assembly(str(builtins_module()))
+        llmod.verify()
+        engine = llvm.create_mcjit_compiler(llmod, new_host_target_machine())
+        engine.finalize_object()
+        _engines.append(engine)
+        for name in _BUILTINS:
+            _registered[name] = engine.get_function_address(name)
+        for alias, name in _ALIASES.items():
+            _registered[alias] = _registered[name]
+        for name, addr in _registered.items():
+            llvm.add_symbol(name, addr)
+        return _registered
+
+
+def undefined_symbols(obj: bytes) -> set[str] | None:
+    """Names an ELF64 little-endian relocatable object refers to but does not define (None for
+    another object format, which is then not checked)."""
+    if obj[:4] != b"\x7fELF" or obj[4] != 2 or obj[5] != 1:
+        return None
+    (shoff,) = struct.unpack_from("<Q", obj, 0x28)
+    shentsize, shnum = struct.unpack_from("<HH", obj, 0x3A)
+    sections = [struct.unpack_from("<IIQQQQIIQQ", obj, shoff + i * shentsize) for i in range(shnum)]
+    names: set[str] = set()
+    for _, sh_type, _, _, offset, size, link, _, _, _ in sections:
+        if sh_type != 2:  # SHT_SYMTAB
+            continue
+        strtab = sections[link][4]
+        for k in range(size // 24):
+            st_name, _, _, st_shndx, _, _ = struct.unpack_from("<IBBHQQ", obj, offset + 24 * k)
+            if st_shndx == 0 and st_name:  # SHN_UNDEF
+                end = obj.index(b"\0", strtab + st_name)
+                names.add(obj[strtab + st_name:end].decode())
+    return names
+
+
+class UnresolvedSymbolError(RuntimeError):
+    """Compiled code calls a function the JIT cannot find (it would be called at address 0)."""
+
+
+def check_resolvable(obj: bytes) -> None:
+    """Raise UnresolvedSymbolError naming every symbol of object `obj` that neither the process
+    nor `llvm.add_symbol` provides (MCJIT would silently bind it to address 0)."""
+    names = undefined_symbols(obj)
+    if not names:
+        return
+    missing = sorted(n for n in names if not llvm.address_of_symbol(n))
+    if missing:
+        raise UnresolvedSymbolError("compiled kernels call functions this process does not provide: "
+                                    + ", ".join(missing))
