@@ -112,6 +112,68 @@ def _signature(r) -> tuple:
     return dims_of(r.operands[0]), tuple(sorted(r.attrs["dimensions"]))
 
 
+def _minor_to_major(shape) -> tuple[int, ...]:
+    layout = shape.layout
+    return tuple(layout.minor_to_major) if layout is not None else tuple(range(shape.rank - 1, -1, -1))
+
+
+def _passes_index_through(inst) -> bool:
+    """Whether `inst` reads each operand at its own output index (its generator hands the
+    index on unchanged): elementwise ops, tuple plumbing, and the identity forms of reshape,
+    bitcast, copy, broadcast and transpose."""
+    if inst.info.elementwise or inst.opcode in ("tuple", "get-tuple-element", "copy"):
+        return True
+    if not inst.shape.is_array or len(inst.operands) != 1 or not inst.operands[0].shape.is_array:
+        return False
+    same = dims_of(inst) == dims_of(inst.operands[0])
+    if inst.opcode == "reshape":
+        return same
+    if inst.opcode == "bitcast":  # the physical reinterpretation is the identity only under one layout
+        return same and _minor_to_major(inst.shape) == _minor_to_major(inst.operands[0].shape)
+    if inst.opcode == "broadcast":
+        return same and tuple(inst.attrs.get("dimensions", ())) == tuple(range(len(dims_of(inst))))
+    if inst.opcode == "transpose":
+        return tuple(inst.attrs["dimensions"]) == tuple(range(len(dims_of(inst))))
+    return False
+
+
+def reads_heroes_at_output_index(inst, heroes) -> bool:
+    """Whether `inst`, evaluated at output index i, reads every reduce of `heroes` at index i.
+
+    A reduction kernel holds one output element's accumulated value at a time (registers in a
+    row, one column block in a column), and its epilogue generators see a hero as that value
+    whatever index they ask for. So an epilogue may only reach a hero through ops that pass the
+    index through unchanged; a reverse, slice, transpose, pad, concatenate, dynamic-slice, or a
+    reshape or broadcast that moves elements would read another output element's value. A
+    scalar hero (a full reduction) has one element, so every path to it is fine."""
+    targets = {id(h) for h in heroes if dims_of(h) != ()}
+    if not targets:
+        return True
+    # Post order of what `inst` reads, not entering reduces; then, bottom-up, which of those
+    # reach a hero: each that does (other than the hero) must pass the index through.
+    order, seen, stack = [], set(), [(inst, False)]
+    while stack:
+        i, done = stack.pop()
+        if done:
+            order.append(i)
+            continue
+        if id(i) in seen:
+            continue
+        seen.add(id(i))
+        stack.append((i, True))
+        if i.opcode != "reduce":
+            stack.extend((op, False) for op in i.operands)
+    reaches: set[int] = set()
+    for i in order:
+        if id(i) in targets:
+            reaches.add(id(i))
+        elif i.opcode != "reduce" and any(id(op) in reaches for op in i.operands):
+            if not _passes_index_through(i):
+                return False
+            reaches.add(id(i))
+    return True
+
+
 def reduction_groups(comp: HloComputation) -> tuple[list[ReductionGroup], list[int]]:
     """Split the output leaves of `comp` into reduction groups and the rest (loop outputs)."""
     leaves = output_leaves(comp)
@@ -123,7 +185,7 @@ def reduction_groups(comp: HloComputation) -> tuple[list[ReductionGroup], list[i
         if len(sigs) == 1:
             in_dims, rdims = next(iter(sigs))
             g = groups.get((in_dims, rdims)) or ReductionGroup([], [], [], in_dims, rdims)
-            if tuple(leaf.shape.dims) == g.out_dims:
+            if tuple(leaf.shape.dims) == g.out_dims and reads_heroes_at_output_index(leaf.inst, heroes):
                 groups[(in_dims, rdims)] = g
                 g.epilogue.append(k)
                 g.heroes.extend(h for h in heroes if all(h is not o for o in g.heroes))
@@ -220,11 +282,19 @@ def _reduced_loops(b, group: ReductionGroup, body, level: int = 0, fixed=(), out
         _reduced_loops(b, group, body, level + 1, tuple(fixed) + (i,))
 
 
-def _override_heroes(em: ElementalEmitter, heroes, current) -> None:
+def override_heroes(em: ElementalEmitter, heroes, current, at) -> None:
     """Make each hero's generator return its accumulated value (`current(hero)` at emission time),
-    so epilogue generators created afterwards read the accumulators."""
+    so epilogue generators created afterwards read the accumulators.
+
+    That value is the hero's element at the output index `at()` the epilogue is being evaluated
+    at, and no other: `reduction_groups` only puts outputs that read the heroes there in the
+    epilogue (`reads_heroes_at_output_index`), and a generator asking for another index is a
+    compiler bug, stopped here rather than silently given the wrong element."""
     for h in heroes:
-        def gen(_idx, h=h):
+        def gen(idx: Index, h=h):
+            expected = at()
+            if idx.dims and (idx.dims != expected.dims or idx.key() != expected.key()):
+                raise RuntimeError(f"internal error: reduction epilogue reads {h.inst.name} away from the output index")
             vals = current(h)
             return tuple(vals) if h.n > 1 else vals[0]
 
@@ -239,7 +309,8 @@ def _emit_row(skel, em, group, heroes, extras, epilogue_ptrs, epilogue_leaves, p
     with b.goto_entry_block():
         for h in heroes:
             slots[id(h)] = [b.alloca(reg) for reg in h.reg_types]
-    _override_heroes(em, heroes, lambda h: [b.load(s) for s in slots[id(h)]])
+    at = {}
+    override_heroes(em, heroes, lambda h: [b.load(s) for s in slots[id(h)]], lambda: at["index"])
     epilogue_gens = [em.gen(leaf.inst) for leaf in epilogue_leaves]
     with for_range(b, skel.begin, skel.end, "out") as unit:
         outer = None
@@ -249,7 +320,7 @@ def _emit_row(skel, em, group, heroes, extras, epilogue_ptrs, epilogue_leaves, p
             r0 = group.in_dims[group.rdims[0]]
             outer = (b.udiv(b.mul(part, const_i64(r0)), const_i64(parts)),
                      b.udiv(b.mul(b.add(part, const_i64(1)), const_i64(r0)), const_i64(parts)))
-        out_index = Index(b, group.out_dims, linear=u)
+        out_index = at["index"] = Index(b, group.out_dims, linear=u)
         for h in heroes:
             for s, v in zip(slots[id(h)], h.init_values(b)):
                 b.store(v, s)
@@ -276,7 +347,8 @@ def _emit_combine(skel, em, group, heroes, epilogue_ptrs, epilogue_leaves, parts
     b = skel.builder
     n_out = math.prod(group.out_dims)
     finals = {}
-    _override_heroes(em, heroes, lambda h: finals[id(h)])
+    at = {}
+    override_heroes(em, heroes, lambda h: finals[id(h)], lambda: at["index"])
     epilogue_gens = [em.gen(leaf.inst) for leaf in epilogue_leaves]
     with for_range(b, skel.begin, skel.end, "out") as u:
         k = 0
@@ -293,7 +365,7 @@ def _emit_combine(skel, em, group, heroes, epilogue_ptrs, epilogue_leaves, parts
                 res = em.call_scalar(h.comp, acc + partial(p), reduction=True)
                 acc = list(res) if isinstance(res, tuple) else [res]
             finals[id(h)] = acc
-        out_index = Index(b, group.out_dims, linear=u)
+        out_index = at["index"] = Index(b, group.out_dims, linear=u)
         for g, leaf, ptr in zip(epilogue_gens, epilogue_leaves, epilogue_ptrs):
             store_element(b, leaf.select(g(out_index)), b.gep(ptr, [u], inbounds=True), leaf.shape.dtype)
 
@@ -312,7 +384,7 @@ def _emit_column(skel, em, group, heroes, extras, epilogue_ptrs, epilogue_leaves
         return [load_element(b, b.gep(p, [position["j"]], inbounds=True), et)
                 for p, et in zip(scratch[id(h)], h.types)]
 
-    _override_heroes(em, heroes, current)
+    override_heroes(em, heroes, current, lambda: position["index"])
     epilogue_gens = [em.gen(leaf.inst) for leaf in epilogue_leaves]
     with for_range(b, skel.begin, skel.end, "unit") as u:
         o = b.udiv(u, const_i64(nb))
@@ -342,7 +414,7 @@ def _emit_column(skel, em, group, heroes, extras, epilogue_ptrs, epilogue_leaves
         _reduced_loops(b, group, body)
         with for_range(b, j0, j1, "epilogue") as j:
             position["j"] = b.sub(j, j0)
-            out_index = Index(b, group.out_dims, multi=list(outer) + [j], linear=b.add(row, j))
+            out_index = position["index"] = Index(b, group.out_dims, multi=list(outer) + [j], linear=b.add(row, j))
             for g, leaf, ptr in zip(epilogue_gens, epilogue_leaves, epilogue_ptrs):
                 store_element(b, leaf.select(g(out_index)), b.gep(ptr, [out_index.linear], inbounds=True),
                               leaf.shape.dtype)

@@ -46,7 +46,7 @@ from llvmlite import ir
 from ...hlo.ir import HloComputation
 from ..elemental import ElementalEmitter, Index, const_i64, delinearize, load_element, store_element
 from ..loop_emitter import for_range, output_leaves
-from ..reduction_emitter import ReduceHero, ReductionGroup
+from ..reduction_emitter import ReduceHero, ReductionGroup, override_heroes
 from .atomics import atomic_kind, emit_atomic_combine
 from .kernels import LaunchDims, launch_for
 
@@ -224,13 +224,8 @@ class _Emit:
         given by `values(hero) -> list of register values` (the reduce's generator is
         overridden, so outputs computed from a reduce read the reduced value)."""
         b = self.b
-        for h in self.heroes:
-            def gen(_idx, h=h):
-                vals = values(h)
-                return tuple(vals) if h.n > 1 else vals[0]
-
-            self.em.override(h.inst, gen)
         index = Index(b, self.group.out_dims, linear=o)
+        override_heroes(self.em, self.heroes, values, lambda: index)
         for k in self.group.epilogue:
             if only_nontrivial and k in self.plan.trivial:
                 continue
