@@ -1,0 +1,30 @@
+"""hlofuse's own fuzzing harness.
+
+Three fuzzers, each case run in a pool of worker processes (so a segfault is a CRASH and a
+case that does not finish within the timeout a HANG, not the end of the run):
+
+* malformed: byte, token and semantic mutations of the valid modules under testdata/ and
+  examples/, through load -> verify -> compile(cpu) -> run; a mutant that still verifies is
+  also run on the interpreter and compared.
+* graphs: random valid graphs (graphs.py) on the cpu backend with and without fusion and on
+  gpu-emulated, each compared with the interpreter (runtime/compare.py's tolerances).
+* edge: every elementwise opcode of the registry on each element type it accepts, on edge
+  inputs (NaN, ±inf, ±0, denormals, extremes, integer overflow, out-of-range float->int),
+  interpreter and cpu against XLA:CPU (tests/xla_oracle.py).
+
+Outcome classes: ok, expected-error (an hlofuse.HloError with a message), skipped (too large,
+or an op/type XLA refuses), denormal-only (a difference that goes away when denormals are
+flushed: XLA:CPU's FTZ/DAZ, a known issue counted apart), and the failures: unexpected-exception,
+crash, hang, mismatch, generator-invalid. Each distinct failure signature (exception type and
+innermost hlofuse frame, or backend and op for a mismatch) keeps its shortest reproducer in
+OUT/<fuzzer>/<signature>/: case.hlo, case.npz (inputs arg0, arg1, ...) and README.txt with
+the `hlofuse run ... --compare` command that reproduces it.
+
+The long run (from the repository root):
+
+    .venv/bin/python -m tests.fuzz --malformed 10000 --graphs 1000 --edge-cases --seed 1 --jobs 2 --out /tmp/fuzz-out
+
+prints a table of counts per outcome per fuzzer and the list of distinct failures, and exits
+with status 1 if there is any. A short deterministic run is part of the test suite
+(tests/test_fuzz_short.py).
+"""

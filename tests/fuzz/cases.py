@@ -1,0 +1,176 @@
+"""What a worker does with one case: load -> verify -> compile -> run -> compare, each failure
+classified (outcomes.py). Runs inside the worker process; nothing here guards against crashes
+or hangs (the pool does).
+"""
+from __future__ import annotations
+
+import traceback
+from typing import Any
+
+import numpy as np
+
+from . import outcomes as oc
+from .values import contains_subnormal, flush_denormals, make_inputs
+
+# Modules whose instructions hold more than this many bytes are verified and compiled but not run.
+MAX_MODULE_BYTES = 64 << 20
+
+
+def _error_result(exc: BaseException, stage: str) -> dict[str, Any]:
+    import hlofuse
+
+    msg = str(exc)
+    if isinstance(exc, hlofuse.HloError) and msg.strip():
+        return {"outcome": oc.EXPECTED, "stage": stage, "signature": f"{type(exc).__name__} ({stage})",
+                "message": msg[:300]}
+    return {"outcome": oc.UNEXPECTED, "stage": stage, "signature": oc.exception_signature(exc),
+            "message": f"{type(exc).__name__}: {msg[:500]}", "traceback": traceback.format_exc()[-4000:]}
+
+
+def _module_bytes(module) -> int:
+    total = 0
+    for inst in module.all_instructions():
+        try:
+            total += inst.shape.byte_size()
+        except Exception:  # noqa: BLE001 - a shape with no size (token): count nothing
+            pass
+    return total
+
+
+def _inputs(module, seed: int, edge_fraction: float) -> list:
+    from hlofuse.runtime.io import parameter_shapes
+
+    return make_inputs(parameter_shapes(module), seed, edge_fraction)
+
+
+def _root_opcode(module, index: int) -> str:
+    """The opcode producing flattened output `index` of the entry (through tuples), for signatures."""
+    root = module.entry.root
+    if root.opcode == "tuple" and index < len(root.operands):
+        return root.operands[index].opcode
+    return root.opcode
+
+
+def compare_with_reference(actual: list, expected: list, rerun_flushed) -> tuple[str, str]:
+    """(outcome, message) of a backend's outputs against the reference's. A mismatch that goes
+    away when the reference is rerun with denormal inputs flushed (and its denormal outputs
+    flushed) is DENORMAL, not MISMATCH."""
+    from hlofuse.runtime.compare import compare_outputs
+
+    results = compare_outputs(list(actual), list(expected))
+    bad = [r for r in results if not r.ok]
+    if not bad:
+        return oc.OK, ""
+    message = "; ".join(r.line() for r in bad[:3])
+    flushed = rerun_flushed()
+    if flushed is not None:
+        again = compare_outputs([flush_denormals(a) for a in actual], [flush_denormals(e) for e in flushed])
+        if all(r.ok for r in again):
+            return oc.DENORMAL, message
+    return oc.MISMATCH, message
+
+
+def run_malformed(text: str, seed: int) -> dict[str, Any]:
+    """load -> verify -> compile(cpu) -> run; when it runs, the interpreter is the reference."""
+    import hlofuse
+    from hlofuse.hlo.verifier import verify
+
+    stage = "parse"
+    try:
+        module = hlofuse.parse_hlo(text)
+        stage = "verify"
+        verify(module)
+        stage = "compile"
+        if _module_bytes(module) > MAX_MODULE_BYTES:
+            exe = hlofuse.compile(module, target="interpreter")
+            return {"outcome": oc.SKIPPED, "stage": stage, "signature": "too large to run", "message": ""}
+        exe = hlofuse.compile(module, target="cpu")
+        stage = "inputs"
+        try:
+            args = _inputs(module, seed, 0.1)
+        except ValueError as e:
+            return {"outcome": oc.SKIPPED, "stage": stage, "signature": "no inputs", "message": str(e)}
+        stage = "run"
+        got = exe(*args)
+    except Exception as e:  # noqa: BLE001 - classifying every exception is the point
+        return _error_result(e, stage)
+    return _against_interpreter(module, args, got, "cpu", seed)
+
+
+def _against_interpreter(module, args, got, backend: str, seed: int) -> dict[str, Any]:
+    import hlofuse
+
+    try:
+        ref_exe = hlofuse.compile(module, target="interpreter")
+        want = ref_exe(*args)
+    except hlofuse.HloError as e:  # the reference cannot run it: nothing to compare
+        return {"outcome": oc.OK, "stage": "reference", "signature": "", "message": f"no reference: {e}"[:200]}
+    except Exception as e:  # noqa: BLE001
+        return _error_result(e, "interpreter")
+
+    def rerun():
+        if not contains_subnormal(args) and not contains_subnormal(list(want)):
+            return None
+        try:
+            return ref_exe(*flush_denormals(args))
+        except Exception:  # noqa: BLE001
+            return None
+
+    outcome, message = compare_with_reference(got, want, rerun)
+    if outcome == oc.OK:
+        return {"outcome": oc.OK, "stage": "compare", "signature": "", "message": ""}
+    first = _first_bad(got, want)
+    sig = f"{backend} vs interpreter: {_root_opcode(module, first)} -> {np.asarray(want[first]).dtype}" \
+        if first is not None else f"{backend} vs interpreter"
+    return {"outcome": outcome, "stage": "compare", "signature": sig, "message": message}
+
+
+def _first_bad(got, want) -> int | None:
+    from hlofuse.runtime.compare import compare_arrays
+
+    if len(got) != len(want):
+        return None
+    for i, (g, w) in enumerate(zip(got, want)):
+        if not compare_arrays(g, w, i).ok:
+            return i
+    return None
+
+
+GRAPH_BACKENDS = (("cpu", True), ("cpu", False), ("gpu-emulated", True))
+
+
+def run_graph(text: str, seed: int) -> dict[str, Any]:
+    """A generated valid module on every backend, each compared with the interpreter."""
+    import hlofuse
+    from hlofuse.hlo.verifier import verify
+
+    try:
+        module = hlofuse.parse_hlo(text)
+        verify(module)
+    except hlofuse.HloError as e:
+        return {"outcome": oc.INVALID, "stage": "verify", "signature": f"{type(e).__name__}: "
+                + str(e).splitlines()[0][:120], "message": str(e)[:500]}
+    except Exception as e:  # noqa: BLE001
+        return _error_result(e, "parse")
+    args = _inputs(module, seed, 0.25)
+    try:
+        want = hlofuse.compile(module, target="interpreter")(*args)
+    except Exception as e:  # noqa: BLE001 - a valid module the interpreter cannot run is a finding
+        r = _error_result(e, "interpreter")
+        r["outcome"] = oc.UNEXPECTED if r["outcome"] == oc.UNEXPECTED else oc.EXPECTED
+        r["signature"] = "interpreter: " + r["signature"]
+        return r
+    worst: dict[str, Any] = {"outcome": oc.OK, "stage": "compare", "signature": "", "message": ""}
+    rank = {o: k for k, o in enumerate(oc.ORDER)}
+    for target, fusion in GRAPH_BACKENDS:
+        label = target + ("" if fusion else " (no fusion)")
+        try:
+            got = hlofuse.compile(module, target=target, fusion=fusion)(*args)
+        except Exception as e:  # noqa: BLE001
+            r = _error_result(e, label)
+            r["signature"] = f"{label}: {r['signature']}"
+        else:
+            r = _against_interpreter(module, args, got, label, seed)
+        if rank[r["outcome"]] > rank[worst["outcome"]]:
+            worst = r
+    return worst

@@ -1,0 +1,51 @@
+"""Outcome classes of a fuzz case and the signature that groups failures with one cause."""
+from __future__ import annotations
+
+import traceback
+from pathlib import Path
+
+OK = "ok"  # ran (and matched the reference where there is one)
+EXPECTED = "expected-error"  # an hlofuse.HloError subclass with a message: the user's mistake, reported
+UNEXPECTED = "unexpected-exception"  # anything else: a traceback is a bug
+CRASH = "crash"  # the worker process died (a signal: segfault, abort)
+HANG = "hang"  # no answer within the per-case timeout
+MISMATCH = "mismatch"  # a backend's result differs from the reference
+DENORMAL = "denormal-only"  # differs only where denormals are flushed (XLA:CPU's FTZ/DAZ): known, counted apart
+SKIPPED = "skipped"  # not run: too large, an input type with no numpy counterpart, unsupported by XLA
+INVALID = "generator-invalid"  # a generated "valid" module the verifier rejects (generator or verifier bug)
+
+FAILURES = (UNEXPECTED, CRASH, HANG, MISMATCH, INVALID)
+ORDER = (OK, EXPECTED, SKIPPED, DENORMAL, UNEXPECTED, CRASH, HANG, MISMATCH, INVALID)
+
+_PACKAGE = "hlofuse"
+
+
+def innermost_frame(tb_frames: list[traceback.FrameSummary]) -> str:
+    """`hlofuse/path.py:function` of the innermost frame inside the hlofuse package (the last
+    frame of any file when no hlofuse frame is on the stack)."""
+    for fr in reversed(tb_frames):
+        parts = Path(fr.filename).parts
+        if _PACKAGE in parts and "tests" not in parts:
+            rel = "/".join(parts[len(parts) - 1 - parts[::-1].index(_PACKAGE):])
+            return f"{rel}:{fr.name}"
+    if tb_frames:
+        return f"{Path(tb_frames[-1].filename).name}:{tb_frames[-1].name}"
+    return "?"
+
+
+def exception_signature(exc: BaseException) -> str:
+    """`ExceptionType at hlofuse/file.py:function` (the innermost hlofuse frame)."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    return f"{type(exc).__name__} at {innermost_frame(frames)}"
+
+
+def signature_from_dump(dump: str) -> str:
+    """The innermost hlofuse frame of a faulthandler dump (`File "...", line N in fn` lines,
+    innermost first), for crashes and hangs."""
+    for line in dump.splitlines():
+        line = line.strip()
+        if line.startswith("File ") and "/hlofuse/" in line and "/tests/" not in line:
+            path = line.split('"')[1]
+            fn = line.rsplit(" in ", 1)[-1]
+            return "hlofuse/" + path.split("/hlofuse/", 1)[1] + ":" + fn
+    return "?"

@@ -1,0 +1,84 @@
+"""The worker process: reads cases from stdin, answers on the original stdout.
+
+Messages are length-prefixed pickles. The worker's own fd 1 is pointed at /dev/null so that
+anything the libraries print cannot corrupt the protocol; faulthandler writes the Python stack
+of a crash (or, on SIGUSR1, of a hang) to the file the pool names, which the pool reads back
+to give a crash or hang its signature.
+"""
+from __future__ import annotations
+
+import faulthandler
+import os
+import pickle
+import signal
+import struct
+import sys
+from typing import Any, BinaryIO
+
+
+def send(stream: BinaryIO, obj: Any) -> None:
+    """Write one message."""
+    data = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+    stream.write(struct.pack("<Q", len(data)) + data)
+    stream.flush()
+
+
+def recv(stream: BinaryIO) -> Any:
+    """Read one message; EOFError when the other side is gone."""
+    head = stream.read(8)
+    if len(head) < 8:
+        raise EOFError
+    (n,) = struct.unpack("<Q", head)
+    data = stream.read(n)
+    if len(data) < n:
+        raise EOFError
+    return pickle.loads(data)
+
+
+def handle(case: dict[str, Any]) -> Any:
+    """Run one case (see cases.py and edge.py) and return its result(s)."""
+    from . import cases, edge
+
+    kind = case["kind"]
+    if kind == "malformed":
+        return cases.run_malformed(case["text"], case["seed"])
+    if kind == "graph":
+        return cases.run_graph(case["text"], case["seed"])
+    if kind == "edge":
+        return edge.run_edge(case["text"], case["args"], case["outputs"], tuple(case["backends"]))
+    if kind == "ping":
+        return "pong"
+    raise ValueError(f"unknown case kind {kind!r}")
+
+
+def main() -> None:
+    """Serve cases until stdin closes."""
+    out = os.fdopen(os.dup(1), "wb")
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 1)
+    inp = sys.stdin.buffer
+    dump_path = os.environ.get("HLOFUSE_FUZZ_DUMP")
+    if dump_path:
+        dump = open(dump_path, "w")  # noqa: SIM115 - kept open for faulthandler for the life of the process
+        faulthandler.enable(dump, all_threads=False)
+        faulthandler.register(signal.SIGUSR1, dump, all_threads=False)
+    import numpy as np
+
+    np.seterr(all="ignore")  # numpy warnings on NaN/inf inputs are expected, not findings
+    import warnings
+
+    warnings.simplefilter("ignore")
+    while True:
+        try:
+            case = recv(inp)
+        except EOFError:
+            return
+        if dump_path:
+            # Each case starts a fresh dump, so a crash's stack is the crashing case's.
+            dump.seek(0)
+            dump.truncate()
+        send(out, handle(case))
+
+
+if __name__ == "__main__":
+    main()
