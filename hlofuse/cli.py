@@ -213,81 +213,180 @@ def cmd_explain(args: argparse.Namespace) -> int:
 
 
 # ---- parser -----------------------------------------------------------------------------
+def positive_int(text: str) -> int:
+    """An argparse type: an integer of at least 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got '{text}'") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def non_negative_int(text: str) -> int:
+    """An argparse type: an integer of at least 0."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got '{text}'") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, got {value}")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the `hlofuse` command."""
-    p = argparse.ArgumentParser(prog="hlofuse", description="XLA-style HLO fusion compiler.")
-    sub = p.add_subparsers(dest="command", required=True)
+    p = argparse.ArgumentParser(prog="hlofuse", description="XLA-style HLO fusion compiler.",
+                                epilog="exit status: 0 ok, 1 mismatch found by run --compare, "
+                                       "2 a mistake in the command or its files, 3 a bug in hlofuse")
+    debug_help = "on an internal error, also print the full Python traceback"
+    p.add_argument("--debug", action="store_true", help=debug_help)
+    # Also accepted after the command (`hlofuse run m.hlo --debug`); SUPPRESS keeps the
+    # global value when it is not repeated there.
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=debug_help)
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND",
+                           help="run, compile, fmt, conformance or explain (COMMAND -h for its options)")
 
     def module_arg(sp):
         sp.add_argument("module", help="module file: .hlo (HLO text) or .mlir (StableHLO)")
         sp.add_argument("--format", choices=["hlo", "stablehlo"], help="override the format given by the suffix")
 
-    r = sub.add_parser("run", help="compile and run a module")
+    r = sub.add_parser("run", parents=[common], help="compile and run a module")
     module_arg(r)
-    r.add_argument("--backend", choices=TARGETS, default="cpu")
+    r.add_argument("--backend", choices=TARGETS, default="cpu", help="where to run it (default: cpu)")
     r.add_argument("--inputs", help=".npz with arrays arg0, arg1, ... (random seeded inputs if absent)")
-    r.add_argument("--output", help="write the results as out0, out1, ... to this .npz")
+    r.add_argument("-o", "--output", help="write the results as out0, out1, ... to this .npz "
+                                          "(its directory must exist)")
     r.add_argument("--no-fusion", action="store_true", help="run without the fusion passes")
     r.add_argument("--compare", action="store_true", help="also run the interpreter; exit 1 on a mismatch")
     r.add_argument("--report", action="store_true", help="print the fusion report")
-    r.add_argument("--repeat", type=int, default=0, help="time N executions and print the median")
-    r.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
+    r.add_argument("--repeat", type=positive_int, metavar="N",
+                   help="time N executions after a first, untimed one (N >= 1) and print the median "
+                        "instead of the outputs")
+    r.add_argument("--seed", type=non_negative_int, default=0, help="seed of the random inputs (default: 0)")
     r.set_defaults(func=cmd_run)
 
-    c = sub.add_parser("compile", help="run the pass pipeline and print a stage")
+    c = sub.add_parser("compile", parents=[common], help="run the pass pipeline and print a stage")
     module_arg(c)
-    c.add_argument("--target", choices=["cpu", "gpu"], default="cpu")
-    c.add_argument("--emit", choices=["hlo", "llvm", "asm", "ptx", "report", "json", "html", "dot"], default="hlo")
-    c.add_argument("-o", "--output", help="write to this file instead of standard output")
-    c.add_argument("--dump-dir", help="write the module after every pass, the report and the graph here")
-    c.add_argument("--no-fusion", action="store_true")
+    c.add_argument("--target", choices=["cpu", "gpu"], default="cpu", help="fusion policy and code generator "
+                                                                           "(default: cpu)")
+    c.add_argument("--emit", choices=["hlo", "llvm", "asm", "ptx", "report", "json", "html", "dot"], default="hlo",
+                   help="what to print: the optimized HLO (default), LLVM IR, assembly, PTX, the fusion "
+                        "report as text or JSON, or the fusion graph as HTML or DOT")
+    c.add_argument("-o", "--output", help="write to this file instead of standard output (its directory must exist)")
+    c.add_argument("--dump-dir", help="write the module after every pass, the report and the graph here "
+                                      "(created if missing)")
+    c.add_argument("--no-fusion", action="store_true", help="run the pipeline without the fusion passes")
     c.add_argument("--passes", help="comma-separated pass names instead of the standard pipeline")
     c.add_argument("--verify", action="store_true", help="verify the module after every pass")
     c.add_argument("--timings", action="store_true", help="print per-pass timings to standard error")
     c.set_defaults(func=cmd_compile)
 
-    f = sub.add_parser("fmt", help="print a module as canonical HLO text")
+    f = sub.add_parser("fmt", parents=[common], help="print a module as canonical HLO text")
     module_arg(f)
-    f.add_argument("-o", "--output")
+    f.add_argument("-o", "--output", help="write to this file instead of standard output (its directory must exist)")
     f.set_defaults(func=cmd_fmt)
 
-    k = sub.add_parser("conformance", help="run StableHLO conformance test files")
-    k.add_argument("paths", nargs="+")
-    k.add_argument("--backend", choices=["interpreter", "cpu"], default="interpreter")
-    k.add_argument("--jobs", type=int, default=1, help="files run in parallel processes")
+    k = sub.add_parser("conformance", parents=[common], help="run StableHLO conformance test files")
+    k.add_argument("paths", nargs="+", metavar="PATH", help="test files (.mlir), or folders of them")
+    k.add_argument("--backend", choices=["interpreter", "cpu"], default="interpreter",
+                   help="what runs the tests (default: interpreter)")
+    k.add_argument("--jobs", type=positive_int, default=1, help="files run in parallel processes (default: 1)")
     k.add_argument("--breakdown", action="store_true", help="also print results by op family and element type")
     k.set_defaults(func=cmd_conformance)
 
-    e = sub.add_parser("explain", help="why is (or is not) an instruction fused with another")
+    e = sub.add_parser("explain", parents=[common], help="why is (or is not) an instruction fused with another")
     module_arg(e)
-    e.add_argument("instructions", nargs="+", metavar="INSTRUCTION")
-    e.add_argument("--target", choices=["cpu", "gpu"], default="cpu")
+    e.add_argument("instructions", nargs="+", metavar="INSTRUCTION",
+                   help="names of instructions of the module (two or more: why they are or are not fused)")
+    e.add_argument("--target", choices=["cpu", "gpu"], default="cpu", help="fusion policy to explain (default: cpu)")
     e.set_defaults(func=cmd_explain)
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point of the `hlofuse` console script."""
-    from .hlo.errors import HloError
-
+    """Entry point of the `hlofuse` console script; returns the exit status (see the module
+    docstring)."""
     parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as e:  # a usage error (2), or --help (0): argparse has printed it
+        return e.code if isinstance(e.code, int) else EXIT_USER_ERROR
     try:
         return args.func(args)
-    except (HloError, UsageError) as e:
-        print(f"hlofuse: {e}", file=sys.stderr)
-        return EXIT_USER_ERROR
-    except FileNotFoundError as e:
-        print(f"hlofuse: {e.filename or e}: no such file", file=sys.stderr)
-        return EXIT_USER_ERROR
-    except IsADirectoryError as e:
-        print(f"hlofuse: {e.filename}: is a directory", file=sys.stderr)
-        return EXIT_USER_ERROR
-    except PermissionError as e:
-        print(f"hlofuse: {e.filename}: permission denied", file=sys.stderr)
-        return EXIT_USER_ERROR
     except BrokenPipeError:
+        _silence_stdout()
         return 0
+    except KeyboardInterrupt:
+        print("hlofuse: interrupted", file=sys.stderr)
+        return 130
+    except Exception as e:  # noqa: BLE001 - every failure ends as one paragraph and an exit status
+        message, status = describe_failure(e, args)
+        if status == EXIT_INTERNAL_ERROR and args.debug:
+            import traceback
+
+            traceback.print_exception(e, file=sys.stderr)
+        print(message, file=sys.stderr)
+        return status
+
+
+def describe_failure(e: BaseException, args: argparse.Namespace) -> tuple[str, int]:
+    """The paragraph and exit status for exception `e` of a command: 2 for the user's
+    mistakes (HloError, usage, files), 3 for anything else, which is a bug in hlofuse."""
+    from .hlo.errors import HloError
+
+    if isinstance(e, (HloError, UsageError)):
+        return f"hlofuse: {e}", EXIT_USER_ERROR
+    if isinstance(e, OSError) and e.filename is not None:
+        # The user's files (inputs, outputs, folders); an OSError without a file name is not.
+        why = {FileNotFoundError: "no such file", IsADirectoryError: "is a directory",
+               PermissionError: "permission denied", NotADirectoryError: "not a directory"}.get(type(e), e.strerror)
+        return f"hlofuse: {e.filename}: {why}", EXIT_USER_ERROR
+    return internal_error_message(e, getattr(args, "module", None), args.command), EXIT_INTERNAL_ERROR
+
+
+def internal_error_message(e: BaseException, module_file: str | None, command: str | None) -> str:
+    """One paragraph for an unexpected exception: a bug in hlofuse, the command and module
+    file it happened on, the exception (type and message) and where in hlofuse it was raised."""
+    text = " ".join(str(e).split())
+    if len(text) > 400:
+        text = text[:400] + " ..."
+    on = f" while running 'hlofuse {command}'" if command else ""
+    if module_file:
+        on += f" on {module_file}"
+    where = _raised_at(e)
+    return (f"hlofuse: internal error: this is a bug in hlofuse, not a mistake in your command{on}: "
+            f"{type(e).__name__}{': ' + text if text else ''} (raised in {where}). Please report it with the "
+            f"module and the command line; run with --debug for the full traceback.")
+
+
+def _raised_at(e: BaseException) -> str:
+    """`hlofuse/path.py:LINE in FUNCTION` of the innermost frame of hlofuse's own code in the
+    traceback of `e` (the innermost frame at all when none is hlofuse's)."""
+    import traceback
+
+    frames = traceback.extract_tb(e.__traceback__)
+    if not frames:
+        return "an unknown place"
+    package = os.path.dirname(os.path.abspath(__file__))
+    ours = [fr for fr in frames if os.path.abspath(fr.filename).startswith(package + os.sep)]
+    frame = (ours or frames)[-1]
+    path = os.path.abspath(frame.filename)
+    if path.startswith(package + os.sep):
+        path = os.path.join("hlofuse", os.path.relpath(path, package))
+    return f"{path}:{frame.lineno} in {frame.name}"
+
+
+def _silence_stdout() -> None:
+    """Point standard output at /dev/null after a closed pipe (`hlofuse fmt m.hlo | head`), so
+    Python's flush at exit does not report the broken pipe again."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):
+        pass
 
 
 if __name__ == "__main__":

@@ -350,14 +350,34 @@ def _one_line(e: BaseException) -> str:
     return " ".join(str(e).split())[:300]
 
 
+class ConformancePathError(HloError):
+    """A path given to the conformance runner that names no test file."""
+
+
 def expand_paths(paths: Iterable[str]) -> list[str]:
-    """Files named, plus the `.mlir` files of folders named (sorted)."""
+    """Files named, plus the `.mlir` files of folders named (sorted). ConformancePathError
+    naming every path that does not exist, and every folder without a test file: a typo must
+    not pass as a run of zero tests."""
     out: list[str] = []
+    missing: list[str] = []
+    empty: list[str] = []
     for p in paths:
         if os.path.isdir(p):
-            out.extend(sorted(os.path.join(p, n) for n in os.listdir(p) if n.endswith(".mlir")))
-        else:
+            found = sorted(os.path.join(p, n) for n in os.listdir(p) if n.endswith(".mlir"))
+            if not found:
+                empty.append(p)
+            out.extend(found)
+        elif os.path.exists(p):
             out.append(p)
+        else:
+            missing.append(p)
+    problems = []
+    if missing:
+        problems.append(f"no such file or folder: {', '.join(missing)}")
+    if empty:
+        problems.append(f"no test files (*.mlir) in the folder{'s' if len(empty) > 1 else ''} {', '.join(empty)}")
+    if problems:
+        raise ConformancePathError("; ".join(problems))
     return out
 
 
@@ -408,12 +428,13 @@ def main_conformance(paths: list[str], backend: str = "interpreter", stream: Tex
                      verbose_breakdown: bool = False, jobs: int = 1) -> int:
     """Run the files, print a line per file, each skip reason with its count, (optionally) the
     breakdown by op family and dtype, and the summary line; exit code 0 iff nothing failed
-    (2 when a path does not exist)."""
+    (2, with the reason on standard error, when a path does not exist or a folder holds no
+    test file)."""
     stream = stream or sys.stdout
-    files = expand_paths(paths)
-    missing = [p for p in files if not os.path.exists(p)]
-    if missing:
-        print(f"error: no such file: {missing[0]}", file=stream)
+    try:
+        files = expand_paths(paths)
+    except ConformancePathError as e:
+        print(f"hlofuse: {e}", file=sys.stderr)
         return 2
     results = []
     with Progress(len(files), "conformance", stream=sys.stderr) as bar:  # drawn on a terminal only

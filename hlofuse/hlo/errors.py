@@ -41,3 +41,11 @@ class UnsupportedError(HloError):
 
 class InputError(HloError):
     """Bad inputs for a run (wrong count, shapes or dtypes of arrays)."""
+
+
+class ResourceError(HloError):
+    """A module that needs more memory than the machine has, found before allocating it."""
+
+
+class OutputError(HloError):
+    """An output file that cannot be written (its folder does not exist, is not writable ...)."""
