@@ -1,0 +1,329 @@
+"""Real models from the libraries people use, as pure JAX functions of flat array arguments.
+
+Each builder returns a `Model`: a function of a flat list of arrays (parameters, optimizer state
+and data, randomly initialised: nothing is downloaded) and those arrays. Parameters are
+arguments, not constants, so the HLO text stays small and both compilers see the same program
+as a real training or serving step does.
+
+Libraries (the `bench` extra): keras 3 on the JAX backend (keras.applications, keras-hub),
+flax (linen), equinox, dm-haiku, optax. A model whose library is missing is skipped with the
+reason; nothing else is needed.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Callable
+
+os.environ.setdefault("KERAS_BACKEND", "jax")
+
+import numpy as np  # noqa: E402
+
+
+@dataclass
+class Model:
+    """A model step as a JAX function of flat arrays."""
+
+    name: str
+    library: str
+    kind: str  # "inference" | "training"
+    fn: Callable
+    args: list
+
+    def input_bytes(self) -> int:
+        """Bytes of all arguments."""
+        return int(sum(np.asarray(a).nbytes for a in self.args))
+
+
+def _flat(fn_of_trees, *trees):
+    """`fn_of_trees(*trees)` as a function of the flattened leaves of `trees`."""
+    import jax
+
+    leaves, treedef = jax.tree_util.tree_flatten(trees)
+
+    def flat_fn(*flat):
+        return fn_of_trees(*jax.tree_util.tree_unflatten(treedef, list(flat)))
+
+    return flat_fn, [np.asarray(x) for x in leaves]
+
+
+def _rng(seed: int = 0) -> np.random.Generator:
+    return np.random.default_rng(seed)
+
+
+def _images(batch: int, size: int, channels: int = 3, seed: int = 1) -> np.ndarray:
+    return _rng(seed).standard_normal((batch, size, size, channels)).astype(np.float32)
+
+
+# ---- keras ------------------------------------------------------------------------------------
+
+def _keras_inference(name: str, model, x: np.ndarray) -> Model:
+    """A keras model's forward pass as a stateless JAX function of (weights, input)."""
+    import jax
+
+    trainable = [v.value for v in model.trainable_variables]
+    non_trainable = [v.value for v in model.non_trainable_variables]
+
+    def forward(tv, ntv, x):
+        y, _ = model.stateless_call(tv, ntv, x, training=False)
+        return y
+
+    fn, args = _flat(forward, trainable, non_trainable, jax.numpy.asarray(x))
+    return Model(name, "keras", "inference", fn, args)
+
+
+def keras_mobilenet_v2() -> Model:
+    """keras.applications.MobileNetV2 (depthwise convolutions), 8 images of 160x160."""
+    import keras
+
+    model = keras.applications.MobileNetV2(weights=None, input_shape=(160, 160, 3), classes=1000)
+    return _keras_inference("keras_mobilenet_v2", model, _images(8, 160))
+
+
+def keras_resnet50() -> Model:
+    """keras.applications.ResNet50, 4 images of 128x128."""
+    import keras
+
+    model = keras.applications.ResNet50(weights=None, input_shape=(128, 128, 3), classes=1000)
+    return _keras_inference("keras_resnet50", model, _images(4, 128))
+
+
+def _token_inputs(batch: int, seq: int, vocab: int) -> dict:
+    r = _rng(2)
+    return {"token_ids": r.integers(0, vocab, (batch, seq)).astype(np.int32),
+            "padding_mask": np.ones((batch, seq), np.int32)}
+
+
+def _keras_hub_backbone(name: str, backbone, inputs: dict) -> Model:
+    import jax
+
+    trainable = [v.value for v in backbone.trainable_variables]
+    non_trainable = [v.value for v in backbone.non_trainable_variables]
+
+    def forward(tv, ntv, inputs):
+        y, _ = backbone.stateless_call(tv, ntv, inputs, training=False)
+        return y["sequence_output"] if isinstance(y, dict) else y
+
+    fn, args = _flat(forward, trainable, non_trainable, jax.tree_util.tree_map(jax.numpy.asarray, inputs))
+    return Model(name, "keras-hub", "inference", fn, args)
+
+
+def keras_hub_gpt2() -> Model:
+    """keras_hub GPT2Backbone (4 layers, hidden 512), batch 4 x 256 tokens."""
+    import keras_hub
+
+    backbone = keras_hub.models.GPT2Backbone(vocabulary_size=5000, num_layers=4, num_heads=8, hidden_dim=512,
+                                             intermediate_dim=2048, max_sequence_length=256)
+    return _keras_hub_backbone("keras_hub_gpt2", backbone, _token_inputs(4, 256, 5000))
+
+
+def keras_hub_bert() -> Model:
+    """keras_hub BertBackbone (4 layers, hidden 512), batch 4 x 256 tokens."""
+    import keras_hub
+
+    backbone = keras_hub.models.BertBackbone(vocabulary_size=5000, num_layers=4, num_heads=8, hidden_dim=512,
+                                             intermediate_dim=2048, max_sequence_length=256)
+    inputs = _token_inputs(4, 256, 5000)
+    inputs["segment_ids"] = np.zeros((4, 256), np.int32)
+    return _keras_hub_backbone("keras_hub_bert", backbone, inputs)
+
+
+# ---- flax ---------------------------------------------------------------------------------------
+
+def _flax_cnn():
+    import flax.linen as nn
+
+    class CNN(nn.Module):
+        """The flax MNIST example's CNN."""
+
+        @nn.compact
+        def __call__(self, x):
+            x = nn.relu(nn.Conv(32, (3, 3))(x))
+            x = nn.avg_pool(x, (2, 2), (2, 2))
+            x = nn.relu(nn.Conv(64, (3, 3))(x))
+            x = nn.avg_pool(x, (2, 2), (2, 2))
+            x = x.reshape((x.shape[0], -1))
+            x = nn.relu(nn.Dense(256)(x))
+            return nn.Dense(10)(x)
+
+    return CNN()
+
+
+def flax_mnist_cnn() -> Model:
+    """The flax MNIST CNN, inference on 256 images."""
+    import jax
+
+    net = _flax_cnn()
+    x = _images(256, 28, 1)
+    params = net.init(jax.random.PRNGKey(0), x[:1])
+    fn, args = _flat(lambda p, x: net.apply(p, x), params, x)
+    return Model("flax_mnist_cnn", "flax", "inference", fn, args)
+
+
+def _optax_step(loss_fn, params, batch, learning_rate: float = 1e-3):
+    """One Adam step of `loss_fn(params, batch)` as a flat function (params, opt state, batch)."""
+    import jax
+    import optax
+
+    opt = optax.adam(learning_rate)
+    state = opt.init(params)
+
+    def step(params, state, batch):
+        loss, grads = jax.value_and_grad(loss_fn)(params, batch)
+        updates, state = opt.update(grads, state, params)
+        return optax.apply_updates(params, updates), state, loss
+
+    return _flat(step, params, state, batch)
+
+
+def flax_mnist_cnn_train() -> Model:
+    """A training step (cross-entropy, Adam) of the flax MNIST CNN on 128 images."""
+    import jax
+    import optax
+
+    net = _flax_cnn()
+    x = _images(128, 28, 1)
+    labels = _rng(3).integers(0, 10, 128).astype(np.int32)
+    params = net.init(jax.random.PRNGKey(0), x[:1])
+
+    def loss(p, batch):
+        logits = net.apply(p, batch[0])
+        return optax.softmax_cross_entropy_with_integer_labels(logits, batch[1]).mean()
+
+    fn, args = _optax_step(loss, params, (x, labels))
+    return Model("flax_mnist_cnn_train", "flax+optax", "training", fn, args)
+
+
+def flax_transformer_block() -> Model:
+    """A flax pre-LN transformer encoder block (8 heads, width 512, MLP 2048), batch 8 x 256."""
+    import flax.linen as nn
+    import jax
+
+    class Block(nn.Module):
+        @nn.compact
+        def __call__(self, x):
+            h = nn.LayerNorm()(x)
+            x = x + nn.MultiHeadDotProductAttention(num_heads=8)(h, h)
+            h = nn.LayerNorm()(x)
+            h = nn.Dense(512)(nn.gelu(nn.Dense(2048)(h)))
+            return x + h
+
+    x = _rng(4).standard_normal((8, 256, 512)).astype(np.float32)
+    block = Block()
+    params = block.init(jax.random.PRNGKey(0), x[:1])
+    fn, args = _flat(lambda p, x: block.apply(p, x), params, x)
+    return Model("flax_transformer_block", "flax", "inference", fn, args)
+
+
+# ---- equinox ------------------------------------------------------------------------------------
+
+def equinox_attention_block() -> Model:
+    """An equinox multi-head attention + MLP block (8 heads, width 512), batch 8 x 256 (vmap)."""
+    import equinox as eqx
+    import jax
+
+    key = jax.random.PRNGKey(0)
+    k1, k2, k3 = jax.random.split(key, 3)
+    attn = eqx.nn.MultiheadAttention(8, 512, key=k1)
+    mlp = eqx.nn.MLP(512, 512, 2048, 1, key=k2)
+    ln = eqx.nn.LayerNorm(512)
+    model = (attn, mlp, ln)
+    params, static = eqx.partition(model, eqx.is_array)
+
+    def forward(params, x):
+        attn, mlp, ln = eqx.combine(params, static)
+
+        def one(seq):
+            h = jax.vmap(ln)(seq)
+            seq = seq + attn(h, h, h)
+            return seq + jax.vmap(mlp)(jax.vmap(ln)(seq))
+
+        return jax.vmap(one)(x)
+
+    x = _rng(5).standard_normal((8, 256, 512)).astype(np.float32)
+    fn, args = _flat(forward, params, x)
+    del k3
+    return Model("equinox_attention_block", "equinox", "inference", fn, args)
+
+
+def equinox_mlp_train() -> Model:
+    """A training step (MSE, Adam) of an equinox MLP 1024-2048-2048-1024 on 1024 rows."""
+    import equinox as eqx
+    import jax
+    import jax.numpy as jnp
+
+    mlp = eqx.nn.MLP(1024, 1024, 2048, 2, key=jax.random.PRNGKey(0))
+    params, static = eqx.partition(mlp, eqx.is_array)
+    r = _rng(6)
+    batch = (r.standard_normal((1024, 1024)).astype(np.float32), r.standard_normal((1024, 1024)).astype(np.float32))
+
+    def loss(p, batch):
+        model = eqx.combine(p, static)
+        pred = jax.vmap(model)(batch[0])
+        return jnp.mean((pred - batch[1]) ** 2)
+
+    fn, args = _optax_step(loss, params, batch)
+    return Model("equinox_mlp_train", "equinox+optax", "training", fn, args)
+
+
+# ---- haiku --------------------------------------------------------------------------------------
+
+def haiku_lstm_scan() -> Model:
+    """A haiku LSTM (hidden 512) unrolled over 64 steps with lax.scan (hk.dynamic_unroll), batch 32."""
+    import haiku as hk
+    import jax
+
+    def forward(x):
+        core = hk.LSTM(512)
+        out, _ = hk.dynamic_unroll(core, x, core.initial_state(x.shape[1]))
+        return out
+
+    net = hk.without_apply_rng(hk.transform(forward))
+    x = _rng(7).standard_normal((64, 32, 256)).astype(np.float32)  # time-major
+    params = net.init(jax.random.PRNGKey(0), x)
+    fn, args = _flat(lambda p, x: net.apply(p, x), params, x)
+    return Model("haiku_lstm_scan", "haiku", "inference", fn, args)
+
+
+def haiku_resnet_train() -> Model:
+    """A training step (cross-entropy, SGD with momentum) of haiku's ResNet18 on 16 images of 64x64."""
+    import haiku as hk
+    import jax
+    import optax
+
+    def forward(x, is_training):
+        return hk.nets.ResNet18(10)(x, is_training=is_training)
+
+    net = hk.transform_with_state(forward)
+    x = _images(16, 64)
+    labels = _rng(8).integers(0, 10, 16).astype(np.int32)
+    params, state = net.init(jax.random.PRNGKey(0), x, True)
+    opt = optax.sgd(0.1, momentum=0.9)
+    opt_state = opt.init(params)
+
+    def step(params, state, opt_state, x, labels):
+        def loss(p):
+            logits, new_state = net.apply(p, state, None, x, True)
+            return optax.softmax_cross_entropy_with_integer_labels(logits, labels).mean(), new_state
+
+        (value, new_state), grads = jax.value_and_grad(loss, has_aux=True)(params)
+        updates, opt_state = opt.update(grads, opt_state, params)
+        return optax.apply_updates(params, updates), new_state, opt_state, value
+
+    fn, args = _flat(step, params, state, opt_state, x, labels)
+    return Model("haiku_resnet18_train", "haiku+optax", "training", fn, args)
+
+
+BUILDERS: dict[str, Callable[[], Model]] = {
+    "keras_mobilenet_v2": keras_mobilenet_v2,
+    "keras_resnet50": keras_resnet50,
+    "keras_hub_gpt2": keras_hub_gpt2,
+    "keras_hub_bert": keras_hub_bert,
+    "flax_mnist_cnn": flax_mnist_cnn,
+    "flax_mnist_cnn_train": flax_mnist_cnn_train,
+    "flax_transformer_block": flax_transformer_block,
+    "equinox_attention_block": equinox_attention_block,
+    "equinox_mlp_train": equinox_mlp_train,
+    "haiku_lstm_scan": haiku_lstm_scan,
+    "haiku_resnet18_train": haiku_resnet_train,
+}

@@ -1,0 +1,173 @@
+"""Real models beside XLA:CPU: the same HLO module compiled by hlofuse and by XLA, timed in one process.
+
+Run (needs the `bench` extra: keras, keras-hub, flax, equinox, dm-haiku, optax):
+
+    python benchmarks/real_models.py [--models a,b] [--rounds 15] [--budget 60] [--json OUT]
+
+For every model of benchmarks/model_zoo.py: JAX lowers the step to HLO text; hlofuse compiles
+that text, and XLA:CPU compiles the very same text (parsed by XLA's HLO parser, through
+jaxlib); both run on the same inputs, which are placed once (numpy arrays for hlofuse, device
+buffers for XLA) and stay warm. Timing is interleaved — each round times one hlofuse call and
+one XLA call — after two untimed warm-up calls each (any first-call work or tuning happens
+there); the table gives medians, the ratio hlofuse/XLA, the geometric mean, compile times and
+whether the outputs agree. Both sides run under the same malloc settings: the script re-executes
+itself with GLIBC_TUNABLES set (below) when it is not already set, since glibc reads it at start.
+The machine's load (`uptime`) is printed with the table: these machines are shared.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import statistics
+import sys
+import time
+
+MALLOC_TUNABLES = ("glibc.malloc.mmap_threshold=33554432:glibc.malloc.trim_threshold=4294967296:"
+                   "glibc.malloc.top_pad=67108864")
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.dirname(HERE))
+
+
+def _reexec_with_malloc_settings() -> None:
+    if os.environ.get("GLIBC_TUNABLES") != MALLOC_TUNABLES:
+        os.environ["GLIBC_TUNABLES"] = MALLOC_TUNABLES
+        os.execv(sys.executable, [sys.executable, *sys.argv])
+
+
+class XlaExecutable:
+    """An HLO module compiled by XLA:CPU from its text (XLA's own parser), run on device buffers."""
+
+    def __init__(self, text: str) -> None:
+        import jax
+        from jax._src.lib import xla_client as xc
+
+        module = xc.hlo.hlo_module_from_text(text)
+        stablehlo = xc._xla.mlir.hlo_to_stablehlo(module.as_serialized_hlo_module_proto())
+        self._client = jax.devices("cpu")[0].client
+        start = time.perf_counter()
+        self._exe = self._client.compile_and_load(stablehlo, self._client.devices()[:1], xc.CompileOptions())
+        self.compile_seconds = time.perf_counter() - start
+
+    def place(self, args: list):
+        """Device buffers of `args` (placed once, outside the timed calls)."""
+        import jax
+
+        with jax.enable_x64(True):
+            return [jax.device_put(a) for a in args]
+
+    def __call__(self, buffers: list) -> list:
+        out = self._exe.execute(buffers)
+        for o in out:
+            o.block_until_ready()
+        return out
+
+
+def _load() -> str:
+    try:
+        return os.getloadavg().__repr__()
+    except OSError:
+        return "unknown"
+
+
+def run_model(name: str, rounds: int, budget: float) -> dict:
+    """Build, compile (both), check and time one model; a row of the table."""
+    import jax
+    import numpy as np
+
+    import hlofuse
+    from hlofuse.runtime.compare import compare_outputs
+    from model_zoo import BUILDERS
+
+    model = BUILDERS[name]()
+    text = jax.jit(model.fn).lower(*model.args).as_text(dialect="hlo")
+    module = hlofuse.parse_hlo(text)
+    row = {"model": name, "library": model.library, "kind": model.kind,
+           "instructions": sum(len(c.instructions) for c in module.computations),
+           "input_mb": model.input_bytes() / 1e6}
+    start = time.perf_counter()
+    exe = hlofuse.compile(module, target="cpu")
+    row["hlofuse_compile_s"] = time.perf_counter() - start
+    xla = XlaExecutable(text)
+    row["xla_compile_s"] = xla.compile_seconds
+
+    args = [np.ascontiguousarray(a) for a in model.args]
+    buffers = xla.place(args)
+    ours = exe(*args)
+    theirs = [np.asarray(o) for o in xla(buffers)]
+    results = compare_outputs(list(ours), theirs)
+    row["match"] = all(r.ok for r in results)
+    if not row["match"]:
+        row["mismatch"] = [r.line() for r in results if not r.ok][:3]
+    exe(*args)
+    xla(buffers)  # second warm-up call each
+
+    t_ours, t_xla = [], []
+    deadline = time.perf_counter() + budget
+    while len(t_ours) < rounds and (len(t_ours) < 3 or time.perf_counter() < deadline):
+        t0 = time.perf_counter()
+        exe(*args)
+        t1 = time.perf_counter()
+        xla(buffers)
+        t2 = time.perf_counter()
+        t_ours.append(t1 - t0)
+        t_xla.append(t2 - t1)
+    row["rounds"] = len(t_ours)
+    row["hlofuse_ms"] = statistics.median(t_ours) * 1e3
+    row["xla_ms"] = statistics.median(t_xla) * 1e3
+    row["ratio"] = row["hlofuse_ms"] / row["xla_ms"]
+    return row
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the benchmark and print the table."""
+    from model_zoo import BUILDERS
+
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--models", help=f"comma-separated subset of: {', '.join(BUILDERS)}")
+    p.add_argument("--rounds", type=int, default=15, help="interleaved timing rounds per model (at least 3)")
+    p.add_argument("--budget", type=float, default=60.0, help="seconds of timing per model before stopping early")
+    p.add_argument("--json", help="also write the rows to this JSON file")
+    args = p.parse_args(argv)
+    names = args.models.split(",") if args.models else list(BUILDERS)
+    unknown = [n for n in names if n not in BUILDERS]
+    if unknown:
+        p.error(f"unknown model(s): {', '.join(unknown)}")
+
+    print(f"load average before: {_load()}", flush=True)
+    rows = []
+    header = (f"{'model':26s} {'library':14s} {'kind':9s} {'insts':>6s} {'in MB':>7s} {'hlofuse ms':>11s} "
+              f"{'XLA ms':>9s} {'ratio':>7s} {'compile s':>10s} {'XLA cmp s':>9s} match")
+    print(header, flush=True)
+    for name in names:
+        try:
+            row = run_model(name, args.rounds, args.budget)
+        except ImportError as e:
+            print(f"{name:26s} skipped: {e}", flush=True)
+            continue
+        except Exception as e:  # noqa: BLE001 - a failing model is a row of the table, not the end of the run
+            print(f"{name:26s} FAILED: {type(e).__name__}: {str(e)[:200]}", flush=True)
+            rows.append({"model": name, "error": f"{type(e).__name__}: {e}"})
+            continue
+        rows.append(row)
+        print(f"{row['model']:26s} {row['library']:14s} {row['kind']:9s} {row['instructions']:6d} "
+              f"{row['input_mb']:7.1f} {row['hlofuse_ms']:11.2f} {row['xla_ms']:9.2f} {row['ratio']:7.2f} "
+              f"{row['hlofuse_compile_s']:10.2f} {row['xla_compile_s']:9.2f} {'yes' if row['match'] else 'NO'}",
+              flush=True)
+    ratios = [r["ratio"] for r in rows if "ratio" in r]
+    if ratios:
+        geo = math.exp(sum(math.log(r) for r in ratios) / len(ratios))
+        print(f"geometric mean of hlofuse/XLA time over {len(ratios)} models: {geo:.2f}x")
+    print(f"load average after: {_load()}")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"rows": rows, "malloc": MALLOC_TUNABLES}, f, indent=2)
+    return 0
+
+
+if __name__ == "__main__":
+    _reexec_with_malloc_settings()
+    sys.exit(main())
