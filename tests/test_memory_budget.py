@@ -241,3 +241,21 @@ def test_cli_subprocess_huge_parameter_exit_2_no_traceback_no_output(tmp_path, h
     assert "needs at least" in proc.stderr and "parameter p0" in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1
     assert sorted(os.listdir(tmp_path)) == sorted(os.path.basename(p) for p in huge_files.values())
+
+
+def test_cuda_backend_checks_device_memory_for_the_entry_kernel_outputs(monkeypatch):
+    """Without a GPU here: the plan of the CUDA backend (build_only), its device estimate, and
+    the check against a small device."""
+    from hlofuse.compiler import optimize
+    from hlofuse.runtime.gpu_executor import GpuProgram
+
+    fused, _ = optimize(parse_hlo(SMALL_TEMPORARY), "gpu")
+    program = GpuProgram.compile(fused, emulated=False, build_only=True)
+    device = memory_budget.estimate_gpu_device(fused, program)
+    assert device.parameters == 16 and device.results == 16
+    assert device.temporaries >= 4 * 1000 * 4  # the fusion feeding the sort stays on the device
+    monkeypatch.setattr(memory_budget, "_device_available", lambda: Available(1000, "a small device"))
+    with pytest.raises(ResourceError, match="on the CUDA device to run on the gpu backend.*a small device"):
+        check_compiled(fused, "gpu", program)
+    monkeypatch.setattr(memory_budget, "_device_available", lambda: None)  # no device: nothing to check
+    assert check_compiled(fused, "gpu", program).temporaries == 0  # the host holds inputs and results only

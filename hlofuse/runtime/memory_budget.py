@@ -221,8 +221,9 @@ def estimate_gpu_device(module: HloModule, program) -> MemoryEstimate:
     outputs = sum(sum(_nbytes(sh) for sh in s.leaf_shapes) for s in entry_plan.steps
                   if s.kind == "kernel" and id(s.inst) not in result_ids)
     temps = max((sum(_nbytes(t) for t in s.temps) for p in planner.plans.values() for s in p.steps), default=0)
-    return MemoryEstimate(module.name, "gpu (device memory)", params, results, outputs + temps,
-                          "the kernel outputs of the entry computation", largest)
+    return MemoryEstimate(module.name, "gpu", params, results, outputs + temps,
+                          "the kernel outputs of the entry computation", largest,
+                          purpose="on the CUDA device to run on the gpu backend")
 
 
 def _device_available() -> Available | None:
