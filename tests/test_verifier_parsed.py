@@ -80,7 +80,7 @@ def test_parsed_module_with_fusion_reduce_and_while_verifies():
     ("ROOT lt = pred[] compare(i, n), direction=LT", "ROOT lt = s32[] add(i, n)",
      ["instruction loop", "condition computation cond must return pred[]"]),
     ("p1 = f32[8]{0} parameter(1)", "p1 = f32[4]{0} parameter(1)",
-     ["instruction b in computation fused_mul", "broadcast"]),
+     ["instruction b.1 in computation fused_mul", "broadcast"]),
     ("w = f32[4] exponential(v)", "w = s32[4] convert(v)",
      ["instruction r in computation body"]),
 ])

@@ -294,29 +294,56 @@ class HloModule:
         self.entry: HloComputation | None = None
         self.attrs: dict[str, Any] = {}  # header attributes (kept raw for printing)
         self.extra_sections: list[str] = []  # FileNames / StackFrames ... kept verbatim
-        self._names: set[str] = set()
+        # How many instructions and computations hold each name: a name is free for
+        # `unique_name` only when nothing holds it. A count, not a set, because one name may be
+        # held twice (an instruction `add` and a computation `add`, which live in separate
+        # namespaces in XLA): removing one must not free the name the other still holds.
+        self._names: dict[str, int] = {}
         self._next_suffix: dict[str, Iterator[int]] = {}
 
     # ---- names --------------------------------------------------------------------------
+    # Every pass that creates, clones or renames an instruction or computation goes through
+    # these (HloComputation.add_instruction and HloModule.add_computation call them), as XLA's
+    # passes go through the module's NameUniquer; a module built so keeps every instruction
+    # name unique module-wide, which the verifier checks.
     def unique_name(self, wanted: str) -> str:
-        """`wanted` if unused in the module, else `wanted.N` for the first free N."""
-        if wanted not in self._names:
-            self._names.add(wanted)
+        """`wanted` if unused in the module, else `wanted.N` for the first free N; the name
+        returned is taken (release it with `release_name`)."""
+        names = self._names
+        if not names.get(wanted):
+            names[wanted] = 1
             return wanted
         counter = self._next_suffix.setdefault(wanted, itertools.count(1))
         while True:
             candidate = f"{wanted}.{next(counter)}"
-            if candidate not in self._names:
-                self._names.add(candidate)
+            if not names.get(candidate):
+                names[candidate] = 1
                 return candidate
 
+    def name_in_use(self, name: str) -> bool:
+        """Whether an instruction or computation of the module holds `name`."""
+        return bool(self._names.get(name))
+
     def reserve_name(self, name: str) -> None:
-        """Mark `name` as taken so `unique_name` will not hand it out."""
-        self._names.add(name)
+        """Mark `name` as held once more, so `unique_name` will not hand it out."""
+        self._names[name] = self._names.get(name, 0) + 1
 
     def release_name(self, name: str) -> None:
-        """Free `name` for `unique_name` again."""
-        self._names.discard(name)
+        """Drop one hold on `name` (it is free for `unique_name` once nothing holds it)."""
+        count = self._names.get(name, 0)
+        if count <= 1:
+            self._names.pop(name, None)
+        else:
+            self._names[name] = count - 1
+
+    def rename_instruction(self, inst: HloInstruction, wanted: str) -> str:
+        """Give `inst` (an instruction of this module) the name `wanted`, or `wanted.N` when
+        that is taken; returns the name given."""
+        if inst.name == wanted:
+            return wanted
+        self.release_name(inst.name)
+        inst.name = self.unique_name(wanted)
+        return inst.name
 
     # ---- computations -------------------------------------------------------------------
     def add_computation(self, comp: HloComputation, entry: bool = False) -> HloComputation:

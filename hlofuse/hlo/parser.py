@@ -83,6 +83,23 @@ def load_hlo_file(path) -> HloModule:
     return parse_hlo(text, str(p))
 
 
+def _uniquify_instruction_names(module: HloModule) -> None:
+    """Rename instructions whose name another computation already uses, as XLA's parser
+    does (`x` in a second computation becomes `x.1`): names are scoped per computation in the
+    text but unique per module in the IR, and passes rely on that when they create names.
+
+    The entry computation keeps its names (they are the ones a user names on the command
+    line and reads in reports); the others keep theirs in text order, as in XLA."""
+    seen: set[str] = set()
+    order = [module.entry] + [c for c in module.computations if c is not module.entry]
+    for comp in order:
+        for inst in comp.instructions:
+            if inst.name in seen:
+                module.release_name(inst.name)
+                inst.name = module.unique_name(inst.name)
+            seen.add(inst.name)
+
+
 class _Parser(ShortForms):
     def __init__(self, text: str, filename: str) -> None:
         self.lex = Lexer(text, filename)
@@ -141,6 +158,7 @@ class _Parser(ShortForms):
         if self._async_ops:
             check_async_chains(self._async_ops, error)
         module.set_entry(entry if entry is not None else module.computations[-1])
+        _uniquify_instruction_names(module)
         if not has_header:
             module.name = "module_" + module.entry.name
         return module

@@ -39,6 +39,44 @@ def verify(module: HloModule) -> None:
                 if id(callee) not in members:
                     _fail(comp, f"calls computation {callee.name}, which is not in the module", inst)
         verify_computation(comp)
+    _check_unique_instruction_names(module)
+    _check_fusion_back_pointers(module)
+
+
+def _check_unique_instruction_names(module: HloModule) -> None:
+    """Instruction names are unique in the whole module, as in XLA (passes make new names
+    from them, and the printed module must parse back to the same graph)."""
+    where: dict[str, HloComputation] = {}
+    for comp in module.computations:
+        for inst in comp.instructions:
+            first = where.setdefault(inst.name, comp)
+            if first is not comp:
+                _fail(comp, f"the name is also used in computation {first.name} (instruction names must be "
+                            f"unique in the module)", inst)
+
+
+def _check_fusion_back_pointers(module: HloModule) -> None:
+    """A fused computation belongs to one fusion: it points back at the fusion instruction
+    (which is in the module and calls it) and nothing else calls it."""
+    callers: dict[int, list[HloInstruction]] = {}
+    for comp in module.computations:
+        for inst in comp.instructions:
+            for callee in inst.called_computations():
+                callers.setdefault(id(callee), []).append(inst)
+    for comp in module.computations:
+        owner = comp.fusion_instruction
+        if owner is None:
+            continue
+        if owner.parent is None or owner.parent.parent is not module or owner not in owner.parent.instructions:
+            _fail(comp, f"its fusion instruction {owner.name} is not in the module")
+        if owner.opcode != "fusion" or owner.attrs.get("calls") is not comp:
+            _fail(comp, f"its fusion instruction {owner.name} does not call it")
+        others = [i for i in callers.get(id(comp), []) if i is not owner]
+        if others:
+            _fail(comp, f"the fused computation of {owner.name} is also called by {others[0].name} "
+                        f"(in {others[0].parent.name})")
+        if comp is module.entry:
+            _fail(comp, "the entry computation cannot be a fused computation")
 
 
 def verify_computation(comp: HloComputation) -> None:

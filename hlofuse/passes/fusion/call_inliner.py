@@ -9,8 +9,44 @@ from ..pass_base import HloPass
 from .cost_model import kernel_computations
 
 
+def clone_computation(comp: HloComputation, module: HloModule) -> HloComputation:
+    """A copy of `comp` added to `module` (names made unique: `x` becomes `x.1`); fusions in it
+    get copies of their fused computations, other called computations are shared."""
+    new = HloComputation(comp.name)
+    new.execution_thread = comp.execution_thread
+    mapping: dict[int, HloInstruction] = {}
+    for inst in comp.post_order():
+        clone = inst.clone(operands=[mapping[id(o)] for o in inst.operands])
+        clone.control_predecessors = [mapping[id(p)] for p in inst.control_predecessors]
+        clone.parent = new
+        new.instructions.append(clone)
+        mapping[id(inst)] = clone
+    new.root = mapping[id(comp.root)]
+    module.add_computation(new)
+    for clone in new.instructions:
+        if clone.opcode == "fusion":
+            own_fused_computation(clone)
+    return new
+
+
+def own_fused_computation(fusion: HloInstruction) -> None:
+    """Give a cloned `fusion` (which still calls its original's fused computation) a copy of
+    that computation pointing back at it, as XLA's fusion CloneWithNewOperands does: a fused
+    computation belongs to exactly one fusion instruction."""
+    module = fusion.parent.parent if fusion.parent is not None else None
+    if module is None:
+        raise ValueError(f"fusion {fusion.name} is not in a module")
+    fc = clone_computation(fusion.fused_computation, module)
+    fc.fusion_instruction = fusion
+    fusion.attrs["calls"] = fc
+
+
 def inline_call(call: HloInstruction) -> HloInstruction:
-    """Replace `call` by a copy of the computation it calls; returns the copy of its root."""
+    """Replace `call` by a copy of the computation it calls; returns the copy of its root.
+
+    A fusion among the copies gets its own copy of its fused computation: the callee (and its
+    fusions) may stay in the module for other callers, and a fused computation has one owner.
+    """
     comp = call.parent
     callee: HloComputation = call.attrs["to_apply"]
     mapping: dict[int, HloInstruction] = {}
@@ -21,6 +57,8 @@ def inline_call(call: HloInstruction) -> HloInstruction:
         clone = inst.clone(operands=[mapping[id(o)] for o in inst.operands])
         clone.control_predecessors = [mapping[id(p)] for p in inst.control_predecessors if id(p) in mapping]
         mapping[id(inst)] = comp.add_instruction(clone)
+        if clone.opcode == "fusion":
+            own_fused_computation(clone)
     root = mapping[id(callee.root)]
     call.replace_all_uses_with(root)
     comp.remove_instruction(call)
