@@ -37,7 +37,7 @@ from ..hlo.errors import UnsupportedError
 from ..hlo.ir import HloComputation, HloInstruction, HloModule
 from .executor_common import (ComputationPlan, Planner, ProgramBase, Step, flatten, owned_outputs, symbol_name,
                               unflatten)
-from .io import check_arguments
+from .io import check_arguments, contiguous
 
 if TYPE_CHECKING:
     from llvmlite import ir
@@ -154,8 +154,8 @@ class HostDevice:
             launch.fn = self.module.function(launch.name, n)
 
     def to_device(self, a):
-        """`a` as a contiguous host array (device memory is host memory)."""
-        return np.ascontiguousarray(a)
+        """`a` as a contiguous host array of its shape (device memory is host memory)."""
+        return contiguous(a)
 
     def to_host(self, a):
         """`a` itself (device memory is host memory)."""
@@ -207,7 +207,7 @@ class CudaDevice:
         """`a` in device memory (a host array is copied; device memory is returned as is)."""
         if isinstance(a, DeviceBuffer):
             return a
-        a = np.ascontiguousarray(a)
+        a = contiguous(a)
         raw = a.reshape(-1).view(np.uint8) if a.size else np.zeros(1, np.uint8)
         return DeviceBuffer(self.cuda.to_device(raw), tuple(a.shape), a.dtype)
 

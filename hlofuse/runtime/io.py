@@ -48,6 +48,16 @@ def random_inputs(module: HloModule, seed: int = 0) -> list:
     return [make(s) for s in parameter_shapes(module)]
 
 
+def contiguous(a) -> np.ndarray:
+    """`a` as a C-contiguous array of the same shape: `np.ascontiguousarray` alone turns a
+    rank-0 array into shape (1,), and a scalar must stay rank 0 through a run (arguments,
+    values passed through, library operands, results)."""
+    arr = np.asarray(a)
+    if arr.flags.c_contiguous:
+        return arr
+    return np.ascontiguousarray(arr).reshape(arr.shape)
+
+
 def check_input(p: HloInstruction, a, label: str | None = None) -> np.ndarray | tuple:
     """Argument `a` for parameter `p` as a contiguous array (a tuple of them for tuple
     parameters); InputError, naming the argument (`argN`) and the parameter, when its element
@@ -66,7 +76,7 @@ def check_input(p: HloInstruction, a, label: str | None = None) -> np.ndarray | 
                          f"{p.shape.to_text(False)} (numpy {want})")
     if tuple(arr.shape) != tuple(p.shape.dims):
         raise InputError(f"{label} has shape {list(arr.shape)}, but parameter {p.name} is {p.shape.to_text(False)}")
-    return np.ascontiguousarray(arr)
+    return contiguous(arr)
 
 
 def check_arguments(module: HloModule, args: list) -> list:

@@ -26,7 +26,9 @@ def index_vectors(indices: np.ndarray, index_vector_dim: int) -> np.ndarray:
     else:
         indices = np.moveaxis(indices, index_vector_dim, -1)
     if indices.dtype.kind == "u":
-        indices = np.minimum(indices, _INDEX_MAX)
+        # Widen first: a Python bound beside a narrow unsigned array is cast to its type
+        # (OverflowError for u8/u16/u32), and u64 values past 2**63 would wrap negative.
+        indices = np.minimum(indices.astype(np.uint64), np.uint64(_INDEX_MAX))
     return indices.astype(np.int64)
 
 
