@@ -109,34 +109,54 @@ def _philox_bits(key: int, low: int, high: int, dims: tuple[int, ...], wide: boo
     return numbers[:n].reshape(dims), nl, nh
 
 
+def _as_element_type(bits: np.ndarray, et) -> np.ndarray:
+    """Generated words as elements of type `et`: the low `et.bits` bits of each word, as XLA
+    keeps them (bit-cast for 8/16/32/64-bit types; the value of the low bits for sub-byte
+    integer types, which numpy stores one per byte)."""
+    if et.bits < 8:
+        low = (bits & U64((1 << et.bits) - 1)).astype(np.int64)
+        if et.kind == "sint":
+            low -= (low >> (et.bits - 1)) << et.bits  # two's complement of the low bits
+        return np.asarray(low, dtype=np.int64).astype(et.numpy)  # 0-d stays an array
+    words = bits.astype(np.dtype(f"u{et.bits // 8}"))
+    return np.ascontiguousarray(words).view(et.numpy).reshape(bits.shape)
+
+
 @register_library("rng-bit-generator")
 def rng_bit_generator(inst, args, ctx):
-    """(new state, random bits) for rng_three_fry, rng_philox and rng_default (Philox)."""
+    """(new state, random bits) for rng_three_fry, rng_philox and rng_default (Philox).
+
+    The new state is the old one with its counter words advanced: it keeps the state's shape
+    whatever its length (the key and any unused words pass through unchanged)."""
     (state,) = args
-    state = np.asarray(state).astype(U64)
-    out_shape = inst.shape.elements[1]
+    state_shape, out_shape = inst.shape.elements
+    state = np.asarray(state).astype(U64).reshape(-1)
     dims, et = tuple(out_shape.dims), out_shape.dtype
     algorithm = str(inst.attrs.get("algorithm", "rng_default")).lower()
-    if et.bits not in (8, 16, 32, 64) or et.is_complex or et.is_pred:
+    if et.bits not in (1, 2, 4, 8, 16, 32, 64) or et.is_complex or et.is_pred or (et.bits < 8 and not et.is_integer):
         raise UnsupportedError(f"rng-bit-generator {inst.name}: {et.name} results are not supported")
+    if state_shape.dtype.bits != 64 or state.size < 2:
+        raise UnsupportedError(f"rng-bit-generator {inst.name}: the state must be a vector of at least 2 "
+                               f"64-bit words, not {state_shape.to_text(False)}")
     key = int(state[0])
+    new_state = state.copy()
     if algorithm in ("rng_three_fry", "three_fry"):
         counter = int(state[1])
         if et.bits == 64:
             bits, counter = _threefry_bits64(key, counter, dims)
         else:
             bits, counter = _threefry_bits32(key, counter, dims)
-        new_state = np.array([key, counter & 0xFFFFFFFFFFFFFFFF], U64)
+        new_state[1] = counter & 0xFFFFFFFFFFFFFFFF
     elif algorithm in ("rng_philox", "philox", "rng_default", "default"):
         if state.size >= 3:
             low, high = int(state[1]), int(state[2])
         else:
             low, high = int(state[1]), int(state[0])  # the state reversed, as XLA reads it
         bits, nl, nh = _philox_bits(key, low, high, dims, et.bits == 64)
-        new_state = np.array([key, nl, nh] if state.size >= 3 else [key, nl], U64)
+        new_state[1] = nl
+        if state.size >= 3:
+            new_state[2] = nh
     else:
         raise UnsupportedError(f"rng-bit-generator {inst.name}: unknown algorithm {algorithm}")
-    if et.bits < 32:
-        bits = bits.astype(np.dtype(f"u{et.bits // 8}"))
-    bits = np.ascontiguousarray(bits).view(et.numpy).reshape(dims)
-    return new_state.astype(inst.shape.elements[0].dtype.numpy), bits
+    out_state = new_state.view(state_shape.dtype.numpy).reshape(state_shape.dims)
+    return out_state, _as_element_type(bits, et)

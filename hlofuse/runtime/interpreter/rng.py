@@ -154,8 +154,16 @@ def rng_bit_generator_reference(inst: HloInstruction, args: list, interp) -> tup
             new_state[2] = _U64(new_high)
     else:
         raise UnsupportedError(f"rng-bit-generator {inst.name}: unknown algorithm {algorithm}")
-    unsigned = np.dtype(f"u{bits // 8}")
-    value = raw.astype(unsigned).view(out_dtype)
+    if data_shape.dtype.bits < 8:
+        # Sub-byte integers (one per byte in numpy): the value of the word's low bits, as
+        # XLA converts them; a bit-cast of the low byte would leave the high bits set.
+        nbits = data_shape.dtype.bits
+        low = (raw.astype(_U64) & _U64((1 << nbits) - 1)).astype(np.int64)
+        if data_shape.dtype.kind == "sint":
+            low -= (low >> (nbits - 1)) << nbits
+        value = np.asarray(low, dtype=np.int64).astype(out_dtype)  # 0-d stays an array
+    else:
+        value = raw.astype(np.dtype(f"u{bits // 8}")).view(out_dtype)
     return new_state.reshape(state_shape.dims).view(state_shape.dtype.numpy), value
 
 
