@@ -17,7 +17,7 @@ import ml_dtypes
 import numpy as np
 
 from . import outcomes as oc
-from .values import edges_for, flush_denormals, random_array
+from .values import edges_for, flush_denormals, is_subnormal, random_array
 
 DTYPES = ["pred", "s8", "s16", "s32", "s64", "u8", "u16", "u32", "u64", "f16", "bf16", "f32", "f64"]
 # Opcodes the edge fuzzer leaves out: they take computations, random bits, or complex parts.
@@ -87,10 +87,13 @@ def _product_inputs(t: str, arity: int, rng) -> list[np.ndarray]:
     return [e[rng.integers(0, len(e), n)] for _ in range(arity)]
 
 
-def _tolerance(opcode: str) -> float:
+def _tolerance(opcode: str, t: str) -> float:
     from hlofuse.hlo.opcodes import op_info
 
-    return float(ULPS.get(opcode, ULPS_DEFAULT)) if op_info(opcode).math else 0.0
+    if not op_info(opcode).math:
+        return 0.0
+    # XLA's f64 approximations (log1p, ...) are not correctly rounded: tens of ulps of an f64.
+    return float(ULPS.get(opcode, ULPS_DEFAULT)) * (16 if t == "f64" else 1)
 
 
 def edge_cases(opcodes: list[str] | None = None, dtypes: list[str] | None = None, seed: int = 0) -> tuple[list[EdgeCase], int]:
@@ -149,7 +152,7 @@ def _build(opcode: str, info, t: str, rng) -> EdgeCase | None:
         operands = list(range(info.arity))
         text = _module([t] * info.arity, "{n}", [(opcode, rtype, operands, "")])
         args = [_unary_input(t, rng)] if info.arity == 1 else _product_inputs(t, info.arity, rng)
-        outs = [(f"{opcode} {t}", _tolerance(opcode))]
+        outs = [(f"{opcode} {t}", _tolerance(opcode, t))]
     else:
         return None
     text = text.replace("{n}", str(len(args[0])))
@@ -224,8 +227,15 @@ def _edge_result(backend, label, ulps, args, g, w, f) -> dict[str, Any]:
     bad = elementwise_bad(g, w, ulps)
     if not bad.any():
         return {"outcome": oc.OK, "stage": "compare", "signature": "", "message": ""}
-    # Elements right once denormal inputs and outputs are flushed differ only by FTZ/DAZ.
-    still = bad & elementwise_bad(flush_denormals(f), w, ulps)
+    # Differences explained by FTZ/DAZ: right once denormal inputs and outputs are flushed, or a
+    # denormal input where XLA's result is not itself a denormal (XLA read it as zero somewhere
+    # inside its own approximation), or a denormal result where XLA has zero.
+    any_sub_in = np.zeros(bad.shape, bool)
+    for a in args:
+        any_sub_in |= is_subnormal(a)
+    zero_w = w.astype(np.float64) == 0 if _float_info(w.dtype) is not None else np.zeros(bad.shape, bool)
+    ftz = (any_sub_in & ~is_subnormal(w)) | (is_subnormal(g) & zero_w)
+    still = bad & elementwise_bad(flush_denormals(f), w, ulps) & ~ftz
     n_bad, n_real = int(bad.sum()), int(still.sum())
     pick = still if n_real else bad
     i = int(np.argmax(pick))

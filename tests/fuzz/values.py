@@ -36,9 +36,16 @@ def int_edges(dtype) -> np.ndarray:
     return np.array(vals, dtype=object).astype(dtype)
 
 
-def edges_for(dtype) -> np.ndarray:
-    """Edge values of `dtype` (numpy dtype of a bool, integer or float type)."""
+def edges_for(dtype, overflow_safe: bool = False) -> np.ndarray:
+    """Edge values of `dtype` (numpy dtype of a bool, integer or float type). `overflow_safe`
+    leaves out finite floats within a factor 64 of the type's largest: summed in a reduce or a
+    dot they overflow or not depending on the order of the sum, which backends may choose."""
     dtype = np.dtype(dtype)
+    if overflow_safe and dtype.kind not in "biuc":
+        e = float_edges(dtype)
+        with np.errstate(invalid="ignore"):
+            big = np.isfinite(e) & (np.abs(e.astype(np.float64)) > float(ml_dtypes.finfo(dtype).max) / 64)
+        return e[~big]
     if dtype == np.bool_:
         return np.array([False, True])
     if dtype.kind in "iu":
@@ -49,7 +56,8 @@ def edges_for(dtype) -> np.ndarray:
     return float_edges(dtype)
 
 
-def random_array(dtype, dims: tuple[int, ...], rng: np.random.Generator, edge_fraction: float) -> np.ndarray:
+def random_array(dtype, dims: tuple[int, ...], rng: np.random.Generator, edge_fraction: float,
+                 overflow_safe: bool = False) -> np.ndarray:
     """A seeded random array of `dtype`; each element is an edge value with `edge_fraction`."""
     dtype = np.dtype(dtype)
     if dtype == np.bool_:
@@ -66,7 +74,7 @@ def random_array(dtype, dims: tuple[int, ...], rng: np.random.Generator, edge_fr
         out = (rng.standard_normal(dims) * 3).astype(dtype)
     if edge_fraction > 0 and out.size:
         try:
-            edges = edges_for(dtype)
+            edges = edges_for(dtype, overflow_safe)
         except (ValueError, TypeError):  # a type without finfo/iinfo (e.g. int4): random only
             return out
         mask = rng.random(dims) < edge_fraction
@@ -75,7 +83,7 @@ def random_array(dtype, dims: tuple[int, ...], rng: np.random.Generator, edge_fr
     return np.array(out, dtype=dtype, order="C")  # ascontiguousarray would make a scalar 1-d
 
 
-def make_inputs(shapes: list[Shape], seed: int, edge_fraction: float) -> list:
+def make_inputs(shapes: list[Shape], seed: int, edge_fraction: float, overflow_safe: bool = True) -> list:
     """Arrays (tuples for tuple parameters) for parameters of these shapes; ValueError when a
     shape is too large or has no numpy type (a token)."""
     rng = np.random.default_rng(seed)
@@ -88,7 +96,7 @@ def make_inputs(shapes: list[Shape], seed: int, edge_fraction: float) -> list:
         dims = tuple(max(int(d), 0) for d in shape.dims)
         if int(np.prod(dims, dtype=np.int64)) > MAX_ELEMENTS:
             raise ValueError(f"parameter of shape {shape} is too large to run")
-        return random_array(shape.dtype.numpy, dims, rng, edge_fraction)
+        return random_array(shape.dtype.numpy, dims, rng, edge_fraction, overflow_safe)
 
     return [make(s) for s in shapes]
 

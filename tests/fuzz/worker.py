@@ -48,6 +48,13 @@ def handle(case: dict[str, Any]) -> Any:
         return edge.run_edge(case["text"], case["args"], case["outputs"], tuple(case["backends"]))
     if kind == "ping":
         return "pong"
+    # For the harness's own tests: a case that kills its worker, and one that never finishes.
+    if kind == "selftest-crash":
+        os.kill(os.getpid(), signal.SIGSEGV)
+    if kind == "selftest-hang":
+        import time
+
+        time.sleep(1e6)
     raise ValueError(f"unknown case kind {kind!r}")
 
 
