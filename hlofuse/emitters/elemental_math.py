@@ -342,6 +342,8 @@ def _divide(em, inst, et, x, y):
 
 
 def _remainder(em, inst, et, x, y):
+    if et.is_complex:
+        raise UnsupportedError(f"remainder {inst.name}: complex operands are not supported (nor by XLA)")
     if et.is_float:
         return float_op(em, et, em.b.frem, x, y)
     return _int_division(em, et, x, y, True)
@@ -401,7 +403,20 @@ def _power(em, inst, et, x, y):
 
 
 def _atan2(em, inst, et, x, y):
+    if et.is_complex:
+        return _complex_atan2(em, x, y)
     return float_op(em, et, lambda u, v: em.target.math(em.b, "atan2", [u, v]), x, y)
+
+
+def _complex_atan2(em, y, x):
+    """XLA's complex atan2(y, x) = -i * log((x + i*y) / sqrt(x*x + y*y))."""
+    b = em.b
+    y_re, y_im = cplx.parts(b, y)
+    i_y = cplx.make(b, y.type, b.fneg(y_im), y_re)
+    norm = cplx.sqrt(em, cplx.binary(em, "add", cplx.binary(em, "mul", x, x), cplx.binary(em, "mul", y, y)))
+    log = cplx.unary_math(em, "log", cplx.binary(em, "div", cplx.binary(em, "add", x, i_y), norm))
+    l_re, l_im = cplx.parts(b, log)
+    return cplx.make(b, y.type, l_im, b.fneg(l_re))
 
 
 for _op, _fn in {

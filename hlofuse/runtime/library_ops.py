@@ -15,6 +15,7 @@ import numpy as np
 
 from ..hlo.errors import UnsupportedError
 from ..hlo.opcodes import mark_unsupported, register_library
+from .interpreter import op_helpers
 
 
 def _np_dtype(shape):
@@ -203,7 +204,8 @@ def dynamic_update_slice(inst, args, ctx):
     return out
 
 
-_COMBINERS = {"add": np.add, "multiply": np.multiply, "maximum": np.maximum, "minimum": np.minimum,
+# maximum/minimum: XLA's -0 < +0 (np.maximum.at returns either zero of an equal pair).
+_COMBINERS = {"add": np.add, "multiply": np.multiply, "maximum": op_helpers.maximum, "minimum": op_helpers.minimum,
               "or": np.logical_or, "and": np.logical_and}
 
 
@@ -256,7 +258,7 @@ def scatter(inst, args, ctx):
     grids = np.indices(upd_shape).reshape(len(upd_shape), count)
     sidx = tuple(grids[d] for d in scatter_dims)
     starts = idx[sidx] if scatter_dims else np.broadcast_to(idx.reshape(-1), (count, idx.shape[-1]))
-    starts = np.asarray(starts).reshape(count, -1)
+    starts = np.asarray(starts).reshape(count, idx.shape[-1])  # explicit: count may be 0
     full = np.zeros((len(op_shape), grids.shape[1]), np.int64)
     for k, od in enumerate(sdod):
         full[od] += starts[:, k].astype(np.int64)

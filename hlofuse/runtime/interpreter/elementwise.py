@@ -14,7 +14,7 @@ import numpy as np
 from ...hlo.errors import UnsupportedError
 from ...hlo.ir import HloInstruction
 from ...hlo.opcodes import register_reference
-from .op_helpers import total_order_key
+from .op_helpers import maximum, minimum, total_order_key
 
 Array = np.ndarray
 
@@ -282,7 +282,8 @@ _TRANSCENDENTAL: dict[str, Callable[[Array], Array]] = {
     "sine": np.sin,
     "cosine": np.cos,
     "tan": np.tan,
-    "erf": _complex_or(lambda x: _erf(x).astype(x.dtype), None, "erf"),
+    # np.frompyfunc gives a Python float, not an array, for a 0-d operand.
+    "erf": _complex_or(lambda x: np.asarray(_erf(x), dtype=x.dtype), None, "erf"),
 }
 
 for _opcode, _fn in _TRANSCENDENTAL.items():
@@ -361,12 +362,14 @@ def remainder(x: Array, y: Array) -> Array:
     """fmod for floats; integer remainder with the sign of the dividend."""
     if x.dtype.kind in "iu":
         return int_remainder(x, y)
+    if x.dtype.kind == "c":
+        raise UnsupportedError("remainder of complex values is not supported (nor by XLA)")
     return np.fmod(x, y)
 
 
-# Ops that are one numpy ufunc: max/min propagate NaN as XLA's do; the bitwise ufuncs are the
-# logical ops on pred.
-for _opcode, _fn in {"maximum": np.maximum, "minimum": np.minimum, "and": np.bitwise_and,
+# Ops that are one numpy ufunc: max/min propagate NaN and order -0 < +0 as XLA's do
+# (op_helpers.SignedZeroExtremum); the bitwise ufuncs are the logical ops on pred.
+for _opcode, _fn in {"maximum": maximum, "minimum": minimum, "and": np.bitwise_and,
                      "or": np.bitwise_or, "xor": np.bitwise_xor}.items():
     binary(_opcode)(_fn)
 
@@ -401,7 +404,9 @@ def power(x: Array, y: Array) -> Array:
 
 @binary("atan2", transcendental=True)
 def atan2(x: Array, y: Array) -> Array:
-    """atan2(x, y) (x is the numerator)."""
+    """atan2(x, y) (x is the numerator); for complex values XLA's -i*log((y + i*x) / sqrt(x*x + y*y))."""
+    if x.dtype.kind == "c":
+        return -1j * np.log((y + 1j * x) / np.sqrt(x * x + y * y))
     return np.arctan2(x, y)
 
 
@@ -451,4 +456,4 @@ def _clamp(inst: HloInstruction, args: list, interp) -> Array:
     lo, x, hi = (np.asarray(v) for v in args)
     ct = compute_dtype(x.dtype)
     lo, x, hi = (v.astype(ct, copy=False) for v in (lo, x, hi))
-    return to_type(np.minimum(np.maximum(x, lo), hi), out_dtype(inst))
+    return to_type(minimum(maximum(x, lo), hi), out_dtype(inst))

@@ -146,13 +146,87 @@ def attr_dims(inst: HloInstruction, key: str) -> tuple[int, ...]:
 ASSIGN = "assign"
 KEEP = "keep"
 
-# The combiners that are one numpy ufunc: opcode -> (ufunc on pred, ufunc on other types).
-# XLA's maximum/minimum propagate NaN, like np.maximum/np.minimum (not np.fmax/np.fmin).
+class SignedZeroExtremum:
+    """np.maximum or np.minimum with XLA's (IEEE 754-2019) signed zeros: max(+0, -0) is +0 and
+    min(+0, -0) is -0 in either operand order, also in reductions and scatters. numpy returns
+    one operand of an equal pair, which one depending on the dtype and the SIMD loop taken.
+    NaN propagates, as with the plain ufuncs (XLA's default, not fmax/fmin).
+
+    Called like the ufunc, with its `reduce(a, axis)` and `at(a, indices, b)`. It compares
+    equal to (and hashes like) the ufunc it wraps, so tables keyed by np.maximum/np.minimum
+    (reduce-window's identities) still apply to it."""
+
+    def __init__(self, ufunc: np.ufunc) -> None:
+        assert ufunc in (np.maximum, np.minimum)
+        self.ufunc = ufunc
+        self.is_min = ufunc is np.minimum
+        self.__name__ = ufunc.__name__
+
+    def __eq__(self, other: object) -> bool:
+        return other is self.ufunc or (isinstance(other, SignedZeroExtremum) and other.ufunc is self.ufunc)
+
+    def __hash__(self) -> int:
+        return hash(self.ufunc)
+
+    def __repr__(self) -> str:
+        return f"SignedZeroExtremum({self.ufunc.__name__})"
+
+    def _negative_zero(self, v: np.ndarray) -> np.ndarray:
+        """Per element of `v`, whether it votes for a -0 result should the result be a zero:
+        for max every operand must be -0 or nonzero (so <= -0); for min one -0 suffices."""
+        if self.is_min:
+            return np.signbit(v) & (v == 0)
+        return np.signbit(v) | (v != 0)
+
+    @staticmethod
+    def _with_zero_sign(r: np.ndarray, negative: np.ndarray) -> np.ndarray:
+        r = np.asarray(r)
+        magnitude = np.abs(r)  # +0 in r's own dtype where r is a zero
+        return np.where(r == 0, np.where(negative, -magnitude, magnitude), r)
+
+    def __call__(self, x, y) -> np.ndarray:
+        """Elementwise max/min of `x` and `y` (broadcasting)."""
+        x, y = np.asarray(x), np.asarray(y)
+        r = self.ufunc(x, y)
+        if not _is_float(r.dtype):
+            return r
+        vx, vy = self._negative_zero(x), self._negative_zero(y)
+        return self._with_zero_sign(r, (vx | vy) if self.is_min else (vx & vy))
+
+    def reduce(self, a, axis=0) -> np.ndarray:
+        """The max/min of `a` over `axis` (an int or a tuple of ints)."""
+        a = np.asarray(a)
+        r = self.ufunc.reduce(a, axis=axis)
+        if not _is_float(a.dtype):
+            return r
+        votes = self._negative_zero(a)
+        negative = np.any(votes, axis=axis) if self.is_min else np.all(votes, axis=axis)
+        return self._with_zero_sign(r, negative)
+
+    def at(self, a: np.ndarray, indices, b) -> None:
+        """a[indices] = max/min(a[indices], b) in place, repeated indices accumulating."""
+        if not _is_float(a.dtype):
+            self.ufunc.at(a, indices, b)
+            return
+        b = np.asarray(b)
+        votes = self._negative_zero(a)
+        (np.logical_or if self.is_min else np.logical_and).at(votes, indices, self._negative_zero(b))
+        with np.errstate(invalid="ignore"):  # NaN operands are expected and propagate
+            self.ufunc.at(a, indices, b)
+        a[...] = self._with_zero_sign(a, votes)
+
+
+# XLA's maximum/minimum: NaN-propagating, -0 < +0 (see SignedZeroExtremum).
+maximum = SignedZeroExtremum(np.maximum)
+minimum = SignedZeroExtremum(np.minimum)
+
+# The combiners that are one numpy ufunc (or a ufunc-like SignedZeroExtremum): opcode ->
+# (ufunc on pred, ufunc on other types).
 _COMBINER_UFUNCS = {
     "add": (np.logical_or, np.add),
     "multiply": (np.logical_and, np.multiply),
-    "maximum": (np.logical_or, np.maximum),
-    "minimum": (np.logical_and, np.minimum),
+    "maximum": (np.logical_or, maximum),
+    "minimum": (np.logical_and, minimum),
     "and": (np.logical_and, np.bitwise_and),
     "or": (np.logical_or, np.bitwise_or),
     "xor": (np.logical_xor, np.bitwise_xor),
