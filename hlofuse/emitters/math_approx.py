@@ -7,9 +7,9 @@ LLVM vectorizes), so a loop over them becomes `<8 x float>` / `<4 x double>` cod
 Two families:
   * exp, log, expm1, log1p, tanh, logistic: f32 arithmetic, Cody-Waite range reduction
     and Cephes-style minimax polynomials (a few ULP).
-  * sin, cos, tan, atan2, pow, cbrt, erf: computed in f64 with long series (range
-    reduction exact for |x| < 2**26), then rounded once to f32 (about 0.5 ULP). Beyond
-    |x| >= 2**26 sin/cos/tan lose accuracy (no Payne-Hanek reduction).
+  * sin, cos, tan, atan2, pow, cbrt, erf: computed in f64 with long series, then rounded
+    once to f32 (about 0.5 ULP). sin/cos/tan reduce by pi/2 with Cody-Waite for |x| < 2**26
+    and Payne-Hanek (a table of 2/pi's bits, integer products) beyond, over the whole f32 range.
   * f64 exp and log (1-2 ULP); other f64 functions call the target's library (libm).
 Measured ULP errors are in tests/test_cpu_math.py.
 """
@@ -163,8 +163,8 @@ def tanh_f32(b: ir.IRBuilder, target, x) -> ir.Value:
     axc = m.sel(m.cmp(">", ax, m.c(20.0)), m.c(20.0), ax)
     e = exp_f32(b, target, m.add(axc, axc))
     big = m.sub(m.c(1.0), m.div(m.c(2.0), m.add(e, m.c(1.0))))
-    big = m.intr("llvm.copysign", big, x)
-    return m.sel(m.cmp("<", ax, m.c(0.625)), small, big)
+    # tanh is odd: the sign of x on both branches (x + x*z*p rounds -0 to +0).
+    return m.intr("llvm.copysign", m.sel(m.cmp("<", ax, m.c(0.625)), small, big), x)
 
 
 def logistic_f32(b: ir.IRBuilder, target, x) -> ir.Value:
@@ -265,9 +265,15 @@ _PIO2_1 = 1.5707963267948966
 _PIO2_2 = 6.123233995736766e-17
 _PIO2_3 = -1.4973849048591698e-33  # pi/2 - _PIO2_1 - _PIO2_2 (rounded)
 
+# |x| below this takes the Cody-Waite reduction (exact there), above it Payne-Hanek's.
+_HUGE = 2.0 ** 26
+_HUGE_BIASED_EXPONENT = 127 + 26
 
-def _reduce_pio2(m: _M, xd):
-    """(r, q): xd = q*pi/2 + r with |r| <= pi/4 (q mod 4 as i64)."""
+
+def _reduce_pio2(m: _M, x, xd):
+    """(r, q): x = q*pi/2 + r with |r| <= pi/4 (about; q mod 4 as i64), for f32 `x` and its
+    f64 value `xd`. Cody-Waite in f64 for |x| < 2**26; beyond, Payne-Hanek's reduction (a
+    select, so the loop stays straight-line and vectorizes). Infinities and NaN give NaN."""
     b = m.b
     j = m.intr("llvm.rint", m.mul(xd, m.c(2.0 / math.pi)))
     j = m.sel(m.cmp("<", m.intr("llvm.fabs", j), m.c(1e15)), j, m.c(0.0))  # inf/NaN: r stays NaN
@@ -275,6 +281,78 @@ def _reduce_pio2(m: _M, xd):
     r = m.fma(b.fneg(j), m.c(_PIO2_2), r)
     r = m.fma(b.fneg(j), m.c(_PIO2_3), r)
     q = b.and_(b.fptosi(j, I64), ir.Constant(I64, 3))
+    ax = m.intr("llvm.fabs", xd)
+    huge = b.and_(m.cmp(">=", ax, m.c(_HUGE)), m.cmp("<", ax, m.c(math.inf)))
+    r_huge, q_huge = _reduce_pio2_huge(m, x)
+    return m.sel(huge, r_huge, r), b.select(huge, q_huge, q)
+
+
+@functools.lru_cache(maxsize=None)
+def _two_over_pi_pairs() -> tuple[int, ...]:
+    """pairs[i] = bits 32i+1 .. 32i+64 of the binary expansion of 2/pi (bit k weighs 2**-k)
+    as an unsigned 64-bit integer, i = 0..5: what _reduce_pio2_huge reads bits 2 .. 199 from.
+    2/pi is computed exactly here (Machin's formula for pi in integers, 64 guard bits)."""
+    count = 6
+    nbits = 32 * (count - 1) + 64
+    one = 1 << (nbits + 64)
+
+    def arctan_inv(k: int) -> int:  # arctan(1/k) * 2**(nbits+64), terms truncated
+        total, power, i = 0, one // k, 0
+        while power:
+            total += (-1) ** i * (power // (2 * i + 1))
+            power //= k * k
+            i += 1
+        return total
+
+    pi = 16 * arctan_inv(5) - 4 * arctan_inv(239)
+    two_over_pi = (2 * one << nbits) // pi  # floor(2/pi * 2**nbits): bits 1 .. nbits
+    return tuple((two_over_pi >> (nbits - 32 * i - 64)) & (2 ** 64 - 1) for i in range(count))
+
+
+def _reduce_pio2_huge(m: _M, x):
+    """Payne-Hanek: (r, q) with x = q*pi/2 + r, for f32 `x` with 2**26 <= |x| < inf (other
+    lanes get a harmless value: the caller selects them away).
+
+    |x| = mant * 2**(e-150) with a 24-bit integer mant. Bits of 2/pi before k0 = e-151 only
+    add multiples of 4 to x*2/pi; the 96 bits W from k0 on give x*2/pi mod 4 as
+    (mant*W mod 2**96) / 2**94. Its top 64 bits, from three 32x32->64 products (the lowest
+    product's low half dropped), hold the quadrant (2 bits) and the fraction to 2**-62;
+    the bits of 2/pi after W change it by under 2**-70. No f32 comes closer to a multiple of
+    pi/2 than |r| = 1.6e-9 = 2**-29.2 (x = 16367173 * 2**72, by exhaustive search), so r keeps
+    about 32 correct bits, 8 more than f32's. The three words of W are picked from constants
+    by selects and shifts (no table in memory, hence no gathers: the loop still vectorizes)."""
+    b = m.b
+
+    def i32(v):
+        return ir.Constant(I32, v)
+
+    def i64(v):
+        return ir.Constant(I64, v)
+
+    bits = b.bitcast(x, I32)
+    e = b.and_(b.lshr(bits, i32(23)), i32(255))
+    e = b.select(b.icmp_unsigned("<", e, i32(_HUGE_BIASED_EXPONENT)), i32(_HUGE_BIASED_EXPONENT), e)
+    # W starts at bit k0 = e - 151 (2 .. 104): bit k0 + 32j is bit `shift` of pairs[word + j],
+    # counted from its top, with k0 - 1 = 32*word + shift.
+    k1 = b.zext(b.sub(e, i32(152)), I64)
+    word, shift = b.lshr(k1, i64(5)), b.and_(k1, i64(31))
+    pairs = _two_over_pi_pairs()
+    mant = b.zext(b.or_(b.and_(bits, i32(0x7FFFFF)), i32(0x800000)), I64)
+
+    def product(j: int):
+        """mant times bits k0+32j .. k0+32j+31 of 2/pi."""
+        pair = i64(pairs[j + 3])
+        for w in (2, 1, 0):  # pairs[word + j] for word in 0..3
+            pair = b.select(b.icmp_unsigned("==", word, i64(w)), i64(pairs[j + w]), pair)
+        return b.mul(mant, b.lshr(b.shl(pair, shift), i64(32)))
+
+    h = b.add(b.add(b.shl(product(0), i64(32)), product(1)), b.lshr(product(2), i64(32)))
+    n = b.lshr(b.add(h, i64(1 << 61)), i64(62))  # nearest quadrant, mod 4
+    frac = b.ashr(b.shl(h, i64(2)), i64(2))  # h - n*2**62, in [-2**61, 2**61)
+    r = m.mul(b.sitofp(frac, F64), m.c(math.pi / 2 * 2.0 ** -62))
+    negative = b.icmp_signed("<", bits, i32(0))
+    r = m.sel(negative, b.fneg(r), r)
+    q = b.and_(b.select(negative, b.neg(n), n), i64(3))
     return r, q
 
 
@@ -296,10 +374,10 @@ def _quadrant(m: _M, q, values, xd):
 
 
 def sin_f32(b: ir.IRBuilder, target, x) -> ir.Value:
-    """sin via f64 reduction by pi/2 and Taylor series on [-pi/4, pi/4]."""
+    """sin via f64 reduction by pi/2 (_reduce_pio2) and Taylor series on [-pi/4, pi/4]."""
     m = _M(b, target, F64)
     xd = _to64(b, x)
-    r, q = _reduce_pio2(m, xd)
+    r, q = _reduce_pio2(m, x, xd)
     s, c = _sin_cos_poly(m, r)
     res = _quadrant(m, q, [s, c, b.fneg(s), b.fneg(c)], xd)
     res = m.sel(m.cmp("==", xd, m.c(0.0)), xd, res)  # keep the sign of zero
@@ -307,10 +385,10 @@ def sin_f32(b: ir.IRBuilder, target, x) -> ir.Value:
 
 
 def cos_f32(b: ir.IRBuilder, target, x) -> ir.Value:
-    """cos via f64 reduction by pi/2 and Taylor series on [-pi/4, pi/4]."""
+    """cos via f64 reduction by pi/2 (_reduce_pio2) and Taylor series on [-pi/4, pi/4]."""
     m = _M(b, target, F64)
     xd = _to64(b, x)
-    r, q = _reduce_pio2(m, xd)
+    r, q = _reduce_pio2(m, x, xd)
     s, c = _sin_cos_poly(m, r)
     return b.fptrunc(_quadrant(m, q, [c, b.fneg(s), b.fneg(c), s], xd), F32)
 
@@ -319,7 +397,7 @@ def tan_f32(b: ir.IRBuilder, target, x) -> ir.Value:
     """tan = sin/cos of the reduced argument, in f64."""
     m = _M(b, target, F64)
     xd = _to64(b, x)
-    r, q = _reduce_pio2(m, xd)
+    r, q = _reduce_pio2(m, x, xd)
     s, c = _sin_cos_poly(m, r)
     odd = b.trunc(q, ir.IntType(1))
     res = m.sel(odd, b.fneg(m.div(c, s)), m.div(s, c))
