@@ -94,14 +94,24 @@ def _candidates(text: str, args: list):
     stripped = re.sub(r", metadata=\{[^{}]*\}", "", text)
     if stripped != text:
         yield stripped, args
-    # 1. an earlier instruction as the root.
+    # 1. a root tuple without one of its elements.
+    rm = _INST.match(lines[root])
+    shapes = {m.group("name"): m.group("shape") for _, m in insts}
+    elems = [o.strip() for o in rm.group("operands").split(",") if o.strip()]
+    if rm.group("opcode") == "tuple" and len(elems) > 1 and all(e in shapes for e in elems):
+        for k in range(len(elems)):
+            keep = elems[:k] + elems[k + 1:]
+            new = lines[:]
+            new[root] = (f"  ROOT min_root = ({', '.join(shapes[e] for e in keep)}) tuple({', '.join(keep)})")
+            yield _sweep("\n".join(new), args)
+    # 2. an earlier instruction as the root.
     for i, m in insts:
         if i == root or m.group("opcode") == "parameter":
             continue
         new = lines[:]
         new[root] = f"  ROOT min_root = {m.group('shape')} copy({m.group('name')})"
         yield _sweep("\n".join(new), args)
-    # 2. an instruction replaced by a parameter holding its value (computed by the interpreter).
+    # 3. an instruction replaced by a parameter holding its value (computed by the interpreter).
     for i, m in insts:
         if m.group("root") or m.group("opcode") in ("parameter", "constant") or not m.group("operands").strip():
             continue
