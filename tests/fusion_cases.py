@@ -1,4 +1,4 @@
-"""Loading the fusion golden cases (testdata/hlo_text/fusion_*.hlo) for the fusion tests.
+"""Loading the fusion golden cases (testdata/hlo_text/fusion/*.hlo) for the fusion tests.
 
 A file holds cases separated by `// -----`; each has a `// RUN: passes=a,b target=gpu` line,
 the input module, and CHECK lines for the fused module (matched by tests/test_golden.py).
@@ -9,7 +9,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-GOLDEN_DIR = Path(__file__).resolve().parent.parent / "testdata" / "hlo_text"
+GOLDEN_DIR = Path(__file__).resolve().parent.parent / "testdata" / "hlo_text" / "fusion"
 
 
 @dataclass
@@ -31,7 +31,7 @@ class FusionCase:
 def load_cases() -> list[FusionCase]:
     """Every case of every fusion golden file, in file order."""
     out: list[FusionCase] = []
-    for path in sorted(GOLDEN_DIR.glob("fusion_*.hlo")):
+    for path in sorted(GOLDEN_DIR.glob("*.hlo")):
         for i, case in enumerate(path.read_text().split("\n// -----\n")):
             lines = case.splitlines()
             run = next(l for l in lines if "RUN:" in l)
@@ -45,10 +45,11 @@ def load_cases() -> list[FusionCase]:
 
 def run_passes(case: FusionCase):
     """Parse the case's module and run its passes; returns the fused module."""
+    from golden_harness import build_pipeline
     from hlofuse.hlo.parser import parse_hlo
-    from hlofuse.passes.pipeline import get_pass
 
     module = parse_hlo(case.module)
-    for name in case.passes:
-        get_pass(name, target=case.target).run(module)
+    # The golden harness's pipeline builder, so that a named pipeline (fusion-pipeline) runs
+    # as it does in the golden test (get_pass knows single passes only).
+    build_pipeline({"passes": ",".join(case.passes), "target": case.target}).run(module)
     return module

@@ -1,8 +1,11 @@
-"""Golden-text cases: reading testdata/hlo_text/*.hlo, running their pipeline, writing CHECK lines.
+"""Golden-text cases: reading testdata/hlo_text/<pass>/*.hlo, running their pipeline and
+matching the result with FileCheck (the `filecheck` package from PyPI, a Python port of
+LLVM's FileCheck).
 
 A file holds one or more cases separated by a `// -----` line. A case is an optional
-`// RUN: <spec>` line, an HLO module (everything that is not a `//` line) and CHECK lines
-(tests/filecheck.py) matched against the printed module after the pipeline ran.
+`// RUN: <spec>` line, an HLO module (everything that is not a `//` line), a `// Claim: ...`
+comment saying in plain words what the case demonstrates, and CHECK lines, written by a
+person, that state exactly that claim and nothing more (see docs/passes.md).
 
 RUN specs are space-separated `key=value` words:
   passes=a,b,c         run these registered passes in order
@@ -15,16 +18,25 @@ Without a RUN line a case runs `pipeline=fusion target=cpu`.
 """
 from __future__ import annotations
 
+import contextlib
+import io
 import os
 import re
+import sys
+import tempfile
 from dataclasses import dataclass, field
-
-from filecheck import _DIRECTIVE, Directive, parse_checks
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 GOLDEN_DIR = os.path.join(REPO, "testdata", "hlo_text")
 SEPARATOR = re.compile(r"^\s*//\s*-----\s*$")
 RUN_LINE = re.compile(r"^\s*//\s*RUN:(.*)$")
+CLAIM_LINE = re.compile(r"^\s*//\s*Claim:\s*\S")
+# The directive syntax FileCheck reads (a check prefix after a non-word character).
+DIRECTIVE = re.compile(r"(^|[^a-zA-Z_-])CHECK(-(DAG|COUNT-\d+|NOT|EMPTY|NEXT|SAME|LABEL))?(\{LITERAL\})?:")
+
+
+class FileCheckFailure(AssertionError):
+    """FileCheck rejected an output (or its check lines); the message is FileCheck's diagnosis."""
 
 
 @dataclass
@@ -40,15 +52,36 @@ class Case:
 
     @property
     def id(self) -> str:
-        return f"{os.path.basename(self.filename)}:{self.index}"
+        """`<pass>/<file>.hlo:<index>` for a golden file, `<file>:<index>` for any other."""
+        name = os.path.relpath(self.filename, GOLDEN_DIR)
+        if name.startswith(".."):
+            name = os.path.basename(self.filename)
+        return f"{name.replace(os.sep, '/')}:{self.index}"
 
     def module_text(self) -> str:
         """The module, comment lines blanked so that parse errors give file line numbers."""
         body = ["" if ln.lstrip().startswith("//") else ln for ln in self.lines]
         return "\n" * (self.first_line - 1) + "\n".join(body) + "\n"
 
-    def checks(self) -> list[Directive]:
-        return parse_checks("\n".join(self.lines), self.filename, self.first_line)
+    def check_text(self) -> str:
+        """The case's lines, padded so that FileCheck's line numbers are the golden file's."""
+        return "\n" * (self.first_line - 1) + "\n".join(self.lines) + "\n"
+
+    def check_lines(self) -> list[str]:
+        """The lines holding FileCheck directives."""
+        return [ln for ln in self.lines if DIRECTIVE.search(ln)]
+
+    def claim(self) -> str:
+        """The `// Claim:` comment (continued on the following `//` lines), or ''."""
+        out: list[str] = []
+        for ln in self.lines:
+            if CLAIM_LINE.match(ln):
+                out.append(ln.split("Claim:", 1)[1].strip())
+            elif out and ln.lstrip().startswith("//") and not DIRECTIVE.search(ln):
+                out.append(ln.lstrip()[2:].strip())
+            elif out:
+                break
+        return " ".join(out)
 
 
 def split_cases(text: str, filename: str = "<golden>") -> list[Case]:
@@ -111,110 +144,72 @@ def build_pipeline(options: dict):
     return standard_pipeline(target=target, fusion=pipeline != "nofusion", verify=verify)
 
 
-def run_case(case: Case) -> str:
-    """Parse the case's module, run its pipeline and return the printed result."""
+def run_case(case: Case, *, run_passes: bool = True) -> str:
+    """Parse the case's module, run its pipeline and return the printed result; with
+    `run_passes=False` the module is only parsed and printed (the guard that a case's checks
+    state something its passes do)."""
     from hlofuse.hlo.parser import parse_hlo
 
     module = parse_hlo(case.module_text(), filename=case.filename)
-    build_pipeline(case.options).run(module)
+    if run_passes:
+        build_pipeline(case.options).run(module)
     return module.to_text()
 
 
 def golden_files(directory: str = GOLDEN_DIR) -> list[str]:
-    if not os.path.isdir(directory):
-        return []
-    return sorted(os.path.join(directory, f) for f in os.listdir(directory) if f.endswith(".hlo"))
+    """Every .hlo file under `directory` (the per-pass folders included), sorted."""
+    found: list[str] = []
+    for root, _dirs, files in os.walk(directory):
+        found += [os.path.join(root, f) for f in files if f.endswith(".hlo")]
+    return sorted(found)
 
 
-# ---- generating CHECK lines -------------------------------------------------------------------
-
-_HEADER = re.compile(r"^(ENTRY )?%([^\s(]+) \(")
-_NAME = re.compile(r"%([A-Za-z0-9_.\-]+)")
-_DEF = re.compile(r"^(\s*(?:ROOT )?)%([A-Za-z0-9_.\-]+) = ")
-_SPECIAL_RUN = re.compile(r"[{}\[\]]+")
-
-
-def _escape_literal(text: str, before_var: bool) -> str:
-    """Literal text as a pattern: runs of braces/brackets that FileCheck would read as `{{`,
-    `}}` or `[[` become a regex block."""
-
-    def fix(m: re.Match) -> str:
-        run = m.group(0)
-        at_end = m.end() == len(text)
-        risky = "{{" in run or "}}" in run or "[[" in run or (before_var and at_end and run.endswith("["))
-        if not risky:
-            return run
-        return "{{" + "".join("\\" + c for c in run) + "}}"
-
-    return _SPECIAL_RUN.sub(fix, text)
+def load_cases(directory: str = GOLDEN_DIR) -> list[Case]:
+    """Every case of every golden file under `directory`, in file order."""
+    cases: list[Case] = []
+    for path in golden_files(directory):
+        with open(path) as f:
+            cases.extend(split_cases(f.read(), path))
+    return cases
 
 
-def _var_name(name: str, taken: dict[str, str]) -> str:
-    base = re.sub(r"[^A-Za-z0-9_]", "_", name).upper()
-    if not base or base[0].isdigit():
-        base = "V_" + base
-    candidate, k = base, 1
-    used = set(taken.values())
-    while candidate in used:
-        k += 1
-        candidate = f"{base}_{k}"
-    return candidate
+_SHOWN_LINES = 200  # of the input, in a failure message
 
 
-def _line_pattern(line: str, variables: dict[str, str]) -> str:
-    """A CHECK pattern for one printed instruction line, its names captured as variables."""
-    out: list[str] = []
-    rest = line.strip()
-    m = _DEF.match(rest)
-    if m:
-        name = m.group(2)
-        var = variables.get(name) or _var_name(name, variables)
-        variables[name] = var
-        out.append(_escape_literal(m.group(1), True) + f"[[{var}:%[^ ]+]] = ")
-        rest = rest[m.end():]
-    pos = 0
-    for u in _NAME.finditer(rest):
-        if u.group(1) not in variables:
-            continue
-        out.append(_escape_literal(rest[pos:u.start()], True))
-        out.append(f"[[{variables[u.group(1)]}]]")
-        pos = u.end()
-    out.append(_escape_literal(rest[pos:], False))
-    return "".join(out).strip()
+def filecheck(output: str, check_text: str, check_name: str = "<checks>") -> None:
+    """Match `output` against the CHECK lines of `check_text` with the PyPI `filecheck`
+    package; raises FileCheckFailure carrying FileCheck's diagnosis (with `check_name` and
+    the check's line in it) when it does not match.
+
+    The package is a command-line tool (`filecheck CHECKFILE < input`); its entry point runs
+    in-process here with argv, stdin and stderr redirected, which costs far less than a
+    subprocess per case. It exits through SystemExit, with 0 on success."""
+    from filecheck.main import main as filecheck_main
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "checks")
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(check_text)
+        err, out = io.StringIO(), io.StringIO()
+        saved = sys.stdin
+        sys.stdin = io.StringIO(output)
+        try:
+            with contextlib.redirect_stderr(err), contextlib.redirect_stdout(out):
+                try:
+                    filecheck_main(["filecheck", path])
+                    code = 0
+                except SystemExit as e:
+                    code = e.code if isinstance(e.code, int) else 1
+        finally:
+            sys.stdin = saved
+    if code != 0:
+        message = (err.getvalue() + out.getvalue()).replace(path, check_name).rstrip()
+        lines = output.splitlines()
+        shown = "\n".join(f"{i:4d} | {ln}" for i, ln in enumerate(lines[:_SHOWN_LINES], start=1))
+        more = f"\n     ... {len(lines) - _SHOWN_LINES} more lines" if len(lines) > _SHOWN_LINES else ""
+        raise FileCheckFailure(f"FileCheck failed (exit {code}):\n{message}\n\ninput:\n{shown}{more}")
 
 
-def generate_checks(output: str) -> list[str]:
-    """CHECK lines for a printed module: a CHECK-LABEL per computation, a CHECK-NEXT per line
-    of its body, instruction names captured as [[VARS]], and a CHECK-NOT after its closing
-    brace so that an extra computation fails too."""
-    checks: list[str] = []
-    variables: dict[str, str] = {}
-    in_body = False
-    for line in output.splitlines():
-        header = _HEADER.match(line)
-        if header:
-            entry = "ENTRY " if header.group(1) else ""
-            checks.append(f"// CHECK-LABEL: {{{{^}}}}{entry}%{header.group(2)} (")
-            in_body = True
-            continue
-        if not in_body:
-            continue
-        if line.strip() == "}":
-            # ... and nothing else before the next computation's label (or the end).
-            checks += ["// CHECK-NEXT: {{^}}}", "// CHECK-NOT: {{\\S}}"]
-            in_body = False
-            continue
-        checks.append(f"// CHECK-NEXT: {_line_pattern(line, variables)}")
-    return checks
-
-
-def rewrite_checks(text: str, filename: str = "<golden>") -> str:
-    """`text` with each case's CHECK lines replaced by ones generated from the current output."""
-    out_cases: list[str] = []
-    for case in split_cases(text, filename):
-        kept = [ln for ln in case.lines if not _DIRECTIVE.search(ln)]
-        while kept and not kept[-1].strip():
-            kept.pop()
-        body = "\n".join(kept + [""] + generate_checks(run_case(case)))
-        out_cases.append(body.strip("\n"))
-    return "\n\n// -----\n\n".join(out_cases) + "\n"
+def check_case(case: Case, output: str) -> None:
+    """FileCheck `output` against the case's CHECK lines (errors name the golden file's lines)."""
+    filecheck(output, case.check_text(), case.filename)

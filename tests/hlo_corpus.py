@@ -10,9 +10,9 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def corpus_files() -> list[Path]:
-    """Every testdata/jax/*.hlo (before and after optimization) and testdata/hlo_text/*.hlo."""
+    """Every testdata/jax/*.hlo (before and after optimization) and testdata/hlo_text/<pass>/*.hlo."""
     files = sorted((ROOT / "testdata" / "jax").glob("*.hlo"))
-    files += sorted((ROOT / "testdata" / "hlo_text").glob("*.hlo"))
+    files += sorted((ROOT / "testdata" / "hlo_text").glob("**/*.hlo"))
     return files
 
 

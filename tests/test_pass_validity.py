@@ -23,7 +23,7 @@ from hlofuse.runtime.interpreter import evaluate
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CORPUS = sorted(glob.glob(os.path.join(ROOT, "testdata", "jax", "*.hlo"))
-                + glob.glob(os.path.join(ROOT, "testdata", "hlo_text", "*.hlo")))
+                + glob.glob(os.path.join(ROOT, "testdata", "hlo_text", "**", "*.hlo"), recursive=True))
 # Passes whose behaviour depends on the target; the others are run once.
 FUSION_PASSES = ("call-inliner", "fusion", "fusion-no-duplication", "fusion-merger", "multi-output-fusion",
                  "sibling-fusion", "horizontal-fusion")

@@ -31,9 +31,9 @@ def split_cases(text: str) -> list[str]:
 
 
 def seed_files(root: Path = ROOT) -> list[Path]:
-    """testdata/jax/*.hlo (before and after XLA's optimization), testdata/hlo_text/*.hlo, examples/*.hlo."""
+    """testdata/jax/*.hlo (before and after XLA's optimization), testdata/hlo_text/<pass>/*.hlo, examples/*.hlo."""
     files = sorted((root / "testdata" / "jax").glob("*.hlo"))
-    files += sorted((root / "testdata" / "hlo_text").glob("*.hlo"))
+    files += sorted((root / "testdata" / "hlo_text").glob("**/*.hlo"))
     files += sorted((root / "examples").glob("*.hlo"))
     return files
 
