@@ -82,7 +82,6 @@ def run_malformed(text: str, seed: int) -> dict[str, Any]:
         verify(module)
         stage = "compile"
         if _module_bytes(module) > MAX_MODULE_BYTES:
-            exe = hlofuse.compile(module, target="interpreter")
             return {"outcome": oc.SKIPPED, "stage": stage, "signature": "too large to run", "message": ""}
         exe = hlofuse.compile(module, target="cpu")
         stage = "inputs"
@@ -97,16 +96,21 @@ def run_malformed(text: str, seed: int) -> dict[str, Any]:
     return _against_interpreter(module, args, got, "cpu", seed)
 
 
-def _against_interpreter(module, args, got, backend: str, seed: int) -> dict[str, Any]:
+def _against_interpreter(module, args, got, backend: str, seed: int, reference=None) -> dict[str, Any]:
+    """Compare `got` with the interpreter's result; `reference` is (executable, outputs) when
+    the caller already ran the interpreter."""
     import hlofuse
 
-    try:
-        ref_exe = hlofuse.compile(module, target="interpreter")
-        want = ref_exe(*args)
-    except hlofuse.HloError as e:  # the reference cannot run it: nothing to compare
-        return {"outcome": oc.OK, "stage": "reference", "signature": "", "message": f"no reference: {e}"[:200]}
-    except Exception as e:  # noqa: BLE001
-        return _error_result(e, "interpreter")
+    if reference is None:
+        try:
+            ref_exe = hlofuse.compile(module, target="interpreter")
+            want = ref_exe(*args)
+        except hlofuse.HloError as e:  # the reference cannot run it: nothing to compare
+            return {"outcome": oc.OK, "stage": "reference", "signature": "", "message": f"no reference: {e}"[:200]}
+        except Exception as e:  # noqa: BLE001
+            return _error_result(e, "interpreter")
+    else:
+        ref_exe, want = reference
 
     def rerun():
         if not contains_subnormal(args) and not contains_subnormal(list(want)):
@@ -154,7 +158,8 @@ def run_graph(text: str, seed: int) -> dict[str, Any]:
         return _error_result(e, "parse")
     args = _inputs(module, seed, 0.25)
     try:
-        want = hlofuse.compile(module, target="interpreter")(*args)
+        ref_exe = hlofuse.compile(module, target="interpreter")
+        want = ref_exe(*args)
     except Exception as e:  # noqa: BLE001 - a valid module the interpreter cannot run is a finding
         r = _error_result(e, "interpreter")
         r["outcome"] = oc.UNEXPECTED if r["outcome"] == oc.UNEXPECTED else oc.EXPECTED
@@ -170,7 +175,7 @@ def run_graph(text: str, seed: int) -> dict[str, Any]:
             r = _error_result(e, label)
             r["signature"] = f"{label}: {r['signature']}"
         else:
-            r = _against_interpreter(module, args, got, label, seed)
+            r = _against_interpreter(module, args, got, label, seed, (ref_exe, want))
         if rank[r["outcome"]] > rank[worst["outcome"]]:
             worst = r
     return worst

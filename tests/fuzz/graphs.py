@@ -18,8 +18,8 @@ FLOAT_UNARY = ["abs", "negate", "sign", "ceil", "floor", "round-nearest-afz", "r
 INT_UNARY = ["abs", "negate", "sign", "not", "popcnt", "count-leading-zeros", "copy"]
 FLOAT_BINARY = ["add", "subtract", "multiply", "divide", "maximum", "minimum", "power", "atan2", "remainder"]
 INT_BINARY = ["add", "subtract", "multiply", "divide", "remainder", "maximum", "minimum", "and", "or", "xor",
-              "shift-left", "shift-right-arithmetic", "shift-right-logical"]
-PRED_BINARY = ["and", "or", "xor"]
+              "shift-left", "shift-right-arithmetic", "shift-right-logical", "power"]
+PRED_BINARY = ["and", "or", "xor", "add", "multiply", "maximum", "minimum"]
 DIRECTIONS = ["EQ", "NE", "LT", "LE", "GT", "GE"]
 SCALAR_LITERALS = {"f32": ["0", "1", "-2.5", "inf", "-inf", "nan", "1e-40", "3.4028235e+38", "-0"],
                    "f16": ["0", "1", "-2.5", "inf", "65504", "6e-08", "-0"],

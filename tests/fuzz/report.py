@@ -33,6 +33,7 @@ class Summary:
     failures: dict[tuple[str, str, str], Failure] = field(default_factory=dict)
     expected: Counter = field(default_factory=Counter)  # (fuzzer, expected-error signature) -> count
     denormal: Counter = field(default_factory=Counter)  # denormal-only signatures
+    skipped: Counter = field(default_factory=Counter)  # (fuzzer, skipped signature) -> count
     seconds: dict[str, float] = field(default_factory=dict)
 
     def failure_count(self) -> int:
@@ -63,6 +64,9 @@ class Summary:
                 by_prefix.setdefault(prefix, []).append(what + (f" x{n}" if n > 1 else ""))
             for prefix, whats in by_prefix.items():
                 out.append(f"  {prefix}: {', '.join(whats)}")
+            out.append("")
+        if self.skipped:
+            out.append("skipped: " + "; ".join(f"[{f}] {sig} x{n}" for (f, sig), n in self.skipped.most_common()))
             out.append("")
         # On generated valid modules an HloError is not the user's mistake: list them.
         generated = [(k, n) for k, n in self.expected.most_common() if k[0] != "malformed"]
@@ -99,6 +103,8 @@ def record(summary: Summary, fuzzer: str, case: dict[str, Any], result: dict[str
     sig = result.get("signature", "")
     if outcome == oc.EXPECTED:
         summary.expected[(fuzzer, sig)] += 1
+    if outcome == oc.SKIPPED:
+        summary.skipped[(fuzzer, sig)] += 1
     if outcome == oc.DENORMAL:
         summary.denormal[sig] += 1
     if outcome not in oc.FAILURES:

@@ -26,7 +26,7 @@ class FuzzConfig:
     edge_cases: bool = False
     edge_opcodes: list[str] | None = None  # None: every elementwise opcode of the registry
     edge_dtypes: list[str] | None = None  # None: edge.DTYPES
-    edge_backends: tuple[str, ...] = ("interpreter", "cpu")
+    edge_backends: tuple[str, ...] = ("interpreter", "cpu", "gpu-emulated")
     seed: int = 0
     jobs: int = 2
     timeout: float = 20.0
