@@ -15,6 +15,12 @@ RUN specs are space-separated `key=value` words:
   verify=true|false    verify after each pass (default true)
   anything else        an option for the passes that accept it (`max_fold_elements=128`)
 Without a RUN line a case runs `pipeline=fusion target=cpu`.
+
+Two ways the `filecheck` package (1.0.6) differs from LLVM's FileCheck, which the checks work
+around: a CHECK-NOT is searched up to the END of the next positive match (LLVM stops at its
+start), so its pattern must not occur on the line the next CHECK matches; and a `(` inside a
+`{{regex}}` (even in a character class like `[^(]`) is counted as a capture group, which shifts
+the `[[VAR:...]]` captures of that line, so such regexes avoid `(`.
 """
 from __future__ import annotations
 
