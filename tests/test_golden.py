@@ -199,3 +199,21 @@ def test_parse_errors_point_at_the_golden_file_line():
         run_case(case)
     assert info.value.line == text.splitlines().index("  ROOT %c = f32[] bogus-op()") + 1
     assert "bad.hlo" in str(info.value)
+
+
+def test_update_golden_prints_outputs_and_never_writes(capsys):
+    """scripts/update_golden.py shows a case's claim and output (and its check result), and
+    leaves the golden file as it was."""
+    import importlib.util
+
+    path = os.path.join(GOLDEN_DIR, "dce", "basic.hlo")
+    spec = importlib.util.spec_from_file_location("update_golden", os.path.join(GOLDEN_DIR, "..", "..", "scripts",
+                                                                                "update_golden.py"))
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    before = open(path).read()
+    assert script.main([f"{path}:1", "--check"]) == 0
+    out = capsys.readouterr().out
+    assert "===== dce/basic.hlo:1" in out and "// Claim:" in out and "ROOT %t" in out and "checks pass" in out
+    assert "dce/basic.hlo:0" not in out
+    assert open(path).read() == before
