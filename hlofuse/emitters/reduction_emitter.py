@@ -15,9 +15,20 @@ Two loop orders, chosen so the innermost loop is contiguous in memory:
     output columns for one value of the other kept dimensions; accumulators live in the
     output row itself, and for each reduced position the block is updated with a
     contiguous, vectorizable loop (no reassociation needed).
+
+A reduce into a float narrower than f32 is the exception to reassociation: it rounds to its
+type after every step, as XLA:CPU does, so its order is part of its result. Kernel planning
+has rewritten it into XLA:CPU's tree of reduce-windows (runtime/kernel_planning.py), and its
+kernel is emitted without reassociation (`in_order_target`) and never split across cores, so
+each output is folded exactly in XLA's order.
+
+Only outputs that read the reduces at their own output index can be an epilogue: the kernel
+holds one output element's accumulated value at a time (`reads_heroes_at_output_index`);
+others (a reverse, a transpose, a slice ... of the reduce) leave the reduction kernel.
 """
 from __future__ import annotations
 
+import copy
 import math
 from dataclasses import dataclass
 
@@ -202,6 +213,27 @@ def reduction_groups(comp: HloComputation) -> tuple[list[ReductionGroup], list[i
     return list(groups.values()), loops
 
 
+def is_order_sensitive_reduce(inst) -> bool:
+    """Whether `inst` is a non-variadic reduce into a float narrower than f32 (bf16, f16, f8):
+    every step rounds to that type, so the order of the steps is part of the result and must
+    be XLA:CPU's (kernel planning rewrites it into XLA's tree of reduce-windows; the kernels
+    fold each output sequentially, see `in_order_target`)."""
+    return (inst.opcode == "reduce" and inst.shape.is_array and inst.shape.dtype.is_float
+            and inst.shape.dtype.bits < 32)
+
+
+def in_order_target(target, heroes):
+    """The target to emit a reduction kernel of `heroes` (reduce instructions) with: `target`
+    itself, or, when a hero is order-sensitive, a copy that does not reassociate reductions.
+    Reassociation would let LLVM reorder a chain of per-step-rounded folds where the narrow
+    type is native (the GPU's f16 adds became f16x2 vector sums), and that changes the bits."""
+    if not any(is_order_sensitive_reduce(h) for h in heroes):
+        return target
+    ordered = copy.copy(target)
+    ordered.reassociate_reductions = False
+    return ordered
+
+
 class ReduceHero:
     """Generators and accumulator plumbing of one reduce (used by the CPU and the GPU reduction emitters)."""
 
@@ -235,7 +267,7 @@ def emit_reduction_kernel(skel, comp: HloComputation, group: ReductionGroup, sta
     slice's accumulators to the skeleton's scratch buffers (one per accumulator, laid out
     [part][output]); the combine kernel folds the slices with the reducer and runs the epilogue."""
     b = skel.builder
-    em = ElementalEmitter(b, skel.target, skel.param_gen)
+    em = ElementalEmitter(b, in_order_target(skel.target, group.heroes), skel.param_gen)
     heroes = [ReduceHero(em, h) for h in group.heroes]
     leaves = output_leaves(comp)
     extras = [(skel.output_ptr(k), em.gen(leaves[k].inst), leaves[k]) for k in group.extras]

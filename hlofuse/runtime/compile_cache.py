@@ -10,7 +10,9 @@ import hashlib
 import os
 import tempfile
 
-EMITTER_VERSION = "cpu-1"
+# Bumped whenever the code emitted for the same fused module text changes (cpu-2: reduction
+# epilogues that read a reduce at another index, and narrow-float reductions in XLA's order).
+EMITTER_VERSION = "cpu-2"
 
 
 def hlofuse_version() -> str:

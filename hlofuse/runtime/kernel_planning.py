@@ -1,7 +1,9 @@
 """Splitting a fused computation into kernels.
 
 Most fusions are one kernel: a loop kernel, or a reduction kernel whose heroes are the
-root reduces (with an elementwise epilogue and elementwise side outputs). A reduce whose
+root reduces (with an elementwise epilogue and elementwise side outputs; an output that reads
+a reduce at another index, such as its reverse, is a loop output over the materialized reduce).
+Narrow-float reduces are first rewritten into XLA:CPU's order (`tree_reduction_rewrite`). A reduce whose
 value is needed elsewhere in the fusion - broadcast back into a loop (softmax), or feeding
 another reduce (variance from a mean) - would be recomputed per element by its element
 generator; instead it is *materialized*: computed first by its own kernel into a temporary,
@@ -15,7 +17,7 @@ from dataclasses import dataclass, field
 
 from ..emitters.kernel_args import leaf_count
 from ..emitters.loop_emitter import loop_shape, output_leaves
-from ..emitters.reduction_emitter import ReductionGroup, reduction_groups
+from ..emitters.reduction_emitter import ReductionGroup, is_order_sensitive_reduce, reduction_groups
 from ..hlo.ir import HloComputation, HloInstruction
 
 
@@ -112,9 +114,82 @@ def _rebuild(comp: HloComputation, root: HloInstruction, replaced: list[HloInstr
     return new
 
 
+# ---- XLA:CPU's order for narrow-float reductions ----------------------------------------------
+#
+# A reduce into bf16/f16/f8 rounds its accumulator to that type after every step on XLA:CPU
+# (float normalization computes the reducer's ops in f32 and converts back), so the order of
+# the steps decides the result. XLA:CPU's order comes from TreeReductionRewriter (window 32):
+# while a reduced dimension is longer than 32, reduce(x) becomes reduce(reduce-window(x)) with
+# windows of min(n, 32) along every reduced dimension, stride = window, "same" padding (skipped
+# positions) and the init value starting every window; each window and the last reduce fold
+# sequentially in row-major order. hlofuse applies the same rewrite to the computation it
+# plans (the fused module it prints keeps the plain reduce), keeps the reduction kernels of
+# such reduces sequential (no split across cores, one GPU thread per output), and the
+# interpreter computes the same order (runtime/interpreter/reduction.py), so every backend
+# gives XLA:CPU's bits. Variadic reduces are not rewritten (XLA does not either).
+
+TREE_REDUCTION_WINDOW = 32
+
+
+def _tree_level(x: HloInstruction, init: HloInstruction, rdims: list[int], reducer) -> HloInstruction:
+    """One TreeReductionRewriter step: reduce-window of x over windows of min(n, 32) along
+    the reduced dimensions, "same" padding (the smaller half low)."""
+    from ..hlo.attributes import Window, WindowDimension
+    from ..hlo.shapes import array
+
+    dims, out = [], []
+    for d, n in enumerate(x.shape.dims):
+        if d not in rdims:
+            dims.append(WindowDimension())
+            out.append(n)
+            continue
+        w = min(n, TREE_REDUCTION_WINDOW)
+        count = -(-n // w)
+        total = count * w - n
+        dims.append(WindowDimension(size=w, stride=w, padding_low=total // 2, padding_high=total - total // 2))
+        out.append(count)
+    return HloInstruction("reduce-window", array(x.shape.dtype, out), [x, init],
+                          {"window": Window(tuple(dims)), "to_apply": reducer}, name=f"{x.name}.tree")
+
+
+def tree_reduction_rewrite(comp: HloComputation) -> HloComputation:
+    """`comp`, or a copy of it whose order-sensitive reduces (`is_order_sensitive_reduce`)
+    with a reduced dimension longer than the window are rewritten into XLA:CPU's tree of
+    reduce-windows (see above); the parameters are kept."""
+    def needs(i: HloInstruction) -> bool:
+        return is_order_sensitive_reduce(i) and any(
+            i.operands[0].shape.dims[d] > TREE_REDUCTION_WINDOW for d in i.attrs["dimensions"])
+
+    if not any(needs(i) for i in comp.instructions):
+        return comp
+    new = HloComputation(f"{comp.name}.tree")
+    mapping: dict[int, HloInstruction] = {}
+    for p in comp.parameters:
+        q = p.clone()
+        q.parameter_number = p.parameter_number
+        mapping[id(p)] = new.add_instruction(q)
+    for i in comp.post_order():
+        if id(i) in mapping:
+            continue
+        operands = [mapping[id(o)] for o in i.operands]
+        if needs(i):
+            x, init = operands
+            rdims = sorted(int(d) for d in i.attrs["dimensions"])
+            while any(x.shape.dims[d] > TREE_REDUCTION_WINDOW for d in rdims):
+                x = new.add_instruction(_tree_level(x, init, rdims, i.attrs["to_apply"]))
+            operands = [x, init]
+        mapping[id(i)] = new.add_instruction(i.clone(operands=operands))
+    new.root = mapping[id(comp.root)]
+    return new
+
+
 def plan_fusion(comp: HloComputation, name: str) -> tuple[list[KernelPlan], list]:
     """Kernels (in execution order) computing the fused computation `comp`, and the shapes of
-    the temporaries they exchange."""
+    the temporaries they exchange. Narrow-float reduces are first rewritten into XLA:CPU's
+    order (`tree_reduction_rewrite`); the reduce-windows of the tree are computed inside the
+    reduction kernel's fold, which keeps them out of loop kernels (those may reassociate a
+    reducer: the elemental emitter's call_scalar)."""
+    comp = tree_reduction_rewrite(comp)
     temps: list = []
     kernels: list[KernelPlan] = []
     n_params = len(comp.parameters)
@@ -170,7 +245,9 @@ def _kernels_of(comp: HloComputation, name: str, temps: list) -> list[KernelPlan
     plans = []
     for g in groups:
         r0 = g.in_dims[g.rdims[0]] if g.rdims else 1
-        if g.is_row and g.units < SPLIT_MAX_OUTPUTS and g.unit_elements >= SPLIT_MIN_ELEMENTS and r0 >= 2:
+        sequential = any(is_order_sensitive_reduce(h) for h in g.heroes)  # XLA:CPU's order, not slices
+        if (g.is_row and g.units < SPLIT_MAX_OUTPUTS and g.unit_elements >= SPLIT_MIN_ELEMENTS and r0 >= 2
+                and not sequential):
             parts = min(SPLIT_PARTS, r0)
             scratch = []
             for h in g.heroes:
@@ -336,6 +413,8 @@ def share_candidate(comp: HloComputation, inst: HloInstruction, name: str, kerne
     if expr.opcode == "parameter" or not _has_expensive_elementwise(expr):
         return None
     keys = _structural_keys(comp, list(inst.operands))
+    if id(expr) not in keys:  # planned from a rewritten copy (tree_reduction_rewrite): no sharing
+        return None
     return ShareCandidate(inst, comp, name, kernels, temps, expr, keys[id(expr)])
 
 

@@ -6,8 +6,9 @@ elements, each folding R input elements. Every input element is visited by exact
 thread, which also writes the group's elementwise outputs there (multi-output fusion).
 
 Kernel shapes (`plan_reduction`):
-  * per_output (R <= PER_OUTPUT_MAX, or R == 0): one thread folds a whole output element,
-    starting from the init value, and stores it. No atomics.
+  * per_output (R <= PER_OUTPUT_MAX, or R == 0, or a reduce into a float narrower than f32,
+    whose per-step rounding makes XLA:CPU's sequential order part of the result): one thread
+    folds a whole output element, starting from the init value, and stores it. No atomics.
   * row (the last input dimension is reduced, or all are): block b takes output
     o = b / chunks and chunk c = b % chunks of its R reduced elements; lane t of the block
     folds r = c * lanes * ROW_TILE + t + j * lanes for j < ROW_TILE (consecutive lanes read
@@ -46,7 +47,13 @@ from llvmlite import ir
 from ...hlo.ir import HloComputation
 from ..elemental import ElementalEmitter, Index, const_i64, delinearize, load_element, store_element
 from ..loop_emitter import for_range, output_leaves
-from ..reduction_emitter import ReduceHero, ReductionGroup, override_heroes
+from ..reduction_emitter import (
+    ReduceHero,
+    ReductionGroup,
+    in_order_target,
+    is_order_sensitive_reduce,
+    override_heroes,
+)
 from .atomics import atomic_kind, emit_atomic_combine
 from .kernels import LaunchDims, launch_for
 
@@ -141,7 +148,11 @@ def plan_reduction(group: ReductionGroup, leaves: list) -> ReductionPlan:
                 trivial.add(k_out)
         homes.append(found)
     common = dict(homes=homes, trivial=trivial)
-    if r <= PER_OUTPUT_MAX or k == 0:
+    # A reduce into a narrow float rounds every step, so its order is its result: one thread
+    # folds each output in XLA:CPU's order (kernel planning has already rewritten it into
+    # XLA's tree of reduce-windows, so at most 32 elements per reduced dimension remain).
+    sequential = any(is_order_sensitive_reduce(h) for h in group.heroes)
+    if r <= PER_OUTPUT_MAX or k == 0 or sequential:
         return ReductionPlan(group, "per_output", True, k, r, launch=launch_for(k), **common)
     if group.is_row:
         lanes = min(ROW_MAX_LANES, max(32, _pow2_at_least(-(-r // ROW_TILE))))
@@ -161,7 +172,7 @@ class _Emit:
         self.b = skel.builder
         self.plan = plan
         self.group = plan.group
-        self.em = ElementalEmitter(self.b, skel.target, skel.param_gen)
+        self.em = ElementalEmitter(self.b, in_order_target(skel.target, self.group.heroes), skel.param_gen)
         self.heroes = [ReduceHero(self.em, h) for h in self.group.heroes]
         self.leaves = output_leaves(comp)
         self.extra_leaves = [self.leaves[k] for k in self.group.extras]

@@ -4,6 +4,24 @@ Reducers recognised from the computation (add, multiply, maximum, minimum, and, 
 the accumulator and the element) run as one numpy reduction; any other reducer is folded
 element by element along the reduced dimensions, vectorized over the kept elements when the
 reducer is elementwise (it is then evaluated once per reduced position on whole arrays).
+
+A (non-variadic) reduce into a float narrower than f32 (bf16, f16, the f8 types) follows
+XLA:CPU step for step instead (`tree_reduce`), because there the order is the result: every
+step rounds to the narrow type, so a bf16 sum of 64 elements depends on which elements are
+added first. What XLA:CPU does (found by running such modules through it and reading its
+optimized HLO, see tests/test_reduce_precision_accumulation.py):
+  * the reducer is not widened: float normalization computes each of its ops in f32 and
+    converts back, `convert(convert(add(f32 a, f32 b)) to bf16) to f32` - the accumulator is
+    rounded to the narrow type after every step (no f32 accumulation, no single final rounding);
+  * TreeReductionRewriter (window 32) first rewrites reduce(x) into reduce(reduce-window(x))
+    while any reduced dimension is longer than 32: windows of min(n, 32) along every reduced
+    dimension, stride = window, "same" padding (half the padding low, the odd one high) whose
+    positions are skipped, every window starting from the init value (so the init value joins
+    once per window: XLA takes it to be the reducer's identity);
+  * each window, and the last reduce, folds its elements sequentially in row-major order
+    from the init value.
+The CPU and GPU backends compute exactly this (runtime/kernel_planning.tree_reduction_rewrite
+and the sequential per-output GPU kernel), so all three agree bit for bit.
 """
 from __future__ import annotations
 
@@ -14,7 +32,7 @@ import numpy as np
 from ...hlo.ir import HloComputation, HloInstruction
 from ...hlo.opcodes import register_reference
 from .core import Value, is_elementwise_computation
-from .elementwise import compute_dtype, to_type
+from .elementwise import compute_dtype, is_float, to_type
 from .op_helpers import ASSIGN, KEEP, recognize_combiner
 
 Array = np.ndarray
@@ -34,8 +52,8 @@ def _fast_reduce(inputs: list[Array], inits: list[Array], dims: tuple[int, ...],
         if not dims:
             r = x
         else:
-            # Narrow floats accumulate in f32 and round once (as XLA's CPU reductions nearly do);
-            # 4-bit integers in 8 bits, wrapped at the end.
+            # 4-bit integers accumulate in 8 bits, wrapped at the end (narrow floats do not get
+            # here: tree_reduce).
             wide = compute_dtype(x.dtype)
             r = ufunc.reduce(x.astype(wide, copy=False), axis=dims)
             init = init.astype(wide, copy=False)
@@ -102,6 +120,82 @@ def fold(interp, reducer: HloComputation, inputs: list[Array], inits: list[Array
     return [a.reshape(kept_shape) for a in acc]
 
 
+# XLA's TreeReductionRewriter window on CPU (cpu_compiler.cc: TreeReductionRewriter()).
+TREE_WINDOW = 32
+
+
+def is_narrow_float_reduce(dtypes) -> bool:
+    """Whether a (non-variadic) reduce into these accumulator types takes XLA:CPU's tree order
+    with per-step rounding: floats narrower than f32."""
+    return len(dtypes) == 1 and is_float(np.dtype(dtypes[0])) and np.dtype(dtypes[0]).itemsize < 4
+
+
+def tree_windows(n: int) -> tuple[int, int, int]:
+    """(window, windows, padding_low) of one reduced dimension of length n > TREE_WINDOW in
+    one TreeReductionRewriter step: "same" padding puts the smaller half of it low."""
+    w = min(n, TREE_WINDOW)
+    count = -(-n // w)
+    return w, count, (count * w - n) // 2
+
+
+def _fold_windows(interp, reducer: HloComputation, ufunc, x: Array, init: Array, dims: tuple[int, ...],
+                  windowed: bool) -> Array:
+    """One level of the tree: fold every window of `x` (windows from `tree_windows` along the
+    reduced `dims` when `windowed`, else all of each reduced dimension, which it then drops)
+    sequentially in row-major order from `init`, rounding to x's type after every step;
+    padding positions are skipped."""
+    dtype = x.dtype
+    padded, valid = x, np.ones(x.shape, dtype=bool)
+    grid, win = [], []
+    for d in range(x.ndim):
+        n = x.shape[d]
+        if d not in dims:
+            grid.append(n)
+            win.append(1)
+            continue
+        w, count, lo = tree_windows(n) if windowed else (n, 1, 0)
+        pad = [(0, 0)] * x.ndim
+        pad[d] = (lo, count * w - n - lo)
+        padded = np.pad(padded, pad)
+        valid = np.pad(valid, pad, constant_values=False)
+        grid.append(count)
+        win.append(w)
+    # Split each dimension into (window index, position in window), positions last.
+    split = [s for g, w in zip(grid, win) for s in (g, w)]
+    order = list(range(0, 2 * x.ndim, 2)) + list(range(1, 2 * x.ndim, 2))
+    width = math.prod(win)
+    cols = np.transpose(padded.reshape(split), order).reshape(tuple(grid) + (width,))
+    mask = np.transpose(valid.reshape(split), order).reshape(tuple(grid) + (width,))
+    acc = np.broadcast_to(init, tuple(grid)).astype(dtype)
+    wide = compute_dtype(dtype)
+    for k in range(width):
+        xk = cols[..., k]
+        if ufunc is not None:
+            step = to_type(ufunc(acc.astype(wide), xk.astype(wide)), dtype)
+        else:
+            step = np.asarray(interp.call_batched(reducer, [acc.reshape(-1), xk.reshape(-1)]))
+            step = np.broadcast_to(step, (acc.size,)).astype(dtype).reshape(acc.shape)
+        acc = np.where(mask[..., k], step, acc)
+    if windowed:
+        return acc
+    return acc.reshape(tuple(g for d, g in enumerate(grid) if d not in dims))
+
+
+def tree_reduce(interp, reducer: HloComputation, x: Array, init: Array, dims: tuple[int, ...]) -> Array:
+    """Reduce narrow-float `x` over `dims` in XLA:CPU's order (see the module docstring):
+    reduce-window levels while a reduced dimension is longer than TREE_WINDOW, then one
+    sequential fold per output, every step rounded to x's type."""
+    recognised = recognize_combiner(reducer)
+    ufunc = recognised[0] if recognised is not None and recognised[0] not in (ASSIGN, KEEP) else None
+    init = np.asarray(init).astype(x.dtype)
+    if math.prod(x.shape[d] for d in dims) == 0:
+        kept = tuple(s for i, s in enumerate(x.shape) if i not in dims)
+        return np.broadcast_to(init, kept).astype(x.dtype)
+    while any(x.shape[d] > TREE_WINDOW for d in dims):
+        x = _fold_windows(interp, reducer, ufunc, x, init, dims, windowed=True)
+    return _fold_windows(interp, reducer, ufunc, x, init, dims, windowed=False)
+
+
 @register_reference("reduce")
 def _reduce(inst: HloInstruction, args: list, interp) -> Value:
     """Reduce N inputs with N init values over `dimensions` using `to_apply`."""
@@ -116,6 +210,8 @@ def _reduce(inst: HloInstruction, args: list, interp) -> Value:
         kept = tuple(inst.shape.leaves()[0].dims)
         out = [x.reshape(kept).copy() for x in inputs]
         return tuple(out) if inst.shape.is_tuple else out[0]
+    if is_narrow_float_reduce([x.dtype for x in inputs]):
+        return tree_reduce(interp, reducer, inputs[0], inits[0], dims)
     reducers = recognize_combiner(reducer)
     out = _fast_reduce(inputs, inits, dims, reducers) if reducers is not None else None
     if out is None:
