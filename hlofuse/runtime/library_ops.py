@@ -8,7 +8,6 @@ Ops with an element generator never come here: the executor emits them as loop k
 """
 from __future__ import annotations
 
-import functools
 import math
 
 import numpy as np
@@ -16,6 +15,7 @@ import numpy as np
 from ..hlo.errors import UnsupportedError
 from ..hlo.opcodes import mark_unsupported, register_library
 from .interpreter import op_helpers
+from .interpreter.sort import comparator_sort_order
 
 
 def _np_dtype(shape):
@@ -316,15 +316,26 @@ def _sort_key_pattern(comp):
 
 @register_library("sort")
 def sort(inst, args, ctx):
-    """Stable sort along `dimensions`; argsort on a key for plain comparators, else a
-    comparison sort calling the compiled comparator."""
+    """Sort along `dimensions`: an argsort on the key for a plain `compare(p2k, p2k+1)`
+    comparator (a total order on that key), else XLA:CPU's own algorithm calling the compiled
+    comparator per comparison (`comparator_sort_order`), which also gives XLA's permutation
+    for a comparator that is not a strict weak order (LE, a constant, LT over NaN ...)."""
     dim = int(inst.attrs["dimensions"][0])
     comp = inst.attrs["to_apply"]
+    stable = str(inst.attrs.get("is_stable", "false")).lower() in ("true", "1")
     moved = [np.moveaxis(np.asarray(x), dim, -1) for x in args]
     pattern = _sort_key_pattern(comp)
+    key = None
     if pattern is not None:
-        k, desc, _total = pattern
+        k, desc, total = pattern
         key = moved[k]
+        if total:
+            key = op_helpers.total_order_key(key)
+        elif key.dtype.kind == "c" or (key.dtype.kind in "fV" and np.isnan(key.astype(np.float32)).any()):
+            key = None  # LT/GT over NaN orders nothing consistently: run XLA's algorithm
+    if key is not None:
+        if key.dtype.kind == "V":
+            key = key.astype(np.float32)  # bf16, f8: float32 orders them identically
         if desc:
             n = key.shape[-1]
             order = n - 1 - np.flip(np.argsort(np.flip(key, -1), axis=-1, kind="stable"), -1)
@@ -341,12 +352,9 @@ def sort(inst, args, ctx):
                     args2 += [np.asarray(v[i]), np.asarray(v[j])]
                 return bool(np.asarray(ctx.call(comp, args2)))
 
-            def cmp(i, j, less=less):
-                return -1 if less(i, j) else (1 if less(j, i) else 0)
-
-            order[row] = sorted(range(moved[0].shape[-1]), key=functools.cmp_to_key(cmp))
+            order[row] = comparator_sort_order(moved[0].shape[-1], less, stable)
     outs = [np.moveaxis(np.take_along_axis(m, order, -1), -1, dim) for m in moved]
-    outs = [np.ascontiguousarray(o) for o in outs]
+    outs = [np.ascontiguousarray(o) for o in outs]  # sort operands have rank >= 1
     return tuple(outs) if inst.shape.is_tuple else outs[0]
 
 

@@ -125,7 +125,10 @@ def scatter_reference(inst: HloInstruction, args: list, interp) -> np.ndarray | 
     valid = np.all((starts >= 0) & (starts <= np.array(operands[0].shape) - np.array(sizes)), axis=1)
     starts = starts[valid]
     where = window_indices(starts, sizes)
-    windows = [u.transpose(scatter_dims + list(window_dims)).reshape(-1, *sizes)[valid] for u in updates]
+    # One window per index vector; the row count is explicit since -1 cannot be inferred
+    # when a window (or the update) has no elements.
+    rows = valid.shape[0]
+    windows = [u.transpose(scatter_dims + list(window_dims)).reshape(rows, *sizes)[valid] for u in updates]
     comp = inst.attrs["to_apply"]
     reducers = recognize_combiner(comp)
     if reducers is not None:
