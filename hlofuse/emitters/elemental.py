@@ -170,7 +170,10 @@ class Index:
         self.linear = linear
 
     def key(self) -> tuple:
-        """A hashable identity of the index values (for the value cache)."""
+        """A hashable identity of the index values (for the value cache). Every index of a
+        rank-0 array names its one element, so they all share a key."""
+        if not self.dims:
+            return ()
         return tuple(id(v) for v in self.multi) if self.multi else (id(self.linear),)
 
 
@@ -206,6 +209,102 @@ def delinearize(b: ir.IRBuilder, linear, dims) -> list:
 
 
 Generator = Callable[[Index], ir.Value]
+_MISS = object()
+
+
+class TupleValue:
+    """A tuple-shaped value at one index, its elements computed when read.
+
+    The elements of a tuple may have different dimensions (a `(f32[4,8], f32[])` parameter),
+    so an index means something only for the element that is read (by get-tuple-element, or
+    as one output leaf): reading every element at it would index the others out of shape."""
+
+    def __init__(self, elements: list, index: Index) -> None:
+        self._elements = elements
+        self._index = index
+
+    def __getitem__(self, k: int):
+        return self._elements[k](self._index)
+
+    def __len__(self) -> int:
+        return len(self._elements)
+
+    def __iter__(self):
+        return (self[k] for k in range(len(self)))
+
+    def materialize(self) -> tuple:
+        """The value as a (nested) Python tuple of LLVM values: for rank-0 tuples (the result
+        of an inlined scalar computation), where one index serves every element."""
+        return tuple(v.materialize() if isinstance(v, TupleValue) else v for v in self)
+
+
+class TupleGenerator:
+    """The generator of a tuple-shaped value made of element generators (a `tuple`
+    instruction, a tuple parameter): get-tuple-element takes element k's generator itself."""
+
+    def __init__(self, elements: list) -> None:
+        self.elements = list(elements)
+
+    def __call__(self, index: Index) -> TupleValue:
+        return TupleValue(self.elements, index)
+
+
+def materialize(value):
+    """`value` with every TupleValue in it turned into a Python tuple."""
+    return value.materialize() if isinstance(value, TupleValue) else value
+
+
+class Reading:
+    """A raw generator that says beforehand which (generator, index) pairs it reads.
+
+    `plan(index)` computes what the rule needs from the output index (operand indices, masks);
+    it is memoized like a value, so the emitter's pre-pass and the rule's own evaluation share
+    the same operand Index objects (and hence cache entries). `reads(plan)` lists the pairs;
+    `compute(index, plan)` makes the value. Rules whose operand indices follow from the output
+    index (data movement) use it so long chains are evaluated without Python recursion."""
+
+    def __init__(self, em: "ElementalEmitter", plan: Callable | None, reads: Callable, compute: Callable) -> None:
+        self.em = em
+        self._plan = plan
+        self._reads = reads
+        self._compute = compute
+        self.key = ("plan", id(self))
+
+    def plan(self, index: Index):
+        """The memoized plan of `index` (the index itself when there is no plan)."""
+        if self._plan is None:
+            return index
+        return self.em.memo(self.key, index, lambda: self._plan(index))
+
+    def deps(self, index: Index) -> list:
+        """The (generator, Index) pairs the value at `index` reads."""
+        return self._reads(self.plan(index))
+
+    def __call__(self, index: Index):
+        return self._compute(index, self.plan(index))
+
+
+def remap(em: "ElementalEmitter", g: Generator, mapping: Callable[[Index], Index],
+          finish: Callable | None = None) -> Reading:
+    """Raw generator reading `g` at `mapping(index)` (then `finish(value)`, if given)."""
+    if finish is None:
+        return Reading(em, mapping, lambda j: [(g, j)], lambda _idx, j: g(j))
+    return Reading(em, mapping, lambda j: [(g, j)], lambda _idx, j: finish(g(j)))
+
+
+class _Node:
+    """A memoized generator: calling it evaluates through the emitter's value cache."""
+
+    __slots__ = ("em", "key", "raw", "deps")
+
+    def __init__(self, em: "ElementalEmitter", key: tuple, raw: Callable, deps: Callable | None) -> None:
+        self.em = em
+        self.key = key
+        self.raw = raw
+        self.deps = deps
+
+    def __call__(self, index: Index):
+        return self.em.evaluate(self, index)
 
 
 def dims_of(inst: HloInstruction) -> tuple[int, ...]:
@@ -218,6 +317,13 @@ class ElementalEmitter:
 
     `param_gen(parameter) -> Generator` says how parameters are read (a load from a kernel
     argument, or a value already computed for an inlined scalar computation).
+
+    Neither building nor evaluating generators recurses in Python along the graph, so fused
+    computations thousands of instructions deep are fine: `gen` builds the missing operand
+    generators bottom-up from an explicit post-order first, and `evaluate` first computes,
+    with an explicit stack, the values an instruction reads at indices known beforehand
+    (elementwise operands at the same index, `Reading` rules), so each rule finds its operand
+    values in the cache.
     """
 
     def __init__(self, builder: ir.IRBuilder, target, param_gen: Callable[[HloInstruction], Generator]) -> None:
@@ -227,17 +333,44 @@ class ElementalEmitter:
         self.fp_flags: tuple[str, ...] = ()  # fast-math flags for float add/mul (reductions)
         self._gens: dict[int, Generator] = {}
         self._cache: dict[tuple, tuple] = {}
+        # Values computed by the evaluations in progress, innermost last. Each evaluation
+        # computes its values at the top level of one region of the emitted code (every rule
+        # returns at the point where it started, after any loops or branches it emitted), so
+        # they dominate whatever is emitted later in that evaluation, in whichever block.
+        self._scopes: list[dict] = []
 
     @property
     def module(self) -> ir.Module:
         """The LLVM module being emitted into."""
         return self.b.module
 
+    # ---- building generators ------------------------------------------------------------
     def gen(self, inst: HloInstruction) -> Generator:
         """The (memoized) generator of `inst`."""
         g = self._gens.get(id(inst))
         if g is not None:
             return g
+        for node in self._unbuilt_post_order(inst):
+            self._gens[id(node)] = self._build(node)
+        return self._gens[id(inst)]
+
+    def _unbuilt_post_order(self, inst: HloInstruction) -> list[HloInstruction]:
+        """`inst` and its transitive operands without a generator yet, operands first."""
+        order: list[HloInstruction] = []
+        seen = {id(inst)}
+        stack = [(inst, iter(inst.operands))]
+        while stack:
+            node, it = stack[-1]
+            nxt = next(it, None)
+            if nxt is None:
+                stack.pop()
+                order.append(node)
+            elif id(nxt) not in seen and id(nxt) not in self._gens:
+                seen.add(id(nxt))
+                stack.append((nxt, iter(nxt.operands)))
+        return order
+
+    def _build(self, inst: HloInstruction) -> Generator:
         if inst.opcode == "parameter":
             raw = self.param_gen(inst)
         else:
@@ -248,29 +381,85 @@ class ElementalEmitter:
             for leaf in inst.shape.leaves():
                 check_type(leaf.dtype, inst)
             raw = rule(self, inst)
-        g = self._cached(inst, raw)
-        self._gens[id(inst)] = g
-        return g
+        return self._memoized(("inst", id(inst)), inst, raw)
+
+    def _memoized(self, key: tuple, inst: HloInstruction | None, raw):
+        if isinstance(raw, _Node):
+            return raw  # another instruction's generator (a no-op broadcast, get-tuple-element)
+        if isinstance(raw, TupleGenerator):
+            return TupleGenerator([self._memoized(key + (k,), None, e) for k, e in enumerate(raw.elements)])
+        deps = getattr(raw, "deps", None)
+        if deps is None and inst is not None and inst.info.elementwise:
+            # Elementwise operands are read at the output index (rank-0 ones, in old-style
+            # HLO, at the scalar index: not listed, the rule reads them itself).
+            same = [self._gens.get(id(op)) for op in inst.operands
+                    if op.shape.is_array and dims_of(op) == dims_of(inst)]
+            same = [g for g in same if isinstance(g, _Node)]
+            if same:
+                deps = lambda idx: [(g, idx) for g in same]  # noqa: E731
+        return _Node(self, key, raw, deps)
 
     def override(self, inst: HloInstruction, gen: Generator) -> None:
         """Make `gen` the generator of `inst` (uncached): kernel emitters use it to feed values
         they computed themselves (a reduction's accumulators) into epilogue generators."""
         self._gens[id(inst)] = gen
 
-    def _cached(self, inst: HloInstruction, raw: Generator) -> Generator:
-        # Reuse a value only inside the block that computed it (so it dominates the use),
-        # which keeps DAG-shaped fusions (x used twice) from emitting x twice.
-        def g(index: Index):
-            key = (id(inst), index.key(), id(self.b.block))
-            hit = self._cache.get(key)
+    # ---- evaluating ---------------------------------------------------------------------
+    def _lookup(self, key: tuple, index: Index):
+        ik = index.key()
+        hit = self._cache.get((key, ik, id(self.b.block)))
+        if hit is not None:
+            return hit[1]
+        for scope in reversed(self._scopes):
+            hit = scope.get((key, ik))
             if hit is not None:
                 return hit[1]
-            v = raw(index)
-            # Keep the index values alive with the entry, so their ids cannot be reused.
-            self._cache[key] = ((index.multi, index.linear), v)
-            return v
+        return _MISS
 
-        return g
+    def _store(self, key: tuple, index: Index, value) -> None:
+        # Keep the index values alive with the entry, so their ids cannot be reused. The
+        # block-keyed entry serves later evaluations: a value is reused only inside the block
+        # that computed it, so it dominates the use.
+        entry = ((index.multi, index.linear), value)
+        ik = index.key()
+        self._cache[(key, ik, id(self.b.block))] = entry
+        if self._scopes:
+            self._scopes[-1][(key, ik)] = entry
+
+    def memo(self, key: tuple, index: Index, compute: Callable):
+        """`compute()`, memoized per (key, index) like generator values."""
+        v = self._lookup(key, index)
+        if v is _MISS:
+            v = compute()
+            self._store(key, index, v)
+        return v
+
+    def evaluate(self, node: _Node, index: Index):
+        """The value of memoized generator `node` at `index`.
+
+        The values it reads at indices known beforehand are computed first, operands before
+        users, with an explicit stack; the rules then find them in the cache, so a chain of
+        any length costs no Python recursion."""
+        v = self._lookup(node.key, index)
+        if v is not _MISS:
+            return v
+        self._scopes.append({})
+        try:
+            stack = [(node, index, False)]
+            while stack:
+                n, idx, expanded = stack.pop()
+                if self._lookup(n.key, idx) is not _MISS:
+                    continue
+                if not expanded and n.deps is not None:
+                    stack.append((n, idx, True))
+                    for d, di in n.deps(idx):
+                        if isinstance(d, _Node) and self._lookup(d.key, di) is _MISS:
+                            stack.append((d, di, False))
+                    continue
+                self._store(n.key, idx, n.raw(idx))
+            return self._lookup(node.key, index)
+        finally:
+            self._scopes.pop()
 
     def operand(self, inst: HloInstruction, i: int) -> Generator:
         """The generator of operand `i` of `inst`."""
@@ -289,14 +478,14 @@ class ElementalEmitter:
 
         In a reduction the target may allow reassociating float adds and multiplies (XLA does:
         vectorized row reductions on CPU, trees on GPU), which is what lets LLVM vectorize."""
+        args = [materialize(a) for a in args]
         params = {p.parameter_number: a for p, a in zip(comp.parameters, args)}
-        flat = list(args)
-        if len(comp.parameters) != len(flat):
-            raise UnsupportedError(f"computation {comp.name} takes {len(comp.parameters)} parameters, got {len(flat)}")
-        sub = ElementalEmitter(self.b, self.target, lambda p: (lambda _idx, v=params[p.parameter_number]: v))
+        if len(comp.parameters) != len(args):
+            raise UnsupportedError(f"computation {comp.name} takes {len(comp.parameters)} parameters, got {len(args)}")
+        sub = ElementalEmitter(self.b, self.target, lambda p: _scalar_param(params[p.parameter_number]))
         if reduction and self.target.reassociate_reductions:
             sub.fp_flags = ("reassoc", "contract")
-        return sub.scalar(comp.root)
+        return materialize(sub.scalar(comp.root))
 
     def global_constant(self, inst: HloInstruction, data: np.ndarray, et: ElementType) -> ir.Value:
         """An LLVM global holding `data` (raw bytes), as a pointer to its first element."""
@@ -313,5 +502,13 @@ class ElementalEmitter:
         return gv.bitcast(mem_type(et).as_pointer(space))
 
 
+def _scalar_param(value) -> Generator:
+    """Generator of an inlined computation's parameter bound to `value` (a nested tuple for
+    a tuple parameter, whose elements get-tuple-element then takes apart)."""
+    if isinstance(value, tuple):
+        return TupleGenerator([_scalar_param(v) for v in value])
+    return lambda _idx: value
+
+
 # The rule modules register themselves in the op registry; they import this module's names.
-from . import elemental_complex, elemental_data, elemental_math  # noqa: E402,F401
+from . import elemental_complex, elemental_control, elemental_data, elemental_math  # noqa: E402,F401

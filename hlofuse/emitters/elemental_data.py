@@ -19,10 +19,13 @@ from .elemental import (
     I64,
     ElementalEmitter,
     Index,
+    Reading,
+    TupleGenerator,
     const_i64,
     dims_of,
     load_element,
     reg_type,
+    remap,
 )
 from .elemental_math import convert_value
 from .loop_emitter import for_range
@@ -76,7 +79,7 @@ def _broadcast(em: ElementalEmitter, inst):
     op_dims = dims_of(inst.operands[0])
     if dims == tuple(range(len(dims_of(inst)))) and op_dims == dims_of(inst):
         return g
-    return lambda idx: g(Index(em.b, op_dims, multi=[idx.multi[d] for d in dims]))
+    return remap(em, g, lambda idx: Index(em.b, op_dims, multi=[idx.multi[d] for d in dims]))
 
 
 def _reshape(em: ElementalEmitter, inst):
@@ -89,13 +92,14 @@ def _reshape(em: ElementalEmitter, inst):
 
         if src.bits != dst.bits:
             raise UnsupportedError(f"bitcast {inst.name} changes the element width ({src.name} -> {dst.name})")
-        inner = g
-        g = lambda idx: bitcast_value(em, inner(idx), src, dst)  # noqa: E731
+        finish = lambda v: bitcast_value(em, v, src, dst)  # noqa: E731
+    else:
+        finish = None
     if op_dims == dims_of(inst) and (inst.opcode == "reshape" or _same_layout(inst.operands[0].shape, inst.shape)):
-        return g
+        return g if finish is None else remap(em, g, lambda idx: idx, finish)
     if inst.opcode == "bitcast" and not (_row_major(inst.shape) and _row_major(inst.operands[0].shape)):
-        return _physical_bitcast(em, inst, g)
-    return lambda idx: g(Index(em.b, op_dims, linear=idx.linear))
+        return remap(em, g, _physical_bitcast(em, inst), finish)
+    return remap(em, g, lambda idx: Index(em.b, op_dims, linear=idx.linear), finish)
 
 
 def _row_major(shape) -> bool:
@@ -108,9 +112,9 @@ def _same_layout(a, b) -> bool:
                                                and a.layout.minor_to_major == b.layout.minor_to_major)
 
 
-def _physical_bitcast(em: ElementalEmitter, inst, g):
+def _physical_bitcast(em: ElementalEmitter, inst):
     """XLA's bitcast reinterprets the physical buffer: map the output index to its offset under
-    the output layout, then to the operand index under the operand layout."""
+    the output layout, then to the operand index under the operand layout (returns that map)."""
     b = em.b
     out_shape, op_shape = inst.shape, inst.operands[0].shape
 
@@ -121,15 +125,15 @@ def _physical_bitcast(em: ElementalEmitter, inst, g):
     op_major = order(op_shape)[::-1]
     out_dims, op_dims = dims_of(inst), dims_of(inst.operands[0])
 
-    def gen(idx: Index):
+    def mapping(idx: Index) -> Index:
         physical = Index(b, [out_dims[d] for d in out_major], multi=[idx.multi[d] for d in out_major])
         in_phys = Index(b, [op_dims[d] for d in op_major], linear=physical.linear)
         multi = [None] * len(op_dims)
         for k, d in enumerate(op_major):
             multi[d] = in_phys.multi[k]
-        return g(Index(b, op_dims, multi=multi))
+        return Index(b, op_dims, multi=multi)
 
-    return gen
+    return mapping
 
 
 register_elemental("reshape", "bitcast")(_reshape)
@@ -141,13 +145,13 @@ def _transpose(em: ElementalEmitter, inst):
     perm = tuple(inst.attrs["dimensions"])
     op_dims = dims_of(inst.operands[0])
 
-    def gen(idx: Index):
+    def mapping(idx: Index) -> Index:
         multi = [None] * len(perm)
         for i, p in enumerate(perm):
             multi[p] = idx.multi[i]
-        return g(Index(em.b, op_dims, multi=multi))
+        return Index(em.b, op_dims, multi=multi)
 
-    return gen
+    return remap(em, g, mapping)
 
 
 @register_elemental("slice")
@@ -157,15 +161,15 @@ def _slice(em: ElementalEmitter, inst):
     op_dims = dims_of(inst.operands[0])
     b = em.b
 
-    def gen(idx: Index):
+    def mapping(idx: Index) -> Index:
         multi = []
         for v, (start, _limit, stride) in zip(idx.multi, spec):
             if stride != 1:
                 v = b.mul(v, const_i64(stride))
             multi.append(b.add(v, const_i64(start)) if start else v)
-        return g(Index(b, op_dims, multi=multi))
+        return Index(b, op_dims, multi=multi)
 
-    return gen
+    return remap(em, g, mapping)
 
 
 def index_to_i64(em: ElementalEmitter, v, et: ElementType):
@@ -189,15 +193,15 @@ def _dynamic_slice(em: ElementalEmitter, inst):
     starts = inst.operands[1:]
     b = em.b
 
-    def gen(idx: Index):
+    def mapping(idx: Index) -> Index:
         multi = []
         for d, (v, s) in enumerate(zip(idx.multi, starts)):
             start = index_to_i64(em, em.scalar(s), s.shape.dtype)
             start = clamp_i64(b, start, 0, op_dims[d] - sizes[d])
             multi.append(b.add(v, start))
-        return g(Index(b, op_dims, multi=multi))
+        return Index(b, op_dims, multi=multi)
 
-    return gen
+    return remap(em, g, mapping)
 
 
 @register_elemental("concatenate")
@@ -207,24 +211,29 @@ def _concatenate(em: ElementalEmitter, inst):
     sizes = [dims_of(op)[dim] for op in inst.operands]
     b = em.b
 
-    def gen(idx: Index):
+    def plan(idx: Index) -> list:
+        """(generator, operand index, offset) of each non-empty operand."""
         v = idx.multi[dim]
-        result, offset = None, 0
+        reads, offset = [], 0
         for g, op, size in zip(gens, inst.operands, sizes):
-            if size == 0:
-                continue
-            local = clamp_i64(b, b.sub(v, const_i64(offset)), 0, size - 1)
-            multi = list(idx.multi)
-            multi[dim] = local
-            val = g(Index(b, dims_of(op), multi=multi))
+            if size:
+                multi = list(idx.multi)
+                multi[dim] = clamp_i64(b, b.sub(v, const_i64(offset)), 0, size - 1)
+                reads.append((g, Index(b, dims_of(op), multi=multi), offset))
+            offset += size
+        return reads
+
+    def compute(idx: Index, reads: list):
+        result = None
+        for g, j, offset in reads:
+            val = g(j)
             if result is None:
                 result = val
             else:
-                result = b.select(b.icmp_signed(">=", v, const_i64(offset)), val, result)
-            offset += size
+                result = b.select(b.icmp_signed(">=", idx.multi[dim], const_i64(offset)), val, result)
         return result
 
-    return gen
+    return Reading(em, plan, lambda reads: [(g, j) for g, j, _ in reads], compute)
 
 
 @register_elemental("pad")
@@ -234,7 +243,11 @@ def _pad(em: ElementalEmitter, inst):
     op_dims = dims_of(inst.operands[0])
     b = em.b
 
-    def gen(idx: Index):
+    def plan(idx: Index):
+        """(in-bounds flag, operand index, scalar index of the padding value)."""
+        scalar = Index(b, (), multi=())
+        if 0 in op_dims:
+            return None, None, scalar
         in_bounds = ir.Constant(I1, 1)
         multi = []
         for v, (lo, _hi, interior), n in zip(idx.multi, config, op_dims):
@@ -246,12 +259,19 @@ def _pad(em: ElementalEmitter, inst):
             in_bounds = b.and_(in_bounds, b.icmp_signed(">=", t, const_i64(0)))
             in_bounds = b.and_(in_bounds, b.icmp_signed("<", t, const_i64(n)))
             multi.append(clamp_i64(b, t, 0, max(n - 1, 0)))
-        if 0 in op_dims:
-            return pv(Index(b, (), multi=()))
-        val = g(Index(b, op_dims, multi=multi))
-        return b.select(in_bounds, val, pv(Index(b, (), multi=())))
+        return in_bounds, Index(b, op_dims, multi=multi), scalar
 
-    return gen
+    def reads(p) -> list:
+        in_bounds, j, scalar = p
+        return [(pv, scalar)] if j is None else [(g, j), (pv, scalar)]
+
+    def compute(_idx: Index, p):
+        in_bounds, j, scalar = p
+        if j is None:
+            return pv(scalar)
+        return b.select(in_bounds, g(j), pv(scalar))
+
+    return Reading(em, plan, reads, compute)
 
 
 @register_elemental("reverse")
@@ -261,11 +281,11 @@ def _reverse(em: ElementalEmitter, inst):
     dims = dims_of(inst)
     b = em.b
 
-    def gen(idx: Index):
+    def mapping(idx: Index) -> Index:
         multi = [b.sub(const_i64(dims[d] - 1), v) if d in rev else v for d, v in enumerate(idx.multi)]
-        return g(Index(b, dims, multi=multi))
+        return Index(b, dims, multi=multi)
 
-    return gen
+    return remap(em, g, mapping)
 
 
 @register_elemental("gather")
@@ -319,15 +339,20 @@ def _gather(em: ElementalEmitter, inst):
 
 @register_elemental("tuple")
 def _tuple(em: ElementalEmitter, inst):
-    gens = [em.gen(op) for op in inst.operands]
-    return lambda idx: tuple(g(idx) for g in gens)
+    return TupleGenerator([em.gen(op) for op in inst.operands])
 
 
 @register_elemental("get-tuple-element")
 def _gte(em: ElementalEmitter, inst):
+    """Element k's own generator where the tuple is made of element generators (a tuple
+    instruction, a tuple parameter): the elements may differ in dimensions, so the tuple must
+    not be evaluated as a whole at this element's index. Ops computing a tuple at once (a
+    variadic reduce) give all elements the same dimensions."""
     g = em.operand(inst, 0)
     k = int(inst.attrs["index"])
-    return lambda idx: g(idx)[k]
+    if isinstance(g, TupleGenerator):
+        return g.elements[k]
+    return Reading(em, None, lambda idx: [(g, idx)], lambda idx, _: g(idx)[k])
 
 
 # ---- ops with a called computation, inlined per element -------------------------------------

@@ -14,7 +14,7 @@ from llvmlite import ir
 from ..hlo.dtypes import ElementType
 from ..hlo.ir import HloComputation, HloInstruction
 from ..hlo.shapes import Shape
-from .elemental import Index, load_element, mem_type
+from .elemental import Index, TupleGenerator, load_element, mem_type
 
 
 def leaf_count(shape: Shape) -> int:
@@ -45,15 +45,15 @@ def typed_pointer(builder: ir.IRBuilder, arg: ir.Value, et: ElementType, addrspa
 
 def param_generator(builder: ir.IRBuilder, p: HloInstruction, slots: list[tuple[int, Shape]],
                     pointer: Callable[[int, Shape], ir.Value]) -> Callable:
-    """Generator reading parameter `p` whose leaves are `slots` (a nested tuple of loads for
-    tuple parameters); `pointer(k, leaf)` gives the typed pointer of argument `k`."""
+    """Generator reading parameter `p` whose leaves are `slots` (a TupleGenerator of leaf
+    loads for a tuple parameter: its leaves may have different dimensions, so each is read
+    only at an index of its own); `pointer(k, leaf)` gives the typed pointer of argument `k`."""
     leaves = iter(slots)
     b = builder
 
     def build(shape: Shape):
         if shape.is_tuple:
-            subs = [build(e) for e in shape.elements]
-            return lambda idx: tuple(s(idx) for s in subs)
+            return TupleGenerator([build(e) for e in shape.elements])
         k, leaf = next(leaves)
 
         def load(idx: Index):

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import itertools
 import re
+from operator import attrgetter
 from typing import Any, Iterable, Iterator
 
 from .shapes import Shape
@@ -182,17 +183,28 @@ class HloComputation:
         self.fusion_instruction: HloInstruction | None = None  # set for fused computations
         self.is_entry = False
         self.execution_thread: str | None = None
+        # The parameter instructions, kept by add/remove_instruction and checked against the
+        # instruction list's identity and length (which other code also edits directly):
+        # fusion looks parameters up for every producer it fuses, and a scan of the whole
+        # computation each time made growing a fusion along a long chain quadratic.
+        self._params: tuple[int, int, list[HloInstruction]] | None = None
+
+    def _parameter_list(self) -> list[HloInstruction]:
+        cached = self._params
+        insts = self.instructions
+        if cached is None or cached[0] != id(insts) or cached[1] != len(insts):
+            cached = self._params = (id(insts), len(insts), [i for i in insts if i.opcode == "parameter"])
+        return cached[2]
 
     @property
     def parameters(self) -> list[HloInstruction]:
         """Parameters ordered by parameter number."""
-        params = [i for i in self.instructions if i.opcode == "parameter"]
-        return sorted(params, key=lambda p: p.parameter_number)
+        return sorted(self._parameter_list(), key=lambda p: p.parameter_number)
 
     def parameter(self, number: int) -> HloInstruction:
         """The parameter instruction with parameter number `number`."""
-        for p in self.instructions:
-            if p.opcode == "parameter" and p.parameter_number == number:
+        for p in self._parameter_list():
+            if p.parameter_number == number:
                 return p
         raise IndexError(f"computation {self.name} has no parameter {number}")
 
@@ -205,7 +217,11 @@ class HloComputation:
         elif not inst.name:
             inst.name = inst.opcode
         inst.parent = self
+        params = self._parameter_list()  # in step with the list before the change
         self.instructions.append(inst)
+        if inst.opcode == "parameter":
+            params.append(inst)
+        self._params = (id(self.instructions), len(self.instructions), params)
         return inst
 
     def add_parameter(self, shape: Shape, name: str = "") -> HloInstruction:
@@ -221,10 +237,16 @@ class HloComputation:
         if self.root is inst:
             raise ValueError(f"cannot remove {inst.name}: it is the root of {self.name}")
         inst.detach_operands()
-        for other in self.instructions:
+        # Only instructions with control predecessors can name `inst`; the filter runs in C,
+        # so removing many instructions from a big computation stays cheap.
+        for other in filter(attrgetter("control_predecessors"), self.instructions):
             if inst in other.control_predecessors:
                 other.control_predecessors.remove(inst)
+        params = self._parameter_list()  # in step with the list before the change
         self.instructions.remove(inst)
+        if inst.opcode == "parameter":
+            params.remove(inst)
+        self._params = (id(self.instructions), len(self.instructions), params)
         inst.parent = None
         if self.parent is not None:
             self.parent.release_name(inst.name)
@@ -379,24 +401,27 @@ class HloModule:
         raise KeyError(f"no computation named {name}")
 
     def computations_post_order(self) -> list[HloComputation]:
-        """Computations ordered callees first, the entry last."""
+        """Computations ordered callees first, the entry last (an explicit stack: call
+        chains of any depth)."""
         order: list[HloComputation] = []
         seen: set[int] = set()
-
-        def visit(c: HloComputation) -> None:
-            if id(c) in seen:
-                return
-            seen.add(id(c))
-            for inst in c.instructions:
-                for callee in inst.called_computations():
-                    visit(callee)
-            order.append(c)
-
         roots = [c for c in self.computations if c is not self.entry]
         if self.entry is not None:
             roots.append(self.entry)
-        for c in roots:
-            visit(c)
+        for root in roots:
+            if id(root) in seen:
+                continue
+            seen.add(id(root))
+            stack = [(root, iter([callee for inst in root.instructions for callee in inst.called_computations()]))]
+            while stack:
+                comp, callees = stack[-1]
+                nxt = next(callees, None)
+                if nxt is None:
+                    stack.pop()
+                    order.append(comp)
+                elif id(nxt) not in seen:
+                    seen.add(id(nxt))
+                    stack.append((nxt, iter([c for inst in nxt.instructions for c in inst.called_computations()])))
         return order
 
     def remove_unreachable_computations(self) -> bool:

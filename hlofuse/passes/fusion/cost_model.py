@@ -149,14 +149,30 @@ class ModuleCost:
 
 
 def kernel_computations(module: HloModule) -> list[HloComputation]:
-    """Computations whose instructions launch kernels: the entry and control-flow bodies."""
-    called_as_function: set[int] = set()
+    """Computations whose instructions launch kernels: the entry and control-flow bodies.
+
+    A computation called as a function (a map's or reduce's `to_apply`, a fusion's `calls`) is
+    inlined element by element, and so is everything it calls in turn (the branches of a
+    conditional, the body of a while inside a map's function): XLA's embedded context, which
+    callees inherit. Fusing in those would put fusion instructions where only scalar code goes.
+    """
+    embedded: dict[int, HloComputation] = {}
+    stack: list[HloComputation] = []
     for inst in module.all_instructions():
+        if inst.opcode == "call":
+            continue
         for key in ("to_apply", "select", "scatter", "calls"):
             c = inst.attrs.get(key)
-            if c is not None and inst.opcode != "call":
-                called_as_function.add(id(c))
-    return [c for c in module.computations if id(c) not in called_as_function]
+            if c is not None and id(c) not in embedded:
+                embedded[id(c)] = c
+                stack.append(c)
+    while stack:  # what an embedded computation calls is embedded too
+        for inst in stack.pop().instructions:
+            for c in inst.called_computations():
+                if id(c) not in embedded:
+                    embedded[id(c)] = c
+                    stack.append(c)
+    return [c for c in module.computations if id(c) not in embedded]
 
 
 def module_cost(module: HloModule, log=None) -> ModuleCost:

@@ -351,3 +351,20 @@ def reuses_operand_elements(consumer: HloInstruction, operand_index: int) -> boo
             if _reuses_directly(user, idx):
                 return True
     return False
+
+
+def fused_operands_reused(fusion: HloInstruction) -> list[HloInstruction]:
+    """The operands of `fusion` whose elements it reads more than once (reuses_operand_elements
+    for every operand in one walk): an instruction's elements are re-read if a user reads them
+    several times or a user's own elements are re-read, decided users first."""
+    comp = fusion.fused_computation
+    reread: dict[int, bool] = {}
+    for inst in reversed(comp.post_order()):
+        flag = False
+        for user in inst.users:
+            idx = next(i for i, o in enumerate(user.operands) if o is inst)
+            if reread.get(id(user), False) or _reuses_directly(user, idx):
+                flag = True
+                break
+        reread[id(inst)] = flag
+    return [fusion.operands[p.parameter_number] for p in comp.parameters if reread.get(id(p), False)]

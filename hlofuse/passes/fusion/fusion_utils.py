@@ -76,8 +76,8 @@ def remove_parameter(fusion: HloInstruction, number: int) -> None:
     if param.users:
         raise ValueError(f"fused parameter {param.name} of {fusion.name} still has users")
     fc.remove_instruction(param)
-    for p in fc.instructions:
-        if p.opcode == "parameter" and p.parameter_number > number:
+    for p in fc.parameters:  # not a walk of every instruction: fusions grow along long chains
+        if p.parameter_number > number:
             p.parameter_number -= 1
     op = fusion.operands.pop(number)
     if not any(o is op for o in fusion.operands) and fusion in op.users:

@@ -26,7 +26,7 @@ from .fusibility import (
     combined_operands, creates_heavy_computation, effectively_at_most_unary, is_always_duplicable, is_expensive,
     is_fusible, is_input_fusible_reduction, is_loop_fusible_as_consumer, is_loop_fusible_as_producer,
     is_multi_output, is_physically_transposing, not_fusible_reason, reduction_count,
-    reduction_is_contiguous, reuses_operand_elements,
+    fused_operands_reused, reduction_is_contiguous, reuses_operand_elements,
 )
 from .fusion_utils import Reachability, create_fusion, fuse_producer, operand_index, sort_computations
 from .kernel_pass import KernelComputationPass
@@ -110,6 +110,12 @@ class ProducerConsumerRules:
         self.expensive_verdicts: dict[int, tuple[HloInstruction, Decision]] = {}
         # names a duplicated copy back to its original (the pass sets the log's mapping)
         self.origin: Callable[[str], str] = str
+        # id(fusion) -> (fusion, {id(operand): operand} of the operands whose elements it
+        # reads several times): computed once per fusion, then kept up to date by `note_fused`
+        # as producers are fused in, so a fusion growing along a long chain is not walked
+        # again for every producer (which made instruction fusion quadratic). The pass clears
+        # it for each computation; only its own fusions change while it runs.
+        self.reused_operands: dict[int, tuple[HloInstruction, dict[int, HloInstruction]]] = {}
 
     def verdict(self, producer: HloInstruction) -> Decision | None:
         """The pre-pass's decision on duplicating the expensive `producer`, if it took one."""
@@ -148,10 +154,47 @@ class ProducerConsumerRules:
                           f"multi-output fusion decide)")
         return ALLOW
 
+    def reused_by(self, consumer: HloInstruction) -> dict[int, HloInstruction]:
+        """The operands of `consumer` whose elements it reads several times, by id."""
+        if consumer.opcode != "fusion":
+            return {id(op): op for i, op in enumerate(consumer.operands)
+                    if i == operand_index(consumer, op) and reuses_operand_elements(consumer, i)}
+        entry = self.reused_operands.get(id(consumer))
+        if entry is None or entry[0] is not consumer:
+            reused = {id(op): op for op in fused_operands_reused(consumer)}
+            entry = self.reused_operands[id(consumer)] = (consumer, reused)
+        return entry[1]
+
+    def reused_after_fusing(self, consumer: HloInstruction, producer: HloInstruction) -> dict[int, HloInstruction]:
+        """The operands whose elements the fusion of `producer` into `consumer` will re-read
+        (asked before fusing: the fused producer is retired with its operands). XLA keeps such
+        facts too, as they are lost in the fused graph.
+
+        The fused copy of `producer` is read as its fused parameter was, so its operands are
+        re-read if that parameter was, or if `producer` itself re-reads them."""
+        before = self.reused_by(consumer)
+        reused = dict(before)
+        producer_reused = before.get(id(producer)) is producer
+        for j, op in enumerate(producer.operands):
+            if producer_reused or (j == operand_index(producer, op) and reuses_operand_elements(producer, j)):
+                reused[id(op)] = op
+        return reused
+
+    def note_fused(self, fusion: HloInstruction, reused: dict[int, HloInstruction]) -> None:
+        """Record `reused_after_fusing`'s answer for the grown `fusion` (its operands only)."""
+        operands = {id(op) for op in fusion.operands}
+        self.reused_operands[id(fusion)] = (fusion, {k: op for k, op in reused.items() if k in operands})
+
+    def note_replaced(self, old: HloInstruction, new: HloInstruction) -> None:
+        """`new` (a fusion made around `old`) took `old`'s place as an operand of its users."""
+        for user in new.users:
+            entry = self.reused_operands.get(id(user))
+            if entry is not None and entry[0] is user and entry[1].pop(id(old), None) is old:
+                entry[1][id(new)] = new
+
     def _reuse(self, producer, consumer, p, c) -> Decision:
         if producer.opcode != "fusion" and is_expensive(producer, self.params):
-            idx = next(i for i, o in enumerate(consumer.operands) if o is producer)
-            if reuses_operand_elements(consumer, idx):
+            if self.reused_by(consumer).get(id(producer)) is producer:
                 return refuse("expensive-reused",
                               f"producer {p} is expensive and {_consumer_label(producer, consumer, self.origin)} "
                               f"reads each of its elements several times")
@@ -292,6 +335,22 @@ class ProducerConsumerRules:
         return "kLoop"
 
 
+def _between(producer: HloInstruction, position: dict[int, int]) -> list[HloInstruction]:
+    """The instructions reachable from `producer` (not itself) that come no later than its
+    last user in post order (`position`), in post order: every instruction on a path from
+    `producer` to a user is among them."""
+    last = max((position[id(u)] for u in producer.users if id(u) in position), default=-1)
+    found: dict[int, HloInstruction] = {}
+    stack = [u for u in producer.users if position.get(id(u), last + 1) <= last]
+    while stack:
+        inst = stack.pop()
+        if id(inst) in found:
+            continue
+        found[id(inst)] = inst
+        stack.extend(u for u in inst.users if id(u) not in found and position.get(id(u), last + 1) <= last)
+    return sorted(found.values(), key=lambda i: position[id(i)])
+
+
 class InstructionFusion(KernelComputationPass):
     """Producer-consumer fusion with duplication for `target` ("gpu" or "cpu")."""
 
@@ -310,19 +369,19 @@ class InstructionFusion(KernelComputationPass):
         return super().run(module)
 
     # ---- the global pre-pass ---------------------------------------------------------------
-    def _fusible_on_all_paths(self, producer: HloInstruction, order: list[HloInstruction],
+    def _fusible_on_all_paths(self, producer: HloInstruction, position: dict[int, int],
                               do_not_fuse: dict, reach: Reachability) -> dict[int, bool]:
         """XLA's CanFuseOnAllPaths for every instruction between `producer` and its users.
 
         An instruction can take `producer` on all paths if it is fusible and every operand that
         `producer` reaches may be fused into it and can itself take `producer` on all paths.
-        Computed over the post order (operands first), so deep graphs need no recursion.
+        Computed over the post order (operands first), so deep graphs need no recursion; only
+        the instructions between `producer` and its last user in that order are visited, so a
+        long chain costs a few steps per producer, not a walk of the whole computation.
         """
         users = producer.users
         result: dict[int, bool] = {id(producer): True}
-        for inst in order:
-            if inst is producer or not reach.is_reachable(producer, inst):
-                continue
+        for inst in _between(producer, position):
             if not any(reach.is_reachable(inst, u) for u in users):
                 continue
             ok = is_fusible(inst)
@@ -340,6 +399,7 @@ class InstructionFusion(KernelComputationPass):
         """Producers that must not be duplicated, with the reason (ComputeGloballyUnfusible)."""
         out: dict[int, Decision] = {}
         order = comp.post_order()
+        position = {id(inst): i for i, inst in enumerate(order)}
         for producer in reversed(order):
             # A producer nothing can fuse is refused pair by pair with its own reason.
             if not is_loop_fusible_as_producer(producer) or effectively_at_most_unary(producer):
@@ -351,7 +411,7 @@ class InstructionFusion(KernelComputationPass):
             out_elems = sum(s.element_count() for s in producer.shape.leaves())
             if in_elems <= out_elems:
                 continue
-            on_all_paths = self._fusible_on_all_paths(producer, order, out, reach)
+            on_all_paths = self._fusible_on_all_paths(producer, position, out, reach)
             users = distinct(producer.users)
             blockers = [u for u in users if not on_all_paths.get(id(u), False)]
             if not blockers:
@@ -420,6 +480,7 @@ class InstructionFusion(KernelComputationPass):
     def _run_on(self, comp: HloComputation, log: FusionLog) -> bool:
         reach = Reachability(comp)
         self.rules.expensive_verdicts = {}
+        self.rules.reused_operands = {}
         if self.may_duplicate:
             self.expensive_duplication(comp)  # kept by the rules (ProducerConsumerRules.verdict)
         refused = self.globally_unfusible(comp, reach) if self.may_duplicate else {}
@@ -518,14 +579,17 @@ class InstructionFusion(KernelComputationPass):
         producer_name, consumer_name = producer.name, consumer.name
         elements = sum(s.element_count() for s in producer.shape.leaves())
         expensive = is_expensive(producer, self.params)
+        reused = self.rules.reused_after_fusing(consumer, producer)
         if consumer.opcode == "fusion":
             fusion = consumer
             if kind == "kInput" or fusion.attrs.get("kind") != "kInput":
                 fusion.attrs["kind"] = kind
         else:
             fusion = create_fusion(consumer, kind)
+            self.rules.note_replaced(consumer, fusion)
         known = {id(i) for i in fusion.fused_computation.instructions} if duplicated else set()
         fuse_producer(fusion, producer)
+        self.rules.note_fused(fusion, reused)
         if duplicated:
             for inst in fusion.fused_computation.instructions:
                 if id(inst) not in known and inst.name.startswith(producer_name + "."):

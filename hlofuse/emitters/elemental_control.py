@@ -1,0 +1,123 @@
+"""Element generators for control flow inside inlined scalar computations.
+
+A map's function, a reducer and a conditional's branches are scalar computations that the
+element generators inline per element (`ElementalEmitter.call_scalar`). A `conditional` or a
+`while` in such a computation works on rank-0 values (and tuples of them), so it is emitted
+as LLVM control flow around the inlined computations, as XLA's elemental emitter does for
+nested computations: a conditional branches to the taken branch and merges the results with
+phis; a while keeps its state in stack slots (promoted to registers by LLVM) and loops over
+its condition and body. Neither is fused at array level (the registry keeps both unfused), so
+other shapes only reach here from a malformed fusion and are refused by name.
+"""
+from __future__ import annotations
+
+from llvmlite import ir
+
+from ..hlo.errors import UnsupportedError
+from ..hlo.opcodes import register_elemental
+from .elemental import ElementalEmitter, Index, materialize
+
+
+def _check_scalar(inst) -> None:
+    """UnsupportedError unless every operand and result leaf of `inst` is rank 0."""
+    shapes = [inst.shape] + [op.shape for op in inst.operands]
+    if any(leaf.rank != 0 for s in shapes for leaf in s.leaves()):
+        raise UnsupportedError(f"cannot emit {inst.opcode} instruction {inst.name} element by element: "
+                               f"only a {inst.opcode} on rank-0 values (inside a map function, reducer "
+                               f"or branch) is emitted inline")
+
+
+def _flatten(value) -> list:
+    """The LLVM values of a (nested tuple) register value, depth-first."""
+    if isinstance(value, tuple):
+        return [leaf for v in value for leaf in _flatten(v)]
+    return [value]
+
+
+def _unflatten(shape, leaves: list):
+    """The inverse of `_flatten` for a value of `shape` (consumes `leaves` from the front)."""
+    if shape.is_tuple:
+        return tuple(_unflatten(e, leaves) for e in shape.elements)
+    return leaves.pop(0)
+
+
+def branch_computations(inst) -> list:
+    """The branches of a conditional in selector order (pred form: true, then false)."""
+    if "branch_computations" in inst.attrs:
+        return list(inst.attrs["branch_computations"])
+    return [inst.attrs["true_computation"], inst.attrs["false_computation"]]
+
+
+@register_elemental("conditional")
+def _conditional(em: ElementalEmitter, inst):
+    """Branch on the selector (a pred picks the first branch when true; an out-of-range index
+    picks the last, as XLA defines), inline the taken branch, merge the results with phis."""
+    _check_scalar(inst)
+    selector = em.operand(inst, 0)
+    args = [em.gen(op) for op in inst.operands[1:]]
+    branches = branch_computations(inst)
+    b = em.b
+
+    def gen(_idx: Index):
+        scalar = Index(b, (), multi=())
+        key = selector(scalar)
+        values = [materialize(g(scalar)) for g in args]
+        blocks = [b.append_basic_block(f"{inst.name}.branch{k}") for k in range(len(branches))]
+        merge = b.append_basic_block(f"{inst.name}.merge")
+        if inst.operands[0].shape.dtype.is_pred:
+            b.cbranch(key, blocks[0], blocks[1])
+        else:
+            switch = b.switch(key, blocks[-1])
+            for k in range(len(branches) - 1):
+                switch.add_case(ir.Constant(key.type, k), blocks[k])
+        incoming = []
+        for k, comp in enumerate(branches):
+            b.position_at_end(blocks[k])
+            leaves = _flatten(em.call_scalar(comp, [values[k]]))
+            incoming.append((leaves, b.block))  # the branch may have ended in a block of its own
+            b.branch(merge)
+        b.position_at_end(merge)
+        phis = []
+        for i, first in enumerate(incoming[0][0]):
+            phi = b.phi(first.type, name=f"{inst.name}.{i}")
+            for leaves, block in incoming:
+                phi.add_incoming(leaves[i], block)
+            phis.append(phi)
+        return _unflatten(inst.shape, phis)
+
+    return gen
+
+
+@register_elemental("while")
+def _while(em: ElementalEmitter, inst):
+    """Loop: the state lives in stack slots (entry block); the header inlines the condition,
+    the body inlines the body computation and stores the new state."""
+    _check_scalar(inst)
+    init = em.operand(inst, 0)
+    cond, body = inst.attrs["condition"], inst.attrs["body"]
+    b = em.b
+
+    def gen(_idx: Index):
+        start = _flatten(materialize(init(Index(b, (), multi=()))))
+        with b.goto_entry_block():
+            slots = [b.alloca(v.type, name=f"{inst.name}.state") for v in start]
+        for slot, v in zip(slots, start):
+            b.store(v, slot)
+
+        def state():
+            return _unflatten(inst.shape, [b.load(s) for s in slots])
+
+        header = b.append_basic_block(f"{inst.name}.cond")
+        loop = b.append_basic_block(f"{inst.name}.body")
+        done = b.append_basic_block(f"{inst.name}.done")
+        b.branch(header)
+        b.position_at_end(header)
+        b.cbranch(em.call_scalar(cond, [state()]), loop, done)
+        b.position_at_end(loop)
+        for slot, v in zip(slots, _flatten(em.call_scalar(body, [state()]))):
+            b.store(v, slot)
+        b.branch(header)
+        b.position_at_end(done)
+        return state()
+
+    return gen
