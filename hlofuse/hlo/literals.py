@@ -37,12 +37,24 @@ def _s(shape: Shape) -> str:
 
 
 class LiteralError(ValueError):
-    """A malformed literal; the parser turns it into an HloParseError at the constant."""
+    """A malformed literal; the parser turns it into an HloParseError at the constant.
+
+    `offset` is where in the literal's text the problem lies (the parser adds it to the
+    literal's own position, so the error points at the offending token)."""
+
+    def __init__(self, message: str, offset: int = 0) -> None:
+        super().__init__(message)
+        self.offset = offset
 
 
 def parse_literal(text: str, shape: Shape):
     """The value of literal `text` for `shape`: a numpy array of the element type's dtype,
-    a tuple of values for a tuple shape, or None for an elided `{...}`."""
+    a tuple of values for a tuple shape, or None for an elided `{...}`.
+
+    What XLA's parser accepts is accepted with XLA's value: commas between array elements are
+    optional (`{1 2}`, `{1, 2,}`), and a lone real number for an array shape sets element 0
+    and leaves the others zero (`f32[3] constant(7)` is `{7, 0, 0}`).
+    """
     stripped = text.strip()
     if stripped in ("{...}", "..."):
         return None
@@ -54,28 +66,39 @@ def parse_literal(text: str, shape: Shape):
             skeleton = "".join(_ATOM.sub("n", body).split())
             if skeleton == _skeleton(shape.dims):
                 return _to_numpy(atoms, shape)
-    tokens = [t for t in _TOKENS.findall(text) if t]
-    reader = _Reader(tokens)
+    tokens = [(m.group(1), m.start()) for m in _TOKENS.finditer(text) if m.group(1)]
+    reader = _Reader(tokens, len(text))
     value = reader.value(shape)
     if reader.i != len(tokens):
-        raise LiteralError(f"unexpected '{tokens[reader.i]}' after the literal of {_s(shape)}")
+        raise LiteralError(f"unexpected '{tokens[reader.i][0]}' after the literal of {_s(shape)}", reader.offset())
     return value
 
 
 class _Reader:
-    def __init__(self, tokens: list[str]) -> None:
+    """Reads tokens of a literal, each with its offset in the literal's text."""
+
+    def __init__(self, tokens: list[tuple[str, int]], end: int) -> None:
         self.tokens = tokens
+        self.end = end
         self.i = 0
 
     def peek(self) -> str:
-        return self.tokens[self.i] if self.i < len(self.tokens) else ""
+        return self.tokens[self.i][0] if self.i < len(self.tokens) else ""
+
+    def offset(self) -> int:
+        """Where the next token starts (the text's end when none is left)."""
+        return self.tokens[self.i][1] if self.i < len(self.tokens) else self.end
+
+    def fail(self, message: str) -> LiteralError:
+        """An error at the next token."""
+        return LiteralError(message, self.offset())
 
     def take(self, expected: str | None = None) -> str:
         tok = self.peek()
         if expected is not None and tok != expected:
-            raise LiteralError(f"expected '{expected}' in literal but found {repr(tok) if tok else 'its end'}")
+            raise self.fail(f"expected '{expected}' in literal but found {repr(tok) if tok else 'its end'}")
         if not tok:
-            raise LiteralError("literal ends too early")
+            raise self.fail("literal ends too early")
         self.i += 1
         return tok
 
@@ -90,14 +113,31 @@ class _Reader:
             self.take(")")
             return tuple(out)
         if not isinstance(shape, ArrayShape):
-            raise LiteralError(f"a constant cannot have shape {_s(shape)}")
-        flat: list[str | tuple[str, str]] = []
+            raise self.fail(f"a constant cannot have shape {_s(shape)}")
         complex_ = shape.dtype.is_complex
         if shape.rank == 0:
-            flat.append(self.scalar(complex_))
-        else:
-            self.array(shape.dims, 0, flat, complex_, shape)
-        return _to_numpy(flat, shape)
+            if self.peek() == "{":
+                raise self.fail(f"a literal of {_s(shape)} is a single value, not an array in braces")
+            return _to_numpy([self.scalar(complex_)], shape)
+        if self.peek() != "{":
+            return self.lone_scalar(shape)
+        return _to_numpy(self.array(shape), shape)
+
+    def lone_scalar(self, shape: ArrayShape) -> np.ndarray:
+        """XLA reads one real number for an array shape as element 0, the rest zero."""
+        if shape.dtype.is_complex:
+            raise self.fail(f"a literal of {_s(shape)} must be an array in braces")
+        n = shape.element_count()
+        if n == 0:
+            raise self.fail(f"a single value cannot initialize {_s(shape)}: it has no elements")
+        where = self.offset()
+        first = self.scalar(False)
+        arr = np.zeros(n, dtype=shape.dtype.numpy)
+        try:
+            arr[0] = _to_numpy([first], shape.with_dims(()))
+        except LiteralError as e:
+            raise LiteralError(str(e), where) from None
+        return arr.reshape(shape.dims)
 
     def scalar(self, complex_: bool):
         if complex_:
@@ -107,31 +147,59 @@ class _Reader:
             im = self.take()
             self.take(")")
             return (re_, im)
-        tok = self.take()
-        if tok in "{}(),":
-            raise LiteralError(f"expected a number but found '{tok}'")
+        tok = self.peek()
+        if tok in ("{", "}", "(", ")", ","):
+            raise self.fail(f"expected a number but found {repr(tok) if tok else 'the end of the literal'}")
+        self.i += 1
         if tok.lstrip("-+") == "nan" and self.peek() == "(":
             self.take("(")
             tok += "(" + self.take() + ")"
             self.take(")")
         return tok
 
-    def array(self, dims: tuple[int, ...], d: int, flat: list, complex_: bool, shape: ArrayShape) -> None:
-        self.take("{")
-        count = 0
-        while self.peek() != "}":
-            if count:
-                self.take(",")
-            if d + 1 < len(dims):
-                self.array(dims, d + 1, flat, complex_, shape)
+    def array(self, shape: ArrayShape) -> list:
+        """The elements of an array literal in braces, in order. Iterative, like XLA's
+        ParseDenseLiteral: each `{` opens the next dimension and each `}` checks that the
+        dimension it closes got exactly its size; commas are skipped wherever they are."""
+        dims, rank = shape.dims, shape.rank
+        complex_ = shape.dtype.is_complex
+        seen = [0] * rank  # elements seen so far in the open brace of each dimension
+        flat: list = []
+        level = 0
+        while True:
+            tok = self.peek()
+            if tok == "{":
+                if level == rank:
+                    raise self.fail(f"literal of {_s(shape)} is nested deeper than its rank {rank}")
+                if level:
+                    seen[level - 1] += 1
+                    if seen[level - 1] > dims[level - 1]:
+                        raise self.fail(f"literal of {_s(shape)} has more than {dims[level - 1]} elements in "
+                                        f"dimension {level - 1}")
+                level += 1
+                self.i += 1
+            elif tok == "}":
+                level -= 1
+                if seen[level] != dims[level]:
+                    raise self.fail(f"literal of {_s(shape)} has {seen[level]} elements in dimension {level}, "
+                                    f"expected {dims[level]}")
+                seen[level] = 0
+                self.i += 1
+                if level == 0:
+                    return flat
+            elif tok == ",":
+                self.i += 1
+            elif not tok:
+                raise self.fail(f"literal of {_s(shape)} ends before its '}}'")
             else:
-                if self.peek() == "{":
-                    raise LiteralError(f"literal of {_s(shape)} is nested deeper than its rank {len(dims)}")
+                if level != rank:
+                    raise self.fail(f"literal of {_s(shape)} has a value at nesting depth {level}; its values "
+                                    f"belong at depth {rank}, in braces for every dimension")
+                seen[rank - 1] += 1
+                if seen[rank - 1] > dims[rank - 1]:
+                    raise self.fail(f"literal of {_s(shape)} has more than {dims[rank - 1]} elements in "
+                                    f"dimension {rank - 1}")
                 flat.append(self.scalar(complex_))
-            count += 1
-        self.take("}")
-        if count != dims[d]:
-            raise LiteralError(f"literal of {_s(shape)} has {count} elements in dimension {d}, expected {dims[d]}")
 
 
 def _number(tok: str, shape: ArrayShape):

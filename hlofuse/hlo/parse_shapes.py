@@ -12,6 +12,15 @@ from .lexer import ARRAY_SHAPE, Lexer
 from .shapes import TOKEN_SHAPE, UNBOUNDED, ArrayShape, Layout, Shape, TupleShape
 
 _DIM = re.compile(r"(<=)?(\d+)$")
+_BUFFER = re.compile(r"b\s*\(")  # XLA's buffer shape, `b(f32[32]{0})`
+# Nesting limits. XLA accepts deeper tuples, but hlofuse's shapes, printer and passes recurse
+# on tuple depth and its literals are numpy arrays (at most 64 dimensions); real modules nest
+# tuples a few levels deep.
+MAX_TUPLE_DEPTH = 64
+MAX_RANK = 64
+# Instructions written inside an operand list and computations written in place are read
+# recursively; XLA's text nests them a level or two.
+MAX_NESTING = 64
 _LAYOUT = re.compile(r"\{\s*(\d+(?:\s*,\s*\d+)*)?\s*(?::([^{}]*))?\}$")
 
 
@@ -31,24 +40,48 @@ class ShapeReader:
         return shape
 
     def parse(self) -> Shape:
-        """The shape at the cursor: an array, `token[]` or a (nested) tuple."""
+        """The shape at the cursor: an array, `token[]` or a (nested) tuple.
+
+        Iterative, so deep nesting costs no Python stack; tuples nested deeper than
+        MAX_TUPLE_DEPTH are refused at the '(' that goes too deep (the IR, its printer and its
+        passes walk shapes recursively)."""
         lex = self.lex
-        lex.skip_ws()
         text = lex.text
-        pos = lex.pos
-        if text.startswith("(", pos):
-            lex.pos = pos + 1
-            elements = []
-            if not lex.accept(")"):
-                while True:
-                    elements.append(self.parse())
-                    if lex.accept(")"):
-                        break
-                    if not lex.accept(","):
-                        raise lex.expected("',' or ')' in a tuple shape")
-            return TupleShape(tuple(elements))
+        stack: list[list[Shape]] = []  # the elements read so far of each open tuple
+        while True:
+            lex.skip_ws()
+            pos = lex.pos
+            if text.startswith("(", pos):
+                if len(stack) == MAX_TUPLE_DEPTH:
+                    raise lex.error(f"tuple shape nested more than {MAX_TUPLE_DEPTH} deep (hlofuse's limit)", pos)
+                lex.pos = pos + 1
+                stack.append([])
+                if not lex.accept(")"):
+                    continue
+                shape: Shape = TupleShape(tuple(stack.pop()))
+            else:
+                shape = self._leaf(pos)
+            # close every tuple that ends after this element
+            while stack:
+                stack[-1].append(shape)
+                if lex.accept(")"):
+                    shape = TupleShape(tuple(stack.pop()))
+                    continue
+                if not lex.accept(","):
+                    raise lex.expected("',' or ')' in a tuple shape")
+                break
+            else:
+                return shape
+
+    def _leaf(self, pos: int) -> Shape:
+        """The array (or token) shape at `pos`, or a clear error for what hlofuse cannot read."""
+        lex = self.lex
+        text = lex.text
         m = ARRAY_SHAPE.match(text, pos)
         if m is None:
+            if _BUFFER.match(text, pos):
+                raise lex.error("buffer shapes ('b(f32[32])': XLA's mutable buffer holding an array, for memory "
+                                "pinning) are valid XLA but hlofuse's IR cannot represent them", pos)
             raise lex.expected("a shape")
         key = m.group()
         shape = self.cache.get(key)
@@ -85,6 +118,8 @@ class ShapeReader:
                 dims.append(int(d.group(2)))
                 dynamic.append(d.group(1) is not None)
         rank = len(dims)
+        if rank > MAX_RANK:
+            raise lex.error(f"shape '{type_name}[...]' has {rank} dimensions; hlofuse supports at most {MAX_RANK}", pos)
         if layout_text is None:
             layout = Layout.default(rank)
         else:

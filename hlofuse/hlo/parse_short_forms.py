@@ -9,9 +9,12 @@ import re
 
 from .ir import HloComputation, HloInstruction
 from .lexer import NAME, WORD
+from .parse_shapes import MAX_NESTING
 from .shapes import Shape
 
-SHAPE_START = re.compile(r"[a-z][a-z0-9]*\[")
+# Where a shape starts: an array shape, or XLA's buffer shape `b(f32[32])` (which the shape
+# reader refuses by name rather than leaving `b` to be read as an opcode).
+SHAPE_START = re.compile(r"[a-z][a-z0-9]*\[|b\s*\(\s*[(a-z]")
 # Text that is one instruction, not a module: `[ROOT] [%]name = ...` or `shape opcode(...)`.
 LONE_INSTRUCTION = re.compile(r"\s*(?:ROOT\s|%?[A-Za-z_][\w.\-]*\s*=|[a-z][a-z0-9]*\[|\()")
 NEVER = re.compile(r"(?!)")  # a pattern that matches nothing
@@ -102,10 +105,17 @@ class ShortForms:
         """An operand written as `[shape] opcode(operands)`: XLA names it `<opcode>.anon`."""
         lex = self.lex
         opcode, op_pos = head.group(1), head.start(1)
+        if self._depth >= MAX_NESTING:
+            raise lex.error(f"instructions written inside operand lists nest more than {MAX_NESTING} deep "
+                            f"(hlofuse's limit)", op_pos)
         name = self.module.unique_name(opcode + ".anon")
         inst, info = self._new_instruction(opcode, op_pos, shape, name, op_pos)
         lex.pos = head.end()
-        operands = self._instruction_operands(inst, info, op_pos)
+        self._depth += 1
+        try:
+            operands = self._instruction_operands(inst, info, op_pos)
+        finally:
+            self._depth -= 1
         self._nested.append(self._finish(inst, operands, []))
         return name, op_pos
 

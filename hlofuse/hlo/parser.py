@@ -29,7 +29,7 @@ from .parse_attributes import (COMPUTATION_KEYS, COMPUTATION_LIST_KEYS, Attribut
 from .parse_infer import (ASYNC_OPCODES, build_async_computations, check_async_chains, check_signature,
                           complete_instructions, same_ignoring_layout)
 from .parse_short_forms import LONE_INSTRUCTION, NESTED_HEAD, Pending, ShortForms
-from .parse_shapes import ShapeReader
+from .parse_shapes import MAX_NESTING, ShapeReader
 from .shapes import Shape
 
 _SECTION = re.compile(
@@ -58,12 +58,14 @@ def parse_hlo(text: str, filename: str = "<string>") -> HloModule:
     # the cyclic garbage collector keeps it from rescanning the growing graph (about 2x faster).
     gc_was_enabled = gc.isenabled()
     gc.disable()
+    parser = _Parser(text, filename)
     try:
-        return _Parser(text, filename).parse_module()
+        return parser.parse_module()
     except HloParseError:
         raise
     except RecursionError:
-        raise HloParseError("input nests too deeply", 1, 1, text.split("\n", 1)[0], filename) from None
+        # A safety net: every construct that nests is limited (MAX_NESTING) or read iteratively.
+        raise parser.lex.error("input nests too deeply", parser.lex.pos) from None
     finally:
         if gc_was_enabled:
             gc.enable()
@@ -115,6 +117,7 @@ class _Parser(ShortForms):
         self._signatures: list[tuple[HloComputation, list[Shape], Shape, int]] = []
         self._params: list[HloInstruction] | None = None  # set while reading a lone instruction
         self._fast_operand = _FAST_OPERAND  # NEVER while reading a lone instruction's operands
+        self._depth = 0  # computations and instructions written in place, open around the cursor
 
     # ---- module ---------------------------------------------------------------------------
     def parse_module(self) -> HloModule:
@@ -280,12 +283,18 @@ class _Parser(ShortForms):
         lex.expect("{")
         # The callee is ordinary text: its operands are not a lone instruction's parameters, and
         # instructions nested in the caller's operands stay the caller's.
+        if self._depth >= MAX_NESTING:
+            raise lex.error(f"computations written in place nest more than {MAX_NESTING} deep (hlofuse's limit)", pos)
         params, self._params = self._params, None
         nested, self._nested = self._nested, []
         fast, self._fast_operand = self._fast_operand, _FAST_OPERAND
+        name = self.module.unique_name("_")  # XLA calls them "_"
+        self.module.release_name(name)  # _computation_body takes it
+        self._depth += 1
         try:
-            return self._computation_body(self.module.unique_name("_"), pos)  # XLA calls them "_"
+            return self._computation_body(name, pos)
         finally:
+            self._depth -= 1
             self._params, self._nested, self._fast_operand = params, nested, fast
 
     def _signature(self) -> tuple[list[Shape], Shape, int]:
@@ -610,4 +619,4 @@ class _Parser(ShortForms):
         try:
             inst.literal = parse_literal(literal_text, inst.shape)
         except LiteralError as e:
-            raise lex.error(f"bad literal for '{inst.name}': {e}", start) from None
+            raise lex.error(f"bad literal for '{inst.name}': {e}", start + e.offset) from None
