@@ -75,7 +75,31 @@ def _options_of(cls: type[HloPass]) -> tuple[str, ...]:
     return cls.option_names()
 
 
+FUSION_TARGETS = ("cpu", "gpu")
+
+
+def _check_values(what: str, cls: type[HloPass] | None, options: dict[str, Any]) -> None:
+    """UnknownPassError for an option value the pass cannot take: one of another type than the
+    option's default (a spec's `max_fold_elements=abc` would otherwise reach the pass as a
+    string), or a target that is not a fusion target."""
+    import inspect
+
+    defaults = {n: p.default for n, p in inspect.signature(cls).parameters.items()} if cls else {}
+    for key, value in options.items():
+        if key == "target" and value not in FUSION_TARGETS:
+            raise UnknownPassError(f"{what} has no target '{value}'; targets are {', '.join(FUSION_TARGETS)}")
+        default = defaults.get(key, inspect.Parameter.empty)
+        if default is inspect.Parameter.empty or default is None:
+            continue
+        if type(value) is not type(default):
+            kind = {bool: "true or false", int: "a whole number"}.get(type(default), type(default).__name__)
+            raise UnknownPassError(f"{what}: option {key}={value} should be {kind}")
+
+
 def _lookup(name: str) -> type[HloPass]:
+    if name in PIPELINES:
+        raise UnknownPassError(f"'{name}' is a pipeline, not one pass: expand it with expand() or name it in a "
+                               f"pass list (parse_pass_list, --passes)")
     try:
         return PASSES[name]
     except KeyError:
@@ -91,6 +115,7 @@ def get_pass(name: str, **options: Any) -> HloPass:
     if unknown:
         takes = f"it takes {', '.join(known)}" if known else "it takes no options"
         raise UnknownPassError(f"pass '{name}' has no option {', '.join(unknown)}; {takes}")
+    _check_values(f"pass '{name}'", cls, options)
     return cls(**options)
 
 
@@ -101,6 +126,7 @@ def expand(name: str, **options: Any) -> list[HloPass]:
         unknown = sorted(set(options) - {"target"})
         if unknown:
             raise UnknownPassError(f"pipeline '{name}' has no option {', '.join(unknown)}; it takes target")
+        _check_values(f"pipeline '{name}'", None, options)
         return list(PIPELINES[name](options.get("target", "gpu")))
     return [get_pass(name, **options)]
 
