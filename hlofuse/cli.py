@@ -1,7 +1,8 @@
-"""The `hlofuse` command: run, compile, fmt, conformance, explain.
+"""The `hlofuse` command: run, compile, opt, fmt, conformance, explain.
 
-Exit codes: 0 ok, 1 a mismatch found by `run --compare`, 2 a user's mistake (bad option,
-missing file, bad syntax, bad inputs, a module too big for the machine), 3 a bug in hlofuse.
+Exit codes: 0 ok, 1 a mismatch found by `run --compare [interpreter|xla]`, 2 a user's mistake
+(bad option, missing file, bad syntax, bad inputs, a module too big for the machine, a module
+XLA refuses under `--compare xla`), 3 a bug in hlofuse.
 A mistake prints one paragraph and no traceback; a bug prints one paragraph naming the
 exception and where hlofuse raised it (the traceback with `--debug`). Outputs are written
 atomically, so a failed command leaves no partial file.
@@ -14,6 +15,8 @@ import os
 import statistics
 import sys
 import time
+
+import numpy as np
 
 from .compiler import TARGETS
 
@@ -48,10 +51,10 @@ def _check_npz(path: str) -> None:
                          f"as written by numpy.savez)")
 
 
-def _check_run_memory(exe, module, random: bool, compare: bool) -> None:
-    """ResourceError when generating the random inputs, or the interpreter's run of --compare
-    next to the backend's, needs more memory than the machine has (the backend's run alone
-    was checked by compile())."""
+def _check_run_memory(exe, module, random: bool, compare: str | None, xla_bytes: int = 0) -> None:
+    """ResourceError when generating the random inputs, or the reference's run of --compare
+    (the interpreter's, or XLA's `xla_bytes`) next to the backend's, needs more memory than the
+    machine has (the backend's run alone was checked by compile())."""
     from .runtime.memory_budget import (MemoryEstimate, check_memory, estimate_interpreter, estimate_memory,
                                         random_inputs_bytes)
 
@@ -63,8 +66,11 @@ def _check_run_memory(exe, module, random: bool, compare: bool) -> None:
                                     purpose="to generate its random inputs"))
     if compare:
         run = estimate_memory(exe.fused_module, exe.target, exe.program)
-        reference = estimate_interpreter(module)
-        run.extras.append(("the interpreter's run for --compare", reference.results + reference.temporaries))
+        if compare == "xla":
+            run.extras.append(("XLA:CPU's run for --compare xla", xla_bytes))
+        else:
+            reference = estimate_interpreter(module)
+            run.extras.append(("the interpreter's run for --compare", reference.results + reference.temporaries))
         check_memory(run)
 
 
@@ -78,10 +84,12 @@ def _emit_output(text: str, output: str | None) -> None:
 
 
 # ---- run --------------------------------------------------------------------------------
+COMPARE_MODES = ("interpreter", "xla")
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     import hlofuse
 
-    from .runtime.compare import compare_outputs
     from .files import check_output_path
     from .runtime.io import random_inputs, read_inputs, write_outputs
 
@@ -90,41 +98,85 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.inputs:
         _check_npz(args.inputs)
     module = _load(args.module, args.format)
+    # A module XLA refuses cannot be compared: say so before hlofuse's (slower) compile.
+    xla = _compile_on_xla(args, module) if args.compare == "xla" else None
     # compile() refuses a module too big for the machine (ResourceError) before anything of a
     # run is allocated; the inputs come after it, and random ones are checked first too.
     exe = hlofuse.compile(module, target=args.backend, fusion=not args.no_fusion)
-    _check_run_memory(exe, module, random=not args.inputs, compare=args.compare)
+    _check_run_memory(exe, module, random=not args.inputs, compare=args.compare,
+                      xla_bytes=xla.memory_bytes() if xla else 0)
     inputs = read_inputs(args.inputs, module) if args.inputs else random_inputs(module, args.seed)
-    outputs = list(exe(*inputs))
+    outputs = list(exe(*inputs))  # also the warm-up call of --repeat
+    placed = xla.place(inputs) if xla else None
+    reference = [np.asarray(r) for r in xla.run_placed(placed)] if xla else None  # XLA's warm-up
     if args.report:
         print(exe.fusion_report().to_text())
     if args.repeat:
-        times = []
-        for _ in range(args.repeat):
-            t0 = time.perf_counter()
-            exe(*inputs)
-            times.append(time.perf_counter() - t0)
-        print(f"{args.backend}: median {statistics.median(times) * 1e3:.3f} ms over {args.repeat} runs")
+        _print_times(args.backend, exe, inputs, args.repeat, xla, placed)
     status = 0
     if args.compare:
-        from .runtime.interpreter import evaluate
+        if xla is None:
+            from .runtime.interpreter import evaluate
 
-        reference = evaluate(module, inputs)
-        results = compare_outputs(outputs, reference)
-        print(f"comparison of {args.backend} (fusion {'off' if args.no_fusion else 'on'}) with the interpreter:")
-        for r in results:
-            print("  " + r.line())
-        ok = all(r.ok for r in results)
-        print("  result: " + ("match" if ok else "MISMATCH"))
-        status = 0 if ok else EXIT_MISMATCH
+            reference, against = evaluate(module, inputs), "the interpreter"
+        else:
+            against = xla.label
+        status = _print_comparison(outputs, reference, f"{args.backend} (fusion {'off' if args.no_fusion else 'on'})",
+                                   against)
     if args.output:
         write_outputs(args.output, outputs)
     elif not args.compare and not args.repeat and not args.report:
-        import numpy as np
-
         for i, o in enumerate(outputs):
             print(f"out{i} = {np.array2string(np.asarray(o), threshold=20)}")
     return status
+
+
+def _compile_on_xla(args: argparse.Namespace, module):
+    """The module compiled by XLA:CPU: the file's own text for HLO (the same module, read by
+    XLA's parser), hlofuse's HLO text for StableHLO (XLA's HLO parser cannot read MLIR)."""
+    from .loader import detect_format
+    from .runtime import xla_reference
+
+    if detect_format(args.module, args.format) == "hlo":
+        with open(args.module, encoding="utf-8") as f:
+            text = f.read()
+    else:
+        text = module.to_text()
+    return xla_reference.compile_for_xla_cpu(text)
+
+
+def _print_times(backend: str, exe, inputs: list, repeat: int, xla, placed) -> None:
+    """Median wall time of `repeat` calls after the warm-up one; with XLA, its calls are
+    interleaved with hlofuse's (so drift in the machine's load hits both) and the ratio follows."""
+    ours: list[float] = []
+    theirs: list[float] = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        exe(*inputs)
+        ours.append(time.perf_counter() - t0)
+        if xla is not None:
+            t0 = time.perf_counter()
+            xla.run_placed(placed)
+            theirs.append(time.perf_counter() - t0)
+    a = statistics.median(ours) * 1e3
+    print(f"{backend}: median {a:.3f} ms over {repeat} runs")
+    if xla is not None:
+        b = statistics.median(theirs) * 1e3
+        print(f"XLA:CPU: median {b:.3f} ms over {repeat} runs")
+        print(f"ratio {backend}/XLA:CPU: " + (f"{a / b:.2f}" if b > 0 else "n/a (XLA:CPU took no measurable time)"))
+
+
+def _print_comparison(outputs: list, reference: list, ours: str, against: str) -> int:
+    """Print the per-output comparison; EXIT_MISMATCH if any output differs, else 0."""
+    from .runtime.compare import compare_outputs
+
+    results = compare_outputs(outputs, reference)
+    print(f"comparison of {ours} with {against}:")
+    for r in results:
+        print("  " + r.line())
+    ok = all(r.ok for r in results)
+    print("  result: " + ("match" if ok else "MISMATCH"))
+    return 0 if ok else EXIT_MISMATCH
 
 
 # ---- compile ----------------------------------------------------------------------------
@@ -168,9 +220,85 @@ def cmd_compile(args: argparse.Namespace) -> int:
         raise UsageError(f"unknown --emit {emit}")
     _emit_output(text, args.output)
     if args.timings:
-        for name, seconds, changed in pipeline.timings:
-            print(f"{name:32s} {seconds * 1e3:9.3f} ms{'  (changed)' if changed else ''}", file=sys.stderr)
+        _print_timings(pipeline)
     return 0
+
+
+def _print_timings(pipeline) -> None:
+    """Per-pass wall times on standard error (standard output holds the module)."""
+    for name, seconds, changed in pipeline.timings:
+        print(f"{name:32s} {seconds * 1e3:9.3f} ms{'  (changed)' if changed else ''}", file=sys.stderr)
+
+
+# ---- opt --------------------------------------------------------------------------------
+def cmd_opt(args: argparse.Namespace) -> int:
+    """`hlofuse opt`: the passes of --passes only, in order, and the module they leave (what
+    XLA's hlo-opt does), so one pass can be studied on its own."""
+    from .compiler import optimize
+    from .files import check_output_path
+
+    if args.list_passes:
+        print(list_passes_text())
+        return 0
+    if args.module is None:
+        raise UsageError("opt needs a MODULE (or --list-passes)")
+    if not args.passes:
+        raise UsageError("opt needs --passes, e.g. --passes simplifier,cse,dce; "
+                         "hlofuse opt --list-passes lists them")
+    if args.output:
+        check_output_path(args.output)
+    module = _load(args.module, args.format)
+    result, pipeline = optimize(module, args.target, passes=args.passes, verify=args.verify or None,
+                                dump_dir=args.dump_dir)
+    _emit_output(result.to_text(), args.output)
+    if args.timings:
+        _print_timings(pipeline)
+    return 0
+
+
+def list_passes_text() -> str:
+    """Every pass and named pipeline of `--passes`: its spec with its options and their
+    defaults, and the first sentence of its docstring."""
+    from .passes.pipeline import PASSES, PIPELINES, pass_options
+
+    lines = []
+    first_name = {}
+    for name, cls in PASSES.items():
+        first_name.setdefault(cls, name)
+    for name in sorted([*PASSES, *PIPELINES]):
+        if name in PIPELINES:
+            spec, doc = f"{name}{{target}}", _first_sentence(PIPELINES[name].__doc__)
+        else:
+            cls = PASSES[name]
+            defaults = _option_defaults(cls)
+            # `target` comes from --target, whatever the class's own default.
+            options = [o if o == "target" or o not in defaults else f"{o}={defaults[o]}"
+                       for o in pass_options(name)]
+            spec = name + ("{" + ",".join(options) + "}" if options else "")
+            alias = first_name[cls]
+            doc = f"the same pass as {alias}" if alias != name else _first_sentence(cls.__doc__)
+        lines.append(f"{spec}\n    {doc}")
+    lines.append("A pass's `target` defaults to --target; options go in braces: simplifier{max_fold_elements=8}.")
+    return "\n".join(lines)
+
+
+def _option_defaults(cls) -> dict[str, str]:
+    """Option -> default as written in a spec (true/false, numbers), for a pass class."""
+    import inspect
+
+    out = {}
+    for name, p in inspect.signature(cls).parameters.items():
+        if p.default is not inspect.Parameter.empty and p.default is not None:
+            value = p.default
+            out[name] = ("true" if value else "false") if isinstance(value, bool) else str(value)
+    return out
+
+
+def _first_sentence(doc: str | None) -> str:
+    """The first sentence of a docstring's first paragraph (its first line is often cut mid-phrase)."""
+    paragraph = " ".join((doc or "").strip().split("\n\n")[0].split())
+    end = paragraph.find(". ")
+    return paragraph if end < 0 else paragraph[:end + 1]
 
 
 def _dump_extras(dump_dir: str, module, fused) -> None:
@@ -247,7 +375,7 @@ def build_parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=debug_help)
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND",
-                           help="run, compile, fmt, conformance or explain (COMMAND -h for its options)")
+                           help="run, compile, opt, fmt, conformance or explain (COMMAND -h for its options)")
 
     def module_arg(sp):
         sp.add_argument("module", help="module file: .hlo (HLO text) or .mlir (StableHLO)")
@@ -260,11 +388,13 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("-o", "--output", help="write the results as out0, out1, ... to this .npz "
                                           "(its directory must exist)")
     r.add_argument("--no-fusion", action="store_true", help="run without the fusion passes")
-    r.add_argument("--compare", action="store_true", help="also run the interpreter; exit 1 on a mismatch")
+    r.add_argument("--compare", nargs="?", const="interpreter", choices=COMPARE_MODES, metavar="interpreter|xla",
+                   help="also run the module on a reference and compare the outputs, exit 1 on a mismatch: "
+                        "hlofuse's interpreter (the default) or XLA:CPU through JAX (needs the jax extra)")
     r.add_argument("--report", action="store_true", help="print the fusion report")
     r.add_argument("--repeat", type=positive_int, metavar="N",
                    help="time N executions after a first, untimed one (N >= 1) and print the median "
-                        "instead of the outputs")
+                        "instead of the outputs; with --compare xla, XLA:CPU's too, interleaved, and the ratio")
     r.add_argument("--seed", type=non_negative_int, default=0, help="seed of the random inputs (default: 0)")
     r.set_defaults(func=cmd_run)
 
@@ -283,6 +413,22 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--verify", action="store_true", help="verify the module after every pass")
     c.add_argument("--timings", action="store_true", help="print per-pass timings to standard error")
     c.set_defaults(func=cmd_compile)
+
+    o = sub.add_parser("opt", parents=[common], help="run the passes named by --passes and print the module "
+                                                     "(like XLA's hlo-opt)")
+    o.add_argument("module", nargs="?", help="module file: .hlo (HLO text) or .mlir (StableHLO)")
+    o.add_argument("--format", choices=["hlo", "stablehlo"], help="override the format given by the suffix")
+    o.add_argument("--passes", metavar="SPEC,...",
+                   help="passes to run in order, with options in braces: simplifier{max_fold_elements=8},cse,"
+                        "fusion{target=cpu}; a named pipeline (fusion-pipeline) stands for its passes")
+    o.add_argument("--target", choices=["cpu", "gpu"], default="cpu",
+                   help="the target of the passes that take one and are not given it in braces (default: cpu)")
+    o.add_argument("--verify", action="store_true", help="verify the module after every pass")
+    o.add_argument("-o", "--output", help="write to this file instead of standard output (its directory must exist)")
+    o.add_argument("--dump-dir", help="write the module before and after every pass here (created if missing)")
+    o.add_argument("--timings", action="store_true", help="print per-pass timings to standard error")
+    o.add_argument("--list-passes", action="store_true", help="list the passes, their options and what they do")
+    o.set_defaults(func=cmd_opt)
 
     f = sub.add_parser("fmt", parents=[common], help="print a module as canonical HLO text")
     module_arg(f)
@@ -311,7 +457,7 @@ def main(argv: list[str] | None = None) -> int:
     docstring)."""
     parser = build_parser()
     try:
-        args = parser.parse_args(argv)
+        args = parser.parse_args(_compare_before_module(list(sys.argv[1:] if argv is None else argv)))
     except SystemExit as e:  # a usage error (2), or --help (0): argparse has printed it
         return e.code if isinstance(e.code, int) else EXIT_USER_ERROR
     try:
@@ -330,6 +476,21 @@ def main(argv: list[str] | None = None) -> int:
             traceback.print_exception(e, file=sys.stderr)
         print(message, file=sys.stderr)
         return status
+
+
+def _compare_before_module(argv: list[str]) -> list[str]:
+    """`run --compare MODULE` meant the interpreter before --compare took a value; keep that
+    meaning: a `--compare` followed by a word that is no comparison mode becomes
+    `--compare=interpreter`, and the word stays the module."""
+    command = next((i for i, word in enumerate(argv) if not word.startswith("-")), None)
+    if command is None or argv[command] != "run":
+        return argv
+    out = list(argv)
+    for i in range(command + 1, len(argv) - 1):
+        following = argv[i + 1]
+        if argv[i] == "--compare" and following not in COMPARE_MODES and not following.startswith("-"):
+            out[i] = "--compare=interpreter"
+    return out
 
 
 def describe_failure(e: BaseException, args: argparse.Namespace) -> tuple[str, int]:

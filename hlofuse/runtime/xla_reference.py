@@ -1,0 +1,139 @@
+"""Running a module on XLA:CPU through jaxlib: the reference of `hlofuse run --compare xla`.
+
+    reference = compile_for_xla_cpu(hlo_text)    # XLA parses and compiles it, once
+    outputs = reference(x, y)                      # numpy arrays, tuples flattened depth-first
+
+XLA's own HLO parser reads the text, the module goes to StableHLO and the JAX CPU client
+compiles it, as `run_hlo_module --reference_platform=cpu` would. That reaches into jaxlib's
+internals (`jax._src.lib.xla_client`), so every failure is sorted here: no JAX (or a jaxlib
+without those internals) is XlaUnavailableError, XLA refusing the module or failing to run it
+is XlaRefusedError quoting XLA's own message; both are the user's to act on, not hlofuse bugs.
+"""
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+
+from ..hlo.errors import HloError
+
+# XLA's statuses can carry a whole MLIR operation dump; a user needs the first part.
+_MAX_MESSAGE = 2000
+
+
+class XlaUnavailableError(HloError):
+    """JAX is not installed, or its jaxlib lacks what hlofuse uses to drive XLA."""
+
+
+class XlaRefusedError(HloError):
+    """XLA's parser or compiler refused the module, or XLA:CPU failed to run it."""
+
+
+def _xla_modules() -> tuple[Any, Any]:
+    """(jax, xla_client), or XlaUnavailableError naming the `jax` extra."""
+    try:
+        import jax
+        from jax._src.lib import xla_client
+    except ImportError as e:
+        raise XlaUnavailableError(
+            f"--compare xla runs the module on XLA:CPU through JAX, which is not installed ({e}); "
+            f"install hlofuse's jax extra: pip install 'hlofuse[jax]'") from None
+    return jax, xla_client
+
+
+def jaxlib_version() -> str:
+    """The installed jaxlib's version ('X.Y.Z'), or XlaUnavailableError without JAX."""
+    _xla_modules()
+    import jaxlib.version
+
+    return jaxlib.version.__version__
+
+
+def _xla_message(e: BaseException) -> str:
+    text = str(e).strip() or type(e).__name__
+    return text if len(text) <= _MAX_MESSAGE else text[:_MAX_MESSAGE] + " ..."
+
+
+def _flatten(values: Sequence) -> list:
+    """Arguments depth-first: XLA's StableHLO form takes a tuple parameter's leaves in order."""
+    flat: list = []
+    for v in values:
+        if isinstance(v, (tuple, list)):
+            flat += _flatten(v)
+        else:
+            flat.append(v)
+    return flat
+
+
+class XlaCpuExecutable:
+    """A module compiled by XLA:CPU. `place` copies arguments to XLA's buffers once,
+    `run_placed` runs on them and waits for the results (what `--repeat` times), and calling
+    it does both and returns numpy arrays."""
+
+    def __init__(self, executable: Any, device: Any, version: str) -> None:
+        self._executable = executable
+        self._device = device
+        self.version = version
+
+    @property
+    def label(self) -> str:
+        """How output names XLA: `XLA:CPU (jaxlib X.Y.Z)`."""
+        return f"XLA:CPU (jaxlib {self.version})"
+
+    def place(self, arrays: Sequence) -> list:
+        """XLA buffers on the CPU device for `arrays` (tuples flattened), placed once."""
+        jax, _ = _xla_modules()
+        # Without x64 JAX would narrow s64/f64 arguments to 32 bits; the module declares them.
+        with jax.enable_x64(True):
+            return [jax.device_put(np.asarray(a), self._device) for a in _flatten(arrays)]
+
+    def run_placed(self, buffers: list) -> list:
+        """Run on placed buffers and wait for every result; XLA's failure is XlaRefusedError."""
+        try:
+            results = self._executable.execute(buffers)
+            for r in results:
+                r.block_until_ready()
+        except (RuntimeError, ValueError, TypeError) as e:
+            raise XlaRefusedError(f"{self.label} failed to run the module: {_xla_message(e)}") from None
+        return results
+
+    def __call__(self, *arrays) -> list[np.ndarray]:
+        """The outputs for `arrays` as numpy arrays, tuples flattened depth-first."""
+        return [np.asarray(r) for r in self.run_placed(self.place(arrays))]
+
+    def memory_bytes(self) -> int:
+        """Bytes XLA's run holds: its argument copies, results and temporaries (0 if unknown)."""
+        try:
+            stats = self._executable.get_compiled_memory_stats()
+        except Exception:  # noqa: BLE001 - an estimate only; jaxlib may not report it
+            return 0
+        return int(stats.argument_size_in_bytes + stats.output_size_in_bytes + stats.temp_size_in_bytes)
+
+
+def compile_for_xla_cpu(hlo_text: str) -> XlaCpuExecutable:
+    """Parse `hlo_text` with XLA's HLO parser and compile it with XLA:CPU.
+
+    XlaUnavailableError without JAX; XlaRefusedError, quoting XLA, when XLA's parser, its
+    StableHLO conversion or its compiler refuses the module."""
+    jax, xc = _xla_modules()
+    version = jaxlib_version()
+    try:  # private API: a jaxlib that moved it cannot serve as the reference
+        parse = xc.hlo.hlo_module_from_text
+        to_stablehlo = xc._xla.mlir.hlo_to_stablehlo
+        client = jax.devices("cpu")[0].client
+        compile_and_load = client.compile_and_load
+    except (AttributeError, RuntimeError) as e:
+        raise XlaUnavailableError(f"jaxlib {version} does not offer what --compare xla uses to drive XLA "
+                                  f"({type(e).__name__}: {e}); jaxlib 0.6 to 0.10 do") from None
+    device = client.devices()[0]
+    stage = "HLO parser"
+    try:
+        hlo_module = parse(hlo_text)
+        stage = "conversion to StableHLO"
+        stablehlo = to_stablehlo(hlo_module.as_serialized_hlo_module_proto())
+        stage = "CPU compiler"
+        executable = compile_and_load(stablehlo, [device], xc.CompileOptions())
+    except (RuntimeError, ValueError, TypeError) as e:
+        raise XlaRefusedError(f"XLA:CPU (jaxlib {version}) refused the module; its {stage} says: "
+                              f"{_xla_message(e)}") from None
+    return XlaCpuExecutable(executable, device, version)
