@@ -143,12 +143,16 @@ def _math_unary(em, inst, et, x):
     return float_op(em, et, lambda v: em.target.math(em.b, name, [v]), x)
 
 
-def _reduce_precision(em, inst, et, x):
-    """XLA's reduce-precision: round the mantissa to nearest even, flush exponents out of range."""
-    b = em.b
-    ebits, mbits = int(inst.attrs["exponent_bits"]), int(inst.attrs["mantissa_bits"])
-    v = to_compute(b, x, et)
-    nbits, nm, ne = (64, 52, 11) if v.type == ir.DoubleType() else (32, 23, 8)
+# Bit layouts (total, mantissa, exponent bits) of the types reduce-precision works on.
+_FLOAT_LAYOUTS = {16: (16, 10, 5), 32: (32, 23, 8), 64: (64, 52, 11)}
+
+
+def reduce_precision_bits(b: ir.IRBuilder, v, ebits: int, mbits: int):
+    """XLA's reduce-precision algorithm on the bits of half/float/double `v`, in `v`'s own layout:
+    round the mantissa to `mbits` bits (nearest even, at a fixed bit position, so the layout's
+    subnormals round as integers), then, only if `ebits` is narrower than the layout's exponent,
+    flush exponents out of the reduced range to signed zero / infinity. A NaN stays the same NaN."""
+    nbits, nm, ne = _FLOAT_LAYOUTS[_width(v.type)]
     it = ir.IntType(nbits)
     c = lambda k: ir.Constant(it, k)  # noqa: E731
     bits = b.bitcast(v, it)
@@ -167,10 +171,25 @@ def _reduce_precision(em, inst, et, x):
         signed_zero = b.and_(bits, c(sign_mask))
         signed_inf = b.or_(signed_zero, c(exp_mask))
         bits = b.select(over, signed_inf, b.select(under, signed_zero, bits))
-    r = b.bitcast(bits, v.type)
-    if mbits > 0:
-        r = b.select(b.fcmp_unordered("uno", v, v), v, r)
-    return from_compute(b, r, et)
+    # Rounding can carry a NaN's mantissa into infinity (or, with no mantissa bits, to zero), and
+    # the exponent check makes it infinity: XLA returns the operand's NaN unchanged, mbits=0 too.
+    return b.select(b.fcmp_unordered("uno", v, v), v, b.bitcast(bits, v.type))
+
+
+def _reduce_precision(em, inst, et, x):
+    """reduce-precision computed in the layout XLA:CPU computes the operand type in: f32 and f64
+    in their own bits, f16 in f16 bits (so ebits=5 keeps f16 subnormals, and mbits<10 rounds them
+    at a fixed position), the 8-, 6- and 4-bit floats widened exactly to f16 (f8e8m0fnu, whose
+    range f16 lacks, to f32), bf16 in f32 (its bits are f32's upper half: the same result)."""
+    b = em.b
+    ebits, mbits = int(inst.attrs["exponent_bits"]), int(inst.attrs["mantissa_bits"])
+    if et.name == "f16":
+        return reduce_precision_bits(b, x, ebits, mbits)
+    v = to_compute(b, x, et)
+    if is_narrow_float(et.name) and et.name != "f8e8m0fnu":
+        half = reduce_precision_bits(b, b.fptrunc(v, ir.HalfType()), ebits, mbits)
+        return from_compute(b, b.fpext(half, v.type), et)
+    return from_compute(b, reduce_precision_bits(b, v, ebits, mbits), et)
 
 
 for _op, _fn in {
@@ -299,6 +318,16 @@ def _binary_rule(fn):
     return rule
 
 
+def _pred_arith(b: ir.IRBuilder, int_op: str, x, y):
+    """add/subtract/multiply on pred as the interpreter (and XLA for add/multiply) defines them:
+    saturating logic, not arithmetic mod 2 (an i1 `add` would be xor): or, and-not, and."""
+    if int_op == "add":
+        return b.or_(x, y)
+    if int_op == "sub":
+        return b.and_(x, b.not_(y))
+    return b.and_(x, y)
+
+
 def _arith(int_op, float_op_name):
     def f(em, inst, et, x, y):
         b = em.b
@@ -307,6 +336,8 @@ def _arith(int_op, float_op_name):
         if et.is_float:
             op = getattr(b, float_op_name)
             return float_op(em, et, lambda u, v: op(u, v, flags=em.fp_flags), x, y)
+        if et.is_pred:
+            return _pred_arith(b, int_op, x, y)
         return getattr(b, int_op)(x, y)
 
     return f
@@ -383,23 +414,36 @@ def _power(em, inst, et, x, y):
         return cplx.power(em, x, y)
     if et.is_float:
         return float_op(em, et, lambda u, v: em.target.math(b, "pow", [u, v]), x, y)
-    # Integer power by squaring over every exponent bit; XLA: negative exponent -> 0 unless x is +-1.
+    if et.is_pred:
+        return b.or_(x, b.not_(y))  # x**0 = 1, x**1 = x (an i1 shift loop would shift past the width)
+    if et.bits < 8:
+        # XLA computes the 2- and 4-bit integers in 8 bits (so a u4 exponent of 15 is not negative).
+        wide = ir.IntType(8)
+        ext = b.sext if et.is_signed else b.zext
+        return b.trunc(int_power(b, ext(x, wide), ext(y, wide)), x.type)
+    return int_power(b, x, y)
+
+
+def int_power(b: ir.IRBuilder, x, y):
+    """XLA's integer power (the same for signed and unsigned types): square-and-multiply over the
+    exponent's low 6 bits only, wrapping, so an exponent past 63 acts as its value mod 64
+    (0**64 is 1, 2**65 is 2). An exponent negative as a signed value (also for unsigned types:
+    XLA compares it signed) gives 1 for base 1, +-1 by parity for base -1 (all ones), else 0."""
     ty = x.type
-    acc, base, e = ir.Constant(ty, 1), x, y
-    for _ in range(et.bits):
+    one = ir.Constant(ty, 1)
+    acc, base, e = one, x, y
+    for _ in range(min(ty.width, 6)):
         bit = b.trunc(e, I1)
         acc = b.select(bit, b.mul(acc, base), acc)
         base = b.mul(base, base)
-        e = b.lshr(e, ir.Constant(ty, 1))
-    if et.is_signed:
-        neg = b.icmp_signed("<", y, ir.Constant(ty, 0))
-        one = ir.Constant(ty, 1)
-        is_one = b.icmp_signed("==", x, one)
-        is_mone = b.icmp_signed("==", x, ir.Constant(ty, -1))
-        odd = b.trunc(y, I1)
-        neg_val = b.select(is_one, one, b.select(is_mone, b.select(odd, ir.Constant(ty, -1), one), ir.Constant(ty, 0)))
-        acc = b.select(neg, neg_val, acc)
-    return acc
+        e = b.lshr(e, one)
+    negative = b.icmp_signed("<", y, ir.Constant(ty, 0))
+    minus_one = ir.Constant(ty, -1)
+    odd = b.trunc(y, I1)
+    of_minus_one = b.select(odd, minus_one, one)
+    neg_val = b.select(b.icmp_unsigned("==", x, one), one,
+                       b.select(b.icmp_unsigned("==", x, minus_one), of_minus_one, ir.Constant(ty, 0)))
+    return b.select(negative, neg_val, acc)
 
 
 def _atan2(em, inst, et, x, y):

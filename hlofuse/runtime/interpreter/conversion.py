@@ -73,16 +73,19 @@ def _bitcast_convert(inst: HloInstruction, args: list, interp) -> Array:
     return x.view(dtype).reshape(inst.shape.dims)
 
 
-_FLOAT_BITS = {np.dtype(np.float32): (8, 23, np.uint32), np.dtype(np.float64): (11, 52, np.uint64)}
+_FLOAT_BITS = {np.dtype(np.float16): (5, 10, np.uint16), np.dtype(np.float32): (8, 23, np.uint32),
+               np.dtype(np.float64): (11, 52, np.uint64)}
 
 
 def reduce_precision(x: Array, exponent_bits: int, mantissa_bits: int) -> Array:
-    """Round f32/f64 values to a float format with the given bits (XLA's algorithm), as the same type."""
+    """Round f16/f32/f64 values to a float format with the given bits (XLA's algorithm, on the
+    bits of `x`'s own layout), as the same type. A NaN is returned unchanged."""
     src_exp, src_mant, utype = _FLOAT_BITS[x.dtype]
     total = 1 + src_exp + src_mant
     one = utype(1)
     bits = contiguous(x).view(utype).copy()
     if mantissa_bits < src_mant:
+        # Round to nearest even at a fixed bit position (subnormals of the layout round as integers).
         shift = utype(src_mant - mantissa_bits)
         last_bit_mask = one << shift
         base_bias = (last_bit_mask >> one) - one
@@ -90,6 +93,7 @@ def reduce_precision(x: Array, exponent_bits: int, mantissa_bits: int) -> Array:
         truncation_mask = ~(last_bit_mask - one)
         bits = (bits + last_bit + base_bias) & truncation_mask
     if exponent_bits < src_exp:
+        # Only a narrower exponent flushes: out-of-range exponents become signed zero / infinity.
         sign_mask = one << utype(total - 1)
         exp_mask = utype((1 << src_exp) - 1) << utype(src_mant)
         bias = (1 << (src_exp - 1)) - 1
@@ -100,20 +104,29 @@ def reduce_precision(x: Array, exponent_bits: int, mantissa_bits: int) -> Array:
         signed_zero = bits & sign_mask
         bits = np.where(exponent > max_exp, signed_zero | exp_mask,
                         np.where(exponent <= min_exp, signed_zero, bits)).astype(utype)
-    out = bits.view(x.dtype)
-    if mantissa_bits > 0:
-        out = np.where(np.isnan(x), x, out)
-    else:
-        # With no mantissa bits a NaN cannot be told from infinity; XLA keeps it a NaN.
-        out = np.where(np.isnan(x), np.array(np.nan, x.dtype), out)
-    return out.astype(x.dtype)
+    # Rounding may carry a NaN's mantissa into infinity (or zero, with no mantissa bits left):
+    # XLA returns the operand's NaN unchanged, also for mantissa_bits=0.
+    return np.where(np.isnan(x), x, bits.view(x.dtype)).astype(x.dtype)
+
+
+def reduce_precision_layout(dtype: np.dtype) -> np.dtype:
+    """The float type whose bits XLA:CPU runs reduce-precision on for elements of `dtype`: f16
+    and f32/f64 their own, the 8-, 6- and 4-bit floats f16 (they widen to it exactly; XLA:CPU
+    upcasts them so), f8e8m0fnu (beyond f16's range) and bf16 f32 (bf16 is f32's upper half, so
+    its own layout gives the same result)."""
+    dtype = np.dtype(dtype)
+    if dtype in _FLOAT_BITS:
+        return dtype
+    if dtype.itemsize == 1 and dtype.name != "float8_e8m0fnu":
+        return np.dtype(np.float16)
+    return np.dtype(np.float32)
 
 
 @register_reference("reduce-precision")
 def _reduce_precision(inst: HloInstruction, args: list, interp) -> Array:
     """Round to `exponent_bits`/`mantissa_bits` and back (overflow to inf, underflow to zero)."""
     x = np.asarray(args[0])
-    wide = x.astype(np.float64 if x.dtype == np.float64 else np.float32)
+    wide = x.astype(reduce_precision_layout(x.dtype))
     out = reduce_precision(wide, int(inst.attrs["exponent_bits"]), int(inst.attrs["mantissa_bits"]))
     return to_type(out, out_dtype(inst))
 

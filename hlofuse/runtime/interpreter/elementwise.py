@@ -351,17 +351,23 @@ def int_remainder(x: Array, y: Array) -> Array:
 
 @binary("divide")
 def divide(x: Array, y: Array) -> Array:
-    """x / y: IEEE for floats; integers truncate, with XLA's results for /0 and INT_MIN/-1."""
+    """x / y: IEEE for floats; integers truncate, with XLA's results for /0 and INT_MIN/-1;
+    pred as a 1-bit unsigned integer (x/1 = x, x/0 = all ones): x or not y."""
     if x.dtype.kind in "iu":
         return int_divide(x, y)
+    if x.dtype == np.bool_:
+        return np.logical_or(x, np.logical_not(y))
     return np.divide(x, y)
 
 
 @binary("remainder")
 def remainder(x: Array, y: Array) -> Array:
-    """fmod for floats; integer remainder with the sign of the dividend."""
+    """fmod for floats; integer remainder with the sign of the dividend; pred as a 1-bit unsigned
+    integer (x%1 = 0, x%0 = x): x and not y (numpy's fmod on bools would give 0 for x%0)."""
     if x.dtype.kind in "iu":
         return int_remainder(x, y)
+    if x.dtype == np.bool_:
+        return np.logical_and(x, np.logical_not(y))
     if x.dtype.kind == "c":
         raise UnsupportedError("remainder of complex values is not supported (nor by XLA)")
     return np.fmod(x, y)
