@@ -254,3 +254,25 @@ def test_compare_forms(argv, against, capsys):
 def test_an_unknown_comparison_is_a_usage_error(capsys):
     assert main(["run", SOFTMAX, "--compare=gpu"]) == 2
     assert "invalid choice" in capsys.readouterr().err
+
+
+# ---- failures inside jaxlib ----------------------------------------------------------------
+def test_xla_failing_to_run_is_reported_as_xla_s(monkeypatch):
+    class Failing:
+        def execute(self, buffers):
+            raise RuntimeError("INTERNAL: out of scratch space")
+
+    exe = xla_reference.XlaCpuExecutable(Failing(), None, "9.9.9")
+    monkeypatch.setattr(xla_reference.XlaCpuExecutable, "place", lambda self, arrays: list(arrays))
+    with pytest.raises(xla_reference.XlaRefusedError, match=r"XLA:CPU \(jaxlib 9.9.9\) failed to run the module: "
+                                                            r"INTERNAL: out of scratch space"):
+        exe(np.ones(3, np.float32))
+
+
+def test_a_jaxlib_without_the_internals_is_unavailable_not_a_bug(monkeypatch, capsys):
+    from jax._src.lib import xla_client
+
+    monkeypatch.delattr(xla_client._xla.mlir, "hlo_to_stablehlo")
+    assert main(["run", SOFTMAX, "--compare", "xla"]) == 2
+    err = capsys.readouterr().err
+    assert "does not offer what --compare xla uses" in err and "Traceback" not in err
