@@ -126,16 +126,36 @@ def _rng(inst: HloInstruction) -> Shape:
     return make_array(out.dtype, out.dims)
 
 
+# State lengths (u64 words) XLA:CPU compiles for each algorithm: three_fry reads a 128-bit key
+# and counter, Philox (also rng_default's algorithm on CPU) a 128-bit counter and 64-bit key,
+# or just the 128 bits. XLA's parser takes any state, but its RngBitGeneratorExpander refuses
+# every other length and every element type other than u64 (s64 too: its arithmetic mixes the
+# state with u64 constants), so a module with one would run on no XLA backend.
+_RNG_STATE_WORDS = {"rng_three_fry": (2,), "rng_philox": (2, 3), "rng_default": (2, 3)}
+
+
 @register_shape_rule("rng-bit-generator")
 def _rng_bit_generator(inst: HloInstruction) -> Shape:
-    """rng-bit-generator(state): (new state of the state's shape, declared random bits)."""
+    """rng-bit-generator(state), algorithm: (new state of the state's shape, declared random
+    bits). The state must be u64[2] (three_fry) or u64[2] / u64[3] (philox, rng_default), and
+    the bits an integer type of at least 2 bits or a float type: what XLA compiles."""
     state = array_operand(inst, 0)
     out = inst.shape
     if not isinstance(out, TupleShape) or len(out.elements) != 2 or not isinstance(out.elements[1], ArrayShape):
         fail(inst, f"result must be (state, bits), declared {out}")
+    algorithm = str(attr(inst, "algorithm"))  # XLA requires it (its parser refuses a module without)
+    words = _RNG_STATE_WORDS.get(algorithm)
+    if words is None:
+        fail(inst, f"algorithm must be one of {', '.join(_RNG_STATE_WORDS)}, got {algorithm!r}")
+    if state.dtype.name != "u64" or state.rank != 1 or state.dims[0] not in words:
+        allowed = " or ".join(f"u64[{n}]" for n in words)
+        fail(inst, f"{algorithm} takes a {allowed} state, as XLA does; the state is {text(state)}")
     bits = out.elements[1]
-    if not (bits.dtype.is_integer or bits.dtype.is_float):
-        fail(inst, f"random bits must have an integer type, are {bits.dtype.name}")
+    # StableHLO's rng_bit_generator (XLA's route to its CPU compiler) types the bits as 2- to
+    # 64-bit integers or floats: pred, s1/u1 and complex are refused.
+    if not ((bits.dtype.is_integer and bits.dtype.bits >= 2) or bits.dtype.is_float):
+        fail(inst, f"random bits must be an integer type of at least 2 bits or a float type, "
+                   f"are {bits.dtype.name}")
     return TupleShape((make_array(state.dtype, state.dims), make_array(bits.dtype, bits.dims)))
 
 

@@ -360,14 +360,26 @@ def sort(inst, args, ctx):
 
 @register_library("topk")
 def topk(inst, args, ctx):
-    """Top k along the last dimension: (values, s32 indices), stable (lower index first on ties)."""
+    """Top k along the last dimension: (values, indices), largest (or smallest) first, ties by
+    lower index. Floats rank in XLA's total order (-NaN < -inf < ... < -0 < +0 < ... < +inf
+    < +NaN), as XLA:CPU's TopK does: a plain `<` on floats would drop NaN and tie -0 with +0."""
     (x,) = args
     k = int(str(inst.attrs["k"]))
     largest = str(inst.attrs.get("largest", "true")).lower() not in ("false", "0")
-    key = x.astype(_work_dtype(x.dtype))
-    order = np.argsort(-key if largest else key, axis=-1, kind="stable")[..., :k]
+    key = op_helpers.total_order_key(x)  # integers and bools map to themselves
+    if key.dtype.kind == "V":
+        key = key.astype(np.float32)  # never for floats (mapped to integers), kept for safety
+    if largest:
+        # Descending and stable: sort the reversed row ascending, then reverse the result.
+        # Negating the key instead would wrap the most negative integer and every unsigned one.
+        n = key.shape[-1]
+        order = n - 1 - np.flip(np.argsort(np.flip(key, -1), axis=-1, kind="stable"), -1)
+    else:
+        order = np.argsort(key, axis=-1, kind="stable")
+    order = order[..., :k]
     values = np.take_along_axis(x, order, -1)
-    return np.ascontiguousarray(values), np.ascontiguousarray(order.astype(np.int32))
+    index_dtype = inst.shape.elements[1].dtype.numpy if inst.shape.is_tuple else np.int32
+    return np.ascontiguousarray(values), np.ascontiguousarray(order.astype(index_dtype))
 
 
 def _select_direction(comp):
