@@ -100,3 +100,21 @@ def test_topk_batch_dims_and_long_rows(dims: tuple, largest: str) -> None:
         for target in TARGETS:
             got = hlofuse.compile(hlofuse.parse_hlo(text), target=target)(x)
             _assert_same(got, want, f"{target} {dims} k={k} largest={largest}")
+
+
+@pytest.mark.parametrize("largest", ["true", "false"])
+@pytest.mark.parametrize("ty,dtype", [("s4", ml_dtypes.int4), ("u4", ml_dtypes.uint4)])
+def test_sub_byte_topk_matches_the_interpreter(ty: str, dtype, largest: str) -> None:
+    """XLA:CPU refuses topk on s4/u4 (its TopK lowering widens the indices), so the interpreter is
+    the reference; the extremes (-8, 7, 15) and repeats are where a negated key would go wrong."""
+    values = [[-8, 7, 0, -1, 7, -8], [3, 3, 1, 3, 0, 1]] if ty == "s4" else [[0, 15, 7, 15, 1, 0], [3, 3, 1, 3, 0, 1]]
+    x = np.array(values, dtype)
+    for k in (1, 3, 6):
+        text = topk_module(ty, x.shape, k, largest)
+        want = hlofuse.compile(hlofuse.parse_hlo(text), target="interpreter")(x)
+        ranked = np.sort(x.astype(np.int8), axis=-1)  # numpy's own order of the values
+        ranked = ranked[:, ::-1] if largest == "true" else ranked
+        np.testing.assert_array_equal(np.asarray(want[0]).astype(np.int8), ranked[:, :k])
+        for target in ("cpu", "gpu-emulated"):
+            got = hlofuse.compile(hlofuse.parse_hlo(text), target=target)(x)
+            _assert_same(got, [np.asarray(w) for w in want], f"{target} {ty} k={k} largest={largest}")

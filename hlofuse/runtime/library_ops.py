@@ -368,7 +368,7 @@ def topk(inst, args, ctx):
     largest = str(inst.attrs.get("largest", "true")).lower() not in ("false", "0")
     key = op_helpers.total_order_key(x)  # integers and bools map to themselves
     if key.dtype.kind == "V":
-        key = key.astype(np.float32)  # never for floats (mapped to integers), kept for safety
+        key = key.astype(np.float32)  # s4/u4/s2/u2 (ml_dtypes types): float32 orders them exactly
     if largest:
         # Descending and stable: sort the reversed row ascending, then reverse the result.
         # Negating the key instead would wrap the most negative integer and every unsigned one.
