@@ -73,16 +73,16 @@ print(build_report(module, fused).to_text())
 '''),
     "emitters": ("emitters.md", f'''
 import hlofuse
+from hlofuse.codegen.gpu import compile_gpu, emit_module
 from hlofuse.compiler import optimize
 from hlofuse.emitters.gpu.target import GpuTarget
-from hlofuse.runtime.gpu_executor import GpuProgram, emit_module
 
 module = hlofuse.parse_hlo("""
 {SMALL_MODULE}""")
 fused, _ = optimize(module, target="gpu")
-program = GpuProgram.compile(fused, emulated=True, build_only=True)
-print([launch.name for launch in program.launches])
-print(emit_module(program.launches, GpuTarget(program.arch), fused.name))
+code = compile_gpu(fused)  # planned into grid launches
+print([launch.name for launch in code.launches])
+print(emit_module(code.launches, GpuTarget(code.arch), fused.name))
 '''),
     "runtime": ("runtime.md", '''
 import numpy as np

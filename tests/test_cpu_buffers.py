@@ -5,7 +5,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from hlofuse.runtime.buffers import OutputPool, assign_buffers
+from hlofuse.codegen.buffers import assign_buffers
+from hlofuse.runtime.output_pool import OutputPool
 
 
 @dataclass

@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 import hlofuse
-from hlofuse.runtime import cpu_executor, kernel_planning
+from hlofuse.codegen import cpu as codegen_cpu
+from hlofuse.codegen import shared_expressions
 
 SOFTMAX = """
 HloModule softmax
@@ -56,7 +57,7 @@ def test_softmax_shares_exp_and_matches_numpy():
 def test_shared_values_are_bit_identical_to_recomputing(monkeypatch):
     x = _input()
     (shared,) = _compile("exponential")(x)
-    monkeypatch.setattr(cpu_executor, "share_candidate", lambda *a: None)
+    monkeypatch.setattr(codegen_cpu, "share_candidate", lambda *a: None)
     # Same module text, other kernels: the compile cache must not hand back the sharing object.
     exe = _compile("exponential")
     assert not exe.program._planner.shared
@@ -88,7 +89,7 @@ def test_structural_keys_tell_parameters_apart():
     module = hlofuse.parse_hlo(SOFTMAX % {"rows": 2, "cols": 3, "op": "exponential"})
     entry = module.entry
     x, mx = entry.instruction("x"), entry.instruction("mx")
-    keys = kernel_planning._structural_keys(entry, [None])
+    keys = shared_expressions._structural_keys(entry, [None])
     # Two different parameters of a fused computation read different outer operands.
     comp = hlofuse.parse_hlo("""
 HloModule m
@@ -100,8 +101,8 @@ ENTRY f {
   ROOT t = (f32[4], f32[4]) tuple(ea, eb)
 }
 """).entry
-    same = kernel_planning._structural_keys(comp, [x, x])
-    diff = kernel_planning._structural_keys(comp, [x, mx])
+    same = shared_expressions._structural_keys(comp, [x, x])
+    diff = shared_expressions._structural_keys(comp, [x, mx])
     ea, eb = comp.instruction("ea"), comp.instruction("eb")
     assert same[id(ea)] == same[id(eb)]
     assert diff[id(ea)] != diff[id(eb)]
@@ -152,7 +153,8 @@ ENTRY f {
 """).entry
     c = comp.root
     c.literal = a
-    k1 = kernel_planning._structural_keys(comp, [None])[id(c)]
+    k1 = shared_expressions._structural_keys(comp, [None])[id(c)]
     c.literal = b
-    k2 = kernel_planning._structural_keys(comp, [None])[id(c)]
+    k2 = shared_expressions._structural_keys(comp, [None])[id(c)]
     assert k1 != k2
+

@@ -169,7 +169,6 @@ class _FakeCuda:
 def test_cuda_device_transfers_with_host_memory_standing_in(monkeypatch):
     """CudaDevice's byte buffers (bf16 and pred included), one copy per input and per output,
     with the emulated kernels standing in for the launches."""
-    from hlofuse.emitters.gpu.target import EmulatedGpuTarget
     from hlofuse.runtime import gpu_executor as ge
     from hlofuse.runtime.gpu_emulator import run_grid
 
@@ -191,7 +190,7 @@ ENTRY e {
     module = parse_hlo(text)
     prog = GpuProgram.compile(module, emulated=True, build_only=True)
     # Loads the emulated kernels into prog.launches[*].fn, which the fake launches run.
-    emulated = ge.HostDevice(prog.launches, ge.emit_module(prog.launches, EmulatedGpuTarget(), "t"))
+    emulated = ge.HostDevice(prog.launches, prog.code.emulated_module())
     fake = _FakeCuda()
     dev = ge.CudaDevice.__new__(ge.CudaDevice)
     dev.cuda = fake

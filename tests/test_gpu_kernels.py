@@ -12,12 +12,13 @@ import pytest
 
 import backend_cases
 from backend_cases import argmax_module
+from hlofuse.codegen.gpu import launch_summary
 from hlofuse.emitters.gpu import reduction_kernel as rk
 from hlofuse.emitters.gpu.atomics import atomic_kind
 from hlofuse.emitters.gpu.ptxas import assemble, assembler
 from hlofuse.hlo.parser import parse_hlo
 from hlofuse.runtime.gpu_emulator import run_grid
-from hlofuse.runtime.gpu_executor import GpuProgram, launch_summary
+from hlofuse.runtime.gpu_executor import GpuProgram
 from hlofuse.runtime.interpreter import evaluate
 
 REDUCERS = "".join(backend_cases.reducer(name, ty, op) for name, ty, op in [

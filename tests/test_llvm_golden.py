@@ -53,9 +53,11 @@ def test_llvm_golden_checks_fail_on_the_unoptimized_ir(case: Case):
     the emitted IR before LLVM's passes, itself valid, fails them."""
     import llvmlite.binding as llvm
 
+    from hlofuse.codegen.cpu import emit_module
     from hlofuse.emitters.cpu.target import CpuTarget
 
-    raw = str(_compile(case)._emit_module(CpuTarget()))
+    code = _compile(case).code
+    raw = str(emit_module(code.module.name, code.kernels, CpuTarget()))
     llvm.parse_assembly(raw).verify()
     with pytest.raises(FileCheckFailure):
         check_case(case, raw)

@@ -1,7 +1,7 @@
 """Reductions into narrow floats (bf16, f16) follow XLA:CPU bit for bit on every backend.
 
 What XLA:CPU does (read from its optimized HLO, `tree_reduction_rewrite` in
-runtime/kernel_planning.py and the interpreter's reduction.py say it in full): every step of
+codegen/planning.py and the interpreter's reduction.py say it in full): every step of
 the reducer is computed in f32 and rounded back to the narrow type, and TreeReductionRewriter
 first splits any reduced dimension longer than 32 into windows of 32 (reduce-window, then
 reduce), each window folded sequentially from the init value. The interpreter, the CPU and the

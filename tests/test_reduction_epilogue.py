@@ -18,7 +18,7 @@ import hlofuse
 from hlofuse.emitters.loop_emitter import output_leaves
 from hlofuse.emitters.reduction_emitter import reads_heroes_at_output_index
 from hlofuse.hlo.parser import parse_hlo
-from hlofuse.runtime.kernel_planning import plan_fusion
+from hlofuse.codegen.planning import plan_fusion
 
 TARGETS = ["cpu", "gpu-emulated"]
 

@@ -18,7 +18,7 @@ Two loop orders, chosen so the innermost loop is contiguous in memory:
 
 A reduce into a float narrower than f32 is the exception to reassociation: it rounds to its
 type after every step, as XLA:CPU does, so its order is part of its result. Kernel planning
-has rewritten it into XLA:CPU's tree of reduce-windows (runtime/kernel_planning.py), and its
+has rewritten it into XLA:CPU's tree of reduce-windows (codegen/planning.py), and its
 kernel is emitted without reassociation (`in_order_target`) and never split across cores, so
 each output is folded exactly in XLA's order.
 

@@ -1,19 +1,17 @@
-"""The CPU executable: plan the fused module, emit ONE LLVM module of kernels, JIT it, run.
+"""The CPU executable: load the object code codegen made for a fused module, and run it.
 
     program = CpuProgram.compile(fused_module, cache_dir=None)
     outputs = program.run([x, y])          # entry result flattened depth-first
     program.llvm_ir(), program.asm(), program.compile_seconds
 
-Planning is pure Python and cheap (runtime/executor_common.py, shared with the GPU backend):
-every executed computation (the entry, while bodies, branches, called computations) becomes
-a list of steps; a fusion, or a fusible op left unfused (wrapped into a one-instruction
-computation), becomes kernel calls; other ops run as library rules (runtime/library_ops.py).
-Kernels are then emitted with the shared emitters
-into one module, optimized at O3 for the host, compiled to an object file (cached on disk
-by fingerprint) and loaded. A kernel's outer range of work units is split over a thread
-pool; ctypes releases the GIL during the call. Per-call work is kept small (box_decode runs
-five kernels in ~0.15 ms): what a kernel step needs is prepared on its first run
-(`_StepRuntime`), and array addresses are remembered.
+codegen/cpu.py plans the module (every executed computation becomes steps; fusions become
+kernels; other ops run as library rules, runtime/library_ops.py), emits its kernels into one
+LLVM module, optimizes it at O3 for the host and compiles it to object code (cached on disk
+by fingerprint). Here the object is loaded and the steps run (runtime/program.py). A
+kernel's outer range of work units is split over a thread pool; ctypes releases the GIL
+during the call. Per-call work is kept small (box_decode runs five kernels in ~0.15 ms):
+what a kernel step needs is prepared on its first run (`_StepRuntime`), and array addresses
+are remembered.
 """
 from __future__ import annotations
 
@@ -23,88 +21,25 @@ import time
 import weakref
 import numpy as np
 
-from ..emitters import elemental  # noqa: F401  (registers the element generators)
-from ..hlo.ir import HloComputation, HloInstruction, HloModule
-from . import library_ops, library_rng  # noqa: F401  (register the library rules)
-from .buffers import OutputPool
-from .compile_cache import CompileCache, cache_key
+from ..codegen.cpu import CpuCode, compile_cpu
+from ..codegen.planning import KernelPlan
+from ..codegen.schedule import ComputationPlan, Step
+from ..hlo.ir import HloInstruction, HloModule
 from .cpu_threads import SplitTuner, blas_thread_choices, set_blas_threads, split_choices, thread_pool
-from .executor_common import (ComputationPlan, Planner, ProgramBase, Step, flatten, owned_outputs, symbol_name,
-                              unflatten)
 from .io import check_arguments
-from .kernel_planning import KernelPlan, find_shared_expression, plan_fusion, sequential_dot, share_candidate
-from .kernel_planning import share_expression
+from .output_pool import OutputPool
+from .program import ProgramBase, flatten, owned_outputs, unflatten
 
 _PARALLEL_MIN_ELEMENTS = 1 << 14  # a thread gets at least this many elements
-_memory_cache: dict[str, bytes] = {}
-
-
-class _CpuPlanner(Planner):
-    """Plans kernels with the shared kernel planner; a small dot becomes a sequential kernel."""
-
-    backend = "CPU"
-
-    def __init__(self, lenient: bool = False) -> None:
-        super().__init__(lenient)
-        self._candidates: dict[int, object] = {}  # id(inst) -> ShareCandidate
-        self.shared: list = []  # shapes of buffers one kernel step writes and a later one reads
-        self.shared_outputs: dict[int, list[int]] = {}  # id(inst) -> shared buffers appended to its outputs
-        self.shared_inputs: dict[int, list[int]] = {}  # id(inst) -> shared buffers appended to its inputs
-
-    def dedicated_kernel(self, inst: HloInstruction) -> HloComputation | None:
-        """A sequential dot kernel for a dot small enough not to go to BLAS."""
-        return sequential_dot(inst) if inst.opcode == "dot" else None
-
-    def kernel_calls(self, comp: HloComputation, inst: HloInstruction) -> tuple[list[KernelPlan], list]:
-        """Kernels and temporaries computing fused computation `comp` for instruction `inst`."""
-        name = self.kernel_name(inst)
-        shared = self._reuse_expression(comp, inst, name)
-        if shared is not None:
-            return shared
-        kernels, temps = plan_fusion(comp, name)
-        self.kernels.extend(kernels)
-        cand = share_candidate(comp, inst, name, kernels, temps)
-        if cand is not None:
-            self._candidates[id(inst)] = cand
-        return kernels, temps
-
-    def _reuse_expression(self, comp: HloComputation, inst: HloInstruction, name: str):
-        """Kernels reading an expression an operand's reduction kernel also writes (see
-        kernel_planning.share_candidate), or None."""
-        for op in inst.operands:
-            cand = self._candidates.get(id(op))
-            if cand is None:
-                continue
-            expr = find_shared_expression(comp, inst, cand)
-            if expr is None:
-                continue
-            old = list(cand.kernels)
-            planned = share_expression(cand, comp, expr, name)
-            if planned is None:
-                continue
-            del self._candidates[id(op)]
-            self.kernels[:] = [k for k in self.kernels if all(k is not o for o in old)] + cand.kernels
-            sid = len(self.shared)
-            self.shared.append(expr.shape)
-            self.shared_outputs.setdefault(id(op), []).append(sid)
-            self.shared_inputs[id(inst)] = [sid]
-            kernels, temps = planned
-            self.kernels.extend(kernels)
-            return kernels, temps
-        return None
 
 
 class CpuProgram(ProgramBase):
-    """A fused module compiled for the host CPU."""
+    """A fused module compiled for the host CPU (`code`), loaded and ready to run."""
 
-    def __init__(self, module: HloModule) -> None:
-        self.module = module
+    def __init__(self, code: CpuCode) -> None:
+        super().__init__(code)
         self.compile_seconds = 0.0
-        self._planner = _CpuPlanner()
-        self._entry = self._planner.plan(module.entry)
-        self._llvm_ir: str | None = None
         self._jit = None
-        self.cache_hit = False
         self._outputs = OutputPool()
         self._shared: list[np.ndarray] | None = None
         self._runtimes: dict[tuple[int, int], _StepRuntime] = {}
@@ -115,70 +50,17 @@ class CpuProgram(ProgramBase):
     # ---- compilation -----------------------------------------------------------------------
     @classmethod
     def compile(cls, fused_module: HloModule, cache_dir=None) -> "CpuProgram":
-        """Plan, emit, optimize and load `fused_module` (object code from the cache when possible)."""
-        from ..emitters.cpu.target import CpuTarget
-
+        """Compile `fused_module` (codegen/cpu.py; object code from the cache when possible) and load it."""
         start = time.perf_counter()
-        prog = cls(fused_module)
-        target = CpuTarget()
-        key = cache_key(fused_module.to_text() + prog._kernel_signature(), target.fingerprint())
-        disk = CompileCache(cache_dir) if cache_dir is not None else None
-        obj = _memory_cache.get(key)
-        on_disk = disk.load(key) if disk is not None else None
-        obj = obj or on_disk
-        prog.cache_hit = obj is not None
-        if obj is None:
-            obj = prog._build_object(target)
-        if disk is not None and on_disk is None:
-            disk.store(key, obj)
-        _memory_cache[key] = obj
-        prog._load(obj)
+        prog = cls(compile_cpu(fused_module, cache_dir))
+        prog._load(prog.code.object_code)
         prog.compile_seconds = time.perf_counter() - start
         return prog
 
-    def _kernel_signature(self) -> str:
-        """The kernels' names, stages and argument counts: part of the cache key, so object code
-        planned differently for the same module text (e.g. a shared expression) is not reused."""
-        from ..emitters.kernel_args import param_leaf_count
-        from ..emitters.loop_emitter import output_leaves
-
-        return "".join(f"\n; {k.name} {k.stage} {param_leaf_count(k.comp)} {len(output_leaves(k.comp))} {len(k.scratch)}"
-                       for k in self._planner.kernels)
-
-    def _emit_module(self, target):
-        """The LLVM module (llvmlite.ir) with every kernel of the program."""
-        from llvmlite import ir
-
-        from ..emitters.cpu.kernels import CpuKernelSkeleton
-        from ..emitters.loop_emitter import emit_loop_kernel, output_leaves
-        from ..emitters.reduction_emitter import emit_reduction_kernel
-
-        mod = ir.Module(name=symbol_name(self.module.name))
-        mod.triple = target.triple
-        mod.data_layout = target.data_layout
-        for k in self._planner.kernels:
-            skel = CpuKernelSkeleton(mod, target, k.name, k.comp, len(output_leaves(k.comp)), len(k.scratch))
-            if k.group is not None:
-                emit_reduction_kernel(skel, k.comp, k.group, k.stage, k.parts)
-            else:
-                emit_loop_kernel(skel, k.comp, k.outputs)
-        return mod
-
-    def _optimized(self, target):
-        import llvmlite.binding as llvm
-
-        from ..emitters.cpu.target import optimize
-
-        llmod = llvm.parse_assembly(str(self._emit_module(target)))
-        llmod.verify()
-        optimize(llmod)
-        self._llvm_ir = str(llmod)
-        return llmod
-
-    def _build_object(self, target) -> bytes:
-        from ..emitters.cpu.target import host_target_machine
-
-        return host_target_machine().emit_object(self._optimized(target))
+    @property
+    def cache_hit(self) -> bool:
+        """Whether the object code came from the memory or disk cache."""
+        return self.code.cache_hit
 
     def _load(self, obj: bytes) -> None:
         from ..emitters.cpu.target import JitModule
@@ -193,20 +75,11 @@ class CpuProgram(ProgramBase):
 
     def llvm_ir(self) -> str:
         """The optimized LLVM IR of the program (re-emitted if the object came from the cache)."""
-        if self._llvm_ir is None:
-            from ..emitters.cpu.target import CpuTarget
-
-            self._optimized(CpuTarget())
-        return self._llvm_ir
+        return self.code.llvm_ir()
 
     def asm(self) -> str:
         """Host assembly of the program."""
-        import llvmlite.binding as llvm
-
-        from ..emitters.cpu.target import host_target_machine
-
-        llmod = llvm.parse_assembly(self.llvm_ir())
-        return host_target_machine().emit_assembly(llmod)
+        return self.code.asm()
 
     # ---- execution -------------------------------------------------------------------------
     def run(self, args: list) -> list[np.ndarray]:
@@ -279,7 +152,7 @@ class _StepRuntime:
                 self.pooled.append((k, (tuple(shape.dims), shape.dtype.numpy)))
                 self.out_addrs.append(0)
             else:
-                view = plan.arena_view(slot, shape)
+                view = prog.arena_view(plan, slot, shape)
                 self.fixed_outs.append(view)
                 self.out_addrs.append(view.ctypes.data)
         self.out_addrs += [shared[s].ctypes.data for s in planner.shared_outputs.get(id(step.inst), ())]

@@ -15,7 +15,6 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 
 import llvmlite.binding as llvm
-from llvmlite import ir
 
 _pool: ThreadPoolExecutor | None = None
 _pool_lock = threading.Lock()
@@ -35,14 +34,11 @@ def _thread_pool() -> ThreadPoolExecutor:
 
 
 class EmulatedModule:
-    """Emulated kernels of one program, optimized for the host and loaded in a JIT."""
+    """Emulated kernels of one program (optimized for the host by codegen/gpu.py) loaded in a JIT."""
 
-    def __init__(self, module: ir.Module) -> None:
-        from ..emitters.cpu.target import JitModule, optimize
+    def __init__(self, llmod: llvm.ModuleRef) -> None:
+        from ..emitters.cpu.target import JitModule
 
-        llmod = llvm.parse_assembly(str(module))
-        llmod.verify()
-        optimize(llmod)
         self.llvm_ir = str(llmod)
         self._jit = JitModule(llmod)
 

@@ -1,22 +1,17 @@
-"""The GPU executable: plan a fused module into grid launches, emit them once for NVPTX (PTX)
-and once for the host emulation, and run them on a CUDA GPU or on the CPU.
+"""The GPU executable: load the grid kernels codegen made for a fused module, on a CUDA GPU or
+in the host emulation, and run them.
 
     program = GpuProgram.compile(fused_module, emulated=True)   # runs anywhere
     outputs = program.run([x, y])                                # entry result flattened
     program.ptx()                                                # every kernel, for sm_90
 
-Planning and step execution are shared with the CPU executor (runtime/executor_common.py):
-every executed computation becomes steps with a buffer assignment (runtime/buffers.py); a
-fusion (or a fusible op left unfused, wrapped in a computation) is split into kernels by the
-shared kernel planner (runtime/kernel_planning.py: reduction groups, loop kernels per output
-dimensions, reduces materialized into temporaries), and each kernel becomes GPU launches (GpuLaunch):
-  * a reduction group: [init] main [finish] [epilogue] (emitters/gpu/reduction_kernel.py),
-  * a loop kernel: one grid (loop_kernel.py).
-Other ops (dot, convolution, sort, while, ...) are not kernels: they run on the host through
-the CPU backend's library rules (runtime/library_ops.py, numpy). On a real GPU their operands
-are copied to the host and their results back to the device when a kernel reads them; inputs
-are copied host->device once per run (on first use), kernel results stay on the device, and
-each output leaf is copied device->host once at the end.
+codegen/gpu.py plans the module into steps and grid launches (GpuLaunch) and emits PTX or
+the emulated kernels; here they are loaded and the steps run (runtime/program.py). Other ops
+(dot, convolution, sort, while, ...) run on the host through the library rules
+(runtime/library_ops.py, numpy). On a real GPU their operands are copied to the host and
+their results back to the device when a kernel reads them; inputs are copied host->device
+once per run (on first use), kernel results stay on the device, and each output leaf is
+copied device->host once at the end.
 
 The real-GPU path (CudaDevice: numba.cuda memory, cuda.core launches) could not be run where
 this was written (no GPU); the emulated path runs the same kernel bodies, and every PTX is
@@ -25,126 +20,26 @@ checked by ptxas in the tests.
 from __future__ import annotations
 
 import ctypes
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
 
 import numpy as np
 
-from ..emitters.gpu.kernels import LaunchDims
-from ..emitters.kernel_args import param_leaf_count
+from ..codegen.gpu import GpuCode, GpuLaunch, compile_gpu
+from ..codegen.schedule import ComputationPlan, Step
 from ..emitters.gpu.target import DEFAULT_ARCH
+from ..emitters.kernel_args import param_leaf_count
 from ..hlo.errors import UnsupportedError
-from ..hlo.ir import HloComputation, HloInstruction, HloModule
-from .executor_common import (ComputationPlan, Planner, ProgramBase, Step, flatten, owned_outputs, symbol_name,
-                              unflatten)
+from ..hlo.ir import HloModule
 from .io import check_arguments, contiguous
-
-if TYPE_CHECKING:
-    from llvmlite import ir
-
-
-@dataclass
-class GpuLaunch:
-    """One kernel launch of a fusion step. `inputs`/`results` say where the kernel's
-    parameter and output leaves live: ("in", i) a leaf of the fusion's operands, ("out", k) a
-    leaf of its result, ("tmp", t) a temporary between the step's kernels (a reduce that the
-    shared kernel planner materializes, e.g. softmax's row max)."""
-
-    name: str
-    comp: HloComputation
-    role: str  # loop | init | main | finish | epilogue
-    dims: LaunchDims
-    plan: object  # LoopPlan or ReductionPlan
-    outputs: list[int] = field(default_factory=list)  # output leaves of loop kernels
-    inputs: list[tuple[str, int]] = field(default_factory=list)
-    results: list[tuple[str, int]] = field(default_factory=list)
-    fn: object = None  # loaded kernel (emulated ctypes function or CUDA function)
-
-    @property
-    def scratch_types(self) -> tuple:
-        """Element types of the scratch buffers the kernel takes after its outputs."""
-        return () if self.role == "loop" else self.plan.scratch_types()
-
-
-def _launches_of(kp, leaves, add) -> None:
-    """GPU launches for one kernel of the shared kernel planner (a reduction group or loop)."""
-    from ..emitters.gpu.loop_kernel import plan_loop
-    from ..emitters.gpu.reduction_kernel import plan_reduction
-
-    if kp.group is not None:
-        # The shared planner may split a reduction for the CPU's cores into a "partial" and
-        # a "combine" kernel; the grid kernels split reductions themselves, so the group is
-        # emitted whole, once (at its first kernel).
-        if getattr(kp, "stage", "single") == "combine":
-            return
-        plan = plan_reduction(kp.group, leaves)
-        if plan.kind != "per_output" and plan.atomic:
-            add(kp, "init", plan.output_launch, plan)
-        add(kp, "main", plan.launch, plan)
-        if plan.two_pass:
-            add(kp, "finish", plan.output_launch, plan)
-        if plan.needs_epilogue:
-            add(kp, "epilogue", plan.output_launch, plan)
-        return
-    widest = max(leaves[k].shape.dtype.byte_size for k in kp.outputs)
-    plan = plan_loop(leaves[kp.outputs[0]].shape.dims, widest)
-    add(kp, "loop", plan.launch, plan, kp.outputs)
-
-
-class _GpuPlanner(Planner):
-    """Plans the launches of every kernel of the shared kernel planner."""
-
-    backend = "GPU"
-
-    def kernel_calls(self, comp: HloComputation, inst: HloInstruction) -> tuple[list[GpuLaunch], list]:
-        """The launches of fused computation `comp` (in order) and its temporaries' shapes."""
-        from ..emitters.loop_emitter import output_leaves
-        from .kernel_planning import plan_fusion
-
-        kernels, temps = plan_fusion(comp, self.kernel_name(inst))
-        launches: list[GpuLaunch] = []
-
-        def add(kp, role, dims, plan, outputs=()):
-            launches.append(GpuLaunch(f"{kp.name}_{role}{len(launches)}", kp.comp, role, dims, plan,
-                                      list(outputs), list(kp.inputs), list(kp.results)))
-
-        for kp in kernels:
-            _launches_of(kp, output_leaves(kp.comp), add)
-        self.kernels.extend(launches)
-        return launches, temps
-
-
-def emit_module(launches: list[GpuLaunch], target, name: str) -> ir.Module:
-    """An llvmlite module with every launch's kernel for `target` (GPU or emulated)."""
-    from llvmlite import ir
-
-    from ..emitters.gpu.kernels import GpuKernelSkeleton
-    from ..emitters.gpu.loop_kernel import emit_loop_kernel
-    from ..emitters.gpu.reduction_kernel import (
-        emit_reduction_epilogue,
-        emit_reduction_finish,
-        emit_reduction_init,
-        emit_reduction_main,
-    )
-
-    mod = ir.Module(name=symbol_name(name))
-    mod.triple = target.triple
-    mod.data_layout = target.data_layout
-    emitters = {"init": emit_reduction_init, "main": emit_reduction_main, "finish": emit_reduction_finish,
-                "epilogue": emit_reduction_epilogue}
-    for launch in launches:
-        skel = GpuKernelSkeleton(mod, target, launch.name, launch.comp, launch.dims, launch.scratch_types)
-        if launch.role == "loop":
-            emit_loop_kernel(skel, launch.comp, launch.outputs, launch.plan)
-        else:
-            emitters[launch.role](skel, launch.comp, launch.plan)
-    return mod
+from .program import ProgramBase, flatten, owned_outputs, unflatten
 
 
 class HostDevice:
     """The emulation: device memory is host memory, launches run on the CPU (gpu_emulator)."""
 
     def __init__(self, launches: list[GpuLaunch], module) -> None:
+        """Load `module` (the emulated kernels, optimized: GpuCode.emulated_module) and bind
+        every launch to its kernel."""
         from ..emitters.loop_emitter import output_leaves
         from .gpu_emulator import EmulatedModule
 
@@ -245,36 +140,30 @@ class CudaDevice:
 
 
 class GpuProgram(ProgramBase):
-    """A fused module compiled into grid kernels (run emulated on the host, or on a GPU)."""
+    """A fused module compiled into grid kernels (`code`), run emulated on the host or on a GPU."""
 
-    def __init__(self, module: HloModule, emulated: bool, arch: str = DEFAULT_ARCH, lenient: bool = False) -> None:
-        self.module = module
+    def __init__(self, code: GpuCode, emulated: bool) -> None:
+        super().__init__(code)
         self.emulated = emulated
-        self.arch = arch
-        self._planner = _GpuPlanner(lenient)
-        self._entry = self._planner.plan(module.entry)
-        self._ptx: str | None = None
-        self._nvptx_ir: str | None = None
+        self.arch = code.arch
         self.device = None
 
     @property
     def launches(self) -> list[GpuLaunch]:
         """Every kernel launch of the program (in planning order)."""
-        return self._planner.kernels
+        return self.code.launches
 
     # ---- compilation ---------------------------------------------------------------------
     @classmethod
     def compile(cls, fused_module: HloModule, emulated: bool, build_only: bool = False,
                 arch: str = DEFAULT_ARCH) -> "GpuProgram":
-        """Plan `fused_module`; unless `build_only`, build and load its kernels for the host
-        emulation (`emulated`) or for the CUDA GPU of this machine."""
-        prog = cls(fused_module, emulated, arch, lenient=build_only)
+        """Plan `fused_module` (codegen/gpu.py); unless `build_only`, build and load its kernels
+        for the host emulation (`emulated`) or for the CUDA GPU of this machine."""
+        prog = cls(compile_gpu(fused_module, arch, lenient=build_only), emulated)
         if build_only:
             return prog
         if emulated:
-            from ..emitters.gpu.target import EmulatedGpuTarget
-
-            prog.device = HostDevice(prog.launches, emit_module(prog.launches, EmulatedGpuTarget(), fused_module.name))
+            prog.device = HostDevice(prog.launches, prog.code.emulated_module())
         else:
             from numba import cuda
 
@@ -285,17 +174,11 @@ class GpuProgram(ProgramBase):
 
     def ptx(self) -> str:
         """PTX of every kernel of the program (one module, for `arch`)."""
-        if self._ptx is None:
-            from ..emitters.gpu.target import GpuTarget, compile_ptx
-
-            mod = emit_module(self.launches, GpuTarget(self.arch), self.module.name)
-            self._nvptx_ir, self._ptx = compile_ptx(mod, self.arch)
-        return self._ptx
+        return self.code.ptx()
 
     def llvm_ir(self) -> str:
         """Optimized NVPTX LLVM IR of the program (libdevice linked)."""
-        self.ptx()
-        return self._nvptx_ir
+        return self.code.llvm_ir()
 
     def emulated_llvm_ir(self) -> str:
         """Optimized host LLVM IR of the emulated kernels (after compile(emulated=True))."""
@@ -305,9 +188,7 @@ class GpuProgram(ProgramBase):
 
     def validate(self, arch: str | None = None) -> bytes:
         """Assemble the PTX for `arch` (ptxas or nvJitLink); returns the cubin."""
-        from ..emitters.gpu.ptxas import assemble
-
-        return assemble(self.ptx(), arch or self.arch)
+        return self.code.validate(arch)
 
     # ---- execution -----------------------------------------------------------------------
     def run(self, args: list) -> list[np.ndarray]:
@@ -353,7 +234,7 @@ class GpuProgram(ProgramBase):
         for k, shape in enumerate(step.leaf_shapes):
             slot = plan.assignment.slots[(i, k)]
             if emulated and slot.offset is not None:
-                outs.append(plan.arena_view(slot, shape))
+                outs.append(self.arena_view(plan, slot, shape))
             else:
                 outs.append(dev.empty(shape.dims, shape.dtype.numpy))
         scratch: dict[int, list] = {}
@@ -371,14 +252,3 @@ class GpuProgram(ProgramBase):
                 extra = [dev.pointer(x) for x in bufs]
             dev.launch(launch, base + extra)
         return unflatten(step.inst.shape, outs)
-
-
-def launch_summary(program: GpuProgram) -> list[dict]:
-    """One dict per launch (name, role, kind, grid, block, threads), for reports and tests."""
-    rows = []
-    for launch in program.launches:
-        kind = getattr(launch.plan, "kind", "loop")
-        rows.append({"name": launch.name, "role": launch.role, "kind": kind, "grid": launch.dims.grid,
-                     "block": launch.dims.block, "threads": launch.dims.threads,
-                     "atomic": bool(getattr(launch.plan, "atomic", False)) and kind != "per_output"})
-    return rows

@@ -1,2 +1,3 @@
 """The GPU backend's emitters: NVPTX and host-emulation targets, grid kernel skeletons, loop
-and reduction kernels (see runtime/gpu_executor.py for how they are launched)."""
+and reduction kernels (see codegen/gpu.py for how they are planned and emitted,
+runtime/gpu_executor.py for how they are launched)."""

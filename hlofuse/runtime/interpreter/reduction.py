@@ -20,7 +20,7 @@ optimized HLO, see tests/test_reduce_precision_accumulation.py):
     once per window: XLA takes it to be the reducer's identity);
   * each window, and the last reduce, folds its elements sequentially in row-major order
     from the init value.
-The CPU and GPU backends compute exactly this (runtime/kernel_planning.tree_reduction_rewrite
+The CPU and GPU backends compute exactly this (codegen/planning.tree_reduction_rewrite
 and the sequential per-output GPU kernel), so all three agree bit for bit.
 """
 from __future__ import annotations

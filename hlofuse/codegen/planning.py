@@ -9,7 +9,8 @@ another reduce (variance from a mean) - would be recomputed per element by its e
 generator; instead it is *materialized*: computed first by its own kernel into a temporary,
 which the rest of the fusion then reads like a parameter. Output leaves with different
 dimensions get separate loop kernels. Across fusions, a reduction kernel may also write its
-expensive input expression for a later fusion that would recompute it (`share_candidate`).
+expensive input expression for a later fusion that would recompute it
+(codegen/shared_expressions.py).
 """
 from __future__ import annotations
 
@@ -73,7 +74,7 @@ def reduces_to_materialize(comp: HloComputation) -> list[HloInstruction]:
     return sorted(found.values(), key=lambda i: order.get(id(i), 0))
 
 
-def _rebuild(comp: HloComputation, root: HloInstruction, replaced: list[HloInstruction], name: str) -> HloComputation:
+def rebuild(comp: HloComputation, root: HloInstruction, replaced: list[HloInstruction], name: str) -> HloComputation:
     """A computation computing `root` of `comp`, with each instruction of `replaced` read from a
     new parameter numbered after comp's parameters (all of comp's parameters are kept)."""
     new = HloComputation(name)
@@ -215,12 +216,12 @@ def plan_fusion(comp: HloComputation, name: str) -> tuple[list[KernelPlan], list
         return out
 
     for j, r in enumerate(materialized):
-        sub = _rebuild(comp, r, materialized, f"{comp.name}.reduce{j}")
+        sub = rebuild(comp, r, materialized, f"{comp.name}.reduce{j}")
         for kp in _kernels_of(sub, f"{name}_m{j}", temps):
             kp.inputs = inputs_of(sub)
             kp.results = [("tmp", tmp_offsets[j] + q) for q in range(len(output_leaves(sub)))]
             kernels.append(kp)
-    main = _rebuild(comp, comp.root, materialized, f"{comp.name}.main") if materialized else comp
+    main = rebuild(comp, comp.root, materialized, f"{comp.name}.main") if materialized else comp
     for kp in _kernels_of(main, name, temps):
         kp.inputs = inputs_of(main)
         kp.results = [("out", q) for q in range(len(output_leaves(main)))]
@@ -342,115 +343,3 @@ def sequential_dot(inst: HloInstruction) -> HloComputation | None:
     red = add("reduce", array(acc_t, out.dims), [prod, zero], dimensions=(nb + nf,), to_apply=reducer)
     comp.root = add("convert", array(out.dtype, out.dims), [red]) if acc_t != out.dtype else red
     return comp
-
-
-# ---- sharing a reduce's input with a later fusion ---------------------------------------------
-#
-# Softmax-like chains fuse into a reduction fusion A = reduce(E(x, m)) and a loop fusion
-# B = G(E(x, m), A) that recomputes the same elementwise expression E (exp(x - max) in softmax).
-# When E contains an expensive op, A's reduction kernel also writes E's values to a buffer
-# (an extra output visited by the same loop) and B reads them instead of recomputing E: the
-# values are those B would compute, so results are unchanged; XLA:CPU materializes E too.
-
-_IGNORED_ATTRS = frozenset({"metadata", "backend_config", "frontend_attributes", "sharding"})
-
-
-def _structural_keys(comp: HloComputation, outer_operands: list) -> dict[int, tuple]:
-    """A key per instruction of fused computation `comp` (called with `outer_operands`) such
-    that equal keys compute equal values: parameters are keyed by the outer operand they read."""
-    keys: dict[int, tuple] = {}
-    for inst in comp.post_order():
-        if inst.opcode == "parameter":
-            key: tuple = ("parameter", id(outer_operands[inst.parameter_number]))
-        else:
-            attrs = tuple(sorted((k, id(v) if isinstance(v, HloComputation) else repr(v))
-                                 for k, v in inst.attrs.items() if k not in _IGNORED_ATTRS))
-            lit = inst.literal
-            literal = None if lit is None else (repr(getattr(lit, "dtype", None)), repr(getattr(lit, "shape", None)),
-                                                lit.tobytes() if hasattr(lit, "tobytes") else id(inst))
-            key = (inst.opcode, repr(inst.shape), attrs, literal, tuple(keys[id(o)] for o in inst.operands))
-        keys[id(inst)] = key
-    return keys
-
-
-def _has_expensive_elementwise(inst: HloInstruction) -> bool:
-    stack, seen = [inst], set()
-    while stack:
-        i = stack.pop()
-        if id(i) in seen:
-            continue
-        seen.add(id(i))
-        if i.info.elementwise and i.info.expensive:
-            return True
-        stack.extend(i.operands)
-    return False
-
-
-@dataclass
-class ShareCandidate:
-    """A fusion planned as one reduction kernel whose (single, non-variadic) reduce reads an
-    expensive elementwise expression `expr` that a later fusion may reuse."""
-
-    inst: HloInstruction  # the fusion (or wrapped) instruction of the executed computation
-    comp: HloComputation
-    name: str
-    kernels: list  # the step's kernel list (replaced in place when shared)
-    temps: list
-    expr: HloInstruction
-    key: tuple
-
-
-def share_candidate(comp: HloComputation, inst: HloInstruction, name: str, kernels: list,
-                    temps: list) -> ShareCandidate | None:
-    """`comp`'s sharing candidate when it is planned as a single row or column reduction kernel
-    with one non-variadic reduce over an expression with an expensive elementwise op."""
-    if len(kernels) != 1 or kernels[0].group is None or kernels[0].stage != "single":
-        return None
-    heroes = kernels[0].group.heroes
-    if len(heroes) != 1 or len(heroes[0].operands) != 2:
-        return None
-    expr = heroes[0].operands[0]
-    if expr.opcode == "parameter" or not _has_expensive_elementwise(expr):
-        return None
-    keys = _structural_keys(comp, list(inst.operands))
-    if id(expr) not in keys:  # planned from a rewritten copy (tree_reduction_rewrite): no sharing
-        return None
-    return ShareCandidate(inst, comp, name, kernels, temps, expr, keys[id(expr)])
-
-
-def find_shared_expression(comp: HloComputation, inst: HloInstruction, cand: ShareCandidate) -> HloInstruction | None:
-    """The instruction of `comp` (fused computation of `inst`) computing candidate's expression."""
-    keys = _structural_keys(comp, list(inst.operands))
-    for i in comp.instructions:
-        if i is not comp.root and keys.get(id(i)) == cand.key:
-            return i
-    return None
-
-
-def with_extra_output(comp: HloComputation, extra: HloInstruction, name: str) -> HloComputation:
-    """A copy of `comp` whose result is the tuple (comp's result, `extra`'s value): its output
-    leaves are comp's, then `extra`'s."""
-    from ..hlo.shapes import TupleShape
-
-    root = HloInstruction("tuple", TupleShape((comp.root.shape, extra.shape)), [comp.root, extra], name="shared.tuple")
-    try:
-        return _rebuild(comp, root, [], name)
-    finally:
-        root.detach_operands()
-
-
-def share_expression(cand: ShareCandidate, comp: HloComputation, expr: HloInstruction,
-                     name: str) -> tuple[list[KernelPlan], list] | None:
-    """Re-plan candidate `cand` to also write `cand.expr` (as output leaf after its own leaves),
-    and plan `comp` reading `expr` from a new parameter numbered after its parameters; returns
-    the kernels and temporaries of `comp`, or None (nothing changed) when either plan is not
-    as expected. The candidate's kernel and temporary lists are updated in place."""
-    widened = with_extra_output(cand.comp, cand.expr, f"{cand.comp.name}.shared")
-    a_kernels, a_temps = plan_fusion(widened, cand.name)
-    if len(a_kernels) != 1 or a_kernels[0].group is None or len(a_kernels[0].outputs) != len(cand.kernels[0].outputs) + 1:
-        return None
-    reader = _rebuild(comp, comp.root, [expr], f"{comp.name}.reads_shared")
-    kernels, temps = plan_fusion(reader, name)
-    cand.kernels[:] = a_kernels
-    cand.temps[:] = a_temps
-    return kernels, temps

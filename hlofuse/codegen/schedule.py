@@ -1,27 +1,25 @@
-"""Program-level pieces shared by the CPU and the GPU executables.
+"""The schedule of a compiled program, shared by the CPU and the GPU backends.
 
 Both backends execute a fused module the same way: every executed computation (the entry,
 while bodies, branches, called computations) becomes a list of `Step`s with a buffer
-assignment; a fusion, or a fusible op left unfused (wrapped into a one-instruction
-computation), becomes kernels; other ops run as library rules (runtime/library_ops.py).
-This module holds that common part: the step and computation plans, the planner that
-classifies instructions, the step interpreter, and the checks and conversions of a run's
-inputs and outputs. Each backend supplies how a fused computation becomes kernels
-(`Planner.kernel_calls`) and how a kernel step runs (`ProgramBase._run_kernels`).
+assignment (codegen/buffers.py); a fusion, or a fusible op left unfused (wrapped into a
+one-instruction computation), becomes kernels; other ops run as library rules
+(runtime/library_ops.py). This module holds that common part: the step and computation
+plans and the planner that classifies instructions. Each backend supplies how a fused
+computation becomes kernels (`Planner.kernel_calls`, codegen/cpu.py and codegen/gpu.py);
+runtime/program.py runs the steps.
 """
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
 
-import numpy as np
-
 from ..emitters import elemental  # noqa: F401  (registers the element generators)
-from ..hlo.errors import InputError, UnsupportedError
-from ..hlo.ir import HloComputation, HloInstruction, HloModule
-from ..hlo.shapes import Shape
-from . import library_collectives, library_ops, library_rng  # noqa: F401  (register the library rules)
-from .buffers import Assignment, Slot, assign_buffers
+from ..hlo.errors import UnsupportedError
+from ..hlo.ir import HloComputation, HloInstruction
+# Planning asks the op registry which ops have a library rule, so the rules must be registered.
+from ..runtime import library_collectives, library_ops, library_rng  # noqa: F401
+from .buffers import Assignment, assign_buffers
 
 
 @dataclass
@@ -66,18 +64,6 @@ class ComputationPlan:
             self.steps.append(step)
         self.root_step = index[id(comp.root)]
         self.assignment: Assignment = assign_buffers(self.steps, self.root_step)
-        self._arena: np.ndarray | None = None
-
-    def arena(self) -> np.ndarray:
-        """This plan's host arena of temporaries (allocated once)."""
-        if self._arena is None:
-            self._arena = np.empty(max(self.assignment.arena_bytes, 1), np.uint8)
-        return self._arena
-
-    def arena_view(self, slot: Slot, shape: Shape) -> np.ndarray:
-        """The arena bytes of `slot` (which has an offset) as an array of `shape`."""
-        view = self.arena()[slot.offset:slot.offset + slot.nbytes].view(shape.dtype.numpy)
-        return view.reshape(shape.dims)
 
 
 _SIMPLE_KINDS = {"parameter": "param", "constant": "const", "tuple": "tuple", "get-tuple-element": "gte"}
@@ -150,53 +136,6 @@ class Planner:
         return step
 
 
-class ProgramBase:
-    """The step interpreter shared by the executables (`self._planner` is their Planner).
-
-    Library rules receive the program as their interpreter (`call`)."""
-
-    _planner: Planner
-
-    def call(self, comp: HloComputation, args: list):
-        """Run a called computation (while body, branch, comparator ...) on values `args`."""
-        return self._execute(self._planner.plan(comp), args)
-
-    def _run_library(self, inst: HloInstruction, operands: list):
-        """Run one unfused instruction through its library rule."""
-        return inst.info.library(inst, operands, self)
-
-    def _library_operands(self, ops: list) -> list:
-        """The operand values a library rule gets (host arrays)."""
-        return ops
-
-    def _run_kernels(self, plan: ComputationPlan, i: int, step: Step, ops: list):
-        """Run the kernels of step `i` of `plan` on operand values `ops`; its value."""
-        raise NotImplementedError
-
-    def _execute(self, plan: ComputationPlan, args: list):
-        env: list = [None] * len(plan.steps)
-        for i, step in enumerate(plan.steps):
-            inst = step.inst
-            ops = [env[j] for j in step.operand_steps]
-            if step.kind == "param":
-                env[i] = args[inst.parameter_number]
-            elif step.kind == "const":
-                env[i] = constant_value(inst)
-            elif step.kind == "tuple":
-                env[i] = tuple(ops)
-            elif step.kind == "gte":
-                env[i] = ops[0][int(inst.attrs["index"])]
-            elif step.kind == "library":
-                env[i] = self._run_library(inst, self._library_operands(ops))
-            elif step.kind == "call":
-                env[i] = self.call(inst.fused_computation, ops)
-            elif step.kind == "unsupported":
-                raise UnsupportedError(step.message)
-            else:
-                env[i] = self._run_kernels(plan, i, step, ops)
-        return env[plan.root_step]
-
-
 def wrap_instruction(inst: HloInstruction) -> HloComputation:
     """A computation holding a copy of `inst` applied to fresh parameters (an unfused fusible op)."""
     comp = HloComputation(f"wrapped.{inst.name}")
@@ -218,49 +157,3 @@ def is_emittable(comp: HloComputation) -> bool:
 def symbol_name(text: str) -> str:
     """`text` with every character that is not a letter, digit or underscore replaced by '_'."""
     return re.sub(r"[^A-Za-z0-9_]", "_", text)
-
-
-def constant_value(inst: HloInstruction) -> np.ndarray | tuple:
-    """The value of constant instruction `inst` (an array of its shape, or its tuple literal)."""
-    lit = inst.literal
-    if lit is None:
-        raise UnsupportedError(f"constant {inst.name} has an elided value ({{...}}); cannot run it")
-    if inst.shape.is_tuple:
-        return lit
-    return np.asarray(lit, dtype=inst.shape.dtype.numpy).reshape(inst.shape.dims)
-
-
-def flatten(value) -> list:
-    """The array leaves of a value (nested tuples flattened depth-first)."""
-    if isinstance(value, tuple):
-        out = []
-        for v in value:
-            out.extend(flatten(v))
-        return out
-    return [value]
-
-
-def unflatten(shape: Shape, leaves: list) -> object:
-    """The value of `shape` whose leaves, depth-first, are `leaves`."""
-    # No recursive closure here: its reference cycle would keep the output arrays alive
-    # until the cyclic GC runs, defeating the output pool.
-    return _build(shape, iter(leaves))
-
-
-def _build(shape: Shape, it):
-    if shape.is_tuple:
-        return tuple(_build(e, it) for e in shape.elements)
-    return next(it)
-
-
-def owned_outputs(result, checked: list, to_host=None) -> list[np.ndarray]:
-    """The leaves of `result` as arrays the caller owns: a leaf that is an input, a view or
-    read-only is copied. `to_host` first brings a leaf to the host (GPU results)."""
-    protected = {id(x) for x in flatten(tuple(checked))}
-    out = []
-    for leaf in flatten(result):
-        leaf = np.asarray(leaf if to_host is None else to_host(leaf))
-        if id(leaf) in protected or not leaf.flags.owndata or not leaf.flags.writeable:
-            leaf = np.array(leaf, copy=True)
-        out.append(leaf)
-    return out

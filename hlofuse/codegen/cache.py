@@ -1,8 +1,10 @@
-"""On-disk cache of compiled object code (no pickle: raw object files and their key).
+"""Caches of compiled object code: in this process (`memory_cache`) and on disk (no pickle:
+raw object files and their key).
 
 The key is a fingerprint of everything the machine code depends on: the fused module's
-canonical text, the target (triple, host CPU name and features), the hlofuse version and
-the emitter version. An entry is `<key>.o`, written atomically (temporary file + rename).
+canonical text with the kernels' signature, the target (triple, host CPU name and features),
+the hlofuse version and the emitter version. A disk entry is `<key>.o`, written atomically
+(temporary file + rename).
 """
 from __future__ import annotations
 
@@ -13,6 +15,9 @@ import tempfile
 # Bumped whenever the code emitted for the same fused module text changes (cpu-2: reduction
 # epilogues that read a reduce at another index, and narrow-float reductions in XLA's order).
 EMITTER_VERSION = "cpu-2"
+
+# Object code compiled in this process, by key (tests clear it to exercise the disk cache).
+memory_cache: dict[str, bytes] = {}
 
 
 def hlofuse_version() -> str:

@@ -1,9 +1,10 @@
 """Buffer assignment with liveness for one executed computation.
 
 Kernel outputs that are temporaries get offsets in one arena (allocated once per program
-and reused by every call); a temporary's bytes are reused as soon as its last reader has
-run. Values that flow into the computation's result get a fresh allocation per call
-(the caller keeps them). Inputs are never copied.
+and reused by every call, runtime/program.py); a temporary's bytes are reused as soon as its
+last reader has run. Values that flow into the computation's result get a fresh allocation
+per call (the caller keeps them; the CPU recycles dropped ones, runtime/output_pool.py).
+Inputs are never copied.
 
 Aliasing is conservative: a tuple, get-tuple-element or library op (whose result may be a
 view of an input) joins its operands' alias class, and a class lives until the last use of
@@ -101,34 +102,3 @@ def assign_buffers(steps: list, root_step: int) -> Assignment:
                 free.extend(owned.pop(dead, []))
     result.arena_bytes = end
     return result
-
-
-class OutputPool:
-    """Recycles output arrays the caller has dropped, like XLA's allocator reusing freed
-    buffers: fresh pages cost a page fault each, which dominates memory-bound kernels.
-
-    An array handed out is kept here; it is handed out again only when nothing but this pool
-    references it (no user reference, no view of it alive)."""
-
-    def __init__(self, per_key: int = 4) -> None:
-        self.per_key = per_key
-        self._arrays: dict[tuple, list] = {}
-
-    def empty(self, dims: tuple[int, ...], dtype):
-        """An uninitialized array of `dims` and `dtype`, recycled when possible."""
-        import sys
-
-        import numpy as np
-
-        key = (tuple(dims), np.dtype(dtype).str)
-        pool = self._arrays.setdefault(key, [])
-        for a in pool:
-            # references: the pool's list, the loop variable, getrefcount's argument
-            if sys.getrefcount(a) <= 3:
-                return a
-        a = np.empty(dims, dtype)
-        if a.nbytes >= (1 << 16):
-            if len(pool) >= self.per_key:
-                pool.pop(0)
-            pool.append(a)
-        return a

@@ -1,0 +1,15 @@
+"""Codegen: a fused module becomes kernels.
+
+    fused module --plan--> schedule (steps, kernels, buffer assignment)
+                 --emit--> one LLVM module of kernels per target
+                 --optimize/object--> host object code (CPU) or PTX (GPU)
+                 = a compiled `Program` that runtime/ loads and runs.
+
+schedule.py   steps of every executed computation; the Planner that classifies instructions
+planning.py   a fused computation split into kernels (loop, reduction, materialized reduces)
+shared_expressions.py  a reduction kernel also writing an expression a later fusion reads
+buffers.py    buffer assignment with liveness (one arena of temporaries per computation)
+cpu.py        the CPU planner, LLVM module assembly, O3, object code (cached: cache.py)
+gpu.py        the GPU planner (grid launches), LLVM module assembly, PTX
+program.py    the compiled program value
+"""
