@@ -111,20 +111,24 @@ def test_chain_of_5000():
 
 @pytest.mark.slow
 def test_chain_of_20000():
+    """Measured on the shared 2-core machine: about 7 minutes, most of it LLVM (one kernel)."""
     _stages(20000, {"parse": 60, "verify": 60, "print": 60, "fuse": 240, "compile": 600, "interpret": 60})
 
 
-def test_chain_of_20000_front_end_and_fusion():
-    """Everything but LLVM on the longest chain: parse, verify, print, fuse, interpret."""
+def test_chain_of_20000_parse_verify_print_interpret():
+    """The stages before fusion and the interpreter on the longest chain, in the default run
+    (the whole pipeline on it is the slow test above: LLVM's code generation for one
+    20,000-instruction kernel takes minutes)."""
+    from hlofuse.runtime.interpreter import evaluate
+
     text = chain_text(20000)
     module, t_parse = _timed(lambda: hlofuse.parse_hlo(text))
     _, t_verify = _timed(lambda: verify(module))
-    _, t_print = _timed(module.to_text)
-    interp, t_fuse = _timed(lambda: hlofuse.compile(module, target="interpreter"))
-    assert interp.fused_module.to_text().count(" fusion(") == 1
-    got = interp(*_args())
+    printed, t_print = _timed(module.to_text)
+    got, t_interpret = _timed(lambda: evaluate(module, _args()))
     np.testing.assert_allclose(got[0], _reference(20000), rtol=1e-5, atol=1e-6)
-    assert t_parse < 60 and t_verify < 60 and t_print < 60 and t_fuse < 240, (t_parse, t_verify, t_print, t_fuse)
+    assert printed.count("\n") > 20000
+    assert max(t_parse, t_verify, t_print, t_interpret) < 60, (t_parse, t_verify, t_print, t_interpret)
 
 
 def test_element_generators_need_no_recursion_along_the_chain():

@@ -96,6 +96,9 @@ def verify_computation(comp: HloComputation) -> None:
 
 def _check_graph(comp: HloComputation, members: set[int]) -> None:
     names: set[str] = set()
+    # Edge sets built once: an instruction read by thousands (a parameter added at every step
+    # of a long chain) made scanning its user list per operand edge quadratic.
+    user_ids = {id(i): {id(u) for u in i.users} for i in comp.instructions}
     for inst in comp.instructions:
         if inst.name in names:
             _fail(comp, "the name is used twice in the computation", inst)
@@ -106,7 +109,7 @@ def _check_graph(comp: HloComputation, members: set[int]) -> None:
             if id(op) not in members:
                 where = op.parent.name if op.parent is not None else "no computation"
                 _fail(comp, f"operand {k} ({op.name}) belongs to {where}, not to {comp.name}", inst)
-            if not any(u is inst for u in op.users):
+            if id(inst) not in user_ids.get(id(op), ()) and not any(u is inst for u in op.users):
                 _fail(comp, f"operand {k} ({op.name}) does not list it as a user", inst)
         for user in inst.users:
             if id(user) not in members:
