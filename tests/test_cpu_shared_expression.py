@@ -158,3 +158,57 @@ ENTRY f {
     k2 = shared_expressions._structural_keys(comp, [None])[id(c)]
     assert k1 != k2
 
+
+# ---- the decision in the fusion report --------------------------------------------------------
+
+def _softmax_example():
+    from pathlib import Path
+
+    return hlofuse.load(str(Path(__file__).resolve().parent.parent / "examples" / "softmax.hlo"))
+
+
+def _fusion_reading(module, opcode: str):
+    """The entry fusion of `module` whose fused computation's root is an `opcode`."""
+    (fusion,) = [i for i in module.entry.instructions
+                 if i.opcode == "fusion" and i.fused_computation.root.opcode == opcode]
+    return fusion
+
+
+def test_softmax_example_report_shows_the_shared_expression():
+    exe = hlofuse.compile(_softmax_example(), target="cpu")
+    writer = _fusion_reading(exe.fused_module, "reduce")  # exp(x - max) summed per row
+    reader = _fusion_reading(exe.fused_module, "divide")  # exp(x - max) / sum
+    report = exe.fusion_report()
+    (entry,) = report.planned
+    assert (entry.pass_name, entry.rule, entry.producer, entry.consumer) == (
+        "kernel-planner", "shared-expression", writer.name, reader.name)
+    assert "exponential" in entry.reason
+    text = report.to_text()
+    assert "Kernel planner decisions (1):" in text
+    assert f"  {writer.name} -> {reader.name} [kernel-planner/shared-expression]: " in text
+    data = exe.report()
+    assert [(d["producer"], d["consumer"], d["pass"]) for d in data["planned"]] == [
+        (writer.name, reader.name, "kernel-planner")]
+    # The decision is the one the planner took: one shared buffer of the exp's shape.
+    (shape,) = exe.program._planner.shared
+    assert tuple(shape.dims) == tuple(_softmax_example().entry.instruction("exp.1").shape.dims)
+
+
+def test_report_has_no_planner_decision_when_nothing_is_shared(monkeypatch):
+    # Cheap expression (recomputed), the GPU (no sharing), and a CPU planner told not to share.
+    assert not _compile("negate").fusion_report().planned
+    assert not hlofuse.compile(_softmax_example(), target="gpu-emulated").fusion_report().planned
+    monkeypatch.setattr(codegen_cpu, "share_candidate", lambda *a: None)
+    exe = hlofuse.compile(_softmax_example(), target="cpu")
+    assert not exe.program._planner.shared and not exe.fusion_report().planned
+    assert "Kernel planner decisions" not in exe.fusion_report().to_text()
+
+
+def test_planner_decision_is_recorded_once_per_fused_module():
+    from hlofuse.passes.fusion.decisions import module_log
+    from hlofuse.runtime.cpu_executor import CpuProgram
+
+    exe = hlofuse.compile(_softmax_example(), target="cpu")
+    CpuProgram.compile(exe.fused_module)  # planned again (cache hit): the same decision
+    assert len(module_log(exe.fused_module).planner_decisions()) == 1
+    assert len(exe.fusion_report().planned) == 1

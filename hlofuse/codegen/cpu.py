@@ -20,7 +20,7 @@ from .cache import CompileCache, cache_key, memory_cache
 from .planning import KernelPlan, plan_fusion, sequential_dot
 from .program import Program
 from .schedule import Planner, symbol_name
-from .shared_expressions import find_shared_expression, share_candidate, share_expression
+from .shared_expressions import find_shared_expression, record_shared, share_candidate, share_expression
 
 if TYPE_CHECKING:
     import llvmlite.binding as llvm
@@ -31,12 +31,14 @@ class CpuPlanner(Planner):
     """Plans kernels with the shared kernel planner; a small dot becomes a sequential kernel.
 
     A reduction kernel may also write an expression that a later fusion then reads
-    (codegen/shared_expressions.py)."""
+    (codegen/shared_expressions.py); each such decision is recorded in `log` (the fused
+    module's fusion log) when one is given."""
 
     backend = "CPU"
 
-    def __init__(self, lenient: bool = False) -> None:
+    def __init__(self, lenient: bool = False, log=None) -> None:
         super().__init__(lenient)
+        self.log = log  # passes/fusion/decisions.FusionLog, or None
         self._candidates: dict[int, object] = {}  # id(inst) -> ShareCandidate
         self.shared: list = []  # shapes of buffers one kernel step writes and a later one reads
         self.shared_outputs: dict[int, list[int]] = {}  # id(inst) -> shared buffers appended to its outputs
@@ -79,6 +81,8 @@ class CpuPlanner(Planner):
             self.shared.append(expr.shape)
             self.shared_outputs.setdefault(id(op), []).append(sid)
             self.shared_inputs[id(inst)] = [sid]
+            if self.log is not None:
+                record_shared(self.log, cand, inst, expr)
             kernels, temps = planned
             self.kernels.extend(kernels)
             return kernels, temps
@@ -160,12 +164,14 @@ class CpuCode(Program):
         return host_target_machine().emit_assembly(llvm.parse_assembly(self.llvm_ir()))
 
 
-def compile_cpu(fused_module: HloModule, cache_dir=None) -> CpuCode:
+def compile_cpu(fused_module: HloModule, cache_dir=None, log=None) -> CpuCode:
     """Plan `fused_module` and compile its kernels to host object code (from the memory or
-    disk cache when possible)."""
+    disk cache when possible). The kernel planner's decisions go to `log`, by default the
+    fused module's fusion log (passes/fusion/decisions.module_log)."""
     from ..emitters.cpu.target import CpuTarget
+    from ..passes.fusion.decisions import module_log
 
-    planner = CpuPlanner()
+    planner = CpuPlanner(log=log if log is not None else module_log(fused_module))
     code = CpuCode(fused_module, planner)
     planner.plan(fused_module.entry)  # and every computation the entry runs
     target = CpuTarget()

@@ -5,7 +5,8 @@ B = G(E(x, m), A) that recomputes the same elementwise expression E (exp(x - max
 When E contains an expensive op, A's reduction kernel also writes E's values to a buffer
 (an extra output visited by the same loop) and B reads them instead of recomputing E: the
 values are those B would compute, so results are unchanged; XLA:CPU materializes E too.
-The CPU planner (codegen/cpu.py) takes this decision.
+The CPU planner (codegen/cpu.py) takes this decision and records it in the fused module's
+fusion log (`record_shared`), so the fusion report shows it beside the fusion passes'.
 """
 from __future__ import annotations
 
@@ -107,6 +108,17 @@ def share_expression(cand: ShareCandidate, comp: HloComputation, expr: HloInstru
     cand.kernels[:] = a_kernels
     cand.temps[:] = a_temps
     return kernels, temps
+
+
+def record_shared(log, cand: ShareCandidate, reader: HloInstruction, expr: HloInstruction) -> None:
+    """Record in fusion log `log` (passes/fusion/decisions.FusionLog) that the reduction kernel
+    of `cand.inst` also writes its expression `cand.expr`, which `reader` reads (as `expr`)
+    instead of recomputing it."""
+    ops = sorted({i.opcode for i in _instructions_under(cand.expr) if i.info.elementwise and i.info.expensive})
+    reason = (f"the reduction kernel of {cand.inst.name} also writes {cand.expr.name} "
+              f"({cand.expr.shape}), which {reader.name} reads instead of recomputing it as {expr.name}: "
+              f"it contains expensive {', '.join(ops)}, and one write and read cost less than computing it twice")
+    log.planned("kernel-planner", cand.inst.name, reader.name, "shared-expression", reason)
 
 
 def _instructions_under(inst: HloInstruction) -> list[HloInstruction]:

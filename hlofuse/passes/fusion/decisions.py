@@ -4,7 +4,9 @@ A `Decision` is either allowed or refused with a sentence that names both instru
 rule, the way XLA's `FusionDecision` explains itself. Decisions combine with `and_then`, so a
 chain of rules stops at the first refusal and keeps its reason. Every decision a fusion pass
 takes (fused or refused) is written to a `FusionLog`, which the pipeline keeps on the module as
-`module.fusion_log` and the report reads.
+`module.fusion_log` and the report reads. Codegen's kernel planner adds its own fusion-like
+decisions to the same log ("planned": a reduction kernel also writing an expression that a later
+fusion reads, codegen/shared_expressions.py).
 """
 from __future__ import annotations
 
@@ -58,7 +60,7 @@ class LogEntry:
     """One decision of a fusion pass about a producer/consumer (or sibling) pair."""
 
     pass_name: str
-    action: str  # "fused" | "refused"
+    action: str  # "fused" | "refused" | "planned" (a kernel planner's decision)
     producer: str
     consumer: str
     rule: str = ""
@@ -77,6 +79,8 @@ class LogEntry:
         if self.action == "fused":
             dup = " (duplicated)" if self.duplicated else ""
             return f"[{self.pass_name}] fused {self.producer} into {self.consumer} -> {self.fusion}{dup}"
+        if self.action == "planned":
+            return f"[{self.pass_name}] {self.producer} -> {self.consumer}: {self.reason} [{self.rule}]"
         where = f" (in {self.fusion})" if self.fusion else ""
         return f"[{self.pass_name}] refused {self.producer} -> {self.consumer}{where}: {self.reason} [{self.rule}]"
 
@@ -90,6 +94,7 @@ class FusionLog:
     passes_run: set = field(default_factory=set)  # names of the fusion passes that ran
     _refused_pairs: set = field(default_factory=set, repr=False)
     _copies: dict = field(default_factory=dict, repr=False)  # copy name -> original name
+    _planned_keys: set = field(default_factory=set, repr=False)
 
     def fused(self, pass_name: str, producer: str, consumer: str, fusion: str, **extra) -> None:
         """Record that `pass_name` fused `producer` into `consumer`, giving `fusion`."""
@@ -107,6 +112,16 @@ class FusionLog:
         self.entries.append(LogEntry(pass_name, "refused", producer, consumer, decision.rule, decision.reason,
                                      fusion=fusion))
 
+    def planned(self, pass_name: str, producer: str, consumer: str, rule: str, reason: str) -> None:
+        """Record a decision of codegen's kernel planner `pass_name` linking the kernels of
+        `producer` and `consumer` (`rule` a short key, `reason` the sentence naming both), once:
+        compiling the same fused module again plans the same way and adds nothing."""
+        key = (pass_name, producer, consumer, rule)
+        if key in self._planned_keys:
+            return
+        self._planned_keys.add(key)
+        self.entries.append(LogEntry(pass_name, "planned", producer, consumer, rule, reason))
+
     def copied(self, copy: str, original: str) -> None:
         """Record that `copy` is a duplicate of `original` (refusals name the original pair)."""
         self._copies[copy] = self.origin(original)
@@ -122,6 +137,10 @@ class FusionLog:
     def fusions(self) -> list[LogEntry]:
         """The entries of fusions done."""
         return [e for e in self.entries if e.action == "fused"]
+
+    def planner_decisions(self) -> list[LogEntry]:
+        """The entries of the kernel planner's decisions (see `planned`)."""
+        return [e for e in self.entries if e.action == "planned"]
 
     def __iter__(self) -> Iterator[LogEntry]:
         return iter(self.entries)

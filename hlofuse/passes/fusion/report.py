@@ -51,6 +51,7 @@ class FusionReport:
     after: ModuleCost
     fusions: list[FusionSummary] = field(default_factory=list)
     refused: list[LogEntry] = field(default_factory=list)
+    planned: list[LogEntry] = field(default_factory=list)  # the kernel planner's decisions (codegen)
 
     def to_dict(self) -> dict:
         """The report as a JSON-ready dict."""
@@ -61,6 +62,8 @@ class FusionReport:
             "fusions": [f.to_dict() for f in self.fusions],
             "refused": [{"producer": e.producer, "consumer": e.consumer, "fusion": e.fusion,
                          "pass": e.pass_name, "rule": e.rule, "reason": e.reason} for e in self.refused],
+            "planned": [{"producer": e.producer, "consumer": e.consumer, "pass": e.pass_name, "rule": e.rule,
+                         "reason": e.reason} for e in self.planned],
         }
 
     def to_text(self) -> str:
@@ -83,6 +86,11 @@ class FusionReport:
             lines.append(f"    outputs: {', '.join(f.outputs)}")
             lines.append(f"    bytes read+written: {f.bytes_read_before}+{f.bytes_written_before} -> "
                          f"{f.bytes_read_after}+{f.bytes_written_after}")
+        if self.planned:  # only once codegen planned the module (Executable.report(), not --emit report)
+            lines.append("")
+            lines.append(f"Kernel planner decisions ({len(self.planned)}):")
+            for e in self.planned:
+                lines.append(f"  {e.producer} -> {e.consumer} [{e.pass_name}/{e.rule}]: {e.reason}")
         lines.append("")
         lines.append(f"Refused candidates ({len(self.refused)}):")
         for e in self.refused:
@@ -147,7 +155,7 @@ def build_report(before: HloModule, after: HloModule, log: FusionLog | None = No
     refused = list(latest.values())
     dup, dup_expensive = duplicated_work(after, originals, target_params(log.target or "gpu"))
     cost = replace(module_cost(after), duplicated_elements=dup, duplicated_expensive_elements=dup_expensive)
-    return FusionReport(after.name, module_cost(before), cost, summaries, refused)
+    return FusionReport(after.name, module_cost(before), cost, summaries, refused, log.planner_decisions())
 
 
 def duplicated_work(after: HloModule, originals: dict[str, HloInstruction],
