@@ -35,22 +35,6 @@ def _load(path: str, fmt: str | None):
     return load_module(path, fmt)
 
 
-def _check_npz(path: str) -> None:
-    """InputError unless `path` is an .npz archive (numpy's own errors for an .npy, an empty
-    or a text file are not a user's message)."""
-    import zipfile
-
-    from .hlo.errors import InputError
-
-    if not os.path.exists(path):
-        raise InputError(f"{path}: no such file (--inputs takes an .npz of arrays arg0, arg1, ...)")
-    if os.path.isdir(path):
-        raise InputError(f"{path}: is a directory (--inputs takes an .npz of arrays arg0, arg1, ...)")
-    if not zipfile.is_zipfile(path):
-        raise InputError(f"{path}: not an .npz archive (--inputs takes an .npz of arrays arg0, arg1, ..., "
-                         f"as written by numpy.savez)")
-
-
 def _check_run_memory(exe, module, random: bool, compare: str | None, xla_bytes: int = 0) -> None:
     """ResourceError when generating the random inputs, or the reference's run of --compare
     (the interpreter's, or XLA's `xla_bytes`) next to the backend's, needs more memory than the
@@ -91,12 +75,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     import hlofuse
 
     from .files import check_output_path
-    from .runtime.io import random_inputs, read_inputs, write_outputs
+    from .runtime.io import check_archive, random_inputs, read_inputs, write_outputs
 
     if args.output:
         check_output_path(args.output)  # before the work, not after it
     if args.inputs:
-        _check_npz(args.inputs)
+        check_archive(args.inputs)  # before the compile: a bad file is said at once
     module = _load(args.module, args.format)
     # A module XLA refuses cannot be compared: say so before hlofuse's (slower) compile.
     xla = _compile_on_xla(args, module) if args.compare == "xla" else None

@@ -96,7 +96,7 @@ def check_arguments(module: HloModule, args: list) -> list:
 _NPZ_HINT = "--inputs takes an .npz archive of arrays arg0, arg1, ..., as numpy.savez writes"
 
 
-def _check_archive(path: str) -> None:
+def check_archive(path: str) -> None:
     """InputError unless `path` is a zip archive; names what it is instead (missing, a folder,
     empty, a single .npy array, something else), where numpy's own errors would not."""
     if not os.path.exists(path):
@@ -153,7 +153,7 @@ def read_inputs(path: str, module: HloModule) -> list:
         if isinstance(p.shape, TupleShape):
             raise InputError(f"{path}: parameter {p.parameter_number} is a tuple {p.shape.to_text(False)}; "
                              f".npz inputs must be arrays")
-    _check_archive(path)
+    check_archive(path)
     n = len(params)
     try:
         with np.load(path, allow_pickle=False) as data:
