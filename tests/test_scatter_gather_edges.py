@@ -63,19 +63,9 @@ def arguments(op: str, ty: str, v: int) -> list:
 
 OPS = ["scatter", "scatter_window", "gather", "dynamic_slice", "dynamic_update_slice"]
 
-# The elemental gather and dynamic-slice (emitters/elemental_data.py, outside this test's
-# fixes) widen a u64 index with its top bit set to a negative i64 and clamp it to 0; XLA
-# clamps it to the last start.
-_U64_TOP = pytest.mark.xfail(strict=True, reason="elemental gather/dynamic-slice read u64 >= 2**63 as negative")
-
 
 def _params():
-    out = []
-    for op in OPS:
-        for ty, v in index_cases():
-            marks = [_U64_TOP] if op in ("gather", "dynamic_slice") and ty == "u64" and v >= 2**63 else []
-            out.append(pytest.param(op, ty, v, marks=marks, id=f"{op}-{ty}-{v}"))
-    return out
+    return [pytest.param(op, ty, v, id=f"{op}-{ty}-{v}") for op in OPS for ty, v in index_cases()]
 
 
 @pytest.mark.parametrize("op,ty,v", _params())

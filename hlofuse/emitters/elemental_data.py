@@ -173,10 +173,17 @@ def _slice(em: ElementalEmitter, inst):
 
 
 def index_to_i64(em: ElementalEmitter, v, et: ElementType):
-    """An index value of integer type `et` widened to i64 (by its signedness)."""
+    """An index value of integer type `et` as a signed i64, for clamping into bounds.
+
+    Narrower values widen by their signedness. A u64 value of 2**63 or more does not fit:
+    read as signed it would be negative and clamp to the first start, where XLA (comparing
+    unsigned) clamps it to the last; it saturates to INT64_MAX, which clamps the same way."""
+    b = em.b
+    if et.kind == "uint" and v.type.width >= 64:
+        return b.select(b.icmp_signed("<", v, const_i64(0)), const_i64(2**63 - 1), v)
     if v.type == I64:
         return v
-    return em.b.sext(v, I64) if et.is_signed else em.b.zext(v, I64)
+    return b.sext(v, I64) if et.is_signed else b.zext(v, I64)
 
 
 def clamp_i64(b: ir.IRBuilder, v, lo: int, hi: int):
