@@ -1,0 +1,61 @@
+"""Check an HLO module on every compiled backend (CPU and emulated GPU, fused and unfused)
+against the numpy interpreter and, where jaxlib's XLA CPU client is usable, XLA itself; floats
+are compared bit for bit (any NaN equals any NaN). Shared by the fuzz regression tests."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import hlofuse
+from hlofuse.hlo.parser import parse_hlo
+from xla_oracle import run_on_xla, xla_available
+
+COMPILED = [("cpu", True), ("cpu", False), ("gpu-emulated", True), ("gpu-emulated", False)]
+HAS_XLA = xla_available()
+needs_xla = pytest.mark.skipif(not HAS_XLA, reason="jaxlib's XLA CPU client is not usable here")
+
+
+def run(text: str, args: list, backend: str, fusion: bool = True) -> list[np.ndarray]:
+    """Outputs of module `text` on `args` through hlofuse's `backend`."""
+    with np.errstate(all="ignore"):
+        exe = hlofuse.compile(parse_hlo(text), target=backend, fusion=fusion)
+        return [np.asarray(o) for o in exe(*args)]
+
+
+def bits_equal(got: np.ndarray, want: np.ndarray) -> np.ndarray:
+    """Elementwise: same bit pattern, or both NaN (floats); same value otherwise."""
+    got, want = np.asarray(got), np.asarray(want)
+    assert got.dtype == want.dtype and got.shape == want.shape, (got.dtype, got.shape, want.dtype, want.shape)
+    if got.dtype.kind not in "fV" or "int" in got.dtype.name:
+        return got == want
+    ut = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}[got.dtype.itemsize]
+    with np.errstate(invalid="ignore"):  # signalling NaNs of ml_dtypes' types warn in isnan
+        both_nan = np.isnan(got) & np.isnan(want)
+    return both_nan | (got.view(ut) == want.view(ut))
+
+
+def check_everywhere(text: str, args: list, with_xla: bool = True) -> None:
+    """`text` on `args` gives the interpreter's outputs (and XLA's, where usable and `with_xla`)
+    on every compiled backend, fused and unfused; the interpreter also agrees with XLA."""
+    refs = {"interpreter": run(text, args, "interpreter")}
+    if HAS_XLA and with_xla:
+        refs["xla"] = run_on_xla(text, args)
+        for k, (i, x) in enumerate(zip(refs["interpreter"], refs["xla"])):
+            ok = bits_equal(i, x)
+            assert ok.all(), f"interpreter vs XLA, out{k}: {_mismatches(args, i, x, ok)}"
+    for backend, fusion in COMPILED:
+        got = run(text, args, backend, fusion)
+        for name, want in refs.items():
+            assert len(got) == len(want), (backend, name, len(got), len(want))
+            for k, (g, w) in enumerate(zip(got, want)):
+                ok = bits_equal(g, w)
+                assert ok.all(), (f"{backend} fusion={fusion} vs {name}, out{k}: "
+                                  f"{_mismatches(args, g, w, ok)}")
+
+
+def _mismatches(args: list, got: np.ndarray, want: np.ndarray, ok: np.ndarray) -> str:
+    """The first few mismatching elements, with the same-shaped inputs at their positions."""
+    idx = np.flatnonzero(~np.asarray(ok))
+    shown = idx[:5]
+    ins = [[np.asarray(a).reshape(-1)[i].item() for a in args if np.asarray(a).size == ok.size] for i in shown]
+    return f"{idx.size} differ; inputs {ins}, got {got.reshape(-1)[shown]}, want {want.reshape(-1)[shown]}"
