@@ -54,6 +54,14 @@ class GpuLaunch:
         """Element types of the scratch buffers the kernel takes after its outputs."""
         return () if self.role == "loop" else self.plan.scratch_types()
 
+    @property
+    def pointer_count(self) -> int:
+        """Buffer arguments of the kernel: its parameter leaves, output leaves and scratch."""
+        from ..emitters.kernel_args import param_leaf_count
+        from ..emitters.loop_emitter import output_leaves
+
+        return param_leaf_count(self.comp) + len(output_leaves(self.comp)) + len(self.scratch_types)
+
 
 def _launches_of(kp, leaves, add) -> None:
     """GPU launches for one kernel of the shared kernel planner (a reduction group or loop)."""

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..emitters.kernel_args import leaf_count
+from ..emitters.kernel_args import leaf_count, param_leaf_count
 from ..emitters.loop_emitter import loop_shape, output_leaves
 from ..emitters.reduction_emitter import ReductionGroup, is_order_sensitive_reduce, reduction_groups
 from ..hlo.ir import HloComputation, HloInstruction
@@ -41,6 +41,11 @@ class KernelPlan:
     parts: int = 1
     scratch: list[tuple[str, int]] = field(default_factory=list)
     tuner: object = None  # the CPU executor's thread-count choice (cpu_threads.SplitTuner)
+
+    @property
+    def pointer_count(self) -> int:
+        """Buffer arguments of the kernel: its parameter leaves, output leaves and scratch."""
+        return param_leaf_count(self.comp) + len(output_leaves(self.comp)) + len(self.scratch)
 
 
 def _walk_reduces(inst: HloInstruction, stop: set[int], found: dict[int, HloInstruction]) -> None:

@@ -64,13 +64,10 @@ class CpuProgram(ProgramBase):
 
     def _load(self, obj: bytes) -> None:
         from ..emitters.cpu.target import JitModule
-        from ..emitters.kernel_args import param_leaf_count
-        from ..emitters.loop_emitter import output_leaves
 
         self._jit = JitModule(object_code=obj)
         for k in self._planner.kernels:
-            n = param_leaf_count(k.comp) + len(output_leaves(k.comp)) + len(k.scratch)
-            proto = ctypes.CFUNCTYPE(None, *([ctypes.c_void_p] * n), ctypes.c_int64, ctypes.c_int64)
+            proto = ctypes.CFUNCTYPE(None, *([ctypes.c_void_p] * k.pointer_count), ctypes.c_int64, ctypes.c_int64)
             k.fn = proto(self._jit.address(k.name))
 
     def llvm_ir(self) -> str:

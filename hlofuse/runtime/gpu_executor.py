@@ -27,7 +27,6 @@ import numpy as np
 from ..codegen.gpu import GpuCode, GpuLaunch, compile_gpu
 from ..codegen.schedule import ComputationPlan, Step
 from ..emitters.gpu.target import DEFAULT_ARCH
-from ..emitters.kernel_args import param_leaf_count
 from ..hlo.errors import UnsupportedError
 from ..hlo.ir import HloModule
 from .io import check_arguments, contiguous
@@ -40,13 +39,11 @@ class HostDevice:
     def __init__(self, launches: list[GpuLaunch], module) -> None:
         """Load `module` (the emulated kernels, optimized: GpuCode.emulated_module) and bind
         every launch to its kernel."""
-        from ..emitters.loop_emitter import output_leaves
         from .gpu_emulator import EmulatedModule
 
         self.module = EmulatedModule(module)
         for launch in launches:
-            n = param_leaf_count(launch.comp) + len(output_leaves(launch.comp)) + len(launch.scratch_types)
-            launch.fn = self.module.function(launch.name, n)
+            launch.fn = self.module.function(launch.name, launch.pointer_count)
 
     def to_device(self, a):
         """`a` as a contiguous host array of its shape (device memory is host memory)."""
