@@ -3,13 +3,11 @@ reference rule (or an explicit reason why not), and every row's fields agree wit
 other and with XLA."""
 from __future__ import annotations
 
-import importlib
-
 import pytest
 
-import hlofuse.hlo.shape_inference  # noqa: F401  (registers the shape rules)
 from hlofuse.hlo.ir import COMPUTATION_ATTRS
 from hlofuse.hlo.opcodes import OPS, VARIADIC
+from hlofuse.hlo.rule_loader import load_rules
 
 KINDS = {"unary", "binary", "ternary", "compare", "data", "reduce", "control", "collective", "io", "other"}
 FUSION = {"yes", "root", "producer", "never"}
@@ -39,21 +37,16 @@ XLA_EXPENSIVE = set("""
     send-done sort topk sqrt cbrt tanh triangular-solve while get-dimension-size set-dimension-size""".split())
 
 
-def _load_reference_rules() -> None:
-    """Import the interpreter and its rule families so that their reference rules are registered."""
-    interp = importlib.import_module("hlofuse.runtime.interpreter")
-    interp.load_families()
-
-
 @pytest.mark.parametrize("opcode", sorted(OPS))
 def test_every_opcode_has_a_shape_rule(opcode):
+    load_rules("shape")
     info = OPS[opcode]
     assert info.shape_rule is not None or info.unsupported.get("shape"), \
         f"{opcode}: no shape rule and no mark_unsupported('shape', reason)"
 
 
 def test_every_opcode_has_a_reference_rule_or_a_reason():
-    _load_reference_rules()
+    load_rules("reference")
     missing = sorted(n for n, i in OPS.items() if i.reference is None and not i.unsupported.get("reference"))
     assert not missing, f"opcodes without a reference rule or an unsupported reason: {missing}"
 

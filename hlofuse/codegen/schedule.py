@@ -14,11 +14,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from ..emitters import elemental  # noqa: F401  (registers the element generators)
 from ..hlo.errors import UnsupportedError
 from ..hlo.ir import HloComputation, HloInstruction
-# Planning asks the op registry which ops have a library rule, so the rules must be registered.
-from ..runtime import library_collectives, library_ops, library_rng  # noqa: F401
+from ..hlo.rule_loader import load_rules
 from .buffers import Assignment, assign_buffers
 
 
@@ -78,6 +76,9 @@ class Planner:
     backend = "?"
 
     def __init__(self, lenient: bool = False) -> None:
+        # Planning asks the op registry which ops have an element generator or a library rule.
+        load_rules("elemental")
+        load_rules("library")
         self.plans: dict[int, ComputationPlan] = {}
         self.kernels: list = []
         self.lenient = lenient  # plan what can be emitted; fail only when an unsupported step runs

@@ -25,6 +25,7 @@ from llvmlite import ir
 from ..hlo.dtypes import ElementType
 from ..hlo.errors import UnsupportedError
 from ..hlo.ir import HloComputation, HloInstruction
+from ..hlo.rule_loader import load_rules
 from . import elemental_narrow as narrow
 
 I1 = ir.IntType(1)
@@ -327,6 +328,7 @@ class ElementalEmitter:
     """
 
     def __init__(self, builder: ir.IRBuilder, target, param_gen: Callable[[HloInstruction], Generator]) -> None:
+        load_rules("elemental")  # the rule modules (elemental_*.py) import this module's names
         self.b = builder
         self.target = target
         self.param_gen = param_gen
@@ -509,6 +511,3 @@ def _scalar_param(value) -> Generator:
         return TupleGenerator([_scalar_param(v) for v in value])
     return lambda _idx: value
 
-
-# The rule modules register themselves in the op registry; they import this module's names.
-from . import elemental_complex, elemental_control, elemental_data, elemental_math  # noqa: E402,F401

@@ -4,17 +4,26 @@ A row says what the opcode is (arity, kind, whether it is elementwise, expensive
 effecting, how it takes part in fusion, its math name and test domain). The stages that give
 an opcode meaning attach their rule to its row through `register_*`:
 
-  hlo/shape_inference.py  -> shape_rule(inst) -> Shape         (verifier)
-  runtime/interpreter/    -> reference(inst, operand values, ctx) -> value   (numpy oracle)
-  emitters/elemental.py   -> elemental(...)                     (element generators)
+  hlo/shape_inference_*.py  -> shape_rule(inst) -> Shape         (verifier)
+  runtime/interpreter/      -> reference(inst, operand values, ctx) -> value   (numpy oracle)
+  emitters/elemental_*.py   -> elemental(...)                     (element generators)
+  runtime/library_*.py      -> library(inst, operand values, program) -> value (compiled backends)
 
 so every consumer reads one table, and `tests/test_registry.py` checks that every row has
-each rule or says explicitly why it is unsupported.
+each rule or says explicitly why it is unsupported. The rule modules are imported by
+`hlo/rule_loader.load_rules(stage)`, in the order listed there; each stage's consumer calls it
+before reading its rules. A slot is filled once: registering a second rule for it is an error.
+
+Facts that depend on the instruction are row fields too, written as small functions in
+`hlo/op_conditions.py`: `expensive_rule` (XLA's shape- and target-dependent IsExpensive cases)
+and `fold` (when constant folding may evaluate the instruction with its reference rule).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any, Callable
+
+from . import op_conditions as cond
 
 VARIADIC = -1
 
@@ -43,6 +52,18 @@ class OpInfo:
     domain: str = "any"  # input domain for generated numeric tests: any|positive|unit|nonzero|int
     called: tuple[str, ...] = ()  # attribute names holding called computations
     bookkeeping: bool = False  # only names or regroups buffers (tuples, get-tuple-element, bitcast): no kernel
+    # XLA's IsExpensive where it depends on the instruction: (inst, fusion TargetParams) -> bool,
+    # read instead of `expensive` for array-shaped instructions.
+    expensive_rule: Callable[[Any, Any], bool] | None = None
+    # Why the op stays out of loop fusions, where XLA's reason is more specific than the
+    # `fusion` category: completes "NAME is ..." in fusion decisions.
+    never_fused_why: str = ""
+    # Constant folding: (inst, operand values) -> whether evaluating `inst` with its reference
+    # rule gives what every backend computes; None: never folded.
+    fold: Callable[[Any, list], bool] | None = None
+    # The executors' step for an op that needs no kernel and no library rule:
+    # param | const | tuple | gte ("" for every other op).
+    step_kind: str = ""
     unsupported: dict[str, str] = field(default_factory=dict)  # stage -> reason
     shape_rule: Callable[..., Any] | None = None
     reference: Callable[..., Any] | None = None
@@ -61,12 +82,19 @@ def _row(name: str, arity: int, kind: str, **kw) -> None:
     OPS[name] = OpInfo(name, arity, kind, **kw)
 
 
-def _unary(name: str, expensive: bool = False, math: str = "", domain: str = "any") -> None:
-    _row(name, 1, "unary", elementwise=True, expensive=expensive, fusion="yes", math=math, domain=domain)
+def _unary(name: str, expensive: bool = False, math: str = "", domain: str = "any", **kw) -> None:
+    _row(name, 1, "unary", elementwise=True, expensive=expensive, fusion="yes", math=math, domain=domain, **kw)
 
 
-def _binary(name: str, expensive: bool = False, math: str = "", domain: str = "any") -> None:
-    _row(name, 2, "binary", elementwise=True, expensive=expensive, fusion="yes", math=math, domain=domain)
+def _binary(name: str, expensive: bool = False, math: str = "", domain: str = "any", **kw) -> None:
+    _row(name, 2, "binary", elementwise=True, expensive=expensive, fusion="yes", math=math, domain=domain, **kw)
+
+
+def _set(names: str, **fields: Any) -> None:
+    """Set fields of existing rows (the conditional facts that several rows share)."""
+    for name in names.split():
+        for key, value in fields.items():
+            setattr(OPS[name], key, value)
 
 
 # ---- elementwise unary ------------------------------------------------------------------
@@ -105,8 +133,8 @@ _row("clamp", 3, "ternary", elementwise=True, fusion="yes")
 _row("stochastic-convert", 2, "binary", elementwise=True, fusion="yes")
 
 # ---- leaves -----------------------------------------------------------------------------
-_row("parameter", 0, "other", expensive=True, fusion="yes")
-_row("constant", 0, "other", fusion="yes")
+_row("parameter", 0, "other", expensive=True, fusion="yes", step_kind="param")
+_row("constant", 0, "other", fusion="yes", step_kind="const")
 _row("iota", 0, "data", fusion="yes")
 _row("replica-id", 0, "collective")
 _row("partition-id", 0, "collective")
@@ -118,7 +146,8 @@ _row("bitcast", 1, "data", fusion="yes", bookkeeping=True)
 _row("transpose", 1, "data", fusion="yes")
 _row("slice", 1, "data", fusion="yes")
 _row("dynamic-slice", VARIADIC, "data", fusion="yes")
-_row("dynamic-update-slice", VARIADIC, "data", fusion="never")
+_row("dynamic-update-slice", VARIADIC, "data", fusion="never",
+     never_fused_why="a dynamic-update-slice, which updates its operand in place and is not fused as a producer")
 _row("concatenate", VARIADIC, "data", fusion="yes")
 _row("pad", 2, "data", fusion="yes")
 _row("reverse", 1, "data", fusion="yes")
@@ -128,22 +157,29 @@ _row("get-dimension-size", 1, "data", expensive=True)
 _row("set-dimension-size", 2, "data", expensive=True)
 
 # ---- tuples -----------------------------------------------------------------------------
-_row("tuple", VARIADIC, "other", fusion="yes", bookkeeping=True)
-_row("get-tuple-element", 1, "other", fusion="yes", bookkeeping=True)
+_row("tuple", VARIADIC, "other", fusion="yes", bookkeeping=True, step_kind="tuple")
+_row("get-tuple-element", 1, "other", fusion="yes", bookkeeping=True, step_kind="gte")
 
 # ---- reductions and windows -------------------------------------------------------------
 _row("reduce", VARIADIC, "reduce", expensive=True, fusion="root", called=("to_apply",))
-_row("reduce-window", VARIADIC, "reduce", expensive=True, called=("to_apply",))
+_row("reduce-window", VARIADIC, "reduce", expensive=True, called=("to_apply",),
+     never_fused_why="a reduce-window, which XLA's loop fusion does not take as a producer")
 _row("select-and-scatter", 3, "reduce", expensive=True, called=("select", "scatter"))
-_row("scatter", VARIADIC, "data", expensive=True, called=("to_apply",))
+_row("scatter", VARIADIC, "data", expensive=True, called=("to_apply",),
+     never_fused_why="a scatter, which updates its operand in place and only roots a fusion of its own")
 _row("map", VARIADIC, "other", elementwise=True, expensive=True, fusion="yes", called=("to_apply",))
-_row("sort", VARIADIC, "other", expensive=True, called=("to_apply",))
+_row("sort", VARIADIC, "other", expensive=True, called=("to_apply",),
+     never_fused_why="a sort, which runs as a kernel of its own")
 _row("topk", 1, "other", expensive=True, called=("to_apply",))
 
 # ---- linear algebra ---------------------------------------------------------------------
-_row("dot", 2, "other", expensive=True)
-_row("ragged-dot", 3, "other", expensive=True)
-_row("convolution", 2, "other", expensive=True)
+_row("dot", 2, "other", expensive=True,
+     never_fused_why="a dot, which is never fused into loop fusions (XLA fuses dots only in dedicated fusions)")
+_row("ragged-dot", 3, "other", expensive=True,
+     never_fused_why="a ragged dot, which is never fused into loop fusions (XLA runs it as a library call)")
+_row("convolution", 2, "other", expensive=True,
+     never_fused_why="a convolution, which is never fused into loop fusions (XLA fuses convolutions only "
+                     "in dedicated fusions)")
 _row("fft", 1, "other", expensive=True)
 _row("cholesky", 1, "other", expensive=True)
 _row("triangular-solve", 2, "other", expensive=True)
@@ -178,6 +214,23 @@ for _n in ("all-reduce", "all-reduce-start", "all-reduce-done", "all-gather", "a
 for _n in ("async-start", "async-update", "async-done", "copy-start", "copy-done"):
     _row(_n, VARIADIC, "other", expensive=_n.startswith("async"), side_effecting=True, called=("calls",))
 
+# ---- facts that depend on the instruction (functions in op_conditions.py) ----------------------
+_set("abs sign sine cosine tan", expensive_rule=cond.expensive_if_complex)
+_set("divide remainder", expensive_rule=cond.expensive_unless_cheap_division)
+_set("sqrt rsqrt exponential", expensive_rule=cond.expensive_unless_gpu_f32)
+_set("convert", expensive_rule=cond.expensive_cpu_f32_to_bf16)
+
+_set("add subtract", fold=cond.fold_add_sub)
+_set("multiply", fold=cond.fold_multiply)
+_set("divide", fold=cond.fold_divide)
+_set("negate", fold=cond.fold_negate)
+_set("abs", fold=cond.fold_abs)
+_set("maximum minimum", fold=cond.fold_max_min)
+_set("and or xor not", fold=cond.fold_bitwise)
+_set("compare", fold=cond.fold_compare)
+_set("convert", fold=cond.fold_convert)
+_set("select reshape transpose slice concatenate reverse pad", fold=cond.always)
+
 
 def op_info(opcode: str) -> OpInfo:
     """The registry row of `opcode`; UnknownOpcodeError names the opcode if there is none."""
@@ -188,31 +241,61 @@ def op_info(opcode: str) -> OpInfo:
 
 
 def is_known(opcode: str) -> bool:
+    """Whether `opcode` has a registry row."""
     return opcode in OPS
 
 
-def _registrar(slot: str):
-    def register(*opcodes: str):
-        def deco(fn):
+class RegistrationError(RuntimeError):
+    """A rule registered for a slot that is already filled (or marked unsupported)."""
+
+
+# stage name (as in `unsupported` and rule_loader.RULE_MODULES) -> OpInfo slot
+SLOTS = {"shape": "shape_rule", "reference": "reference", "elemental": "elemental", "library": "library"}
+
+
+def _describe(fn: Callable[..., Any]) -> str:
+    return f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', repr(fn))}"
+
+
+def _registrar(stage: str) -> Callable[..., Callable[[Callable], Callable]]:
+    slot = SLOTS[stage]
+
+    def register(*opcodes: str) -> Callable[[Callable], Callable]:
+        def deco(fn: Callable) -> Callable:
             for opcode in opcodes:
-                setattr(op_info(opcode), slot, fn)
+                info = op_info(opcode)
+                old = getattr(info, slot)
+                if old is not None:
+                    raise RegistrationError(f"{opcode}: a second {stage} rule {_describe(fn)} "
+                                            f"(already {_describe(old)})")
+                if stage in info.unsupported:
+                    raise RegistrationError(f"{opcode}: {stage} rule {_describe(fn)} for an opcode marked "
+                                            f"unsupported ({info.unsupported[stage]})")
+                setattr(info, slot, fn)
             return fn
 
         return deco
 
+    register.__doc__ = f"Decorator attaching a {stage} rule to the rows of `opcodes` (each slot once)."
     return register
 
 
-register_shape_rule = _registrar("shape_rule")
+register_shape_rule = _registrar("shape")
 register_reference = _registrar("reference")
 register_elemental = _registrar("elemental")
 register_library = _registrar("library")
 
 
 def mark_unsupported(stage: str, reason: str, *opcodes: str) -> None:
-    """Record that `stage` (shape|reference|elemental) does not support these opcodes, and why."""
+    """Record that `stage` (shape|reference|elemental|library) does not support these opcodes, and why.
+
+    Refused (RegistrationError) for an opcode that has a rule of that stage or a reason already."""
+    slot = SLOTS[stage]
     for opcode in opcodes:
-        op_info(opcode).unsupported[stage] = reason
+        info = op_info(opcode)
+        if getattr(info, slot) is not None or stage in info.unsupported:
+            raise RegistrationError(f"{opcode}: marked unsupported by {stage} twice, or although it has a rule")
+        info.unsupported[stage] = reason
 
 
 def opcodes_where(predicate: Callable[[OpInfo], bool]) -> list[str]:

@@ -1,20 +1,16 @@
 """Shape inference: the result shape of an instruction from its operands and attributes.
 
 The rules live in the op registry (`register_shape_rule`), one module per op family:
-shape_inference_elementwise, _data, _indexing, _reduce, _linalg and _control. Importing
-this module registers all of them. Layouts are not part of inference: compare with
-`shapes_compatible` (or Shape.equal_ignoring_layout).
+shape_inference_elementwise, _data, _indexing, _reduce, _linalg and _control, which
+`rule_loader.load_rules("shape")` imports (infer_shape calls it). Layouts are not part of
+inference: compare with `shapes_compatible` (or Shape.equal_ignoring_layout).
 """
 from __future__ import annotations
 
-# Imported for their registrations; _control last, since it gives the declared-shape rule
-# to whichever i/o and collective opcodes have no rule of their own by then.
-from . import shape_inference_data, shape_inference_elementwise  # noqa: F401  isort: skip
-from . import shape_inference_indexing, shape_inference_linalg, shape_inference_reduce  # noqa: F401  isort: skip
-from . import shape_inference_control  # noqa: F401  isort: skip
 from .errors import VerifierError
 from .ir import HloInstruction
 from .opcodes import is_known, op_info
+from .rule_loader import load_rules
 from .shape_inference_common import shapes_compatible
 from .shapes import Shape
 
@@ -27,6 +23,7 @@ def infer_shape(inst: HloInstruction) -> Shape:
     Raises VerifierError naming the instruction when the opcode is unknown, has no shape
     rule, or its operands or attributes are invalid.
     """
+    load_rules("shape")
     comp = inst.parent.name if inst.parent is not None else None
     if not is_known(inst.opcode):
         raise VerifierError(f"unknown opcode '{inst.opcode}'", instruction=inst.name, computation=comp)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from .dtypes import PRED, S32
 from .ir import HloInstruction
-from .opcodes import opcodes_where, register_shape_rule
+from .opcodes import register_shape_rule
 from .shape_inference_common import (
     array_operand, array_operands, attr, check_predicate_computation, check_signature, computation, fail,
     is_scalar_of, make_array, root_shape, text, tuple_or_single,
@@ -170,7 +170,12 @@ def _declared(inst: HloInstruction) -> Shape:
     return inst.shape
 
 
-# Every i/o and collective op without a rule of its own (all-reduce, replica-id ... have one).
-register_shape_rule(*opcodes_where(lambda i: i.kind in ("io", "collective") and i.shape_rule is None))(_declared)
-register_shape_rule("async-start", "async-update", "async-done", "copy-start", "copy-done",
-                    "rng-get-and-update-state")(_declared)
+# The ops whose result shape is the one written in the HLO text (the i/o ops, the collectives
+# without a rule of their own above, the async wrappers): XLA cannot infer it from the operands.
+DECLARED_SHAPE_OPCODES = (
+    "infeed", "outfeed", "send", "send-done", "recv", "recv-done",
+    "all-reduce-start", "all-reduce-done", "all-gather", "all-gather-start", "all-gather-done",
+    "all-to-all", "ragged-all-to-all", "reduce-scatter", "collective-broadcast",
+    "collective-permute", "collective-permute-start", "collective-permute-done",
+    "async-start", "async-update", "async-done", "copy-start", "copy-done", "rng-get-and-update-state")
+register_shape_rule(*DECLARED_SHAPE_OPCODES)(_declared)

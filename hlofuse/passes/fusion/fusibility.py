@@ -1,12 +1,12 @@
 """Which instructions fuse, and how: the one place that reads the op registry for fusion.
 
-The registry row gives the base facts (`fusion`: yes/root/producer/never, `expensive`,
-`side_effecting`, `elementwise`, `kind`); this module adds XLA's shape-dependent rules
-(InstructionFusion::IsExpensive, gpu_fusible.cc) on top of them.
+The registry row gives the facts (`fusion`: yes/root/producer/never, `expensive` and its
+shape-dependent `expensive_rule`, `never_fused_why`, `side_effecting`, `elementwise`, `kind`);
+this module combines them into XLA's rules (InstructionFusion::IsExpensive, gpu_fusible.cc).
 """
 from __future__ import annotations
 
-from typing import Callable, Iterator
+from typing import Iterator
 
 from ...hlo.ir import HloInstruction
 from ...hlo.opcodes import op_info
@@ -15,73 +15,12 @@ from .cost_model import TargetParams
 
 # ---- expensiveness --------------------------------------------------------------------------
 
-def _is_effective_scalar_constant(inst: HloInstruction) -> bool:
-    if inst.opcode == "broadcast":
-        inst = inst.operands[0]
-    return inst.opcode == "constant" and inst.shape.is_array and inst.shape.element_count() == 1
-
-
-def _element(inst: HloInstruction):
-    return inst.shape.dtype if inst.shape.is_array else None
-
-
-def _complex_only(inst: HloInstruction, params: TargetParams) -> bool:
-    # XLA: cheap for reals, expensive for complex (abs, sign, sin, cos; tan on CPU).
-    t = _element(inst)
-    return t is not None and t.is_complex
-
-
-def _integer_division(inst: HloInstruction, params: TargetParams) -> bool:
-    # XLA: integer div/rem by a (broadcast) scalar constant compiles to multiplies and shifts.
-    t = _element(inst)
-    if t is not None and t.is_integer and _is_effective_scalar_constant(inst.operands[1]):
-        return False
-    return not (params.cheap_f32_math and inst.opcode == "divide" and _is_f32_or_f16(inst))
-
-
-def _is_f32_or_f16(inst: HloInstruction) -> bool:
-    t = _element(inst)
-    return t is not None and t.name in ("f32", "f16")
-
-
-def _gpu_cheap_math(inst: HloInstruction, params: TargetParams) -> bool:
-    # GpuInstructionFusion::IsExpensive: sqrt, rsqrt, exp are cheap in f32/f16 on the GPU.
-    if params.cheap_f32_math and _is_f32_or_f16(inst):
-        return False
-    return op_info(inst.opcode).expensive
-
-
-def _convert(inst: HloInstruction, params: TargetParams) -> bool:
-    # CpuInstructionFusion::IsExpensive: f32 -> bf16 needs NaN checks; every other convert is cheap.
-    if params.name != "cpu":
-        return False
-    t = _element(inst)
-    src = _element(inst.operands[0]) if inst.operands else None
-    return t is not None and src is not None and t.name == "bf16" and src.name == "f32"
-
-
-# Per-opcode overrides of the registry's `expensive` flag (XLA's shape-dependent cases).
-_EXPENSIVE_RULES: dict[str, Callable[[HloInstruction, TargetParams], bool]] = {
-    "abs": _complex_only,
-    "sign": _complex_only,
-    "sine": _complex_only,
-    "cosine": _complex_only,
-    "tan": _complex_only,
-    "divide": _integer_division,
-    "remainder": _integer_division,
-    "sqrt": _gpu_cheap_math,
-    "rsqrt": _gpu_cheap_math,
-    "exponential": _gpu_cheap_math,
-    "convert": _convert,
-}
-
-
 def is_expensive(inst: HloInstruction, params: TargetParams) -> bool:
     """XLA's IsExpensive for `params`' target: not worth recomputing in several consumers."""
-    rule = _EXPENSIVE_RULES.get(inst.opcode)
-    if rule is not None and inst.shape.is_array:
-        return rule(inst, params)
-    return op_info(inst.opcode).expensive
+    info = op_info(inst.opcode)
+    if info.expensive_rule is not None and inst.shape.is_array:
+        return info.expensive_rule(inst, params)  # XLA's shape- and target-dependent cases
+    return info.expensive
 
 
 def is_always_duplicable(inst: HloInstruction) -> bool:
@@ -139,21 +78,6 @@ def is_loop_fusible_as_consumer(inst: HloInstruction) -> bool:
     return _universally_loop_fusible(inst) or op_info(inst.opcode).fusion == "root"
 
 
-# Why an op the registry marks `fusion="never"` stays out of loop fusions, where XLA's reason is
-# more specific than the registry's category (the rest are explained from the row itself).
-_NEVER_FUSED_WHY: dict[str, str] = {
-    "dot": "a dot, which is never fused into loop fusions (XLA fuses dots only in dedicated fusions)",
-    "ragged-dot": "a ragged dot, which is never fused into loop fusions (XLA runs it as a library call)",
-    "convolution": "a convolution, which is never fused into loop fusions (XLA fuses convolutions only "
-                   "in dedicated fusions)",
-    "sort": "a sort, which runs as a kernel of its own",
-    "reduce-window": "a reduce-window, which XLA's loop fusion does not take as a producer",
-    "scatter": "a scatter, which updates its operand in place and only roots a fusion of its own",
-    "dynamic-update-slice": "a dynamic-update-slice, which updates its operand in place and is not fused "
-                            "as a producer",
-}
-
-
 def not_fusible_reason(inst: HloInstruction) -> str:
     """Why `inst` cannot be fused into a consumer, as "NAME is a ..., which ..." (short, for reasons)."""
     info = op_info(inst.opcode)
@@ -163,8 +87,8 @@ def not_fusible_reason(inst: HloInstruction) -> str:
         return f"{inst.name} is a {inst.opcode}, which has side effects and never fuses"
     if inst.control_predecessors:
         return f"{inst.name} has control predecessors, which pin it outside fusions"
-    if inst.opcode in _NEVER_FUSED_WHY:
-        return f"{inst.name} is {_NEVER_FUSED_WHY[inst.opcode]}"
+    if info.never_fused_why:  # XLA's reason, where more specific than the row's category
+        return f"{inst.name} is {info.never_fused_why}"
     if info.kind == "control":
         return f"{inst.name} is a {inst.opcode} (control flow), which never fuses"
     if info.fusion == "root":

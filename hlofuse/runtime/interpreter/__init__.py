@@ -3,11 +3,11 @@
     from hlofuse.runtime.interpreter import evaluate
     outputs = evaluate(module, [x, y])      # list of arrays, entry result flattened
 
-Rules live in family modules (`CORE_FAMILIES`, `OP_FAMILIES`), registered per opcode on the op
-registry; `Interpreter` dispatches through the registry only.
+Rules live in family modules (listed by `hlo.rule_loader.RULE_MODULES["reference"]`), registered
+per opcode on the op registry; `Interpreter` loads them and dispatches through the registry only.
 """
-from .core import (CORE_FAMILIES, OP_FAMILIES, TOKEN, Interpreter, InterpreterBug, Token, Value, evaluate,
+from .core import (TOKEN, Interpreter, InterpreterBug, Token, Value, evaluate,
                    flatten, is_elementwise_computation, load_families)
 
-__all__ = ["CORE_FAMILIES", "OP_FAMILIES", "TOKEN", "Interpreter", "InterpreterBug", "Token", "Value", "evaluate",
+__all__ = ["TOKEN", "Interpreter", "InterpreterBug", "Token", "Value", "evaluate",
            "flatten", "is_elementwise_computation", "load_families"]

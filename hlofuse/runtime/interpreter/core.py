@@ -2,14 +2,14 @@
 
 A Value is a numpy array (for array shapes), a tuple of Values (tuple shapes) or TOKEN (token
 shapes). Rules are registered on the op registry with `@register_reference(opcode, ...)` as
-`fn(inst, args: list[Value], interp: Interpreter) -> Value`; the interpreter reads nothing but
-the registry rows, so an opcode without a rule is reported with the registry's reason.
+`fn(inst, args: list[Value], interp: Interpreter) -> Value` by the family modules that
+`hlo.rule_loader` lists for the "reference" stage; the interpreter loads them and then reads
+nothing but the registry rows, so an opcode without a rule is reported with the registry's reason.
 
 The interpreter is the oracle of the compiled backends: it shares no code with them.
 """
 from __future__ import annotations
 
-import importlib
 from typing import Any, Sequence
 
 import numpy as np
@@ -17,6 +17,7 @@ import numpy as np
 from ...hlo.errors import HloError, InputError, UnsupportedError
 from ...hlo.ir import HloComputation, HloInstruction, HloModule
 from ...hlo.opcodes import op_info
+from ...hlo.rule_loader import load_rules
 from ...hlo.shapes import ArrayShape, Shape, TokenShape, TupleShape
 
 Value = Any  # np.ndarray | tuple[Value, ...] | Token
@@ -38,30 +39,11 @@ class Token:
 
 TOKEN = Token()
 
-# Family modules whose import registers reference rules. The first group is the core families,
-# the second the heavy op families, which may not exist yet in a checkout.
-CORE_FAMILIES = ("elementwise", "conversion", "data_movement", "reduction", "control_flow")
-OP_FAMILIES = ("convolution", "dot", "gather_scatter", "windows", "sort", "fft", "rng", "linalg",
-               "single_replica")
-
-_loaded = False
-
 
 def load_families() -> None:
-    """Import every family module of this package so that their rules are registered."""
-    global _loaded
-    if _loaded:
-        return
-    for name in CORE_FAMILIES:
-        importlib.import_module(f"{__package__}.{name}")
-    for name in OP_FAMILIES:
-        full = f"{__package__}.{name}"
-        try:
-            importlib.import_module(full)
-        except ModuleNotFoundError as e:
-            if e.name != full:  # a family that exists but fails to import is a real error
-                raise
-    _loaded = True
+    """Register the reference rules: the "reference" stage of `hlo.rule_loader.load_rules`,
+    whose list names this package's family modules in order."""
+    load_rules("reference")
 
 
 class InterpreterBug(RuntimeError):
@@ -78,7 +60,7 @@ class Interpreter:
     """
 
     def __init__(self, module: HloModule | None = None, max_while_iterations: int | None = None) -> None:
-        load_families()
+        load_rules("reference")
         self.module = module
         self.max_while_iterations = max_while_iterations
         self._frames: list[Sequence[Value]] = []
