@@ -64,9 +64,6 @@ class ComputationPlan:
         self.assignment: Assignment = assign_buffers(self.steps, self.root_step)
 
 
-_SIMPLE_KINDS = {"parameter": "param", "constant": "const", "tuple": "tuple", "get-tuple-element": "gte"}
-
-
 class Planner:
     """Turns executed computations into steps and collects the kernels to emit.
 
@@ -109,8 +106,8 @@ class Planner:
         from ..emitters.loop_emitter import output_leaves
 
         op = inst.opcode
-        if op in _SIMPLE_KINDS:
-            return Step(inst, _SIMPLE_KINDS[op])
+        if inst.info.step_kind:  # parameters, constants, tuples: no kernel, no library rule
+            return Step(inst, inst.info.step_kind)
         if op == "fusion":
             comp = inst.fused_computation
             if not is_emittable(comp):
