@@ -139,7 +139,8 @@ def test_element_generators_need_no_recursion_along_the_chain():
     from llvmlite import ir
 
     from hlofuse.emitters.cpu.target import CpuTarget
-    from hlofuse.emitters.elemental import ElementalEmitter, Index
+    from hlofuse.emitters.elemental import ElementalEmitter
+    from hlofuse.emitters.ir_helpers import Index
 
     module = hlofuse.parse_hlo(chain_text(3000))
     comp = module.entry

@@ -16,7 +16,6 @@ A value of tuple shape is a Python tuple of values.
 """
 from __future__ import annotations
 
-import math
 from typing import Callable
 
 import numpy as np
@@ -27,15 +26,8 @@ from ..hlo.errors import UnsupportedError
 from ..hlo.ir import HloComputation, HloInstruction
 from ..hlo.rule_loader import load_rules
 from . import elemental_narrow as narrow
+from .ir_helpers import F16, F32, F64, I1, I8, I16, I32, Index
 
-I1 = ir.IntType(1)
-I8 = ir.IntType(8)
-I16 = ir.IntType(16)
-I32 = ir.IntType(32)
-I64 = ir.IntType(64)
-F16 = ir.HalfType()
-F32 = ir.FloatType()
-F64 = ir.DoubleType()
 
 def supported_type(et: ElementType) -> bool:
     """pred, 4..64-bit integers, every float type (f64 down to the 4-bit floats) and complex;
@@ -121,92 +113,6 @@ def from_compute(b: ir.IRBuilder, v: ir.Value, et: ElementType) -> ir.Value:
     if et.name == "f16":
         return b.fptrunc(v, F16)
     return v
-
-
-def load_element(b: ir.IRBuilder, ptr: ir.Value, et: ElementType) -> ir.Value:
-    """Load an element through `ptr` (a mem_type pointer) into its register form."""
-    v = b.load(ptr)
-    if et.is_pred:
-        return b.icmp_unsigned("!=", v, ir.Constant(I8, 0))
-    if et.is_integer and et.bits < 8:
-        return b.trunc(v, ir.IntType(et.bits))
-    return v
-
-
-def store_element(b: ir.IRBuilder, v: ir.Value, ptr: ir.Value, et: ElementType) -> None:
-    """Store a register value `v` of type `et` through `ptr`."""
-    if et.is_pred or (et.is_integer and et.bits < 8):
-        v = b.zext(v, I8)
-    b.store(v, ptr)
-
-
-def const_i64(v: int) -> ir.Constant:
-    """An i64 LLVM constant."""
-    return ir.Constant(I64, int(v))
-
-
-def row_major_strides(dims) -> list[int]:
-    """Element strides of a row-major array of `dims`."""
-    strides, acc = [], 1
-    for d in reversed(dims):
-        strides.append(acc)
-        acc *= d
-    return strides[::-1]
-
-
-class Index:
-    """An index into an array of `dims`: its multi-dimensional i64 components and its linear
-    (row-major) form. The missing form is computed eagerly where the Index is made, so values
-    always dominate their uses; LLVM removes the unused one."""
-
-    def __init__(self, b: ir.IRBuilder, dims, multi=None, linear=None) -> None:
-        self.dims = tuple(int(d) for d in dims)
-        if multi is None and linear is None:
-            raise ValueError("an Index needs a multi-dimensional or a linear form")
-        if multi is None:
-            multi = delinearize(b, linear, self.dims)
-        if linear is None:
-            linear = linearize(b, multi, self.dims)
-        self.multi = tuple(multi)
-        self.linear = linear
-
-    def key(self) -> tuple:
-        """A hashable identity of the index values (for the value cache). Every index of a
-        rank-0 array names its one element, so they all share a key."""
-        if not self.dims:
-            return ()
-        return tuple(id(v) for v in self.multi) if self.multi else (id(self.linear),)
-
-
-def linearize(b: ir.IRBuilder, multi, dims) -> ir.Value:
-    """Row-major linear index of `multi` in `dims`."""
-    if not dims:
-        return const_i64(0)
-    acc = None
-    for v, stride in zip(multi, row_major_strides(dims)):
-        term = v if stride == 1 else b.mul(v, const_i64(stride), flags=["nuw", "nsw"])
-        acc = term if acc is None else b.add(acc, term, flags=["nuw", "nsw"])
-    return acc
-
-
-def delinearize(b: ir.IRBuilder, linear, dims) -> list:
-    """Multi-dimensional index of row-major `linear` in `dims` (size-1 dims give 0).
-
-    Below 2**31 elements the divisions are done in i32: division by a constant then becomes a
-    32-bit multiply-high, which vectorizes (there is no vector 64-bit multiply-high on x86)."""
-    total = math.prod(dims)
-    narrow = total < (1 << 31) and linear.type == I64
-    lin = b.trunc(linear, I32) if narrow else linear
-    ty = lin.type
-    out = []
-    for d, stride in zip(dims, row_major_strides(dims)):
-        if d == 1:
-            out.append(const_i64(0))
-            continue
-        q = lin if stride == 1 else b.udiv(lin, ir.Constant(ty, stride))
-        q = q if stride * d == total else b.urem(q, ir.Constant(ty, d))
-        out.append(b.zext(q, I64) if narrow else q)
-    return out
 
 
 Generator = Callable[[Index], ir.Value]

@@ -15,7 +15,8 @@ from llvmlite import ir
 
 from ..hlo.errors import UnsupportedError
 from ..hlo.opcodes import register_elemental
-from .elemental import ElementalEmitter, Index, materialize
+from .elemental import ElementalEmitter, materialize
+from .ir_helpers import Index
 
 
 def _check_scalar(inst) -> None:

@@ -13,22 +13,9 @@ from llvmlite import ir
 from ..hlo.dtypes import S64, ElementType
 from ..hlo.errors import UnsupportedError
 from ..hlo.opcodes import register_elemental
-from .elemental import (
-    I1,
-    I16,
-    I64,
-    ElementalEmitter,
-    Index,
-    Reading,
-    TupleGenerator,
-    const_i64,
-    dims_of,
-    load_element,
-    reg_type,
-    remap,
-)
-from .elemental_math import convert_value
-from .loop_emitter import for_range
+from .elemental import ElementalEmitter, Reading, TupleGenerator, dims_of, reg_type, remap
+from .elemental_math import bitcast_value, convert_value
+from .ir_helpers import I1, I16, I64, Index, const_i64, for_range, load_element
 
 
 def scalar_constant(et: ElementType, value) -> ir.Constant:
@@ -88,8 +75,6 @@ def _reshape(em: ElementalEmitter, inst):
     src, dst = inst.operands[0].shape.dtype, inst.shape.dtype
     if src != dst:
         # An XLA bitcast may also reinterpret the element type (same width).
-        from .elemental_math import bitcast_value
-
         if src.bits != dst.bits:
             raise UnsupportedError(f"bitcast {inst.name} changes the element width ({src.name} -> {dst.name})")
         finish = lambda v: bitcast_value(em, v, src, dst)  # noqa: E731

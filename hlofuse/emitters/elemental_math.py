@@ -10,14 +10,8 @@ from ..hlo.errors import UnsupportedError
 from ..hlo.opcodes import mark_unsupported, opcodes_where, register_elemental
 from . import elemental_complex as cplx
 from .elemental_narrow import is_narrow_float, narrow_total_order_key
-from .elemental import (
-    I1,
-    ElementalEmitter,
-    compute_type,
-    from_compute,
-    reg_type,
-    to_compute,
-)
+from .elemental import ElementalEmitter, compute_type, from_compute, reg_type, to_compute
+from .ir_helpers import I1, Index, const_i64
 
 
 def _et(inst) -> ElementType:
@@ -279,8 +273,6 @@ def bitcast_value(em: ElementalEmitter, v, src: ElementType, dst: ElementType):
 def _bitcast_convert(em: ElementalEmitter, inst):
     """Same width: reinterpret. Narrowing (f32 -> u16[..., 2]) adds a minor dimension holding the
     pieces, little end first; widening removes it (XLA's semantics)."""
-    from .elemental import Index, const_i64
-
     g = em.operand(inst, 0)
     src, dst = inst.operands[0].shape.dtype, _et(inst)
     b = em.b
@@ -522,8 +514,6 @@ def _compare(em: ElementalEmitter, inst):
 
 def _broadcast_scalar(em, inst, i):
     """Generator of operand i, read at the scalar index if the operand is rank 0 (old-style HLO)."""
-    from .elemental import Index
-
     g = em.operand(inst, i)
     if inst.operands[i].shape.rank == 0 and inst.shape.rank > 0:
         return lambda idx: g(Index(em.b, (), multi=()))

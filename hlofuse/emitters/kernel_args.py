@@ -14,7 +14,8 @@ from llvmlite import ir
 from ..hlo.dtypes import ElementType
 from ..hlo.ir import HloComputation, HloInstruction
 from ..hlo.shapes import Shape
-from .elemental import Index, TupleGenerator, load_element, mem_type
+from .elemental import TupleGenerator, mem_type
+from .ir_helpers import Index, load_element
 
 
 def leaf_count(shape: Shape) -> int:

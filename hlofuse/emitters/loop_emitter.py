@@ -13,36 +13,14 @@ unit-stride accesses.
 from __future__ import annotations
 
 import math
-from contextlib import contextmanager
 from dataclasses import dataclass
 
-from llvmlite import ir
-
 from ..hlo.ir import HloComputation, HloInstruction
+from .elemental import ElementalEmitter
+from .ir_helpers import Index, const_i64, delinearize, for_range, store_element
 
-I64 = ir.IntType(64)
 _MIN_ROW = 32  # shorter last dimensions use flat mode ...
 _UNROLLED_ROW = 4  # ... unless so short that LLVM unrolls the row and vectorizes across rows
-
-
-@contextmanager
-def for_range(b: ir.IRBuilder, start: ir.Value, stop: ir.Value, name: str = "i", step: int = 1):
-    """Emit `for (i = start; i < stop; i += step)`; the with-body emits the loop body and gets i."""
-    pre = b.block
-    header = b.append_basic_block(name + ".header")
-    body = b.append_basic_block(name + ".body")
-    done = b.append_basic_block(name + ".exit")
-    b.branch(header)
-    b.position_at_end(header)
-    phi = b.phi(I64, name)
-    phi.add_incoming(start, pre)
-    b.cbranch(b.icmp_signed("<", phi, stop), body, done)
-    b.position_at_end(body)
-    yield phi
-    nxt = b.add(phi, ir.Constant(I64, step), flags=["nsw"])
-    phi.add_incoming(nxt, b.block)
-    b.branch(header)
-    b.position_at_end(done)
 
 
 @dataclass
@@ -112,8 +90,6 @@ def output_leaves(comp: HloComputation) -> list[OutputLeaf]:
 
 def emit_loop(skel, ls: LoopShape, body) -> None:
     """Emit the loop nest over units [skel.begin, skel.end); `body(index)` emits one element."""
-    from .elemental import Index, const_i64, delinearize
-
     b = skel.builder
     dims = ls.dims
     if ls.rows_mode:
@@ -132,8 +108,6 @@ def emit_loop(skel, ls: LoopShape, body) -> None:
 def emit_loop_kernel(skel, comp: HloComputation, outputs: list[int]) -> LoopShape:
     """Fill kernel skeleton `skel` with a loop writing output leaves `outputs` of `comp`
     (all of the same dimensions); returns the loop shape (for the launcher)."""
-    from .elemental import ElementalEmitter, store_element
-
     leaves = output_leaves(comp)
     chosen = [leaves[k] for k in outputs]
     dims = tuple(chosen[0].shape.dims)

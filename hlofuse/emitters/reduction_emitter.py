@@ -32,21 +32,10 @@ import copy
 import math
 from dataclasses import dataclass
 
-from llvmlite import ir
-
 from ..hlo.ir import HloComputation
-from .elemental import (
-    ElementalEmitter,
-    Index,
-    const_i64,
-    delinearize,
-    dims_of,
-    load_element,
-    mem_type,
-    reg_type,
-    store_element,
-)
-from .loop_emitter import for_range, output_leaves
+from .elemental import ElementalEmitter, dims_of, mem_type, reg_type
+from .ir_helpers import Index, const_i64, delinearize, for_range, load_element, store_element
+from .loop_emitter import output_leaves
 
 COLUMN_BLOCK = 512
 

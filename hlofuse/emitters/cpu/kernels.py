@@ -11,7 +11,7 @@ from __future__ import annotations
 from llvmlite import ir
 
 from ...hlo.ir import HloComputation, HloInstruction
-from ..elemental import I64
+from ..ir_helpers import I64
 from ..kernel_args import param_generator, param_leaf_count, param_leaf_slots, typed_pointer
 
 I8P = ir.IntType(8).as_pointer()

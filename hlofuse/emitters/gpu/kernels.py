@@ -25,9 +25,9 @@ from llvmlite import ir
 
 from ...hlo.dtypes import ElementType
 from ...hlo.ir import HloComputation, HloInstruction
-from ..elemental import I64, const_i64
+from ..ir_helpers import I64, const_i64, for_range
 from ..kernel_args import param_generator, param_leaf_count, param_leaf_slots, typed_pointer
-from ..loop_emitter import for_range, output_leaves
+from ..loop_emitter import output_leaves
 
 I8 = ir.IntType(8)
 

@@ -12,7 +12,8 @@ import math
 from dataclasses import dataclass
 
 from ...hlo.ir import HloComputation
-from ..elemental import ElementalEmitter, Index, const_i64, store_element
+from ..elemental import ElementalEmitter
+from ..ir_helpers import Index, const_i64, store_element
 from ..loop_emitter import output_leaves
 from .kernels import LaunchDims, launch_for
 

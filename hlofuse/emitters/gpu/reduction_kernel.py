@@ -45,8 +45,9 @@ from dataclasses import dataclass, field
 from llvmlite import ir
 
 from ...hlo.ir import HloComputation
-from ..elemental import ElementalEmitter, Index, const_i64, delinearize, load_element, store_element
-from ..loop_emitter import for_range, output_leaves
+from ..elemental import ElementalEmitter
+from ..ir_helpers import I1, Index, const_i64, delinearize, for_range, load_element, store_element
+from ..loop_emitter import output_leaves
 from ..reduction_emitter import (
     ReduceHero,
     ReductionGroup,
@@ -61,8 +62,6 @@ PER_OUTPUT_MAX = 32
 ROW_TILE = 8
 ROW_MAX_LANES = 256
 COLUMN_TILE = 32
-
-I1 = ir.IntType(1)
 
 
 def _pow2_at_least(n: int) -> int:
