@@ -202,7 +202,6 @@ def test_corpus_sample_fused_for_cpu(name):
     _run_corpus_file(os.path.join(ROOT, "testdata", "jax", name), "cpu")
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("target", ["cpu", "gpu"])
 @pytest.mark.parametrize("path", _corpus_files(), ids=os.path.basename)
 def test_jax_corpus_against_interpreter(path, target):

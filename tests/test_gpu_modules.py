@@ -105,14 +105,12 @@ def test_jax_corpus_sample(name):
     assert check_module(parse_hlo(open(path).read(), path)) == ""
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("path", _corpus(), ids=os.path.basename)
 def test_jax_corpus(path):
     # "" means the results were compared; every corpus module is runnable by both sides.
     assert check_module(parse_hlo(open(path).read(), path)) == ""
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("path", sorted(glob.glob(os.path.join(ROOT, "testdata", "jax", "*.opt.hlo"))),
                          ids=os.path.basename)
 def test_xla_fused_corpus_runs_as_given(path):

@@ -116,7 +116,6 @@ def test_jax_modules_verify(path):
 STABLEHLO = Path(__file__).resolve().parent.parent.parent / "shared" / "stablehlo_testdata"
 
 
-@pytest.mark.slow
 @pytest.mark.skipif(not STABLEHLO.is_dir(), reason="../shared/stablehlo_testdata is absent")
 def test_imported_stablehlo_conformance_modules_verify():
     """Every module the StableHLO importer builds from the conformance files is valid HLO."""
