@@ -179,7 +179,8 @@ def test_importing_the_compiler_fills_no_rule():
         "import hlofuse, hlofuse.compiler, hlofuse.hlo.parser, hlofuse.hlo.verifier, hlofuse.passes.pipeline\n"
         "from hlofuse.hlo.opcodes import OPS, SLOTS\n"
         "from hlofuse.hlo.rule_loader import loaded_stages\n"
-        "print(sorted(loaded_stages()), sum(getattr(i, s) is not None for i in OPS.values() for s in SLOTS.values()))\n")
+        "filled = sum(getattr(i, s) is not None for i in OPS.values() for s in SLOTS.values())\n"
+        "print(sorted(loaded_stages()), filled)\n")
     assert out.split() == ["[]", "0"]
 
 

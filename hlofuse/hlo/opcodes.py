@@ -49,7 +49,9 @@ class OpInfo:
     #   "never"     stays unfused (library calls, control flow, side effects)
     fusion: str = "never"
     math: str = ""  # the math function the emitters call ("exp", "log", ...)
-    domain: str = "any"  # input domain for generated numeric tests: any|positive|unit|nonzero|int
+    # Inputs of the numeric tests generated from the rows (tests/test_op_table_numeric.py):
+    # any|positive|unit|nonzero|int
+    domain: str = "any"
     called: tuple[str, ...] = ()  # attribute names holding called computations
     bookkeeping: bool = False  # only names or regroups buffers (tuples, get-tuple-element, bitcast): no kernel
     # XLA's IsExpensive where it depends on the instruction: (inst, fusion TargetParams) -> bool,
