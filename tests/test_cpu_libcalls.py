@@ -1,4 +1,4 @@
-"""The builtins LLVM's code generator calls on its own (emitters/cpu/libcalls.py): the JIT
+"""The builtins LLVM's code generator calls on its own (runtime/jit_builtins.py): the JIT
 provides correct half-precision conversions, kernels that need them run (an f16 atan2 and an
 f64 -> f16 convert segfaulted calling address 0), and an unresolvable symbol is an error.
 
@@ -14,8 +14,9 @@ import pytest
 from llvmlite import ir
 
 import hlofuse
-from hlofuse.emitters.cpu.libcalls import UnresolvedSymbolError, register_builtins, undefined_symbols
-from hlofuse.emitters.cpu.target import JitModule, host_target_machine, new_host_target_machine
+from hlofuse.emitters.cpu.target import host_target_machine, new_host_target_machine
+from hlofuse.runtime.jit import JitModule
+from hlofuse.runtime.jit_builtins import UnresolvedSymbolError, register_builtins, undefined_symbols
 from hlofuse.hlo.parser import parse_hlo
 from hlofuse.runtime.compare import compare_outputs
 from hlofuse.runtime.interpreter import evaluate

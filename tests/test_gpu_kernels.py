@@ -13,7 +13,9 @@ import pytest
 import backend_cases
 from backend_cases import argmax_module
 from hlofuse.codegen.gpu import launch_summary
-from hlofuse.emitters.gpu import reduction_kernel as rk
+from hlofuse.codegen.kernels import gpu_reduction as rk
+from hlofuse.codegen.kernels.args import output_leaves
+from hlofuse.codegen.kernels.reduction_groups import reduction_groups
 from hlofuse.emitters.gpu.atomics import atomic_kind
 from hlofuse.emitters.gpu.ptxas import assemble, assembler
 from hlofuse.hlo.parser import parse_hlo
@@ -265,11 +267,8 @@ def test_run_grid_covers_every_block_once_on_several_threads():
 
 def test_plan_thresholds():
     """Reduction plans follow the documented thresholds."""
-    from hlofuse.emitters.reduction_emitter import reduction_groups
-
     def plan(dims, rdims):
         comp = next(c for c in parse_hlo(reduce_module(dims, rdims)).computations if c.name == "fused")
-        from hlofuse.emitters.loop_emitter import output_leaves
         return rk.plan_reduction(reduction_groups(comp)[0][0], output_leaves(comp))
 
     assert plan((10, rk.PER_OUTPUT_MAX), (1,)).kind == "per_output"

@@ -15,10 +15,10 @@ import numpy as np
 import pytest
 
 import hlofuse
-from hlofuse.emitters.loop_emitter import output_leaves
-from hlofuse.emitters.reduction_emitter import reads_heroes_at_output_index
-from hlofuse.hlo.parser import parse_hlo
+from hlofuse.codegen.kernels.args import output_leaves
+from hlofuse.codegen.kernels.reduction_groups import reads_heroes_at_output_index
 from hlofuse.codegen.planning import plan_fusion
+from hlofuse.hlo.parser import parse_hlo
 
 TARGETS = ["cpu", "gpu-emulated"]
 

@@ -9,6 +9,7 @@ schedule.py   steps of every executed computation; the Planner that classifies i
 planning.py   a fused computation split into kernels (loop, reduction, materialized reduces)
 shared_expressions.py  a reduction kernel also writing an expression a later fusion reads
 buffers.py    buffer assignment with liveness (one arena of temporaries per computation)
+kernels/      the kernel emitters, CPU and GPU side by side (loop, reduction, skeletons, arguments)
 cpu.py        the CPU planner, LLVM module assembly, O3, object code (cached: cache.py)
 gpu.py        the GPU planner (grid launches), LLVM module assembly, PTX
 program.py    the compiled program value

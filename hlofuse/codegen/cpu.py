@@ -13,18 +13,22 @@ the object and runs the schedule.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
+import llvmlite.binding as llvm
+from llvmlite import ir
+
+from ..emitters.cpu.target import CpuTarget, host_target_machine, optimize
 from ..hlo.ir import HloComputation, HloInstruction, HloModule
+from ..passes.fusion.decisions import module_log
 from .cache import CompileCache, cache_key, memory_cache
+from .kernels.args import output_leaves, param_leaf_count
+from .kernels.cpu_loop import emit_loop_kernel
+from .kernels.cpu_reduction import emit_reduction_kernel
+from .kernels.cpu_skeleton import CpuKernelSkeleton
 from .planning import KernelPlan, plan_fusion, sequential_dot
 from .program import Program
 from .schedule import Planner, symbol_name
 from .shared_expressions import find_shared_expression, record_shared, share_candidate, share_expression
-
-if TYPE_CHECKING:
-    import llvmlite.binding as llvm
-    from llvmlite import ir
 
 
 class CpuPlanner(Planner):
@@ -92,21 +96,12 @@ class CpuPlanner(Planner):
 def kernel_signature(kernels: list[KernelPlan]) -> str:
     """The kernels' names, stages and argument counts: part of the cache key, so object code
     planned differently for the same module text (e.g. a shared expression) is not reused."""
-    from ..emitters.kernel_args import param_leaf_count
-    from ..emitters.loop_emitter import output_leaves
-
     return "".join(f"\n; {k.name} {k.stage} {param_leaf_count(k.comp)} {len(output_leaves(k.comp))} {len(k.scratch)}"
                    for k in kernels)
 
 
 def emit_module(name: str, kernels: list[KernelPlan], target) -> ir.Module:
     """The LLVM module (llvmlite.ir) named after module `name` with every kernel of `kernels`."""
-    from llvmlite import ir
-
-    from ..emitters.cpu.kernels import CpuKernelSkeleton
-    from ..emitters.loop_emitter import emit_loop_kernel, output_leaves
-    from ..emitters.reduction_emitter import emit_reduction_kernel
-
     mod = ir.Module(name=symbol_name(name))
     mod.triple = target.triple
     mod.data_layout = target.data_layout
@@ -121,10 +116,6 @@ def emit_module(name: str, kernels: list[KernelPlan], target) -> ir.Module:
 
 def optimize_module(mod: ir.Module) -> llvm.ModuleRef:
     """`mod` parsed, verified and optimized at O3 for the host."""
-    import llvmlite.binding as llvm
-
-    from ..emitters.cpu.target import optimize
-
     llmod = llvm.parse_assembly(str(mod))
     llmod.verify()
     optimize(llmod)
@@ -141,8 +132,6 @@ class CpuCode(Program):
 
     def build_object(self, target) -> bytes:
         """Emit, optimize and compile every kernel to a host object file."""
-        from ..emitters.cpu.target import host_target_machine
-
         llmod = optimize_module(emit_module(self.module.name, self.kernels, target))
         self._llvm_ir = str(llmod)
         return host_target_machine().emit_object(llmod)
@@ -150,17 +139,11 @@ class CpuCode(Program):
     def llvm_ir(self) -> str:
         """The optimized LLVM IR of the program (re-emitted if the object came from the cache)."""
         if self._llvm_ir is None:
-            from ..emitters.cpu.target import CpuTarget
-
             self._llvm_ir = str(optimize_module(emit_module(self.module.name, self.kernels, CpuTarget())))
         return self._llvm_ir
 
     def asm(self) -> str:
         """Host assembly of the program."""
-        import llvmlite.binding as llvm
-
-        from ..emitters.cpu.target import host_target_machine
-
         return host_target_machine().emit_assembly(llvm.parse_assembly(self.llvm_ir()))
 
 
@@ -168,9 +151,6 @@ def compile_cpu(fused_module: HloModule, cache_dir=None, log=None) -> CpuCode:
     """Plan `fused_module` and compile its kernels to host object code (from the memory or
     disk cache when possible). The kernel planner's decisions go to `log`, by default the
     fused module's fusion log (passes/fusion/decisions.module_log)."""
-    from ..emitters.cpu.target import CpuTarget
-    from ..passes.fusion.decisions import module_log
-
     planner = CpuPlanner(log=log if log is not None else module_log(fused_module))
     code = CpuCode(fused_module, planner)
     planner.plan(fused_module.entry)  # and every computation the entry runs

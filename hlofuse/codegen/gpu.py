@@ -9,8 +9,8 @@ steps with a buffer assignment (codegen/buffers.py); a fusion (or a fusible op l
 wrapped in a computation) is split into kernels by the shared kernel planner
 (codegen/planning.py: reduction groups, loop kernels per output dimensions, reduces
 materialized into temporaries), and each kernel becomes GPU launches (GpuLaunch):
-  * a reduction group: [init] main [finish] [epilogue] (emitters/gpu/reduction_kernel.py),
-  * a loop kernel: one grid (loop_kernel.py).
+  * a reduction group: [init] main [finish] [epilogue] (kernels/gpu_reduction.py),
+  * a loop kernel: one grid (kernels/gpu_loop.py).
 Other ops (dot, convolution, sort, while, ...) are not kernels: they run on the host through
 the library rules (runtime/library_ops.py). runtime/gpu_executor.py loads the code on a CUDA
 GPU or in the emulation (runtime/gpu_emulator.py) and runs the steps.
@@ -18,18 +18,28 @@ GPU or in the emulation (runtime/gpu_emulator.py) and runs the steps.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
-from ..emitters.gpu.kernels import LaunchDims
-from ..emitters.gpu.target import DEFAULT_ARCH
+import llvmlite.binding as llvm
+from llvmlite import ir
+
+from ..emitters.gpu.ptxas import assemble
+from ..emitters.gpu.target import DEFAULT_ARCH, EmulatedGpuTarget, GpuTarget, compile_ptx
 from ..hlo.ir import HloComputation, HloInstruction, HloModule
+from .cpu import optimize_module
+from .kernels.args import output_leaves, param_leaf_count
+from .kernels.gpu_loop import LoopPlan, emit_loop_kernel, plan_loop
+from .kernels.gpu_reduction import (
+    ReductionPlan,
+    emit_reduction_epilogue,
+    emit_reduction_finish,
+    emit_reduction_init,
+    emit_reduction_main,
+    plan_reduction,
+)
+from .kernels.gpu_skeleton import GpuKernelSkeleton, LaunchDims
 from .planning import plan_fusion
 from .program import Program
 from .schedule import Planner, symbol_name
-
-if TYPE_CHECKING:
-    import llvmlite.binding as llvm
-    from llvmlite import ir
 
 
 @dataclass
@@ -43,7 +53,7 @@ class GpuLaunch:
     comp: HloComputation
     role: str  # loop | init | main | finish | epilogue
     dims: LaunchDims
-    plan: object  # LoopPlan or ReductionPlan
+    plan: LoopPlan | ReductionPlan
     outputs: list[int] = field(default_factory=list)  # output leaves of loop kernels
     inputs: list[tuple[str, int]] = field(default_factory=list)
     results: list[tuple[str, int]] = field(default_factory=list)
@@ -57,17 +67,11 @@ class GpuLaunch:
     @property
     def pointer_count(self) -> int:
         """Buffer arguments of the kernel: its parameter leaves, output leaves and scratch."""
-        from ..emitters.kernel_args import param_leaf_count
-        from ..emitters.loop_emitter import output_leaves
-
         return param_leaf_count(self.comp) + len(output_leaves(self.comp)) + len(self.scratch_types)
 
 
 def _launches_of(kp, leaves, add) -> None:
     """GPU launches for one kernel of the shared kernel planner (a reduction group or loop)."""
-    from ..emitters.gpu.loop_kernel import plan_loop
-    from ..emitters.gpu.reduction_kernel import plan_reduction
-
     if kp.group is not None:
         # The shared planner may split a reduction for the CPU's cores into a "partial" and
         # a "combine" kernel; the grid kernels split reductions themselves, so the group is
@@ -95,8 +99,6 @@ class GpuPlanner(Planner):
 
     def kernel_calls(self, comp: HloComputation, inst: HloInstruction) -> tuple[list[GpuLaunch], list]:
         """The launches of fused computation `comp` (in order) and its temporaries' shapes."""
-        from ..emitters.loop_emitter import output_leaves
-
         kernels, temps = plan_fusion(comp, self.kernel_name(inst))
         launches: list[GpuLaunch] = []
 
@@ -112,17 +114,6 @@ class GpuPlanner(Planner):
 
 def emit_module(launches: list[GpuLaunch], target, name: str) -> ir.Module:
     """An llvmlite module with every launch's kernel for `target` (GPU or emulated)."""
-    from llvmlite import ir
-
-    from ..emitters.gpu.kernels import GpuKernelSkeleton
-    from ..emitters.gpu.loop_kernel import emit_loop_kernel
-    from ..emitters.gpu.reduction_kernel import (
-        emit_reduction_epilogue,
-        emit_reduction_finish,
-        emit_reduction_init,
-        emit_reduction_main,
-    )
-
     mod = ir.Module(name=symbol_name(name))
     mod.triple = target.triple
     mod.data_layout = target.data_layout
@@ -154,8 +145,6 @@ class GpuCode(Program):
     def ptx(self) -> str:
         """PTX of every kernel of the program (one module, for `arch`)."""
         if self._ptx is None:
-            from ..emitters.gpu.target import GpuTarget, compile_ptx
-
             mod = emit_module(self.launches, GpuTarget(self.arch), self.module.name)
             self._nvptx_ir, self._ptx = compile_ptx(mod, self.arch)
         return self._ptx
@@ -167,15 +156,10 @@ class GpuCode(Program):
 
     def emulated_module(self) -> llvm.ModuleRef:
         """The emulated kernels (host triple and math) as one module optimized at O3 for the host."""
-        from ..emitters.gpu.target import EmulatedGpuTarget
-        from .cpu import optimize_module
-
         return optimize_module(emit_module(self.launches, EmulatedGpuTarget(), self.module.name))
 
     def validate(self, arch: str | None = None) -> bytes:
         """Assemble the PTX for `arch` (ptxas or nvJitLink); returns the cubin."""
-        from ..emitters.gpu.ptxas import assemble
-
         return assemble(self.ptx(), arch or self.arch)
 
 

@@ -16,10 +16,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..emitters.kernel_args import leaf_count, param_leaf_count
-from ..emitters.loop_emitter import loop_shape, output_leaves
-from ..emitters.reduction_emitter import ReductionGroup, is_order_sensitive_reduce, reduction_groups
 from ..hlo.ir import HloComputation, HloInstruction
+from .kernels.args import leaf_count, output_leaves, param_leaf_count
+from .kernels.cpu_loop import loop_shape
+from .kernels.reduction_groups import ReductionGroup, is_order_sensitive_reduce, reduction_groups
 
 
 @dataclass

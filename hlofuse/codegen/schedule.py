@@ -18,6 +18,7 @@ from ..hlo.errors import UnsupportedError
 from ..hlo.ir import HloComputation, HloInstruction
 from ..hlo.rule_loader import load_rules
 from .buffers import Assignment, assign_buffers
+from .kernels.args import output_leaves
 
 
 @dataclass
@@ -103,8 +104,6 @@ class Planner:
 
     def step(self, inst: HloInstruction) -> Step:
         """How instruction `inst` of an executed computation runs."""
-        from ..emitters.loop_emitter import output_leaves
-
         op = inst.opcode
         if inst.info.step_kind:  # parameters, constants, tuples: no kernel, no library rule
             return Step(inst, inst.info.step_kind)

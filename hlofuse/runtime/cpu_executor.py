@@ -27,6 +27,7 @@ from ..codegen.schedule import ComputationPlan, Step
 from ..hlo.ir import HloInstruction, HloModule
 from .cpu_threads import SplitTuner, blas_thread_choices, set_blas_threads, split_choices, thread_pool
 from .io import check_arguments
+from .jit import JitModule
 from .output_pool import OutputPool
 from .program import ProgramBase, flatten, owned_outputs, unflatten
 
@@ -63,8 +64,6 @@ class CpuProgram(ProgramBase):
         return self.code.cache_hit
 
     def _load(self, obj: bytes) -> None:
-        from ..emitters.cpu.target import JitModule
-
         self._jit = JitModule(object_code=obj)
         for k in self._planner.kernels:
             proto = ctypes.CFUNCTYPE(None, *([ctypes.c_void_p] * k.pointer_count), ctypes.c_int64, ctypes.c_int64)

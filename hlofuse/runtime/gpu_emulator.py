@@ -1,7 +1,7 @@
 """Host execution of GPU grids: the emulated kernels compiled for the CPU, and a driver that
 runs every block and thread of a launch.
 
-An emulated kernel (emitters/gpu/kernels.py) is `void k(i8* ptrs..., i64 block_begin,
+An emulated kernel (codegen/kernels/gpu_skeleton.py) is `void k(i8* ptrs..., i64 block_begin,
 i64 block_end)` and runs the threads of blocks [block_begin, block_end) one after another.
 `run_grid` splits a launch's blocks over a pool of OS threads (ctypes releases the GIL), so
 blocks really run concurrently and the kernels' atomics (atomicrmw / cmpxchg on the host)
@@ -15,6 +15,8 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 
 import llvmlite.binding as llvm
+
+from .jit import JitModule
 
 _pool: ThreadPoolExecutor | None = None
 _pool_lock = threading.Lock()
@@ -37,8 +39,6 @@ class EmulatedModule:
     """Emulated kernels of one program (optimized for the host by codegen/gpu.py) loaded in a JIT."""
 
     def __init__(self, llmod: llvm.ModuleRef) -> None:
-        from ..emitters.cpu.target import JitModule
-
         self.llvm_ir = str(llmod)
         self._jit = JitModule(llmod)
 

@@ -1,14 +1,12 @@
-"""The host CPU as a Target, its LLVM target machine, the O3 pipeline and the JIT."""
+"""The host CPU as a Target, its LLVM target machine and the O3 pipeline (runtime/jit.py loads
+the object code made with them into the process)."""
 from __future__ import annotations
 
 import functools
-import threading
 
 import llvmlite.binding as llvm
 
 from ..target import Target
-
-_lock = threading.Lock()
 
 
 @functools.lru_cache(maxsize=None)
@@ -62,32 +60,3 @@ def optimize(llmod: llvm.ModuleRef) -> None:
     pto.slp_vectorization = True
     pb = llvm.create_pass_builder(tm, pto)
     pb.getModulePassManager().run(llmod, pb)
-
-
-class JitModule:
-    """Machine code loaded in an MCJIT engine, from an optimized module or an object file."""
-
-    def __init__(self, llmod: llvm.ModuleRef | None = None, object_code: bytes | None = None) -> None:
-        from .libcalls import check_resolvable, register_builtins
-
-        register_builtins()  # the builtins LLVM may call (half conversions) before any load
-        if object_code is None:
-            # Through an object file, so its external symbols can be checked like a cached one's.
-            object_code = host_target_machine().emit_object(llmod)
-        tm = new_host_target_machine()  # owned (and freed) by the engine
-        with _lock:
-            empty = llvm.parse_assembly("")
-            empty.triple = llvm.get_process_triple()
-            self.engine = llvm.create_mcjit_compiler(empty, tm)
-            # After the engine exists (it makes the process's symbols searchable): MCJIT binds
-            # an unknown symbol to address 0, so a missing one must fail here, not segfault.
-            check_resolvable(object_code)
-            self.engine.add_object_file(llvm.ObjectFileRef.from_data(object_code))
-            self.engine.finalize_object()
-
-    def address(self, name: str) -> int:
-        """Address of the compiled function `name`."""
-        addr = self.engine.get_function_address(name)
-        if not addr:
-            raise KeyError(f"no compiled function {name}")
-        return addr

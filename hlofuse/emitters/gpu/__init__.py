@@ -1,3 +1,3 @@
-"""The GPU backend's emitters: NVPTX and host-emulation targets, grid kernel skeletons, loop
-and reduction kernels (see codegen/gpu.py for how they are planned and emitted,
-runtime/gpu_executor.py for how they are launched)."""
+"""The GPU targets as data: NVPTX and host emulation (target.py), atomics for reducers
+(atomics.py), PTX assembly checks (ptxas.py). The grid kernels that use them are in
+codegen/kernels/gpu_*.py; runtime/gpu_executor.py launches them."""

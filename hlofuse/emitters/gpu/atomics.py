@@ -12,7 +12,7 @@ opcodes kept here: the root's opcode is matched against LLVM's `atomicrmw` opera
     the element, inline the reducer on (old, partial), `cmpxchg` the bits, retry on failure.
   * none (`None`): variadic reducers (argmax-style pairs live in two arrays, which one CAS
     cannot update together) and 8/16-bit types (pred, s8, f16, bf16, ...; NVPTX has no
-    sub-word atomics) are reduced in two passes instead (see reduction_kernel.py).
+    sub-word atomics) are reduced in two passes instead (see codegen/kernels/gpu_reduction.py).
 """
 from __future__ import annotations
 

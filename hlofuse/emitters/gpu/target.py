@@ -1,6 +1,6 @@
 """GPU targets: NVPTX (PTX through LLVM's NVPTX backend) and the host emulation of a grid.
 
-Both targets feed the SAME kernel bodies (emitters/gpu/kernels.py and the shared element
+Both targets feed the SAME kernel bodies (codegen/kernels/gpu_*.py and the shared element
 generators); they differ only in what STYLE.md calls target data:
 
   * GpuTarget: triple `nvptx64-nvidia-cuda`, kernel arguments are `addrspace(1)` typed

@@ -1,6 +1,7 @@
-"""Reduction fusions (kInput with reduce heroes) as tiled grid kernels, XLA-GPU style.
+"""GPU reduction kernels: reduction fusions (kInput with reduce heroes) as tiled grid kernels,
+XLA-GPU style.
 
-A reduction group (emitters/reduction_emitter.py: reduces of the same input dimensions and
+A reduction group (reduction_groups.py: reduces of the same input dimensions and
 reduced dimensions, plus elementwise outputs of the input's dimensions) is viewed as K output
 elements, each folding R input elements. Every input element is visited by exactly one
 thread, which also writes the group's elementwise outputs there (multi-output fusion).
@@ -44,19 +45,13 @@ from dataclasses import dataclass, field
 
 from llvmlite import ir
 
+from ...emitters.elemental import ElementalEmitter
+from ...emitters.gpu.atomics import atomic_kind, emit_atomic_combine
+from ...emitters.ir_helpers import I1, Index, const_i64, delinearize, for_range, load_element, store_element
 from ...hlo.ir import HloComputation
-from ..elemental import ElementalEmitter
-from ..ir_helpers import I1, Index, const_i64, delinearize, for_range, load_element, store_element
-from ..loop_emitter import output_leaves
-from ..reduction_emitter import (
-    ReduceHero,
-    ReductionGroup,
-    in_order_target,
-    is_order_sensitive_reduce,
-    override_heroes,
-)
-from .atomics import atomic_kind, emit_atomic_combine
-from .kernels import LaunchDims, launch_for
+from .args import output_leaves
+from .gpu_skeleton import LaunchDims, launch_for
+from .reduction_groups import ReduceHero, ReductionGroup, in_order_target, is_order_sensitive_reduce, override_heroes
 
 PER_OUTPUT_MAX = 32
 ROW_TILE = 8

@@ -1,4 +1,4 @@
-"""Loop fusions as a grid: each thread writes `unroll` consecutive elements of every output.
+"""GPU loop kernels: each thread of the grid writes `unroll` consecutive elements of every output.
 
 Thread t handles linear indices [t * unroll, (t + 1) * unroll). When the element count is a
 multiple of `unroll` a thread's elements are all in bounds or all out, so one bounds check
@@ -11,11 +11,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from ...emitters.elemental import ElementalEmitter
+from ...emitters.ir_helpers import Index, const_i64, store_element
 from ...hlo.ir import HloComputation
-from ..elemental import ElementalEmitter
-from ..ir_helpers import Index, const_i64, store_element
-from ..loop_emitter import output_leaves
-from .kernels import LaunchDims, launch_for
+from .args import output_leaves
+from .gpu_skeleton import LaunchDims, launch_for
 
 MAX_UNROLL = 4
 

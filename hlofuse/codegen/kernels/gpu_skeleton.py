@@ -23,11 +23,10 @@ from dataclasses import dataclass
 
 from llvmlite import ir
 
+from ...emitters.ir_helpers import I64, const_i64, for_range
 from ...hlo.dtypes import ElementType
 from ...hlo.ir import HloComputation, HloInstruction
-from ..ir_helpers import I64, const_i64, for_range
-from ..kernel_args import param_generator, param_leaf_count, param_leaf_slots, typed_pointer
-from ..loop_emitter import output_leaves
+from .args import output_leaves, param_generator, param_leaf_count, param_leaf_slots, typed_pointer
 
 I8 = ir.IntType(8)
 

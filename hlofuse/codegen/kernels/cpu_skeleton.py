@@ -1,18 +1,18 @@
 """The CPU kernel skeleton: `void kernel(i8* noalias in..., i8* noalias out..., i64 begin, i64 end)`.
 
 A kernel gets one raw pointer per array leaf of the fusion's parameters and outputs (then
-any scratch buffers it shares with another kernel of the same fusion; emitters/kernel_args.py
-has the layout, shared with the GPU skeleton), and a
-range of work units [begin, end) so a thread pool can split the outer loop across cores. The
-loop and reduction emitters fill the body through `param_gen`, `output_ptr`, `begin`, `end`.
+any scratch buffers it shares with another kernel of the same fusion; args.py has the layout,
+shared with the GPU skeleton), and a range of work units [begin, end) so a thread pool can
+split the outer loop across cores. The loop and reduction kernels (cpu_loop.py,
+cpu_reduction.py) fill the body through `param_gen`, `output_ptr`, `begin`, `end`.
 """
 from __future__ import annotations
 
 from llvmlite import ir
 
+from ...emitters.ir_helpers import I64
 from ...hlo.ir import HloComputation, HloInstruction
-from ..ir_helpers import I64
-from ..kernel_args import param_generator, param_leaf_count, param_leaf_slots, typed_pointer
+from .args import output_leaves, param_generator, param_leaf_count, param_leaf_slots, typed_pointer
 
 I8P = ir.IntType(8).as_pointer()
 
@@ -40,6 +40,7 @@ class CpuKernelSkeleton:
         self._param_slots = param_leaf_slots(comp)
         self._param_ptrs = {k: self._typed(self.function.args[k], leaf.dtype)
                             for slots in self._param_slots.values() for k, leaf in slots}
+        self._leaves = output_leaves(comp)
 
     def _typed(self, arg: ir.Value, et) -> ir.Value:
         return typed_pointer(self.builder, arg, et)
@@ -51,10 +52,6 @@ class CpuKernelSkeleton:
 
     def output_ptr(self, k: int) -> ir.Value:
         """Typed pointer to output leaf `k`."""
-        from .. import loop_emitter
-
-        if not hasattr(self, "_leaves"):
-            self._leaves = loop_emitter.output_leaves(self.comp)
         return self._typed(self.function.args[self.n_inputs + k], self._leaves[k].shape.dtype)
 
     def scratch_ptr(self, i: int, et) -> ir.Value:

@@ -1,7 +1,7 @@
-"""Loop kernels: write every output of a (multi-output) loop fusion from one loop nest.
+"""CPU loop kernels: write every output of a (multi-output) loop fusion from one loop nest.
 
-The loop nest runs over a range of *units* [begin, end) given by the target's kernel
-skeleton (a thread's share on the CPU, a block's on the GPU):
+The loop nest runs over a range of *units* [begin, end) of the CPU kernel skeleton
+(cpu_skeleton.py), so a thread pool can split the outer loop across cores:
   * rows mode: a unit is a row of the last output dimension; the innermost loop walks the
     row contiguously, so LLVM vectorizes it. A very short row (<= 4, e.g. RGB channels) is
     unrolled completely, and LLVM vectorizes across rows with interleaved accesses (loads of
@@ -15,9 +15,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from ..hlo.ir import HloComputation, HloInstruction
-from .elemental import ElementalEmitter
-from .ir_helpers import Index, const_i64, delinearize, for_range, store_element
+from ...emitters.elemental import ElementalEmitter
+from ...emitters.ir_helpers import Index, const_i64, delinearize, for_range, store_element
+from ...hlo.ir import HloComputation
+from .args import output_leaves
 
 _MIN_ROW = 32  # shorter last dimensions use flat mode ...
 _UNROLLED_ROW = 4  # ... unless so short that LLVM unrolls the row and vectorizes across rows
@@ -47,45 +48,6 @@ def loop_shape(dims) -> LoopShape:
     """How a loop kernel over output `dims` walks them (rows or flat mode)."""
     dims = tuple(dims)
     return LoopShape(dims, len(dims) >= 2 and (dims[-1] >= _MIN_ROW or dims[-1] <= _UNROLLED_ROW))
-
-
-@dataclass(frozen=True)
-class OutputLeaf:
-    """One array leaf of a fused computation's result: the instruction computing it and the
-    path into its (tuple) value, e.g. a variadic reduce's second result is (reduce, (1,))."""
-
-    inst: HloInstruction
-    path: tuple[int, ...]
-    shape: object  # ArrayShape
-
-    def select(self, value):
-        """This leaf's part of a (tuple) value."""
-        for k in self.path:
-            value = value[k]
-        return value
-
-
-def output_leaves(comp: HloComputation) -> list[OutputLeaf]:
-    """The output leaves of a fused computation, tuple roots flattened depth-first."""
-    out: list[OutputLeaf] = []
-
-    def walk(inst: HloInstruction) -> None:
-        if inst.opcode == "tuple":
-            for op in inst.operands:
-                walk(op)
-            return
-
-        def leaves(shape, path):
-            if shape.is_tuple:
-                for k, e in enumerate(shape.elements):
-                    leaves(e, path + (k,))
-            else:
-                out.append(OutputLeaf(inst, path, shape))
-
-        leaves(inst.shape, ())
-
-    walk(comp.root)
-    return out
 
 
 def emit_loop(skel, ls: LoopShape, body) -> None:

@@ -1,4 +1,4 @@
-"""Runtime library calls LLVM's code generator inserts on its own, provided to the JIT.
+"""Runtime library calls LLVM's code generator inserts on its own, provided to the JIT (jit.py).
 
 LLVM lowers some IR operations to calls of compiler-rt / libgcc "builtins" rather than to
 instructions. On x86-64 the ones hlofuse's IR can produce are the half-precision conversions:
@@ -22,6 +22,8 @@ from dataclasses import dataclass
 
 import llvmlite.binding as llvm
 from llvmlite import ir
+
+from ..emitters.cpu.target import new_host_target_machine
 
 _lock = threading.Lock()
 _registered: dict[str, int] = {}
@@ -147,8 +149,6 @@ def register_builtins() -> dict[str, int]:
     with _lock:
         if _registered:
             return _registered
-        from .target import new_host_target_machine
-
         llmod = llvm.parse_assembly(str(builtins_module()))
         llmod.verify()
         engine = llvm.create_mcjit_compiler(llmod, new_host_target_machine())

@@ -1,21 +1,23 @@
 """Kernel arguments shared by the CPU and the GPU kernel skeletons.
 
 Every kernel takes one raw i8 pointer per array leaf of the fused computation's parameters
-(parameters in order, tuple parameters flattened depth-first), then one per output leaf,
-then its scratch buffers. This module counts those leaves and builds the element
-generators that read a parameter through its leaf pointers.
+(parameters in order, tuple parameters flattened depth-first), then one per output leaf
+(the root's leaves, tuples flattened depth-first: `output_leaves`), then its scratch
+buffers. This module lists those leaves and builds the element generators that read a
+parameter through its leaf pointers.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Callable
 
 from llvmlite import ir
 
-from ..hlo.dtypes import ElementType
-from ..hlo.ir import HloComputation, HloInstruction
-from ..hlo.shapes import Shape
-from .elemental import TupleGenerator, mem_type
-from .ir_helpers import Index, load_element
+from ...emitters.elemental import TupleGenerator, mem_type
+from ...emitters.ir_helpers import Index, load_element
+from ...hlo.dtypes import ElementType
+from ...hlo.ir import HloComputation, HloInstruction
+from ...hlo.shapes import Shape
 
 
 def leaf_count(shape: Shape) -> int:
@@ -37,6 +39,45 @@ def param_leaf_slots(comp: HloComputation) -> dict[int, list[tuple[int, Shape]]]
         slots[p.parameter_number] = [(k + j, leaf) for j, leaf in enumerate(leaves)]
         k += len(leaves)
     return slots
+
+
+@dataclass(frozen=True)
+class OutputLeaf:
+    """One array leaf of a fused computation's result: the instruction computing it and the
+    path into its (tuple) value, e.g. a variadic reduce's second result is (reduce, (1,))."""
+
+    inst: HloInstruction
+    path: tuple[int, ...]
+    shape: Shape  # an array shape
+
+    def select(self, value):
+        """This leaf's part of a (tuple) value."""
+        for k in self.path:
+            value = value[k]
+        return value
+
+
+def output_leaves(comp: HloComputation) -> list[OutputLeaf]:
+    """The output leaves of a fused computation, tuple roots flattened depth-first."""
+    out: list[OutputLeaf] = []
+
+    def walk(inst: HloInstruction) -> None:
+        if inst.opcode == "tuple":
+            for op in inst.operands:
+                walk(op)
+            return
+
+        def leaves(shape, path):
+            if shape.is_tuple:
+                for k, e in enumerate(shape.elements):
+                    leaves(e, path + (k,))
+            else:
+                out.append(OutputLeaf(inst, path, shape))
+
+        leaves(inst.shape, ())
+
+    walk(comp.root)
+    return out
 
 
 def typed_pointer(builder: ir.IRBuilder, arg: ir.Value, et: ElementType, addrspace: int = 0) -> ir.Value:

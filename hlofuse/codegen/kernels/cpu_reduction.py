@@ -1,0 +1,211 @@
+"""CPU reduction kernels for input fusions (XLA's kInput with reduce heroes).
+
+A reduction group (reduction_groups.py: reduces of the same input dimensions and reduced
+dimensions, their epilogue, and elementwise outputs of the input's dimensions) is emitted
+in one pass over the input.
+
+Two loop orders, chosen so the innermost loop is contiguous in memory:
+  * row (the last input dimension is reduced, or every dimension is): a unit of work is
+    one output element; its reduced elements are folded into register accumulators,
+    innermost loop over the last dimension. The reducer's float adds/multiplies carry
+    `reassoc` (XLA reassociates reductions too), so LLVM vectorizes the loop with several
+    vector accumulators: results differ from a sequential sum by rounding only.
+  * column (the last input dimension is kept): a unit of work is a block of `COLUMN_BLOCK`
+    output columns for one value of the other kept dimensions; accumulators live in the
+    output row itself, and for each reduced position the block is updated with a
+    contiguous, vectorizable loop (no reassociation needed).
+
+A reduce into a float narrower than f32 is the exception to reassociation: it rounds to its
+type after every step, as XLA:CPU does, so its order is part of its result. Kernel planning
+has rewritten it into XLA:CPU's tree of reduce-windows (codegen/planning.py), and its
+kernel is emitted without reassociation (`in_order_target`) and never split across cores, so
+each output is folded exactly in XLA's order.
+
+Only outputs that read the reduces at their own output index can be an epilogue: the kernel
+holds one output element's accumulated value at a time (`reads_heroes_at_output_index`);
+others (a reverse, a transpose, a slice ... of the reduce) leave the reduction kernel.
+"""
+from __future__ import annotations
+
+import math
+
+from ...emitters.elemental import ElementalEmitter, mem_type
+from ...emitters.ir_helpers import Index, const_i64, delinearize, for_range, load_element, store_element
+from ...hlo.ir import HloComputation
+from .args import output_leaves
+from .reduction_groups import COLUMN_BLOCK, ReduceHero, ReductionGroup, in_order_target, override_heroes
+
+
+def emit_reduction_kernel(skel, comp: HloComputation, group: ReductionGroup, stage: str = "single",
+                          parts: int = 1) -> None:
+    """Fill kernel skeleton `skel` with the loops of reduction group `group`.
+
+    `stage` "partial" and "combine" split a row reduction with few outputs over `parts` slices
+    of its outermost reduced dimension, so the cores share it: the partial kernel writes each
+    slice's accumulators to the skeleton's scratch buffers (one per accumulator, laid out
+    [part][output]); the combine kernel folds the slices with the reducer and runs the epilogue."""
+    b = skel.builder
+    em = ElementalEmitter(b, in_order_target(skel.target, group.heroes), skel.param_gen)
+    heroes = [ReduceHero(em, h) for h in group.heroes]
+    leaves = output_leaves(comp)
+    extras = [(skel.output_ptr(k), em.gen(leaves[k].inst), leaves[k]) for k in group.extras]
+    epilogue_ptrs = [skel.output_ptr(k) for k in group.epilogue]
+    if stage != "single":
+        types = [et for h in heroes for et in h.types]
+        scratch = [skel.scratch_ptr(i, et) for i, et in enumerate(types)]
+        if stage == "partial":
+            _emit_row(skel, em, group, heroes, extras, [], [], parts=parts, scratch=scratch)
+        else:
+            _emit_combine(skel, em, group, heroes, epilogue_ptrs, [leaves[k] for k in group.epilogue], parts, scratch)
+        skel.finish()
+        return
+    if group.is_row:
+        _emit_row(skel, em, group, heroes, extras, epilogue_ptrs, [leaves[k] for k in group.epilogue])
+    else:
+        _emit_column(skel, em, group, heroes, extras, epilogue_ptrs, [leaves[k] for k in group.epilogue])
+    skel.finish()
+
+
+def _store_extras(b, index: Index, extras) -> None:
+    for ptr, g, leaf in extras:
+        store_element(b, leaf.select(g(index)), b.gep(ptr, [index.linear], inbounds=True), leaf.shape.dtype)
+
+
+def _input_index(b, group: ReductionGroup, kept_vals, reduced_vals) -> Index:
+    multi = [None] * len(group.in_dims)
+    for d, v in zip(group.kept, kept_vals):
+        multi[d] = v
+    for d, v in zip(group.rdims, reduced_vals):
+        multi[d] = v
+    return Index(b, group.in_dims, multi=multi)
+
+
+def _reduced_loops(b, group: ReductionGroup, body, level: int = 0, fixed=(), outer=None) -> None:
+    """Nested loops over the reduced dimensions, outermost first; body(values) inside.
+    `outer` = (lo, hi) restricts the outermost one (a slice of a split reduction)."""
+    if level == len(group.rdims):
+        body(list(fixed))
+        return
+    size = group.in_dims[group.rdims[level]]
+    lo, hi = outer if (level == 0 and outer is not None) else (const_i64(0), const_i64(size))
+    with for_range(b, lo, hi, f"r{level}") as i:
+        _reduced_loops(b, group, body, level + 1, tuple(fixed) + (i,))
+
+
+def _emit_row(skel, em, group, heroes, extras, epilogue_ptrs, epilogue_leaves, parts: int = 1,
+              scratch=None) -> None:
+    b = skel.builder
+    n_out = math.prod(group.out_dims)
+    slots = {}
+    with b.goto_entry_block():
+        for h in heroes:
+            slots[id(h)] = [b.alloca(reg) for reg in h.reg_types]
+    at = {}
+    override_heroes(em, heroes, lambda h: [b.load(s) for s in slots[id(h)]], lambda: at["index"])
+    epilogue_gens = [em.gen(leaf.inst) for leaf in epilogue_leaves]
+    with for_range(b, skel.begin, skel.end, "out") as unit:
+        outer = None
+        u = unit
+        if scratch is not None:  # unit = part * n_out + output
+            part, u = b.udiv(unit, const_i64(n_out)), b.urem(unit, const_i64(n_out))
+            r0 = group.in_dims[group.rdims[0]]
+            outer = (b.udiv(b.mul(part, const_i64(r0)), const_i64(parts)),
+                     b.udiv(b.mul(b.add(part, const_i64(1)), const_i64(r0)), const_i64(parts)))
+        out_index = at["index"] = Index(b, group.out_dims, linear=u)
+        for h in heroes:
+            for s, v in zip(slots[id(h)], h.init_values(b)):
+                b.store(v, s)
+
+        def body(reduced):
+            index = _input_index(b, group, out_index.multi, reduced)
+            for h in heroes:
+                ss = slots[id(h)]
+                for s, r in zip(ss, h.fold(em, [b.load(s) for s in ss], index)):
+                    b.store(r, s)
+            _store_extras(b, index, extras)
+
+        _reduced_loops(b, group, body, outer=outer)
+        if scratch is not None:
+            values = [(s, et) for h in heroes for s, et in zip(slots[id(h)], h.types)]
+            for (s, et), ptr in zip(values, scratch):
+                store_element(b, b.load(s), b.gep(ptr, [unit], inbounds=True), et)
+        for g, leaf, ptr in zip(epilogue_gens, epilogue_leaves, epilogue_ptrs):
+            store_element(b, leaf.select(g(out_index)), b.gep(ptr, [u], inbounds=True), leaf.shape.dtype)
+
+
+def _emit_combine(skel, em, group, heroes, epilogue_ptrs, epilogue_leaves, parts: int, scratch) -> None:
+    """Fold the partial accumulators of a split reduction, then write the epilogue outputs."""
+    b = skel.builder
+    n_out = math.prod(group.out_dims)
+    finals = {}
+    at = {}
+    override_heroes(em, heroes, lambda h: finals[id(h)], lambda: at["index"])
+    epilogue_gens = [em.gen(leaf.inst) for leaf in epilogue_leaves]
+    with for_range(b, skel.begin, skel.end, "out") as u:
+        k = 0
+        for h in heroes:
+            ptrs = scratch[k:k + len(h.types)]
+            k += len(h.types)
+
+            def partial(p, ptrs=ptrs, h=h):
+                at = b.add(b.mul(const_i64(p), const_i64(n_out)), u)
+                return [load_element(b, b.gep(ptr, [at], inbounds=True), et) for ptr, et in zip(ptrs, h.types)]
+
+            acc = partial(0)
+            for p in range(1, parts):
+                res = em.call_scalar(h.comp, acc + partial(p), reduction=True)
+                acc = list(res) if isinstance(res, tuple) else [res]
+            finals[id(h)] = acc
+        out_index = at["index"] = Index(b, group.out_dims, linear=u)
+        for g, leaf, ptr in zip(epilogue_gens, epilogue_leaves, epilogue_ptrs):
+            store_element(b, leaf.select(g(out_index)), b.gep(ptr, [u], inbounds=True), leaf.shape.dtype)
+
+
+def _emit_column(skel, em, group, heroes, extras, epilogue_ptrs, epilogue_leaves) -> None:
+    b = skel.builder
+    last = group.in_dims[-1]
+    nb = group.blocks
+    scratch = {}
+    with b.goto_entry_block():
+        for h in heroes:
+            scratch[id(h)] = [b.alloca(mem_type(et), size=COLUMN_BLOCK) for et in h.types]
+    position = {}
+
+    def current(h):
+        return [load_element(b, b.gep(p, [position["j"]], inbounds=True), et)
+                for p, et in zip(scratch[id(h)], h.types)]
+
+    override_heroes(em, heroes, current, lambda: position["index"])
+    epilogue_gens = [em.gen(leaf.inst) for leaf in epilogue_leaves]
+    with for_range(b, skel.begin, skel.end, "unit") as u:
+        o = b.udiv(u, const_i64(nb))
+        j0 = b.mul(b.urem(u, const_i64(nb)), const_i64(COLUMN_BLOCK))
+        j1 = b.add(j0, const_i64(COLUMN_BLOCK))
+        j1 = b.select(b.icmp_signed("<", j1, const_i64(last)), j1, const_i64(last))
+        outer = delinearize(b, o, group.out_dims[:-1])
+        row = b.mul(o, const_i64(last))
+        inits = [h.init_values(b) for h in heroes]
+        with for_range(b, j0, j1, "init") as j:
+            slot = b.sub(j, j0)
+            for h, vals in zip(heroes, inits):
+                for v, p, et in zip(vals, scratch[id(h)], h.types):
+                    store_element(b, v, b.gep(p, [slot], inbounds=True), et)
+
+        def body(reduced):
+            with for_range(b, j0, j1, "col") as j:
+                index = _input_index(b, group, list(outer) + [j], reduced)
+                slot = b.sub(j, j0)
+                for h in heroes:
+                    addrs = [b.gep(p, [slot], inbounds=True) for p in scratch[id(h)]]
+                    accs = [load_element(b, a, et) for a, et in zip(addrs, h.types)]
+                    for a, r, et in zip(addrs, h.fold(em, accs, index), h.types):
+                        store_element(b, r, a, et)
+                _store_extras(b, index, extras)
+
+        _reduced_loops(b, group, body)
+        with for_range(b, j0, j1, "epilogue") as j:
+            position["j"] = b.sub(j, j0)
+            out_index = position["index"] = Index(b, group.out_dims, multi=list(outer) + [j], linear=b.add(row, j))
+            for g, leaf, ptr in zip(epilogue_gens, epilogue_leaves, epilogue_ptrs):
+                store_element(b, leaf.select(g(out_index)), b.gep(ptr, [out_index.linear], inbounds=True),
+                              leaf.shape.dtype)

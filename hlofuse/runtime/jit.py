@@ -1,0 +1,44 @@
+"""Loading machine code into this process: an MCJIT engine per program, from the host object
+file codegen made (codegen/cpu.py) or from an optimized LLVM module (the emulated GPU kernels).
+
+Builtins LLVM's code generator may call are registered first (jit_builtins.py), and every
+external symbol of the object is checked before it is loaded: MCJIT would bind a missing one
+to address 0.
+"""
+from __future__ import annotations
+
+import threading
+
+import llvmlite.binding as llvm
+
+from ..emitters.cpu.target import host_target_machine, new_host_target_machine
+from .jit_builtins import check_resolvable, register_builtins
+
+_lock = threading.Lock()
+
+
+class JitModule:
+    """Machine code loaded in an MCJIT engine, from an optimized module or an object file."""
+
+    def __init__(self, llmod: llvm.ModuleRef | None = None, object_code: bytes | None = None) -> None:
+        register_builtins()  # the builtins LLVM may call (half conversions) before any load
+        if object_code is None:
+            # Through an object file, so its external symbols can be checked like a cached one's.
+            object_code = host_target_machine().emit_object(llmod)
+        tm = new_host_target_machine()  # owned (and freed) by the engine
+        with _lock:
+            empty = llvm.parse_assembly("")
+            empty.triple = llvm.get_process_triple()
+            self.engine = llvm.create_mcjit_compiler(empty, tm)
+            # After the engine exists (it makes the process's symbols searchable): MCJIT binds
+            # an unknown symbol to address 0, so a missing one must fail here, not segfault.
+            check_resolvable(object_code)
+            self.engine.add_object_file(llvm.ObjectFileRef.from_data(object_code))
+            self.engine.finalize_object()
+
+    def address(self, name: str) -> int:
+        """Address of the compiled function `name`."""
+        addr = self.engine.get_function_address(name)
+        if not addr:
+            raise KeyError(f"no compiled function {name}")
+        return addr
