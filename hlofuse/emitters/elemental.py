@@ -385,13 +385,16 @@ class ElementalEmitter:
         """Inline a scalar computation (a reducer, a map function) on register values `args`.
 
         In a reduction the target may allow reassociating float adds and multiplies (XLA does:
-        vectorized row reductions on CPU, trees on GPU), which is what lets LLVM vectorize."""
+        vectorized row reductions on CPU, trees on GPU), which is what lets LLVM vectorize. Not
+        when the reducer works on a float narrower than f32 (f16, bf16, the 8-bit floats): every
+        step rounds to that type, so the order is the result, and XLA's order is the one the
+        emitters lay out (its tree windows, a reduce-window's window loop) step for step."""
         args = [materialize(a) for a in args]
         params = {p.parameter_number: a for p, a in zip(comp.parameters, args)}
         if len(comp.parameters) != len(args):
             raise UnsupportedError(f"computation {comp.name} takes {len(comp.parameters)} parameters, got {len(args)}")
         sub = ElementalEmitter(self.b, self.target, lambda p: _scalar_param(params[p.parameter_number]))
-        if reduction and self.target.reassociate_reductions:
+        if reduction and self.target.reassociate_reductions and not _has_narrow_float(comp):
             sub.fp_flags = ("reassoc", "contract")
         return materialize(sub.scalar(comp.root))
 
@@ -408,6 +411,12 @@ class ElementalEmitter:
         gv.initializer = ir.Constant(arr_ty, bytearray(raw))
         # A constant expression (not an instruction), so it is valid wherever it is used.
         return gv.bitcast(mem_type(et).as_pointer(space))
+
+
+def _has_narrow_float(comp: HloComputation) -> bool:
+    """Whether a parameter of `comp` holds a float narrower than f32."""
+    return any(leaf.dtype.is_float and leaf.dtype.bits < 32
+               for p in comp.parameters for leaf in p.shape.leaves())
 
 
 def _scalar_param(value) -> Generator:

@@ -193,6 +193,16 @@ def compare(em, direction: str, x, y):
     raise UnsupportedError(f"compare direction {direction} is not defined for complex values")
 
 
+def extremum(em, x, y, is_min: bool = False):
+    """maximum/minimum of complex values as XLA:CPU computes them: only the real parts are
+    compared, and the first operand wins unless the comparison is false (ties keep `x`; a NaN
+    real part in either operand gives `y`): max is `re(x) >= re(y) ? x : y`, min uses `<=`.
+    (HLO clamp is min(max(lo, x), hi) in that operand order.)"""
+    b = em.b
+    xr, yr = b.extract_value(x, 0), b.extract_value(y, 0)
+    return b.select(b.fcmp_ordered("<=" if is_min else ">=", xr, yr), x, y)
+
+
 def convert(em, v, src: ElementType, dst: ElementType, convert_real):
     """Conversions to, from and between complex types (complex -> real keeps the real part)."""
     from .elemental import reg_type
@@ -209,6 +219,32 @@ def convert(em, v, src: ElementType, dst: ElementType, convert_real):
     return make(b, reg_type(dst), re, ir.Constant(re.type, 0.0))
 
 
+def to_bits(b: ir.IRBuilder, v) -> ir.Value:
+    """The bits of a complex register value as one integer of its width, laid out as in
+    memory (numpy's and XLA's layout): the real part in the low half, the imaginary part in
+    the high half."""
+    re, im = parts(b, v)
+    half = ir.IntType(_part_bits(re.type))
+    whole = ir.IntType(2 * half.width)
+    lo = b.zext(b.bitcast(re, half), whole)
+    hi = b.shl(b.zext(b.bitcast(im, half), whole), ir.Constant(whole, half.width))
+    return b.or_(lo, hi)
+
+
+def from_bits(b: ir.IRBuilder, bits, ty: ir.Type) -> ir.Value:
+    """The complex value of struct type `ty` whose memory bits are the integer `bits`
+    (the inverse of `to_bits`)."""
+    part = ty.elements[0]
+    half = ir.IntType(_part_bits(part))
+    re = b.bitcast(b.trunc(bits, half), part)
+    im = b.bitcast(b.trunc(b.lshr(bits, ir.Constant(bits.type, half.width)), half), part)
+    return make(b, ty, re, im)
+
+
+def _part_bits(ty: ir.Type) -> int:
+    return 64 if isinstance(ty, ir.DoubleType) else 32
+
+
 @register_elemental("real", "imag")
 def _real_imag(em, inst):
     g = em.operand(inst, 0)
@@ -218,7 +254,11 @@ def _real_imag(em, inst):
     if not src.is_complex:
         if k == 0:
             return g
-        zero = ir.Constant(_reg(inst.shape.dtype), 0.0)
+        # imag of a real number is +0 of its type, built in the register type: a bit
+        # pattern for bf16 and the 8-bit floats, not an LLVM float constant.
+        from .elemental_data import scalar_constant
+
+        zero = scalar_constant(inst.shape.dtype, 0)
         return lambda idx: zero
     return lambda idx: b.extract_value(g(idx), k)
 

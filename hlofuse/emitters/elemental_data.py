@@ -43,13 +43,23 @@ def _constant(em: ElementalEmitter, inst):
     et = inst.shape.dtype
     lit = np.asarray(lit, dtype=et.numpy)
     flat = lit.reshape(-1)
-    if flat.size == 1 or (flat.size and np.all(flat.view(np.uint8).reshape(flat.size, -1) == flat[:1].view(np.uint8))):
-        value = scalar_constant(et, flat[0]) if flat.size else None
+    if flat.size == 0:
+        return _never_read(inst)
+    if flat.size == 1 or np.all(flat.view(np.uint8).reshape(flat.size, -1) == flat[:1].view(np.uint8)):
+        value = scalar_constant(et, flat[0])
         return lambda idx: value
     data = lit.astype(np.uint8) if et.is_pred else lit
     ptr = em.global_constant(inst, data, et)
     b = em.b
     return lambda idx: load_element(b, b.gep(ptr, [idx.linear], inbounds=True), et)
+
+
+def _never_read(inst):
+    """The generator of a zero-element array: no element is ever read (the loops around a read
+    run zero times), but the code reading it is still emitted and must be well typed, so it
+    gives an undefined value of the register type."""
+    value = ir.Constant(reg_type(inst.shape.dtype), ir.Undefined)
+    return lambda idx: value
 
 
 @register_elemental("iota")
@@ -202,6 +212,8 @@ def _concatenate(em: ElementalEmitter, inst):
     gens = [em.gen(op) for op in inst.operands]
     sizes = [dims_of(op)[dim] for op in inst.operands]
     b = em.b
+    if not any(sizes):
+        return _never_read(inst)  # every operand is empty, so is the result
 
     def plan(idx: Index) -> list:
         """(generator, operand index, offset) of each non-empty operand."""

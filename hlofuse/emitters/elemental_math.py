@@ -38,6 +38,8 @@ def emit_max(em: ElementalEmitter, et: ElementType, x, y, is_min: bool = False):
     b = em.b
     if et.is_pred:
         return b.and_(x, y) if is_min else b.or_(x, y)
+    if et.is_complex:
+        return cplx.extremum(em, x, y, is_min)
     if et.is_float:
         # llvm.maximum/minimum propagate NaN and order -0 < +0; LLVM vectorizes them,
         # also as reductions.
@@ -254,6 +256,8 @@ def _convert(em: ElementalEmitter, inst):
 def _to_bits(em: ElementalEmitter, v, et: ElementType):
     if et.is_pred:
         return em.b.zext(v, ir.IntType(8))
+    if et.is_complex:
+        return cplx.to_bits(em.b, v)
     return v if isinstance(v.type, ir.IntType) else em.b.bitcast(v, ir.IntType(et.bits))
 
 
@@ -261,6 +265,8 @@ def _from_bits(em: ElementalEmitter, v, et: ElementType):
     if et.is_pred:
         return em.b.icmp_unsigned("!=", v, ir.Constant(v.type, 0))
     ty = reg_type(et)
+    if et.is_complex:
+        return cplx.from_bits(em.b, v, ty)
     return v if v.type == ty else em.b.bitcast(v, ty)
 
 
@@ -530,7 +536,8 @@ def _select(em: ElementalEmitter, inst):
 def _clamp(em: ElementalEmitter, inst):
     lo, x, hi = (_broadcast_scalar(em, inst, i) for i in range(3))
     et = inst.shape.dtype
-    return lambda idx: emit_max(em, et, emit_max(em, et, x(idx), lo(idx)), hi(idx), is_min=True)
+    # min(max(lo, x), hi) in this operand order: complex max/min are not symmetric (XLA:CPU).
+    return lambda idx: emit_max(em, et, emit_max(em, et, lo(idx), x(idx)), hi(idx), is_min=True)
 
 
 

@@ -203,7 +203,15 @@ def _bitcast_convert(inst: HloInstruction) -> Shape:
     trailing dimension of the width ratio, a wider one consumes it."""
     x = array_operand(inst, 0)
     out = declared_array(inst)
+    if x.dtype.is_complex != out.dtype.is_complex:
+        # XLA's ShapeInference refuses this ("Conversion between complex and real type").
+        fail(inst, f"cannot bitcast between complex and real types ({x.dtype.name} -> {out.dtype.name})")
     a, b = x.dtype.bits, out.dtype.bits
+    if x.dtype.is_complex and a != b:
+        # XLA's shape inference lets c64 <-> c128 through, but XLA:CPU cannot compile it
+        # (c128 -> c64 is an error, c64 -> c128 a crash): there is no defined result.
+        fail(inst, f"cannot bitcast {x.dtype.name} to {out.dtype.name}: complex types of different "
+                   f"widths (XLA compiles only a complex type to itself)")
     if a == b:
         return make_array(out.dtype, x.dims, x.dynamic)
     if a > b:

@@ -149,6 +149,10 @@ def _is_finite(inst: HloInstruction, args: list, interp) -> Array:
 def _real_imag(inst: HloInstruction, args: list, interp) -> Array:
     """Real or imaginary part (of a real operand: itself or zero)."""
     x = np.asarray(args[0])
+    if inst.opcode == "imag" and not np.iscomplexobj(x):
+        # The value 0 converted to the type (np.imag gives zero bits, which for f8e8m0fnu,
+        # having no zero, is 2**-127 where XLA converts 0 to NaN).
+        return to_type(np.zeros(x.shape, np.float32), out_dtype(inst))
     part = np.real(x) if inst.opcode == "real" else np.imag(x)
     return to_type(part, out_dtype(inst))
 
@@ -458,8 +462,9 @@ def _select(inst: HloInstruction, args: list, interp) -> Array:
 
 @register_reference("clamp")
 def _clamp(inst: HloInstruction, args: list, interp) -> Array:
-    """min(max(x, lo), hi); lo and hi may be scalars; NaN propagates."""
+    """min(max(lo, x), hi); lo and hi may be scalars; NaN propagates. The operand order
+    matters for complex values, whose max/min are not symmetric (XLA:CPU)."""
     lo, x, hi = (np.asarray(v) for v in args)
     ct = compute_dtype(x.dtype)
     lo, x, hi = (v.astype(ct, copy=False) for v in (lo, x, hi))
-    return to_type(minimum(maximum(x, lo), hi), out_dtype(inst))
+    return to_type(minimum(maximum(lo, x), hi), out_dtype(inst))

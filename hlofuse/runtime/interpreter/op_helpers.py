@@ -187,6 +187,12 @@ class SignedZeroExtremum:
     def __call__(self, x, y) -> np.ndarray:
         """Elementwise max/min of `x` and `y` (broadcasting)."""
         x, y = np.asarray(x), np.asarray(y)
+        if np.result_type(x, y).kind == "c":
+            # XLA:CPU compares complex values by their real parts only; the first operand
+            # wins unless the comparison is false (a tie keeps x, a NaN real part gives y).
+            with np.errstate(invalid="ignore"):
+                keep = (x.real <= y.real) if self.is_min else (x.real >= y.real)
+            return np.where(keep, x, y)
         r = self.ufunc(x, y)
         if not _is_float(r.dtype):
             return r
@@ -237,6 +243,8 @@ def _binary_ufunc(opcode: str, dtype: np.dtype):
     ufuncs = _COMBINER_UFUNCS.get(opcode)
     if ufuncs is None:
         return None
+    if np.dtype(dtype).kind == "c" and opcode in ("maximum", "minimum"):
+        return None  # XLA's complex max/min keep the first operand on ties: not commutative
     return ufuncs[0] if np.dtype(dtype).kind == "b" else ufuncs[1]
 
 

@@ -210,9 +210,12 @@ def _reduce(inst: HloInstruction, args: list, interp) -> Value:
         kept = tuple(inst.shape.leaves()[0].dims)
         out = [x.reshape(kept).copy() for x in inputs]
         return tuple(out) if inst.shape.is_tuple else out[0]
-    if is_narrow_float_reduce([x.dtype for x in inputs]):
-        return tree_reduce(interp, reducer, inputs[0], inits[0], dims)
     reducers = recognize_combiner(reducer)
+    if is_narrow_float_reduce([x.dtype for x in inputs]) or (
+            n == 1 and reducers is None and inputs[0].dtype.kind == "c"):
+        # Also a complex reduce with an unrecognised (order-dependent) reducer, such as
+        # complex max/min, whose ties keep the accumulator: XLA:CPU's tree order decides.
+        return tree_reduce(interp, reducer, inputs[0], inits[0], dims)
     out = _fast_reduce(inputs, inits, dims, reducers) if reducers is not None else None
     if out is None:
         out = fold(interp, reducer, inputs, inits, dims)

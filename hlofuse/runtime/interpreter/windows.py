@@ -4,7 +4,11 @@ dilation) and `select-and-scatter`.
 Both walk the window offsets in row-major order (a Python loop over the few elements of one
 window) and handle every output position at once with numpy. As in XLA, padding and the holes
 of base dilation are not visited: the accumulator starts at the init value and only real
-input elements are combined into it, in window order.
+input elements are combined into it, in window order, every step rounded to the element type
+(XLA:CPU's window loop for bf16 and the 8-bit floats; for f16 it lets LLVM vectorize windows
+of about 128 elements and more, an order that depends on the host's vector width and is not
+modelled). A narrow-float reduce-window that XLA's simplifier turns into a reduce (no stride,
+padding or dilation, each window dimension of size 1 or whole) takes XLA's reduce order.
 """
 from __future__ import annotations
 
@@ -20,6 +24,7 @@ from ...hlo.opcodes import register_reference
 from .convolution import dilate_and_pad
 from .op_helpers import (ASSIGN, KEEP, batched_call, flatten_value, leaf_dtypes, recognize_combiner,
                          scalar_args, total_order_key)
+from .reduction import is_narrow_float_reduce, tree_reduce
 
 _COMPARE = {"LT": np.less, "LE": np.less_equal, "GT": np.greater, "GE": np.greater_equal}
 _SWAPPED = {"LT": "GT", "LE": "GE", "GT": "LT", "GE": "LE"}
@@ -76,6 +81,11 @@ def reduce_window_reference(inst: HloInstruction, args: list, interp) -> np.ndar
     dtypes = leaf_dtypes(inst.shape)
     accs = [np.full(out_shape, init, dtype=dt) for init, dt in zip(inits, dtypes)]
     comp = inst.attrs["to_apply"]
+    reduce_dims = effective_reduce_dims(window, out_shape)
+    if reduce_dims and is_narrow_float_reduce(dtypes) and not any(s == 0 for s in inputs[0].shape):
+        # XLA's algebraic simplifier makes this reduce-window a reduce, and a narrow-float
+        # reduce then follows XLA:CPU's tree order, every step rounded (reduction.tree_reduce).
+        return tree_reduce(interp, comp, inputs[0], inits[0], reduce_dims).reshape(out_shape)
     reducers = recognize_combiner(comp)
     batched = batched_call(comp, interp) if reducers is None else None
     empty = any(s == 0 for s in inputs[0].shape)
@@ -96,6 +106,23 @@ def reduce_window_reference(inst: HloInstruction, args: list, interp) -> np.ndar
         else:
             _fold_by_calls(comp, accs, values, mask, interp)
     return tuple(accs) if inst.shape.is_tuple else accs[0]
+
+
+def effective_reduce_dims(window: Window, out_shape: tuple[int, ...]) -> tuple[int, ...]:
+    """The dimensions a reduce-window reduces whole when XLA's algebraic simplifier turns it
+    into a reduce: no stride, dilation or padding anywhere, and every window dimension of size
+    1 or giving one output (so covering its whole dimension); () when it does not."""
+    dims = []
+    for i, d in enumerate(window.dimensions):
+        if (d.stride != 1 or d.window_dilation != 1 or d.base_dilation != 1
+                or d.padding_low or d.padding_high):
+            return ()
+        if d.size == 1:
+            continue
+        if out_shape[i] != 1:
+            return ()
+        dims.append(i)
+    return tuple(dims)
 
 
 def _identity(reducer, dtype: np.dtype):
