@@ -132,9 +132,12 @@ def refined_bytecode(exported, specs) -> bytes:
     """The exported module with static shapes for `specs`, as MLIR bytecode."""
     from jax._src.interpreters import mlir
     from jax._src.lib.mlir import ir
+    from jaxlib import _jax
 
     with mlir.make_ir_context(), ir.Location.unknown():
-        module = ir.Module.parse(exported.mlir_module())
+        # The serialized module itself, not `exported.mlir_module()`, which deserializes it in a
+        # context of its own and prints it, only for us to parse the text again.
+        module = _jax.mlir.deserialize_portable_artifact(exported.mlir_module_serialized)
         _wrap_static_main(module, specs)
         try:
             refined = mlir.refine_polymorphic_shapes(module)
@@ -159,7 +162,10 @@ def from_exported(exported, *args, platform: str = "cpu") -> HloModule:
     if not _is_polymorphic(exported):
         if args:
             solve_dimension_variables(exported, [_spec(a) for a in args])
-        module = from_stablehlo(exported.mlir_module(), module_name=name)
+        # The portable artifact as serialized (from_stablehlo reads it directly): the text of
+        # `exported.mlir_module()` costs a deserialization and a print in a context of JAX's
+        # own, then a parse, about 20x the import of a small function.
+        module = from_stablehlo(exported.mlir_module_serialized, module_name=name)
     else:
         if not args:
             dims = sorted({str(d) for aval in exported.in_avals for d in aval.shape if not isinstance(d, int)})

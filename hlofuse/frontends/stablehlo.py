@@ -12,81 +12,22 @@ loop state of a `while`, passed as branch operands of a `conditional`).
 """
 from __future__ import annotations
 
+import gc
 import re
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from ..hlo.attributes import Raw
 from ..hlo.errors import HloError, UnsupportedError
 from ..hlo.ir import HloComputation, HloInstruction, HloModule
 from ..hlo.shapes import Shape, TupleShape
+from .stablehlo_mlir import (  # noqa: F401 - parse_mlir, mlir_context: this module's API before the split
+    ContextState, StableHloImportError, context_state, legalize_chlo, mlir_context, parse_mlir)
 from .stablehlo_types import hlo_shape
 
 _NUMBERED = re.compile(r"(\.\d+)+$")
 _FILE_LOC = re.compile(r'"([^"]*)":(\d+):(\d+)')
 _NAME_LOC = re.compile(r'^loc\("([^"]*)"[()]')
-
-
-class StableHloImportError(HloError):
-    """The StableHLO module could not be parsed or legalized."""
-
-
-def mlir_context():
-    """A fresh MLIR context with the StableHLO, CHLO and func dialects (jaxlib's)."""
-    from jax._src.interpreters import mlir
-
-    return mlir.make_ir_context()
-
-
-def _register_passes() -> None:
-    from jaxlib.mlir._mlir_libs import _stablehlo
-
-    if not getattr(_register_passes, "done", False):
-        _stablehlo.register_stablehlo_passes()
-        _register_passes.done = True
-
-
-def parse_mlir(source: str | bytes):
-    """Parse StableHLO text or bytecode (portable artifacts included) into an ir.Module."""
-    from jax._src.lib.mlir import ir
-
-    if isinstance(source, (bytes, bytearray)):
-        data = bytes(source)
-        if not data.startswith(b"ML\xefR"):
-            return _parse_text(data.decode("utf-8", errors="replace"), ir)
-        try:
-            module = ir.Module.parse(data)
-        except Exception as e:  # noqa: BLE001 - MLIR says why
-            raise StableHloImportError(f"cannot read MLIR bytecode: {e}") from None
-        if any(op.operation.name.startswith("vhlo.") for op in module.body.operations):
-            # A portable artifact (versioned VHLO, as jax.export serializes): back to StableHLO.
-            from jax._src.lib import _jax
-
-            try:
-                module = _jax.mlir.deserialize_portable_artifact(data)
-            except Exception as e:  # noqa: BLE001
-                raise StableHloImportError(f"cannot deserialize the StableHLO portable artifact: {e}") from None
-        return module
-    return _parse_text(source, ir)
-
-
-def _parse_text(text: str, ir):
-    try:
-        return ir.Module.parse(text)
-    except Exception as e:  # MLIR reports the position in its message
-        raise StableHloImportError(f"cannot parse StableHLO: {e}") from None
-
-
-def legalize_chlo(module) -> None:
-    """Rewrite CHLO ops (erf_inv, lgamma, top_k, ...) into StableHLO, as XLA does."""
-    from jax._src.lib.mlir import passmanager
-
-    _register_passes()
-    try:
-        pm = passmanager.PassManager.parse("builtin.module(func.func(chlo-legalize-to-stablehlo))")
-        pm.run(module.operation)
-    except Exception as e:  # noqa: BLE001
-        raise StableHloImportError(f"CHLO legalization failed: {e}") from None
 
 
 def location_text(op, filename: str | None = None) -> str:
@@ -107,6 +48,19 @@ def location_name(op) -> str:
     return m.group(1) if m else ""
 
 
+def location_metadata(location_str: str) -> Raw | None:
+    """`{op_name="jit(f)/sin" source_file="f.py" source_line=4}` for a printed location that
+    has a name, else None."""
+    m = _NAME_LOC.match(location_str)
+    if not m:
+        return None
+    parts = [f'op_name="{_escape(m.group(1))}"']
+    f = _FILE_LOC.search(location_str)
+    if f and f.group(1) != "-":
+        parts.append(f'source_file="{_escape(f.group(1))}" source_line={f.group(2)}')
+    return Raw("{" + " ".join(parts) + "}")
+
+
 @dataclass
 class Scope:
     """Values visible while converting one block: MLIR value -> HLO instruction."""
@@ -122,11 +76,31 @@ class Scope:
             raise UnsupportedError(f"value {value.get_name()} is used where it is not visible") from None
 
 
+@dataclass
+class _BlockJob:
+    """A block waiting to be converted into `scope`, and what to do with its results."""
+
+    block: Any
+    scope: Scope
+    finish: Callable[[list[HloInstruction]], None]
+    ops: Iterator | None = None  # where the conversion stands (set once it started)
+
+
+_TERMINATORS = frozenset(("func.return", "stablehlo.return"))
+
+
 class Importer:
-    """Converts one parsed (and CHLO-legalized) MLIR module into an HloModule."""
+    """Converts one parsed (and CHLO-legalized) MLIR module into an HloModule.
+
+    Blocks are converted by one loop over an explicit stack of blocks (`_run`): a rule that
+    needs a region converted (a reduce body, a while body, a callee) gets its computation at
+    once and the region is queued; the loop converts queued regions right after that op, before
+    the op that follows it, so computations are built and named in the same order as by
+    recursion, yet nesting depth costs no Python stack.
+    """
 
     def __init__(self, mlir_module, name: str, filename: str | None = None,
-                 custom_call_handler: Callable | None = None) -> None:
+                 custom_call_handler: Callable | None = None, state: ContextState | None = None) -> None:
         self.mlir_module = mlir_module
         self.filename = filename or "<string>"
         self.module = HloModule(name)
@@ -137,6 +111,13 @@ class Importer:
                 self.funcs[_sym_name(op)] = op
         self.converted: dict[str, HloComputation] = {}
         self.op: Any = None  # the op being converted, for error messages
+        # Caches keyed by what the MLIR context uniques (types, locations): shared by the
+        # imports that reuse the context when its state is given.
+        self._shapes: dict = state.shapes if state is not None else {}
+        self._metadata: dict = state.metadata if state is not None else {}
+        self._metadata_of: tuple[Any, Raw | None] = (None, None)  # (op, its metadata), the last looked up
+        self._free: dict = {}  # first block of a region -> its free values
+        self._queued: list[_BlockJob] | None = None  # regions queued by the op being converted
 
     # ---- errors ------------------------------------------------------------------------
     def unsupported(self, reason: str, op=None) -> UnsupportedError:
@@ -147,6 +128,14 @@ class Importer:
         source = location_name(op)
         what = op.name + (f" ({source})" if source else "")
         return UnsupportedError(f"{location_text(op, self.filename)}: {what}: {reason}")
+
+    # ---- types -------------------------------------------------------------------------
+    def shape(self, mlir_type) -> Shape:
+        """The hlofuse shape of an MLIR type (converted once per distinct type)."""
+        shape = self._shapes.get(mlir_type)
+        if shape is None:
+            shape = self._shapes[mlir_type] = hlo_shape(mlir_type)
+        return shape
 
     # ---- functions ---------------------------------------------------------------------
     def import_entry(self, entry: str = "main") -> HloModule:
@@ -169,16 +158,18 @@ class Importer:
         comp = HloComputation(name)
         self.converted[name] = comp
         scope = self._parameter_scope(comp, block)
-        results = self.block(block, scope)
+        self._convert(block, scope, lambda results: self._finish(comp, results))
+        return comp
+
+    def _finish(self, comp: HloComputation, results: list[HloInstruction]) -> None:
         comp.root = self.pack(comp, results)
         self.module.add_computation(comp)
-        return comp
 
     def _parameter_scope(self, comp: HloComputation, block) -> Scope:
         """A scope for `comp` in which the block's arguments are its parameters `Arg_<i>`."""
         scope = Scope(comp)
         for i, arg in enumerate(block.arguments):
-            p = HloInstruction("parameter", hlo_shape(arg.type), name=f"Arg_{i}")
+            p = HloInstruction("parameter", self.shape(arg.type), name=f"Arg_{i}")
             p.parameter_number = i
             scope.values[arg] = p
             self._add(comp, p)
@@ -190,15 +181,13 @@ class Importer:
         block = region.blocks[0]
         comp = HloComputation(name)
         scope = self._parameter_scope(comp, block)
-        for value in free_values(region):
+        for value in self.free_values(region):
             # MLIR's folders hoist constants out of regions; HLO computations get their own copy.
             owner = getattr(value.owner, "operation", None)  # None for a block argument
             if owner is None or owner.name != "stablehlo.constant":
                 raise self.unsupported(f"region of {name} uses a value of the enclosing function")
             scope.values[value] = self.constant_copy(owner, scope)
-        results = self.block(block, scope)
-        comp.root = self.pack(comp, results)
-        self.module.add_computation(comp)
+        self._convert(block, scope, lambda results: self._finish(comp, results))
         return comp
 
     def constant_copy(self, constant_op, scope: Scope) -> HloInstruction:
@@ -234,42 +223,84 @@ class Importer:
             else:
                 scope.values[value] = g
                 passthrough.append(g)
-        results = self.block(block, scope)
-        if extra_outputs:
-            results = list(results) + passthrough
-            comp.root = self._add(comp, HloInstruction("tuple", TupleShape(tuple(r.shape for r in results)),
-                                                      results, name="tuple"))
-        else:
-            comp.root = self.pack(comp, results)
-        self.module.add_computation(comp)
+
+        def finish(results: list[HloInstruction]) -> None:
+            if extra_outputs:
+                results = list(results) + passthrough
+                comp.root = self._add(comp, HloInstruction("tuple", TupleShape(tuple(r.shape for r in results)),
+                                                          results, name="tuple"))
+            else:
+                comp.root = self.pack(comp, results)
+            self.module.add_computation(comp)
+
+        self._convert(block, scope, finish)
         return comp
 
     # ---- blocks and ops ----------------------------------------------------------------
     def block(self, block, scope: Scope) -> list[HloInstruction]:
-        """Convert the ops of a block; return the HLO values of its terminator's operands."""
-        from . import stablehlo_ops
+        """Convert the ops of a block (and the regions they hold) now; return the HLO values
+        of its terminator's operands."""
+        out: list[HloInstruction] = []
+        self._run(_BlockJob(block, scope, out.extend))
+        return out
 
-        for op in block.operations:
-            op = op.operation
-            self.op = op
-            if op.name in ("func.return", "stablehlo.return"):
-                return [scope.get(v) for v in op.operands]
-            rule = stablehlo_ops.rule_for(op.name)
-            if rule is None:
-                raise self.unsupported("hlofuse cannot import this op")
-            try:
-                results = rule(self, op, scope)
-            except HloError:
-                raise
-            except Exception as e:  # a malformed attribute and the like: name the op
-                raise self.unsupported(f"cannot convert: {type(e).__name__}: {e}", op) from e
-            self.op = op  # converting nested regions moved it
-            results = results if isinstance(results, (list, tuple)) else [results]
-            if len(results) != len(op.results):
-                raise self.unsupported(f"converted to {len(results)} values, the op has {len(op.results)}")
-            for value, inst in zip(op.results, results):
-                scope.values[value] = inst
-        raise self.unsupported("block has no terminator")
+    def _convert(self, block, scope: Scope, finish: Callable[[list[HloInstruction]], None]) -> None:
+        """Convert `block` and pass its results to `finish`: queued when an op is being
+        converted (the loop of `_run` takes it next), else at once."""
+        job = _BlockJob(block, scope, finish)
+        if self._queued is None:
+            self._run(job)
+        else:
+            self._queued.append(job)
+
+    def _run(self, job: _BlockJob) -> None:
+        """Convert `job` and the regions its ops queue, depth first, on an explicit stack."""
+        from .stablehlo_ops import rule_for
+
+        outer = self._queued, self.op
+        stack = [job]
+        try:
+            while stack:
+                job = stack[-1]
+                if job.ops is None:
+                    # A generator: the bindings' iterator object does not keep its position
+                    # across `for` loops (iter() of it starts again).
+                    job.ops = (op for op in job.block.operations)
+                values = job.scope.values
+                self._queued = queued = []
+                for op in job.ops:
+                    op = op.operation
+                    self.op = op
+                    name = op.name
+                    if name in _TERMINATORS:
+                        results = [job.scope.get(v) for v in op.operands]
+                        stack.pop()
+                        job.finish(results)
+                        break
+                    rule = rule_for(name)
+                    if rule is None:
+                        raise self.unsupported("hlofuse cannot import this op")
+                    try:
+                        results = rule(self, op, job.scope)
+                    except HloError:
+                        raise
+                    except Exception as e:  # a malformed attribute and the like: name the op
+                        raise self.unsupported(f"cannot convert: {type(e).__name__}: {e}", op) from e
+                    self.op = op
+                    mlir_results = op.results
+                    if not isinstance(results, (list, tuple)):
+                        results = [results]
+                    if len(results) != len(mlir_results):
+                        raise self.unsupported(f"converted to {len(results)} values, the op has {len(mlir_results)}")
+                    for value, inst in zip(mlir_results, results):
+                        values[value] = inst
+                    if queued:  # convert the op's regions before its successors
+                        stack.extend(reversed(queued))
+                        break
+                else:
+                    raise self.unsupported("block has no terminator")
+        finally:
+            self._queued, self.op = outer
 
     def _add(self, comp: HloComputation, inst: HloInstruction) -> HloInstruction:
         comp.add_instruction(inst)
@@ -278,25 +309,32 @@ class Importer:
     def emit(self, scope: Scope, opcode: str, shape: Shape, operands=(), attrs=None, name: str | None = None) -> HloInstruction:
         """Add a new instruction to the computation being built (with XLA-style `metadata`
         naming the JAX op and source line when the MLIR op's location has them)."""
-        attrs = dict(attrs or {})
+        attrs = dict(attrs) if attrs else {}
         metadata = self.metadata(self.op)
         if metadata is not None:
             attrs.setdefault("metadata", metadata)
-        inst = HloInstruction(opcode, shape, list(operands), attrs, name or opcode)
-        return self._add(scope.comp, inst)
+        inst = HloInstruction(opcode, shape, operands, attrs, name or opcode)
+        scope.comp.add_instruction(inst)
+        return inst
 
     def metadata(self, op) -> Raw | None:
-        """`{op_name="jit(f)/sin" source_file="f.py" source_line=4}` for a named op, else None."""
+        """`{op_name="jit(f)/sin" source_file="f.py" source_line=4}` for a named op, else None.
+
+        Printing a location costs more than converting most ops (JAX's locations are call-site
+        chains), so it is read once per distinct location (`loc.attr` is uniqued by MLIR) and
+        once per op."""
         if op is None:
             return None
-        name = location_name(op)
-        if not name:
-            return None
-        parts = [f'op_name="{_escape(name)}"']
-        m = _FILE_LOC.search(str(op.location))
-        if m and m.group(1) != "-":
-            parts.append(f'source_file="{_escape(m.group(1))}" source_line={m.group(2)}')
-        return Raw("{" + " ".join(parts) + "}")
+        last_op, last = self._metadata_of
+        if op is last_op:
+            return last
+        loc = op.location.attr
+        try:
+            metadata = self._metadata[loc]
+        except KeyError:
+            metadata = self._metadata[loc] = location_metadata(str(loc))
+        self._metadata_of = (op, metadata)
+        return metadata
 
     def pack(self, comp: HloComputation, values: list[HloInstruction]) -> HloInstruction:
         """One value as is; several (or none) as a tuple."""
@@ -311,6 +349,19 @@ class Importer:
         return [self.emit(scope, "get-tuple-element", inst.shape.elements[i], [inst], {"index": i})
                 for i in range(count)]
 
+    def free_values(self, region) -> list:
+        """`free_values(region)`, computed for a region and all regions nested in it by one walk
+        (a nested region's list is then looked up, not recomputed by another walk)."""
+        blocks = region.blocks
+        if len(blocks) == 0:
+            return []
+        key = blocks[0]
+        found = self._free.get(key)
+        if found is None:
+            self._free.update(_free_values_nested(region))
+            found = self._free[key]
+        return found
+
 
 def _escape(text: str) -> str:
     return text.replace("\\", "\\\\").replace('"', '\\"')
@@ -322,29 +373,59 @@ def _sym_name(func_op) -> str:
 
 def free_values(region) -> list:
     """Values used inside `region` (nested regions included) but defined outside it, in first-use order."""
-    defined = set()
-    used: list = []
-    seen = set()
-
-    def visit_region(r) -> None:
-        for b in r.blocks:
-            for a in b.arguments:
-                defined.add(a)
-            for op in b.operations:
-                op = op.operation
-                for v in op.operands:
-                    if v not in seen:
-                        seen.add(v)
-                        used.append(v)
-                for v in op.results:
-                    defined.add(v)
-                for inner in op.regions:
-                    visit_region(inner)
-
-    visit_region(region)
-    return [v for v in used if v not in defined]
+    if len(region.blocks) == 0:
+        return []
+    return _free_values_nested(region)[region.blocks[0]]
 
 
+def _free_values_nested(region) -> dict:
+    """Free values (as `free_values`) of `region` and of every region nested in it, keyed by
+    each region's first block; one iterative walk, so nesting depth costs no Python stack.
+
+    A value used at nesting depth k and defined at depth d (-1: outside `region`) is free in
+    the open regions at depths d+1 .. k; each region keeps its own first-use order."""
+    depth_of: dict = {}  # value -> depth of the region defining it
+    out: dict = {}
+    # One frame per open region, outermost first: [ops, later sibling regions, free list, free set, key].
+    stack: list[list] = []
+
+    def open_region(r, siblings: list) -> None:
+        key = r.blocks[0] if len(r.blocks) else None
+        stack.append([_ops_of_region(r, len(stack), depth_of), siblings, [], set(), key])
+
+    open_region(region, [])
+    while stack:
+        frame = stack[-1]
+        op = next(frame[0], None)
+        if op is None:
+            stack.pop()
+            if frame[4] is not None:
+                out[frame[4]] = frame[2]
+            if frame[1]:  # the op's next region, at the same depth
+                open_region(frame[1][0], frame[1][1:])
+            continue
+        depth = len(stack) - 1
+        for v in op.operands:
+            for d in range(depth_of.get(v, -1) + 1, depth + 1):
+                f = stack[d]
+                if v not in f[3]:
+                    f[3].add(v)
+                    f[2].append(v)
+        for v in op.results:
+            depth_of[v] = depth
+        regions = list(op.regions)
+        if regions:
+            open_region(regions[0], regions[1:])
+    return out
+
+
+def _ops_of_region(region, depth: int, depth_of: dict) -> Iterator:
+    """The ops of a region's blocks in order, recording block arguments as defined at `depth`."""
+    for b in region.blocks:
+        for a in b.arguments:
+            depth_of[a] = depth
+        for op in b.operations:
+            yield op.operation
 def from_stablehlo(source: str | bytes, entry: str = "main", filename: str | None = None,
                    inline_calls: bool = True, custom_call_handler: Callable | None = None,
                    module_name: str | None = None) -> HloModule:
@@ -354,15 +435,41 @@ def from_stablehlo(source: str | bytes, entry: str = "main", filename: str | Non
     are then inlined (as XLA's CallInliner does). `custom_call_handler(importer, op, scope, target)`
     may convert custom calls the importer does not know (return None to refuse).
     """
-    with mlir_context():
-        mod = parse_mlir(source)
-        legalize_chlo(mod)
-        name = re.sub(r"[^A-Za-z0-9_.\-]", "_", module_name or _module_name(mod)) or "module"
-        importer = Importer(mod, name, filename, custom_call_handler)
-        module = importer.import_entry(entry)
-    if inline_calls:
-        inline_all_calls(module)
+    state = context_state(len(source))
+    # The import only builds objects that stay alive (as the HLO parser, which does the same):
+    # the cyclic collector's passes over the growing graph would find nothing to free.
+    gc_was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        with state.context:
+            mod = parse_mlir(source)
+            # Text without "chlo." has no CHLO op (generic form included): no pass to run.
+            if not isinstance(source, str) or "chlo." in source:
+                legalize_chlo(mod, state)
+            name = re.sub(r"[^A-Za-z0-9_.\-]", "_", module_name or _module_name(mod)) or "module"
+            importer = Importer(mod, name, filename, custom_call_handler, state)
+            module = importer.import_entry(entry)
+        if inline_calls and _inline_all_calls(module):
+            _remove_inlined_functions(module, importer.converted.values())
+    finally:
+        if gc_was_enabled:
+            gc.enable()
     return module
+
+
+def _remove_inlined_functions(module: HloModule, functions) -> None:
+    """Drop the computations of inlined functions: what `remove_unreachable_computations`
+    would drop, without its walk over every instruction's attributes (a fifth of the import
+    of a JAX program). The walk converts only what the entry reaches and only `call`s name a
+    function (region computations stay referenced by the copies of their instructions), so
+    once no `call` is left, the functions other than the entry are exactly the unreachable
+    computations."""
+    if any(inst.opcode == "call" for comp in module.computations for inst in comp.instructions):
+        module.remove_unreachable_computations()  # not expected: let the general walk decide
+        return
+    ids = {id(f) for f in functions if f is not module.entry}
+    for comp in [c for c in module.computations if id(c) in ids]:
+        module.remove_computation(comp)
 
 
 def _module_name(mod) -> str:
@@ -374,19 +481,50 @@ def _module_name(mod) -> str:
 
 def inline_all_calls(module: HloModule) -> None:
     """Replace every `call` instruction by a copy of its callee; drop unreachable computations."""
+    _inline_all_calls(module)
+    module.remove_unreachable_computations()
+
+
+def _inline_all_calls(module: HloModule) -> bool:
+    """Inline every `call` (calls copied in from callees in later rounds); True if any was."""
+    inlined = False
     changed = True
     while changed:
         changed = False
         for comp in list(module.computations):
-            for inst in list(comp.instructions):
-                if inst.opcode == "call" and inst.parent is comp:
-                    inline_call(inst)
-                    changed = True
-    module.remove_unreachable_computations()
+            changed |= _inline_calls_of(comp)
+        inlined |= changed
+    return inlined
 
 
-def inline_call(call: HloInstruction) -> HloInstruction:
-    """Inline one `call`; returns the instruction that replaced it."""
+def _inline_calls_of(comp: HloComputation) -> bool:
+    """Inline the calls among `comp`'s instructions (not those the copies bring in).
+
+    Each call's copies are named and the call removed one call after the other, as
+    `inline_call` does, but the instruction list is put in order once at the end (each call
+    replaced by its copies where it stood): placing each copy at its call by list insertion
+    made a computation with many calls quadratic."""
+    snapshot = list(comp.instructions)
+    copies: dict[int, list[HloInstruction]] = {}
+    for inst in snapshot:
+        if inst.opcode == "call" and inst.parent is comp:
+            copies[id(inst)] = _inline_call_appending(inst)[0]
+    if not copies:
+        return False
+    order: list[HloInstruction] = []
+    for inst in snapshot:
+        if id(inst) in copies:
+            order.extend(copies[id(inst)])
+        elif inst.parent is comp:
+            order.append(inst)
+    placed = {id(i) for i in order}
+    comp.instructions[:] = order + [i for i in comp.instructions if id(i) not in placed]
+    return True
+
+
+def _inline_call_appending(call: HloInstruction) -> tuple[list[HloInstruction], HloInstruction]:
+    """Inline one `call` with its callee's copies appended to the caller's instruction list;
+    returns the copies (in the callee's post order) and the instruction that replaced the call."""
     comp = call.parent
     callee: HloComputation = call.attrs["to_apply"]
     mapping: dict[int, HloInstruction] = {}
@@ -397,14 +535,20 @@ def inline_call(call: HloInstruction) -> HloInstruction:
             continue
         clone = inst.clone(name=_NUMBERED.sub("", inst.name), operands=[mapping[id(o)] for o in inst.operands])
         mapping[id(inst)] = clone
-        new.append(clone)
-    # Keep the instruction list in a valid order: the clones go right before the call.
-    pos = comp.instructions.index(call)
-    for k, clone in enumerate(new):
         comp.add_instruction(clone)
-        comp.instructions.remove(clone)
-        comp.instructions.insert(pos + k, clone)
+        new.append(clone)
     result = mapping[id(callee.root)]
     call.replace_all_uses_with(result)
     comp.remove_instruction(call)
+    return new, result
+
+
+def inline_call(call: HloInstruction) -> HloInstruction:
+    """Inline one `call`; returns the instruction that replaced it."""
+    comp = call.parent
+    pos = comp.instructions.index(call)
+    new, result = _inline_call_appending(call)
+    # Keep the instruction list in a valid order: the clones go where the call was.
+    del comp.instructions[len(comp.instructions) - len(new):]
+    comp.instructions[pos:pos] = new
     return result

@@ -16,7 +16,7 @@ from ..hlo import opcodes
 from ..hlo.attributes import ConvDimensionNumbers, Window, WindowDimension
 from ..hlo.ir import HloInstruction
 from ..hlo.shapes import TOKEN_SHAPE, TupleShape, array
-from .stablehlo_types import dense_to_numpy, hlo_shape, parse_dense_text
+from .stablehlo_types import dense_to_numpy, parse_dense_text
 
 RULES: dict[str, Callable] = {}
 
@@ -31,10 +31,23 @@ def rule(*names: str) -> Callable[[Callable], Callable]:
     return deco
 
 
+_ELEMENTWISE_RULES: dict[str, Callable | None] = {}  # op name -> rule derived from the registry
+
+
 def rule_for(op_name: str) -> Callable | None:
     """The rule converting `op_name`, or None when hlofuse has none."""
-    if op_name in RULES:
-        return RULES[op_name]
+    found = RULES.get(op_name)
+    if found is not None:
+        return found
+    try:
+        return _ELEMENTWISE_RULES[op_name]
+    except KeyError:
+        found = _ELEMENTWISE_RULES[op_name] = _elementwise_rule(op_name)
+        return found
+
+
+def _elementwise_rule(op_name: str) -> Callable | None:
+    """The rule of `stablehlo.<name>` when `<name with dashes>` is an elementwise registry row."""
     dialect, _, base = op_name.partition(".")
     if dialect != "stablehlo":
         return None
@@ -42,7 +55,8 @@ def rule_for(op_name: str) -> Callable | None:
     if opcodes.is_known(hlo):
         info = opcodes.op_info(hlo)
         if info.elementwise and info.kind in ("unary", "binary", "ternary") and info.called == ():
-            return lambda imp, op, scope: _elementwise(imp, op, scope, hlo)
+            ternary = info.kind == "ternary"
+            return lambda imp, op, scope: _elementwise(imp, op, scope, hlo, ternary)
     return None
 
 
@@ -83,15 +97,19 @@ def _enum(op, name: str, default: str | None = None) -> str | None:
 
 
 def _operands(scope, op) -> list[HloInstruction]:
-    return [scope.get(v) for v in op.operands]
+    values = scope.values
+    try:
+        return [values[v] for v in op.operands]
+    except KeyError:
+        return [scope.get(v) for v in op.operands]  # raises, naming the value
 
 
-def _result_shape(op, i: int = 0):
-    return hlo_shape(op.results[i].type)
+def _result_shape(imp, op, i: int = 0):
+    return imp.shape(op.results[i].type)
 
 
-def _results_shape(op):
-    shapes = [hlo_shape(r.type) for r in op.results]
+def _results_shape(imp, op):
+    shapes = [imp.shape(r.type) for r in op.results]
     return shapes[0] if len(shapes) == 1 else TupleShape(tuple(shapes))
 
 
@@ -102,7 +120,7 @@ def _direct(name: str, **readers: Callable) -> None:
 
     def convert(imp, op, scope):
         attrs = {key: read(op) for key, read in readers.items()}
-        return imp.emit(scope, opcode, _result_shape(op), _operands(scope, op), attrs)
+        return imp.emit(scope, opcode, _result_shape(imp, op), _operands(scope, op), attrs)
 
     RULES["stablehlo." + name] = convert
 
@@ -110,7 +128,7 @@ def _direct(name: str, **readers: Callable) -> None:
 def _emit_results(imp, scope, op, opcode: str, attrs: dict, operands=None) -> list[HloInstruction]:
     """Emit `opcode` with the op's (possibly tuple) result shape; one HLO value per MLIR result."""
     operands = _operands(scope, op) if operands is None else operands
-    inst = imp.emit(scope, opcode, _results_shape(op), operands, attrs)
+    inst = imp.emit(scope, opcode, _results_shape(imp, op), operands, attrs)
     return imp.unpack(scope, inst, len(op.results))
 
 
@@ -123,10 +141,10 @@ def _broadcast_scalar(imp, scope, inst: HloInstruction, like) -> HloInstruction:
 
 
 # ---- elementwise ------------------------------------------------------------------------
-def _elementwise(imp, op, scope, opcode: str) -> HloInstruction:
-    shape = _result_shape(op)
+def _elementwise(imp, op, scope, opcode: str, ternary: bool) -> HloInstruction:
+    shape = _result_shape(imp, op)
     operands = _operands(scope, op)
-    if opcodes.op_info(opcode).kind == "ternary":  # select and clamp take scalars in StableHLO
+    if ternary:  # select and clamp take scalars in StableHLO
         operands = [_broadcast_scalar(imp, scope, o, shape) for o in operands]
     return imp.emit(scope, opcode, shape, operands)
 
@@ -137,7 +155,7 @@ def _compare(imp, op, scope):
     ctype = _enum(op, "compare_type")
     if ctype and ctype != "NOTYPE":
         attrs["type"] = ctype
-    return imp.emit(scope, "compare", _result_shape(op), _operands(scope, op), attrs)
+    return imp.emit(scope, "compare", _result_shape(imp, op), _operands(scope, op), attrs)
 
 
 _direct("reduce_precision", exponent_bits=lambda op: _int(op, "exponent_bits"),
@@ -147,7 +165,7 @@ _direct("reduce_precision", exponent_bits=lambda op: _int(op, "exponent_bits"),
 # ---- leaves -----------------------------------------------------------------------------
 @rule("stablehlo.constant")
 def _constant(imp, op, scope):
-    shape = _result_shape(op)
+    shape = _result_shape(imp, op)
     if shape.dtype.is_complex:
         # The bindings cannot wrap complex dense attributes: read the printed op instead.
         literal = parse_dense_text(op.get_asm(), shape)
@@ -165,7 +183,7 @@ _direct("iota", iota_dimension=lambda op: _int(op, "iota_dimension"))
 def _get_dimension_size(imp, op, scope):
     operand = scope.get(op.operands[0])
     size = operand.shape.dims[_int(op, "dimension")]
-    shape = _result_shape(op)
+    shape = _result_shape(imp, op)
     inst = imp.emit(scope, "constant", shape, name="constant")
     inst.literal = np.array(size, dtype=shape.dtype.numpy)
     return inst
@@ -175,7 +193,7 @@ def _get_dimension_size(imp, op, scope):
 @rule("stablehlo.broadcast_in_dim")
 def _broadcast_in_dim(imp, op, scope):
     operand = scope.get(op.operands[0])
-    shape = _result_shape(op)
+    shape = _result_shape(imp, op)
     dims = _ints(op, "broadcast_dimensions", ())
     # StableHLO may stretch a size-1 operand dimension; HLO broadcast cannot, so such
     # dimensions are reshaped away first (as XLA's importer does).
@@ -191,7 +209,7 @@ def _broadcast_in_dim(imp, op, scope):
 @rule("stablehlo.broadcast")
 def _broadcast(imp, op, scope):
     operand = scope.get(op.operands[0])
-    shape = _result_shape(op)
+    shape = _result_shape(imp, op)
     sizes = _ints(op, "broadcast_sizes", ())
     dims = tuple(range(len(sizes), len(sizes) + operand.shape.rank))
     return imp.emit(scope, "broadcast", shape, [operand], {"dimensions": dims})
@@ -206,7 +224,7 @@ def _slice(imp, op, scope):
     start = _ints(op, "start_indices")
     limit = _ints(op, "limit_indices")
     strides = _ints(op, "strides", (1,) * len(start))
-    return imp.emit(scope, "slice", _result_shape(op), _operands(scope, op),
+    return imp.emit(scope, "slice", _result_shape(imp, op), _operands(scope, op),
                     {"slice": tuple(zip(start, limit, strides))})
 
 
@@ -219,7 +237,7 @@ _direct("concatenate", dimensions=lambda op: (_int(op, "dimension"),))
 def _pad(imp, op, scope):
     lo, hi = _ints(op, "edge_padding_low"), _ints(op, "edge_padding_high")
     interior = _ints(op, "interior_padding", (0,) * len(lo))
-    return imp.emit(scope, "pad", _result_shape(op), _operands(scope, op),
+    return imp.emit(scope, "pad", _result_shape(imp, op), _operands(scope, op),
                     {"padding": tuple(zip(lo, hi, interior))})
 
 
@@ -228,7 +246,7 @@ _direct("reverse", dimensions=lambda op: _ints(op, "dimensions"))
 
 @rule("stablehlo.gather")
 def _gather(imp, op, scope):
-    from jax._src.lib.mlir.dialects import hlo
+    from jaxlib.mlir._mlir_libs import _stablehlo as hlo
 
     dn = hlo.GatherDimensionNumbers(op.attributes["dimension_numbers"])
     attrs = {
@@ -241,7 +259,7 @@ def _gather(imp, op, scope):
         "slice_sizes": _ints(op, "slice_sizes"),
         "indices_are_sorted": _bool(op, "indices_are_sorted"),
     }
-    return imp.emit(scope, "gather", _result_shape(op), _operands(scope, op), attrs)
+    return imp.emit(scope, "gather", _result_shape(imp, op), _operands(scope, op), attrs)
 
 
 @rule("stablehlo.tuple")
@@ -252,7 +270,7 @@ def _tuple(imp, op, scope):
 
 @rule("stablehlo.get_tuple_element")
 def _get_tuple_element(imp, op, scope):
-    return imp.emit(scope, "get-tuple-element", _result_shape(op), _operands(scope, op),
+    return imp.emit(scope, "get-tuple-element", _result_shape(imp, op), _operands(scope, op),
                     {"index": _int(op, "index")})
 
 
@@ -303,15 +321,15 @@ def _reduce_window(imp, op, scope):
 def _select_and_scatter(imp, op, scope):
     select = imp.region_computation(op.regions[0], "select")
     scatter = imp.region_computation(op.regions[1], "scatter")
-    rank = len(hlo_shape(op.operands[0].type).dims)
+    rank = len(imp.shape(op.operands[0].type).dims)
     window = _window(_ints(op, "window_dimensions", (1,) * rank), _ints(op, "window_strides"), _padding(op))
-    return imp.emit(scope, "select-and-scatter", _result_shape(op), _operands(scope, op),
+    return imp.emit(scope, "select-and-scatter", _result_shape(imp, op), _operands(scope, op),
                     {"window": window, "select": select, "scatter": scatter})
 
 
 @rule("stablehlo.scatter")
 def _scatter(imp, op, scope):
-    from jax._src.lib.mlir.dialects import hlo
+    from jaxlib.mlir._mlir_libs import _stablehlo as hlo
 
     dn = hlo.ScatterDimensionNumbers(op.attributes["scatter_dimension_numbers"])
     body = imp.region_computation(op.regions[0], "scatter_body")
@@ -332,7 +350,7 @@ def _scatter(imp, op, scope):
 @rule("stablehlo.sort")
 def _sort(imp, op, scope):
     comparator = imp.region_computation(op.regions[0], "compare")
-    rank = len(hlo_shape(op.results[0].type).dims)
+    rank = len(imp.shape(op.results[0].type).dims)
     dim = _int(op, "dimension", -1)
     attrs = {"dimensions": (dim % rank if rank else 0,), "is_stable": _bool(op, "is_stable"),
              "to_apply": comparator}
@@ -342,14 +360,14 @@ def _sort(imp, op, scope):
 @rule("stablehlo.map")
 def _map(imp, op, scope):
     body = imp.region_computation(op.regions[0], "map_body")
-    return imp.emit(scope, "map", _result_shape(op), _operands(scope, op),
+    return imp.emit(scope, "map", _result_shape(imp, op), _operands(scope, op),
                     {"dimensions": _ints(op, "dimensions"), "to_apply": body})
 
 
 # ---- linear algebra ---------------------------------------------------------------------
 @rule("stablehlo.dot_general")
 def _dot_general(imp, op, scope):
-    from jax._src.lib.mlir.dialects import hlo
+    from jaxlib.mlir._mlir_libs import _stablehlo as hlo
 
     dn = hlo.DotDimensionNumbers(op.attributes["dot_dimension_numbers"])
     attrs = {
@@ -358,7 +376,7 @@ def _dot_general(imp, op, scope):
         "rhs_batch_dims": tuple(dn.rhs_batching_dimensions),
         "rhs_contracting_dims": tuple(dn.rhs_contracting_dimensions),
     }
-    return imp.emit(scope, "dot", _result_shape(op), _operands(scope, op), attrs)
+    return imp.emit(scope, "dot", _result_shape(imp, op), _operands(scope, op), attrs)
 
 
 @rule("stablehlo.dot")
@@ -366,12 +384,12 @@ def _dot(imp, op, scope):
     lhs, rhs = _operands(scope, op)
     attrs = {"lhs_batch_dims": (), "lhs_contracting_dims": (lhs.shape.rank - 1,),
              "rhs_batch_dims": (), "rhs_contracting_dims": (0,)}
-    return imp.emit(scope, "dot", _result_shape(op), [lhs, rhs], attrs)
+    return imp.emit(scope, "dot", _result_shape(imp, op), [lhs, rhs], attrs)
 
 
 @rule("stablehlo.convolution")
 def _convolution(imp, op, scope):
-    from jax._src.lib.mlir.dialects import hlo
+    from jaxlib.mlir._mlir_libs import _stablehlo as hlo
 
     lhs, rhs = _operands(scope, op)
     dn = hlo.ConvDimensionNumbers(op.attributes["dimension_numbers"])
@@ -389,7 +407,7 @@ def _convolution(imp, op, scope):
     attrs = {"window": window, "dim_labels": numbers,
              "feature_group_count": _int(op, "feature_group_count", 1),
              "batch_group_count": _int(op, "batch_group_count", 1)}
-    return imp.emit(scope, "convolution", _result_shape(op), [lhs, rhs], attrs)
+    return imp.emit(scope, "convolution", _result_shape(imp, op), [lhs, rhs], attrs)
 
 
 _direct("fft", fft_type=lambda op: _enum(op, "fft_type"), fft_length=lambda op: _ints(op, "fft_length"))
@@ -418,7 +436,7 @@ def _rng_bit_generator(imp, op, scope):
 def _rng(imp, op, scope):
     a, b = _operands(scope, op)[:2]
     dist = "rng_" + _enum(op, "rng_distribution").lower()
-    return imp.emit(scope, "rng", _result_shape(op), [a, b], {"distribution": dist})
+    return imp.emit(scope, "rng", _result_shape(imp, op), [a, b], {"distribution": dist})
 
 
 # ---- tokens -------------------------------------------------------------------------------
@@ -439,10 +457,8 @@ def _unique(values):
 
 @rule("stablehlo.while")
 def _while(imp, op, scope):
-    from .stablehlo import free_values
-
     operands = _operands(scope, op)
-    captured = _unique(free_values(op.regions[0]) + free_values(op.regions[1]))
+    captured = _unique(imp.free_values(op.regions[0]) + imp.free_values(op.regions[1]))
     state = [(None, o.shape) for o in operands] + [(c, scope.get(c).shape) for c in captured]
     init_values = operands + [scope.get(c) for c in captured]
     shape = TupleShape(tuple(s for _, s in state))
@@ -455,9 +471,7 @@ def _while(imp, op, scope):
 
 
 def _branch(imp, scope, region, name: str):
-    from .stablehlo import free_values
-
-    captured = free_values(region)
+    captured = imp.free_values(region)
     state = [(c, scope.get(c).shape) for c in captured]
     comp = imp.tuple_region_computation(region, name, state, extra_outputs=False)
     values = [scope.get(c) for c in captured]

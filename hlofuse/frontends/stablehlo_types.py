@@ -40,9 +40,23 @@ def hlo_element_type(mlir_type) -> ElementType:
         raise UnsupportedError(f"element type {text} has no HLO counterpart") from None
 
 
-def hlo_shape(mlir_type) -> Shape:
-    """The hlofuse shape (default layouts) of an MLIR tensor, tuple or token type."""
-    from jax._src.lib.mlir import ir
+def hlo_shape(mlir_type, cache: dict | None = None) -> Shape:
+    """The hlofuse shape (default layouts) of an MLIR tensor, tuple or token type.
+
+    `cache` (MLIR type -> shape) may be given for many lookups: MLIR uniques types in their
+    context, so equal types compare (and hash) equal by identity, and shapes are frozen values
+    that instructions can share. The cache keeps the types' context alive, so it should live
+    no longer than the context (the importer keeps one per context)."""
+    if cache is not None:
+        shape = cache.get(mlir_type)
+        if shape is None:
+            shape = cache[mlir_type] = _convert_type(mlir_type)
+        return shape
+    return _convert_type(mlir_type)
+
+
+def _convert_type(mlir_type) -> Shape:
+    from jaxlib.mlir import ir
 
     t = mlir_type.maybe_downcast() if hasattr(mlir_type, "maybe_downcast") else mlir_type
     if isinstance(t, ir.RankedTensorType):
@@ -51,7 +65,7 @@ def hlo_shape(mlir_type) -> Shape:
                 f"dynamic shape {t} (refine the shapes first, e.g. with from_exported and concrete arguments)")
         return array(hlo_element_type(t.element_type), tuple(t.shape))
     if isinstance(t, ir.TupleType):
-        return TupleShape(tuple(hlo_shape(t.get_type(i)) for i in range(t.num_types)))
+        return TupleShape(tuple(_convert_type(t.get_type(i)) for i in range(t.num_types)))
     text = str(mlir_type)
     if text in ("!stablehlo.token", "!hlo.token"):
         return TOKEN_SHAPE
