@@ -114,10 +114,10 @@ class Planner:
                 # like a call, its fusible parts as kernels.
                 self.plan(comp)
                 return Step(inst, "call")
-        elif inst.info.elemental is not None and inst.info.fusion != "never":
-            # A fusible op left unfused runs as a one-instruction kernel. Control flow has element
-            # generators too, but only for scalar computations inlined into a kernel (a
-            # conditional in a map body); as a step of its own it runs as a library call.
+        elif inst.info.elemental is not None and inst.info.kind != "control":
+            # An op with an element generator left unfused runs as a one-instruction kernel.
+            # Control flow has element generators too, but only for scalar computations inlined
+            # into a kernel (a conditional in a map body); as a step of its own it is a library call.
             comp = wrap_instruction(inst)
         elif (dedicated := self.dedicated_kernel(inst)) is not None:
             comp = dedicated
