@@ -74,17 +74,28 @@ def test_xla_refuses_pred_arithmetic(op):
         run_on_xla(text, [PA, PB])
 
 
-@pytest.mark.parametrize("op, want", [
-    ("subtract", PA & ~PB),  # the interpreter's definition: x and not y
-    ("divide", PA | ~PB),  # a 1-bit unsigned integer with XLA's x/0 = all ones
-    ("remainder", PA & ~PB),  # ... and x%0 = x
-    ("power", PA | ~PB),  # x**0 = 1, x**1 = x
-])
-def test_pred_arithmetic_xla_refuses(op, want):
-    """hlofuse accepts them on pred: every backend agrees with the interpreter's definition."""
-    text = _pred_module([f"r = pred[20] {op}(p0, p1)", "n = pred[20] not(r)"])
-    np.testing.assert_array_equal(run(text, [PA, PB], "interpreter")[0], want)
-    check_everywhere(text, [PA, PB], with_xla=False)
+@pytest.mark.parametrize("op", ["subtract", "divide", "remainder", "power"])
+def test_pred_arithmetic_is_refused_like_xla(op):
+    """Our verifier refuses what XLA refuses on pred, naming the instruction and the type rule."""
+    from hlofuse.hlo.errors import VerifierError
+    from hlofuse.hlo.parser import parse_hlo
+    from hlofuse.hlo.verifier import verify
+
+    with pytest.raises(VerifierError, match=rf"{op} expects a numeric type"):
+        verify(parse_hlo(_pred_module([f"r = pred[20] {op}(p0, p1)"])))
+
+
+def test_f32_to_bf16_nan_is_canonical_like_xla():
+    """A NaN converted to bf16 becomes 0x7fc0 / 0xffc0 (sign kept, payload dropped), as XLA:CPU
+    converts, on every backend; ordinary values round to nearest even."""
+    bits = np.array([0x7F810000, 0xFF930000, 0x7FC00001, 0xFFFFFFFF, 0x7F800001, 0x3F808000, 0x3F818000],
+                    np.uint32)
+    text = "HloModule m\nENTRY e {\n  p = f32[7] parameter(0)\n  ROOT c = bf16[7] convert(p)\n}\n"
+    want = run_on_xla(text, [bits.view(np.float32)])[0].view(np.uint16)
+    assert [hex(v) for v in want[:5]] == ["0x7fc0", "0xffc0", "0x7fc0", "0xffc0", "0x7fc0"]
+    for target in ("interpreter", "cpu", "gpu-emulated"):
+        got = run(text, [bits.view(np.float32)], target)[0].view(np.uint16)
+        np.testing.assert_array_equal(got, want, err_msg=target)
 
 
 REDUCERS = [("add", "false"), ("or", "false"), ("maximum", "false"), ("xor", "false"),

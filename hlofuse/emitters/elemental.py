@@ -92,11 +92,13 @@ def to_compute(b: ir.IRBuilder, v: ir.Value, et: ElementType) -> ir.Value:
 
 
 def bf16_from_f32(b: ir.IRBuilder, v: ir.Value) -> ir.Value:
-    """Round an f32 to bf16 bits, to nearest even; NaN stays a (quiet) NaN."""
+    """Round an f32 to bf16 bits, to nearest even; a NaN becomes the canonical quiet NaN with its
+    sign (0x7fc0 / 0xffc0), as XLA:CPU's convert and ml_dtypes (the interpreter) give."""
     bits = b.bitcast(v, I32)
     lsb = b.and_(b.lshr(bits, ir.Constant(I32, 16)), ir.Constant(I32, 1))
     rounded = b.lshr(b.add(bits, b.add(lsb, ir.Constant(I32, 0x7FFF))), ir.Constant(I32, 16))
-    nan = b.or_(b.lshr(bits, ir.Constant(I32, 16)), ir.Constant(I32, 0x40))
+    sign = b.and_(b.lshr(bits, ir.Constant(I32, 16)), ir.Constant(I32, 0x8000))
+    nan = b.or_(sign, ir.Constant(I32, 0x7FC0))
     isnan = b.fcmp_unordered("uno", v, v)
     return b.trunc(b.select(isnan, nan, rounded), I16)
 

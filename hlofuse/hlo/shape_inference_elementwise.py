@@ -124,8 +124,10 @@ def _binary(allowed: TypeClass):
     return rule
 
 
-register_shape_rule("add", "subtract", "multiply", "divide", "remainder", "maximum", "minimum",
-                    "power")(_binary(_any))
+# XLA takes pred for add (or), multiply (and), maximum and minimum, but refuses it for subtract,
+# divide, remainder and power (StableHLO has no i1 arithmetic; checked with XLA's compiler).
+register_shape_rule("add", "multiply", "maximum", "minimum")(_binary(_any))
+register_shape_rule("subtract", "divide", "remainder", "power")(_binary(_numeric))
 register_shape_rule("atan2")(_binary(_floating_or_complex))
 register_shape_rule("and", "or", "xor")(_binary(_integral_or_pred))
 register_shape_rule("shift-left", "shift-right-arithmetic", "shift-right-logical")(_binary(_integral))
