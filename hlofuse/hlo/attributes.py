@@ -4,6 +4,21 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+# Attributes whose value is a called computation (a list of them for branch_computations and
+# custom-call's called_computations).
+COMPUTATION_ATTRS = (
+    "to_apply",
+    "calls",
+    "condition",
+    "body",
+    "select",
+    "scatter",
+    "true_computation",
+    "false_computation",
+    "branch_computations",
+    "called_computations",  # custom-call
+)
+
 
 @dataclass(frozen=True)
 class Raw:

@@ -29,20 +29,8 @@ import re
 from operator import attrgetter
 from typing import Any, Iterable, Iterator
 
+from .attributes import COMPUTATION_ATTRS
 from .shapes import Shape
-
-COMPUTATION_ATTRS = (
-    "to_apply",
-    "calls",
-    "condition",
-    "body",
-    "select",
-    "scatter",
-    "true_computation",
-    "false_computation",
-    "branch_computations",
-    "called_computations",  # custom-call
-)
 
 
 class HloInstruction:

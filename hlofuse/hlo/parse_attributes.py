@@ -286,7 +286,5 @@ def encode_attribute(key: str, value: Any) -> str:
             return "x".join(f"{lo}_{hi}_{i}" for lo, hi, i in value)
         return "x".join(f"{lo}_{hi}" for lo, hi, _ in value)
     if isinstance(value, (tuple, list)):
-        if value and all(isinstance(v, HloComputation) for v in value):
-            return "{" + ", ".join("%" + c.name for c in value) + "}"
         return "{" + ",".join(str(int(v)) for v in value) + "}"
     return str(value)

@@ -17,7 +17,9 @@ from __future__ import annotations
 
 import re
 
-from .ir import HloComputation, HloInstruction, HloModule
+# The printer reads hlo.ir's objects (HloModule, HloComputation, HloInstruction) by their
+# attributes and does not import hlo.ir: ir's to_text() methods call it, so the dependency goes
+# one way (the annotations below name those classes; they are never evaluated).
 from .literals import format_literal
 from .parse_attributes import attribute_rank, encode_attribute
 from .shapes import ArrayShape, Shape, TupleShape
