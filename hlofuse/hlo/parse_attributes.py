@@ -14,8 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from .attributes import ConvDimensionNumbers, Raw, Window, WindowDimension
-from .ir import COMPUTATION_ATTRS
+from .attributes import COMPUTATION_ATTRS, ConvDimensionNumbers, Raw, Window, WindowDimension
 
 INT_LIST_KEYS = frozenset({
     "dimensions", "lhs_batch_dims", "lhs_contracting_dims", "rhs_batch_dims", "rhs_contracting_dims",
@@ -262,15 +261,16 @@ def _escape(s: str) -> str:
 
 
 def encode_attribute(key: str, value: Any) -> str:
-    """The HLO text of attribute value `value` under `key` (the inverse of decode_attribute)."""
-    from .ir import HloComputation
-
+    """The HLO text of attribute value `value` under `key` (the inverse of decode_attribute).
+    A called computation (under a COMPUTATION_KEYS key) prints as `%name`."""
     if isinstance(value, Raw):
         return value.text
     if isinstance(value, (bool, np.bool_)):
         return "true" if value else "false"
-    if isinstance(value, HloComputation):
+    if key in COMPUTATION_KEYS and key not in COMPUTATION_LIST_KEYS:
         return "%" + value.name
+    if key in COMPUTATION_LIST_KEYS:
+        return "{" + ", ".join("%" + c.name for c in value) + "}"
     if key in STRING_KEYS and isinstance(value, str):
         return '"' + _escape(value) + '"'
     if isinstance(value, Window):
