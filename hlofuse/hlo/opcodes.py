@@ -70,7 +70,7 @@ class OpInfo:
     shape_rule: Callable[..., Any] | None = None
     reference: Callable[..., Any] | None = None
     elemental: Callable[..., Any] | None = None
-    library: Callable[..., Any] | None = None  # runtime/library_ops.py: unfused op run by a compiled backend
+    library: Callable[..., Any] | None = None  # runtime/library_*.py: unfused op run by a compiled backend
 
     @property
     def is_variadic(self) -> bool:
@@ -84,12 +84,12 @@ def _row(name: str, arity: int, kind: str, **kw) -> None:
     OPS[name] = OpInfo(name, arity, kind, **kw)
 
 
-def _unary(name: str, expensive: bool = False, math: str = "", domain: str = "any", **kw) -> None:
-    _row(name, 1, "unary", elementwise=True, expensive=expensive, fusion="yes", math=math, domain=domain, **kw)
+def _unary(name: str, expensive: bool = False, math: str = "", domain: str = "any") -> None:
+    _row(name, 1, "unary", elementwise=True, expensive=expensive, fusion="yes", math=math, domain=domain)
 
 
-def _binary(name: str, expensive: bool = False, math: str = "", domain: str = "any", **kw) -> None:
-    _row(name, 2, "binary", elementwise=True, expensive=expensive, fusion="yes", math=math, domain=domain, **kw)
+def _binary(name: str, expensive: bool = False, math: str = "", domain: str = "any") -> None:
+    _row(name, 2, "binary", elementwise=True, expensive=expensive, fusion="yes", math=math, domain=domain)
 
 
 def _set(names: str, **fields: Any) -> None:
