@@ -62,7 +62,7 @@ ENTRY f {
 }
 """), target="cpu")
     x = np.random.default_rng(3).standard_normal((512, 300)).astype(np.float32)
-    (kernel,) = exe.program._planner.kernels
+    (kernel,) = exe.program.loaded.values()
     results = []
     for threads in (1, 2, 3):
         kernel.tuner = SplitTuner([threads])

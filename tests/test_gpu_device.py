@@ -189,12 +189,12 @@ ENTRY e {
 """
     module = parse_hlo(text)
     prog = GpuProgram.compile(module, emulated=True, build_only=True)
-    # Loads the emulated kernels into prog.launches[*].fn, which the fake launches run.
+    # Loads the emulated kernels (emulated.functions, by launch name), which the fake launches run.
     emulated = ge.HostDevice(prog.launches, prog.code.emulated_module())
     fake = _FakeCuda()
     dev = ge.CudaDevice.__new__(ge.CudaDevice)
     dev.cuda = fake
-    monkeypatch.setattr(dev, "launch", lambda launch, ptrs: run_grid(launch.fn, ptrs, launch.dims.grid), raising=False)
+    monkeypatch.setattr(dev, "launch", lambda launch, ptrs: run_grid(emulated.functions[launch.name], ptrs, launch.dims.grid), raising=False)
     prog.device = dev
     rng = np.random.default_rng(3)
     x = rng.standard_normal(300).astype(module.entry.parameters[0].shape.dtype.numpy)

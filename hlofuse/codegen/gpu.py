@@ -57,7 +57,6 @@ class GpuLaunch:
     outputs: list[int] = field(default_factory=list)  # output leaves of loop kernels
     inputs: list[tuple[str, int]] = field(default_factory=list)
     results: list[tuple[str, int]] = field(default_factory=list)
-    fn: object = None  # loaded kernel (emulated ctypes function or CUDA function)
 
     @property
     def scratch_types(self) -> tuple:

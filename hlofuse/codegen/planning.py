@@ -36,11 +36,9 @@ class KernelPlan:
     inputs: list[tuple[str, int]] = field(default_factory=list)
     results: list[tuple[str, int]] = field(default_factory=list)
     name: str = ""
-    fn: object = None
     stage: str = "single"  # "partial" / "combine" for a reduction split across cores
     parts: int = 1
     scratch: list[tuple[str, int]] = field(default_factory=list)
-    tuner: object = None  # the CPU executor's thread-count choice (cpu_threads.SplitTuner)
 
     @property
     def pointer_count(self) -> int:

@@ -11,7 +11,8 @@ by fingerprint). Here the object is loaded and the steps run (runtime/program.py
 kernel's outer range of work units is split over a thread pool; ctypes releases the GIL
 during the call. Per-call work is kept small (box_decode runs five kernels in ~0.15 ms):
 what a kernel step needs is prepared on its first run (`_StepRuntime`), and array addresses
-are remembered.
+are remembered. What loading makes stays here, not on codegen's values: per kernel, its
+function and its thread-count tuner (`LoadedKernel`).
 """
 from __future__ import annotations
 
@@ -19,6 +20,9 @@ import ctypes
 import threading
 import time
 import weakref
+from dataclasses import dataclass
+from typing import Callable
+
 import numpy as np
 
 from ..codegen.cpu import CpuCode, compile_cpu
@@ -34,6 +38,16 @@ from .program import ProgramBase, flatten, owned_outputs, unflatten
 _PARALLEL_MIN_ELEMENTS = 1 << 14  # a thread gets at least this many elements
 
 
+@dataclass(eq=False)
+class LoadedKernel:
+    """A kernel of a loaded program: its plan (codegen's), the function loaded from the object
+    code, and the thread-count tuner of its launches (made on its first launch)."""
+
+    plan: KernelPlan
+    fn: Callable
+    tuner: SplitTuner | None = None
+
+
 class CpuProgram(ProgramBase):
     """A fused module compiled for the host CPU (`code`), loaded and ready to run."""
 
@@ -41,6 +55,7 @@ class CpuProgram(ProgramBase):
         super().__init__(code)
         self.compile_seconds = 0.0
         self._jit = None
+        self.loaded: dict[str, LoadedKernel] = {}  # kernel name -> its function and tuner
         self._outputs = OutputPool()
         self._shared: list[np.ndarray] | None = None
         self._runtimes: dict[tuple[int, int], _StepRuntime] = {}
@@ -67,7 +82,7 @@ class CpuProgram(ProgramBase):
         self._jit = JitModule(object_code=obj)
         for k in self._planner.kernels:
             proto = ctypes.CFUNCTYPE(None, *([ctypes.c_void_p] * k.pointer_count), ctypes.c_int64, ctypes.c_int64)
-            k.fn = proto(self._jit.address(k.name))
+            self.loaded[k.name] = LoadedKernel(k, proto(self._jit.address(k.name)))
 
     def llvm_ir(self) -> str:
         """The optimized LLVM IR of the program (re-emitted if the object came from the cache)."""
@@ -114,7 +129,7 @@ class CpuProgram(ProgramBase):
             outs[k] = o = self._outputs.empty(dims, dtype)
             rt.out_addrs[k] = _address(o)
         addrs += rt.out_addrs
-        for k, index in zip(step.kernels, rt.arg_index):
+        for k, index in zip(rt.kernels, rt.arg_index):
             _launch(k, [addrs[j] if j >= 0 else rt.fixed[~j] for j in index])
         return unflatten(step.inst.shape, outs)
 
@@ -126,15 +141,16 @@ class CpuProgram(ProgramBase):
 
 
 class _StepRuntime:
-    """What a kernel step needs on every run, computed on its first: arena views and the
-    temporaries (both persistent: runs of a program are serialized), the shared buffers, and
-    for every kernel where each argument comes from.
+    """What a kernel step needs on every run, computed on its first: its loaded kernels, arena
+    views and the temporaries (both persistent: runs of a program are serialized), the shared
+    buffers, and for every kernel where each argument comes from.
 
     Argument addresses per run are [inputs..., shared inputs..., outputs..., shared outputs...];
     `arg_index` holds an index into that list, or ~j for `fixed[j]` (a temporary)."""
 
     def __init__(self, prog: CpuProgram, plan: ComputationPlan, i: int, step: Step) -> None:
         planner = prog._planner
+        self.kernels = [prog.loaded[k.name] for k in step.kernels]
         shared = prog._shared_buffers() if planner.shared else []
         self.tuple_operands = any(op.shape.is_tuple for op in step.inst.operands)
         self.shared_in = [shared[s].ctypes.data for s in planner.shared_inputs.get(id(step.inst), ())]
@@ -183,24 +199,25 @@ def _leaf_shapes(operands):
         yield from (op.shape.leaves() if op.shape.is_tuple else [op.shape])
 
 
-def _launch(k: KernelPlan, ptrs: list[int]) -> None:
+def _launch(k: LoadedKernel, ptrs: list[int]) -> None:
     """Call kernel `k` over all its units, split over as many threads as its tuner finds
     fastest (the calling thread runs the first share itself)."""
-    units = k.units
+    units = k.plan.units
     if units <= 0:
         return
     tuner = k.tuner
     if tuner is None:
-        tuner = k.tuner = SplitTuner(split_choices(units, units * max(k.unit_elements, 1),
-                                                          _PARALLEL_MIN_ELEMENTS))
+        tuner = k.tuner = SplitTuner(split_choices(units, units * max(k.plan.unit_elements, 1),
+                                                   _PARALLEL_MIN_ELEMENTS))
     workers = tuner.choose()
+    fn = k.fn
     start = time.perf_counter()
     if workers <= 1:
-        k.fn(*ptrs, 0, units)
+        fn(*ptrs, 0, units)
     else:
         bounds = [units * c // workers for c in range(workers + 1)]
-        futures = [thread_pool().submit(k.fn, *ptrs, bounds[c], bounds[c + 1]) for c in range(1, workers)]
-        k.fn(*ptrs, bounds[0], bounds[1])
+        futures = [thread_pool().submit(fn, *ptrs, bounds[c], bounds[c + 1]) for c in range(1, workers)]
+        fn(*ptrs, bounds[0], bounds[1])
         for f in futures:
             f.result()
     tuner.record(workers, time.perf_counter() - start)

@@ -6,7 +6,8 @@ in the host emulation, and run them.
     program.ptx()                                                # every kernel, for sm_90
 
 codegen/gpu.py plans the module into steps and grid launches (GpuLaunch) and emits PTX or
-the emulated kernels; here they are loaded and the steps run (runtime/program.py). Other ops
+the emulated kernels; here they are loaded (each device keeps its kernels' functions by
+launch name) and the steps run (runtime/program.py). Other ops
 (dot, convolution, sort, while, ...) run on the host through the library rules
 (runtime/library_ops.py, numpy). On a real GPU their operands are copied to the host and
 their results back to the device when a kernel reads them; inputs are copied host->device
@@ -42,8 +43,8 @@ class HostDevice:
         from .gpu_emulator import EmulatedModule
 
         self.module = EmulatedModule(module)
-        for launch in launches:
-            launch.fn = self.module.function(launch.name, launch.pointer_count)
+        self.functions = {launch.name: self.module.function(launch.name, launch.pointer_count)
+                          for launch in launches}
 
     def to_device(self, a):
         """`a` as a contiguous host array of its shape (device memory is host memory)."""
@@ -65,7 +66,7 @@ class HostDevice:
         """Run every block of `launch` on the host with kernel arguments `pointers`."""
         from .gpu_emulator import run_grid
 
-        run_grid(launch.fn, pointers, launch.dims.grid)
+        run_grid(self.functions[launch.name], pointers, launch.dims.grid)
 
     def synchronize(self) -> None:
         """Nothing to wait for: emulated launches finish before they return."""
@@ -92,8 +93,7 @@ class CudaDevice:
         self.module = cuda.current_context().create_module_ptx(ptx)
         self.device = Device()
         self.device.set_current()  # the primary context numba made current
-        for launch in launches:
-            launch.fn = self.module.get_function(launch.name)
+        self.functions = {launch.name: self.module.get_function(launch.name) for launch in launches}
 
     def to_device(self, a):
         """`a` in device memory (a host array is copied; device memory is returned as is)."""
@@ -129,7 +129,7 @@ class CudaDevice:
         if launch.dims.grid <= 0:
             return
         config = LaunchConfig(grid=launch.dims.grid, block=launch.dims.block)
-        cu_launch(self.device.default_stream, config, launch.fn.kernel, *[ctypes.c_void_p(p) for p in pointers])
+        cu_launch(self.device.default_stream, config, self.functions[launch.name].kernel, *[ctypes.c_void_p(p) for p in pointers])
 
     def synchronize(self) -> None:
         """Wait until every launch so far has finished."""
