@@ -181,7 +181,7 @@ def cmd_compile(args: argparse.Namespace) -> int:
     elif emit in ("report", "json"):
         from .passes.fusion.report import build_report
 
-        report = build_report(module, fused, getattr(fused, "fusion_log", None))
+        report = build_report(module, fused, fused.fusion_log)
         text = report.to_text() if emit == "report" else json.dumps(report.to_dict(), indent=2)
     elif emit in ("html", "dot"):
         from .viz import render
@@ -291,7 +291,7 @@ def _dump_extras(dump_dir: str, module, fused) -> None:
     from .passes.fusion.report import build_report
     from .viz import render
 
-    report = build_report(module, fused, getattr(fused, "fusion_log", None))
+    report = build_report(module, fused, fused.fusion_log)
     write_text_atomically(os.path.join(dump_dir, "fusion_report.json"), json.dumps(report.to_dict(), indent=2),
                           create_dirs=True)
     write_text_atomically(os.path.join(dump_dir, "fusion_graph.html"), render(module, fused, "html"),

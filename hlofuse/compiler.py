@@ -3,11 +3,14 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 
 from .hlo.ir import HloModule
+
+if TYPE_CHECKING:  # the passes load when compiling, not when hlofuse is imported
+    from .passes.fusion.decisions import FusionLog
 
 TARGETS = ("interpreter", "cpu", "gpu", "gpu-emulated")
 
@@ -20,7 +23,10 @@ def fusion_target(target: str) -> str:
 class Executable:
     """A compiled module: call it with numpy arrays, get a tuple of numpy arrays back.
 
-    `fused_module` is the module after the pass pipeline; `report()` says what was fused and why.
+    `fused_module` is the module after the pass pipeline (made from a clone of `module`, so each
+    of its instructions traces back to the user's through `HloInstruction.original`);
+    `fusion_log` holds every decision of the fusion passes and of codegen's kernel planner (None
+    when no fusion pass ran); `report()` says what was fused and why.
     """
 
     def __init__(self, module: HloModule, fused_module: HloModule, target: str,
@@ -28,6 +34,7 @@ class Executable:
                  compile_seconds: float = 0.0) -> None:
         self.module = module
         self.fused_module = fused_module
+        self.fusion_log: FusionLog | None = fused_module.fusion_log
         self.target = target
         self._run = run
         self.program = program  # backend object (CpuProgram, GpuProgram) when there is one
@@ -46,7 +53,7 @@ class Executable:
         """The fusion report object (with `to_text()` and `to_dict()`)."""
         from .passes.fusion.report import build_report
 
-        return build_report(self.module, self.fused_module, getattr(self.fused_module, "fusion_log", None))
+        return build_report(self.module, self.fused_module, self.fusion_log)
 
     def timings(self) -> list:
         """Per-pass (name, seconds, changed) of the pipeline that built this executable."""
@@ -75,6 +82,25 @@ def optimize(module: HloModule, target: str = "cpu", fusion: bool = True, verify
     else:
         pipeline = standard_pipeline(target=fusion_target(target), fusion=fusion, verify=verify,
                                      dump_dir=dump_dir)
+    pipeline.run(work)
+    return work, pipeline
+
+
+def fuse(module: HloModule, target: str = "cpu", verify: bool | None = None):
+    """The fusion half of `optimize`: the fusion passes for `target`, then DCE, on a clone of
+    `module` (already through the passes before fusion: `optimize(m, target, fusion=False)`).
+    Returns (fused module, pipeline); `fuse(optimize(m, t, fusion=False)[0], t)` fuses as
+    `optimize(m, t)` does, and each fused instruction traces back to the instruction of `module`
+    it came from (`HloInstruction.original`)."""
+    from .passes.dce import DeadCodeElimination
+    from .passes.fusion import fusion_passes
+    from .passes.pipeline import PassPipeline
+
+    if verify is None:
+        verify = os.environ.get("HLOFUSE_VERIFY_PASSES", "") not in ("", "0")
+    work = module.clone()
+    pipeline = PassPipeline([*fusion_passes(fusion_target(target)), DeadCodeElimination()], verify=verify,
+                            name=f"fusion-{fusion_target(target)}")
     pipeline.run(work)
     return work, pipeline
 

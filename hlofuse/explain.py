@@ -1,7 +1,9 @@
 """`hlofuse explain`: why an instruction is (or is not) in the same kernel as another.
 
-The module is optimized for the target as `hlofuse compile` does; the answer comes from where
-each instruction ended up in the fused module and from the fusion passes' decision log (every
+The module is optimized for the target as `hlofuse compile` does, in two steps: the passes before
+fusion, then the fusion passes on a clone of that module, so every instruction of the fused module
+traces back (`HloInstruction.original`) to the instruction of the pre-fusion module it came from,
+whatever its name. The answer comes from where each instruction ended up in the fused module and from the fusion passes' decision log (every
 fuse/refuse with its rule and its reason), plus the structure of the original graph: whether
 one instruction feeds the other directly, through a path of other instructions (a kernel that
 held both ends but not the middle would be a cycle), through a common operand (siblings), or
@@ -19,7 +21,7 @@ from .hlo.ir import HloInstruction, HloModule
 from .passes.fusion.cost_model import kernel_computations, launches_kernel
 from .passes.fusion.decisions import FusionLog, LogEntry
 from .passes.fusion.fusibility import is_loop_fusible_as_consumer, is_loop_fusible_as_producer
-from .viz.graph import origin_name
+from .viz.graph import all_originals, origin_in
 
 # What would let a refused fusion happen, per refusal rule ({p}: producer, {c}: consumer).
 HINTS = {
@@ -106,15 +108,16 @@ def _entry_text(e: LogEntry, count: int) -> str:
 
 class _Explainer:
     def __init__(self, module: HloModule, target: str) -> None:
-        from .compiler import optimize
+        from .compiler import fuse, optimize
 
         self.module = module
         self.target = target
-        self.fused, _ = optimize(module, target)
-        self.log: FusionLog = getattr(self.fused, "fusion_log", None) or FusionLog()
-        # The fusion passes saw the module after the simplifier, CSE and DCE: paths, users and
-        # the names in the log are those of that module.
+        # The fusion passes see the module after the simplifier, CSE and DCE: paths, users and
+        # the names in the log are those of that module. Fusing a clone of it is what
+        # `optimize(module, target)` does in one go.
         self.pre, _ = optimize(module, target, fusion=False)
+        self.fused, _ = fuse(self.pre, target)
+        self.log: FusionLog = self.fused.fusion_log or FusionLog()
         self.original = {i.name: i for i in module.all_instructions()}
         self.before = {i.name: i for i in self.pre.all_instructions()}
         self.after = {i.name: i for i in self.fused.all_instructions()}
@@ -139,6 +142,7 @@ class _Explainer:
         if self._places is None:
             self._places = {}
             known = set(self.before)
+            originals = all_originals(self.pre)
             for comp in kernel_computations(self.fused):
                 for inst in comp.instructions:
                     if inst.opcode != "fusion":
@@ -147,9 +151,9 @@ class _Explainer:
                     if inst.name not in known:  # asking about the fusion itself
                         self._places.setdefault(inst.name, []).append(Place(inst, inst, inst.name))
                     for m in inst.fused_computation.instructions:
-                        origin = origin_name(m.name, known) if m.opcode != "parameter" else None
-                        if origin is not None:
-                            self._places.setdefault(origin, []).append(Place(inst, m, origin))
+                        source = origin_in(m, originals) if m.opcode != "parameter" else None
+                        if source is not None:
+                            self._places.setdefault(source.name, []).append(Place(inst, m, source.name))
         return self._places.get(name, [])
 
     def where(self, name: str) -> list[str]:

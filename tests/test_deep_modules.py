@@ -170,22 +170,23 @@ def test_kept_reuse_facts_match_a_fresh_walk(monkeypatch):
     every fusion golden case (and a chain), the kept facts equal a fresh walk of the fusion."""
     from fusion_cases import load_cases
 
+    from hlofuse.passes.fusion import instruction_fusion
     from hlofuse.passes.fusion.fusibility import reuses_operand_elements
     from hlofuse.passes.fusion.instruction_fusion import InstructionFusion
 
     checked = 0
-    original = InstructionFusion._fuse
+    original = instruction_fusion._fuse
 
-    def checking_fuse(self, producer, consumer, log):
+    def checking_fuse(producer, consumer, ctx):
         nonlocal checked
-        fusion = original(self, producer, consumer, log)
-        kept = self.rules.reused_by(fusion)
-        fresh = {id(op) for i, op in enumerate(fusion.operands) if reuses_operand_elements(fusion, i)}
-        assert set(kept) == fresh, f"{fusion.name}: kept {sorted(o.name for o in kept.values())}"
+        fusion = original(producer, consumer, ctx)
+        kept = ctx.reused_by(fusion)
+        fresh = {op for i, op in enumerate(fusion.operands) if reuses_operand_elements(fusion, i)}
+        assert kept == fresh, f"{fusion.name}: kept {sorted(o.name for o in kept)}"
         checked += 1
         return fusion
 
-    monkeypatch.setattr(InstructionFusion, "_fuse", checking_fuse)
+    monkeypatch.setattr(instruction_fusion, "_fuse", checking_fuse)
     texts = [c.module for c in load_cases()] + [chain_text(60)]
     for text in texts:
         for target in ("cpu", "gpu"):

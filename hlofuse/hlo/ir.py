@@ -21,13 +21,21 @@ Attribute conventions (`HloInstruction.attrs`, keyed by the HLO text keyword):
                            -> attributes.Raw (printed back verbatim)
 Constants keep their value in `literal` (a numpy array, or None when elided as `{...}`).
 Parameters keep their index in `parameter_number`.
+
+Provenance: `HloInstruction.origin` is the instruction a clone was made from, collapsed to the
+first of the chain (a clone of a clone points at the instruction the first clone copied), and
+None for an instruction built or parsed directly; `original` is `origin or self`. Two
+instructions stand for the same computed value of the input when their `original`s are the same
+object: a fused member and the unfused instruction it came from, every copy of a duplicated
+producer, an instruction of `HloModule.clone()` and its source. The fusion report, `hlofuse
+explain` and the graph viewer map the fused module back to the input through it, never by name.
 """
 from __future__ import annotations
 
-import itertools
-import re
 from operator import attrgetter
 from typing import Any, Iterable, Iterator
+
+import numpy as np
 
 from .attributes import COMPUTATION_ATTRS
 from .shapes import Shape
@@ -54,6 +62,8 @@ class HloInstruction:
         self.literal = None  # numpy array for constants
         self.parameter_number: int = -1
         self.parent: HloComputation | None = None
+        # the instruction this one was cloned from (first of the chain); None: not a clone
+        self.origin: HloInstruction | None = None
         for op in operands:
             self.append_operand(op)
 
@@ -137,8 +147,14 @@ class HloInstruction:
 
         return op_info(self.opcode)
 
+    @property
+    def original(self) -> "HloInstruction":
+        """The instruction this one is a (transitive) clone of; itself when it is no clone."""
+        return self.origin if self.origin is not None else self
+
     def clone(self, name: str | None = None, operands: Iterable["HloInstruction"] | None = None) -> "HloInstruction":
-        """A copy with the same opcode, shape, attributes and literal, not in any computation."""
+        """A copy with the same opcode, shape, attributes and literal, not in any computation;
+        its `origin` is this instruction's `original` (chains of clones collapse)."""
         inst = HloInstruction(
             self.opcode,
             self.shape,
@@ -148,6 +164,7 @@ class HloInstruction:
         )
         inst.literal = self.literal
         inst.parameter_number = self.parameter_number
+        inst.origin = self.original
         return inst
 
     def to_text(self) -> str:
@@ -292,7 +309,22 @@ class HloComputation:
         return f"<computation {self.name}: {len(self.instructions)} instructions>"
 
 
-_NAME_SUFFIX = re.compile(r"^(.*?)(?:\.(\d+))?$")
+def _copy_literal(value: Any) -> Any:
+    """A constant's value with its arrays copied (a tuple constant holds a tuple of values)."""
+    if isinstance(value, np.ndarray):
+        return value.copy()
+    if isinstance(value, tuple):
+        return tuple(_copy_literal(v) for v in value)
+    return value
+
+
+def _remap_computations(value: Any, comps: dict[HloComputation, HloComputation]) -> Any:
+    """An attribute value with every computation in it replaced by its copy in `comps`."""
+    if isinstance(value, HloComputation):
+        return comps[value]
+    if isinstance(value, (tuple, list)) and any(isinstance(v, HloComputation) for v in value):
+        return type(value)(comps[v] if isinstance(v, HloComputation) else v for v in value)
+    return value
 
 
 class HloModule:
@@ -309,7 +341,11 @@ class HloModule:
         # held twice (an instruction `add` and a computation `add`, which live in separate
         # namespaces in XLA): removing one must not free the name the other still holds.
         self._names: dict[str, int] = {}
-        self._next_suffix: dict[str, Iterator[int]] = {}
+        self._next_suffix: dict[str, int] = {}  # the next N `unique_name` tries for `wanted.N`
+        # The decisions of the fusion passes run on this module (a passes/fusion/decisions.py
+        # FusionLog, created by the first fusion pass; codegen's kernel planner adds to it):
+        # None until a fusion pass runs. Typed loosely because hlo/ does not import passes/.
+        self.fusion_log: Any = None
 
     # ---- names --------------------------------------------------------------------------
     # Every pass that creates, clones or renames an instruction or computation goes through
@@ -323,12 +359,13 @@ class HloModule:
         if not names.get(wanted):
             names[wanted] = 1
             return wanted
-        counter = self._next_suffix.setdefault(wanted, itertools.count(1))
-        while True:
-            candidate = f"{wanted}.{next(counter)}"
-            if not names.get(candidate):
-                names[candidate] = 1
-                return candidate
+        n = self._next_suffix.get(wanted, 1)
+        while names.get(f"{wanted}.{n}"):
+            n += 1
+        self._next_suffix[wanted] = n + 1
+        candidate = f"{wanted}.{n}"
+        names[candidate] = 1
+        return candidate
 
     def name_in_use(self, name: str) -> bool:
         """Whether an instruction or computation of the module holds `name`."""
@@ -443,10 +480,49 @@ class HloModule:
         return module_to_text(self)
 
     def clone(self) -> "HloModule":
-        """A deep copy (through the text form, which is canonical and complete)."""
-        from .parser import parse_hlo
+        """A structural deep copy: computations in order, instructions with their operands and
+        users in order, attributes (called computations remapped), literals, parameter numbers,
+        shapes and layouts, control edges, fusion back-pointers, and the name pool (so the copy
+        hands out the same new names as this module would).
 
-        return parse_hlo(self.to_text())
+        Each copied instruction's `origin` is this module's instruction's `original`: the
+        compiler optimizes a clone of the user's module, and the fused result maps back to the
+        user's instructions through it. The copy starts with no `fusion_log` (the log describes
+        passes run on this module's objects)."""
+        new = HloModule(self.name)
+        new.attrs = dict(self.attrs)
+        new.extra_sections = list(self.extra_sections)
+        new._names = dict(self._names)
+        new._next_suffix = dict(self._next_suffix)
+        comps: dict[HloComputation, HloComputation] = {}
+        insts: dict[HloInstruction, HloInstruction] = {}
+        for comp in self.computations:
+            c = comps[comp] = HloComputation(comp.name)
+            c.parent = new
+            c.is_entry = comp.is_entry
+            c.execution_thread = comp.execution_thread
+            for inst in comp.instructions:
+                copy = insts[inst] = HloInstruction(inst.opcode, inst.shape, name=inst.name)
+                copy.literal = _copy_literal(inst.literal)
+                copy.parameter_number = inst.parameter_number
+                copy.origin = inst.original
+                copy.parent = c
+                c.instructions.append(copy)
+        for comp, c in comps.items():
+            c.root = insts[comp.root] if comp.root is not None else None
+            if comp.fusion_instruction is not None:
+                c.fusion_instruction = insts[comp.fusion_instruction]
+            for inst in comp.instructions:
+                copy = insts[inst]
+                # operands and users as lists in their own order: passes iterate over both
+                copy.operands = [insts[o] for o in inst.operands]
+                copy.users = [insts[u] for u in inst.users]
+                copy.control_predecessors = [insts[p] for p in inst.control_predecessors]
+                copy.attrs = {k: _remap_computations(v, comps) for k, v in inst.attrs.items()}
+        new.computations = [comps[c] for c in self.computations]
+        if self.entry is not None:
+            new.entry = comps[self.entry]
+        return new
 
     def __repr__(self) -> str:
         return f"<HloModule {self.name}: {len(self.computations)} computations>"

@@ -8,7 +8,6 @@ per-run object it builds inside `run`.
 from __future__ import annotations
 
 import dataclasses
-import inspect
 from typing import ClassVar
 
 from ..hlo.ir import HloModule
@@ -25,11 +24,11 @@ class HloPass:
 
     @classmethod
     def option_names(cls) -> tuple[str, ...]:
-        """The options this pass takes: its dataclass fields (or its constructor's parameters)."""
+        """The options this pass takes: its dataclass fields (none for a pass that is no
+        dataclass, such as the pipeline runner)."""
         if dataclasses.is_dataclass(cls):
             return tuple(f.name for f in dataclasses.fields(cls))
-        params = inspect.signature(cls.__init__).parameters
-        return tuple(n for n, p in params.items() if n != "self" and p.kind is p.POSITIONAL_OR_KEYWORD)
+        return ()
 
     def __repr__(self) -> str:
         options = ", ".join(f"{k}={getattr(self, k, '?')!r}" for k in self.option_names())

@@ -5,7 +5,9 @@
     render_svg_file(module, fused) -> the entry computation's graph as a standalone SVG
 
 `module` is the module before the passes (to know where fused copies came from), `fused` the
-module after them (its `fusion_log` supplies the decisions shown for each instruction).
+module after them, made from a clone of it (`HloModule.clone`, as `compile` and `optimize` do):
+each fused instruction is traced back through its `origin`; `fused.fusion_log` supplies the
+decisions shown for each instruction.
 """
 from __future__ import annotations
 
@@ -24,7 +26,7 @@ def render(module: HloModule, fused_module: HloModule, fmt: str = "html") -> str
     """The graph of `fused_module` as "html" or "dot" text."""
     if fmt not in FORMATS:
         raise HloError(f"unknown graph format '{fmt}'; expected one of {', '.join(FORMATS)}")
-    log = getattr(fused_module, "fusion_log", None)
+    log = fused_module.fusion_log
     graphs = build_graphs(module, fused_module, log)
     if fmt == "dot":
         return render_dot(graphs, fused_module.name)

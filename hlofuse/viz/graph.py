@@ -6,7 +6,9 @@ instructions of their fused computation (parameters included: a fusion parameter
 kernel reads memory). An edge inside a cluster is a value kept in registers ("fused"); an edge
 between kernels is a value written to memory by one kernel and read back by another
 ("memory", the traffic fusion exists to remove); the rest are reads of the module's
-parameters and constants and the bookkeeping of tuples ("io").
+parameters and constants and the bookkeeping of tuples ("io"). A node's `origin` is the
+instruction of the unfused module it came from, found through provenance
+(`HloInstruction.original`), not through its name.
 """
 from __future__ import annotations
 
@@ -18,8 +20,7 @@ from ..hlo.parse_attributes import encode_attribute
 from ..hlo.printer import instruction_to_text
 from ..passes.fusion.cost_model import is_bookkeeping, kernel_bytes, kernel_computations, launches_kernel
 from ..passes.fusion.decisions import FusionLog, LogEntry
-
-_SUFFIX = re.compile(r"^(.*)\.\d+$")
+from ..passes.fusion.report import Originals
 
 
 @dataclass
@@ -86,15 +87,16 @@ def cluster_id(name: str) -> str:
     return "c-" + node_id(name)[2:]
 
 
-def origin_name(name: str, known: set[str]) -> str | None:
-    """The unfused instruction a fused copy came from (copies are named `<origin>.N`)."""
-    while True:
-        if name in known:
-            return name
-        m = _SUFFIX.match(name)
-        if not m:
-            return None
-        name = m.group(1)
+def all_originals(before: HloModule) -> Originals:
+    """Every instruction of `before` by its `original` (see `origin_in`)."""
+    return {inst.original: inst for inst in before.all_instructions()}
+
+
+def origin_in(inst: HloInstruction, originals: Originals) -> HloInstruction | None:
+    """The instruction of the unfused module (`originals`, from `all_originals`) that `inst`
+    of a module derived from it came from: itself, a fused clone or a duplicated copy of it;
+    None when a pass made `inst` (a fusion, a fused parameter, a folded constant ...)."""
+    return originals.get(inst.original)
 
 
 def human_bytes(n: int) -> str:
@@ -173,11 +175,12 @@ def _materialized(inst: HloInstruction) -> bool:
 
 class _Builder:
     def __init__(self, before: HloModule, log: FusionLog | None) -> None:
-        self.known = {i.name for i in before.all_instructions()}
+        self.originals = all_originals(before)
         self.log = log
 
     def node(self, inst: HloInstruction, graph: VizGraph, cluster: str | None) -> VizNode:
-        origin = origin_name(inst.name, self.known)
+        source = origin_in(inst, self.originals)
+        origin = source.name if source is not None else None
         names = {inst.name} | ({origin} if origin else set())
         node = VizNode(
             id=node_id(inst.name), name=inst.name, opcode=inst.opcode, shape=_short_shape(inst),
@@ -224,8 +227,9 @@ class _Builder:
 
 def build_graphs(before: HloModule, fused: HloModule, log: FusionLog | None = None) -> list[VizGraph]:
     """The drawn graphs of `fused` (entry first), with decisions from `log` (default: the
-    module's `fusion_log`) and origins looked up in the unfused `before`."""
-    log = log if log is not None else getattr(fused, "fusion_log", None)
+    module's `fusion_log`) and origins looked up in the unfused `before` (which `fused`
+    descends from, through `HloModule.clone`)."""
+    log = log if log is not None else fused.fusion_log
     builder = _Builder(before, log)
     comps = kernel_computations(fused)
     comps.sort(key=lambda c: 0 if c is fused.entry else 1)

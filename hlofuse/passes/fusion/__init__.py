@@ -21,16 +21,18 @@ def fusion_passes(target: str | TargetParams = "gpu") -> list[HloPass]:
     them), producer-consumer fusion, and on the GPU fusion merging, multi-output and horizontal
     fusion."""
     params = target_params(target)
+    # the passes take the target as given: its name (their option as `--passes` spells it), or
+    # a TargetParams of the caller's own
     passes: list[HloPass] = [CallInliner(params.name)]
     if params.multi_output:
         # XLA's GPU pipeline first fuses without duplication, then with it.
-        passes.append(NonDuplicatingFusion(params))
-    passes.append(InstructionFusion(params))
+        passes.append(NonDuplicatingFusion(target))
+    passes.append(InstructionFusion(target))
     if params.multi_output:
-        passes.append(FusionMerger(params))
-        passes.append(MultiOutputFusion(params))
+        passes.append(FusionMerger(target))
+        passes.append(MultiOutputFusion(target))
     if params.horizontal:
-        passes.append(HorizontalLoopFusion(params))
+        passes.append(HorizontalLoopFusion(target))
     return passes
 
 

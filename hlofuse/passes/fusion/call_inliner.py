@@ -4,6 +4,9 @@ called computation is inlined into its caller first, as XLA's CPU and GPU pipeli
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import ClassVar
+
 from ...hlo.ir import HloComputation, HloInstruction, HloModule
 from ..pass_base import HloPass
 from .cost_model import kernel_computations
@@ -65,13 +68,14 @@ def inline_call(call: HloInstruction) -> HloInstruction:
     return root
 
 
+@dataclass(frozen=True)
 class CallInliner(HloPass):
-    """Inline every `call` of the kernel computations (repeatedly, for nested calls)."""
+    """Inline every `call` of the kernel computations (repeatedly, for nested calls). Each
+    inlined instruction is a clone of the callee's, so its `origin` names where it came from.
+    `target` is taken (and not used) so that every fusion pass takes the same option."""
 
-    name = "call-inliner"
-
-    def __init__(self, target: str = "gpu") -> None:
-        self.target = target
+    target: str = "gpu"
+    name: ClassVar[str] = "call-inliner"
 
     def run(self, module: HloModule) -> bool:
         """Inline calls until none is left; True if any was inlined."""

@@ -3,8 +3,9 @@
 A `Decision` is either allowed or refused with a sentence that names both instructions and the
 rule, the way XLA's `FusionDecision` explains itself. Decisions combine with `and_then`, so a
 chain of rules stops at the first refusal and keeps its reason. Every decision a fusion pass
-takes (fused or refused) is written to a `FusionLog`, which the pipeline keeps on the module as
-`module.fusion_log` and the report reads. Codegen's kernel planner adds its own fusion-like
+takes (fused or refused) is written to a `FusionLog`, which is a field of the module the passes
+ran on (`HloModule.fusion_log`, `module_log` creates it) and of the `Executable` built from it,
+and which the report reads. Codegen's kernel planner adds its own fusion-like
 decisions to the same log ("planned": a reduction kernel also writing an expression that a later
 fusion reads, codegen/shared_expressions.py).
 """
@@ -12,6 +13,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Callable, Iterator
+
+from ...hlo.ir import HloInstruction, HloModule
 
 
 @dataclass(frozen=True)
@@ -93,7 +96,8 @@ class FusionLog:
     target: str = ""  # the target whose fusion passes wrote the log ("gpu" or "cpu")
     passes_run: set = field(default_factory=set)  # names of the fusion passes that ran
     _refused_pairs: set = field(default_factory=set, repr=False)
-    _copies: dict = field(default_factory=dict, repr=False)  # copy name -> original name
+    # duplicated copy -> (its `original` then, the name of the instruction it duplicates)
+    _copies: dict[HloInstruction, tuple[HloInstruction, str]] = field(default_factory=dict, repr=False)
     _planned_keys: set = field(default_factory=set, repr=False)
 
     def fused(self, pass_name: str, producer: str, consumer: str, fusion: str, **extra) -> None:
@@ -103,9 +107,9 @@ class FusionLog:
     def refused(self, pass_name: str, producer: str, consumer: str, decision: Decision, fusion: str = "") -> None:
         """Record a refusal, once per pass and (producer, consumer, rule): a pass revisiting the
         pair (a growing fusion around the consumer, a duplicated copy of either, or the same
-        pass run again) adds nothing new. The report shows the last decision per pair."""
-        key = (pass_name, self.origin(producer), ", ".join(self.origin(c) for c in consumer.split(", ")),
-               decision.rule)
+        pass run again) adds nothing new, as the passes name a copy by the instruction it
+        duplicates (`source_name`). The report shows the last decision per pair."""
+        key = (pass_name, producer, consumer, decision.rule)
         if key in self._refused_pairs:
             return
         self._refused_pairs.add(key)
@@ -122,13 +126,21 @@ class FusionLog:
         self._planned_keys.add(key)
         self.entries.append(LogEntry(pass_name, "planned", producer, consumer, rule, reason))
 
-    def copied(self, copy: str, original: str) -> None:
-        """Record that `copy` is a duplicate of `original` (refusals name the original pair)."""
-        self._copies[copy] = self.origin(original)
+    def copied(self, copy: HloInstruction, original: HloInstruction) -> None:
+        """Record that fusion made `copy` as a duplicate of `original` (an instruction the
+        computation keeps for its other users), so refusals name the original pair."""
+        self._copies[copy] = (copy.original, self.source_name(original))
 
-    def origin(self, name: str) -> str:
-        """The original instruction `name` is a copy of (itself if it is none)."""
-        return self._copies.get(name, name)
+    def source_name(self, inst: HloInstruction) -> str:
+        """The name of the instruction `inst` duplicates, or its own when it is no duplicate.
+
+        Not `inst.original.name`: that is the instruction of the input module, and one callee
+        instruction inlined at two call sites is the original of two distinct instructions,
+        while a refusal names the instruction of the module the fusion passes saw. A copy that
+        later took another instruction's name and provenance (deduplicated in a fused
+        computation) is known by that name."""
+        entry = self._copies.get(inst)
+        return entry[1] if entry is not None and entry[0] is inst.original else inst.name
 
     def refusals(self) -> list[LogEntry]:
         """The entries of refused fusions."""
@@ -153,12 +165,11 @@ class FusionLog:
         return "\n".join(e.to_text() for e in self.entries)
 
 
-def module_log(module, target: str | None = None) -> FusionLog:
-    """The FusionLog kept on `module` (created on first use); a pass gives its `target`."""
-    log = getattr(module, "fusion_log", None)
+def module_log(module: HloModule, target: str | None = None) -> FusionLog:
+    """`module.fusion_log`, created on first use; a pass gives its `target`."""
+    log = module.fusion_log
     if log is None:
-        log = FusionLog()
-        module.fusion_log = log
+        log = module.fusion_log = FusionLog()
     if target:
         log.target = target
     return log

@@ -9,9 +9,13 @@ every user would move more than 10% more bytes than writing and re-reading its r
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import ClassVar
+
 from ...hlo.ir import HloComputation, HloInstruction
-from .cost_model import distinct
-from .decisions import Decision, FusionLog
+from .context import FusionContext
+from .cost_model import TargetParams, distinct
+from .decisions import Decision
 from .fusibility import (
     creates_heavy_computation, is_expensive, is_input_fusible_reduction, is_loop_fusion, is_multi_output,
     is_physically_transposing, members, reuses_operand_elements,
@@ -24,12 +28,14 @@ _OK = Decision.allow()
 _MAX_BYTES_RATIO = 1.10  # FusionMerger's merged_to_current_bytes_ratio limit
 
 
+@dataclass(frozen=True)
 class FusionMerger(KernelComputationPass):
     """Merge loop fusions into all of their (fusion) users when it does not add traffic (GPU)."""
 
-    name = "fusion-merger"
+    name: ClassVar[str] = "fusion-merger"
 
-    def _run_on(self, comp: HloComputation, log: FusionLog) -> bool:
+    def _run_on(self, comp: HloComputation, ctx: FusionContext) -> bool:
+        log, params = ctx.log, ctx.params
         changed = False
         for producer in comp.post_order():
             if producer.parent is not comp or not is_loop_fusion(producer) or is_multi_output(producer):
@@ -37,13 +43,13 @@ class FusionMerger(KernelComputationPass):
             users = distinct(producer.users)
             if not users or producer.is_root():
                 continue
-            d = self.should_merge(producer, users)
+            d = should_merge(producer, users, params)
             if not d:
                 if any(u.opcode == "fusion" for u in users):  # else nothing to merge into
                     log.refused(self.name, producer.name, ", ".join(u.name for u in users), d)
                 continue
             name = producer.name
-            expensive = any(is_expensive(m, self.params) for m in members(producer))
+            expensive = any(is_expensive(m, params) for m in members(producer))
             elements = sum(s.element_count() for s in producer.shape.leaves())
             for k, user in enumerate(users):
                 duplicated = k < len(users) - 1
@@ -56,48 +62,50 @@ class FusionMerger(KernelComputationPass):
             sort_computations(comp)
         return changed
 
-    def should_merge(self, producer: HloInstruction, users: list[HloInstruction]) -> Decision:
-        """XLA's FusionMerger::ShouldMerge for `producer` and all of its users."""
-        p = producer.name
-        for user in users:
-            if user.opcode != "fusion" or user.attrs.get("kind") not in ("kLoop", "kInput"):
-                what = f"a {user.attrs.get('kind')} fusion" if user.opcode == "fusion" else f"a {user.opcode}"
-                return refuse("user-not-fusion", f"{p} cannot be merged into its users: {user.name} is {what}, "
-                                                 f"not a loop or input fusion")
-        expensive = any(is_expensive(m, self.params) for m in members(producer))
-        for user in users:
-            idx = operand_index(user, producer)
-            if expensive and reuses_operand_elements(user, idx):
-                return refuse("expensive-reused", f"{p} computes expensive instructions and {user.name} reads "
-                                                  f"each of its elements several times")
-            if is_input_fusible_reduction(user) and is_physically_transposing(producer):
-                return refuse("transpose-into-reduce", f"merging transposing {p} into reduction {user.name} "
-                                                       f"would break read coalescing")
-            if creates_heavy_computation(producer, user):
-                return refuse("heavy-computation", f"merging {p} into {user.name} would recompute a heavy "
-                                                   f"reduction for each element {user.name} re-reads")
-            d = self._budget(producer, user)
-            if not d:
-                return d
-        # Bytes: unfused, the producer reads its operands once, writes its result once, and each
-        # user reads that result; merged, every user reads the producer's operands instead.
-        out = producer.shape.byte_size()
-        ops = distinct(producer.operands)
-        current = sum(o.shape.byte_size() for o in ops) + out + out * len(users)
-        merged = sum(o.shape.byte_size() for u in users for o in ops if not any(o is x for x in u.operands))
-        if merged > _MAX_BYTES_RATIO * current:
-            return refuse("more-bytes", f"merging {p} into its {len(users)} users would move {merged} bytes "
-                                        f"instead of {current} (more than {_MAX_BYTES_RATIO:.2f}x)")
-        return _OK
 
-    def _budget(self, producer: HloInstruction, user: HloInstruction) -> Decision:
-        budget = self.params.max_operands_and_outputs
-        if budget is None:
-            return _OK
-        operands = distinct([o for o in list(user.operands) + list(producer.operands) if o is not producer])
-        total = len(operands) + len(user.shape.leaves())
-        if len(operands) > len(user.operands) and total > budget:
-            return refuse("budget", f"operand budget exceeded: {total} > {budget} (merging {producer.name} into "
-                                    f"{user.name} needs {len(operands)} operands + {len(user.shape.leaves())} "
-                                    f"outputs)")
+def should_merge(producer: HloInstruction, users: list[HloInstruction], params: TargetParams) -> Decision:
+    """XLA's FusionMerger::ShouldMerge for `producer` and all of its users."""
+    p = producer.name
+    for user in users:
+        if user.opcode != "fusion" or user.attrs.get("kind") not in ("kLoop", "kInput"):
+            what = f"a {user.attrs.get('kind')} fusion" if user.opcode == "fusion" else f"a {user.opcode}"
+            return refuse("user-not-fusion", f"{p} cannot be merged into its users: {user.name} is {what}, "
+                                             f"not a loop or input fusion")
+    expensive = any(is_expensive(m, params) for m in members(producer))
+    for user in users:
+        idx = operand_index(user, producer)
+        if expensive and reuses_operand_elements(user, idx):
+            return refuse("expensive-reused", f"{p} computes expensive instructions and {user.name} reads "
+                                              f"each of its elements several times")
+        if is_input_fusible_reduction(user) and is_physically_transposing(producer):
+            return refuse("transpose-into-reduce", f"merging transposing {p} into reduction {user.name} "
+                                                   f"would break read coalescing")
+        if creates_heavy_computation(producer, user):
+            return refuse("heavy-computation", f"merging {p} into {user.name} would recompute a heavy "
+                                               f"reduction for each element {user.name} re-reads")
+        d = _budget(producer, user, params)
+        if not d:
+            return d
+    # Bytes: unfused, the producer reads its operands once, writes its result once, and each
+    # user reads that result; merged, every user reads the producer's operands instead.
+    out = producer.shape.byte_size()
+    ops = distinct(producer.operands)
+    current = sum(o.shape.byte_size() for o in ops) + out + out * len(users)
+    merged = sum(o.shape.byte_size() for u in users for o in ops if not any(o is x for x in u.operands))
+    if merged > _MAX_BYTES_RATIO * current:
+        return refuse("more-bytes", f"merging {p} into its {len(users)} users would move {merged} bytes "
+                                    f"instead of {current} (more than {_MAX_BYTES_RATIO:.2f}x)")
+    return _OK
+
+
+def _budget(producer: HloInstruction, user: HloInstruction, params: TargetParams) -> Decision:
+    budget = params.max_operands_and_outputs
+    if budget is None:
         return _OK
+    operands = distinct([o for o in list(user.operands) + list(producer.operands) if o is not producer])
+    total = len(operands) + len(user.shape.leaves())
+    if len(operands) > len(user.operands) and total > budget:
+        return refuse("budget", f"operand budget exceeded: {total} > {budget} (merging {producer.name} into "
+                                f"{user.name} needs {len(operands)} operands + {len(user.shape.leaves())} "
+                                f"outputs)")
+    return _OK

@@ -183,12 +183,14 @@ def dedupe_fused_computation(fusion: HloInstruction, new: list[HloInstruction] |
     only they and, after a merge, the users of what they merged into are compared, each with
     the instructions that share its first operand); None checks everything. Of two identical
     instructions the one with the plainer name survives (`exp.3` rather than its copy
-    `exp.3.1`). Returns how many instructions were removed.
+    `exp.3.1`): the instruction kept takes that name and, with it, that one's `origin`, so the
+    fused module traces it to the same instruction as its name says. Returns how many
+    instructions were removed.
     """
     fc = fusion.fused_computation
     work = list(fc.post_order()) if new is None else [i for i in new if i.parent is fc]
     rewriter = Rewriter(fc)
-    best_name: dict[int, tuple[HloInstruction, str]] = {}
+    best_name: dict[HloInstruction, tuple[str, HloInstruction | None]] = {}  # kept -> (name, origin)
     gone: set[int] = set()
     merged = 0
     while work:
@@ -204,20 +206,21 @@ def dedupe_fused_computation(fusion: HloInstruction, new: list[HloInstruction] |
         rewriter.replace(inst, match)
         gone.add(id(inst))
         merged += 1
-        _, name = best_name.get(id(match), (match, match.name))
+        name, _ = best_name.get(match, (match.name, match.origin))
         if (len(inst.name), inst.name) < (len(name), name):
-            best_name[id(match)] = (match, inst.name)
+            best_name[match] = (inst.name, inst.origin)
         work.extend(u for u in match.users if not any(u is w for w in work))  # may be identical now
     if merged:
         rewriter.finish()
         module = fc.parent
-        for keep, name in best_name.values():
+        for keep, (name, origin) in best_name.items():
             if module is None:
                 continue
             got = module.unique_name(name)
             if got == name:  # freed by the removal
                 module.release_name(keep.name)
                 keep.name = name
+                keep.origin = origin
             else:
                 module.release_name(got)
     return merged

@@ -18,15 +18,19 @@ parameters).
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import ClassVar
+
 from ...hlo.ir import HloComputation, HloInstruction, HloModule
 from ...hlo.shapes import Layout, TupleShape
-from ..pass_base import HloPass
-from .cost_model import TargetParams, target_params
-from .decisions import Decision, FusionLog, module_log
+from .context import FusionContext
+from .cost_model import TargetParams
+from .decisions import Decision, FusionLog
 from .fusibility import fusion_outputs, is_loop_fusion
 from .fusion_utils import (
     create_fusion, dedupe_fused_computation, fused_instruction_count, merge_siblings, sort_computations,
 )
+from .kernel_pass import KernelComputationPass
 
 refuse = Decision.refuse
 _OK = Decision.allow()
@@ -72,20 +76,17 @@ def _row_major(inst: HloInstruction) -> bool:
     return True
 
 
-class HorizontalLoopFusion(HloPass):
+@dataclass(frozen=True)
+class HorizontalLoopFusion(KernelComputationPass):
     """Fuse independent small loop kernels into one launch (GPU)."""
 
-    name = "horizontal-fusion"
-
-    def __init__(self, target: str | TargetParams = "gpu") -> None:
-        self.params = target_params(target)
+    name: ClassVar[str] = "horizontal-fusion"
 
     def run(self, module: HloModule) -> bool:
-        """Fuse sibling loop kernels of the entry computation; True if any were fused."""
+        """Fuse sibling loop kernels of the entry computation (only); True if any were fused."""
         if module.entry is None:
             return False
-        log = module_log(module, self.params.name)
-        changed = self._run_on(module.entry, log)
+        changed = self._run_on(module.entry, self.context(module.entry, self.log_of(module)))
         if changed:
             module.remove_unreachable_computations()
         return changed
@@ -167,7 +168,8 @@ class HorizontalLoopFusion(HloPass):
             pos += len(span)
         return result
 
-    def _run_on(self, comp: HloComputation, log: FusionLog) -> bool:
+    def _run_on(self, comp: HloComputation, ctx: FusionContext) -> bool:
+        log = ctx.log
         changed = False
         worklist = comp.post_order()
         while worklist:

@@ -10,17 +10,19 @@ producer-consumer candidates, exactly in XLA's order.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import ClassVar
+
 from ...hlo.ir import HloComputation, HloInstruction
+from .context import FusionContext
 from .cost_model import TargetParams, distinct
-from .decisions import Decision, FusionLog
+from .decisions import Decision
 from .fusibility import (
     combined_operands, creates_heavy_computation, fusion_outputs, is_fusible, is_input_fusible_reduction,
     is_loop_fusible_as_producer, is_loop_fusion, is_multi_output, is_physically_transposing,
     not_fusible_reason, reduce_hero, reduction_count, reduction_is_contiguous,
 )
-from .fusion_utils import (
-    Reachability, create_fusion, fuse_into_multi_output, merge_siblings, sort_computations,
-)
+from .fusion_utils import create_fusion, fuse_into_multi_output, merge_siblings, sort_computations
 from .kernel_pass import KernelComputationPass
 
 refuse = Decision.refuse
@@ -122,25 +124,26 @@ def _priority(inst: HloInstruction) -> int:
     return 2 if is_multi_output(inst) else (1 if inst.opcode == "fusion" else 0)
 
 
+@dataclass(frozen=True)
 class MultiOutputFusion(KernelComputationPass):
     """Sibling and producer-consumer multi-output fusion (XLA's GpuMultiOutputFusion)."""
 
-    name = "multi-output-fusion"
-    producer_consumer = True
+    name: ClassVar[str] = "multi-output-fusion"
+    producer_consumer: ClassVar[bool] = True
 
-    def _run_on(self, comp: HloComputation, log: FusionLog) -> bool:
+    def _run_on(self, comp: HloComputation, ctx: FusionContext) -> bool:
+        log = ctx.log
         changed = False
-        self.reach = Reachability(comp)
         worklist = comp.post_order()
         while worklist:
             producer = worklist.pop()
             # Constants are never multi-output fused (the regular fusion pass handles them).
             if producer.parent is not comp or producer.opcode == "constant":
                 continue
-            changed |= self._fuse_siblings(producer, log)
+            changed |= _fuse_siblings(producer, ctx)
             if not self.producer_consumer or producer.opcode == "parameter":
                 continue
-            consumer = self._pick_consumer(producer, log)
+            consumer = _pick_consumer(producer, ctx)
             if consumer is None:
                 continue
             name_p, name_c = producer.name, consumer.name
@@ -149,110 +152,115 @@ class MultiOutputFusion(KernelComputationPass):
                 kind = "kInput" if is_input_fusible_reduction(consumer) else "kLoop"
                 fusion = create_fusion(consumer, kind)
             fuse_into_multi_output(fusion, producer)
-            log.fused(self.name, name_p, name_c, fusion.name, rule="producer-consumer multi-output")
-            self.reach = Reachability(comp)
+            log.fused(ctx.pass_name, name_p, name_c, fusion.name, rule="producer-consumer multi-output")
+            ctx.graph_changed()
             changed = True
         if changed:
             sort_computations(comp)
         return changed
 
-    # ---- siblings --------------------------------------------------------------------------
-    def _sibling_legal(self, a: HloInstruction, b: HloInstruction, parent: HloInstruction) -> Decision:
-        d = sibling_candidate(b)
-        if not d:
-            return d
-        if self.reach.is_connected(a, b):
-            first, second = (a, b) if self.reach.is_reachable(a, b) else (b, a)
-            return refuse("cycle", f"would create a cycle: {second.name} depends on {first.name}, so the "
-                                   f"siblings {b.name} and {a.name} (both reading {parent.name}) cannot share "
-                                   f"a kernel")
-        d = shapes_compatible(a, b)
-        if not d:
-            return d
-        if _dus_root(a) or _dus_root(b):
-            return refuse("dynamic-update-slice", f"cannot sibling-fuse dynamic-update-slice roots "
-                                                  f"of {a.name} and {b.name}")
-        return fits_in_budget(a, b, self.params)
+# ---- siblings --------------------------------------------------------------------------
+def _sibling_legal(a: HloInstruction, b: HloInstruction, parent: HloInstruction, ctx: FusionContext) -> Decision:
+    """Whether the sibling `b` may join `a`'s multi-output fusion (both read `parent`)."""
+    d = sibling_candidate(b)
+    if not d:
+        return d
+    reach = ctx.reachability()
+    if reach.is_connected(a, b):
+        first, second = (a, b) if reach.is_reachable(a, b) else (b, a)
+        return refuse("cycle", f"would create a cycle: {second.name} depends on {first.name}, so the "
+                               f"siblings {b.name} and {a.name} (both reading {parent.name}) cannot share "
+                               f"a kernel")
+    d = shapes_compatible(a, b)
+    if not d:
+        return d
+    if _dus_root(a) or _dus_root(b):
+        return refuse("dynamic-update-slice", f"cannot sibling-fuse dynamic-update-slice roots "
+                                              f"of {a.name} and {b.name}")
+    return fits_in_budget(a, b, ctx.params)
 
-    def _fuse_siblings(self, parent: HloInstruction, log: FusionLog) -> bool:
-        if parent.opcode == "constant" and parent.shape.is_array and parent.shape.element_count() == 1:
-            return False
-        siblings = sorted(distinct(parent.users), key=lambda u: -_priority(u))
-        changed = False
-        i = 0
-        while i < len(siblings):
-            a = siblings[i]
-            if a.opcode != "fusion" or not sibling_candidate(a):
-                i += 1
-                continue
-            j = i + 1
-            while j < len(siblings):
-                b = siblings[j]
-                d = self._sibling_legal(a, b, parent)
-                if not d:
-                    if b.opcode == "fusion" or is_fusible_as_multi_output_root(b):
-                        log.refused(self.name, b.name, a.name, d)
-                    j += 1
-                    continue
-                name_b = b.name
-                merge_siblings(a, b)
-                log.fused(self.name, name_b, a.name, a.name, rule=f"sibling (common operand {parent.name})")
-                siblings.pop(j)
-                self.reach = Reachability(a.parent)
-                changed = True
+def _fuse_siblings(parent: HloInstruction, ctx: FusionContext) -> bool:
+    """Merge the users of `parent` that may share a kernel into multi-output fusions."""
+    if parent.opcode == "constant" and parent.shape.is_array and parent.shape.element_count() == 1:
+        return False
+    siblings = sorted(distinct(parent.users), key=lambda u: -_priority(u))
+    changed = False
+    i = 0
+    while i < len(siblings):
+        a = siblings[i]
+        if a.opcode != "fusion" or not sibling_candidate(a):
             i += 1
-        return changed
+            continue
+        j = i + 1
+        while j < len(siblings):
+            b = siblings[j]
+            d = _sibling_legal(a, b, parent, ctx)
+            if not d:
+                if b.opcode == "fusion" or is_fusible_as_multi_output_root(b):
+                    ctx.log.refused(ctx.pass_name, b.name, a.name, d)
+                j += 1
+                continue
+            name_b = b.name
+            merge_siblings(a, b)
+            ctx.log.fused(ctx.pass_name, name_b, a.name, a.name, rule=f"sibling (common operand {parent.name})")
+            siblings.pop(j)
+            ctx.graph_changed()
+            changed = True
+        i += 1
+    return changed
 
-    # ---- producer-consumer -----------------------------------------------------------------
-    def _pc_legal(self, producer: HloInstruction, consumer: HloInstruction) -> Decision:
-        if not is_fusible_as_multi_output_root(consumer):
-            return refuse("consumer-not-mof-root",
-                          f"{consumer.name} is a {consumer.opcode}, which cannot root a multi-output fusion")
-        if is_multi_output(producer):
-            return refuse("producer-multi-output", f"producer {producer.name} is a multi-output fusion")
-        if not is_loop_fusible_as_producer(producer) or (producer.opcode == "fusion" and not is_loop_fusion(producer)):
-            return refuse("producer-not-fusible", f"{not_fusible_reason(producer)}; it is not computed as an "
-                                                  f"extra output of {consumer.name}")
-        if reduce_hero(producer) is not None:
-            return refuse("producer-not-fusible", f"{producer.name} is a reduction, whose loop {consumer.name} "
-                                                  f"cannot share to compute it as an extra output")
-        if is_physically_transposing(producer):
-            return refuse("transposing", f"{producer.name} is physically transposing; as an extra output of "
-                                         f"{consumer.name} its writes would not be coalesced")
-        if creates_heavy_computation(producer, consumer):
-            return refuse("heavy-computation", f"fusing {producer.name} into {consumer.name} would recompute "
-                                               f"a heavy reduction for each element {consumer.name} re-reads")
-        d = shapes_compatible(producer, consumer)
-        if not d:
-            return d
-        for op in consumer.operands:
-            if op is not producer and self.reach.is_reachable(producer, op):
-                return refuse("cycle", f"would create a cycle: {consumer.name} is reachable from "
-                                       f"{producer.name} through {op.name}")
-        d = fits_in_budget(producer, consumer, self.params)
-        if not d:
-            return d
-        if _profit_bytes(producer, consumer) < 0:
-            return refuse("unprofitable", f"fusing {producer.name} into {consumer.name} would move more bytes")
-        return _OK
+# ---- producer-consumer -----------------------------------------------------------------
+def _pc_legal(producer: HloInstruction, consumer: HloInstruction, ctx: FusionContext) -> Decision:
+    """Whether `producer` may be computed as an extra output of `consumer`'s kernel."""
+    if not is_fusible_as_multi_output_root(consumer):
+        return refuse("consumer-not-mof-root",
+                      f"{consumer.name} is a {consumer.opcode}, which cannot root a multi-output fusion")
+    if is_multi_output(producer):
+        return refuse("producer-multi-output", f"producer {producer.name} is a multi-output fusion")
+    if not is_loop_fusible_as_producer(producer) or (producer.opcode == "fusion" and not is_loop_fusion(producer)):
+        return refuse("producer-not-fusible", f"{not_fusible_reason(producer)}; it is not computed as an "
+                                              f"extra output of {consumer.name}")
+    if reduce_hero(producer) is not None:
+        return refuse("producer-not-fusible", f"{producer.name} is a reduction, whose loop {consumer.name} "
+                                              f"cannot share to compute it as an extra output")
+    if is_physically_transposing(producer):
+        return refuse("transposing", f"{producer.name} is physically transposing; as an extra output of "
+                                     f"{consumer.name} its writes would not be coalesced")
+    if creates_heavy_computation(producer, consumer):
+        return refuse("heavy-computation", f"fusing {producer.name} into {consumer.name} would recompute "
+                                           f"a heavy reduction for each element {consumer.name} re-reads")
+    d = shapes_compatible(producer, consumer)
+    if not d:
+        return d
+    for op in consumer.operands:
+        if op is not producer and ctx.reachability().is_reachable(producer, op):
+            return refuse("cycle", f"would create a cycle: {consumer.name} is reachable from "
+                                   f"{producer.name} through {op.name}")
+    d = fits_in_budget(producer, consumer, ctx.params)
+    if not d:
+        return d
+    if _profit_bytes(producer, consumer) < 0:
+        return refuse("unprofitable", f"fusing {producer.name} into {consumer.name} would move more bytes")
+    return _OK
 
-    def _pick_consumer(self, producer: HloInstruction, log: FusionLog) -> HloInstruction | None:
-        users = distinct(producer.users)
-        if not users or (len(users) == 1 and not is_multi_output(users[0]) and not producer.is_root()):
-            return None
-        if not is_loop_fusible_as_producer(producer) and producer.opcode != "fusion":
-            return None
-        candidates = []
-        for consumer in users:
-            d = self._pc_legal(producer, consumer)
-            if d:
-                candidates.append(consumer)
-            elif d.rule not in ("consumer-not-mof-root",):
-                log.refused(self.name, producer.name, consumer.name, d)
-        if not candidates:
-            return None
-        best = max(_priority(c) for c in candidates)
-        return next(c for c in candidates if _priority(c) == best)
+def _pick_consumer(producer: HloInstruction, ctx: FusionContext) -> HloInstruction | None:
+    """The user to compute `producer` in as an extra output (refusals logged), or None."""
+    users = distinct(producer.users)
+    if not users or (len(users) == 1 and not is_multi_output(users[0]) and not producer.is_root()):
+        return None
+    if not is_loop_fusible_as_producer(producer) and producer.opcode != "fusion":
+        return None
+    candidates = []
+    for consumer in users:
+        d = _pc_legal(producer, consumer, ctx)
+        if d:
+            candidates.append(consumer)
+        elif d.rule not in ("consumer-not-mof-root",):
+            ctx.log.refused(ctx.pass_name, producer.name, consumer.name, d)
+    if not candidates:
+        return None
+    best = max(_priority(c) for c in candidates)
+    return next(c for c in candidates if _priority(c) == best)
 
 
 def _profit_bytes(producer: HloInstruction, consumer: HloInstruction) -> int:
@@ -262,8 +270,9 @@ def _profit_bytes(producer: HloInstruction, consumer: HloInstruction) -> int:
     return producer.shape.byte_size() + shared
 
 
+@dataclass(frozen=True)
 class SiblingFusion(MultiOutputFusion):
     """Only the sibling half of multi-output fusion."""
 
-    name = "sibling-fusion"
-    producer_consumer = False
+    name: ClassVar[str] = "sibling-fusion"
+    producer_consumer: ClassVar[bool] = False

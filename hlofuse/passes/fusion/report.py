@@ -1,12 +1,14 @@
 """The fusion report: what was fused, what it saves, and what was refused and why.
 
 `build_report(before, after, log)` compares the module before and after the fusion passes;
-`FusionReport.to_text()` is what `hlofuse compile --emit report` prints and `.to_dict()` is
-what `Executable.report()` returns (JSON-able).
+`after` descends from `before` (the passes ran on `before.clone()`, or on `before` itself with
+`before.clone()` kept), and each fused instruction is matched with the instruction of `before` it
+came from through their shared `original` (hlo/ir.py), never by name. `FusionReport.to_text()`
+is what `hlofuse compile --emit report` prints and `.to_dict()` is what `Executable.report()`
+returns (JSON-able).
 """
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field, replace
 
 from ...hlo.ir import HloInstruction, HloModule
@@ -16,9 +18,6 @@ from .cost_model import (
 )
 from .decisions import FusionLog, LogEntry
 from .fusibility import fusion_outputs, is_expensive
-
-_SUFFIX = re.compile(r"^(.*)\.\d+$")
-
 
 @dataclass
 class FusionSummary:
@@ -99,24 +98,20 @@ class FusionReport:
         return "\n".join(lines) + "\n"
 
 
-def _original(name: str, before: dict[str, HloInstruction]) -> HloInstruction | None:
-    """The instruction of the unfused module a fused member came from (copies carry `.N`)."""
-    while True:
-        if name in before:
-            return before[name]
-        m = _SUFFIX.match(name)
-        if not m:
-            return None
-        name = m.group(1)
+Originals = dict[HloInstruction, HloInstruction]
+
+
+def unfused_originals(before: HloModule) -> Originals:
+    """The instructions of `before`'s kernel computations, by their `original`: a fused
+    instruction `m` came from `originals.get(m.original)` (None: a pass made it)."""
+    return {inst.original: inst for comp in kernel_computations(before) for inst in comp.instructions}
 
 
 def build_report(before: HloModule, after: HloModule, log: FusionLog | None = None) -> FusionReport:
-    """Compare `before` (unfused) with `after` (fused) using the decisions in `log`."""
-    log = log if log is not None else getattr(after, "fusion_log", None) or FusionLog()
-    originals: dict[str, HloInstruction] = {}
-    for comp in kernel_computations(before):
-        for inst in comp.instructions:
-            originals[inst.name] = inst
+    """Compare `before` (unfused) with `after` (fused) using the decisions in `log` (default:
+    `after.fusion_log`)."""
+    log = log if log is not None else after.fusion_log or FusionLog()
+    originals = unfused_originals(before)
     summaries: list[FusionSummary] = []
     for comp in kernel_computations(after):
         for inst in comp.instructions:
@@ -124,17 +119,17 @@ def build_report(before: HloModule, after: HloModule, log: FusionLog | None = No
                 continue
             fc = inst.fused_computation
             # the root tuple of a multi-output fusion only bundles the outputs (listed apart)
-            members = [m.name for m in fc.instructions
+            members = [m for m in fc.instructions
                        if m.opcode != "parameter" and not (m is fc.root and m.opcode == "tuple")]
             kernels = read_before = written_before = 0
-            for orig in distinct(_original(name, originals) for name in members):
+            for orig in distinct(originals.get(m.original) for m in members):
                 if orig is not None and launches_kernel(orig):
                     kernels += 1
                     r, w = kernel_bytes(orig)
                     read_before += r
                     written_before += w
             r, w = kernel_bytes(inst)
-            summaries.append(FusionSummary(inst.name, inst.attrs.get("kind", ""), fc.name, members,
+            summaries.append(FusionSummary(inst.name, inst.attrs.get("kind", ""), fc.name, [m.name for m in members],
                                            [o.name for o in fusion_outputs(inst)], r + w,
                                            read_before + written_before, kernels, read_before, written_before,
                                            r, w))
@@ -158,20 +153,19 @@ def build_report(before: HloModule, after: HloModule, log: FusionLog | None = No
     return FusionReport(after.name, module_cost(before), cost, summaries, refused, log.planner_decisions())
 
 
-def duplicated_work(after: HloModule, originals: dict[str, HloInstruction],
-                    params: TargetParams) -> tuple[int, int]:
+def duplicated_work(after: HloModule, originals: Originals, params: TargetParams) -> tuple[int, int]:
     """(elements recomputed, of which by expensive ops) in `after`: every original instruction
     computed by k > 1 kernels costs (k - 1) times its elements. Counted on the fused module, so
     copies that multi-output fusion merged back into one kernel (and deduplicated) cost nothing."""
-    copies: dict[int, list] = {}
+    copies: dict[HloInstruction, int] = {}
     for comp in kernel_computations(after):
         for inst in comp.instructions:
             for m in (inst.fused_computation.instructions if inst.opcode == "fusion" else [inst]):
-                orig = _original(m.name, originals)
+                orig = originals.get(m.original)
                 if orig is not None and launches_kernel(orig) and m.opcode == orig.opcode:
-                    copies.setdefault(id(orig), [orig, 0])[1] += 1
+                    copies[orig] = copies.get(orig, 0) + 1
     dup = dup_expensive = 0
-    for orig, count in copies.values():
+    for orig, count in copies.items():
         if count > 1:
             n = (count - 1) * sum(s.element_count() for s in orig.shape.leaves())
             dup += n

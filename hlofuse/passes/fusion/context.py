@@ -1,0 +1,106 @@
+"""What a fusion pass knows while it runs, besides the graph: the fusion context.
+
+A fusion pass is a value (its fields are its options) and keeps nothing between runs. Each
+run builds a `FusionContext` per computation and passes it explicitly to the rules it asks
+(`producer_consumer.should_fuse(consumer, index, ctx)`): the target's parameters, the log the
+decisions go to, the reachability of the computation, the global pre-pass's verdicts on
+duplicating expensive producers, and the caches that keep instruction fusion near-linear on long
+chains. Maps are keyed by the instructions themselves (they hash by identity), so a new
+instruction never inherits a removed one's entry.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ...hlo.ir import HloComputation, HloInstruction
+from .cost_model import TargetParams
+from .decisions import Decision, FusionLog
+from .fusibility import fused_operands_reused, reuses_operand_elements
+from .fusion_utils import Reachability, operand_index
+
+
+@dataclass
+class FusionContext:
+    """One fusion pass's run over one computation: its options and what it learns as it goes."""
+
+    params: TargetParams
+    log: FusionLog
+    pass_name: str
+    may_duplicate: bool = True
+    comp: HloComputation | None = None
+    # which instructions reach which (`reachability()`, built on first use; a pass that
+    # changes the graph calls `graph_changed`)
+    _reach: Reachability | None = None
+    # expensive producer -> whether it may be duplicated (decided by instruction fusion's
+    # pre-pass, `expensive_duplication`; absent: refused with the generic reason)
+    expensive_verdicts: dict[HloInstruction, Decision] = field(default_factory=dict)
+    # fusion -> the operands whose elements it reads several times: computed once per fusion,
+    # then kept up to date by `note_fused` as producers are fused in, so a fusion growing along
+    # a long chain is not walked again for every producer (which made fusion quadratic)
+    reused_operands: dict[HloInstruction, set[HloInstruction]] = field(default_factory=dict)
+
+    @classmethod
+    def for_computation(cls, comp: HloComputation, params: TargetParams, log: FusionLog, pass_name: str,
+                        may_duplicate: bool = True) -> "FusionContext":
+        """A fresh context for running `pass_name` on `comp`."""
+        return cls(params, log, pass_name, may_duplicate, comp)
+
+    def reachability(self) -> Reachability:
+        """Which instructions of the computation reach which, as the graph stands."""
+        if self._reach is None:
+            if self.comp is None:
+                raise ValueError("a fusion context without a computation has no reachability")
+            self._reach = Reachability(self.comp)
+        return self._reach
+
+    def graph_changed(self) -> None:
+        """The pass changed the computation: reachability is computed again when next asked."""
+        self._reach = None
+
+    # ---- naming -----------------------------------------------------------------------------
+    def source_name(self, inst: HloInstruction) -> str:
+        """The name a decision gives `inst`: the instruction it duplicates, else its own."""
+        return self.log.source_name(inst)
+
+    # ---- the pre-pass's verdicts ------------------------------------------------------------
+    def verdict(self, producer: HloInstruction) -> Decision | None:
+        """The pre-pass's decision on duplicating the expensive `producer`, if it took one."""
+        return self.expensive_verdicts.get(producer)
+
+    # ---- operands a consumer re-reads -------------------------------------------------------
+    def reused_by(self, consumer: HloInstruction) -> set[HloInstruction]:
+        """The operands of `consumer` whose elements it reads several times."""
+        if consumer.opcode != "fusion":
+            return {op for i, op in enumerate(consumer.operands)
+                    if i == operand_index(consumer, op) and reuses_operand_elements(consumer, i)}
+        reused = self.reused_operands.get(consumer)
+        if reused is None:
+            reused = self.reused_operands[consumer] = set(fused_operands_reused(consumer))
+        return reused
+
+    def reused_after_fusing(self, consumer: HloInstruction, producer: HloInstruction) -> set[HloInstruction]:
+        """The operands whose elements the fusion of `producer` into `consumer` will re-read
+        (asked before fusing: the fused producer is retired with its operands). XLA keeps such
+        facts too, as they are lost in the fused graph.
+
+        The fused copy of `producer` is read as its fused parameter was, so its operands are
+        re-read if that parameter was, or if `producer` itself re-reads them."""
+        before = self.reused_by(consumer)
+        reused = set(before)
+        producer_reused = producer in before
+        for j, op in enumerate(producer.operands):
+            if producer_reused or (j == operand_index(producer, op) and reuses_operand_elements(producer, j)):
+                reused.add(op)
+        return reused
+
+    def note_fused(self, fusion: HloInstruction, reused: set[HloInstruction]) -> None:
+        """Record `reused_after_fusing`'s answer for the grown `fusion` (its operands only)."""
+        self.reused_operands[fusion] = reused & set(fusion.operands)
+
+    def note_replaced(self, old: HloInstruction, new: HloInstruction) -> None:
+        """`new` (a fusion made around `old`) took `old`'s place as an operand of its users."""
+        for user in new.users:
+            reused = self.reused_operands.get(user)
+            if reused is not None and old in reused:
+                reused.discard(old)
+                reused.add(new)

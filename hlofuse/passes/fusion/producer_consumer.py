@@ -1,0 +1,286 @@
+"""XLA's ShouldFuse for producer-consumer fusion: pure rules `(producer, consumer, ctx) -> Decision`.
+
+Each rule mirrors one XLA check and refuses with a stable key and a sentence naming both
+instructions; a target's checks are a tuple of rules asked in order (`FusionDecision::All`):
+`CPU_RULES` (CpuInstructionFusion::ShouldFuse), `GPU_RULES` (GpuInstructionFusion::ShouldFuse
+with IsProducerConsumerFusible and FusionFitsInBudget). A rule reads the graph and the
+`FusionContext` (the target's parameters, whether the pass may duplicate, the pre-pass's verdicts
+on expensive producers, the caches) and changes neither.
+
+A refusal inside a consumer fusion names the instructions that read the producer there, each by
+the instruction it duplicates when it is a duplicated copy (`FusionContext.source_name`), so the
+same refused pair reads the same however often the growing fusion around the reader, or a copy
+of it, is revisited.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+from ...hlo.ir import HloInstruction
+from .context import FusionContext
+from .cost_model import distinct
+from .decisions import Decision
+from .fusibility import (
+    combined_operands, creates_heavy_computation, is_always_duplicable, is_expensive, is_input_fusible_reduction,
+    is_loop_fusible_as_consumer, is_loop_fusible_as_producer, is_multi_output, is_physically_transposing,
+    not_fusible_reason, reduction_count, reduction_is_contiguous,
+)
+from .fusion_utils import operand_index
+
+refuse = Decision.refuse
+ALLOW = Decision.allow()
+
+Rule = Callable[[HloInstruction, HloInstruction, FusionContext], Decision]
+
+
+def _is_scalar_constant(inst: HloInstruction) -> bool:
+    return inst.opcode == "constant" and inst.shape.is_array and inst.shape.element_count() == 1
+
+
+def would_duplicate(producer: HloInstruction, consumer: HloInstruction) -> bool:
+    """Whether fusing `producer` into `consumer` leaves the producer behind for others."""
+    return any(u is not consumer for u in producer.users) or producer.is_root()
+
+
+def _is_reduce_intermediate(inst: HloInstruction) -> bool:
+    """XLA's IsReduceIntermediate: a single-operand, single-user convert/bitcast epilogue op."""
+    if len(inst.operands) > 1 or len(inst.users) > 1:
+        return False
+    if inst.opcode in ("bitcast", "bitcast-convert", "convert"):
+        return True
+    if inst.opcode == "reshape":
+        a, b = inst.operands[0].shape, inst.shape
+        return [d for d in a.dims if d != 1] == [d for d in b.dims if d != 1]
+    return False
+
+
+def _minor_dim_concatenate(inst: HloInstruction) -> bool:
+    """CPU: a concatenate along the minor dimension with enough bytes is better left a memcpy."""
+    shape = inst.shape
+    if shape.rank <= 1:
+        return False
+    dim = inst.attrs.get("dimensions", (0,))[0]
+    minor = shape.layout.minor_to_major[0] if shape.layout is not None else shape.rank - 1
+    dim_bytes = shape.dims[dim] * shape.dtype.byte_size
+    return dim == minor and dim_bytes >= 64 and shape.byte_size() >= 2048
+
+
+def reader_names(producer: HloInstruction, consumer: HloInstruction, ctx: FusionContext) -> tuple[str, str]:
+    """(the instructions that read `producer`, the fusion they are in or ""), for reasons."""
+    if consumer.opcode != "fusion":
+        return ctx.source_name(consumer), ""
+    param = consumer.fused_computation.parameter(operand_index(consumer, producer))
+    readers = list(dict.fromkeys(ctx.source_name(u) for u in param.users))
+    return (", ".join(readers) or consumer.name), consumer.name
+
+
+def _consumer_label(producer: HloInstruction, consumer: HloInstruction, ctx: FusionContext) -> str:
+    """`consumer`'s name, or for a fusion "READERS (in FUSION)" naming who reads `producer`."""
+    readers, fusion = reader_names(producer, consumer, ctx)
+    return f"{readers} (in {fusion})" if fusion else readers
+
+
+# ---- the rules, each named after the XLA check it mirrors --------------------------------------
+
+def producer_is_fusion(producer: HloInstruction, consumer: HloInstruction, ctx: FusionContext) -> Decision:
+    """Instruction fusion fuses no fusion into a consumer (the merger and multi-output do)."""
+    if producer.opcode == "fusion":
+        return refuse("producer-is-fusion",
+                      f"{producer.name} is a fusion, which {ctx.params.name.upper()} instruction fusion does not "
+                      f"fuse into {_consumer_label(producer, consumer, ctx)} (the fusion merger and "
+                      f"multi-output fusion decide)")
+    return ALLOW
+
+
+def reuse(producer: HloInstruction, consumer: HloInstruction, ctx: FusionContext) -> Decision:
+    """An expensive producer is not fused into a consumer that reads its elements several times."""
+    if producer.opcode != "fusion" and is_expensive(producer, ctx.params) and producer in ctx.reused_by(consumer):
+        return refuse("expensive-reused",
+                      f"producer {producer.name} is expensive and {_consumer_label(producer, consumer, ctx)} "
+                      f"reads each of its elements several times")
+    return ALLOW
+
+
+def transposing_into_reduce(producer: HloInstruction, consumer: HloInstruction, ctx: FusionContext) -> Decision:
+    """GPU: a physically transposing producer would uncoalesce a reduction's reads."""
+    if is_input_fusible_reduction(consumer) and is_physically_transposing(producer):
+        return refuse("transpose-into-reduce", f"fusing transposing producer {producer.name} into reduction "
+                                               f"{consumer.name} would break read coalescing")
+    return ALLOW
+
+
+def producer_fusible(producer: HloInstruction, consumer: HloInstruction, ctx: FusionContext) -> Decision:
+    """IsLoopFusibleAsProducer."""
+    if not is_loop_fusible_as_producer(producer):
+        readers = reader_names(producer, consumer, ctx)[0].split(", ")
+        verb = "reads" if len(readers) == 1 else "read"
+        return refuse("producer-not-fusible", f"{not_fusible_reason(producer)}; {' and '.join(readers)} "
+                                              f"{verb} it from memory")
+    return ALLOW
+
+
+def reduce_epilogue(producer: HloInstruction, consumer: HloInstruction, ctx: FusionContext) -> Decision:
+    """GPU: a contiguous reduction only takes a convert/bitcast epilogue."""
+    p, c = producer.name, consumer.name
+    if producer.opcode == "reduce" and ctx.params.reduce_epilogue_only and reduction_is_contiguous(producer):
+        members = ([i for i in consumer.fused_computation.instructions if i.opcode != "parameter"]
+                   if consumer.opcode == "fusion" else [consumer])
+        if not all(_is_reduce_intermediate(m) for m in members):
+            return refuse("reduce-epilogue",
+                          f"reduction {p} can only be fused into a convert/bitcast epilogue, not into {c}")
+        if len(producer.users) > 1:
+            return refuse("reduce-epilogue", f"reduction {p} has several users; its epilogue fusion needs one")
+    return ALLOW
+
+
+def consumer_fusible(producer: HloInstruction, consumer: HloInstruction, ctx: FusionContext) -> Decision:
+    """The consumer can root a loop or input fusion (or is one)."""
+    c = consumer.name
+    if consumer.opcode == "fusion":
+        if consumer.attrs.get("kind") in ("kLoop", "kInput"):
+            return ALLOW
+        return refuse("consumer-not-fusible", f"consumer {c} is a {consumer.attrs.get('kind')} fusion")
+    if not is_loop_fusible_as_consumer(consumer):
+        return refuse("consumer-not-fusible",
+                      f"consumer {c} ('{consumer.opcode}') cannot be the root of a loop or input fusion")
+    return ALLOW
+
+
+def multi_output_producer(producer: HloInstruction, consumer: HloInstruction, ctx: FusionContext) -> Decision:
+    """A multi-output fusion is never a producer."""
+    if is_multi_output(producer):
+        return refuse("producer-multi-output", f"producer {producer.name} is a multi-output fusion")
+    return ALLOW
+
+
+def gpu_constant(producer: HloInstruction, consumer: HloInstruction, ctx: FusionContext) -> Decision:
+    """GPU: non-scalar constants stay buffers; scalar ones only join existing fusions."""
+    p, c = producer.name, consumer.name
+    if producer.opcode == "constant":
+        if not _is_scalar_constant(producer):
+            return refuse("constant", f"non-scalar constant {p} stays a global buffer, not fused into {c}")
+        if consumer.opcode != "fusion":
+            return refuse("constant", f"scalar constant {p} is only fused into an existing fusion, not into {c}")
+    return ALLOW
+
+
+def cpu_constant(producer: HloInstruction, consumer: HloInstruction, ctx: FusionContext) -> Decision:
+    """CPU: non-scalar constants are not fused."""
+    if producer.opcode == "constant" and not _is_scalar_constant(producer):
+        return refuse("constant", f"non-scalar constant {producer.name} is not fused into {consumer.name}")
+    return ALLOW
+
+
+def scalar_constant(producer: HloInstruction, consumer: HloInstruction, ctx: FusionContext) -> Decision:
+    """CPU: a scalar constant only joins an existing fusion."""
+    if producer.opcode == "constant" and consumer.opcode != "fusion":
+        return refuse("constant", f"scalar constant {producer.name} is only fused into an existing fusion, "
+                                  f"not into {consumer.name}")
+    return ALLOW
+
+
+def heavy(producer: HloInstruction, consumer: HloInstruction, ctx: FusionContext) -> Decision:
+    """A heavy reduction is not recomputed per re-read element."""
+    if creates_heavy_computation(producer, consumer):
+        return refuse("heavy-computation", f"fusing {producer.name} into {consumer.name} would recompute a "
+                                           f"heavy reduction for each re-read element")
+    return ALLOW
+
+
+def base(producer: HloInstruction, consumer: HloInstruction, ctx: FusionContext) -> Decision:
+    """InstructionFusion::ShouldFuse: the root stays; duplication is cheap, allowed, or judged."""
+    p = producer.name
+    if producer.is_root():
+        return refuse("root", f"producer {p} is the root of {producer.parent.name}; its value must be materialized")
+    if would_duplicate(producer, consumer) and not is_always_duplicable(producer):
+        c = " and ".join(reader_names(producer, consumer, ctx)[0].split(", "))
+        if not ctx.may_duplicate:
+            return refuse("no-duplication", f"fusing {p} into {c} would duplicate it and this pass may not duplicate")
+        if is_expensive(producer, ctx.params):
+            verdict = ctx.verdict(producer)
+            if verdict is not None:
+                return verdict
+            users = distinct(producer.users)
+            return refuse("expensive-duplicate",
+                          f"producer {p} is expensive and has {len(users)} users; fusing it into {c} "
+                          f"would compute it twice")
+    return ALLOW
+
+
+def cpu_concatenate(producer: HloInstruction, consumer: HloInstruction, ctx: FusionContext) -> Decision:
+    """CPU: wide or large minor-dimension concatenates stay unfused."""
+    limit = ctx.params.max_concatenate_operands
+    for inst in (producer, consumer):
+        if inst.opcode == "concatenate" and (
+                (limit is not None and len(inst.operands) > limit) or _minor_dim_concatenate(inst)):
+            why = (f"{len(inst.operands)} > {limit} operands" if limit is not None
+                   and len(inst.operands) > limit else "a large minor-dimension concatenate")
+            return refuse("concatenate", f"concatenate {inst.name} is better unfused on the CPU ({why}); "
+                                         f"{producer.name} is not fused into {consumer.name}")
+    return ALLOW
+
+
+def cpu_reductions(producer: HloInstruction, consumer: HloInstruction, ctx: FusionContext) -> Decision:
+    """CPU: at most `max_reductions_per_fusion` reductions in one fusion."""
+    limit = ctx.params.max_reductions_per_fusion
+    if limit is not None and consumer.opcode == "fusion" and producer.opcode == "reduce":
+        n = reduction_count(consumer)
+        if n > limit:
+            return refuse("too-many-reductions", f"too many reductions: fusion {consumer.name} already holds "
+                                                 f"{n} > {limit}; {producer.name} is not fused into it")
+    return ALLOW
+
+
+def budget(producer: HloInstruction, consumer: HloInstruction, ctx: FusionContext) -> Decision:
+    """GPU: FusionFitsInBudget (unnested reductions, operands and outputs)."""
+    p = producer.name
+    limit = ctx.params.max_unnested_reductions
+    added = reduction_count(producer, unnested_only=True) if limit is not None else 0
+    if added:
+        n = reduction_count(consumer, unnested_only=True) + added
+        if n > limit:
+            return refuse("budget", f"reduction budget exceeded: {n} > {limit} unnested reductions "
+                                    f"(fusing {p} into {_consumer_label(producer, consumer, ctx)})")
+    most = ctx.params.max_operands_and_outputs
+    if most is None:
+        return ALLOW
+    operands = combined_operands(consumer, producer)
+    if len(operands) <= len(consumer.operands):
+        return ALLOW
+    outputs = len(consumer.shape.leaves()) + len(producer.shape.leaves())
+    total = len(operands) + outputs
+    if total > most:
+        where = _consumer_label(producer, consumer, ctx)
+        return refuse("budget", f"operand budget exceeded: {total} > {most} (fusing {p} into {where} "
+                                f"needs {len(operands)} operands + {outputs} outputs)")
+    return ALLOW
+
+
+# The checks of each target, in XLA's order.
+CPU_RULES: tuple[Rule, ...] = (cpu_constant, producer_fusible, cpu_concatenate, reuse, base, cpu_reductions,
+                               scalar_constant, producer_is_fusion, consumer_fusible)
+GPU_RULES: tuple[Rule, ...] = (producer_is_fusion, reuse, transposing_into_reduce, producer_fusible,
+                               reduce_epilogue, consumer_fusible, multi_output_producer, gpu_constant, heavy, base,
+                               budget)
+
+
+def rules_for(ctx: FusionContext) -> tuple[Rule, ...]:
+    """The checks of the context's target."""
+    return CPU_RULES if ctx.params.name == "cpu" else GPU_RULES
+
+
+def should_fuse(consumer: HloInstruction, index: int, ctx: FusionContext) -> Decision:
+    """Whether operand `index` of `consumer` may be fused into it, with the reason when not."""
+    producer = consumer.operands[index]
+    for rule in rules_for(ctx):
+        d = rule(producer, consumer, ctx)
+        if not d:
+            return d
+    return ALLOW
+
+
+def choose_kind(producer: HloInstruction, consumer: HloInstruction, ctx: FusionContext) -> str:
+    """kInput for a reduction hero on the GPU, kLoop otherwise (XLA's ChooseFusionKind)."""
+    if ctx.params.input_fusion_kind == "kInput" and is_input_fusible_reduction(consumer):
+        return "kInput"
+    return "kLoop"
