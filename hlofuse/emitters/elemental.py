@@ -68,6 +68,23 @@ def reg_type(et: ElementType) -> ir.Type:
     return ir.IntType(et.bits)
 
 
+def scalar_constant(et: ElementType, value) -> ir.Constant:
+    """An LLVM constant of register type for one element value."""
+    ty = reg_type(et)
+    if et.is_pred:
+        return ir.Constant(I1, int(bool(value)))
+    if et.name == "bf16":
+        return ir.Constant(I16, int(np.asarray(value, dtype=et.numpy).view(np.uint16)))
+    if ty == ir.IntType(8) and et.is_float:  # a narrow float: its bit pattern
+        return ir.Constant(ty, int(np.asarray(value, dtype=et.numpy).reshape(1).view(np.uint8)[0]))
+    if et.is_complex:
+        value = complex(value)
+        return ir.Constant(ty, [float(value.real), float(value.imag)])
+    if et.is_float:
+        return ir.Constant(ty, float(value))
+    return ir.Constant(ty, int(value))
+
+
 def mem_type(et: ElementType) -> ir.Type:
     """LLVM type of an element in memory (pred and 4-bit integers take a byte)."""
     return I8 if et.is_pred or et.bits < 8 else reg_type(et)

@@ -10,6 +10,7 @@ from llvmlite import ir
 from ..hlo.dtypes import ElementType, real_type
 from ..hlo.errors import UnsupportedError
 from ..hlo.opcodes import register_elemental
+from .elemental import reg_type, scalar_constant
 
 
 def parts(b: ir.IRBuilder, v):
@@ -205,8 +206,6 @@ def extremum(em, x, y, is_min: bool = False):
 
 def convert(em, v, src: ElementType, dst: ElementType, convert_real):
     """Conversions to, from and between complex types (complex -> real keeps the real part)."""
-    from .elemental import reg_type
-
     b = em.b
     if src.is_complex and dst.is_complex:
         re, im = parts(b, v)
@@ -256,7 +255,6 @@ def _real_imag(em, inst):
             return g
         # imag of a real number is +0 of its type, built in the register type: a bit
         # pattern for bf16 and the 8-bit floats, not an LLVM float constant.
-        from .elemental_data import scalar_constant
 
         zero = scalar_constant(inst.shape.dtype, 0)
         return lambda idx: zero
@@ -271,6 +269,4 @@ def _complex(em, inst):
 
 
 def _reg(et):
-    from .elemental import reg_type
-
     return reg_type(et)

@@ -13,26 +13,9 @@ from llvmlite import ir
 from ..hlo.dtypes import S64, ElementType
 from ..hlo.errors import UnsupportedError
 from ..hlo.opcodes import register_elemental
-from .elemental import ElementalEmitter, Reading, TupleGenerator, dims_of, reg_type, remap
+from .elemental import ElementalEmitter, Reading, TupleGenerator, dims_of, reg_type, remap, scalar_constant
 from .elemental_math import bitcast_value, convert_value
 from .ir_helpers import I1, I16, I64, Index, const_i64, for_range, load_element
-
-
-def scalar_constant(et: ElementType, value) -> ir.Constant:
-    """An LLVM constant of register type for one element value."""
-    ty = reg_type(et)
-    if et.is_pred:
-        return ir.Constant(I1, int(bool(value)))
-    if et.name == "bf16":
-        return ir.Constant(I16, int(np.asarray(value, dtype=et.numpy).view(np.uint16)))
-    if ty == ir.IntType(8) and et.is_float:  # a narrow float: its bit pattern
-        return ir.Constant(ty, int(np.asarray(value, dtype=et.numpy).reshape(1).view(np.uint8)[0]))
-    if et.is_complex:
-        value = complex(value)
-        return ir.Constant(ty, [float(value.real), float(value.imag)])
-    if et.is_float:
-        return ir.Constant(ty, float(value))
-    return ir.Constant(ty, int(value))
 
 
 @register_elemental("constant")
