@@ -6,6 +6,7 @@ Expected values come from numpy (the generated modules say what they compute) or
 own HLO text for the same program."""
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import threading
@@ -325,6 +326,45 @@ def test_import_does_not_import_jax():
                          text=True, timeout=120, check=True).stdout.split()
     assert out[1] == "False"
     assert int(out[0]) > 10
+
+
+_FORK_SCRIPT = """
+import multiprocessing, sys
+import hlofuse
+
+texts = sys.stdin.read().split("// -----")
+want = [hlofuse.from_stablehlo(t).to_text() for t in texts]  # the parent has its context and pool
+
+
+def child(text):
+    return hlofuse.from_stablehlo(text).to_text()
+
+
+if __name__ == "__main__":
+    with multiprocessing.get_context("fork").Pool(1) as pool:
+        got = pool.map_async(child, texts).get(timeout=60)
+    print(got == want)
+"""
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork on this platform")
+def test_import_in_a_forked_child_after_an_import():
+    """A forked child has none of its parent's threads: with the parent's MLIR thread pool it
+    waited forever; it now builds its own context (CHLO legalization included). In a fresh
+    interpreter, as a program forking workers would be."""
+    texts = "// -----".join([mixed_module(2), NESTED_CALLS, _CHLO_MODULE])
+    out = subprocess.run([sys.executable, "-c", _FORK_SCRIPT], input=texts, capture_output=True, text=True,
+                         timeout=180)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["True"]
+
+
+_CHLO_MODULE = """
+func.func @main(%x: tensor<4xf32>) -> tensor<4xf32> {
+  %0 = chlo.erf_inv %x : tensor<4xf32> -> tensor<4xf32>
+  return %0 : tensor<4xf32>
+}
+"""
 
 
 # ---- metadata -----------------------------------------------------------------------------------

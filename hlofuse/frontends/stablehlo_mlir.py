@@ -8,6 +8,7 @@ what is cached per context (see ContextState).
 """
 from __future__ import annotations
 
+import os
 import threading
 from typing import Any
 
@@ -28,6 +29,26 @@ _CONTEXT_BYTES = 64 << 20
 _PER_THREAD = threading.local()
 
 
+_ORPHANED: list = []  # a forked child's copies of its parent's contexts and thread pool
+
+
+def _after_fork_in_child() -> None:
+    """A forked child has none of its parent's threads, so the parent's MLIR thread pool (and
+    contexts using it) would wait forever for work to be done: start afresh. The parent's
+    objects are kept, never destroyed: destroying a pool joins threads that do not exist."""
+    global _PER_THREAD, _LOCK
+    _ORPHANED.append((_PER_THREAD, dict(_SHARED)))
+    _PER_THREAD = threading.local()
+    _LOCK = threading.Lock()
+    passes = _SHARED.get("passes")  # registered in the process's pass registry, which the child has
+    _SHARED.clear()
+    if passes:
+        _SHARED["passes"] = passes
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
 def mlir_context():
     """A fresh MLIR context with the dialects of JAX's contexts (StableHLO, CHLO, MHLO, Shardy,
     func and the upstream dialects JAX registers)."""
@@ -36,7 +57,7 @@ def mlir_context():
     from jaxlib.mlir._mlir_libs import _chlo, _jax_mlir_ext, _mlirHlo, _sdy, _sdyMpmd, _stablehlo
 
     with _LOCK:
-        if not _SHARED:
+        if "registry" not in _SHARED:
             registry = ir.DialectRegistry()
             _jax_mlir_ext.register_dialects(registry)
             _SHARED["registry"] = registry
