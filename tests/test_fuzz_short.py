@@ -9,6 +9,8 @@ The long run is one command (see tests/fuzz/__init__.py):
 """
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from fuzz import outcomes as oc
@@ -68,3 +70,67 @@ def test_pool_survives_crashes_and_hangs():
     assert got["1"] == "pong" and got["3"] == "pong"
     assert got["2"]["outcome"] == oc.HANG
     assert "worker.py" in got["2"]["traceback"]  # faulthandler's stack of the hung case
+
+
+# A while loop whose counter decrements from 0 while the condition is `i < 4`: it ends only when
+# the s32 counter wraps, after 2^31 iterations, on every backend (the interpreter included).
+LOOPS_FOR_EVER = """HloModule loops_for_ever
+
+cond {
+  p = (s32[], f32[8]) parameter(0)
+  i = s32[] get-tuple-element(p), index=0
+  n = s32[] constant(4)
+  ROOT lt = pred[] compare(i, n), direction=LT
+}
+
+body {
+  p = (s32[], f32[8]) parameter(0)
+  i = s32[] get-tuple-element(p), index=0
+  one = s32[] constant(1)
+  i1 = s32[] subtract(i, one)
+  v = f32[8] get-tuple-element(p), index=1
+  n = f32[8] negate(v)
+  ROOT t = (s32[], f32[8]) tuple(i1, n)
+}
+
+ENTRY main {
+  x = f32[8] parameter(0)
+  z = s32[] constant(0)
+  init = (s32[], f32[8]) tuple(z, x)
+  w = (s32[], f32[8]) while(init), condition=cond, body=body
+  ROOT r = f32[8] get-tuple-element(w), index=1
+}
+"""
+
+
+@pytest.mark.parametrize("kind", ["malformed", "graph"])
+def test_timeout_the_interpreter_cannot_beat_is_long_running(kind, tmp_path):
+    """A case that times out and on which the interpreter alone, in a fresh worker, does not
+    finish within the timeout either is LONG_RUNNING (counted apart, one reproducer, not a
+    failure); one that hangs only in the compiled path (the self-test hang: its reference run
+    answers at once) stays a HANG. The pool goes on with the next case either way."""
+    from fuzz.pool import run_cases
+    from fuzz.report import Summary, record
+    from fuzz.runner import _inputs_for
+
+    cases = [{"id": "loop", "label": "decrementing loop",
+              "payload": {"kind": kind, "text": LOOPS_FOR_EVER, "seed": 1}},
+             {"id": "hang", "label": "compiled-path hang", "payload": {"kind": "selftest-hang"}},
+             {"id": "ping", "payload": {"kind": "ping"}}]
+    got = {}
+    run_cases(cases, jobs=2, timeout=4.0, on_result=lambda c, r: got.__setitem__(c["id"], (c, r)))
+    loop, hang = got["loop"][1], got["hang"][1]
+    assert loop["outcome"] == oc.LONG_RUNNING, loop
+    assert "while" in loop["traceback"] and "interpreter" in loop["traceback"]  # both stacks kept
+    assert hang["outcome"] == oc.HANG and "the interpreter alone finishes" in hang["message"], hang
+    assert got["ping"][1] == "pong"
+
+    summary = Summary()
+    for c, r in (got["loop"], got["hang"]):
+        record(summary, "malformed", c, r, tmp_path, lambda case: _inputs_for(case) if case is got["loop"][0] else None)
+    assert summary.counts[("malformed", oc.LONG_RUNNING)] == 1
+    assert summary.failure_count() == 1  # the hang, not the long-running loop
+    (lr,) = summary.long_running.values()
+    assert (Path(lr.reproducer) / "case.hlo").read_text() == LOOPS_FOR_EVER
+    assert "--backend interpreter" in (Path(lr.reproducer) / "README.txt").read_text()
+    assert "long-running [malformed] x1" in summary.render() and lr.reproducer in summary.render()

@@ -5,7 +5,7 @@ or hangs (the pool does).
 from __future__ import annotations
 
 import traceback
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -14,6 +14,9 @@ from .values import contains_subnormal, flush_denormals, make_inputs
 
 # Modules whose instructions hold more than this many bytes are verified and compiled but not run.
 MAX_MODULE_BYTES = 64 << 20
+# The fraction of edge values in the inputs each case kind makes from its seed; run_reference
+# makes the same inputs again.
+EDGE_FRACTION = {"malformed": 0.1, "graph": 0.25}
 
 
 def _error_result(exc: BaseException, stage: str) -> dict[str, Any]:
@@ -86,7 +89,7 @@ def run_malformed(text: str, seed: int) -> dict[str, Any]:
         exe = hlofuse.compile(module, target="cpu")
         stage = "inputs"
         try:
-            args = _inputs(module, seed, 0.1)
+            args = _inputs(module, seed, EDGE_FRACTION["malformed"])
         except ValueError as e:
             return {"outcome": oc.SKIPPED, "stage": stage, "signature": "no inputs", "message": str(e)}
         stage = "run"
@@ -156,7 +159,7 @@ def run_graph(text: str, seed: int) -> dict[str, Any]:
                 + str(e).splitlines()[0][:120], "message": str(e)[:500]}
     except Exception as e:  # noqa: BLE001
         return _error_result(e, "parse")
-    args = _inputs(module, seed, 0.25)
+    args = _inputs(module, seed, EDGE_FRACTION["graph"])
     try:
         ref_exe = hlofuse.compile(module, target="interpreter")
         want = ref_exe(*args)
@@ -179,3 +182,32 @@ def run_graph(text: str, seed: int) -> dict[str, Any]:
         if rank[r["outcome"]] > rank[worst["outcome"]]:
             worst = r
     return worst
+
+
+
+def run_reference(payload: dict[str, Any], started: Callable[[], None]) -> dict[str, Any]:
+    """The interpreter alone on a timed-out case's module and inputs (the pool's check of
+    whether the program itself runs long): parse, verify, compile for the interpreter and make
+    the same inputs as the case did, then call `started()` (the pool times the run from there)
+    and run. Any answer, an exception included, means the interpreter finished."""
+    import time
+
+    import hlofuse
+    from hlofuse.hlo.verifier import verify
+
+    t0 = time.monotonic()
+    try:
+        module = hlofuse.parse_hlo(payload["text"])
+        verify(module)
+        exe = hlofuse.compile(module, target="interpreter")
+        if payload["kind"] == "edge":
+            args = payload["args"]
+        else:
+            args = _inputs(module, payload["seed"], EDGE_FRACTION[payload["kind"]])
+        started()
+        t0 = time.monotonic()
+        exe(*args)
+        message = ""
+    except Exception as e:  # noqa: BLE001 - an error is an answer too
+        message = f" (with {type(e).__name__}: {str(e)[:200]})"
+    return {"finished": True, "seconds": time.monotonic() - t0, "message": message}

@@ -8,14 +8,16 @@ OK = "ok"  # ran (and matched the reference where there is one)
 EXPECTED = "expected-error"  # an hlofuse.HloError subclass with a message: the user's mistake, reported
 UNEXPECTED = "unexpected-exception"  # anything else: a traceback is a bug
 CRASH = "crash"  # the worker process died (a signal: segfault, abort)
-HANG = "hang"  # no answer within the per-case timeout
+HANG = "hang"  # no answer within the per-case timeout, while the interpreter alone answers in time
+# Timed out, and the interpreter alone does not finish in time either: the program itself runs long.
+LONG_RUNNING = "long-running"
 MISMATCH = "mismatch"  # a backend's result differs from the reference
 DENORMAL = "denormal-only"  # differs only where denormals are flushed (XLA:CPU's FTZ/DAZ): known, counted apart
 SKIPPED = "skipped"  # not run: too large, an input type with no numpy counterpart, unsupported by XLA
 INVALID = "generator-invalid"  # a generated "valid" module the verifier rejects (generator or verifier bug)
 
 FAILURES = (UNEXPECTED, CRASH, HANG, MISMATCH, INVALID)
-ORDER = (OK, EXPECTED, SKIPPED, DENORMAL, UNEXPECTED, CRASH, HANG, MISMATCH, INVALID)
+ORDER = (OK, EXPECTED, SKIPPED, DENORMAL, LONG_RUNNING, UNEXPECTED, CRASH, HANG, MISMATCH, INVALID)
 
 _PACKAGE = "hlofuse"
 

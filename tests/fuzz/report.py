@@ -31,6 +31,8 @@ class Summary:
 
     counts: Counter = field(default_factory=Counter)
     failures: dict[tuple[str, str, str], Failure] = field(default_factory=dict)
+    # Per fuzzer, the cases the interpreter does not finish either (not failures) and one reproducer.
+    long_running: dict[tuple[str, str, str], Failure] = field(default_factory=dict)
     expected: Counter = field(default_factory=Counter)  # (fuzzer, expected-error signature) -> count
     denormal: Counter = field(default_factory=Counter)  # denormal-only signatures
     skipped: Counter = field(default_factory=Counter)  # (fuzzer, skipped signature) -> count
@@ -64,6 +66,12 @@ class Summary:
                 by_prefix.setdefault(prefix, []).append(what + (f" x{n}" if n > 1 else ""))
             for prefix, whats in by_prefix.items():
                 out.append(f"  {prefix}: {', '.join(whats)}")
+            out.append("")
+        for f in self.long_running.values():
+            out.append(f"long-running [{f.fuzzer}] x{f.count} (timed out, and the interpreter does not finish "
+                       f"within the timeout either: the program itself runs long, not a failure)")
+            if f.reproducer:
+                out.append(f"      reproducer: {f.reproducer}")
             out.append("")
         if self.skipped:
             out.append("skipped: " + "; ".join(f"[{f}] {sig} x{n}" for (f, sig), n in self.skipped.most_common()))
@@ -107,19 +115,24 @@ def record(summary: Summary, fuzzer: str, case: dict[str, Any], result: dict[str
         summary.skipped[(fuzzer, sig)] += 1
     if outcome == oc.DENORMAL:
         summary.denormal[sig] += 1
-    if outcome not in oc.FAILURES:
+    if outcome in oc.FAILURES:
+        kept = summary.failures
+    elif outcome == oc.LONG_RUNNING:  # one reproducer per fuzzer, whatever the signature
+        kept = summary.long_running
+        sig = ""
+    else:
         return
     key = (fuzzer, outcome, sig)
-    f = summary.failures.get(key)
+    f = kept.get(key)
     if f is None:
-        f = summary.failures[key] = Failure(fuzzer, outcome, sig, message=result.get("message", ""))
+        f = kept[key] = Failure(fuzzer, outcome, sig, message=result.get("message", ""))
     f.count += 1
     text = case["payload"].get("text", "")
     if out_dir is None or len(text) >= f.text_len:
         return
     f.text_len = len(text)
     f.message = result.get("message", "") or f.message
-    d = out_dir / fuzzer / _slug(f"{outcome}-{sig}")
+    d = out_dir / fuzzer / _slug(f"{outcome}-{sig}" if sig else outcome)
     d.mkdir(parents=True, exist_ok=True)
     (d / "case.hlo").write_text(text)
     try:
@@ -132,17 +145,20 @@ def record(summary: Summary, fuzzer: str, case: dict[str, Any], result: dict[str
     m = re.match(r"(edge )?(cpu|gpu-emulated|interpreter)", sig)
     if m:
         backend = m.group(2)
+    if outcome == oc.LONG_RUNNING:
+        backend = "interpreter"
     nofusion = " --no-fusion" if "(no fusion)" in sig else ""
     command = (f"hlofuse run {d / 'case.hlo'} --backend {backend}{nofusion}"
                + (f" --inputs {d / 'case.npz'}" if args is not None else "") + " --compare")
-    lines = [f"{outcome}: {sig}", f"case: {case.get('label', '')}", f"message: {f.message.splitlines()[0] if f.message else ''}",
+    lines = [f"{outcome}: {sig or result.get('signature', '')}", f"case: {case.get('label', '')}", f"message: {f.message.splitlines()[0] if f.message else ''}",
              f"reproduce: {command}"]
     if result.get("history"):
         # A crash can be the late effect of an earlier case in the same process: keep those too.
         h = d / "history"
         h.mkdir(exist_ok=True)
         for k, prev in enumerate(result["history"]):
-            (h / f"{k:03d}-{prev['id']}.hlo").write_text(prev["payload"].get("text", ""))
+            payload = prev["payload"].get("case", prev["payload"])  # a reference run: its case's text
+            (h / f"{k:03d}-{prev['id']}.hlo").write_text(payload.get("text", ""))
         lines.append(f"history: {len(result['history'])} cases the same worker ran before, oldest first, in history/")
     if result.get("traceback"):
         lines += ["", result["traceback"]]

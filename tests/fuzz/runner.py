@@ -85,10 +85,11 @@ def _inputs_for(case: dict[str, Any]):
     import hlofuse
     from hlofuse.runtime.io import parameter_shapes
 
+    from .cases import EDGE_FRACTION
     from .values import make_inputs
 
     module = hlofuse.parse_hlo(payload["text"])
-    return make_inputs(parameter_shapes(module), payload["seed"], 0.25 if payload["kind"] == "graph" else 0.1)
+    return make_inputs(parameter_shapes(module), payload["seed"], EDGE_FRACTION[payload["kind"]])
 
 
 def run(config: FuzzConfig) -> Summary:
