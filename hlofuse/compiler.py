@@ -24,7 +24,7 @@ class Executable:
     """A compiled module: call it with numpy arrays, get a tuple of numpy arrays back.
 
     `fused_module` is the module after the pass pipeline (made from a clone of `module`, so each
-    of its instructions traces back to the user's through `HloInstruction.original`);
+    of its instructions traces back to the user's through `HloInstruction.origin`);
     `fusion_log` holds every decision of the fusion passes and of codegen's kernel planner (None
     when no fusion pass ran); `report()` says what was fused and why.
     """
@@ -91,7 +91,7 @@ def fuse(module: HloModule, target: str = "cpu", verify: bool | None = None):
     `module` (already through the passes before fusion: `optimize(m, target, fusion=False)`).
     Returns (fused module, pipeline); `fuse(optimize(m, t, fusion=False)[0], t)` fuses as
     `optimize(m, t)` does, and each fused instruction traces back to the instruction of `module`
-    it came from (`HloInstruction.original`)."""
+    it came from (`HloInstruction.origin`)."""
     from .passes.dce import DeadCodeElimination
     from .passes.fusion import fusion_passes
     from .passes.pipeline import PassPipeline

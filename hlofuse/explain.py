@@ -2,7 +2,7 @@
 
 The module is optimized for the target as `hlofuse compile` does, in two steps: the passes before
 fusion, then the fusion passes on a clone of that module, so every instruction of the fused module
-traces back (`HloInstruction.original`) to the instruction of the pre-fusion module it came from,
+traces back (`HloInstruction.origin`) to the instruction of the pre-fusion module it came from,
 whatever its name. The answer comes from where each instruction ended up in the fused module and from the fusion passes' decision log (every
 fuse/refuse with its rule and its reason), plus the structure of the original graph: whether
 one instruction feeds the other directly, through a path of other instructions (a kernel that
@@ -17,11 +17,10 @@ from dataclasses import dataclass
 import networkx as nx
 
 from .hlo.errors import HloError
-from .hlo.ir import HloInstruction, HloModule
+from .hlo.ir import HloInstruction, HloModule, OriginIndex
 from .passes.fusion.cost_model import kernel_computations, launches_kernel
 from .passes.fusion.decisions import FusionLog, LogEntry
 from .passes.fusion.fusibility import is_loop_fusible_as_consumer, is_loop_fusible_as_producer
-from .viz.graph import all_originals, origin_in
 
 # What would let a refused fusion happen, per refusal rule ({p}: producer, {c}: consumer).
 HINTS = {
@@ -142,7 +141,7 @@ class _Explainer:
         if self._places is None:
             self._places = {}
             known = set(self.before)
-            originals = all_originals(self.pre)
+            origins = OriginIndex(self.pre.all_instructions())
             for comp in kernel_computations(self.fused):
                 for inst in comp.instructions:
                     if inst.opcode != "fusion":
@@ -151,7 +150,7 @@ class _Explainer:
                     if inst.name not in known:  # asking about the fusion itself
                         self._places.setdefault(inst.name, []).append(Place(inst, inst, inst.name))
                     for m in inst.fused_computation.instructions:
-                        source = origin_in(m, originals) if m.opcode != "parameter" else None
+                        source = origins.source(m) if m.opcode != "parameter" else None
                         if source is not None:
                             self._places.setdefault(source.name, []).append(Place(inst, m, source.name))
         return self._places.get(name, [])

@@ -14,10 +14,10 @@ import hlofuse
 from hlofuse.compiler import fuse, optimize
 from hlofuse.explain import explain
 from hlofuse.hlo.errors import HloError
-from hlofuse.hlo.ir import HloInstruction, HloModule
+from hlofuse.hlo.ir import HloInstruction, HloModule, OriginIndex
 from hlofuse.hlo.parser import parse_hlo
 from hlofuse.hlo.verifier import verify
-from hlofuse.passes.fusion import InstructionFusion, NonDuplicatingFusion, fusion_passes
+from hlofuse.passes.fusion import CallInliner, InstructionFusion, NonDuplicatingFusion, fusion_passes
 from hlofuse.passes.fusion.context import FusionContext
 from hlofuse.passes.fusion.cost_model import CPU, GPU
 from hlofuse.passes.fusion.decisions import FusionLog
@@ -68,7 +68,7 @@ def test_clone_prints_the_same_and_shares_nothing(path) -> None:
             assert copy.fusion_instruction.fused_computation is copy
         for inst, twin in zip(comp.instructions, copy.instructions):
             assert id(twin) not in mine and twin.parent is copy
-            assert twin.original is inst.original  # the copy traces back to the same instruction
+            assert twin.origin is inst  # the copy traces back to the instruction it copies
             linked = twin.operands + twin.users + twin.control_predecessors
             assert all(id(x) not in mine and x.parent is copy for x in linked)
             assert all(id(x) in comps for x in twin.called_computations())
@@ -163,12 +163,20 @@ def test_mutating_the_clone_leaves_the_original_unchanged(mutation: str) -> None
     assert m.unique_name("negate") == "negate"  # the copy's names are its own
 
 
-def test_clone_chains_collapse_to_the_first_instruction() -> None:
+def test_clones_trace_back_through_modules_and_collapse_within_one() -> None:
+    """An instruction clone points at its source's original (chains collapse); a module clone
+    points at the instruction it copies; OriginIndex follows both back to the first module."""
     m = parse_hlo(MUTABLE)
-    twice = m.clone().clone()
-    for inst, copy in zip(m.all_instructions(), twice.all_instructions()):
-        assert inst.origin is None and copy.origin is inst and copy.original is inst
-        assert inst.clone().clone().origin is inst
+    once = m.clone()
+    twice = once.clone()
+    index = OriginIndex(m.all_instructions())
+    for inst, mid, copy in zip(m.all_instructions(), once.all_instructions(), twice.all_instructions()):
+        assert inst.origin is None and mid.origin is inst and copy.origin is mid
+        assert inst.clone().clone().origin is inst and copy.clone().clone().origin is mid
+        assert index.source(copy.clone()) is inst and index.source(inst) is inst
+        # the other direction: passes ran on m, `twice` was kept aside as the unfused module
+        assert OriginIndex(twice.all_instructions()).source(inst.clone()) is copy
+    assert index.source(HloInstruction("negate", m.entry.root.shape)) is None
 
 
 # ---- the compiler's output traces back to the user's module ---------------------------------------
@@ -247,6 +255,46 @@ ENTRY main {{
     (graph,) = build_graphs(m, fused)
     origins = {n.name: n.origin for n in graph.nodes.values() if n.cluster == fusion.name}
     assert origins == {n: (n if n in ("a", "b") else None) for n in members}
+
+
+CALLED_TWICE = """HloModule m
+
+twice {
+  v = f32[16] parameter(0)
+  ROOT x = f32[16] exponential(v)
+}
+
+ENTRY main {
+  p = f32[16] parameter(0)
+  q = f32[16] parameter(1)
+  c1 = f32[16] call(p), to_apply=twice
+  c2 = f32[16] call(q), to_apply=twice
+  n1 = f32[16] negate(c1)
+  n2 = f32[16] abs(c2)
+  ROOT t = (f32[16], f32[16]) tuple(n1, n2)
+}
+"""
+
+
+@pytest.mark.parametrize("target", ["cpu", "gpu"])
+def test_a_users_module_made_by_cloning_keeps_its_instructions_apart(target: str) -> None:
+    """A user's module whose instructions are clones themselves (an importer inlined one
+    function at two call sites: two instructions, one origin) is still traced instruction by
+    instruction: each fused copy maps to its own call site's instruction."""
+    m = parse_hlo(CALLED_TWICE)
+    CallInliner().run(m)
+    (x1, x2) = [i for i in m.entry.instructions if i.opcode == "exponential"]
+    assert x1.origin is x2.origin is not None and x1.name != x2.name
+    fused, _ = optimize(m, target)
+    # each exponential of the fused module reads its own parameter: p for x1's, q for x2's
+    reads = {i.original: i.operands[0] for i in fused.all_instructions() if i.opcode == "exponential"}
+    entry_param = {i: f.operands[i.parameter_number].name for f in fused.entry.instructions if f.opcode == "fusion"
+                   for i in f.fused_computation.parameters}
+    assert {src.name: entry_param[op] for src, op in reads.items()} == {x1.name: "p", x2.name: "q"}
+    nodes = [n for g in build_graphs(m, fused) for n in g.nodes.values() if n.opcode == "exponential"]
+    assert sorted(n.origin for n in nodes) == sorted([x1.name, x2.name])
+    for x in (x1, x2):
+        assert f"{x.name} (exponential f32[16]) ended up in fusion " in explain(m, [x.name], target)
 
 
 @pytest.mark.parametrize("target", ["cpu", "gpu"])

@@ -22,13 +22,17 @@ Attribute conventions (`HloInstruction.attrs`, keyed by the HLO text keyword):
 Constants keep their value in `literal` (a numpy array, or None when elided as `{...}`).
 Parameters keep their index in `parameter_number`.
 
-Provenance: `HloInstruction.origin` is the instruction a clone was made from, collapsed to the
-first of the chain (a clone of a clone points at the instruction the first clone copied), and
-None for an instruction built or parsed directly; `original` is `origin or self`. Two
-instructions stand for the same computed value of the input when their `original`s are the same
-object: a fused member and the unfused instruction it came from, every copy of a duplicated
-producer, an instruction of `HloModule.clone()` and its source. The fusion report, `hlofuse
-explain` and the graph viewer map the fused module back to the input through it, never by name.
+Provenance: `HloInstruction.origin` is the instruction an instruction was made from, None for
+one built or parsed directly; `original` is `origin or self`.
+- `HloInstruction.clone()` (what passes use: fusion moving or duplicating a producer, inlining)
+  gives the copy its source's `original`: chains of clones inside a module collapse, so every
+  fused copy points at the instruction of the module the passes started from.
+- `HloModule.clone()` gives each copied instruction the source instruction itself: the module
+  the compiler optimizes is a clone of the user's, so its instructions, and every clone made of
+  them by the passes, point at the user's instructions, whatever the user's module was made from.
+`OriginIndex(before_instructions).source(inst)` follows these links from an instruction of a
+module derived from `before` (by clones and passes) back to the instruction of `before` it came
+from. The fusion report, `hlofuse explain` and the graph viewer use it, never names.
 """
 from __future__ import annotations
 
@@ -62,7 +66,7 @@ class HloInstruction:
         self.literal = None  # numpy array for constants
         self.parameter_number: int = -1
         self.parent: HloComputation | None = None
-        # the instruction this one was cloned from (first of the chain); None: not a clone
+        # the instruction this one was made from (see the module docstring); None: not a copy
         self.origin: HloInstruction | None = None
         for op in operands:
             self.append_operand(op)
@@ -149,7 +153,7 @@ class HloInstruction:
 
     @property
     def original(self) -> "HloInstruction":
-        """The instruction this one is a (transitive) clone of; itself when it is no clone."""
+        """`origin`, or this instruction itself when it is no copy."""
         return self.origin if self.origin is not None else self
 
     def clone(self, name: str | None = None, operands: Iterable["HloInstruction"] | None = None) -> "HloInstruction":
@@ -485,10 +489,12 @@ class HloModule:
         shapes and layouts, control edges, fusion back-pointers, and the name pool (so the copy
         hands out the same new names as this module would).
 
-        Each copied instruction's `origin` is this module's instruction's `original`: the
-        compiler optimizes a clone of the user's module, and the fused result maps back to the
-        user's instructions through it. The copy starts with no `fusion_log` (the log describes
-        passes run on this module's objects)."""
+        Each copied instruction's `origin` is the instruction of this module it copies (not
+        that one's own origin): the compiler optimizes a clone of the user's module, and the
+        fused result maps back to the user's instructions through it, even when the user's
+        module was itself made by cloning (an importer that inlines a function at two call sites
+        makes two instructions with one origin; their copies stay apart). The copy starts with
+        no `fusion_log` (the log describes passes run on this module's objects)."""
         new = HloModule(self.name)
         new.attrs = dict(self.attrs)
         new.extra_sections = list(self.extra_sections)
@@ -505,7 +511,7 @@ class HloModule:
                 copy = insts[inst] = HloInstruction(inst.opcode, inst.shape, name=inst.name)
                 copy.literal = _copy_literal(inst.literal)
                 copy.parameter_number = inst.parameter_number
-                copy.origin = inst.original
+                copy.origin = inst
                 copy.parent = c
                 c.instructions.append(copy)
         for comp, c in comps.items():
@@ -526,3 +532,37 @@ class HloModule:
 
     def __repr__(self) -> str:
         return f"<HloModule {self.name}: {len(self.computations)} computations>"
+
+
+class OriginIndex:
+    """Maps instructions of a module derived from another (`before`) back to `before`'s.
+
+    Derived means: `HloModule.clone` and passes, in either direction: the passes ran on a clone
+    of `before` (the compiler), or on `before`'s source while `before` is a clone kept aside.
+    `source(inst)` follows `inst`'s origin links until it meets an instruction of `before` (or
+    one that an instruction of `before` was copied from, however many module clones back);
+    None when a pass made `inst`."""
+
+    def __init__(self, before: Iterable[HloInstruction]) -> None:
+        insts = list(before)
+        self._members: set[HloInstruction] = set(insts)
+        # every instruction a member was copied from, directly or through module clones (in
+        # order: of two copies of one instruction, the first answers)
+        self._by_origin: dict[HloInstruction, HloInstruction] = {}
+        for inst in insts:
+            link = inst.origin
+            while link is not None and link not in self._by_origin:
+                self._by_origin[link] = inst
+                link = link.origin
+
+    def source(self, inst: HloInstruction) -> "HloInstruction | None":
+        """The instruction of `before` that `inst` is, copies or was copied from; None if none."""
+        link: HloInstruction | None = inst
+        while link is not None:
+            if link in self._members:
+                return link
+            found = self._by_origin.get(link)
+            if found is not None:
+                return found
+            link = link.origin
+        return None

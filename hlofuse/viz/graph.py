@@ -8,19 +8,18 @@ between kernels is a value written to memory by one kernel and read back by anot
 ("memory", the traffic fusion exists to remove); the rest are reads of the module's
 parameters and constants and the bookkeeping of tuples ("io"). A node's `origin` is the
 instruction of the unfused module it came from, found through provenance
-(`HloInstruction.original`), not through its name.
+(`HloInstruction.origin`, hlo/ir.py: OriginIndex), not through its name.
 """
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
 
-from ..hlo.ir import HloComputation, HloInstruction, HloModule
+from ..hlo.ir import HloComputation, HloInstruction, HloModule, OriginIndex
 from ..hlo.parse_attributes import encode_attribute
 from ..hlo.printer import instruction_to_text
 from ..passes.fusion.cost_model import is_bookkeeping, kernel_bytes, kernel_computations, launches_kernel
 from ..passes.fusion.decisions import FusionLog, LogEntry
-from ..passes.fusion.report import Originals
 
 
 @dataclass
@@ -87,16 +86,6 @@ def cluster_id(name: str) -> str:
     return "c-" + node_id(name)[2:]
 
 
-def all_originals(before: HloModule) -> Originals:
-    """Every instruction of `before` by its `original` (see `origin_in`)."""
-    return {inst.original: inst for inst in before.all_instructions()}
-
-
-def origin_in(inst: HloInstruction, originals: Originals) -> HloInstruction | None:
-    """The instruction of the unfused module (`originals`, from `all_originals`) that `inst`
-    of a module derived from it came from: itself, a fused clone or a duplicated copy of it;
-    None when a pass made `inst` (a fusion, a fused parameter, a folded constant ...)."""
-    return originals.get(inst.original)
 
 
 def human_bytes(n: int) -> str:
@@ -175,11 +164,14 @@ def _materialized(inst: HloInstruction) -> bool:
 
 class _Builder:
     def __init__(self, before: HloModule, log: FusionLog | None) -> None:
-        self.originals = all_originals(before)
+        # `inst` of the fused module came from `self.origins.source(inst)` of `before`: itself,
+        # a fused clone or a duplicated copy of it; None when a pass made it (a fusion, a fused
+        # parameter, a folded constant ...)
+        self.origins = OriginIndex(before.all_instructions())
         self.log = log
 
     def node(self, inst: HloInstruction, graph: VizGraph, cluster: str | None) -> VizNode:
-        source = origin_in(inst, self.originals)
+        source = self.origins.source(inst)
         origin = source.name if source is not None else None
         names = {inst.name} | ({origin} if origin else set())
         node = VizNode(

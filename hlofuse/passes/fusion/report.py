@@ -3,7 +3,7 @@
 `build_report(before, after, log)` compares the module before and after the fusion passes;
 `after` descends from `before` (the passes ran on `before.clone()`, or on `before` itself with
 `before.clone()` kept), and each fused instruction is matched with the instruction of `before` it
-came from through their shared `original` (hlo/ir.py), never by name. `FusionReport.to_text()`
+came from through its origin (hlo/ir.py: OriginIndex), never by name. `FusionReport.to_text()`
 is what `hlofuse compile --emit report` prints and `.to_dict()` is what `Executable.report()`
 returns (JSON-able).
 """
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from ...hlo.ir import HloInstruction, HloModule
+from ...hlo.ir import HloInstruction, HloModule, OriginIndex
 from .cost_model import (
     ModuleCost, TargetParams, distinct, kernel_bytes, kernel_computations, launches_kernel, module_cost,
     target_params,
@@ -98,13 +98,10 @@ class FusionReport:
         return "\n".join(lines) + "\n"
 
 
-Originals = dict[HloInstruction, HloInstruction]
-
-
-def unfused_originals(before: HloModule) -> Originals:
-    """The instructions of `before`'s kernel computations, by their `original`: a fused
-    instruction `m` came from `originals.get(m.original)` (None: a pass made it)."""
-    return {inst.original: inst for comp in kernel_computations(before) for inst in comp.instructions}
+def unfused_originals(before: HloModule) -> OriginIndex:
+    """Where a fused instruction `m` came from among `before`'s kernel computations:
+    `unfused_originals(before).source(m)` (None: a pass made it)."""
+    return OriginIndex(inst for comp in kernel_computations(before) for inst in comp.instructions)
 
 
 def build_report(before: HloModule, after: HloModule, log: FusionLog | None = None) -> FusionReport:
@@ -122,7 +119,7 @@ def build_report(before: HloModule, after: HloModule, log: FusionLog | None = No
             members = [m for m in fc.instructions
                        if m.opcode != "parameter" and not (m is fc.root and m.opcode == "tuple")]
             kernels = read_before = written_before = 0
-            for orig in distinct(originals.get(m.original) for m in members):
+            for orig in distinct(originals.source(m) for m in members):
                 if orig is not None and launches_kernel(orig):
                     kernels += 1
                     r, w = kernel_bytes(orig)
@@ -153,7 +150,7 @@ def build_report(before: HloModule, after: HloModule, log: FusionLog | None = No
     return FusionReport(after.name, module_cost(before), cost, summaries, refused, log.planner_decisions())
 
 
-def duplicated_work(after: HloModule, originals: Originals, params: TargetParams) -> tuple[int, int]:
+def duplicated_work(after: HloModule, originals: OriginIndex, params: TargetParams) -> tuple[int, int]:
     """(elements recomputed, of which by expensive ops) in `after`: every original instruction
     computed by k > 1 kernels costs (k - 1) times its elements. Counted on the fused module, so
     copies that multi-output fusion merged back into one kernel (and deduplicated) cost nothing."""
@@ -161,7 +158,7 @@ def duplicated_work(after: HloModule, originals: Originals, params: TargetParams
     for comp in kernel_computations(after):
         for inst in comp.instructions:
             for m in (inst.fused_computation.instructions if inst.opcode == "fusion" else [inst]):
-                orig = originals.get(m.original)
+                orig = originals.source(m)
                 if orig is not None and launches_kernel(orig) and m.opcode == orig.opcode:
                     copies[orig] = copies.get(orig, 0) + 1
     dup = dup_expensive = 0
