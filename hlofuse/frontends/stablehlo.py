@@ -313,7 +313,8 @@ class Importer:
         metadata = self.metadata(self.op)
         if metadata is not None:
             attrs.setdefault("metadata", metadata)
-        inst = HloInstruction(opcode, shape, operands, attrs, name or opcode)
+        inst = HloInstruction(opcode, shape, (), attrs, name or opcode)
+        _wire_operands(inst, operands)
         scope.comp.add_instruction(inst)
         return inst
 
@@ -361,6 +362,18 @@ class Importer:
             self._free.update(_free_values_nested(region))
             found = self._free[key]
         return found
+
+
+def _wire_operands(inst: HloInstruction, operands) -> None:
+    """Give a new instruction its operands, all at once, as the HLO parser does: a repeated
+    operand (add(x, x)) is then recognised by the operand's last user alone.
+    (HloInstruction.append_operand searches the operand's whole user list, which made a
+    value with thousands of users — a parameter used along a long chain — quadratic.)"""
+    inst.operands.extend(operands)
+    for op in inst.operands:
+        users = op.users
+        if not users or users[-1] is not inst:
+            users.append(inst)
 
 
 def _escape(text: str) -> str:
@@ -533,7 +546,8 @@ def _inline_call_appending(call: HloInstruction) -> tuple[list[HloInstruction], 
         if inst.opcode == "parameter":
             mapping[id(inst)] = call.operands[inst.parameter_number]
             continue
-        clone = inst.clone(name=_NUMBERED.sub("", inst.name), operands=[mapping[id(o)] for o in inst.operands])
+        clone = inst.clone(name=_NUMBERED.sub("", inst.name), operands=())
+        _wire_operands(clone, [mapping[id(o)] for o in inst.operands])
         mapping[id(inst)] = clone
         comp.add_instruction(clone)
         new.append(clone)

@@ -31,19 +31,18 @@ def rule(*names: str) -> Callable[[Callable], Callable]:
     return deco
 
 
-_ELEMENTWISE_RULES: dict[str, Callable | None] = {}  # op name -> rule derived from the registry
+_ELEMENTWISE_RULES: dict[str, Callable] = {}  # op name -> rule derived from the registry, once
 
 
 def rule_for(op_name: str) -> Callable | None:
     """The rule converting `op_name`, or None when hlofuse has none."""
-    found = RULES.get(op_name)
-    if found is not None:
-        return found
-    try:
-        return _ELEMENTWISE_RULES[op_name]
-    except KeyError:
-        found = _ELEMENTWISE_RULES[op_name] = _elementwise_rule(op_name)
-        return found
+    found = RULES.get(op_name) or _ELEMENTWISE_RULES.get(op_name)
+    if found is None:
+        # Not cached when None: the import fails on that op anyway, and the registry may grow.
+        found = _elementwise_rule(op_name)
+        if found is not None:
+            _ELEMENTWISE_RULES[op_name] = found
+    return found
 
 
 def _elementwise_rule(op_name: str) -> Callable | None:
