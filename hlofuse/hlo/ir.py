@@ -195,14 +195,15 @@ class HloComputation:
         # The parameter instructions, kept by add/remove_instruction and checked against the
         # instruction list's identity and length (which other code also edits directly):
         # fusion looks parameters up for every producer it fuses, and a scan of the whole
-        # computation each time made growing a fusion along a long chain quadratic.
-        self._params: tuple[int, int, list[HloInstruction]] | None = None
+        # computation each time made growing a fusion along a long chain quadratic. The list
+        # itself is held (not its id, which a replacement list could reuse once it is freed).
+        self._params: tuple[list[HloInstruction], int, list[HloInstruction]] | None = None
 
     def _parameter_list(self) -> list[HloInstruction]:
         cached = self._params
         insts = self.instructions
-        if cached is None or cached[0] != id(insts) or cached[1] != len(insts):
-            cached = self._params = (id(insts), len(insts), [i for i in insts if i.opcode == "parameter"])
+        if cached is None or cached[0] is not insts or cached[1] != len(insts):
+            cached = self._params = (insts, len(insts), [i for i in insts if i.opcode == "parameter"])
         return cached[2]
 
     @property
@@ -230,7 +231,7 @@ class HloComputation:
         self.instructions.append(inst)
         if inst.opcode == "parameter":
             params.append(inst)
-        self._params = (id(self.instructions), len(self.instructions), params)
+        self._params = (self.instructions, len(self.instructions), params)
         return inst
 
     def add_parameter(self, shape: Shape, name: str = "") -> HloInstruction:
@@ -255,7 +256,7 @@ class HloComputation:
         self.instructions.remove(inst)
         if inst.opcode == "parameter":
             params.remove(inst)
-        self._params = (id(self.instructions), len(self.instructions), params)
+        self._params = (self.instructions, len(self.instructions), params)
         inst.parent = None
         if self.parent is not None:
             self.parent.release_name(inst.name)
@@ -263,22 +264,22 @@ class HloComputation:
     def post_order(self) -> list[HloInstruction]:
         """Instructions ordered so that operands come before users (control edges too)."""
         order: list[HloInstruction] = []
-        seen: set[int] = set()
+        seen: set[HloInstruction] = set()
         for start in self.instructions:
-            if id(start) in seen:
+            if start in seen:
                 continue
             stack: list[tuple[HloInstruction, Iterator[HloInstruction]]] = [
                 (start, iter(start.operands + start.control_predecessors))
             ]
-            seen.add(id(start))
+            seen.add(start)
             while stack:
                 node, it = stack[-1]
                 nxt = next(it, None)
                 if nxt is None:
                     stack.pop()
                     order.append(node)
-                elif id(nxt) not in seen and nxt.parent is self:
-                    seen.add(id(nxt))
+                elif nxt not in seen and nxt.parent is self:
+                    seen.add(nxt)
                     stack.append((nxt, iter(nxt.operands + nxt.control_predecessors)))
         return order
 
@@ -433,14 +434,14 @@ class HloModule:
         """Computations ordered callees first, the entry last (an explicit stack: call
         chains of any depth)."""
         order: list[HloComputation] = []
-        seen: set[int] = set()
+        seen: set[HloComputation] = set()
         roots = [c for c in self.computations if c is not self.entry]
         if self.entry is not None:
             roots.append(self.entry)
         for root in roots:
-            if id(root) in seen:
+            if root in seen:
                 continue
-            seen.add(id(root))
+            seen.add(root)
             stack = [(root, iter([callee for inst in root.instructions for callee in inst.called_computations()]))]
             while stack:
                 comp, callees = stack[-1]
@@ -448,8 +449,8 @@ class HloModule:
                 if nxt is None:
                     stack.pop()
                     order.append(comp)
-                elif id(nxt) not in seen:
-                    seen.add(id(nxt))
+                elif nxt not in seen:
+                    seen.add(nxt)
                     stack.append((nxt, iter([c for inst in nxt.instructions for c in inst.called_computations()])))
         return order
 
@@ -457,16 +458,16 @@ class HloModule:
         """Drop computations not called (transitively) from the entry; True if any went."""
         if self.entry is None:
             return False
-        reachable: set[int] = set()
+        reachable: set[HloComputation] = set()
         stack = [self.entry]
         while stack:
             c = stack.pop()
-            if id(c) in reachable:
+            if c in reachable:
                 continue
-            reachable.add(id(c))
+            reachable.add(c)
             for inst in c.instructions:
                 stack.extend(inst.called_computations())
-        dead = [c for c in self.computations if id(c) not in reachable]
+        dead = [c for c in self.computations if c not in reachable]
         for c in dead:
             self.remove_computation(c)
         return bool(dead)

@@ -140,7 +140,7 @@ def check_async_chains(ops: list[tuple[HloInstruction, str | None, int]], error:
     offset): a start's shape is ((operands), outputs, state...); an update or done takes the
     start or update of its chain; an update keeps its operand's shape; a shorthand names the
     op its start wraps; one computation is wrapped by one start only."""
-    wrapped_by: dict[int, HloInstruction] = {}
+    wrapped_by: dict[HloComputation, HloInstruction] = {}
     for inst, named, pos in ops:
         if inst.opcode == "async-start":
             shape = inst.shape
@@ -150,7 +150,7 @@ def check_async_chains(ops: list[tuple[HloInstruction, str | None, int]], error:
                             f"has {shape}", pos)
             comp = inst.attrs.get("calls")
             if isinstance(comp, HloComputation):
-                other = wrapped_by.setdefault(id(comp), inst)
+                other = wrapped_by.setdefault(comp, inst)
                 if other is not inst:
                     raise error(f"computation '{comp.name}' is wrapped by two async ops ('{other.name}' and "
                                 f"'{inst.name}')", pos)

@@ -89,7 +89,7 @@ class ShortForms:
         param = HloInstruction("parameter", shape, name=name)
         param.parameter_number = number
         self._params.append(param)
-        self._name_pos[id(param)] = pos
+        self._name_pos[param] = pos
         return name, pos
 
     def _optional_shape(self) -> Shape | None:

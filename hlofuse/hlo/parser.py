@@ -109,7 +109,7 @@ class _Parser(ShortForms):
         self.computations: dict[str, HloComputation] = {}
         self.comp_refs: list[tuple[HloInstruction, str, ComputationRef]] = []
         self.module: HloModule | None = None
-        self._name_pos: dict[int, int] = {}  # id(instruction) -> offset of its name, for errors
+        self._name_pos: dict[HloInstruction, int] = {}  # instruction -> offset of its name, for errors
         self._async_starts: list[tuple[HloInstruction, str, int]] = []  # `op-start` shorthands
         self._async_ops: list[tuple[HloInstruction, str | None, int]] = []  # (op, shorthand's op, offset)
         self._nested: list[Pending] = []  # instructions written inside an operand list, in order
@@ -152,7 +152,7 @@ class _Parser(ShortForms):
         if not module.computations:
             raise lex.error("expected a computation but found end of input")
         self._resolve_computation_refs()
-        error, name_pos = self.lex.error, lambda inst: self._name_pos.get(id(inst), 0)
+        error, name_pos = self.lex.error, lambda inst: self._name_pos.get(inst, 0)
         if self._incomplete:
             complete_instructions(module, error, name_pos)
         for comp, params, result, pos in self._signatures:
@@ -245,7 +245,7 @@ class _Parser(ShortForms):
         inst = item.inst
         if inst.name in by_name:
             raise self.lex.error(f"instruction '{inst.name}' is defined twice in computation '{comp.name}'",
-                                 self._name_pos.get(id(inst), 0))
+                                 self._name_pos.get(inst, 0))
         by_name[inst.name] = inst
         inst.parent = comp
         comp.instructions.append(inst)
@@ -349,18 +349,18 @@ class _Parser(ShortForms):
                 n = inst.parameter_number
                 if n in numbers:
                     raise lex.error(f"parameter number {n} is used by both '{numbers[n].name}' and '{inst.name}'",
-                                    self._name_pos.get(id(inst), 0))
+                                    self._name_pos.get(inst, 0))
                 numbers[n] = inst
         if sorted(numbers) != list(range(len(numbers))):
             missing = min(set(range(len(numbers))) - set(numbers))
             raise lex.error(f"computation '{comp.name}' has no parameter({missing}) but has "
-                            f"parameter({max(numbers)})", self._name_pos.get(id(numbers[max(numbers)]), 0))
+                            f"parameter({max(numbers)})", self._name_pos.get(numbers[max(numbers)], 0))
         if self._first_unordered(comp) is not None:
             comp.sort_instructions()
             bad = self._first_unordered(comp)
             if bad is not None:
                 raise lex.error(f"instruction '{bad.name}' depends on itself: its operands form a cycle",
-                                self._name_pos.get(id(bad), 0))
+                                self._name_pos.get(bad, 0))
 
     def _check_operand_shape(self, inst: HloInstruction, op: HloInstruction, declared, pos: int) -> None:
         """Like XLA, refuse an operand written with a shape other than its definition's."""
@@ -374,15 +374,15 @@ class _Parser(ShortForms):
     @staticmethod
     def _first_unordered(comp: HloComputation) -> HloInstruction | None:
         """The first instruction that uses something defined after it, or None."""
-        seen: set[int] = set()
+        seen: set[HloInstruction] = set()
         for inst in comp.instructions:
             for op in inst.operands:
-                if id(op) not in seen:
+                if op not in seen:
                     return inst
             for op in inst.control_predecessors:
-                if id(op) not in seen:
+                if op not in seen:
                     return inst
-            seen.add(id(inst))
+            seen.add(inst)
         return None
 
     def _resolve_computation_refs(self) -> None:
@@ -480,7 +480,7 @@ class _Parser(ShortForms):
             opcode = "async-" + sugar.group(2)
             info = OPS[opcode]
         inst = HloInstruction(opcode, shape, (), None, name)
-        self._name_pos[id(inst)] = name_pos
+        self._name_pos[inst] = name_pos
         if opcode in ASYNC_OPCODES:
             self._async_ops.append((inst, wrapped, op_pos))
             if wrapped is not None and opcode == "async-start":

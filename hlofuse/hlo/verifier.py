@@ -32,11 +32,11 @@ def verify(module: HloModule) -> None:
         if comp.name in names:
             raise VerifierError(f"module {module.name} has two computations named {comp.name}")
         names.add(comp.name)
-    members = {id(c) for c in module.computations}
+    members = set(module.computations)
     for comp in module.computations:
         for inst in comp.instructions:
             for callee in inst.called_computations():
-                if id(callee) not in members:
+                if callee not in members:
                     _fail(comp, f"calls computation {callee.name}, which is not in the module", inst)
         verify_computation(comp)
     _check_unique_instruction_names(module)
@@ -58,11 +58,11 @@ def _check_unique_instruction_names(module: HloModule) -> None:
 def _check_fusion_back_pointers(module: HloModule) -> None:
     """A fused computation belongs to one fusion: it points back at the fusion instruction
     (which is in the module and calls it) and nothing else calls it."""
-    callers: dict[int, list[HloInstruction]] = {}
+    callers: dict[HloComputation, list[HloInstruction]] = {}
     for comp in module.computations:
         for inst in comp.instructions:
             for callee in inst.called_computations():
-                callers.setdefault(id(callee), []).append(inst)
+                callers.setdefault(callee, []).append(inst)
     for comp in module.computations:
         owner = comp.fusion_instruction
         if owner is None:
@@ -71,7 +71,7 @@ def _check_fusion_back_pointers(module: HloModule) -> None:
             _fail(comp, f"its fusion instruction {owner.name} is not in the module")
         if owner.opcode != "fusion" or owner.attrs.get("calls") is not comp:
             _fail(comp, f"its fusion instruction {owner.name} does not call it")
-        others = [i for i in callers.get(id(comp), []) if i is not owner]
+        others = [i for i in callers.get(comp, []) if i is not owner]
         if others:
             _fail(comp, f"the fused computation of {owner.name} is also called by {others[0].name} "
                         f"(in {others[0].parent.name})")
@@ -84,8 +84,8 @@ def verify_computation(comp: HloComputation) -> None:
     parameter numbering, acyclicity, then each instruction (operand count and shape)."""
     if comp.root is None:
         _fail(comp, "has no root instruction")
-    members = {id(i) for i in comp.instructions}
-    if id(comp.root) not in members:
+    members = set(comp.instructions)
+    if comp.root not in members:
         _fail(comp, f"root {comp.root.name} is not an instruction of the computation")
     _check_graph(comp, members)
     _check_parameters(comp)
@@ -94,11 +94,11 @@ def verify_computation(comp: HloComputation) -> None:
         verify_instruction(inst)
 
 
-def _check_graph(comp: HloComputation, members: set[int]) -> None:
+def _check_graph(comp: HloComputation, members: set[HloInstruction]) -> None:
     names: set[str] = set()
     # Edge sets built once: an instruction read by thousands (a parameter added at every step
     # of a long chain) made scanning its user list per operand edge quadratic.
-    user_ids = {id(i): {id(u) for u in i.users} for i in comp.instructions}
+    user_sets = {i: set(i.users) for i in comp.instructions}
     for inst in comp.instructions:
         if inst.name in names:
             _fail(comp, "the name is used twice in the computation", inst)
@@ -106,18 +106,18 @@ def _check_graph(comp: HloComputation, members: set[int]) -> None:
         if inst.parent is not comp:
             _fail(comp, "its parent is not the computation that lists it", inst)
         for k, op in enumerate(inst.operands):
-            if id(op) not in members:
+            if op not in members:
                 where = op.parent.name if op.parent is not None else "no computation"
                 _fail(comp, f"operand {k} ({op.name}) belongs to {where}, not to {comp.name}", inst)
-            if id(inst) not in user_ids.get(id(op), ()) and not any(u is inst for u in op.users):
+            if inst not in user_sets.get(op, ()) and not any(u is inst for u in op.users):
                 _fail(comp, f"operand {k} ({op.name}) does not list it as a user", inst)
         for user in inst.users:
-            if id(user) not in members:
+            if user not in members:
                 _fail(comp, f"user {user.name} is not in the computation", inst)
             if not any(o is inst for o in user.operands):
                 _fail(comp, f"user {user.name} does not have it as an operand", inst)
         for pred in inst.control_predecessors:
-            if id(pred) not in members:
+            if pred not in members:
                 _fail(comp, f"control predecessor {pred.name} is not in the computation", inst)
 
 
@@ -133,11 +133,11 @@ def _check_parameters(comp: HloComputation) -> None:
 
 def _check_acyclic(comp: HloComputation) -> None:
     """Kahn's algorithm over operand and control edges; whatever is left lies on a cycle."""
-    preds = {id(i): {id(o) for o in i.operands + i.control_predecessors} for i in comp.instructions}
-    users: dict[int, list[int]] = {id(i): [] for i in comp.instructions}
+    preds = {i: set(i.operands + i.control_predecessors) for i in comp.instructions}
+    users: dict[HloInstruction, list[HloInstruction]] = {i: [] for i in comp.instructions}
     for i in comp.instructions:
-        for p in preds[id(i)]:
-            users[p].append(id(i))
+        for p in preds[i]:
+            users[p].append(i)
     indegree = {k: len(v) for k, v in preds.items()}
     ready = [k for k, d in indegree.items() if d == 0]
     done = 0
@@ -149,7 +149,7 @@ def _check_acyclic(comp: HloComputation) -> None:
             if indegree[u] == 0:
                 ready.append(u)
     if done != len(comp.instructions):
-        on_cycle = [i for i in comp.instructions if indegree[id(i)] > 0]
+        on_cycle = [i for i in comp.instructions if indegree[i] > 0]
         _fail(comp, "lies on a cycle of operand/control edges with "
                     + ", ".join(i.name for i in on_cycle[:5]), on_cycle[0])
 
