@@ -21,9 +21,9 @@ _IGNORED_ATTRS = frozenset({"metadata"})
 
 
 def freeze(value: Any) -> Hashable:
-    """A hashable, comparable stand-in for an attribute value (computations by identity)."""
+    """A hashable stand-in for an attribute value (computations by identity: they hash so)."""
     if isinstance(value, HloComputation):
-        return ("computation", id(value))
+        return ("computation", value)
     if isinstance(value, (list, tuple)):
         return tuple(freeze(v) for v in value)
     if isinstance(value, dict):
@@ -60,17 +60,17 @@ def instruction_key(inst: HloInstruction) -> Hashable:
     """Everything that makes two instructions compute the same value."""
     attrs = tuple(sorted((k, freeze(v)) for k, v in inst.attrs.items() if k not in _IGNORED_ATTRS))
     literal = literal_key(inst) if inst.opcode == "constant" else None
-    return (inst.opcode, inst.shape, tuple(id(o) for o in inst.operands), attrs, literal)
+    return (inst.opcode, inst.shape, tuple(inst.operands), attrs, literal)
 
 
 def cse_computation(comp: HloComputation) -> int:
     """Merge identical instructions of `comp` into their first occurrence; return how many went."""
-    has_control_successor = {id(p) for i in comp.instructions for p in i.control_predecessors}
+    has_control_successor = {p for i in comp.instructions for p in i.control_predecessors}
     seen: dict[Hashable, HloInstruction] = {}
     rewriter = Rewriter(comp)
     merged = 0
     for inst in comp.post_order():
-        if not _mergeable(inst) or id(inst) in has_control_successor:
+        if not _mergeable(inst) or inst in has_control_successor:
             continue
         key = instruction_key(inst)
         first = seen.get(key)

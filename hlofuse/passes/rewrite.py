@@ -11,15 +11,15 @@ from typing import Iterable
 from ..hlo.ir import HloComputation, HloInstruction
 
 
-def has_side_effect(inst: HloInstruction, _seen: set[int] | None = None) -> bool:
+def has_side_effect(inst: HloInstruction, _seen: set[HloComputation] | None = None) -> bool:
     """Side effecting per the registry row, or calling a computation that has such an op."""
     if inst.info.side_effecting:
         return True
     seen = set() if _seen is None else _seen
     for comp in inst.called_computations():
-        if id(comp) in seen:
+        if comp in seen:
             continue
-        seen.add(id(comp))
+        seen.add(comp)
         if any(has_side_effect(i, seen) for i in comp.instructions):
             return True
     return False
@@ -36,13 +36,13 @@ def collect_dead(comp: HloComputation, seeds: Iterable[HloInstruction]) -> list[
     """Detach and return the seeds that are dead and, transitively, the operands they leave
     dead. The returned instructions are still in `comp` until `remove_instructions`."""
     dead: list[HloInstruction] = []
-    taken: set[int] = set()
+    taken: set[HloInstruction] = set()
     stack = list(seeds)
     while stack:
         inst = stack.pop()
-        if id(inst) in taken or inst.parent is not comp or not is_removable(inst):
+        if inst in taken or inst.parent is not comp or not is_removable(inst):
             continue
-        taken.add(id(inst))
+        taken.add(inst)
         operands = list(inst.operands)
         inst.detach_operands()
         dead.append(inst)
@@ -56,27 +56,27 @@ def remove_instructions(comp: HloComputation, dead: list[HloInstruction]) -> Non
     ordering constraint is lost."""
     if not dead:
         return
-    dead_ids = {id(i) for i in dead}
+    dead_set = set(dead)
     for inst in dead:
         inst.detach_operands()
-    expanded: dict[int, list[HloInstruction]] = {}
+    expanded: dict[HloInstruction, list[HloInstruction]] = {}
 
     def live_predecessors(p: HloInstruction) -> list[HloInstruction]:
-        if id(p) not in dead_ids:
+        if p not in dead_set:
             return [p]
-        if id(p) not in expanded:
-            expanded[id(p)] = []  # guards against cycles of control edges
+        if p not in expanded:
+            expanded[p] = []  # guards against cycles of control edges
             out: list[HloInstruction] = []
             for q in p.control_predecessors:
                 out.extend(live_predecessors(q))
-            expanded[id(p)] = out
-        return expanded[id(p)]
+            expanded[p] = out
+        return expanded[p]
 
     survivors = []
     for inst in comp.instructions:
-        if id(inst) in dead_ids:
+        if inst in dead_set:
             continue
-        if any(id(p) in dead_ids for p in inst.control_predecessors):
+        if any(p in dead_set for p in inst.control_predecessors):
             preds: list[HloInstruction] = []
             for p in inst.control_predecessors:
                 for q in live_predecessors(p):
@@ -119,7 +119,7 @@ class Rewriter:
         self.comp = comp
         self.replaced: list[HloInstruction] = []
         self.renames: list[tuple[HloInstruction, str]] = []
-        self._origin: dict[int, str] = {}
+        self._origin: dict[HloInstruction, str] = {}
 
     def replace(self, old: HloInstruction, new: HloInstruction) -> None:
         """Point every use of `old` (and the root, if it is) at `new`, adding `new` and any new
@@ -128,8 +128,8 @@ class Rewriter:
             if new.opcode == old.opcode:
                 # a chain of rewrites in one sweep hands the first instruction's name down;
                 # until then the new one is called `<name>.N`, keeping opcode names free
-                name = self._origin.get(id(old), old.name)
-                self._origin[id(new)] = name
+                name = self._origin.get(old, old.name)
+                self._origin[new] = name
                 new.name = name
             else:
                 name = new.name or new.opcode

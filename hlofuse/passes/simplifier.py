@@ -304,9 +304,9 @@ def sink_broadcasts(rewriter: Rewriter, inst: HloInstruction) -> bool:
 
 # ---- the pass ---------------------------------------------------------------------------------
 
-def _blocked(inst: HloInstruction, control_successors: set[int]) -> bool:
+def _blocked(inst: HloInstruction, control_successors: set[HloInstruction]) -> bool:
     # Like XLA, leave instructions tied by control edges alone: the edges order side effects.
-    return bool(inst.control_predecessors) or id(inst) in control_successors
+    return bool(inst.control_predecessors) or inst in control_successors
 
 
 def simplify_instruction(rewriter: Rewriter, inst: HloInstruction, fold_constants: bool = True,
@@ -330,7 +330,7 @@ def simplify_computation(comp: HloComputation, fold_constants: bool = True,
     """Rewrite `comp` until no rule applies (or `max_rounds` sweeps); True if anything changed."""
     changed = False
     for _ in range(max_rounds):
-        control_successors = {id(p) for i in comp.instructions for p in i.control_predecessors}
+        control_successors = {p for i in comp.instructions for p in i.control_predecessors}
         round_changed = False
         rewriter = Rewriter(comp)
         for inst in comp.post_order():

@@ -17,14 +17,14 @@ def clone_computation(comp: HloComputation, module: HloModule) -> HloComputation
     get copies of their fused computations, other called computations are shared."""
     new = HloComputation(comp.name)
     new.execution_thread = comp.execution_thread
-    mapping: dict[int, HloInstruction] = {}
+    mapping: dict[HloInstruction, HloInstruction] = {}
     for inst in comp.post_order():
-        clone = inst.clone(operands=[mapping[id(o)] for o in inst.operands])
-        clone.control_predecessors = [mapping[id(p)] for p in inst.control_predecessors]
+        clone = inst.clone(operands=[mapping[o] for o in inst.operands])
+        clone.control_predecessors = [mapping[p] for p in inst.control_predecessors]
         clone.parent = new
         new.instructions.append(clone)
-        mapping[id(inst)] = clone
-    new.root = mapping[id(comp.root)]
+        mapping[inst] = clone
+    new.root = mapping[comp.root]
     module.add_computation(new)
     for clone in new.instructions:
         if clone.opcode == "fusion":
@@ -52,17 +52,17 @@ def inline_call(call: HloInstruction) -> HloInstruction:
     """
     comp = call.parent
     callee: HloComputation = call.attrs["to_apply"]
-    mapping: dict[int, HloInstruction] = {}
+    mapping: dict[HloInstruction, HloInstruction] = {}
     for inst in callee.post_order():
         if inst.opcode == "parameter":
-            mapping[id(inst)] = call.operands[inst.parameter_number]
+            mapping[inst] = call.operands[inst.parameter_number]
             continue
-        clone = inst.clone(operands=[mapping[id(o)] for o in inst.operands])
-        clone.control_predecessors = [mapping[id(p)] for p in inst.control_predecessors if id(p) in mapping]
-        mapping[id(inst)] = comp.add_instruction(clone)
+        clone = inst.clone(operands=[mapping[o] for o in inst.operands])
+        clone.control_predecessors = [mapping[p] for p in inst.control_predecessors if p in mapping]
+        mapping[inst] = comp.add_instruction(clone)
         if clone.opcode == "fusion":
             own_fused_computation(clone)
-    root = mapping[id(callee.root)]
+    root = mapping[callee.root]
     call.replace_all_uses_with(root)
     comp.remove_instruction(call)
     return root

@@ -156,23 +156,23 @@ def kernel_computations(module: HloModule) -> list[HloComputation]:
     conditional, the body of a while inside a map's function): XLA's embedded context, which
     callees inherit. Fusing in those would put fusion instructions where only scalar code goes.
     """
-    embedded: dict[int, HloComputation] = {}
+    embedded: set[HloComputation] = set()
     stack: list[HloComputation] = []
     for inst in module.all_instructions():
         if inst.opcode == "call":
             continue
         for key in ("to_apply", "select", "scatter", "calls"):
             c = inst.attrs.get(key)
-            if c is not None and id(c) not in embedded:
-                embedded[id(c)] = c
+            if c is not None and c not in embedded:
+                embedded.add(c)
                 stack.append(c)
     while stack:  # what an embedded computation calls is embedded too
         for inst in stack.pop().instructions:
             for c in inst.called_computations():
-                if id(c) not in embedded:
-                    embedded[id(c)] = c
+                if c not in embedded:
+                    embedded.add(c)
                     stack.append(c)
-    return [c for c in module.computations if id(c) not in embedded]
+    return [c for c in module.computations if c not in embedded]
 
 
 def module_cost(module: HloModule, log=None) -> ModuleCost:

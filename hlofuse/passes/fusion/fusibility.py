@@ -232,9 +232,9 @@ def _reached_from(start: HloInstruction) -> Iterator[HloInstruction]:
     stack, seen = [start], set()
     while stack:
         cur = stack.pop()
-        if id(cur) in seen:
+        if cur in seen:
             continue
-        seen.add(id(cur))
+        seen.add(cur)
         yield cur
         stack.extend(cur.users)
 
@@ -282,13 +282,13 @@ def fused_operands_reused(fusion: HloInstruction) -> list[HloInstruction]:
     for every operand in one walk): an instruction's elements are re-read if a user reads them
     several times or a user's own elements are re-read, decided users first."""
     comp = fusion.fused_computation
-    reread: dict[int, bool] = {}
+    reread: dict[HloInstruction, bool] = {}
     for inst in reversed(comp.post_order()):
         flag = False
         for user in inst.users:
             idx = next(i for i, o in enumerate(user.operands) if o is inst)
-            if reread.get(id(user), False) or _reuses_directly(user, idx):
+            if reread.get(user, False) or _reuses_directly(user, idx):
                 flag = True
                 break
-        reread[id(inst)] = flag
-    return [fusion.operands[p.parameter_number] for p in comp.parameters if reread.get(id(p), False)]
+        reread[inst] = flag
+    return [fusion.operands[p.parameter_number] for p in comp.parameters if reread.get(p, False)]

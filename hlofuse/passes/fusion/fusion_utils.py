@@ -21,19 +21,19 @@ class Reachability:
 
     def __init__(self, comp: HloComputation) -> None:
         order = comp.post_order()
-        self._index = {id(inst): i for i, inst in enumerate(order)}
+        self._index = {inst: i for i, inst in enumerate(order)}
         self._anc: list[int] = []
         for i, inst in enumerate(order):
             bits = 1 << i
             for op in list(inst.operands) + list(inst.control_predecessors):
-                j = self._index.get(id(op))
+                j = self._index.get(op)
                 if j is not None:
                     bits |= self._anc[j]
             self._anc.append(bits)
 
     def is_reachable(self, a: HloInstruction, b: HloInstruction) -> bool:
         """True if b depends on a (a == b counts)."""
-        ia, ib = self._index.get(id(a)), self._index.get(id(b))
+        ia, ib = self._index.get(a), self._index.get(b)
         if ia is None or ib is None:
             return False
         return bool(self._anc[ib] >> ia & 1)
@@ -142,19 +142,19 @@ def _clone_into(fusion: HloInstruction,
         clone = producer.clone(operands=ops)
         return [(clone, producer.name)], [clone]
     pc = producer.fused_computation
-    mapping: dict[int, HloInstruction] = {}
+    mapping: dict[HloInstruction, HloInstruction] = {}
     for i, op in enumerate(producer.operands):
-        mapping[id(pc.parameter(i))] = parameter_for(fusion, op)
+        mapping[pc.parameter(i)] = parameter_for(fusion, op)
     pending: list[tuple[HloInstruction, str]] = []
     for inst in pc.post_order():
         if inst.opcode == "parameter":
             continue
         if inst is pc.root and inst.opcode == "tuple":
             continue
-        clone = inst.clone(operands=[mapping[id(o)] for o in inst.operands])
-        mapping[id(inst)] = clone
+        clone = inst.clone(operands=[mapping[o] for o in inst.operands])
+        mapping[inst] = clone
         pending.append((clone, inst.name))
-    return pending, [mapping[id(o)] for o in fusion_outputs(producer)]
+    return pending, [mapping[o] for o in fusion_outputs(producer)]
 
 
 def _retire(producer: HloInstruction) -> None:
@@ -191,20 +191,20 @@ def dedupe_fused_computation(fusion: HloInstruction, new: list[HloInstruction] |
     work = list(fc.post_order()) if new is None else [i for i in new if i.parent is fc]
     rewriter = Rewriter(fc)
     best_name: dict[HloInstruction, tuple[str, HloInstruction | None]] = {}  # kept -> (name, origin)
-    gone: set[int] = set()
+    gone: set[HloInstruction] = set()
     merged = 0
     while work:
         inst = work.pop(0)
-        if id(inst) in gone or not _dedupable(inst):
+        if inst in gone or not _dedupable(inst):
             continue
         key = instruction_key(inst)
         pool = inst.operands[0].users if inst.operands else fc.instructions
-        match = next((c for c in pool if c is not inst and id(c) not in gone and c.parent is fc
+        match = next((c for c in pool if c is not inst and c not in gone and c.parent is fc
                       and c.opcode == inst.opcode and _dedupable(c) and instruction_key(c) == key), None)
         if match is None:
             continue
         rewriter.replace(inst, match)
-        gone.add(id(inst))
+        gone.add(inst)
         merged += 1
         name, _ = best_name.get(match, (match.name, match.origin))
         if (len(inst.name), inst.name) < (len(name), name):
