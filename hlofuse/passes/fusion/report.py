@@ -18,6 +18,7 @@ from .cost_model import (
 )
 from .decisions import FusionLog, LogEntry
 from .fusibility import fusion_outputs, is_expensive
+from .placement import EntryView, FusionHistory, LoggedFusion, Placement
 
 @dataclass
 class FusionSummary:
@@ -42,6 +43,15 @@ class FusionSummary:
 
 
 @dataclass
+class RefusalPlace:
+    """How the report names a refused entry's producer and the fusion holding its consumer."""
+
+    producer: str  # the producer's name (a fusion merged away later: with where it went)
+    where: str  # " (in F)", " (in F, since merged into G)", or ""
+    final_fusions: list[str]  # the fusions of the fused module now holding the consumer
+
+
+@dataclass
 class FusionReport:
     """Fusions with their savings, module totals before and after, and refused candidates."""
 
@@ -51,6 +61,15 @@ class FusionReport:
     fusions: list[FusionSummary] = field(default_factory=list)
     refused: list[LogEntry] = field(default_factory=list)
     planned: list[LogEntry] = field(default_factory=list)  # the kernel planner's decisions (codegen)
+    # per refused entry: its names as the fused module knows them (a fusion merged away later
+    # is named with the fusions it ended up in)
+    refused_places: list["RefusalPlace"] = field(default_factory=list)
+
+    def _places(self) -> list["RefusalPlace"]:
+        if len(self.refused_places) == len(self.refused):
+            return self.refused_places
+        return [RefusalPlace(e.producer, f" (in {e.fusion})" if e.fusion else "", [e.fusion] if e.fusion else [])
+                for e in self.refused]
 
     def to_dict(self) -> dict:
         """The report as a JSON-ready dict."""
@@ -92,9 +111,8 @@ class FusionReport:
                 lines.append(f"  {e.producer} -> {e.consumer} [{e.pass_name}/{e.rule}]: {e.reason}")
         lines.append("")
         lines.append(f"Refused candidates ({len(self.refused)}):")
-        for e in self.refused:
-            where = f" (in {e.fusion})" if e.fusion else ""
-            lines.append(f"  {e.producer} -> {e.consumer}{where} [{e.pass_name}/{e.rule}]: {e.reason}")
+        for e, p in zip(self.refused, self._places()):
+            lines.append(f"  {p.producer} -> {e.consumer}{p.where} [{e.pass_name}/{e.rule}]: {e.reason}")
         return "\n".join(lines) + "\n"
 
 
@@ -130,24 +148,60 @@ def build_report(before: HloModule, after: HloModule, log: FusionLog | None = No
                                            [o.name for o in fusion_outputs(inst)], r + w,
                                            read_before + written_before, kernels, read_before, written_before,
                                            r, w))
-    # A consumer that became a fusion is known by the fusion's name afterwards.
-    alias = {e.consumer: e.fusion for e in log.fusions()}
-    fused_pairs = {(e.producer, e.fusion) for e in log.fusions()}
+    history = fusion_history(after, log, originals)
     # One line per refused pair: its last decision (the GPU runs instruction fusion twice, first
-    # without duplication; the second pass's reason is the one that stands).
-    latest: dict[tuple[str, str], LogEntry] = {}
+    # without duplication; the second pass's reason is the one that stands). A refusal that a
+    # later pass overrode (the pair ended up in one kernel after all) is no refused candidate.
+    latest: dict[tuple[str, str], EntryView] = {}
     final_pass_ran = "fusion" in log.passes_run
-    for e in log.refusals():
-        if (e.producer, e.fusion or alias.get(e.consumer, e.consumer)) in fused_pairs:
-            continue
-        if e.pass_name == "fusion-no-duplication" and final_pass_ran:
+    for view in history.views:
+        e = view.entry
+        if e.action != "refused" or (e.pass_name == "fusion-no-duplication" and final_pass_ran):
             continue  # provisional: the duplicating pass decided again
+        if overridden(history, view):
+            continue
         latest.pop((e.producer, e.consumer), None)
-        latest[(e.producer, e.consumer)] = e
-    refused = list(latest.values())
+        latest[(e.producer, e.consumer)] = view
+    refused = [v.entry for v in latest.values()]
+    places = [RefusalPlace(history.name_text(v.entry.producer, v.producer_fusion), history.where_text(v.fusion),
+                           history.final(v.fusion) if v.fusion is not None else []) for v in latest.values()]
     dup, dup_expensive = duplicated_work(after, originals, target_params(log.target or "gpu"))
     cost = replace(module_cost(after), duplicated_elements=dup, duplicated_expensive_elements=dup_expensive)
-    return FusionReport(after.name, module_cost(before), cost, summaries, refused, log.planner_decisions())
+    return FusionReport(after.name, module_cost(before), cost, summaries, refused, log.planner_decisions(),
+                        places)
+
+
+def fusion_history(after: HloModule, log: FusionLog, originals: OriginIndex) -> FusionHistory:
+    """The log of the passes that made `after` replayed against it; an instruction name of the
+    log ends up in the kernels of `after` that hold the instructions it is the source of
+    (`originals`: OriginIndex of the module the passes saw, or of one it was cloned from)."""
+    place = Placement(after)
+    by_name: dict[str, list[str]] = {}
+    for inst in after.all_instructions():
+        if inst.opcode == "parameter" and inst.parent.fusion_instruction is not None:
+            continue
+        src = originals.source(inst)
+        held = by_name.setdefault(src.name if src is not None else inst.name, [])
+        held += [k.name for k in place.kernels(inst) if k.name not in held]
+    return FusionHistory(log, [f.name for f in place.fusions()], lambda name: by_name.get(name, []))
+
+
+def overridden(history: FusionHistory, view: EntryView) -> bool:
+    """Whether the refusal `view` was overridden: its producer and (one of) its consumer(s)
+    share a kernel of the fused module."""
+    e = view.entry
+    producer = set(history.final_kernels({e.producer}, view.producer_fusion))
+    if view.fusion is not None:  # the consumer is the copy in that fusion
+        consumers = [set(history.final(view.fusion))]
+    else:
+        consumers = [set(history.final_kernels({c.strip()}, history_node(view, c.strip())))
+                     for c in e.consumer.split(",") if c.strip()]
+    return any(producer & c for c in consumers)
+
+
+def history_node(view: EntryView, name: str) -> LoggedFusion | None:
+    """The fusion `name` stood for as a consumer of `view`, if it was one."""
+    return next((n for n in view.consumer_fusions if n.name == name), None)
 
 
 def duplicated_work(after: HloModule, originals: OriginIndex, params: TargetParams) -> tuple[int, int]:
