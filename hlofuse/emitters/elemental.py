@@ -194,7 +194,7 @@ class Reading:
         self._plan = plan
         self._reads = reads
         self._compute = compute
-        self.key = ("plan", id(self))
+        self.key = ("plan", self)
 
     def plan(self, index: Index):
         """The memoized plan of `index` (the index itself when there is no plan)."""
@@ -258,7 +258,7 @@ class ElementalEmitter:
         self.target = target
         self.param_gen = param_gen
         self.fp_flags: tuple[str, ...] = ()  # fast-math flags for float add/mul (reductions)
-        self._gens: dict[int, Generator] = {}
+        self._gens: dict[HloInstruction, Generator] = {}
         self._cache: dict[tuple, tuple] = {}
         # Values computed by the evaluations in progress, innermost last. Each evaluation
         # computes its values at the top level of one region of the emitted code (every rule
@@ -274,17 +274,17 @@ class ElementalEmitter:
     # ---- building generators ------------------------------------------------------------
     def gen(self, inst: HloInstruction) -> Generator:
         """The (memoized) generator of `inst`."""
-        g = self._gens.get(id(inst))
+        g = self._gens.get(inst)
         if g is not None:
             return g
         for node in self._unbuilt_post_order(inst):
-            self._gens[id(node)] = self._build(node)
-        return self._gens[id(inst)]
+            self._gens[node] = self._build(node)
+        return self._gens[inst]
 
     def _unbuilt_post_order(self, inst: HloInstruction) -> list[HloInstruction]:
         """`inst` and its transitive operands without a generator yet, operands first."""
         order: list[HloInstruction] = []
-        seen = {id(inst)}
+        seen = {inst}
         stack = [(inst, iter(inst.operands))]
         while stack:
             node, it = stack[-1]
@@ -292,8 +292,8 @@ class ElementalEmitter:
             if nxt is None:
                 stack.pop()
                 order.append(node)
-            elif id(nxt) not in seen and id(nxt) not in self._gens:
-                seen.add(id(nxt))
+            elif nxt not in seen and nxt not in self._gens:
+                seen.add(nxt)
                 stack.append((nxt, iter(nxt.operands)))
         return order
 
@@ -308,7 +308,7 @@ class ElementalEmitter:
             for leaf in inst.shape.leaves():
                 check_type(leaf.dtype, inst)
             raw = rule(self, inst)
-        return self._memoized(("inst", id(inst)), inst, raw)
+        return self._memoized(("inst", inst), inst, raw)
 
     def _memoized(self, key: tuple, inst: HloInstruction | None, raw):
         if isinstance(raw, _Node):
@@ -319,7 +319,7 @@ class ElementalEmitter:
         if deps is None and inst is not None and inst.info.elementwise:
             # Elementwise operands are read at the output index (rank-0 ones, in old-style
             # HLO, at the scalar index: not listed, the rule reads them itself).
-            same = [self._gens.get(id(op)) for op in inst.operands
+            same = [self._gens.get(op) for op in inst.operands
                     if op.shape.is_array and dims_of(op) == dims_of(inst)]
             same = [g for g in same if isinstance(g, _Node)]
             if same:
@@ -329,29 +329,27 @@ class ElementalEmitter:
     def override(self, inst: HloInstruction, gen: Generator) -> None:
         """Make `gen` the generator of `inst` (uncached): kernel emitters use it to feed values
         they computed themselves (a reduction's accumulators) into epilogue generators."""
-        self._gens[id(inst)] = gen
+        self._gens[inst] = gen
 
     # ---- evaluating ---------------------------------------------------------------------
     def _lookup(self, key: tuple, index: Index):
         ik = index.key()
-        hit = self._cache.get((key, ik, id(self.b.block)))
-        if hit is not None:
-            return hit[1]
+        hit = self._cache.get((key, ik, self.b.block), _MISS)
+        if hit is not _MISS:
+            return hit
         for scope in reversed(self._scopes):
-            hit = scope.get((key, ik))
-            if hit is not None:
-                return hit[1]
+            hit = scope.get((key, ik), _MISS)
+            if hit is not _MISS:
+                return hit
         return _MISS
 
     def _store(self, key: tuple, index: Index, value) -> None:
-        # Keep the index values alive with the entry, so their ids cannot be reused. The
-        # block-keyed entry serves later evaluations: a value is reused only inside the block
-        # that computed it, so it dominates the use.
-        entry = ((index.multi, index.linear), value)
+        # The block-keyed entry serves later evaluations: a value is reused only inside the
+        # block that computed it, so it dominates the use.
         ik = index.key()
-        self._cache[(key, ik, id(self.b.block))] = entry
+        self._cache[(key, ik, self.b.block)] = value
         if self._scopes:
-            self._scopes[-1][(key, ik)] = entry
+            self._scopes[-1][(key, ik)] = value
 
     def memo(self, key: tuple, index: Index, compute: Callable):
         """`compute()`, memoized per (key, index) like generator values."""

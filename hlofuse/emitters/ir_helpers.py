@@ -64,11 +64,13 @@ class Index:
         self.linear = linear
 
     def key(self) -> tuple:
-        """A hashable identity of the index values (for the value cache). Every index of a
-        rank-0 array names its one element, so they all share a key."""
+        """The index values as a hashable key (for the value cache). Instructions hash by
+        identity and llvmlite constants by their text, so two keys are equal exactly when they
+        name the same LLVM values. Every index of a rank-0 array names its one element, so they
+        all share a key."""
         if not self.dims:
             return ()
-        return tuple(id(v) for v in self.multi) if self.multi else (id(self.linear),)
+        return tuple(self.multi) if self.multi else (self.linear,)
 
 
 def linearize(b: ir.IRBuilder, multi, dims) -> ir.Value:

@@ -37,7 +37,7 @@ def _is_binary_of_params(comp: HloComputation) -> bool:
     root = comp.root
     params = comp.parameters
     return (len(params) == 2 and len(root.operands) == 2
-            and {id(o) for o in root.operands} == {id(p) for p in params})
+            and set(root.operands) == set(params))
 
 
 def atomic_kind(comp: HloComputation, et: ElementType) -> str | None:
