@@ -104,9 +104,9 @@ ENTRY f {
     same = shared_expressions._structural_keys(comp, [x, x])
     diff = shared_expressions._structural_keys(comp, [x, mx])
     ea, eb = comp.instruction("ea"), comp.instruction("eb")
-    assert same[id(ea)] == same[id(eb)]
-    assert diff[id(ea)] != diff[id(eb)]
-    assert keys[id(entry.instruction("d"))] != keys[id(entry.instruction("e"))]
+    assert same[ea] == same[eb]
+    assert diff[ea] != diff[eb]
+    assert keys[entry.instruction("d")] != keys[entry.instruction("e")]
 
 
 def test_fresh_arrays_each_run_are_read_from_their_own_memory():
@@ -153,9 +153,9 @@ ENTRY f {
 """).entry
     c = comp.root
     c.literal = a
-    k1 = shared_expressions._structural_keys(comp, [None])[id(c)]
+    k1 = shared_expressions._structural_keys(comp, [None])[c]
     c.literal = b
-    k2 = shared_expressions._structural_keys(comp, [None])[id(c)]
+    k2 = shared_expressions._structural_keys(comp, [None])[c]
     assert k1 != k2
 
 

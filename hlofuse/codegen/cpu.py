@@ -43,10 +43,10 @@ class CpuPlanner(Planner):
     def __init__(self, lenient: bool = False, log=None) -> None:
         super().__init__(lenient)
         self.log = log  # passes/fusion/decisions.FusionLog, or None
-        self._candidates: dict[int, object] = {}  # id(inst) -> ShareCandidate
+        self._candidates: dict[HloInstruction, object] = {}  # inst -> ShareCandidate
         self.shared: list = []  # shapes of buffers one kernel step writes and a later one reads
-        self.shared_outputs: dict[int, list[int]] = {}  # id(inst) -> shared buffers appended to its outputs
-        self.shared_inputs: dict[int, list[int]] = {}  # id(inst) -> shared buffers appended to its inputs
+        self.shared_outputs: dict[HloInstruction, list[int]] = {}  # inst -> shared buffers appended to its outputs
+        self.shared_inputs: dict[HloInstruction, list[int]] = {}  # inst -> shared buffers appended to its inputs
 
     def dedicated_kernel(self, inst: HloInstruction) -> HloComputation | None:
         """A sequential dot kernel for a dot small enough not to go to BLAS."""
@@ -62,14 +62,14 @@ class CpuPlanner(Planner):
         self.kernels.extend(kernels)
         cand = share_candidate(comp, inst, name, kernels, temps)
         if cand is not None:
-            self._candidates[id(inst)] = cand
+            self._candidates[inst] = cand
         return kernels, temps
 
     def _reuse_expression(self, comp: HloComputation, inst: HloInstruction, name: str):
         """Kernels reading an expression an operand's reduction kernel also writes (see
         shared_expressions.share_candidate), or None."""
         for op in inst.operands:
-            cand = self._candidates.get(id(op))
+            cand = self._candidates.get(op)
             if cand is None:
                 continue
             expr = find_shared_expression(comp, inst, cand)
@@ -79,12 +79,12 @@ class CpuPlanner(Planner):
             planned = share_expression(cand, comp, expr, name)
             if planned is None:
                 continue
-            del self._candidates[id(op)]
+            del self._candidates[op]
             self.kernels[:] = [k for k in self.kernels if all(k is not o for o in old)] + cand.kernels
             sid = len(self.shared)
             self.shared.append(expr.shape)
-            self.shared_outputs.setdefault(id(op), []).append(sid)
-            self.shared_inputs[id(inst)] = [sid]
+            self.shared_outputs.setdefault(op, []).append(sid)
+            self.shared_inputs[inst] = [sid]
             if self.log is not None:
                 record_shared(self.log, cand, inst, expr)
             kernels, temps = planned

@@ -46,16 +46,16 @@ class KernelPlan:
         return param_leaf_count(self.comp) + len(output_leaves(self.comp)) + len(self.scratch)
 
 
-def _walk_reduces(inst: HloInstruction, stop: set[int], found: dict[int, HloInstruction]) -> None:
+def _walk_reduces(inst: HloInstruction, stop: set[HloInstruction], found: dict[HloInstruction, None]) -> None:
     """Collect reduces reachable from `inst` (not descending into them or into `stop`)."""
     stack, seen = [inst], set()
     while stack:
         i = stack.pop()
-        if id(i) in seen or id(i) in stop:
+        if i in seen or i in stop:
             continue
-        seen.add(id(i))
+        seen.add(i)
         if i.opcode == "reduce":
-            found[id(i)] = i
+            found[i] = None
             continue
         stack.extend(i.operands)
 
@@ -64,7 +64,7 @@ def reduces_to_materialize(comp: HloComputation) -> list[HloInstruction]:
     """Reduces of `comp` that no reduction kernel can produce as a hero."""
     leaves = output_leaves(comp)
     groups, loops = reduction_groups(comp)
-    found: dict[int, HloInstruction] = {}
+    found: dict[HloInstruction, None] = {}  # an ordered set
     for k in loops:
         _walk_reduces(leaves[k].inst, set(), found)
     for g in groups:
@@ -73,26 +73,26 @@ def reduces_to_materialize(comp: HloComputation) -> list[HloInstruction]:
         for h in g.heroes:
             for op in h.operands:
                 _walk_reduces(op, set(), found)
-    order = {id(i): n for n, i in enumerate(comp.post_order())}
-    return sorted(found.values(), key=lambda i: order.get(id(i), 0))
+    order = {i: n for n, i in enumerate(comp.post_order())}
+    return sorted(found, key=lambda i: order.get(i, 0))
 
 
 def rebuild(comp: HloComputation, root: HloInstruction, replaced: list[HloInstruction], name: str) -> HloComputation:
     """A computation computing `root` of `comp`, with each instruction of `replaced` read from a
     new parameter numbered after comp's parameters (all of comp's parameters are kept)."""
     new = HloComputation(name)
-    mapping: dict[int, HloInstruction] = {}
+    mapping: dict[HloInstruction, HloInstruction] = {}
     n = len(comp.parameters)
     for p in comp.parameters:
         q = p.clone()
         q.parameter_number = p.parameter_number
-        mapping[id(p)] = new.add_instruction(q)
+        mapping[p] = new.add_instruction(q)
     for j, r in enumerate(replaced):
         if r is root:
             continue
         q = HloInstruction("parameter", r.shape, name=f"materialized_{j}")
         q.parameter_number = n + j
-        mapping[id(r)] = new.add_instruction(q)
+        mapping[r] = new.add_instruction(q)
     # Post order of the instructions `root` needs, stopping at mapped ones.
     order, seen = [], set()
 
@@ -100,21 +100,21 @@ def rebuild(comp: HloComputation, root: HloInstruction, replaced: list[HloInstru
         stack = [(i, False)]
         while stack:
             node, done = stack.pop()
-            if id(node) in mapping or id(node) in seen and not done:
+            if node in mapping or node in seen and not done:
                 continue
             if done:
                 order.append(node)
                 continue
-            seen.add(id(node))
+            seen.add(node)
             stack.append((node, True))
             for op in reversed(node.operands):
-                if id(op) not in mapping and id(op) not in seen:
+                if op not in mapping and op not in seen:
                     stack.append((op, False))
 
     visit(root)
     for i in order:
-        mapping[id(i)] = new.add_instruction(i.clone(operands=[mapping[id(o)] for o in i.operands]))
-    new.root = mapping[id(root)]
+        mapping[i] = new.add_instruction(i.clone(operands=[mapping[o] for o in i.operands]))
+    new.root = mapping[root]
     return new
 
 
@@ -167,23 +167,23 @@ def tree_reduction_rewrite(comp: HloComputation) -> HloComputation:
     if not any(needs(i) for i in comp.instructions):
         return comp
     new = HloComputation(f"{comp.name}.tree")
-    mapping: dict[int, HloInstruction] = {}
+    mapping: dict[HloInstruction, HloInstruction] = {}
     for p in comp.parameters:
         q = p.clone()
         q.parameter_number = p.parameter_number
-        mapping[id(p)] = new.add_instruction(q)
+        mapping[p] = new.add_instruction(q)
     for i in comp.post_order():
-        if id(i) in mapping:
+        if i in mapping:
             continue
-        operands = [mapping[id(o)] for o in i.operands]
+        operands = [mapping[o] for o in i.operands]
         if needs(i):
             x, init = operands
             rdims = sorted(int(d) for d in i.attrs["dimensions"])
             while any(x.shape.dims[d] > TREE_REDUCTION_WINDOW for d in rdims):
                 x = new.add_instruction(_tree_level(x, init, rdims, i.attrs["to_apply"]))
             operands = [x, init]
-        mapping[id(i)] = new.add_instruction(i.clone(operands=operands))
-    new.root = mapping[id(comp.root)]
+        mapping[i] = new.add_instruction(i.clone(operands=operands))
+    new.root = mapping[comp.root]
     return new
 
 

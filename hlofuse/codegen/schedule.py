@@ -55,13 +55,13 @@ class ComputationPlan:
     def __init__(self, comp: HloComputation, planner: "Planner") -> None:
         self.comp = comp
         self.steps: list[Step] = []
-        index: dict[int, int] = {}
+        index: dict[HloInstruction, int] = {}
         for inst in comp.post_order():
             step = planner.step(inst)
-            step.operand_steps = [index[id(op)] for op in inst.operands]
-            index[id(inst)] = len(self.steps)
+            step.operand_steps = [index[op] for op in inst.operands]
+            index[inst] = len(self.steps)
             self.steps.append(step)
-        self.root_step = index[id(comp.root)]
+        self.root_step = index[comp.root]
         self.assignment: Assignment = assign_buffers(self.steps, self.root_step)
 
 
@@ -77,16 +77,16 @@ class Planner:
         # Planning asks the op registry which ops have an element generator or a library rule.
         load_rules("elemental")
         load_rules("library")
-        self.plans: dict[int, ComputationPlan] = {}
+        self.plans: dict[HloComputation, ComputationPlan] = {}
         self.kernels: list = []
         self.lenient = lenient  # plan what can be emitted; fail only when an unsupported step runs
 
     def plan(self, comp: HloComputation) -> ComputationPlan:
         """The (memoized) plan of computation `comp`."""
-        p = self.plans.get(id(comp))
+        p = self.plans.get(comp)
         if p is None:
             p = ComputationPlan(comp, self)
-            self.plans[id(comp)] = p
+            self.plans[comp] = p
         return p
 
     def kernel_calls(self, comp: HloComputation, inst: HloInstruction) -> tuple[list, list]:

@@ -18,21 +18,21 @@ from .planning import KernelPlan, plan_fusion, rebuild
 _IGNORED_ATTRS = frozenset({"metadata", "backend_config", "frontend_attributes", "sharding"})
 
 
-def _structural_keys(comp: HloComputation, outer_operands: list) -> dict[int, tuple]:
+def _structural_keys(comp: HloComputation, outer_operands: list) -> dict[HloInstruction, tuple]:
     """A key per instruction of fused computation `comp` (called with `outer_operands`) such
     that equal keys compute equal values: parameters are keyed by the outer operand they read."""
-    keys: dict[int, tuple] = {}
+    keys: dict[HloInstruction, tuple] = {}
     for inst in comp.post_order():
         if inst.opcode == "parameter":
-            key: tuple = ("parameter", id(outer_operands[inst.parameter_number]))
+            key: tuple = ("parameter", outer_operands[inst.parameter_number])
         else:
-            attrs = tuple(sorted((k, id(v) if isinstance(v, HloComputation) else repr(v))
+            attrs = tuple(sorted((k, v if isinstance(v, HloComputation) else repr(v))
                                  for k, v in inst.attrs.items() if k not in _IGNORED_ATTRS))
             lit = inst.literal
             literal = None if lit is None else (repr(getattr(lit, "dtype", None)), repr(getattr(lit, "shape", None)),
-                                                lit.tobytes() if hasattr(lit, "tobytes") else id(inst))
-            key = (inst.opcode, repr(inst.shape), attrs, literal, tuple(keys[id(o)] for o in inst.operands))
-        keys[id(inst)] = key
+                                                lit.tobytes() if hasattr(lit, "tobytes") else inst)
+            key = (inst.opcode, repr(inst.shape), attrs, literal, tuple(keys[o] for o in inst.operands))
+        keys[inst] = key
     return keys
 
 
@@ -67,16 +67,16 @@ def share_candidate(comp: HloComputation, inst: HloInstruction, name: str, kerne
     if expr.opcode == "parameter" or not _has_expensive_elementwise(expr):
         return None
     keys = _structural_keys(comp, list(inst.operands))
-    if id(expr) not in keys:  # planned from a rewritten copy (tree_reduction_rewrite): no sharing
+    if expr not in keys:  # planned from a rewritten copy (tree_reduction_rewrite): no sharing
         return None
-    return ShareCandidate(inst, comp, name, kernels, temps, expr, keys[id(expr)])
+    return ShareCandidate(inst, comp, name, kernels, temps, expr, keys[expr])
 
 
 def find_shared_expression(comp: HloComputation, inst: HloInstruction, cand: ShareCandidate) -> HloInstruction | None:
     """The instruction of `comp` (fused computation of `inst`) computing candidate's expression."""
     keys = _structural_keys(comp, list(inst.operands))
     for i in comp.instructions:
-        if i is not comp.root and keys.get(id(i)) == cand.key:
+        if i is not comp.root and keys.get(i) == cand.key:
             return i
     return None
 
@@ -126,9 +126,9 @@ def _instructions_under(inst: HloInstruction) -> list[HloInstruction]:
     out, stack, seen = [], [inst], set()
     while stack:
         i = stack.pop()
-        if id(i) in seen:
+        if i in seen:
             continue
-        seen.add(id(i))
+        seen.add(i)
         out.append(i)
         stack.extend(i.operands)
     return out

@@ -58,8 +58,8 @@ class CpuProgram(ProgramBase):
         self.loaded: dict[str, LoadedKernel] = {}  # kernel name -> its function and tuner
         self._outputs = OutputPool()
         self._shared: list[np.ndarray] | None = None
-        self._runtimes: dict[tuple[int, int], _StepRuntime] = {}
-        self._library_tuners: dict[int, SplitTuner] = {}  # id(inst) -> BLAS thread-count tuner
+        self._runtimes: dict[tuple[ComputationPlan, int], _StepRuntime] = {}
+        self._library_tuners: dict[HloInstruction, SplitTuner] = {}  # inst -> BLAS thread-count tuner
         # The arenas and the output pool are per program: runs of one program are serialized.
         self._run_lock = threading.Lock()
 
@@ -104,9 +104,9 @@ class CpuProgram(ProgramBase):
         """Run a library rule with BLAS's thread count chosen by timing, per instruction:
         OpenBLAS's threads spin while they wait, so on a busy machine one thread can be many
         times faster than all cores, and on an idle one all cores win."""
-        tuner = self._library_tuners.get(id(inst))
+        tuner = self._library_tuners.get(inst)
         if tuner is None:
-            tuner = self._library_tuners[id(inst)] = SplitTuner(blas_thread_choices())
+            tuner = self._library_tuners[inst] = SplitTuner(blas_thread_choices())
         threads = tuner.choose()
         set_blas_threads(threads)
         start = time.perf_counter()
@@ -116,9 +116,9 @@ class CpuProgram(ProgramBase):
 
     def _run_kernels(self, plan: ComputationPlan, i: int, step: Step, ops: list):
         """Run the kernels of step `i` (outputs in the arena or the output pool)."""
-        rt = self._runtimes.get((id(plan), i))
+        rt = self._runtimes.get((plan, i))
         if rt is None:
-            rt = self._runtimes[(id(plan), i)] = _StepRuntime(self, plan, i, step)
+            rt = self._runtimes[(plan, i)] = _StepRuntime(self, plan, i, step)
         leaves = flatten(tuple(ops)) if rt.tuple_operands else ops
         if not all(type(x) is np.ndarray and x.flags.c_contiguous for x in leaves):
             leaves = [np.ascontiguousarray(x) for x in leaves]  # kept alive until the kernels ran
@@ -153,7 +153,7 @@ class _StepRuntime:
         self.kernels = [prog.loaded[k.name] for k in step.kernels]
         shared = prog._shared_buffers() if planner.shared else []
         self.tuple_operands = any(op.shape.is_tuple for op in step.inst.operands)
-        self.shared_in = [shared[s].ctypes.data for s in planner.shared_inputs.get(id(step.inst), ())]
+        self.shared_in = [shared[s].ctypes.data for s in planner.shared_inputs.get(step.inst, ())]
         self.fixed_outs: list = []
         self.pooled: list = []
         self.out_addrs: list[int] = []
@@ -167,7 +167,7 @@ class _StepRuntime:
                 view = prog.arena_view(plan, slot, shape)
                 self.fixed_outs.append(view)
                 self.out_addrs.append(view.ctypes.data)
-        self.out_addrs += [shared[s].ctypes.data for s in planner.shared_outputs.get(id(step.inst), ())]
+        self.out_addrs += [shared[s].ctypes.data for s in planner.shared_outputs.get(step.inst, ())]
         self.temps = [np.empty(t.dims, t.dtype.numpy) for t in step.temps]
         self.fixed = [t.ctypes.data for t in self.temps]
         n_in = sum(1 for _ in _leaf_shapes(step.inst.operands)) + len(self.shared_in)
@@ -176,6 +176,8 @@ class _StepRuntime:
                           for k in step.kernels]
 
 
+# Keyed by id(): numpy arrays are not hashable. The weak reference in the entry tells
+# whether the id still names the same array.
 _addresses: dict[int, tuple] = {}
 
 

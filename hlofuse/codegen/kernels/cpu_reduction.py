@@ -99,9 +99,9 @@ def _emit_row(skel, em, group, heroes, extras, epilogue_ptrs, epilogue_leaves, p
     slots = {}
     with b.goto_entry_block():
         for h in heroes:
-            slots[id(h)] = [b.alloca(reg) for reg in h.reg_types]
+            slots[h] = [b.alloca(reg) for reg in h.reg_types]
     at = {}
-    override_heroes(em, heroes, lambda h: [b.load(s) for s in slots[id(h)]], lambda: at["index"])
+    override_heroes(em, heroes, lambda h: [b.load(s) for s in slots[h]], lambda: at["index"])
     epilogue_gens = [em.gen(leaf.inst) for leaf in epilogue_leaves]
     with for_range(b, skel.begin, skel.end, "out") as unit:
         outer = None
@@ -113,20 +113,20 @@ def _emit_row(skel, em, group, heroes, extras, epilogue_ptrs, epilogue_leaves, p
                      b.udiv(b.mul(b.add(part, const_i64(1)), const_i64(r0)), const_i64(parts)))
         out_index = at["index"] = Index(b, group.out_dims, linear=u)
         for h in heroes:
-            for s, v in zip(slots[id(h)], h.init_values(b)):
+            for s, v in zip(slots[h], h.init_values(b)):
                 b.store(v, s)
 
         def body(reduced):
             index = _input_index(b, group, out_index.multi, reduced)
             for h in heroes:
-                ss = slots[id(h)]
+                ss = slots[h]
                 for s, r in zip(ss, h.fold(em, [b.load(s) for s in ss], index)):
                     b.store(r, s)
             _store_extras(b, index, extras)
 
         _reduced_loops(b, group, body, outer=outer)
         if scratch is not None:
-            values = [(s, et) for h in heroes for s, et in zip(slots[id(h)], h.types)]
+            values = [(s, et) for h in heroes for s, et in zip(slots[h], h.types)]
             for (s, et), ptr in zip(values, scratch):
                 store_element(b, b.load(s), b.gep(ptr, [unit], inbounds=True), et)
         for g, leaf, ptr in zip(epilogue_gens, epilogue_leaves, epilogue_ptrs):
@@ -139,7 +139,7 @@ def _emit_combine(skel, em, group, heroes, epilogue_ptrs, epilogue_leaves, parts
     n_out = math.prod(group.out_dims)
     finals = {}
     at = {}
-    override_heroes(em, heroes, lambda h: finals[id(h)], lambda: at["index"])
+    override_heroes(em, heroes, lambda h: finals[h], lambda: at["index"])
     epilogue_gens = [em.gen(leaf.inst) for leaf in epilogue_leaves]
     with for_range(b, skel.begin, skel.end, "out") as u:
         k = 0
@@ -155,7 +155,7 @@ def _emit_combine(skel, em, group, heroes, epilogue_ptrs, epilogue_leaves, parts
             for p in range(1, parts):
                 res = em.call_scalar(h.comp, acc + partial(p), reduction=True)
                 acc = list(res) if isinstance(res, tuple) else [res]
-            finals[id(h)] = acc
+            finals[h] = acc
         out_index = at["index"] = Index(b, group.out_dims, linear=u)
         for g, leaf, ptr in zip(epilogue_gens, epilogue_leaves, epilogue_ptrs):
             store_element(b, leaf.select(g(out_index)), b.gep(ptr, [u], inbounds=True), leaf.shape.dtype)
@@ -168,12 +168,12 @@ def _emit_column(skel, em, group, heroes, extras, epilogue_ptrs, epilogue_leaves
     scratch = {}
     with b.goto_entry_block():
         for h in heroes:
-            scratch[id(h)] = [b.alloca(mem_type(et), size=COLUMN_BLOCK) for et in h.types]
+            scratch[h] = [b.alloca(mem_type(et), size=COLUMN_BLOCK) for et in h.types]
     position = {}
 
     def current(h):
         return [load_element(b, b.gep(p, [position["j"]], inbounds=True), et)
-                for p, et in zip(scratch[id(h)], h.types)]
+                for p, et in zip(scratch[h], h.types)]
 
     override_heroes(em, heroes, current, lambda: position["index"])
     epilogue_gens = [em.gen(leaf.inst) for leaf in epilogue_leaves]
@@ -188,7 +188,7 @@ def _emit_column(skel, em, group, heroes, extras, epilogue_ptrs, epilogue_leaves
         with for_range(b, j0, j1, "init") as j:
             slot = b.sub(j, j0)
             for h, vals in zip(heroes, inits):
-                for v, p, et in zip(vals, scratch[id(h)], h.types):
+                for v, p, et in zip(vals, scratch[h], h.types):
                     store_element(b, v, b.gep(p, [slot], inbounds=True), et)
 
         def body(reduced):
@@ -196,7 +196,7 @@ def _emit_column(skel, em, group, heroes, extras, epilogue_ptrs, epilogue_leaves
                 index = _input_index(b, group, list(outer) + [j], reduced)
                 slot = b.sub(j, j0)
                 for h in heroes:
-                    addrs = [b.gep(p, [slot], inbounds=True) for p in scratch[id(h)]]
+                    addrs = [b.gep(p, [slot], inbounds=True) for p in scratch[h]]
                     accs = [load_element(b, a, et) for a, et in zip(addrs, h.types)]
                     for a, r, et in zip(addrs, h.fold(em, accs, index), h.types):
                         store_element(b, r, a, et)

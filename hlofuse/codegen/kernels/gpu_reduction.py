@@ -239,8 +239,8 @@ class _Emit:
             store_element(b, v, b.gep(self.skel.output_ptr(k), [o], inbounds=True), leaf.shape.dtype)
 
     def store_from_slots(self, slots, o) -> None:
-        by_hero = {id(h): ss for h, ss in zip(self.heroes, slots)}
-        self.store_epilogue(lambda h: [self.b.load(s) for s in by_hero[id(h)]], o)
+        by_hero = {h: ss for h, ss in zip(self.heroes, slots)}
+        self.store_epilogue(lambda h: [self.b.load(s) for s in by_hero[h]], o)
 
 
 def emit_reduction_main(skel, comp: HloComputation, plan: ReductionPlan) -> None:
@@ -350,10 +350,10 @@ def emit_reduction_epilogue(skel, comp: HloComputation, plan: ReductionPlan) -> 
     b = e.b
     o = skel.global_thread_idx
     with b.if_then(b.icmp_signed("<", o, const_i64(plan.outputs_k))):
-        ptrs = {id(h): ps for h, ps in zip(e.heroes, e.acc_ptrs())}
+        ptrs = {h: ps for h, ps in zip(e.heroes, e.acc_ptrs())}
 
         def values(h):
-            return [load_element(b, b.gep(p, [o], inbounds=True), et) for p, et in zip(ptrs[id(h)], h.types)]
+            return [load_element(b, b.gep(p, [o], inbounds=True), et) for p, et in zip(ptrs[h], h.types)]
 
         e.store_epilogue(values, o, only_nontrivial=True)
     skel.finish()

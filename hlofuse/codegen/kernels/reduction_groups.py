@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 from ...emitters.elemental import ElementalEmitter, dims_of, reg_type
 from ...emitters.ir_helpers import Index
-from ...hlo.ir import HloComputation
+from ...hlo.ir import HloComputation, HloInstruction
 from .args import output_leaves
 
 COLUMN_BLOCK = 512
@@ -88,9 +88,9 @@ def reduce_heroes(inst) -> list:
     out, seen, stack = [], set(), [inst]
     while stack:
         i = stack.pop()
-        if id(i) in seen:
+        if i in seen:
             continue
-        seen.add(id(i))
+        seen.add(i)
         if i.opcode == "reduce":
             out.append(i)
             continue
@@ -136,7 +136,7 @@ def reads_heroes_at_output_index(inst, heroes) -> bool:
     index through unchanged; a reverse, slice, transpose, pad, concatenate, dynamic-slice, or a
     reshape or broadcast that moves elements would read another output element's value. A
     scalar hero (a full reduction) has one element, so every path to it is fine."""
-    targets = {id(h) for h in heroes if dims_of(h) != ()}
+    targets = {h for h in heroes if dims_of(h) != ()}
     if not targets:
         return True
     # Post order of what `inst` reads, not entering reduces; then, bottom-up, which of those
@@ -147,20 +147,20 @@ def reads_heroes_at_output_index(inst, heroes) -> bool:
         if done:
             order.append(i)
             continue
-        if id(i) in seen:
+        if i in seen:
             continue
-        seen.add(id(i))
+        seen.add(i)
         stack.append((i, True))
         if i.opcode != "reduce":
             stack.extend((op, False) for op in i.operands)
-    reaches: set[int] = set()
+    reaches: set[HloInstruction] = set()
     for i in order:
-        if id(i) in targets:
-            reaches.add(id(i))
-        elif i.opcode != "reduce" and any(id(op) in reaches for op in i.operands):
+        if i in targets:
+            reaches.add(i)
+        elif i.opcode != "reduce" and any(op in reaches for op in i.operands):
             if not _passes_index_through(i):
                 return False
-            reaches.add(id(i))
+            reaches.add(i)
     return True
 
 
