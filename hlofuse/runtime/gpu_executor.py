@@ -210,7 +210,7 @@ class GpuProgram(ProgramBase):
         if isinstance(value, tuple):
             return tuple(self._on_device(v) for v in value)
         if isinstance(value, np.ndarray):
-            dev = self._resident.get(id(value))
+            dev = self._resident.get(id(value))  # by id(): ndarrays are unhashable; the entry holds `value`
             if dev is None:
                 dev = self.device.to_device(value)
                 self._resident[id(value)] = (dev, value)
@@ -242,6 +242,8 @@ class GpuProgram(ProgramBase):
             base = [where[kind][n] for kind, n in launch.inputs] + [where[kind][n] for kind, n in launch.results]
             extra = []
             if launch.scratch_types:
+                # by id(): a ReductionPlan is a mutable dataclass (unhashable); the step's
+                # launches hold their plans for the whole loop, so the ids stay theirs
                 bufs = scratch.get(id(launch.plan))
                 if bufs is None:
                     bufs = [dev.empty((max(n, 1),), et.numpy) for et, n in launch.plan.scratch()]

@@ -218,7 +218,7 @@ def _binary_combiner(comp):
         return None
     if root is params[1]:
         return "assign"
-    if len(root.operands) == 2 and set(map(id, root.operands)) == {id(params[0]), id(params[1])}:
+    if len(root.operands) == 2 and set(root.operands) == {params[0], params[1]}:
         op = _COMBINERS.get(root.opcode)
         if op is not None and root.shape.dtype.is_pred and root.opcode in ("or", "and"):
             return op

@@ -112,15 +112,15 @@ def _describe(kind: str, inst: HloInstruction) -> str:
     return f"{kind} {inst.name} {inst.shape.to_text(False)} ({format_bytes(_nbytes(inst.shape))})"
 
 
-def _result_instructions(comp: HloComputation) -> set[int]:
-    """ids of the instructions whose values are the computation's result (through tuples)."""
-    out: set[int] = set()
+def _result_instructions(comp: HloComputation) -> set[HloInstruction]:
+    """The instructions whose values are the computation's result (through tuples)."""
+    out: set[HloInstruction] = set()
     stack = [comp.root]
     while stack:
         inst = stack.pop()
-        if id(inst) in out:
+        if inst in out:
             continue
-        out.add(id(inst))
+        out.add(inst)
         if inst.opcode in ("tuple", "bitcast"):
             stack.extend(inst.operands)
     return out
@@ -149,11 +149,11 @@ def estimate_interpreter(module: HloModule) -> MemoryEstimate:
     """What the numpy interpreter needs at least to run `module` (see the module docstring)."""
     params, results, largest, largest_bytes = _base(module)
     entry = module.entry
-    result_ids = _result_instructions(entry)
+    result_insts = _result_instructions(entry)
     entry_temp, nested = 0, 0
     for comp in module.computations_post_order():
         for inst in comp.instructions:
-            if not _is_value(inst) or (comp is entry and id(inst) in result_ids):
+            if not _is_value(inst) or (comp is entry and inst in result_insts):
                 continue
             n = _nbytes(inst.shape)
             if comp is entry:
@@ -168,13 +168,13 @@ def estimate_interpreter(module: HloModule) -> MemoryEstimate:
                           "its largest temporary and the copy of the results", largest)
 
 
-def _unplanned_bytes(plan, result_ids: set[int]) -> int:
+def _unplanned_bytes(plan, result_insts: set[HloInstruction]) -> int:
     """Bytes of the values of `plan` outside its arena that the step interpreter keeps until
     the computation returns: library results, constants, kernel outputs not in the arena
-    (those in `result_ids`, the entry's results, are counted as results)."""
+    (those in `result_insts`, the entry's results, are counted as results)."""
     total = 0
     for i, step in enumerate(plan.steps):
-        if id(step.inst) in result_ids:
+        if step.inst in result_insts:
             continue
         if step.kind in ("library", "const"):
             total += _nbytes(step.inst.shape)
@@ -190,7 +190,7 @@ def estimate_program(module: HloModule, program, backend: str) -> MemoryEstimate
     params, results, largest, largest_bytes = _base(module)
     planner = program._planner  # the plans and their buffer assignments (read only)
     entry_plan = planner.plan(module.entry)
-    result_ids = _result_instructions(module.entry)
+    result_insts = _result_instructions(module.entry)
     plans = list(planner.plans.values())
     arenas = sum(p.assignment.arena_bytes for p in plans)
     step_temps = [sum(_nbytes(t) for t in s.temps) for p in plans for s in p.steps]
@@ -199,7 +199,7 @@ def estimate_program(module: HloModule, program, backend: str) -> MemoryEstimate
     persistent = backend == "cpu"
     temps = sum(step_temps) if persistent else max(step_temps, default=0)
     shared = sum(_nbytes(s) for s in getattr(planner, "shared", []))
-    entry_values = _unplanned_bytes(entry_plan, result_ids)
+    entry_values = _unplanned_bytes(entry_plan, result_insts)
     nested_values = max((_unplanned_bytes(p, set()) for p in plans if p is not entry_plan), default=0)
     temporaries = arenas + temps + shared + entry_values + nested_values
     for p in plans:
@@ -217,9 +217,9 @@ def estimate_gpu_device(module: HloModule, program) -> MemoryEstimate:
     params, results, largest, _ = _base(module)
     planner = program._planner
     entry_plan = planner.plan(module.entry)
-    result_ids = _result_instructions(module.entry)
+    result_insts = _result_instructions(module.entry)
     outputs = sum(sum(_nbytes(sh) for sh in s.leaf_shapes) for s in entry_plan.steps
-                  if s.kind == "kernel" and id(s.inst) not in result_ids)
+                  if s.kind == "kernel" and s.inst not in result_insts)
     temps = max((sum(_nbytes(t) for t in s.temps) for p in planner.plans.values() for s in p.steps), default=0)
     return MemoryEstimate(module.name, "gpu", params, results, outputs + temps,
                           "the kernel outputs of the entry computation", largest,

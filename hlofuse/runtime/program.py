@@ -29,7 +29,7 @@ class ProgramBase:
         self.module = code.module
         self._planner: Planner = code.planner
         self._entry = code.entry
-        self._arenas: dict[int, np.ndarray] = {}  # id(plan) -> its host arena of temporaries
+        self._arenas: dict[ComputationPlan, np.ndarray] = {}  # plan -> its host arena of temporaries
 
     def call(self, comp: HloComputation, args: list):
         """Run a called computation (while body, branch, comparator ...) on values `args`."""
@@ -50,9 +50,9 @@ class ProgramBase:
     def arena_view(self, plan: ComputationPlan, slot: Slot, shape: Shape) -> np.ndarray:
         """The bytes of `slot` (which has an offset) in `plan`'s host arena of temporaries (one
         per plan and program, allocated on first use) as an array of `shape`."""
-        arena = self._arenas.get(id(plan))
+        arena = self._arenas.get(plan)
         if arena is None:
-            arena = self._arenas[id(plan)] = np.empty(max(plan.assignment.arena_bytes, 1), np.uint8)
+            arena = self._arenas[plan] = np.empty(max(plan.assignment.arena_bytes, 1), np.uint8)
         view = arena[slot.offset:slot.offset + slot.nbytes].view(shape.dtype.numpy)
         return view.reshape(shape.dims)
 
@@ -116,7 +116,7 @@ def _build(shape: Shape, it):
 def owned_outputs(result, checked: list, to_host=None) -> list[np.ndarray]:
     """The leaves of `result` as arrays the caller owns: a leaf that is an input, a view or
     read-only is copied. `to_host` first brings a leaf to the host (GPU results)."""
-    protected = {id(x) for x in flatten(tuple(checked))}
+    protected = {id(x) for x in flatten(tuple(checked))}  # by id(): ndarrays are unhashable
     out = []
     for leaf in flatten(result):
         leaf = np.asarray(leaf if to_host is None else to_host(leaf))

@@ -66,7 +66,7 @@ class Interpreter:
         self._frames: list[Sequence[Value]] = []
         self._batched = 0
         # Evaluation order per computation; computations are not changed while evaluating.
-        self._order: dict[int, list[HloInstruction]] = {}
+        self._order: dict[HloComputation, list[HloInstruction]] = {}
 
     # ---- evaluation ---------------------------------------------------------------------
     def call(self, computation: HloComputation, args: Sequence[Value]) -> Value:
@@ -74,18 +74,18 @@ class Interpreter:
         n_params = len(computation.parameters)
         if len(args) != n_params:
             raise InputError(f"computation {computation.name} takes {n_params} arguments, got {len(args)}")
-        env: dict[int, Value] = {}
+        env: dict[HloInstruction, Value] = {}
         self._frames.append(args)
         try:
-            order = self._order.get(id(computation))
+            order = self._order.get(computation)
             if order is None:
-                order = self._order[id(computation)] = computation.post_order()
+                order = self._order[computation] = computation.post_order()
             with np.errstate(all="ignore"):
                 for inst in order:
-                    env[id(inst)] = self.evaluate_instruction(inst, [env[id(op)] for op in inst.operands])
+                    env[inst] = self.evaluate_instruction(inst, [env[op] for op in inst.operands])
         finally:
             self._frames.pop()
-        return env[id(computation.root)]
+        return env[computation.root]
 
     def call_batched(self, computation: HloComputation, args: Sequence[Value]) -> Value:
         """Evaluate a computation of scalars on arrays of equal shape, elementwise at once.

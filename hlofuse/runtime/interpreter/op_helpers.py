@@ -270,7 +270,7 @@ def recognize_combiner(comp: HloComputation) -> list[Any] | None:
             reducers.append(ASSIGN)
         elif out is acc:
             reducers.append(KEEP)
-        elif len(out.operands) == 2 and {id(o) for o in out.operands} == {id(acc), id(upd)}:
+        elif len(out.operands) == 2 and set(out.operands) == {acc, upd}:
             fn = _binary_ufunc(out.opcode, result_dtype(out.shape)) if out.shape.is_array else None
             if fn is None:
                 return None

@@ -49,7 +49,7 @@ def _canonical(inst: HloInstruction, side: int, memo: dict) -> tuple | None:
     """A structural form of the value `inst` computes from comparator parameters of parity
     `side` (0: the lhs parameters 2i, 1: the rhs parameters 2i+1), with each parameter named
     by its operand index i; None if it reads a parameter of the other side."""
-    key = id(inst)
+    key = inst
     if key not in memo:
         if inst.opcode == "parameter":
             number = inst.parameter_number
@@ -70,15 +70,15 @@ def _key_computation(value: HloInstruction) -> HloComputation:
     """A computation of the one parameter `value` reads, computing `value`: the key function f
     of a comparator compare(f(lhs), f(rhs))."""
     comp = HloComputation("sort_key")
-    mapped: dict[int, HloInstruction] = {}
+    mapped: dict[HloInstruction, HloInstruction] = {}
 
     def visit(inst: HloInstruction) -> HloInstruction:
-        if id(inst) not in mapped:
+        if inst not in mapped:
             if inst.opcode == "parameter":
-                mapped[id(inst)] = comp.add_parameter(inst.shape, "x")
+                mapped[inst] = comp.add_parameter(inst.shape, "x")
             else:
-                mapped[id(inst)] = comp.add_instruction(inst.clone(operands=[visit(o) for o in inst.operands]))
-        return mapped[id(inst)]
+                mapped[inst] = comp.add_instruction(inst.clone(operands=[visit(o) for o in inst.operands]))
+        return mapped[inst]
 
     comp.root = visit(value)
     return comp
@@ -132,15 +132,15 @@ def _sort_key(comp: HloComputation, operands: list[np.ndarray], interp):
 
 
 def _parameters_of(inst: HloInstruction) -> list[HloInstruction]:
-    seen: dict[int, HloInstruction] = {}
+    seen: dict[HloInstruction, None] = {}  # an ordered set
     stack = [inst]
     while stack:
         node = stack.pop()
-        if id(node) in seen:
+        if node in seen:
             continue
-        seen[id(node)] = node
+        seen[node] = None
         stack.extend(node.operands)
-    return [n for n in seen.values() if n.opcode == "parameter"]
+    return [n for n in seen if n.opcode == "parameter"]
 
 
 def _elementwise(comp: HloComputation) -> bool:
