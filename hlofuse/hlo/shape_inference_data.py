@@ -3,6 +3,7 @@ transpose, slices, concatenate, pad, reverse and dynamic-shape helpers."""
 from __future__ import annotations
 
 import math
+import re
 
 import numpy as np
 
@@ -82,13 +83,32 @@ def _reshape(inst: HloInstruction) -> Shape:
     return make_array(x.dtype, out.dims, out.dynamic)
 
 
+_ELEMENT_BITS = re.compile(r"E\((\d+)\)")
+
+
+def _buffer_bytes(shape: ArrayShape) -> int:
+    """XLA's ShapeUtil::ByteSizeOf of a dense array: a byte per sub-byte element unless the layout
+    packs them (`E(4)`), otherwise the element width times the element count."""
+    m = _ELEMENT_BITS.search(shape.layout.suffix) if shape.layout is not None else None
+    if m is not None and int(m.group(1)) > 0:
+        return -(-shape.element_count() * int(m.group(1)) // 8)
+    return shape.element_count() * shape.dtype.byte_size
+
+
 @register_shape_rule("bitcast")
 def _bitcast(inst: HloInstruction) -> Shape:
-    """bitcast: the declared shape, which must hold as many bits as the operand."""
+    """bitcast: the declared shape, whose buffer must have the operand's size in bytes.
+
+    This is XLA's (layout-sensitive) verifier rule, and all it checks: a bitcast may change the
+    dimensions, the layout and the element type, width included (XLA's own optimized HLO holds
+    `s32[] bitcast(f32[])`). XLA's verifier before layout assignment checks nothing at all, and
+    XLA:CPU refuses every bitcast still in its input at layout assignment, whatever the types,
+    so neither of those can tell which bitcasts are meaningful: the byte size can."""
     x = array_operand(inst, 0)
     out = declared_array(inst)
-    if x.element_count() * x.dtype.bits != out.element_count() * out.dtype.bits:
-        fail(inst, f"bitcast changes the size: {text(x)} to {text(out)}")
+    if _buffer_bytes(x) != _buffer_bytes(out):
+        fail(inst, f"bitcast changes the size in bytes: {text(x)} ({_buffer_bytes(x)} bytes) to "
+                   f"{text(out)} ({_buffer_bytes(out)} bytes)")
     return out
 
 

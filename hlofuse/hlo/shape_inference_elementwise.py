@@ -60,8 +60,9 @@ _CLASS_NAMES = {
 
 def _check_type(inst: HloInstruction, shape: ArrayShape, allowed: TypeClass, i: int = 0) -> None:
     if not allowed(shape.dtype):
+        name = _CLASS_NAMES[allowed]
         fail(inst, f"operand {i} has element type {shape.dtype.name}; "
-                   f"{inst.opcode} expects a {_CLASS_NAMES[allowed]} type")
+                   f"{inst.opcode} expects {'an' if name[0] in 'aeiou' else 'a'} {name} type")
 
 
 def _unary(allowed: TypeClass, result: Callable[[ElementType], ElementType] = lambda t: t):
@@ -74,9 +75,14 @@ def _unary(allowed: TypeClass, result: Callable[[ElementType], ElementType] = la
     return rule
 
 
+# Each verdict here (operand type class per opcode) is checked against XLA's compiler over every
+# element type class in tests/test_verifier_vs_xla_types.py.
 register_shape_rule("floor", "ceil", "round-nearest-afz", "round-nearest-even", "erf")(_unary(_floating))
 register_shape_rule("exponential", "exponential-minus-one", "log", "log-plus-one", "logistic", "sqrt",
-                    "rsqrt", "cbrt", "tanh", "sine", "cosine", "tan")(_unary(_floating_or_complex))
+                    "rsqrt", "tanh", "sine", "cosine", "tan")(_unary(_floating_or_complex))
+# XLA's ShapeInference takes cbrt on real floats only ("Expected element type in shape to be
+# floating for cbrt operation"); logistic, by contrast, compiles and runs on complex in XLA:CPU.
+register_shape_rule("cbrt")(_unary(_floating))
 register_shape_rule("real", "imag")(_unary(_floating_or_complex, real_type))
 register_shape_rule("abs")(_unary(_signed_or_complex, real_type))
 register_shape_rule("sign")(_unary(_signed_or_complex))
@@ -112,12 +118,16 @@ def _same_type_operands(inst: HloInstruction, shapes: list[ArrayShape]) -> None:
                        f"operand {i} is {s.dtype.name}")
 
 
-def _binary(allowed: TypeClass):
+def _binary(allowed: TypeClass, refused: dict[str, str] | None = None):
+    """`refused` maps an element-type kind the class admits to why it is refused all the same."""
+
     def rule(inst: HloInstruction) -> Shape:
         shapes = _same_dims_operands(inst)
         _same_type_operands(inst, shapes)
         _check_type(inst, shapes[0], allowed)
         x = shapes[0]
+        if refused and x.dtype.kind in refused:
+            fail(inst, f"{inst.opcode} of {x.dtype.name} is refused: {refused[x.dtype.kind]}")
         return make_array(x.dtype, x.dims, x.dynamic)
 
     rule.__doc__ = f"Binary elementwise rule: equal shapes of a {_CLASS_NAMES[allowed]} type."
@@ -127,7 +137,11 @@ def _binary(allowed: TypeClass):
 # XLA takes pred for add (or), multiply (and), maximum and minimum, but refuses it for subtract,
 # divide, remainder and power (StableHLO has no i1 arithmetic; checked with XLA's compiler).
 register_shape_rule("add", "multiply", "maximum", "minimum")(_binary(_any))
-register_shape_rule("subtract", "divide", "remainder", "power")(_binary(_numeric))
+register_shape_rule("subtract", "divide", "power")(_binary(_numeric))
+# XLA's shape inference, its HLO verifier and StableHLO let remainder of complex through, but XLA:CPU
+# crashes (SIGSEGV) compiling it: there is no result to match, so it is refused here.
+register_shape_rule("remainder")(_binary(_numeric, refused={
+    "complex": "XLA's verifier accepts complex remainder, but XLA:CPU cannot compile it (it crashes)"}))
 register_shape_rule("atan2")(_binary(_floating_or_complex))
 register_shape_rule("and", "or", "xor")(_binary(_integral_or_pred))
 register_shape_rule("shift-left", "shift-right-arithmetic", "shift-right-logical")(_binary(_integral))
@@ -148,19 +162,30 @@ def _complex(inst: HloInstruction) -> Shape:
 
 _DIRECTIONS = ("EQ", "NE", "LT", "LE", "GT", "GE")
 _COMPARE_TYPES = ("FLOAT", "TOTALORDER", "SIGNED", "UNSIGNED")
+# The comparison types XLA's HLO verifier allows per element-type kind ("Expected comparison type
+# UNSIGNED. actual: FLOAT"). Complex takes every direction: XLA orders complex values
+# lexicographically (real part, then imaginary part), but only under FLOAT, not TOTALORDER.
+_COMPARE_TYPES_OF_KIND = {"pred": ("UNSIGNED",), "uint": ("UNSIGNED",), "sint": ("SIGNED",),
+                          "float": ("FLOAT", "TOTALORDER"), "complex": ("FLOAT",)}
 
 
 @register_shape_rule("compare")
 def _compare(inst: HloInstruction) -> Shape:
-    """compare: equal operand shapes and types, a known direction; the result is pred."""
+    """compare: equal operand shapes and types, a known direction, a comparison type that fits
+    the element type; the result is pred."""
     shapes = _same_dims_operands(inst)
     _same_type_operands(inst, shapes)
     direction = inst.attrs.get("direction")
     if direction not in _DIRECTIONS:
         fail(inst, f"direction must be one of {', '.join(_DIRECTIONS)}, got {direction!r}")
     ctype = inst.attrs.get("type")
-    if ctype is not None and str(ctype) not in _COMPARE_TYPES:
-        fail(inst, f"comparison type must be one of {', '.join(_COMPARE_TYPES)}, got {ctype!r}")
+    if ctype is not None:
+        if str(ctype) not in _COMPARE_TYPES:
+            fail(inst, f"comparison type must be one of {', '.join(_COMPARE_TYPES)}, got {ctype!r}")
+        fits = _COMPARE_TYPES_OF_KIND.get(shapes[0].dtype.kind, ())
+        if str(ctype) not in fits:
+            fail(inst, f"comparison type {ctype} does not fit element type {shapes[0].dtype.name}: "
+                       f"expected {' or '.join(fits) or 'none (not comparable)'}")
     return make_array(PRED, shapes[0].dims, shapes[0].dynamic)
 
 
