@@ -3,109 +3,36 @@
 The module is optimized for the target as `hlofuse compile` does, in two steps: the passes before
 fusion, then the fusion passes on a clone of that module, so every instruction of the fused module
 traces back (`HloInstruction.origin`) to the instruction of the pre-fusion module it came from,
-whatever its name. The answer comes from where each instruction ended up in the fused module and from the fusion passes' decision log (every
-fuse/refuse with its rule and its reason), plus the structure of the original graph: whether
-one instruction feeds the other directly, through a path of other instructions (a kernel that
-held both ends but not the middle would be a cycle), through a common operand (siblings), or
-not at all. Each refusal rule comes with the change to the module that would allow the fusion.
+whatever its name. Any name the tool or the fusion report prints is accepted (explain_names.py).
+
+The answer leads with one sentence: whether the two run in one kernel, and if not, the decision
+that kept them apart. Then where each ended up, and only the decisions on the path between them
+in the graph the fusion passes saw (the producer -> consumer chain connecting them; for siblings
+the path through their common operand): the fusion log replayed against the fused module
+(passes/fusion/placement.py) says which decision was about which edge, whatever the fusions
+were called at the time. Each refusal rule comes with the change to the module that would allow
+the fusion (explain_hints.py).
 """
 from __future__ import annotations
 
-import difflib
-from dataclasses import dataclass
+from collections import deque
 
 import networkx as nx
 
+from .explain_hints import HINTS
+from .explain_names import Names, Subject, kernel_text, kernels_text
 from .hlo.errors import HloError
-from .hlo.ir import HloInstruction, HloModule, OriginIndex
-from .passes.fusion.cost_model import kernel_computations, launches_kernel
+from .hlo.ir import HloComputation, HloInstruction, HloModule
 from .passes.fusion.decisions import FusionLog, LogEntry
 from .passes.fusion.fusibility import is_loop_fusible_as_consumer, is_loop_fusible_as_producer
+from .passes.fusion.placement import EntryView
 
-# What would let a refused fusion happen, per refusal rule ({p}: producer, {c}: consumer).
-HINTS = {
-    "producer-not-fusible": "{p} cannot be fused into a consumer: only elementwise and data-movement producers "
-                            "can (a reduction only roots an input fusion; dot, convolution, sort, custom calls "
-                            "never fuse). Computing its value with such ops would let it fuse.",
-    "consumer-not-fusible": "{c} cannot root a fusion; a fusible consumer (elementwise or reduce) would.",
-    "not-fusible-into-all-users": "{p} feeds a user that cannot fuse it, so fusing it elsewhere would recompute it "
-                                  "and add traffic. Giving {p} only fusible users (or one user) allows the fusion.",
-    "no-duplication": "this pass never duplicates a producer with several users; a later pass (with duplication "
-                      "or multi-output fusion) decides again. A single user of {p} avoids the duplication.",
-    "expensive-duplicate": "{p} is expensive, so it is duplicated into its users only when every one of them can "
-                           "fuse it (and only into a few): make every user of {p} fusible (an output, library "
-                           "call or re-reading consumer keeps it in memory), or give it fewer users.",
-    "expensive-reused": "{c} reads each element of {p} several times, so fusing would recompute the expensive {p} "
-                        "per read. Materialising {p} once (as now) is cheaper; a cheaper {p} would fuse.",
-    "heavy-computation": "fusing would recompute a heavy computation per output element of {c}; reduce the reuse "
-                         "(e.g. broadcast after, not before, the expensive part).",
-    "budget": "the fused kernel would exceed the target's operand/output or reduction budget; fewer distinct "
-              "inputs (or splitting the work) keeps it within budget.",
-    "cycle": "a path leaves the fusion and comes back into it; fuse the instructions on that path too, or remove "
-             "the dependence through them.",
-    "root": "{p} is the computation's root (its value must be materialised as the output).",
-    "constant": "large constants stay buffers and scalar constants only join existing fusions; nothing to change.",
-    "reduce-epilogue": "on the GPU only converts/bitcasts fuse after a reduction (its epilogue); {c} is not one. "
-                       "A single user of the reduction that is a convert/bitcast would fuse.",
-    "transpose-into-reduce": "a physically transposing {p} feeding a reduction makes the reduction uncoalesced; "
-                             "change the layout so the transpose is a bitcast.",
-    "producer-is-fusion": "GPU instruction fusion does not fuse fusions into consumers; the fusion merger and "
-                          "multi-output fusion may still merge them.",
-    "producer-multi-output": "{p} is a multi-output fusion; its outputs are read by their users from memory.",
-    "concatenate": "the CPU keeps wide or multiply-used concatenates unfused; fewer operands or a single user "
-                   "would let it fuse.",
-    "too-many-reductions": "the CPU limits reductions per fusion; split the reductions over several computations.",
-    "different-loop-shapes": "the two would iterate over different shapes; make their output shapes (or reduction "
-                             "input shapes) agree.",
-    "incompatible-reductions": "the reductions reduce different dimensions or shapes; align them to fuse.",
-    "sibling": "{p} cannot take part in sibling (multi-output) fusion.",
-    "dynamic-update-slice": "in-place dynamic-update-slice roots cannot share a multi-output fusion.",
-    "consumer-not-mof-root": "{c} cannot root a multi-output fusion.",
-    "transposing": "a physically transposing producer is not fused into multi-output fusions; a bitcast "
-                   "transpose (layout change) would be.",
-    "unprofitable": "the multi-output fusion would move more bytes than it saves.",
-    "user-not-fusion": "the fusion merger only merges into users that are all loop or input fusions; make every "
-                       "user of {p} fusible.",
-    "more-bytes": "merging would make the users read more bytes than the merge saves.",
-    "not-launch-bound": "horizontal fusion only groups small kernels whose cost is the launch; {p} is big enough.",
-    "layout": "horizontal fusion needs row-major layouts.",
-    "shared-parameter": "horizontally fused kernels may not share a parameter; give them distinct inputs.",
-}
+__all__ = ["HINTS", "Explainer", "explain"]
 
 
-@dataclass
-class Place:
-    """Where (a copy of) an original instruction ended up."""
+class Explainer:
+    """Answers `explain` questions about one module and target (the compile is done once)."""
 
-    kernel: HloInstruction  # a fusion, or the instruction itself when it is unfused
-    member: HloInstruction  # the instruction in the fused module
-    origin: str = ""  # the name asked about
-
-    @property
-    def fused(self) -> bool:
-        """Whether the instruction ran inside a fusion kernel."""
-        return self.kernel.opcode == "fusion"
-
-    def describe(self) -> str:
-        """One line saying where the instruction ended up."""
-        if not self.fused:
-            k = self.kernel
-            if k.opcode == "parameter":
-                return f"{k.name}: an input buffer of {k.parent.name} (no kernel)"
-            if not launches_kernel(k):
-                return f"{k.name}: a '{k.opcode}' (a buffer or bookkeeping, no kernel)"
-            return f"{k.name}: not fused, a kernel of its own"
-        k = self.kernel
-        copy = f" as {self.member.name}" if self.member.name != self.origin else ""
-        return f"fusion {k.name} (kind={k.attrs.get('kind')}, calls={k.fused_computation.name}){copy}"
-
-
-def _entry_text(e: LogEntry, count: int) -> str:
-    times = f" (x{count})" if count > 1 else ""
-    return e.to_text() + times
-
-
-class _Explainer:
     def __init__(self, module: HloModule, target: str) -> None:
         from .compiler import fuse, optimize
 
@@ -117,236 +44,308 @@ class _Explainer:
         self.pre, _ = optimize(module, target, fusion=False)
         self.fused, _ = fuse(self.pre, target)
         self.log: FusionLog = self.fused.fusion_log or FusionLog()
-        self.original = {i.name: i for i in module.all_instructions()}
-        self.before = {i.name: i for i in self.pre.all_instructions()}
-        self.after = {i.name: i for i in self.fused.all_instructions()}
-        self._places: dict[str, list[Place]] | None = None
+        self.names = Names(module, self.pre, self.fused, self.log)
+        self.history = self.names.history
+        self._graphs: dict[HloComputation, nx.DiGraph] = {}
 
-    # ---- names -----------------------------------------------------------------------------
-    def check(self, names: list[str]) -> None:
-        unknown = [n for n in names if n not in self.original and n not in self.after]
-        if not unknown:
-            return
-        pool = sorted(set(self.original) | set(self.after))
-        parts = []
-        for n in unknown:
-            close = difflib.get_close_matches(n, pool, n=5, cutoff=0.5)
-            hint = f" (did you mean {', '.join(close)}?)" if close else ""
-            parts.append(f"'{n}'{hint}")
-        raise HloError(f"module {self.module.name} has no instruction named {'; no '.join(parts)}")
+    def explain(self, names: list[str]) -> str:
+        """The answer for one or two names (HloError for an unknown name)."""
+        if not 1 <= len(names) <= 2:
+            raise HloError(f"explain takes one or two instruction names, not {len(names)}")
+        self.names.check(names, self.module.name)
+        return self.one(names[0]) if len(names) == 1 else self.pair(names[0], names[1])
 
-    # ---- placement -------------------------------------------------------------------------
-    def places(self, name: str) -> list[Place]:
-        """Every kernel holding `name` (or a copy of it) in the fused module."""
-        if self._places is None:
-            self._places = {}
-            known = set(self.before)
-            origins = OriginIndex(self.pre.all_instructions())
-            for comp in kernel_computations(self.fused):
-                for inst in comp.instructions:
-                    if inst.opcode != "fusion":
-                        self._places.setdefault(inst.name, []).append(Place(inst, inst, inst.name))
-                        continue
-                    if inst.name not in known:  # asking about the fusion itself
-                        self._places.setdefault(inst.name, []).append(Place(inst, inst, inst.name))
-                    for m in inst.fused_computation.instructions:
-                        source = origins.source(m) if m.opcode != "parameter" else None
-                        if source is not None:
-                            self._places.setdefault(source.name, []).append(Place(inst, m, source.name))
-        return self._places.get(name, [])
+    # ---- decisions about edges ----------------------------------------------------------------
+    def graph(self, comp: HloComputation) -> nx.DiGraph:
+        """Operand -> user edges of `comp` (of the pre-fusion module), by name."""
+        g = self._graphs.get(comp)
+        if g is None:
+            g = self._graphs[comp] = comp.to_graph()
+        return g
 
-    def where(self, name: str) -> list[str]:
-        inst = self.before.get(name) or self.after.get(name) or self.original[name]
-        head = f"{name} ({inst.opcode} {inst.shape.to_text(with_layout=False)})"
-        places = self.places(name)
-        if places:
-            if len(places) == 1:
-                return [f"{head} ended up in {places[0].describe()}"]
-            return [f"{head} ended up in {len(places)} kernels (duplicated):"] + [f"  {p.describe()}" for p in places]
-        return [f"{head} {self.missing(name)}"]
+    def edge_views(self, u: str, v: str) -> list[EntryView]:
+        """Log entries deciding about the edge u -> v: u was (in) the producer and v (in) the
+        consumer when the entry was written, and the edge ran between the two (not inside either:
+        a decision about two fusions that both hold u and v already is not about that edge)."""
+        return [w for w in self.history.views if _about(w, u, v)]
 
-    def missing(self, name: str) -> str:
-        inst = self.before.get(name)
-        if inst is None:
-            return "is not in the module any more: the simplifier, CSE or DCE removed or replaced it before fusion"
-        comp = inst.parent
-        if not any(c is comp for c in kernel_computations(self.pre)):
-            callers = [i for i in self.pre.all_instructions() if comp in i.called_computations()]
-            by = f" called by {', '.join(c.name for c in callers)}" if callers else ""
-            return (f"is in computation {comp.name}{by}: it is part of its caller's work "
-                    f"(e.g. a reduction's combiner), not a kernel of its own")
-        return "is not in the fused module: DCE removed it after fusion (its value is unused)"
+    def entry_text(self, view: EntryView) -> str:
+        """The entry as the log prints it, with a fusion merged away later named with where it went."""
+        e = view.entry
+        if e.action == "fused":
+            dup = " (duplicated)" if e.duplicated else ""
+            return (f"[{e.pass_name}] fused {self.history.name_text(e.producer, view.producer_fusion)} into "
+                    f"{e.consumer} -> {self.history.name_text(e.fusion, view.fusion)}{dup}")
+        return (f"[{e.pass_name}] refused {self.history.name_text(e.producer, view.producer_fusion)} -> "
+                f"{e.consumer}{self.history.where_text(view.fusion)}: {e.reason} [{e.rule}]")
 
-    def kernels(self, name: str) -> set[str]:
-        return {p.kernel.name for p in self.places(name)}
-
-    def shared_fusions(self, a: str, b: str) -> list[str]:
-        """Fusions holding (copies of) both `a` and `b`."""
-        return sorted(k for k in self.kernels(a) & self.kernels(b) if self.after[k].opcode == "fusion")
-
-    # ---- decisions -------------------------------------------------------------------------
-    def aliases(self, name: str) -> set[str]:
-        """`name` and every fusion it became part of (in log order: fusions merging on)."""
-        names = {name}
-        for e in self.log:
-            if e.action == "fused" and (e.producer in names or e.consumer in names) and e.fusion:
-                names.add(e.fusion)
-        return names
-
-    def decisions(self, producers: set[str], consumers: set[str] | None = None) -> list[tuple[LogEntry, int]]:
-        """Distinct entries with a producer in `producers` (and a consumer in `consumers`, or
-        with `consumers` None: entries naming any of `producers` on either side)."""
-        seen: dict[tuple, list] = {}
-        for e in self.log:
-            cons = {c.strip() for c in e.consumer.split(",")}
-            if consumers is None:
-                hit = e.producer in producers or bool(cons & producers)
-            else:
-                hit = e.producer in producers and bool(cons & consumers)
-            if hit:
-                key = (e.pass_name, e.action, e.producer, e.consumer, e.rule, e.reason, e.fusion)
-                seen.setdefault(key, [e, 0])[1] += 1
-        return [(e, n) for e, n in seen.values()]
+    def listing(self, views: list[EntryView], indent: str = "  ") -> list[str]:
+        """Distinct entries in log order, a repeat counted."""
+        counts: dict[str, int] = {}
+        for w in views:
+            text = self.entry_text(w)
+            counts[text] = counts.get(text, 0) + 1
+        return [f"{indent}{t}" + (f" (x{n})" if n > 1 else "") for t, n in counts.items()]
 
     def hint(self, e: LogEntry) -> str | None:
+        """What would allow the refused fusion `e`."""
         rule = e.rule
-        producer = self.before.get(e.producer)
+        producer = self.names.before.get(e.producer)
         if rule == "not-fusible-into-all-users" and producer is not None and not is_loop_fusible_as_producer(producer):
             rule = "producer-not-fusible"  # the users cannot fuse it because nothing can
         text = HINTS.get(rule)
         return text.format(p=e.producer, c=e.consumer) if text else None
 
-    # ---- the answers -----------------------------------------------------------------------
-    def one(self, name: str) -> str:
-        lines = [f"explain {name} (target {self.target})", ""] + self.where(name)
-        direct = self.decisions({name})
-        lines += ["", f"Decisions about {name} ({len(direct)}):"]
-        lines += [f"  {_entry_text(e, n)}" for e, n in direct] or ["  none: no fusion pass considered it"]
-        fusions = self.aliases(name) - {name}
-        later = [(e, n) for e, n in self.decisions(fusions) if (e, n) not in direct and e.producer != name]
-        if later:
-            lines += ["", f"Decisions about the fusions it joined ({', '.join(sorted(fusions))}):"]
-            lines += [f"  {_entry_text(e, n)}" for e, n in later]
-        hints = {h for e, _ in direct if e.action == "refused" for h in [self.hint(e)] if h}
-        if hints:
-            lines += ["", "What would allow the refused fusions:"] + [f"  - {h}" for h in sorted(hints)]
-        return "\n".join(lines) + "\n"
-
-    def pair(self, a: str, b: str) -> str:
-        lines = [f"explain {a} {b} (target {self.target})", ""] + self.where(a) + self.where(b) + [""]
-        shared = self.shared_fusions(a, b)
-        if a == b:
-            return "\n".join(lines + ["They are the same instruction."]) + "\n"
-        if shared:
-            lines.append(f"Same kernel: {a} and {b} are both in {', '.join(shared)}.")
-            lines += ["", "How they got there:"]
-            involved = self.decisions(self.aliases(a) | self.aliases(b))
-            lines += [f"  {_entry_text(e, n)}" for e, n in involved if e.action == "fused"]
-            return "\n".join(lines) + "\n"
-        lines.append(f"Different kernels: {a} is in {self._kernel_list(a)}, {b} in {self._kernel_list(b)}.")
-        lines.append("")
-        lines += self.relation(a, b)
-        return "\n".join(lines) + "\n"
-
-    def _kernel_list(self, name: str) -> str:
-        ks = sorted(self.kernels(name))
-        return ", ".join(ks) if ks else "no kernel"
-
-    def relation(self, a: str, b: str) -> list[str]:
-        ia, ib = self.before.get(a), self.before.get(b)
-        if ia is None or ib is None:
-            gone = [n for n in (a, b) if n not in self.before and n in self.original]
-            if gone:
-                return [f"{', '.join(gone)} did not reach the fusion passes (removed before fusion)."]
-            return ["(one of them is a fusion of the optimized module; explain its members instead)"]
-        if ia.parent is not ib.parent:
-            return [f"{a} is in computation {ia.parent.name} and {b} in {ib.parent.name}: fusion only "
-                    "combines instructions of one computation."]
-        g = ia.parent.to_graph()
-        for p, c in ((a, b), (b, a)):
-            if nx.has_path(g, p, c):
-                return self.producer_consumer(p, c, nx.shortest_path(g, p, c))
-        common = sorted({o.name for o in ia.operands} & {o.name for o in ib.operands})
-        if common:
-            return self.siblings(a, b, common)
-        return self.unrelated(a, b)
-
-    def producer_consumer(self, p: str, c: str, path: list[str]) -> list[str]:
-        prod = self.before[p]
-        users = prod.users
-        lines = []
-        if len(path) == 2:
-            lines.append(f"{p} is an operand of {c}.")
-        else:
-            lines.append(f"{p} reaches {c} through {' -> '.join(path)}.")
-        size = prod.shape.byte_size()
-        lines.append(f"Numbers: {p} is {prod.shape.to_text(with_layout=False)} = {size} bytes, written to memory "
-                     f"and read back ({2 * size} bytes of traffic a fusion would save); it has {len(users)} "
-                     f"user(s): {', '.join(u.name for u in users)}.")
-        hints: list[str] = []
-        for u, v in zip(path, path[1:]):
-            if self.shared_fusions(u, v):
-                continue
-            found = self.decisions(self.aliases(u), self.aliases(v))
-            lines.append("")
-            lines.append(f"Edge {u} -> {v} crosses kernels ({self._kernel_list(u)} -> {self._kernel_list(v)}):")
-            if found:
-                lines += [f"  {_entry_text(e, n)}" for e, n in found]
-                hints += [h for e, _ in found if e.action == "refused" for h in [self.hint(e)] if h]
-            else:
-                lines.append("  " + self.unconsidered(u, v))
-        if len(path) > 2:
-            middle = ", ".join(path[1:-1])
-            lines += ["", f"Reachability: a kernel holding {p} and {c} but not {middle} would have to send "
-                          f"{p}'s value out to {path[1]} and take {path[-2]}'s result back in: a cycle. They "
-                          "share a kernel only if the instructions on the path fuse with them."]
-        if hints:
-            lines += ["", "What would allow it:"] + [f"  - {h}" for h in dict.fromkeys(hints)]
-        return lines
+    def hints(self, views: list[EntryView]) -> list[str]:
+        """The hints of the refusals among `views`, once each."""
+        found = [h for w in views if w.entry.action == "refused" for h in [self.hint(w.entry)] if h]
+        return ["", "What would allow it:"] + [f"  - {h}" for h in dict.fromkeys(found)] if found else []
 
     def unconsidered(self, u: str, v: str) -> str:
-        iu, iv = self.before[u], self.before[v]
+        """Why no pass decided about u -> v."""
+        iu, iv = self.names.before[u], self.names.before[v]
         why = []
         if not is_loop_fusible_as_producer(iu):
             why.append(f"{u} ('{iu.opcode}') cannot be fused into a consumer")
         if not is_loop_fusible_as_consumer(iv):
             why.append(f"{v} ('{iv.opcode}') cannot root a loop or input fusion")
         if not why:
-            return "no fusion pass recorded a decision for this pair (it was visited as part of another fusion)"
-        return "no fusion pass considered the pair: " + "; ".join(why) + "."
+            return f"no fusion pass recorded a decision about {u} -> {v}"
+        return f"no fusion pass considered {u} -> {v}: " + "; ".join(why)
 
-    def siblings(self, a: str, b: str, common: list[str]) -> list[str]:
+    def crosses(self, u: str, v: str) -> bool:
+        """Whether no kernel computes both u and v."""
+        ku = self.names.kernels_of(self.names.before[u])
+        kv = self.names.kernels_of(self.names.before[v])
+        return not set(ku) & set(kv)
+
+    # ---- paths --------------------------------------------------------------------------------
+    def path(self, a: Subject, b: Subject, within: set[str] | None = None) -> tuple[list[str], bool]:
+        """The shortest chain of the pre-fusion graph from one of a's instructions to one of b's:
+        directed (either way) if there is one, else through common operands or users
+        (restricted to `within` first when given). ([], False) when none."""
+        comp = a.sources[0].parent
+        g = self.graph(comp)
+        sa = [s.name for s in a.sources if s.parent is comp]
+        sb = [s.name for s in b.sources if s.parent is comp]
+        for starts, goals in ((sa, sb), (sb, sa)):
+            p = _bfs(g, starts, set(goals), directed=True)
+            if p:
+                return (p if starts is sa else p[::-1]), True
+        for allowed in ([within] if within else []) + [None]:
+            p = _bfs(g, sa, set(sb), directed=False, allowed=allowed)
+            if p:
+                return p, False
+        return [], False
+
+    def oriented(self, u: str, v: str, comp: HloComputation) -> tuple[str, str]:
+        """(producer, consumer) of the edge between u and v."""
+        return (u, v) if self.graph(comp).has_edge(u, v) else (v, u)
+
+    # ---- the answers --------------------------------------------------------------------------
+    def one(self, name: str) -> str:
+        """Where `name` ended up, and the decisions about its edges."""
+        s = self.names.resolve(name)
+        if s.kernels:
+            head = f"{name} runs in {', '.join(kernel_text(k) for k in s.kernels)}"
+            head += " (duplicated)" if len(s.kernels) > 1 and s.kind == "instruction" else ""
+        else:
+            head = f"{name} runs in no kernel ({self.names.no_kernel_why(s)})"
+        lines = [head + ".", "", *s.lines]
+        views = self.incident(s)
+        lines += ["", f"Decisions about {name}'s edges ({len(views)}):"]
+        lines += self.listing(views) or ["  none: no fusion pass decided about them"]
+        lines += self.hints(views)
+        return "\n".join(lines) + "\n"
+
+    def incident(self, s: Subject) -> list[EntryView]:
+        """The entries about edges into or out of `s` (a kernel: its boundary)."""
+        inside = {x.name for x in s.sources}
+        edges = set()
+        for src in s.sources:
+            for op in src.operands:
+                edges.add((op.name, src.name))
+            for user in src.users:
+                edges.add((src.name, user.name))
+        if s.kind in ("kernel", "intermediate"):
+            edges = {(u, v) for u, v in edges if (u in inside) != (v in inside)}
+        return [w for w in self.history.views if any(_about(w, u, v) for u, v in edges)
+                or (s.node is not None and s.node in (w.producer_fusion, w.fusion))]
+
+    def pair(self, a: str, b: str) -> str:
+        """Whether `a` and `b` share a kernel, the deciding rule, and the decisions between them."""
+        sa, sb = self.names.resolve(a), self.names.resolve(b)
+        shared = [k for k in sa.kernels if k in sb.kernels]
+        body: list[str] = []
+        if a == b:
+            where = (f"which runs in {kernels_text(sa.kernels, self.names.no_kernel_why(sa))}" if not shared
+                     else f"in the same kernel, {kernel_text(shared[0])}")
+            head = f"{a} and {b} are the same instruction, {where}"
+        elif shared:
+            also = f" (together also in {', '.join(k.name for k in shared[1:])})" if len(shared) > 1 else ""
+            head = f"{a} and {b} are in the same kernel, {kernel_text(shared[0])}{also}"
+            body = self.together(sa, sb, shared)
+        else:
+            deciding, body = self.apart(sa, sb)
+            head = (f"{a} and {b} run in different kernels: {a} in "
+                    f"{kernels_text(sa.kernels, self.names.no_kernel_why(sa))}, {b} in "
+                    f"{kernels_text(sb.kernels, self.names.no_kernel_why(sb))}; {deciding}")
+        lines = [head + ".", "", *sa.lines, *([] if a == b else sb.lines)]
+        if sa.sources and sb.sources and set(sa.sources) & set(sb.sources) and a != b:
+            common = ", ".join(x.name for x in sa.sources if x in sb.sources)
+            lines.append(f"Both stand for {common} (one instruction before fusion, or a fusion and its member).")
+        return "\n".join(lines + ([""] + body if body else [])) + "\n"
+
+    def together(self, sa: Subject, sb: Subject, shared: list[HloInstruction]) -> list[str]:
+        """How two instructions came to share a kernel: the decisions on the path between them."""
+        if not sa.sources or not sb.sources or set(sa.sources) & set(sb.sources):
+            return []
+        comp = sa.sources[0].parent
+        within = {x.name for x in comp.instructions if set(self.names.kernels_of(x)) & set(shared)}
+        path, _ = self.path(sa, sb, within)
+        if not path:
+            return []
+        lines = [f"How they got there, along {' -> '.join(path)}:"]
+        for u, v in zip(path, path[1:]):
+            p, c = self.oriented(u, v, comp)
+            views = self.edge_views(p, c)
+            lines.append(f"  {p} -> {c}:")
+            lines += self.listing(views, "    ") or [f"    {self.unconsidered(p, c)}"]
+        return lines
+
+    def apart(self, sa: Subject, sb: Subject) -> tuple[str, list[str]]:
+        """(the deciding reason in a clause, the explanation) for two subjects in different kernels."""
+        for s in (sa, sb):
+            if not s.kernels:
+                return f"{s.name} runs in no kernel ({self.names.no_kernel_why(s)})", []
+        if not sa.sources or not sb.sources:
+            made = sa if not sa.sources else sb
+            return f"{made.name} was made by the fusion passes, no decision is about it", []
+        ca, cb = sa.sources[0].parent, sb.sources[0].parent
+        if ca is not cb:
+            return (f"they are in different computations ({ca.name}, {cb.name}); fusion only combines "
+                    "instructions of one computation"), []
+        path, directed = self.path(sa, sb)
+        if directed:
+            return self.producer_consumer(path)
+        common = sorted({o.name for x in sa.sources for o in x.operands}
+                        & {o.name for x in sb.sources for o in x.operands})
+        if common:
+            return self.siblings(sa, sb, common, path)
+        return self.unrelated(sa, sb)
+
+    def producer_consumer(self, path: list[str]) -> tuple[str, list[str]]:
+        """The deciding refusal on a producer -> consumer path, and the decisions along it."""
+        p, c = path[0], path[-1]
+        prod = self.names.before[p]
+        size = prod.shape.byte_size()
+        lines = [f"{p} is an operand of {c}." if len(path) == 2 else f"{p} reaches {c} through {' -> '.join(path)}.",
+                 f"Numbers: {p} is {prod.shape.to_text(with_layout=False)} = {size} bytes, written to memory "
+                 f"and read back ({2 * size} bytes of traffic a fusion would save); it has {len(prod.users)} "
+                 f"user(s): {', '.join(u.name for u in prod.users)}."]
+        deciding = ""
+        refusals: list[EntryView] = []
+        for u, v in zip(path, path[1:]):
+            views = self.edge_views(u, v)
+            crossing = self.crosses(u, v)
+            label = "crosses kernels" if crossing else "inside one kernel"
+            lines += ["", f"Edge {u} -> {v} ({label}):"]
+            lines += self.listing(views) or [f"  {self.unconsidered(u, v)}"]
+            if crossing:
+                refusals += [w for w in views if w.entry.action == "refused"]
+                stands = _deciding(views, u, v)
+                if not deciding:
+                    deciding = (f"the deciding refusal was [{stands.entry.pass_name}/{stands.entry.rule}] "
+                                f"'{stands.entry.reason}'" if stands else self.unconsidered(u, v))
+        if not deciding:
+            dup = [n for n in path if len(self.names.kernels_of(self.names.before[n])) > 1]
+            deciding = (f"no edge between them crosses kernels: {', '.join(dup)} run(s) in both (duplicated)"
+                        if dup else "no refusal separates them")
+        if len(path) > 2:
+            middle = ", ".join(path[1:-1])
+            lines += ["", f"Reachability: a kernel holding {p} and {c} but not {middle} would have to send "
+                          f"{p}'s value out to {path[1]} and take {path[-2]}'s result back in: a cycle. They "
+                          "share a kernel only if the instructions on the path fuse with them."]
+        return deciding, lines + self.hints(refusals)
+
+    def pair_views(self, sa: Subject, sb: Subject) -> list[EntryView]:
+        """Entries with one subject on each side (sibling and horizontal decisions)."""
+        na, nb = {x.name for x in sa.sources}, {x.name for x in sb.sources}
+        return [w for w in self.history.views
+                if (w.producer & na and w.consumer & nb) or (w.producer & nb and w.consumer & na)]
+
+    def siblings(self, sa: Subject, sb: Subject, common: list[str], path: list[str]) -> tuple[str, list[str]]:
+        """Two instructions reading a common operand, neither depending on the other."""
+        a, b = sa.name, sb.name
         lines = [f"{a} and {b} are siblings: both read {', '.join(common)} and neither depends on the other."]
         if self.target == "cpu":
             lines.append("XLA's CPU pipeline has no multi-output (sibling) fusion, so siblings never share a "
                          "kernel there; on --target gpu they may.")
-            return lines
-        found = self.decisions(self.aliases(a), self.aliases(b)) + self.decisions(self.aliases(b), self.aliases(a))
-        lines += [f"  {_entry_text(e, n)}" for e, n in found] or ["  no sibling fusion decision was recorded"]
-        hints = [h for e, _ in found if e.action == "refused" for h in [self.hint(e)] if h]
-        if hints:
-            lines += ["", "What would allow it:"] + [f"  - {h}" for h in dict.fromkeys(hints)]
-        return lines
+            return "siblings never share a kernel on the CPU (no multi-output fusion)", lines
+        views = [w for w in self.pair_views(sa, sb) if w.entry.pass_name.startswith("multi-output")]
+        lines += self.listing(views) or ["  no sibling fusion decision was recorded"]
+        refused = [w for w in views if w.entry.action == "refused"]
+        deciding = (f"the deciding refusal was [{refused[-1].entry.pass_name}/{refused[-1].entry.rule}] "
+                    f"'{refused[-1].entry.reason}'" if refused
+                    else "multi-output fusion recorded no decision about them as siblings")
+        return deciding, lines + self.hints(refused)
 
-    def unrelated(self, a: str, b: str) -> list[str]:
-        lines = [f"{a} and {b} have no data dependence and no common operand."]
+    def unrelated(self, sa: Subject, sb: Subject) -> tuple[str, list[str]]:
+        """Two instructions with no data dependence and no common operand."""
+        lines = [f"{sa.name} and {sb.name} have no data dependence and no common operand."]
         if self.target == "cpu":
             lines.append("Only horizontal fusion (GPU) puts unrelated instructions in one kernel; the CPU has none.")
-            return lines
-        found = self.decisions(self.aliases(a) | self.aliases(b))
-        horiz = [(e, n) for e, n in found if e.pass_name.startswith("horizontal")]
-        lines.append("Only horizontal fusion could put them in one kernel:" if not horiz else "Horizontal fusion:")
-        lines += [f"  {_entry_text(e, n)}" for e, n in horiz] or ["  it made no decision about them"]
-        return lines
+            return "unrelated instructions share a kernel only by horizontal fusion, which the CPU has not", lines
+        views = [w for w in self.pair_views(sa, sb) if w.entry.pass_name.startswith("horizontal")]
+        lines.append("Only horizontal fusion could put them in one kernel:" if not views else "Horizontal fusion:")
+        lines += self.listing(views) or ["  it made no decision about them"]
+        refused = [w for w in views if w.entry.action == "refused"]
+        deciding = (f"the deciding refusal was [{refused[-1].entry.pass_name}/{refused[-1].entry.rule}] "
+                    f"'{refused[-1].entry.reason}'" if refused
+                    else "they are unrelated and horizontal fusion did not group them")
+        return deciding, lines
+
+
+def _about(view: EntryView, u: str, v: str) -> bool:
+    """Whether the entry `view` decided about the edge u -> v (see `Explainer.edge_views`)."""
+    return u in view.producer and v in view.consumer and v not in view.producer and u not in view.consumer
+
+
+def _deciding(views: list[EntryView], u: str, v: str) -> EntryView | None:
+    """The refusal that stands for the edge u -> v: the last one naming u and v themselves
+    (instruction fusion's own decision), else the last one about fusions holding them."""
+    refused = [w for w in views if w.entry.action == "refused"]
+    exact = [w for w in refused if w.entry.producer == u and v in [c.strip() for c in w.entry.consumer.split(",")]]
+    return (exact or refused or [None])[-1]
+
+
+def _bfs(g: nx.DiGraph, starts: list[str], goals: set[str], directed: bool,
+         allowed: set[str] | None = None) -> list[str]:
+    """The shortest path (by edges) from any of `starts` to any of `goals` in `g`, following
+    edges forwards (`directed`) or both ways, through `allowed` nodes only (None: any)."""
+    prev: dict[str, str | None] = {s: None for s in starts}
+    queue = deque(starts)
+    while queue:
+        n = queue.popleft()
+        if n in goals and prev[n] is not None:  # a start that is a goal is the caller's case
+            out = [n]
+            while prev[out[-1]] is not None:
+                out.append(prev[out[-1]])
+            return out[::-1]
+        nexts = list(g.successors(n)) + ([] if directed else list(g.predecessors(n)))
+        for m in nexts:
+            if m not in prev and (allowed is None or m in allowed or m in goals):
+                prev[m] = n
+                queue.append(m)
+    return []
 
 
 def explain(module: HloModule, instruction_names: list[str], target: str = "cpu") -> str:
     """Why the named instruction(s) of `module` are (or are not) in the same kernel after
-    `hlofuse compile --target target`: one name gives where it ended up and every decision about
-    it; two names compare them. Unknown names raise HloError with close matches."""
+    `hlofuse compile --target target`: one name gives where it ended up and the decisions about
+    its edges; two names compare them. Any name the tool or the fusion report prints is
+    accepted; unknown names raise HloError with close matches."""
     names = list(instruction_names)
     if not 1 <= len(names) <= 2:
         raise HloError(f"explain takes one or two instruction names, not {len(names)}")
-    ex = _Explainer(module, target)
-    ex.check(names)
-    return ex.one(names[0]) if len(names) == 1 else ex.pair(names[0], names[1])
+    return Explainer(module, target).explain(names)

@@ -42,13 +42,15 @@ def test_one_instruction_duplicated(lstm):
 
 def test_same_kernel(lstm):
     text = explain(lstm, ["tanh.3", "mul.5"], "cpu")
-    assert "Same kernel: tanh.3 and mul.5 are both in fusion." in text
+    assert text.startswith("tanh.3 and mul.5 are in the same kernel, fusion (kLoop).\n")
     assert "fused tanh.3 into mul.5" in text
 
 
 def test_direct_producer_refused_with_numbers_and_hint(lstm):
     text = explain(lstm, ["dot_general.2", "add.9"], "cpu")
-    assert "Different kernels" in text
+    assert text.startswith("dot_general.2 and add.9 run in different kernels: dot_general.2 in dot_general.2, "
+                           "add.9 in 2 kernels (fusion, fusion.1); the deciding refusal was "
+                           "[fusion/producer-not-fusible] 'dot_general.2 is a dot")
     assert "dot_general.2 is an operand of add.9." in text
     # f32[8,512]: 8 * 512 * 4 bytes, written once and read once when not fused
     assert "f32[8,512] = 16384 bytes" in text and "32768 bytes of traffic" in text
@@ -123,7 +125,7 @@ def test_unknown_names_list_close_matches(lstm):
 
 def test_cli_explain(capsys):
     assert main(["explain", str(LSTM), "tanh.3", "mul.5"]) == 0
-    assert "Same kernel" in capsys.readouterr().out
+    assert "are in the same kernel" in capsys.readouterr().out
     assert main(["explain", str(LSTM), "tanh.9"]) == 2
     err = capsys.readouterr().err
     assert "tanh.9" in err and "Traceback" not in err
@@ -134,3 +136,182 @@ def test_every_refusal_rule_has_a_hint():
     rules = set(re.findall(r'refuse\(\s*"([a-z-]+)"', source))
     assert rules, "no refusal rules found"
     assert rules <= set(HINTS), sorted(rules - set(HINTS))
+
+
+# ---- every name, every pair: checked against facts read off the fused module ----------------------
+# The facts are computed here from the fused module alone (`optimize` in one go, not explain's two
+# steps): a fusion runs its non-parameter members; a fused parameter reads its fusion's operand,
+# computed wherever that operand is; a combiner runs in its callers' kernels; an original name
+# stands for every copy of its instruction (the copies' origin chains meet in the user's module).
+
+from hlofuse.compiler import optimize  # noqa: E402
+from hlofuse.explain import Explainer  # noqa: E402
+
+EXAMPLES = sorted((ROOT / "examples").glob("*.hlo"))
+NO_KERNEL = {"parameter", "constant", "tuple", "get-tuple-element", "bitcast"}
+SAME = re.compile(r"^(\S+) and (\S+) are in the same kernel, (\S+) ")
+APART = re.compile(r"^(\S+) and (\S+) run in different kernels: ")
+NAMEISH = re.compile(r"[A-Za-z_][\w\-]*(?:\.\d+)+")
+
+
+def _kernel_facts(module: hlofuse.HloModule, target: str):
+    """(fused module, {name: set of kernel names}) for every instruction name of the fused module."""
+    fused, _ = optimize(module, target)
+    callers: dict = {}
+    for inst in fused.all_instructions():
+        for comp in inst.called_computations():
+            callers.setdefault(comp, []).append(inst)
+
+    def kernels(inst, depth=0) -> frozenset:
+        comp = inst.parent
+        fusion = comp.fusion_instruction
+        if fusion is not None:
+            return kernels(fusion.operands[inst.parameter_number]) if inst.opcode == "parameter" else kernels(fusion)
+        if comp in callers and depth < 20:  # a called computation (fusions' are handled above)
+            return frozenset().union(*(kernels(c, depth + 1) for c in callers[comp]))
+        return frozenset() if inst.opcode in NO_KERNEL else frozenset({inst.name})
+
+    user = set(module.all_instructions())
+
+    def key(inst):
+        link = inst
+        while link.origin is not None and link not in user:
+            link = link.origin
+        return link
+
+    copies: dict = {}
+    for inst in fused.all_instructions():
+        if not (inst.opcode == "parameter" and inst.parent.fusion_instruction is not None):
+            copies.setdefault(key(inst), set()).add(inst)
+    facts = {}
+    for inst in fused.all_instructions():
+        k = key(inst)
+        fused_param = inst.opcode == "parameter" and inst.parent.fusion_instruction is not None
+        group = copies[k] if k.name == inst.name and not fused_param and inst.opcode != "fusion" else {inst}
+        facts[inst.name] = frozenset().union(*(kernels(m) for m in group))
+    return fused, facts
+
+
+def _pairs(names: list[str], limit: int = 250) -> list[tuple[str, str]]:
+    import random
+
+    pairs = [(a, b) for i, a in enumerate(names) for b in names[i + 1:]]
+    pairs += [(b, a) for a, b in pairs[::7]]  # both orders for some
+    return pairs if len(pairs) <= limit else random.Random(0).sample(pairs, limit)
+
+
+@pytest.mark.parametrize("target", ["cpu", "gpu"])
+@pytest.mark.parametrize("path", EXAMPLES, ids=[p.stem for p in EXAMPLES])
+def test_every_pair_agrees_with_the_fused_module(path: Path, target: str) -> None:
+    module = hlofuse.load(str(path))
+    fused, facts = _kernel_facts(module, target)
+    ex = Explainer(module, target)
+    assert ex.fused.to_text() == fused.to_text()  # the facts are about the module explain fused
+    known = set(facts) | {i.name for i in module.all_instructions()}
+    known |= {n.strip() for e in ex.log for n in (e.producer, e.fusion, *e.consumer.split(",")) if n.strip()}
+    resolved: set[str] = set()
+
+    def check_names(text: str) -> None:
+        for tok in set(NAMEISH.findall(text)) | (set(re.findall(r"[\w.\-]+", text)) & known):
+            if tok not in resolved:
+                ex.explain([tok])  # raises HloError for a name that does not resolve
+                resolved.add(tok)
+
+    names = sorted(facts)
+    for name in names:  # every name alone
+        text = ex.explain([name])
+        assert "not in the module" not in text
+        expect = f"{name} runs in no kernel" if not facts[name] else f"{name} runs in "
+        assert text.startswith(expect), (name, text)
+        check_names(text)
+    for a, b in _pairs(names):
+        text = ex.explain([a, b])
+        first = text.split("\n", 1)[0]
+        shared = facts[a] & facts[b]
+        if shared:
+            m = SAME.match(first)
+            assert m and m.group(3) in shared, (a, b, facts[a], facts[b], first)
+        else:
+            assert APART.match(first), (a, b, facts[a], facts[b], first)
+        assert "not in the module" not in text and "one of them is a fusion" not in text
+        check_names(text)
+
+
+# ---- the issue's cases ----------------------------------------------------------------------------
+
+def test_a_fused_clone_is_accepted_and_resolves_to_its_original(lstm) -> None:
+    fused, facts = _kernel_facts(lstm, "cpu")
+    clone = next(i for i in fused.all_instructions() if i.name == "add.9.1")
+    holder = clone.parent.fusion_instruction.name
+    text = explain(lstm, ["add.9", "add.9.1"], "cpu")
+    assert text.startswith(f"add.9 and add.9.1 are in the same kernel, {holder} ")
+    assert f"add.9.1 (add f32[8,512]) is a copy of add.9 made by fusion; it ended up in fusion {holder} " in text
+    assert len(facts["add.9"]) == 2 and "(duplicated)" in text  # add.9 is computed by both fusions
+    assert "not in the module" not in text and "one of them is a fusion" not in text
+    one = explain(lstm, ["add.9.1"], "cpu")
+    assert one.startswith(f"add.9.1 runs in {holder} (kLoop).")
+
+
+def test_a_name_of_another_target_is_an_error_with_close_matches(capsys) -> None:
+    # add.9.1 exists only where the CPU duplicates add.9; the GPU fuses add.9 once
+    assert main(["explain", str(LSTM), "add.9", "add.9.1", "--target", "gpu"]) == 2
+    err = capsys.readouterr().err
+    assert "no instruction named 'add.9.1'" in err and "add.9" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("target", ["cpu", "gpu"])
+def test_a_fusion_name_resolves_to_the_fusion(lstm, target: str) -> None:
+    fused, facts = _kernel_facts(lstm, target)
+    for f in [i for i in fused.entry.instructions if i.opcode == "fusion"]:
+        member = next(m for m in f.fused_computation.instructions if m.opcode != "parameter")
+        text = explain(lstm, [f.name, member.name], target)
+        assert text.startswith(f"{f.name} and {member.name} are in the same kernel, {f.name} "), text
+        assert explain(lstm, [f.name], target).startswith(f"{f.name} runs in {f.name} ")
+
+
+@pytest.mark.parametrize("target", ["cpu", "gpu"])
+@pytest.mark.parametrize("path", EXAMPLES, ids=[p.stem for p in EXAMPLES])
+def test_report_names_the_fusions_holding_refused_consumers(path: Path, target: str) -> None:
+    """A refusal's '(in F)' names a fusion of the fused module, or says where F was merged; the
+    fusions named hold (a copy of) the consumer; every name of the report resolves in explain."""
+    from hlofuse.passes.fusion.report import build_report
+
+    module = hlofuse.load(str(path))
+    fused, facts = _kernel_facts(module, target)
+    report = build_report(module, fused, fused.fusion_log)
+    fusions = {i.name for i in fused.entry.instructions if i.opcode == "fusion"}
+    text = report.to_text()
+    for line in text.split("Refused candidates")[1].splitlines()[1:]:
+        m = re.match(r"  (.*?) -> (.*?)(?: \(in ([^)]*)\))? \[", line)
+        assert m, line
+        if m.group(3):
+            held, _, since = m.group(3).partition(", since merged into ")
+            final = since.split(", ") if since else [held]
+            assert set(final) <= fusions, line
+            consumers = [c.strip() for c in m.group(2).split(",")]
+            assert any(set(final) & facts[c] for c in consumers if c in facts), line
+    ex = Explainer(module, target)
+    for tok in set(NAMEISH.findall(text)):
+        ex.explain([tok])
+
+
+@pytest.mark.parametrize("a,b,target", [("tanh.3", "mul.5", "cpu"), ("add.9", "mul.5", "gpu"),
+                                        ("split.7", "split.5", "gpu"), ("neg.3", "div.4", "cpu")])
+def test_same_kernel_lists_only_the_decisions_on_the_path(lstm, a: str, b: str, target: str) -> None:
+    """Not every decision of the kernel (the issue's 28 lines): the path's edges, a few each."""
+    _, facts = _kernel_facts(lstm, target)
+    assert facts[a] & facts[b]
+    text = explain(lstm, [a, b], target)
+    assert text.startswith(f"{a} and {b} are in the same kernel")
+    head = re.search(r"How they got there, along (.*):\n", text)
+    path = head.group(1).split(" -> ")
+    assert {path[0], path[-1]} == {a, b}
+    edges = re.findall(r"^  (\S+) -> (\S+):$", text, re.M)
+    graph = lstm.entry
+    steps = list(zip(path, path[1:]))
+    assert len(edges) == len(steps)
+    for (u, v), (x, y) in zip(edges, steps):
+        assert {u, v} == {x, y} and any(o.name == u for o in graph.instruction(v).operands)
+    decisions = [ln for ln in text.splitlines() if ln.startswith("    [")]
+    log_lines = optimize(lstm, target)[0].fusion_log.to_text().splitlines()
+    assert 1 <= len(decisions) <= 3 * len(steps) < len(log_lines)

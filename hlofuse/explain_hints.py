@@ -1,0 +1,51 @@
+"""What would let a refused fusion happen, per refusal rule: the hints `hlofuse explain` gives."""
+
+# What would let a refused fusion happen, per refusal rule ({p}: producer, {c}: consumer).
+HINTS = {
+    "producer-not-fusible": "{p} cannot be fused into a consumer: only elementwise and data-movement producers "
+                            "can (a reduction only roots an input fusion; dot, convolution, sort, custom calls "
+                            "never fuse). Computing its value with such ops would let it fuse.",
+    "consumer-not-fusible": "{c} cannot root a fusion; a fusible consumer (elementwise or reduce) would.",
+    "not-fusible-into-all-users": "{p} feeds a user that cannot fuse it, so fusing it elsewhere would recompute it "
+                                  "and add traffic. Giving {p} only fusible users (or one user) allows the fusion.",
+    "no-duplication": "this pass never duplicates a producer with several users; a later pass (with duplication "
+                      "or multi-output fusion) decides again. A single user of {p} avoids the duplication.",
+    "expensive-duplicate": "{p} is expensive, so it is duplicated into its users only when every one of them can "
+                           "fuse it (and only into a few): make every user of {p} fusible (an output, library "
+                           "call or re-reading consumer keeps it in memory), or give it fewer users.",
+    "expensive-reused": "{c} reads each element of {p} several times, so fusing would recompute the expensive {p} "
+                        "per read. Materialising {p} once (as now) is cheaper; a cheaper {p} would fuse.",
+    "heavy-computation": "fusing would recompute a heavy computation per output element of {c}; reduce the reuse "
+                         "(e.g. broadcast after, not before, the expensive part).",
+    "budget": "the fused kernel would exceed the target's operand/output or reduction budget; fewer distinct "
+              "inputs (or splitting the work) keeps it within budget.",
+    "cycle": "a path leaves the fusion and comes back into it; fuse the instructions on that path too, or remove "
+             "the dependence through them.",
+    "root": "{p} is the computation's root (its value must be materialised as the output).",
+    "constant": "large constants stay buffers and scalar constants only join existing fusions; nothing to change.",
+    "reduce-epilogue": "on the GPU only converts/bitcasts fuse after a reduction (its epilogue); {c} is not one. "
+                       "A single user of the reduction that is a convert/bitcast would fuse.",
+    "transpose-into-reduce": "a physically transposing {p} feeding a reduction makes the reduction uncoalesced; "
+                             "change the layout so the transpose is a bitcast.",
+    "producer-is-fusion": "GPU instruction fusion does not fuse fusions into consumers; the fusion merger and "
+                          "multi-output fusion may still merge them.",
+    "producer-multi-output": "{p} is a multi-output fusion; its outputs are read by their users from memory.",
+    "concatenate": "the CPU keeps wide or multiply-used concatenates unfused; fewer operands or a single user "
+                   "would let it fuse.",
+    "too-many-reductions": "the CPU limits reductions per fusion; split the reductions over several computations.",
+    "different-loop-shapes": "the two would iterate over different shapes; make their output shapes (or reduction "
+                             "input shapes) agree.",
+    "incompatible-reductions": "the reductions reduce different dimensions or shapes; align them to fuse.",
+    "sibling": "{p} cannot take part in sibling (multi-output) fusion.",
+    "dynamic-update-slice": "in-place dynamic-update-slice roots cannot share a multi-output fusion.",
+    "consumer-not-mof-root": "{c} cannot root a multi-output fusion.",
+    "transposing": "a physically transposing producer is not fused into multi-output fusions; a bitcast "
+                   "transpose (layout change) would be.",
+    "unprofitable": "the multi-output fusion would move more bytes than it saves.",
+    "user-not-fusion": "the fusion merger only merges into users that are all loop or input fusions; make every "
+                       "user of {p} fusible.",
+    "more-bytes": "merging would make the users read more bytes than the merge saves.",
+    "not-launch-bound": "horizontal fusion only groups small kernels whose cost is the launch; {p} is big enough.",
+    "layout": "horizontal fusion needs row-major layouts.",
+    "shared-parameter": "horizontally fused kernels may not share a parameter; give them distinct inputs.",
+}
