@@ -185,17 +185,17 @@ def _expected_from_call(inst: HloInstruction, calls, values) -> np.ndarray | Non
 
 def _remove_dead(comp) -> None:
     """Remove the instructions the root does not depend on (parameters stay)."""
-    live: set[int] = set()
+    live: set[HloInstruction] = set()
     stack = [comp.root]
     while stack:
         inst = stack.pop()
-        if id(inst) in live:
+        if inst in live:
             continue
-        live.add(id(inst))
+        live.add(inst)
         stack.extend(inst.operands)
         stack.extend(inst.control_predecessors)
     for inst in reversed(comp.post_order()):
-        if id(inst) not in live and inst.opcode != "parameter":
+        if inst not in live and inst.opcode != "parameter":
             comp.remove_instruction(inst)
 
 

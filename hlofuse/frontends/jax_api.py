@@ -75,8 +75,8 @@ def solve_dimension_variables(exported, specs: Sequence[tuple[tuple[int, ...], n
 
 def _check_constraints(avals, env: dict[str, int]) -> None:
     """Check the explicit constraints of the symbolic scope (`a >= b`, `c == 2*d`)."""
-    scopes = {id(d.scope): d.scope for aval in avals for d in aval.shape if hasattr(d, "scope")}
-    for scope in scopes.values():
+    scopes = dict.fromkeys(d.scope for aval in avals for d in aval.shape if hasattr(d, "scope"))  # each scope once
+    for scope in scopes:
         for constraint in getattr(scope, "_explicit_constraints", ()):
             value = _evaluate(constraint.diff, env)
             if value is None:

@@ -480,8 +480,8 @@ def _remove_inlined_functions(module: HloModule, functions) -> None:
     if any(inst.opcode == "call" for comp in module.computations for inst in comp.instructions):
         module.remove_unreachable_computations()  # not expected: let the general walk decide
         return
-    ids = {id(f) for f in functions if f is not module.entry}
-    for comp in [c for c in module.computations if id(c) in ids]:
+    dropped = {f for f in functions if f is not module.entry}
+    for comp in [c for c in module.computations if c in dropped]:
         module.remove_computation(comp)
 
 
@@ -518,20 +518,20 @@ def _inline_calls_of(comp: HloComputation) -> bool:
     replaced by its copies where it stood): placing each copy at its call by list insertion
     made a computation with many calls quadratic."""
     snapshot = list(comp.instructions)
-    copies: dict[int, list[HloInstruction]] = {}
+    copies: dict[HloInstruction, list[HloInstruction]] = {}
     for inst in snapshot:
         if inst.opcode == "call" and inst.parent is comp:
-            copies[id(inst)] = _inline_call_appending(inst)[0]
+            copies[inst] = _inline_call_appending(inst)[0]
     if not copies:
         return False
     order: list[HloInstruction] = []
     for inst in snapshot:
-        if id(inst) in copies:
-            order.extend(copies[id(inst)])
+        if inst in copies:
+            order.extend(copies[inst])
         elif inst.parent is comp:
             order.append(inst)
-    placed = {id(i) for i in order}
-    comp.instructions[:] = order + [i for i in comp.instructions if id(i) not in placed]
+    placed = set(order)
+    comp.instructions[:] = order + [i for i in comp.instructions if i not in placed]
     return True
 
 
@@ -540,18 +540,18 @@ def _inline_call_appending(call: HloInstruction) -> tuple[list[HloInstruction], 
     returns the copies (in the callee's post order) and the instruction that replaced the call."""
     comp = call.parent
     callee: HloComputation = call.attrs["to_apply"]
-    mapping: dict[int, HloInstruction] = {}
+    mapping: dict[HloInstruction, HloInstruction] = {}
     new: list[HloInstruction] = []
     for inst in callee.post_order():
         if inst.opcode == "parameter":
-            mapping[id(inst)] = call.operands[inst.parameter_number]
+            mapping[inst] = call.operands[inst.parameter_number]
             continue
         clone = inst.clone(name=_NUMBERED.sub("", inst.name), operands=())
-        _wire_operands(clone, [mapping[id(o)] for o in inst.operands])
-        mapping[id(inst)] = clone
+        _wire_operands(clone, [mapping[o] for o in inst.operands])
+        mapping[inst] = clone
         comp.add_instruction(clone)
         new.append(clone)
-    result = mapping[id(callee.root)]
+    result = mapping[callee.root]
     call.replace_all_uses_with(result)
     comp.remove_instruction(call)
     return new, result

@@ -148,13 +148,13 @@ def _short_shape(inst: HloInstruction) -> str:
 
 def _materialized(inst: HloInstruction) -> bool:
     """Whether the value of `inst` was written to memory by a kernel (not a module input)."""
-    seen: set[int] = set()
+    seen: set[HloInstruction] = set()
     stack = [inst]
     while stack:
         i = stack.pop()
-        if id(i) in seen:
+        if i in seen:
             continue
-        seen.add(id(i))
+        seen.add(i)
         if is_bookkeeping(i):  # an edge through it carries no new traffic
             stack.extend(i.operands)
         elif launches_kernel(i):
