@@ -158,12 +158,12 @@ class FusionHistory:
     def final(self, node: LoggedFusion) -> list[str]:
         """The fusions of the fused module `node` ended up in (itself, if it is one)."""
         out: list[str] = []
-        stack, seen = [node], set()
+        stack, seen = [node], set()  # LoggedFusion is eq=False: it hashes by identity
         while stack:
             n = stack.pop()
-            if id(n) in seen:
+            if n in seen:
                 continue
-            seen.add(id(n))
+            seen.add(n)
             if self.is_final(n):
                 out.append(n.name)
             stack += [t for t, _ in reversed(n.into)]
