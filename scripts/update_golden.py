@@ -18,7 +18,7 @@ import argparse
 import os
 import sys
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests", "support"))
 
 from golden_harness import DIRECTIVE, FileCheckFailure, check_case, golden_files, run_case, split_cases  # noqa: E402
 

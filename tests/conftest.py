@@ -7,7 +7,11 @@ import sys
 
 from hypothesis import settings
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # shared test helper modules
+_TESTS = os.path.dirname(os.path.abspath(__file__))
+# tests/support holds the shared helper modules (`from xla_oracle import run_on_xla`); tests/ itself
+# is on the path for the fuzzing package (`from fuzz.runner import run`).
+sys.path.insert(0, _TESTS)
+sys.path.insert(0, os.path.join(_TESTS, "support"))
 
 # Every compile in the tests verifies the module after each pass (off by default for users:
 # it costs compile time), so a pass that leaves an invalid module fails the test that ran it.

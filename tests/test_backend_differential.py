@@ -12,7 +12,7 @@ from hlofuse.hlo.parser import parse_hlo
 from hlofuse.runtime.compare import compare_outputs
 from hlofuse.runtime.interpreter import evaluate
 
-from test_fusion_differential import random_module
+from random_graphs import random_module
 
 
 def _inputs(module, seed: int) -> list[np.ndarray]:

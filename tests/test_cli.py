@@ -9,8 +9,9 @@ import numpy as np
 import pytest
 
 from hlofuse.cli import main
+from repo_paths import REPO
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = str(REPO)
 EXAMPLE = os.path.join(ROOT, "examples", "softmax.hlo")
 
 SIMPLE = """HloModule simple

@@ -19,10 +19,11 @@ from hlofuse.cli import main
 from hlofuse.runtime import memory_budget, xla_reference
 from hlofuse.runtime.io import random_inputs
 from hlofuse.runtime.memory_budget import Available, estimate_memory
+from repo_paths import REPO
 
 pytestmark = pytest.mark.skipif(not xla_available(), reason="jaxlib's XLA CPU client is not usable here")
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = str(REPO)
 EXAMPLES = sorted(glob.glob(os.path.join(ROOT, "examples", "*.hlo")))
 SOFTMAX = os.path.join(ROOT, "examples", "softmax.hlo")
 

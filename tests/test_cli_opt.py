@@ -19,8 +19,9 @@ from hlofuse.passes.pass_base import HloPass
 from hlofuse.passes.pipeline import PASSES, PIPELINES
 from hlofuse.runtime.interpreter import evaluate
 from hlofuse.runtime.io import random_inputs
+from repo_paths import REPO
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = str(REPO)
 EXAMPLES = sorted(glob.glob(os.path.join(ROOT, "examples", "*.hlo")))
 LAYER_NORM = os.path.join(ROOT, "examples", "layer_norm.hlo")  # fused differently for cpu and gpu
 

@@ -12,8 +12,9 @@ import pytest
 
 from hlofuse.frontends.conformance import (compare, dtypes_from_name, format_breakdown, main_conformance, op_family,
                                            run_file, summary_line, ulp_difference)
+from repo_paths import SHARED_STABLEHLO
 
-TESTDATA = os.path.normpath(os.path.join(os.path.dirname(__file__), "..", "..", "shared", "stablehlo_testdata"))
+TESTDATA = str(SHARED_STABLEHLO)
 
 # Files allowed to fail on the interpreter, and why: each is an order-of-operations or
 # precision difference from the algorithm XLA used to compute the expected values, which the

@@ -2,45 +2,18 @@
 is full of fusions) evaluated on the example arguments and compared with JAX's own results."""
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import numpy as np
 import pytest
 
 jax = pytest.importorskip("jax")
 
-sys.path.insert(0, str(Path(__file__).parent))
-from jax_programs import PROGRAMS, JaxProgram  # noqa: E402
+from jax_programs import PROGRAMS, JaxProgram, assert_outputs_match, expected_outputs  # noqa: E402
 
 from hlofuse.hlo.parser import parse_hlo  # noqa: E402
 from hlofuse.runtime.interpreter import evaluate  # noqa: E402
+from repo_paths import JAX_CORPUS  # noqa: E402
 
-CORPUS = Path(__file__).resolve().parent.parent / "testdata" / "jax"
-
-# (rtol, atol) by result dtype name; integers and bools compare exactly.
-TOLERANCE = {"float64": (1e-12, 1e-12), "complex128": (1e-12, 1e-12), "float32": (2e-5, 2e-5),
-             "complex64": (2e-5, 2e-5), "float16": (2e-3, 2e-3), "bfloat16": (2e-2, 2e-2)}
-
-
-def expected_outputs(p: JaxProgram, args) -> list[np.ndarray]:
-    return [np.asarray(v) for v in jax.tree_util.tree_leaves(jax.jit(p.fn)(*args))]
-
-
-def assert_outputs_match(p: JaxProgram, got: list[np.ndarray], want: list[np.ndarray]) -> None:
-    assert len(got) == len(want), f"{p.name}: {len(got)} outputs, JAX gives {len(want)}"
-    for i, (g, w) in enumerate(zip(got, want)):
-        assert g.dtype == w.dtype and g.shape == w.shape, f"{p.name} out{i}: {g.dtype}{g.shape} vs {w.dtype}{w.shape}"
-        if w.dtype.kind in "biu":
-            np.testing.assert_array_equal(g, w, err_msg=f"{p.name} out{i}")
-            continue
-        rtol, atol = TOLERANCE[w.dtype.name]
-        if p.rtol is not None:
-            rtol = atol = max(rtol, p.rtol)
-        wide = np.complex128 if w.dtype.kind == "c" else np.float64
-        np.testing.assert_allclose(g.astype(wide), w.astype(wide), rtol=rtol, atol=atol, equal_nan=True,
-                                   err_msg=f"{p.name} out{i}")
-
+CORPUS = JAX_CORPUS
 
 def test_corpus_is_large_and_files_exist():
     assert len(PROGRAMS) >= 30

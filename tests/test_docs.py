@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import importlib.util
 import re
-from pathlib import Path
+from repo_paths import REPO
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = REPO
 
 
 def _gen_docs():

@@ -3,12 +3,13 @@ bit-identical to the unfused module, and fusion cuts kernels and bytes moved."""
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+from repo_paths import BENCHMARKS
+
+sys.path.insert(0, str(BENCHMARKS))
 
 from workloads import WORKLOADS  # noqa: E402
 

@@ -7,14 +7,10 @@ supports the type (s4, u4, the f8 types and f4e2m1fn; not the f6 types).
 """
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import ml_dtypes
 import numpy as np
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))
 from xla_oracle import run_on_xla, xla_available  # noqa: E402
 
 from hlofuse.hlo.dtypes import ELEMENT_TYPES  # noqa: E402

@@ -2,15 +2,11 @@
 XLA's CPU compiler on the same HLO text."""
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-sys.path.insert(0, str(Path(__file__).parent))
 from xla_oracle import run_on_xla, xla_available  # noqa: E402
 
 from hlofuse.hlo.parser import parse_hlo  # noqa: E402

@@ -11,14 +11,10 @@ Signed zeros reach XLA as parameters, never as constants: XLA's HLO parser reads
 """
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import ml_dtypes
 import numpy as np
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))
 from xla_oracle import run_on_xla, xla_available  # noqa: E402
 
 import hlofuse  # noqa: E402

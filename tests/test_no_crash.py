@@ -1,6 +1,6 @@
 """No input may crash the process: every elementwise op on every element type, and random
 small elementwise modules (rank 0, [0], [1], [3], [2,3], [17]; fused and unfused; the CPU
-and the emulated GPU), run in a child process (tests/crash_worker.py).
+and the emulated GPU), run in a child process (tests/support/crash_worker.py).
 
 A crash of compiled code (SIGSEGV from a call to a builtin the JIT did not provide, as an
 f16 atan2 and an f64 -> f16 convert did; SIGFPE from an integer division; a store past a
@@ -24,6 +24,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from hlofuse.hlo.opcodes import OPS
+from repo_paths import SUPPORT
 
 _EXAMPLES = int(os.environ.get("HLOFUSE_NO_CRASH_EXAMPLES", "60"))
 _DERANDOMIZE = os.environ.get("HLOFUSE_NO_CRASH_RANDOM", "") != "1"
@@ -70,7 +71,7 @@ def result_type(form: str, ty: str) -> str | None:
 
 @st.composite
 def random_case(draw) -> dict:
-    """A request for tests/crash_worker.py: a random module of up to 5 elementwise
+    """A request for tests/support/crash_worker.py: a random module of up to 5 elementwise
     instructions over one shape, its backend, fusion on or off, and an input seed."""
     dims = draw(st.sampled_from(SHAPES))
     ty0 = draw(st.sampled_from(TYPES))
@@ -229,14 +230,14 @@ def crashing_entries(worker: CrashWorker, ty: str, dims: tuple[int, ...], target
 
 
 class CrashWorker:
-    """tests/crash_worker.py as a child process; restarted after it dies."""
+    """tests/support/crash_worker.py as a child process; restarted after it dies."""
 
     def __init__(self) -> None:
         self.proc: subprocess.Popen | None = None
 
     def _start(self) -> subprocess.Popen:
-        here = os.path.dirname(os.path.abspath(__file__))
-        return subprocess.Popen([sys.executable, os.path.join(here, "crash_worker.py")], stdin=subprocess.PIPE,
+        here = str(SUPPORT)
+        return subprocess.Popen([sys.executable, str(SUPPORT / "crash_worker.py")], stdin=subprocess.PIPE,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=here)
 
     def run(self, case: dict) -> dict:

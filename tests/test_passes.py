@@ -22,6 +22,7 @@ from hlofuse.passes.pass_base import HloPass
 from hlofuse.passes.pipeline import (PASSES, PassPipeline, PipelineVerifyError, UnknownPassError, get_pass,
                                      parse_pass_list, registered_passes, standard_pipeline)
 from hlofuse.passes.simplifier import AlgebraicSimplifier
+from repo_paths import JAX_CORPUS
 
 MY_PASSES = {"simplifier", "algsimp", "cse", "dce", "constant-folding"}
 
@@ -113,7 +114,7 @@ def test_golden_cases_are_bit_exact(case):
         assert_bit_exact(before, evaluate(optimized, args))
 
 
-JAX_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "testdata", "jax")
+JAX_DIR = str(JAX_CORPUS)
 JAX_FILES = sorted(f for f in os.listdir(JAX_DIR) if f.endswith(".hlo")) if os.path.isdir(JAX_DIR) else []
 
 

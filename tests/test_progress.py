@@ -71,8 +71,9 @@ def test_conformance_runner_draws_the_bar_on_a_terminal_only(monkeypatch):
     import pytest
 
     from hlofuse.frontends.conformance import main_conformance
+    from repo_paths import SHARED_STABLEHLO
 
-    data = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "stablehlo_testdata")
+    data = str(SHARED_STABLEHLO)
     files = sorted(f for f in os.listdir(data) if f.endswith(".mlir"))[:2] if os.path.isdir(data) else []
     if not files:
         pytest.skip("needs ../shared/stablehlo_testdata")

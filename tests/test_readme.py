@@ -5,8 +5,9 @@ import os
 import re
 
 import pytest
+from repo_paths import REPO
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = str(REPO)
 
 
 def test_readme_python_example_runs(monkeypatch, capsys):

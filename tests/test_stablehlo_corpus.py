@@ -2,16 +2,11 @@
 imported, verified and evaluated by the interpreter must give JAX's own results."""
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
 
 jax = pytest.importorskip("jax")
 
-sys.path.insert(0, str(Path(__file__).parent))
-from jax_programs import PROGRAMS, JaxProgram  # noqa: E402
-from test_corpus import assert_outputs_match, expected_outputs  # noqa: E402
+from jax_programs import PROGRAMS, JaxProgram, assert_outputs_match, expected_outputs  # noqa: E402
 
 from hlofuse.frontends.stablehlo import from_stablehlo  # noqa: E402
 from hlofuse.hlo.verifier import verify  # noqa: E402

@@ -10,6 +10,7 @@ import pytest
 from hlofuse.hlo.errors import VerifierError
 from hlofuse.hlo.parser import parse_hlo
 from hlofuse.hlo.verifier import verify
+from repo_paths import JAX_CORPUS, SHARED_STABLEHLO
 
 
 def expect_error(module, *fragments: str) -> None:
@@ -19,7 +20,7 @@ def expect_error(module, *fragments: str) -> None:
         assert f in str(err.value), f"{f!r} not in {str(err.value)!r}"
 
 
-TESTDATA = Path(__file__).resolve().parent.parent / "testdata" / "jax"
+TESTDATA = JAX_CORPUS
 
 GOOD_TEXT = """
 HloModule good
@@ -113,7 +114,7 @@ def test_jax_modules_verify(path):
     verify(parse_hlo(path.read_text(), filename=str(path)))
 
 
-STABLEHLO = Path(__file__).resolve().parent.parent.parent / "shared" / "stablehlo_testdata"
+STABLEHLO = SHARED_STABLEHLO
 
 
 @pytest.mark.skipif(not STABLEHLO.is_dir(), reason="../shared/stablehlo_testdata is absent")

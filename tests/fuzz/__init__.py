@@ -10,7 +10,7 @@ case that does not finish within the timeout a HANG, not the end of the run):
   gpu-emulated, each compared with the interpreter (runtime/compare.py's tolerances).
 * edge: every elementwise opcode of the registry on each element type it accepts, on edge
   inputs (NaN, ±inf, ±0, denormals, extremes, integer overflow, out-of-range float->int),
-  interpreter, cpu and gpu-emulated against XLA:CPU (tests/xla_oracle.py).
+  interpreter, cpu and gpu-emulated against XLA:CPU (tests/support/xla_oracle.py).
 
 Outcome classes: ok, expected-error (an hlofuse.HloError with a message), skipped (too large,
 or an op/type XLA refuses), denormal-only (a difference that goes away when denormals are

@@ -193,7 +193,7 @@ def run_edge(text: str, args: list[np.ndarray], outputs: list[tuple[str, float]]
     """One result per (backend, output): the backend's result against XLA:CPU's."""
     import hlofuse
 
-    import xla_oracle  # tests/ is on the worker's path
+    import xla_oracle  # tests/support is on the worker's path
 
     try:
         want = xla_oracle.run_on_xla(text, args)

@@ -26,8 +26,9 @@ from . import outcomes as oc
 from .worker import STARTED, recv, send
 
 TESTS_DIR = Path(__file__).resolve().parents[1]
+SUPPORT_DIR = TESTS_DIR / "support"  # the test helper modules (xla_oracle for the edge fuzzer)
 HISTORY = 30
-_BOOT = ("import sys; sys.path.insert(0, {tests!r}); sys.path.insert(0, {root!r}); "
+_BOOT = ("import sys; sys.path.insert(0, {support!r}); sys.path.insert(0, {tests!r}); sys.path.insert(0, {root!r}); "
          "from fuzz.worker import main; main()")
 
 
@@ -39,7 +40,7 @@ class Worker:
         os.close(fd)
         env = dict(os.environ, HLOFUSE_FUZZ_DUMP=self.dump_path, PYTHONFAULTHANDLER="0")
         env.setdefault("JAX_PLATFORMS", "cpu")
-        boot = _BOOT.format(tests=str(TESTS_DIR), root=str(TESTS_DIR.parent))
+        boot = _BOOT.format(support=str(SUPPORT_DIR), tests=str(TESTS_DIR), root=str(TESTS_DIR.parent))
         self.proc = subprocess.Popen([sys.executable, "-c", boot], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      stderr=subprocess.DEVNULL, env=env)
         self.cases = 0

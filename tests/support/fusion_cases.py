@@ -1,15 +1,16 @@
 """Loading the fusion golden cases (testdata/hlo_text/fusion/*.hlo) for the fusion tests.
 
 A file holds cases separated by `// -----`; each has a `// RUN: passes=a,b target=gpu` line,
-the input module, and CHECK lines for the fused module (matched by tests/test_golden.py).
+the input module, and CHECK lines for the fused module (matched by tests/passes/test_golden.py).
 """
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from pathlib import Path
 
-GOLDEN_DIR = Path(__file__).resolve().parent.parent / "testdata" / "hlo_text" / "fusion"
+from repo_paths import GOLDEN
+
+GOLDEN_DIR = GOLDEN / "fusion"
 
 
 @dataclass

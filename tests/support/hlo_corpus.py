@@ -6,7 +6,7 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parent.parent
+from repo_paths import REPO as ROOT
 
 
 def corpus_files() -> list[Path]:

@@ -32,8 +32,10 @@ import sys
 import tempfile
 from dataclasses import dataclass, field
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-GOLDEN_DIR = os.path.join(REPO, "testdata", "hlo_text")
+from repo_paths import GOLDEN as _GOLDEN, REPO as _REPO
+
+REPO = str(_REPO)
+GOLDEN_DIR = str(_GOLDEN)
 SEPARATOR = re.compile(r"^\s*//\s*-----\s*$")
 RUN_LINE = re.compile(r"^\s*//\s*RUN:(.*)$")
 CLAIM_LINE = re.compile(r"^\s*//\s*Claim:\s*\S")

@@ -615,3 +615,31 @@ def _embedding(rng):
         return jnp.mean(jnp.take(table, ids, axis=0, mode="clip"), axis=1)
 
     return fn, (f32(rng, 10, 4), np.array([[1, 2, 9], [0, 12, -3]], np.int32))
+
+
+# ---- checking a program's outputs against JAX's (the corpus tests) ----------------------------
+
+# (rtol, atol) by result dtype name; integers and bools compare exactly.
+TOLERANCE = {"float64": (1e-12, 1e-12), "complex128": (1e-12, 1e-12), "float32": (2e-5, 2e-5),
+             "complex64": (2e-5, 2e-5), "float16": (2e-3, 2e-3), "bfloat16": (2e-2, 2e-2)}
+
+
+def expected_outputs(p: JaxProgram, args) -> list[np.ndarray]:
+    """JAX's own results for the program (jit-compiled by XLA), flattened."""
+    return [np.asarray(v) for v in jax.tree_util.tree_leaves(jax.jit(p.fn)(*args))]
+
+
+def assert_outputs_match(p: JaxProgram, got: list[np.ndarray], want: list[np.ndarray]) -> None:
+    """Same count, dtypes and shapes; integers exactly, floats within TOLERANCE (or the program's rtol)."""
+    assert len(got) == len(want), f"{p.name}: {len(got)} outputs, JAX gives {len(want)}"
+    for i, (g, w) in enumerate(zip(got, want)):
+        assert g.dtype == w.dtype and g.shape == w.shape, f"{p.name} out{i}: {g.dtype}{g.shape} vs {w.dtype}{w.shape}"
+        if w.dtype.kind in "biu":
+            np.testing.assert_array_equal(g, w, err_msg=f"{p.name} out{i}")
+            continue
+        rtol, atol = TOLERANCE[w.dtype.name]
+        if p.rtol is not None:
+            rtol = atol = max(rtol, p.rtol)
+        wide = np.complex128 if w.dtype.kind == "c" else np.float64
+        np.testing.assert_allclose(g.astype(wide), w.astype(wide), rtol=rtol, atol=atol, equal_nan=True,
+                                   err_msg=f"{p.name} out{i}")
