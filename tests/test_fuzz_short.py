@@ -59,15 +59,20 @@ def test_edge_values_agree_with_xla(campaign):
 
 def test_pool_survives_crashes_and_hangs():
     """A case that kills its worker is a CRASH with the signal's name, one that never answers a
-    HANG; the pool replaces the worker and the next cases still run."""
+    HANG, one whose harness code raises an unexpected exception; the pool replaces a dead worker
+    and the next cases still run."""
     from fuzz.pool import run_cases
 
-    kinds = ["selftest-crash", "ping", "selftest-hang", "ping"]
+    kinds = ["selftest-crash", "ping", "selftest-hang", "ping", "selftest-unknown", "ping"]
     cases = [{"id": str(i), "payload": {"kind": k}} for i, k in enumerate(kinds)]
     got = {}
     run_cases(cases, jobs=1, timeout=5.0, on_result=lambda c, r: got.__setitem__(c["id"], r))
     assert got["0"]["outcome"] == oc.CRASH and "SIGSEGV" in got["0"]["signature"]
-    assert got["1"] == "pong" and got["3"] == "pong"
+    assert got["1"] == got["3"] == got["5"] == "pong"
+    # An exception of the harness itself (here: a case kind it does not know) is reported with
+    # its traceback, and the worker lives on.
+    assert got["4"]["outcome"] == oc.UNEXPECTED and got["4"]["signature"].startswith("harness: ValueError"), got["4"]
+    assert "unknown case kind" in got["4"]["message"] and "Traceback" in got["4"]["traceback"]
     assert got["2"]["outcome"] == oc.HANG
     assert "worker.py" in got["2"]["traceback"]  # faulthandler's stack of the hung case
 

@@ -41,8 +41,9 @@ class Worker:
         env = dict(os.environ, HLOFUSE_FUZZ_DUMP=self.dump_path, PYTHONFAULTHANDLER="0")
         env.setdefault("JAX_PLATFORMS", "cpu")
         boot = _BOOT.format(support=str(SUPPORT_DIR), tests=str(TESTS_DIR), root=str(TESTS_DIR.parent))
+        # Unbuffered (bufsize=0): select() sees only the pipe, so nothing may wait in a reader's buffer.
         self.proc = subprocess.Popen([sys.executable, "-c", boot], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     stderr=subprocess.DEVNULL, env=env)
+                                     stderr=subprocess.DEVNULL, env=env, bufsize=0)
         self.cases = 0
         self.case: dict[str, Any] | None = None
         # The cases this process ran before: a crash may come from memory an earlier case corrupted.

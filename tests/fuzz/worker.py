@@ -20,22 +20,33 @@ STARTED = {"phase": "running"}
 
 
 def send(stream: BinaryIO, obj: Any) -> None:
-    """Write one message."""
-    data = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
-    stream.write(struct.pack("<Q", len(data)) + data)
+    """Write one message (all of it: `stream` may be unbuffered, where a write can be partial)."""
+    body = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+    data = memoryview(struct.pack("<Q", len(body)) + body)
+    while data:
+        data = data[stream.write(data):]
     stream.flush()
 
 
+def _read_exact(stream: BinaryIO, n: int) -> bytes:
+    """`n` bytes, reading as often as it takes (an unbuffered pipe returns what it has);
+    EOFError when the other side is gone first."""
+    chunks, left = [], n
+    while left:
+        chunk = stream.read(left)
+        if not chunk:
+            raise EOFError
+        chunks.append(chunk)
+        left -= len(chunk)
+    return b"".join(chunks)
+
+
 def recv(stream: BinaryIO) -> Any:
-    """Read one message; EOFError when the other side is gone."""
-    head = stream.read(8)
-    if len(head) < 8:
-        raise EOFError
-    (n,) = struct.unpack("<Q", head)
-    data = stream.read(n)
-    if len(data) < n:
-        raise EOFError
-    return pickle.loads(data)
+    """Read one message; EOFError when the other side is gone. The pool reads its workers'
+    answers unbuffered: a buffered reader could hold a second message (a reference run's
+    STARTED, then its answer) that select() on the pipe never reports."""
+    (n,) = struct.unpack("<Q", _read_exact(stream, 8))
+    return pickle.loads(_read_exact(stream, n))
 
 
 def handle(case: dict[str, Any], notify: Callable[[Any], None]) -> Any:
@@ -68,6 +79,22 @@ def handle(case: dict[str, Any], notify: Callable[[Any], None]) -> Any:
     raise ValueError(f"unknown case kind {kind!r}")
 
 
+def _harness_error(case: dict[str, Any], exc: Exception) -> Any:
+    """The answer for an exception that escaped handle(): cases.py and edge.py classify whatever
+    hlofuse raises, so this is a bug of the harness (an import that fails, a payload it cannot
+    read). Answered as an unexpected exception with its traceback, not a silent "exit 1" of the
+    worker; for a reference run, an answer that keeps the timed-out case a HANG (a failure)."""
+    import traceback
+
+    from . import outcomes as oc
+
+    where = oc.exception_signature(exc)
+    if case.get("kind") == "reference":
+        return {"finished": True, "seconds": 0.0, "message": f" (harness error, no answer: {where}: {exc})"}
+    return {"outcome": oc.UNEXPECTED, "stage": "harness", "signature": f"harness: {where}",
+            "message": f"{type(exc).__name__}: {str(exc)[:500]}", "traceback": traceback.format_exc()[-4000:]}
+
+
 def main() -> None:
     """Serve cases until stdin closes."""
     out = os.fdopen(os.dup(1), "wb")
@@ -94,7 +121,11 @@ def main() -> None:
             # Each case starts a fresh dump, so a crash's stack is the crashing case's.
             dump.seek(0)
             dump.truncate()
-        send(out, handle(case, lambda msg: send(out, msg)))
+        try:
+            result = handle(case, lambda msg: send(out, msg))
+        except Exception as e:  # noqa: BLE001 - see _harness_error
+            result = _harness_error(case, e)
+        send(out, result)
 
 
 if __name__ == "__main__":
