@@ -214,7 +214,7 @@ def test_complex_atan2_vs_xla(dt):
 
 @pytest.mark.parametrize("backend", ["interpreter", *COMPILED])
 def test_complex_remainder_is_refused_by_the_verifier(backend):
-    """XLA:CPU crashes compiling it, so the verifier refuses it (tests/test_verifier_vs_xla_types.py)."""
+    """XLA:CPU crashes compiling it, so the verifier refuses it (tests/hlo/test_verifier_vs_xla_types.py)."""
     from hlofuse.hlo.errors import VerifierError
 
     with pytest.raises(VerifierError, match="XLA:CPU cannot compile it"):

@@ -120,7 +120,7 @@ def _args(opcode: str, types: tuple, seed: int = 0) -> list[np.ndarray]:
             for k, t in enumerate(types)]
 
 
-# Signatures the shape rule accepts (as XLA does: tests/test_verifier_vs_xla_types.py) but a stage
+# Signatures the shape rule accepts (as XLA does: tests/hlo/test_verifier_vs_xla_types.py) but a stage
 # refuses by name (UnsupportedError): checked to be refused that way, so that one that starts
 # working (or crashing) shows up here. A key may name the compare direction. XLA:CPU compiles
 # and runs all of these: logistic of complex, and complex LT/LE/GT/GE (lexicographic order).

@@ -71,7 +71,7 @@ def test_other_backends_match_interpreter(alg: str, words: int, ty: str, dims: t
 
 
 # A state longer than the algorithm reads (u64[4], u64[6]) or of another type (s64[2]) is
-# refused by the verifier, as XLA refuses it: tests/test_runtime_leftovers_rng.py.
+# refused by the verifier, as XLA refuses it: tests/hlo/test_rng_bit_generator_states.py.
 
 
 @pytest.mark.parametrize("ty", ["u4", "s4", "u2", "s2"])

@@ -9,7 +9,7 @@ an opcode meaning attach their rule to its row through `register_*`:
   emitters/elemental_*.py   -> elemental(...)                     (element generators)
   runtime/library_*.py      -> library(inst, operand values, program) -> value (compiled backends)
 
-so every consumer reads one table, and `tests/test_registry.py` checks that every row has
+so every consumer reads one table, and `tests/hlo/test_registry.py` checks that every row has
 each rule or says explicitly why it is unsupported. The rule modules are imported by
 `hlo/rule_loader.load_rules(stage)`, in the order listed there; each stage's consumer calls it
 before reading its rules. A slot is filled once: registering a second rule for it is an error.

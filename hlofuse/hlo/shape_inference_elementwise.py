@@ -76,7 +76,7 @@ def _unary(allowed: TypeClass, result: Callable[[ElementType], ElementType] = la
 
 
 # Each verdict here (operand type class per opcode) is checked against XLA's compiler over every
-# element type class in tests/test_verifier_vs_xla_types.py.
+# element type class in tests/hlo/test_verifier_vs_xla_types.py.
 register_shape_rule("floor", "ceil", "round-nearest-afz", "round-nearest-even", "erf")(_unary(_floating))
 register_shape_rule("exponential", "exponential-minus-one", "log", "log-plus-one", "logistic", "sqrt",
                     "rsqrt", "tanh", "sine", "cosine", "tan")(_unary(_floating_or_complex))

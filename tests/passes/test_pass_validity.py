@@ -20,8 +20,9 @@ from hlofuse.hlo.verifier import verify
 from hlofuse.passes.fusion import fusion_passes
 from hlofuse.passes.pipeline import PassPipeline, get_pass, registered_passes
 from hlofuse.runtime.interpreter import evaluate
+from repo_paths import REPO
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = str(REPO)
 CORPUS = sorted(glob.glob(os.path.join(ROOT, "testdata", "jax", "*.hlo"))
                 + glob.glob(os.path.join(ROOT, "testdata", "hlo_text", "**", "*.hlo"), recursive=True))
 # Passes whose behaviour depends on the target; the others are run once.

@@ -19,8 +19,9 @@ from hlofuse.viz import build_graphs, render, render_svg_file
 from hlofuse.viz.html import _json_for_script
 from hlofuse.viz.layout import layered_layout
 from hlofuse.viz.scene import build_scene
+from repo_paths import REPO
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = REPO
 EXAMPLES = ROOT / "examples"
 SVG_NS = "{http://www.w3.org/2000/svg}"
 CHROMIUM = "/usr/bin/chromium"
