@@ -24,7 +24,7 @@ def make(b: ir.IRBuilder, ty: ir.Type, re, im):
 
 
 def binary(em, op: str, x, y):
-    """add / sub / mul / div of complex values (Smith's algorithm for division)."""
+    """add / sub / mul / div of complex values (division: `divide`, as XLA divides)."""
     b = em.b
     a, bb = parts(b, x)
     c, d = parts(b, y)
@@ -35,18 +35,59 @@ def binary(em, op: str, x, y):
     if op == "mul":
         return make(b, x.type, b.fsub(b.fmul(a, c), b.fmul(bb, d)), b.fadd(b.fmul(a, d), b.fmul(bb, c)))
     if op == "div":
-        fabs = lambda v: em.target.intrinsic(b, "llvm.fabs", [v])  # noqa: E731
-        wide = b.fcmp_ordered(">=", fabs(c), fabs(d))
-        r1 = b.fdiv(d, c)
-        den1 = b.fadd(c, b.fmul(d, r1))
-        re1 = b.fdiv(b.fadd(a, b.fmul(bb, r1)), den1)
-        im1 = b.fdiv(b.fsub(bb, b.fmul(a, r1)), den1)
-        r2 = b.fdiv(c, d)
-        den2 = b.fadd(b.fmul(c, r2), d)
-        re2 = b.fdiv(b.fadd(b.fmul(a, r2), bb), den2)
-        im2 = b.fdiv(b.fsub(b.fmul(bb, r2), a), den2)
-        return make(b, x.type, b.select(wide, re1, re2), b.select(wide, im1, im2))
+        return divide(em, x, y)
     raise UnsupportedError(f"complex {op} is not supported")
+
+
+def divide(em, x, y):
+    """x / y as XLA divides (MLIR's ComplexToStandard, the interpreter's complex_xla.divide):
+    Smith's algorithm, and where both parts of that are NaN, the limits for a zero divisor
+    (copysign(inf, re y) * x), an infinite dividend over a finite divisor (inf * signs of x's
+    infinite parts * conj y) and a finite dividend over an infinite divisor (0 * x * signs of
+    conj y's infinite parts)."""
+    b = em.b
+    a, bb = parts(b, x)
+    c, d = parts(b, y)
+    ty = a.type
+    zero, one, inf = ir.Constant(ty, 0.0), ir.Constant(ty, 1.0), ir.Constant(ty, math.inf)
+    fabs = lambda v: em.target.intrinsic(b, "llvm.fabs", [v])  # noqa: E731
+    copysign = lambda m, s: em.target.intrinsic(b, "llvm.copysign", [m, s])  # noqa: E731
+    # Smith: |c| < |d| divides through by d, else (NaN included) by c.
+    r1 = b.fdiv(c, d)
+    den1 = b.fadd(d, b.fmul(c, r1))
+    re1 = b.fdiv(b.fadd(b.fmul(a, r1), bb), den1)
+    im1 = b.fdiv(b.fsub(b.fmul(bb, r1), a), den1)
+    r2 = b.fdiv(d, c)
+    den2 = b.fadd(c, b.fmul(d, r2))
+    re2 = b.fdiv(b.fadd(a, b.fmul(bb, r2)), den2)
+    im2 = b.fdiv(b.fsub(bb, b.fmul(a, r2)), den2)
+    aa, ab, ac, ad = fabs(a), fabs(bb), fabs(c), fabs(d)
+    by_d = b.fcmp_ordered("<", ac, ad)
+    re, im = b.select(by_d, re1, re2), b.select(by_d, im1, im2)
+
+    # 1. Zero divisor, a dividend that is not NaN + NaN i.
+    not_nan = b.or_(b.fcmp_ordered("ord", a, zero), b.fcmp_ordered("ord", bb, zero))
+    zero_div = b.and_(not_nan, b.and_(b.fcmp_ordered("==", ac, zero), b.fcmp_ordered("==", ad, zero)))
+    inf_c = copysign(inf, c)
+    # 2. Infinite dividend, finite divisor (ordered compares: NaN is neither finite nor infinite).
+    finite_y = b.and_(b.fcmp_ordered("!=", ac, inf), b.fcmp_ordered("!=", ad, inf))
+    a_inf, b_inf = b.fcmp_ordered("==", aa, inf), b.fcmp_ordered("==", ab, inf)
+    inf_num = b.and_(b.or_(a_inf, b_inf), finite_y)
+    sa, sb = copysign(b.select(a_inf, one, zero), a), copysign(b.select(b_inf, one, zero), bb)
+    # 3. Finite dividend, infinite divisor.
+    finite_x = b.and_(b.fcmp_ordered("!=", aa, inf), b.fcmp_ordered("!=", ab, inf))
+    c_inf, d_inf = b.fcmp_ordered("==", ac, inf), b.fcmp_ordered("==", ad, inf)
+    inf_den = b.and_(finite_x, b.or_(c_inf, d_inf))
+    sc, sd = copysign(b.select(c_inf, one, zero), c), copysign(b.select(d_inf, one, zero), d)
+
+    special_re = b.select(zero_div, b.fmul(inf_c, a), b.select(
+        inf_num, b.fmul(inf, b.fadd(b.fmul(sa, c), b.fmul(sb, d))),
+        b.select(inf_den, b.fmul(zero, b.fadd(b.fmul(a, sc), b.fmul(bb, sd))), re)))
+    special_im = b.select(zero_div, b.fmul(inf_c, bb), b.select(
+        inf_num, b.fmul(inf, b.fsub(b.fmul(sb, c), b.fmul(sa, d))),
+        b.select(inf_den, b.fmul(zero, b.fsub(b.fmul(bb, sc), b.fmul(a, sd))), im)))
+    both_nan = b.and_(b.fcmp_unordered("uno", re, zero), b.fcmp_unordered("uno", im, zero))
+    return make(b, x.type, b.select(both_nan, special_re, re), b.select(both_nan, special_im, im))
 
 
 def negate(em, x):
@@ -101,14 +142,21 @@ def make_const(ty, re, im):
 
 
 def unary_math(em, name: str, x):
-    """Complex exp, log, expm1, log1p, sqrt, rsqrt, sin, cos, tan, tanh."""
+    """Complex exp, log, expm1, log1p, sqrt, rsqrt, sin, cos, tan, tanh, logistic."""
     b = em.b
     re, im = parts(b, x)
     t = em.target
     ty = re.type
     if name == "exp":
+        # XLA keeps a zero imaginary part (exp(inf + 0i) = inf + 0i, not inf * sin(0) = NaN).
         e = t.math(b, "exp", [re])
-        return make(b, x.type, b.fmul(e, t.math(b, "cos", [im])), b.fmul(e, t.math(b, "sin", [im])))
+        im_out = b.select(b.fcmp_ordered("==", im, ir.Constant(ty, 0.0)), im, b.fmul(e, t.math(b, "sin", [im])))
+        return make(b, x.type, b.fmul(e, t.math(b, "cos", [im])), im_out)
+    if name == "logistic":
+        # XLA's LogisticExpander: divide(1, add(1, exp(negate(x)))), so its infinities and NaNs
+        # (exp overflowing for re(x) << 0) are those of complex exp and divide.
+        one = _one(x)
+        return binary(em, "div", one, binary(em, "add", one, unary_math(em, "exp", negate(em, x))))
     if name == "log":
         return make(b, x.type, t.math(b, "log", [absolute(em, x)]), t.math(b, "atan2", [im, re]))
     if name == "expm1":
@@ -182,8 +230,14 @@ def power(em, x, y):
     return b.select(y_zero, _one(x), res)
 
 
+_ORDERING = {"LT": "<", "LE": "<=", "GT": ">", "GE": ">="}
+
+
 def compare(em, direction: str, x, y):
-    """EQ / NE of complex values (other directions are not defined)."""
+    """compare of complex values as XLA does it. EQ: both parts equal; NE: either part unequal
+    or unordered. LT/LE/GT/GE: `(re x == re y and im x op im y) or re x op re y`, ordered (a
+    NaN in a compared part gives false, -0 == +0): the lexicographic order for LT and GT; for
+    LE and GE it reduces to `re x op re y` (XLA:CPU gives `1+3j <= 1+2j` true)."""
     b = em.b
     a, bb = parts(b, x)
     c, d = parts(b, y)
@@ -191,7 +245,11 @@ def compare(em, direction: str, x, y):
         return b.and_(b.fcmp_ordered("==", a, c), b.fcmp_ordered("==", bb, d))
     if direction == "NE":
         return b.or_(b.fcmp_unordered("!=", a, c), b.fcmp_unordered("!=", bb, d))
-    raise UnsupportedError(f"compare direction {direction} is not defined for complex values")
+    if direction not in _ORDERING:
+        raise UnsupportedError(f"compare direction {direction} is not defined for complex values")
+    op = _ORDERING[direction]
+    tie = b.and_(b.fcmp_ordered("==", a, c), b.fcmp_ordered(op, bb, d))
+    return b.or_(tie, b.fcmp_ordered(op, a, c))
 
 
 def extremum(em, x, y, is_min: bool = False):

@@ -14,6 +14,7 @@ import numpy as np
 from ...hlo.errors import UnsupportedError
 from ...hlo.ir import HloInstruction
 from ...hlo.opcodes import register_reference
+from . import complex_xla
 from .op_helpers import maximum, minimum, total_order_key
 
 Array = np.ndarray
@@ -274,11 +275,11 @@ def _cbrt_complex(x: Array) -> Array:
 
 
 _TRANSCENDENTAL: dict[str, Callable[[Array], Array]] = {
-    "exponential": np.exp,
+    "exponential": _complex_or(np.exp, complex_xla.exp, "exponential"),
     "exponential-minus-one": np.expm1,
     "log": np.log,
     "log-plus-one": np.log1p,
-    "logistic": _logistic,
+    "logistic": _complex_or(_logistic, complex_xla.logistic, "logistic"),
     "sqrt": np.sqrt,
     "rsqrt": lambda x: 1.0 / np.sqrt(x),
     "cbrt": _complex_or(np.cbrt, None, "cbrt"),
@@ -356,11 +357,14 @@ def int_remainder(x: Array, y: Array) -> Array:
 @binary("divide")
 def divide(x: Array, y: Array) -> Array:
     """x / y: IEEE for floats; integers truncate, with XLA's results for /0 and INT_MIN/-1;
-    pred as a 1-bit unsigned integer (x/1 = x, x/0 = all ones): x or not y."""
+    pred as a 1-bit unsigned integer (x/1 = x, x/0 = all ones): x or not y; complex as XLA
+    divides (complex_xla.divide)."""
     if x.dtype.kind in "iu":
         return int_divide(x, y)
     if x.dtype == np.bool_:
         return np.logical_or(x, np.logical_not(y))
+    if x.dtype.kind == "c":
+        return complex_xla.divide(x, y)  # XLA's limits at infinities and zeros, not numpy's
     return np.divide(x, y)
 
 
@@ -437,7 +441,8 @@ _DIRECTIONS = {"EQ": np.equal, "NE": np.not_equal, "LT": np.less, "LE": np.less_
 
 @register_reference("compare")
 def _compare(inst: HloInstruction, args: list, interp) -> Array:
-    """Compare with `direction`; `type=TOTALORDER` orders floats totally (NaNs included)."""
+    """Compare with `direction`; `type=TOTALORDER` orders floats totally (NaNs included);
+    complex values order as XLA orders them (complex_xla.compare)."""
     x, y = (np.asarray(a) for a in args)
     direction = str(inst.attrs["direction"])
     if direction not in _DIRECTIONS:
@@ -446,7 +451,7 @@ def _compare(inst: HloInstruction, args: list, interp) -> Array:
     if ctype == "TOTALORDER" and is_float(x.dtype):
         x, y = total_order_key(x), total_order_key(y)
     elif x.dtype.kind == "c" and direction not in ("EQ", "NE"):
-        raise UnsupportedError(f"compare {inst.name}: complex values only compare for equality")
+        return complex_xla.compare(x, y, direction)
     else:
         ct = compute_dtype(x.dtype)
         x, y = x.astype(ct, copy=False), y.astype(ct, copy=False)
