@@ -163,8 +163,9 @@ def _complex(inst: HloInstruction) -> Shape:
 _DIRECTIONS = ("EQ", "NE", "LT", "LE", "GT", "GE")
 _COMPARE_TYPES = ("FLOAT", "TOTALORDER", "SIGNED", "UNSIGNED")
 # The comparison types XLA's HLO verifier allows per element-type kind ("Expected comparison type
-# UNSIGNED. actual: FLOAT"). Complex takes every direction: XLA orders complex values
-# lexicographically (real part, then imaginary part), but only under FLOAT, not TOTALORDER.
+# UNSIGNED. actual: FLOAT"). Complex takes every direction, but only under FLOAT, not
+# TOTALORDER: XLA orders LT/GT lexicographically (real part, then imaginary part) and LE/GE by
+# the real parts alone (emitters/elemental_complex.compare).
 _COMPARE_TYPES_OF_KIND = {"pred": ("UNSIGNED",), "uint": ("UNSIGNED",), "sint": ("SIGNED",),
                           "float": ("FLOAT", "TOTALORDER"), "complex": ("FLOAT",)}
 
