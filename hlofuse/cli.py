@@ -86,7 +86,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     xla = _compile_on_xla(args, module) if args.compare == "xla" else None
     # compile() refuses a module too big for the machine (ResourceError) before anything of a
     # run is allocated; the inputs come after it, and random ones are checked first too.
-    exe = hlofuse.compile(module, target=args.backend, fusion=not args.no_fusion)
+    exe = hlofuse.compile(module, target=args.backend, fusion=not args.no_fusion, cache=not args.no_cache)
     _check_run_memory(exe, module, random=not args.inputs, compare=args.compare,
                       xla_bytes=xla.memory_bytes() if xla else 0)
     inputs = read_inputs(args.inputs, module) if args.inputs else random_inputs(module, args.seed)
@@ -170,8 +170,11 @@ def cmd_compile(args: argparse.Namespace) -> int:
 
     if args.output:
         check_output_path(args.output)
+    start = time.perf_counter()
     module = _load(args.module, args.format)
+    parse_seconds = time.perf_counter() - start
     emit = args.emit
+    program = None
     fused, pipeline = optimize(module, args.target, fusion=not args.no_fusion, verify=args.verify or None,
                                dump_dir=args.dump_dir, passes=args.passes)
     if args.dump_dir:
@@ -190,9 +193,7 @@ def cmd_compile(args: argparse.Namespace) -> int:
     elif emit in ("llvm", "asm"):
         if args.target != "cpu":
             raise UsageError(f"--emit {emit} is for --target cpu; use --emit ptx for the GPU")
-        from .runtime.cpu_executor import CpuProgram
-
-        program = CpuProgram.compile(fused)
+        program = _cpu_program(fused, args)
         text = program.llvm_ir() if emit == "llvm" else program.asm()
     elif emit == "ptx":
         if args.target != "gpu":
@@ -204,14 +205,42 @@ def cmd_compile(args: argparse.Namespace) -> int:
         raise UsageError(f"unknown --emit {emit}")
     _emit_output(text, args.output)
     if args.timings:
-        _print_timings(pipeline)
+        if program is None and args.target == "cpu":
+            program = _cpu_program(fused, args)  # the code generation stages are timed too
+        _print_timings(pipeline, parse_seconds, program)
     return 0
 
 
-def _print_timings(pipeline) -> None:
-    """Per-pass wall times on standard error (standard output holds the module)."""
+def _cpu_program(fused, args: argparse.Namespace):
+    """The fused module compiled for the host (kernel objects from the user's compile cache
+    unless --no-cache)."""
+    from .codegen.cache import default_cache_dir
+    from .runtime.cpu_executor import CpuProgram
+
+    cache = not args.no_cache
+    return CpuProgram.compile(fused, cache_dir=default_cache_dir() if cache else None, cache=cache)
+
+
+# Code generation stages of CpuCode.timings, in order, as --timings prints them.
+_CODEGEN_STAGES = ("planning", "cache", "emission", "llvm optimization", "code generation", "llvm wait", "loading")
+
+
+def _print_timings(pipeline, parse_seconds: float | None = None, program=None) -> None:
+    """Per-stage wall times on standard error (standard output holds the module): parsing,
+    every pass, and with a CPU program its code generation stages (LLVM optimization and code
+    generation summed over the kernels LLVM compiled; `llvm wait` is the wall time spent
+    waiting for them after emission; see codegen/cpu.py compile_objects)."""
+    if parse_seconds is not None:
+        print(f"{'parse':32s} {parse_seconds * 1e3:9.3f} ms", file=sys.stderr)
     for name, seconds, changed in pipeline.timings:
         print(f"{name:32s} {seconds * 1e3:9.3f} ms{'  (changed)' if changed else ''}", file=sys.stderr)
+    if program is None:
+        return
+    code = program.code
+    for stage in _CODEGEN_STAGES:
+        print(f"{stage:32s} {code.timings.get(stage, 0.0) * 1e3:9.3f} ms", file=sys.stderr)
+    print(f"{'kernels':32s} {len(code.kernels)} ({len(code.objects)} distinct, {code.compiled_count} compiled, "
+          f"{len(code.objects) - code.compiled_count} from the cache)", file=sys.stderr)
 
 
 # ---- opt --------------------------------------------------------------------------------
@@ -379,6 +408,9 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--repeat", type=positive_int, metavar="N",
                    help="time N executions after a first, untimed one (N >= 1) and print the median "
                         "instead of the outputs; with --compare xla, XLA:CPU's too, interleaved, and the ratio")
+    r.add_argument("--no-cache", action="store_true", help="compile every kernel afresh: neither read nor write "
+                                                          "the compile cache (default: $HLOFUSE_CACHE_DIR, else "
+                                                          "$XDG_CACHE_HOME/hlofuse)")
     r.add_argument("--seed", type=non_negative_int, default=0, help="seed of the random inputs (default: 0)")
     r.set_defaults(func=cmd_run)
 
@@ -395,7 +427,11 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--no-fusion", action="store_true", help="run the pipeline without the fusion passes")
     c.add_argument("--passes", help="comma-separated pass names instead of the standard pipeline")
     c.add_argument("--verify", action="store_true", help="verify the module after every pass")
-    c.add_argument("--timings", action="store_true", help="print per-pass timings to standard error")
+    c.add_argument("--timings", action="store_true", help="print the time of each stage to standard error: "
+                                                          "parsing, every pass, and for --target cpu planning, "
+                                                          "emission, LLVM optimization, code generation, loading")
+    c.add_argument("--no-cache", action="store_true", help="compile every kernel afresh: neither read nor write "
+                                                          "the compile cache")
     c.set_defaults(func=cmd_compile)
 
     o = sub.add_parser("opt", parents=[common], help="run the passes named by --passes and print the module "

@@ -106,8 +106,13 @@ def fuse(module: HloModule, target: str = "cpu", verify: bool | None = None):
 
 
 def compile(module: HloModule, target: str = "cpu", fusion: bool = True, verify: bool | None = None,
-            dump_dir: str | None = None, cache_dir: str | None = None) -> Executable:
-    """Optimize and fuse `module` for `target` and return an Executable."""
+            dump_dir: str | None = None, cache_dir: str | None = None, cache: bool = True) -> Executable:
+    """Optimize and fuse `module` for `target` and return an Executable.
+
+    On the CPU, each kernel's object code is cached in this process and on disk, in
+    `cache_dir` or by default the user's cache directory (`$HLOFUSE_CACHE_DIR`, else
+    `$XDG_CACHE_HOME/hlofuse`, else `~/.cache/hlofuse`; see codegen/cache.py for its checks
+    and size bound). `cache=False` bypasses both caches."""
     if target not in TARGETS:
         raise ValueError(f"unknown target '{target}'; expected one of {', '.join(TARGETS)}")
     start = time.perf_counter()
@@ -121,7 +126,11 @@ def compile(module: HloModule, target: str = "cpu", fusion: bool = True, verify:
     elif target == "cpu":
         from .runtime.cpu_executor import CpuProgram
 
-        program = CpuProgram.compile(fused, cache_dir=cache_dir)
+        from .codegen.cache import default_cache_dir
+
+        if cache and cache_dir is None:
+            cache_dir = default_cache_dir()
+        program = CpuProgram.compile(fused, cache_dir=cache_dir if cache else None, cache=cache)
         run = program.run
     else:
         from .runtime.gpu_executor import GpuProgram

@@ -2,8 +2,11 @@
 reproducible; locally every run explores new examples."""
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import sys
+import tempfile
 
 from hypothesis import settings
 
@@ -16,6 +19,13 @@ sys.path.insert(0, os.path.join(_TESTS, "support"))
 # Every compile in the tests verifies the module after each pass (off by default for users:
 # it costs compile time), so a pass that leaves an invalid module fails the test that ran it.
 os.environ.setdefault("HLOFUSE_VERIFY_PASSES", "1")
+
+# hlofuse.compile caches kernel object code on disk by default: the tests use a fresh
+# directory per session (per xdist worker), never the user's cache, so an entry written by
+# another version of the code cannot hide a code generation bug.
+_CACHE_DIR = tempfile.mkdtemp(prefix="hlofuse-test-cache-")
+os.environ["HLOFUSE_CACHE_DIR"] = _CACHE_DIR
+atexit.register(shutil.rmtree, _CACHE_DIR, True)
 
 settings.register_profile("ci", derandomize=True, print_blob=True)
 if os.environ.get("CI", "").lower() in ("1", "true", "yes"):

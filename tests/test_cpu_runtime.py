@@ -44,9 +44,14 @@ def test_disk_cache_second_compile_is_fast(tmp_path):
 
 
 def test_cache_key_changes_with_the_module(tmp_path):
-    CpuProgram.compile(parse_hlo(CHAIN), cache_dir=tmp_path)
-    CpuProgram.compile(parse_hlo(CHAIN.replace("abs(d)", "negate(d)")), cache_dir=tmp_path)
-    assert len(list(tmp_path.glob("*.o"))) == 2
+    """Object code is cached per kernel: a module changed in one instruction stores one new
+    entry (the unfused chain runs one kernel per instruction)."""
+    first = CpuProgram.compile(parse_hlo(CHAIN), cache_dir=tmp_path)
+    before = len(list(tmp_path.glob("*.o")))
+    assert before == len(first.code.objects) == 5
+    second = CpuProgram.compile(parse_hlo(CHAIN.replace("abs(d)", "sqrt(d)")), cache_dir=tmp_path)
+    assert len(list(tmp_path.glob("*.o"))) == before + 1
+    assert [o.cached for o in second.code.objects].count(False) <= 1
 
 
 def test_temporaries_share_buffers_and_outputs_are_fresh():

@@ -1,23 +1,84 @@
-"""Caches of compiled object code: in this process (`memory_cache`) and on disk (no pickle:
-raw object files and their key).
+"""Caches of compiled kernels' object code: in this process (`memory_cache`) and on disk.
 
-The key is a fingerprint of everything the machine code depends on: the fused module's
-canonical text with the kernels' signature, the target (triple, host CPU name and features),
-the hlofuse version and the emitter version. A disk entry is `<key>.o`, written atomically
-(temporary file + rename).
+Object code is cached per kernel (codegen/cpu.py), keyed by a fingerprint of everything its
+machine code depends on: the kernel's structural text (codegen/kernel_key.py), its LLVM
+pipeline, the target (triple, host CPU name and features), the hlofuse version and the emitter
+version. A module changed in one place recompiles only the kernels that changed.
+
+The disk cache is on by default for the command line and `hlofuse.compile`, in
+`default_cache_dir()` (`$HLOFUSE_CACHE_DIR`, else `$XDG_CACHE_HOME/hlofuse`, else
+`~/.cache/hlofuse`). An object file is code this process will run, so the cache loads only
+what it wrote itself:
+- the directory is created with mode 0700 and refused (the disk cache is then off, with a
+  warning) unless it is ours and no one else can write to it;
+- an entry `<key>.o` holds a header with the key it was stored under and the SHA-256 of the
+  object, written to a temporary file and renamed into place (readers never see half an
+  entry); loading checks the owner, the key and the checksum, and drops an entry that fails;
+- the directory is bounded (`HLOFUSE_CACHE_MAX_BYTES`, default 512 MB): after a store, the
+  least recently used entries (by modification time; a hit touches its entry) are removed.
 """
 from __future__ import annotations
 
 import hashlib
 import os
+import stat
+import sys
 import tempfile
+import threading
+import time
+from collections import OrderedDict
 
-# Bumped whenever the code emitted for the same fused module text changes (cpu-2: reduction
-# epilogues that read a reduce at another index, and narrow-float reductions in XLA's order).
-EMITTER_VERSION = "cpu-2"
+# Bumped whenever the code emitted for the same kernel text changes (cpu-3: one object per
+# kernel, its function named by its key).
+EMITTER_VERSION = "cpu-3"
 
-# Object code compiled in this process, by key (tests clear it to exercise the disk cache).
-memory_cache: dict[str, bytes] = {}
+DEFAULT_MAX_BYTES = 512 << 20
+_MAGIC = b"HLOFUSE-KERNEL-OBJECT 1\n"
+_HEADER = len(_MAGIC) + 65 + 65  # magic, key + newline, SHA-256 of the object + newline
+_STALE_TEMP_SECONDS = 3600  # a temporary file this old is a crashed writer's leftover
+
+
+class _MemoryCache:
+    """Object code compiled in this process, by key, least recently used dropped past
+    `max_bytes` (tests clear it to exercise the disk cache)."""
+
+    def __init__(self, max_bytes: int = 256 << 20) -> None:
+        self.max_bytes = max_bytes
+        self._entries: OrderedDict[str, bytes] = OrderedDict()
+        self._bytes = 0
+        self._lock = threading.Lock()
+
+    def get(self, key: str) -> bytes | None:
+        """The object stored under `key`, or None."""
+        with self._lock:
+            obj = self._entries.get(key)
+            if obj is not None:
+                self._entries.move_to_end(key)
+            return obj
+
+    def __setitem__(self, key: str, obj: bytes) -> None:
+        with self._lock:
+            old = self._entries.pop(key, None)
+            self._bytes += len(obj) - (len(old) if old is not None else 0)
+            self._entries[key] = obj
+            while self._bytes > self.max_bytes and len(self._entries) > 1:
+                _, dropped = self._entries.popitem(last=False)
+                self._bytes -= len(dropped)
+
+    def __contains__(self, key: str) -> bool:
+        return key in self._entries
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def clear(self) -> None:
+        """Forget every entry."""
+        with self._lock:
+            self._entries.clear()
+            self._bytes = 0
+
+
+memory_cache = _MemoryCache()
 
 
 def hlofuse_version() -> str:
@@ -30,39 +91,198 @@ def hlofuse_version() -> str:
         return "0+local"
 
 
-def cache_key(module_text: str, target_fingerprint: str) -> str:
-    """Hex fingerprint of module text + target + hlofuse version + emitter version."""
+def cache_key(text: str, target_fingerprint: str) -> str:
+    """Hex fingerprint of `text` (a kernel's structural text and pipeline) + target + hlofuse
+    version + emitter version."""
     h = hashlib.sha256()
-    for part in (module_text, target_fingerprint, hlofuse_version(), EMITTER_VERSION):
+    for part in (text, target_fingerprint, hlofuse_version(), EMITTER_VERSION):
         h.update(part.encode())
         h.update(b"\0")
     return h.hexdigest()
 
 
+def default_cache_dir() -> str:
+    """Where the disk cache lives: `$HLOFUSE_CACHE_DIR`, else `$XDG_CACHE_HOME/hlofuse`, else
+    `~/.cache/hlofuse`."""
+    explicit = os.environ.get("HLOFUSE_CACHE_DIR")
+    if explicit:
+        return explicit
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "hlofuse")
+
+
+def max_cache_bytes() -> int:
+    """The disk cache's size bound: `$HLOFUSE_CACHE_MAX_BYTES`, else 512 MB."""
+    text = os.environ.get("HLOFUSE_CACHE_MAX_BYTES", "")
+    try:
+        return max(0, int(text)) if text else DEFAULT_MAX_BYTES
+    except ValueError:
+        _warn(f"HLOFUSE_CACHE_MAX_BYTES={text!r} is not a whole number; using {DEFAULT_MAX_BYTES}")
+        return DEFAULT_MAX_BYTES
+
+
+_warned: set[str] = set()
+
+
+def _warn(message: str) -> None:
+    """Print a cache warning once per process (the cache is an optimization: never an error)."""
+    if message not in _warned:
+        _warned.add(message)
+        print(f"hlofuse: warning: {message}", file=sys.stderr)
+
+
+class UnsafeCacheDirectory(Exception):
+    """The cache directory is not ours alone: loading code from it could run another user's."""
+
+
+def secure_directory(directory: str) -> None:
+    """Create `directory` (mode 0700) if missing; raise UnsafeCacheDirectory unless it is a
+    directory owned by this user that no one else can write to."""
+    os.makedirs(directory, mode=0o700, exist_ok=True)
+    st = os.stat(directory)
+    if not stat.S_ISDIR(st.st_mode):
+        raise UnsafeCacheDirectory(f"{directory} is not a directory")
+    if hasattr(os, "getuid") and st.st_uid != os.getuid():
+        raise UnsafeCacheDirectory(f"{directory} belongs to another user (uid {st.st_uid})")
+    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        raise UnsafeCacheDirectory(f"{directory} can be written by other users (mode {stat.S_IMODE(st.st_mode):o})")
+
+
+def _entry(key: str, obj: bytes) -> bytes:
+    return _MAGIC + key.encode() + b"\n" + hashlib.sha256(obj).hexdigest().encode() + b"\n" + obj
+
+
+def _payload(key: str, data: bytes) -> bytes | None:
+    """The object of entry `data` if it is an entry for `key` with an intact object, else None."""
+    if len(data) < _HEADER or not data.startswith(_MAGIC):
+        return None
+    head = data[len(_MAGIC):_HEADER]
+    obj = data[_HEADER:]
+    if head[:64] != key.encode() or head[64:65] != b"\n" or head[-1:] != b"\n":
+        return None
+    if head[65:129] != hashlib.sha256(obj).hexdigest().encode():
+        return None
+    return obj
+
+
 class CompileCache:
-    """Object files by key in `directory` (created on first store)."""
+    """Kernel object files by key in `directory` (see the module docstring for the checks)."""
 
-    def __init__(self, directory: str | os.PathLike) -> None:
+    def __init__(self, directory: str | os.PathLike, max_bytes: int | None = None) -> None:
         self.directory = os.fspath(directory)
+        self.max_bytes = max_cache_bytes() if max_bytes is None else max_bytes
+        self._usable: bool | None = None
 
-    def _path(self, key: str) -> str:
+    def usable(self) -> bool:
+        """Whether the directory exists (created if not) and is safe to load code from."""
+        if self._usable is None:
+            try:
+                secure_directory(self.directory)
+                self._usable = True
+            except UnsafeCacheDirectory as e:
+                _warn(f"compile cache disabled: {e}")
+                self._usable = False
+            except OSError as e:
+                _warn(f"compile cache disabled: cannot create {self.directory}: {e.strerror}")
+                self._usable = False
+        return self._usable
+
+    def path(self, key: str) -> str:
+        """The file of the entry for `key`."""
         return os.path.join(self.directory, key + ".o")
 
+    def has(self, key: str) -> bool:
+        """Whether an entry for `key` exists (not checked: `load` checks)."""
+        return self.usable() and os.path.isfile(self.path(key))
+
     def load(self, key: str) -> bytes | None:
-        """The object code stored under `key`, or None."""
+        """The object code stored under `key`, or None (also for an entry that is not ours,
+        not for this key or damaged; such an entry is removed)."""
+        if not self.usable():
+            return None
+        path = self.path(key)
         try:
-            with open(self._path(key), "rb") as f:
-                return f.read()
+            fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
         except OSError:
             return None
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode) or (hasattr(os, "getuid") and st.st_uid != os.getuid()):
+                return None
+            with os.fdopen(fd, "rb", closefd=False) as f:
+                data = f.read()
+        except OSError:
+            return None
+        finally:
+            os.close(fd)
+        obj = _payload(key, data)
+        if obj is None:
+            _warn(f"compile cache entry {path} is damaged or not for its key; removed")
+            _remove(path)
+            return None
+        try:
+            os.utime(path)  # recently used: evicted last
+        except OSError:
+            pass
+        return obj
 
     def store(self, key: str, object_code: bytes) -> None:
         """Store object code under `key` (atomic; errors writing the cache are ignored)."""
+        if not self.usable():
+            return
+        tmp = None
         try:
-            os.makedirs(self.directory, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=self.directory, suffix=".tmp")
+            fd, tmp = tempfile.mkstemp(dir=self.directory, prefix=".", suffix=".tmp")
             with os.fdopen(fd, "wb") as f:
-                f.write(object_code)
-            os.replace(tmp, self._path(key))
+                f.write(_entry(key, object_code))
+            os.replace(tmp, self.path(key))
+            tmp = None
         except OSError:
             pass
+        finally:
+            if tmp is not None:
+                _remove(tmp)
+
+    def entries(self) -> list[tuple[float, int, str]]:
+        """(modification time, size, path) of every entry."""
+        found = []
+        try:
+            names = os.listdir(self.directory)
+        except OSError:
+            return []
+        now = time.time()
+        for name in names:
+            path = os.path.join(self.directory, name)
+            try:
+                st = os.lstat(path)
+            except OSError:
+                continue
+            if name.endswith(".tmp") and now - st.st_mtime > _STALE_TEMP_SECONDS:
+                _remove(path)
+            elif name.endswith(".o") and stat.S_ISREG(st.st_mode):
+                found.append((st.st_mtime, st.st_size, path))
+        return found
+
+    def evict(self) -> int:
+        """Remove least recently used entries until the directory holds at most `max_bytes`;
+        returns how many were removed."""
+        if not self.usable():
+            return 0
+        entries = sorted(self.entries())
+        total = sum(size for _, size, _ in entries)
+        removed = 0
+        for _, size, path in entries:
+            if total <= self.max_bytes:
+                break
+            if _remove(path):
+                total -= size
+                removed += 1
+        return removed
+
+
+def _remove(path: str) -> bool:
+    try:
+        os.remove(path)
+        return True
+    except OSError:
+        return False

@@ -1,26 +1,31 @@
-"""Codegen for the host CPU: plan the fused module, emit ONE LLVM module of kernels, optimize
-it at O3 for the host and compile it to object code.
+"""Codegen for the host CPU: plan the fused module, emit an LLVM module per distinct kernel,
+optimize each for the host and compile it to an object file.
 
     code = compile_cpu(fused_module, cache_dir=None)   # a CpuCode (codegen/program.py)
-    code.object_code, code.llvm_ir(), code.asm()
+    code.objects, code.symbols, code.llvm_ir(), code.asm()
 
 Planning is pure Python and cheap (codegen/schedule.py, shared with the GPU): every executed
 computation becomes steps; a fusion, or a fusible op left unfused, becomes kernels of the
-shared kernel planner (codegen/planning.py), a small dot a sequential kernel. Object code is
-cached in memory and on disk by fingerprint (codegen/cache.py). runtime/cpu_executor.py loads
-the object and runs the schedule.
+shared kernel planner (codegen/planning.py), a small dot a sequential kernel. Kernels with the
+same structural text (codegen/kernel_key.py) are compiled once and share one function, named
+after their cache key; each distinct kernel's object code is cached in memory and on disk by
+that key (codegen/cache.py), so a module changed in one place recompiles only what changed.
+runtime/cpu_executor.py loads the objects and runs the schedule.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 
 import llvmlite.binding as llvm
 from llvmlite import ir
 
-from ..emitters.cpu.target import CpuTarget, host_target_machine, optimize
+from ..emitters.cpu.target import CpuTarget, compile_ir_timed, host_target_machine, optimized_module
 from ..hlo.ir import HloComputation, HloInstruction, HloModule
 from ..passes.fusion.decisions import module_log
 from .cache import CompileCache, cache_key, memory_cache
+from .kernel_key import kernel_text
 from .kernels.args import output_leaves, param_leaf_count
 from .kernels.cpu_loop import emit_loop_kernel
 from .kernels.cpu_reduction import emit_reduction_kernel
@@ -93,53 +98,97 @@ class CpuPlanner(Planner):
         return None
 
 
-def kernel_signature(kernels: list[KernelPlan]) -> str:
-    """The kernels' names, stages and argument counts: part of the cache key, so object code
-    planned differently for the same module text (e.g. a shared expression) is not reused."""
-    return "".join(f"\n; {k.name} {k.stage} {param_leaf_count(k.comp)} {len(output_leaves(k.comp))} {len(k.scratch)}"
-                   for k in kernels)
+def kernel_symbol(key: str) -> str:
+    """The function name of the kernel compiled under cache key `key` (the same in every
+    program, so its object file is shared by every program with that kernel)."""
+    return "hlofuse_kernel_" + key
 
 
-def emit_module(name: str, kernels: list[KernelPlan], target) -> ir.Module:
-    """The LLVM module (llvmlite.ir) named after module `name` with every kernel of `kernels`."""
+def speed_level(kernel: KernelPlan) -> int:
+    """The LLVM optimization level of `kernel` (benchmarks/compile_time.py measures O2 against
+    O3 per kernel kind)."""
+    return 3
+
+
+def emit_kernel(mod: ir.Module, kernel: KernelPlan, target, name: str) -> None:
+    """Emit `kernel` into `mod` as function `name`."""
+    skel = CpuKernelSkeleton(mod, target, name, kernel.comp, len(output_leaves(kernel.comp)), len(kernel.scratch))
+    if kernel.group is not None:
+        emit_reduction_kernel(skel, kernel.comp, kernel.group, kernel.stage, kernel.parts)
+    else:
+        emit_loop_kernel(skel, kernel.comp, kernel.outputs)
+
+
+def _new_module(name: str, target) -> ir.Module:
     mod = ir.Module(name=symbol_name(name))
     mod.triple = target.triple
     mod.data_layout = target.data_layout
+    return mod
+
+
+def emit_module(name: str, kernels: list[KernelPlan], target) -> ir.Module:
+    """One LLVM module (llvmlite.ir) named after module `name` with every kernel of `kernels`
+    under its own name (for inspection: compilation emits a module per distinct kernel)."""
+    mod = _new_module(name, target)
     for k in kernels:
-        skel = CpuKernelSkeleton(mod, target, k.name, k.comp, len(output_leaves(k.comp)), len(k.scratch))
-        if k.group is not None:
-            emit_reduction_kernel(skel, k.comp, k.group, k.stage, k.parts)
-        else:
-            emit_loop_kernel(skel, k.comp, k.outputs)
+        emit_kernel(mod, k, target, k.name)
+    return mod
+
+
+def emit_kernel_module(kernel: KernelPlan, target, name: str) -> ir.Module:
+    """An LLVM module holding `kernel` alone, as function `name`."""
+    mod = _new_module(name, target)
+    emit_kernel(mod, kernel, target, name)
     return mod
 
 
 def optimize_module(mod: ir.Module) -> llvm.ModuleRef:
     """`mod` parsed, verified and optimized at O3 for the host."""
-    llmod = llvm.parse_assembly(str(mod))
-    llmod.verify()
-    optimize(llmod)
-    return llmod
+    return optimized_module(str(mod))
+
+
+@dataclass(eq=False)
+class KernelObject:
+    """A distinct kernel of a program: its cache key, the function its object defines, the
+    program's kernels that run it, its optimization level and its object code."""
+
+    key: str
+    symbol: str
+    kernels: list[KernelPlan]
+    speed_level: int
+    object_code: bytes = field(default=b"", repr=False)
+    cached: bool = False  # the object came from the memory or the disk cache
 
 
 @dataclass(eq=False)
 class CpuCode(Program):
-    """A fused module compiled for the host CPU: its schedule, kernels and object code."""
+    """A fused module compiled for the host CPU: its schedule, kernels and their object code
+    (one object file per distinct kernel)."""
 
-    object_code: bytes = b""
-    cache_hit: bool = False  # the object code came from the memory or disk cache
+    objects: list[KernelObject] = field(default_factory=list)
+    symbols: dict[str, str] = field(default_factory=dict)  # kernel name -> function symbol
+    timings: dict[str, float] = field(default_factory=dict)  # stage -> seconds (see compile_cpu)
     _llvm_ir: str | None = None
 
-    def build_object(self, target) -> bytes:
-        """Emit, optimize and compile every kernel to a host object file."""
-        llmod = optimize_module(emit_module(self.module.name, self.kernels, target))
-        self._llvm_ir = str(llmod)
-        return host_target_machine().emit_object(llmod)
+    @property
+    def cache_hit(self) -> bool:
+        """Whether every kernel's object code came from the memory or disk cache."""
+        return all(o.cached for o in self.objects)
+
+    @property
+    def compiled_count(self) -> int:
+        """How many distinct kernels LLVM compiled for this program (not found in a cache)."""
+        return sum(not o.cached for o in self.objects)
 
     def llvm_ir(self) -> str:
-        """The optimized LLVM IR of the program (re-emitted if the object came from the cache)."""
+        """The optimized LLVM IR of every kernel, under the kernels' names, as one module
+        (re-emitted and optimized on request, at each kernel's level)."""
         if self._llvm_ir is None:
-            self._llvm_ir = str(optimize_module(emit_module(self.module.name, self.kernels, CpuTarget())))
+            target = CpuTarget()
+            linked = llvm.parse_assembly(str(_new_module(self.module.name, target)))
+            for k in self.kernels:
+                linked.link_in(optimized_module(str(emit_kernel_module(k, target, k.name)), speed_level(k)))
+            self._llvm_ir = str(linked)
         return self._llvm_ir
 
     def asm(self) -> str:
@@ -147,23 +196,84 @@ class CpuCode(Program):
         return host_target_machine().emit_assembly(llvm.parse_assembly(self.llvm_ir()))
 
 
-def compile_cpu(fused_module: HloModule, cache_dir=None, log=None) -> CpuCode:
-    """Plan `fused_module` and compile its kernels to host object code (from the memory or
-    disk cache when possible). The kernel planner's decisions go to `log`, by default the
-    fused module's fusion log (passes/fusion/decisions.module_log)."""
+def distinct_kernels(kernels: list[KernelPlan], target) -> list[KernelObject]:
+    """The program's kernels grouped by cache key (structurally identical kernels share one)."""
+    fingerprint = target.fingerprint()
+    found: dict[str, KernelObject] = {}
+    for k in kernels:
+        level = speed_level(k)
+        key = cache_key(f"O{level}\n" + kernel_text(k), fingerprint)
+        obj = found.get(key)
+        if obj is None:
+            obj = found[key] = KernelObject(key, kernel_symbol(key), [], level)
+        obj.kernels.append(k)
+    return list(found.values())
+
+
+def compile_objects(objects: list[KernelObject], target, timings: dict[str, float]) -> None:
+    """Compile each of `objects` to object code, LLVM's work overlapped with the emission of
+    the next kernels: this thread emits and prints a kernel's module, a worker thread optimizes
+    and compiles it. llvmlite's calls release the GIL, but llvmlite also serializes them all
+    behind one process-wide lock (llvmlite/binding/ffi.py), so one worker is all threads can
+    use (benchmarks/compile_time.py measures this). Adds the stages' seconds to `timings`."""
+    emission = opt = codegen = 0.0
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="hlofuse-llvm") as pool:
+        futures = []
+        for o in objects:
+            t0 = time.perf_counter()
+            text = str(emit_kernel_module(o.kernels[0], target, o.symbol))
+            emission += time.perf_counter() - t0
+            futures.append(pool.submit(compile_ir_timed, text, o.speed_level))
+        t0 = time.perf_counter()
+        for o, f in zip(objects, futures):
+            o.object_code, t_opt, t_codegen = f.result()
+            opt += t_opt
+            codegen += t_codegen
+        waited = time.perf_counter() - t0
+    for stage, seconds in (("emission", emission), ("llvm optimization", opt), ("code generation", codegen),
+                           ("llvm wait", waited)):
+        timings[stage] = timings.get(stage, 0.0) + seconds
+
+
+def compile_cpu(fused_module: HloModule, cache_dir=None, log=None, cache: bool = True) -> CpuCode:
+    """Plan `fused_module` and compile each distinct kernel to a host object file, from the
+    memory or disk cache (`cache_dir`, none if None) when possible; `cache=False` bypasses both.
+    The kernel planner's decisions go to `log`, by default the fused module's fusion log
+    (passes/fusion/decisions.module_log). `CpuCode.timings` gets the seconds of planning,
+    cache look-ups, emission (LLVM IR built and printed), LLVM optimization and code
+    generation (their sums over kernels) and the wall time spent waiting for LLVM."""
+    start = time.perf_counter()
     planner = CpuPlanner(log=log if log is not None else module_log(fused_module))
     code = CpuCode(fused_module, planner)
     planner.plan(fused_module.entry)  # and every computation the entry runs
     target = CpuTarget()
-    key = cache_key(fused_module.to_text() + kernel_signature(code.kernels), target.fingerprint())
-    disk = CompileCache(cache_dir) if cache_dir is not None else None
-    on_disk = disk.load(key) if disk is not None else None
-    obj = memory_cache.get(key) or on_disk
-    code.cache_hit = obj is not None
-    if obj is None:
-        obj = code.build_object(target)
-    if disk is not None and on_disk is None:
-        disk.store(key, obj)
-    memory_cache[key] = obj
-    code.object_code = obj
+    code.objects = distinct_kernels(code.kernels, target)
+    code.symbols = {k.name: o.symbol for o in code.objects for k in o.kernels}
+    now = time.perf_counter()
+    code.timings["planning"] = now - start
+    disk = CompileCache(cache_dir) if cache and cache_dir is not None else None
+    missing, stored = [], False
+    for o in code.objects:
+        obj = memory_cache.get(o.key) if cache else None
+        if obj is not None and disk is not None and not disk.has(o.key):
+            disk.store(o.key, obj)  # compiled in this process before, for another directory
+            stored = True
+        if obj is None and disk is not None:
+            obj = disk.load(o.key)
+            if obj is not None:
+                memory_cache[o.key] = obj
+        if obj is None:
+            missing.append(o)
+        else:
+            o.object_code, o.cached = obj, True
+    code.timings["cache"] = time.perf_counter() - now
+    compile_objects(missing, target, code.timings)
+    for o in missing:
+        if cache:
+            memory_cache[o.key] = o.object_code
+        if disk is not None:
+            disk.store(o.key, o.object_code)
+            stored = True
+    if stored:
+        disk.evict()
     return code

@@ -5,9 +5,9 @@
     program.llvm_ir(), program.asm(), program.compile_seconds
 
 codegen/cpu.py plans the module (every executed computation becomes steps; fusions become
-kernels; other ops run as library rules, runtime/library_ops.py), emits its kernels into one
-LLVM module, optimizes it at O3 for the host and compiles it to object code (cached on disk
-by fingerprint). Here the object is loaded and the steps run (runtime/program.py). A
+kernels; other ops run as library rules, runtime/library_ops.py), emits each distinct kernel
+into its own LLVM module, optimizes it for the host and compiles it to an object file (cached
+per kernel in memory and on disk). Here the objects are loaded and the steps run (runtime/program.py). A
 kernel's outer range of work units is split over a thread pool; ctypes releases the GIL
 during the call. Per-call work is kept small (box_decode runs five kernels in ~0.15 ms):
 what a kernel step needs is prepared on its first run (`_StepRuntime`), and array addresses
@@ -65,24 +65,31 @@ class CpuProgram(ProgramBase):
 
     # ---- compilation -----------------------------------------------------------------------
     @classmethod
-    def compile(cls, fused_module: HloModule, cache_dir=None) -> "CpuProgram":
-        """Compile `fused_module` (codegen/cpu.py; object code from the cache when possible) and load it."""
+    def compile(cls, fused_module: HloModule, cache_dir=None, cache: bool = True) -> "CpuProgram":
+        """Compile `fused_module` (codegen/cpu.py; each kernel's object code from the memory
+        cache, or the disk cache in `cache_dir`, when possible; `cache=False` bypasses both) and
+        load it. `code.timings` gets the stages' seconds, loading included."""
         start = time.perf_counter()
-        prog = cls(compile_cpu(fused_module, cache_dir))
-        prog._load(prog.code.object_code)
+        prog = cls(compile_cpu(fused_module, cache_dir, cache=cache))
+        loading = time.perf_counter()
+        prog._load()
+        prog.code.timings["loading"] = time.perf_counter() - loading
         prog.compile_seconds = time.perf_counter() - start
         return prog
 
     @property
     def cache_hit(self) -> bool:
-        """Whether the object code came from the memory or disk cache."""
+        """Whether every kernel's object code came from the memory or disk cache."""
         return self.code.cache_hit
 
-    def _load(self, obj: bytes) -> None:
-        self._jit = JitModule(object_code=obj)
+    def _load(self) -> None:
+        """Load every distinct kernel's object into one engine; each kernel calls its
+        object's function (structurally identical kernels share one)."""
+        self._jit = JitModule(objects=[o.object_code for o in self.code.objects])
+        addresses = {o.symbol: self._jit.address(o.symbol) for o in self.code.objects}
         for k in self._planner.kernels:
             proto = ctypes.CFUNCTYPE(None, *([ctypes.c_void_p] * k.pointer_count), ctypes.c_int64, ctypes.c_int64)
-            self.loaded[k.name] = LoadedKernel(k, proto(self._jit.address(k.name)))
+            self.loaded[k.name] = LoadedKernel(k, proto(addresses[self.code.symbols[k.name]]))
 
     def llvm_ir(self) -> str:
         """The optimized LLVM IR of the program (re-emitted if the object came from the cache)."""

@@ -8,6 +8,7 @@ to address 0.
 from __future__ import annotations
 
 import threading
+from typing import Iterable
 
 import llvmlite.binding as llvm
 
@@ -18,13 +19,19 @@ _lock = threading.Lock()
 
 
 class JitModule:
-    """Machine code loaded in an MCJIT engine, from an optimized module or an object file."""
+    """Machine code loaded in an MCJIT engine: from an optimized module, an object file, or
+    several object files (`objects`, one per kernel; each defines its own functions, and what
+    they share, the half-conversion builtins, comes from `llvm.add_symbol`, jit_builtins.py)."""
 
-    def __init__(self, llmod: llvm.ModuleRef | None = None, object_code: bytes | None = None) -> None:
+    def __init__(self, llmod: llvm.ModuleRef | None = None, object_code: bytes | None = None,
+                 objects: Iterable[bytes] = ()) -> None:
         register_builtins()  # the builtins LLVM may call (half conversions) before any load
-        if object_code is None:
+        objects = list(objects)
+        if object_code is not None:
+            objects.append(object_code)
+        if llmod is not None:
             # Through an object file, so its external symbols can be checked like a cached one's.
-            object_code = host_target_machine().emit_object(llmod)
+            objects.append(host_target_machine().emit_object(llmod))
         tm = new_host_target_machine()  # owned (and freed) by the engine
         with _lock:
             empty = llvm.parse_assembly("")
@@ -32,8 +39,10 @@ class JitModule:
             self.engine = llvm.create_mcjit_compiler(empty, tm)
             # After the engine exists (it makes the process's symbols searchable): MCJIT binds
             # an unknown symbol to address 0, so a missing one must fail here, not segfault.
-            check_resolvable(object_code)
-            self.engine.add_object_file(llvm.ObjectFileRef.from_data(object_code))
+            for obj in objects:
+                check_resolvable(obj)
+            for obj in objects:
+                self.engine.add_object_file(llvm.ObjectFileRef.from_data(obj))
             self.engine.finalize_object()
 
     def address(self, name: str) -> int:

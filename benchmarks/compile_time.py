@@ -1,0 +1,203 @@
+"""Compile time: hlofuse beside XLA:CPU on the same HLO text, in one process.
+
+    python benchmarks/compile_time.py [--sizes 1000,10000,100000] [--budget 600] [--no-xla]
+                                      [--workloads] [--json OUT]
+
+Generated modules of about 1k, 10k and 100k instructions, in two forms: a *chain* (each
+elementwise op reads the one before: one deep fused kernel) and a *wide* DAG (independent
+elementwise branches, added pairwise: many shallow fusions), then (--workloads) the JAX
+workloads of benchmarks/workloads.py and a training step of 50 same-shaped Adam updates. For
+each: hlofuse's cold compile (no cache: passes, planning, emission, LLVM optimization, code
+generation, loading, as `hlofuse compile --timings` shows them), its compile from the disk
+cache in the same process with the memory cache cleared, and XLA:CPU's compile of the same text
+(benchmarks/real_models.py's XlaExecutable); time per instruction and the growth from the
+previous size. A size whose predicted time (the last one's, scaled by its growth) exceeds what
+is left of --budget is not run: the table says how far it got. The machine's load is printed:
+these machines are shared, so compare numbers from the same run.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.dirname(HERE))
+
+
+def chain_module(n: int) -> str:
+    """About `n` instructions: a chain of add/multiply/negate/exponential on f32[8,8] (bounded:
+    exp(-(x + p) / 2) contracts), so everything fuses into one deep kernel."""
+    lines = ["HloModule chain", "", "ENTRY main {", "  p = f32[8,8] parameter(0)",
+             "  half = f32[] constant(0.5)", "  hb = f32[8,8] broadcast(half), dimensions={}"]
+    cur = "p"
+    ops = ("add({cur}, p)", "multiply({cur}, hb)", "negate({cur})", "exponential({cur})")
+    for i in range(max(n - 4, 1)):
+        lines.append(f"  v{i} = f32[8,8] " + ops[i % 4].format(cur=cur))
+        cur = f"v{i}"
+    lines += [f"  ROOT out = f32[8,8] add({cur}, p)", "}"]
+    return "\n".join(lines) + "\n"
+
+
+def wide_module(n: int) -> str:
+    """About `n` instructions: n/4 independent branches exp(x_k * c_k) + y_k over f32[16]
+    (a parameter each, so they do not fold together) summed pairwise into one result."""
+    branches = max(n // 4, 2)
+    params = 16
+    lines = ["HloModule wide", "", "ENTRY main {"]
+    lines += [f"  p{j} = f32[16] parameter({j})" for j in range(params)]
+    vals = []
+    for k in range(branches):
+        a, b = f"p{k % params}", f"p{(k * 7 + 3) % params}"
+        # (names XLA's lexer cannot take for a type, such as s1 or u8)
+        lines += [f"  cst{k} = f32[] constant({1 + (k % 97) / 128})",
+                  f"  cb{k} = f32[16] broadcast(cst{k}), dimensions={{}}",
+                  f"  mul{k} = f32[16] multiply({a}, cb{k})",
+                  f"  th{k} = f32[16] tanh(mul{k})",
+                  f"  sum{k} = f32[16] add(th{k}, {b})"]
+        vals.append(f"sum{k}")
+    level = 0
+    while len(vals) > 1:
+        nxt = []
+        for i in range(0, len(vals) - 1, 2):
+            name = f"t{level}_{i}"
+            lines.append(f"  {name} = f32[16] add({vals[i]}, {vals[i + 1]})")
+            nxt.append(name)
+        if len(vals) % 2:
+            nxt.append(vals[-1])
+        vals, level = nxt, level + 1
+    lines[-1] = lines[-1].replace(f"  {vals[0]} =", f"  ROOT {vals[0]} =")
+    lines.append("}")
+    return "\n".join(lines) + "\n"
+
+
+def adam_step_text(n_params: int = 50) -> str:
+    """HLO of an Adam update of `n_params` parameters of five shapes (through JAX)."""
+    import jax
+    import jax.numpy as jnp
+
+    shapes = [(256, 256), (256,), (128, 512), (512,), (64, 64)]
+    params = [jnp.ones(shapes[i % len(shapes)], jnp.float32) for i in range(n_params)]
+
+    def step(ps, gs, ms, vs, t):
+        out = []
+        for p, g, m, v in zip(ps, gs, ms, vs):
+            m = 0.9 * m + 0.1 * g
+            v = 0.999 * v + 0.001 * g * g
+            out.append((p - 1e-3 * (m / (1 - 0.9 ** t)) / (jnp.sqrt(v / (1 - 0.999 ** t)) + 1e-8), m, v))
+        return out
+
+    return jax.jit(step).lower(params, params, params, params, jnp.float32(3.0)).as_text(dialect="hlo")
+
+
+def instruction_count(text: str) -> int:
+    import hlofuse
+
+    return sum(len(c.instructions) for c in hlofuse.parse_hlo(text).computations)
+
+
+def measure(name: str, text: str, xla: bool, cache_dir: str) -> dict:
+    """One row: hlofuse cold and cached compile with its stages, XLA:CPU's compile."""
+    import hlofuse
+    from hlofuse.codegen import cache
+
+    start = time.perf_counter()
+    module = hlofuse.parse_hlo(text)
+    parse = time.perf_counter() - start
+    count = sum(len(c.instructions) for c in module.computations)
+    cpu0 = time.process_time()
+    start = time.perf_counter()
+    exe = hlofuse.compile(module, "cpu", verify=False, cache_dir=cache_dir)
+    cold = time.perf_counter() - start
+    cold_cpu = time.process_time() - cpu0
+    code = exe.program.code
+    row = {"name": name, "instructions": count, "parse_s": parse, "cold_s": cold, "cold_cpu_s": cold_cpu,
+           "passes_s": sum(t for _, t, _ in exe.timings()), "kernels": len(code.kernels),
+           "distinct": len(code.objects), **{k.replace(" ", "_") + "_s": v for k, v in code.timings.items()}}
+    cache.memory_cache.clear()
+    start = time.perf_counter()
+    hlofuse.compile(module, "cpu", verify=False, cache_dir=cache_dir)
+    row["cached_s"] = time.perf_counter() - start
+    if xla:
+        from real_models import XlaExecutable
+
+        try:
+            row["xla_s"] = XlaExecutable(text).compile_seconds
+        except Exception as e:  # XLA refusing a module is a result, not a crash of the table
+            row["xla_error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:80]}"
+    return row
+
+
+def print_row(row: dict, prev: dict | None) -> None:
+    n = row["instructions"]
+    growth = ""
+    if prev is not None and prev["name"].split()[0] == row["name"].split()[0]:
+        growth = f" growth x{row['cold_s'] / prev['cold_s']:.1f} for x{n / prev['instructions']:.1f} instructions"
+    xla = f"{row['xla_s']:7.2f}s" if "xla_s" in row else ("  error" if "xla_error" in row else "      -")
+    if "xla_error" in row:
+        print(f"  XLA:CPU refused {row['name']}: {row['xla_error']}")
+    print(f"{row['name']:22s} {n:7d} {row['cold_s']:8.2f}s {row['cold_s'] / n * 1e6:8.0f}us "
+          f"{row['cached_s']:7.2f}s {xla}  kernels {row['kernels']}/{row['distinct']}  "
+          f"passes {row['passes_s']:.2f} plan {row.get('planning_s', 0):.2f} emit {row.get('emission_s', 0):.2f} "
+          f"opt {row.get('llvm_optimization_s', 0):.2f} codegen {row.get('code_generation_s', 0):.2f} "
+          f"load {row.get('loading_s', 0):.2f}{growth}", flush=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--sizes", default="1000,10000,100000", help="instruction counts of the generated modules")
+    ap.add_argument("--budget", type=float, default=600.0, help="seconds for the generated modules of each form")
+    ap.add_argument("--no-xla", action="store_true", help="skip XLA:CPU's compile")
+    ap.add_argument("--workloads", action="store_true", help="also the JAX workloads and an Adam training step")
+    ap.add_argument("--forms", default="chain,wide", help="generated forms: chain, wide")
+    ap.add_argument("--json", help="write the rows here")
+    args = ap.parse_args(argv)
+    print(f"load average {os.getloadavg()}, {os.cpu_count()} cores")
+    print(f"{'module':22s} {'instrs':>7s} {'cold':>9s} {'per inst':>10s} {'cached':>8s} {'XLA:CPU':>8s}  stages (s)")
+    rows: list[dict] = []
+    sizes = [int(s) for s in args.sizes.split(",")]
+    forms = {"chain": chain_module, "wide": wide_module}
+    with tempfile.TemporaryDirectory() as cache_dir:
+        for form in args.forms.split(","):
+            start, prev = time.perf_counter(), None
+            for n in sizes:
+                left = args.budget - (time.perf_counter() - start)
+                if prev is not None:
+                    predicted = prev["cold_s"] * (n / prev["instructions"]) ** prev.get("exponent", 1.0)
+                    if predicted > left:
+                        print(f"{form} {n}: not run (predicted {predicted:.0f}s, {left:.0f}s of the budget left)")
+                        break
+                row = measure(f"{form} {n}", forms[form](n), not args.no_xla, cache_dir)
+                if prev is not None:
+                    import math
+
+                    row["exponent"] = max(1.0, math.log(row["cold_s"] / prev["cold_s"]) /
+                                          math.log(row["instructions"] / prev["instructions"]))
+                print_row(row, prev)
+                rows.append(row)
+                prev = row
+        if args.workloads:
+            import jax
+
+            from workloads import WORKLOADS
+
+            for name, w in WORKLOADS.items():
+                text = jax.jit(w.fn).lower(*w.inputs("small")).as_text(dialect="hlo")
+                row = measure(name, text, not args.no_xla, cache_dir)
+                print_row(row, None)
+                rows.append(row)
+            row = measure("adam step (50 params)", adam_step_text(), not args.no_xla, cache_dir)
+            print_row(row, None)
+            rows.append(row)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(rows, f, indent=2)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,340 @@
+"""Per-kernel compilation and the compile cache (codegen/cpu.py, codegen/kernel_key.py,
+codegen/cache.py): structurally identical kernels compile once, a module changed in one place
+recompiles one kernel, every kernel still computes what the interpreter computes, and the disk
+cache loads only entries it wrote itself (owner, key, checksum), in a directory only its user
+can write, bounded by LRU eviction."""
+from __future__ import annotations
+
+import os
+import re
+import stat
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import hlofuse
+from hlofuse.codegen import cache
+from hlofuse.codegen.cpu import CpuCode, CpuPlanner, emit_kernel_module
+from hlofuse.codegen.kernel_key import kernel_text
+from hlofuse.emitters.cpu.target import CpuTarget
+from hlofuse.runtime.cpu_executor import CpuProgram
+from hlofuse.runtime.io import random_inputs
+from repo_paths import EXAMPLES
+
+SHAPES = ["f32[64,32]", "f32[32]", "f32[16,8]"]
+
+
+def adam_text(n: int, shapes: list[str] = SHAPES, metadata: bool = True) -> str:
+    """An optimizer step: `n` Adam-like updates of parameters of a few shapes (same-shaped
+    updates are structurally identical; metadata differs per update, as JAX writes it)."""
+    lines = ["HloModule step", "", "ENTRY main {", "  lr = f32[] parameter(0)"]
+    outs = []
+    for i in range(n):
+        s = shapes[i % len(shapes)]
+        md = f', metadata={{op_name="update{i}" source_line={i}}}' if metadata else ""
+        lines += [f"  p{i} = {s} parameter({3 * i + 1})",
+                  f"  g{i} = {s} parameter({3 * i + 2})",
+                  f"  m{i} = {s} parameter({3 * i + 3})",
+                  f"  b{i} = {s} broadcast(lr), dimensions={{}}",
+                  f"  c{i} = f32[] constant(0.9)",
+                  f"  cb{i} = {s} broadcast(c{i}), dimensions={{}}",
+                  f"  mm{i} = {s} multiply(m{i}, cb{i}){md}",
+                  f"  mn{i} = {s} add(mm{i}, g{i}){md}",
+                  f"  r{i} = {s} rsqrt(mn{i}){md}",
+                  f"  st{i} = {s} multiply(b{i}, r{i}){md}",
+                  f"  u{i} = {s} subtract(p{i}, st{i}){md}"]
+        outs += [f"u{i}", f"mn{i}"]
+    tuple_shape = ", ".join(shapes[i % len(shapes)] for i in range(n) for _ in range(2))
+    lines += [f"  ROOT out = ({tuple_shape}) tuple({', '.join(outs)})", "}"]
+    return "\n".join(lines) + "\n"
+
+
+def _inputs(module) -> list[np.ndarray]:
+    args = random_inputs(module, seed=1)
+    return [(np.abs(a) + 0.5).astype(a.dtype) if a.ndim else np.full((), 0.01, a.dtype) for a in args]
+
+
+def _fused(text: str):
+    return hlofuse.compiler.optimize(hlofuse.parse_hlo(text), "cpu")[0]
+
+
+# ---- kernels compiled once per structure ------------------------------------------------------
+def test_same_shaped_optimizer_updates_share_one_kernel_and_match_the_interpreter():
+    module = hlofuse.parse_hlo(adam_text(12))
+    exe = hlofuse.compile(module, "cpu", cache=False)
+    code = exe.program.code
+    assert len(code.kernels) >= 12
+    # Each update fuses into two kernels (the moment, the parameter): two per distinct shape,
+    # whatever the names and metadata.
+    assert len(code.objects) == code.compiled_count == 2 * len(SHAPES)
+    args = _inputs(module)
+    want = hlofuse.compile(module, "interpreter")(*args)
+    for g, w in zip(exe(*args), want):
+        np.testing.assert_allclose(g, w, rtol=1e-6)
+
+
+@pytest.mark.parametrize("change", [
+    ("rsqrt(mn0)", "sqrt(mn0)", 1),  # opcode
+    ("constant(0.9)", "constant(0.8)", 1),  # literal (the first update's only)
+    ("subtract(p0, st0)", "subtract(st0, p0)", 1),  # operand order
+    ("f32[64,32]", "f32[32,64]", 2),  # shape (every update of that shape: both its kernels)
+])
+def test_a_change_in_one_place_recompiles_only_the_kernels_it_changes(change):
+    """Compiled (memory cache) first, then changed: only the changed kernels are compiled."""
+    old, new, n_changed = change
+    first = CpuProgram.compile(_fused(adam_text(6)))
+    assert first.code.objects
+    second = CpuProgram.compile(_fused(adam_text(6).replace(old, new, 1 if "(" in old else -1)))
+    changed = [o for o in second.code.objects if not o.cached]
+    assert len(changed) == n_changed, [kernel_text(o.kernels[0]) for o in changed]
+    module = hlofuse.parse_hlo(adam_text(6).replace(old, new, 1 if "(" in old else -1))
+    args = _inputs(module)
+    want = hlofuse.compile(module, "interpreter")(*args)
+    got = second.run(args)
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, rtol=1e-6)
+
+
+def test_kernel_text_ignores_names_and_metadata_only():
+    a = _fused(adam_text(3, metadata=True))
+    b = _fused(re.sub(r"\bu(\d)", r"w\1", adam_text(3, metadata=False).replace("mm", "zz")))
+    ka = [kernel_text(k) for k in _kernels(a)]
+    kb = [kernel_text(k) for k in _kernels(b)]
+    assert ka == kb
+    assert len(set(ka)) == 2 * len(SHAPES)
+
+
+def _kernels(fused) -> list:
+    planner = CpuPlanner()
+    code = CpuCode(fused, planner)
+    planner.plan(fused.entry)
+    return code.kernels
+
+
+def _corpus_modules() -> list:
+    from fusion_cases import load_cases, run_passes
+
+    modules = []
+    for case in load_cases():
+        if case.target != "cpu":
+            continue
+        try:
+            modules.append(run_passes(case))
+        except Exception:  # a case whose passes need something else: not this test's subject
+            continue
+    for name in ("softmax", "layer_norm", "lstm_cell"):
+        modules.append(_fused((EXAMPLES / f"{name}.hlo").read_text()))
+    modules.append(_fused(adam_text(6)))
+    return modules
+
+
+def _without_names(ir_text: str) -> str:
+    """LLVM IR with internal global names (named after HLO instructions) numbered instead."""
+    names: dict[str, str] = {}
+    return re.sub(r'@"?const\.[^",\s()]*"?', lambda m: names.setdefault(m.group(0), f"@g{len(names)}"), ir_text)
+
+
+def test_kernels_with_equal_texts_emit_equal_llvm_ir():
+    """The key's soundness: across the fusion goldens and examples, every two kernels with
+    the same structural text emit the same LLVM IR under the same name (so sharing one object
+    changes nothing)."""
+    target = CpuTarget()
+    by_text: dict[str, str] = {}
+    checked = 0
+    for fused in _corpus_modules():
+        try:
+            kernels = _kernels(fused)
+        except Exception:
+            continue
+        for k in kernels:
+            text = kernel_text(k)
+            ir_text = _without_names(str(emit_kernel_module(k, target, "f")))
+            if text in by_text:
+                assert by_text[text] == ir_text, text
+                checked += 1
+            by_text[text] = ir_text
+    assert checked > 0 and len(by_text) > 10
+
+
+def test_llvm_ir_has_every_kernel_under_its_own_name():
+    code = CpuProgram.compile(_fused(adam_text(4))).code
+    ir = code.llvm_ir()
+    for k in code.kernels:
+        assert re.search(rf"define void @{k.name}\(", ir), k.name
+    assert len(code.objects) < len(code.kernels)
+
+
+def _defined_globals(obj: bytes) -> set[str]:
+    """Global and weak symbols an ELF64 relocatable object defines."""
+    import struct
+
+    (shoff,) = struct.unpack_from("<Q", obj, 0x28)
+    shentsize, shnum = struct.unpack_from("<HH", obj, 0x3A)
+    sections = [struct.unpack_from("<IIQQQQIIQQ", obj, shoff + i * shentsize) for i in range(shnum)]
+    names = set()
+    for _, sh_type, _, _, offset, size, link, _, _, _ in sections:
+        if sh_type != 2:
+            continue
+        strtab = sections[link][4]
+        for k in range(size // 24):
+            st_name, st_info, _, st_shndx, _, _ = struct.unpack_from("<IBBHQQ", obj, offset + 24 * k)
+            if st_shndx != 0 and st_info >> 4 in (1, 2) and st_name:
+                end = obj.index(b"\0", strtab + st_name)
+                names.add(obj[strtab + st_name:end].decode())
+    return names
+
+
+@pytest.mark.parametrize("dtype", ["f16", "bf16", "f32", "f64"])
+def test_each_kernel_object_defines_only_its_function(dtype):
+    """Objects loaded side by side must not define a symbol twice: each defines its kernel's
+    function only (constants are internal; half conversions come from llvm.add_symbol)."""
+    text = f"""HloModule m
+add {{
+  p = {dtype}[] parameter(0)
+  q = {dtype}[] parameter(1)
+  ROOT z = {dtype}[] add(p, q)
+}}
+ENTRY e {{
+  x = {dtype}[64] parameter(0)
+  y = {dtype}[64] parameter(1)
+  a = {dtype}[64] exponential(x)
+  c = {dtype}[64] constant({{{", ".join(["1.5"] * 64)}}})
+  s = {dtype}[64] add(a, c)
+  r = {dtype}[] constant(0)
+  t = {dtype}[] reduce(y, r), dimensions={{0}}, to_apply=add
+  tb = {dtype}[64] broadcast(t), dimensions={{}}
+  ROOT o = ({dtype}[64], {dtype}[64]) tuple(s, tb)
+}}
+"""
+    module = hlofuse.parse_hlo(text)
+    prog = CpuProgram.compile(hlofuse.compiler.optimize(module, "cpu")[0], cache=False)
+    for o in prog.code.objects:
+        assert _defined_globals(o.object_code) == {o.symbol}
+    args = _inputs(module)
+    want = hlofuse.compile(module, "interpreter")(*args)
+    for g, w in zip(prog.run(args), want):
+        np.testing.assert_allclose(np.asarray(g, np.float64), np.asarray(w, np.float64), rtol=1e-2)
+
+
+# ---- the disk cache ---------------------------------------------------------------------------
+KEY = "ab" * 32
+OTHER = "cd" * 32
+
+
+def test_entries_round_trip_and_are_checked(tmp_path):
+    c = cache.CompileCache(tmp_path / "c")
+    c.store(KEY, b"object code")
+    assert c.load(KEY) == b"object code"
+    assert stat.S_IMODE(os.stat(tmp_path / "c").st_mode) == 0o700
+    assert not [p for p in os.listdir(tmp_path / "c") if p.endswith(".tmp")]
+
+
+@pytest.mark.parametrize("damage", ["other key", "payload", "checksum", "magic", "truncated", "raw object"])
+def test_a_damaged_or_foreign_entry_is_not_loaded_and_is_removed(tmp_path, damage):
+    c = cache.CompileCache(tmp_path)
+    c.store(OTHER, b"\x7fELF object of another key")
+    entry = open(c.path(OTHER), "rb").read()
+    if damage == "other key":
+        data = entry
+    elif damage == "payload":
+        data = entry[:-1] + b"X"
+    elif damage == "checksum":
+        i = entry.index(b"\n", len(b"HLOFUSE-KERNEL-OBJECT 1\n") + 1) + 1
+        data = entry[:i] + (b"0" if entry[i:i + 1] != b"0" else b"1") + entry[i + 1:]
+    elif damage == "magic":
+        data = b"X" + entry[1:]
+    elif damage == "truncated":
+        data = entry[:40]
+    else:
+        data = b"\x7fELF raw object written by someone else"
+    key = OTHER if damage != "other key" else KEY
+    with open(c.path(key), "wb") as f:
+        f.write(data)
+    assert c.load(key) is None
+    assert not os.path.exists(c.path(key))
+
+
+@pytest.mark.parametrize("mode", [0o777, 0o770, 0o722])
+def test_a_directory_others_can_write_is_refused(tmp_path, mode, capsys):
+    d = tmp_path / "shared"
+    d.mkdir()
+    os.chmod(d, mode)
+    c = cache.CompileCache(d)
+    assert not c.usable()
+    c.store(KEY, b"x")
+    assert c.load(KEY) is None and not os.listdir(d)
+    assert "compile cache disabled" in capsys.readouterr().err
+    # compiling still works, without the cache
+    exe = hlofuse.compile(hlofuse.parse_hlo(adam_text(1)), "cpu", cache_dir=str(d))
+    assert exe.program.code.objects and not os.listdir(d)
+
+
+def test_eviction_removes_the_least_recently_used_entries(tmp_path):
+    c = cache.CompileCache(tmp_path, max_bytes=3000)
+    keys = [f"{i:064x}" for i in range(5)]
+    for i, k in enumerate(keys):
+        c.store(k, bytes(900))
+        os.utime(c.path(k), (1000 + i, 1000 + i))
+    c.load(keys[0])  # used: now the most recent
+    assert c.evict() == 3
+    left = sorted(os.listdir(tmp_path))
+    assert left == sorted([keys[0] + ".o", keys[4] + ".o"])
+
+
+def test_the_size_bound_comes_from_the_environment(monkeypatch):
+    monkeypatch.setenv("HLOFUSE_CACHE_MAX_BYTES", "12345")
+    assert cache.CompileCache("/nonexistent").max_bytes == 12345
+    monkeypatch.delenv("HLOFUSE_CACHE_MAX_BYTES")
+    assert cache.max_cache_bytes() == cache.DEFAULT_MAX_BYTES
+
+
+def test_default_directory(monkeypatch, tmp_path):
+    monkeypatch.setenv("HLOFUSE_CACHE_DIR", str(tmp_path / "explicit"))
+    assert cache.default_cache_dir() == str(tmp_path / "explicit")
+    monkeypatch.delenv("HLOFUSE_CACHE_DIR")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert cache.default_cache_dir() == str(tmp_path / "xdg" / "hlofuse")
+    monkeypatch.delenv("XDG_CACHE_HOME")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert cache.default_cache_dir() == str(tmp_path / "home" / ".cache" / "hlofuse")
+
+
+def test_compile_uses_the_default_cache_and_a_fresh_process_loads_from_it(monkeypatch, tmp_path):
+    d = tmp_path / "user-cache"
+    monkeypatch.setenv("HLOFUSE_CACHE_DIR", str(d))
+    cache.memory_cache.clear()
+    text = adam_text(3, shapes=["f32[48]", "f32[6,8]", "f32[3,16]"])
+    exe = hlofuse.compile(hlofuse.parse_hlo(text), "cpu")
+    assert len(os.listdir(d)) == len(exe.program.code.objects) == 6  # two kernels per update
+    assert stat.S_IMODE(os.stat(d).st_mode) == 0o700
+    script = ("import hlofuse, sys; exe = hlofuse.compile(hlofuse.parse_hlo(sys.stdin.read()), 'cpu'); "
+              "print(exe.program.code.compiled_count)")
+    out = subprocess.run([sys.executable, "-c", script], input=text, capture_output=True, text=True,
+                         env={**os.environ, "HLOFUSE_CACHE_DIR": str(d)}, check=True).stdout
+    assert out.strip() == "0"
+
+
+def test_compile_without_the_cache_writes_nothing(monkeypatch, tmp_path):
+    monkeypatch.setenv("HLOFUSE_CACHE_DIR", str(tmp_path / "c"))
+    exe = hlofuse.compile(hlofuse.parse_hlo(adam_text(2, shapes=["f32[40]", "f32[5,8]"])), "cpu", cache=False)
+    assert exe.program.code.compiled_count == len(exe.program.code.objects) == 4
+    assert not os.path.exists(tmp_path / "c")
+
+
+def test_cli_no_cache_and_timings(monkeypatch, tmp_path, capsys):
+    from hlofuse.cli import main
+
+    d = tmp_path / "c"
+    monkeypatch.setenv("HLOFUSE_CACHE_DIR", str(d))
+    path = tmp_path / "m.hlo"
+    path.write_text(adam_text(2, shapes=["f32[24]", "f32[3,8]"]))
+    assert main(["compile", str(path), "--timings", "--no-cache"]) == 0
+    err = capsys.readouterr().err
+    for stage in ("parse", "fusion", "planning", "emission", "llvm optimization", "code generation", "loading"):
+        assert re.search(rf"^{stage} +[0-9.]+ ms", err, re.M), (stage, err)
+    assert not d.exists()
+    assert main(["compile", str(path), "--timings"]) == 0
+    assert len(os.listdir(d)) == 4
+    assert main(["run", str(path), "--compare", "--no-cache"]) == 0
