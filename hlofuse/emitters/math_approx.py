@@ -11,7 +11,7 @@ Two families:
     once to f32 (about 0.5 ULP). sin/cos/tan reduce by pi/2 with Cody-Waite for |x| < 2**26
     and Payne-Hanek (a table of 2/pi's bits, integer products) beyond, over the whole f32 range.
   * f64 exp and log (1-2 ULP); other f64 functions call the target's library (libm).
-Measured ULP errors are in tests/test_cpu_math.py.
+Measured ULP errors are in tests/emitters/test_cpu_math.py.
 """
 from __future__ import annotations
 

@@ -49,7 +49,7 @@ class OpInfo:
     #   "never"     stays unfused (library calls, control flow, side effects)
     fusion: str = "never"
     math: str = ""  # the math function the emitters call ("exp", "log", ...)
-    # Inputs of the numeric tests generated from the rows (tests/test_op_table_numeric.py):
+    # Inputs of the numeric tests generated from the rows (tests/emitters/test_op_table_numeric.py):
     # any|positive|unit|nonzero|int
     domain: str = "any"
     called: tuple[str, ...] = ()  # attribute names holding called computations

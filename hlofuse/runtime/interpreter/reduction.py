@@ -9,7 +9,7 @@ A (non-variadic) reduce into a float narrower than f32 (bf16, f16, the f8 types)
 XLA:CPU step for step instead (`tree_reduce`), because there the order is the result: every
 step rounds to the narrow type, so a bf16 sum of 64 elements depends on which elements are
 added first. What XLA:CPU does (found by running such modules through it and reading its
-optimized HLO, see tests/test_reduce_precision_accumulation.py):
+optimized HLO, see tests/codegen/test_reduce_precision_accumulation.py):
   * the reducer is not widened: float normalization computes each of its ops in f32 and
     converts back, `convert(convert(add(f32 a, f32 b)) to bf16) to f32` - the accumulator is
     rounded to the narrow type after every step (no f32 accumulation, no single final rounding);

@@ -1,7 +1,7 @@
 """Regressions from tests/fuzz in elementwise arithmetic, each over its class: arithmetic, logic
 and reductions on pred (add is or, not the xor an i1 add gives) and integer power (XLA's
 square-and-multiply over the exponent's low 6 bits; negative exponents). reduce-precision is in
-test_fuzz_regressions_reduce_precision.py.
+test_reduce_precision.py.
 
 Every case runs on the CPU and the emulated GPU, fused and unfused, and is compared with the
 numpy interpreter and, when jaxlib's XLA CPU client is usable, with XLA itself

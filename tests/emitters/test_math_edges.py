@@ -4,18 +4,13 @@ sign-preserving op, and sin/cos/tan over the whole float range (Payne-Hanek redu
 functions rounded once, or XLA's CPU compiler."""
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import ml_dtypes
 import numpy as np
 import pytest
+from xla_oracle import run_on_xla, xla_available
 
-sys.path.insert(0, str(Path(__file__).parent))
-from xla_oracle import run_on_xla, xla_available  # noqa: E402
-
-import hlofuse  # noqa: E402
-from hlofuse.hlo.parser import parse_hlo  # noqa: E402
+import hlofuse
+from hlofuse.hlo.parser import parse_hlo
 
 FLOATS = {"f32": np.float32, "f64": np.float64, "f16": np.float16, "bf16": ml_dtypes.bfloat16}
 COMPILED = ["cpu", "gpu-emulated"]

@@ -21,8 +21,9 @@ from hlofuse.runtime.compare import compare_outputs
 from hlofuse.runtime.gpu_executor import GpuProgram
 from hlofuse.runtime.interpreter import evaluate
 from hlofuse.runtime.io import random_inputs
+from repo_paths import REPO
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = str(REPO)
 NO_ASSEMBLER = "neither ptxas nor nvJitLink is available to assemble PTX"
 
 

@@ -8,6 +8,7 @@ import pytest
 import hlofuse
 from hlofuse.codegen import cpu as codegen_cpu
 from hlofuse.codegen import shared_expressions
+from repo_paths import EXAMPLES
 
 SOFTMAX = """
 HloModule softmax
@@ -162,9 +163,7 @@ ENTRY f {
 # ---- the decision in the fusion report --------------------------------------------------------
 
 def _softmax_example():
-    from pathlib import Path
-
-    return hlofuse.load(str(Path(__file__).resolve().parent.parent / "examples" / "softmax.hlo"))
+    return hlofuse.load(str(EXAMPLES / "softmax.hlo"))
 
 
 def _fusion_reading(module, opcode: str):
