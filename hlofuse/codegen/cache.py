@@ -29,8 +29,8 @@ import time
 from collections import OrderedDict
 
 # Bumped whenever the code emitted for the same kernel text changes (cpu-3: one object per
-# kernel, its function named by its key).
-EMITTER_VERSION = "cpu-3"
+# kernel, its function named by its key; cpu-4: complex divide and exp take XLA's limits).
+EMITTER_VERSION = "cpu-4"
 
 DEFAULT_MAX_BYTES = 512 << 20
 _MAGIC = b"HLOFUSE-KERNEL-OBJECT 1\n"
