@@ -20,8 +20,9 @@ from hlofuse.hlo.parser import parse_hlo
 from hlofuse.runtime import memory_budget
 from hlofuse.runtime.memory_budget import (Available, available_memory, check_compiled, check_memory,
                                            estimate_memory, format_bytes)
+from repo_paths import REPO
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = str(REPO)
 EXAMPLES = os.path.join(ROOT, "examples")
 BACKENDS = ["interpreter", "cpu", "gpu-emulated"]
 N = 1_000_000_000_000  # elements: 4 TB of f32

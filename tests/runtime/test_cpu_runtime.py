@@ -14,8 +14,9 @@ from hlofuse.codegen import cache
 from hlofuse.hlo.errors import InputError, UnsupportedError
 from hlofuse.hlo.parser import parse_hlo
 from hlofuse.runtime.cpu_executor import CpuProgram
+from repo_paths import REPO
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = str(REPO)
 
 CHAIN = """HloModule chain
 ENTRY e {
