@@ -139,3 +139,33 @@ def test_timeout_the_interpreter_cannot_beat_is_long_running(kind, tmp_path):
     assert (Path(lr.reproducer) / "case.hlo").read_text() == LOOPS_FOR_EVER
     assert "--backend interpreter" in (Path(lr.reproducer) / "README.txt").read_text()
     assert "long-running [malformed] x1" in summary.render() and lr.reproducer in summary.render()
+
+
+def test_minimizer_reads_a_module_without_root_as_the_parser_does():
+    """A mutant may have no ROOT line (the parser takes the entry's last instruction for the
+    root); the minimizer marks that root instead of failing (it raised StopIteration) or
+    sweeping it away as dead code, and still shrinks the module."""
+    import numpy as np
+
+    import hlofuse
+    from fuzz.minimize import cost, minimize
+
+    text = ("HloModule no_root\n\nENTRY main {\n  x = f32[16] parameter(0)\n  y = f32[16] parameter(1)\n"
+            "  a = f32[16] abs(x)\n  n = f32[16] negate(a)\n  m = f32[16] multiply(x, y)\n"
+            "  t = (f32[16], f32[16]) tuple(n, m)\n}\n")
+    rng = np.random.default_rng(0)
+    args = [rng.standard_normal(16).astype(np.float32) for _ in range(2)]
+
+    def still_negates(t: str, x: list) -> bool:
+        """The property kept: some output is an f32[16] with no positive element (negate of abs)."""
+        try:
+            outs = hlofuse.compile(hlofuse.parse_hlo(t), target="interpreter")(*x)
+        except hlofuse.HloError:
+            return False
+        return any(np.asarray(o).shape == (16,) and bool(np.all(np.asarray(o) <= 0)) for o in outs)
+
+    assert still_negates(text, args)
+    small, small_args = minimize(text, args, still_negates)
+    assert still_negates(small, small_args)
+    assert small.count("ROOT") == 1 and "multiply" not in small, small
+    assert cost(small) < cost(text)

@@ -136,8 +136,26 @@ def _value_of(text: str, args: list, name: str, shape: str):
         return None
 
 
+def mark_root(text: str) -> str:
+    """`text` with its entry's root marked ROOT: without a ROOT line the last instruction is the
+    root (as the parser reads it), which the passes below would otherwise take for dead code."""
+    lines = text.split("\n")
+    lo, hi = _entry_bounds(lines)
+    insts = _insts(lines, lo, hi)
+    if not insts or any(m.group("root") for _, m in insts):
+        return text
+    i, m = insts[-1]
+    lines[i] = f"{m.group('indent')}ROOT {lines[i].lstrip()}"
+    return "\n".join(lines)
+
+
 def minimize(text: str, args: list, check: Callable[[str, list], bool], rounds: int = 50) -> tuple[str, list]:
     """The smallest (text, args) reached greedily for which `check` stays true."""
+    marked = mark_root(text)
+    if marked != text:
+        if not check(marked, args):  # the parser disagrees about the root: leave it as it is
+            return text, args
+        text = marked
     text, args = _sweep(text, args)
     for _ in range(rounds):
         for cand_text, cand_args in _candidates(text, args):
