@@ -10,8 +10,9 @@ import hlofuse
 from hlofuse.cli import main
 from hlofuse.explain import HINTS, explain
 from hlofuse.hlo.errors import HloError
+from repo_paths import REPO
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = REPO
 LSTM = ROOT / "examples" / "lstm_cell.hlo"
 SOFTMAX = ROOT / "examples" / "softmax.hlo"
 
