@@ -171,11 +171,41 @@ def _declared(inst: HloInstruction) -> Shape:
 
 
 # The ops whose result shape is the one written in the HLO text (the i/o ops, the collectives
-# without a rule of their own above, the async wrappers): XLA cannot infer it from the operands.
+# without a rule of their own above, the async starts): XLA cannot infer it from the operands.
 DECLARED_SHAPE_OPCODES = (
     "infeed", "outfeed", "send", "send-done", "recv", "recv-done",
-    "all-reduce-start", "all-reduce-done", "all-gather", "all-gather-start", "all-gather-done",
+    "all-reduce-start", "all-gather", "all-gather-start",
     "all-to-all", "ragged-all-to-all", "reduce-scatter", "collective-broadcast",
-    "collective-permute", "collective-permute-start", "collective-permute-done",
-    "async-start", "async-update", "async-done", "copy-start", "copy-done", "rng-get-and-update-state")
+    "collective-permute", "collective-permute-start",
+    "async-start", "async-update", "copy-start", "rng-get-and-update-state")
 register_shape_rule(*DECLARED_SHAPE_OPCODES)(_declared)
+
+
+@register_shape_rule("all-reduce-done")
+def _all_reduce_done(inst: HloInstruction) -> Shape:
+    """all-reduce-done: the shape of its all-reduce-start operand (XLA's verifier)."""
+    if len(inst.operands) != 1:
+        fail(inst, "expects one operand (an all-reduce-start)")
+    return inst.operands[0].shape
+
+
+def _done_element(index: int, start: str):
+    def rule(inst: HloInstruction) -> Shape:
+        if len(inst.operands) != 1:
+            fail(inst, f"expects one operand, its {start}")
+        operand = inst.operands[0].shape
+        if not isinstance(operand, TupleShape) or len(operand.elements) <= index:
+            fail(inst, f"expects the tuple its {start} returns, got {text(operand)}")
+        return operand.elements[index]
+
+    rule.__doc__ = f"The element {index} of the tuple its {start} operand returns (XLA's verifier)."
+    return rule
+
+
+# The -done half of an asynchronous pair returns one element of the start's tuple: all-gather's
+# and collective-permute's (operands, results, ...) and async-start's ((operands), result, context)
+# give element 1, copy-start's (destination, source, context) element 0.
+register_shape_rule("all-gather-done")(_done_element(1, "all-gather-start"))
+register_shape_rule("collective-permute-done")(_done_element(1, "collective-permute-start"))
+register_shape_rule("async-done")(_done_element(1, "async-start"))
+register_shape_rule("copy-done")(_done_element(0, "copy-start"))
