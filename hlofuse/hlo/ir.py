@@ -77,9 +77,14 @@ class HloInstruction:
         return self.operands[i]
 
     def append_operand(self, op: "HloInstruction") -> None:
-        """Add `op` as the last operand (and this instruction to its users)."""
+        """Add `op` as the last operand (and this instruction to its users).
+
+        This instruction is among `op`'s users exactly when `op` is already one of its operands
+        (the invariant every edit keeps), so the check looks at our few operands, not at `op`'s
+        users, which a parameter read by thousands makes long (building a module was quadratic)."""
+        already = any(o is op for o in self.operands)
         self.operands.append(op)
-        if self not in op.users:
+        if not already:
             op.users.append(self)
 
     def _drop_user_if_unused(self, op: "HloInstruction") -> None:
