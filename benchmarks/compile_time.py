@@ -2,6 +2,7 @@
 
     python benchmarks/compile_time.py [--sizes 1000,10000,100000] [--budget 600] [--no-xla]
                                       [--workloads] [--json OUT]
+    python benchmarks/compile_time.py --llvm-threads    # do llvmlite's calls run in parallel?
 
 Generated modules of about 1k, 10k and 100k instructions, in two forms: a *chain* (each
 elementwise op reads the one before: one deep fused kernel) and a *wide* DAG (independent
@@ -132,6 +133,56 @@ def measure(name: str, text: str, xla: bool, cache_dir: str) -> dict:
     return row
 
 
+def llvm_threads_check(jobs: int = 4) -> None:
+    """Whether llvmlite's calls release the GIL (a Python thread's progress while LLVM works)
+    and whether two threads compile faster than one (they do not if llvmlite serializes its
+    calls: it holds one process-wide lock around every call, llvmlite/binding/ffi.py)."""
+    import threading
+
+    import hlofuse
+    from hlofuse.codegen.cpu import CpuCode, CpuPlanner, emit_kernel_module
+    from hlofuse.emitters.cpu.target import CpuTarget, compile_ir
+
+    fused = hlofuse.compiler.optimize(hlofuse.parse_hlo(chain_module(400)), "cpu", verify=False)[0]
+    planner = CpuPlanner()
+    code = CpuCode(fused, planner)
+    planner.plan(fused.entry)
+    text = str(emit_kernel_module(code.kernels[0], CpuTarget(), "f"))
+    compile_ir(text)  # warm
+
+    def spin(stop: threading.Event, out: list) -> None:
+        n = 0
+        while not stop.is_set():
+            n += 1
+        out.append(n)
+
+    def spin_rate(work) -> float:
+        stop, out = threading.Event(), []
+        t = threading.Thread(target=spin, args=(stop, out))
+        start = time.perf_counter()
+        t.start()
+        work()
+        stop.set()
+        t.join()
+        return out[0] / (time.perf_counter() - start)
+
+    alone = spin_rate(lambda: time.sleep(0.5))
+    during = spin_rate(lambda: compile_ir(text))
+    print(f"Python thread's speed while LLVM compiles: {during / alone:.2f} of its speed alone "
+          f"(near 0 would mean the GIL is held)")
+    for threads in (1, 2):
+        start, cpu = time.perf_counter(), time.process_time()
+        workers = [threading.Thread(target=lambda: [compile_ir(text) for _ in range(jobs // threads)])
+                   for _ in range(threads)]
+        for w in workers:
+            w.start()
+        for w in workers:
+            w.join()
+        wall = time.perf_counter() - start
+        print(f"{jobs} LLVM compiles on {threads} thread(s): {wall:.2f}s wall, "
+              f"{(time.process_time() - cpu) / wall:.2f} cores busy")
+
+
 def print_row(row: dict, prev: dict | None) -> None:
     n = row["instructions"]
     growth = ""
@@ -155,8 +206,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--workloads", action="store_true", help="also the JAX workloads and an Adam training step")
     ap.add_argument("--forms", default="chain,wide", help="generated forms: chain, wide")
     ap.add_argument("--json", help="write the rows here")
+    ap.add_argument("--llvm-threads", action="store_true", help="only measure whether LLVM work runs in "
+                                                               "parallel on threads (see llvm_threads_check)")
     args = ap.parse_args(argv)
     print(f"load average {os.getloadavg()}, {os.cpu_count()} cores")
+    if args.llvm_threads:
+        llvm_threads_check()
+        return 0
     print(f"{'module':22s} {'instrs':>7s} {'cold':>9s} {'per inst':>10s} {'cached':>8s} {'XLA:CPU':>8s}  stages (s)")
     rows: list[dict] = []
     sizes = [int(s) for s in args.sizes.split(",")]
