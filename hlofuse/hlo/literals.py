@@ -132,7 +132,10 @@ class _Reader:
             raise self.fail(f"a single value cannot initialize {_s(shape)}: it has no elements")
         where = self.offset()
         first = self.scalar(False)
-        arr = np.zeros(n, dtype=shape.dtype.numpy)
+        try:
+            arr = np.zeros(n, dtype=shape.dtype.numpy)  # calloc'd: pages are only touched when used
+        except (ValueError, MemoryError):
+            raise self.fail(f"a literal of {_s(shape)} ({n} elements) is too large to build on this machine") from None
         try:
             arr[0] = _to_numpy([first], shape.with_dims(()))
         except LiteralError as e:
