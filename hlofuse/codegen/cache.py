@@ -30,6 +30,8 @@ from collections import OrderedDict
 
 # Bumped whenever the code emitted for the same kernel text changes (cpu-3: one object per
 # kernel, its function named by its key; cpu-4: complex divide and exp take XLA's limits).
+# The key also holds a digest of the code generator's own source (code_digest), so an edited
+# checkout never loads kernels an older emitter wrote even when nobody bumped this.
 EMITTER_VERSION = "cpu-4"
 
 DEFAULT_MAX_BYTES = 512 << 20
@@ -93,12 +95,35 @@ def hlofuse_version() -> str:
 
 def cache_key(text: str, target_fingerprint: str) -> str:
     """Hex fingerprint of `text` (a kernel's structural text and pipeline) + target + hlofuse
-    version + emitter version."""
+    version + emitter version + the digest of the code generator's source."""
     h = hashlib.sha256()
-    for part in (text, target_fingerprint, hlofuse_version(), EMITTER_VERSION):
+    for part in (text, target_fingerprint, hlofuse_version(), EMITTER_VERSION, code_digest()):
         h.update(part.encode())
         h.update(b"\0")
     return h.hexdigest()
+
+
+_CODE_DIGEST: str | None = None
+
+
+def code_digest() -> str:
+    """SHA-256 of the source of every module that decides what a kernel's object code is (the
+    IR, the emitters, codegen and the JIT builtins), computed once per process (a few ms)."""
+    global _CODE_DIGEST
+    if _CODE_DIGEST is None:
+        package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        h = hashlib.sha256()
+        for folder in ("hlo", "emitters", "codegen", "runtime"):
+            for root, dirs, files in sorted(os.walk(os.path.join(package, folder))):
+                dirs.sort()
+                for name in sorted(files):
+                    if name.endswith(".py"):
+                        path = os.path.join(root, name)
+                        h.update(os.path.relpath(path, package).encode())
+                        with open(path, "rb") as f:
+                            h.update(f.read())
+        _CODE_DIGEST = h.hexdigest()
+    return _CODE_DIGEST
 
 
 def default_cache_dir() -> str:

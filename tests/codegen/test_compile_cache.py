@@ -338,3 +338,15 @@ def test_cli_no_cache_and_timings(monkeypatch, tmp_path, capsys):
     assert main(["compile", str(path), "--timings"]) == 0
     assert len(os.listdir(d)) == 4
     assert main(["run", str(path), "--compare", "--no-cache"]) == 0
+
+
+def test_the_key_changes_with_the_code_generators_source(monkeypatch):
+    """An edited emitter (a checkout between releases) never loads kernels an older one wrote."""
+    from hlofuse.codegen import cache
+
+    before = cache.cache_key("kernel text", "target")
+    assert cache.cache_key("kernel text", "target") == before  # deterministic
+    monkeypatch.setattr(cache, "_CODE_DIGEST", "0" * 64)
+    assert cache.cache_key("kernel text", "target") != before
+    monkeypatch.setattr(cache, "_CODE_DIGEST", None)
+    assert cache.code_digest() and cache.cache_key("kernel text", "target") == before
