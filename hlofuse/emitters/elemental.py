@@ -24,6 +24,7 @@ from llvmlite import ir
 from ..hlo.dtypes import ElementType
 from ..hlo.errors import UnsupportedError
 from ..hlo.ir import HloComputation, HloInstruction
+from ..hlo.walk import post_order
 from ..hlo.rule_loader import load_rules
 from . import elemental_narrow as narrow
 from .ir_helpers import F16, F32, F64, I1, I8, I16, I32, Index
@@ -283,19 +284,7 @@ class ElementalEmitter:
 
     def _unbuilt_post_order(self, inst: HloInstruction) -> list[HloInstruction]:
         """`inst` and its transitive operands without a generator yet, operands first."""
-        order: list[HloInstruction] = []
-        seen = {inst}
-        stack = [(inst, iter(inst.operands))]
-        while stack:
-            node, it = stack[-1]
-            nxt = next(it, None)
-            if nxt is None:
-                stack.pop()
-                order.append(node)
-            elif nxt not in seen and nxt not in self._gens:
-                seen.add(nxt)
-                stack.append((nxt, iter(nxt.operands)))
-        return order
+        return post_order([inst], lambda node: [o for o in node.operands if o not in self._gens])
 
     def _build(self, inst: HloInstruction) -> Generator:
         if inst.opcode == "parameter":

@@ -43,6 +43,7 @@ import numpy as np
 
 from .attributes import COMPUTATION_ATTRS
 from .shapes import Shape
+from .walk import post_order
 
 
 class HloInstruction:
@@ -268,25 +269,8 @@ class HloComputation:
 
     def post_order(self) -> list[HloInstruction]:
         """Instructions ordered so that operands come before users (control edges too)."""
-        order: list[HloInstruction] = []
-        seen: set[HloInstruction] = set()
-        for start in self.instructions:
-            if start in seen:
-                continue
-            stack: list[tuple[HloInstruction, Iterator[HloInstruction]]] = [
-                (start, iter(start.operands + start.control_predecessors))
-            ]
-            seen.add(start)
-            while stack:
-                node, it = stack[-1]
-                nxt = next(it, None)
-                if nxt is None:
-                    stack.pop()
-                    order.append(node)
-                elif nxt not in seen and nxt.parent is self:
-                    seen.add(nxt)
-                    stack.append((nxt, iter(nxt.operands + nxt.control_predecessors)))
-        return order
+        return post_order(self.instructions,
+                          lambda i: [o for o in i.operands + i.control_predecessors if o.parent is self])
 
     def sort_instructions(self) -> None:
         """Reorder the instruction list into a post order (stable where already ordered)."""
@@ -436,28 +420,12 @@ class HloModule:
         raise KeyError(f"no computation named {name}")
 
     def computations_post_order(self) -> list[HloComputation]:
-        """Computations ordered callees first, the entry last (an explicit stack: call
-        chains of any depth)."""
-        order: list[HloComputation] = []
-        seen: set[HloComputation] = set()
+        """Computations ordered callees first, the entry last (any depth of call chains)."""
         roots = [c for c in self.computations if c is not self.entry]
         if self.entry is not None:
             roots.append(self.entry)
-        for root in roots:
-            if root in seen:
-                continue
-            seen.add(root)
-            stack = [(root, iter([callee for inst in root.instructions for callee in inst.called_computations()]))]
-            while stack:
-                comp, callees = stack[-1]
-                nxt = next(callees, None)
-                if nxt is None:
-                    stack.pop()
-                    order.append(comp)
-                elif nxt not in seen:
-                    seen.add(nxt)
-                    stack.append((nxt, iter([c for inst in nxt.instructions for c in inst.called_computations()])))
-        return order
+        return post_order(roots, lambda comp: [callee for inst in comp.instructions
+                                               for callee in inst.called_computations()])
 
     def remove_unreachable_computations(self) -> bool:
         """Drop computations not called (transitively) from the entry; True if any went."""
