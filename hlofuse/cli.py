@@ -178,7 +178,7 @@ def cmd_compile(args: argparse.Namespace) -> int:
     fused, pipeline = optimize(module, args.target, fusion=not args.no_fusion, verify=args.verify or None,
                                dump_dir=args.dump_dir, passes=args.passes)
     if args.dump_dir:
-        _dump_extras(args.dump_dir, module, fused)
+        _dump_extras(args.dump_dir, module, fused, pipeline, args.target)
     if emit == "hlo":
         text = fused.to_text()
     elif emit in ("report", "json"):
@@ -314,17 +314,12 @@ def _first_sentence(doc: str | None) -> str:
     return paragraph if end < 0 else paragraph[:end + 1]
 
 
-def _dump_extras(dump_dir: str, module, fused) -> None:
-    """The report as JSON and the graph as HTML next to the per-pass dumps."""
-    from .files import write_text_atomically
-    from .passes.fusion.report import build_report
-    from .viz import render
+def _dump_extras(dump_dir: str, module, fused, pipeline, target: str) -> None:
+    """After the per-pass dumps: the report, schedule, buffer assignment, each kernel's LLVM IR
+    and machine code, the fusion graph and index.html (hlofuse/dump.py)."""
+    from .dump import write_dump
 
-    report = build_report(module, fused, fused.fusion_log)
-    write_text_atomically(os.path.join(dump_dir, "fusion_report.json"), json.dumps(report.to_dict(), indent=2),
-                          create_dirs=True)
-    write_text_atomically(os.path.join(dump_dir, "fusion_graph.html"), render(module, fused, "html"),
-                          create_dirs=True)
+    write_dump(dump_dir, module, fused, pipeline, target)
 
 
 # ---- fmt, conformance, explain ----------------------------------------------------------
@@ -418,8 +413,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="what to print: the optimized HLO (default), LLVM IR, assembly, PTX, the fusion "
                         "report as text or JSON, or the fusion graph as HTML or DOT")
     c.add_argument("-o", "--output", help="write to this file instead of standard output (its directory must exist)")
-    c.add_argument("--dump-dir", help="write the module after every pass, the report and the graph here "
-                                      "(created if missing)")
+    c.add_argument("--dump-dir", help="write the module after every pass, then the report, schedule, buffer "
+                                      "assignment, each kernel's LLVM IR and assembly or PTX, the graph and an "
+                                      "index.html here (created if missing)")
     c.add_argument("--no-fusion", action="store_true", help="run the pipeline without the fusion passes")
     c.add_argument("--passes", help="comma-separated pass names instead of the standard pipeline")
     c.add_argument("--verify", action="store_true", help="verify the module after every pass")
