@@ -23,7 +23,7 @@ import re
 from dataclasses import dataclass
 
 from .files import write_text_atomically
-from .passes.pipeline import _file_safe
+from .passes.pipeline import file_safe
 
 BOOKKEEPING = ("param", "const", "tuple", "gte")  # steps that run no code and own no buffer
 
@@ -41,12 +41,12 @@ class _Writer:
 
     def __init__(self, dump_dir: str, module_name: str, first: int) -> None:
         self.dir = dump_dir
-        self.module = _file_safe(module_name)
+        self.module = file_safe(module_name)
         self.next = first
         self.files: list[DumpFile] = []
 
     def write(self, suffix: str, text: str, description: str) -> None:
-        name = f"{self.next:04d}.{self.module}.{_file_safe(suffix)}"
+        name = f"{self.next:04d}.{self.module}.{file_safe(suffix)}"
         self.next += 1
         write_text_atomically(os.path.join(self.dir, name), text if text.endswith("\n") else text + "\n",
                               create_dirs=True)

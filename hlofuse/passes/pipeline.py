@@ -193,7 +193,8 @@ def _option_value(text: str) -> Any:
         return text
 
 
-def _file_safe(name: str) -> str:
+def file_safe(name: str) -> str:
+    """`name` with every run of characters unsafe in a file name replaced by '_' (dump file names)."""
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", name) or "module"
 
 
@@ -214,7 +215,7 @@ class PassPipeline(HloPass):
     def _dump(self, module: HloModule, index: int, label: str) -> None:
         if not self.dump_dir:
             return
-        path = os.path.join(self.dump_dir, f"{index:04d}.{_file_safe(module.name)}.{_file_safe(label)}.hlo")
+        path = os.path.join(self.dump_dir, f"{index:04d}.{file_safe(module.name)}.{file_safe(label)}.hlo")
         write_text_atomically(path, module.to_text(), create_dirs=True)  # --dump-dir makes its folder
 
     def _verify(self, module: HloModule, after: str) -> None:
