@@ -125,6 +125,16 @@ module = hlofuse.load("examples/lstm_cell.hlo")
 print(explain(module, ["dot_general.2", "add.9"], target="cpu"))
 print(explain(module, ["add.9", "add.9.1"], target="cpu"))
 '''),
+    "dump-dir": ("seeing_fusion.md", '''
+import os, tempfile
+from hlofuse.cli import main
+
+with tempfile.TemporaryDirectory() as out:
+    main(["compile", "examples/softmax.hlo", "--dump-dir", out, "-o", os.devnull])
+    for name in sorted(os.listdir(out)):
+        print(name)
+    print(open(os.path.join(out, [n for n in os.listdir(out) if n.endswith("schedule.txt")][0])).read())
+'''),
 }
 
 _BLOCK = re.compile(r"(<!-- BEGIN GENERATED: (?P<name>[\w-]+) -->\n)(?P<body>.*?)(<!-- END GENERATED: (?P=name) -->)",
