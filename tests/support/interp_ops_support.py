@@ -14,9 +14,10 @@ from hlofuse.hlo.ir import HloComputation, HloInstruction
 from hlofuse.hlo.opcodes import op_info
 from hlofuse.hlo.parser import parse_hlo
 from hlofuse.hlo.shapes import ArrayShape, array
-from hlofuse.runtime.interpreter import evaluate, load_families
+from hlofuse.hlo.rule_loader import load_rules
+from hlofuse.runtime.interpreter import evaluate
 
-load_families()  # registers every reference rule
+load_rules("reference")  # registers every reference rule
 RNG = np.random.default_rng(0)
 
 

@@ -7,7 +7,7 @@ Rules live in family modules (listed by `hlo.rule_loader.RULE_MODULES["reference
 per opcode on the op registry; `Interpreter` loads them and dispatches through the registry only.
 """
 from .core import (TOKEN, Interpreter, InterpreterBug, Token, Value, evaluate,
-                   flatten, is_elementwise_computation, load_families)
+                   flatten, is_elementwise_computation)
 
 __all__ = ["TOKEN", "Interpreter", "InterpreterBug", "Token", "Value", "evaluate",
-           "flatten", "is_elementwise_computation", "load_families"]
+           "flatten", "is_elementwise_computation"]

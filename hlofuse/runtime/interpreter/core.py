@@ -40,12 +40,6 @@ class Token:
 TOKEN = Token()
 
 
-def load_families() -> None:
-    """Register the reference rules: the "reference" stage of `hlo.rule_loader.load_rules`,
-    whose list names this package's family modules in order."""
-    load_rules("reference")
-
-
 class InterpreterBug(RuntimeError):
     """A reference rule produced a value that does not match its instruction's shape."""
 

@@ -23,7 +23,8 @@ from hlofuse.hlo.errors import HloError  # noqa: E402
 from hlofuse.hlo.opcodes import OPS  # noqa: E402
 from hlofuse.hlo.parser import parse_hlo  # noqa: E402
 from hlofuse.hlo.verifier import verify  # noqa: E402
-from hlofuse.runtime.interpreter import evaluate, load_families  # noqa: E402
+from hlofuse.hlo.rule_loader import load_rules  # noqa: E402
+from hlofuse.runtime.interpreter import evaluate  # noqa: E402
 
 needs_xla = pytest.mark.skipif(not xla_available(), reason="jaxlib's XLA CPU client is not usable here")
 
@@ -158,7 +159,7 @@ ENTRY e {{
 
 
 # ---- every elementwise opcode on rank-0 operands ---------------------------------------------
-load_families()  # attaches the reference rules to the registry rows
+load_rules("reference")  # attaches the reference rules to the registry rows
 ELEMENTWISE = sorted(name for name, info in OPS.items()
                      if info.elementwise and info.kind in ("unary", "binary", "ternary", "compare")
                      and info.reference is not None)
