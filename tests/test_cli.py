@@ -9,27 +9,11 @@ import numpy as np
 import pytest
 
 from hlofuse.cli import main
+from cli_modules import SIMPLE, simple_module  # noqa: F401 (simple_module is a fixture)
 from repo_paths import REPO
 
 ROOT = str(REPO)
 EXAMPLE = os.path.join(ROOT, "examples", "softmax.hlo")
-
-SIMPLE = """HloModule simple
-
-ENTRY main {
-  p0 = f32[4]{0} parameter(0)
-  p1 = f32[4]{0} parameter(1)
-  m = f32[4]{0} multiply(p0, p1)
-  ROOT a = f32[4]{0} add(m, p0)
-}
-"""
-
-
-@pytest.fixture
-def simple_module(tmp_path):
-    path = tmp_path / "simple.hlo"
-    path.write_text(SIMPLE)
-    return str(path)
 
 
 def run_cli(*argv: str) -> subprocess.CompletedProcess:
