@@ -17,6 +17,7 @@ from __future__ import annotations
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from typing import Callable
 
 import llvmlite.binding as llvm
 from llvmlite import ir
@@ -110,10 +111,17 @@ def speed_level(kernel: KernelPlan) -> int:
     return 3
 
 
+# Emitters of custom kernels (KernelPlan.custom names one): each fills a CPU kernel skeleton.
+# Modules that plan such kernels register their emitter here when imported.
+CUSTOM_EMITTERS: dict[str, Callable[[CpuKernelSkeleton, KernelPlan], None]] = {}
+
+
 def emit_kernel(mod: ir.Module, kernel: KernelPlan, target, name: str) -> None:
     """Emit `kernel` into `mod` as function `name`."""
     skel = CpuKernelSkeleton(mod, target, name, kernel.comp, len(output_leaves(kernel.comp)), len(kernel.scratch))
-    if kernel.group is not None:
+    if kernel.custom is not None:
+        CUSTOM_EMITTERS[kernel.custom](skel, kernel)
+    elif kernel.group is not None:
         emit_reduction_kernel(skel, kernel.comp, kernel.group, kernel.stage, kernel.parts)
     else:
         emit_loop_kernel(skel, kernel.comp, kernel.outputs)

@@ -122,7 +122,9 @@ def kernel_text(kernel: KernelPlan) -> str:
     body = texts.computation(kernel.comp)
     plan = [f"kernel c{body} stage={kernel.stage} parts={kernel.parts} scratch={len(kernel.scratch)}"
             f" outputs={len(output_leaves(kernel.comp))}"]
-    if kernel.group is None:
+    if kernel.custom is not None:
+        plan.append(f"custom {kernel.custom} units={kernel.units} unit_elements={kernel.unit_elements}")
+    elif kernel.group is None:
         plan.append(f"loop {list(kernel.outputs)}")
     else:
         g = kernel.group

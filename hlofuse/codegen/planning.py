@@ -39,6 +39,9 @@ class KernelPlan:
     stage: str = "single"  # "partial" / "combine" for a reduction split across cores
     parts: int = 1
     scratch: list[tuple[str, int]] = field(default_factory=list)
+    # A kernel not made by the loop or reduction emitters (GEMM, convolution, scatter, ...):
+    # the name of its emitter in codegen/cpu.py's CUSTOM_EMITTERS (part of the cache key).
+    custom: str | None = None
 
     @property
     def pointer_count(self) -> int:

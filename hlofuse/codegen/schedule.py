@@ -35,6 +35,11 @@ class Step:
     leaf_shapes: list = field(default_factory=list)  # output leaves (kernel steps)
     temps: list = field(default_factory=list)  # shapes of temporaries between its kernels
     message: str = ""  # why an unsupported step cannot run (lenient planning)
+    # Output leaf k -> operand leaf i whose values output k must already hold when the kernels
+    # run: they write only part of it (dynamic-update-slice's window, scatter's updates). The
+    # runtime passes operand i's buffer itself when the operand dies here (XLA's in-place rule),
+    # otherwise copies it into the output buffer first.
+    inplace: dict[int, int] = field(default_factory=dict)
 
     @property
     def aliases_operands(self) -> bool:

@@ -136,6 +136,8 @@ class CpuProgram(ProgramBase):
             outs[k] = o = self._outputs.empty(dims, dtype)
             rt.out_addrs[k] = _address(o)
         addrs += rt.out_addrs
+        for k, i in step.inplace.items():  # kernels that write only part of an output
+            np.copyto(outs[k], leaves[i].reshape(outs[k].shape))
         for k, index in zip(rt.kernels, rt.arg_index):
             _launch(k, [addrs[j] if j >= 0 else rt.fixed[~j] for j in index])
         return unflatten(step.inst.shape, outs)
