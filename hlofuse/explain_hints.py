@@ -36,6 +36,11 @@ HINTS = {
     "different-loop-shapes": "the two would iterate over different shapes; make their output shapes (or reduction "
                              "input shapes) agree.",
     "incompatible-reductions": "the reductions reduce different dimensions or shapes; align them to fuse.",
+    "transpose-and-reduce": "a tiled transpose and a reduction need different tilings, so XLA never puts them in one "
+                            "kernel.",
+    "incompatible-transposes": "the two transposes permute different dimensions; one tiling cannot serve both.",
+    "disjoint-slices": "the two read disjoint slices of their common operand, so one kernel would save no reads; "
+                       "overlapping slices would fuse.",
     "sibling": "{p} cannot take part in sibling (multi-output) fusion.",
     "dynamic-update-slice": "in-place dynamic-update-slice roots cannot share a multi-output fusion.",
     "consumer-not-mof-root": "{c} cannot root a multi-output fusion.",

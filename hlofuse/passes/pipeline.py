@@ -25,6 +25,7 @@ from .cse import CommonSubexpressionElimination
 from .dce import DeadCodeElimination
 from .fusion import (CallInliner, FusionMerger, HorizontalLoopFusion, InstructionFusion, MultiOutputFusion,
                      NonDuplicatingFusion, SiblingFusion, fusion_passes)
+from .fusion.horizontal_input_fusion import HorizontalInputFusion
 from .pass_base import HloPass
 from .simplifier import AlgebraicSimplifier
 
@@ -43,6 +44,7 @@ PASSES: dict[str, type[HloPass]] = {
     "multi-output-fusion": MultiOutputFusion,
     "sibling-fusion": SiblingFusion,
     "horizontal-fusion": HorizontalLoopFusion,
+    "horizontal-input-fusion": HorizontalInputFusion,
 }
 
 # Named lists of passes: `--passes fusion-pipeline{target=cpu}` runs the fusion passes of the CPU.

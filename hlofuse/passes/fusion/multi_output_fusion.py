@@ -24,6 +24,7 @@ from .fusibility import (
 )
 from .fusion_utils import create_fusion, fuse_into_multi_output, merge_siblings, sort_computations
 from .kernel_pass import KernelComputationPass
+from .sibling_rules import is_effective_scalar, is_transpose_hero, reads_disjoint_slices, shapes_compatible
 
 refuse = Decision.refuse
 _OK = Decision.allow()
@@ -35,52 +36,9 @@ def is_fusible_as_multi_output_root(inst: HloInstruction) -> bool:
         return False
     if inst.opcode == "fusion":
         return inst.attrs.get("kind") in ("kLoop", "kInput")
-    return is_input_fusible_reduction(inst) or (inst.info.elementwise and len(inst.operands) > 0)
-
-
-def _hero(inst: HloInstruction) -> HloInstruction:
-    """XLA's GetRealHeroForMultiOutputFusion: the reduce among the outputs, else the first output."""
-    return reduce_hero(inst) or fusion_outputs(inst)[0]
-
-
-def _loop_shape(hero: HloInstruction):
-    if hero.opcode == "reduce" and reduction_is_contiguous(hero):
-        return hero.operands[0].shape
-    return hero.shape
-
-
-def _dims_text(shape) -> str:
-    return shape.to_text(with_layout=False)
-
-
-def _same_loop(a, b) -> bool:
-    if a.is_tuple or b.is_tuple:
-        return a.equal_ignoring_layout(b)
-    if a.dims == b.dims:
-        return True
-    # XLA accepts shapes that are reshapes of each other as bitcasts (same non-1 dimensions).
-    return [d for d in a.dims if d != 1] == [d for d in b.dims if d != 1]
-
-
-def shapes_compatible(a: HloInstruction, b: HloInstruction) -> Decision:
-    """XLA's ShapesCompatibleForMultiOutputFusion: one parallel loop can compute both."""
-    h1, h2 = _hero(a), _hero(b)
-    r1 = h1.opcode == "reduce" and reduction_is_contiguous(h1)
-    r2 = h2.opcode == "reduce" and reduction_is_contiguous(h2)
-    if r1 and r2:
-        same = (h1.shape.leaves()[0].dims == h2.shape.leaves()[0].dims
-                and h1.operands[0].shape.dims == h2.operands[0].shape.dims
-                and tuple(h1.attrs.get("dimensions", ())) == tuple(h2.attrs.get("dimensions", ())))
-        if not same:
-            return refuse("incompatible-reductions",
-                          f"reductions {h1.name} and {h2.name} have different shapes or dimensions "
-                          f"({_dims_text(h1.operands[0].shape)} dims={list(h1.attrs.get('dimensions', ()))} vs "
-                          f"{_dims_text(h2.operands[0].shape)} dims={list(h2.attrs.get('dimensions', ()))})")
-    l1, l2 = _loop_shape(h1), _loop_shape(h2)
-    if not _same_loop(l1, l2):
-        return refuse("different-loop-shapes",
-                      f"{a.name} and {b.name} have different loop shapes ({_dims_text(l1)} vs {_dims_text(l2)})")
-    return _OK
+    # a tiled transpose roots a multi-output (transpose) fusion too (XLA's IsInputFusibleTranspose)
+    return (is_input_fusible_reduction(inst) or is_transpose_hero(inst)
+            or (inst.info.elementwise and len(inst.operands) > 0))
 
 
 def fits_in_budget(a: HloInstruction, b: HloInstruction, params: TargetParams) -> Decision:
@@ -107,13 +65,23 @@ def sibling_candidate(inst: HloInstruction) -> Decision:
         return refuse("sibling", f"{inst.name} has no users")
     if not is_fusible_as_multi_output_root(inst):
         return refuse("sibling", f"{inst.name} ('{inst.opcode}') cannot root a multi-output fusion")
-    if inst.shape.is_tuple and not is_multi_output(inst):
+    if _nestable_variadic_reduction(inst):
         return refuse("sibling", f"{inst.name} is a variadic reduction")
     if is_multi_output(inst) and any(u.opcode != "get-tuple-element" for u in inst.users):
         return refuse("sibling", f"multi-output {inst.name} has a user that is not a get-tuple-element")
     if is_multi_output(inst) and inst.is_root():
         return refuse("sibling", f"multi-output {inst.name} is the root")
     return _OK
+
+
+def _nestable_variadic_reduction(inst: HloInstruction) -> bool:
+    """XLA's IsNestableVariadicReduction: a variadic reduce that is no input fusion's hero (a
+    plain row-unfriendly one, or the root of a loop fusion) is not sibling-fused."""
+    if not inst.shape.is_tuple or is_multi_output(inst):
+        return False
+    if inst.opcode == "reduce":
+        return not reduction_is_contiguous(inst)
+    return inst.opcode != "fusion" or inst.attrs.get("kind") == "kLoop" or inst.fused_computation.root.opcode != "reduce"
 
 
 def _dus_root(inst: HloInstruction) -> bool:
@@ -171,6 +139,9 @@ def _sibling_legal(a: HloInstruction, b: HloInstruction, parent: HloInstruction,
         return refuse("cycle", f"would create a cycle: {second.name} depends on {first.name}, so the "
                                f"siblings {b.name} and {a.name} (both reading {parent.name}) cannot share "
                                f"a kernel")
+    if reads_disjoint_slices(a, b, parent):
+        return refuse("disjoint-slices", f"{a.name} and {b.name} read disjoint slices of {parent.name}: "
+                                         f"they share no element of it, so one kernel saves no reads")
     d = shapes_compatible(a, b)
     if not d:
         return d
@@ -181,7 +152,8 @@ def _sibling_legal(a: HloInstruction, b: HloInstruction, parent: HloInstruction,
 
 def _fuse_siblings(parent: HloInstruction, ctx: FusionContext) -> bool:
     """Merge the users of `parent` that may share a kernel into multi-output fusions."""
-    if parent.opcode == "constant" and parent.shape.is_array and parent.shape.element_count() == 1:
+    if is_effective_scalar(parent):
+        # XLA's IsProfitableOperand: a scalar (or a broadcast of one) is not worth sharing
         return False
     siblings = sorted(distinct(parent.users), key=lambda u: -_priority(u))
     changed = False

@@ -1,0 +1,71 @@
+"""Horizontal input fusion (XLA's GpuHorizontalInputFusion): independent reductions that feed
+the same consumer (typically the root tuple) become one multi-output input fusion, one launch
+instead of one per reduction.
+
+For each consumer, defs before uses, the candidates are its operands (get-tuple-elements looked
+through) that are input-fusible reductions (a reduce, or an input fusion with a reduce hero)
+whose only non-root user is that consumer, so fusing them can never make a cycle. They are
+sorted by the shape their loop reads (rank, then dimensions) and, as in XLA, each is merged into
+the current anchor when their loops fit (`shapes_compatible`) and the result fits the budget;
+otherwise it becomes the next anchor.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from ...hlo.ir import HloComputation, HloInstruction
+from .context import FusionContext
+from .fusibility import is_input_fusible_reduction
+from .fusion_utils import create_fusion, merge_siblings, sort_computations
+from .horizontal_fusion import _non_gte_ancestor, _only_user_is
+from .kernel_pass import KernelComputationPass
+from .multi_output_fusion import fits_in_budget
+from .sibling_rules import hero, loop_shape, shapes_compatible
+
+
+def candidates(consumer: HloInstruction) -> list[HloInstruction]:
+    """XLA's FindAndSortFusionCandidates for `consumer`."""
+    found: list[HloInstruction] = []
+    for op in consumer.operands:
+        pred = _non_gte_ancestor(op)
+        if (is_input_fusible_reduction(pred) and _only_user_is(pred, consumer)
+                and not any(pred is f for f in found)):
+            found.append(pred)
+    found.sort(key=lambda i: (loop_shape(hero(i)).rank, tuple(loop_shape(hero(i)).dims)))
+    return found
+
+
+@dataclass(frozen=True)
+class HorizontalInputFusion(KernelComputationPass):
+    """Fuse independent reductions feeding one consumer into one multi-output input fusion (GPU)."""
+
+    name: ClassVar[str] = "horizontal-input-fusion"
+
+    def _run_on(self, comp: HloComputation, ctx: FusionContext) -> bool:
+        changed = False
+        for consumer in comp.post_order():
+            if consumer.parent is not comp:
+                continue
+            cands = candidates(consumer)
+            if len(cands) < 2:
+                continue
+            cands = [c if c.opcode == "fusion" else create_fusion(c, "kInput") for c in cands]
+            changed = True
+            anchor = cands[0]
+            for fused in cands[1:]:
+                d = shapes_compatible(anchor, fused)
+                if d:
+                    d = fits_in_budget(anchor, fused, ctx.params)
+                if not d:
+                    ctx.log.refused(self.name, fused.name, anchor.name, d)
+                    anchor = fused
+                    continue
+                name = fused.name
+                merge_siblings(anchor, fused)
+                ctx.log.fused(self.name, name, anchor.name, anchor.name,
+                              rule=f"horizontal input fusion (independent reductions feeding {consumer.name})")
+                ctx.graph_changed()
+        if changed:
+            sort_computations(comp)
+        return changed
