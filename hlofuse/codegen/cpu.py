@@ -28,6 +28,7 @@ from ..passes.fusion.decisions import module_log
 from .cache import CompileCache, cache_key, memory_cache
 from .kernel_key import kernel_text
 from .kernels.args import output_leaves, param_leaf_count
+from .kernels.cpu_custom import CUSTOM_KERNEL_EMITTERS, custom_computation, plan_custom
 from .kernels.cpu_loop import emit_loop_kernel
 from .kernels.cpu_reduction import emit_reduction_kernel
 from .kernels.cpu_skeleton import CpuKernelSkeleton
@@ -56,11 +57,14 @@ class CpuPlanner(Planner):
 
     def dedicated_kernel(self, inst: HloInstruction) -> HloComputation | None:
         """A sequential dot kernel for a dot small enough not to go to BLAS."""
-        return sequential_dot(inst) if inst.opcode == "dot" else None
+        return sequential_dot(inst) if inst.opcode == "dot" else custom_computation(inst)  # conv, select-and-scatter
 
     def kernel_calls(self, comp: HloComputation, inst: HloInstruction) -> tuple[list[KernelPlan], list]:
         """Kernels and temporaries computing fused computation `comp` for instruction `inst`."""
         name = self.kernel_name(inst)
+        if (custom := plan_custom(comp, name)) is not None:  # convolution, select-and-scatter (kernels/cpu_custom.py)
+            self.kernels.extend(custom)
+            return custom, []
         shared = self._reuse_expression(comp, inst, name)
         if shared is not None:
             return shared
@@ -114,6 +118,7 @@ def speed_level(kernel: KernelPlan) -> int:
 # Emitters of custom kernels (KernelPlan.custom names one): each fills a CPU kernel skeleton.
 # Modules that plan such kernels register their emitter here when imported.
 CUSTOM_EMITTERS: dict[str, Callable[[CpuKernelSkeleton, KernelPlan], None]] = {}
+CUSTOM_EMITTERS.update(CUSTOM_KERNEL_EMITTERS)  # conv, select_and_scatter (codegen/kernels/cpu_custom.py)
 
 
 def emit_kernel(mod: ir.Module, kernel: KernelPlan, target, name: str) -> None:

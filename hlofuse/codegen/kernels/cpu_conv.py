@@ -1,0 +1,387 @@
+"""CPU convolution kernels: a direct convolution loop nest in LLVM IR, vectorized over the
+contiguous feature dimension, for every convolution the interpreter runs.
+
+    geo = conv_geometry(inst)              # None: the convolution stays a library call
+    plans = plan_conv(comp, name)          # a KernelPlan with custom="conv"
+    emit_conv_kernel(skel, plan)           # fills a CPU kernel skeleton
+
+Addresses come from each operand's row-major element strides, so one loop nest serves every
+dimension-number layout (NHWC, NCHW, HWIO, OIHW, batch or feature anywhere); layouts whose
+feature dimensions are minor get unit-stride inner loops that LLVM vectorizes, the others the
+same loops with strided accesses (slower, still compiled).
+
+Work units are (output batch x first output spatial dimension) rows, so threads split the
+output deterministically. Per output position the kernel keeps one accumulator per output
+feature (a stack array of the accumulation type) and runs, for each window offset (row-major,
+offsets outside the padded or between lhs-dilated input elements skipped) and each input
+feature of the group, a multiply-add into the accumulators, then rounds them once into the
+output. Each output element is thus summed term by term in the interpreter's order (window
+offsets outside, input features inside: runtime/interpreter/convolution.py), so small float
+convolutions agree bit for bit; large ones differ from the interpreter's float64 sums only by
+float32 rounding.
+
+Loop order rule (documented, not timed): with G feature (or batch) groups of `og` output
+features each,
+  * channels innermost (G > og: depthwise and grouped convolutions with few features per
+    group): offsets -> input feature j -> o' < og -> group g innermost. For a depthwise
+    convolution in NHWC/HWIO the inner loop reads input, weights and accumulators at unit
+    stride: a small window reduction per output element, vectorized over channels;
+  * output features innermost (G <= og: dense and wide-group convolutions): group g ->
+    offsets -> input feature j (its input element loaded once) -> o' < og innermost, unit
+    stride in the accumulators and (for HWIO/OHWI-with-O-minor weights) in the weights.
+    Up to POSITION_BLOCK consecutive positions of the last output spatial dimension share each
+    weight load (register blocking), which the dense kernel's speed depends on.
+
+Accumulation type: float results accumulate in f32 (f64 when the result or an operand is
+f64), narrow floats widened on load; integer results in the result's integer type (at least
+8 bits), wrapping, which equals the interpreter's int64 sum rounded to the result type.
+Complex and pred convolutions, and accumulators larger than MAX_FEATURES, stay library calls.
+Padding and lhs-dilation holes contribute nothing (the interpreter multiplies a zero into the
+sum: the same value unless a weight there is inf or NaN).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from llvmlite import ir
+
+from ...emitters.elemental import ElementalEmitter, compute_type, reg_type, supported_type
+from ...emitters.elemental_math import convert_value
+from ...emitters.ir_helpers import const_i64, for_range, load_element, row_major_strides, store_element
+from ...hlo.attributes import ConvDimensionNumbers, Window, WindowDimension
+from ...hlo.dtypes import ElementType, element_type
+from ...hlo.ir import HloComputation, HloInstruction
+from .args import output_leaves, typed_pointer
+
+# Largest output feature count a kernel keeps accumulators for (a stack array of this many
+# f64 is 512 KiB, far inside a thread's stack).
+MAX_FEATURES = 1 << 16
+# Consecutive output positions the output-features-innermost order computes together.
+POSITION_BLOCK = 4
+
+
+@dataclass(frozen=True)
+class ConvGeometry:
+    """A convolution as loops: sizes, and element strides of the operands and the result."""
+
+    batch: int  # output batch
+    features: int  # output features O
+    groups: int  # feature_group_count * batch_group_count
+    group_features: int  # output features per group (og)
+    group_inputs: int  # input features per group (ci, the kernel's input feature size)
+    out_spatial: tuple[int, ...]
+    window: tuple[WindowDimension, ...]
+    dilated_input: tuple[int, ...]  # input spatial sizes after lhs dilation (before padding)
+    x_batch: int
+    x_feature: int
+    x_spatial: tuple[int, ...]
+    x_group: int  # offset between the input slices of consecutive groups
+    w_out: int
+    w_in: int
+    w_spatial: tuple[int, ...]
+    o_batch: int
+    o_feature: int
+    o_spatial: tuple[int, ...]
+    lhs_type: ElementType
+    rhs_type: ElementType
+    out_type: ElementType
+    acc_type: ElementType
+
+    @property
+    def channels_innermost(self) -> bool:
+        """The loop order rule (module docstring): groups innermost when there are more
+        groups than output features per group."""
+        return self.groups > self.group_features
+
+    @property
+    def units(self) -> int:
+        """Work units: output batch x first output spatial dimension."""
+        return self.batch * (self.out_spatial[0] if self.out_spatial else 1)
+
+    @property
+    def unit_work(self) -> int:
+        """Multiply-adds per work unit (for the launcher's thread split)."""
+        rest = math.prod(self.out_spatial[1:]) if self.out_spatial else 1
+        taps = math.prod(d.size for d in self.window)
+        return max(1, rest * self.features * self.group_inputs * taps)
+
+
+def dimension_numbers(inst: HloInstruction) -> ConvDimensionNumbers:
+    """The convolution's dim_labels as ConvDimensionNumbers (the parser may keep text)."""
+    dn = inst.attrs.get("dim_labels")
+    if isinstance(dn, ConvDimensionNumbers):
+        return dn
+    return ConvDimensionNumbers.from_labels(str(dn))
+
+
+def accumulation_type(lhs: ElementType, rhs: ElementType, out: ElementType) -> ElementType | None:
+    """The element type a convolution with these types accumulates in (module docstring), or
+    None when the kernel does not handle it."""
+    if any(not supported_type(t) or t.is_complex or t.is_pred for t in (lhs, rhs, out)):
+        return None
+    if out.is_float:
+        wide = any(t.name == "f64" for t in (lhs, rhs, out))
+        return element_type("f64" if wide else "f32")
+    if lhs.is_float or rhs.is_float:
+        return None  # float operands, integer result: left to the library rule
+    return element_type(("s" if out.is_signed else "u") + str(max(out.bits, 8)))
+
+
+def conv_geometry(inst: HloInstruction) -> ConvGeometry | None:
+    """The loops of convolution `inst`, or None when the kernel does not handle it."""
+    lhs, rhs = (op.shape for op in inst.operands)
+    out = inst.shape
+    if not (lhs.is_array and rhs.is_array and out.is_array):
+        return None
+    acc = accumulation_type(lhs.dtype, rhs.dtype, out.dtype)
+    if acc is None:
+        return None
+    dn = dimension_numbers(inst)
+    nsp = len(dn.input_spatial)
+    window = inst.attrs.get("window") or Window(tuple(WindowDimension() for _ in range(nsp)))
+    dims = tuple(window.dimensions)
+    fgc = int(inst.attrs.get("feature_group_count", 1))
+    bgc = int(inst.attrs.get("batch_group_count", 1))
+    if len(dims) != nsp or (fgc > 1 and bgc > 1):
+        return None
+    ld, rd, od = tuple(lhs.dims), tuple(rhs.dims), tuple(out.dims)
+    sl, sw, so = row_major_strides(ld), row_major_strides(rd), row_major_strides(od)
+    features = od[dn.output_feature]
+    groups = fgc * bgc
+    if features > MAX_FEATURES or groups <= 0 or features % groups:
+        return None
+    batch = od[dn.output_batch]
+    ci = rd[dn.kernel_input_feature]
+    x_group = batch * sl[dn.input_batch] if bgc > 1 else ci * sl[dn.input_feature]
+    dilated = tuple((ld[a] - 1) * d.base_dilation + 1 if ld[a] > 0 else 0 for a, d in zip(dn.input_spatial, dims))
+    return ConvGeometry(
+        batch=batch, features=features, groups=groups, group_features=features // groups, group_inputs=ci,
+        out_spatial=tuple(od[a] for a in dn.output_spatial), window=dims, dilated_input=dilated,
+        x_batch=sl[dn.input_batch], x_feature=sl[dn.input_feature], x_spatial=tuple(sl[a] for a in dn.input_spatial),
+        x_group=x_group, w_out=sw[dn.kernel_output_feature], w_in=sw[dn.kernel_input_feature],
+        w_spatial=tuple(sw[a] for a in dn.kernel_spatial), o_batch=so[dn.output_batch],
+        o_feature=so[dn.output_feature], o_spatial=tuple(so[a] for a in dn.output_spatial),
+        lhs_type=lhs.dtype, rhs_type=rhs.dtype, out_type=out.dtype, acc_type=acc)
+
+
+def find_convolution(comp: HloComputation) -> HloInstruction | None:
+    """The convolution a conv kernel computes for `comp`: its root, when the root is a
+    convolution of two parameters that the kernel handles."""
+    root = comp.root
+    if root.opcode != "convolution" or any(op.opcode != "parameter" for op in root.operands):
+        return None
+    return root if conv_geometry(root) is not None else None
+
+
+# ---- emission ---------------------------------------------------------------------------------
+def _i(v: int) -> ir.Constant:
+    return const_i64(v)
+
+
+class _ConvEmitter:
+    """Emits one convolution kernel into a CPU kernel skeleton (see the module docstring)."""
+
+    def __init__(self, skel, conv: HloInstruction, geo: ConvGeometry) -> None:
+        self.skel, self.geo = skel, geo
+        self.b = b = skel.builder
+        self.em = ElementalEmitter(b, skel.target, skel.param_gen)
+        lhs_p, rhs_p = conv.operands
+        self.x = typed_pointer(b, skel.function.args[lhs_p.parameter_number], geo.lhs_type)
+        self.w = typed_pointer(b, skel.function.args[rhs_p.parameter_number], geo.rhs_type)
+        self.out = skel.output_ptr(0)
+        self.acc_ty = compute_type(geo.acc_type) if geo.acc_type.is_float else reg_type(geo.acc_type)
+        self.zero = ir.Constant(self.acc_ty, 0.0 if geo.acc_type.is_float else 0)
+        block = 1 if geo.channels_innermost or not geo.out_spatial else POSITION_BLOCK
+        self.block = max(1, min(block, geo.out_spatial[-1] if geo.out_spatial else 1))
+        # Accumulators of `block` positions, allocated once in the entry block.
+        self.acc = b.alloca(self.acc_ty, size=_i(max(geo.features, 1) * self.block), name="acc")
+
+    # -- small helpers
+    def add(self, *terms) -> ir.Value:
+        """Sum of i64 values and ints (constants folded)."""
+        b, const, vals = self.b, 0, []
+        for t in terms:
+            if isinstance(t, int):
+                const += t
+            else:
+                vals.append(t)
+        acc = None
+        for v in vals:
+            acc = v if acc is None else b.add(acc, v)
+        if acc is None:
+            return _i(const)
+        return b.add(acc, _i(const)) if const else acc
+
+    def mul(self, v, k: int):
+        """v * k for an i64 value (or int) and an int."""
+        if isinstance(v, int):
+            return v * k
+        if k == 0:
+            return 0
+        return v if k == 1 else self.b.mul(v, _i(k))
+
+    def load(self, ptr, offset, et: ElementType) -> ir.Value:
+        """An element of `ptr` at `offset`, converted to the accumulation type."""
+        b = self.b
+        v = load_element(b, b.gep(ptr, [offset], inbounds=True), et)
+        return convert_value(self.em, v, et, self.geo.acc_type)
+
+    def madd(self, slot, xv, wv) -> None:
+        """acc[slot] += xv * wv (IEEE or wrapping integer arithmetic, no reassociation)."""
+        b = self.b
+        p = b.gep(self.acc, [slot], inbounds=True)
+        if self.geo.acc_type.is_float:
+            b.store(b.fadd(b.load(p), b.fmul(xv, wv)), p)
+        else:
+            b.store(b.add(b.load(p), b.mul(xv, wv)), p)
+
+    # -- the loop nest
+    def emit(self) -> None:
+        """The whole kernel: units -> positions -> accumulate -> store."""
+        geo, b = self.geo, self.b
+        sp = geo.out_spatial
+        with for_range(b, self.skel.begin, self.skel.end, "unit") as u:
+            if sp:
+                n = b.udiv(u, _i(sp[0]))
+                p0 = b.urem(u, _i(sp[0]))
+            else:
+                n, p0 = u, None
+            self._positions(n, [p0] if sp else [], 1)
+        self.skel.finish()
+
+    def _positions(self, n, ps: list, level: int) -> None:
+        """Loops over output spatial dimensions `level`..; the last one in blocks."""
+        geo, b = self.geo, self.b
+        sp = geo.out_spatial
+        if level >= len(sp):
+            self._position(n, ps, 1)
+            return
+        if level < len(sp) - 1:
+            with for_range(b, _i(0), _i(sp[level]), f"p{level}") as p:
+                self._positions(n, ps + [p], level + 1)
+            return
+        size, blk = sp[level], self.block
+        full = size - size % blk
+        if full:
+            with for_range(b, _i(0), _i(full), f"p{level}", step=blk) as p:
+                self._position(n, ps + [p], blk)
+        if full < size:
+            with for_range(b, _i(full), _i(size), f"p{level}r") as p:
+                self._position(n, ps + [p], 1)
+
+    def _position(self, n, ps: list, count: int) -> None:
+        """Output positions ps, ps + (0..count-1 along the last spatial dimension)."""
+        geo, b = self.geo, self.b
+        total = geo.features * count
+        with for_range(b, _i(0), _i(total), "zero") as o:
+            b.store(self.zero, b.gep(self.acc, [o], inbounds=True))
+        xbase = self.mul(n, geo.x_batch)
+        if geo.channels_innermost:
+            self._window(ps, 0, [xbase] * count, 0, self._channels_body)
+        else:
+            with for_range(b, _i(0), _i(geo.groups), "g") as g:
+                self._window(ps, 0, [self.add(xbase, self.mul(g, geo.x_group))] * count, 0,
+                             lambda xoffs, woff: self._features_body(g, xoffs, woff))
+        obase = self.add(self.mul(n, geo.o_batch), *[self.mul(p, s) for p, s in zip(ps, geo.o_spatial)])
+        ostep = geo.o_spatial[-1] if geo.o_spatial else 0
+        for c in range(count):
+            with for_range(b, _i(0), _i(geo.features), "store") as o:
+                v = b.load(b.gep(self.acc, [self.add(o, c * geo.features)], inbounds=True))
+                v = convert_value(self.em, v, geo.acc_type, geo.out_type)
+                dst = b.gep(self.out, [self.add(obase, self.mul(o, geo.o_feature), c * ostep)], inbounds=True)
+                store_element(b, v, dst, geo.out_type)
+
+    def _tap(self, p, k, d: WindowDimension, limit: int):
+        """(input index, in-bounds flag) of window offset k at output position p (i64 values)."""
+        b = self.b
+        q = self.add(self.mul(p, d.stride), self.mul(k, d.window_dilation), -d.padding_low)
+        ok = b.and_(b.icmp_signed(">=", q, _i(0)), b.icmp_signed("<", q, _i(limit)))
+        if d.base_dilation != 1:
+            ok = b.and_(ok, b.icmp_signed("==", b.srem(q, _i(d.base_dilation)), _i(0)))
+            q = b.sdiv(q, _i(d.base_dilation))
+        return q, ok
+
+    def _window(self, ps: list, level: int, xs: list, woff, body) -> None:
+        """Loops over window offsets (row-major) from spatial dimension `level`; `body(xs, woff)`
+        gets one input offset per blocked position (None where that position's tap is padding)."""
+        geo, b = self.geo, self.b
+        if level == len(geo.window):
+            body(xs, woff)
+            return
+        d = geo.window[level]
+        stride = geo.x_spatial[level]
+        with for_range(b, _i(0), _i(d.size), f"k{level}") as k:
+            kk = b.sub(_i(d.size - 1), k) if d.window_reversal else k
+            wnext = self.add(woff, self.mul(kk, geo.w_spatial[level]))
+            if level < len(geo.window) - 1 or len(xs) == 1:
+                # Blocked positions differ only along the last dimension: one tap for all here.
+                q, ok = self._tap(ps[level], k, d, geo.dilated_input[level])
+                with b.if_then(ok):
+                    self._window(ps, level + 1, [self.add(x, self.mul(q, stride)) for x in xs], wnext, body)
+            else:
+                offs, oks = [], []
+                for c, x in enumerate(xs):
+                    q, ok = self._tap(self.add(ps[level], c), k, d, geo.dilated_input[level])
+                    offs.append(self.add(x, self.mul(q, stride)))
+                    oks.append(ok)
+                every = oks[0]
+                for ok in oks[1:]:
+                    every = b.and_(every, ok)
+                with b.if_else(every) as (inside, border):
+                    with inside:
+                        body(offs, wnext)
+                    with border:  # near the padding: each position on its own
+                        for c, ok in enumerate(oks):
+                            with b.if_then(ok):
+                                body([offs[j] if j == c else None for j in range(len(offs))], wnext)
+
+    def _channels_body(self, xoffs: list, woff) -> None:
+        """Channels innermost: j -> o' -> g (one position)."""
+        geo, b = self.geo, self.b
+        xoff = xoffs[0]
+        with for_range(b, _i(0), _i(geo.group_inputs), "j") as j:
+            xj = self.add(xoff, self.mul(j, geo.x_feature))
+            wj = self.add(woff, self.mul(j, geo.w_in))
+            with for_range(b, _i(0), _i(geo.group_features), "oi") as oi:
+                with for_range(b, _i(0), _i(geo.groups), "gi") as g:
+                    o = self.add(self.mul(g, geo.group_features), oi)
+                    xv = self.load(self.x, self.add(xj, self.mul(g, geo.x_group)), geo.lhs_type)
+                    wv = self.load(self.w, self.add(wj, self.mul(o, geo.w_out)), geo.rhs_type)
+                    self.madd(o, xv, wv)
+
+    def _features_body(self, g, xoffs: list, woff) -> None:
+        """Output features innermost: j -> o' for group g, each weight shared by the blocked
+        positions whose tap is in bounds (None entries are skipped)."""
+        geo, b = self.geo, self.b
+        with for_range(b, _i(0), _i(geo.group_inputs), "j") as j:
+            xvs = [None if x is None else self.load(self.x, self.add(x, self.mul(j, geo.x_feature)), geo.lhs_type)
+                   for x in xoffs]
+            wj = self.add(woff, self.mul(j, geo.w_in))
+            gbase = self.mul(g, geo.group_features)
+            with for_range(b, _i(0), _i(geo.group_features), "oi") as oi:
+                o = self.add(gbase, oi)
+                wv = self.load(self.w, self.add(wj, self.mul(o, geo.w_out)), geo.rhs_type)
+                for c, xv in enumerate(xvs):
+                    if xv is not None:
+                        self.madd(self.add(o, c * geo.features), xv, wv)
+
+
+def emit_conv_kernel(skel, plan) -> None:
+    """Fill CPU kernel skeleton `skel` with the convolution kernel of `plan` (custom="conv")."""
+    conv = find_convolution(plan.comp)
+    if conv is None:
+        raise ValueError(f"kernel {plan.name}: its computation is not a convolution the conv kernel handles")
+    _ConvEmitter(skel, conv, conv_geometry(conv)).emit()
+
+
+def plan_conv(comp: HloComputation, name: str):
+    """The kernel plans computing `comp` (a convolution of two parameters), or None."""
+    from ..planning import KernelPlan
+
+    conv = find_convolution(comp)
+    if conv is None:
+        return None
+    geo = conv_geometry(conv)
+    return [KernelPlan(comp, [0], geo.units, geo.unit_work, None, inputs=[("in", 0), ("in", 1)],
+                       results=[("out", 0)], name=f"{name}_conv", custom="conv")]

@@ -1,0 +1,46 @@
+"""Which non-fusible instructions the CPU backend runs as custom kernels, and how.
+
+    comp = custom_computation(inst)   # a computation for the kernel planner, or None
+    plans = plan_custom(comp, name)   # KernelPlans with KernelPlan.custom set, or None
+    CUSTOM_KERNEL_EMITTERS            # KernelPlan.custom -> emitter (codegen/cpu.py uses it)
+
+An instruction goes to a custom kernel when its kernel module accepts it (the convolution
+kernel handles every real and integer convolution, codegen/kernels/cpu_conv.py; the
+select-and-scatter kernel, cpu_select_scatter.py); anything else keeps its library rule.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+from ...hlo.ir import HloComputation, HloInstruction
+from .cpu_conv import emit_conv_kernel, find_convolution, plan_conv
+from .cpu_select_scatter import emit_select_scatter_kernel, find_select_scatter, plan_select_scatter
+
+# opcode -> (does the kernel handle this computation's root?, planner)
+_PLANNERS: dict[str, tuple[Callable, Callable]] = {
+    "convolution": (find_convolution, plan_conv),
+    "select-and-scatter": (find_select_scatter, plan_select_scatter),
+}
+
+CUSTOM_KERNEL_EMITTERS: dict[str, Callable] = {
+    "conv": emit_conv_kernel,
+    "select_and_scatter": emit_select_scatter_kernel,
+}
+
+
+def custom_computation(inst: HloInstruction) -> HloComputation | None:
+    """A one-instruction computation running `inst` as a custom kernel, or None when no custom
+    kernel handles it."""
+    entry = _PLANNERS.get(inst.opcode)
+    if entry is None:
+        return None
+    from ..schedule import wrap_instruction
+
+    comp = wrap_instruction(inst)
+    return comp if entry[0](comp) is not None else None
+
+
+def plan_custom(comp: HloComputation, name: str) -> list | None:
+    """The custom kernels computing `comp`, or None when it is not a custom kernel's."""
+    entry = _PLANNERS.get(comp.root.opcode)
+    return entry[1](comp, name) if entry is not None else None

@@ -1,0 +1,170 @@
+"""CPU select-and-scatter kernels (the gradient of max pooling), compiled.
+
+    plans = plan_select_scatter(comp, name)   # two KernelPlans, custom="select_and_scatter"
+    emit_select_scatter_kernel(skel, plan)
+
+`select-and-scatter(operand, source, init)` fills the result with `init`, then for each
+source element (one window of the operand) selects an operand element of the window - the
+first real element (padding is never selected) is the pick, and each next one replaces it
+unless `select(pick, next)` is true - and combines the source element into the result at the
+pick: result[pick] = scatter(source, result[pick]), the order XLA's evaluator and the
+interpreter (runtime/interpreter/windows.py) use. The select and scatter computations are
+inlined by the elemental emitter (any scalar computation with element generators).
+
+Two kernels: stage "init" fills the result (rows of its last dimension are the work units);
+stage "scatter" walks the source. Windows that overlap (a stride smaller than the window in
+some dimension) may pick the same result element from several windows, so that kernel is one
+work unit walking the source in row-major order, exactly the interpreter's order; when no two
+windows overlap every result element is written by at most one window and the units are the
+source's rows, split across threads.
+"""
+from __future__ import annotations
+
+import math
+
+from llvmlite import ir
+
+from ...emitters.elemental import ElementalEmitter, mem_type, supported_type
+from ...emitters.ir_helpers import I1, const_i64, for_range, load_element, row_major_strides, store_element
+from ...hlo.ir import HloComputation, HloInstruction
+from .args import typed_pointer
+
+
+def _emittable(comp: HloComputation) -> bool:
+    return all(i.opcode == "parameter" or i.info.elemental is not None for i in comp.instructions)
+
+
+def find_select_scatter(comp: HloComputation) -> HloInstruction | None:
+    """The select-and-scatter a kernel computes for `comp` (its root, on parameters, with
+    undilated windows, real or integer types and emittable select/scatter), or None."""
+    root = comp.root
+    if root.opcode != "select-and-scatter" or any(op.opcode != "parameter" for op in root.operands):
+        return None
+    operand, source, init = (op.shape for op in root.operands)
+    if not (operand.is_array and source.is_array and init.is_array and root.shape.is_array):
+        return None
+    if any(not supported_type(s.dtype) or s.dtype.is_complex for s in (operand, source, init, root.shape)):
+        return None
+    window = root.attrs.get("window")
+    if window is None or len(window.dimensions) != len(operand.dims):
+        return None
+    if any(d.base_dilation != 1 or d.window_dilation != 1 for d in window.dimensions):
+        return None
+    if not (_emittable(root.attrs["select"]) and _emittable(root.attrs["scatter"])):
+        return None
+    return root
+
+
+def _overlapping(inst: HloInstruction) -> bool:
+    return any(d.stride < d.size for d in inst.attrs["window"].dimensions)
+
+
+def plan_select_scatter(comp: HloComputation, name: str):
+    """The init and scatter kernel plans for `comp`, or None."""
+    from ..planning import KernelPlan
+
+    inst = find_select_scatter(comp)
+    if inst is None:
+        return None
+    dims = tuple(inst.shape.dims)
+    rows, row = (math.prod(dims[:-1]), dims[-1]) if dims else (1, 1)
+    src = tuple(inst.operands[1].shape.dims)
+    taps = math.prod(d.size for d in inst.attrs["window"].dimensions)
+    if _overlapping(inst) or not src:
+        units, per_unit = (1 if math.prod(src) else 0), math.prod(src) * taps
+    else:
+        units, per_unit = src[0], math.prod(src[1:]) * taps
+    io = dict(inputs=[("in", 0), ("in", 1), ("in", 2)], results=[("out", 0)], custom="select_and_scatter")
+    return [KernelPlan(comp, [0], rows if math.prod(dims) else 0, row, None, name=f"{name}_fill", stage="init", **io),
+            KernelPlan(comp, [0], units, max(per_unit, 1), None, name=f"{name}_sas", stage="scatter", **io)]
+
+
+def emit_select_scatter_kernel(skel, plan) -> None:
+    """Fill CPU kernel skeleton `skel` with the init or scatter stage of `plan`."""
+    inst = find_select_scatter(plan.comp)
+    if inst is None:
+        raise ValueError(f"kernel {plan.name}: its computation is not a select-and-scatter the kernel handles")
+    b = skel.builder
+    operand, source, init = inst.operands
+    args = skel.function.args
+    out_t = inst.shape.dtype
+    out = skel.output_ptr(0)
+    dims = tuple(inst.shape.dims)
+    if plan.stage == "init":
+        row = dims[-1] if dims else 1
+        value = load_element(b, typed_pointer(b, args[init.parameter_number], init.shape.dtype), init.shape.dtype)
+        with for_range(b, skel.begin, skel.end, "row") as r:
+            with for_range(b, const_i64(0), const_i64(row), "col") as j:
+                lin = b.add(b.mul(r, const_i64(row)), j)
+                store_element(b, value, b.gep(out, [lin], inbounds=True), out_t)
+        skel.finish()
+        return
+    _emit_scatter(skel, inst, out)
+
+
+def _emit_scatter(skel, inst: HloInstruction, out: ir.Value) -> None:
+    """The scatter stage: per source element, select in its window, combine at the pick."""
+    b = skel.builder
+    operand, source, _ = inst.operands
+    op_t, src_t, out_t = operand.shape.dtype, source.shape.dtype, inst.shape.dtype
+    x = typed_pointer(b, skel.function.args[operand.parameter_number], op_t)
+    s = typed_pointer(b, skel.function.args[source.parameter_number], src_t)
+    em = ElementalEmitter(b, skel.target, skel.param_gen)
+    window = inst.attrs["window"].dimensions
+    odims, sdims = tuple(operand.shape.dims), tuple(source.shape.dims)
+    ostr, sstr = row_major_strides(odims), row_major_strides(sdims)
+    # Per-window state, allocated once in the entry block.
+    have = b.alloca(I1, name="have")
+    best = b.alloca(mem_type(op_t), name="best")
+    pick = b.alloca(ir.IntType(64), name="pick")
+    whole = _overlapping(inst) or not sdims
+
+    def per_source(spos: list) -> None:
+        b.store(ir.Constant(I1, 0), have)
+        b.store(const_i64(0), pick)
+
+        def taps(level: int, lin, ok) -> None:
+            if level == len(window):
+                with b.if_then(ok):
+                    v = load_element(b, b.gep(x, [lin], inbounds=True), op_t)
+                    had = b.load(have)
+                    with b.if_else(had) as (then, otherwise):
+                        with then:
+                            keep = em.call_scalar(inst.attrs["select"], [load_element(b, best, op_t), v])
+                            with b.if_then(b.not_(keep)):
+                                store_element(b, v, best, op_t)
+                                b.store(lin, pick)
+                        with otherwise:
+                            store_element(b, v, best, op_t)
+                            b.store(lin, pick)
+                            b.store(ir.Constant(I1, 1), have)
+                return
+            d = window[level]
+            with for_range(b, const_i64(0), const_i64(d.size), f"k{level}") as k:
+                q = b.add(b.mul(spos[level], const_i64(d.stride)), b.sub(k, const_i64(d.padding_low)))
+                inside = b.and_(b.icmp_signed(">=", q, const_i64(0)), b.icmp_signed("<", q, const_i64(odims[level])))
+                taps(level + 1, b.add(lin, b.mul(q, const_i64(ostr[level]))), b.and_(ok, inside))
+
+        taps(0, const_i64(0), ir.Constant(I1, 1))
+        with b.if_then(b.load(have)):
+            slin = const_i64(0)
+            for p, st in zip(spos, sstr):
+                slin = b.add(slin, b.mul(p, const_i64(st)))
+            sv = load_element(b, b.gep(s, [slin], inbounds=True), src_t)
+            dst = b.gep(out, [b.load(pick)], inbounds=True)
+            new = em.call_scalar(inst.attrs["scatter"], [sv, load_element(b, dst, out_t)])
+            store_element(b, new, dst, out_t)
+
+    def nest(level: int, spos: list) -> None:
+        if level == len(sdims):
+            per_source(spos)
+            return
+        with for_range(b, const_i64(0), const_i64(sdims[level]), f"s{level}") as i:
+            nest(level + 1, spos + [i])
+
+    with for_range(b, skel.begin, skel.end, "unit") as u:
+        if whole:
+            nest(0, [])
+        else:
+            nest(1, [u])
+    skel.finish()
