@@ -39,6 +39,8 @@ HINTS = {
     "transpose-and-reduce": "a tiled transpose and a reduction need different tilings, so XLA never puts them in one "
                             "kernel.",
     "incompatible-transposes": "the two transposes permute different dimensions; one tiling cannot serve both.",
+    "bitcast-width": "a bitcast-convert that changes the element width changes the indexing; it stays a kernel "
+                     "boundary.",
     "disjoint-slices": "the two read disjoint slices of their common operand, so one kernel would save no reads; "
                        "overlapping slices would fuse.",
     "sibling": "{p} cannot take part in sibling (multi-output) fusion.",

@@ -258,7 +258,11 @@ def effectively_at_most_unary(inst: HloInstruction) -> bool:
 
 
 def _reuses_directly(inst: HloInstruction, operand_index: int) -> bool:
-    if inst.opcode in ("broadcast", "gather") and operand_index == 0:
+    if inst.opcode == "broadcast":
+        # XLA's OperandElementUse: a broadcast is not elementwise, so it always counts as
+        # reusing its operand, even when it does not grow it (issue 16, rule 2)
+        return True
+    if inst.opcode == "gather" and operand_index == 0:
         return reads_elements_multiple_times(inst)
     if inst.opcode in ("reduce-window", "dot", "convolution"):
         return True

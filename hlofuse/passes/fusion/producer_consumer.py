@@ -207,6 +207,23 @@ def base(producer: HloInstruction, consumer: HloInstruction, ctx: FusionContext)
     return ALLOW
 
 
+def _width_changing_bitcast(inst: HloInstruction) -> bool:
+    if inst.opcode != "bitcast-convert" or not inst.shape.is_array:
+        return False
+    return inst.operands[0].shape.dtype.byte_size != inst.shape.dtype.byte_size
+
+
+def bitcast_width(producer: HloInstruction, consumer: HloInstruction, ctx: FusionContext) -> Decision:
+    """A bitcast-convert that changes the element width (f32 -> u8[4]) changes the shape's rank
+    and indexing; XLA fuses it neither as producer nor as consumer (issue 16, rule 7)."""
+    for inst in (producer, consumer):
+        if _width_changing_bitcast(inst):
+            src, dst = inst.operands[0].shape.dtype.name, inst.shape.dtype.name
+            return refuse("bitcast-width", f"bitcast-convert {inst.name} changes the element width ({src} -> "
+                                           f"{dst}); {producer.name} is not fused into {consumer.name}")
+    return ALLOW
+
+
 def cpu_concatenate(producer: HloInstruction, consumer: HloInstruction, ctx: FusionContext) -> Decision:
     """CPU: wide or large minor-dimension concatenates stay unfused."""
     limit = ctx.params.max_concatenate_operands
@@ -257,9 +274,9 @@ def budget(producer: HloInstruction, consumer: HloInstruction, ctx: FusionContex
 
 
 # The checks of each target, in XLA's order.
-CPU_RULES: tuple[Rule, ...] = (cpu_constant, producer_fusible, cpu_concatenate, reuse, base, cpu_reductions,
-                               scalar_constant, producer_is_fusion, consumer_fusible)
-GPU_RULES: tuple[Rule, ...] = (producer_is_fusion, reuse, transposing_into_reduce, producer_fusible,
+CPU_RULES: tuple[Rule, ...] = (cpu_constant, producer_fusible, bitcast_width, cpu_concatenate, reuse, base,
+                               cpu_reductions, scalar_constant, producer_is_fusion, consumer_fusible)
+GPU_RULES: tuple[Rule, ...] = (producer_is_fusion, reuse, transposing_into_reduce, producer_fusible, bitcast_width,
                                reduce_epilogue, consumer_fusible, multi_output_producer, gpu_constant, heavy, base,
                                budget)
 
