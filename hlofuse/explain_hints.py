@@ -32,6 +32,8 @@ HINTS = {
     "producer-multi-output": "{p} is a multi-output fusion; its outputs are read by their users from memory.",
     "concatenate": "the CPU keeps wide or multiply-used concatenates unfused; fewer operands or a single user "
                    "would let it fuse.",
+    "fusion-too-large": "one kernel holds at most a few hundred instructions (LLVM compiles bigger ones slowly); "
+                        "the chain continues in the next kernel.",
     "too-many-reductions": "the CPU limits reductions per fusion; split the reductions over several computations.",
     "different-loop-shapes": "the two would iterate over different shapes; make their output shapes (or reduction "
                              "input shapes) agree.",

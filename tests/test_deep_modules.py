@@ -17,6 +17,8 @@ import pytest
 
 import hlofuse
 from hlofuse.hlo.verifier import verify
+from hlofuse.passes.fusion.cost_model import MAX_FUSED_INSTRUCTIONS
+from hlofuse.passes.fusion.size_limit import kernel_size
 
 _PATTERN = ("add", "multiply", "negate", "exponential", "reshape4", "addq", "mulq", "reshape8",
             "transpose", "addrow", "negate", "exponential")
@@ -89,7 +91,10 @@ def _stages(n: int, budget: dict[str, float], backend: str = "cpu") -> dict[str,
     printed, times["print"] = _timed(module.to_text)
     assert hlofuse.parse_hlo(printed).to_text() == printed  # prints back to itself
     interp, times["fuse"] = _timed(lambda: hlofuse.compile(module, target="interpreter"))
-    assert interp.fused_module.to_text().count(" fusion(") == 1  # one kernel: the chain fused whole
+    # the chain fused whole, in kernels of at most the size cap (passes/fusion/size_limit.py)
+    sizes = [kernel_size(i) for i in interp.fused_module.entry.instructions if i.opcode == "fusion"]
+    # (every kernel full but the last: -(-a // b) is a rounded-up division)
+    assert max(sizes) <= MAX_FUSED_INSTRUCTIONS and len(sizes) == -(-sum(sizes) // MAX_FUSED_INSTRUCTIONS)
     want, times["interpret"] = _timed(lambda: interp(*_args()))
     np.testing.assert_allclose(want[0], _reference(n), rtol=1e-5, atol=1e-6)
     exe, times["compile"] = _timed(lambda: hlofuse.compile(module, target=backend))

@@ -224,6 +224,12 @@ class HloComputation:
                 return p
         raise IndexError(f"computation {self.name} has no parameter {number}")
 
+    def instruction_count(self, parameters: bool = True) -> int:
+        """How many instructions the computation holds (without its parameters when
+        `parameters` is False). O(1): fusion asks it for every producer it considers."""
+        n = len(self.instructions)
+        return n if parameters else n - len(self._parameter_list())
+
     def add_instruction(self, inst: HloInstruction, name: str | None = None) -> HloInstruction:
         """Add `inst` (its name made unique in the module) and return it."""
         if name is not None:

@@ -19,6 +19,10 @@ from dataclasses import dataclass
 
 from ...hlo.ir import HloComputation, HloInstruction, HloModule
 
+# The most instructions (parameters not counted) one fused kernel may hold: XLA's kMaxIRSize is
+# 10,000; hlofuse's lower figure is measured (the reasons: passes/fusion/size_limit.py).
+MAX_FUSED_INSTRUCTIONS = 512
+
 
 @dataclass(frozen=True)
 class TargetParams:
@@ -49,6 +53,9 @@ class TargetParams:
     # An expensive producer is duplicated (into every one of its users, never only some) into
     # at most this many consumers: the duplicated work is bounded to this many evaluations.
     max_expensive_copies: int = 4
+    # The most instructions one fused kernel holds (XLA: kMaxIRSize = 10000; hlofuse's lower
+    # figure is measured, passes/fusion/size_limit.py); None: unbounded.
+    max_fused_instructions: int | None = MAX_FUSED_INSTRUCTIONS
 
 
 GPU = TargetParams(

@@ -22,6 +22,7 @@ from .fusibility import (
 )
 from .fusion_utils import fuse_producer, operand_index, sort_computations
 from .kernel_pass import KernelComputationPass
+from .size_limit import fits_in_kernel
 
 refuse = Decision.refuse
 _OK = Decision.allow()
@@ -84,6 +85,9 @@ def should_merge(producer: HloInstruction, users: list[HloInstruction], params: 
             return refuse("heavy-computation", f"merging {p} into {user.name} would recompute a heavy "
                                                f"reduction for each element {user.name} re-reads")
         d = _budget(producer, user, params)
+        if not d:
+            return d
+        d = fits_in_kernel(producer, user, params.max_fused_instructions)
         if not d:
             return d
     # Bytes: unfused, the producer reads its operands once, writes its result once, and each

@@ -25,6 +25,7 @@ from .fusibility import (
 from .fusion_utils import create_fusion, fuse_into_multi_output, merge_siblings, sort_computations
 from .kernel_pass import KernelComputationPass
 from .sibling_rules import is_effective_scalar, is_transpose_hero, reads_disjoint_slices, shapes_compatible
+from .size_limit import fits_in_kernel
 
 refuse = Decision.refuse
 _OK = Decision.allow()
@@ -48,6 +49,9 @@ def fits_in_budget(a: HloInstruction, b: HloInstruction, params: TargetParams) -
         if n > params.max_unnested_reductions:
             return refuse("budget", f"reduction budget exceeded: {n} > {params.max_unnested_reductions} "
                                     f"unnested reductions (fusing {a.name} and {b.name})")
+    d = fits_in_kernel(a, b, params.max_fused_instructions)
+    if not d:
+        return d
     budget = params.max_operands_and_outputs
     if budget is None:
         return _OK

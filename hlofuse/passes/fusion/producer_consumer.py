@@ -26,6 +26,7 @@ from .fusibility import (
     not_fusible_reason, reduction_count, reduction_is_contiguous,
 )
 from .fusion_utils import operand_index
+from .size_limit import too_large
 
 refuse = Decision.refuse
 ALLOW = Decision.allow()
@@ -275,10 +276,10 @@ def budget(producer: HloInstruction, consumer: HloInstruction, ctx: FusionContex
 
 # The checks of each target, in XLA's order.
 CPU_RULES: tuple[Rule, ...] = (cpu_constant, producer_fusible, bitcast_width, cpu_concatenate, reuse, base,
-                               cpu_reductions, scalar_constant, producer_is_fusion, consumer_fusible)
+                               cpu_reductions, scalar_constant, producer_is_fusion, consumer_fusible, too_large)
 GPU_RULES: tuple[Rule, ...] = (producer_is_fusion, reuse, transposing_into_reduce, producer_fusible, bitcast_width,
                                reduce_epilogue, consumer_fusible, multi_output_producer, gpu_constant, heavy, base,
-                               budget)
+                               budget, too_large)
 
 
 def rules_for(ctx: FusionContext) -> tuple[Rule, ...]:

@@ -2,6 +2,7 @@
 Expected values are derived by hand from XLA's rules (cited) and from shape arithmetic."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 
@@ -405,7 +406,9 @@ def test_deep_graph_needs_no_recursion():
     body += [f"  c{i} = f32[4] negate(c{i - 1})" for i in range(1, n)]
     body.append(f"  ROOT r = f32[4] add(c{n - 1}, p)")
     m = _module("\n".join(body))
-    _fuse(m)
+    # (without the kernel size cap, which would cut the chain into kernels of at most 512:
+    # tests/passes/fusion/test_size_limit.py)
+    _fuse(m, target=dataclasses.replace(target_params("gpu"), max_fused_instructions=None))
     assert [i.opcode for i in m.entry.instructions if i.opcode not in ("parameter",)] == ["fusion"]
     # the chain, p (fused once: both of its uses end up in the same fusion), r, x and y
     assert len(m.entry.root.fused_computation.instructions) == n + 4
