@@ -28,6 +28,7 @@ from ..passes.fusion.decisions import module_log
 from .cache import CompileCache, cache_key, memory_cache
 from .kernel_key import kernel_text
 from .kernels.args import output_leaves, param_leaf_count
+from .kernels.cpu_gemm import dot_computation, emit_gemm_kernel, plan_dot, runs_dot_fusion
 from .kernels.cpu_custom import CUSTOM_KERNEL_EMITTERS, custom_computation, plan_custom
 from .kernels.cpu_loop import emit_loop_kernel
 from .kernels.cpu_reduction import emit_reduction_kernel
@@ -56,12 +57,22 @@ class CpuPlanner(Planner):
         self.shared_inputs: dict[HloInstruction, list[int]] = {}  # inst -> shared buffers appended to its inputs
 
     def dedicated_kernel(self, inst: HloInstruction) -> HloComputation | None:
-        """A sequential dot kernel for a dot small enough not to go to BLAS."""
-        return sequential_dot(inst) if inst.opcode == "dot" else custom_computation(inst)  # conv, select-and-scatter
+        """A sequential dot kernel for a dot small enough not to go to BLAS, a GEMM kernel's
+        computation for a larger one (kernels/cpu_gemm.py)."""
+        if inst.opcode == "dot":
+            return sequential_dot(inst) or dot_computation(inst)
+        return custom_computation(inst)  # conv, select-and-scatter
+
+    def runs_fusion(self, comp: HloComputation) -> bool:
+        """A dot with its epilogue (kOutput) runs as a GEMM kernel, a small one inlined."""
+        return runs_dot_fusion(comp)
 
     def kernel_calls(self, comp: HloComputation, inst: HloInstruction) -> tuple[list[KernelPlan], list]:
         """Kernels and temporaries computing fused computation `comp` for instruction `inst`."""
         name = self.kernel_name(inst)
+        if (dot := plan_dot(comp, name)) is not None:  # GEMM + epilogue, or an inlined small dot
+            self.kernels.extend(dot[0])
+            return dot
         if (custom := plan_custom(comp, name)) is not None:  # convolution, select-and-scatter (kernels/cpu_custom.py)
             self.kernels.extend(custom)
             return custom, []
@@ -119,6 +130,7 @@ def speed_level(kernel: KernelPlan) -> int:
 # Modules that plan such kernels register their emitter here when imported.
 CUSTOM_EMITTERS: dict[str, Callable[[CpuKernelSkeleton, KernelPlan], None]] = {}
 CUSTOM_EMITTERS.update(CUSTOM_KERNEL_EMITTERS)  # conv, select_and_scatter (codegen/kernels/cpu_custom.py)
+CUSTOM_EMITTERS["gemm"] = emit_gemm_kernel  # dots through BLAS with their epilogue (kernels/cpu_gemm.py)
 
 
 def emit_kernel(mod: ir.Module, kernel: KernelPlan, target, name: str) -> None:

@@ -107,6 +107,11 @@ class Planner:
         """A computation to run non-elemental instruction `inst` as kernels, or None."""
         return None
 
+    def runs_fusion(self, comp: HloComputation) -> bool:
+        """Whether the backend runs fused computation `comp`, which holds instructions without
+        element generators (a dot and its epilogue), as kernels rather than as a call."""
+        return False
+
     def step(self, inst: HloInstruction) -> Step:
         """How instruction `inst` of an executed computation runs."""
         op = inst.opcode
@@ -114,7 +119,7 @@ class Planner:
             return Step(inst, inst.info.step_kind)
         if op == "fusion":
             comp = inst.fused_computation
-            if not is_emittable(comp):
+            if not is_emittable(comp) and not self.runs_fusion(comp):
                 # e.g. XLA's kOutput/kCustom fusions around a dot: run the fused computation
                 # like a call, its fusible parts as kernels.
                 self.plan(comp)

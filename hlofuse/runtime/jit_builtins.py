@@ -160,7 +160,11 @@ def register_builtins() -> dict[str, int]:
             _registered[alias] = _registered[name]
         for name, addr in _registered.items():
             llvm.add_symbol(name, addr)
-        return _registered
+    try:
+        register_blas()  # GEMM kernels call BLAS (below); without scipy they cannot be loaded
+    except ImportError:
+        pass  # check_resolvable then names the missing routines
+    return _registered
 
 
 def undefined_symbols(obj: bytes) -> set[str] | None:
@@ -198,3 +202,80 @@ def check_resolvable(obj: bytes) -> None:
     if missing:
         raise UnresolvedSymbolError("compiled kernels call functions this process does not provide: "
                                     + ", ".join(missing))
+
+
+# ---- BLAS ------------------------------------------------------------------------------------
+#
+# GEMM kernels (codegen/kernels/cpu_gemm.py) call the Fortran BLAS `?gemm_` routines of the
+# OpenBLAS that scipy ships, through the function pointers scipy.linalg.cython_blas exports as
+# PyCapsules (numba's np.dot uses the same). They are registered under hlofuse's own names
+# (`blas_symbol`), so no other `sgemm_` the process may hold (a system BLAS) is picked by accident.
+# That OpenBLAS is told once to use one thread: a GEMM kernel's work units (batch elements x
+# row panels) are already split over hlofuse's threads, and OpenBLAS's own threads would spin
+# against them (numpy's OpenBLAS is a different library, untouched).
+
+GEMM_ROUTINES = ("sgemm", "dgemm", "cgemm", "zgemm")
+_blas: dict[str, int] = {}
+
+
+def blas_symbol(routine: str) -> str:
+    """The name compiled kernels call BLAS routine `routine` (e.g. "sgemm") by."""
+    return f"hlofuse_blas_{routine}"
+
+
+def _capsule_address(capsule) -> int:
+    import ctypes
+
+    api = ctypes.pythonapi
+    api.PyCapsule_GetName.restype = ctypes.c_char_p
+    api.PyCapsule_GetName.argtypes = [ctypes.py_object]
+    api.PyCapsule_GetPointer.restype = ctypes.c_void_p
+    api.PyCapsule_GetPointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
+    return api.PyCapsule_GetPointer(capsule, api.PyCapsule_GetName(capsule))
+
+
+def _single_threaded_scipy_blas() -> bool:
+    """Set scipy's OpenBLAS to one thread (its `scipy_openblas_set_num_threads`); False when
+    that library is not found."""
+    import ctypes
+    import glob
+    import os
+
+    import scipy
+
+    libdir = os.path.join(os.path.dirname(os.path.dirname(scipy.__file__)), "scipy.libs")
+    for path in glob.glob(os.path.join(libdir, "*openblas*.so*")):
+        lib = ctypes.CDLL(path)  # already loaded by scipy.linalg: the same handle
+        for name in ("scipy_openblas_set_num_threads", "openblas_set_num_threads"):
+            fn = getattr(lib, name, None)
+            if fn is not None:
+                fn.argtypes = [ctypes.c_int]
+                fn(1)
+                return True
+    return False
+
+
+def blas_available() -> bool:
+    """Whether the BLAS routines of GEMM_ROUTINES can be registered (scipy is importable)."""
+    try:
+        return bool(register_blas())
+    except ImportError:
+        return False
+
+
+def register_blas() -> dict[str, int]:
+    """Register the GEMM routines' addresses with `llvm.add_symbol` under `blas_symbol` names
+    (once per process) and make scipy's OpenBLAS single-threaded; returns name -> address.
+    Raises ImportError when scipy is missing."""
+    with _lock:
+        if _blas:
+            return _blas
+        from scipy.linalg import cython_blas
+
+        capsules = cython_blas.__pyx_capi__
+        for routine in GEMM_ROUTINES:
+            addr = _capsule_address(capsules[routine])
+            llvm.add_symbol(blas_symbol(routine), addr)
+            _blas[blas_symbol(routine)] = addr
+        _single_threaded_scipy_blas()
+        return _blas

@@ -31,6 +31,7 @@ from .fusibility import (
     effectively_at_most_unary, is_always_duplicable, is_expensive, is_fusible, is_loop_fusible_as_consumer,
     is_loop_fusible_as_producer,
 )
+from .dot_fusion import output_fusion_note
 from .fusion_utils import create_fusion, fuse_producer, operand_index, sort_computations
 from .kernel_pass import KernelComputationPass
 from .producer_consumer import choose_kind, reader_names, should_fuse, would_duplicate
@@ -291,7 +292,8 @@ def _fuse(producer: HloInstruction, consumer: HloInstruction, ctx: FusionContext
                 ctx.log.copied(inst, producer)
     ctx.log.fused(ctx.pass_name, producer_name, consumer_name, fusion.name, duplicated=duplicated,
                   duplicated_elements=elements if duplicated else 0,
-                  duplicated_expensive=duplicated and expensive, rule=f"saves {saved} bytes")
+                  duplicated_expensive=duplicated and expensive,
+                  rule=f"saves {saved} bytes" + output_fusion_note(producer, kind))
     return fusion
 
 

@@ -25,6 +25,7 @@ from .fusibility import (
     is_loop_fusible_as_consumer, is_loop_fusible_as_producer, is_multi_output, is_physically_transposing,
     not_fusible_reason, reduction_count, reduction_is_contiguous,
 )
+from .dot_fusion import dot_into_consumer, into_dot_fusion, is_dot_output_fusion
 from .fusion_utils import operand_index
 from .size_limit import too_large
 
@@ -111,7 +112,9 @@ def transposing_into_reduce(producer: HloInstruction, consumer: HloInstruction, 
 
 
 def producer_fusible(producer: HloInstruction, consumer: HloInstruction, ctx: FusionContext) -> Decision:
-    """IsLoopFusibleAsProducer."""
+    """IsLoopFusibleAsProducer; on the CPU a dot may also be output-fused (dot_fusion.py)."""
+    if producer.opcode == "dot" and ctx.params.name == "cpu":
+        return dot_into_consumer(producer, consumer)
     if not is_loop_fusible_as_producer(producer):
         readers = reader_names(producer, consumer, ctx)[0].split(", ")
         verb = "reads" if len(readers) == 1 else "read"
@@ -140,6 +143,8 @@ def consumer_fusible(producer: HloInstruction, consumer: HloInstruction, ctx: Fu
     if consumer.opcode == "fusion":
         if consumer.attrs.get("kind") in ("kLoop", "kInput"):
             return ALLOW
+        if is_dot_output_fusion(consumer) and ctx.params.name == "cpu":
+            return into_dot_fusion(producer, consumer)
         return refuse("consumer-not-fusible", f"consumer {c} is a {consumer.attrs.get('kind')} fusion")
     if not is_loop_fusible_as_consumer(consumer):
         return refuse("consumer-not-fusible",
@@ -298,7 +303,10 @@ def should_fuse(consumer: HloInstruction, index: int, ctx: FusionContext) -> Dec
 
 
 def choose_kind(producer: HloInstruction, consumer: HloInstruction, ctx: FusionContext) -> str:
-    """kInput for a reduction hero on the GPU, kLoop otherwise (XLA's ChooseFusionKind)."""
+    """kInput for a reduction hero on the GPU, kOutput for a dot and its epilogue (CPU,
+    dot_fusion.py), kLoop otherwise (XLA's ChooseFusionKind)."""
+    if producer.opcode == "dot" or is_dot_output_fusion(consumer):
+        return "kOutput"
     if ctx.params.input_fusion_kind == "kInput" and is_input_fusible_reduction(consumer):
         return "kInput"
     return "kLoop"
