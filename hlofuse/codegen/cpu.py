@@ -31,7 +31,9 @@ from .kernels.args import output_leaves, param_leaf_count
 from .kernels.cpu_gemm import dot_computation, emit_gemm_kernel, plan_dot, runs_dot_fusion
 from .kernels.cpu_custom import CUSTOM_KERNEL_EMITTERS, custom_computation, plan_custom
 from .kernels.cpu_loop import emit_loop_kernel
+from .kernels.cpu_dus import emit_dus_kernel, plan_dus
 from .kernels.cpu_reduction import emit_reduction_kernel
+from .kernels.cpu_scatter import emit_scatter_kernel, plan_scatter
 from .kernels.cpu_skeleton import CpuKernelSkeleton
 from .planning import KernelPlan, plan_fusion, sequential_dot
 from .program import Program
@@ -55,6 +57,11 @@ class CpuPlanner(Planner):
         self.shared: list = []  # shapes of buffers one kernel step writes and a later one reads
         self.shared_outputs: dict[HloInstruction, list[int]] = {}  # inst -> shared buffers appended to its outputs
         self.shared_inputs: dict[HloInstruction, list[int]] = {}  # inst -> shared buffers appended to its inputs
+
+    def in_place_kernels(self, comp: HloComputation, name: str) -> tuple[list[KernelPlan], dict[int, int]] | None:
+        """In-place dynamic-update-slice or scatter kernels for `comp` (kernels/cpu_dus.py,
+        kernels/cpu_scatter.py), or None."""
+        return plan_dus(comp, name) or plan_scatter(comp, name)
 
     def dedicated_kernel(self, inst: HloInstruction) -> HloComputation | None:
         """A sequential dot kernel for a dot small enough not to go to BLAS, a GEMM kernel's
@@ -129,6 +136,8 @@ def speed_level(kernel: KernelPlan) -> int:
 # Emitters of custom kernels (KernelPlan.custom names one): each fills a CPU kernel skeleton.
 # Modules that plan such kernels register their emitter here when imported.
 CUSTOM_EMITTERS: dict[str, Callable[[CpuKernelSkeleton, KernelPlan], None]] = {}
+CUSTOM_EMITTERS["dus"] = emit_dus_kernel  # in-place dynamic-update-slice windows
+CUSTOM_EMITTERS["scatter"] = emit_scatter_kernel
 CUSTOM_EMITTERS.update(CUSTOM_KERNEL_EMITTERS)  # conv, select_and_scatter (codegen/kernels/cpu_custom.py)
 CUSTOM_EMITTERS["gemm"] = emit_gemm_kernel  # dots through BLAS with their epilogue (kernels/cpu_gemm.py)
 
