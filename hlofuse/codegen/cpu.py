@@ -31,12 +31,12 @@ from .kernels.args import output_leaves, param_leaf_count
 from .kernels.cpu_gemm import dot_computation, emit_gemm_kernel, plan_dot, runs_dot_fusion
 from .kernels.cpu_custom import CUSTOM_KERNEL_EMITTERS, custom_computation, plan_custom
 from .kernels.cpu_loop import emit_loop_kernel
-from .kernels.cpu_dus import emit_dus_kernel, plan_dus
 from .kernels.cpu_reduction import emit_reduction_kernel
-from .kernels.cpu_scatter import emit_scatter_kernel, plan_scatter
+from .kernels.cpu_row import emit_row_kernel
 from .kernels.cpu_skeleton import CpuKernelSkeleton
 from .planning import KernelPlan, plan_fusion, sequential_dot
 from .program import Program
+from .row_fusion import RowFusion
 from .schedule import Planner, symbol_name
 from .shared_expressions import find_shared_expression, record_shared, share_candidate, share_expression
 
@@ -57,11 +57,7 @@ class CpuPlanner(Planner):
         self.shared: list = []  # shapes of buffers one kernel step writes and a later one reads
         self.shared_outputs: dict[HloInstruction, list[int]] = {}  # inst -> shared buffers appended to its outputs
         self.shared_inputs: dict[HloInstruction, list[int]] = {}  # inst -> shared buffers appended to its inputs
-
-    def in_place_kernels(self, comp: HloComputation, name: str) -> tuple[list[KernelPlan], dict[int, int]] | None:
-        """In-place dynamic-update-slice or scatter kernels for `comp` (kernels/cpu_dus.py,
-        kernels/cpu_scatter.py), or None."""
-        return plan_dus(comp, name) or plan_scatter(comp, name)
+        self.rows = RowFusion(log)  # softmax-like chains as one row kernel (codegen/row_fusion.py)
 
     def dedicated_kernel(self, inst: HloInstruction) -> HloComputation | None:
         """A sequential dot kernel for a dot small enough not to go to BLAS, a GEMM kernel's
@@ -83,14 +79,25 @@ class CpuPlanner(Planner):
         if (custom := plan_custom(comp, name)) is not None:  # convolution, select-and-scatter (kernels/cpu_custom.py)
             self.kernels.extend(custom)
             return custom, []
+        rows = self.rows.plan(comp, inst, name, fixed=set(self.shared_outputs))
+        if rows is not None:
+            kernel, merged = rows
+            self.rows.absorb(merged, self.kernels)
+            for m in merged:
+                self._candidates.pop(m, None)
+            self.kernels.append(kernel)
+            self.rows.record(inst, kernel.comp, [kernel], [])
+            return self.rows.steps[inst].kernels, []
         shared = self._reuse_expression(comp, inst, name)
         if shared is not None:
+            self.rows.record(inst, comp, *shared)
             return shared
         kernels, temps = plan_fusion(comp, name)
         self.kernels.extend(kernels)
         cand = share_candidate(comp, inst, name, kernels, temps)
         if cand is not None:
             self._candidates[inst] = cand
+        self.rows.record(inst, comp, kernels, temps)
         return kernels, temps
 
     def _reuse_expression(self, comp: HloComputation, inst: HloInstruction, name: str):
@@ -136,10 +143,9 @@ def speed_level(kernel: KernelPlan) -> int:
 # Emitters of custom kernels (KernelPlan.custom names one): each fills a CPU kernel skeleton.
 # Modules that plan such kernels register their emitter here when imported.
 CUSTOM_EMITTERS: dict[str, Callable[[CpuKernelSkeleton, KernelPlan], None]] = {}
-CUSTOM_EMITTERS["dus"] = emit_dus_kernel  # in-place dynamic-update-slice windows
-CUSTOM_EMITTERS["scatter"] = emit_scatter_kernel
 CUSTOM_EMITTERS.update(CUSTOM_KERNEL_EMITTERS)  # conv, select_and_scatter (codegen/kernels/cpu_custom.py)
 CUSTOM_EMITTERS["gemm"] = emit_gemm_kernel  # dots through BLAS with their epilogue (kernels/cpu_gemm.py)
+CUSTOM_EMITTERS["row"] = emit_row_kernel  # softmax-like chains (codegen/row_fusion.py)
 
 
 def emit_kernel(mod: ir.Module, kernel: KernelPlan, target, name: str) -> None:
