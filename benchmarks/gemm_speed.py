@@ -1,0 +1,144 @@
+"""Dots on the CPU: hlofuse's GEMM kernels (codegen/kernels/cpu_gemm.py) against this machine's
+measured sgemm peak and against XLA:CPU on the same HLO.
+
+Run:  python benchmarks/gemm_speed.py [--rounds N] [--quick]
+
+In one process: the sgemm peak of scipy's OpenBLAS on one and on all threads (the BLAS the
+GEMM kernels call); then each case (a square f32 GEMM, an MLP block with bias, GELU and a
+residual fused as epilogues, causal masked attention) lowered by JAX to HLO, compiled by hlofuse
+and by jax.jit, timed in interleaved rounds, medians. GFLOP/s count 2*M*N*K per dot. The load
+average is printed before and after (the machine may be shared). The script re-executes itself
+with GLIBC_TUNABLES set (as benchmarks/real_models.py does), so large temporaries are not
+returned to the kernel and faulted in again on every call.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+
+import numpy as np
+
+MALLOC_TUNABLES = ("glibc.malloc.mmap_threshold=33554432:glibc.malloc.trim_threshold=4294967296:"
+                   "glibc.malloc.top_pad=67108864")
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(HERE))
+
+
+def _reexec_with_malloc_settings() -> None:
+    if os.environ.get("GLIBC_TUNABLES") != MALLOC_TUNABLES:
+        os.environ["GLIBC_TUNABLES"] = MALLOC_TUNABLES
+        os.execv(sys.executable, [sys.executable, *sys.argv])
+
+
+def _scipy_blas_threads(n: int) -> None:
+    """Set scipy's OpenBLAS thread count (hlofuse sets it to 1 for its kernels)."""
+    import ctypes
+    import glob
+
+    import scipy
+
+    libdir = os.path.join(os.path.dirname(os.path.dirname(scipy.__file__)), "scipy.libs")
+    for path in glob.glob(os.path.join(libdir, "*openblas*.so*")):
+        fn = getattr(ctypes.CDLL(path), "scipy_openblas_set_num_threads", None)
+        if fn is not None:
+            fn.argtypes = [ctypes.c_int]
+            fn(n)
+            return
+
+
+def _median(fn, repeat: int) -> float:
+    fn()
+    times = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def sgemm_peak(n: int, threads: int, repeat: int) -> float:
+    """GFLOP/s of scipy's sgemm on n x n x n with `threads` threads."""
+    from scipy.linalg import blas
+
+    rng = np.random.default_rng(0)
+    a = np.asfortranarray(rng.standard_normal((n, n)).astype(np.float32))
+    b = np.asfortranarray(rng.standard_normal((n, n)).astype(np.float32))
+    _scipy_blas_threads(threads)
+    try:
+        t = _median(lambda: blas.sgemm(1.0, a, b), repeat)
+    finally:
+        _scipy_blas_threads(1)
+    return 2 * n ** 3 / t / 1e9
+
+
+def cases(quick: bool):
+    """(name, fn, args, flops) per case: the functions JAX lowers to HLO."""
+    import jax
+    import jax.numpy as jnp
+
+    rng = np.random.default_rng(1)
+
+    def f32(*shape):
+        return (rng.standard_normal(shape) * 0.1).astype(np.float32)
+
+    n = 1024 if quick else 2048
+    out = [(f"gemm {n}^3", lambda a, b: a @ b, [f32(n, n), f32(n, n)], 2 * n ** 3)]
+    t, d, h = (512, 512, 2048) if quick else (2048, 1024, 4096)
+
+    def mlp(x, w1, b1, w2, b2):
+        y = jax.nn.gelu(x @ w1 + b1)
+        return y @ w2 + b2 + x
+
+    out.append((f"mlp {t}x{d}x{h}", mlp, [f32(t, d), f32(d, h), f32(h), f32(h, d), f32(d)], 4 * t * d * h))
+    b, heads, s, hd = 4, 6, 512, 64
+
+    def attention(q, k, v):
+        logits = jnp.einsum("bqhd,bkhd->bhqk", q, k) / np.sqrt(hd).astype(np.float32)
+        mask = jnp.tril(jnp.ones((s, s), bool))
+        logits = jnp.where(mask, logits, -1e9)
+        return jnp.einsum("bhqk,bkhd->bqhd", jax.nn.softmax(logits, axis=-1), v)
+
+    out.append((f"attention b{b} h{heads} s{s} d{hd}", attention, [f32(b, s, heads, hd) for _ in range(3)],
+                4 * b * heads * s * s * hd))
+    return out
+
+
+def main() -> None:
+    """Measure and print the table."""
+    _reexec_with_malloc_settings()
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--quick", action="store_true", help="smaller shapes")
+    opts = parser.parse_args()
+    import jax
+
+    import hlofuse
+
+    print(f"load average before: {os.getloadavg()}", flush=True)
+    cores = len(os.sched_getaffinity(0))
+    n = 1024 if opts.quick else 2048
+    peaks = {th: sgemm_peak(n, th, 3) for th in sorted({1, cores})}
+    for th, p in peaks.items():
+        print(f"sgemm peak ({n}^3, scipy OpenBLAS, {th} thread{'s' if th > 1 else ''}): {p:.1f} GFLOP/s")
+    print(f"{'case':32} {'hlofuse ms':>11} {'XLA ms':>9} {'ratio':>6} {'GFLOP/s':>8} {'% peak':>7}")
+    for name, fn, args, flops in cases(opts.quick):
+        text = jax.jit(fn).lower(*args).as_text(dialect="hlo")
+        exe = hlofuse.compile(hlofuse.parse_hlo(text), target="cpu")
+        xla = jax.jit(fn)
+        dev = [jax.device_put(a) for a in args]
+        mine, theirs = [], []
+        for _ in range(opts.rounds):  # interleaved rounds
+            mine.append(_median(lambda: exe(*args), 1))
+            theirs.append(_median(lambda: xla(*dev).block_until_ready(), 1))
+        tm, tx = statistics.median(mine), statistics.median(theirs)
+        rate = flops / tm / 1e9
+        print(f"{name:32} {tm * 1e3:11.2f} {tx * 1e3:9.2f} {tm / tx:6.2f} {rate:8.1f} {100 * rate / max(peaks.values()):6.0f}%",
+              flush=True)
+    print(f"load average after: {os.getloadavg()}")
+
+
+if __name__ == "__main__":
+    main()

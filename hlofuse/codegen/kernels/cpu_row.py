@@ -1,0 +1,284 @@
+"""CPU row kernels: softmax-like fused computations in one pass over rows held in cache.
+
+A fused computation whose reduces all reduce the trailing (row) dimensions of inputs of the
+same dimensions D, and whose results are broadcast back along those dimensions and consumed
+elementwise (softmax, log-softmax, layer norm, RMS norm, l2-normalise), would otherwise run as
+several kernels, each a pass over memory: every reduce materialized into a temporary by its
+own kernel, then a loop kernel reading it (codegen/planning.py). A row kernel instead takes a
+row of D as its unit of work and runs, for that row, one loop per *level* of reduces (the
+reduces of a level depend only on earlier levels' reduces, so they fold in the same loop:
+mean and mean of squares together; a mean, then a variance around it, are two levels), then
+one loop writing the outputs. The row is read from memory once and from L1/L2 by the later
+loops: XLA's GPU "reduction epilogue" idea on the CPU.
+
+Each reduce folds its row exactly as the row reduction kernel does (cpu_reduction.py: register
+accumulators, the reducer's float ops carry `reassoc`, so LLVM vectorizes with several
+accumulators): results equal the multi-kernel path's up to the same rounding class. A reduce
+into a float narrower than f32 has XLA:CPU's tree order as part of its result; such fusions
+are not made row kernels (`row_layout` refuses them).
+
+`row_layout` is the analysis (which dimensions, which reduces per level, which outputs; or a
+sentence saying why not), shared by the planner (codegen/row_fusion.py) and the emitter
+`emit_row_kernel` (registered as custom kernel "row" in codegen/cpu.py).
+"""
+from __future__ import annotations
+
+import functools
+import glob
+import math
+import os
+from dataclasses import dataclass
+
+from ...emitters.elemental import ElementalEmitter, reg_type
+from ...emitters.ir_helpers import Index, const_i64, delinearize, for_range, store_element
+from ...hlo.ir import HloComputation, HloInstruction
+from .args import output_leaves
+from .reduction_groups import ReduceHero, is_order_sensitive_reduce
+
+# Used when the host does not say (no /sys cache description): a common per-core L2 size.
+DEFAULT_L2_BYTES = 256 << 10
+# A row's working set may take at most this fraction of L2: the rest holds the outputs being
+# written, the other operands (gamma, beta) and what the prefetcher brings in for the next row.
+ROW_L2_FRACTION = 0.5
+
+
+@functools.cache
+def l2_cache_bytes() -> int:
+    """The L2 (unified or data) cache size of cpu0 in bytes, from
+    /sys/devices/system/cpu/cpu0/cache, or DEFAULT_L2_BYTES when the host does not describe it."""
+    for d in sorted(glob.glob("/sys/devices/system/cpu/cpu0/cache/index*")):
+        try:
+            with open(os.path.join(d, "level")) as f:
+                level = f.read().strip()
+            with open(os.path.join(d, "type")) as f:
+                kind = f.read().strip()
+            with open(os.path.join(d, "size")) as f:
+                size = f.read().strip()
+        except OSError:
+            continue
+        if level != "2" or kind not in ("Unified", "Data"):
+            continue
+        scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(size[-1:].upper(), 1)
+        digits = size[:-1] if scale != 1 else size
+        if digits.isdigit():
+            return int(digits) * scale
+    return DEFAULT_L2_BYTES
+
+
+def row_budget_bytes() -> int:
+    """The most bytes one row's inputs may take for a row kernel (the cost rule)."""
+    return int(l2_cache_bytes() * ROW_L2_FRACTION)
+
+
+@dataclass(frozen=True)
+class RowLayout:
+    """How a row kernel computes a fused computation: rows are the leading `kept` dimensions
+    of `in_dims`, a row the trailing ones; `levels` are the reduces folded per row loop;
+    `row_outputs` output leaves of dimensions `in_dims`, `per_row_outputs` of the kept ones."""
+
+    in_dims: tuple[int, ...]
+    kept: int
+    levels: tuple[tuple[HloInstruction, ...], ...]
+    row_outputs: tuple[int, ...]
+    per_row_outputs: tuple[int, ...]
+    row_bytes: int  # bytes of every parameter leaf's row (the working set kept in cache)
+
+    @property
+    def rows(self) -> int:
+        """Number of rows (work units)."""
+        return math.prod(self.in_dims[:self.kept])
+
+    @property
+    def row_elements(self) -> int:
+        """Elements per row."""
+        return math.prod(self.in_dims[self.kept:])
+
+    @property
+    def passes(self) -> int:
+        """Loops over each row: one per level of reduces, one for the outputs."""
+        return len(self.levels) + (1 if self.row_outputs else 0)
+
+
+def _reduces(comp: HloComputation) -> list[HloInstruction]:
+    return [i for i in comp.post_order() if i.opcode == "reduce"]
+
+
+def _bitcast_is_reshape(inst: HloInstruction) -> bool:
+    def m2m(shape):
+        layout = shape.layout
+        return tuple(layout.minor_to_major) if layout is not None else tuple(range(shape.rank - 1, -1, -1))
+
+    op = inst.operands[0].shape
+    return (inst.shape.is_array and op.is_array and m2m(inst.shape) == tuple(range(inst.shape.rank - 1, -1, -1))
+            and m2m(op) == tuple(range(op.rank - 1, -1, -1)))
+
+
+def _row_strides(comp: HloComputation, rows: int, row_elements: int, reduces: list[HloInstruction]) -> str | None:
+    """Check that every value depending on a reduce reads it at the current row only.
+
+    Each such instruction Y is given a row stride s: when the kernel computes row r, Y is read
+    only at linear indices r*s .. r*s+s-1 (a D-shaped value has s = row length, a reduce s = 1).
+    Elementwise ops, reshapes (row-major: the linear index is kept) and broadcasts that put
+    their operand in the leading dimensions (the operand's linear index is Y's divided by the
+    trailing dimensions' size) pass a stride down; a reduce must be reached with s = 1, so its
+    value is the current row's. Anything else that reads a reduce refuses (a reason is returned)."""
+    reaches: set[HloInstruction] = set()
+    for i in comp.post_order():
+        if i.opcode == "reduce" or any(o in reaches for o in i.operands):
+            reaches.add(i)
+    stride: dict[HloInstruction, int] = {}
+    work: list[tuple[HloInstruction, int]] = []
+    for k, leaf in enumerate(output_leaves(comp)):
+        n = leaf.shape.element_count()
+        if leaf.inst in reaches:
+            work.append((leaf.inst, n // rows if rows and n % rows == 0 else -1))
+    for r in reduces:
+        work.append((r.operands[0], row_elements))
+        for init in r.operands[len(r.operands) // 2:]:
+            if init in reaches:
+                return f"the init value of {r.name} depends on a reduce"
+    while work:
+        inst, s = work.pop()
+        if inst not in reaches:
+            continue
+        if s < 0:
+            return f"{inst.name} ({inst.shape}) is not a whole number of values per row"
+        if inst in stride:
+            if stride[inst] != s:
+                return f"{inst.name} is read at two different row strides ({stride[inst]} and {s})"
+            continue
+        stride[inst] = s
+        if inst.shape.is_array and inst.shape.element_count() != rows * s:
+            return f"{inst.name} ({inst.shape}) does not have {s} values per row"
+        op = inst.opcode
+        if op == "reduce":
+            if s != 1:
+                return f"{inst.name} is read {s} elements per row, not at its own row"
+            continue
+        if inst.info.elementwise or op in ("reshape", "copy", "get-tuple-element") or (
+                op == "bitcast" and _bitcast_is_reshape(inst)) or (
+                op == "transpose" and tuple(inst.attrs["dimensions"]) == tuple(range(inst.shape.rank))):
+            if op == "get-tuple-element" and inst.operands[0].opcode != "reduce":
+                return f"{inst.name} reads a tuple that is not a reduce"
+            work.extend((o, s) for o in inst.operands)
+            continue
+        if op == "broadcast":
+            dims = tuple(inst.attrs.get("dimensions", ()))
+            m = len(dims)
+            trailing = math.prod(inst.shape.dims[m:])
+            if dims != tuple(range(m)) or s % trailing:
+                return (f"{inst.name} broadcasts a reduced value along dimensions {list(dims)} of "
+                        f"{inst.shape}, not back along the reduced (trailing) dimensions")
+            work.append((inst.operands[0], s // trailing))
+            continue
+        return f"{inst.name} ('{op}') reads a reduce in a way a row kernel cannot follow"
+    return None
+
+
+def row_layout(comp: HloComputation) -> RowLayout | str:
+    """How a row kernel computes `comp`, or a sentence saying why it cannot."""
+    reduces = _reduces(comp)
+    if not reduces:
+        return "it has no reduce"
+    first = reduces[0]
+    in_dims = tuple(first.operands[0].shape.dims)
+    for r in reduces:
+        if is_order_sensitive_reduce(r):
+            return (f"{r.name} reduces into {r.shape.dtype}, whose order (XLA:CPU's tree) is part of "
+                    f"its result")
+        for x in r.operands[:len(r.operands) // 2]:
+            if tuple(x.shape.dims) != in_dims:
+                return f"its reduces read inputs of different dimensions ({first.name}, {r.name})"
+        rdims = sorted(int(d) for d in r.attrs["dimensions"])
+        if not rdims or rdims != list(range(len(in_dims) - len(rdims), len(in_dims))):
+            return f"{r.name} reduces dimensions {rdims} of {list(in_dims)}, not the trailing (row) ones"
+        if tuple(sorted(int(d) for d in first.attrs["dimensions"])) != tuple(rdims):
+            return f"{first.name} and {r.name} reduce different dimensions"
+    kept = len(in_dims) - len(first.attrs["dimensions"])
+    if kept == 0:
+        return "it reduces every dimension (one row: nothing to share across cores)"
+    rows, row_elements = math.prod(in_dims[:kept]), math.prod(in_dims[kept:])
+    reason = _row_strides(comp, rows, row_elements, reduces)
+    if reason is not None:
+        return reason
+    row_out, per_row = [], []
+    for k, leaf in enumerate(output_leaves(comp)):
+        dims = tuple(leaf.shape.dims)
+        if dims == in_dims:
+            row_out.append(k)
+        elif leaf.shape.element_count() == rows:  # one value per row ([rows] or [rows, 1])
+            per_row.append(k)
+        else:
+            return f"output {k} ({leaf.shape}) has neither the rows' dimensions nor one value per row"
+    # Levels: a reduce goes one level after the deepest reduce its input reads.
+    level: dict[HloInstruction, int] = {}
+    depth: dict[HloInstruction, int] = {}
+    for i in comp.post_order():
+        d = max((depth[o] for o in i.operands), default=0)
+        if i.opcode == "reduce":
+            level[i] = d
+            d += 1
+        depth[i] = d
+    levels = tuple(tuple(r for r in reduces if level[r] == n) for n in range(max(level.values()) + 1))
+    row_bytes = sum(p.shape.dtype.byte_size * row_elements for p in comp.parameters
+                    if p.shape.is_array and p.shape.element_count() == rows * row_elements)
+    return RowLayout(in_dims, kept, levels, tuple(row_out), tuple(per_row), row_bytes)
+
+
+def emit_row_kernel(skel, kernel) -> None:
+    """Fill CPU kernel skeleton `skel` with the row kernel of plan `kernel` (its units are rows)."""
+    comp = kernel.comp
+    layout = row_layout(comp)
+    if isinstance(layout, str):
+        raise RuntimeError(f"internal error: {comp.name} was planned as a row kernel but {layout}")
+    b = skel.builder
+    em = ElementalEmitter(b, skel.target, skel.param_gen)
+    leaves = output_leaves(comp)
+    reduces = [r for lvl in layout.levels for r in lvl]
+    slots: dict[HloInstruction, list] = {}
+    with b.goto_entry_block():
+        for r in reduces:
+            slots[r] = [b.alloca(reg_type(op.shape.dtype)) for op in r.operands[len(r.operands) // 2:]]
+    # The overrides go in before any generator is built: a later level's input (exp(x - max))
+    # composes the generators of the reduces it reads, which must be the accumulators.
+    for r in reduces:
+        def gen(idx: Index, r=r):
+            # row_layout proved every read of a reduce is at the current row.
+            vals = [b.load(s) for s in slots[r]]
+            return tuple(vals) if len(vals) > 1 else vals[0]
+
+        em.override(r, gen)
+    by_inst = {r: ReduceHero(em, r) for r in reduces}
+    row_gens = [(em.gen(leaves[k].inst), leaves[k], skel.output_ptr(k)) for k in layout.row_outputs]
+    per_row_gens = [(em.gen(leaves[k].inst), leaves[k], skel.output_ptr(k)) for k in layout.per_row_outputs]
+    in_dims, kept = layout.in_dims, layout.kept
+    row_dims, n = in_dims[kept:], layout.row_elements
+    with for_range(b, skel.begin, skel.end, "row") as r:
+        outer = delinearize(b, r, in_dims[:kept])
+        base = b.mul(r, const_i64(n), flags=["nuw", "nsw"])
+
+        def index_at(j):
+            inner = [j] if len(row_dims) == 1 else delinearize(b, j, row_dims)
+            return Index(b, in_dims, multi=list(outer) + list(inner), linear=b.add(base, j, flags=["nuw", "nsw"]))
+
+        for lvl in layout.levels:
+            hs = [by_inst[x] for x in lvl]
+            for h in hs:
+                for s, v in zip(slots[h.inst], h.init_values(b)):
+                    b.store(v, s)
+            with for_range(b, const_i64(0), const_i64(n), "fold") as j:
+                index = index_at(j)
+                for h in hs:
+                    accs = [b.load(s) for s in slots[h.inst]]
+                    for s, v in zip(slots[h.inst], h.fold(em, accs, index)):
+                        b.store(v, s)
+        if row_gens:
+            with for_range(b, const_i64(0), const_i64(n), "col") as j:
+                index = index_at(j)
+                for g, leaf, ptr in row_gens:
+                    store_element(b, leaf.select(g(index)), b.gep(ptr, [index.linear], inbounds=True),
+                                  leaf.shape.dtype)
+        for g, leaf, ptr in per_row_gens:
+            out_index = Index(b, leaf.shape.dims, linear=r)
+            store_element(b, leaf.select(g(out_index)), b.gep(ptr, [r], inbounds=True), leaf.shape.dtype)
+    skel.finish()
