@@ -57,4 +57,18 @@ HINTS = {
     "not-launch-bound": "horizontal fusion only groups small kernels whose cost is the launch; {p} is big enough.",
     "layout": "horizontal fusion needs row-major layouts.",
     "shared-parameter": "horizontally fused kernels may not share a parameter; give them distinct inputs.",
+    # Convolution epilogue (kOutput) fusion on the CPU (passes/fusion/conv_fusion.py).
+    "conv-output-type": "complex and pred convolutions run as library calls; a real or integer {p} would fuse.",
+    "conv-output-users": "{p} has several users and a convolution is never computed twice; a single elementwise "
+                         "user of {p} would become its epilogue.",
+    "conv-output-shape": "an epilogue has the convolution's dimensions; {c} changes them (reshape, slice, "
+                         "reduce): apply it after the elementwise part.",
+    "conv-output-elementwise": "an epilogue reads each result element once at its own index; {c} (or an op in it) "
+                               "reads {p} otherwise.",
+    "conv-output-kind": "only an elementwise loop fusion becomes a convolution's epilogue; {c} is another kind.",
+    "conv-output-epilogue": "{c} holds a reduction, dot or other heavy op the epilogue would recompute per "
+                            "element; split it off.",
+    "conv-output-producer": "a convolution fusion's epilogue takes no heavy producer ({p}); it runs as its own kernel.",
+    "conv-output-operand": "the conv kernel reads its operands from memory, so {p}, which the convolution reads, "
+                           "runs before it; nothing to change.",
 }

@@ -29,7 +29,7 @@ from .cache import CompileCache, cache_key, memory_cache
 from .kernel_key import kernel_text
 from .kernels.args import output_leaves, param_leaf_count
 from .kernels.cpu_gemm import dot_computation, emit_gemm_kernel, plan_dot, runs_dot_fusion
-from .kernels.cpu_custom import CUSTOM_KERNEL_EMITTERS, custom_computation, plan_custom
+from .kernels.cpu_custom import CUSTOM_KERNEL_EMITTERS, custom_computation, plan_custom, runs_custom_fusion
 from .kernels.cpu_loop import emit_loop_kernel
 from .kernels.cpu_reduction import emit_reduction_kernel
 from .kernels.cpu_row import emit_row_kernel
@@ -68,7 +68,7 @@ class CpuPlanner(Planner):
 
     def runs_fusion(self, comp: HloComputation) -> bool:
         """A dot with its epilogue (kOutput) runs as a GEMM kernel, a small one inlined."""
-        return runs_dot_fusion(comp)
+        return runs_dot_fusion(comp) or runs_custom_fusion(comp)  # or a convolution with its epilogue
 
     def kernel_calls(self, comp: HloComputation, inst: HloInstruction) -> tuple[list[KernelPlan], list]:
         """Kernels and temporaries computing fused computation `comp` for instruction `inst`."""

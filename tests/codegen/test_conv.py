@@ -180,3 +180,90 @@ def test_unhandled_convolutions_stay_library_calls():
     (got,) = exe(*args)
     (want,) = hlofuse.compile(parse_hlo(text), target="interpreter")(*args)
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+# ---- epilogue (kOutput) fusion ----------------------------------------------------------------
+EPILOGUE = """HloModule m
+fused {
+  p0 = f32[2,6,7,8] parameter(0)
+  p1 = f32[3,3,1,8] parameter(1)
+  p2 = f32[8] parameter(2)
+  c = f32[2,6,7,8] convolution(p0, p1), window={size=3x3 pad=1_1x1_1}, dim_labels=b01f_01io->b01f, feature_group_count=8
+  b = f32[2,6,7,8] broadcast(p2), dimensions={3}
+  a = f32[2,6,7,8] add(c, b)
+  z = f32[] constant(0)
+  six = f32[] constant(6)
+  zb = f32[2,6,7,8] broadcast(z), dimensions={}
+  sb = f32[2,6,7,8] broadcast(six), dimensions={}
+  r = f32[2,6,7,8] clamp(zb, a, sb)
+  ROOT h = bf16[2,6,7,8] convert(r)
+}
+ENTRY e {
+  x = f32[2,6,7,8] parameter(0)
+  w = f32[3,3,1,8] parameter(1)
+  bias = f32[8] parameter(2)
+  ROOT f = bf16[2,6,7,8] fusion(x, w, bias), kind=kOutput, calls=fused
+}
+"""
+
+
+@pytest.mark.parametrize("layout", ["depthwise", "dense"])
+def test_fused_epilogue_kernel(layout):
+    """A kOutput fusion of a convolution, bias add, clamp and convert is one conv kernel that
+    matches the interpreter bit for bit (the epilogue reads each result once, rounded)."""
+    text = EPILOGUE
+    if layout == "dense":  # output features innermost, blocked positions (7 = 4 + 3 remainder)
+        text = text.replace("f32[3,3,1,8]", "f32[3,3,8,8]").replace(", feature_group_count=8", "")
+    module = parse_hlo(text)
+    args = [np.random.default_rng(2).standard_normal(tuple(p.shape.dims)).astype(np.float32) * 2
+            for p in module.entry.parameters]
+    exe = hlofuse.compile(parse_hlo(text), target="cpu", fusion=False)
+    assert [k.custom for k in exe.program._planner.kernels] == ["conv"]
+    (got,) = exe(*args)
+    (want,) = hlofuse.compile(parse_hlo(text), target="interpreter", fusion=False)(*args)
+    assert bits_equal(got, want).all()
+
+
+def test_mobilenet_block_fuses_epilogues():
+    """jax's MobileNetV2 block (1x1 expand + bias + relu6, depthwise 3x3 + relu6, 1x1 project +
+    residual): the fusion passes make three kOutput fusions, each one conv kernel."""
+    jax = pytest.importorskip("jax")
+    import jax.numpy as jnp
+
+    def conv(x, w, groups=1):
+        return jax.lax.conv_general_dilated(x, w, (1, 1), "SAME", dimension_numbers=("NHWC", "HWIO", "NHWC"),
+                                            feature_group_count=groups)
+
+    def block(x, w1, b1, w2, w3):
+        h = jnp.clip(conv(x, w1) + b1, 0, 6)
+        h = jnp.clip(conv(h, w2, groups=w2.shape[-1]), 0, 6)
+        return x + conv(h, w3)
+
+    rng = np.random.default_rng(0)
+    args = [rng.standard_normal(s).astype(np.float32) for s in
+            [(1, 8, 8, 4), (1, 1, 4, 24), (24,), (3, 3, 1, 24), (1, 1, 24, 4)]]
+    text = jax.jit(block).lower(*args).as_text(dialect="hlo")
+    exe = hlofuse.compile(hlofuse.parse_hlo(text), target="cpu")
+    fusions = [i for i in exe.fused_module.entry.instructions if i.opcode == "fusion"]
+    assert [f.attrs["kind"] for f in fusions] == ["kOutput"] * 3
+    assert [k.custom for k in exe.program._planner.kernels] == ["conv"] * 3
+    (got,) = exe(*args)
+    (want,) = hlofuse.compile(hlofuse.parse_hlo(text), target="interpreter")(*args)
+    assert bits_equal(got, want).all()
+
+
+def test_convolution_with_two_users_is_not_output_fused():
+    text = """HloModule m
+ENTRY e {
+  x = f32[1,5,5,2] parameter(0)
+  w = f32[3,3,2,2] parameter(1)
+  c = f32[1,5,5,2] convolution(x, w), window={size=3x3 pad=1_1x1_1}, dim_labels=b01f_01io->b01f
+  e = f32[1,5,5,2] exponential(c)
+  n = f32[1,5,5,2] negate(c)
+  ROOT t = (f32[1,5,5,2], f32[1,5,5,2]) tuple(e, n)
+}
+"""
+    exe = hlofuse.compile(parse_hlo(text), target="cpu")
+    assert any(i.opcode == "convolution" for i in exe.fused_module.entry.instructions)
+    rules = {(r["producer"], r["rule"]) for r in exe.report()["refused"]}
+    assert rules == {("c", "conv-output-users")}

@@ -48,10 +48,11 @@ from llvmlite import ir
 
 from ...emitters.elemental import ElementalEmitter, compute_type, reg_type, supported_type
 from ...emitters.elemental_math import convert_value
-from ...emitters.ir_helpers import const_i64, for_range, load_element, row_major_strides, store_element
+from ...emitters.ir_helpers import Index, const_i64, for_range, load_element, row_major_strides, store_element
 from ...hlo.attributes import ConvDimensionNumbers, Window, WindowDimension
 from ...hlo.dtypes import ElementType, element_type
 from ...hlo.ir import HloComputation, HloInstruction
+from ..planning import KernelPlan, rebuild
 from .args import output_leaves, typed_pointer
 
 # Largest output feature count a kernel keeps accumulators for (a stack array of this many
@@ -83,6 +84,8 @@ class ConvGeometry:
     o_batch: int
     o_feature: int
     o_spatial: tuple[int, ...]
+    o_dims: tuple[int, ...]  # the result's dimensions, and where batch, feature, spatial sit in them
+    o_axes: tuple[int, ...]
     lhs_type: ElementType
     rhs_type: ElementType
     out_type: ElementType
@@ -162,16 +165,51 @@ def conv_geometry(inst: HloInstruction) -> ConvGeometry | None:
         x_group=x_group, w_out=sw[dn.kernel_output_feature], w_in=sw[dn.kernel_input_feature],
         w_spatial=tuple(sw[a] for a in dn.kernel_spatial), o_batch=so[dn.output_batch],
         o_feature=so[dn.output_feature], o_spatial=tuple(so[a] for a in dn.output_spatial),
+        o_dims=od, o_axes=(dn.output_batch, dn.output_feature, *dn.output_spatial),
         lhs_type=lhs.dtype, rhs_type=rhs.dtype, out_type=out.dtype, acc_type=acc)
 
 
+# Instructions an epilogue never holds: each would run once per output element.
+_NOT_IN_EPILOGUE = frozenset({"dot", "reduce", "reduce-window", "convolution", "scatter", "sort",
+                              "select-and-scatter", "fft", "custom-call"})
+
+
+def _epilogue_ok(comp: HloComputation, conv: HloInstruction) -> bool:
+    """Whether every path from `conv` to the root of `comp` is elementwise ops of the
+    convolution's dimensions (so the epilogue reads each result element once, at its own
+    index), the root is one array of those dimensions, and the rest has element generators."""
+    dims = tuple(conv.shape.dims)
+    if not comp.root.shape.is_array or tuple(comp.root.shape.dims) != dims:
+        return False
+    for inst in comp.instructions:
+        if inst is conv or inst.opcode == "parameter":
+            continue
+        if inst.opcode in _NOT_IN_EPILOGUE or inst.info.elemental is None:
+            return False
+    stack, seen = [conv], set()
+    while stack:
+        for user in stack.pop().users:
+            if user in seen or user.parent is not comp:
+                continue
+            if not user.info.elementwise or tuple(user.shape.dims) != dims:
+                return False
+            seen.add(user)
+            stack.append(user)
+    return True
+
+
 def find_convolution(comp: HloComputation) -> HloInstruction | None:
-    """The convolution a conv kernel computes for `comp`: its root, when the root is a
-    convolution of two parameters that the kernel handles."""
-    root = comp.root
-    if root.opcode != "convolution" or any(op.opcode != "parameter" for op in root.operands):
+    """The convolution a conv kernel computes for `comp`, or None: the computation holds one
+    convolution of two parameters that the kernel handles, and it is the root or the rest is
+    its elementwise epilogue (bias add, activation, residual add, convert: kOutput fusions);
+    every parameter is an array."""
+    convs = [i for i in comp.instructions if i.opcode == "convolution"]
+    if len(convs) != 1 or any(not p.shape.is_array for p in comp.parameters):
         return None
-    return root if conv_geometry(root) is not None else None
+    conv = convs[0]
+    if any(op.opcode != "parameter" for op in conv.operands) or conv_geometry(conv) is None:
+        return None
+    return conv if comp.root is conv or _epilogue_ok(comp, conv) else None
 
 
 # ---- emission ---------------------------------------------------------------------------------
@@ -190,6 +228,13 @@ class _ConvEmitter:
         self.x = typed_pointer(b, skel.function.args[lhs_p.parameter_number], geo.lhs_type)
         self.w = typed_pointer(b, skel.function.args[rhs_p.parameter_number], geo.rhs_type)
         self.out = skel.output_ptr(0)
+        self.out_type = output_leaves(skel.comp)[0].shape.dtype
+        self.epilogue = None
+        self._slot = None  # the accumulator slot of the result element the epilogue reads
+        if skel.comp.root is not conv:
+            # The epilogue's computation reads the convolution as a parameter numbered after
+            # the fusion's; its generator reads the accumulators of the current position.
+            self.epilogue = rebuild(skel.comp, skel.comp.root, [conv], f"{skel.comp.name}.epilogue")
         self.acc_ty = compute_type(geo.acc_type) if geo.acc_type.is_float else reg_type(geo.acc_type)
         self.zero = ir.Constant(self.acc_ty, 0.0 if geo.acc_type.is_float else 0)
         block = 1 if geo.channels_innermost or not geo.out_spatial else POSITION_BLOCK
@@ -287,10 +332,39 @@ class _ConvEmitter:
         ostep = geo.o_spatial[-1] if geo.o_spatial else 0
         for c in range(count):
             with for_range(b, _i(0), _i(geo.features), "store") as o:
-                v = b.load(b.gep(self.acc, [self.add(o, c * geo.features)], inbounds=True))
-                v = convert_value(self.em, v, geo.acc_type, geo.out_type)
-                dst = b.gep(self.out, [self.add(obase, self.mul(o, geo.o_feature), c * ostep)], inbounds=True)
-                store_element(b, v, dst, geo.out_type)
+                slot = self.add(o, c * geo.features)
+                if self.epilogue is None:
+                    dst = b.gep(self.out, [self.add(obase, self.mul(o, geo.o_feature), c * ostep)], inbounds=True)
+                    store_element(b, self._conv_value_at(slot), dst, self.out_type)
+                    continue
+                multi = [None] * len(geo.o_dims)
+                multi[geo.o_axes[0]], multi[geo.o_axes[1]] = n, o
+                for k, (axis, p) in enumerate(zip(geo.o_axes[2:], ps)):
+                    multi[axis] = self.add(p, c) if k == len(ps) - 1 else p
+                self._slot = slot
+                index = Index(b, geo.o_dims, multi=multi)
+                value = self._epilogue_generator()(index)
+                store_element(b, value, b.gep(self.out, [index.linear], inbounds=True), self.out_type)
+
+    def _epilogue_generator(self):
+        """A generator of the epilogue's root, from a fresh elemental emitter (values one
+        emitter caches are valid only in the loop that computed them)."""
+        n = len(self.skel.comp.parameters)
+
+        def params(p: HloInstruction):
+            return self._conv_value if p.parameter_number == n else self.skel.param_gen(p)
+
+        return ElementalEmitter(self.b, self.skel.target, params).gen(self.epilogue.root)
+
+    def _conv_value_at(self, slot) -> ir.Value:
+        """The convolution's result element in accumulator `slot`, rounded to its type."""
+        v = self.b.load(self.b.gep(self.acc, [slot], inbounds=True))
+        return convert_value(self.em, v, self.geo.acc_type, self.geo.out_type)
+
+    def _conv_value(self, index: Index) -> ir.Value:
+        """Generator of the convolution inside the epilogue: evaluated only at the index of the
+        element being stored (the epilogue is elementwise at the result's index)."""
+        return self._conv_value_at(self._slot)
 
     def _tap(self, p, k, d: WindowDimension, limit: int):
         """(input index, in-bounds flag) of window offset k at output position p (i64 values)."""
@@ -376,12 +450,12 @@ def emit_conv_kernel(skel, plan) -> None:
 
 
 def plan_conv(comp: HloComputation, name: str):
-    """The kernel plans computing `comp` (a convolution of two parameters), or None."""
-    from ..planning import KernelPlan
-
+    """The kernel plan computing `comp` (a convolution of parameters, with or without an
+    elementwise epilogue: `find_convolution`), or None."""
     conv = find_convolution(comp)
     if conv is None:
         return None
     geo = conv_geometry(conv)
-    return [KernelPlan(comp, [0], geo.units, geo.unit_work, None, inputs=[("in", 0), ("in", 1)],
+    inputs = [("in", i) for i in range(len(comp.parameters))]
+    return [KernelPlan(comp, [0], geo.units, geo.unit_work, None, inputs=inputs,
                        results=[("out", 0)], name=f"{name}_conv", custom="conv")]

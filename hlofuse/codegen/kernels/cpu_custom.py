@@ -4,7 +4,8 @@
     plans = plan_custom(comp, name)   # KernelPlans with KernelPlan.custom set, or None
     CUSTOM_KERNEL_EMITTERS            # KernelPlan.custom -> emitter (codegen/cpu.py uses it)
 
-An instruction goes to a custom kernel when its kernel module accepts it (the convolution
+A kOutput fusion of a convolution and its elementwise epilogue runs as one conv kernel
+(`runs_custom_fusion`). An instruction goes to a custom kernel when its kernel module accepts it (the convolution
 kernel handles every real and integer convolution, codegen/kernels/cpu_conv.py; the
 select-and-scatter kernel, cpu_select_scatter.py); anything else keeps its library rule.
 """
@@ -41,6 +42,16 @@ def custom_computation(inst: HloInstruction) -> HloComputation | None:
 
 
 def plan_custom(comp: HloComputation, name: str) -> list | None:
-    """The custom kernels computing `comp`, or None when it is not a custom kernel's."""
-    entry = _PLANNERS.get(comp.root.opcode)
-    return entry[1](comp, name) if entry is not None else None
+    """The custom kernels computing `comp` (an instruction's computation, or a kOutput fusion
+    of a convolution and its epilogue), or None when it is not a custom kernel's."""
+    for _, plan in _PLANNERS.values():
+        plans = plan(comp, name)
+        if plans is not None:
+            return plans
+    return None
+
+
+def runs_custom_fusion(comp: HloComputation) -> bool:
+    """Whether fused computation `comp`, not emittable by the loop emitters, is a custom
+    kernel's: a convolution with its elementwise epilogue (a kOutput fusion)."""
+    return find_convolution(comp) is not None

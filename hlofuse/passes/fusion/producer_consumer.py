@@ -25,6 +25,7 @@ from .fusibility import (
     is_loop_fusible_as_consumer, is_loop_fusible_as_producer, is_multi_output, is_physically_transposing,
     not_fusible_reason, reduction_count, reduction_is_contiguous,
 )
+from .conv_fusion import conv_into_consumer, into_conv_fusion, is_conv_output_fusion
 from .dot_fusion import dot_into_consumer, into_dot_fusion, is_dot_output_fusion
 from .fusion_utils import operand_index
 from .size_limit import too_large
@@ -113,6 +114,8 @@ def transposing_into_reduce(producer: HloInstruction, consumer: HloInstruction, 
 
 def producer_fusible(producer: HloInstruction, consumer: HloInstruction, ctx: FusionContext) -> Decision:
     """IsLoopFusibleAsProducer; on the CPU a dot may also be output-fused (dot_fusion.py)."""
+    if producer.opcode == "convolution" and ctx.params.name == "cpu":  # epilogue fusion (conv_fusion.py)
+        return conv_into_consumer(producer, consumer)
     if producer.opcode == "dot" and ctx.params.name == "cpu":
         return dot_into_consumer(producer, consumer)
     if not is_loop_fusible_as_producer(producer):
@@ -141,6 +144,8 @@ def consumer_fusible(producer: HloInstruction, consumer: HloInstruction, ctx: Fu
     """The consumer can root a loop or input fusion (or is one)."""
     c = consumer.name
     if consumer.opcode == "fusion":
+        if is_conv_output_fusion(consumer) and ctx.params.name == "cpu":
+            return into_conv_fusion(producer, consumer)
         if consumer.attrs.get("kind") in ("kLoop", "kInput"):
             return ALLOW
         if is_dot_output_fusion(consumer) and ctx.params.name == "cpu":
@@ -305,6 +310,8 @@ def should_fuse(consumer: HloInstruction, index: int, ctx: FusionContext) -> Dec
 def choose_kind(producer: HloInstruction, consumer: HloInstruction, ctx: FusionContext) -> str:
     """kInput for a reduction hero on the GPU, kOutput for a dot and its epilogue (CPU,
     dot_fusion.py), kLoop otherwise (XLA's ChooseFusionKind)."""
+    if producer.opcode == "convolution" or is_conv_output_fusion(consumer):  # CPU only (conv_into_consumer)
+        return "kOutput"
     if producer.opcode == "dot" or is_dot_output_fusion(consumer):
         return "kOutput"
     if ctx.params.input_fusion_kind == "kInput" and is_input_fusible_reduction(consumer):

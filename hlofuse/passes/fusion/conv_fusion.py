@@ -1,0 +1,94 @@
+"""CPU output (epilogue) fusion of convolutions: a convolution fused into its elementwise
+consumers (kOutput), run as one conv kernel that applies the epilogue to each position's
+accumulators before storing them (codegen/kernels/cpu_conv.py): bias add, activation,
+residual add, scale and convert write the result once instead of re-reading it.
+
+XLA:CPU does not fuse convolutions (Eigen computes them into a buffer); this goes beyond it.
+Asked by the producer-consumer rules (producer_consumer.py):
+- `conv_into_consumer`: may convolution `producer` fuse into `consumer`? Only when it has no
+  other user (a convolution is never duplicated), its types are the kernel's (real or integer,
+  not pred), and every read of it on every path to the fusion's root is an elementwise op of
+  its dimensions, so the epilogue reads each result element once, at its own index.
+- `into_conv_fusion`: may a producer join a kOutput convolution fusion? Not one the convolution
+  reads (the kernel reads its operands from memory at computed addresses), and not a
+  reduction or another heavy op (an epilogue would recompute it per element).
+"""
+from __future__ import annotations
+
+from ...hlo.ir import HloComputation, HloInstruction
+from .decisions import Decision
+from .fusion_utils import operand_index
+
+refuse = Decision.refuse
+ALLOW = Decision.allow()
+
+_NOT_IN_EPILOGUE = frozenset({"dot", "reduce", "reduce-window", "convolution", "scatter", "sort",
+                              "select-and-scatter", "fft", "custom-call"})
+
+
+def is_conv_output_fusion(inst: HloInstruction) -> bool:
+    """Whether `inst` is a kOutput fusion holding a convolution."""
+    return (inst.opcode == "fusion" and inst.attrs.get("kind") == "kOutput"
+            and any(i.opcode == "convolution" for i in inst.fused_computation.instructions))
+
+
+def _not_elementwise_to_root(comp: HloComputation, start: HloInstruction, dims: tuple[int, ...]) -> str:
+    """The first instruction on a path from `start` to the root of `comp` that is not an
+    elementwise op of `dims`, or ""."""
+    stack, seen = [start], set()
+    while stack:
+        for user in stack.pop().users:
+            if user in seen or user.parent is not comp:
+                continue
+            if not user.info.elementwise or tuple(user.shape.dims) != dims:
+                return user.name
+            seen.add(user)
+            stack.append(user)
+    return ""
+
+
+def conv_into_consumer(producer: HloInstruction, consumer: HloInstruction) -> Decision:
+    """CPU: may convolution `producer` be output-fused into `consumer`? (see the module doc)"""
+    p, c = producer.name, consumer.name
+    types = [producer.shape.dtype] + [op.shape.dtype for op in producer.operands]
+    if any(t.is_complex or t.is_pred for t in types):
+        return refuse("conv-output-type", f"convolution {p} of {producer.shape.dtype.name} runs as a library call; "
+                                          f"{c} reads its result from memory")
+    if len(producer.users) != 1:
+        return refuse("conv-output-users", f"convolution {p} has {len(producer.users)} users; fusing it into {c} "
+                                           f"would compute it twice")
+    dims = tuple(producer.shape.dims)
+    if not consumer.shape.is_array or tuple(consumer.shape.dims) != dims:
+        return refuse("conv-output-shape", f"{c} does not produce one array of convolution {p}'s dimensions, so it "
+                                           f"cannot be its epilogue")
+    if consumer.opcode != "fusion":
+        if not consumer.info.elementwise:
+            return refuse("conv-output-elementwise", f"{c} ('{consumer.opcode}') is not elementwise, so it cannot "
+                                                     f"be convolution {p}'s epilogue")
+        return ALLOW
+    if consumer.attrs.get("kind") != "kLoop":
+        return refuse("conv-output-kind", f"{c} is a {consumer.attrs.get('kind')} fusion, not an elementwise loop")
+    comp = consumer.fused_computation
+    held = [i.name for i in comp.instructions if i.opcode in _NOT_IN_EPILOGUE]
+    if held:
+        return refuse("conv-output-epilogue", f"fusion {c} holds {', '.join(held)}, which an epilogue of "
+                                              f"convolution {p} would recompute per element")
+    bad = _not_elementwise_to_root(comp, comp.parameter(operand_index(consumer, producer)), dims)
+    if bad:
+        return refuse("conv-output-elementwise", f"{bad} (in {c}) reads convolution {p} other than elementwise at "
+                                                 f"its own index, so the fusion cannot be its epilogue")
+    return ALLOW
+
+
+def into_conv_fusion(producer: HloInstruction, consumer: HloInstruction) -> Decision:
+    """CPU: may `producer` join kOutput convolution fusion `consumer`? (see the module doc)"""
+    if producer.opcode in _NOT_IN_EPILOGUE:
+        return refuse("conv-output-producer", f"{producer.name} ('{producer.opcode}') is not fused into output "
+                                              f"fusion {consumer.name}")
+    comp = consumer.fused_computation
+    param = comp.parameter(operand_index(consumer, producer))
+    if any(u.opcode == "convolution" for u in param.users):
+        return refuse("conv-output-operand", f"the convolution in {consumer.name} reads {producer.name}; the conv "
+                                             f"kernel reads its operands from memory, so {producer.name} is not fused")
+    return ALLOW
+
