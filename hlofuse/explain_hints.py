@@ -46,6 +46,8 @@ HINTS = {
     "disjoint-slices": "the two read disjoint slices of their common operand, so one kernel would save no reads; "
                        "overlapping slices would fuse.",
     "sibling": "{p} cannot take part in sibling (multi-output) fusion.",
+    "cpu-sibling-not-reductions": "on the CPU only reductions are sibling-fused (a second pass over their operand is "
+                                  "the cost saved); loop siblings stay separate kernels.",
     "dynamic-update-slice": "in-place dynamic-update-slice roots cannot share a multi-output fusion.",
     "consumer-not-mof-root": "{c} cannot root a multi-output fusion.",
     "transposing": "a physically transposing producer is not fused into multi-output fusions; a bitcast "

@@ -19,7 +19,8 @@ from .multi_output_fusion import MultiOutputFusion, SiblingFusion
 def fusion_passes(target: str | TargetParams = "gpu") -> list[HloPass]:
     """The fusion passes XLA runs for `target`: calls inlined first (fusion cannot see through
     them), producer-consumer fusion, and on the GPU fusion merging, multi-output and horizontal
-    fusion."""
+    fusion; on the CPU, sibling fusion of reductions (beyond XLA:CPU: it saves a pass over
+    their common operand)."""
     params = target_params(target)
     # the passes take the target as given: its name (their option as `--passes` spells it), or
     # a TargetParams of the caller's own
@@ -31,6 +32,8 @@ def fusion_passes(target: str | TargetParams = "gpu") -> list[HloPass]:
     if params.multi_output:
         passes.append(FusionMerger(target))
         passes.append(MultiOutputFusion(target))
+    else:  # the CPU: reductions of a common operand share one pass over it (multi_output_fusion.py)
+        passes.append(SiblingFusion(target))
     if params.horizontal:
         passes.append(HorizontalLoopFusion(target))
     return passes

@@ -7,6 +7,12 @@ fusion, so it is computed once and its users read it through get-tuple-element.
 
 Producers are visited defs-after-uses (reverse post order); for each, siblings first, then the
 producer-consumer candidates, exactly in XLA's order.
+
+On the CPU (beyond XLA:CPU, which has no multi-output fusion) only the sibling half runs, and
+only for reductions (`cpu_sibling_rule`): sum(x) and sum(x*x), or batch-norm's mean and mean of
+squares, become one reduction kernel that reads x once instead of twice. Loop siblings are
+left apart there: a CPU loop kernel streams its operand at memory speed either way and the
+extra outputs would only lengthen one kernel; reductions are where the second read is the cost.
 """
 from __future__ import annotations
 
@@ -113,6 +119,8 @@ class MultiOutputFusion(KernelComputationPass):
             if producer.parent is not comp or producer.opcode == "constant":
                 continue
             changed |= _fuse_siblings(producer, ctx)
+            if not ctx.params.multi_output and producer.parent is comp:  # the CPU
+                changed |= _fuse_reduction_into_epilogue(producer, ctx)
             if not self.producer_consumer or producer.opcode == "parameter":
                 continue
             consumer = _pick_consumer(producer, ctx)
@@ -132,8 +140,21 @@ class MultiOutputFusion(KernelComputationPass):
         return changed
 
 # ---- siblings --------------------------------------------------------------------------
+def cpu_sibling_rule(a: HloInstruction, b: HloInstruction, parent: HloInstruction) -> Decision:
+    """The CPU's extra condition on siblings: both are reductions (see the module doc)."""
+    if reduce_hero(a) is None or reduce_hero(b) is None:
+        return refuse("cpu-sibling-not-reductions",
+                      f"on the CPU only reductions are sibling-fused (one pass over {parent.name} instead of "
+                      f"two); {a.name} and {b.name} are not both reductions")
+    return _OK
+
+
 def _sibling_legal(a: HloInstruction, b: HloInstruction, parent: HloInstruction, ctx: FusionContext) -> Decision:
     """Whether the sibling `b` may join `a`'s multi-output fusion (both read `parent`)."""
+    if not ctx.params.multi_output:  # the CPU
+        d = cpu_sibling_rule(a, b, parent)
+        if not d:
+            return d
     d = sibling_candidate(b)
     if not d:
         return d
@@ -172,7 +193,9 @@ def _fuse_siblings(parent: HloInstruction, ctx: FusionContext) -> bool:
             b = siblings[j]
             d = _sibling_legal(a, b, parent, ctx)
             if not d:
-                if b.opcode == "fusion" or is_fusible_as_multi_output_root(b):
+                # The CPU's reductions-only rule is not logged per pair: it is the target's
+                # policy (module doc), not a decision about these two instructions.
+                if d.rule != "cpu-sibling-not-reductions" and (b.opcode == "fusion" or is_fusible_as_multi_output_root(b)):
                     ctx.log.refused(ctx.pass_name, b.name, a.name, d)
                 j += 1
                 continue
@@ -184,6 +207,47 @@ def _fuse_siblings(parent: HloInstruction, ctx: FusionContext) -> bool:
             changed = True
         i += 1
     return changed
+
+def _fuse_reduction_into_epilogue(producer: HloInstruction, ctx: FusionContext) -> bool:
+    """CPU: a reduction `producer` whose one fusion user reduces the same input dimensions the
+    same way and reads it only elementwise at the output index (batch norm's variance
+    E[x*x] - mean*mean reading the mean) joins that user as an extra output: both reductions
+    then fold in one pass over their input, the mean staying an output for its other readers."""
+    users = distinct(producer.users)
+    fusions = [u for u in users if u.opcode == "fusion"]
+    if (is_multi_output(producer) or not producer.shape.is_array or len(fusions) != 1
+            or any(u.opcode != "tuple" for u in users if u is not fusions[0])):
+        return False
+    consumer = fusions[0]
+    if is_multi_output(consumer) or not sibling_candidate(consumer):
+        return False
+    signatures = _reduce_signatures(producer) | _reduce_signatures(consumer)
+    if len(signatures) != 1 or not _reduce_signatures(producer) or not _reduce_signatures(consumer):
+        return False
+    comp = consumer.fused_computation
+    for i, op in enumerate(consumer.operands):
+        if op is producer:
+            p = comp.parameter(i)
+            if any(not u.info.elementwise or u.shape.dims != producer.shape.dims for u in p.users):
+                return False
+    for op in consumer.operands:
+        if op is not producer and ctx.reachability().is_reachable(producer, op):
+            return False
+    name_p, name_c = producer.name, consumer.name
+    fuse_into_multi_output(consumer, producer)
+    ctx.log.fused(ctx.pass_name, name_p, name_c, consumer.name,
+                  rule="reduction into a reduction's epilogue (CPU multi-output)")
+    ctx.graph_changed()
+    return True
+
+
+def _reduce_signatures(inst: HloInstruction) -> set:
+    """(input dimensions, reduced dimensions) of every reduce `inst` computes (itself, or in its
+    fused computation)."""
+    insts = inst.fused_computation.instructions if inst.opcode == "fusion" else [inst]
+    return {(tuple(i.operands[0].shape.dims), tuple(sorted(i.attrs["dimensions"])))
+            for i in insts if i.opcode == "reduce"}
+
 
 # ---- producer-consumer -----------------------------------------------------------------
 def _pc_legal(producer: HloInstruction, consumer: HloInstruction, ctx: FusionContext) -> Decision:

@@ -343,7 +343,7 @@ def test_pipeline_keeps_log_on_module_and_targets():
     assert module_log(m).fusions()
     assert [p.name for p in fusion_passes("gpu")] == ["call-inliner", "fusion-no-duplication", "fusion",
                                                      "fusion-merger", "multi-output-fusion", "horizontal-fusion"]
-    assert [p.name for p in fusion_passes("cpu")] == ["call-inliner", "fusion"]
+    assert [p.name for p in fusion_passes("cpu")] == ["call-inliner", "fusion", "sibling-fusion"]
     assert get_pass("fusion", target="cpu").params is CPU
     assert get_pass("horizontal-fusion").params is GPU
     with pytest.raises(ValueError, match="unknown fusion target"):
