@@ -222,7 +222,7 @@ def _cpu_program(fused, args: argparse.Namespace):
 
 
 # Code generation stages of CpuCode.timings, in order, as --timings prints them.
-_CODEGEN_STAGES = ("planning", "cache", "emission", "llvm optimization", "code generation", "llvm wait", "loading")
+_CODEGEN_STAGES = ("planning", "cache", "emission", "llvm optimization", "code generation", "llvm wait", "driver", "loading")
 
 
 def _print_timings(pipeline, parse_seconds: float | None = None, program=None) -> None:

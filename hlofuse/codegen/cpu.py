@@ -26,14 +26,18 @@ from ..emitters.cpu.target import CpuTarget, compile_ir_timed, host_target_machi
 from ..hlo.ir import HloComputation, HloInstruction, HloModule
 from ..passes.fusion.decisions import module_log
 from .cache import CompileCache, cache_key, memory_cache
+from .driver import compile_driver
 from .kernel_key import kernel_text
 from .kernels.args import output_leaves, param_leaf_count
 from .kernels.cpu_gemm import dot_computation, emit_gemm_kernel, plan_dot, runs_dot_fusion
 from .kernels.cpu_custom import CUSTOM_KERNEL_EMITTERS, custom_computation, plan_custom, runs_custom_fusion
 from .kernels.cpu_loop import emit_loop_kernel
+from .kernels.cpu_dus import emit_dus_kernel, plan_dus
 from .kernels.cpu_reduction import emit_reduction_kernel
+from .kernels.cpu_scatter import emit_scatter_kernel, plan_scatter
 from .kernels.cpu_row import emit_row_kernel
 from .kernels.cpu_skeleton import CpuKernelSkeleton
+from .native_plan import NativeProgram
 from .planning import KernelPlan, plan_fusion, sequential_dot
 from .program import Program
 from .row_fusion import RowFusion
@@ -58,6 +62,11 @@ class CpuPlanner(Planner):
         self.shared_outputs: dict[HloInstruction, list[int]] = {}  # inst -> shared buffers appended to its outputs
         self.shared_inputs: dict[HloInstruction, list[int]] = {}  # inst -> shared buffers appended to its inputs
         self.rows = RowFusion(log)  # softmax-like chains as one row kernel (codegen/row_fusion.py)
+
+    def in_place_kernels(self, comp: HloComputation, name: str) -> tuple[list[KernelPlan], dict[int, int]] | None:
+        """In-place dynamic-update-slice or scatter kernels for `comp` (kernels/cpu_dus.py,
+        kernels/cpu_scatter.py), or None."""
+        return plan_dus(comp, name) or plan_scatter(comp, name)
 
     def dedicated_kernel(self, inst: HloInstruction) -> HloComputation | None:
         """A sequential dot kernel for a dot small enough not to go to BLAS, a GEMM kernel's
@@ -143,6 +152,8 @@ def speed_level(kernel: KernelPlan) -> int:
 # Emitters of custom kernels (KernelPlan.custom names one): each fills a CPU kernel skeleton.
 # Modules that plan such kernels register their emitter here when imported.
 CUSTOM_EMITTERS: dict[str, Callable[[CpuKernelSkeleton, KernelPlan], None]] = {}
+CUSTOM_EMITTERS["dus"] = emit_dus_kernel  # in-place dynamic-update-slice windows
+CUSTOM_EMITTERS["scatter"] = emit_scatter_kernel
 CUSTOM_EMITTERS.update(CUSTOM_KERNEL_EMITTERS)  # conv, select_and_scatter (codegen/kernels/cpu_custom.py)
 CUSTOM_EMITTERS["gemm"] = emit_gemm_kernel  # dots through BLAS with their epilogue (kernels/cpu_gemm.py)
 CUSTOM_EMITTERS["row"] = emit_row_kernel  # softmax-like chains (codegen/row_fusion.py)
@@ -208,6 +219,8 @@ class CpuCode(Program):
     objects: list[KernelObject] = field(default_factory=list)
     symbols: dict[str, str] = field(default_factory=dict)  # kernel name -> function symbol
     timings: dict[str, float] = field(default_factory=dict)  # stage -> seconds (see compile_cpu)
+    native: NativeProgram | None = None  # the schedule as the native driver runs it
+    driver_object: bytes = field(default=b"", repr=False)  # the driver's object code
     _llvm_ir: str | None = None
 
     @property
@@ -314,6 +327,8 @@ def compile_cpu(fused_module: HloModule, cache_dir=None, log=None, cache: bool =
         if disk is not None:
             disk.store(o.key, o.object_code)
             stored = True
-    if stored:
+    code.native = NativeProgram(planner, fused_module.entry)
+    code.driver_object, driver_cached, code.timings["driver"] = compile_driver(code.native, target, cache, disk)
+    if stored or (disk is not None and not driver_cached):
         disk.evict()
     return code

@@ -112,11 +112,37 @@ class Planner:
         element generators (a dot and its epilogue), as kernels rather than as a call."""
         return False
 
+    def in_place_kernels(self, comp: HloComputation, name: str) -> tuple[list, dict[int, int]] | None:
+        """Kernels writing only part of their outputs (dynamic-update-slice windows, scatter
+        updates) for fused computation `comp`, with the Step.inplace map, or None where the
+        backend has none for it (then the ordinary path runs it)."""
+        return None
+
+    def _in_place_step(self, inst: HloInstruction) -> Step | None:
+        """A kernel step updating an operand in place (a fusion rooted at dynamic-update-slice
+        or scatter, or one left unfused), or None."""
+        if inst.opcode == "fusion":
+            comp = inst.fused_computation
+        elif inst.opcode in ("dynamic-update-slice", "scatter"):
+            comp = wrap_instruction(inst)
+        else:
+            return None
+        planned = self.in_place_kernels(comp, self.kernel_name(inst))
+        if planned is None:
+            return None
+        kernels, inplace = planned
+        self.kernels.extend(kernels)
+        return Step(inst, "kernel", kernels=kernels, leaf_shapes=[leaf.shape for leaf in output_leaves(comp)],
+                    inplace=inplace)
+
     def step(self, inst: HloInstruction) -> Step:
         """How instruction `inst` of an executed computation runs."""
         op = inst.opcode
         if inst.info.step_kind:  # parameters, constants, tuples: no kernel, no library rule
             return Step(inst, inst.info.step_kind)
+        in_place = self._in_place_step(inst)
+        if in_place is not None:
+            return in_place
         if op == "fusion":
             comp = inst.fused_computation
             if not is_emittable(comp) and not self.runs_fusion(comp):

@@ -189,6 +189,47 @@ def _dynamic_slice(em: ElementalEmitter, inst):
     return remap(em, g, mapping)
 
 
+def dus_starts(em: ElementalEmitter, inst) -> list:
+    """The start indices of dynamic-update-slice `inst` as i64 values, clamped (as XLA does) so
+    the update window lies inside the operand."""
+    op_dims, upd_dims = dims_of(inst.operands[0]), dims_of(inst.operands[1])
+    out = []
+    for d, s in enumerate(inst.operands[2:]):
+        start = index_to_i64(em, em.scalar(s), s.shape.dtype)
+        out.append(clamp_i64(em.b, start, 0, op_dims[d] - upd_dims[d]))
+    return out
+
+
+@register_elemental("dynamic-update-slice")
+def _dynamic_update_slice(em: ElementalEmitter, inst):
+    """The whole result of a dynamic-update-slice, element by element: the update inside the
+    clamped window, the operand elsewhere (a select over a clamped read of the update, so the
+    loop stays branch-free). A fusion rooted at a dynamic-update-slice that may write in place
+    iterates over the update only instead (codegen/kernels/cpu_dus.py)."""
+    g_op, g_upd = em.operand(inst, 0), em.operand(inst, 1)
+    op_dims, upd_dims = dims_of(inst.operands[0]), dims_of(inst.operands[1])
+    b = em.b
+    if 0 in upd_dims:
+        return remap(em, g_op, lambda idx: idx)
+
+    def plan(idx: Index):
+        """(inside-the-window flag, update index, output index)."""
+        inside = ir.Constant(I1, 1)
+        multi = []
+        for v, start, n in zip(idx.multi, dus_starts(em, inst), upd_dims):
+            t = b.sub(v, start)
+            inside = b.and_(inside, b.icmp_signed(">=", t, const_i64(0)))
+            inside = b.and_(inside, b.icmp_signed("<", t, const_i64(n)))
+            multi.append(clamp_i64(b, t, 0, n - 1))
+        return inside, Index(b, upd_dims, multi=multi), idx
+
+    def compute(_idx: Index, p):
+        inside, j, idx = p
+        return b.select(inside, g_upd(j), g_op(idx))
+
+    return Reading(em, plan, lambda p: [(g_upd, p[1]), (g_op, p[2])], compute)
+
+
 @register_elemental("concatenate")
 def _concatenate(em: ElementalEmitter, inst):
     dim = int(inst.attrs["dimensions"][0])

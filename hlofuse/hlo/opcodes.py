@@ -148,8 +148,9 @@ _row("bitcast", 1, "data", fusion="yes", bookkeeping=True)
 _row("transpose", 1, "data", fusion="yes")
 _row("slice", 1, "data", fusion="yes")
 _row("dynamic-slice", VARIADIC, "data", fusion="yes")
-_row("dynamic-update-slice", VARIADIC, "data", fusion="never",
-     never_fused_why="a dynamic-update-slice, which updates its operand in place and is not fused as a producer")
+# XLA fuses a dynamic-update-slice anywhere (IsUniversallyLoopFusible); as a fusion's root it
+# writes only its window into the operand's buffer (passes/fusion/in_place.py).
+_row("dynamic-update-slice", VARIADIC, "data", fusion="yes")
 _row("concatenate", VARIADIC, "data", fusion="yes")
 _row("pad", 2, "data", fusion="yes")
 _row("reverse", 1, "data", fusion="yes")

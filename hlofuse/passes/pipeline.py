@@ -27,6 +27,7 @@ from .fusion import (CallInliner, FusionMerger, HorizontalLoopFusion, Instructio
                      NonDuplicatingFusion, SiblingFusion, fusion_passes)
 from .fusion.horizontal_input_fusion import HorizontalInputFusion
 from .pass_base import HloPass
+from .scatter_simplifier import ScatterToDynamicUpdateSlice
 from .simplifier import AlgebraicSimplifier
 
 # Every pass hlofuse has, by the name `--passes` and the golden files use.
@@ -36,6 +37,7 @@ PASSES: dict[str, type[HloPass]] = {
     "algsimp": AlgebraicSimplifier,  # XLA's name for it
     "constant-folding": ConstantFolding,
     "cse": CommonSubexpressionElimination,
+    "scatter-simplifier": ScatterToDynamicUpdateSlice,
     "dce": DeadCodeElimination,
     "call-inliner": CallInliner,
     "fusion": InstructionFusion,
@@ -249,9 +251,10 @@ class PassPipeline(HloPass):
 
 def standard_pipeline(target: str = "cpu", fusion: bool = True, verify: bool = False,
                       dump_dir: str | None = None) -> PassPipeline:
-    """batchnorm-expander, simplifier, cse, dce, then (with `fusion`) the fusion passes for
-    `target`, then dce."""
-    passes: list[HloPass] = [BatchNormExpander(), AlgebraicSimplifier(), CommonSubexpressionElimination(),
+    """batchnorm-expander, scatter-simplifier, simplifier, cse, dce, then (with `fusion`) the
+    fusion passes for `target`, then dce."""
+    passes: list[HloPass] = [BatchNormExpander(), ScatterToDynamicUpdateSlice(), AlgebraicSimplifier(),
+                             CommonSubexpressionElimination(),
                              DeadCodeElimination()]
     if fusion:
         passes += fusion_passes(target)

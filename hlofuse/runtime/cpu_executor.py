@@ -2,17 +2,17 @@
 
     program = CpuProgram.compile(fused_module, cache_dir=None)
     outputs = program.run([x, y])          # entry result flattened depth-first
+    program.profile([x, y], runs=10)       # per-step times (hlofuse run --profile)
     program.llvm_ir(), program.asm(), program.compile_seconds
 
 codegen/cpu.py plans the module (every executed computation becomes steps; fusions become
-kernels; other ops run as library rules, runtime/library_ops.py), emits each distinct kernel
-into its own LLVM module, optimizes it for the host and compiles it to an object file (cached
-per kernel in memory and on disk). Here the objects are loaded and the steps run (runtime/program.py). A
-kernel's outer range of work units is split over a thread pool; ctypes releases the GIL
-during the call. Per-call work is kept small (box_decode runs five kernels in ~0.15 ms):
-what a kernel step needs is prepared on its first run (`_StepRuntime`), and array addresses
-are remembered. What loading makes stays here, not on codegen's values: per kernel, its
-function and its thread-count tuner (`LoadedKernel`).
+kernels), compiles each distinct kernel to an object file (cached per kernel in memory and on
+disk) and the schedule itself to a native driver (codegen/driver.py). Here the objects are
+loaded into one engine and a run is one call of the driver (runtime/native_driver.py): kernels,
+while loops, conditionals and copies run in compiled code, kernels split over libgomp's threads
+(runtime/cpu_threads.py). Library ops with no compiled code yet run their numpy rules through a
+callback; the computations those rules call (a sort's comparator ...) run in the step
+interpreter (runtime/program.py), whose kernel steps call the same compiled kernels on one thread.
 """
 from __future__ import annotations
 
@@ -28,24 +28,21 @@ import numpy as np
 from ..codegen.cpu import CpuCode, compile_cpu
 from ..codegen.planning import KernelPlan
 from ..codegen.schedule import ComputationPlan, Step
-from ..hlo.ir import HloInstruction, HloModule
-from .cpu_threads import SplitTuner, blas_thread_choices, set_blas_threads, split_choices, thread_pool
+from ..hlo.ir import HloModule
+from .cpu_threads import register_openmp
 from .io import check_arguments
 from .jit import JitModule
+from .native_driver import NativeDriver
 from .output_pool import OutputPool
 from .program import ProgramBase, flatten, owned_outputs, unflatten
 
-_PARALLEL_MIN_ELEMENTS = 1 << 14  # a thread gets at least this many elements
-
-
 @dataclass(eq=False)
 class LoadedKernel:
-    """A kernel of a loaded program: its plan (codegen's), the function loaded from the object
-    code, and the thread-count tuner of its launches (made on its first launch)."""
+    """A kernel of a loaded program: its plan (codegen's) and the function loaded from the
+    object code."""
 
     plan: KernelPlan
     fn: Callable
-    tuner: SplitTuner | None = None
 
 
 class CpuProgram(ProgramBase):
@@ -55,11 +52,11 @@ class CpuProgram(ProgramBase):
         super().__init__(code)
         self.compile_seconds = 0.0
         self._jit = None
-        self.loaded: dict[str, LoadedKernel] = {}  # kernel name -> its function and tuner
+        self.loaded: dict[str, LoadedKernel] = {}  # kernel name -> its function
         self._outputs = OutputPool()
         self._shared: list[np.ndarray] | None = None
         self._runtimes: dict[tuple[ComputationPlan, int], _StepRuntime] = {}
-        self._library_tuners: dict[HloInstruction, SplitTuner] = {}  # inst -> BLAS thread-count tuner
+        self.driver: NativeDriver | None = None
         # The arenas and the output pool are per program: runs of one program are serialized.
         self._run_lock = threading.Lock()
 
@@ -85,11 +82,15 @@ class CpuProgram(ProgramBase):
     def _load(self) -> None:
         """Load every distinct kernel's object into one engine; each kernel calls its
         object's function (structurally identical kernels share one)."""
-        self._jit = JitModule(objects=[o.object_code for o in self.code.objects])
+        register_openmp()  # the driver calls GOMP_parallel: resolvable before it loads
+        self._jit = JitModule(objects=[o.object_code for o in self.code.objects] + [self.code.driver_object])
         addresses = {o.symbol: self._jit.address(o.symbol) for o in self.code.objects}
+        by_name = {}
         for k in self._planner.kernels:
             proto = ctypes.CFUNCTYPE(None, *([ctypes.c_void_p] * k.pointer_count), ctypes.c_int64, ctypes.c_int64)
-            self.loaded[k.name] = LoadedKernel(k, proto(addresses[self.code.symbols[k.name]]))
+            by_name[k.name] = addresses[self.code.symbols[k.name]]
+            self.loaded[k.name] = LoadedKernel(k, proto(by_name[k.name]))
+        self.driver = NativeDriver(self.code.native, self._jit.address("hlofuse_plan_0"), by_name, self)
 
     def llvm_ir(self) -> str:
         """The optimized LLVM IR of the program (re-emitted if the object came from the cache)."""
@@ -101,25 +102,25 @@ class CpuProgram(ProgramBase):
 
     # ---- execution -------------------------------------------------------------------------
     def run(self, args: list) -> list[np.ndarray]:
-        """Run on numpy arrays (one per entry parameter); the entry result flattened."""
+        """Run on numpy arrays (one per entry parameter); the entry result flattened, in fresh
+        arrays the caller owns."""
+        checked = check_arguments(self.module, args)
+        with self._run_lock:
+            return self.driver.run(checked)
+
+    def run_interpreted(self, args: list) -> list[np.ndarray]:
+        """Run through the step interpreter instead of the driver (the same kernels, called
+        from Python one by one, on one thread): a second path to check the driver against."""
         checked = check_arguments(self.module, args)
         with self._run_lock:
             result = self._execute(self._entry, checked)
         return owned_outputs(result, checked)
 
-    def _run_library(self, inst: HloInstruction, operands: list):
-        """Run a library rule with BLAS's thread count chosen by timing, per instruction:
-        OpenBLAS's threads spin while they wait, so on a busy machine one thread can be many
-        times faster than all cores, and on an idle one all cores win."""
-        tuner = self._library_tuners.get(inst)
-        if tuner is None:
-            tuner = self._library_tuners[inst] = SplitTuner(blas_thread_choices())
-        threads = tuner.choose()
-        set_blas_threads(threads)
-        start = time.perf_counter()
-        result = super()._run_library(inst, operands)
-        tuner.record(threads, time.perf_counter() - start)
-        return result
+    def profile(self, args: list, runs: int = 10):
+        """Run `runs` times with per-step timers (runtime/native_driver.py `profile`)."""
+        checked = check_arguments(self.module, args)
+        with self._run_lock:
+            return self.driver.profile(checked, runs)
 
     def _run_kernels(self, plan: ComputationPlan, i: int, step: Step, ops: list):
         """Run the kernels of step `i` (outputs in the arena or the output pool)."""
@@ -211,24 +212,6 @@ def _leaf_shapes(operands):
 
 
 def _launch(k: LoadedKernel, ptrs: list[int]) -> None:
-    """Call kernel `k` over all its units, split over as many threads as its tuner finds
-    fastest (the calling thread runs the first share itself)."""
-    units = k.plan.units
-    if units <= 0:
-        return
-    tuner = k.tuner
-    if tuner is None:
-        tuner = k.tuner = SplitTuner(split_choices(units, units * max(k.plan.unit_elements, 1),
-                                                   _PARALLEL_MIN_ELEMENTS))
-    workers = tuner.choose()
-    fn = k.fn
-    start = time.perf_counter()
-    if workers <= 1:
-        fn(*ptrs, 0, units)
-    else:
-        bounds = [units * c // workers for c in range(workers + 1)]
-        futures = [thread_pool().submit(fn, *ptrs, bounds[c], bounds[c + 1]) for c in range(1, workers)]
-        fn(*ptrs, bounds[0], bounds[1])
-        for f in futures:
-            f.result()
-    tuner.record(workers, time.perf_counter() - start)
+    """Call kernel `k` over all its units on this thread (the step interpreter's path)."""
+    if k.plan.units > 0:
+        k.fn(*ptrs, 0, k.plan.units)

@@ -1,123 +1,129 @@
-"""Threads on the host CPU: how many cores are free, the kernel thread pool, and BLAS's
-thread count (OpenBLAS threads spin while waiting, so on a busy machine more threads than
-free cores make a matmul many times slower)."""
+"""Threads on the host CPU: how many run a kernel, the OpenMP runtime that runs them, and BLAS's
+thread count.
+
+Compiled code splits a kernel over threads through libgomp, GCC's OpenMP runtime (a kept
+thread runtime, shipped with gcc on Debian as libgomp1): the driver (codegen/driver.py) calls
+`GOMP_parallel`, which runs a function on n threads of its pool. The thread count is fixed per
+process, not tuned by timing: `HLOFUSE_CPU_THREADS` when set, else every core this process may
+run on. Without libgomp, kernels run on the calling thread: serial stand-ins for the three
+OpenMP entry points are compiled once and registered under the same names.
+
+numpy's OpenBLAS (used by the library rules that still run in numpy) is set to the same
+thread count once, when the first program loads.
+"""
 from __future__ import annotations
 
 import ctypes
+import ctypes.util
 import glob
 import os
 import threading
-import time
-from concurrent.futures import ThreadPoolExecutor
 
-_pool: ThreadPoolExecutor | None = None
+import llvmlite.binding as llvm
+from llvmlite import ir
+
+from ..hlo.errors import InputError
+
 _lock = threading.Lock()
-_idle = {"value": 1, "at": -1.0}
-_blas = {"setter": None, "searched": False, "threads": None}
+_state: dict = {"registered": False, "openmp": None, "engines": [], "blas": None}
 
 
-def available_cores() -> int:
-    """Cores not busy with other work (refreshed twice a second)."""
-    now = time.monotonic()
-    if now - _idle["at"] > 0.5:
-        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+def cpu_threads() -> int:
+    """Threads a kernel may use: `HLOFUSE_CPU_THREADS`, else the cores this process may use."""
+    text = os.environ.get("HLOFUSE_CPU_THREADS", "").strip()
+    if text:
         try:
-            busy = max(0.0, os.getloadavg()[0] - 1.0)  # minus this process's own runnable thread
+            n = int(text)
+        except ValueError:
+            raise InputError(f"HLOFUSE_CPU_THREADS={text!r}: expected a positive integer") from None
+        if n < 1:
+            raise InputError(f"HLOFUSE_CPU_THREADS={text!r}: expected a positive integer")
+        return n
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+def _load_libgomp():
+    for name in ("libgomp.so.1", ctypes.util.find_library("gomp")):
+        if not name:
+            continue
+        try:
+            return ctypes.CDLL(name)
         except OSError:
-            busy = 0.0
-        _idle.update(value=max(1, min(cores, round(cores - busy))), at=now)
-    return _idle["value"]
+            continue
+    return None
 
 
-def thread_pool() -> ThreadPoolExecutor:
-    """The process-wide pool that runs kernel shares."""
-    global _pool
+def _serial_openmp() -> dict[str, int]:
+    """Addresses of serial GOMP_parallel / omp_get_thread_num / omp_get_num_threads."""
+    from ..emitters.cpu.target import new_host_target_machine
+
+    i8p = ir.IntType(8).as_pointer()
+    i32 = ir.IntType(32)
+    m = ir.Module(name="hlofuse_serial_openmp")
+    m.triple = llvm.get_process_triple()
+    body = ir.FunctionType(ir.VoidType(), [i8p])
+    par = ir.Function(m, ir.FunctionType(ir.VoidType(), [body.as_pointer(), i8p, i32, i32]), "hlofuse_serial_parallel")
+    b = ir.IRBuilder(par.append_basic_block("entry"))
+    b.call(par.args[0], [par.args[1]])
+    b.ret_void()
+    for name, value in (("hlofuse_serial_thread_num", 0), ("hlofuse_serial_num_threads", 1)):
+        f = ir.Function(m, ir.FunctionType(i32, []), name)
+        ir.IRBuilder(f.append_basic_block("entry")).ret(i32(value))
+    llmod = llvm.parse_assembly(str(m))
+    engine = llvm.create_mcjit_compiler(llmod, new_host_target_machine())
+    engine.finalize_object()
+    _state["engines"].append(engine)
+    return {"GOMP_parallel": engine.get_function_address("hlofuse_serial_parallel"),
+            "omp_get_thread_num": engine.get_function_address("hlofuse_serial_thread_num"),
+            "omp_get_num_threads": engine.get_function_address("hlofuse_serial_num_threads")}
+
+
+def register_openmp() -> bool:
+    """Make GOMP_parallel, omp_get_thread_num and omp_get_num_threads resolvable by compiled
+    code (libgomp's, or serial stand-ins); True when libgomp runs them on real threads."""
     with _lock:
-        if _pool is None:
-            _pool = ThreadPoolExecutor(max_workers=os.cpu_count() or 1, thread_name_prefix="hlofuse-cpu")
-        return _pool
+        if not _state["registered"]:
+            lib = _load_libgomp()
+            if lib is not None:
+                addrs = {name: ctypes.cast(getattr(lib, name), ctypes.c_void_p).value
+                         for name in ("GOMP_parallel", "omp_get_thread_num", "omp_get_num_threads")}
+                _state["openmp"] = lib
+            else:
+                addrs = _serial_openmp()
+            for name, addr in addrs.items():
+                llvm.add_symbol(name, addr)
+            _state["registered"] = True
+        return _state["openmp"] is not None
+
+
+def kernel_threads() -> int:
+    """Threads compiled kernels split over: `cpu_threads()`, or 1 without libgomp."""
+    return cpu_threads() if register_openmp() else 1
 
 
 def _blas_setter():
-    if _blas["searched"]:
-        return _blas["setter"]
-    _blas["searched"] = True
-    try:
-        import numpy
+    import numpy
 
-        libdir = os.path.join(os.path.dirname(os.path.dirname(numpy.__file__)), "numpy.libs")
-        for path in glob.glob(os.path.join(libdir, "*openblas*.so*")):
+    libdir = os.path.join(os.path.dirname(os.path.dirname(numpy.__file__)), "numpy.libs")
+    for path in glob.glob(os.path.join(libdir, "*openblas*.so*")):
+        try:
             lib = ctypes.CDLL(path)
-            for name in ("scipy_openblas_set_num_threads64_", "openblas_set_num_threads64_",
-                         "openblas_set_num_threads"):
-                fn = getattr(lib, name, None)
-                if fn is not None:
-                    fn.argtypes = [ctypes.c_int]
-                    _blas["setter"] = fn
-                    return fn
-    except OSError:
-        pass
+        except OSError:
+            continue
+        for name in ("scipy_openblas_set_num_threads64_", "openblas_set_num_threads64_", "openblas_set_num_threads"):
+            fn = getattr(lib, name, None)
+            if fn is not None:
+                fn.argtypes = [ctypes.c_int]
+                return fn
     return None
 
 
 def set_blas_threads(n: int) -> None:
-    """Make numpy's OpenBLAS use `n` threads (no-op when OpenBLAS is not found)."""
-    if _blas["threads"] == n:
-        return
-    setter = _blas_setter()
-    if setter is not None:
-        setter(n)
-        _blas["threads"] = n
-
-
-def blas_thread_choices() -> list[int]:
-    """Thread counts worth timing for a library call that may use BLAS: one, and every core."""
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    return sorted({1, cores})
-
-
-class SplitTuner:
-    """Chooses how many threads run one kernel by timing the choices on real calls.
-
-    Whether splitting pays depends on the kernel's cost per element and on how busy the
-    other cores are (a thread handed work on a loaded core may wait tens of microseconds
-    to run): on this 2-core machine under load, softmax's exp-and-sum kernel runs 1.45x
-    faster on two threads while its max and divide kernels run 10% slower. Each choice is
-    timed `SAMPLES` times first; then the one with the lowest median runs, and every
-    `REFRESH` calls another is timed again so the choice follows the load. The split never
-    changes results: a work unit is always computed by one thread."""
-
-    SAMPLES = 3
-    REFRESH = 40
-
-    def __init__(self, choices: list[int]) -> None:
-        self.choices = choices
-        self.times: dict[int, list[float]] = {c: [] for c in choices}
-        self.calls = 0
-
-    def choose(self) -> int:
-        """The thread count for the next call."""
-        if len(self.choices) == 1:
-            return self.choices[0]
-        self.calls += 1
-        for c in self.choices:
-            if len(self.times[c]) < self.SAMPLES:
-                return c
-        if self.calls % self.REFRESH == 0:
-            return self.choices[(self.calls // self.REFRESH) % len(self.choices)]
-        return min(self.choices, key=lambda c: sorted(self.times[c])[len(self.times[c]) // 2])
-
-    def record(self, threads: int, seconds: float) -> None:
-        """Record the wall time of a call that ran on `threads` threads."""
-        ts = self.times[threads]
-        ts.append(seconds)
-        if len(ts) > 2 * self.SAMPLES - 1:
-            del ts[0]
-
-
-def split_choices(units: int, elements: int, min_elements: int) -> list[int]:
-    """Thread counts worth trying for a kernel of `units` work units and `elements` elements
-    in all: one, the free cores, and every core, each giving a thread at least `min_elements`."""
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    cap = max(1, min(units, elements // max(min_elements, 1)))
-    return sorted({1, min(available_cores(), cap), min(cores, cap)})
+    """Make numpy's OpenBLAS use `n` threads (once per value; no-op without OpenBLAS)."""
+    with _lock:
+        if _state["blas"] == n:
+            return
+        setter = _blas_setter()
+        if setter is not None:
+            setter(n)
+        _state["blas"] = n

@@ -307,7 +307,7 @@ def test_compile_uses_the_default_cache_and_a_fresh_process_loads_from_it(monkey
     cache.memory_cache.clear()
     text = adam_text(3, shapes=["f32[48]", "f32[6,8]", "f32[3,16]"])
     exe = hlofuse.compile(hlofuse.parse_hlo(text), "cpu")
-    assert len(os.listdir(d)) == len(exe.program.code.objects) == 6  # two kernels per update
+    assert len(os.listdir(d)) == len(exe.program.code.objects) + 1 == 7  # two kernels per update, the driver
     assert stat.S_IMODE(os.stat(d).st_mode) == 0o700
     script = ("import hlofuse, sys; exe = hlofuse.compile(hlofuse.parse_hlo(sys.stdin.read()), 'cpu'); "
               "print(exe.program.code.compiled_count)")
@@ -332,11 +332,11 @@ def test_cli_no_cache_and_timings(monkeypatch, tmp_path, capsys):
     path.write_text(adam_text(2, shapes=["f32[24]", "f32[3,8]"]))
     assert main(["compile", str(path), "--timings", "--no-cache"]) == 0
     err = capsys.readouterr().err
-    for stage in ("parse", "fusion", "planning", "emission", "llvm optimization", "code generation", "loading"):
+    for stage in ("parse", "fusion", "planning", "emission", "llvm optimization", "code generation", "driver", "loading"):
         assert re.search(rf"^{stage} +[0-9.]+ ms", err, re.M), (stage, err)
     assert not d.exists()
     assert main(["compile", str(path), "--timings"]) == 0
-    assert len(os.listdir(d)) == 4
+    assert len(os.listdir(d)) == 5  # four kernels and the driver
     assert main(["run", str(path), "--compare", "--no-cache"]) == 0
 
 

@@ -45,11 +45,12 @@ def test_disk_cache_second_compile_is_fast(tmp_path):
 
 
 def test_cache_key_changes_with_the_module(tmp_path):
-    """Object code is cached per kernel: a module changed in one instruction stores one new
-    entry (the unfused chain runs one kernel per instruction)."""
+    """Object code is cached per kernel and for the driver: a module changed in one instruction
+    stores one new entry (the unfused chain runs one kernel per instruction; the driver, which
+    names no kernel, is the same)."""
     first = CpuProgram.compile(parse_hlo(CHAIN), cache_dir=tmp_path)
     before = len(list(tmp_path.glob("*.o")))
-    assert before == len(first.code.objects) == 5
+    assert before == len(first.code.objects) + 1 == 6
     second = CpuProgram.compile(parse_hlo(CHAIN.replace("abs(d)", "sqrt(d)")), cache_dir=tmp_path)
     assert len(list(tmp_path.glob("*.o"))) == before + 1
     assert [o.cached for o in second.code.objects].count(False) <= 1
@@ -62,6 +63,7 @@ def test_temporaries_share_buffers_and_outputs_are_fresh():
     # four temporaries (a, b, c, d), but at most two are live at once
     assert plan.assignment.arena_bytes <= 2 * nbytes
     assert plan.assignment.reused_bytes >= 2 * nbytes
+    assert prog.code.native.entry.arena_bytes <= 2 * nbytes  # the driver's arena likewise
     x = np.random.default_rng(1).standard_normal((256, 256)).astype(np.float32)
     r1 = prog.run([x])[0]
     r2 = prog.run([x])[0]

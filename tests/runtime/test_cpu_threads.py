@@ -1,53 +1,15 @@
-"""The CPU executor's thread-count tuner: explores each choice, then keeps the fastest and
-re-times the others now and then; splitting never changes results."""
+"""Threads of compiled kernels: the count is an option (HLOFUSE_CPU_THREADS), libgomp runs them,
+and a kernel's result does not depend on how many threads split it."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 import hlofuse
-from hlofuse.runtime.cpu_threads import SplitTuner, split_choices
+from hlofuse.hlo.errors import InputError
+from hlofuse.runtime.cpu_threads import cpu_threads, kernel_threads, register_openmp
 
-
-def _drive(tuner: SplitTuner, cost: dict[int, float], calls: int) -> list[int]:
-    chosen = []
-    for _ in range(calls):
-        c = tuner.choose()
-        tuner.record(c, cost[c])
-        chosen.append(c)
-    return chosen
-
-
-def test_tuner_explores_then_keeps_the_fastest():
-    tuner = SplitTuner([1, 2])
-    chosen = _drive(tuner, {1: 3.0, 2: 1.0}, 200)
-    n = 2 * SplitTuner.SAMPLES
-    assert sorted(chosen[:n]) == [1] * SplitTuner.SAMPLES + [2] * SplitTuner.SAMPLES
-    later = chosen[n:]
-    assert later.count(2) > 0.9 * len(later)
-    assert 1 in later  # re-timed now and then
-
-
-def test_tuner_follows_a_change_in_costs():
-    tuner = SplitTuner([1, 2])
-    _drive(tuner, {1: 1.0, 2: 3.0}, 100)
-    chosen = _drive(tuner, {1: 5.0, 2: 3.0}, 400)
-    assert chosen[-100:].count(2) > 90
-
-
-def test_single_choice_needs_no_timing():
-    tuner = SplitTuner([1])
-    assert _drive(tuner, {1: 1.0}, 5) == [1] * 5
-
-
-def test_split_choices():
-    assert split_choices(1, 1 << 30, 1 << 14) == [1]  # one unit cannot be split
-    assert split_choices(1000, 1000, 1 << 14) == [1]  # too little work
-    big = split_choices(1 << 20, 1 << 24, 1 << 14)
-    assert big[0] == 1 and all(1 <= c <= 1 << 20 for c in big) and big == sorted(set(big))
-
-
-def test_results_do_not_depend_on_the_thread_count():
-    exe = hlofuse.compile(hlofuse.parse_hlo("""
+ROW_SUMS = """
 HloModule m
 add_f32 {
   a = f32[] parameter(0)
@@ -60,13 +22,35 @@ ENTRY f {
   zero = f32[] constant(0)
   ROOT s = f32[512] reduce(e, zero), dimensions={1}, to_apply=add_f32
 }
-"""), target="cpu")
+"""
+
+
+def test_thread_count_option(monkeypatch):
+    monkeypatch.setenv("HLOFUSE_CPU_THREADS", "3")
+    assert cpu_threads() == 3
+    for bad in ("0", "-2", "two"):
+        monkeypatch.setenv("HLOFUSE_CPU_THREADS", bad)
+        with pytest.raises(InputError, match="HLOFUSE_CPU_THREADS"):
+            cpu_threads()
+    monkeypatch.delenv("HLOFUSE_CPU_THREADS")
+    assert cpu_threads() >= 1
+
+
+def test_libgomp_runs_the_threads():
+    # libgomp1 ships with gcc on Debian: the machines that run these tests have it.
+    assert register_openmp()
+    assert kernel_threads() == cpu_threads()
+
+
+def test_results_do_not_depend_on_the_thread_count():
+    exe = hlofuse.compile(hlofuse.parse_hlo(ROW_SUMS), target="cpu")
     x = np.random.default_rng(3).standard_normal((512, 300)).astype(np.float32)
-    (kernel,) = exe.program.loaded.values()
+    config = exe.program.driver._config
     results = []
-    for threads in (1, 2, 3):
-        kernel.tuner = SplitTuner([threads])
+    for threads in (1, 2, 3, 7):
+        config[0] = threads
         results.append(exe(x)[0])
     for r in results[1:]:
         np.testing.assert_array_equal(r, results[0])
     np.testing.assert_allclose(results[0], np.exp(x.astype(np.float64)).sum(axis=1), rtol=1e-5)
+    np.testing.assert_array_equal(exe.program.run_interpreted([x])[0], results[0])

@@ -28,6 +28,7 @@ from .fusibility import (
 from .conv_fusion import conv_into_consumer, into_conv_fusion, is_conv_output_fusion
 from .dot_fusion import dot_into_consumer, into_dot_fusion, is_dot_output_fusion
 from .fusion_utils import operand_index
+from .in_place import in_place
 from .size_limit import too_large
 
 refuse = Decision.refuse
@@ -286,10 +287,11 @@ def budget(producer: HloInstruction, consumer: HloInstruction, ctx: FusionContex
 
 # The checks of each target, in XLA's order.
 CPU_RULES: tuple[Rule, ...] = (cpu_constant, producer_fusible, bitcast_width, cpu_concatenate, reuse, base,
-                               cpu_reductions, scalar_constant, producer_is_fusion, consumer_fusible, too_large)
+                               cpu_reductions,
+                               scalar_constant, producer_is_fusion, consumer_fusible, too_large, in_place)
 GPU_RULES: tuple[Rule, ...] = (producer_is_fusion, reuse, transposing_into_reduce, producer_fusible, bitcast_width,
                                reduce_epilogue, consumer_fusible, multi_output_producer, gpu_constant, heavy, base,
-                               budget, too_large)
+                               budget, too_large, in_place)
 
 
 def rules_for(ctx: FusionContext) -> tuple[Rule, ...]:
