@@ -36,11 +36,11 @@ from. The fusion report, `hlofuse explain` and the graph viewer use it, never na
 """
 from __future__ import annotations
 
-from operator import attrgetter
 from typing import Any, Iterable, Iterator
 
 import numpy as np
 
+from . import control_list
 from .attributes import COMPUTATION_ATTRS
 from .shapes import Shape
 from .walk import post_order
@@ -63,7 +63,7 @@ class HloInstruction:
         self.operands: list[HloInstruction] = []
         self.users: list[HloInstruction] = []
         self.attrs: dict[str, Any] = dict(attrs or {})
-        self.control_predecessors: list[HloInstruction] = []
+        self._control: control_list.ControlList = control_list.ControlList()
         self.literal = None  # numpy array for constants
         self.parameter_number: int = -1
         self.parent: HloComputation | None = None
@@ -71,6 +71,20 @@ class HloInstruction:
         self.origin: HloInstruction | None = None
         for op in operands:
             self.append_operand(op)
+
+    # ---- control edges --------------------------------------------------------------------
+    @property
+    def control_predecessors(self) -> list["HloInstruction"]:
+        """Instructions that must run before this one (a list; every change to it is counted,
+        hlo/control_list.py, so computations can keep who has control edges)."""
+        return self._control
+
+    @control_predecessors.setter
+    def control_predecessors(self, value: Iterable["HloInstruction"]) -> None:
+        new = control_list.ControlList(value)
+        if new or self._control:  # emptying an empty list changes nothing anyone keeps
+            control_list.bump()
+        self._control = new
 
     # ---- operands and users -------------------------------------------------------------
     def operand(self, i: int) -> "HloInstruction":
@@ -192,7 +206,14 @@ class HloComputation:
 
     def __init__(self, name: str) -> None:
         self.name = name
-        self.instructions: list[HloInstruction] = []
+        # the instruction list, and the instructions removed from it but not yet dropped (removal
+        # is lazy: `instructions` drops them when next read, so removing k instructions one by
+        # one costs one pass over the list, not k)
+        self._instructions: list[HloInstruction] = []
+        self._removed: set[HloInstruction] = set()
+        # (the raw list, its length, the control-edit count) -> the instructions that have
+        # control predecessors (`control_holders`)
+        self._control_holders: tuple[list[HloInstruction], int, int, list[HloInstruction]] | None = None
         self.root: HloInstruction | None = None
         self.parent: HloModule | None = None
         self.fusion_instruction: HloInstruction | None = None  # set for fused computations
@@ -205,12 +226,45 @@ class HloComputation:
         # itself is held (not its id, which a replacement list could reuse once it is freed).
         self._params: tuple[list[HloInstruction], int, list[HloInstruction]] | None = None
 
+    @property
+    def instructions(self) -> list[HloInstruction]:
+        """The instructions in order (a list callers may read and edit)."""
+        if self._removed:
+            removed = self._removed
+            self._instructions = [i for i in self._instructions if i not in removed]
+            self._removed = set()
+        return self._instructions
+
+    @instructions.setter
+    def instructions(self, value: list[HloInstruction]) -> None:
+        self._instructions = value
+        self._removed = set()
+
     def _parameter_list(self) -> list[HloInstruction]:
+        # keyed by the raw list (a lazily removed parameter is dropped from it by `remove_instruction`)
         cached = self._params
-        insts = self.instructions
+        insts = self._instructions
         if cached is None or cached[0] is not insts or cached[1] != len(insts):
-            cached = self._params = (insts, len(insts), [i for i in insts if i.opcode == "parameter"])
+            removed = self._removed
+            cached = self._params = (insts, len(insts), [i for i in insts
+                                                         if i.opcode == "parameter" and i not in removed])
         return cached[2]
+
+    def control_holders(self) -> list[HloInstruction]:
+        """The instructions of this computation that have control predecessors (possibly with
+        some that no longer do, or were removed: callers check). Rebuilt only when a control
+        list changed anywhere or the instruction list was edited directly."""
+        insts = self._instructions
+        cached = self._control_holders
+        if cached is None or cached[0] is not insts or cached[1] != len(insts) or cached[2] != control_list.edits():
+            cached = self._control_holders = (insts, len(insts), control_list.edits(),
+                                              [i for i in insts if i.control_predecessors])
+        return cached[3]
+
+    def control_successors(self, inst: HloInstruction) -> list[HloInstruction]:
+        """The instructions of this computation that name `inst` as a control predecessor."""
+        return [i for i in self.control_holders()
+                if i.parent is self and any(c is inst for c in i.control_predecessors)]
 
     @property
     def parameters(self) -> list[HloInstruction]:
@@ -227,7 +281,7 @@ class HloComputation:
     def instruction_count(self, parameters: bool = True) -> int:
         """How many instructions the computation holds (without its parameters when
         `parameters` is False). O(1): fusion asks it for every producer it considers."""
-        n = len(self.instructions)
+        n = len(self._instructions) - len(self._removed)
         return n if parameters else n - len(self._parameter_list())
 
     def add_instruction(self, inst: HloInstruction, name: str | None = None) -> HloInstruction:
@@ -238,12 +292,19 @@ class HloComputation:
             inst.name = self.parent.unique_name(inst.name or inst.opcode)
         elif not inst.name:
             inst.name = inst.opcode
+        if inst in self._removed:  # removed and added back before the list was next read
+            self.instructions  # noqa: B018 (drops the removed ones now, so it is listed once)
         inst.parent = self
         params = self._parameter_list()  # in step with the list before the change
-        self.instructions.append(inst)
+        holders = self.control_holders()
+        insts = self._instructions
+        insts.append(inst)
         if inst.opcode == "parameter":
             params.append(inst)
-        self._params = (self.instructions, len(self.instructions), params)
+        self._params = (insts, len(insts), params)
+        if inst.control_predecessors:
+            holders.append(inst)
+        self._control_holders = (insts, len(insts), control_list.edits(), holders)
         return inst
 
     def add_parameter(self, shape: Shape, name: str = "") -> HloInstruction:
@@ -258,17 +319,18 @@ class HloComputation:
             raise ValueError(f"cannot remove {inst.name}: it still has users {[u.name for u in inst.users]}")
         if self.root is inst:
             raise ValueError(f"cannot remove {inst.name}: it is the root of {self.name}")
+        if inst.parent is not self:
+            raise ValueError(f"cannot remove {inst.name}: it is not an instruction of {self.name}")
         inst.detach_operands()
-        # Only instructions with control predecessors can name `inst`; the filter runs in C,
-        # so removing many instructions from a big computation stays cheap.
-        for other in filter(attrgetter("control_predecessors"), self.instructions):
-            if inst in other.control_predecessors:
-                other.control_predecessors.remove(inst)
+        # Only instructions with control predecessors can name `inst` (`control_holders`);
+        # list.remove on their lists directly: this edit keeps the holders valid
+        for other in self.control_successors(inst):
+            while any(c is inst for c in other.control_predecessors):
+                list.remove(other.control_predecessors, inst)
         params = self._parameter_list()  # in step with the list before the change
-        self.instructions.remove(inst)
+        self._removed.add(inst)  # dropped from the list when it is next read
         if inst.opcode == "parameter":
             params.remove(inst)
-        self._params = (self.instructions, len(self.instructions), params)
         inst.parent = None
         if self.parent is not None:
             self.parent.release_name(inst.name)

@@ -49,7 +49,9 @@ def _output_type(inst: HloInstruction) -> str | None:
 
 def is_candidate(inst: HloInstruction) -> bool:
     """XLA's IsFusibleCandidate: elementwise with operands, or a kLoop fusion of one output type."""
-    if inst.control_predecessors or any(inst in o.control_predecessors for o in inst.parent.instructions):
+    # (control successors from the computation's control holders, not a walk of every
+    # instruction per candidate, which made the pass quadratic)
+    if inst.control_predecessors or inst.parent.control_successors(inst):
         return False
     if inst.opcode != "fusion" and inst.info.elementwise and inst.operands and inst.info.fusion == "yes":
         return True

@@ -1,0 +1,150 @@
+"""The fusion passes do work near-linear in the module: doubling a generated module roughly
+doubles each pass's operation count (issue 15 item 1).
+
+Work is counted, not timed: every Python function call, generator step and call of a builtin
+from Python that the pass makes (sys.setprofile events), which does not depend on the machine's
+load. A quadratic step (a walk of the computation per fused producer, a scan of a parameter's
+thousands of users per user) makes the count grow about 4x per doubling; the bound is 2.5x.
+Loops inside C (list.remove's scan) are not counted: hlo/ir.py keeps those out of the per-step
+paths by construction (lazy removal, the control-holder list), which test_ir_removal states.
+"""
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from hlofuse.hlo.parser import parse_hlo
+from hlofuse.passes.fusion import fusion_passes
+
+_GROWTH = 2.5
+_FLOOR = 20_000  # operations: about a millisecond
+# Multi-output and sibling fusion rebuild the computation's reachability after every fusion
+# (FusionContext.graph_changed) and compare every pair of a producer's users: measured x3.7 per
+# doubling on the softmax stack, x74 for sibling fusion on the wide tree (issue 15, open).
+_NOT_YET_LINEAR = {"multi-output-fusion", "sibling-fusion"}
+
+
+def chain(n: int) -> str:
+    """`n` elementwise ops on f32[8,8], each reading the one before and a parameter."""
+    lines = ["HloModule chain", "", "ENTRY main {", "  p = f32[8,8] parameter(0)",
+             "  h = f32[] constant(0.5)", "  hb = f32[8,8] broadcast(h), dimensions={}"]
+    ops = ("add({c}, p)", "multiply({c}, hb)", "negate({c})", "exponential({c})")
+    cur = "p"
+    for i in range(n):
+        lines.append(f"  {'ROOT ' if i == n - 1 else ''}v{i} = f32[8,8] " + ops[i % 4].format(c=cur))
+        cur = f"v{i}"
+    return "\n".join(lines + ["}"]) + "\n"
+
+
+def wide(n: int) -> str:
+    """n/4 independent branches tanh(x * c) + y summed pairwise (a tree of adds)."""
+    lines = ["HloModule wide", "", "ENTRY main {"] + [f"  p{j} = f32[16] parameter({j})" for j in range(8)]
+    vals = []
+    for k in range(max(n // 4, 2)):
+        lines += [f"  c{k} = f32[] constant({1 + k % 7})", f"  b{k} = f32[16] broadcast(c{k}), dimensions={{}}",
+                  f"  m{k} = f32[16] multiply(p{k % 8}, b{k})", f"  t{k} = f32[16] tanh(m{k})",
+                  f"  s{k} = f32[16] add(t{k}, p{(k + 3) % 8})"]
+        vals.append(f"s{k}")
+    level = 0
+    while len(vals) > 1:
+        nxt = []
+        for i in range(0, len(vals) - 1, 2):
+            lines.append(f"  a{level}_{i} = f32[16] add({vals[i]}, {vals[i + 1]})")
+            nxt.append(f"a{level}_{i}")
+        vals, level = nxt + vals[len(vals) - len(vals) % 2:], level + 1
+    lines[-1] = lines[-1].replace(f"  {vals[0]} =", f"  ROOT {vals[0]} =")
+    return "\n".join(lines + ["}"]) + "\n"
+
+
+def softmax_blocks(n: int) -> str:
+    """About `n` instructions: a stack of row softmaxes on f32[16,32] (reductions, broadcasts,
+    siblings: what multi-output and horizontal fusion look at)."""
+    lines = ["HloModule blocks", "", "mx {", "  a = f32[] parameter(0)", "  b = f32[] parameter(1)",
+             "  ROOT m = f32[] maximum(a, b)", "}", "", "ad {", "  a = f32[] parameter(0)",
+             "  b = f32[] parameter(1)", "  ROOT s = f32[] add(a, b)", "}", "", "ENTRY main {",
+             "  x = f32[16,32] parameter(0)", "  ninf = f32[] constant(-inf)", "  zero = f32[] constant(0)"]
+    cur = "x"
+    for k in range(max(n // 9, 1)):
+        lines += [f"  mx{k} = f32[16] reduce({cur}, ninf), dimensions={{1}}, to_apply=mx",
+                  f"  bm{k} = f32[16,32] broadcast(mx{k}), dimensions={{0}}",
+                  f"  sub{k} = f32[16,32] subtract({cur}, bm{k})",
+                  f"  e{k} = f32[16,32] exponential(sub{k})",
+                  f"  sm{k} = f32[16] reduce(e{k}, zero), dimensions={{1}}, to_apply=ad",
+                  f"  bs{k} = f32[16,32] broadcast(sm{k}), dimensions={{0}}",
+                  f"  d{k} = f32[16,32] divide(e{k}, bs{k})",
+                  f"  y{k} = f32[16,32] add(d{k}, x)",
+                  f"  o{k} = f32[16,32] tanh(y{k})"]
+        cur = f"o{k}"
+    lines[-1] = lines[-1].replace(f"  {cur} =", f"  ROOT {cur} =")
+    return "\n".join(lines + ["}"]) + "\n"
+
+
+def _count(fn) -> int:
+    """Profile events (calls, returns, builtin calls) while `fn` runs."""
+    events = 0
+
+    def tick(frame, event, arg):
+        nonlocal events
+        events += 1
+
+    sys.setprofile(tick)
+    try:
+        fn()
+    finally:
+        sys.setprofile(None)
+    return events
+
+
+def _work_of_each_pass(text: str, target: str) -> dict[str, int]:
+    """Each fusion pass's operation count on `text`, run in the pipeline's order."""
+    module = parse_hlo(text)
+    return {p.name: _count(lambda: p.run(module)) for p in fusion_passes(target)}
+
+
+GENERATORS = {"chain": chain, "wide": wide, "softmax": softmax_blocks}
+
+
+@pytest.mark.parametrize("target", ["cpu", "gpu"])
+@pytest.mark.parametrize("form", sorted(GENERATORS))
+def test_doubling_the_module_about_doubles_each_pass_work(form, target):
+    make = GENERATORS[form]
+    small, large = _work_of_each_pass(make(1000), target), _work_of_each_pass(make(2000), target)
+    for name, work in small.items():
+        if name in _NOT_YET_LINEAR:
+            continue
+        # (a pass with almost nothing to do, such as horizontal fusion on a chain of a few
+        # kernels, is measured against a floor: its fixed costs are not its growth)
+        ratio = large[name] / max(work, _FLOOR)
+        assert ratio <= _GROWTH, f"{name} on {form}: {work} -> {large[name]} operations (x{ratio:.2f})"
+    # the count is not vacuous: instruction fusion did real work on both
+    assert small["fusion"] > 10_000 and large["fusion"] > 10_000
+
+
+def test_ir_removal_is_lazy_and_keeps_the_graph_consistent():
+    """Removing instructions one by one does not rebuild the list per removal; reading it drops
+    them all at once, and control edges naming a removed instruction are dropped with it."""
+    module = parse_hlo(chain(50))
+    comp = module.entry
+    insts = comp.instructions
+    last = comp.root
+    last.control_predecessors.append(insts[3])
+    victims = [i for i in insts if i.opcode == "exponential"]
+    for v in victims:  # drop each exponential: its user reads its operand instead
+        v.replace_all_uses_with(v.operands[0])
+        comp.remove_instruction(v)
+    assert comp.instructions is not insts  # compacted once, on this read
+    assert not any(v in comp.instructions for v in victims)
+    assert comp.instruction_count() == len(comp.instructions) == len(insts) - len(victims)
+    assert all(v.parent is None for v in victims)
+    doomed = insts[3]
+    doomed.replace_all_uses_with(doomed.operands[0])
+    comp.remove_instruction(doomed)
+    assert not any(c is doomed for c in last.control_predecessors)
+    with pytest.raises(ValueError, match="not an instruction"):
+        comp.remove_instruction(doomed)
+    # the module still verifies and prints
+    from hlofuse.hlo.verifier import verify
+
+    verify(module)
+    assert module.to_text().count("exponential") == 0
