@@ -81,6 +81,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         check_output_path(args.output)  # before the work, not after it
     if args.inputs:
         check_archive(args.inputs)  # before the compile: a bad file is said at once
+    if args.profile and args.backend != "cpu":
+        raise UsageError(f"--profile times the native CPU driver's steps: it needs --backend cpu, not {args.backend}")
     module = _load(args.module, args.format)
     # A module XLA refuses cannot be compared: say so before hlofuse's (slower) compile.
     xla = _compile_on_xla(args, module) if args.compare == "xla" else None
@@ -97,6 +99,11 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(exe.fusion_report().to_text())
     if args.repeat:
         _print_times(args.backend, exe, inputs, args.repeat, xla, placed)
+    if args.profile:
+        from .runtime.io import check_arguments
+        from .runtime.profile import profile_text
+
+        print(profile_text(exe.program, check_arguments(exe.program.module, inputs), args.profile))
     status = 0
     if args.compare:
         if xla is None:
@@ -109,7 +116,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                                    against)
     if args.output:
         write_outputs(args.output, outputs)
-    elif not args.compare and not args.repeat and not args.report:
+    elif not args.compare and not args.repeat and not args.report and not args.profile:
         for i, o in enumerate(outputs):
             print(f"out{i} = {np.array2string(np.asarray(o), threshold=20)}")
     return status
@@ -396,6 +403,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="also run the module on a reference and compare the outputs, exit 1 on a mismatch: "
                         "hlofuse's interpreter (the default) or XLA:CPU through JAX (needs the jax extra)")
     r.add_argument("--report", action="store_true", help="print the fusion report")
+    r.add_argument("--profile", type=positive_int, nargs="?", const=10, metavar="N",
+                   help="time every step of N runs (default 10) of the CPU program: kernel, kind, bytes, "
+                        "time, GB/s, GFLOP/s and share, as XLA's profiles give")
     r.add_argument("--repeat", type=positive_int, metavar="N",
                    help="time N executions after a first, untimed one (N >= 1) and print the median "
                         "instead of the outputs; with --compare xla, XLA:CPU's too, interleaved, and the ratio")

@@ -301,10 +301,17 @@ class _Builder:
                 self.loc[v] = Loc("arena", self._alloc(size))
         ns.outs = [self.resolve(v) for v in values[i]]
         for n, src in donors.items():
-            if ns.outs[n] != self.resolve(src):
+            if not self._same(ns.outs[n], self.resolve(src)):
                 ns.pre_copies.append(Copy(self.resolve(src), ns.outs[n], nbytes(ns.out_shapes[n])))
         self._finish_step(ns, step)
         self.plan.steps.append(ns)
+
+    def _same(self, a: Loc, b: Loc) -> bool:
+        """Whether `a` and `b` are one buffer (in a while body, state leaf j is both
+        `params[j]` and `results[j]`)."""
+        if a == b:
+            return True
+        return self.plan.alias_results and {a.kind, b.kind} == {"param", "result"} and a.index == b.index
 
     def _donors(self, step: Step, ins_v: list) -> dict[int, object]:
         """Output leaf -> the operand value whose contents it must start from (in place)."""
