@@ -85,9 +85,9 @@ class CpuPlanner(Planner):
         if (dot := plan_dot(comp, name)) is not None:  # GEMM + epilogue, or an inlined small dot
             self.kernels.extend(dot[0])
             return dot
-        if (custom := plan_custom(comp, name)) is not None:  # convolution, select-and-scatter (kernels/cpu_custom.py)
-            self.kernels.extend(custom)
-            return custom, []
+        if (custom := plan_custom(comp, name)) is not None:  # conv, select-and-scatter, sort, topk (kernels/cpu_custom.py)
+            self.kernels.extend(custom[0])
+            return custom
         rows = self.rows.plan(comp, inst, name, fixed=set(self.shared_outputs))
         if rows is not None:
             kernel, merged = rows

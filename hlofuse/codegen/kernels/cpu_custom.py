@@ -16,16 +16,21 @@ from typing import Callable
 from ...hlo.ir import HloComputation, HloInstruction
 from .cpu_conv import emit_conv_kernel, find_convolution, plan_conv
 from .cpu_select_scatter import emit_select_scatter_kernel, find_select_scatter, plan_select_scatter
+from .cpu_sort import emit_sort_kernel, emit_topk_kernel, plan_sort, plan_topk, sort_root, topk_root
 
 # opcode -> (does the kernel handle this computation's root?, planner)
 _PLANNERS: dict[str, tuple[Callable, Callable]] = {
     "convolution": (find_convolution, plan_conv),
     "select-and-scatter": (find_select_scatter, plan_select_scatter),
+    "sort": (sort_root, plan_sort),  # planners returning (kernels, temporaries)
+    "topk": (topk_root, plan_topk),
 }
 
 CUSTOM_KERNEL_EMITTERS: dict[str, Callable] = {
     "conv": emit_conv_kernel,
     "select_and_scatter": emit_select_scatter_kernel,
+    "sort": emit_sort_kernel,
+    "topk": emit_topk_kernel,
 }
 
 
@@ -41,13 +46,14 @@ def custom_computation(inst: HloInstruction) -> HloComputation | None:
     return comp if entry[0](comp) is not None else None
 
 
-def plan_custom(comp: HloComputation, name: str) -> list | None:
+def plan_custom(comp: HloComputation, name: str) -> tuple[list, list] | None:
     """The custom kernels computing `comp` (an instruction's computation, or a kOutput fusion
-    of a convolution and its epilogue), or None when it is not a custom kernel's."""
+    of a convolution and its epilogue) and their temporaries' shapes, or None when it is not a
+    custom kernel's."""
     for _, plan in _PLANNERS.values():
         plans = plan(comp, name)
         if plans is not None:
-            return plans
+            return plans if isinstance(plans, tuple) else (plans, [])
     return None
 
 
