@@ -25,6 +25,7 @@ from ..codegen.driver import CONFIG, PROFILE, RESERVED
 from ..codegen.native_plan import NativeProgram, NativeStep, leaves
 from ..hlo.errors import UnsupportedError
 from .cpu_threads import kernel_threads, set_blas_threads
+from .io import data_address
 from .output_pool import OutputPool
 from .program import constant_value, flatten, unflatten
 
@@ -79,6 +80,11 @@ class NativeDriver:
         self._results = (ctypes.c_void_p * max(len(plan.result_shapes), 1))()
         self._out_specs = [(tuple(s.dims), s.dtype.numpy) for s in plan.result_shapes]
         self._outputs = OutputPool()
+        entry_params = native.entry.comp.parameters
+        self._tuple_params = any(p.shape.is_tuple or p.shape.is_token for p in entry_params)
+        # (dtype, dims) per entry parameter, for the fast argument check
+        self._param_specs = None if self._tuple_params else [(p.shape.dtype.numpy, tuple(p.shape.dims))
+                                                             for p in sorted(entry_params, key=lambda p: p.parameter_number)]
         self._table_address = ctypes.addressof(self._table)
         self._params_address = ctypes.addressof(self._params)
         self._results_address = ctypes.addressof(self._results)
@@ -110,17 +116,29 @@ class NativeDriver:
         self._allocated = True
 
     # ---- running ---------------------------------------------------------------------------
+    def fast_checked(self, args: list) -> list | None:
+        """`args` when each is already a C-contiguous array of its parameter's dtype and shape
+        (the common case, checked in a few comparisons), else None: then the full check
+        (runtime/io.py check_arguments) converts or refuses them."""
+        specs = self._param_specs
+        if specs is None or len(args) != len(specs):
+            return None
+        for a, (dtype, dims) in zip(args, specs):
+            if type(a) is not np.ndarray or a.dtype != dtype or a.shape != dims or not a.flags.c_contiguous:
+                return None
+        return args
+
     def run(self, args: list[np.ndarray]) -> list[np.ndarray]:
         """Run the entry computation on checked arguments; its result leaves, freshly owned."""
         if not self._allocated:
             self._allocate()
         params = self._params
-        for k, a in enumerate(flatten(tuple(args))):
-            params[k] = a.ctypes.data if a.size else None
+        for k, a in enumerate(flatten(tuple(args)) if self._tuple_params else args):
+            params[k] = data_address(a) if a.size else None
         outs = [self._outputs.empty(dims, dt) for dims, dt in self._out_specs]
         results = self._results
         for j, o in enumerate(outs):
-            results[j] = o.ctypes.data if o.size else None
+            results[j] = data_address(o) if o.size else None
         self._error = None
         status = self._entry(self._table_address, self._params_address, self._results_address)
         if status:

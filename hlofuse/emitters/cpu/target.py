@@ -23,13 +23,22 @@ def host_target_machine() -> llvm.TargetMachine:
     return new_host_target_machine()
 
 
+@functools.lru_cache(maxsize=None)
+def host_cpu() -> tuple[str, str]:
+    """The host CPU's name and LLVM feature string (asking LLVM costs ~10 ms, and every loaded
+    program makes a target machine: asked once per process)."""
+    _init()
+    return llvm.get_host_cpu_name(), llvm.get_host_cpu_features().flatten()
+
+
 def new_host_target_machine() -> llvm.TargetMachine:
     """A fresh host target machine."""
     _init()
     target = llvm.Target.from_default_triple()
+    name, features = host_cpu()
     return target.create_target_machine(
-        cpu=llvm.get_host_cpu_name(),
-        features=llvm.get_host_cpu_features().flatten(),
+        cpu=name,
+        features=features,
         opt=3,
         reloc="default",
         codemodel="jitdefault",
@@ -45,8 +54,7 @@ class CpuTarget(Target):
         tm = host_target_machine()
         self.triple = llvm.get_process_triple()
         self.data_layout = str(tm.target_data)
-        self.cpu_name = llvm.get_host_cpu_name()
-        self.cpu_features = llvm.get_host_cpu_features().flatten()
+        self.cpu_name, self.cpu_features = host_cpu()
 
     def fingerprint(self) -> str:
         """What compiled code depends on: triple, CPU name and features."""
