@@ -1,14 +1,16 @@
 """Compile time: hlofuse beside XLA:CPU on the same HLO text, in one process.
 
     python benchmarks/compile_time.py [--sizes 1000,10000,100000] [--budget 600] [--no-xla]
-                                      [--workloads] [--json OUT]
+                                      [--workloads] [--models [NAME,...]] [--json OUT]
     python benchmarks/compile_time.py --llvm-threads    # do llvmlite's calls run in parallel?
 
 Generated modules of about 1k, 10k and 100k instructions, in two forms: a *chain* (each
 elementwise op reads the one before: one deep fused kernel) and a *wide* DAG (independent
 elementwise branches, added pairwise: many shallow fusions), then (--workloads) the JAX
-workloads of benchmarks/workloads.py and a training step of 50 same-shaped Adam updates. For
-each: hlofuse's cold compile (no cache: passes, planning, emission, LLVM optimization, code
+workloads of benchmarks/workloads.py and a training step of 50 same-shaped Adam updates, then
+(--models, needs the `bench` extra) the real models of benchmarks/model_zoo.py, closing with the
+geometric mean of hlofuse/XLA:CPU over the models. For each: hlofuse's cold compile (an empty
+cache of its own, so no row reuses another's kernels: passes, planning, emission, LLVM optimization, code
 generation, loading, as `hlofuse compile --timings` shows them), its compile from the disk
 cache in the same process with the memory cache cleared, and XLA:CPU's compile of the same text
 (benchmarks/real_models.py's XlaExecutable); time per instruction and the growth from the
@@ -101,10 +103,18 @@ def instruction_count(text: str) -> int:
     return sum(len(c.instructions) for c in hlofuse.parse_hlo(text).computations)
 
 
-def measure(name: str, text: str, xla: bool, cache_dir: str) -> dict:
-    """One row: hlofuse cold and cached compile with its stages, XLA:CPU's compile."""
+def measure(name: str, text: str, xla: bool) -> dict:
+    """One row: hlofuse cold (an empty cache directory of its own) and cached compile with its
+    stages, XLA:CPU's compile."""
+    with tempfile.TemporaryDirectory() as cache_dir:
+        return _measure(name, text, xla, cache_dir)
+
+
+def _measure(name: str, text: str, xla: bool, cache_dir: str) -> dict:
     import hlofuse
     from hlofuse.codegen import cache
+
+    cache.memory_cache.clear()  # a kernel compiled for an earlier row is not cold
 
     start = time.perf_counter()
     module = hlofuse.parse_hlo(text)
@@ -183,12 +193,44 @@ def llvm_threads_check(jobs: int = 4) -> None:
               f"{(time.process_time() - cpu) / wall:.2f} cores busy")
 
 
+def model_rows(which: str, xla: bool) -> list[dict]:
+    """Rows for the real models (benchmarks/model_zoo.py), then the geometric mean of
+    hlofuse's cold compile over XLA:CPU's; a model whose library is missing is skipped."""
+    import math
+
+    import jax
+
+    from model_zoo import BUILDERS
+
+    names = list(BUILDERS) if which == "all" else which.split(",")
+    rows = []
+    for name in names:
+        try:
+            model = BUILDERS[name]()
+        except ImportError as e:
+            print(f"{name}: skipped ({e})")
+            continue
+        # keep_unused, as benchmarks/real_models.py: the same HLO as the speed table
+        text = jax.jit(model.fn, keep_unused=True).lower(*model.args).as_text(dialect="hlo")
+        row = measure(name, text, xla)
+        print_row(row, None)
+        rows.append(row)
+    ratios = [r["cold_s"] / r["xla_s"] for r in rows if r.get("xla_s")]
+    if ratios:
+        geo = math.exp(sum(math.log(x) for x in ratios) / len(ratios))
+        print(f"models: hlofuse cold / XLA:CPU compile, geometric mean x{geo:.2f} over {len(ratios)}, "
+              f"worst x{max(ratios):.2f}")
+    return rows
+
+
 def print_row(row: dict, prev: dict | None) -> None:
     n = row["instructions"]
     growth = ""
     if prev is not None and prev["name"].split()[0] == row["name"].split()[0]:
         growth = f" growth x{row['cold_s'] / prev['cold_s']:.1f} for x{n / prev['instructions']:.1f} instructions"
     xla = f"{row['xla_s']:7.2f}s" if "xla_s" in row else ("  error" if "xla_error" in row else "      -")
+    if "xla_s" in row:
+        xla += f" (x{row['cold_s'] / row['xla_s']:.2f})"
     if "xla_error" in row:
         print(f"  XLA:CPU refused {row['name']}: {row['xla_error']}")
     print(f"{row['name']:22s} {n:7d} {row['cold_s']:8.2f}s {row['cold_s'] / n * 1e6:8.0f}us "
@@ -204,7 +246,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--budget", type=float, default=600.0, help="seconds for the generated modules of each form")
     ap.add_argument("--no-xla", action="store_true", help="skip XLA:CPU's compile")
     ap.add_argument("--workloads", action="store_true", help="also the JAX workloads and an Adam training step")
-    ap.add_argument("--forms", default="chain,wide", help="generated forms: chain, wide")
+    ap.add_argument("--forms", default="chain,wide", help="generated forms: chain, wide ('' for none)")
+    ap.add_argument("--models", nargs="?", const="all", default=None,
+                    help="also the real models of benchmarks/model_zoo.py (all, or NAME,NAME)")
     ap.add_argument("--json", help="write the rows here")
     ap.add_argument("--llvm-threads", action="store_true", help="only measure whether LLVM work runs in "
                                                                "parallel on threads (see llvm_threads_check)")
@@ -215,40 +259,43 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     print(f"{'module':22s} {'instrs':>7s} {'cold':>9s} {'per inst':>10s} {'cached':>8s} {'XLA:CPU':>8s}  stages (s)")
     rows: list[dict] = []
+    # one-time costs (imports, LLVM's and XLA's initialisation) are nobody's compile time
+    measure("warm-up", chain_module(8), not args.no_xla)
     sizes = [int(s) for s in args.sizes.split(",")]
     forms = {"chain": chain_module, "wide": wide_module}
-    with tempfile.TemporaryDirectory() as cache_dir:
-        for form in args.forms.split(","):
-            start, prev = time.perf_counter(), None
-            for n in sizes:
-                left = args.budget - (time.perf_counter() - start)
-                if prev is not None:
-                    predicted = prev["cold_s"] * (n / prev["instructions"]) ** prev.get("exponent", 1.0)
-                    if predicted > left:
-                        print(f"{form} {n}: not run (predicted {predicted:.0f}s, {left:.0f}s of the budget left)")
-                        break
-                row = measure(f"{form} {n}", forms[form](n), not args.no_xla, cache_dir)
-                if prev is not None:
-                    import math
+    for form in [f for f in args.forms.split(",") if f]:
+        start, prev = time.perf_counter(), None
+        for n in sizes:
+            left = args.budget - (time.perf_counter() - start)
+            if prev is not None:
+                predicted = prev["cold_s"] * (n / prev["instructions"]) ** prev.get("exponent", 1.0)
+                if predicted > left:
+                    print(f"{form} {n}: not run (predicted {predicted:.0f}s, {left:.0f}s of the budget left)")
+                    break
+            row = measure(f"{form} {n}", forms[form](n), not args.no_xla)
+            if prev is not None:
+                import math
 
-                    row["exponent"] = max(1.0, math.log(row["cold_s"] / prev["cold_s"]) /
-                                          math.log(row["instructions"] / prev["instructions"]))
-                print_row(row, prev)
-                rows.append(row)
-                prev = row
-        if args.workloads:
-            import jax
+                row["exponent"] = max(1.0, math.log(row["cold_s"] / prev["cold_s"]) /
+                                      math.log(row["instructions"] / prev["instructions"]))
+            print_row(row, prev)
+            rows.append(row)
+            prev = row
+    if args.workloads:
+        import jax
 
-            from workloads import WORKLOADS
+        from workloads import WORKLOADS
 
-            for name, w in WORKLOADS.items():
-                text = jax.jit(w.fn).lower(*w.inputs("small")).as_text(dialect="hlo")
-                row = measure(name, text, not args.no_xla, cache_dir)
-                print_row(row, None)
-                rows.append(row)
-            row = measure("adam step (50 params)", adam_step_text(), not args.no_xla, cache_dir)
+        for name, w in WORKLOADS.items():
+            text = jax.jit(w.fn).lower(*w.inputs("small")).as_text(dialect="hlo")
+            row = measure(name, text, not args.no_xla)
             print_row(row, None)
             rows.append(row)
+        row = measure("adam step (50 params)", adam_step_text(), not args.no_xla)
+        print_row(row, None)
+        rows.append(row)
+    if args.models:
+        rows += model_rows(args.models, not args.no_xla)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=2)
