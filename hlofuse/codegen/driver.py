@@ -9,9 +9,9 @@ Every computation of a NativeProgram (codegen/native_plan.py) becomes
 which runs its steps in order and returns 0, or the nonzero status of a failed callback (the
 runtime then raises the error the callback kept). Kernels are called through their addresses in
 the table with the CPU kernel ABI (codegen/kernels/cpu_skeleton.py); a kernel worth splitting
-runs on the threads of libgomp (`GOMP_parallel`, a kept OpenMP runtime): each thread takes a
-contiguous share [units*t/n, units*(t+1)/n) of the kernel's work units, so the partition is
-deterministic. A while loop calls its condition and body functions in a native loop, the body
+runs on the threads of libgomp (`GOMP_parallel`, a kept OpenMP runtime): its work units are cut
+into a fixed number of contiguous chunks per thread, which the threads take from a shared
+counter (XLA:CPU's parallel task assignment, run by a pool that takes tasks as threads come free). A while loop calls its condition and body functions in a native loop, the body
 updating the loop state in place; a conditional switches to its branch's function; a library op
 with no native code calls back into Python (`table[CALLBACK]`).
 
@@ -32,6 +32,10 @@ RESERVED = 3
 # A thread gets at least this many elements of a kernel's work: below it, handing work to
 # another thread costs more than it saves (the split of softmax's kernels measured it).
 MIN_ELEMENTS_PER_THREAD = 1 << 14
+# A parallel kernel's units are cut into this many chunks per thread; threads take chunks from a
+# shared counter (a work unit is still computed whole by one thread, so results do not depend on
+# which thread takes it).
+CHUNKS_PER_THREAD = 4
 
 I8 = ir.IntType(8)
 I32 = ir.IntType(32)
@@ -69,11 +73,14 @@ class _Module:
         self.num_threads = ir.Function(m, ir.FunctionType(I32, []), "omp_get_num_threads")
         self.functions = {p.index: ir.Function(m, PLAN_TYPE, plan_symbol(p)) for p in prog.plans}
         self._trampolines: dict[int, ir.Function] = {}
-        # The data a parallel launch hands every thread: kernel, its arguments, its units.
-        self.launch_type = ir.LiteralStructType([I8P, I8PP, I64])
+        # The data a parallel launch hands every thread: kernel, its arguments, its units, the
+        # next unit to take (shared, atomic) and the units taken at a time.
+        self.launch_type = ir.LiteralStructType([I8P, I8PP, I64, I64, I64])
 
     def trampoline(self, pointers: int) -> ir.Function:
-        """`void tramp(i8* data)`: run this thread's share of a kernel with `pointers` buffers."""
+        """`void tramp(i8* data)`: run chunks of a kernel with `pointers` buffers until none is
+        left. Each thread takes the next chunk from the shared counter, so a thread the OS runs
+        late (a busy machine) leaves its chunks to the others instead of making them wait."""
         fn = self._trampolines.get(pointers)
         if fn is not None:
             return fn
@@ -81,15 +88,25 @@ class _Module:
         fn.linkage = "internal"
         b = ir.IRBuilder(fn.append_basic_block("entry"))
         data = b.bitcast(fn.args[0], self.launch_type.as_pointer())
-        kernel = b.load(b.gep(data, [I32(0), I32(0)]))
+        kernel = b.bitcast(b.load(b.gep(data, [I32(0), I32(0)])), kernel_type(pointers).as_pointer())
         args = b.load(b.gep(data, [I32(0), I32(1)]))
         units = b.load(b.gep(data, [I32(0), I32(2)]))
-        t = b.sext(b.call(self.thread_num, []), I64)
-        n = b.sext(b.call(self.num_threads, []), I64)
-        begin = b.sdiv(b.mul(units, t), n)
-        end = b.sdiv(b.mul(units, b.add(t, I64(1))), n)
+        counter = b.gep(data, [I32(0), I32(3)])
+        chunk = b.load(b.gep(data, [I32(0), I32(4)]))
         ptrs = [b.load(b.gep(args, [I64(k)])) for k in range(pointers)]
-        b.call(b.bitcast(kernel, kernel_type(pointers).as_pointer()), ptrs + [begin, end])
+        loop = fn.append_basic_block("take")
+        work = fn.append_basic_block("work")
+        done = fn.append_basic_block("done")
+        b.branch(loop)
+        b.position_at_end(loop)
+        begin = b.atomic_rmw("add", counter, chunk, "monotonic")
+        b.cbranch(b.icmp_signed("<", begin, units), work, done)
+        b.position_at_end(work)
+        end = b.add(begin, chunk)
+        end = b.select(b.icmp_signed("<", end, units), end, units)
+        b.call(kernel, ptrs + [begin, end])
+        b.branch(loop)
+        b.position_at_end(done)
         b.ret_void()
         self._trampolines[pointers] = fn
         return fn
@@ -233,6 +250,10 @@ class _Function:
                 b.store(fnptr, b.gep(data, [I32(0), I32(0)]))
                 b.store(args, b.gep(data, [I32(0), I32(1)]))
                 b.store(I64(units), b.gep(data, [I32(0), I32(2)]))
+                b.store(I64(0), b.gep(data, [I32(0), I32(3)]))
+                # CHUNKS_PER_THREAD chunks per thread, fixed by the unit count and thread count
+                per = b.mul(n, I64(CHUNKS_PER_THREAD))
+                b.store(b.sdiv(b.add(I64(units), b.sub(per, I64(1))), per), b.gep(data, [I32(0), I32(4)]))
                 b.call(self.mod.gomp_parallel, [self.mod.trampoline(len(ptrs)), b.bitcast(data, I8P),
                                                 b.trunc(n, I32), I32(0)])
 
