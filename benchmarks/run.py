@@ -1,19 +1,36 @@
-"""The benchmark runner: hlofuse on the CPU vs. numpy op by op (the interpreter) vs. XLA:CPU.
+"""The kernel benchmark suite: hlofuse beside XLA:CPU on the same HLO, with per-kernel figures.
 
-Run:  python benchmarks/run.py [--size large|small] [--repeat N] [--workloads a,b] [--json OUT]
+Run:  python benchmarks/run.py [--size large|small] [--rounds 10] [--budget 8] [--workloads a,b]
+                               [--profile 4] [--numpy] [--json OUT]
 
-Every workload (benchmarks/workloads.py) is lowered by JAX to HLO, compiled by hlofuse, and
-timed side by side with the interpreter and jax.jit on the same inputs in one process; the table
-gives medians, ratios, the bandwidth achieved (bytes that must move / time) and this machine's
-copy bandwidth measured in the same run, and the compile time (cold and from the on-disk cache).
+Every workload of benchmarks/workloads.py is lowered by JAX to HLO text once; hlofuse compiles
+that text and XLA:CPU compiles the very same text (XLA's own parser, through jaxlib; see
+real_models.XlaExecutable). Both run in this process on the same inputs, placed once and kept
+warm; after two untimed warm-up calls each (first-call work happens there), timing is
+interleaved, one call of each per round, the order alternating between rounds, until `--rounds`
+rounds or `--budget` seconds; the table gives medians. Both run under the same malloc settings:
+the script re-executes itself with GLIBC_TUNABLES set (real_models.MALLOC_TUNABLES). Large
+inputs are 24-64 MB (benchmarks/workloads.py), so caches flatter nobody.
+
+Per-kernel figures (benchmarks/kernel_figures.py), measured in the same run:
+- the machine's streaming bandwidth, copy and triad on 1 and 2 threads (hlofuse's own kernels,
+  and numpy's copy as a check); every workload's achieved GB/s (bytes of its inputs and outputs
+  over its median time, the least traffic any implementation has) and its share of the best
+  2-thread figure;
+- for transcendental-bound workloads, elements per second (output elements over time) beside
+  XLA:CPU's on the same HLO, the vectorised reference;
+- `CpuProgram.profile` of the `--profile` slowest workloads (by time against XLA): per kernel,
+  its bytes, time, GB/s and share.
+The load (`uptime`) is printed before and after: these machines are shared, so read ratios (the
+two sides share the load, round by round) rather than absolute times.
 """
 from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -24,49 +41,44 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.dirname(HERE))
 
-
-def median_time(fn, repeat: int, min_seconds: float = 0.0) -> float:
-    """Median wall time of `fn()` over `repeat` calls (after one warm-up call)."""
-    fn()
-    times = []
-    start = time.perf_counter()
-    while len(times) < repeat or (time.perf_counter() - start < min_seconds and len(times) < 10 * repeat):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+from kernel_figures import (format_profile, geomean, median_seconds, nbytes_of, profile_rows,  # noqa: E402
+                            reference_bandwidth, stream_bandwidth)
+from real_models import XlaExecutable, reexec_with_malloc_settings  # noqa: E402
 
 
-def copy_bandwidth(nbytes: int = 64 << 20, repeat: int = 10, threads: int | None = None) -> float:
-    """Bytes per second of a large memory copy (read + write counted), numpy's copy split over
-    `threads` threads (numpy releases the GIL while copying), default one per core."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    threads = threads or os.cpu_count() or 1
-    src = np.ones(nbytes // 4, np.float32)
-    dst = np.empty_like(src)
-    chunks = np.array_split(np.arange(src.size), threads)
-    bounds = [(int(c[0]), int(c[-1]) + 1) for c in chunks if c.size]
-    with ThreadPoolExecutor(threads) as pool:
-        def copy():
-            list(pool.map(lambda b: np.copyto(dst[b[0]:b[1]], src[b[0]:b[1]]), bounds))
-
-        t = median_time(copy, repeat)
-    return 2 * nbytes / t
+def uptime() -> str:
+    """The machine's `uptime` line (load averages)."""
+    try:
+        return subprocess.run(["uptime"], capture_output=True, text=True, timeout=5).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return f"load average: {os.getloadavg()}"
 
 
-def bytes_moved(args, outputs) -> int:
-    """Bytes a perfect implementation must read (inputs) and write (outputs)."""
-    return int(sum(np.asarray(a).nbytes for a in args) + sum(np.asarray(o).nbytes for o in outputs))
+def interleaved(fns: list, rounds: int, budget: float) -> list[list[float]]:
+    """Seconds of each of `fns` per round, one call of each per round, the order reversed every
+    other round; at least 3 rounds, at most `rounds`, stopping after `budget` seconds."""
+    times: list[list[float]] = [[] for _ in fns]
+    deadline = time.perf_counter() + budget
+    r = 0
+    while r < rounds and (r < 3 or time.perf_counter() < deadline):
+        order = range(len(fns)) if r % 2 == 0 else reversed(range(len(fns)))
+        for k in order:
+            t0 = time.perf_counter()
+            fns[k]()
+            times[k].append(time.perf_counter() - t0)
+        r += 1
+    return times
 
 
-def run_workload(name: str, fn, args, repeat: int, cache_dir: str) -> dict:
+def run_workload(name: str, w, size: str, rounds: int, budget: float, cache_dir: str, numpy_too: bool) -> tuple[dict, object, list]:
+    """Compile, check and time one workload; its row, the hlofuse executable and its arguments."""
     import jax
 
     import hlofuse
     from hlofuse.runtime.compare import compare_outputs
 
-    text = jax.jit(fn).lower(*args).as_text(dialect="hlo")
+    args = [np.asarray(a, order="C") for a in w.inputs(size)]  # not ascontiguousarray: it makes 0-d 1-d
+    text = jax.jit(w.fn, keep_unused=True).lower(*args).as_text(dialect="hlo")
     module = hlofuse.parse_hlo(text)
     t0 = time.perf_counter()
     exe = hlofuse.compile(module, target="cpu", cache_dir=cache_dir)
@@ -74,90 +86,129 @@ def run_workload(name: str, fn, args, repeat: int, cache_dir: str) -> dict:
     t0 = time.perf_counter()
     hlofuse.compile(module, target="cpu", cache_dir=cache_dir)
     compile_cached = time.perf_counter() - t0
+    xla = XlaExecutable(text)
+    buffers = xla.place(args)
+
+    ours = list(exe(*args))
     interp = hlofuse.compile(module, target="interpreter", fusion=False)
-
-    np_args = [np.asarray(a) for a in args]
-    outputs = exe(*np_args)
-    reference = interp(*np_args)
-    ok = all(r.ok for r in compare_outputs(list(outputs), list(reference)))
-
-    jitted = jax.jit(fn)
-    dev_args = [jax.device_put(a) for a in np_args]
-
-    def run_xla():
-        out = jitted(*dev_args)
-        jax.block_until_ready(out)
-
-    t_hlofuse = median_time(lambda: exe(*np_args), repeat, 0.2)
-    t_interp = median_time(lambda: interp(*np_args), max(3, repeat // 3))
-    t_xla = median_time(run_xla, repeat, 0.2)
-    moved = bytes_moved(np_args, outputs)
-    report = exe.report()
-    return {
-        "workload": name,
-        "matches_interpreter": ok,
-        "bytes": moved,
-        "hlofuse_s": t_hlofuse,
-        "numpy_s": t_interp,
-        "xla_s": t_xla,
-        "speedup_vs_numpy": t_interp / t_hlofuse,
-        "time_ratio_vs_xla": t_hlofuse / t_xla,
-        "hlofuse_GBps": moved / t_hlofuse / 1e9,
-        "xla_GBps": moved / t_xla / 1e9,
-        "compile_s": compile_cold,
-        "compile_cached_s": compile_cached,
-        "kernels": report.get("kernels_after") if isinstance(report, dict) else None,
-    }
+    ok = all(r.ok for r in compare_outputs(ours, list(interp(*args))))
+    agrees_xla = all(r.ok for r in compare_outputs(ours, [np.asarray(o) for o in xla(buffers)]))
+    for _ in range(2):  # warm-up: any first-call work of either side happens here, untimed
+        exe(*args)
+        xla(buffers)
+    t_ours, t_xla = interleaved([lambda: exe(*args), lambda: xla(buffers)], rounds, budget)
+    moved = nbytes_of(args) + nbytes_of(ours)
+    elements = max((o.size for o in ours), default=0)
+    row = {"workload": name, "kind": w.kind, "in_bytes": nbytes_of(args), "out_bytes": nbytes_of(ours),
+           "rounds": len(t_ours), "hlofuse_s": statistics.median(t_ours), "xla_s": statistics.median(t_xla),
+           "compile_s": compile_cold, "compile_cached_s": compile_cached, "xla_compile_s": xla.compile_seconds,
+           "matches_interpreter": ok, "agrees_with_xla": agrees_xla}
+    row["ratio"] = row["hlofuse_s"] / row["xla_s"]
+    row["hlofuse_GBps"] = moved / row["hlofuse_s"] / 1e9
+    row["xla_GBps"] = moved / row["xla_s"] / 1e9
+    row["hlofuse_Gelem_s"] = elements / row["hlofuse_s"] / 1e9
+    row["xla_Gelem_s"] = elements / row["xla_s"] / 1e9
+    if numpy_too:
+        row["numpy_s"] = median_seconds(lambda: interp(*args), 3, warmup=1)
+    return row, exe, args
 
 
-def geomean(values) -> float:
-    values = [v for v in values if v > 0]
-    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else float("nan")
+def format_stream(stream: dict[str, float]) -> str:
+    """The streaming-bandwidth line of the report."""
+    parts = ", ".join(f"{k} {v / 1e9:.1f}" for k, v in stream.items())
+    return f"streaming bandwidth, GB/s (best of 15 calls, 64 MB arrays): {parts}"
 
 
-def print_table(rows: list[dict], copy_bw: float) -> None:
-    print(f"\ncopy bandwidth (numpy copyto on {os.cpu_count()} threads, read+write): {copy_bw / 1e9:.2f} GB/s\n")
-    head = (f"| {'workload':22s} | {'MB':>6s} | {'hlofuse ms':>10s} | {'numpy ms':>9s} | {'XLA ms':>8s} | "
-            f"{'x numpy':>7s} | {'t/XLA':>6s} | {'GB/s':>6s} | {'%copy':>5s} | {'compile s':>9s} | {'cached ms':>9s} | ok |")
-    print(head)
-    print("|" + "|".join("-" * (len(c)) for c in head.split("|")[1:-1]) + "|")
+def format_table(rows: list[dict], ref_bw: float) -> str:
+    """The workload table (markdown), the geometric means and the per-kind summary."""
+    head = (f"| {'workload':23s} | {'kind':6s} | {'in MB':>6s} | {'out MB':>6s} | {'hlofuse ms':>10s} | "
+            f"{'XLA ms':>8s} | {'t/XLA':>6s} | {'GB/s':>6s} | {'XLA GB/s':>8s} | {'%bw2':>5s} | "
+            f"{'Gel/s':>6s} | {'XLA Gel/s':>9s} | {'compile s':>9s} | {'ok':3s} |")
+    lines = [head, "|" + "|".join("-" * len(c) for c in head.split("|")[1:-1]) + "|"]
     for r in rows:
-        print(f"| {r['workload']:22s} | {r['bytes'] / 1e6:6.1f} | {r['hlofuse_s'] * 1e3:10.3f} | "
-              f"{r['numpy_s'] * 1e3:9.3f} | {r['xla_s'] * 1e3:8.3f} | {r['speedup_vs_numpy']:7.2f} | "
-              f"{r['time_ratio_vs_xla']:6.2f} | {r['hlofuse_GBps']:6.2f} | "
-              f"{100 * r['hlofuse_GBps'] * 1e9 / copy_bw:5.0f} | {r['compile_s']:9.3f} | "
-              f"{r['compile_cached_s'] * 1e3:9.1f} | {'yes' if r['matches_interpreter'] else 'NO'} |")
-    print(f"\ngeometric mean speed-up over numpy op by op: {geomean([r['speedup_vs_numpy'] for r in rows]):.2f}x")
-    print(f"geometric mean time ratio hlofuse / XLA:CPU: {geomean([r['time_ratio_vs_xla'] for r in rows]):.2f}")
+        if "error" in r:
+            lines.append(f"| {r['workload']:23s} | FAILED: {r['error'][:150]} |")
+            continue
+        mem = r["kind"] in ("memory", "transcendental")
+        trans = r["kind"] == "transcendental"
+        lines.append(
+            f"| {r['workload']:23s} | {r['kind'][:6]:6s} | {r['in_bytes'] / 1e6:6.1f} | {r['out_bytes'] / 1e6:6.1f} | "
+            f"{r['hlofuse_s'] * 1e3:10.3f} | {r['xla_s'] * 1e3:8.3f} | {r['ratio']:6.2f} | "
+            f"{r['hlofuse_GBps']:6.1f} | {r['xla_GBps']:8.1f} | "
+            + (f"{100 * r['hlofuse_GBps'] * 1e9 / ref_bw:5.0f}" if mem else f"{'-':>5s}") + " | "
+            + (f"{r['hlofuse_Gelem_s']:6.2f} | {r['xla_Gelem_s']:9.2f}" if trans else f"{'-':>6s} | {'-':>9s}")
+            + f" | {r['compile_s']:9.2f} | {'yes' if r['matches_interpreter'] else 'NO'}"
+            + ("" if r["agrees_with_xla"] else " (differs from XLA)") + " |")
+    ok_rows = [r for r in rows if "ratio" in r]
+    lines.append("")
+    lines.append(f"geometric mean hlofuse/XLA:CPU time over {len(ok_rows)} workloads: "
+                 f"{geomean([r['ratio'] for r in ok_rows]):.2f}x; over 1.1x: "
+                 + (", ".join(r["workload"] for r in ok_rows if r["ratio"] > 1.1) or "none"))
+    for kind in ("memory", "transcendental", "compute", "loop"):
+        sel = [r for r in ok_rows if r["kind"] == kind]
+        if sel:
+            lines.append(f"  {kind:14s} {len(sel):2d} workloads, geometric mean {geomean([r['ratio'] for r in sel]):.2f}x")
+    if any("numpy_s" in r for r in ok_rows):
+        lines.append("interpreter (numpy op by op) ms: "
+                     + ", ".join(f"{r['workload']} {r['numpy_s'] * 1e3:.1f}" for r in ok_rows if "numpy_s" in r))
+    return "\n".join(lines)
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--size", choices=["small", "large"], default="large")
-    parser.add_argument("--repeat", type=int, default=10)
-    parser.add_argument("--workloads", help="comma-separated names (default: all)")
-    parser.add_argument("--json", help="also write the rows as JSON to this file")
-    args = parser.parse_args(argv)
-
+    """Run the suite and print the report."""
     from workloads import WORKLOADS
 
-    from hlofuse.progress import Progress
-
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--size", choices=["small", "large"], default="large")
+    parser.add_argument("--rounds", type=int, default=10, help="interleaved timing rounds per workload (at least 3)")
+    parser.add_argument("--budget", type=float, default=8.0, help="seconds of timing per workload before stopping early")
+    parser.add_argument("--workloads", help=f"comma-separated subset of: {', '.join(WORKLOADS)}")
+    parser.add_argument("--profile", type=int, default=4, help="per-kernel profiles of the N slowest workloads against XLA")
+    parser.add_argument("--numpy", action="store_true", help="also time the interpreter (numpy op by op; slow)")
+    parser.add_argument("--json", help="also write the results as JSON to this file")
+    args = parser.parse_args(argv)
     names = args.workloads.split(",") if args.workloads else list(WORKLOADS)
-    copy_bw = copy_bandwidth()
-    rows = []
-    with tempfile.TemporaryDirectory() as cache_dir, Progress(len(names), "benchmarks") as bar:
+    unknown = [n for n in names if n not in WORKLOADS]
+    if unknown:
+        parser.error(f"unknown workload(s): {', '.join(unknown)}")
+
+    print(f"before: {uptime()}", flush=True)
+    print(f"GLIBC_TUNABLES={os.environ.get('GLIBC_TUNABLES', '')}", flush=True)
+    stream = stream_bandwidth()
+    ref_bw = reference_bandwidth(stream, 2)
+    print(format_stream(stream), flush=True)
+    rows, programs = [], {}
+    with tempfile.TemporaryDirectory() as cache_dir:
         for name in names:
-            bar.update(0, note=name)
-            w = WORKLOADS[name]
-            rows.append(run_workload(name, w.fn, w.inputs(args.size), args.repeat, cache_dir))
-            bar.update(note=name)
-    print_table(rows, copy_bw)
+            try:
+                row, exe, wargs = run_workload(name, WORKLOADS[name], args.size, args.rounds, args.budget,
+                                               cache_dir, args.numpy)
+            except Exception as e:  # noqa: BLE001 - a failing workload is a row of the table, not the end of the run
+                rows.append({"workload": name, "kind": WORKLOADS[name].kind, "error": f"{type(e).__name__}: {e}"})
+                print(f"{name}: FAILED {type(e).__name__}: {str(e)[:200]}", flush=True)
+                continue
+            rows.append(row)
+            programs[name] = (exe, wargs)
+            print(f"{name}: {row['hlofuse_s'] * 1e3:.2f} ms, XLA {row['xla_s'] * 1e3:.2f} ms, "
+                  f"ratio {row['ratio']:.2f} ({row['rounds']} rounds)", flush=True)
+        print()
+        print(format_table(rows, ref_bw))
+        slowest = sorted((r for r in rows if "ratio" in r), key=lambda r: -r["ratio"])[:max(args.profile, 0)]
+        profiles = {}
+        for r in slowest:
+            exe, wargs = programs[r["workload"]]
+            prows, per_run = profile_rows(exe, wargs, runs=3)
+            profiles[r["workload"]] = prows
+            print()
+            print(format_profile(r["workload"], prows, per_run))
+    print(f"\nafter: {uptime()}")
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"copy_GBps": copy_bw / 1e9, "rows": rows}, f, indent=2)
+            json.dump({"stream_Bps": stream, "reference_Bps": ref_bw, "rows": rows, "profiles": profiles,
+                       "load": os.getloadavg()}, f, indent=2)
     return 0
 
 
 if __name__ == "__main__":
+    reexec_with_malloc_settings()
     sys.exit(main())

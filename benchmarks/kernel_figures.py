@@ -1,0 +1,177 @@
+"""Per-kernel figures for benchmarks/run.py: the machine's streaming bandwidth, measured in the
+same run, and per-kernel profiles of compiled programs.
+
+Streaming bandwidth (`stream_bandwidth`) is measured as STREAM does, with two kernels over
+arrays larger than the caches (64 MB each by default; this host reports a 32 MB L3), on 1 and 2 threads:
+
+- copy:  y = -x         (8 bytes per element: one read, one write)
+- triad: y = a + 3.0 b  (12 bytes per element: two reads, one write)
+
+Both are HLO modules compiled and run by hlofuse itself (its kernels are plain vectorised loops,
+split over libgomp threads as every kernel is; the thread count is `HLOFUSE_CPU_THREADS`, set
+while each program is built), and the copy is also measured with numpy's `copyto` split over
+Python threads (numpy releases the GIL) as an independent check. Write-allocate traffic is not
+counted, and each figure is the best of its timed calls, as in STREAM: it estimates what the
+machine can do, and on a shared, loaded machine a median mostly measures the neighbours. The
+reference a memory-bound workload is held against is the best
+2-thread figure (`reference_bandwidth`), so a slow hlofuse kernel cannot lower its own bar.
+
+`profile_rows` turns `CpuProgram.profile` (per-step cycle-derived seconds from the native
+driver) into a table: step, kind, bytes read and written, time per run, GB/s and share.
+"""
+from __future__ import annotations
+
+import math
+import os
+import statistics
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+
+STREAM_KERNELS = {
+    # name: (HLO text template over the element count {n}, bytes per element)
+    "copy": ("""HloModule stream_copy
+ENTRY e {{
+  x = f32[{n}] parameter(0)
+  ROOT y = f32[{n}] negate(x)
+}}
+""", 8),
+    "triad": ("""HloModule stream_triad
+ENTRY e {{
+  a = f32[{n}] parameter(0)
+  b = f32[{n}] parameter(1)
+  s = f32[] constant(3)
+  sb = f32[{n}] broadcast(s), dimensions={{}}
+  m = f32[{n}] multiply(sb, b)
+  ROOT y = f32[{n}] add(a, m)
+}}
+""", 12),
+}
+
+
+def call_seconds(fn, repeat: int, warmup: int = 2) -> list[float]:
+    """Wall seconds of each of `repeat` calls of `fn()`, after `warmup` untimed calls."""
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return times
+
+
+def median_seconds(fn, repeat: int, warmup: int = 2) -> float:
+    """Median wall seconds of `fn()` over `repeat` calls, after `warmup` untimed calls."""
+    return statistics.median(call_seconds(fn, repeat, warmup))
+
+
+def _with_threads(threads: int, build):
+    """`build()` with HLOFUSE_CPU_THREADS=threads (read when a program's driver is made)."""
+    old = os.environ.get("HLOFUSE_CPU_THREADS")
+    os.environ["HLOFUSE_CPU_THREADS"] = str(threads)
+    try:
+        return build()
+    finally:
+        if old is None:
+            del os.environ["HLOFUSE_CPU_THREADS"]
+        else:
+            os.environ["HLOFUSE_CPU_THREADS"] = old
+
+
+def hlofuse_stream(kernel: str, threads: int, nbytes: int = 64 << 20, repeat: int = 15) -> float:
+    """Bytes per second of STREAM kernel `kernel` ("copy" or "triad") compiled by hlofuse and
+    run on `threads` threads, over arrays of `nbytes` each."""
+    import hlofuse
+
+    template, per_element = STREAM_KERNELS[kernel]
+    n = max(nbytes // 4, 1)
+    module = hlofuse.parse_hlo(template.format(n=n))
+    args = [np.full(n, 1.5, np.float32) for _ in module.entry.parameters]
+
+    def build():
+        exe = hlofuse.compile(module, target="cpu")
+        exe(*args)  # the driver (and its thread count) is made on the first run
+        return exe
+
+    exe = _with_threads(threads, build)
+    if getattr(getattr(exe.program, "driver", None), "threads", threads) != threads:
+        raise RuntimeError(f"hlofuse did not run the stream kernel on {threads} threads")
+    return per_element * n / min(call_seconds(lambda: exe(*args), repeat))
+
+
+def numpy_copy(threads: int, nbytes: int = 64 << 20, repeat: int = 15) -> float:
+    """Bytes per second (read + write) of numpy's copyto split over `threads` Python threads."""
+    src = np.ones(nbytes // 4, np.float32)
+    dst = np.empty_like(src)
+    bounds = [(int(c[0]), int(c[-1]) + 1) for c in np.array_split(np.arange(src.size), threads) if c.size]
+    with ThreadPoolExecutor(threads) as pool:
+        def copy():
+            list(pool.map(lambda b: np.copyto(dst[b[0]:b[1]], src[b[0]:b[1]]), bounds))
+
+        return 2 * src.nbytes / min(call_seconds(copy, repeat))
+
+
+def stream_bandwidth(threads: tuple[int, ...] = (1, 2), nbytes: int = 64 << 20, repeat: int = 15) -> dict[str, float]:
+    """Bytes per second, keyed "copy/1t", "triad/2t", "numpy-copy/1t" ..., measured now."""
+    out: dict[str, float] = {}
+    for t in threads:
+        for kernel in STREAM_KERNELS:
+            out[f"{kernel}/{t}t"] = hlofuse_stream(kernel, t, nbytes, repeat)
+        out[f"numpy-copy/{t}t"] = numpy_copy(t, nbytes, repeat)
+    return out
+
+
+def reference_bandwidth(stream: dict[str, float], threads: int = 2) -> float:
+    """The best measured figure on `threads` threads (bytes per second; nan if none)."""
+    values = [v for k, v in stream.items() if k.endswith(f"/{threads}t")]
+    return max(values) if values else float("nan")
+
+
+def nbytes_of(arrays) -> int:
+    """Total bytes of numpy arrays (or anything np.asarray accepts)."""
+    return int(sum(np.asarray(a).nbytes for a in arrays))
+
+
+def geomean(values) -> float:
+    """Geometric mean of the positive values (nan when there are none)."""
+    values = [v for v in values if v > 0 and math.isfinite(v)]
+    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else float("nan")
+
+
+def _shape_bytes(shape) -> int:
+    return shape.element_count() * shape.dtype.numpy.itemsize
+
+
+def profile_rows(exe, args: list, runs: int = 3) -> tuple[list[dict], float]:
+    """Per-step rows of `runs` profiled runs of a CPU executable (steps that took time, slowest
+    first) and the wall seconds per run. Each row: step (instruction name), kind (kernel,
+    callback, while ...), op (its opcode, and fusion kind), bytes (leaves read + written per
+    call), calls per run, ms per run, GB/s and share of the run's wall time. A step inside a
+    while body counts once per iteration; its bytes are per call."""
+    steps, seconds, counts, wall = exe.program.profile(list(args), runs)
+    per_run = wall / runs
+    rows = []
+    for ns, sec, calls in zip(steps, seconds, counts):
+        if calls == 0 or sec <= 0:
+            continue
+        inst = ns.step.inst
+        kind = inst.attrs.get("kind") if inst.opcode == "fusion" else None
+        op = inst.opcode + (f":{kind}" if kind else "")
+        nbytes = sum(_shape_bytes(s) for s in ns.in_shapes) + sum(_shape_bytes(s) for s in ns.out_shapes)
+        t = sec / runs
+        rows.append({"step": inst.name, "kind": ns.kind, "op": op, "bytes": nbytes, "calls": int(calls) / runs,
+                     "ms": t * 1e3, "GBps": nbytes * calls / runs / t / 1e9, "share": t / per_run})
+    rows.sort(key=lambda r: -r["ms"])
+    return rows, per_run
+
+
+def format_profile(name: str, rows: list[dict], per_run: float, top: int = 6) -> str:
+    """The `top` slowest steps of a profile as a text table."""
+    lines = [f"{name}: {per_run * 1e3:.2f} ms per run (profiled)",
+             f"  {'step':28s} {'kind':9s} {'op':18s} {'MB/call':>8s} {'calls':>6s} {'ms':>8s} {'GB/s':>7s} {'share':>6s}"]
+    for r in rows[:top]:
+        lines.append(f"  {r['step'][:28]:28s} {r['kind']:9s} {r['op'][:18]:18s} {r['bytes'] / 1e6:8.2f} "
+                     f"{r['calls']:6.0f} {r['ms']:8.3f} {r['GBps']:7.2f} {100 * r['share']:5.1f}%")
+    return "\n".join(lines)

@@ -1,0 +1,120 @@
+"""The kernel benchmark suite's helpers (benchmarks/run.py, kernel_figures.py, workloads.py):
+the STREAM modules compute what they claim, the figures are derived correctly, timing is
+interleaved, profiles add up, and the large workloads have the sizes the suite promises."""
+from __future__ import annotations
+
+import math
+import sys
+
+import numpy as np
+import pytest
+
+from repo_paths import BENCHMARKS
+
+sys.path.insert(0, str(BENCHMARKS))
+
+import kernel_figures as kf  # noqa: E402
+from run import format_table, interleaved  # noqa: E402
+from workloads import WORKLOADS  # noqa: E402
+
+import hlofuse  # noqa: E402
+
+MIB = 1 << 20
+
+
+@pytest.mark.parametrize("kernel", sorted(kf.STREAM_KERNELS))
+def test_stream_modules_compute_copy_and_triad(kernel):
+    # The bandwidth figures count 8 and 12 bytes per element: the modules must be exactly
+    # y = -x and y = a + 3 b, run by hlofuse's kernels.
+    n = 1000
+    template, per_element = kf.STREAM_KERNELS[kernel]
+    exe = hlofuse.compile(hlofuse.parse_hlo(template.format(n=n)), target="cpu")
+    r = np.random.default_rng(0)
+    args = [r.standard_normal(n).astype(np.float32) for _ in exe.module.entry.parameters]
+    (got,) = exe(*args)
+    want = -args[0] if kernel == "copy" else args[0] + np.float32(3) * args[1]
+    assert np.array_equal(got, want)
+    assert per_element == 4 * (len(args) + 1)  # each parameter read once, the result written once
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_hlofuse_stream_runs_on_the_asked_threads(threads, monkeypatch):
+    from hlofuse.runtime.cpu_threads import register_openmp
+
+    if threads > 1 and not register_openmp():
+        pytest.skip("no libgomp: kernels run on one thread")
+    monkeypatch.setenv("HLOFUSE_CPU_THREADS", "7")
+    bw = kf.hlofuse_stream("triad", threads, nbytes=1 * MIB, repeat=3)
+    assert math.isfinite(bw) and bw > 0
+    import os
+
+    assert os.environ["HLOFUSE_CPU_THREADS"] == "7"  # restored after the measurement
+
+
+def test_reference_is_the_best_two_thread_figure():
+    stream = {"copy/1t": 50e9, "triad/1t": 40e9, "copy/2t": 30e9, "numpy-copy/2t": 35e9, "triad/2t": 20e9}
+    assert kf.reference_bandwidth(stream, 2) == 35e9
+    assert kf.reference_bandwidth(stream, 1) == 50e9
+    assert math.isnan(kf.reference_bandwidth(stream, 4))
+
+
+def test_geomean_and_bytes():
+    assert kf.geomean([2.0, 8.0]) == pytest.approx(4.0)
+    assert kf.geomean([4.0, 0.0, -1.0, float("nan")]) == pytest.approx(4.0)
+    assert math.isnan(kf.geomean([]))
+    assert kf.nbytes_of([np.zeros((3, 4), np.float32), np.zeros(5, np.uint8)]) == 53
+
+
+def test_interleaved_alternates_order_and_counts_rounds():
+    calls = []
+    times = interleaved([lambda: calls.append("a"), lambda: calls.append("b")], rounds=4, budget=100.0)
+    assert calls == ["a", "b", "b", "a", "a", "b", "b", "a"]
+    assert [len(t) for t in times] == [4, 4]
+    # a spent budget still gives three rounds, and no more than that
+    times = interleaved([lambda: None], rounds=50, budget=0.0)
+    assert len(times[0]) == 3
+
+
+def test_profile_rows_of_a_small_program():
+    w = WORKLOADS["resnet_add_relu"]
+    args = w.inputs("small")
+    import jax
+
+    exe = hlofuse.compile(hlofuse.parse_hlo(jax.jit(w.fn).lower(*args).as_text(dialect="hlo")), target="cpu")
+    rows, per_run = kf.profile_rows(exe, args, runs=2)
+    assert per_run > 0 and rows
+    assert [r["ms"] for r in rows] == sorted((r["ms"] for r in rows), reverse=True)
+    assert sum(r["share"] for r in rows) <= 1.0 + 1e-6  # steps run inside the run's wall time
+    (fusion,) = [r for r in rows if r["op"].startswith("fusion")]
+    assert fusion["bytes"] == 3 * args[0].nbytes  # two operands read, one result written
+    assert fusion["calls"] == 1
+    text = kf.format_profile("resnet_add_relu", rows, per_run)
+    assert fusion["step"] in text and "ms per run" in text
+
+
+def test_large_workloads_are_24_to_64_mb():
+    # The big side (inputs, or the output where the inputs are small by nature) is 24-64 MB for
+    # every workload except the dot-bound ones, whose shapes come from the issues.
+    import jax
+
+    for name, w in WORKLOADS.items():
+        if w.kind == "compute":
+            continue
+        args = w.inputs("large")
+        out = jax.eval_shape(w.fn, *args)
+        out_bytes = sum(math.prod(o.shape) * o.dtype.itemsize for o in jax.tree_util.tree_leaves(out))
+        big = max(kf.nbytes_of(args), out_bytes)
+        assert 24 * MIB <= big <= 64 * MIB, (name, big / MIB)
+    assert {w.kind for w in WORKLOADS.values()} == {"memory", "transcendental", "compute", "loop"}
+
+
+def test_table_summarises_ratios_and_failures():
+    row = {"workload": "w1", "kind": "memory", "in_bytes": 8e6, "out_bytes": 4e6, "hlofuse_s": 2e-3, "xla_s": 1e-3,
+           "ratio": 2.0, "hlofuse_GBps": 6.0, "xla_GBps": 12.0, "hlofuse_Gelem_s": 0.5, "xla_Gelem_s": 1.0,
+           "compile_s": 0.1, "matches_interpreter": True, "agrees_with_xla": False}
+    row2 = dict(row, workload="w2", kind="transcendental", ratio=0.5)
+    text = format_table([row, row2, {"workload": "w3", "kind": "memory", "error": "InputError: bad"}], ref_bw=12e9)
+    assert "over 2 workloads: 1.00x" in text and "over 1.1x: w1" in text
+    assert "FAILED: InputError: bad" in text and "differs from XLA" in text
+    w1 = next(line for line in text.splitlines() if line.startswith("| w1"))
+    assert "|    50 |" in w1  # 6 GB/s of a 12 GB/s reference
