@@ -205,12 +205,31 @@ class _Builder:
         for v, i in last.items():
             expiring.setdefault(i, []).append(v)
         n_steps = len(self.cplan.steps)
+        self._heading = self._result_chains(values, root_values, last)
         for i, step in enumerate(self.cplan.steps):
             self._place(i, step, values, root_values, last)
             self._release(expiring.get(i, ()))
         self._result_moves(root_values, last, n_steps)
         plan.arena_bytes = self.end
         plan.arena_slot = self.prog.slot(TableEntry("arena", plan))
+
+    def _result_chains(self, values: list, root_values: list, last: dict) -> dict:
+        """Values that an in-place chain carries into result leaf j (value -> j): a value a
+        later in-place step takes over (it dies there) becomes that step's result, so it is
+        best written into `results[j]` at once (two dynamic-update-slices of one buffer then
+        copy nothing between them)."""
+        heading: dict = {}
+        for j, v in enumerate(root_values):
+            while isinstance(v, tuple) and v not in heading:
+                i, n = v[1], v[2]
+                step = self.cplan.steps[i]
+                ins_v = [w for k in step.operand_steps for w in values[k]]
+                src = self._donors(step, ins_v).get(n)
+                if not isinstance(src, tuple) or last.get(src) != i or ins_v.count(src) != 1 or src in root_values:
+                    break
+                heading[src] = j
+                v = src
+        return heading
 
     def _values(self, i: int, step: Step, ins: list, first_param: dict[int, int]) -> list:
         """The symbolic values of step `i`'s leaves."""
@@ -287,8 +306,17 @@ class _Builder:
             size = nbytes(ns.out_shapes[n])
             self._sizes[v] = size
             target = self._result_target(i, v, ins_v, donors.get(n), root_values, last)
+            src = donors.get(n)
+            chained = (src is not None and isinstance(src, tuple) and self._heading.get(src) is not None
+                       and self.loc.get(src) == Loc("result", self._heading[src])
+                       and self._position(v, root_values) == self._heading[src]
+                       and last.get(src) == i and ins_v.count(src) == 1)
             if size == 0:
                 self.loc[v] = NULL
+            elif chained:  # the in-place chain's buffer is already results[j]
+                self.loc[v] = self.loc[src]
+                self._donated.add(src)
+                self._sizes[v] = self._sizes[src]
             elif target is not None:
                 self.loc[v] = target
                 self._results_taken.add(target.index)
@@ -329,10 +357,8 @@ class _Builder:
 
     def _result_target(self, i: int, v, ins_v: list, donor, root_values: list, last: dict) -> Loc | None:
         """`results[j]` when value `v` is the result's leaf j and may be written there now."""
-        if v not in root_values:
-            return None
-        j = root_values.index(v)
-        if j in self._results_taken:
+        j = self._position(v, root_values)
+        if j is None or j in self._results_taken:
             return None
         if not self.plan.alias_results:
             return Loc("result", j)
@@ -343,6 +369,12 @@ class _Builder:
         if last.get(state) == i and donor == state and ins_v.count(state) == 1:
             return Loc("result", j)
         return None
+
+    def _position(self, v, root_values: list) -> int | None:
+        """The result leaf value `v` is (or an in-place chain carries it into), or None."""
+        if v in root_values:
+            return root_values.index(v)
+        return self._heading.get(v)
 
     def _finish_step(self, ns: NativeStep, step: Step) -> None:
         """Kernel temporaries, shared buffers and called plans of `ns`."""

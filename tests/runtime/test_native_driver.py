@@ -338,3 +338,30 @@ def test_profile_counts_every_step():
                                                                               if p.alias_results).steps]
     assert body_kernels and all(calls[ns.id] == 21 for ns in body_kernels)
     assert (seconds >= 0).all() and wall > 0
+
+
+def test_two_updates_of_one_buffer_copy_it_once():
+    """x with two channel slices replaced (the image-normalisation pattern): the parameter is
+    copied once into the result, and the second in-place update works on the result directly."""
+    text = """
+HloModule norm
+ENTRY e {
+  x = f32[4,8,3] parameter(0)
+  s0 = f32[4,8,1] slice(x), slice={[0:4], [0:8], [0:1]}
+  c0 = f32[] constant(0.5)
+  b0 = f32[4,8,1] broadcast(c0), dimensions={}
+  u0 = f32[4,8,1] subtract(s0, b0)
+  zero = s32[] constant(0)
+  one = s32[] constant(1)
+  d0 = f32[4,8,3] dynamic-update-slice(x, u0, zero, zero, zero)
+  s1 = f32[4,8,1] slice(d0), slice={[0:4], [0:8], [1:2]}
+  u1 = f32[4,8,1] multiply(s1, b0)
+  ROOT d1 = f32[4,8,3] dynamic-update-slice(d0, u1, zero, zero, one)
+}
+"""
+    x = np.random.default_rng(5).standard_normal((4, 8, 3)).astype(np.float32)
+    _check(text, x)
+    _, exe = _compile(text)
+    copies = [c for ns in exe.program.code.native.entry.steps for c in ns.pre_copies]
+    copies += exe.program.code.native.entry.final
+    assert [(c.src.kind, c.dst.kind) for c in copies] == [("param", "result")], copies
