@@ -45,6 +45,14 @@ def new_host_target_machine() -> llvm.TargetMachine:
     )
 
 
+def add_string_attribute(fn, key: str, value: str) -> None:
+    """Give llvmlite.ir function `fn` the LLVM string attribute `"key"="value"`.
+
+    llvmlite's FunctionAttributes accepts only LLVM's keyword attributes, yet prints each entry
+    verbatim: the entry is added past that check (the printed IR is verified by LLVM)."""
+    set.add(fn.attributes, f'"{key}"="{value}"')
+
+
 class CpuTarget(Target):
     """Host CPU: libm names for f64 math, atomicrmw for atomics, host triple and layout."""
 
