@@ -49,6 +49,12 @@ HINTS = {
     "cpu-sibling-not-reductions": "on the CPU only reductions are sibling-fused (a second pass over their operand is "
                                   "the cost saved); loop siblings stay separate kernels.",
     "dynamic-update-slice": "in-place dynamic-update-slice roots cannot share a multi-output fusion.",
+    "in-place": "{c} updates a buffer in place; a second read of that buffer (or a producer reading it other "
+                "than at exactly the updated window) would see overwritten elements, and two in-place updates stay "
+                "apart.",
+    "scatter-operand": "{c} scatters into its operand's buffer in place, so only the producers of its indices and "
+                       "updates fuse into it; computing the updates without reading that operand would let {p} fuse.",
+    "scatter-output": "nothing fuses into the output of a scatter; its users read the scattered result from memory.",
     "consumer-not-mof-root": "{c} cannot root a multi-output fusion.",
     "transposing": "a physically transposing producer is not fused into multi-output fusions; a bitcast "
                    "transpose (layout change) would be.",

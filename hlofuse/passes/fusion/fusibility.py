@@ -71,8 +71,18 @@ def is_loop_fusible_as_producer(inst: HloInstruction) -> bool:
     return info.fusion == "root" and inst.shape.is_array  # non-variadic reduce
 
 
+def is_input_fusible_scatter(inst: HloInstruction) -> bool:
+    """XLA's IsInputFusibleScatter: a scatter, or an input fusion rooted at one."""
+    if inst.opcode == "fusion":
+        return inst.attrs.get("kind") == "kInput" and inst.fused_computation.root.opcode == "scatter"
+    return inst.opcode == "scatter" and not inst.control_predecessors
+
+
 def is_loop_fusible_as_consumer(inst: HloInstruction) -> bool:
-    """May become (or already is) the root of a loop or input fusion."""
+    """May become (or already is) the root of a loop or input fusion (a scatter roots an input
+    fusion of its index and update producers: passes/fusion/in_place.py `scatter_input`)."""
+    if is_input_fusible_scatter(inst):
+        return True
     if not is_fusible(inst):
         return False
     return _universally_loop_fusible(inst) or op_info(inst.opcode).fusion == "root"

@@ -21,6 +21,7 @@ from .fusibility import (
     is_physically_transposing, members, reuses_operand_elements,
 )
 from .fusion_utils import fuse_producer, operand_index, sort_computations
+from .in_place import scatter_input
 from .kernel_pass import KernelComputationPass
 from .size_limit import fits_in_kernel
 
@@ -84,6 +85,9 @@ def should_merge(producer: HloInstruction, users: list[HloInstruction], params: 
         if creates_heavy_computation(producer, user):
             return refuse("heavy-computation", f"merging {p} into {user.name} would recompute a heavy "
                                                f"reduction for each element {user.name} re-reads")
+        d = scatter_input(producer, user)  # never a scatter's updated operand (XLA's CanEmitInputFusedScatter)
+        if not d:
+            return d
         d = _budget(producer, user, params)
         if not d:
             return d

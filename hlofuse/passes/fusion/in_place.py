@@ -7,13 +7,20 @@ so such producers stay out - except a slice or dynamic-slice of exactly the upda
 read element for element before it is written (XLA's one safe case). A consumer that reads
 the buffer through a second operand is refused too, and two in-place updates are kept apart.
 codegen/kernels/cpu_dus.py emits the in-place kernels these fusions become.
+
+A scatter roots an input fusion of the producers of its indices and updates (XLA's
+CanEmitInputFusedScatter, `scatter_input`): never of its updated operand, nor of a producer
+that reads that operand's buffer (elementwise or not: the kernel writes the buffer at
+positions the indices choose, in the same pass that reads the updates), and a scatter is never
+a producer. codegen/kernels/cpu_scatter.py reads the fused indices and updates through the
+element generators.
 """
 from __future__ import annotations
 
 from ...hlo.ir import HloInstruction
 from .context import FusionContext
 from .decisions import Decision
-from .fusibility import fusion_outputs, members
+from .fusibility import fusion_outputs, is_input_fusible_scatter, members
 
 refuse = Decision.refuse
 ALLOW = Decision.allow()
@@ -136,4 +143,24 @@ def in_place(producer: HloInstruction, consumer: HloInstruction, ctx: FusionCont
             why = _window_read(producer, consumer)
             if why:
                 return refuse("in-place", f"{c} updates {buf.name} in place and {p} reads it: {why}")
+    return ALLOW
+
+
+def scatter_input(producer: HloInstruction, consumer: HloInstruction, ctx: FusionContext | None = None) -> Decision:
+    """XLA's CanEmitInputFusedScatter: the producers of a scatter's indices and updates fuse into
+    it (an input fusion rooted at the scatter); its updated operands, producers reading them,
+    and fusing a scatter into its own consumers are refused."""
+    p, c = producer.name, consumer.name
+    if is_input_fusible_scatter(producer):
+        return refuse("scatter-output", f"{p} is a scatter; nothing fuses into the output of a scatter ({c})")
+    if not is_input_fusible_scatter(consumer):
+        return ALLOW
+    for k in in_place_operands(consumer):
+        buf = consumer.operands[k]
+        if buf is producer:
+            return refuse("scatter-operand", f"{p} is the operand {c} updates in place; only the producers of "
+                                             f"its indices and updates fuse into a scatter")
+        if any(op is buf for op in producer.operands):
+            return refuse("scatter-operand", f"{p} reads {buf.name}, which {c} updates in place; the scatter "
+                                             f"would overwrite elements {p} still has to read")
     return ALLOW

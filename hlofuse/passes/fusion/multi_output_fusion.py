@@ -25,6 +25,7 @@ from .cost_model import TargetParams, distinct
 from .decisions import Decision
 from .fusibility import (
     combined_operands, creates_heavy_computation, fusion_outputs, is_fusible, is_input_fusible_reduction,
+    is_input_fusible_scatter,
     is_loop_fusible_as_producer, is_loop_fusion, is_multi_output, is_physically_transposing,
     not_fusible_reason, reduce_hero, reduction_count, reduction_is_contiguous,
 )
@@ -39,7 +40,7 @@ _OK = Decision.allow()
 
 def is_fusible_as_multi_output_root(inst: HloInstruction) -> bool:
     """XLA: reductions, loop fusions and elementwise instructions may root a multi-output fusion."""
-    if not is_fusible(inst):
+    if not is_fusible(inst) or is_input_fusible_scatter(inst):  # a scatter fusion stays alone, as in XLA
         return False
     if inst.opcode == "fusion":
         return inst.attrs.get("kind") in ("kLoop", "kInput")

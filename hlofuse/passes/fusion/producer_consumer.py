@@ -22,13 +22,14 @@ from .cost_model import distinct
 from .decisions import Decision
 from .fusibility import (
     combined_operands, creates_heavy_computation, is_always_duplicable, is_expensive, is_input_fusible_reduction,
-    is_loop_fusible_as_consumer, is_loop_fusible_as_producer, is_multi_output, is_physically_transposing,
+    is_input_fusible_scatter, is_loop_fusible_as_consumer, is_loop_fusible_as_producer, is_multi_output,
+    is_physically_transposing,
     not_fusible_reason, reduction_count, reduction_is_contiguous,
 )
 from .conv_fusion import conv_into_consumer, into_conv_fusion, is_conv_output_fusion
 from .dot_fusion import dot_into_consumer, into_dot_fusion, is_dot_output_fusion
 from .fusion_utils import operand_index
-from .in_place import in_place
+from .in_place import in_place, scatter_input
 from .size_limit import too_large
 
 refuse = Decision.refuse
@@ -144,6 +145,8 @@ def reduce_epilogue(producer: HloInstruction, consumer: HloInstruction, ctx: Fus
 def consumer_fusible(producer: HloInstruction, consumer: HloInstruction, ctx: FusionContext) -> Decision:
     """The consumer can root a loop or input fusion (or is one)."""
     c = consumer.name
+    if is_input_fusible_scatter(consumer) or is_input_fusible_scatter(producer):
+        return scatter_input(producer, consumer, ctx)  # the indices' and updates' producers (in_place.py)
     if consumer.opcode == "fusion":
         if is_conv_output_fusion(consumer) and ctx.params.name == "cpu":
             return into_conv_fusion(producer, consumer)
@@ -317,5 +320,7 @@ def choose_kind(producer: HloInstruction, consumer: HloInstruction, ctx: FusionC
     if producer.opcode == "dot" or is_dot_output_fusion(consumer):
         return "kOutput"
     if ctx.params.input_fusion_kind == "kInput" and is_input_fusible_reduction(consumer):
+        return "kInput"
+    if is_input_fusible_scatter(consumer):  # both targets: the scatter kernel reads fused inputs
         return "kInput"
     return "kLoop"
