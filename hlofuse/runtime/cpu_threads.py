@@ -10,6 +10,11 @@ OpenMP entry points are compiled once and registered under the same names.
 
 numpy's OpenBLAS (used by the library rules that still run in numpy) is set to the same
 thread count once, when the first program loads.
+
+libgomp is not fork-safe: a child made by fork() that starts an OpenMP team after its parent ran
+one waits forever. So in a forked child every program, loaded before the fork or after it, runs
+its kernels on the calling thread (`os.register_at_fork`); processes made by spawn or
+forkserver are unaffected.
 """
 from __future__ import annotations
 
@@ -18,6 +23,7 @@ import ctypes.util
 import glob
 import os
 import threading
+import weakref
 
 import llvmlite.binding as llvm
 from llvmlite import ir
@@ -25,7 +31,23 @@ from llvmlite import ir
 from ..hlo.errors import InputError
 
 _lock = threading.Lock()
-_state: dict = {"registered": False, "openmp": None, "engines": [], "blas": None}
+_state: dict = {"registered": False, "openmp": None, "engines": [], "blas": None, "forked": False}
+_drivers: "weakref.WeakSet" = weakref.WeakSet()  # loaded drivers whose thread count a fork resets
+
+
+def track(driver) -> None:
+    """Remember `driver` (with a `serial()` method) so a fork makes it run on one thread."""
+    _drivers.add(driver)
+
+
+def _after_fork_in_child() -> None:
+    _state["forked"] = True
+    for driver in list(_drivers):
+        driver.serial()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def cpu_threads() -> int:
@@ -97,8 +119,11 @@ def register_openmp() -> bool:
 
 
 def kernel_threads() -> int:
-    """Threads compiled kernels split over: `cpu_threads()`, or 1 without libgomp."""
-    return cpu_threads() if register_openmp() else 1
+    """Threads compiled kernels split over: `cpu_threads()`, or 1 without libgomp or in a
+    forked child (see the module's doc)."""
+    if not register_openmp() or _state["forked"]:
+        return 1
+    return cpu_threads()
 
 
 def _blas_setter():

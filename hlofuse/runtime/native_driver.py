@@ -24,7 +24,7 @@ import numpy as np
 from ..codegen.driver import CONFIG, PROFILE, RESERVED
 from ..codegen.native_plan import NativeProgram, NativeStep, leaves
 from ..hlo.errors import UnsupportedError
-from .cpu_threads import kernel_threads, set_blas_threads
+from .cpu_threads import kernel_threads, set_blas_threads, track
 from .io import data_address
 from .output_pool import OutputPool
 from .program import constant_value, flatten, unflatten
@@ -69,6 +69,7 @@ class NativeDriver:
         self._error: BaseException | None = None
         self._keep: list = []
         self._config = (ctypes.c_int64 * 2)(self.threads, 0)
+        track(self)
         self._kernel_addresses = kernel_addresses
         self._table = (ctypes.c_void_p * (RESERVED + len(native.table)))()
         self._table[CONFIG] = ctypes.addressof(self._config)
@@ -114,6 +115,11 @@ class NativeDriver:
             self._keep.append(arr)
             table[RESERVED + n] = arr.ctypes.data if arr.size else None
         self._allocated = True
+
+    def serial(self) -> None:
+        """Run every kernel on the calling thread from now on (in a forked child)."""
+        self.threads = 1
+        self._config[0] = 1
 
     # ---- running ---------------------------------------------------------------------------
     def fast_checked(self, args: list) -> list | None:

@@ -54,3 +54,28 @@ def test_results_do_not_depend_on_the_thread_count():
         np.testing.assert_array_equal(r, results[0])
     np.testing.assert_allclose(results[0], np.exp(x.astype(np.float64)).sum(axis=1), rtol=1e-5)
     np.testing.assert_array_equal(exe.program.run_interpreted([x])[0], results[0])
+
+
+def test_a_forked_child_runs_programs_on_one_thread():
+    """libgomp hangs a forked child that starts a team after its parent ran one: the child runs
+    every program, loaded before the fork or after it, on its own thread, and gets the answer."""
+    import multiprocessing as mp
+
+    exe = hlofuse.compile(hlofuse.parse_hlo(ROW_SUMS), target="cpu")
+    x = np.random.default_rng(4).standard_normal((512, 300)).astype(np.float32)
+    want = exe(x)[0]  # the parent has run a parallel kernel
+    ctx = mp.get_context("fork")
+    queue = ctx.Queue()
+
+    def child():
+        late = hlofuse.compile(hlofuse.parse_hlo(ROW_SUMS.replace("exponential", "tanh")), target="cpu", cache=False)
+        queue.put((exe(x)[0], late(x)[0], exe.program.driver.threads, late.program.driver.threads))
+
+    proc = ctx.Process(target=child)
+    proc.start()
+    got, late, threads, late_threads = queue.get(timeout=120)
+    proc.join(30)
+    assert proc.exitcode == 0
+    np.testing.assert_array_equal(got, want)
+    np.testing.assert_allclose(late, np.tanh(x.astype(np.float64)).sum(axis=1), rtol=1e-4, atol=1e-4)
+    assert threads == late_threads == 1
