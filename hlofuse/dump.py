@@ -9,7 +9,9 @@ lists the whole compile in pipeline order:
     NNNN+3.<module>.schedule.txt           the entry computation's steps
     NNNN+4.<module>.buffer_assignment.txt  its values, arena slots, live ranges, aliases
     then per kernel: .kernel.<name>.unoptimized.ll, .kernel.<name>.ll, .kernel.<name>.s (CPU)
-    or .kernel.<name>.ptx (GPU), then .fusion_graph.html, and index.html linking them all.
+    or .kernel.<name>.ptx (GPU); on the CPU the native driver's memory plan (.native_plan.txt:
+    where every value of every computation lives, the copies, the loops) and its LLVM IR
+    (.driver.ll); then .fusion_graph.html, and index.html linking them all.
 
 Nothing here runs unless --dump-dir is given: the planning and the per-kernel LLVM work are
 done again for the dump (the compile itself does not keep the unoptimised IR).
@@ -89,6 +91,7 @@ def write_dump(dump_dir: str, module, fused, pipeline, target: str) -> list[Dump
         _gpu_kernels(w, program)
     else:
         _cpu_kernels(w, program)
+        _cpu_driver(w, program)
     w.write("fusion_graph.html", render(module, fused, "html"), "the fusion graph (interactive)")
     files = _pass_dumps(dump_dir, passes) + w.files
     index = index_html(fused.name, files)
@@ -122,6 +125,51 @@ def _cpu_kernels(w: _Writer, program) -> None:
         optimized = optimized_module(text, speed_level(k))
         w.write(f"kernel.{k.name}.ll", str(optimized), f"kernel {k.name}: LLVM IR optimized (O{speed_level(k)})")
         w.write(f"kernel.{k.name}.s", machine.emit_assembly(optimized), f"kernel {k.name}: host assembly")
+
+
+def _cpu_driver(w: _Writer, program) -> None:
+    """The native driver's memory plan and LLVM IR (codegen/native_plan.py, codegen/driver.py)."""
+    from .codegen.driver import emit_driver
+    from .codegen.native_plan import NativeProgram
+    from .emitters.cpu.target import CpuTarget
+
+    native = NativeProgram(program.planner, program.module.entry)
+    w.write("native_plan.txt", native_plan_text(native),
+            "the native driver's plan: every computation's values, where they live, copies, loops")
+    w.write("driver.ll", emit_driver(native, CpuTarget()), "the native driver: LLVM IR as emitted")
+
+
+def _loc_text(loc) -> str:
+    return {"param": f"params[{loc.index}]", "result": f"results[{loc.index}]", "arena": f"arena+{loc.index}",
+            "table": f"table[{loc.index}]"}.get(loc.kind, "-")
+
+
+def native_plan_text(native) -> str:
+    """Every computation the driver runs: its steps with what they read and write, the copies
+    before them and the moves of the result (the table's entries at the end)."""
+    lines = [f"native driver: {len(native.plans)} computations, {len(native.steps)} steps, "
+             f"{len(native.table)} table entries"]
+    for plan in native.plans:
+        mode = ", updates its parameters in place (a while body)" if plan.alias_results else ""
+        lines += ["", f"function {plan.index}: computation {plan.comp.name}, arena {plan.arena_bytes} B{mode}"]
+        for ns in plan.steps:
+            if ns.kind == "none":
+                continue
+            ins = ", ".join(_loc_text(x) for x in ns.ins)
+            outs = ", ".join(_loc_text(x) for x in ns.outs)
+            callees = " calls " + ", ".join(f"function {c.index}" for c in ns.callees) if ns.callees else ""
+            lines.append(f"  step {ns.id:4d} {ns.kind:11s} {ns.step.inst.name}: ({ins}) -> ({outs}){callees}")
+            for c in ns.pre_copies:
+                lines.append(f"             copy {c.nbytes} B {_loc_text(c.src)} -> {_loc_text(c.dst)} first")
+        for c in plan.staged + plan.final:
+            lines.append(f"  result      copy {c.nbytes} B {_loc_text(c.src)} -> {_loc_text(c.dst)}")
+    lines += ["", "table:"]
+    for n, e in enumerate(native.table):
+        what = e.payload if e.kind == "kernel" else (
+            f"computation {e.payload.comp.name}, {e.payload.arena_bytes} B" if e.kind == "arena" else
+            e.payload[0].name if e.kind == "const" else str(e.payload))
+        lines.append(f"  table[{n}] {e.kind}: {what}")
+    return "\n".join(lines) + "\n"
 
 
 def _gpu_kernels(w: _Writer, program) -> None:

@@ -49,12 +49,14 @@ def test_dump_dir_files_in_pipeline_order(tmp_path, name, target, machine):
     assert files[:n + 1] == expected_hlo
     assert files[n + 1:n + 5] == [f"{n + 1:04d}.{mod}.fusion_report.txt", f"{n + 2:04d}.{mod}.fusion_report.json",
                                   f"{n + 3:04d}.{mod}.schedule.txt", f"{n + 4:04d}.{mod}.buffer_assignment.txt"]
-    kernel_files = files[n + 5:-2]
+    driver = ["native_plan.txt", "driver.ll"] if target == "cpu" else []  # the CPU's native driver
+    kernel_files = files[n + 5:len(files) - 2 - len(driver)]
     names = [k.name for k in program.kernels]
     expected_kernels = []
     for k in names:
         expected_kernels += [f"kernel.{k}.unoptimized.ll", f"kernel.{k}.ll", f"kernel.{k}{machine}"]
     assert [f.split(".", 2)[2] for f in kernel_files] == expected_kernels
+    assert [f.split(".", 2)[2] for f in files[len(files) - 2 - len(driver):-2]] == driver
     assert [int(f[:4]) for f in files[:-1]] == list(range(len(files) - 1))  # one number each, no gap
     assert files[-2] == f"{len(files) - 2:04d}.{mod}.fusion_graph.html"
     assert files[-1] == "index.html"
@@ -63,8 +65,12 @@ def test_dump_dir_files_in_pipeline_order(tmp_path, name, target, machine):
 @pytest.mark.parametrize("name,target,machine", CASES)
 def test_dumped_kernels_are_valid_llvm_ir(tmp_path, name, target, machine):
     dump, files = _dump(tmp_path, name, target)
-    lls = [f for f in files if f.endswith(".ll")]
+    lls = [f for f in files if f.endswith(".ll") and ".kernel." in f]
     assert lls
+    for driver in [f for f in files if f.endswith(".driver.ll")]:  # the CPU's native driver
+        parsed = llvm.parse_assembly((dump / driver).read_text())
+        parsed.verify()
+        assert not parsed.get_function("hlofuse_plan_0").is_declaration
     for f in lls:
         parsed = llvm.parse_assembly((dump / f).read_text())
         parsed.verify()
