@@ -46,6 +46,12 @@ from kernel_figures import (format_profile, geomean, median_seconds, nbytes_of, 
 from real_models import XlaExecutable, reexec_with_malloc_settings  # noqa: E402
 
 
+# The environment that changes what is measured, printed with every run: the malloc settings,
+# hlofuse's kernel threads, and libgomp's wait policy (on a loaded machine libgomp's default
+# spinning at its barriers costs a parallel kernel a scheduler time slice; passive does not).
+RUNTIME_ENV = ("GLIBC_TUNABLES", "HLOFUSE_CPU_THREADS", "OMP_WAIT_POLICY", "GOMP_SPINCOUNT")
+
+
 def uptime() -> str:
     """The machine's `uptime` line (load averages)."""
     try:
@@ -173,7 +179,7 @@ def main(argv=None) -> int:
         parser.error(f"unknown workload(s): {', '.join(unknown)}")
 
     print(f"before: {uptime()}", flush=True)
-    print(f"GLIBC_TUNABLES={os.environ.get('GLIBC_TUNABLES', '')}", flush=True)
+    print(" ".join(f"{k}={os.environ.get(k, '')}" for k in RUNTIME_ENV), flush=True)
     stream = stream_bandwidth()
     ref_bw = reference_bandwidth(stream, 2)
     print(format_stream(stream), flush=True)
