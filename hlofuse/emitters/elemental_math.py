@@ -87,8 +87,10 @@ def _sign(em, inst, et, x):
     if et.is_float:
         def f(v):
             one = _intr(em, "llvm.copysign", [ir.Constant(v.type, 1.0), v])
-            keep = b.or_(b.fcmp_unordered("uno", v, v), b.fcmp_ordered("==", v, ir.Constant(v.type, 0.0)))
-            return b.select(keep, v, one)
+            # A zero (a denormal too, where DAZ compares it as zero) gives a zero of its sign.
+            zero = _intr(em, "llvm.copysign", [ir.Constant(v.type, 0.0), v])
+            signed = b.select(b.fcmp_ordered("==", v, ir.Constant(v.type, 0.0)), zero, one)
+            return b.select(b.fcmp_unordered("uno", v, v), v, signed)
 
         return float_op(em, et, f, x)
     zero = ir.Constant(x.type, 0)

@@ -158,9 +158,10 @@ def encode(b: ir.IRBuilder, v: ir.Value, name: str) -> ir.Value:
     min_normal_bits = (src_bias + 1 - fmt.bias) << src_mbits
     tiny = b.icmp_unsigned("<", mag, c(min_normal_bits))
     if fmt.kind == "e8m0":
-        # Below 2**-126 the only value is 2**-127 (code 0); round half-up between them.
-        three_halves = ir.Constant(v.type, 1.5 * 2.0 ** -127)
-        sub = b.zext(b.fcmp_ordered(">=", absv, three_halves), it)
+        # Below 2**-126 the only value is 2**-127 (code 0); round half-up between them. On
+        # the bits: kernels read an f32 denormal (2**-127 is one) as zero in float compares.
+        three_halves = (((1023 - 127) << 52) | (1 << 51)) if wide else 0x600000  # 1.5 * 2**-127
+        sub = b.zext(b.icmp_unsigned(">=", mag, c(three_halves)), it)
     else:
         scaled = b.fmul(absv, ir.Constant(v.type, 2.0 ** (fmt.bias - 1 + fmt.mbits)))
         rint = b.module.declare_intrinsic("llvm.rint", [v.type], ir.FunctionType(v.type, [v.type]))

@@ -135,8 +135,14 @@ def log1p_f32(b: ir.IRBuilder, target, x) -> ir.Value:
     u = m.add(x, m.c(1.0))
     d = m.sub(u, m.c(1.0))
     r = m.mul(log_f32(b, target, u), m.div(x, d))
-    r = m.sel(m.cmp("==", d, m.c(0.0)), x, r)
+    r = m.sel(m.cmp("==", d, m.c(0.0)), _flushed(m, x), r)
     return m.sel(m.cmp("==", x, m.c(math.inf)), x, r)
+
+
+def _flushed(m: _M, x):
+    """x, or a zero of its sign where the kernel's denormals-are-zero mode compares it equal
+    to zero (a denormal): what XLA:CPU's log1p and cbrt give for a denormal operand."""
+    return m.sel(m.cmp("==", x, m.c(0.0)), m.intr("llvm.copysign", m.c(0.0), x), x)
 
 
 def expm1_f32(b: ir.IRBuilder, target, x) -> ir.Value:
@@ -164,7 +170,10 @@ def tanh_f32(b: ir.IRBuilder, target, x) -> ir.Value:
     e = exp_f32(b, target, m.add(axc, axc))
     big = m.sub(m.c(1.0), m.div(m.c(2.0), m.add(e, m.c(1.0))))
     # tanh is odd: the sign of x on both branches (x + x*z*p rounds -0 to +0).
-    return m.intr("llvm.copysign", m.sel(m.cmp("<", ax, m.c(0.625)), small, big), x)
+    r = m.intr("llvm.copysign", m.sel(m.cmp("<", ax, m.c(0.625)), small, big), x)
+    # x itself below 0.0004 (tanh(x) rounds to x there), as XLA: a denormal x comes back
+    # unchanged even where denormals-are-zero would read it as zero in the polynomial.
+    return m.sel(m.cmp("<", ax, m.c(0.0004)), x, r)
 
 
 def logistic_f32(b: ir.IRBuilder, target, x) -> ir.Value:
@@ -252,7 +261,7 @@ def pow_f32(b: ir.IRBuilder, target, x, y) -> ir.Value:
 def cbrt_f32(b: ir.IRBuilder, target, x) -> ir.Value:
     """Cube root: exp(log|x|/3) in f64 with the sign of x; 0, inf and NaN map to themselves."""
     m = _M(b, target, F64)
-    xd = _to64(b, x)
+    xd = _to64(b, _flushed(_M(b, target, F32), x))
     ax = m.intr("llvm.fabs", xd)
     ok = b.and_(m.cmp(">", ax, m.c(0.0)), m.cmp("<", ax, m.c(math.inf)))
     safe = m.sel(ok, ax, m.c(1.0))

@@ -66,6 +66,10 @@ class OpInfo:
     # The executors' step for an op that needs no kernel and no library rule:
     # param | const | tuple | gte ("" for every other op).
     step_kind: str = ""
+    # What XLA:CPU's flush-to-zero / denormals-are-zero mode does to the op's f32/f64/bf16
+    # values: keep | flush | keep-tiny | convert | flush-divisor (runtime/interpreter/denormals.py
+    # says what each means; the interpreter applies it, docs/denormals.md has the measurements).
+    denormals: str = "keep"
     unsupported: dict[str, str] = field(default_factory=dict)  # stage -> reason
     shape_rule: Callable[..., Any] | None = None
     reference: Callable[..., Any] | None = None
@@ -222,6 +226,16 @@ _set("abs sign sine cosine tan", expensive_rule=cond.expensive_if_complex)
 _set("divide remainder", expensive_rule=cond.expensive_unless_cheap_division)
 _set("sqrt rsqrt exponential", expensive_rule=cond.expensive_unless_gpu_f32)
 _set("convert", expensive_rule=cond.expensive_cpu_f32_to_bf16)
+
+# Denormals (XLA:CPU runs with FTZ/DAZ; every other row keeps them: it moves or selects bits, or
+# its called computation does the arithmetic).
+_set("add subtract multiply divide maximum minimum power atan2 compare clamp sign ceil floor "
+     "round-nearest-afz round-nearest-even exponential log log-plus-one logistic sqrt rsqrt cbrt "
+     "cosine erf dot convolution fft cholesky triangular-solve batch-norm-training "
+     "batch-norm-inference batch-norm-grad", denormals="flush")
+_set("sine tan tanh exponential-minus-one", denormals="keep-tiny")
+_set("convert", denormals="convert")
+_set("remainder", denormals="flush-divisor")
 
 _set("add subtract", fold=cond.fold_add_sub)
 _set("multiply", fold=cond.fold_multiply)

@@ -21,6 +21,13 @@ has rewritten it into XLA:CPU's tree of reduce-windows (codegen/planning.py), an
 kernel is emitted without reassociation (`in_order_target`) and never split across cores, so
 each output is folded exactly in XLA's order.
 
+A max/min reducer's inputs are frozen (`freeze`, no instruction in the machine code) in row
+kernels: otherwise InstCombine turns a masked row max, maximum(acc, select(m, x, -inf)) as in
+causal attention, into select(m, maximum(acc, x), acc), a conditional reduction that LLVM's
+loop vectorizer does not recognise for llvm.maximum, and the row stays scalar (~57
+instructions an element). Frozen, it is the plain maximum reduction LLVM vectorises, with
+llvm.maximum's NaN propagation and -0 < +0 kept.
+
 Only outputs that read the reduces at their own output index can be an epilogue: the kernel
 holds one output element's accumulated value at a time (`reads_heroes_at_output_index`);
 others (a reverse, a transpose, a slice ... of the reduce) leave the reduction kernel.
@@ -28,6 +35,8 @@ others (a reverse, a transpose, a slice ... of the reduce) leave the reduction k
 from __future__ import annotations
 
 import math
+
+from llvmlite import ir
 
 from ...emitters.elemental import ElementalEmitter, mem_type
 from ...emitters.ir_helpers import Index, const_i64, delinearize, for_range, load_element, store_element
@@ -120,7 +129,7 @@ def _emit_row(skel, em, group, heroes, extras, epilogue_ptrs, epilogue_leaves, p
             index = _input_index(b, group, out_index.multi, reduced)
             for h in heroes:
                 ss = slots[h]
-                for s, r in zip(ss, h.fold(em, [b.load(s) for s in ss], index)):
+                for s, r in zip(ss, _fold_row(b, em, h, [b.load(s) for s in ss], index)):
                     b.store(r, s)
             _store_extras(b, index, extras)
 
@@ -131,6 +140,29 @@ def _emit_row(skel, em, group, heroes, extras, epilogue_ptrs, epilogue_leaves, p
                 store_element(b, b.load(s), b.gep(ptr, [unit], inbounds=True), et)
         for g, leaf, ptr in zip(epilogue_gens, epilogue_leaves, epilogue_ptrs):
             store_element(b, leaf.select(g(out_index)), b.gep(ptr, [u], inbounds=True), leaf.shape.dtype)
+
+
+def _is_extremum_reducer(comp: HloComputation) -> bool:
+    """Whether reducer `comp` takes a float maximum or minimum (max, min, argmax-like)."""
+    return any(i.opcode in ("maximum", "minimum") and i.shape.is_array and i.shape.dtype.is_float
+               for i in comp.instructions)
+
+
+def _freeze(b: ir.IRBuilder, v: ir.Value) -> ir.Value:
+    """LLVM's `freeze` of `v` (llvmlite's builder has no method for it)."""
+    inst = ir.instructions.Instruction(b.block, v.type, "freeze", [v], name="frozen")
+    b._insert(inst)
+    return inst
+
+
+def _fold_row(b: ir.IRBuilder, em, h: ReduceHero, accs: list, index: Index) -> list:
+    """`h.fold` for a row kernel: float inputs of a max/min reducer frozen (module docstring)."""
+    if not _is_extremum_reducer(h.comp):
+        return h.fold(em, accs, index)
+    values = [g(index) for g in h.inputs]
+    values = [_freeze(b, v) if isinstance(v.type, (ir.FloatType, ir.DoubleType)) else v for v in values]
+    res = em.call_scalar(h.comp, list(accs) + values, reduction=True)
+    return list(res) if isinstance(res, tuple) else [res]
 
 
 def _emit_combine(skel, em, group, heroes, epilogue_ptrs, epilogue_leaves, parts: int, scratch) -> None:

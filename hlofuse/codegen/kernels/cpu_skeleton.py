@@ -5,16 +5,60 @@ any scratch buffers it shares with another kernel of the same fusion; args.py ha
 shared with the GPU skeleton), and a range of work units [begin, end) so a thread pool can
 split the outer loop across cores. The loop and reduction kernels (cpu_loop.py,
 cpu_reduction.py) fill the body through `param_gen`, `output_ptr`, `begin`, `end`.
+
+Floating point runs as on XLA:CPU, with denormals flushed: on x86 the kernel sets MXCSR's
+flush-to-zero and denormals-are-zero bits at entry and restores the caller's MXCSR before it
+returns, so every thread that runs a kernel (the caller's, the thread pool's, libgomp's) gets
+the mode for exactly the kernel's duration, and Python and numpy around it keep IEEE
+semantics. The function also carries `"denormal-fp-math"="preserve-sign,preserve-sign"`, which
+tells LLVM the mode is on, so its constant folding flushes the same way the hardware does.
+(`benchmarks/kernel_limits.py --cases mxcsr` measures the cost per call: ~20 ns; docs/denormals.md
+has the semantics.)
 """
 from __future__ import annotations
 
 from llvmlite import ir
 
+from ...emitters.cpu.target import add_string_attribute
 from ...emitters.ir_helpers import I64
 from ...hlo.ir import HloComputation, HloInstruction
 from .args import output_leaves, param_generator, param_leaf_count, param_leaf_slots, typed_pointer
 
 I8P = ir.IntType(8).as_pointer()
+I32 = ir.IntType(32)
+# MXCSR bits: FTZ (flush-to-zero, bit 15) and DAZ (denormals-are-zero, bit 6).
+MXCSR_FTZ_DAZ = 0x8040
+
+
+def flushes_denormals(target) -> bool:
+    """True where the kernel skeleton can set the flush mode itself (x86: MXCSR)."""
+    return str(getattr(target, "triple", "")).startswith(("x86_64", "i386", "i686"))
+
+
+def _mxcsr_intrinsic(module: ir.Module, name: str) -> ir.Function:
+    full = f"llvm.x86.sse.{name}"
+    fn = module.globals.get(full)
+    if fn is None:
+        fn = ir.Function(module, ir.FunctionType(ir.VoidType(), [I8P]), full)
+    return fn
+
+
+def enter_flush_mode(function: ir.Function, b: ir.IRBuilder) -> ir.Value:
+    """At the builder's position (a kernel's entry): save MXCSR, set FTZ and DAZ, and mark
+    `function` as running with denormals flushed. Returns the slot of the caller's MXCSR, for
+    `leave_flush_mode` before every return."""
+    add_string_attribute(function, "denormal-fp-math", "preserve-sign,preserve-sign")
+    saved = b.alloca(I32, name="mxcsr.saved")
+    flushing = b.alloca(I32, name="mxcsr.ftz")
+    b.call(_mxcsr_intrinsic(b.module, "stmxcsr"), [b.bitcast(saved, I8P)])
+    b.store(b.or_(b.load(saved), ir.Constant(I32, MXCSR_FTZ_DAZ)), flushing)
+    b.call(_mxcsr_intrinsic(b.module, "ldmxcsr"), [b.bitcast(flushing, I8P)])
+    return saved
+
+
+def leave_flush_mode(b: ir.IRBuilder, saved: ir.Value) -> None:
+    """Restore the caller's MXCSR saved by `enter_flush_mode`."""
+    b.call(_mxcsr_intrinsic(b.module, "ldmxcsr"), [b.bitcast(saved, I8P)])
 
 
 class CpuKernelSkeleton:
@@ -36,6 +80,7 @@ class CpuKernelSkeleton:
             arg.add_attribute("noalias")
         self.begin, self.end = self.function.args[-2], self.function.args[-1]
         self.builder = ir.IRBuilder(self.function.append_basic_block("entry"))
+        self._saved_mxcsr = enter_flush_mode(self.function, self.builder) if flushes_denormals(target) else None
         # Parameter pointers are cast once, in the entry block.
         self._param_slots = param_leaf_slots(comp)
         self._param_ptrs = {k: self._typed(self.function.args[k], leaf.dtype)
@@ -59,5 +104,7 @@ class CpuKernelSkeleton:
         return self._typed(self.function.args[self.n_inputs + self.n_outputs + i], et)
 
     def finish(self) -> None:
-        """Terminate the kernel function."""
+        """Restore the caller's floating-point mode and terminate the kernel function."""
+        if self._saved_mxcsr is not None:
+            leave_flush_mode(self.builder, self._saved_mxcsr)
         self.builder.ret_void()

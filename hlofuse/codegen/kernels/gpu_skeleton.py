@@ -27,6 +27,7 @@ from ...emitters.ir_helpers import I64, const_i64, for_range
 from ...hlo.dtypes import ElementType
 from ...hlo.ir import HloComputation, HloInstruction
 from .args import output_leaves, param_generator, param_leaf_count, param_leaf_slots, typed_pointer
+from .cpu_skeleton import enter_flush_mode, flushes_denormals, leave_flush_mode
 
 I8 = ir.IntType(8)
 
@@ -82,6 +83,11 @@ class GpuKernelSkeleton:
             self.function.calling_convention = "ptx_kernel"
         self.builder = ir.IRBuilder(self.function.append_basic_block("entry"))
         self._loops: list = []
+        # The emulation runs on the host in the oracle's float mode, XLA:CPU's (denormals
+        # flushed: cpu_skeleton.py); docs/denormals.md says why and what a real GPU does.
+        self._saved_mxcsr = None
+        if target.emulated and flushes_denormals(target):
+            self._saved_mxcsr = enter_flush_mode(self.function, self.builder)
         if target.emulated:
             begin, end = self.function.args[-2], self.function.args[-1]
             self._loops.append(for_range(self.builder, begin, end, "block"))
@@ -125,4 +131,6 @@ class GpuKernelSkeleton:
         """Close the thread body (and the emulation's loops) and return."""
         while self._loops:
             self._loops.pop().__exit__(None, None, None)
+        if self._saved_mxcsr is not None:
+            leave_flush_mode(self.builder, self._saved_mxcsr)
         self.builder.ret_void()

@@ -6,7 +6,9 @@ shapes). Rules are registered on the op registry with `@register_reference(opcod
 `hlo.rule_loader` lists for the "reference" stage; the interpreter loads them and then reads
 nothing but the registry rows, so an opcode without a rule is reported with the registry's reason.
 
-The interpreter is the oracle of the compiled backends: it shares no code with them.
+The interpreter is the oracle of the compiled backends: it shares no code with them. It models
+XLA:CPU's floating-point mode (denormals flushed) for every instruction in `evaluate_instruction`
+(denormals.py).
 """
 from __future__ import annotations
 
@@ -19,6 +21,7 @@ from ...hlo.ir import HloComputation, HloInstruction, HloModule
 from ...hlo.opcodes import op_info
 from ...hlo.rule_loader import load_rules
 from ...hlo.shapes import ArrayShape, Shape, TokenShape, TupleShape
+from . import denormals
 
 Value = Any  # np.ndarray | tuple[Value, ...] | Token
 
@@ -101,7 +104,13 @@ class Interpreter:
             reason = info.unsupported.get("reference", "no reference rule is registered")
             raise UnsupportedError(f"the interpreter does not support {inst.opcode} "
                                    f"(instruction {inst.name}): {reason}")
-        value = rule(inst, args, self)
+        mode = info.denormals  # XLA:CPU's FTZ/DAZ, modelled here for every op (denormals.py)
+        if mode != "keep":
+            mode = denormals.effective_mode(inst, mode)
+        if mode == "keep":
+            value = rule(inst, args, self)
+        else:
+            value = denormals.result(inst, mode, args, rule(inst, denormals.operands(inst, mode, args), self))
         if isinstance(value, np.generic):  # numpy ufuncs on 0-d arrays return scalars
             value = np.asarray(value)
         self._check(inst, value)
