@@ -149,7 +149,8 @@ def profile_rows(exe, args: list, runs: int = 3) -> tuple[list[dict], float]:
     first) and the wall seconds per run. Each row: step (instruction name), kind (kernel,
     callback, while ...), op (its opcode, and fusion kind), bytes (leaves read + written per
     call), calls per run, ms per run, GB/s and share of the run's wall time. A step inside a
-    while body counts once per iteration; its bytes are per call."""
+    while body counts once per iteration; its bytes are per call, from the shapes of its operands
+    and results (an in-place update, which touches only its window, moves less)."""
     steps, seconds, counts, wall = exe.program.profile(list(args), runs)
     per_run = wall / runs
     rows = []
