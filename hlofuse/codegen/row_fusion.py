@@ -24,6 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..hlo.ir import HloComputation, HloInstruction
+from ..passes.cse import cse_computation
 from ..passes.fusion.decisions import Decision
 from .kernels.args import output_leaves, param_leaf_count
 from .kernels.cpu_row import RowLayout, row_budget_bytes, row_layout
@@ -183,6 +184,11 @@ class RowFusion:
 
         args = [params[k] if op not in merged else value_of(op) for k, op in enumerate(inst.operands)]
         new.root = inline(comp, args)
+        # Each fusion of the chain holds its own copy of what it shares with the others (softmax's
+        # exp(x - max) is in the sum's fusion and in the division's): merged back into one
+        # instruction, the row kernel computes it once per element and reuses it
+        # (kernels/cpu_row.reused_values).
+        cse_computation(new)
         return new
 
     def _planned(self, producers: str, inst: HloInstruction, reason: str) -> None:

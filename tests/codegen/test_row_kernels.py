@@ -268,3 +268,85 @@ def test_l2_size_is_read_from_the_host():
     size = cpu_row.l2_cache_bytes()
     assert size >= 64 << 10 and size & (size - 1) == 0 or size % 1024 == 0
     assert cpu_row.row_budget_bytes() == int(size * cpu_row.ROW_L2_FRACTION)
+
+
+def test_softmax_computes_exp_once_and_reuses_it():
+    """XLA's fusions each hold a copy of exp(x - max) (the sum's and the division's); the row
+    kernel's computation has one (merged), stored by the sum loop in the output row and read
+    back by the division loop."""
+    exe = _check(module("softmax", (16, 48)), [_input((16, 48), "f32")])
+    (kernel,) = _row_kernels(exe)
+    comp = kernel.comp
+    exps = [i for i in comp.instructions if i.opcode == "exponential"]
+    assert len(exps) == 1
+    layout = cpu_row.row_layout(comp)
+    assert cpu_row.reused_values(comp, layout) == {0: exps[0]}
+    llvm = exe.program.llvm_ir()
+    row_fn = llvm[llvm.index(f"@{kernel.name}("):]
+    row_fn = row_fn[:row_fn.index("\n}\n")]
+    assert row_fn.count("llvm.rint") <= 4  # exp's range reduction: in the sum loop only (unrolled x4)
+
+
+@pytest.mark.parametrize("pattern", ["log_softmax", "layer_norm", "rms_norm"])
+def test_nothing_expensive_shared_means_nothing_stored(pattern):
+    """log-softmax's output reads x - max (cheap), not exp; norms share no expensive value."""
+    exe = _check(module(pattern, (8, 40)), [_input((8, 40), "f32")])
+    (kernel,) = _row_kernels(exe)
+    assert cpu_row.reused_values(kernel.comp, cpu_row.row_layout(kernel.comp)) == {}
+
+
+def test_narrow_output_does_not_hold_the_f32_exp():
+    """Computed in f32, written in bf16: output rows cannot hold exp exactly, so none is stored."""
+    exe = _check(module("softmax", (6, 64), t="bf16", c="f32"), [_input((6, 64), "bf16")])
+    (kernel,) = _row_kernels(exe)
+    assert cpu_row.reused_values(kernel.comp, cpu_row.row_layout(kernel.comp)) == {}
+
+
+CAUSAL = """HloModule causal
+max_f32 {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT m = f32[] maximum(a, b)
+}
+add_f32 {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}
+ENTRY e {
+  x = f32[3,SZ,SZ] parameter(0)
+  i0 = s32[SZ,SZ] iota(), iota_dimension=0
+  i1 = s32[SZ,SZ] iota(), iota_dimension=1
+  ge = pred[SZ,SZ] compare(i0, i1), direction=GE
+  m = pred[3,SZ,SZ] broadcast(ge), dimensions={1,2}
+  big = f32[] constant(-1e9)
+  bb = f32[3,SZ,SZ] broadcast(big), dimensions={}
+  xm = f32[3,SZ,SZ] select(m, x, bb)
+  ninf = f32[] constant(-inf)
+  mx = f32[3,SZ] reduce(xm, ninf), dimensions={2}, to_apply=max_f32
+  mb = f32[3,SZ,SZ] broadcast(mx), dimensions={0,1}
+  d = f32[3,SZ,SZ] subtract(xm, mb)
+  ex = f32[3,SZ,SZ] exponential(d)
+  zero = f32[] constant(0)
+  s = f32[3,SZ] reduce(ex, zero), dimensions={2}, to_apply=add_f32
+  sb = f32[3,SZ,SZ] broadcast(s), dimensions={0,1}
+  ROOT y = f32[3,SZ,SZ] divide(ex, sb)
+}
+"""
+
+
+@pytest.mark.parametrize("n", [7, 64, 100])
+def test_causal_masked_softmax_with_nan_and_infinities(n):
+    """Attention's masked softmax: the max row pass propagates NaN (a NaN row gives NaN), +inf
+    gives NaN (inf - inf), and is vectorised (llvm.maximum on vectors); results as the interpreter's."""
+    x = _input((3, n, n), "f32")
+    x[0, n - 1, 2] = np.nan
+    x[1, n - 1, 0] = np.inf
+    x[2, n // 2, : n // 2 + 1] = -np.inf
+    exe = _check(CAUSAL.replace("SZ", str(n)), [x])
+    (kernel,) = _row_kernels(exe)
+    llvm = exe.program.llvm_ir()
+    row_fn = llvm[llvm.index(f"@{kernel.name}("):]
+    row_fn = row_fn[:row_fn.index("\n}\n")]
+    if n >= 64:
+        assert "@llvm.maximum.v" in row_fn

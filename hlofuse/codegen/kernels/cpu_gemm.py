@@ -23,9 +23,6 @@ rhs as its first matrix and the panel of the lhs as its second.
 """
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass
-
 from llvmlite import ir
 
 from ...emitters.elemental import ElementalEmitter, mem_type
@@ -37,136 +34,33 @@ from ...runtime.jit_builtins import blas_symbol
 from ..planning import KernelPlan, plan_fusion, rebuild, sequential_dot
 from ..schedule import is_emittable, wrap_instruction
 from .args import output_leaves
+from .gemm_layout import (
+    GEMM_ROUTINE, INT32_MAX, DotDims, Matrix, OutputMap, dot_dims, gemm_dtype, gemm_unit_elements, operand_matrix,
+    output_map, panel_rows, root_transpose,
+)
 
 I8P = ir.IntType(8).as_pointer()
 I32 = ir.IntType(32)
-
-# The BLAS routine per GEMM element type; other float types compute in the first they widen to.
-GEMM_ROUTINE = {"f32": "sgemm", "f64": "dgemm", "c64": "cgemm", "c128": "zgemm"}
-_INT32_MAX = (1 << 31) - 1
-
-# Rows of the lhs per work unit. A unit's BLAS call packs the whole rhs again, which costs
-# K*N copies against 2*rows*K*N flops, so panels stay at least MIN_PANEL_ROWS high; a single
-# matrix is cut into at most MAX_PANELS panels (enough for the cores to share it), and batched
-# dots with several batch elements take whole matrices per unit.
-MIN_PANEL_ROWS = 64
-MAX_PANELS = 8
-WHOLE_MATRIX_BATCH = 4
 
 # Ops of an epilogue whose element generator must not run per output element of the GEMM
 # (they would recompute a reduction per element); such fusions stay calls.
 _NOT_IN_EPILOGUE = frozenset({"reduce", "reduce-window", "dot", "convolution", "scatter", "sort"})
 
 
-def _dims(inst: HloInstruction, key: str) -> list[int]:
-    return [int(d) for d in inst.attrs.get(key, ())]
-
-
-def gemm_dtype(dot: HloInstruction) -> str | None:
-    """The element type the BLAS call computes `dot` in, or None when it has no BLAS routine
-    (integer or predicate dots, f8 types)."""
-    types = [dot.shape.dtype] + [op.shape.dtype for op in dot.operands]
-    if any(not (t.is_float or t.is_complex) for t in types):
-        return None
-    if any(not t.is_complex and t.name not in ("f16", "bf16", "f32", "f64") for t in types):
-        return None
-    wide = any(t.name in ("f64", "c128") for t in types)
-    if any(t.is_complex for t in types):
-        return "c128" if wide else "c64"
-    return "f64" if wide else "f32"
-
-
-@dataclass(frozen=True)
-class Matrix:
-    """One operand of a GEMM seen as matrices [batch][rows][cols] in a row-major buffer:
-    element (b, r, c) of the dot's order (rows = free dims for the lhs, contracting for the
-    rhs) at `batch_offset(b) + r * row_stride + c * col_stride` elements."""
-
-    batch_sizes: tuple[int, ...]
-    batch_strides: tuple[int, ...]
-    rows: int
-    cols: int
-    row_stride: int
-    col_stride: int
-
-
-def _collapse(dims: tuple[int, ...], strides: list[int], group: list[int]) -> tuple[int, int | None] | None:
-    """(size, stride) of dimensions `group` (in that order) of a row-major array collapsed into
-    one, stride None when the size is 1; None when they do not collapse."""
-    kept = [d for d in group if dims[d] != 1]
-    size = math.prod(dims[d] for d in group)
-    if not kept or size == 0:
-        return size, None
-    for outer, inner in zip(kept, kept[1:]):
-        if strides[outer] != strides[inner] * dims[inner]:
-            return None
-    return size, strides[kept[-1]]
-
-
-def operand_matrix(shape: ArrayShape, batch: list[int], rows: list[int], cols: list[int]) -> Matrix | None:
-    """The operand of `shape` as BLAS matrices (batch dims `batch`, row dims `rows`, column
-    dims `cols`, each in the dot's order), or None when BLAS cannot read it in place (one of
-    the row or column groups must have unit stride, the other a stride past the first's extent)."""
-    dims = tuple(shape.dims)
-    strides = [1] * len(dims)
-    for d in range(len(dims) - 2, -1, -1):
-        strides[d] = strides[d + 1] * dims[d + 1]
-    r, c = _collapse(dims, strides, rows), _collapse(dims, strides, cols)
-    if r is None or c is None:
-        return None
-    (nr, sr), (nc, sc) = r, c
-    if sc in (None, 1) and (sr is None or sr >= max(nc, 1)):
-        sc, sr = 1, sr if sr is not None else max(nc, 1)
-    elif sr in (None, 1) and (sc is None or sc >= max(nr, 1)):
-        sr, sc = 1, sc if sc is not None else max(nr, 1)
-    else:
-        return None
-    if max(sr, sc, nr, nc) > _INT32_MAX:
-        return None
-    return Matrix(tuple(dims[d] for d in batch), tuple(strides[d] for d in batch), nr, nc, sr, sc)
-
-
-@dataclass(frozen=True)
-class DotDims:
-    """A dot's dimension numbers with the free dimensions, and its GEMM sizes."""
-
-    lb: list[int]
-    lc: list[int]
-    lf: list[int]
-    rb: list[int]
-    rc: list[int]
-    rf: list[int]
-    batch: int
-    m: int
-    n: int
-    k: int
-
-
-def dot_dims(dot: HloInstruction) -> DotDims:
-    """The dimension numbers and GEMM sizes (batch, M, N, K) of `dot`."""
-    lhs, rhs = (op.shape.dims for op in dot.operands)
-    lb, lc = _dims(dot, "lhs_batch_dims"), _dims(dot, "lhs_contracting_dims")
-    rb, rc = _dims(dot, "rhs_batch_dims"), _dims(dot, "rhs_contracting_dims")
-    lf = [d for d in range(len(lhs)) if d not in lb and d not in lc]
-    rf = [d for d in range(len(rhs)) if d not in rb and d not in rc]
-    return DotDims(lb, lc, lf, rb, rc, rf, math.prod(lhs[d] for d in lb), math.prod(lhs[d] for d in lf),
-                   math.prod(rhs[d] for d in rf), math.prod(lhs[d] for d in lc))
-
-
-def panel_rows(dd: DotDims) -> int:
-    """Rows of the lhs per work unit (see MIN_PANEL_ROWS)."""
-    if dd.batch >= WHOLE_MATRIX_BATCH or dd.m <= MIN_PANEL_ROWS:
-        return max(dd.m, 1)
-    return max(MIN_PANEL_ROWS, -(-dd.m // MAX_PANELS))
-
-
 # ---- which computations become GEMM kernels ----------------------------------------------------
 
 def _epilogue_reaches(comp: HloComputation, dot: HloInstruction) -> bool:
     """Whether every path from `dot` to the root of `comp` runs through elementwise ops of the
-    dot's dimensions (so the epilogue reads the dot only at its own output index), and the
-    rest of the computation has element generators and nothing the epilogue would recompute."""
-    if not comp.root.shape.is_array or tuple(comp.root.shape.dims) != tuple(dot.shape.dims):
+    dot's dimensions (so the epilogue reads the dot only at its own output index), possibly
+    ending in a root transpose (written through the output map), and the rest of the
+    computation has element generators and nothing the epilogue would recompute."""
+    dims = tuple(dot.shape.dims)
+    root = comp.root
+    if not root.shape.is_array:
+        return False
+    transposed = root_transpose(comp) is not None and root is not dot
+    value = root.operands[0] if transposed else root
+    if tuple(value.shape.dims) != dims or (transposed and len(root.users) > 0):
         return False
     cone = _operand_cone(dot)
     for inst in comp.instructions:
@@ -178,9 +72,9 @@ def _epilogue_reaches(comp: HloComputation, dot: HloInstruction) -> bool:
     while stack:
         inst = stack.pop()
         for user in inst.users:
-            if user in seen or user.parent is not comp:
+            if user in seen or user.parent is not comp or (transposed and user is root and inst is value):
                 continue
-            if not user.info.elementwise or tuple(user.shape.dims) != tuple(dot.shape.dims):
+            if not user.info.elementwise or tuple(user.shape.dims) != dims:
                 return False
             seen.add(user)
             stack.append(user)
@@ -210,7 +104,7 @@ def find_gemm_dot(comp: HloComputation) -> HloInstruction | None:
     if gemm_dtype(dot) is None or "sparsity" in dot.attrs or dot in _operand_cone(dot):
         return None
     dd = dot_dims(dot)
-    if min(dd.batch, dd.m, dd.n, dd.k) <= 0 or max(dd.m, dd.n, dd.k) > _INT32_MAX:
+    if min(dd.batch, dd.m, dd.n, dd.k) <= 0 or max(dd.m, dd.n, dd.k) > INT32_MAX:
         return None
     if len(dd.lb) != len(dd.rb) or len(dd.lc) != len(dd.rc):
         return None
@@ -269,10 +163,43 @@ def _gemm_function(module: ir.Module, routine: str) -> ir.Function:
     return fn
 
 
+def dot_layout_matrix(dot: HloInstruction) -> Matrix:
+    """The dot's result in its own row-major layout as C matrices [batch][M][N]."""
+    dd = dot_dims(dot)
+    nb, nm, n = len(dd.lb), len(dd.lf), dot.shape.rank
+    m = operand_matrix(dot.shape, list(range(nb)), list(range(nb, nb + nm)), list(range(nb + nm, n)))
+    assert m is not None  # a row-major [B][M][N] always collapses
+    return m
+
+
+def gemm_needs_scratch(comp: HloComputation, dot: HloInstruction) -> bool:
+    """Whether the GEMM of `comp` writes its result into a scratch temporary (in the dot's own
+    layout) rather than the output: the output's type is not the GEMM's, or its layout (a root
+    transpose) is not one BLAS can write through a leading dimension."""
+    return output_leaves(comp)[0].shape.dtype.name != gemm_dtype(dot) or output_map(comp, dot).matrix() is None
+
+
+def _blas_operands(lm: Matrix, rm: Matrix, cm: Matrix) -> tuple[bool, tuple[int, int], tuple[int, int], int]:
+    """How BLAS (column-major) computes C = lhs x rhs into C matrices `cm`: (swapped, (trans,
+    ld) of BLAS's first matrix, (trans, ld) of its second, ldc). Unit column stride in C (the
+    usual row-major result) is column-major C^T = rhs^T lhs^T, rhs first; unit row stride (a
+    transposed output) is column-major C = lhs rhs, lhs first ('swapped')."""
+    def flag(x: Matrix, unit_rows: bool) -> tuple[int, int]:
+        # x as a column-major (rows x cols) matrix when unit_rows, else its transpose.
+        if unit_rows:
+            return (ord("N"), x.col_stride) if x.row_stride == 1 else (ord("T"), x.row_stride)
+        return (ord("N"), x.row_stride) if x.col_stride == 1 else (ord("T"), x.col_stride)
+
+    if cm.col_stride == 1:
+        return False, flag(rm, False), flag(lm, False), cm.row_stride
+    return True, flag(lm, True), flag(rm, True), cm.col_stride
+
+
 def emit_gemm_kernel(skel, kernel) -> None:
     """Fill CPU kernel skeleton `skel` with the GEMM kernel `kernel` (a KernelPlan whose
-    computation holds one dot of parameters and its elementwise epilogue; scratch 0, when
-    present, holds the GEMM's result where the output cannot: see plan_gemm)."""
+    computation holds one dot of parameters and its elementwise epilogue, perhaps under a root
+    transpose; scratch 0, when present, holds the GEMM's result where the output cannot: see
+    gemm_needs_scratch)."""
     comp = kernel.comp
     dot = find_gemm_dot(comp)
     if dot is None:
@@ -287,7 +214,12 @@ def emit_gemm_kernel(skel, kernel) -> None:
     lhs = skel._typed(skel.function.args[_arg_of(skel, dot.operands[0])], et)
     rhs = skel._typed(skel.function.args[_arg_of(skel, dot.operands[1])], et)
     out_et = output_leaves(comp)[0].shape.dtype
-    epilogue = comp.root is not dot or out_et != et
+    omap = output_map(comp, dot)
+    cm = dot_layout_matrix(dot) if kernel.scratch else omap.matrix()
+    if cm is None:
+        raise ValueError(f"GEMM kernel {kernel.name}: BLAS cannot write {comp.root.name}'s layout and no scratch")
+    direct = comp.root is dot or (root_transpose(comp) is not None and comp.root.operands[0] is dot)
+    epilogue = not direct or out_et != et or bool(kernel.scratch)
     c_base = skel.scratch_ptr(0, et) if kernel.scratch else skel.output_ptr(0)
 
     def slot(ty, value):
@@ -304,31 +236,32 @@ def emit_gemm_kernel(skel, kernel) -> None:
             return ir.Constant(elem, [ir.Constant(elem.elements[0], x), ir.Constant(elem.elements[1], 0.0)])
         return ir.Constant(elem, x)
 
-    # Column-major: C^T (N x rows) = op(rhs as N x K) * op(lhs panel as K x rows).
-    transa, lda = (ord("N"), rm.row_stride) if rm.col_stride == 1 else (ord("T"), rm.col_stride)
-    transb, ldb = (ord("N"), lm.row_stride) if lm.col_stride == 1 else (ord("T"), lm.col_stride)
+    def char(c: int) -> ir.Value:
+        return slot(ir.IntType(8), ir.Constant(ir.IntType(8), c))
+
+    swapped, (trans1, ld1), (trans2, ld2), ldc = _blas_operands(lm, rm, cm)
     rows = panel_rows(dd)
     panels = -(-dd.m // rows)
     gemm = _gemm_function(skel.module, GEMM_ROUTINE[et.name])
-    ta, tb = slot(ir.IntType(8), ir.Constant(ir.IntType(8), transa)), slot(ir.IntType(8), ir.Constant(ir.IntType(8), transb))
+    t1, t2 = char(trans1), char(trans2)
     p_n, p_k = i32(dd.n), i32(dd.k)
-    p_lda, p_ldb, p_ldc = i32(lda), i32(ldb), i32(dd.n)
+    p_ld1, p_ld2, p_ldc = i32(ld1), i32(ld2), i32(ldc)
     p_alpha, p_beta = slot(elem, scalar(1.0)), slot(elem, scalar(0.0))
     with for_range(b, skel.begin, skel.end, "unit") as unit:
         bi = b.udiv(unit, const_i64(panels))
         m0 = b.mul(b.urem(unit, const_i64(panels)), const_i64(rows))
         left = b.sub(const_i64(dd.m), m0)
         count = b.select(b.icmp_signed("<", left, const_i64(rows)), left, const_i64(rows))
-        a_off = b.add(_batch_offset(b, bi, lm), b.mul(m0, const_i64(lm.row_stride)))
-        c_row = b.add(b.mul(bi, const_i64(dd.m)), m0)  # first row of the panel in [B*M]
-        c_ptr = b.gep(c_base, [b.mul(c_row, const_i64(dd.n))], inbounds=True)
-        args = [ta, tb, p_n, i32(b.trunc(count, I32)), p_k, p_alpha,
-                b.bitcast(b.gep(rhs, [_batch_offset(b, bi, rm)], inbounds=True), I8P), p_lda,
-                b.bitcast(b.gep(lhs, [a_off], inbounds=True), I8P), p_ldb, p_beta,
-                b.bitcast(c_ptr, I8P), p_ldc]
-        b.call(gemm, args)
+        a_ptr = b.gep(lhs, [b.add(_batch_offset(b, bi, lm), b.mul(m0, const_i64(lm.row_stride)))], inbounds=True)
+        b_ptr = b.gep(rhs, [_batch_offset(b, bi, rm)], inbounds=True)
+        c_ptr = b.gep(c_base, [b.add(_batch_offset(b, bi, cm), b.mul(m0, const_i64(cm.row_stride)))], inbounds=True)
+        p_count = i32(b.trunc(count, I32))
+        first, second = (a_ptr, b_ptr) if swapped else (b_ptr, a_ptr)
+        sizes = [p_count, p_n] if swapped else [p_n, p_count]
+        b.call(gemm, [t1, t2, *sizes, p_k, p_alpha, b.bitcast(first, I8P), p_ld1, b.bitcast(second, I8P), p_ld2,
+                      p_beta, b.bitcast(c_ptr, I8P), p_ldc])
         if epilogue:
-            _emit_epilogue(skel, comp, dot, c_base, et, c_row, b.add(c_row, count), dd)
+            _emit_epilogue(skel, comp, dot, (c_base, cm), omap, et, bi, m0, count, dd)
     skel.finish()
 
 
@@ -337,10 +270,11 @@ def _arg_of(skel, param: HloInstruction) -> int:
     return skel._param_slots[param.parameter_number][0][0]
 
 
-def _epilogue_comp(comp: HloComputation, dot: HloInstruction, et) -> HloComputation:
-    """`comp` with `dot` read from a parameter of the GEMM's element type `et`, numbered after
-    comp's parameters, and converted to the dot's own type when that differs (a bf16 dot is
-    computed in f32 and rounded once, as XLA:CPU's upcast dot is)."""
+def _epilogue_comp(comp: HloComputation, dot: HloInstruction, et, value: HloInstruction) -> HloComputation:
+    """The computation of `value` (comp's root, or the operand of its root transpose) with
+    `dot` read from a parameter of the GEMM's element type `et`, numbered after comp's
+    parameters, and converted to the dot's own type when that differs (a bf16 dot is computed
+    in f32 and rounded once, as XLA:CPU's upcast dot is)."""
     new = HloComputation(f"{comp.name}.epilogue")
     mapping: dict[HloInstruction, HloInstruction] = {}
     for p in comp.parameters:
@@ -349,14 +283,14 @@ def _epilogue_comp(comp: HloComputation, dot: HloInstruction, et) -> HloComputat
         mapping[p] = new.add_instruction(q)
     q = HloInstruction("parameter", dot.shape.with_dtype(et), name="gemm_result")
     q.parameter_number = len(comp.parameters)
-    value = new.add_instruction(q)
+    result = new.add_instruction(q)
     if et != dot.shape.dtype:
-        value = new.add_instruction(HloInstruction("convert", dot.shape, [value], name="gemm_result.convert"))
-    mapping[dot] = value
-    for inst in _cone_to(comp.root, stop=dot):
+        result = new.add_instruction(HloInstruction("convert", dot.shape, [result], name="gemm_result.convert"))
+    mapping[dot] = result
+    for inst in _cone_to(value, stop=dot):
         if inst not in mapping:
             mapping[inst] = new.add_instruction(inst.clone(operands=[mapping[o] for o in inst.operands]))
-    new.root = mapping[comp.root]
+    new.root = mapping[value]
     return new
 
 
@@ -377,35 +311,66 @@ def _cone_to(root: HloInstruction, stop: HloInstruction) -> list[HloInstruction]
     return order
 
 
-def _emit_epilogue(skel, comp: HloComputation, dot: HloInstruction, c_base: ir.Value, et,
-                   row_begin: ir.Value, row_end: ir.Value, dd: DotDims) -> None:
-    """Write output leaf 0 over rows [row_begin, row_end) of [B*M] x N: the epilogue's
-    element generators, reading the dot's value from the GEMM result `c_base` (in place when
-    that is the output: each element is read before it is written, at the same index)."""
+def _group_offset(b: ir.IRBuilder, index: ir.Value, dims: tuple[int, ...], strides: tuple[int, ...]) -> ir.Value:
+    """Element offset of row-major `index` over `dims` placed at `strides`."""
+    if not dims:
+        return const_i64(0)
+    if len([d for d in dims if d != 1]) <= 1:  # one real dimension: no division needed
+        stride = next((s for d, s in zip(dims, strides) if d != 1), 0)
+        return b.mul(index, const_i64(stride))
+    offset = const_i64(0)
+    for idx, stride in zip(delinearize(b, index, dims), strides):
+        offset = b.add(offset, b.mul(idx, const_i64(stride)))
+    return offset
+
+
+def _emit_epilogue(skel, comp: HloComputation, dot: HloInstruction, c: tuple[ir.Value, Matrix], omap: OutputMap,
+                   et, bi: ir.Value, m0: ir.Value, count: ir.Value, dd: DotDims) -> None:
+    """Write output leaf 0 for rows [m0, m0 + count) of batch element `bi` of the dot's
+    [B][M][N] result: the epilogue's element generators at the dot's index, reading the dot's
+    value from the GEMM's C matrices `c` (in place when that is the output: each element is
+    read before it is written, at the same address), storing through output map `omap` (the
+    dot's own layout, or a root transpose's)."""
     b = skel.builder
-    epi = _epilogue_comp(comp, dot, et)
+    c_base, cm = c
+    transposed = root_transpose(comp) is not None and comp.root is not dot
+    value = comp.root.operands[0] if transposed else comp.root
+    epi = _epilogue_comp(comp, dot, et, value)
     dot_number = len(comp.parameters)
+    c_addr: list[ir.Value] = []  # the C element of the current (row, column)
 
     def dot_gen(index: Index):
-        return load_element(b, b.gep(c_base, [index.linear], inbounds=True), et)
+        return load_element(b, b.gep(c_base, [c_addr[-1]], inbounds=True), et)
 
     def param_gen(p: HloInstruction):
         return dot_gen if p.parameter_number == dot_number else skel.param_gen(p)
 
     root = ElementalEmitter(b, skel.target, param_gen).gen(epi.root)
-    leaf = output_leaves(epi)[0]
-    dims = tuple(leaf.shape.dims)
+    out_dtype = output_leaves(comp)[0].shape.dtype
+    dims = tuple(dot.shape.dims)
+    batch, rows, cols = omap.groups()
     out = skel.output_ptr(0)
     n = dd.n
+    sizes = tuple(omap.dims[d] for d in batch), tuple(omap.dims[d] for d in rows), tuple(omap.dims[d] for d in cols)
+    strides = (tuple(omap.strides[d] for d in batch), tuple(omap.strides[d] for d in rows),
+               tuple(omap.strides[d] for d in cols))
     # Rows mode (multi-index from the row) when the rhs's only free dimension is the last.
     rows_mode = len(dd.rf) == 1 and len(dims) >= 1 and dims[-1] == n
-    with for_range(b, row_begin, row_end, "erow") as r:
-        outer = delinearize(b, r, dims[:-1]) if rows_mode else None
-        base = b.mul(r, const_i64(n))
+    c_batch = _batch_offset(b, bi, cm)
+    o_batch = _group_offset(b, bi, sizes[0], strides[0])
+    with for_range(b, m0, b.add(m0, count), "erow") as r:
+        row = b.add(b.mul(bi, const_i64(dd.m)), r)  # row of the dot's [B*M] x N
+        outer = delinearize(b, row, dims[:-1]) if rows_mode else None
+        base = b.mul(row, const_i64(n))
+        c_row = b.add(c_batch, b.mul(r, const_i64(cm.row_stride)))
+        o_row = b.add(o_batch, _group_offset(b, r, sizes[1], strides[1]))
         with for_range(b, const_i64(0), const_i64(n), "ecol") as j:
             lin = b.add(base, j)
+            c_addr.append(b.add(c_row, b.mul(j, const_i64(cm.col_stride))))
             index = Index(b, dims, multi=list(outer) + [j], linear=lin) if rows_mode else Index(b, dims, linear=lin)
-            store_element(b, leaf.select(root(index)), b.gep(out, [lin], inbounds=True), leaf.shape.dtype)
+            o_lin = lin if omap.is_identity else b.add(o_row, _group_offset(b, j, sizes[2], strides[2]))
+            store_element(b, root(index), b.gep(out, [o_lin], inbounds=True), out_dtype)
+            c_addr.pop()
 
 
 # ---- planning ---------------------------------------------------------------------------------
@@ -511,14 +476,14 @@ def plan_gemm(comp: HloComputation, name: str):
         n_in += count
     inputs.extend(("tmp", pack_tmp[s]) for s in sorted(packed))
     scratch = []
-    leaf = output_leaves(gcomp)[0]
-    if leaf.shape.dtype.name != gemm_dtype(gdot):
-        # The output cannot hold the GEMM's values (a narrower type): a temporary does.
+    if gemm_needs_scratch(gcomp, gdot):
+        # The output cannot hold the GEMM's values (a narrower type, a layout BLAS cannot
+        # write): a temporary does, and the epilogue writes the output from it.
         scratch.append(("tmp", len(temps)))
         temps.append(array(gemm_dtype(gdot), (dd.batch * dd.m * dd.n,)))
     rows = panel_rows(dd)
     units = dd.batch * -(-dd.m // rows)
-    kernels.append(KernelPlan(gcomp, [0], units, rows * dd.n, None, inputs=inputs, results=[("out", 0)],
+    kernels.append(KernelPlan(gcomp, [0], units, gemm_unit_elements(dd), None, inputs=inputs, results=[("out", 0)],
                               name=f"{name}_gemm", scratch=scratch, custom="gemm"))
     return kernels, temps
 

@@ -29,8 +29,10 @@ import math
 import os
 from dataclasses import dataclass
 
+from llvmlite import ir
+
 from ...emitters.elemental import ElementalEmitter, reg_type
-from ...emitters.ir_helpers import Index, const_i64, delinearize, for_range, store_element
+from ...emitters.ir_helpers import Index, const_i64, delinearize, for_range, load_element, store_element
 from ...hlo.ir import HloComputation, HloInstruction
 from .args import output_leaves
 from .reduction_groups import ReduceHero, is_order_sensitive_reduce
@@ -225,6 +227,84 @@ def row_layout(comp: HloComputation) -> RowLayout | str:
     return RowLayout(in_dims, kept, levels, tuple(row_out), tuple(per_row), row_bytes)
 
 
+def _cone(inst: HloInstruction, stop: frozenset = frozenset()) -> set[HloInstruction]:
+    """`inst` and every instruction it is computed from, not looking past those in `stop`."""
+    found, stack = set(), [inst]
+    while stack:
+        i = stack.pop()
+        if i not in found:
+            found.add(i)
+            if i not in stop:
+                stack.extend(i.operands)
+    return found
+
+
+def reused_values(comp: HloComputation, layout: RowLayout) -> dict[int, HloInstruction]:
+    """Values the last reduction loop computes that the output loop would compute again
+    (softmax's exp(x - max), summed and then divided; codegen/row_fusion.py merges the copies
+    XLA's fusions made of it, so it is one instruction here): per row output leaf k, the
+    instruction whose value the reduction loop stores in output k's row and the output loop
+    reads back, instead of evaluating it twice. The value has the rows' dimensions and output
+    k's type (so the buffer holds it exactly), lies in the cones of a last-level reduce's input
+    and of the output, does not depend on that level's reduces, and has in its cone an
+    elementwise op of the rows' dimensions that XLA calls expensive (exp, log, tanh ...: a
+    per-row divide does not count); the latest such in post order."""
+    if not layout.levels or not layout.row_outputs:
+        return {}
+    last = layout.levels[-1]
+    reduces = frozenset(r for lvl in layout.levels for r in lvl)
+    folded: set[HloInstruction] = set()
+    for r in last:
+        for x in r.operands[:len(r.operands) // 2]:
+            folded |= _cone(x)
+    after_last = set(last)
+    order = comp.post_order()
+    for i in order:
+        if any(o in after_last for o in i.operands):
+            after_last.add(i)
+    leaves = output_leaves(comp)
+    kept: dict[int, HloInstruction] = {}
+    taken: set[HloInstruction] = set()
+    for k in layout.row_outputs:
+        leaf = leaves[k]
+        if leaf.path:
+            continue
+        # The output loop reads the reduces' accumulators, not their inputs.
+        shared = _cone(leaf.inst, stop=reduces) & folded
+        for i in reversed(order):
+            if (i in shared and i not in after_last and i not in taken and i.opcode not in ("parameter", "constant")
+                    and i.shape.is_array and tuple(i.shape.dims) == layout.in_dims
+                    and i.shape.dtype == leaf.shape.dtype and i is not leaf.inst
+                    and any(c.info.elementwise and c.info.expensive and c.shape.is_array
+                            and tuple(c.shape.dims) == layout.in_dims for c in _cone(i, stop=reduces))):
+                kept[k] = i
+                taken.add(i)
+                break
+    return kept
+
+
+def _freeze(b, v):
+    """LLVM's `freeze` of `v` (llvmlite's builder has no method for it)."""
+    inst = ir.instructions.Instruction(b.block, v.type, "freeze", [v], name="frozen")
+    b._insert(inst)
+    return inst
+
+
+def _fold(b, em: ElementalEmitter, h: ReduceHero, accs: list, index: Index) -> list:
+    """`h.fold`, with the float inputs of a max/min reducer frozen: otherwise InstCombine turns a
+    masked row max, maximum(acc, select(m, x, -inf)) as in causal attention, into select(m,
+    maximum(acc, x), acc), a conditional reduction LLVM's loop vectorizer does not recognise for
+    llvm.maximum, and the row stays scalar. Frozen (no machine instruction), it is the plain
+    maximum reduction LLVM vectorises, NaN propagation kept (cpu_reduction.py does the same)."""
+    if not any(i.opcode in ("maximum", "minimum") and i.shape.is_array and i.shape.dtype.is_float
+               for i in h.comp.instructions):
+        return h.fold(em, accs, index)
+    values = [g(index) for g in h.inputs]
+    values = [_freeze(b, v) if isinstance(v.type, (ir.FloatType, ir.DoubleType)) else v for v in values]
+    res = em.call_scalar(h.comp, list(accs) + values, reduction=True)
+    return list(res) if isinstance(res, tuple) else [res]
+
+
 def emit_row_kernel(skel, kernel) -> None:
     """Fill CPU kernel skeleton `skel` with the row kernel of plan `kernel` (its units are rows)."""
     comp = kernel.comp
@@ -232,7 +312,10 @@ def emit_row_kernel(skel, kernel) -> None:
     if isinstance(layout, str):
         raise RuntimeError(f"internal error: {comp.name} was planned as a row kernel but {layout}")
     b = skel.builder
+    # Two emitters: `em` for the reduction loops and per-row outputs, `em_out` for the output
+    # loop, where each kept value (reused_values) is read back from the output row it was stored in.
     em = ElementalEmitter(b, skel.target, skel.param_gen)
+    em_out = ElementalEmitter(b, skel.target, skel.param_gen)
     leaves = output_leaves(comp)
     reduces = [r for lvl in layout.levels for r in lvl]
     slots: dict[HloInstruction, list] = {}
@@ -248,8 +331,15 @@ def emit_row_kernel(skel, kernel) -> None:
             return tuple(vals) if len(vals) > 1 else vals[0]
 
         em.override(r, gen)
+        em_out.override(r, gen)
+    stored = [(value, leaves[k], skel.output_ptr(k)) for k, value in reused_values(comp, layout).items()]
+    for value, leaf, ptr in stored:
+        def read_back(idx: Index, ptr=ptr, leaf=leaf):
+            return load_element(b, b.gep(ptr, [idx.linear], inbounds=True), leaf.shape.dtype)
+
+        em_out.override(value, read_back)
     by_inst = {r: ReduceHero(em, r) for r in reduces}
-    row_gens = [(em.gen(leaves[k].inst), leaves[k], skel.output_ptr(k)) for k in layout.row_outputs]
+    row_gens = [(em_out.gen(leaves[k].inst), leaves[k], skel.output_ptr(k)) for k in layout.row_outputs]
     per_row_gens = [(em.gen(leaves[k].inst), leaves[k], skel.output_ptr(k)) for k in layout.per_row_outputs]
     in_dims, kept = layout.in_dims, layout.kept
     row_dims, n = in_dims[kept:], layout.row_elements
@@ -261,16 +351,20 @@ def emit_row_kernel(skel, kernel) -> None:
             inner = [j] if len(row_dims) == 1 else delinearize(b, j, row_dims)
             return Index(b, in_dims, multi=list(outer) + list(inner), linear=b.add(base, j, flags=["nuw", "nsw"]))
 
-        for lvl in layout.levels:
+        for level, lvl in enumerate(layout.levels):
             hs = [by_inst[x] for x in lvl]
             for h in hs:
                 for s, v in zip(slots[h.inst], h.init_values(b)):
                     b.store(v, s)
             with for_range(b, const_i64(0), const_i64(n), "fold") as j:
                 index = index_at(j)
+                if level == len(layout.levels) - 1:
+                    for value, leaf, ptr in stored:
+                        store_element(b, em.gen(value)(index), b.gep(ptr, [index.linear], inbounds=True),
+                                      leaf.shape.dtype)
                 for h in hs:
                     accs = [b.load(s) for s in slots[h.inst]]
-                    for s, v in zip(slots[h.inst], h.fold(em, accs, index)):
+                    for s, v in zip(slots[h.inst], _fold(b, em, h, accs, index)):
                         b.store(v, s)
         if row_gens:
             with for_range(b, const_i64(0), const_i64(n), "col") as j:
