@@ -88,7 +88,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     xla = _compile_on_xla(args, module) if args.compare == "xla" else None
     # compile() refuses a module too big for the machine (ResourceError) before anything of a
     # run is allocated; the inputs come after it, and random ones are checked first too.
-    exe = hlofuse.compile(module, target=args.backend, fusion=not args.no_fusion, cache=not args.no_cache)
+    exe = hlofuse.compile(module, target=args.backend, fusion=not args.no_fusion, cache=not args.no_cache,
+                          algorithm=args.fusion_algorithm)
     _check_run_memory(exe, module, random=not args.inputs, compare=args.compare,
                       xla_bytes=xla.memory_bytes() if xla else 0)
     inputs = read_inputs(args.inputs, module) if args.inputs else random_inputs(module, args.seed)
@@ -183,7 +184,7 @@ def cmd_compile(args: argparse.Namespace) -> int:
     emit = args.emit
     program = None
     fused, pipeline = optimize(module, args.target, fusion=not args.no_fusion, verify=args.verify or None,
-                               dump_dir=args.dump_dir, passes=args.passes)
+                               dump_dir=args.dump_dir, passes=args.passes, algorithm=args.fusion_algorithm)
     if args.dump_dir:
         _dump_extras(args.dump_dir, module, fused, pipeline, args.target)
     if emit == "hlo":
@@ -351,7 +352,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
     from .explain import explain
 
     module = _load(args.module, args.format)
-    print(explain(module, args.instructions, target=args.target))
+    print(explain(module, args.instructions, target=args.target, algorithm=args.fusion_algorithm))
     return 0
 
 
@@ -392,6 +393,12 @@ def build_parser() -> argparse.ArgumentParser:
         sp.add_argument("module", help="module file: .hlo (HLO text) or .mlir (StableHLO)")
         sp.add_argument("--format", choices=["hlo", "stablehlo"], help="override the format given by the suffix")
 
+    def fusion_algorithm_arg(sp: argparse.ArgumentParser) -> None:
+        sp.add_argument("--fusion-algorithm", choices=["legacy", "priority"], default=None,
+                        help="producer-consumer fusion: priority fusion by the performance model (the GPU "
+                             "default, as XLA's GPU compiler) or the instruction fusion / fusion merger "
+                             "sequence (legacy, the CPU default)")
+
     r = sub.add_parser("run", parents=[common], help="compile and run a module")
     module_arg(r)
     r.add_argument("--backend", choices=TARGETS, default="cpu", help="where to run it (default: cpu)")
@@ -399,6 +406,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("-o", "--output", help="write the results as out0, out1, ... to this .npz "
                                           "(its directory must exist)")
     r.add_argument("--no-fusion", action="store_true", help="run without the fusion passes")
+    fusion_algorithm_arg(r)
     r.add_argument("--compare", nargs="?", const="interpreter", choices=COMPARE_MODES, metavar="interpreter|xla",
                    help="also run the module on a reference and compare the outputs, exit 1 on a mismatch: "
                         "hlofuse's interpreter (the default) or XLA:CPU through JAX (needs the jax extra)")
@@ -427,6 +435,7 @@ def build_parser() -> argparse.ArgumentParser:
                                       "assignment, each kernel's LLVM IR and assembly or PTX, the graph and an "
                                       "index.html here (created if missing)")
     c.add_argument("--no-fusion", action="store_true", help="run the pipeline without the fusion passes")
+    fusion_algorithm_arg(c)
     c.add_argument("--passes", help="comma-separated pass names instead of the standard pipeline")
     c.add_argument("--verify", action="store_true", help="verify the module after every pass")
     c.add_argument("--timings", action="store_true", help="print the time of each stage to standard error: "
@@ -470,6 +479,7 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("instructions", nargs="+", metavar="INSTRUCTION",
                    help="names of instructions of the module (two or more: why they are or are not fused)")
     e.add_argument("--target", choices=["cpu", "gpu"], default="cpu", help="fusion policy to explain (default: cpu)")
+    fusion_algorithm_arg(e)
     e.set_defaults(func=cmd_explain)
     return p
 

@@ -61,13 +61,14 @@ class Executable:
 
 
 def optimize(module: HloModule, target: str = "cpu", fusion: bool = True, verify: bool | None = None,
-             dump_dir: str | None = None, passes: list[str] | str | None = None):
+             dump_dir: str | None = None, passes: list[str] | str | None = None, algorithm: str | None = None):
     """Run the pass pipeline on a copy of `module`; return (optimized module, pipeline).
 
     The input is always verified (a malformed module is the user's error, not something to
     run). `verify` verifies after every pass as well; None takes the `HLOFUSE_VERIFY_PASSES`
     environment variable (the test suite sets it), off otherwise. `passes` replaces the
-    standard pipeline by a pass list (`"simplifier,cse,fusion{target=cpu}"`, or its items)."""
+    standard pipeline by a pass list (`"simplifier,cse,fusion{target=cpu}"`, or its items);
+    `algorithm` picks the fusion algorithm ("legacy" or "priority"; None: the target's default)."""
     from .hlo.verifier import verify as verify_module
     from .passes.pipeline import PassPipeline, parse_pass_list, standard_pipeline
 
@@ -81,12 +82,12 @@ def optimize(module: HloModule, target: str = "cpu", fusion: bool = True, verify
                                 verify=verify, dump_dir=dump_dir)
     else:
         pipeline = standard_pipeline(target=fusion_target(target), fusion=fusion, verify=verify,
-                                     dump_dir=dump_dir)
+                                     dump_dir=dump_dir, algorithm=algorithm)
     pipeline.run(work)
     return work, pipeline
 
 
-def fuse(module: HloModule, target: str = "cpu", verify: bool | None = None):
+def fuse(module: HloModule, target: str = "cpu", verify: bool | None = None, algorithm: str | None = None):
     """The fusion half of `optimize`: the fusion passes for `target`, then DCE, on a clone of
     `module` (already through the passes before fusion: `optimize(m, target, fusion=False)`).
     Returns (fused module, pipeline); `fuse(optimize(m, t, fusion=False)[0], t)` fuses as
@@ -99,24 +100,26 @@ def fuse(module: HloModule, target: str = "cpu", verify: bool | None = None):
     if verify is None:
         verify = os.environ.get("HLOFUSE_VERIFY_PASSES", "") not in ("", "0")
     work = module.clone()
-    pipeline = PassPipeline([*fusion_passes(fusion_target(target)), DeadCodeElimination()], verify=verify,
+    pipeline = PassPipeline([*fusion_passes(fusion_target(target), algorithm), DeadCodeElimination()], verify=verify,
                             name=f"fusion-{fusion_target(target)}")
     pipeline.run(work)
     return work, pipeline
 
 
 def compile(module: HloModule, target: str = "cpu", fusion: bool = True, verify: bool | None = None,
-            dump_dir: str | None = None, cache_dir: str | None = None, cache: bool = True) -> Executable:
+            dump_dir: str | None = None, cache_dir: str | None = None, cache: bool = True,
+            algorithm: str | None = None) -> Executable:
     """Optimize and fuse `module` for `target` and return an Executable.
 
     On the CPU, each kernel's object code is cached in this process and on disk, in
     `cache_dir` or by default the user's cache directory (`$HLOFUSE_CACHE_DIR`, else
     `$XDG_CACHE_HOME/hlofuse`, else `~/.cache/hlofuse`; see codegen/cache.py for its checks
-    and size bound). `cache=False` bypasses both caches."""
+    and size bound). `cache=False` bypasses both caches. `algorithm`: the fusion algorithm
+    ("legacy" or "priority"; None: priority on the GPU, legacy on the CPU)."""
     if target not in TARGETS:
         raise ValueError(f"unknown target '{target}'; expected one of {', '.join(TARGETS)}")
     start = time.perf_counter()
-    fused, pipeline = optimize(module, target, fusion=fusion, verify=verify, dump_dir=dump_dir)
+    fused, pipeline = optimize(module, target, fusion=fusion, verify=verify, dump_dir=dump_dir, algorithm=algorithm)
     program = None
     if target == "interpreter":
         from .runtime.interpreter import evaluate

@@ -33,7 +33,7 @@ __all__ = ["HINTS", "Explainer", "explain"]
 class Explainer:
     """Answers `explain` questions about one module and target (the compile is done once)."""
 
-    def __init__(self, module: HloModule, target: str) -> None:
+    def __init__(self, module: HloModule, target: str, algorithm: str | None = None) -> None:
         from .compiler import fuse, optimize
 
         self.module = module
@@ -42,7 +42,7 @@ class Explainer:
         # the names in the log are those of that module. Fusing a clone of it is what
         # `optimize(module, target)` does in one go.
         self.pre, _ = optimize(module, target, fusion=False)
-        self.fused, _ = fuse(self.pre, target)
+        self.fused, _ = fuse(self.pre, target, algorithm=algorithm)
         self.log: FusionLog = self.fused.fusion_log or FusionLog()
         self.names = Names(module, self.pre, self.fused, self.log)
         self.history = self.names.history
@@ -74,8 +74,10 @@ class Explainer:
         e = view.entry
         if e.action == "fused":
             dup = " (duplicated)" if e.duplicated else ""
+            # priority fusion's entries carry the performance model's estimate
+            why = f": {e.rule}" if e.pass_name == "priority-fusion" and e.rule else ""
             return (f"[{e.pass_name}] fused {self.history.name_text(e.producer, view.producer_fusion)} into "
-                    f"{e.consumer} -> {self.history.name_text(e.fusion, view.fusion)}{dup}")
+                    f"{e.consumer} -> {self.history.name_text(e.fusion, view.fusion)}{dup}{why}")
         return (f"[{e.pass_name}] refused {self.history.name_text(e.producer, view.producer_fusion)} -> "
                 f"{e.consumer}{self.history.where_text(view.fusion)}: {e.reason} [{e.rule}]")
 
@@ -340,7 +342,7 @@ def _bfs(g: nx.DiGraph, starts: list[str], goals: set[str], directed: bool,
     return []
 
 
-def explain(module: HloModule, instruction_names: list[str], target: str = "cpu") -> str:
+def explain(module: HloModule, instruction_names: list[str], target: str = "cpu", algorithm: str | None = None) -> str:
     """Why the named instruction(s) of `module` are (or are not) in the same kernel after
     `hlofuse compile --target target`: one name gives where it ended up and the decisions about
     its edges; two names compare them. Any name the tool or the fusion report prints is
@@ -348,4 +350,4 @@ def explain(module: HloModule, instruction_names: list[str], target: str = "cpu"
     names = list(instruction_names)
     if not 1 <= len(names) <= 2:
         raise HloError(f"explain takes one or two instruction names, not {len(names)}")
-    return Explainer(module, target).explain(names)
+    return Explainer(module, target, algorithm).explain(names)

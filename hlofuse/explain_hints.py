@@ -23,8 +23,15 @@ HINTS = {
              "the dependence through them.",
     "root": "{p} is the computation's root (its value must be materialised as the output).",
     "constant": "large constants stay buffers and scalar constants only join existing fusions; nothing to change.",
-    "reduce-epilogue": "on the GPU only converts/bitcasts fuse after a reduction (its epilogue); {c} is not one. "
-                       "A single user of the reduction that is a convert/bitcast would fuse.",
+    "reduce-epilogue": "on the GPU only converts/bitcasts fuse after a reduction (its epilogue; under priority "
+                       "fusion, any one-operand ops); {c} is not one. A single user of the reduction that is such "
+                       "an op would fuse.",
+    "duplicated-indexing": "{c} would emit {p}'s code at more than 15 distinct indices (each slice, broadcast or "
+                           "reshape of a value asks for it at new ones); fewer reads of {p} at different indices "
+                           "(e.g. one slice instead of two) would let it merge.",
+    "unprofitable": "the performance model says fusing {p} into its users costs more time (recomputing it per "
+                    "element they read) than it saves in traffic and launches; a cheaper {p}, or users that read "
+                    "each of its elements once, would fuse.",
     "transpose-into-reduce": "a physically transposing {p} feeding a reduction makes the reduction uncoalesced; "
                              "change the layout so the transpose is a bitcast.",
     "producer-is-fusion": "GPU instruction fusion does not fuse fusions into consumers; the fusion merger and "

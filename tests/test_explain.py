@@ -79,11 +79,23 @@ def test_siblings_on_cpu(lstm):
 
 
 def test_gpu_refusals_name_the_rules(softmax):
-    text = explain(softmax, ["reduce_sum.7", "div.7"], "gpu")
+    # the legacy GPU algorithm (instruction fusion, merger, multi-output): its rules by name
+    text = explain(softmax, ["reduce_sum.7", "div.7"], "gpu", algorithm="legacy")
     assert "reduce_sum.7 (reduce f32[32]) ended up in fusion fusion.2 (kind=kInput" in text
     assert "[expensive-reused]" in text and "What would allow it:" in text
-    # multi-output fusion refused to merge them: the division is reachable from the sum
-    assert "[cycle]" in text and "Reachability: a kernel holding reduce_sum.7 and div.7 but not div.6" in text
+    # the division is reachable from the sum through div.6, which cannot take it
+    assert "Reachability: a kernel holding reduce_sum.7 and div.7 but not div.6" in text
+
+
+def test_gpu_priority_fusion_decisions_carry_the_estimate(softmax):
+    # priority fusion (the GPU default): the fused edges carry the model's estimate, a refusal
+    # by a rule what the model would have expected
+    text = explain(softmax, ["exp.1", "div.7"], "gpu")
+    assert "exp.1 and div.7 are in the same kernel" in text
+    text = explain(softmax, ["reduce_sum.7", "div.7"], "gpu")
+    assert "[priority-fusion/reduce-epilogue]" in text or "[reduce-epilogue]" in text
+    assert "the model, had it been allowed: fusing costs" in text
+    assert "What would allow it:" in text
 
 
 SIBLINGS = """

@@ -23,8 +23,8 @@ from .batchnorm_expander import BatchNormExpander
 from .constant_folding import ConstantFolding
 from .cse import CommonSubexpressionElimination
 from .dce import DeadCodeElimination
-from .fusion import (CallInliner, FusionMerger, HorizontalLoopFusion, InstructionFusion, MultiOutputFusion,
-                     NonDuplicatingFusion, SiblingFusion, fusion_passes)
+from .fusion import (FUSION_ALGORITHMS, CallInliner, FusionMerger, HorizontalLoopFusion, InstructionFusion,
+                     MultiOutputFusion, NonDuplicatingFusion, PriorityFusion, SiblingFusion, fusion_passes)
 from .fusion.horizontal_input_fusion import HorizontalInputFusion
 from .pass_base import HloPass
 from .scatter_simplifier import ScatterToDynamicUpdateSlice
@@ -47,12 +47,16 @@ PASSES: dict[str, type[HloPass]] = {
     "sibling-fusion": SiblingFusion,
     "horizontal-fusion": HorizontalLoopFusion,
     "horizontal-input-fusion": HorizontalInputFusion,
+    "priority-fusion": PriorityFusion,
 }
 
-# Named lists of passes: `--passes fusion-pipeline{target=cpu}` runs the fusion passes of the CPU.
+# Named lists of passes: `--passes fusion-pipeline{target=cpu}` runs the fusion passes of the CPU;
+# `fusion-pipeline{algorithm=legacy}` the GPU's instruction fusion / merger sequence instead of
+# priority fusion (passes/fusion/__init__.py).
 PIPELINES: dict[str, Callable[..., list[HloPass]]] = {
     "fusion-pipeline": fusion_passes,
 }
+PIPELINE_OPTIONS = ("target", "algorithm")
 
 
 class UnknownPassError(HloError):
@@ -71,7 +75,7 @@ def registered_passes() -> list[str]:
 def pass_options(name: str) -> tuple[str, ...]:
     """The options the pass or pipeline `name` takes."""
     if name in PIPELINES:
-        return ("target",)
+        return PIPELINE_OPTIONS
     return _options_of(_lookup(name))
 
 
@@ -92,6 +96,9 @@ def _check_values(what: str, cls: type[HloPass] | None, options: dict[str, Any])
     for key, value in options.items():
         if key == "target" and value not in FUSION_TARGETS:
             raise UnknownPassError(f"{what} has no target '{value}'; targets are {', '.join(FUSION_TARGETS)}")
+        if key == "algorithm" and value not in FUSION_ALGORITHMS:
+            raise UnknownPassError(f"{what} has no fusion algorithm '{value}'; algorithms are "
+                                   f"{', '.join(FUSION_ALGORITHMS)}")
         default = defaults.get(key, inspect.Parameter.empty)
         if default is inspect.Parameter.empty or default is None:
             continue
@@ -127,11 +134,12 @@ def expand(name: str, **options: Any) -> list[HloPass]:
     """The passes a name stands for: one pass, or every pass of a named pipeline."""
     name = name.strip()
     if name in PIPELINES:
-        unknown = sorted(set(options) - {"target"})
+        unknown = sorted(set(options) - set(PIPELINE_OPTIONS))
         if unknown:
-            raise UnknownPassError(f"pipeline '{name}' has no option {', '.join(unknown)}; it takes target")
+            raise UnknownPassError(f"pipeline '{name}' has no option {', '.join(unknown)}; it takes "
+                                   f"{', '.join(PIPELINE_OPTIONS)}")
         _check_values(f"pipeline '{name}'", None, options)
-        return list(PIPELINES[name](options.get("target", "gpu")))
+        return list(PIPELINES[name](options.get("target", "gpu"), options.get("algorithm")))
     return [get_pass(name, **options)]
 
 
@@ -250,13 +258,14 @@ class PassPipeline(HloPass):
 
 
 def standard_pipeline(target: str = "cpu", fusion: bool = True, verify: bool = False,
-                      dump_dir: str | None = None) -> PassPipeline:
+                      dump_dir: str | None = None, algorithm: str | None = None) -> PassPipeline:
     """batchnorm-expander, scatter-simplifier, simplifier, cse, dce, then (with `fusion`) the
-    fusion passes for `target`, then dce."""
+    fusion passes for `target` (by `algorithm`, "legacy" or "priority"; None: the target's
+    default), then dce."""
     passes: list[HloPass] = [BatchNormExpander(), ScatterToDynamicUpdateSlice(), AlgebraicSimplifier(),
                              CommonSubexpressionElimination(),
                              DeadCodeElimination()]
     if fusion:
-        passes += fusion_passes(target)
+        passes += fusion_passes(target, algorithm)
     passes.append(DeadCodeElimination())
     return PassPipeline(passes, verify=verify, dump_dir=dump_dir, name=f"standard-{target}")

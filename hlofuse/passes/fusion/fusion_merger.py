@@ -6,6 +6,12 @@ For each kLoop fusion (defs before uses), the merge is refused with a reason whe
 a fusion, when a user may not take it (the producer-consumer rules, the budget, an expensive
 producer under a consumer that re-reads elements), or when reading the producer's operands in
 every user would move more than 10% more bytes than writing and re-reading its result.
+
+Rule 8 of issue 16: a merge is refused when the user would emit the producer's code more than
+`MAX_DUPLICATED_INDEXING` (15) times (XLA's FusionNodeIndexingEvaluation: each instruction of a
+fused computation is emitted once per distinct index it is asked for; an elementwise user passes
+its own index on, a slice, a broadcast or any shape change makes a new one, so two slices of one
+value ask for it twice and a chain of slice pairs doubles the count at every step).
 """
 from __future__ import annotations
 
@@ -18,9 +24,9 @@ from .cost_model import TargetParams, distinct
 from .decisions import Decision
 from .fusibility import (
     creates_heavy_computation, is_expensive, is_input_fusible_reduction, is_loop_fusion, is_multi_output,
-    is_physically_transposing, members, reuses_operand_elements,
+    is_loop_fusible_as_consumer, is_physically_transposing, members, reuses_operand_elements,
 )
-from .fusion_utils import fuse_producer, operand_index, sort_computations
+from .fusion_utils import create_fusion, fuse_producer, operand_index, sort_computations
 from .in_place import scatter_input
 from .kernel_pass import KernelComputationPass
 from .size_limit import fits_in_kernel
@@ -28,6 +34,47 @@ from .size_limit import fits_in_kernel
 refuse = Decision.refuse
 _OK = Decision.allow()
 _MAX_BYTES_RATIO = 1.10  # FusionMerger's merged_to_current_bytes_ratio limit
+# FusionNodeIndexingEvaluation::kAllowedCodeDuplication: above it, compile time outweighs the
+# saved traffic (XLA's comment: "arbitrarily chosen").
+MAX_DUPLICATED_INDEXING = 15
+
+
+def emitted_copies(fusion: HloInstruction, operand: HloInstruction) -> int:
+    """How many times `fusion`'s kernel would emit the code of `operand` if it were fused in:
+    XLA's FusionNodeIndexingEvaluation.EvaluateEmittedInstructions. Every instruction has a set
+    of "indexing users" (the instructions whose distinct indices it is evaluated at; the root's
+    is the fusion itself, counted once); an operand of the same shape as its user, or of a
+    transpose (whose index is only permuted), inherits its user's set, any other operand gets the
+    user itself. The count of an instruction is the sum of the counts of its indexing users."""
+    comp = fusion.fused_computation
+    users: dict[HloInstruction, set[HloInstruction]] = {comp.root: {fusion}}
+    count: dict[HloInstruction, int] = {fusion: 1}
+    for inst in reversed(comp.post_order()):
+        if inst.opcode == "parameter":
+            continue
+        count[inst] = sum(count[u] for u in users.get(inst, ()))
+        for op in inst.operands:
+            mine = users.setdefault(op, set())
+            if inst.opcode == "transpose" or (op.shape.is_array and inst.shape.is_array
+                                              and op.shape.dims == inst.shape.dims):
+                mine |= users.get(inst, set())
+            else:
+                mine.add(inst)
+    params = [comp.parameter(i) for i, o in enumerate(fusion.operands) if o is operand]
+    return sum(count[u] for p in params for u in users.get(p, ()))
+
+
+def transposes_most_data(fusion: HloInstruction) -> bool:
+    """XLA's TransposesMostData: physically transposing instructions of `fusion` produce at
+    least half as many elements as the fusion outputs."""
+    out = sum(s.element_count() for s in fusion.shape.leaves()) or 1
+    score = 0.0
+    for inst in members(fusion):
+        if is_physically_transposing(inst):
+            score += sum(s.element_count() for s in inst.shape.leaves()) / out
+            if score >= 0.5:
+                return True
+    return False
 
 
 @dataclass(frozen=True)
@@ -55,8 +102,12 @@ class FusionMerger(KernelComputationPass):
             elements = sum(s.element_count() for s in producer.shape.leaves())
             for k, user in enumerate(users):
                 duplicated = k < len(users) - 1
+                consumer = user.name
+                if user.opcode != "fusion":
+                    kind = params.input_fusion_kind if is_input_fusible_reduction(user) else "kLoop"
+                    user = create_fusion(user, kind)
                 fuse_producer(user, producer)
-                log.fused(self.name, name, user.name, user.name, rule="merged into every user",
+                log.fused(self.name, name, consumer, user.name, rule="merged into every user",
                           duplicated=duplicated, duplicated_elements=elements if duplicated else 0,
                           duplicated_expensive=duplicated and expensive)
             changed = True
@@ -69,7 +120,10 @@ def should_merge(producer: HloInstruction, users: list[HloInstruction], params: 
     """XLA's FusionMerger::ShouldMerge for `producer` and all of its users."""
     p = producer.name
     for user in users:
-        if user.opcode != "fusion" or user.attrs.get("kind") not in ("kLoop", "kInput"):
+        # XLA merges into an unfused user too when it can root a loop or input fusion (it
+        # becomes one); never into a bitcast, which is no kernel of its own
+        unfused_ok = user.opcode not in ("fusion", "bitcast") and is_loop_fusible_as_consumer(user)
+        if not unfused_ok and (user.opcode != "fusion" or user.attrs.get("kind") not in ("kLoop", "kInput")):
             what = f"a {user.attrs.get('kind')} fusion" if user.opcode == "fusion" else f"a {user.opcode}"
             return refuse("user-not-fusion", f"{p} cannot be merged into its users: {user.name} is {what}, "
                                              f"not a loop or input fusion")
@@ -79,9 +133,9 @@ def should_merge(producer: HloInstruction, users: list[HloInstruction], params: 
         if expensive and reuses_operand_elements(user, idx):
             return refuse("expensive-reused", f"{p} computes expensive instructions and {user.name} reads "
                                               f"each of its elements several times")
-        if is_input_fusible_reduction(user) and is_physically_transposing(producer):
-            return refuse("transpose-into-reduce", f"merging transposing {p} into reduction {user.name} "
-                                                   f"would break read coalescing")
+        if is_input_fusible_reduction(user) and transposes_most_data(producer):
+            return refuse("transpose-into-reduce", f"merging {p}, which transposes most of its data, into "
+                                                   f"reduction {user.name} would break read coalescing")
         if creates_heavy_computation(producer, user):
             return refuse("heavy-computation", f"merging {p} into {user.name} would recompute a heavy "
                                                f"reduction for each element {user.name} re-reads")
@@ -94,6 +148,10 @@ def should_merge(producer: HloInstruction, users: list[HloInstruction], params: 
         d = fits_in_kernel(producer, user, params.max_fused_instructions)
         if not d:
             return d
+        copies = emitted_copies(user, producer) if user.opcode == "fusion" else 1
+        if copies > MAX_DUPLICATED_INDEXING:
+            return refuse("duplicated-indexing", f"{user.name} would emit {p}'s code {copies} times (once per "
+                                                 f"distinct index it reads; at most {MAX_DUPLICATED_INDEXING})")
     # Bytes: unfused, the producer reads its operands once, writes its result once, and each
     # user reads that result; merged, every user reads the producer's operands instead.
     out = producer.shape.byte_size()

@@ -223,7 +223,11 @@ def base(producer: HloInstruction, consumer: HloInstruction, ctx: FusionContext)
 
 
 def _width_changing_bitcast(inst: HloInstruction) -> bool:
-    if inst.opcode != "bitcast-convert" or not inst.shape.is_array:
+    # a plain bitcast may change the element type too (s8[3,5,2] -> s16[3,5]: XLA's
+    # DoNotFuseBitWidthChangingBitcast)
+    if inst.opcode not in ("bitcast-convert", "bitcast") or not inst.shape.is_array:
+        return False
+    if not inst.operands[0].shape.is_array:
         return False
     return inst.operands[0].shape.dtype.byte_size != inst.shape.dtype.byte_size
 
@@ -234,7 +238,7 @@ def bitcast_width(producer: HloInstruction, consumer: HloInstruction, ctx: Fusio
     for inst in (producer, consumer):
         if _width_changing_bitcast(inst):
             src, dst = inst.operands[0].shape.dtype.name, inst.shape.dtype.name
-            return refuse("bitcast-width", f"bitcast-convert {inst.name} changes the element width ({src} -> "
+            return refuse("bitcast-width", f"{inst.opcode} {inst.name} changes the element width ({src} -> "
                                            f"{dst}); {producer.name} is not fused into {consumer.name}")
     return ALLOW
 

@@ -64,6 +64,7 @@ class FusionReport:
     # per refused entry: its names as the fused module knows them (a fusion merged away later
     # is named with the fusions it ended up in)
     refused_places: list["RefusalPlace"] = field(default_factory=list)
+    decisions: list[LogEntry] = field(default_factory=list)  # every entry of the log, in order
 
     def _places(self) -> list["RefusalPlace"]:
         if len(self.refused_places) == len(self.refused):
@@ -82,7 +83,13 @@ class FusionReport:
                          "pass": e.pass_name, "rule": e.rule, "reason": e.reason} for e in self.refused],
             "planned": [{"producer": e.producer, "consumer": e.consumer, "pass": e.pass_name, "rule": e.rule,
                          "reason": e.reason} for e in self.planned],
+            # priority fusion's fusions with the performance model's estimate (empty otherwise)
+            "estimated": [{"producer": e.producer, "consumer": e.consumer, "fusion": e.fusion,
+                           "duplicated": e.duplicated, "estimate": e.rule} for e in self._estimated()],
         }
+
+    def _estimated(self) -> list[LogEntry]:
+        return [e for e in self.decisions if e.action == "fused" and e.pass_name == "priority-fusion"]
 
     def to_text(self) -> str:
         """The report as readable text."""
@@ -104,6 +111,13 @@ class FusionReport:
             lines.append(f"    outputs: {', '.join(f.outputs)}")
             lines.append(f"    bytes read+written: {f.bytes_read_before}+{f.bytes_written_before} -> "
                          f"{f.bytes_read_after}+{f.bytes_written_after}")
+        estimated = self._estimated()
+        if estimated:  # priority fusion's decisions, each with the performance model's estimate
+            lines.append("")
+            lines.append(f"Priority fusion decisions ({len(estimated)}):")
+            for e in estimated:
+                dup = " (duplicated)" if e.duplicated else ""
+                lines.append(f"  {e.producer} -> {e.consumer} => {e.fusion}{dup}: {e.rule}")
         if self.planned:  # only once codegen planned the module (Executable.report(), not --emit report)
             lines.append("")
             lines.append(f"Kernel planner decisions ({len(self.planned)}):")
@@ -168,7 +182,7 @@ def build_report(before: HloModule, after: HloModule, log: FusionLog | None = No
     dup, dup_expensive = duplicated_work(after, originals, target_params(log.target or "gpu"))
     cost = replace(module_cost(after), duplicated_elements=dup, duplicated_expensive_elements=dup_expensive)
     return FusionReport(after.name, module_cost(before), cost, summaries, refused, log.planner_decisions(),
-                        places)
+                        places, decisions=list(log.entries))
 
 
 def fusion_history(after: HloModule, log: FusionLog, originals: OriginIndex) -> FusionHistory:

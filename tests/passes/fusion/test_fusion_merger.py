@@ -80,19 +80,29 @@ def test_a_cheap_loop_fusion_is_merged_into_every_user():
         assert [o.name for o in after.entry.instruction(name).operands] == ["x", "y"]
 
 
-def test_a_user_that_is_not_a_fusion_refuses_the_merge():
-    text = MERGEABLE.replace("u2 = f32[16] fusion(p), kind=kLoop, calls=fu2", "u2 = f32[16] negate(p)")
+def test_a_user_that_cannot_root_a_fusion_refuses_the_merge():
+    # a bitcast is no kernel of its own: XLA's merger refuses ("not fusing bitcast ops")
+    text = MERGEABLE.replace("u2 = f32[16] fusion(p), kind=kLoop, calls=fu2", "u2 = f32[16] bitcast(p)")
     before, after, entries, changed = _run_alone(text)
     assert not changed and after.to_text() == before.to_text()
     (e,) = entries
     assert (e.action, e.rule, e.producer, e.consumer) == ("refused", "user-not-fusion", "p", "u1, u2")
-    assert "u2 is a negate, not a loop or input fusion" in e.reason
+    assert "u2 is a bitcast, not a loop or input fusion" in e.reason
+
+
+def test_an_unfused_user_that_can_root_a_fusion_takes_the_merge():
+    # XLA's WillMergeIntoUnfusedConsumer: the negate becomes a loop fusion holding p's add
+    text = MERGEABLE.replace("u2 = f32[16] fusion(p), kind=kLoop, calls=fu2", "u2 = f32[16] negate(p)")
+    _, after, entries, changed = _run_alone(text)
+    assert changed
+    assert [(e.action, e.producer, e.consumer) for e in entries] == [("fused", "p", "u1"), ("fused", "p", "u2")]
+    assert sorted(_fusions(after).values()) == [["add", "negate"], ["add", "negate"]]
 
 
 def test_no_fusion_user_means_no_decision():
     # nothing to merge into: the merger says nothing (the report would only be noise)
-    text = (MERGEABLE.replace("u1 = f32[16] fusion(p), kind=kLoop, calls=fu1", "u1 = f32[16] negate(p)")
-            .replace("u2 = f32[16] fusion(p), kind=kLoop, calls=fu2", "u2 = f32[16] exponential(p)"))
+    text = (MERGEABLE.replace("u1 = f32[16] fusion(p), kind=kLoop, calls=fu1", "u1 = f32[16] bitcast(p)")
+            .replace("u2 = f32[16] fusion(p), kind=kLoop, calls=fu2", "u2 = f32[16] bitcast(p)"))
     _, _, entries, changed = _run_alone(text)
     assert not changed and entries == []
 
@@ -211,7 +221,7 @@ ENTRY main {
 
 def test_should_merge_names_the_first_rule_that_refuses():
     # should_merge is the rule itself: the user check comes before the byte count
-    m = parse_hlo(MERGEABLE.replace("u2 = f32[16] fusion(p), kind=kLoop, calls=fu2", "u2 = f32[16] negate(p)"))
+    m = parse_hlo(MERGEABLE.replace("u2 = f32[16] fusion(p), kind=kLoop, calls=fu2", "u2 = f32[16] bitcast(p)"))
     p = m.entry.instruction("p")
     d = should_merge(p, list(p.users), target_params("gpu"))
     assert not d and d.rule == "user-not-fusion"

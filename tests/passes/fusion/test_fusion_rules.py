@@ -341,8 +341,12 @@ def test_pipeline_keeps_log_on_module_and_targets():
     standard_pipeline("gpu").run(m)
     assert m.entry.root.opcode == "fusion"
     assert module_log(m).fusions()
-    assert [p.name for p in fusion_passes("gpu")] == ["call-inliner", "fusion-no-duplication", "fusion",
-                                                     "fusion-merger", "multi-output-fusion", "horizontal-fusion"]
+    # the GPU default is priority fusion (XLA's GPU pipeline); the legacy sequence stays selectable
+    assert [p.name for p in fusion_passes("gpu")] == ["call-inliner", "priority-fusion", "multi-output-fusion",
+                                                     "horizontal-fusion", "horizontal-input-fusion"]
+    assert [p.name for p in fusion_passes("gpu", "legacy")] == [
+        "call-inliner", "fusion-no-duplication", "fusion", "fusion-merger", "multi-output-fusion",
+        "horizontal-fusion", "horizontal-input-fusion"]
     assert [p.name for p in fusion_passes("cpu")] == ["call-inliner", "fusion", "sibling-fusion"]
     assert get_pass("fusion", target="cpu").params is CPU
     assert get_pass("horizontal-fusion").params is GPU
