@@ -16,6 +16,9 @@ from typing import Callable
 from ...hlo.ir import HloComputation, HloInstruction
 from .cpu_conv import emit_conv_kernel, find_convolution, plan_conv
 from .cpu_select_scatter import emit_select_scatter_kernel, find_select_scatter, plan_select_scatter
+from .cpu_rng import (
+    dimension_size_root, emit_dimension_size_kernel, emit_rng_kernel, plan_dimension_size, plan_rng, rng_root,
+)
 from .cpu_sort import emit_sort_kernel, emit_topk_kernel, plan_sort, plan_topk, sort_root, topk_root
 
 # opcode -> (does the kernel handle this computation's root?, planner)
@@ -24,6 +27,8 @@ _PLANNERS: dict[str, tuple[Callable, Callable]] = {
     "select-and-scatter": (find_select_scatter, plan_select_scatter),
     "sort": (sort_root, plan_sort),  # planners returning (kernels, temporaries)
     "topk": (topk_root, plan_topk),
+    "rng-bit-generator": (rng_root, plan_rng),  # kernels/cpu_rng.py
+    "get-dimension-size": (dimension_size_root, plan_dimension_size),
 }
 
 CUSTOM_KERNEL_EMITTERS: dict[str, Callable] = {
@@ -31,6 +36,8 @@ CUSTOM_KERNEL_EMITTERS: dict[str, Callable] = {
     "select_and_scatter": emit_select_scatter_kernel,
     "sort": emit_sort_kernel,
     "topk": emit_topk_kernel,
+    "rng": emit_rng_kernel,
+    "dimension_size": emit_dimension_size_kernel,
 }
 
 
