@@ -1,12 +1,13 @@
 """Dots on the CPU: hlofuse's GEMM kernels (codegen/kernels/cpu_gemm.py) against this machine's
 measured sgemm peak and against XLA:CPU on the same HLO.
 
-Run:  python benchmarks/gemm_speed.py [--rounds N] [--quick]
+Run:  python benchmarks/gemm_speed.py [--rounds N] [--quick] [--profile]
 
 In one process: the sgemm peak of scipy's OpenBLAS on one and on all threads (the BLAS the
 GEMM kernels call); then each case (a square f32 GEMM, an MLP block with bias, GELU and a
 residual fused as epilogues, causal masked attention) lowered by JAX to HLO, compiled by hlofuse
-and by jax.jit, timed in interleaved rounds, medians. GFLOP/s count 2*M*N*K per dot. The load
+(kernels on all cores, and on one thread) and by jax.jit, timed in interleaved rounds, medians;
+`--profile` adds each case's per-step times (CpuProgram.profile). GFLOP/s count 2*M*N*K per dot. The load
 average is printed before and after (the machine may be shared). The script re-executes itself
 with GLIBC_TUNABLES set (as benchmarks/real_models.py does), so large temporaries are not
 returned to the kernel and faulted in again on every call.
@@ -106,12 +107,37 @@ def cases(quick: bool):
     return out
 
 
+def _compile(hlofuse, text: str, threads: int | None):
+    """hlofuse's executable of `text`, its kernels split over `threads` (None: all cores)."""
+    saved = os.environ.pop("HLOFUSE_CPU_THREADS", None)
+    if threads is not None:
+        os.environ["HLOFUSE_CPU_THREADS"] = str(threads)
+    try:
+        exe = hlofuse.compile(hlofuse.parse_hlo(text), target="cpu")
+    finally:
+        os.environ.pop("HLOFUSE_CPU_THREADS", None)
+        if saved is not None:
+            os.environ["HLOFUSE_CPU_THREADS"] = saved
+    return exe
+
+
+def _profile(exe, args, runs: int) -> None:
+    """Print where the time of `exe` goes (CpuProgram.profile), steps over 1% of a run."""
+    steps, secs, _, wall = exe.program.profile(list(args), runs)
+    for step, t in sorted(zip(steps, secs), key=lambda st: -st[1]):
+        if t > 0.01 * wall:
+            kernels = ", ".join(k.name for k in getattr(step.step, "kernels", []))
+            name = step.step.inst.name if step.step.inst is not None else "?"
+            print(f"    {t / runs * 1e3:9.2f} ms  {name}  [{kernels}]")
+
+
 def main() -> None:
     """Measure and print the table."""
     _reexec_with_malloc_settings()
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--quick", action="store_true", help="smaller shapes")
+    parser.add_argument("--profile", action="store_true", help="per-step times of each case (all threads)")
     opts = parser.parse_args()
     import jax
 
@@ -123,20 +149,23 @@ def main() -> None:
     peaks = {th: sgemm_peak(n, th, 3) for th in sorted({1, cores})}
     for th, p in peaks.items():
         print(f"sgemm peak ({n}^3, scipy OpenBLAS, {th} thread{'s' if th > 1 else ''}): {p:.1f} GFLOP/s")
-    print(f"{'case':32} {'hlofuse ms':>11} {'XLA ms':>9} {'ratio':>6} {'GFLOP/s':>8} {'% peak':>7}")
+    print(f"{'case':32} {'hlofuse ms':>11} {'1 thread':>9} {'XLA ms':>9} {'ratio':>6} {'GFLOP/s':>8} {'% peak':>7}")
     for name, fn, args, flops in cases(opts.quick):
         text = jax.jit(fn).lower(*args).as_text(dialect="hlo")
-        exe = hlofuse.compile(hlofuse.parse_hlo(text), target="cpu")
+        exe, exe1 = _compile(hlofuse, text, None), _compile(hlofuse, text, 1)
         xla = jax.jit(fn)
         dev = [jax.device_put(a) for a in args]
-        mine, theirs = [], []
+        mine, single, theirs = [], [], []
         for _ in range(opts.rounds):  # interleaved rounds
             mine.append(_median(lambda: exe(*args), 1))
+            single.append(_median(lambda: exe1(*args), 1))
             theirs.append(_median(lambda: xla(*dev).block_until_ready(), 1))
-        tm, tx = statistics.median(mine), statistics.median(theirs)
+        tm, t1, tx = statistics.median(mine), statistics.median(single), statistics.median(theirs)
         rate = flops / tm / 1e9
-        print(f"{name:32} {tm * 1e3:11.2f} {tx * 1e3:9.2f} {tm / tx:6.2f} {rate:8.1f} {100 * rate / max(peaks.values()):6.0f}%",
-              flush=True)
+        print(f"{name:32} {tm * 1e3:11.2f} {t1 * 1e3:9.2f} {tx * 1e3:9.2f} {tm / tx:6.2f} {rate:8.1f} "
+              f"{100 * rate / max(peaks.values()):6.0f}%", flush=True)
+        if opts.profile:
+            _profile(exe, args, opts.rounds)
     print(f"load average after: {os.getloadavg()}")
 
 

@@ -170,7 +170,7 @@ def test_row_panels_and_threads_are_deterministic():
     prog = _check(text, args)
     (k,) = _gemm_kernels(prog)
     dd = dot_dims(find_gemm_dot(k.comp))
-    assert panel_rows(dd) == 125 and k.units == 8
+    assert panel_rows(dd) == 250 and k.units == 4  # MAX_PANELS (4) panels of >= 64 rows
     first = prog.run(args)[0]
     for _ in range(10):  # the tuner tries 1 and 2 threads on its first calls
         np.testing.assert_array_equal(prog.run(args)[0], first)
@@ -213,3 +213,22 @@ def test_gemm_kernel_ir_verifies():
     mod.verify()
     assert "hlofuse_blas_cgemm" in str(mod)
     assert math.prod((4, 70, 90)) == prog.run([np.ones((4, 70, 33), np.complex64), np.ones((4, 33, 90), np.complex64)])[0].size
+
+
+def test_work_units_count_multiply_adds_for_the_thread_rule():
+    """The driver gives a kernel a thread per 16,384 unit elements; a GEMM unit reports its
+    multiply-adds / 16, so a large GEMM is split over the cores and a small one is not."""
+    from hlofuse.codegen.driver import MIN_ELEMENTS_PER_THREAD
+    from hlofuse.codegen.kernels.gemm_layout import MULTIPLY_ADDS_PER_ELEMENT
+
+    def kernel(m, k, n):
+        prog = CpuProgram.compile(parse_hlo(_dot_module([m, k], [k, n], [], [1], [], [0], "f32")))
+        (step,) = [s for s in prog._entry.steps if s.kind == "kernel"]
+        return step.kernels[-1]
+
+    big = kernel(1024, 1024, 512)
+    dd = dot_dims(find_gemm_dot(big.comp))
+    assert big.unit_elements == panel_rows(dd) * dd.n * dd.k // MULTIPLY_ADDS_PER_ELEMENT
+    assert big.units >= 2 and big.units * big.unit_elements // MIN_ELEMENTS_PER_THREAD >= big.units
+    small = kernel(70, 100, 20)
+    assert small.units * small.unit_elements // MIN_ELEMENTS_PER_THREAD < 2
