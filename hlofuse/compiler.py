@@ -69,21 +69,24 @@ def optimize(module: HloModule, target: str = "cpu", fusion: bool = True, verify
     environment variable (the test suite sets it), off otherwise. `passes` replaces the
     standard pipeline by a pass list (`"simplifier,cse,fusion{target=cpu}"`, or its items);
     `algorithm` picks the fusion algorithm ("legacy" or "priority"; None: the target's default)."""
+    from .gc_pause import gc_paused
     from .hlo.verifier import verify as verify_module
     from .passes.pipeline import PassPipeline, parse_pass_list, standard_pipeline
 
     if verify is None:
         verify = os.environ.get("HLOFUSE_VERIFY_PASSES", "") not in ("", "0")
-    verify_module(module)
-    work = module.clone()
-    if passes is not None:
-        spec = passes if isinstance(passes, str) else ",".join(passes)
-        pipeline = PassPipeline(parse_pass_list(spec, defaults={"target": fusion_target(target)}),
-                                verify=verify, dump_dir=dump_dir)
-    else:
-        pipeline = standard_pipeline(target=fusion_target(target), fusion=fusion, verify=verify,
-                                     dump_dir=dump_dir, algorithm=algorithm)
-    pipeline.run(work)
+    # the collector's full walks made big modules superlinear (gc_pause.py)
+    with gc_paused():
+        verify_module(module)
+        work = module.clone()
+        if passes is not None:
+            spec = passes if isinstance(passes, str) else ",".join(passes)
+            pipeline = PassPipeline(parse_pass_list(spec, defaults={"target": fusion_target(target)}),
+                                    verify=verify, dump_dir=dump_dir)
+        else:
+            pipeline = standard_pipeline(target=fusion_target(target), fusion=fusion, verify=verify,
+                                         dump_dir=dump_dir, algorithm=algorithm)
+        pipeline.run(work)
     return work, pipeline
 
 

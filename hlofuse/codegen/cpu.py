@@ -25,6 +25,7 @@ from llvmlite import ir
 from ..emitters.cpu.target import CpuTarget, compile_ir_timed, host_target_machine, optimized_module
 from ..hlo.ir import HloComputation, HloInstruction, HloModule
 from ..passes.fusion.decisions import module_log
+from . import llvm_pool
 from .cache import CompileCache, cache_key, memory_cache
 from .driver import compile_driver
 from .kernel_key import kernel_text
@@ -268,15 +269,19 @@ def compile_objects(objects: list[KernelObject], target, timings: dict[str, floa
     the next kernels: this thread emits and prints a kernel's module, a worker thread optimizes
     and compiles it. llvmlite's calls release the GIL, but llvmlite also serializes them all
     behind one process-wide lock (llvmlite/binding/ffi.py), so one worker is all threads can
-    use (benchmarks/compile_time.py measures this). Adds the stages' seconds to `timings`."""
+    use (benchmarks/compile_time.py measures this). When enough kernels are missing, worker
+    processes compile them instead, on the other cores (codegen/llvm_pool.py: same function,
+    same bytes). Adds the stages' seconds to `timings`."""
     emission = opt = codegen = 0.0
+    processes = llvm_pool.use_pool(len(objects))
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="hlofuse-llvm") as pool:
         futures = []
         for o in objects:
             t0 = time.perf_counter()
             text = str(emit_kernel_module(o.kernels[0], target, o.symbol))
             emission += time.perf_counter() - t0
-            futures.append(pool.submit(compile_ir_timed, text, o.speed_level))
+            futures.append(llvm_pool.submit(text, o.speed_level) if processes
+                           else pool.submit(compile_ir_timed, text, o.speed_level))
         t0 = time.perf_counter()
         for o, f in zip(objects, futures):
             o.object_code, t_opt, t_codegen = f.result()
