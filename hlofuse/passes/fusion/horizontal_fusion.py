@@ -2,8 +2,9 @@
 that feed the same consumer become one kernel launch.
 
 Candidates are the operands of one consumer (typically the root tuple) that are kLoop fusions
-or elementwise instructions, used only by that consumer (or the root), with row-major layouts
-and no entry parameter shared with another candidate. As in XLA, each consumer is tried twice:
+or elementwise instructions, used only by that consumer (or the root) (and, for the sliced form,
+with row-major layouts and no entry parameter shared with another candidate). As in XLA, each
+consumer is tried twice:
 
 1. kLoop: candidates with the same output shape (<= 8192*8192 elements, <= 128 instructions)
    become one kLoop fusion whose root is a tuple of their outputs: one loop computes them all.
@@ -126,14 +127,20 @@ class HorizontalLoopFusion(KernelComputationPass):
                                     f"not fused horizontally with {consumer.name}'s other operands")
             if d:
                 d = self._profitable(inst, sliced)
-            if d and not _row_major(inst):
+            # current XLA dropped its row-major requirement (FuseNonDefaultLayouts); hlofuse keeps
+            # it for the sliced form, whose flattening concatenates outputs in row-major order
+            if d and sliced and not _row_major(inst):
                 d = refuse("layout", f"{inst.name} has a non-row-major layout")
-            if d:
+            # Rule 9 of issue 16 (XLA's AnyOpndIsParamSharedAmongFusions, sliced input fusion only):
+            # the concatenate of a sliced input fusion keeps its outputs from aliasing its inputs,
+            # so there a shared parameter is refused; one kLoop tuple of same-shaped outputs may share.
+            if d and sliced:
                 for op in inst.operands:
                     if op.opcode == "parameter" and any(u is not inst and any(u is s for s in seen) for u in op.users):
                         other = next(u for u in op.users if u is not inst and any(u is s for s in seen))
                         d = refuse("shared-parameter", f"{inst.name} shares parameter {op.name} with {other.name}; "
-                                                       f"horizontally fused kernels may not share inputs")
+                                                       f"a sliced input fusion (concatenated outputs) may not share "
+                                                       f"inputs")
                         break
             if d:
                 out.append(inst)

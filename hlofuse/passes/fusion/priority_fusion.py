@@ -27,8 +27,8 @@ from .context import FusionContext
 from .cost_model import distinct
 from .decisions import Decision
 from .fusibility import (
-    is_fusible, is_input_fusible_reduction, is_loop_fusible_as_consumer, is_loop_fusible_as_producer, is_multi_output,
-    members, transpose_is_bitcast,
+    is_fusible, is_loop_fusible_as_consumer, is_loop_fusible_as_producer, is_multi_output, members, reduce_hero,
+    reduction_is_contiguous, transpose_is_bitcast,
 )
 from .fusion_merger import MAX_DUPLICATED_INDEXING, emitted_copies
 from .fusion_utils import create_fusion, fuse_producer, sort_computations
@@ -85,12 +85,20 @@ def reduction_epilogue(producer: HloInstruction, consumer: HloInstruction, ctx: 
     return ALLOW
 
 
+def _is_reduction_kernel(producer: HloInstruction, ctx: FusionContext) -> bool:
+    """A reduction that runs as a reduction kernel (GPU, contiguous: XLA's reduction emitter);
+    a non-contiguous one is a loop like any other producer (the `reduce_epilogue` rule's case)."""
+    hero = reduce_hero(producer)
+    return (ctx.params.multi_output and hero is not None and not is_multi_output(producer)
+            and reduction_is_contiguous(hero))
+
+
 def _legal(producer: HloInstruction, consumer: HloInstruction, ctx: FusionContext) -> Decision:
     """Whether `consumer` may take `producer`: the target's rules, and rule 8's limit."""
     if consumer.opcode != "fusion" and (consumer.opcode == "bitcast" or not is_loop_fusible_as_consumer(consumer)):
         return refuse("consumer-not-fusible",
                       f"consumer {consumer.name} ('{consumer.opcode}') cannot be the root of a loop or input fusion")
-    epilogue = ctx.params.multi_output and is_input_fusible_reduction(producer) and not is_multi_output(producer)
+    epilogue = _is_reduction_kernel(producer, ctx)
     if epilogue:
         d = reduction_epilogue(producer, consumer, ctx)
         if not d:
@@ -226,7 +234,7 @@ class _Queue:
         fusions: list[HloInstruction] = []
         for k, user in enumerate(users):
             kind = choose_kind(producer, user, ctx)
-            if ctx.params.multi_output and is_input_fusible_reduction(producer):
+            if _is_reduction_kernel(producer, ctx):
                 kind = "kInput"  # a reduction with its epilogue is still a reduction kernel
             if user.opcode == "fusion":
                 fusion = user

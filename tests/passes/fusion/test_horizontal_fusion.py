@@ -77,9 +77,21 @@ def test_different_shapes_become_a_sliced_input_fusion():
     assert ops.count("slice") == 2 and k.fused_computation.root.opcode == "tuple"
 
 
-def test_candidates_sharing_a_parameter_are_refused():
-    # both kernels read x: fused horizontally they would read it twice in one launch
+def test_same_shape_candidates_may_share_a_parameter():
+    # rule 9 (XLA's AllowSharedParametersWhenNotUsingConcatenation): both kernels read x; one
+    # kLoop tuple of same-shaped outputs may read it, since nothing is concatenated
     after, entries, changed = _run_alone(_module(64, 64, second_reads="x"))
+    assert changed and len(_kernels(after)) == 1
+    assert "shared-parameter" not in {e.rule for e in entries if e.action == "refused"}
+
+
+def test_sliced_candidates_sharing_a_parameter_are_refused():
+    # different shapes need the concatenate/slice form, whose outputs may not alias a shared input
+    text = _module(64, 32).replace("  y = f32[32] parameter(1)\n", "").replace("fusion(y)", "fusion(x)")
+    text = text.replace("  q = f32[32] parameter(0)\n  ROOT n = f32[32] negate(q)",
+                        "  q = f32[64] parameter(0)\n  s = f32[32] slice(q), slice={[0:32]}\n"
+                        "  ROOT n = f32[32] negate(s)")
+    after, entries, changed = _run_alone(text)
     assert not changed and len(_kernels(after)) == 2
     assert "shared-parameter" in {e.rule for e in entries if e.action == "refused"}
 

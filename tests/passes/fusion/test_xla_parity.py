@@ -25,6 +25,12 @@ KNOWN_DISAGREEMENTS = {
     "gpu_fusion_merger.hlo:WillMergeExpensiveFusionsIfSavesMemory":
         "membership only: one kernel, as XLA, but f3's tanh is the same as f2's and hlofuse computes "
         "it once (deduplicated in the fused computation), so no instruction of f3 is left to name",
+    "gpu_horizontal_loop_fusion.hlo:CopyInsertionFusionControlFlow":
+        "membership only: cp2 and cp3 share one kernel, as XLA; they copy the same constant, so "
+        "hlofuse computes them once (deduplicated) and only cp2 is left to name",
+    "gpu_instruction_fusion.hlo:IntegerDivIsNotCheap":
+        "deliberate: hlofuse duplicates an expensive producer when every user can fuse it and it "
+        "saves bytes (instruction_fusion.expensive_duplication, docs/passes.md); XLA never does",
 }
 
 
