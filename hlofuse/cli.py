@@ -288,7 +288,8 @@ def list_passes_text() -> str:
         first_name.setdefault(cls, name)
     for name in sorted([*PASSES, *PIPELINES]):
         if name in PIPELINES:
-            spec, doc = f"{name}{{target}}", _first_sentence(PIPELINES[name].__doc__)
+            spec = f"{name}{{{','.join(pass_options(name))}}}"
+            doc = _first_sentence(PIPELINES[name].__doc__)
         else:
             cls = PASSES[name]
             defaults = _option_defaults(cls)

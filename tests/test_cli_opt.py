@@ -114,7 +114,7 @@ def test_list_passes_names_every_pass_with_its_options_and_doc(capsys):
     assert sorted(set(PASSES) | set(PIPELINES)) == sorted(h for h in heads if not h.startswith("A pass"))
     assert "\nsimplifier{fold_constants=true,max_fold_elements=64}\n" in out
     assert "\ncse\n    XLA's HloCSE over every computation (callees first).\n" in out
-    assert "\nfusion{target,may_duplicate=true}\n" in out and "\nfusion-pipeline{target}\n" in out
+    assert "\nfusion{target,may_duplicate=true}\n" in out and "\nfusion-pipeline{target,algorithm}\n" in out
     assert "\nalgsimp{fold_constants=true,max_fold_elements=64}\n    the same pass as simplifier\n" in out
 
 
