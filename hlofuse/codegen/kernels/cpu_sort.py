@@ -20,10 +20,13 @@ operand, so any comparator the interpreter supports gives the interpreter's perm
 including comparators that are no strict weak order (LE, constants, LT over NaN), for which
 XLA's algorithm, not just "a stable order", defines the result.
 
-topk (largest or smallest first, ties by lower index, floats in total order) keeps, for k up
-to `TOPK_INSERTION_MAX`, a sorted list of k indices per row that each element enters by
-insertion (strictly better elements only, so ties keep the lower index first); a larger k
-runs the stable sort above under the total-order comparator and keeps the first k.
+topk (largest or smallest first, ties by lower index, floats in total order) keeps a sorted
+list of k indices per row that each element enters by insertion (strictly better elements
+only, so ties keep the lower index first): on most data few elements enter, so a row costs
+about n comparisons (an entering element finds its place by binary search). For k above
+`TOPK_INSERTION_MAX` the insertions have a budget (half the comparisons of sorting the row); a
+row that exceeds it (nearly sorted data, k close to n) runs
+the stable sort above under the total-order comparator instead and keeps the first k.
 """
 from __future__ import annotations
 
@@ -46,7 +49,7 @@ I8P = ir.IntType(8).as_pointer()
 I32P = I32.as_pointer()
 CHUNK = 7  # libstdc++'s _S_chunk_size: runs first sorted by insertion
 INSERTION_LIMIT = 16  # libstdc++'s _S_threshold: std::sort of this many is one insertion sort
-TOPK_INSERTION_MAX = 16  # topk keeps a sorted k-list per row up to this k, else sorts the row
+TOPK_INSERTION_MAX = 16  # up to this k topk's insertions run unbudgeted (at most k*n steps)
 _S32 = element_type("s32")  # the permutation's element type
 
 Less = Callable[[ir.IRBuilder, list, list], ir.Value]  # (builder, lhs values, rhs values) -> i1
@@ -117,7 +120,7 @@ def plan_topk(comp: HloComputation, name: str) -> tuple[list, list] | None:
     k = int(str(topk.attrs["k"]))
     if k > n:
         raise UnsupportedError(f"topk {topk.name}: k={k} exceeds the row length {n}")
-    per_row = k if k <= TOPK_INSERTION_MAX else _scratch_per_row(n)
+    per_row = k if k <= TOPK_INSERTION_MAX else _scratch_per_row(n)  # room for the fallback sort
     temps = [array("s32", (max(rows * per_row, 1),))]
     kernel = KernelPlan(comp, [0, 1], rows, max(n, 1) * max(1, min(k, n.bit_length())), None,
                         name=f"{name}_topk", inputs=[("in", 0)], results=[("out", 0), ("out", 1)],
@@ -459,17 +462,19 @@ def emit_topk_kernel(skel, plan) -> None:
     index_et = output_leaves(plan.comp)[1].shape.dtype
     indices = b.bitcast(skel.output_ptr(1), mem_type(index_et).as_pointer())
     scratch = skel.scratch_ptr(0, _S32)
-    insertion = k <= TOPK_INSERTION_MAX
-    per_row = k if insertion else _scratch_per_row(n)
+    budgeted = k > TOPK_INSERTION_MAX
+    per_row = _scratch_per_row(n) if budgeted else k
+    # Insertion steps allowed before a row is sorted instead: half a merge sort's comparisons.
+    budget = max(n, n * max(1, (n - 1).bit_length()) // 2) if budgeted else None
     with for_range(b, skel.begin, skel.end, "row") as row:
         base = b.mul(row, const_i64(n))
         ctx = [x, base]
         best = b.gep(scratch, [b.mul(row, const_i64(per_row))])
-        if insertion:
-            _topk_insert(b, sorter, ctx, best, n, k)
-        else:
-            init_permutation(b, best, n)
-            sorter.order(b, ctx, best, b.gep(best, [const_i64(n)]), n, True)
+        over = _topk_insert(b, sorter, ctx, best, n, k, budget)
+        if over is not None:
+            with b.if_then(over):
+                init_permutation(b, best, n)
+                sorter.order(b, ctx, best, b.gep(best, [const_i64(n)]), n, True)
         out_base = b.mul(row, const_i64(k))
         gather_row(b, [src], [values], best, k, base, 1, out_base, 1)
         with for_range(b, const_i64(0), const_i64(k), "idx") as q:
@@ -480,16 +485,27 @@ def emit_topk_kernel(skel, plan) -> None:
     skel.finish()
 
 
-def _topk_insert(b: ir.IRBuilder, sorter: SortEmitter, ctx: list, best: ir.Value, n: int, k: int) -> None:
+def _topk_insert(b: ir.IRBuilder, sorter: SortEmitter, ctx: list, best: ir.Value, n: int, k: int,
+                 budget: int | None) -> ir.Value | None:
     """best[0, k) = the first k indices of the row under sorter's `less`, each element entering
-    the sorted list only when strictly before its last entry (ties keep the lower index)."""
+    the sorted list only when strictly before its last entry (ties keep the lower index).
+    With a `budget` of insertion steps, stops once it is spent and returns the i1 "over
+    budget" (best[] is then to be recomputed); else returns None."""
     count = entry_alloca(b, I64, "count")
     pos = entry_alloca(b, I64, "pos")
     enters = entry_alloca(b, I1, "enters")
+    steps = entry_alloca(b, I64, "steps")
     b.store(const_i64(0), count)
+    b.store(const_i64(0), steps)
     if k == 0:
-        return
-    with for_range(b, const_i64(0), const_i64(n), "elem") as i:
+        return None
+    limit = const_i64(budget if budget is not None else 2**62)
+    elem = entry_alloca(b, I64, "elem")
+    b.store(const_i64(0), elem)
+    with _while(b, lambda: b.and_(b.icmp_signed("<", b.load(elem), const_i64(n)),
+                                  b.icmp_signed("<=", b.load(steps), limit)), "elem"):
+        i = b.load(elem)
+        b.store(b.add(i, const_i64(1)), elem)
         filling = b.icmp_signed("<", b.load(count), const_i64(k))
         with b.if_else(filling) as (fill, full):
             with fill:
@@ -502,9 +518,22 @@ def _topk_insert(b: ir.IRBuilder, sorter: SortEmitter, ctx: list, best: ir.Value
                 b.store(const_i64(k - 1), pos)
                 b.store(sorter.call_less(b, ctx, i, last), enters)
         with b.if_then(b.load(enters)):
-            with _while(b, lambda: _and_then(b, b.icmp_signed(">", b.load(pos), const_i64(0)), lambda: sorter.call_less(
-                    b, ctx, i, b.load(b.gep(best, [b.sub(b.load(pos), const_i64(1))])))), "up"):
-                p = b.load(pos)
-                b.store(b.load(b.gep(best, [b.sub(p, const_i64(1))])), b.gep(best, [p]))
-                b.store(b.sub(p, const_i64(1)), pos)
-            b.store(b.trunc(i, I32), b.gep(best, [b.load(pos)]))
+            # Binary search over best[0, pos) for the first entry that `i` goes before (the list
+            # is sorted under a strict weak order, so "goes before" is false, then true).
+            lo, hi = entry_alloca(b, I64, "lo"), entry_alloca(b, I64, "hi")
+            b.store(const_i64(0), lo)
+            b.store(b.load(pos), hi)
+            with _while(b, lambda: b.icmp_signed("<", b.load(lo), b.load(hi)), "search"):
+                mid = b.lshr(b.add(b.load(lo), b.load(hi)), const_i64(1))
+                before = sorter.call_less(b, ctx, i, b.load(b.gep(best, [mid])))
+                b.store(b.select(before, b.load(lo), b.add(mid, const_i64(1))), lo)
+                b.store(b.select(before, mid, b.load(hi)), hi)
+            target = b.load(lo)
+            with for_range(b, const_i64(0), b.sub(b.load(pos), target), "shift") as q:
+                at = b.sub(b.load(pos), q)
+                b.store(b.load(b.gep(best, [b.sub(at, const_i64(1))])), b.gep(best, [at]))
+            b.store(b.trunc(i, I32), b.gep(best, [target]))
+            if budget is not None:  # an entering element costs its comparisons and, at 1/8, its moves
+                moved = b.lshr(b.sub(b.load(pos), target), const_i64(3))
+                b.store(b.add(b.load(steps), b.add(moved, const_i64(max(1, k.bit_length())))), steps)
+    return b.icmp_signed(">", b.load(steps), limit) if budget is not None else None
