@@ -86,4 +86,13 @@ HINTS = {
     "conv-output-producer": "a convolution fusion's epilogue takes no heavy producer ({p}); it runs as its own kernel.",
     "conv-output-operand": "the conv kernel reads its operands from memory, so {p}, which the convolution reads, "
                            "runs before it; nothing to change.",
+    # Dot epilogue (kOutput) fusion on the CPU (passes/fusion/dot_fusion.py).
+    "dot-output-type": "integer, predicate and f8 dots run as library calls; a float dot {p} would fuse.",
+    "dot-output-shape": "an epilogue has the dot's dimensions (or, at the root, their transpose); {c} changes them "
+                        "(reshape, slice, broadcast): apply it after the elementwise part.",
+    "dot-output-elementwise": "an epilogue reads each GEMM result element once at its own index; {c} (or an op in "
+                              "it) reads {p} otherwise (a reduction, a transpose that is not the root).",
+    "dot-output-epilogue": "{c} holds a reduction, dot or other heavy op the epilogue would recompute per "
+                           "element; split it off.",
+    "dot-output-producer": "a dot fusion's epilogue takes no heavy producer ({p}); it runs as its own kernel.",
 }
