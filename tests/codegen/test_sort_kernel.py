@@ -294,3 +294,32 @@ def test_topk_on_sorted_rows(order, k):
     x = {"ascending": x, "descending": x[:, ::-1], "constant": np.full((3, 200), -0.0, np.float32)}[order]
     for largest in (True, False):
         _compare(_topk_module("f32", (3, 200), k, largest), [np.ascontiguousarray(x)])
+
+
+CALLING_COMPARATOR = """HloModule s
+key {
+  x = f32[] parameter(0)
+  ROOT a = f32[] abs(x)
+}
+cmp {
+  p0 = f32[] parameter(0)
+  p1 = f32[] parameter(1)
+  k0 = f32[] call(p0), to_apply=key
+  k1 = f32[] call(p1), to_apply=key
+  ROOT lt = pred[] compare(k0, k1), direction=LT, type=TOTALORDER
+}
+ENTRY e {
+  x = f32[6,50] parameter(0)
+  ROOT s = f32[6,50] sort(x), dimensions={1}, is_stable=true, to_apply=cmp
+}
+"""
+
+
+def test_a_comparator_that_cannot_be_inlined_keeps_the_library_rule():
+    """A `call` has no element generator: the sort is no kernel and runs through the callback,
+    with the interpreter's result."""
+    x = _values("f32", (6, 50), np.random.default_rng(3))
+    want = hlofuse.compile(parse_hlo(CALLING_COMPARATOR), target="interpreter")(x)
+    exe = hlofuse.compile(parse_hlo(CALLING_COMPARATOR), target="cpu")
+    assert [s for s in exe.program.code.native.steps if s.kind == "callback"]
+    assert bits_equal(exe(x)[0], want[0]).all()

@@ -61,14 +61,31 @@ def _flag(inst: HloInstruction, name: str, default: bool) -> bool:
 
 
 def sort_root(comp: HloComputation) -> HloInstruction | None:
-    """The sort `comp` computes from its parameters (a wrapped unfused sort), else None."""
+    """The sort `comp` computes from its parameters (a wrapped unfused sort), else None: also
+    when the comparator cannot be inlined (an op without an element generator, such as a
+    `call`), which keeps the sort on its library rule."""
     root = comp.root
     if root.opcode != "sort" or any(op.opcode != "parameter" for op in root.operands):
         return None
     dims = [int(d) for d in root.attrs.get("dimensions", ())]
-    if len(dims) != 1 or root.operands[0].shape.rank == 0:
+    if len(dims) != 1 or root.operands[0].shape.rank == 0 or not _inlinable(root.attrs["to_apply"]):
         return None
     return root
+
+
+def _inlinable(comp: HloComputation) -> bool:
+    """Every instruction of `comp`, and of the computations it calls, has an element generator."""
+    stack, seen = [comp], set()
+    while stack:
+        c = stack.pop()
+        if c in seen:
+            continue
+        seen.add(c)
+        for inst in c.instructions:
+            if inst.opcode != "parameter" and inst.info.elemental is None:
+                return False
+            stack.extend(inst.called_computations())
+    return True
 
 
 def topk_root(comp: HloComputation) -> HloInstruction | None:
