@@ -159,3 +159,43 @@ ENTRY e {
     rng = np.random.default_rng(4)
     exe = _run(text, [_random(rng, (128, 64), "f32"), _random(rng, (64, 96), "f32")])
     assert len([i for i in exe.fused_module.entry.instructions if i.opcode == "dot"]) == 1
+
+
+@pytest.mark.parametrize("scale", [False, True])
+def test_transpose_then_reshape_merging_heads(scale):
+    """Attention's output `[b,h,d,q] -> [b,q,h,d] -> [b,q,h*d]` (the reshape moves no element in
+    a row-major buffer): one kOutput fusion rooted at the reshape, BLAS writing it in place."""
+    rng = np.random.default_rng(13)
+    b, h, s, d = 2, 4, 96, 32
+    epi = (f"  c = f32[] constant(0.5)\n  cb = f32[{b},{h},{d},{s}] broadcast(c), dimensions={{}}\n"
+           f"  o2 = f32[{b},{h},{d},{s}] multiply(o, cb)\n") if scale else ""
+    text = f"""HloModule heads
+ENTRY e {{
+  v = f32[{b},{s},{h},{d}] parameter(0)
+  p = f32[{b},{h},{s},{s}] parameter(1)
+  o = f32[{b},{h},{d},{s}] dot(v, p), lhs_batch_dims={{0,2}}, lhs_contracting_dims={{1}}, rhs_batch_dims={{0,1}}, rhs_contracting_dims={{3}}
+{epi}  t = f32[{b},{s},{h},{d}] transpose({"o2" if scale else "o"}), dimensions={{0,3,1,2}}
+  ROOT r = f32[{b},{s},{h * d}] reshape(t)
+}}
+"""
+    exe = _run(text, [_random(rng, (b, s, h, d), "f32"), _random(rng, (b, h, s, s), "f32")])
+    fusions = [i for i in exe.fused_module.entry.instructions if i.opcode == "fusion"]
+    assert len(fusions) == 1 and fusions[0].attrs["kind"] == "kOutput"
+    assert fusions[0].fused_computation.root.opcode == "reshape"
+    (step,) = [st for st in exe.program._entry.steps if st.kind == "kernel"]
+    assert step.kernels[-1].custom == "gemm" and not step.kernels[-1].scratch
+
+
+def test_reshape_of_a_dot_is_its_output():
+    rng = np.random.default_rng(14)
+    text = """HloModule r
+ENTRY e {
+  x = f32[96,80] parameter(0)
+  w = f32[80,64] parameter(1)
+  d = f32[96,64] dot(x, w), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  ROOT r = f32[96,8,8] reshape(d)
+}
+"""
+    exe = _run(text, [_random(rng, (96, 80), "f32"), _random(rng, (80, 64), "f32")])
+    (fusion,) = [i for i in exe.fused_module.entry.instructions if i.opcode == "fusion"]
+    assert fusion.attrs["kind"] == "kOutput"

@@ -36,7 +36,7 @@ from ..schedule import is_emittable, wrap_instruction
 from .args import output_leaves
 from .gemm_layout import (
     GEMM_ROUTINE, INT32_MAX, DotDims, Matrix, OutputMap, dot_dims, gemm_dtype, gemm_unit_elements, operand_matrix,
-    output_map, panel_rows, root_transpose,
+    output_chain, output_map, panel_rows,
 )
 
 I8P = ir.IntType(8).as_pointer()
@@ -52,15 +52,14 @@ _NOT_IN_EPILOGUE = frozenset({"reduce", "reduce-window", "dot", "convolution", "
 def _epilogue_reaches(comp: HloComputation, dot: HloInstruction) -> bool:
     """Whether every path from `dot` to the root of `comp` runs through elementwise ops of the
     dot's dimensions (so the epilogue reads the dot only at its own output index), possibly
-    ending in a root transpose (written through the output map), and the rest of the
+    ending in a root transpose and/or reshape (written through the output map), and the rest of the
     computation has element generators and nothing the epilogue would recompute."""
     dims = tuple(dot.shape.dims)
-    root = comp.root
-    if not root.shape.is_array:
+    if not comp.root.shape.is_array:
         return False
-    transposed = root_transpose(comp) is not None and root is not dot
-    value = root.operands[0] if transposed else root
-    if tuple(value.shape.dims) != dims or (transposed and len(root.users) > 0):
+    chain = output_chain(comp)
+    value, members = chain.value, set(chain.members)
+    if tuple(value.shape.dims) != dims:
         return False
     cone = _operand_cone(dot)
     for inst in comp.instructions:
@@ -72,7 +71,7 @@ def _epilogue_reaches(comp: HloComputation, dot: HloInstruction) -> bool:
     while stack:
         inst = stack.pop()
         for user in inst.users:
-            if user in seen or user.parent is not comp or (transposed and user is root and inst is value):
+            if user in seen or user.parent is not comp or user in members:
                 continue
             if not user.info.elementwise or tuple(user.shape.dims) != dims:
                 return False
@@ -218,7 +217,7 @@ def emit_gemm_kernel(skel, kernel) -> None:
     cm = dot_layout_matrix(dot) if kernel.scratch else omap.matrix()
     if cm is None:
         raise ValueError(f"GEMM kernel {kernel.name}: BLAS cannot write {comp.root.name}'s layout and no scratch")
-    direct = comp.root is dot or (root_transpose(comp) is not None and comp.root.operands[0] is dot)
+    direct = output_chain(comp).value is dot
     epilogue = not direct or out_et != et or bool(kernel.scratch)
     c_base = skel.scratch_ptr(0, et) if kernel.scratch else skel.output_ptr(0)
 
@@ -333,9 +332,7 @@ def _emit_epilogue(skel, comp: HloComputation, dot: HloInstruction, c: tuple[ir.
     dot's own layout, or a root transpose's)."""
     b = skel.builder
     c_base, cm = c
-    transposed = root_transpose(comp) is not None and comp.root is not dot
-    value = comp.root.operands[0] if transposed else comp.root
-    epi = _epilogue_comp(comp, dot, et, value)
+    epi = _epilogue_comp(comp, dot, et, output_chain(comp).value)
     dot_number = len(comp.parameters)
     c_addr: list[ir.Value] = []  # the C element of the current (row, column)
 

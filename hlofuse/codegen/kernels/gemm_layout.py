@@ -5,8 +5,9 @@ buffers are row-major. A dot's result, in XLA's order [batch..., lhs free..., rh
 [B][M][N]; each operand is read as strided matrices per batch element (`Matrix`), and the
 result is written through an `OutputMap`: the dot's own row-major layout, or, when the fused
 computation's root is a transpose of the dot's value (attention's `bhqd -> bqhd` after its
-second dot), the transposed layout, so that BLAS (or the epilogue) writes each element where
-the transpose would have put it and no transpose kernel runs afterwards.
+second dot, perhaps under a reshape to `[b, q, h*d]`: a row-major reshape moves no element),
+the transposed layout, so that BLAS (or the epilogue) writes each element where the transpose
+would have put it and no transpose kernel runs afterwards.
 """
 from __future__ import annotations
 
@@ -158,12 +159,31 @@ def gemm_unit_elements(dd: DotDims) -> int:
 
 # ---- where the result goes ----------------------------------------------------------------------
 
-def root_transpose(comp: HloComputation) -> tuple[int, ...] | None:
-    """The permutation of `comp`'s root when it is a transpose (the GEMM writes through it)."""
-    root = comp.root
-    if root.opcode == "transpose" and root.shape.is_array:
-        return tuple(int(d) for d in root.attrs["dimensions"])
-    return None
+@dataclass(frozen=True)
+class OutputChain:
+    """How a GEMM computation's root is reached from the value its epilogue computes at the
+    dot's index: through a root transpose (its permutation `perm`) and/or a root reshape (a
+    row-major reshape keeps every element's linear index: the buffer is the same), `members`
+    the transpose and reshape themselves; `value` is the root when there are none."""
+
+    value: HloInstruction
+    perm: tuple[int, ...] | None
+    members: tuple[HloInstruction, ...]
+
+
+def output_chain(comp: HloComputation) -> OutputChain:
+    """The OutputChain of `comp`'s root (see OutputChain)."""
+    inst, members, perm = comp.root, [], None
+    if inst.opcode == "reshape" and inst.shape.is_array:
+        members.append(inst)
+        inst = inst.operands[0]
+    if inst.opcode == "transpose" and inst.shape.is_array and (not members or len(inst.users) == 1):
+        members.append(inst)
+        perm = tuple(int(d) for d in inst.attrs["dimensions"])
+        inst = inst.operands[0]
+    if members and len(inst.users) != 1:  # the value is read elsewhere too: no chain
+        return OutputChain(comp.root, None, ())
+    return OutputChain(inst, perm, tuple(members))
 
 
 @dataclass(frozen=True)
@@ -199,11 +219,13 @@ def output_map(comp: HloComputation, dot: HloInstruction) -> OutputMap:
     """The OutputMap of GEMM computation `comp` (whose dot is `dot`)."""
     dd = dot_dims(dot)
     dims = tuple(dot.shape.dims)
-    perm = root_transpose(comp)
+    chain = output_chain(comp)
+    perm = chain.perm
     if perm is None:
         strides = row_major_strides(dims)
     else:
-        out_strides = row_major_strides(tuple(comp.root.shape.dims))
+        transpose = next(m for m in chain.members if m.opcode == "transpose")
+        out_strides = row_major_strides(tuple(transpose.shape.dims))
         strides = [0] * len(dims)
         for i, d in enumerate(perm):  # output dimension i is the dot's dimension perm[i]
             strides[d] = out_strides[i]

@@ -15,7 +15,8 @@ Two questions, asked by the producer-consumer rules (producer_consumer.py):
   elementwise op of the dot's dimensions, so the epilogue reads each GEMM result element once,
   at its own index; the root is one array, perhaps a transpose of such a value (attention's
   `bhqd -> bqhd` after its second dot: the GEMM writes each element where the transpose puts
-  it, through BLAS's leading dimension when the layout allows, so no transpose pass runs);
+  it, through BLAS's leading dimension when the layout allows, so no transpose pass runs),
+  perhaps under a reshape (`bqhd -> bq(hd)`: row-major, it moves no element);
   no second dot or reduction is in the fusion.
 - `into_dot_fusion`: may a producer join an existing kOutput dot fusion? Not a reduction (an
   epilogue never recomputes one per element) and not a second dot.
@@ -41,23 +42,30 @@ def is_dot_output_fusion(inst: HloInstruction) -> bool:
     return inst.opcode == "fusion" and inst.attrs.get("kind") == "kOutput"
 
 
-def _root_transpose(comp: HloComputation) -> HloInstruction | None:
-    """The root of `comp` when it is a transpose (an output fusion writes through it)."""
-    return comp.root if comp.root.opcode == "transpose" and comp.root.shape.is_array else None
+def _root_chain(root: HloInstruction) -> list[HloInstruction]:
+    """The root reshape and/or transpose an output fusion writes through (a row-major reshape
+    moves no element; the GEMM writes the transpose's layout), outermost first; [] if none."""
+    chain, inst = [], root
+    if inst.opcode == "reshape" and inst.shape.is_array:
+        chain.append(inst)
+        inst = inst.operands[0]
+    if inst.opcode == "transpose" and inst.shape.is_array and (not chain or len(inst.users) == 1):
+        chain.append(inst)
+    return chain
 
 
 def _elementwise_to_root(comp: HloComputation, start: HloInstruction, dims: tuple[int, ...]) -> str:
     """"" when every user path from `start` to the root of `comp` is elementwise ops of `dims`,
-    the root perhaps a transpose of such a value; otherwise the name of the first instruction
-    that is not."""
+    the root perhaps a transpose and/or reshape of such a value; otherwise the name of the first
+    instruction that is not."""
     stack, seen = [start], set()
-    transpose = _root_transpose(comp)
+    chain = _root_chain(comp.root)
     while stack:
         inst = stack.pop()
         for user in inst.users:
             if user in seen or user.parent is not comp:
                 continue
-            if user is transpose and tuple(inst.shape.dims) == dims:
+            if chain and user is chain[-1] and tuple(inst.shape.dims) == dims and len(inst.users) == 1:
                 continue
             if not user.info.elementwise or tuple(user.shape.dims) != dims:
                 return user.name
@@ -74,17 +82,17 @@ def dot_into_consumer(producer: HloInstruction, consumer: HloInstruction) -> Dec
         return refuse("dot-output-type", f"dot {p} of {producer.shape.dtype.name} has no BLAS type; it runs as a "
                                          f"library call and {c} reads its result from memory")
     dims = tuple(producer.shape.dims)
-    # A transpose at the root is written through by the GEMM (its output layout), so its
-    # result has the dot's dimensions permuted.
-    root = consumer.fused_computation.root if consumer.opcode == "fusion" else consumer
-    if root.opcode == "transpose" and root.shape.is_array:
-        value_dims = tuple(root.operands[0].shape.dims)
+    # A transpose and/or reshape at the root is written through by the GEMM (its output
+    # layout), so the fusion's result has the dot's dimensions permuted or regrouped.
+    chain = _root_chain(consumer.fused_computation.root if consumer.opcode == "fusion" else consumer)
+    if chain:
+        value_dims = tuple(chain[-1].operands[0].shape.dims)
     else:
         value_dims = tuple(consumer.shape.dims) if consumer.shape.is_array else None
     if not consumer.shape.is_array or value_dims != dims:
         return refuse("dot-output-shape", f"{c} does not produce one array of dot {p}'s dimensions (or their "
                                           f"transpose), so it cannot be dot {p}'s epilogue")
-    if consumer.opcode == "transpose":
+    if consumer.opcode in ("transpose", "reshape"):
         return ALLOW
     if consumer.opcode != "fusion":
         if not consumer.info.elementwise:
