@@ -2,7 +2,7 @@
 
 Run (needs the `bench` extra: keras, keras-hub, flax, equinox, dm-haiku, optax):
 
-    python benchmarks/real_models.py [--models a,b] [--rounds 15] [--budget 60] [--json OUT]
+    python benchmarks/real_models.py [--models a,b] [--rounds 15] [--budget 60] [--iree] [--json OUT]
 
 For every model of benchmarks/model_zoo.py: JAX lowers the step to HLO text; hlofuse compiles
 that text, and XLA:CPU compiles the very same text (parsed by XLA's HLO parser, through
@@ -13,6 +13,9 @@ there); the table gives medians, the ratio hlofuse/XLA, the geometric mean, comp
 whether the outputs agree. Both sides run under the same malloc settings: the script re-executes
 itself with GLIBC_TUNABLES set (below) when it is not already set, since glibc reads it at start.
 The machine's load (`uptime`) is printed with the table: these machines are shared.
+With `--iree` (needs the `iree` extra; a printed note when missing) IREE compiles the same
+lowering's StableHLO for llvm-cpu and is timed in the same rounds, after a check of its outputs
+against XLA's: columns IREE ms, IREE/XLA and hlofuse/IREE (benchmarks/iree_reference.py).
 """
 from __future__ import annotations
 
@@ -78,8 +81,8 @@ def _load() -> str:
         return "unknown"
 
 
-def run_model(name: str, rounds: int, budget: float) -> dict:
-    """Build, compile (both), check and time one model; a row of the table."""
+def run_model(name: str, rounds: int, budget: float, iree: bool = False) -> dict:
+    """Build, compile (both, and IREE with `iree`), check and time one model; a row of the table."""
     import jax
     import numpy as np
 
@@ -90,7 +93,8 @@ def run_model(name: str, rounds: int, budget: float) -> dict:
     model = BUILDERS[name]()
     # keep_unused: jax would drop unused parameters from the HLO, and the arguments would no
     # longer line up with the parameters
-    text = jax.jit(model.fn, keep_unused=True).lower(*model.args).as_text(dialect="hlo")
+    lowered = jax.jit(model.fn, keep_unused=True).lower(*model.args)
+    text = lowered.as_text(dialect="hlo")
     module = hlofuse.parse_hlo(text)
     row = {"model": name, "library": model.library, "kind": model.kind,
            "instructions": sum(len(c.instructions) for c in module.computations),
@@ -112,8 +116,14 @@ def run_model(name: str, rounds: int, budget: float) -> dict:
         row["mismatch"] = [r.line() for r in results if not r.ok][:3]
     exe(*args)
     xla(buffers)  # second warm-up call each
+    iree_call = None
+    if iree:  # the same lowering's StableHLO, checked against XLA's outputs (benchmarks/iree_reference.py)
+        from iree_reference import prepare
 
-    t_ours, t_xla = [], []
+        fields, iree_call = prepare(model.fn, args, theirs, stablehlo=lowered.as_text())
+        row.update(fields)
+
+    t_ours, t_xla, t_iree = [], [], []
     deadline = time.perf_counter() + budget
     while len(t_ours) < rounds and (len(t_ours) < 3 or time.perf_counter() < deadline):
         t0 = time.perf_counter()
@@ -123,15 +133,23 @@ def run_model(name: str, rounds: int, budget: float) -> dict:
         t2 = time.perf_counter()
         t_ours.append(t1 - t0)
         t_xla.append(t2 - t1)
+        if iree_call is not None:
+            iree_call()
+            t_iree.append(time.perf_counter() - t2)
     row["rounds"] = len(t_ours)
     row["hlofuse_ms"] = statistics.median(t_ours) * 1e3
     row["xla_ms"] = statistics.median(t_xla) * 1e3
     row["ratio"] = row["hlofuse_ms"] / row["xla_ms"]
+    if t_iree:
+        row["iree_ms"] = statistics.median(t_iree) * 1e3
+        row["iree_ratio"] = row["iree_ms"] / row["xla_ms"]
+        row["hlofuse_over_iree"] = row["hlofuse_ms"] / row["iree_ms"]
     return row
 
 
 def main(argv: list[str] | None = None) -> int:
     """Run the benchmark and print the table."""
+    from iree_reference import add_iree_flag, format_cell, resolve_iree_flag
     from model_zoo import BUILDERS
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -139,7 +157,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rounds", type=int, default=15, help="interleaved timing rounds per model (at least 3)")
     p.add_argument("--budget", type=float, default=60.0, help="seconds of timing per model before stopping early")
     p.add_argument("--json", help="also write the rows to this JSON file")
+    add_iree_flag(p)
     args = p.parse_args(argv)
+    iree = resolve_iree_flag(args.iree)
     names = args.models.split(",") if args.models else list(BUILDERS)
     unknown = [n for n in names if n not in BUILDERS]
     if unknown:
@@ -148,11 +168,12 @@ def main(argv: list[str] | None = None) -> int:
     print(f"load average before: {_load()}", flush=True)
     rows = []
     header = (f"{'model':26s} {'library':14s} {'kind':9s} {'insts':>6s} {'in MB':>7s} {'hlofuse ms':>11s} "
-              f"{'XLA ms':>9s} {'ratio':>7s} {'compile s':>10s} {'XLA cmp s':>9s} match")
+              f"{'XLA ms':>9s} {'ratio':>7s} {'compile s':>10s} {'XLA cmp s':>9s} match"
+              + (f" {'IREE ms':>9s} {'IREE/XLA':>8s} {'hf/IREE':>8s}" if iree else ""))
     print(header, flush=True)
     for name in names:
         try:
-            row = run_model(name, args.rounds, args.budget)
+            row = run_model(name, args.rounds, args.budget, iree)
         except ImportError as e:
             print(f"{name:26s} skipped: {e}", flush=True)
             continue
@@ -163,14 +184,24 @@ def main(argv: list[str] | None = None) -> int:
         rows.append(row)
         print(f"{row['model']:26s} {row['library']:14s} {row['kind']:9s} {row['instructions']:6d} "
               f"{row['input_mb']:7.1f} {row['hlofuse_ms']:11.2f} {row['xla_ms']:9.2f} {row['ratio']:7.2f} "
-              f"{row['hlofuse_compile_s']:10.2f} {row['xla_compile_s']:9.2f} {'yes' if row['match'] else 'NO'}",
-              flush=True)
+              f"{row['hlofuse_compile_s']:10.2f} {row['xla_compile_s']:9.2f} {'yes' if row['match'] else 'NO ':5s}"
+              + (f" {format_cell(row, 'iree_ms', 9)} {format_cell(row, 'iree_ratio')} "
+                 f"{format_cell(row, 'hlofuse_over_iree')}" if iree else ""), flush=True)
         for line in row.get("mismatch", []):
             print(f"    differs from XLA: {line}", flush=True)
+        for line in row.get("iree_mismatch", []):
+            print(f"    IREE differs from XLA: {line}", flush=True)
+        if "iree_error" in row:
+            print(f"    IREE failed: {row['iree_error']}", flush=True)
     ratios = [r["ratio"] for r in rows if "ratio" in r]
     if ratios:
         geo = math.exp(sum(math.log(r) for r in ratios) / len(ratios))
         print(f"geometric mean of hlofuse/XLA time over {len(ratios)} models: {geo:.2f}x")
+    for key, what in (("iree_ratio", "IREE/XLA"), ("hlofuse_over_iree", "hlofuse/IREE")):
+        vals = [r[key] for r in rows if key in r]
+        if vals:
+            print(f"geometric mean of {what} time over {len(vals)} models: "
+                  f"{math.exp(sum(math.log(v) for v in vals) / len(vals)):.2f}x")
     print(f"load average after: {_load()}")
     if args.json:
         with open(args.json, "w") as f:

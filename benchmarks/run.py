@@ -1,7 +1,7 @@
 """The kernel benchmark suite: hlofuse beside XLA:CPU on the same HLO, with per-kernel figures.
 
 Run:  python benchmarks/run.py [--size large|small] [--rounds 10] [--budget 8] [--workloads a,b]
-                               [--profile 4] [--numpy] [--json OUT]
+                               [--profile 4] [--numpy] [--iree] [--json OUT]
 
 Every workload of benchmarks/workloads.py is lowered by JAX to HLO text once; hlofuse compiles
 that text and XLA:CPU compiles the very same text (XLA's own parser, through jaxlib; see
@@ -21,6 +21,9 @@ Per-kernel figures (benchmarks/kernel_figures.py), measured in the same run:
   XLA:CPU's on the same HLO, the vectorised reference;
 - `CpuProgram.profile` of the `--profile` slowest workloads (by time against XLA): per kernel,
   its bytes, time, GB/s and share.
+With `--iree` (the `iree` extra; a printed note when missing), IREE compiles the same lowering's
+StableHLO for llvm-cpu, its outputs are checked against XLA's, and it joins the interleaved
+rounds: columns IREE ms, IREE/XLA and hlofuse/IREE (benchmarks/iree_reference.py).
 The load (`uptime`) is printed before and after: these machines are shared, so read ratios (the
 two sides share the load, round by round) rather than absolute times.
 """
@@ -76,15 +79,18 @@ def interleaved(fns: list, rounds: int, budget: float) -> list[list[float]]:
     return times
 
 
-def run_workload(name: str, w, size: str, rounds: int, budget: float, cache_dir: str, numpy_too: bool) -> tuple[dict, object, list]:
-    """Compile, check and time one workload; its row, the hlofuse executable and its arguments."""
+def run_workload(name: str, w, size: str, rounds: int, budget: float, cache_dir: str, numpy_too: bool,
+                 iree: bool = False) -> tuple[dict, object, list]:
+    """Compile, check and time one workload (beside IREE too with `iree`); its row, the hlofuse
+    executable and its arguments."""
     import jax
 
     import hlofuse
     from hlofuse.runtime.compare import compare_outputs
 
     args = [np.asarray(a, order="C") for a in w.inputs(size)]  # not ascontiguousarray: it makes 0-d 1-d
-    text = jax.jit(w.fn, keep_unused=True).lower(*args).as_text(dialect="hlo")
+    lowered = jax.jit(w.fn, keep_unused=True).lower(*args)
+    text = lowered.as_text(dialect="hlo")
     module = hlofuse.parse_hlo(text)
     t0 = time.perf_counter()
     exe = hlofuse.compile(module, target="cpu", cache_dir=cache_dir)
@@ -98,11 +104,20 @@ def run_workload(name: str, w, size: str, rounds: int, budget: float, cache_dir:
     ours = list(exe(*args))
     interp = hlofuse.compile(module, target="interpreter", fusion=False)
     ok = all(r.ok for r in compare_outputs(ours, list(interp(*args))))
-    agrees_xla = all(r.ok for r in compare_outputs(ours, [np.asarray(o) for o in xla(buffers)]))
+    theirs = [np.asarray(o) for o in xla(buffers)]
+    agrees_xla = all(r.ok for r in compare_outputs(ours, theirs))
     for _ in range(2):  # warm-up: any first-call work of either side happens here, untimed
         exe(*args)
         xla(buffers)
-    t_ours, t_xla = interleaved([lambda: exe(*args), lambda: xla(buffers)], rounds, budget)
+    calls = [lambda: exe(*args), lambda: xla(buffers)]
+    iree_fields: dict = {}
+    if iree:  # the same lowering's StableHLO, checked against XLA's outputs and warmed up there
+        from iree_reference import prepare
+
+        iree_fields, iree_call = prepare(w.fn, args, theirs, stablehlo=lowered.as_text())
+        if iree_call is not None:
+            calls.append(iree_call)
+    t_ours, t_xla, *t_iree = interleaved(calls, rounds, budget)
     moved = nbytes_of(args) + nbytes_of(ours)
     elements = max((o.size for o in ours), default=0)
     row = {"workload": name, "kind": w.kind, "in_bytes": nbytes_of(args), "out_bytes": nbytes_of(ours),
@@ -114,6 +129,11 @@ def run_workload(name: str, w, size: str, rounds: int, budget: float, cache_dir:
     row["xla_GBps"] = moved / row["xla_s"] / 1e9
     row["hlofuse_Gelem_s"] = elements / row["hlofuse_s"] / 1e9
     row["xla_Gelem_s"] = elements / row["xla_s"] / 1e9
+    row.update(iree_fields)
+    if t_iree:
+        row["iree_s"] = statistics.median(t_iree[0])
+        row["iree_ratio"] = row["iree_s"] / row["xla_s"]
+        row["hlofuse_over_iree"] = row["hlofuse_s"] / row["iree_s"]
     if numpy_too:
         row["numpy_s"] = median_seconds(lambda: interp(*args), 3, warmup=1)
     return row, exe, args
@@ -125,11 +145,25 @@ def format_stream(stream: dict[str, float]) -> str:
     return f"streaming bandwidth, GB/s (best of 15 calls, 64 MB arrays): {parts}"
 
 
+def iree_cells(r: dict) -> str:
+    """The IREE columns of a row: time, IREE/XLA, hlofuse/IREE, or why there are none (a failed
+    compile, or outputs that differ from XLA's, marked after the figures)."""
+    if "iree_error" in r:
+        return f" {'failed':>8s} | {'-':>8s} | {'-':>6s} |"
+    if "iree_s" not in r:
+        return f" {'-':>8s} | {'-':>8s} | {'-':>6s} |"
+    mark = "" if r.get("iree_match", True) else " (IREE differs from XLA)"
+    return f" {r['iree_s'] * 1e3:8.3f} | {r['iree_ratio']:8.2f} | {r['hlofuse_over_iree']:6.2f} |{mark}"
+
+
 def format_table(rows: list[dict], ref_bw: float) -> str:
     """The workload table (markdown), the geometric means and the per-kind summary."""
     head = (f"| {'workload':23s} | {'kind':6s} | {'in MB':>6s} | {'out MB':>6s} | {'hlofuse ms':>10s} | "
             f"{'XLA ms':>8s} | {'t/XLA':>6s} | {'GB/s':>6s} | {'XLA GB/s':>8s} | {'%bw2':>5s} | "
             f"{'Gel/s':>6s} | {'XLA Gel/s':>9s} | {'compile s':>9s} | {'ok':3s} |")
+    with_iree = any("iree_s" in r or "iree_error" in r for r in rows)
+    if with_iree:  # the --iree columns (benchmarks/iree_reference.py)
+        head += f" {'IREE ms':>8s} | {'IREE/XLA':>8s} | {'t/IREE':>6s} |"
     lines = [head, "|" + "|".join("-" * len(c) for c in head.split("|")[1:-1]) + "|"]
     for r in rows:
         if "error" in r:
@@ -144,7 +178,8 @@ def format_table(rows: list[dict], ref_bw: float) -> str:
             + (f"{100 * r['hlofuse_GBps'] * 1e9 / ref_bw:5.0f}" if mem else f"{'-':>5s}") + " | "
             + (f"{r['hlofuse_Gelem_s']:6.2f} | {r['xla_Gelem_s']:9.2f}" if trans else f"{'-':>6s} | {'-':>9s}")
             + f" | {r['compile_s']:9.2f} | {'yes' if r['matches_interpreter'] else 'NO'}"
-            + ("" if r["agrees_with_xla"] else " (differs from XLA)") + " |")
+            + ("" if r["agrees_with_xla"] else " (differs from XLA)") + " |"
+            + (iree_cells(r) if with_iree else ""))
     ok_rows = [r for r in rows if "ratio" in r]
     lines.append("")
     lines.append(f"geometric mean hlofuse/XLA:CPU time over {len(ok_rows)} workloads: "
@@ -154,6 +189,10 @@ def format_table(rows: list[dict], ref_bw: float) -> str:
         sel = [r for r in ok_rows if r["kind"] == kind]
         if sel:
             lines.append(f"  {kind:14s} {len(sel):2d} workloads, geometric mean {geomean([r['ratio'] for r in sel]):.2f}x")
+    for key, what in (("iree_ratio", "IREE/XLA:CPU"), ("hlofuse_over_iree", "hlofuse/IREE")):
+        sel = [r for r in ok_rows if key in r]
+        if sel:
+            lines.append(f"geometric mean {what} time over {len(sel)} workloads: {geomean([r[key] for r in sel]):.2f}x")
     if any("numpy_s" in r for r in ok_rows):
         lines.append("interpreter (numpy op by op) ms: "
                      + ", ".join(f"{r['workload']} {r['numpy_s'] * 1e3:.1f}" for r in ok_rows if "numpy_s" in r))
@@ -162,6 +201,7 @@ def format_table(rows: list[dict], ref_bw: float) -> str:
 
 def main(argv=None) -> int:
     """Run the suite and print the report."""
+    from iree_reference import add_iree_flag, resolve_iree_flag
     from workloads import WORKLOADS
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -172,7 +212,9 @@ def main(argv=None) -> int:
     parser.add_argument("--profile", type=int, default=4, help="per-kernel profiles of the N slowest workloads against XLA")
     parser.add_argument("--numpy", action="store_true", help="also time the interpreter (numpy op by op; slow)")
     parser.add_argument("--json", help="also write the results as JSON to this file")
+    add_iree_flag(parser)
     args = parser.parse_args(argv)
+    iree = resolve_iree_flag(args.iree)
     names = args.workloads.split(",") if args.workloads else list(WORKLOADS)
     unknown = [n for n in names if n not in WORKLOADS]
     if unknown:
@@ -188,7 +230,7 @@ def main(argv=None) -> int:
         for name in names:
             try:
                 row, exe, wargs = run_workload(name, WORKLOADS[name], args.size, args.rounds, args.budget,
-                                               cache_dir, args.numpy)
+                                               cache_dir, args.numpy, iree)
             except Exception as e:  # noqa: BLE001 - a failing workload is a row of the table, not the end of the run
                 rows.append({"workload": name, "kind": WORKLOADS[name].kind, "error": f"{type(e).__name__}: {e}"})
                 print(f"{name}: FAILED {type(e).__name__}: {str(e)[:200]}", flush=True)
@@ -196,7 +238,11 @@ def main(argv=None) -> int:
             rows.append(row)
             programs[name] = (exe, wargs)
             print(f"{name}: {row['hlofuse_s'] * 1e3:.2f} ms, XLA {row['xla_s'] * 1e3:.2f} ms, "
-                  f"ratio {row['ratio']:.2f} ({row['rounds']} rounds)", flush=True)
+                  f"ratio {row['ratio']:.2f} ({row['rounds']} rounds)"
+                  + (f", IREE {row['iree_s'] * 1e3:.2f} ms" if "iree_s" in row else "")
+                  + (f", IREE failed: {row['iree_error']}" if "iree_error" in row else ""), flush=True)
+            for line in row.get("iree_mismatch", []):
+                print(f"    IREE differs from XLA: {line}", flush=True)
         print()
         print(format_table(rows, ref_bw))
         slowest = sorted((r for r in rows if "ratio" in r), key=lambda r: -r["ratio"])[:max(args.profile, 0)]

@@ -12,7 +12,8 @@ Shared by benchmarks/run.py and benchmarks/fusion_stats.py.
 The workload list of issue 14 (scaled add, GELU-tanh, a chain of transcendentals, row and column
 sums, sum with sum of squares, softmax, layer norm, batch-norm training, LSTM cell, causal
 masked attention, IoU matrix, box decode, image normalisation with channel-slice scatters, an
-expensive producer with several consumers) and issue 12's scan RNN are all here.
+expensive producer with several consumers) and issue 12's scan RNN are all here, with
+issue 13's depthwise convolution (MobileNetV2's 3x3, bias and ReLU6).
 """
 from __future__ import annotations
 
@@ -231,6 +232,17 @@ def scan_rnn(xs, w, b, h0, c0):
     return hs, h, c
 
 
+def depthwise_conv(x, w, b):
+    """A MobileNetV2 depthwise 3x3 convolution (one filter per channel, stride 1, SAME padding),
+    NHWC with an HWIO kernel [3, 3, 1, C], and its bias and ReLU6."""
+    import jax
+    import jax.numpy as jnp
+
+    y = jax.lax.conv_general_dilated(x, w, (1, 1), "SAME", dimension_numbers=("NHWC", "HWIO", "NHWC"),
+                                     feature_group_count=x.shape[-1])
+    return jnp.clip(y + b, 0.0, 6.0)
+
+
 # ---- the inputs ---------------------------------------------------------------------------------
 
 def _lstm_inputs(size: str) -> list:
@@ -357,6 +369,14 @@ def _scan_rnn_inputs(size: str) -> list:
     return [f(t, n, d), f(2 * d, 4 * d), f(4 * d), f(n, d), f(n, d)]
 
 
+def _depthwise_inputs(size: str) -> list:
+    # MobileNetV2's 112x112 stage with 96 expanded channels, batch 8: 38.5 MB in, as many out
+    n, h, c = _pick(size, (2, 6, 8), (8, 112, 96))
+    r = _rng(21)
+    return [r.standard_normal((n, h, h, c)).astype(np.float32),
+            (r.standard_normal((3, 3, 1, c)) * 0.3).astype(np.float32), r.standard_normal(c).astype(np.float32)]
+
+
 WORKLOADS: dict[str, Workload] = {
     "scaled_add": Workload(scaled_add, _scaled_add_inputs, "y + 2.5 x"),
     "gelu_tanh": Workload(gelu_tanh, lambda s: _normal(16, _wide(s)), "GELU, tanh approximation", "transcendental"),
@@ -382,5 +402,7 @@ WORKLOADS: dict[str, Workload] = {
                                         "image normalisation, two channel-slice scatters"),
     "shared_producer": Workload(shared_producer, _shared_producer_inputs,
                                 "expensive producer, three consumers", "transcendental"),
+    "depthwise_conv": Workload(depthwise_conv, _depthwise_inputs, "depthwise 3x3 conv + bias + ReLU6 (MobileNetV2)",
+                               "compute"),
     "scan_rnn": Workload(scan_rnn, _scan_rnn_inputs, "haiku-style LSTM over 768 steps by lax.scan", "loop"),
 }
