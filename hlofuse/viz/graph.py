@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from typing import Iterable
 
 from ..hlo.ir import HloComputation, HloInstruction, HloModule, OriginIndex
 from ..hlo.parse_attributes import encode_attribute
@@ -113,13 +114,32 @@ def _entry_key(e: LogEntry) -> tuple:
     return (e.pass_name, e.action, e.producer, e.consumer, e.rule, e.reason, e.fusion)
 
 
-def decisions_about(log: FusionLog | None, names: set[str]) -> list[dict]:
+def _names_of(e: LogEntry) -> set[str]:
+    """The instruction names a log entry is about: producer, consumers, resulting fusion."""
+    return {e.producer, *(c.strip() for c in e.consumer.split(","))} | ({e.fusion} if e.fusion else set())
+
+
+def decision_index(log: FusionLog | None) -> dict[str, list[int]]:
+    """Name -> the positions (ascending) of the log entries about it (`decisions_about`'s
+    `index`: one pass over the log for a whole graph instead of one per node)."""
+    index: dict[str, list[int]] = {}
+    for k, e in enumerate(log or []):
+        for name in _names_of(e):
+            index.setdefault(name, []).append(k)
+    return index
+
+
+def decisions_about(log: FusionLog | None, names: set[str],
+                    index: dict[str, list[int]] | None = None) -> list[dict]:
     """Distinct log entries whose producer, consumer or resulting fusion is in `names`, in
-    order, each with how many times the pass took it (`count`)."""
+    order, each with how many times the pass took it (`count`). With `index`
+    (`decision_index(log)`) only the entries about `names` are looked at."""
     out: dict[tuple, dict] = {}
-    for e in (log or []):
-        consumers = {c.strip() for c in e.consumer.split(",")}
-        if e.producer in names or consumers & names or (e.fusion and e.fusion in names):
+    entries: Iterable[LogEntry] = log or []
+    if index is not None and log is not None:
+        entries = [log.entries[k] for k in sorted({k for n in names for k in index.get(n, ())})]
+    for e in entries:
+        if names & _names_of(e):
             key = _entry_key(e)
             if key in out:
                 out[key]["count"] += 1
@@ -169,6 +189,7 @@ class _Builder:
         # parameter, a folded constant ...)
         self.origins = OriginIndex(before.all_instructions())
         self.log = log
+        self.index = decision_index(log)  # for every node's decisions (decisions_about)
 
     def node(self, inst: HloInstruction, graph: VizGraph, cluster: str | None) -> VizNode:
         source = self.origins.source(inst)
@@ -178,7 +199,7 @@ class _Builder:
             id=node_id(inst.name), name=inst.name, opcode=inst.opcode, shape=_short_shape(inst),
             computation=inst.parent.name if inst.parent else "", cluster=cluster, origin=origin,
             bytes=inst.shape.byte_size(), hlo=instruction_to_text(inst), attrs=_attrs_text(inst),
-            decisions=decisions_about(self.log, names) if inst.opcode != "parameter" or cluster is None else [],
+            decisions=decisions_about(self.log, names, self.index) if inst.opcode != "parameter" or cluster is None else [],
             is_root=inst.is_root(),
         )
         graph.nodes[node.id] = node
@@ -191,7 +212,7 @@ class _Builder:
         graph.clusters[inst.name] = VizCluster(
             id=cluster_id(inst.name), name=inst.name, kind=str(inst.attrs.get("kind", "")), computation=fc.name,
             multi_output=fc.root.opcode == "tuple", members=ids, bytes_read=r, bytes_written=w,
-            hlo=instruction_to_text(inst), decisions=decisions_about(self.log, {inst.name}))
+            hlo=instruction_to_text(inst), decisions=decisions_about(self.log, {inst.name}, self.index))
         for m in fc.instructions:
             for op in m.operands:
                 graph.edges.append(VizEdge(node_id(op.name), node_id(m.name), op.shape.byte_size(), "fused"))
