@@ -60,6 +60,23 @@ def _median(fn, repeat: int) -> float:
     return statistics.median(times)
 
 
+def blas_core() -> str:
+    """The kernel set scipy's OpenBLAS runs (DYNAMIC_ARCH picks it at load; OPENBLAS_CORETYPE
+    overrides it: Haswell is AVX2, SkylakeX AVX-512, about twice the flops per cycle)."""
+    import ctypes
+    import glob
+
+    import scipy
+
+    libdir = os.path.join(os.path.dirname(os.path.dirname(scipy.__file__)), "scipy.libs")
+    for path in glob.glob(os.path.join(libdir, "*openblas*.so*")):
+        fn = getattr(ctypes.CDLL(path), "scipy_openblas_get_corename", None)
+        if fn is not None:
+            fn.restype = ctypes.c_char_p
+            return fn().decode()
+    return "unknown"
+
+
 def sgemm_peak(n: int, threads: int, repeat: int) -> float:
     """GFLOP/s of scipy's sgemm on n x n x n with `threads` threads."""
     from scipy.linalg import blas
@@ -147,8 +164,9 @@ def main() -> None:
     cores = len(os.sched_getaffinity(0))
     n = 1024 if opts.quick else 2048
     peaks = {th: sgemm_peak(n, th, 3) for th in sorted({1, cores})}
+    core = f"{blas_core()} kernels, OPENBLAS_CORETYPE={os.environ.get('OPENBLAS_CORETYPE', 'unset')}"
     for th, p in peaks.items():
-        print(f"sgemm peak ({n}^3, scipy OpenBLAS, {th} thread{'s' if th > 1 else ''}): {p:.1f} GFLOP/s")
+        print(f"sgemm peak ({n}^3, scipy OpenBLAS, {core}, {th} thread{'s' if th > 1 else ''}): {p:.1f} GFLOP/s")
     print(f"{'case':32} {'hlofuse ms':>11} {'1 thread':>9} {'XLA ms':>9} {'ratio':>6} {'GFLOP/s':>8} {'% peak':>7}")
     for name, fn, args, flops in cases(opts.quick):
         text = jax.jit(fn).lower(*args).as_text(dialect="hlo")
