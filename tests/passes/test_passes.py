@@ -247,7 +247,8 @@ def test_pass_specs_carry_options_in_braces():
     assert (simplifier.max_fold_elements, simplifier.fold_constants) == (8, False)
     assert cse == CommonSubexpressionElimination() and fusion.params.name == "cpu"
     # a named pipeline stands where a pass can
-    assert [p.name for p in parse_pass_list("fusion-pipeline{target=cpu},dce")] == ["call-inliner", "fusion", "dce"]
+    assert [p.name for p in parse_pass_list("fusion-pipeline{target=cpu},dce")] == [
+        "call-inliner", "fusion", "sibling-fusion", "dce"]
     with pytest.raises(UnknownPassError, match="has no option max_fold_elments"):
         parse_pass_list("simplifier{max_fold_elments=8}")
     with pytest.raises(UnknownPassError, match="no pass of 'cse,dce' takes option max_fold_elements"):
@@ -327,9 +328,11 @@ def test_pipeline_verify_names_the_pass_that_broke_the_module():
 
 def test_standard_pipeline_order():
     without = standard_pipeline(fusion=False)
-    assert [p.name for p in without.passes] == ["batchnorm-expander", "simplifier", "cse", "dce", "dce"]
+    assert [p.name for p in without.passes] == ["batchnorm-expander", "scatter-simplifier", "simplifier", "cse",
+                                                "dce", "dce"]
     with_fusion = [p.name for p in standard_pipeline(target="gpu").passes]
-    assert with_fusion[:4] == ["batchnorm-expander", "simplifier", "cse", "dce"] and with_fusion[-1] == "dce"
+    assert with_fusion[:5] == ["batchnorm-expander", "scatter-simplifier", "simplifier", "cse", "dce"]
+    assert with_fusion[-1] == "dce" and "priority-fusion" in with_fusion  # priority fusion: the GPU default
 
 
 # ---- DCE ----------------------------------------------------------------------------------------
