@@ -151,6 +151,18 @@ def check_against(iree_results: list[np.ndarray], reference: list[np.ndarray]) -
     return all(r.ok for r in results), [r.line() for r in results if not r.ok][:3]
 
 
+def error_summary(e: BaseException, limit: int = 200) -> str:
+    """One line for a failed IREE compile or run: the compiler's first `error:` diagnostic when
+    there is one (iree-compile's message starts with a generic "Error invoking ..." line and
+    names the unsupported operation further down), else the message's first line."""
+    lines = [line.strip() for line in str(e).splitlines() if line.strip()]
+    diagnostic = next((line for line in lines if "error:" in line), None)
+    if diagnostic is not None:
+        diagnostic = diagnostic[diagnostic.index("error:") + len("error:"):].strip()
+    text = diagnostic or (lines[0] if lines else "")
+    return f"{type(e).__name__}: {text[:limit]}"
+
+
 def prepare(fn: Callable, args: Sequence[np.ndarray], reference: list[np.ndarray],
             stablehlo: str | None = None) -> tuple[dict, Callable[[], object] | None]:
     """Compile `fn` (or the given StableHLO) with IREE, place `args`, check its outputs against
@@ -161,7 +173,7 @@ def prepare(fn: Callable, args: Sequence[np.ndarray], reference: list[np.ndarray
         buffers = exe.place(args)
         got = IreeExecutable.to_numpy(exe(buffers))
     except Exception as e:  # noqa: BLE001 - an IREE failure is a cell of the table, not the end of the run
-        return {"iree_error": f"{type(e).__name__}: {str(e).strip().splitlines()[0][:200] if str(e).strip() else ''}"}, None
+        return {"iree_error": error_summary(e)}, None
     fields: dict = {"iree_compile_s": exe.compile_seconds}
     fields["iree_match"], mismatch = check_against(got, reference)
     if mismatch:
