@@ -13,7 +13,8 @@ the mode for exactly the kernel's duration, and Python and numpy around it keep 
 semantics. The function also carries `"denormal-fp-math"="preserve-sign,preserve-sign"`, which
 tells LLVM the mode is on, so its constant folding flushes the same way the hardware does.
 (`benchmarks/kernel_limits.py --cases mxcsr` measures the cost per call: ~20 ns; docs/denormals.md
-has the semantics.)
+has the semantics.) On AVX-512 hosts the function also carries `"prefer-vector-width"="512"`
+(the target's `vector_width`): LLVM's default there is mostly 256 bits, measured slower.
 """
 from __future__ import annotations
 
@@ -75,6 +76,9 @@ class CpuKernelSkeleton:
         fnty = ir.FunctionType(ir.VoidType(), [I8P] * (self.n_inputs + n_outputs + n_scratch) + [I64, I64])
         self.function = ir.Function(module, fnty, name)
         self.function.attributes.add("nounwind")
+        width = getattr(target, "vector_width", None)
+        if width:  # 512 on AVX-512 hosts (emitters/cpu/target.py preferred_vector_width)
+            add_string_attribute(self.function, "prefer-vector-width", str(width))
         for i in range(self.n_inputs + n_outputs + n_scratch):
             arg = self.function.args[i]
             arg.add_attribute("noalias")
