@@ -1,5 +1,6 @@
 """Single kernels of issue 14 beside XLA:CPU: masked and plain row max, causal softmax, GELU-tanh,
-a chain of transcendentals, and the cost of setting MXCSR per kernel call.
+a chain of transcendentals, the cost of setting MXCSR per kernel call, and (`--cases
+vector_width`) each kernel kind compiled for 256- and 512-bit vectors.
 
 Run:  python benchmarks/kernel_limits.py [--cases a,b] [--rounds 15]
 
@@ -143,17 +144,85 @@ def _timed(loop, cell, calls: int) -> float:
     return time.perf_counter() - t0
 
 
+_SUM = "red { a = f32[] parameter(0)\n b = f32[] parameter(1)\n ROOT r = f32[] add(a, b) }\n"
+_MAX = "red { a = f32[] parameter(0)\n b = f32[] parameter(1)\n ROOT r = f32[] maximum(a, b) }\n"
+
+
+def _width_cases() -> dict:
+    """name -> (HLO text, input shape, calls per round): one kernel of each kind, in cache
+    (calls repeated) and 32 MB."""
+    cases = {}
+    for n, reps, tag in [(1 << 16, 200, "f32[65536] x200"), (1 << 23, 1, "f32[8M]")]:
+        head = f"HloModule m\nENTRY e {{\n p = f32[{n}] parameter(0)\n"
+        cases[f"loop a*x+x {tag}"] = (head + f" k = f32[] constant(1.5)\n b = f32[{n}] broadcast(k), dimensions={{}}\n"
+                                     f" m = f32[{n}] multiply(p, b)\n ROOT r = f32[{n}] add(m, p)\n}}\n", [n], reps)
+        cases[f"loop tanh {tag}"] = (head + f" ROOT r = f32[{n}] tanh(p)\n}}\n", [n], reps)
+    for (r, c), reps, tag in [((64, 1024), 200, "[64,1024] x200"), ((2048, 4096), 1, "[2048,4096]")]:
+        for name, red, init in [("sum", _SUM, "0"), ("max", _MAX, "-inf")]:
+            for kind, dim, out in [("row", 1, r), ("column", 0, c)]:
+                cases[f"{kind} {name} {tag}"] = (
+                    f"HloModule m\n{red}ENTRY e {{\n p = f32[{r},{c}] parameter(0)\n c = f32[] constant({init})\n"
+                    f" ROOT o = f32[{out}] reduce(p, c), dimensions={{{dim}}}, to_apply=red\n}}\n", [r, c], reps)
+    return cases
+
+
+def vector_width_table(rounds: int) -> None:
+    """Print, per kernel kind, the CPU time (one thread, medians of `rounds` interleaved rounds)
+    with "prefer-vector-width" 256 and 512: CPU time, not wall time, because these hosts are shared."""
+    import numpy as np
+
+    import hlofuse
+    import hlofuse.codegen.cpu as cpu_codegen
+    from hlofuse.codegen.kernels import cpu_skeleton
+    from hlofuse.emitters.cpu.target import add_string_attribute
+    from hlofuse.runtime.cpu_executor import CpuProgram
+
+    os.environ["HLOFUSE_CPU_THREADS"] = "1"
+    rng = np.random.default_rng(0)
+    print(f"{'kernel (one thread, CPU ms)':32s} {'256':>8s} {'512':>8s} {'512/256':>8s}", flush=True)
+    for name, (text, shape, reps) in _width_cases().items():
+        x = rng.standard_normal(shape).astype(np.float32)
+        progs = {}
+        for width in (256, 512):
+            class Skeleton(cpu_skeleton.CpuKernelSkeleton):
+                def __init__(self, *a, width=width, **k):
+                    super().__init__(*a, **k)  # then the host's width replaced by `width`
+                    attrs = self.function.attributes
+                    for entry in [e for e in attrs if str(e).startswith('"prefer-vector-width"')]:
+                        set.discard(attrs, entry)
+                    add_string_attribute(self.function, "prefer-vector-width", str(width))
+            saved = cpu_skeleton.CpuKernelSkeleton
+            cpu_codegen.CpuKernelSkeleton = Skeleton
+            try:
+                fused = hlofuse.compile(hlofuse.parse_hlo(text), target="cpu").fused_module
+                progs[width] = CpuProgram.compile(fused, cache=False)
+            finally:
+                cpu_codegen.CpuKernelSkeleton = saved
+        times = {w: [] for w in progs}
+        for _ in range(rounds):
+            for w, p in progs.items():
+                t0 = time.process_time()
+                for _ in range(reps):
+                    p.run([x])
+                times[w].append(time.process_time() - t0)
+        med = {w: statistics.median(t) * 1e3 for w, t in times.items()}
+        print(f"{name:32s} {med[256]:8.2f} {med[512]:8.2f} {med[512] / med[256]:8.2f}", flush=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the cases and print the table."""
     cases = _cases()
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--cases", help=f"comma-separated subset of: {', '.join(cases)}, mxcsr")
+    p.add_argument("--cases", help=f"comma-separated subset of: {', '.join(cases)}, mxcsr, vector_width")
     p.add_argument("--rounds", type=int, default=15)
     a = p.parse_args(argv)
-    names = a.cases.split(",") if a.cases else list(cases) + ["mxcsr"]
+    names = a.cases.split(",") if a.cases else list(cases) + ["mxcsr", "vector_width"]
     print(f"load average before: {_load()}  (GLIBC_TUNABLES={MALLOC_TUNABLES})", flush=True)
     print(f"{'case':28s} {'in MB':>7s} {'hlofuse ms':>11s} {'XLA ms':>9s} {'ratio':>7s} match", flush=True)
     for name in names:
+        if name == "vector_width":
+            vector_width_table(a.rounds)
+            continue
         if name == "mxcsr":
             plain, flushing = mxcsr_cost_ns()
             print(f"MXCSR save/set/restore per kernel call: {flushing - plain:.1f} ns "
