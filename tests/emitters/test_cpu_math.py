@@ -79,7 +79,7 @@ UNARY = [
     ("log-plus-one", np.log1p, None, 3),
     ("tanh", np.tanh, None, 5),  # a rational as XLA's; XLA:CPU's own reaches 5 (test below)
     ("logistic", lambda x: 1 / (1 + np.exp(-x)), None, 3),
-    ("erf", _erf, None, 1),
+    ("erf", _erf, None, 1),  # f64 rational: 1 ULP at near-ties (XLA:CPU: 5)
     ("sine", np.sin, None, 1),  # the whole range: Payne-Hanek beyond 2**26
     ("cosine", np.cos, None, 1),  # the whole range: Payne-Hanek beyond 2**26
     ("tan", np.tan, None, 1),  # the whole range: Payne-Hanek beyond 2**26
