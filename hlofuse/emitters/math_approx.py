@@ -18,7 +18,6 @@ from __future__ import annotations
 import functools
 import math
 
-import numpy as np
 from llvmlite import ir
 
 F32 = ir.FloatType()
