@@ -19,7 +19,8 @@ import difflib
 from dataclasses import dataclass, field
 
 from .hlo.errors import HloError
-from .hlo.ir import HloComputation, HloInstruction, HloModule, OriginIndex
+from .hlo.ir import HloComputation, HloInstruction, HloModule
+from .hlo.origin import OriginIndex
 from .passes.fusion.cost_model import kernel_computations, launches_kernel
 from .passes.fusion.decisions import FusionLog
 from .passes.fusion.placement import FusionHistory, LoggedFusion, Placement

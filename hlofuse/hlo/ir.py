@@ -30,7 +30,7 @@ one built or parsed directly; `original` is `origin or self`.
 - `HloModule.clone()` gives each copied instruction the source instruction itself: the module
   the compiler optimizes is a clone of the user's, so its instructions, and every clone made of
   them by the passes, point at the user's instructions, whatever the user's module was made from.
-`OriginIndex(before_instructions).source(inst)` follows these links from an instruction of a
+`origin.OriginIndex(before_instructions).source(inst)` follows these links from an instruction of a
 module derived from `before` (by clones and passes) back to the instruction of `before` it came
 from. The fusion report, `hlofuse explain` and the graph viewer use it, never names.
 """
@@ -574,37 +574,3 @@ class HloModule:
 
     def __repr__(self) -> str:
         return f"<HloModule {self.name}: {len(self.computations)} computations>"
-
-
-class OriginIndex:
-    """Maps instructions of a module derived from another (`before`) back to `before`'s.
-
-    Derived means: `HloModule.clone` and passes, in either direction: the passes ran on a clone
-    of `before` (the compiler), or on `before`'s source while `before` is a clone kept aside.
-    `source(inst)` follows `inst`'s origin links until it meets an instruction of `before` (or
-    one that an instruction of `before` was copied from, however many module clones back);
-    None when a pass made `inst`."""
-
-    def __init__(self, before: Iterable[HloInstruction]) -> None:
-        insts = list(before)
-        self._members: set[HloInstruction] = set(insts)
-        # every instruction a member was copied from, directly or through module clones (in
-        # order: of two copies of one instruction, the first answers)
-        self._by_origin: dict[HloInstruction, HloInstruction] = {}
-        for inst in insts:
-            link = inst.origin
-            while link is not None and link not in self._by_origin:
-                self._by_origin[link] = inst
-                link = link.origin
-
-    def source(self, inst: HloInstruction) -> "HloInstruction | None":
-        """The instruction of `before` that `inst` is, copies or was copied from; None if none."""
-        link: HloInstruction | None = inst
-        while link is not None:
-            if link in self._members:
-                return link
-            found = self._by_origin.get(link)
-            if found is not None:
-                return found
-            link = link.origin
-        return None

@@ -16,7 +16,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Iterable
 
-from ..hlo.ir import HloComputation, HloInstruction, HloModule, OriginIndex
+from ..hlo.ir import HloComputation, HloInstruction, HloModule
+from ..hlo.origin import OriginIndex
 from ..hlo.parse_attributes import encode_attribute
 from ..hlo.printer import instruction_to_text
 from ..passes.fusion.cost_model import is_bookkeeping, kernel_bytes, kernel_computations, launches_kernel

@@ -14,7 +14,8 @@ import hlofuse
 from hlofuse.compiler import fuse, optimize
 from hlofuse.explain import explain
 from hlofuse.hlo.errors import HloError
-from hlofuse.hlo.ir import HloInstruction, HloModule, OriginIndex
+from hlofuse.hlo.ir import HloInstruction, HloModule
+from hlofuse.hlo.origin import OriginIndex
 from hlofuse.hlo.parser import parse_hlo
 from hlofuse.hlo.verifier import verify
 from hlofuse.passes.fusion import CallInliner, InstructionFusion, NonDuplicatingFusion, fusion_passes

@@ -117,8 +117,8 @@ def test_doubling_the_module_about_doubles_each_pass_work(form, target):
         # kernels, is measured against a floor: its fixed costs are not its growth)
         ratio = large[name] / max(work, _FLOOR)
         assert ratio <= _GROWTH, f"{name} on {form}: {work} -> {large[name]} operations (x{ratio:.2f})"
-    # the count is not vacuous: instruction fusion did real work on both
-    assert small["fusion"] > 10_000 and large["fusion"] > 10_000
+    # the count is not vacuous: the busiest pass (instruction or priority fusion) did real work
+    assert max(small.values()) > 10_000 and max(large.values()) > 10_000
 
 
 def test_ir_removal_is_lazy_and_keeps_the_graph_consistent():

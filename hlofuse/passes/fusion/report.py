@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from ...hlo.ir import HloInstruction, HloModule, OriginIndex
+from ...hlo.ir import HloInstruction, HloModule
+from ...hlo.origin import OriginIndex
 from .cost_model import (
     ModuleCost, TargetParams, distinct, kernel_bytes, kernel_computations, launches_kernel, module_cost,
     target_params,
