@@ -33,7 +33,9 @@ import numpy as np
 INSTALL_HINT = "pip install -e '.[iree]' (iree-base-compiler, iree-base-runtime)"
 
 # Compiler flags: llvm-cpu for this host's CPU (AVX2/AVX-512 as available), as XLA:CPU and
-# hlofuse both compile for the host.
+# hlofuse both compile for the host. Otherwise IREE's defaults: with IREE 3.13 on the 2-core
+# host, --iree-opt-level=O3 and --iree-llvmcpu-enable-ukernels=all (alone or together) moved
+# the flax MNIST CNN by under 7% (64.5 ms default; 62.9, 64.3, 68.7 ms; load 4), noise.
 COMPILE_FLAGS = ("--iree-llvmcpu-target-cpu=host",)
 
 _runtime_threads: int | None = None  # the worker count the IREE runtime was started with
