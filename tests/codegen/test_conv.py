@@ -267,3 +267,45 @@ ENTRY e {
     assert any(i.opcode == "convolution" for i in exe.fused_module.entry.instructions)
     rules = {(r["producer"], r["rule"]) for r in exe.report()["refused"]}
     assert rules == {("c", "conv-output-users")}
+
+
+NONFINITE_CASES = [f"random{seed}" for seed in range(24)] + ["depthwise_3x3", "dense_3x3", "dense_3x3_stride2",
+                                                            "nchw_oihw"]
+
+
+@pytest.mark.parametrize("case", NONFINITE_CASES)
+def test_inf_and_nan_weights_on_padding_and_holes(case):
+    """Padding and lhs-dilation holes multiply a zero into the sum, as in the interpreter and
+    XLA: a tap there whose weight is inf or NaN makes the output NaN (the kernel skipped those
+    taps, giving the bias alone for jax's bf16 conv with pad=1_0 on a border row)."""
+    if case.startswith("random"):
+        seed = int(case[6:])
+        text = random_convolution(200 + seed, ("f32", "f32", "f32") if seed % 3 else ("bf16", "bf16", "bf16"))
+    else:
+        seed, (lhs, rhs, attrs) = 0, NAMED[case]
+        text = _module(lhs, rhs, "f32", attrs)
+    module = parse_hlo(text)
+    x, w = _inputs(module, seed)
+    rng = np.random.default_rng(seed)
+    flat = w.reshape(-1)
+    if flat.size:
+        flat[rng.integers(0, flat.size, max(1, flat.size // 8))] = np.array(
+            [np.inf, -np.inf, np.nan], dtype=np.float32)[rng.integers(0, 3, max(1, flat.size // 8))].astype(w.dtype)
+    (want,) = hlofuse.compile(parse_hlo(text), target="interpreter")(x, w)
+    for fusion in (True, False):
+        (got,) = hlofuse.compile(parse_hlo(text), target="cpu", fusion=fusion)(x, w)
+        got, want_ = np.asarray(got, np.float64), np.asarray(want, np.float64)
+        assert (np.isnan(got) == np.isnan(want_)).all(), f"NaN positions differ:\n{text}"
+        assert (np.isinf(got) == np.isinf(want_)).all(), f"inf positions differ:\n{text}"
+
+
+def test_padding_fill_times_inf_weight_is_nan():
+    """The smallest case: a 1x1 window with one row of low padding; weight inf -> that output
+    row is 0 * inf = NaN (interpreter and XLA), the other rows inf * x."""
+    text = _module("f32[1,1,2,1]", "f32[1,1,1,1]", "f32", "window={size=1x1 pad=1_0x0_0}, dim_labels=bf01_oi01->bf01")
+    x = np.array([[[[1.0], [2.0]]]], np.float32)
+    w = np.array([[[[np.inf]]]], np.float32)
+    (want,) = hlofuse.compile(parse_hlo(text), target="interpreter")(x, w)
+    assert np.isnan(want[0, 0, 0, 0]) and np.isinf(want[0, 0, 1, 0])  # the oracle's semantics
+    (got,) = hlofuse.compile(parse_hlo(text), target="cpu")(x, w)
+    assert bits_equal(got, want).all(), (got, want)

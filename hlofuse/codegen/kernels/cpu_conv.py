@@ -36,8 +36,12 @@ Accumulation type: float results accumulate in f32 (f64 when the result or an op
 f64), narrow floats widened on load; integer results in the result's integer type (at least
 8 bits), wrapping, which equals the interpreter's int64 sum rounded to the result type.
 Complex and pred convolutions, and accumulators larger than MAX_FEATURES, stay library calls.
-Padding and lhs-dilation holes contribute nothing (the interpreter multiplies a zero into the
-sum: the same value unless a weight there is inf or NaN).
+Padding and lhs-dilation holes of float convolutions contribute 0 * weight, as in the
+interpreter and XLA: nothing, unless the weight is inf or NaN, which makes the sum NaN whatever
+the order of the terms (the accumulators start at +0 and so never hold -0: a +-0 term leaves
+their bits unchanged). So the loop nest skips those taps, and each call first scans the weights
+once: only when one is inf or NaN does each position then add its taps on padding and holes
+(integer convolutions never need them).
 """
 from __future__ import annotations
 
@@ -241,6 +245,8 @@ class _ConvEmitter:
         self.block = max(1, min(block, geo.out_spatial[-1] if geo.out_spatial else 1))
         # Accumulators of `block` positions, allocated once in the entry block.
         self.acc = b.alloca(self.acc_ty, size=_i(max(geo.features, 1) * self.block), name="acc")
+        self.rhs_count = math.prod(rhs_p.shape.dims)
+        self.nonfinite = None  # i1: some weight is inf or NaN (float convolutions; set in emit)
 
     # -- small helpers
     def add(self, *terms) -> ir.Value:
@@ -286,6 +292,8 @@ class _ConvEmitter:
         """The whole kernel: units -> positions -> accumulate -> store."""
         geo, b = self.geo, self.b
         sp = geo.out_spatial
+        if geo.acc_type.is_float:
+            self.nonfinite = self._weights_nonfinite()
         with for_range(b, self.skel.begin, self.skel.end, "unit") as u:
             if sp:
                 n = b.udiv(u, _i(sp[0]))
@@ -294,6 +302,44 @@ class _ConvEmitter:
                 n, p0 = u, None
             self._positions(n, [p0] if sp else [], 1)
         self.skel.finish()
+
+    def _weights_nonfinite(self) -> ir.Value:
+        """i1: whether any weight is inf or NaN (0 * w is NaN exactly then), from one pass
+        over the weights (small beside the convolution's work)."""
+        b = self.b
+        with b.goto_entry_block():
+            flag = b.alloca(ir.IntType(1), name="nonfinite")
+        b.store(ir.Constant(ir.IntType(1), 0), flag)
+        with for_range(b, _i(0), _i(self.rhs_count), "wscan") as i:
+            z = b.fmul(self.load(self.w, i, self.geo.rhs_type), self.zero)
+            b.store(b.or_(b.load(flag), b.fcmp_unordered("uno", z, z)), flag)
+        return b.load(flag)
+
+    def _fill_taps(self, ps: list, count: int) -> None:
+        """acc += 0 * w for each tap of positions ps (+ 0..count-1 along the last spatial
+        dimension) that falls on padding or an lhs-dilation hole, every output feature and
+        input feature of its group. Run only when some weight is inf or NaN: the sum is then
+        NaN or unchanged, whatever the order, so the main loop nest need not interleave them."""
+        for c in range(count):
+            self._fill_level(ps, c, 0, ir.Constant(ir.IntType(1), 1), 0)
+
+    def _fill_level(self, ps: list, c: int, level: int, inside, woff) -> None:
+        """The window offsets from spatial dimension `level` on (`inside`: whether the offsets
+        so far are all on input elements; `woff`: their weight offset)."""
+        geo, b = self.geo, self.b
+        if level == len(geo.window):
+            with b.if_then(b.not_(inside)):
+                with for_range(b, _i(0), _i(geo.features), "fo") as o:
+                    with for_range(b, _i(0), _i(geo.group_inputs), "fj") as j:
+                        wv = self.load(self.w, self.add(woff, self.mul(j, geo.w_in), self.mul(o, geo.w_out)), geo.rhs_type)
+                        self.madd(self.add(o, c * geo.features), self.zero, wv)
+            return
+        d = geo.window[level]
+        with for_range(b, _i(0), _i(d.size), f"f{level}") as k:
+            kk = b.sub(_i(d.size - 1), k) if d.window_reversal else k
+            p = self.add(ps[level], c) if level == len(geo.window) - 1 else ps[level]
+            _, ok = self._tap(p, k, d, geo.dilated_input[level])
+            self._fill_level(ps, c, level + 1, b.and_(inside, ok), self.add(woff, self.mul(kk, geo.w_spatial[level])))
 
     def _positions(self, n, ps: list, level: int) -> None:
         """Loops over output spatial dimensions `level`..; the last one in blocks."""
@@ -328,6 +374,9 @@ class _ConvEmitter:
             with for_range(b, _i(0), _i(geo.groups), "g") as g:
                 self._window(ps, 0, [self.add(xbase, self.mul(g, geo.x_group))] * count, 0,
                              lambda xoffs, woff: self._features_body(g, xoffs, woff))
+        if self.nonfinite is not None and geo.window:
+            with b.if_then(self.nonfinite, likely=False):
+                self._fill_taps(ps, count)
         obase = self.add(self.mul(n, geo.o_batch), *[self.mul(p, s) for p, s in zip(ps, geo.o_spatial)])
         ostep = geo.o_spatial[-1] if geo.o_spatial else 0
         for c in range(count):
