@@ -142,8 +142,18 @@ def convolution(inst, args, ctx):
                 sl.append(slice(start, start + (out_sp[s] - 1) * strides[s] + 1 if out_sp[s] else start, strides[s]))
             patch = xs[tuple(sl)]  # nb, I, out_sp...
             k = ws[(slice(None), slice(None)) + kpos]  # og, I
-            out[:, g * og:(g + 1) * og] += np.moveaxis(np.tensordot(patch, k, axes=([1], [1])), -1, 1)
+            out[:, g * og:(g + 1) * og] += _contract_features(patch, k)
     return _to_layout(out, dn, out_dt)
+
+
+def _contract_features(patch: np.ndarray, k: np.ndarray) -> np.ndarray:
+    """patch [nb, I, spatial...] times k [og, I], summed over I: [nb, og, spatial...].
+    BLAS skips the products with a zero element in some paths (np.dot's matrix-vector product),
+    so 0 * inf or 0 * NaN would count as 0, not NaN as in IEEE, the interpreter and XLA; where
+    either operand holds an inf or NaN, einsum's plain loops do the sum instead."""
+    if np.isfinite(patch).all() and np.isfinite(k).all():
+        return np.moveaxis(np.tensordot(patch, k, axes=([1], [1])), -1, 1)
+    return np.einsum("ni...,oi->no...", patch, k)
 
 
 def _to_layout(out, dn, out_dt):

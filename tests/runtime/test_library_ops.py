@@ -1,0 +1,63 @@
+"""Library ops (runtime/library_ops.py: the numpy/BLAS rules compiled backends call for ops
+with no kernel) against the interpreter on IEEE edge values."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import hlofuse
+from hlofuse.hlo.parser import parse_hlo
+
+
+def _conv_module(lhs: str, rhs: str, out: str, attrs: str) -> str:
+    return (f"HloModule conv\nENTRY e {{\n  x = {lhs} parameter(0)\n  w = {rhs} parameter(1)\n"
+            f"  ROOT c = {out} convolution(x, w), {attrs}\n}}\n")
+
+
+# One input and one output feature: each kernel position's contraction is a matrix-vector
+# product, where np.dot (BLAS) skips a zero weight, making inf * -0 count as 0 instead of NaN.
+CASES = {
+    "one_feature_nchw": ("f32[2,1,13,5]", "f32[1,1,3,2]", "f32[2,1,12,6]",
+                         "window={size=3x2 pad=1_0x0_2}, dim_labels=bf01_oi01->bf01"),
+    "one_feature_1x1": ("f32[1,1,40,40]", "f32[1,1,1,1]", "f32[1,1,40,40]",
+                        "window={size=1x1}, dim_labels=bf01_oi01->bf01"),
+    "grouped": ("f32[1,8,13,9]", "f32[8,1,1,2]", "f32[1,8,13,4]",
+                "window={size=1x2 stride=1x2}, dim_labels=bf01_oi01->bf01, feature_group_count=8"),
+    "complex": ("c64[1,1,9,9]", "c64[1,1,3,3]", "c64[1,1,7,7]", "window={size=3x3}, dim_labels=bf01_oi01->bf01"),
+}
+
+
+# Real convolutions run as conv kernels on the CPU (tests/codegen/test_conv.py); complex ones
+# stay library calls there too.
+TARGETS = [(name, "gpu-emulated") for name in sorted(CASES)] + [("complex", "cpu")]
+
+
+@pytest.mark.parametrize("name,target", TARGETS)
+@pytest.mark.parametrize("where", ["input", "weights"])
+def test_library_convolution_zero_times_inf_is_nan(name, where, target):
+    """0 * inf and 0 * NaN are NaN in the library convolution as in the interpreter (and XLA):
+    with infs and NaNs among the inputs (or weights) and zeros among the weights (or inputs)."""
+    text = _conv_module(*CASES[name])
+    module = parse_hlo(text)
+    rng = np.random.default_rng(len(name))
+    args = []
+    for p in module.entry.parameters:
+        dt = p.shape.dtype.numpy
+        a = rng.standard_normal(p.shape.dims)
+        if np.dtype(dt).kind == "c":
+            a = a + 1j * rng.standard_normal(p.shape.dims)
+        args.append(a.astype(dt))
+    special, zeros = (args[0], args[1]) if where == "input" else (args[1], args[0])
+    flat_s, flat_z = special.reshape(-1), zeros.reshape(-1)
+    flat_s[rng.integers(0, flat_s.size, max(1, flat_s.size // 6))] = np.inf
+    flat_s[rng.integers(0, flat_s.size, max(1, flat_s.size // 12))] = np.nan
+    flat_z[rng.integers(0, flat_z.size, max(1, flat_z.size // 3))] = -0.0
+    exe = hlofuse.compile(module, target=target)
+    (want,) = hlofuse.compile(module, target="interpreter")(*args)
+    with np.errstate(all="ignore"):
+        (got,) = exe(*args)
+    got, want = np.asarray(got), np.asarray(want)
+    assert np.isnan(want).any()  # the case exercises a NaN from 0 * inf
+    assert (np.isnan(got) == np.isnan(want)).all(), f"{int((np.isnan(got) != np.isnan(want)).sum())} NaNs differ"
+    fin = np.isfinite(want)
+    np.testing.assert_allclose(got[fin], want[fin], rtol=1e-5, atol=1e-5)
