@@ -126,6 +126,7 @@ class _Function:
         b = self.b
         self.arena = b.load(b.gep(self.table, [I64(RESERVED + plan.arena_slot)])) if plan.arena_bytes else None
         self.profile = b.bitcast(b.load(b.gep(self.table, [I64(PROFILE)])), I64.as_pointer())
+        self.profiling = b.icmp_unsigned("!=", b.ptrtoint(self.profile, I64), I64(0))
         self.threads = b.load(b.bitcast(b.load(b.gep(self.table, [I64(CONFIG)])), I64.as_pointer()))
 
     # ---- helpers -----------------------------------------------------------------------------
@@ -201,10 +202,9 @@ class _Function:
         b = self.b
         for c in ns.pre_copies:
             self.copy(c)
-        profiling = b.icmp_unsigned("!=", b.ptrtoint(self.profile, I64), I64(0))
-        start = b.select(profiling, b.call(self.mod.cycles, []), I64(0))
+        start = b.call(self.mod.cycles, [])  # ~20 cycles; used only when profiling
         getattr(self, "_" + ns.kind)(ns)
-        with b.if_then(b.icmp_unsigned("!=", b.ptrtoint(self.profile, I64), I64(0))):
+        with b.if_then(self.profiling):
             spent = b.sub(b.call(self.mod.cycles, []), start)
             slot = b.gep(self.profile, [I64(2 * ns.id)])
             b.store(b.add(b.load(slot), spent), slot)

@@ -266,7 +266,7 @@ class _Builder:
 
     # ---- memory ------------------------------------------------------------------------------
     def _alloc(self, size: int) -> int:
-        size = max(ALIGN, -(-size // ALIGN) * ALIGN)
+        size = _rounded(size)
         best = None
         for n, (off, sz) in enumerate(self.free):
             if sz >= size and (best is None or sz < self.free[best][1]):
@@ -285,7 +285,7 @@ class _Builder:
         for v in dying:
             loc = self.loc.get(v) if not isinstance(v, Loc) else None
             if loc is not None and loc.kind == "arena" and v not in self._donated:
-                self.free.append((loc.index, max(ALIGN, -(-self._sizes[v] // ALIGN) * ALIGN)))
+                self.free.append((loc.index, _rounded(self._sizes[v])))
 
     def resolve(self, v) -> Loc:
         """The memory of value `v`."""
@@ -409,6 +409,11 @@ class _Builder:
                 plan.staged.append(Copy(src, staging, size))
                 src = staging
             plan.final.append(Copy(src, dst, size))
+
+
+def _rounded(nbytes: int) -> int:
+    """An arena block's size for `nbytes`: a multiple of ALIGN, at least one."""
+    return max(ALIGN, -(-nbytes // ALIGN) * ALIGN)
 
 
 def _kind(step: Step) -> str:

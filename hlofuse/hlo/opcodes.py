@@ -80,6 +80,13 @@ class OpInfo:
     def is_variadic(self) -> bool:
         return self.arity == VARIADIC
 
+    @property
+    def fits_an_epilogue(self) -> bool:
+        """Whether the op may sit in the fused epilogue of a dot or convolution, recomputed per
+        output element: it fuses into loops (not never, not only as a root) and reduces no
+        window (reduce-window, select-and-scatter)."""
+        return self.fusion not in ("never", "root") and self.kind != "reduce"
+
 
 OPS: dict[str, OpInfo] = {}
 

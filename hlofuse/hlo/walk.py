@@ -30,3 +30,22 @@ def post_order(roots: Iterable[Node], children: Callable[[Node], Iterable[Node]]
                 seen.add(nxt)
                 stack.append((nxt, iter(children(nxt))))
     return order
+
+
+def first_non_elementwise_use(start, dims: tuple[int, ...], allowed=frozenset()):
+    """The first instruction on a path of users from `start` (within its computation) that is
+    not an elementwise op of `dims`, or None. Users in `allowed` end a path without being
+    checked (a root transpose or reshape an epilogue writes through). A dot's or a
+    convolution's epilogue is fusible when this is None: it then reads the result only at
+    its own index."""
+    comp = start.parent
+    stack, seen = [start], set()
+    while stack:
+        for user in stack.pop().users:
+            if user in seen or user.parent is not comp or user in allowed:
+                continue
+            if not user.info.elementwise or tuple(user.shape.dims) != dims:
+                return user
+            seen.add(user)
+            stack.append(user)
+    return None

@@ -199,14 +199,15 @@ def estimate_program(module: HloModule, program, backend: str) -> MemoryEstimate
     persistent = backend == "cpu"
     temps = sum(step_temps) if persistent else max(step_temps, default=0)
     shared = sum(_nbytes(s) for s in getattr(planner, "shared", []))
-    entry_values = _unplanned_bytes(entry_plan, result_insts)
-    nested_values = max((_unplanned_bytes(p, set()) for p in plans if p is not entry_plan), default=0)
     native = getattr(getattr(program, "code", None), "native", None)
     if persistent and native is not None:
         # The CPU's native driver (codegen/native_plan.py) keeps every value in an arena of
         # its computation, a table buffer or the caller's results.
         arenas = sum(p.arena_bytes for p in native.plans)
         entry_values = nested_values = 0
+    else:
+        entry_values = _unplanned_bytes(entry_plan, result_insts)
+        nested_values = max((_unplanned_bytes(p, set()) for p in plans if p is not entry_plan), default=0)
     temporaries = arenas + temps + shared + entry_values + nested_values
     for p in plans:
         for s in p.steps:

@@ -56,6 +56,7 @@ from ...emitters.ir_helpers import Index, const_i64, for_range, load_element, ro
 from ...hlo.attributes import ConvDimensionNumbers, Window, WindowDimension
 from ...hlo.dtypes import ElementType, element_type
 from ...hlo.ir import HloComputation, HloInstruction
+from ...hlo.walk import first_non_elementwise_use
 from ..planning import KernelPlan, rebuild
 from .args import output_leaves, typed_pointer
 
@@ -173,11 +174,6 @@ def conv_geometry(inst: HloInstruction) -> ConvGeometry | None:
         lhs_type=lhs.dtype, rhs_type=rhs.dtype, out_type=out.dtype, acc_type=acc)
 
 
-# Instructions an epilogue never holds: each would run once per output element.
-_NOT_IN_EPILOGUE = frozenset({"dot", "reduce", "reduce-window", "convolution", "scatter", "sort",
-                              "select-and-scatter", "fft", "custom-call"})
-
-
 def _epilogue_ok(comp: HloComputation, conv: HloInstruction) -> bool:
     """Whether every path from `conv` to the root of `comp` is elementwise ops of the
     convolution's dimensions (so the epilogue reads each result element once, at its own
@@ -188,18 +184,9 @@ def _epilogue_ok(comp: HloComputation, conv: HloInstruction) -> bool:
     for inst in comp.instructions:
         if inst is conv or inst.opcode == "parameter":
             continue
-        if inst.opcode in _NOT_IN_EPILOGUE or inst.info.elemental is None:
+        if not inst.info.fits_an_epilogue or inst.info.elemental is None:
             return False
-    stack, seen = [conv], set()
-    while stack:
-        for user in stack.pop().users:
-            if user in seen or user.parent is not comp:
-                continue
-            if not user.info.elementwise or tuple(user.shape.dims) != dims:
-                return False
-            seen.add(user)
-            stack.append(user)
-    return True
+    return first_non_elementwise_use(conv, dims) is None
 
 
 def find_convolution(comp: HloComputation) -> HloInstruction | None:

@@ -30,6 +30,7 @@ from ...emitters.ir_helpers import I64, Index, const_i64, delinearize, for_range
 from ...hlo.dtypes import element_type
 from ...hlo.ir import HloComputation, HloInstruction
 from ...hlo.shapes import ArrayShape, array
+from ...hlo.walk import first_non_elementwise_use
 from ...runtime.jit_builtins import blas_symbol
 from ..planning import KernelPlan, plan_fusion, rebuild, sequential_dot
 from ..schedule import is_emittable, wrap_instruction
@@ -41,11 +42,6 @@ from .gemm_layout import (
 
 I8P = ir.IntType(8).as_pointer()
 I32 = ir.IntType(32)
-
-# Ops of an epilogue whose element generator must not run per output element of the GEMM
-# (they would recompute a reduction per element); such fusions stay calls.
-_NOT_IN_EPILOGUE = frozenset({"reduce", "reduce-window", "dot", "convolution", "scatter", "sort"})
-
 
 # ---- which computations become GEMM kernels ----------------------------------------------------
 
@@ -65,19 +61,9 @@ def _epilogue_reaches(comp: HloComputation, dot: HloInstruction) -> bool:
     for inst in comp.instructions:
         if inst is dot or inst in cone or inst.opcode == "parameter":
             continue
-        if inst.info.elemental is None or inst.opcode in _NOT_IN_EPILOGUE:
+        if inst.info.elemental is None or not inst.info.fits_an_epilogue:
             return False
-    stack, seen = [dot], set()
-    while stack:
-        inst = stack.pop()
-        for user in inst.users:
-            if user in seen or user.parent is not comp or user in members:
-                continue
-            if not user.info.elementwise or tuple(user.shape.dims) != dims:
-                return False
-            seen.add(user)
-            stack.append(user)
-    return True
+    return first_non_elementwise_use(dot, dims, allowed=members) is None
 
 
 def _operand_cone(dot: HloInstruction) -> set[HloInstruction]:

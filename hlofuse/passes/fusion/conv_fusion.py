@@ -15,36 +15,19 @@ Asked by the producer-consumer rules (producer_consumer.py):
 """
 from __future__ import annotations
 
-from ...hlo.ir import HloComputation, HloInstruction
+from ...hlo.ir import HloInstruction
+from ...hlo.walk import first_non_elementwise_use
 from .decisions import Decision
 from .fusion_utils import operand_index
 
 refuse = Decision.refuse
 ALLOW = Decision.allow()
 
-_NOT_IN_EPILOGUE = frozenset({"dot", "reduce", "reduce-window", "convolution", "scatter", "sort",
-                              "select-and-scatter", "fft", "custom-call"})
-
 
 def is_conv_output_fusion(inst: HloInstruction) -> bool:
     """Whether `inst` is a kOutput fusion holding a convolution."""
     return (inst.opcode == "fusion" and inst.attrs.get("kind") == "kOutput"
             and any(i.opcode == "convolution" for i in inst.fused_computation.instructions))
-
-
-def _not_elementwise_to_root(comp: HloComputation, start: HloInstruction, dims: tuple[int, ...]) -> str:
-    """The first instruction on a path from `start` to the root of `comp` that is not an
-    elementwise op of `dims`, or ""."""
-    stack, seen = [start], set()
-    while stack:
-        for user in stack.pop().users:
-            if user in seen or user.parent is not comp:
-                continue
-            if not user.info.elementwise or tuple(user.shape.dims) != dims:
-                return user.name
-            seen.add(user)
-            stack.append(user)
-    return ""
 
 
 def conv_into_consumer(producer: HloInstruction, consumer: HloInstruction) -> Decision:
@@ -69,20 +52,20 @@ def conv_into_consumer(producer: HloInstruction, consumer: HloInstruction) -> De
     if consumer.attrs.get("kind") != "kLoop":
         return refuse("conv-output-kind", f"{c} is a {consumer.attrs.get('kind')} fusion, not an elementwise loop")
     comp = consumer.fused_computation
-    held = [i.name for i in comp.instructions if i.opcode in _NOT_IN_EPILOGUE]
+    held = [i.name for i in comp.instructions if not i.info.fits_an_epilogue]
     if held:
         return refuse("conv-output-epilogue", f"fusion {c} holds {', '.join(held)}, which an epilogue of "
                                               f"convolution {p} would recompute per element")
-    bad = _not_elementwise_to_root(comp, comp.parameter(operand_index(consumer, producer)), dims)
-    if bad:
-        return refuse("conv-output-elementwise", f"{bad} (in {c}) reads convolution {p} other than elementwise at "
+    bad = first_non_elementwise_use(comp.parameter(operand_index(consumer, producer)), dims)
+    if bad is not None:
+        return refuse("conv-output-elementwise", f"{bad.name} (in {c}) reads convolution {p} other than elementwise at "
                                                  f"its own index, so the fusion cannot be its epilogue")
     return ALLOW
 
 
 def into_conv_fusion(producer: HloInstruction, consumer: HloInstruction) -> Decision:
     """CPU: may `producer` join kOutput convolution fusion `consumer`? (see the module doc)"""
-    if producer.opcode in _NOT_IN_EPILOGUE:
+    if not producer.info.fits_an_epilogue:
         return refuse("conv-output-producer", f"{producer.name} ('{producer.opcode}') is not fused into output "
                                               f"fusion {consumer.name}")
     comp = consumer.fused_computation

@@ -23,16 +23,13 @@ Two questions, asked by the producer-consumer rules (producer_consumer.py):
 """
 from __future__ import annotations
 
-from ...hlo.ir import HloComputation, HloInstruction
+from ...hlo.ir import HloInstruction
+from ...hlo.walk import first_non_elementwise_use
 from .decisions import Decision
 from .fusion_utils import operand_index
 
 refuse = Decision.refuse
 ALLOW = Decision.allow()
-
-# Instructions an output fusion's epilogue must not hold (each would run per output element).
-_NOT_IN_EPILOGUE = frozenset({"dot", "reduce", "reduce-window", "convolution", "scatter", "sort",
-                              "select-and-scatter", "fft", "custom-call"})
 # Element types a fused dot may have (BLAS's, and the 16-bit floats computed through f32).
 _DOT_TYPES = frozenset({"f16", "bf16", "f32", "f64", "c64", "c128"})
 
@@ -52,26 +49,6 @@ def _root_chain(root: HloInstruction) -> list[HloInstruction]:
     if inst.opcode == "transpose" and inst.shape.is_array and (not chain or len(inst.users) == 1):
         chain.append(inst)
     return chain
-
-
-def _elementwise_to_root(comp: HloComputation, start: HloInstruction, dims: tuple[int, ...]) -> str:
-    """"" when every user path from `start` to the root of `comp` is elementwise ops of `dims`,
-    the root perhaps a transpose and/or reshape of such a value; otherwise the name of the first
-    instruction that is not."""
-    stack, seen = [start], set()
-    chain = _root_chain(comp.root)
-    while stack:
-        inst = stack.pop()
-        for user in inst.users:
-            if user in seen or user.parent is not comp:
-                continue
-            if chain and user is chain[-1] and tuple(inst.shape.dims) == dims and len(inst.users) == 1:
-                continue
-            if not user.info.elementwise or tuple(user.shape.dims) != dims:
-                return user.name
-            seen.add(user)
-            stack.append(user)
-    return ""
 
 
 def dot_into_consumer(producer: HloInstruction, consumer: HloInstruction) -> Decision:
@@ -100,21 +77,22 @@ def dot_into_consumer(producer: HloInstruction, consumer: HloInstruction) -> Dec
                                                     f"dot {p}'s epilogue")
         return ALLOW
     comp = consumer.fused_computation
-    held = [i.name for i in comp.instructions if i.opcode in _NOT_IN_EPILOGUE]
+    held = [i.name for i in comp.instructions if not i.info.fits_an_epilogue]
     if held:
         return refuse("dot-output-epilogue", f"fusion {c} holds {', '.join(held)}, which an epilogue of dot {p} "
                                              f"would recompute per element")
     param = comp.parameter(operand_index(consumer, producer))
-    bad = _elementwise_to_root(comp, param, dims)
-    if bad:
-        return refuse("dot-output-elementwise", f"{bad} (in {c}) reads dot {p} other than elementwise at its own "
+    # a root transpose/reshape chain is written through by the GEMM, not recomputed
+    bad = first_non_elementwise_use(param, dims, allowed=set(_root_chain(comp.root)[-1:]))
+    if bad is not None:
+        return refuse("dot-output-elementwise", f"{bad.name} (in {c}) reads dot {p} other than elementwise at its own "
                                                 f"index, so the fusion cannot be its epilogue")
     return ALLOW
 
 
 def into_dot_fusion(producer: HloInstruction, consumer: HloInstruction) -> Decision:
     """CPU: may `producer` join kOutput fusion `consumer`? (see the module doc)"""
-    if producer.opcode in _NOT_IN_EPILOGUE:
+    if not producer.info.fits_an_epilogue:
         return refuse("dot-output-producer", f"{producer.name} ('{producer.opcode}') is not fused into output "
                                              f"fusion {consumer.name}")
     return ALLOW
