@@ -9,7 +9,7 @@ from ..hlo.dtypes import ElementType
 from ..hlo.errors import UnsupportedError
 from ..hlo.opcodes import mark_unsupported, opcodes_where, register_elemental
 from . import elemental_complex as cplx
-from .elemental_narrow import is_narrow_float, narrow_total_order_key
+from .elemental_narrow import decode_f64, is_narrow_float, narrow_total_order_key
 from .elemental import ElementalEmitter, compute_type, from_compute, reg_type, to_compute
 from .ir_helpers import I1, Index, const_i64
 
@@ -109,6 +109,14 @@ def _rounding(intrinsic):
     def f(em, inst, et, x):
         if not et.is_float:
             return x
+        if et.name == "f8e8m0fnu":
+            # Rounded in f64, where e8m0's 2**-127 is normal: in f32 it is a subnormal that
+            # denormals-are-zero reads as 0 (ceil 0, then e8m0's NaN). XLA:CPU gives the
+            # rounding of the exact value (ceil 1): its decode selects 2**-127 as a constant and
+            # LLVM folds the rounding into the select, so the hardware never sees the subnormal.
+            # Rounding is exact in any type, so f64 changes no other result.
+            b = em.b
+            return from_compute(b, _intr(em, intrinsic, [decode_f64(b, x, et.name)]), et)
         return float_op(em, et, lambda v: _intr(em, intrinsic, [v]), x)
 
     return f

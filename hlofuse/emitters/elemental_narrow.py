@@ -97,6 +97,21 @@ def _pow2_f32(b: ir.IRBuilder, k: ir.Value) -> ir.Value:
     return b.bitcast(b.shl(b.add(k, ir.Constant(I32, 127)), ir.Constant(I32, 23)), F32)
 
 
+def decode_f64(b: ir.IRBuilder, bits: ir.Value, name: str) -> ir.Value:
+    """The f64 value of narrow-float bit pattern `bits` (an i8), exactly, and a normal number.
+
+    Only f8e8m0fnu needs its own path: its 2**-127 is an f32 subnormal, which a kernel under
+    denormals-are-zero reads as zero in any float instruction, the f32 -> f64 conversion
+    included; built on the bits, the f64 is 2**-127 whatever the mode. The other formats'
+    f32 values are normal (the smallest, f8e4m3b11fnuz's, is 2**-13) and convert exactly."""
+    if NARROW_FLOATS[name].kind != "e8m0":
+        return b.fpext(decode(b, bits, name), F64)
+    i64 = ir.IntType(64)
+    e = b.zext(bits, i64)
+    value = b.bitcast(b.shl(b.add(e, ir.Constant(i64, 1023 - 127)), ir.Constant(i64, 52)), F64)
+    return b.select(b.icmp_unsigned("==", e, ir.Constant(i64, 0xFF)), ir.Constant(F64, float("nan")), value)
+
+
 def decode(b: ir.IRBuilder, bits: ir.Value, name: str) -> ir.Value:
     """The f32 value of narrow-float bit pattern `bits` (an i8), exactly."""
     fmt = NARROW_FLOATS[name]

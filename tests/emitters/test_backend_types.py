@@ -143,8 +143,6 @@ def test_unary_ops_on_every_pattern(name, target):
     """Unary ops computed in f32 and rounded back; transcendentals may differ by one step of
     the format where the f32 approximation and numpy round a tie-near value differently."""
     x = _all_patterns(name)
-    if name == "f8e8m0fnu" and target == "gpu-emulated":
-        x = x[1:]  # 2**-127 is an f32 subnormal: see test_e8m0_smallest_value_under_the_flush_mode
     n = x.size
     exact = _module([(name, n)], [(f"{name}[{n}]", f"{op}(p0)") for op in EXACT_UNARY]
                     + [(f"pred[{n}]", "is-finite(p0)"), (f"pred[{n}]", "compare(p0, p0), direction=EQ")])
@@ -156,14 +154,35 @@ def test_unary_ops_on_every_pattern(name, target):
     _check(approx, [x], target, codes=1, labels=ops)
 
 
-@pytest.mark.xfail(strict=True, reason="known bug: f8e8m0fnu's smallest value 2**-127 decodes to an f32 subnormal, "
-                   "which the emulated GPU's flush mode reads as 0, so ceil gives 0 and then NaN (no zero in "
-                   "e8m0); XLA and the interpreter give 1. Computing e8m0 in f64, where 2**-127 is normal, "
-                   "would fix it.")
-def test_e8m0_smallest_value_under_the_flush_mode():
-    x = _all_patterns("f8e8m0fnu")[:64]
-    _check(_module([("f8e8m0fnu", 64)], [("f8e8m0fnu[64]", "ceil(p0)"), ("f8e8m0fnu[64]", "floor(p0)")]), [x],
-           "gpu-emulated", labels=["ceil", "floor"])
+ROUNDING = ["ceil", "floor", "round-nearest-even", "round-nearest-afz"]
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_e8m0_rounding_under_the_flush_mode(target):
+    """f8e8m0fnu's smallest value 2**-127 is an f32 subnormal, which denormals-are-zero reads
+    as 0 (ceil 0, then e8m0's NaN); rounding is done in f64, where it is normal: ceil gives 1,
+    floor and round 0 (NaN), as XLA:CPU and the interpreter."""
+    x = _all_patterns("f8e8m0fnu")
+    n = x.size
+    module = _module([("f8e8m0fnu", n)], [(f"f8e8m0fnu[{n}]", f"{op}(p0)") for op in ROUNDING])
+    _check(module, [x], target, labels=ROUNDING)
+    got = hlofuse.compile(module, target=target)(x)
+    assert float(got[0][0]) == 1.0 and all(np.isnan(float(g[0])) for g in got[1:])
+
+
+def test_e8m0_rounding_as_xla():
+    """The same rounding of every f8e8m0fnu pattern as XLA:CPU's (jax), 2**-127 included."""
+    jax = pytest.importorskip("jax")
+    jnp = jax.numpy
+    x = _all_patterns("f8e8m0fnu")
+    n = x.size
+    module = _module([("f8e8m0fnu", n)], [(f"f8e8m0fnu[{n}]", f"{op}(p0)") for op in ROUNDING])
+    want = jax.jit(lambda a: (jnp.ceil(a), jnp.floor(a), jax.lax.round(a, jax.lax.RoundingMethod.TO_NEAREST_EVEN),
+                              jax.lax.round(a, jax.lax.RoundingMethod.AWAY_FROM_ZERO)))(x)
+    for target in TARGETS:
+        got = hlofuse.compile(module, target=target)(x)
+        for k, (g, w) in enumerate(zip(got, want)):
+            _same(g, np.asarray(w), f"{target} {ROUNDING[k]}")
 
 
 @pytest.mark.parametrize("target", TARGETS)
