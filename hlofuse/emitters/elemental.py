@@ -16,6 +16,7 @@ A value of tuple shape is a Python tuple of values.
 """
 from __future__ import annotations
 
+import math
 from typing import Callable
 
 import numpy as np
@@ -376,8 +377,19 @@ class ElementalEmitter:
             self._scopes.pop()
 
     def operand(self, inst: HloInstruction, i: int) -> Generator:
-        """The generator of operand `i` of `inst`."""
-        return self.gen(inst.operands[i])
+        """The generator of operand `i` of `inst`.
+
+        On a target that runs with denormals-are-zero, an operand that `inst` reads flushed
+        (the registry's `denormals` field) comes through `flush_literal`: the hardware reads a
+        denormal as zero at run time, but LLVM folds intrinsics (minimum, sqrt, ...) on
+        constants with the denormal, so a literal would otherwise give another answer than the
+        same value read from memory (found by the graph fuzzer: rsqrt(minimum(1, 1e-40)))."""
+        g = self.gen(inst.operands[i])
+        if self.target.flushes_denormals and reads_operand_flushed(inst, i):
+            et = inst.operands[i].shape.dtype
+            if et.name in ("f32", "f64", "bf16"):
+                return lambda idx: flush_literal(g(idx), et)
+        return g
 
     def value(self, inst: HloInstruction, index: Index) -> ir.Value:
         """The value of `inst` at `index`."""
@@ -417,6 +429,33 @@ class ElementalEmitter:
         gv.initializer = ir.Constant(arr_ty, bytearray(raw))
         # A constant expression (not an instruction), so it is valid wherever it is used.
         return gv.bitcast(mem_type(et).as_pointer(space))
+
+
+def reads_operand_flushed(inst: HloInstruction, i: int) -> bool:
+    """Whether `inst` reads operand `i` as denormals-are-zero does (a denormal as a zero of its
+    sign): the registry's `flush` ops (a TOTALORDER compare orders bits instead) and the
+    divisor of `flush-divisor` ops. The interpreter applies the same field
+    (runtime/interpreter/denormals.py); docs/denormals.md has XLA:CPU's measurements."""
+    mode = inst.info.denormals
+    if mode == "flush":
+        return not (inst.opcode == "compare" and str(inst.attrs.get("type", "")) == "TOTALORDER")
+    return mode == "flush-divisor" and i == 1
+
+
+def flush_literal(v, et: ElementType):
+    """`v`, or a zero of its sign where it is an LLVM constant holding an f32/f64/bf16 denormal
+    (bf16 is held as its i16 bits); any other value passes unchanged (DAZ reads it at run time)."""
+    if not isinstance(v, ir.Constant):
+        return v
+    if et.name == "bf16":
+        bits = v.constant
+        if isinstance(bits, int) and bits & 0x7F80 == 0 and bits & 0x7F:
+            return ir.Constant(v.type, bits & 0x8000)
+        return v
+    value = v.constant
+    if isinstance(value, float) and value != 0.0 and abs(value) < float(np.finfo(et.numpy).tiny):
+        return ir.Constant(v.type, math.copysign(0.0, value))
+    return v
 
 
 def _has_narrow_float(comp: HloComputation) -> bool:

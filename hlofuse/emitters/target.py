@@ -58,6 +58,12 @@ class Target:
     data_layout = ""
     # XLA reassociates float reductions (vectorized row reductions on CPU, trees on GPU).
     reassociate_reductions = True
+    # Whether kernels run with flush-to-zero / denormals-are-zero (XLA:CPU's mode, and the
+    # emulated GPU's; a real GPU keeps f32 denormals as XLA:GPU does). When set, the element
+    # generators read a literal denormal operand of a flushing op as a zero of its sign
+    # (elemental.ElementalEmitter.operand), because LLVM folds intrinsics on constants
+    # without regard to the function's denormal mode.
+    flushes_denormals = True
     # f64 functions computed by vectorizable approximations (a GPU target may clear this and
     # use its library, e.g. libdevice's __nv_exp).
     approx_f64 = _APPROX_F64

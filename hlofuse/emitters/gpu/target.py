@@ -71,6 +71,7 @@ class GpuTarget(Target):
     data_layout = NVPTX_DATA_LAYOUT
     emulated = False
     pointer_addrspace = GLOBAL_ADDRSPACE
+    flushes_denormals = False  # XLA:GPU's default (xla_gpu_ftz=false) keeps f32 denormals
 
     def __init__(self, arch: str = DEFAULT_ARCH) -> None:
         self.arch = arch

@@ -1,0 +1,87 @@
+"""Literal denormals under the flush mode: a denormal written as a constant in the HLO must give
+what the same value read from memory gives, i.e. what the interpreter (XLA:CPU's run-time
+semantics, docs/denormals.md) gives. LLVM folds intrinsics such as minimum and sqrt on
+constants without regard to the kernel's denormal mode, so without the element generators'
+literal flush (ElementalEmitter.operand) `rsqrt(minimum(1, 1e-40))` came out as 1e20 where the
+hardware's denormals-are-zero gives inf (found by the graph fuzzer, seed 31)."""
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import hlofuse
+from hlofuse.emitters.target import Target
+
+DENORMAL = {"f32": "1e-40", "f64": "1e-310", "bf16": "9.184e-41"}
+NUMPY = {"f32": np.float32, "f64": np.float64, "bf16": ml_dtypes.bfloat16}
+
+# Each case: the ROOT line over `pd` (the parameter padded with 1s, so LLVM sees constant
+# elements in the padding) and `bd` (the broadcast denormal literal).
+CASES = {
+    "minimum": "minimum(pd, bd)",
+    "maximum": "maximum(bd, pd)",
+    "add": "add(pd, bd)",
+    "multiply": "multiply(bd, pd)",
+    "divide-by-literal": "divide(pd, bd)",
+    "compare": "compare(bd, pd), direction=LT",
+    "compare-totalorder": "compare(bd, zero), direction=GT, type=TOTALORDER",
+    "sqrt": "sqrt(bd)",
+    "rsqrt-of-minimum": "rsqrt(m)",
+    "exp": "exponential(bd)",
+    "negate-keeps-bits": "negate(bd)",
+    "select-keeps-bits": "select(cmp, bd, pd)",
+}
+
+
+def _module(dtype: str, root: str) -> str:
+    out = "pred" if root.startswith("compare") else dtype
+    return f"""HloModule literals
+
+ENTRY e {{
+  p = {dtype}[4] parameter(0)
+  one = {dtype}[] constant(1)
+  pd = {dtype}[8] pad(p, one), padding=2_2
+  d = {dtype}[] constant({DENORMAL[dtype]})
+  bd = {dtype}[8] broadcast(d), dimensions={{}}
+  z = {dtype}[] constant(0)
+  zero = {dtype}[8] broadcast(z), dimensions={{}}
+  m = {dtype}[8] minimum(pd, bd)
+  cmp = pred[8] compare(pd, zero), direction=GT
+  ROOT r = {out}[8] {root}
+}}
+"""
+
+
+def _run(text: str, target: str, x: np.ndarray) -> np.ndarray:
+    exe = hlofuse.compile(hlofuse.parse_hlo(text), target=target)
+    return np.asarray(exe(x)[0])
+
+
+def _same_bits(a: np.ndarray, b: np.ndarray) -> bool:
+    if a.dtype == np.bool_:
+        return bool(np.array_equal(a, b))
+    width = {2: np.uint16, 4: np.uint32, 8: np.uint64}[a.dtype.itemsize]
+    return bool(np.array_equal(a.view(width), b.view(width)))
+
+
+@pytest.mark.parametrize("target", ["cpu", "gpu-emulated"])
+@pytest.mark.parametrize("dtype", ["f32", "f64", "bf16"])
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_literal_denormal_as_the_interpreter(case, dtype, target):
+    text = _module(dtype, CASES[case])
+    x = np.array([0.0, 2.0, -3.0, 65536.0], NUMPY[dtype])
+    want = _run(text, "interpreter", x)
+    got = _run(text, target, x)
+    assert _same_bits(got, want), f"{case} {dtype} {target}: {got} vs interpreter {want}"
+
+
+def test_the_case_needs_the_literal_flush(monkeypatch):
+    """The guard that the test above can fail: with the literal flush off, LLVM's fold of
+    rsqrt(minimum(1, denormal)) gives a finite value where the interpreter gives inf."""
+    monkeypatch.setattr(Target, "flushes_denormals", False)
+    text = _module("f32", CASES["rsqrt-of-minimum"])
+    x = np.array([0.0, 2.0, -3.0, 65536.0], np.float32)
+    got = hlofuse.compile(hlofuse.parse_hlo(text), target="cpu", cache=False)(x)[0]
+    want = _run(text, "interpreter", x)
+    assert np.isinf(want[0]) and np.isfinite(np.asarray(got)[0])
