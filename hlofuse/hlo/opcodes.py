@@ -45,7 +45,6 @@ class OpInfo:
     # How the op takes part in loop/input fusion:
     #   "yes"       any position in a fusion
     #   "root"      only as the hero/root of an input fusion (reduce)
-    #   "producer"  fused into a consumer but never the hero (gather)
     #   "never"     stays unfused (library calls, control flow, side effects)
     fusion: str = "never"
     math: str = ""  # the math function the emitters call ("exp", "log", ...)
@@ -165,7 +164,9 @@ _row("dynamic-update-slice", VARIADIC, "data", fusion="yes")
 _row("concatenate", VARIADIC, "data", fusion="yes")
 _row("pad", 2, "data", fusion="yes")
 _row("reverse", 1, "data", fusion="yes")
-_row("gather", 2, "data", expensive=True, fusion="producer")
+# XLA fuses a gather anywhere, as the root of a loop fusion too (IsUniversallyLoopFusible,
+# the CPU's CanBeLoopFused): its index producers fuse into it.
+_row("gather", 2, "data", expensive=True, fusion="yes")
 _row("dynamic-reshape", VARIADIC, "data")
 _row("get-dimension-size", 1, "data", expensive=True)
 _row("set-dimension-size", 2, "data", expensive=True)

@@ -60,11 +60,11 @@ def _universally_loop_fusible(inst: HloInstruction) -> bool:
 
 
 def is_loop_fusible_as_producer(inst: HloInstruction) -> bool:
-    """May be fused into a consumer (gather and constants included; non-variadic reduces)."""
+    """May be fused into a consumer (constants included; non-variadic reduces)."""
     if not is_fusible(inst):
         return False
     info = op_info(inst.opcode)
-    if _universally_loop_fusible(inst) or info.fusion == "producer":
+    if _universally_loop_fusible(inst):
         return True
     if inst.opcode == "constant" or (info.kind == "data" and info.arity == 0 and info.fusion == "yes"):
         return True  # constants and iota

@@ -203,6 +203,8 @@ def fuse_computation(comp: HloComputation, ctx: FusionContext) -> bool:
                 ctx.log.refused(ctx.pass_name, producer.name, consumer, decision, fusion=fusion)
                 continue
             if _duplicates_expensive(producer, inst, ctx):
+                if _user_still_queued(producer, inst, position):
+                    continue  # the last of its users to be visited copies it into all of them
                 fusion = _fuse_into_every_user(producer, inst, queue, position, ctx)
                 if fusion is None:
                     continue
@@ -227,6 +229,20 @@ def fuse_computation(comp: HloComputation, ctx: FusionContext) -> bool:
 def _duplicates_expensive(producer: HloInstruction, consumer: HloInstruction, ctx: FusionContext) -> bool:
     return (ctx.may_duplicate and would_duplicate(producer, consumer) and not is_always_duplicable(producer)
             and is_expensive(producer, ctx.params))
+
+
+def _user_still_queued(producer: HloInstruction, consumer: HloInstruction,
+                       position: dict[HloInstruction, int]) -> bool:
+    """Whether a user of `producer` other than `consumer` has yet to be visited as a consumer.
+
+    Copying an expensive producer into all of its users at once turns each of them into a
+    fusion; one not visited yet would then reach its own consumer as a fusion, which
+    instruction fusion does not fuse (`producer_is_fusion`), though as an instruction it would
+    have been: batch norm's `rsqrt(add(var / n, eps))` lost its add to the copy of `var / n`
+    and became two kernels (XLA:CPU's one). So the copying waits for the last user in queue
+    order, by when every other user has taken what it fuses."""
+    return any(u is not consumer and u in position and (u.opcode == "fusion" or is_loop_fusible_as_consumer(u))
+               for u in producer.users)
 
 
 def _fuse_into_every_user(producer: HloInstruction, consumer: HloInstruction, queue: list,

@@ -222,10 +222,10 @@ def base(producer: HloInstruction, consumer: HloInstruction, ctx: FusionContext)
     return ALLOW
 
 
-def _width_changing_bitcast(inst: HloInstruction) -> bool:
+def _width_changing_bitcast(inst: HloInstruction, opcodes: tuple[str, ...]) -> bool:
     # a plain bitcast may change the element type too (s8[3,5,2] -> s16[3,5]: XLA's
     # DoNotFuseBitWidthChangingBitcast)
-    if inst.opcode not in ("bitcast-convert", "bitcast") or not inst.shape.is_array:
+    if inst.opcode not in opcodes or not inst.shape.is_array:
         return False
     if not inst.operands[0].shape.is_array:
         return False
@@ -233,10 +233,16 @@ def _width_changing_bitcast(inst: HloInstruction) -> bool:
 
 
 def bitcast_width(producer: HloInstruction, consumer: HloInstruction, ctx: FusionContext) -> Decision:
-    """A bitcast-convert that changes the element width (f32 -> u8[4]) changes the shape's rank
-    and indexing; XLA fuses it neither as producer nor as consumer (issue 16, rule 7)."""
+    """GPU: a bitcast-convert or bitcast that changes the element width (f32 -> u8[4]) changes
+    the shape's rank and indexing; XLA:GPU fuses it neither as producer nor as consumer (issue
+    16, rule 7; priority_fusion_test DoNotFuseBitWidthChangingBitcast). XLA:CPU fuses such a
+    bitcast-convert (CanBeLoopFused takes every elementwise op; jax's convert_types module
+    shows `convert_bitcast-convert_fusion`s), and so does hlofuse's CPU, whose elemental
+    bitcast-convert splits or joins the pieces; a plain bitcast that changes the width stays
+    out there, its element generator being a reshape's."""
+    opcodes = ("bitcast-convert", "bitcast") if ctx.params.name != "cpu" else ("bitcast",)
     for inst in (producer, consumer):
-        if _width_changing_bitcast(inst):
+        if _width_changing_bitcast(inst, opcodes):
             src, dst = inst.operands[0].shape.dtype.name, inst.shape.dtype.name
             return refuse("bitcast-width", f"{inst.opcode} {inst.name} changes the element width ({src} -> "
                                            f"{dst}); {producer.name} is not fused into {consumer.name}")

@@ -176,9 +176,11 @@ def test_expensive_producer_not_duplicated_into_a_consumer_that_rereads_it():
 
 
 def test_expensive_producer_duplicated_into_all_users_at_once():
-    # The pre-pass finds that both users (a and mul) can fuse e; fusing e is then all or nothing:
-    # the first time it is offered it goes into every user, so a later change of a user's kernel
-    # (a broadcast of a joining it) cannot leave e materialized next to a copy.
+    # The pre-pass finds that both users (a and mul) can fuse e; fusing e is then all or nothing,
+    # and waits for the last of its users in queue order (instruction_fusion._user_still_queued):
+    # by then a has joined the broadcast b, whose fusion reads each element of e four times, so
+    # e is copied into no user (it is not left materialized next to a copy either) and computed
+    # once, as XLA:CPU does (it never copies an expensive producer).
     m = _module("""  x = f32[16] parameter(0)
   y = f32[16] parameter(1)
   e = f32[16] exponential(x)
@@ -186,9 +188,32 @@ def test_expensive_producer_duplicated_into_all_users_at_once():
   b = f32[4,16] broadcast(a), dimensions={1}
   mul = f32[16] multiply(e, y)
   ROOT t = (f32[4,16], f32[16]) tuple(b, mul)""")
+    log = _fuse(m, "cpu")
+    assert _fusions_holding(m, "exponential") == [0]  # the fusion of a and b
+    assert [i.name for i in m.entry.instructions if i.opcode == "exponential"] == ["e"]
+    assert [(e.producer, e.rule) for e in log.refusals()] == [("e", "expensive-reused")]
+
+
+def test_expensive_producer_copy_waits_for_its_last_user():
+    # Batch norm's rsqrt(var / n + eps), var / n also read by the running-variance update: the
+    # divide (expensive) is copied into both users once both have been visited, so the add has
+    # joined the rsqrt first. Copying it when the first user asked made the add a fusion of its
+    # own that the rsqrt could not take (two kernels where XLA:CPU has one).
+    m = _module("""  s = f32[8] parameter(0)
+  v = f32[8] parameter(1)
+  n = f32[8] constant({32, 32, 32, 32, 32, 32, 32, 32})
+  d = f32[8] divide(s, n)
+  eps = f32[] constant(1e-05)
+  be = f32[8] broadcast(eps), dimensions={}
+  a = f32[8] add(d, be)
+  r = f32[8] rsqrt(a)
+  upd = f32[8] add(v, d)
+  ROOT t = (f32[8], f32[8]) tuple(r, upd)""")
     _fuse(m, "cpu")
-    assert _fusions_holding(m, "exponential") == [1, 1]
-    assert not any(i.opcode == "exponential" for i in m.entry.instructions)
+    kernels = [i for i in m.entry.instructions if i.opcode not in ("parameter", "constant", "tuple")]
+    assert len(kernels) == 2 and all(k.opcode == "fusion" for k in kernels), m.to_text()
+    assert _fusions_holding(m, "divide") == [1, 1]
+    assert sorted(_fusions_holding(m, "rsqrt")) == [0, 1]
 
 
 @pytest.mark.parametrize("users,duplicated", [(4, True), (5, False)])
@@ -495,3 +520,41 @@ def test_report_text_and_executable_report_agree():
                          "is expensive and has 2 users of which 1 cannot fuse it: t is a tuple, which cannot root "
                          "a fusion\n")
     json.dumps(data)
+
+
+GATHER_OF_CLAMPED_INDICES = """HloModule m
+ENTRY e {
+  x = f32[6,5] parameter(0)
+  i = s32[4] parameter(1)
+  zero = s32[] constant(0)
+  z = s32[4] broadcast(zero), dimensions={}
+  lt = pred[4] compare(i, z), direction=LT
+  six = s32[] constant(6)
+  s = s32[4] broadcast(six), dimensions={}
+  w = s32[4] add(i, s)
+  sel = s32[4] select(lt, w, i)
+  r = s32[4,1] reshape(sel)
+  ROOT g = f32[4,5] gather(x, r), offset_dims={1}, collapsed_slice_dims={0}, start_index_map={0}, index_vector_dim=1, slice_sizes={1,5}
+}
+"""
+
+
+@pytest.mark.parametrize("target", ["cpu", "gpu"])
+def test_gather_roots_a_loop_fusion_of_its_index_producers(target):
+    # jnp.take's wrap of negative indices fuses into the gather (XLA's IsUniversallyLoopFusible
+    # and the CPU's CanBeLoopFused list kGather; jax's gather_take.opt.hlo, XLA:CPU's output,
+    # has one `gather_bitcast_fusion`): one kernel, computing what the interpreter computes.
+    import numpy as np
+    import hlofuse
+    from hlofuse.hlo.parser import parse_hlo
+
+    m = parse_hlo(GATHER_OF_CLAMPED_INDICES)
+    _fuse(m, target)
+    (kernel,) = [i for i in m.entry.instructions if i.opcode not in ("parameter", "constant")]
+    assert kernel.opcode == "fusion" and kernel.fused_computation.root.opcode == "gather", m.to_text()
+    assert {"select", "add", "compare"} <= {i.opcode for i in kernel.fused_computation.instructions}
+    x = np.arange(30, dtype=np.float32).reshape(6, 5)
+    i = np.array([-1, 0, 5, -6], dtype=np.int32)
+    backend = "cpu" if target == "cpu" else "gpu-emulated"
+    got = hlofuse.compile(parse_hlo(GATHER_OF_CLAMPED_INDICES), target=backend)(x, i)
+    np.testing.assert_array_equal(got[0], x[[5, 0, 5, 0]])
