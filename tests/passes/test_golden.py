@@ -30,6 +30,8 @@ HOLDS_WITHOUT_THE_PASS: dict[str, str] = {
     "fusion/duplication.hlo:3": "nothing fuses: the f64 exponential is expensive and also an output",
     "fusion/duplication.hlo:5": "nothing fuses: duplicating the division into five users is over the cost bound",
     "fusion/duplication.hlo:6": "nothing fuses: the add has a user that cannot fuse it",
+    "fusion/in_place.hlo:2": "the scatter takes nothing: it updates a in place and also reads a as its updates",
+    "fusion/merger.hlo:0": "nothing merges: r would read x at 16 indices, past the merger's limit of 15",
     "fusion/multi_output.hlo:7": "nothing fuses: multi-output fusion would create a cycle through the custom-call",
     "fusion/multi_output.hlo:8": "nothing fuses: a reduction is not a multi-output producer for its elementwise users",
     "fusion/never.hlo:0": "nothing fuses: dot is never fused (and abs/negate alone make no fusion)",
