@@ -13,8 +13,9 @@ import pytest
 
 import hlofuse
 from hlofuse.codegen.kernels.cpu_gemm import (
-    find_gemm_dot, lhs_matrix, needs_packing, panel_rows, dot_dims, rhs_matrix,
+    find_gemm_dot, lhs_matrix, needs_packing, dot_dims, rhs_matrix,
 )
+from hlofuse.codegen.kernels.gemm_partition import panel_rows
 from hlofuse.hlo.parser import parse_hlo
 from hlofuse.runtime.compare import compare_arrays
 from hlofuse.runtime.cpu_executor import CpuProgram
@@ -219,16 +220,15 @@ def test_work_units_count_multiply_adds_for_the_thread_rule():
     """The driver gives a kernel a thread per 16,384 unit elements; a GEMM unit reports its
     multiply-adds / 16, so a large GEMM is split over the cores and a small one is not."""
     from hlofuse.codegen.driver import MIN_ELEMENTS_PER_THREAD
-    from hlofuse.codegen.kernels.gemm_layout import MULTIPLY_ADDS_PER_ELEMENT
+    from hlofuse.codegen.kernels.gemm_partition import MULTIPLY_ADDS_PER_ELEMENT
 
     def kernel(m, k, n):
         prog = CpuProgram.compile(parse_hlo(_dot_module([m, k], [k, n], [], [1], [], [0], "f32")))
         (step,) = [s for s in prog._entry.steps if s.kind == "kernel"]
         return step.kernels[-1]
 
-    big = kernel(1024, 1024, 512)
-    dd = dot_dims(find_gemm_dot(big.comp))
-    assert big.unit_elements == panel_rows(dd) * dd.n * dd.k // MULTIPLY_ADDS_PER_ELEMENT
+    big = kernel(1024, 1024, 512)  # 4 row panels of 256 x 4 column panels of 128 (gemm_partition)
+    assert big.units == 16 and big.unit_elements == 256 * 128 * 1024 // MULTIPLY_ADDS_PER_ELEMENT
     assert big.units >= 2 and big.units * big.unit_elements // MIN_ELEMENTS_PER_THREAD >= big.units
     small = kernel(70, 100, 20)
     assert small.units * small.unit_elements // MIN_ELEMENTS_PER_THREAD < 2

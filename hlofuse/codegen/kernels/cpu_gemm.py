@@ -3,11 +3,12 @@
 A dot that is not small (codegen/planning.py `sequential_dot` keeps the small ones as in-order
 loop kernels) becomes a custom kernel (KernelPlan.custom = "gemm") with the usual CPU ABI
 `void k(i8* in..., i8* out..., i8* scratch..., i64 begin, i64 end)`. Its work units are batch
-elements x row panels of the lhs, so the runtime's threads split them deterministically; each
-unit calls the Fortran BLAS `?gemm_` of scipy's OpenBLAS (single-threaded, registered by
-runtime/jit_builtins.py) on its panel, then runs the fused epilogue (bias add, activation,
-residual, convert ...: element generators of the rest of the fusion, reading the dot's value
-from the panel) over that panel while it is in cache.
+elements x row panels of the lhs x column panels of the rhs, cut by the shape alone
+(codegen/kernels/gemm_partition.py), so the runtime's threads split them deterministically;
+each unit calls the Fortran BLAS `?gemm_` of scipy's OpenBLAS (single-threaded, registered by
+runtime/jit_builtins.py) on its block of the result, then runs the fused epilogue (bias add,
+activation, residual, convert ...: element generators of the rest of the fusion, reading the
+dot's value from the block) over that block while it is in cache.
 
 Layouts: buffers are row-major. XLA's dimension numbers are mapped onto BLAS's transpose flags
 and leading dimensions when each operand's free dimensions and its contracting dimensions
@@ -19,7 +20,7 @@ kernel into a temporary in [batch..., free..., contracting...] order for the lhs
 contracting, free for the rhs), converted to the GEMM's type.
 
 Row-major C[rows, N] = A[rows, K] B[K, N] is column-major C^T = B^T A^T, so BLAS gets the
-rhs as its first matrix and the panel of the lhs as its second.
+rhs (the unit's columns of it) as its first matrix and the panel of the lhs as its second.
 """
 from __future__ import annotations
 
@@ -36,9 +37,10 @@ from ..planning import KernelPlan, plan_fusion, rebuild, sequential_dot
 from ..schedule import is_emittable, wrap_instruction
 from .args import output_leaves
 from .gemm_layout import (
-    GEMM_ROUTINE, INT32_MAX, DotDims, Matrix, OutputMap, dot_dims, gemm_dtype, gemm_unit_elements, operand_matrix,
-    output_chain, output_map, panel_rows,
+    GEMM_ROUTINE, INT32_MAX, DotDims, Matrix, OutputMap, dot_dims, gemm_dtype, operand_matrix, output_chain,
+    output_map,
 )
+from .gemm_partition import GemmPartition, gemm_partition
 
 I8P = ir.IntType(8).as_pointer()
 I32 = ir.IntType(32)
@@ -225,29 +227,46 @@ def emit_gemm_kernel(skel, kernel) -> None:
         return slot(ir.IntType(8), ir.Constant(ir.IntType(8), c))
 
     swapped, (trans1, ld1), (trans2, ld2), ldc = _blas_operands(lm, rm, cm)
-    rows = panel_rows(dd)
-    panels = -(-dd.m // rows)
+    part = gemm_partition(dd, et.name)
     gemm = _gemm_function(skel.module, GEMM_ROUTINE[et.name])
     t1, t2 = char(trans1), char(trans2)
-    p_n, p_k = i32(dd.n), i32(dd.k)
+    p_k = i32(dd.k)
     p_ld1, p_ld2, p_ldc = i32(ld1), i32(ld2), i32(ldc)
     p_alpha, p_beta = slot(elem, scalar(1.0)), slot(elem, scalar(0.0))
     with for_range(b, skel.begin, skel.end, "unit") as unit:
-        bi = b.udiv(unit, const_i64(panels))
-        m0 = b.mul(b.urem(unit, const_i64(panels)), const_i64(rows))
-        left = b.sub(const_i64(dd.m), m0)
-        count = b.select(b.icmp_signed("<", left, const_i64(rows)), left, const_i64(rows))
+        bi, (m0, rows), (n0, cols) = _unit_block(b, unit, part)
+        # The unit's rows start m0 rows into the lhs and C, its columns n0 columns into the
+        # rhs and C, each at that matrix's own stride (a transposed operand or a transposed
+        # output only changes which stride that is; BLAS's flags and leading dimensions do not
+        # change with the block).
         a_ptr = b.gep(lhs, [b.add(_batch_offset(b, bi, lm), b.mul(m0, const_i64(lm.row_stride)))], inbounds=True)
-        b_ptr = b.gep(rhs, [_batch_offset(b, bi, rm)], inbounds=True)
-        c_ptr = b.gep(c_base, [b.add(_batch_offset(b, bi, cm), b.mul(m0, const_i64(cm.row_stride)))], inbounds=True)
-        p_count = i32(b.trunc(count, I32))
+        b_ptr = b.gep(rhs, [b.add(_batch_offset(b, bi, rm), b.mul(n0, const_i64(rm.col_stride)))], inbounds=True)
+        c_off = b.add(b.mul(m0, const_i64(cm.row_stride)), b.mul(n0, const_i64(cm.col_stride)))
+        c_ptr = b.gep(c_base, [b.add(_batch_offset(b, bi, cm), c_off)], inbounds=True)
+        p_rows, p_cols = i32(b.trunc(rows, I32)), i32(b.trunc(cols, I32))
         first, second = (a_ptr, b_ptr) if swapped else (b_ptr, a_ptr)
-        sizes = [p_count, p_n] if swapped else [p_n, p_count]
+        sizes = [p_rows, p_cols] if swapped else [p_cols, p_rows]
         b.call(gemm, [t1, t2, *sizes, p_k, p_alpha, b.bitcast(first, I8P), p_ld1, b.bitcast(second, I8P), p_ld2,
                       p_beta, b.bitcast(c_ptr, I8P), p_ldc])
         if epilogue:
-            _emit_epilogue(skel, comp, dot, (c_base, cm), omap, et, bi, m0, count, dd)
+            _emit_epilogue(skel, comp, dot, (c_base, cm), omap, et, bi, (m0, rows), (n0, cols), dd)
     skel.finish()
+
+
+def _unit_block(b: ir.IRBuilder, unit: ir.Value, part: GemmPartition):
+    """(batch element, (first row, rows), (first column, columns)) of work unit `unit` of
+    partition `part`: units run batch element, then row panel, then column panel; the last
+    panel of each kind holds what is left."""
+    def split(index: ir.Value, size: int, extent: int) -> tuple[ir.Value, ir.Value]:
+        start = b.mul(index, const_i64(size))
+        left = b.sub(const_i64(extent), start)
+        return start, b.select(b.icmp_signed("<", left, const_i64(size)), left, const_i64(size))
+
+    cp = b.urem(unit, const_i64(part.col_panels)) if part.col_panels > 1 else const_i64(0)
+    block = b.udiv(unit, const_i64(part.col_panels)) if part.col_panels > 1 else unit
+    rp = b.urem(block, const_i64(part.row_panels)) if part.row_panels > 1 else const_i64(0)
+    bi = b.udiv(block, const_i64(part.row_panels)) if part.row_panels > 1 else block
+    return bi, split(rp, part.rows, part.m), split(cp, part.cols, part.n)
 
 
 def _arg_of(skel, param: HloInstruction) -> int:
@@ -310,8 +329,10 @@ def _group_offset(b: ir.IRBuilder, index: ir.Value, dims: tuple[int, ...], strid
 
 
 def _emit_epilogue(skel, comp: HloComputation, dot: HloInstruction, c: tuple[ir.Value, Matrix], omap: OutputMap,
-                   et, bi: ir.Value, m0: ir.Value, count: ir.Value, dd: DotDims) -> None:
-    """Write output leaf 0 for rows [m0, m0 + count) of batch element `bi` of the dot's
+                   et, bi: ir.Value, row_range: tuple[ir.Value, ir.Value], col_range: tuple[ir.Value, ir.Value],
+                   dd: DotDims) -> None:
+    """Write output leaf 0 for the block of rows [m0, m0 + rows) and columns [n0, n0 + cols)
+    (`row_range` = (m0, rows), `col_range` = (n0, cols)) of batch element `bi` of the dot's
     [B][M][N] result: the epilogue's element generators at the dot's index, reading the dot's
     value from the GEMM's C matrices `c` (in place when that is the output: each element is
     read before it is written, at the same address), storing through output map `omap` (the
@@ -341,13 +362,16 @@ def _emit_epilogue(skel, comp: HloComputation, dot: HloInstruction, c: tuple[ir.
     rows_mode = len(dd.rf) == 1 and len(dims) >= 1 and dims[-1] == n
     c_batch = _batch_offset(b, bi, cm)
     o_batch = _group_offset(b, bi, sizes[0], strides[0])
-    with for_range(b, m0, b.add(m0, count), "erow") as r:
+    (m0, m_count), (n0, n_count) = row_range, col_range
+    # Every index below is the element's own (row r, column j) of the whole result, so the
+    # block's place needs no offset of its own: only the loops' bounds are the block's.
+    with for_range(b, m0, b.add(m0, m_count), "erow") as r:
         row = b.add(b.mul(bi, const_i64(dd.m)), r)  # row of the dot's [B*M] x N
         outer = delinearize(b, row, dims[:-1]) if rows_mode else None
         base = b.mul(row, const_i64(n))
         c_row = b.add(c_batch, b.mul(r, const_i64(cm.row_stride)))
         o_row = b.add(o_batch, _group_offset(b, r, sizes[1], strides[1]))
-        with for_range(b, const_i64(0), const_i64(n), "ecol") as j:
+        with for_range(b, n0, b.add(n0, n_count), "ecol") as j:
             lin = b.add(base, j)
             c_addr.append(b.add(c_row, b.mul(j, const_i64(cm.col_stride))))
             index = Index(b, dims, multi=list(outer) + [j], linear=lin) if rows_mode else Index(b, dims, linear=lin)
@@ -464,9 +488,8 @@ def plan_gemm(comp: HloComputation, name: str):
         # write): a temporary does, and the epilogue writes the output from it.
         scratch.append(("tmp", len(temps)))
         temps.append(array(gemm_dtype(gdot), (dd.batch * dd.m * dd.n,)))
-    rows = panel_rows(dd)
-    units = dd.batch * -(-dd.m // rows)
-    kernels.append(KernelPlan(gcomp, [0], units, gemm_unit_elements(dd), None, inputs=inputs, results=[("out", 0)],
+    part = gemm_partition(dd, gemm_dtype(gdot))
+    kernels.append(KernelPlan(gcomp, [0], part.units, part.unit_elements, None, inputs=inputs, results=[("out", 0)],
                               name=f"{name}_gemm", scratch=scratch, custom="gemm"))
     return kernels, temps
 

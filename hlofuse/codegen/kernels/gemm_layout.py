@@ -21,21 +21,6 @@ from ...hlo.shapes import ArrayShape
 GEMM_ROUTINE = {"f32": "sgemm", "f64": "dgemm", "c64": "cgemm", "c128": "zgemm"}
 INT32_MAX = (1 << 31) - 1
 
-# Rows of the lhs per work unit. A unit's BLAS call packs the whole rhs again, which costs
-# K*N copies against 2*rows*K*N flops, so panels stay at least MIN_PANEL_ROWS high; a single
-# matrix is cut into at most MAX_PANELS panels (enough for the cores to share it), and batched
-# dots with several batch elements take whole matrices per unit. Measured on 2048^3 (one
-# thread, load ~10 on 2 cores): 2 or 4 panels 504 ms, 8 panels 556 ms, 16 panels 606 ms.
-MIN_PANEL_ROWS = 64
-MAX_PANELS = 4
-WHOLE_MATRIX_BATCH = 4
-# The driver (codegen/driver.py) gives a kernel a thread per 16,384 `unit_elements` (about
-# 16 us of a loop kernel's work). A GEMM unit's cost is its multiply-adds, not its output
-# elements: `gemm_unit_elements` reports a panel's multiply-adds over this factor (BLAS does
-# some 16-32 multiply-adds in the time a loop kernel spends on one element), so a panel with a
-# long contraction counts as the work it is and is shared between cores.
-MULTIPLY_ADDS_PER_ELEMENT = 16
-
 
 def _dims(inst: HloInstruction, key: str) -> list[int]:
     return [int(d) for d in inst.attrs.get(key, ())]
@@ -142,19 +127,6 @@ def dot_dims(dot: HloInstruction) -> DotDims:
     rf = [d for d in range(len(rhs)) if d not in rb and d not in rc]
     return DotDims(lb, lc, lf, rb, rc, rf, math.prod(lhs[d] for d in lb), math.prod(lhs[d] for d in lf),
                    math.prod(rhs[d] for d in rf), math.prod(lhs[d] for d in lc))
-
-
-def panel_rows(dd: DotDims) -> int:
-    """Rows of the lhs per work unit (see MIN_PANEL_ROWS)."""
-    if dd.batch >= WHOLE_MATRIX_BATCH or dd.m <= MIN_PANEL_ROWS:
-        return max(dd.m, 1)
-    return max(MIN_PANEL_ROWS, -(-dd.m // MAX_PANELS))
-
-
-def gemm_unit_elements(dd: DotDims) -> int:
-    """The `unit_elements` the driver's thread rule reads for one work unit (a panel of
-    `panel_rows` rows): its multiply-adds over MULTIPLY_ADDS_PER_ELEMENT."""
-    return max(1, panel_rows(dd) * dd.n * dd.k // MULTIPLY_ADDS_PER_ELEMENT)
 
 
 # ---- where the result goes ----------------------------------------------------------------------
