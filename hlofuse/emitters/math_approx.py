@@ -6,7 +6,7 @@ LLVM vectorizes), so a loop over them becomes `<8 x float>` / `<4 x double>` cod
 
 Two families:
   * exp, log, expm1, log1p, tanh, logistic: f32 arithmetic, Cody-Waite range reduction
-    and Cephes-style minimax polynomials, tanh a rational as XLA's (a few ULP).
+    and Cephes-style minimax polynomials (tanh: 1 - 2/(e**2|x| + 1) beside a polynomial).
   * sin, cos, tan, atan2, pow, cbrt, erf: computed in f64 (series, or erf's rational), then rounded
     once to f32 (about 0.5 ULP). sin/cos/tan reduce by pi/2 with Cody-Waite for |x| < 2**26
     and Payne-Hanek (a table of 2/pi's bits, integer products) beyond, over the whole f32 range.
@@ -157,38 +157,47 @@ def expm1_f32(b: ir.IRBuilder, target, x) -> ir.Value:
 
 
 _TANH_P = [-5.70498872745e-3, 2.06390887954e-2, -5.37397155531e-2, 1.33314422036e-1, -3.33332819422e-1]
-# tanh(x) = x * N(x*x) / D(x*x) on |x| <= _TANH_CLAMP: a (5, 4) rational minimax for the
-# relative error of tanh(x)/x on [0, 9.02] (linear programming over 11,000 points with Loeb's
-# reweighting, in f64; relative error 4e-9), coefficients rounded to f32. Evaluated in f32 its
-# error is dominated by the rounding of the two Horner sums (up to 5 ULP just below 1, where
-# XLA's rational reaches 5 ULP too: tests/emitters/test_cpu_math.py, docs/emitters.md).
-_TANH_N = [-1.1848242005563225e-11, 3.017650485048762e-08, 2.7863585273735225e-05, 0.0038619874976575375,
-           0.13675059378147125, 1.0]
-_TANH_D = [1.276469220101717e-06, 0.0003926886711269617, 0.02722330205142498, 0.47008392214775085, 1.0]
+# e**(2r) for |r| <= ln2/4: degree-6 relative-error minimax (scripts/fit_minimax.py; 1.9e-9 in
+# f64, 1.7e-8 with the coefficients rounded to f32, which moves tanh by < 0.01 ULP).
+_TANH_EXP = [0.08855581283569336, 0.26799410581588745, 0.6666916012763977, 1.3333135843276978,
+             1.9999996423721313, 2.0, 1.0]
 # tanh(x) rounds to 1 in f32 from atanh(1 - 2**-25) = 9.0109 on.
 _TANH_CLAMP = 9.02
+# 1.5 * 2**23: k = v + _ROUNDER holds rint(v) in its low mantissa bits (|v| < 2**22).
+_ROUNDER = 12582912.0
 
 
 def tanh_f32(b: ir.IRBuilder, target, x) -> ir.Value:
-    """tanh as XLA computes it, with one divide and no exp: a rational function of x*x
-    (_TANH_N / _TANH_D) for |x| >= 0.625, the odd polynomial below (1 ULP there, where the
-    rational's two rounded sums give up to 3), +-1 from _TANH_CLAMP on, x itself below 0.0004.
-    About 30 vector instructions; the exp-based form it replaces took ~45 and ran 1.8x slower
+    """tanh, 1 ULP over the whole f32 range, one divide: the odd polynomial for |x| < 0.625,
+    1 - 2/(e**2|x| + 1) from there, e**2|x| from a lean exp (|x| clamped at _TANH_CLAMP, so
+    no overflow or NaN handling; one-step reduction), x itself below 0.0004.
+
+    Why this form: 1 - h with h = 2/(e**2|x| + 1) <= 0.445 carries h's rounding errors into
+    the result scaled by h (<= 1/2 ULP of the result), where a rational N(x*x)/D(x*x) (XLA's
+    form, which hlofuse used before) gets the full rounding of its two Horner sums: 5 ULP
+    just below 1. The same ~31 vector instructions and speed as that rational
     (docs/emitters.md)."""
     m = _M(b, target, F32)
     ax = m.intr("llvm.fabs", x)
     z = m.mul(x, x)
     small = m.fma(m.mul(m.horner(z, _TANH_P), z), ax, ax)
-    # |x| clamped (NaN stays NaN: the ordered compare is false), its square, the quotient.
-    axc = m.sel(m.cmp(">", ax, m.c(_TANH_CLAMP)), m.c(_TANH_CLAMP), ax)
-    zc = m.mul(axc, axc)
-    big = m.div(m.mul(axc, m.horner(zc, _TANH_N)), m.horner(zc, _TANH_D))
-    big = m.sel(m.cmp(">=", ax, m.c(_TANH_CLAMP)), m.c(1.0), big)
+    # |x| clamped (a NaN becomes the clamp too: the ordered compare is false; the select
+    # below takes `small`, NaN, for it). tanh(_TANH_CLAMP) rounds to 1, so does `big` there.
+    axc = m.sel(m.cmp("<", ax, m.c(_TANH_CLAMP)), ax, m.c(_TANH_CLAMP))
+    # e**(2 axc) = 2**n * e**(2r): n = rint(2 axc / ln2) from k's bits, r = axc - n*ln2/2 in
+    # one step (ln2's f32 error times n <= 26 moves e**2|x| by ~5e-8 relative where h ~ 3e-8).
+    k = m.fma(axc, m.c(2.0 / math.log(2.0)), m.c(_ROUNDER))
+    n = m.sub(k, m.c(_ROUNDER))
+    r = m.fma(n, m.c(-math.log(2.0) / 2), axc)
+    # 2**n: k's bits are those of _ROUNDER plus n; shifted to the exponent field and rebiased.
+    rebias = ((127 - 0x4B400000) << 23) & 0xFFFFFFFF
+    pow2n = b.bitcast(b.add(b.shl(b.bitcast(k, I32), ir.Constant(I32, 23)), ir.Constant(I32, rebias)), F32)
+    big = m.sub(m.c(1.0), m.div(m.c(2.0), m.fma(m.horner(r, _TANH_EXP), pow2n, m.c(1.0))))
     # tanh is odd: the magnitude gets the sign of x (x + x*z*p would round -0 to +0).
-    r = m.intr("llvm.copysign", m.sel(m.cmp("<", ax, m.c(0.625)), small, big), x)
+    res = m.intr("llvm.copysign", m.sel(m.cmp(">=", ax, m.c(0.625)), big, small), x)
     # x itself below 0.0004 (tanh(x) rounds to x there), as XLA: a denormal x comes back
     # unchanged even where denormals-are-zero would read it as zero in the polynomial.
-    return m.sel(m.cmp("<", ax, m.c(0.0004)), x, r)
+    return m.sel(m.cmp("<", ax, m.c(0.0004)), x, res)
 
 
 def logistic_f32(b: ir.IRBuilder, target, x) -> ir.Value:

@@ -77,7 +77,7 @@ UNARY = [
     ("log", np.log, None, 2),
     ("exponential-minus-one", np.expm1, None, 3),
     ("log-plus-one", np.log1p, None, 3),
-    ("tanh", np.tanh, None, 5),  # a rational as XLA's; XLA:CPU's own reaches 5 (test below)
+    ("tanh", np.tanh, None, 1),  # XLA:CPU's rational reaches 5 (test below)
     ("logistic", lambda x: 1 / (1 + np.exp(-x)), None, 3),
     ("erf", _erf, None, 1),  # f64 rational: 1 ULP at near-ties (XLA:CPU: 5)
     ("sine", np.sin, None, 1),  # the whole range: Payne-Hanek beyond 2**26
@@ -110,8 +110,8 @@ def _floats_between(lo: float, hi: float, step: int) -> np.ndarray:
 
 
 def test_tanh_no_less_accurate_than_xla():
-    """tanh is XLA's kind of rational (one divide): over every 7th float in [1e-4, 12], its
-    worst and mean ULP errors are no larger than XLA:CPU's own tanh's, region by region."""
+    """tanh (one divide, as XLA's rational): over every 7th float in [1e-4, 12], at most 1 ULP
+    and worst and mean errors no larger than XLA:CPU's own tanh's, region by region."""
     jax = pytest.importorskip("jax")
     x = _floats_between(1e-4, 12.0, 7)
     x = np.concatenate([x, -x])
@@ -123,7 +123,7 @@ def test_tanh_no_less_accurate_than_xla():
         sel = (ax >= lo) & (ax < hi)
         print(f"\ntanh on [{lo}, {hi}): max {ours[sel].max():.0f} ULP, mean {ours[sel].mean():.3f} "
               f"(XLA:CPU {xla[sel].max():.0f}, {xla[sel].mean():.3f})")
-        assert ours[sel].max() <= xla[sel].max()
+        assert ours[sel].max() <= min(1, xla[sel].max())
         assert ours[sel].mean() <= xla[sel].mean()
 
 
