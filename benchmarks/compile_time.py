@@ -12,7 +12,9 @@ workloads of benchmarks/workloads.py and a training step of 50 same-shaped Adam 
 geometric mean of hlofuse/XLA:CPU over the models. For each: hlofuse's cold compile (an empty
 cache of its own, so no row reuses another's kernels: passes, planning, emission, LLVM optimization, code
 generation, loading, as `hlofuse compile --timings` shows them), its compile from the disk
-cache in the same process with the memory cache cleared, and XLA:CPU's compile of the same text
+cache in the same process with the memory cache cleared ('cached': the whole module's entry,
+codegen/module_cache.py; 'kernels': every kernel's object from disk, but no module entry, so
+the passes, planning and the driver's emission run), and XLA:CPU's compile of the same text
 (benchmarks/real_models.py's XlaExecutable); time per instruction and the growth from the
 previous size. A size whose predicted time (the last one's, scaled by its growth) exceeds what
 is left of --budget is not run: the table says how far it got. The machine's load is printed:
@@ -111,10 +113,16 @@ def measure(name: str, text: str, xla: bool) -> dict:
 
 
 def _measure(name: str, text: str, xla: bool, cache_dir: str) -> dict:
+    import gc
+
     import hlofuse
     from hlofuse.codegen import cache
 
     cache.memory_cache.clear()  # a kernel compiled for an earlier row is not cold
+    # Each timed compile starts with no garbage of earlier ones: HLO graphs are cycles, and a
+    # full collection of an earlier row's executables (0.2 s for a 3,000-instruction module's)
+    # would otherwise land in whichever compile triggers it.
+    gc.collect()
 
     start = time.perf_counter()
     module = hlofuse.parse_hlo(text)
@@ -129,10 +137,23 @@ def _measure(name: str, text: str, xla: bool, cache_dir: str) -> dict:
     row = {"name": name, "instructions": count, "parse_s": parse, "cold_s": cold, "cold_cpu_s": cold_cpu,
            "passes_s": sum(t for _, t, _ in exe.timings()), "kernels": len(code.kernels),
            "distinct": len(code.objects), **{k.replace(" ", "_") + "_s": v for k, v in code.timings.items()}}
+    # from the disk cache with the module entry gone: every kernel's object and the driver's
+    # from disk, the passes, planning and the driver's emission run again
     cache.memory_cache.clear()
+    gc.collect()
+    for name_ in os.listdir(cache_dir):
+        if name_.endswith(cache.MODULE):
+            os.remove(os.path.join(cache_dir, name_))
     start = time.perf_counter()
     hlofuse.compile(module, "cpu", verify=False, cache_dir=cache_dir)
+    row["kernels_cached_s"] = time.perf_counter() - start
+    # from the module entry on disk (codegen/module_cache.py): no pass, no LLVM
+    cache.memory_cache.clear()
+    gc.collect()
+    start = time.perf_counter()
+    exe = hlofuse.compile(module, "cpu", verify=False, cache_dir=cache_dir)
     row["cached_s"] = time.perf_counter() - start
+    row["module_hit"] = exe.from_cache
     if xla:
         from real_models import XlaExecutable
 
@@ -233,8 +254,10 @@ def print_row(row: dict, prev: dict | None) -> None:
         xla += f" (x{row['cold_s'] / row['xla_s']:.2f})"
     if "xla_error" in row:
         print(f"  XLA:CPU refused {row['name']}: {row['xla_error']}")
+    hit = "" if row.get("module_hit", True) else " (miss!)"
     print(f"{row['name']:22s} {n:7d} {row['cold_s']:8.2f}s {row['cold_s'] / n * 1e6:8.0f}us "
-          f"{row['cached_s']:7.2f}s {xla}  kernels {row['kernels']}/{row['distinct']}  "
+          f"{row['cached_s'] * 1e3:6.0f}ms{hit} {row['kernels_cached_s']:6.2f}s {xla}  "
+          f"kernels {row['kernels']}/{row['distinct']}  "
           f"passes {row['passes_s']:.2f} plan {row.get('planning_s', 0):.2f} emit {row.get('emission_s', 0):.2f} "
           f"opt {row.get('llvm_optimization_s', 0):.2f} codegen {row.get('code_generation_s', 0):.2f} "
           f"load {row.get('loading_s', 0):.2f}{growth}", flush=True)
@@ -257,7 +280,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.llvm_threads:
         llvm_threads_check()
         return 0
-    print(f"{'module':22s} {'instrs':>7s} {'cold':>9s} {'per inst':>10s} {'cached':>8s} {'XLA:CPU':>8s}  stages (s)")
+    print(f"{'module':22s} {'instrs':>7s} {'cold':>9s} {'per inst':>10s} {'cached':>8s} {'kernels':>7s} "
+          f"{'XLA:CPU':>8s}  stages (s)")
     rows: list[dict] = []
     # one-time costs (imports, LLVM's and XLA's initialisation) are nobody's compile time
     measure("warm-up", chain_module(8), not args.no_xla)

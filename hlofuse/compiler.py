@@ -31,7 +31,7 @@ class Executable:
 
     def __init__(self, module: HloModule, fused_module: HloModule, target: str,
                  run: Callable[[list], list], program: Any = None, pipeline: Any = None,
-                 compile_seconds: float = 0.0) -> None:
+                 compile_seconds: float = 0.0, from_cache: bool = False) -> None:
         self.module = module
         self.fused_module = fused_module
         self.fusion_log: FusionLog | None = fused_module.fusion_log
@@ -40,6 +40,7 @@ class Executable:
         self.program = program  # backend object (CpuProgram, GpuProgram) when there is one
         self.pipeline = pipeline
         self.compile_seconds = compile_seconds
+        self.from_cache = from_cache  # loaded whole from a module entry (no pass ran: timings() is empty)
 
     def __call__(self, *arrays) -> tuple:
         # Every backend checks the arguments against the entry parameters (InputError).
@@ -117,11 +118,24 @@ def compile(module: HloModule, target: str = "cpu", fusion: bool = True, verify:
     On the CPU, each kernel's object code is cached in this process and on disk, in
     `cache_dir` or by default the user's cache directory (`$HLOFUSE_CACHE_DIR`, else
     `$XDG_CACHE_HOME/hlofuse`, else `~/.cache/hlofuse`; see codegen/cache.py for its checks
-    and size bound). `cache=False` bypasses both caches. `algorithm`: the fusion algorithm
-    ("legacy" or "priority"; None: priority on the GPU, legacy on the CPU)."""
+    and size bound), and so is the whole compile's result, keyed by the module's text and the
+    options (codegen/module_cache.py): compiling the same module again loads it and runs no
+    pass and no LLVM (not with `dump_dir`, whose files only a compile writes). `cache=False`
+    bypasses every cache. `algorithm`: the fusion algorithm ("legacy" or "priority"; None:
+    priority on the GPU, legacy on the CPU)."""
     if target not in TARGETS:
         raise ValueError(f"unknown target '{target}'; expected one of {', '.join(TARGETS)}")
     start = time.perf_counter()
+    entry_key = None
+    if target == "cpu" and cache and dump_dir is None:
+        from .codegen.cache import default_cache_dir
+
+        if cache_dir is None:
+            cache_dir = default_cache_dir()
+        entry_key = _entry_key(module, target, fusion, algorithm)
+        exe = _load_cached(entry_key, module, target, cache_dir, start)
+        if exe is not None:
+            return exe
     fused, pipeline = optimize(module, target, fusion=fusion, verify=verify, dump_dir=dump_dir, algorithm=algorithm)
     program = None
     if target == "interpreter":
@@ -137,6 +151,10 @@ def compile(module: HloModule, target: str = "cpu", fusion: bool = True, verify:
         if cache and cache_dir is None:
             cache_dir = default_cache_dir()
         program = CpuProgram.compile(fused, cache_dir=cache_dir if cache else None, cache=cache)
+        if entry_key is not None:
+            from .codegen.module_cache import store_entry
+
+            store_entry(entry_key, {"code": program.code, "fused": fused}, module, cache_dir)
         run = program.run
     else:
         from .runtime.gpu_executor import GpuProgram
@@ -149,3 +167,34 @@ def compile(module: HloModule, target: str = "cpu", fusion: bool = True, verify:
 
     check_compiled(fused, target, program)
     return Executable(module, fused, target, run, program, pipeline, time.perf_counter() - start)
+
+
+def _entry_key(module: HloModule, target: str, fusion: bool, algorithm: str | None) -> str:
+    """The module entry key of compiling `module` for `target` with these options."""
+    from .codegen.module_cache import module_key
+    from .emitters.cpu.target import CpuTarget
+
+    return module_key(module.to_text(), target, {"fusion": fusion, "algorithm": algorithm}, CpuTarget().fingerprint())
+
+
+def _load_cached(key: str, module: HloModule, target: str, cache_dir: str | None, start: float) -> Executable | None:
+    """The Executable of the module entry under `key` (memory or disk cache), loaded and ready
+    to run, or None. Its fused module and fusion log are the original compile's."""
+    from .codegen.cpu import CpuCode
+    from .codegen.module_cache import load_entry
+    from .runtime.cpu_executor import CpuProgram
+    from .runtime.memory_budget import check_compiled
+
+    payload = load_entry(key, module, cache_dir)
+    if not (isinstance(payload, dict) and isinstance(payload.get("code"), CpuCode)
+            and isinstance(payload.get("fused"), HloModule) and payload["code"].module is payload["fused"]):
+        return None
+    code, fused = payload["code"], payload["fused"]
+    for o in code.objects:
+        o.cached = True
+    loaded = time.perf_counter()
+    code.timings = {"module cache": loaded - start}
+    program = CpuProgram.load(code)
+    program.compile_seconds = time.perf_counter() - start
+    check_compiled(fused, target, program)
+    return Executable(module, fused, target, program.run, program, None, time.perf_counter() - start, from_cache=True)

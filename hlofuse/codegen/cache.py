@@ -3,7 +3,10 @@
 Object code is cached per kernel (codegen/cpu.py), keyed by a fingerprint of everything its
 machine code depends on: the kernel's structural text (codegen/kernel_key.py), its LLVM
 pipeline, the target (triple, host CPU name and features), the hlofuse version and the emitter
-version. A module changed in one place recompiles only the kernels that changed.
+version. A module changed in one place recompiles only the kernels that changed. Beside the
+kernels, the whole result of a CPU compile is cached per module (codegen/module_cache.py: `.m`
+entries, keyed by the module's text, the options, the target and the whole package's source),
+so compiling an unchanged module again runs no pass and no LLVM.
 
 The disk cache is on by default for the command line and `hlofuse.compile`, in
 `default_cache_dir()` (`$HLOFUSE_CACHE_DIR`, else `$XDG_CACHE_HOME/hlofuse`, else
@@ -11,9 +14,10 @@ The disk cache is on by default for the command line and `hlofuse.compile`, in
 what it wrote itself:
 - the directory is created with mode 0700 and refused (the disk cache is then off, with a
   warning) unless it is ours and no one else can write to it;
-- an entry `<key>.o` holds a header with the key it was stored under and the SHA-256 of the
-  object, written to a temporary file and renamed into place (readers never see half an
-  entry); loading checks the owner, the key and the checksum, and drops an entry that fails;
+- an entry `<key>.o` (`<key>.m` for a module) holds a header with the key it was stored under
+  and the SHA-256 of the payload, written to a temporary file and renamed into place (readers
+  never see half an entry); loading checks the owner, the key and the checksum, and drops an
+  entry that fails;
 - the directory is bounded (`HLOFUSE_CACHE_MAX_BYTES`, default 512 MB): after a store, the
   least recently used entries (by modification time; a hit touches its entry) are removed.
 """
@@ -35,8 +39,12 @@ from collections import OrderedDict
 EMITTER_VERSION = "cpu-4"
 
 DEFAULT_MAX_BYTES = 512 << 20
-_MAGIC = b"HLOFUSE-KERNEL-OBJECT 1\n"
-_HEADER = len(_MAGIC) + 65 + 65  # magic, key + newline, SHA-256 of the object + newline
+# Entry kinds: the file suffix and the magic line each entry of that kind starts with. An
+# object file holds one kernel's (or a driver's) code; a module entry a whole CPU compile
+# (codegen/module_cache.py). Both are code this process runs, under the same checks.
+OBJECT, MODULE = ".o", ".m"
+_MAGIC = {OBJECT: b"HLOFUSE-KERNEL-OBJECT 1\n", MODULE: b"HLOFUSE-MODULE 1\n"}
+_DIGEST_LINES = 65 + 65  # key + newline, SHA-256 of the payload + newline
 _STALE_TEMP_SECONDS = 3600  # a temporary file this old is a crashed writer's leftover
 
 
@@ -69,6 +77,13 @@ class _MemoryCache:
 
     def __contains__(self, key: str) -> bool:
         return key in self._entries
+
+    def drop(self, key: str) -> None:
+        """Forget the entry under `key`, if any."""
+        with self._lock:
+            old = self._entries.pop(key, None)
+            if old is not None:
+                self._bytes -= len(old)
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -173,16 +188,19 @@ def secure_directory(directory: str) -> None:
         raise UnsafeCacheDirectory(f"{directory} can be written by other users (mode {stat.S_IMODE(st.st_mode):o})")
 
 
-def _entry(key: str, obj: bytes) -> bytes:
-    return _MAGIC + key.encode() + b"\n" + hashlib.sha256(obj).hexdigest().encode() + b"\n" + obj
+def _entry(key: str, obj: bytes, kind: str = OBJECT) -> bytes:
+    return _MAGIC[kind] + key.encode() + b"\n" + hashlib.sha256(obj).hexdigest().encode() + b"\n" + obj
 
 
-def _payload(key: str, data: bytes) -> bytes | None:
-    """The object of entry `data` if it is an entry for `key` with an intact object, else None."""
-    if len(data) < _HEADER or not data.startswith(_MAGIC):
+def _payload(key: str, data: bytes, kind: str = OBJECT) -> bytes | None:
+    """The payload of entry `data` if it is an entry of `kind` for `key` with an intact
+    payload, else None."""
+    magic = _MAGIC[kind]
+    header = len(magic) + _DIGEST_LINES
+    if len(data) < header or not data.startswith(magic):
         return None
-    head = data[len(_MAGIC):_HEADER]
-    obj = data[_HEADER:]
+    head = data[len(magic):header]
+    obj = data[header:]
     if head[:64] != key.encode() or head[64:65] != b"\n" or head[-1:] != b"\n":
         return None
     if head[65:129] != hashlib.sha256(obj).hexdigest().encode():
@@ -191,7 +209,8 @@ def _payload(key: str, data: bytes) -> bytes | None:
 
 
 class CompileCache:
-    """Kernel object files by key in `directory` (see the module docstring for the checks)."""
+    """Entries by key in `directory`: kernel object files (`kind` OBJECT, the default) and
+    whole-module entries (MODULE); see the module docstring for the checks."""
 
     def __init__(self, directory: str | os.PathLike, max_bytes: int | None = None) -> None:
         self.directory = os.fspath(directory)
@@ -212,20 +231,20 @@ class CompileCache:
                 self._usable = False
         return self._usable
 
-    def path(self, key: str) -> str:
-        """The file of the entry for `key`."""
-        return os.path.join(self.directory, key + ".o")
+    def path(self, key: str, kind: str = OBJECT) -> str:
+        """The file of the entry of `kind` for `key`."""
+        return os.path.join(self.directory, key + kind)
 
-    def has(self, key: str) -> bool:
+    def has(self, key: str, kind: str = OBJECT) -> bool:
         """Whether an entry for `key` exists (not checked: `load` checks)."""
-        return self.usable() and os.path.isfile(self.path(key))
+        return self.usable() and os.path.isfile(self.path(key, kind))
 
-    def load(self, key: str) -> bytes | None:
-        """The object code stored under `key`, or None (also for an entry that is not ours,
-        not for this key or damaged; such an entry is removed)."""
+    def load(self, key: str, kind: str = OBJECT) -> bytes | None:
+        """The payload (object code, or a module entry) stored under `key`, or None (also for
+        an entry that is not ours, not for this key or damaged; such an entry is removed)."""
         if not self.usable():
             return None
-        path = self.path(key)
+        path = self.path(key, kind)
         try:
             fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
         except OSError:
@@ -240,7 +259,7 @@ class CompileCache:
             return None
         finally:
             os.close(fd)
-        obj = _payload(key, data)
+        obj = _payload(key, data, kind)
         if obj is None:
             _warn(f"compile cache entry {path} is damaged or not for its key; removed")
             _remove(path)
@@ -251,22 +270,27 @@ class CompileCache:
             pass
         return obj
 
-    def store(self, key: str, object_code: bytes) -> None:
-        """Store object code under `key` (atomic; errors writing the cache are ignored)."""
+    def store(self, key: str, object_code: bytes, kind: str = OBJECT) -> None:
+        """Store a payload of `kind` (object code by default) under `key` (atomic; errors
+        writing the cache are ignored)."""
         if not self.usable():
             return
         tmp = None
         try:
             fd, tmp = tempfile.mkstemp(dir=self.directory, prefix=".", suffix=".tmp")
             with os.fdopen(fd, "wb") as f:
-                f.write(_entry(key, object_code))
-            os.replace(tmp, self.path(key))
+                f.write(_entry(key, object_code, kind))
+            os.replace(tmp, self.path(key, kind))
             tmp = None
         except OSError:
             pass
         finally:
             if tmp is not None:
                 _remove(tmp)
+
+    def remove(self, key: str, kind: str = OBJECT) -> None:
+        """Remove the entry of `kind` for `key` (an entry that could not be used)."""
+        _remove(self.path(key, kind))
 
     def entries(self) -> list[tuple[float, int, str]]:
         """(modification time, size, path) of every entry."""
@@ -284,7 +308,7 @@ class CompileCache:
                 continue
             if name.endswith(".tmp") and now - st.st_mtime > _STALE_TEMP_SECONDS:
                 _remove(path)
-            elif name.endswith(".o") and stat.S_ISREG(st.st_mode):
+            elif name.endswith(tuple(_MAGIC)) and stat.S_ISREG(st.st_mode):
                 found.append((st.st_mtime, st.st_size, path))
         return found
 

@@ -73,6 +73,15 @@ class CpuProgram(ProgramBase):
         prog.compile_seconds = time.perf_counter() - start
         return prog
 
+    @classmethod
+    def load(cls, code: CpuCode) -> "CpuProgram":
+        """Load code compiled before (a module cache entry, compiler.py): no compilation."""
+        start = time.perf_counter()
+        prog = cls(code)
+        prog._load()
+        prog.code.timings["loading"] = time.perf_counter() - start
+        return prog
+
     @property
     def cache_hit(self) -> bool:
         """Whether every kernel's object code came from the memory or disk cache."""

@@ -307,13 +307,24 @@ def test_compile_uses_the_default_cache_and_a_fresh_process_loads_from_it(monkey
     cache.memory_cache.clear()
     text = adam_text(3, shapes=["f32[48]", "f32[6,8]", "f32[3,16]"])
     exe = hlofuse.compile(hlofuse.parse_hlo(text), "cpu")
-    assert len(os.listdir(d)) == len(exe.program.code.objects) + 1 == 7  # two kernels per update, the driver
+    objects = [n for n in os.listdir(d) if n.endswith(cache.OBJECT)]
+    assert len(objects) == len(exe.program.code.objects) + 1 == 7  # two kernels per update, the driver
+    assert [n for n in os.listdir(d) if not n.endswith(cache.OBJECT)] == [exe_key(d)]  # and the module's entry
     assert stat.S_IMODE(os.stat(d).st_mode) == 0o700
     script = ("import hlofuse, sys; exe = hlofuse.compile(hlofuse.parse_hlo(sys.stdin.read()), 'cpu'); "
               "print(exe.program.code.compiled_count)")
-    out = subprocess.run([sys.executable, "-c", script], input=text, capture_output=True, text=True,
-                         env={**os.environ, "HLOFUSE_CACHE_DIR": str(d)}, check=True).stdout
-    assert out.strip() == "0"
+    for module_entry in (True, False):  # from the module's entry, then from the kernels' objects
+        if not module_entry:
+            os.remove(d / exe_key(d))
+        out = subprocess.run([sys.executable, "-c", script], input=text, capture_output=True, text=True,
+                             env={**os.environ, "HLOFUSE_CACHE_DIR": str(d)}, check=True).stdout
+        assert out.strip() == "0"
+
+
+def exe_key(d) -> str:
+    """The file name of the one module entry in cache directory `d`."""
+    (name,) = [n for n in os.listdir(d) if n.endswith(cache.MODULE)]
+    return name
 
 
 def test_compile_without_the_cache_writes_nothing(monkeypatch, tmp_path):

@@ -1,0 +1,221 @@
+"""Whole-module compile cache entries: what a CPU compile produced, saved so that compiling the
+same module again (in this process or another) skips parsing-independent work entirely: the
+passes, planning, IR emission, LLVM and the driver's emission.
+
+A compile's result is the fused module (with its fusion log), the planner's schedule and kernel
+plans, the native program, every distinct kernel's object code and the driver's object code: the
+`CpuCode` of codegen/cpu.py, a graph of plain Python objects around HLO instructions. An entry
+is that graph, pickled without recursion on the module's depth, under a key (`module_key`) that
+holds everything the result depends on: the module's canonical text, the target and the compile
+options, the target machine (triple, CPU name and features), the hlofuse version and a digest of
+the whole package's source (`package_digest`: a change to any pass, emitter or runtime file is
+a different compiler).
+
+How the graph is written (`dumps`) and read back (`loads`):
+- HLO objects (modules, computations, instructions) of the compiled module are written as empty
+  shells (pickle's NEWOBJ, no state), and their states (`vars`) afterwards, in rounds, as pairs
+  (shell, state) whose references to other HLO objects are shells already written. A reference
+  never makes pickle descend into an operand, so a 100,000-deep chain pickles as flat as a wide
+  module (pickle recurses on nesting, and an instruction's operands nest as deep as the module);
+- the user's own module (the one `compile` was given, which `origin` pointers of the fused
+  module refer to) is not written: its objects are referred to by name (instruction names are
+  unique in a verified module, and equal text means equal names) and resolved in the module the
+  reader is given;
+- reading restores only classes of hlofuse, numpy and a few builtins (`_Reader.find_class`): an
+  entry is loaded only from a directory and a file this user owns, checked against its key and
+  checksum (codegen/cache.py), and restricting the classes keeps even a damaged entry from
+  naming anything else.
+"""
+from __future__ import annotations
+
+import copyreg
+import hashlib
+import io
+import os
+import pickle
+from typing import Any
+
+from ..gc_pause import gc_paused
+from ..hlo.ir import HloComputation, HloInstruction, HloModule
+from .cache import EMITTER_VERSION, hlofuse_version
+
+# Bumped when what an entry holds, or how it is written, changes.
+FORMAT = "module-1"
+
+_HLO = (HloModule, HloComputation, HloInstruction)
+# Builtins an entry may name (pickle names classes it cannot write as literals).
+_BUILTINS = frozenset({"set", "frozenset", "complex", "slice", "range", "bytearray"})
+_MODULE_PREFIXES = ("hlofuse.", "numpy.")
+_MODULES = frozenset({"hlofuse", "numpy", "collections"})
+
+_PACKAGE_DIGEST: str | None = None
+
+
+def package_digest() -> str:
+    """SHA-256 of the source of every module of the hlofuse package (a few ms, once per process):
+    a fused module depends on the passes as much as its kernels depend on the emitters."""
+    global _PACKAGE_DIGEST
+    if _PACKAGE_DIGEST is None:
+        package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        h = hashlib.sha256()
+        for root, dirs, files in sorted(os.walk(package)):
+            dirs.sort()
+            for name in sorted(files):
+                if name.endswith(".py"):
+                    path = os.path.join(root, name)
+                    h.update(os.path.relpath(path, package).encode())
+                    with open(path, "rb") as f:
+                        h.update(f.read())
+        _PACKAGE_DIGEST = h.hexdigest()
+    return _PACKAGE_DIGEST
+
+
+def module_key(text: str, target: str, options: dict[str, Any], target_fingerprint: str) -> str:
+    """Hex key of a compile of the module with canonical text `text` for `target` with
+    `options` (those that change the result: fusion, the fusion algorithm) on the machine
+    `target_fingerprint` describes, by this version of hlofuse."""
+    h = hashlib.sha256()
+    opts = ",".join(f"{k}={options[k]!r}" for k in sorted(options))
+    for part in (FORMAT, target, opts, target_fingerprint, hlofuse_version(), EMITTER_VERSION, package_digest(),
+                 text):
+        h.update(part.encode())
+        h.update(b"\0")
+    return h.hexdigest()
+
+
+class NotCacheable(Exception):
+    """The compile's result holds something an entry cannot hold."""
+
+
+def _names(module: HloModule) -> dict[int, tuple[str, ...]]:
+    """id() -> the reference by name of every object of `module` (see the module docstring)."""
+    refs: dict[int, tuple[str, ...]] = {id(module): ("m",)}
+    for comp in module.computations:
+        refs[id(comp)] = ("c", comp.name)
+        for inst in comp.instructions:
+            refs[id(inst)] = ("i", inst.name)
+    return refs
+
+
+class _Writer(pickle.Pickler):
+    """Writes HLO objects as shells (their states come later, see `dumps`) and the user's
+    module's objects as references by name."""
+
+    def __init__(self, file: io.BytesIO, user: HloModule) -> None:
+        super().__init__(file, protocol=5)
+        self.pending: list[Any] = []  # HLO objects written as shells, in order
+        self._user = _names(user)
+        self.dispatch_table = {cls: self._shell for cls in _HLO}
+
+    def _shell(self, obj: Any) -> tuple:
+        self.pending.append(obj)
+        return (copyreg.__newobj__, (type(obj),))
+
+    def persistent_id(self, obj: Any) -> tuple[str, ...] | None:
+        if type(obj) in _HLO:
+            return self._user.get(id(obj))
+        return None
+
+
+def dumps(payload: Any, user: HloModule) -> bytes:
+    """`payload` (a graph of objects around HLO objects) as entry bytes; the objects of
+    `user` are referred to by name. Raises NotCacheable if something in it cannot be pickled."""
+    f = io.BytesIO()
+    w = _Writer(f, user)
+    try:
+        with gc_paused():
+            w.dump(payload)
+            done = 0
+            while done < len(w.pending):  # each round writes the states of the last round's shells
+                batch = w.pending[done:]
+                done = len(w.pending)
+                w.dump([(obj, vars(obj)) for obj in batch])
+            w.dump(None)
+    except (pickle.PicklingError, TypeError, AttributeError, RecursionError) as e:
+        raise NotCacheable(f"{type(e).__name__}: {e}") from None
+    return f.getvalue()
+
+
+class _Reader(pickle.Unpickler):
+    """Reads an entry: only allowed classes, the user's module's objects by name."""
+
+    def __init__(self, file: io.BytesIO, user: HloModule) -> None:
+        super().__init__(file)
+        self._module = user
+        self._comps = {c.name: c for c in user.computations}
+        self._insts: dict[str, HloInstruction] | None = None
+
+    def find_class(self, module: str, name: str) -> Any:
+        if module in _MODULES or module.startswith(_MODULE_PREFIXES) or (module == "builtins" and name in _BUILTINS):
+            return super().find_class(module, name)
+        raise pickle.UnpicklingError(f"an entry may not name {module}.{name}")
+
+    def persistent_load(self, pid: Any) -> Any:
+        kind = pid[0] if isinstance(pid, tuple) and pid else None
+        if kind == "m":
+            return self._module
+        if kind == "c" and pid[1] in self._comps:
+            return self._comps[pid[1]]
+        if kind == "i":
+            if self._insts is None:
+                self._insts = {i.name: i for c in self._module.computations for i in c.instructions}
+            if pid[1] in self._insts:
+                return self._insts[pid[1]]
+        raise pickle.UnpicklingError(f"the entry refers to {pid!r}, not in the module compiled")
+
+
+def loads(data: bytes, user: HloModule) -> Any:
+    """The payload `dumps` wrote, its references to the user's module resolved in `user` (a
+    module with the same text as the one it was written with)."""
+    r = _Reader(io.BytesIO(data), user)
+    with gc_paused():  # many small objects at once: the collector's walks would dominate
+        payload = r.load()
+        while (batch := r.load()) is not None:
+            for obj, state in batch:
+                if type(obj) not in _HLO or type(state) is not dict:
+                    raise pickle.UnpicklingError("malformed entry")
+                obj.__dict__.update(state)
+    return payload
+
+
+def load_entry(key: str, user: HloModule, directory: str | None) -> Any:
+    """The payload stored under `key` in this process's memory cache or in the disk cache in
+    `directory` (None: memory only), read against `user`; None when there is none, or when the
+    entry cannot be read (it is then dropped, and the caller compiles afresh)."""
+    from .cache import MODULE, CompileCache, _warn, memory_cache
+
+    mkey = "module:" + key
+    data = memory_cache.get(mkey)
+    disk = CompileCache(directory) if directory is not None else None
+    if data is None and disk is not None:
+        data = disk.load(key, MODULE)
+    if data is None:
+        return None
+    try:
+        payload = loads(data, user)
+    except Exception as e:  # a damaged entry is a cache miss, never an error of the compile
+        _warn(f"compile cache: module entry {key[:16]} could not be read ({type(e).__name__}: {e}); recompiling")
+        memory_cache.drop(mkey)
+        if disk is not None:
+            disk.remove(key, MODULE)
+        return None
+    memory_cache[mkey] = data
+    return payload
+
+
+def store_entry(key: str, payload: Any, user: HloModule, directory: str | None) -> bool:
+    """Write `payload` under `key` in the memory cache and in the disk cache in `directory`
+    (None: memory only); False when it cannot be pickled (nothing is stored then)."""
+    from .cache import MODULE, CompileCache, _warn, memory_cache
+
+    try:
+        data = dumps(payload, user)
+    except NotCacheable as e:
+        _warn(f"compile cache: a module's compile could not be saved ({e})")
+        return False
+    memory_cache["module:" + key] = data
+    if directory is not None:
+        disk = CompileCache(directory)
+        disk.store(key, data, MODULE)
+        disk.evict()
+    return True

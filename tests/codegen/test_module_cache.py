@@ -1,0 +1,244 @@
+"""Whole-module compile cache entries (codegen/module_cache.py, compiler.compile): a second
+compile of a module, in this process or a fresh one, loads the first compile's result (no pass,
+no LLVM) and computes bit for bit what it computed; any change of the module or of an option is
+a miss; an entry that is damaged, for another key, or names anything but hlofuse's and numpy's
+classes is rejected and the module compiled afresh."""
+from __future__ import annotations
+
+import os
+import pickle
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import hlofuse
+from hlofuse import compiler
+from hlofuse.codegen import cache, module_cache
+from hlofuse.runtime.io import random_inputs
+
+# A module with a little of everything an entry must carry: constants (literals the driver
+# copies into its table), a while loop (a second driver function), a reduction, a fusion.
+TEXT = """HloModule cached
+
+add {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}
+
+cond {
+  st = (s32[], f32[16,8]) parameter(0)
+  i = s32[] get-tuple-element(st), index=0
+  n = s32[] constant(3)
+  ROOT lt = pred[] compare(i, n), direction=LT
+}
+
+body {
+  st = (s32[], f32[16,8]) parameter(0)
+  i = s32[] get-tuple-element(st), index=0
+  x = f32[16,8] get-tuple-element(st), index=1
+  one = s32[] constant(1)
+  j = s32[] add(i, one)
+  w = f32[16,8] constant({...})
+  t = f32[16,8] tanh(x)
+  y = f32[16,8] multiply(t, w)
+  ROOT out = (s32[], f32[16,8]) tuple(j, y)
+}
+
+ENTRY main {
+  p = f32[16,8] parameter(0)
+  q = f32[16,8] parameter(1)
+  zero = s32[] constant(0)
+  e = f32[16,8] exponential(q)
+  x = f32[16,8] add(p, e)
+  init = (s32[], f32[16,8]) tuple(zero, x)
+  loop = (s32[], f32[16,8]) while(init), condition=cond, body=body
+  r = f32[16,8] get-tuple-element(loop), index=1
+  z = f32[] constant(0)
+  ROOT s = f32[16] reduce(r, z), dimensions={1}, to_apply=add
+}
+"""
+
+
+def _text() -> str:
+    """TEXT with its weight literal spelled out (values that are not short decimals, so a
+    literal that lost bits on the way through an entry would show in the results)."""
+    values = np.linspace(-1.3, 1.7, 128, dtype=np.float32).reshape(16, 8) / np.float32(3)
+    rows = ", ".join("{" + ", ".join(repr(float(v)) for v in row) + "}" for row in values)
+    return TEXT.replace("{...}", "{" + rows + "}")
+
+
+@pytest.fixture
+def cache_dir(tmp_path, monkeypatch):
+    """An empty cache directory of the test's own, and an empty memory cache."""
+    d = tmp_path / "cache"
+    monkeypatch.setenv("HLOFUSE_CACHE_DIR", str(d))
+    cache.memory_cache.clear()
+    yield d
+    cache.memory_cache.clear()
+
+
+def _entries(d) -> list[str]:
+    return sorted(n for n in os.listdir(d) if n.endswith(cache.MODULE))
+
+
+_SCRIPT = """
+import sys, numpy as np, hlofuse
+from hlofuse.runtime.io import random_inputs
+module = hlofuse.parse_hlo(open(sys.argv[1]).read())
+exe = hlofuse.compile(module, "cpu")
+out = exe(*random_inputs(module, seed=3))
+np.savez(sys.argv[2], *out)
+print(exe.from_cache, exe.program.code.compiled_count, exe.fused_module.to_text() == exe.program.code.module.to_text())
+"""
+
+
+def test_a_fresh_process_loads_the_module_entry_and_computes_the_same_bits(cache_dir, tmp_path):
+    path = tmp_path / "m.hlo"
+    path.write_text(_text())
+    results = []
+    for n in range(2):
+        out = subprocess.run([sys.executable, "-c", _SCRIPT, str(path), str(tmp_path / f"out{n}.npz")],
+                             capture_output=True, text=True, env={**os.environ, "HLOFUSE_CACHE_DIR": str(cache_dir)},
+                             check=True).stdout.split()
+        results.append(out)
+    assert results[0][0] == "False" and int(results[0][1]) > 0  # compiled
+    assert results[1] == ["True", "0", "True"]  # loaded whole: nothing compiled
+    assert len(_entries(cache_dir)) == 1
+    a, b = np.load(tmp_path / "out0.npz"), np.load(tmp_path / "out1.npz")
+    assert a.files == b.files == ["arr_0"]
+    assert a["arr_0"].dtype == b["arr_0"].dtype and a["arr_0"].tobytes() == b["arr_0"].tobytes()
+    # and what both computed is the interpreter's result
+    module = hlofuse.parse_hlo(_text())
+    ref = hlofuse.compile(module, "interpreter")(*random_inputs(module, seed=3))[0]
+    np.testing.assert_allclose(b["arr_0"], ref, rtol=2e-5, atol=1e-6)
+
+
+def test_a_hit_runs_no_pass_and_keeps_the_report(cache_dir, monkeypatch):
+    module = hlofuse.parse_hlo(_text())
+    first = hlofuse.compile(module, "cpu")
+    assert not first.from_cache and first.timings()
+    cache.memory_cache.clear()  # from disk
+
+    def no_passes(*args, **kwargs):
+        raise AssertionError("a module entry hit ran the passes")
+
+    monkeypatch.setattr(compiler, "optimize", no_passes)
+    again = hlofuse.parse_hlo(_text())  # another object with the same text
+    exe = hlofuse.compile(again, "cpu")
+    assert exe.from_cache and exe.timings() == [] and exe.module is again
+    assert exe.fused_module.to_text() == first.fused_module.to_text()
+    assert exe.report() == first.report()
+    # the fused instructions trace back to the module compiled now, not the first one
+    origins = {i.origin for c in exe.fused_module.computations for i in c.instructions if i.origin is not None}
+    assert origins and all(o.parent.parent is again for o in origins)
+    args = random_inputs(module, seed=5)
+    assert [x.tobytes() for x in exe(*args)] == [x.tobytes() for x in first(*args)]
+
+
+@pytest.mark.parametrize("change", ["module", "fusion", "algorithm", "no cache"])
+def test_a_changed_module_or_option_misses(cache_dir, change):
+    hlofuse.compile(hlofuse.parse_hlo(_text()), "cpu")
+    assert len(_entries(cache_dir)) == 1
+    text, kwargs = _text(), {}
+    if change == "module":
+        text = text.replace("n = s32[] constant(3)", "n = s32[] constant(4)")
+    elif change == "fusion":
+        kwargs = {"fusion": False}
+    elif change == "algorithm":
+        kwargs = {"algorithm": "priority"}
+    else:
+        kwargs = {"cache": False}
+    exe = hlofuse.compile(hlofuse.parse_hlo(text), "cpu", **kwargs)
+    assert not exe.from_cache
+    assert len(_entries(cache_dir)) == (1 if change == "no cache" else 2)
+
+
+def _the_entry(cache_dir) -> tuple[str, bytes]:
+    """(key, payload) of the one module entry in `cache_dir`."""
+    (name,) = _entries(cache_dir)
+    key = name[:-len(cache.MODULE)]
+    payload = cache.CompileCache(cache_dir).load(key, cache.MODULE)
+    assert payload is not None
+    return key, payload
+
+
+class _Foreign:
+    """Unpickles as a call of os.system (what a planted entry could hold)."""
+
+    def __reduce__(self):
+        return (os.system, ("echo planted > /dev/null",))
+
+
+@pytest.mark.parametrize("damage", ["flipped byte", "other key", "foreign class", "truncated pickle", "bad reference"])
+def test_a_damaged_or_foreign_entry_is_rejected_and_recompiled(cache_dir, damage, capsys):
+    module = hlofuse.parse_hlo(_text())
+    first = hlofuse.compile(module, "cpu")
+    key, payload = _the_entry(cache_dir)
+    disk = cache.CompileCache(cache_dir)
+    path = disk.path(key, cache.MODULE)
+    if damage == "flipped byte":  # the checksum no longer matches
+        data = bytearray(open(path, "rb").read())
+        data[-100] ^= 0xFF
+        open(path, "wb").write(bytes(data))
+    elif damage == "other key":  # an intact entry stored under another key, renamed to this one
+        disk.store("0" * 64, payload, cache.MODULE)
+        os.replace(disk.path("0" * 64, cache.MODULE), path)
+    elif damage == "foreign class":  # intact header and checksum, a pickle naming os.system
+        disk.store(key, pickle.dumps({"code": _Foreign()}), cache.MODULE)
+    elif damage == "truncated pickle":
+        disk.store(key, payload[: len(payload) // 2], cache.MODULE)
+    else:  # refers to an instruction the module does not have
+        disk.store(key, payload.replace(b"\x8c\x01i", b"\x8c\x01c", 1), cache.MODULE)
+    cache.memory_cache.clear()
+    exe = hlofuse.compile(hlofuse.parse_hlo(_text()), "cpu")
+    assert not exe.from_cache  # compiled afresh
+    args = random_inputs(module, seed=2)
+    assert [x.tobytes() for x in exe(*args)] == [x.tobytes() for x in first(*args)]
+    if damage in ("flipped byte", "other key"):
+        assert "damaged or not for its key" in capsys.readouterr().err
+    else:
+        assert "could not be read" in capsys.readouterr().err
+    # the bad entry was replaced by a good one
+    cache.memory_cache.clear()
+    assert hlofuse.compile(hlofuse.parse_hlo(_text()), "cpu").from_cache
+
+
+def test_only_hlofuse_numpy_and_plain_builtins_are_read():
+    module = hlofuse.parse_hlo(_text())
+    for bad in (_Foreign(), pickle.loads, subprocess.run):
+        with pytest.raises(pickle.UnpicklingError, match="may not name"):
+            module_cache.loads(pickle.dumps(bad), module)
+    back = module_cache.loads(module_cache.dumps({1: np.arange(3), 2: {3.5}, 3: 1j}, module), module)
+    assert back[2] == {3.5} and back[3] == 1j and back[1].tolist() == [0, 1, 2]
+
+
+def test_an_entry_does_not_recurse_on_the_modules_depth():
+    """A chain far deeper than Python's recursion limit round-trips (pickle recurses on
+    nesting; an entry never nests one instruction in another)."""
+    depth = 3 * sys.getrecursionlimit()
+    lines = ["HloModule deep", "ENTRY main {", "  v0 = f32[4] parameter(0)"]
+    lines += [f"  v{i} = f32[4] negate(v{i - 1})" for i in range(1, depth)]
+    lines += [f"  ROOT r = f32[4] add(v{depth - 1}, v0)", "}"]
+    user = hlofuse.parse_hlo("\n".join(lines) + "\n")
+    work = user.clone()  # its instructions' origins are the user's
+    data = module_cache.dumps({"fused": work}, user)
+    back = module_cache.loads(data, user)["fused"]
+    assert back is not work and back.to_text() == work.to_text()
+    assert [i.origin for i in back.entry.instructions] == user.entry.instructions
+
+
+def test_the_key_holds_text_target_options_machine_and_source():
+    base = dict(text="HloModule m", target="cpu", options={"fusion": True}, target_fingerprint="x86|znver5|+avx")
+    key = module_cache.module_key(**base)
+    assert key == module_cache.module_key(**base)
+    for field, other in (("text", "HloModule n"), ("target", "gpu"), ("options", {"fusion": False}),
+                         ("target_fingerprint", "x86|znver4|+avx")):
+        assert module_cache.module_key(**{**base, field: other}) != key, field
+
+
+def test_a_dump_dir_compile_writes_no_module_entry(cache_dir, tmp_path):
+    hlofuse.compile(hlofuse.parse_hlo(_text()), "cpu", dump_dir=str(tmp_path / "dump"))
+    assert not os.path.exists(cache_dir) or _entries(cache_dir) == []
