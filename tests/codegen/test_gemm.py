@@ -227,8 +227,8 @@ def test_work_units_count_multiply_adds_for_the_thread_rule():
         (step,) = [s for s in prog._entry.steps if s.kind == "kernel"]
         return step.kernels[-1]
 
-    big = kernel(1024, 1024, 512)  # 4 row panels of 256 x 4 column panels of 128 (gemm_partition)
-    assert big.units == 16 and big.unit_elements == 256 * 128 * 1024 // MULTIPLY_ADDS_PER_ELEMENT
+    big = kernel(1024, 1024, 512)  # 4 row panels of 256 (gemm_partition), columns whole
+    assert big.units == 4 and big.unit_elements == 256 * 512 * 1024 // MULTIPLY_ADDS_PER_ELEMENT
     assert big.units >= 2 and big.units * big.unit_elements // MIN_ELEMENTS_PER_THREAD >= big.units
     small = kernel(70, 100, 20)
     assert small.units * small.unit_elements // MIN_ELEMENTS_PER_THREAD < 2

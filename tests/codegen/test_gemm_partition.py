@@ -14,7 +14,7 @@ import hlofuse
 from hlofuse.codegen.kernels.cpu_gemm import find_gemm_dot
 from hlofuse.codegen.kernels.gemm_layout import DotDims, dot_dims, gemm_dtype
 from hlofuse.codegen.kernels.gemm_partition import (
-    MIN_PANEL_COLS, MIN_UNIT_MULTIPLY_ADDS, TARGET_UNITS, column_granule, gemm_partition,
+    MAX_PANELS, MIN_PANEL_COLS, MIN_UNIT_MULTIPLY_ADDS, TARGET_UNITS, column_granule, gemm_partition,
 )
 from hlofuse.hlo.parser import parse_hlo
 from hlofuse.runtime.compare import compare_arrays
@@ -30,7 +30,9 @@ def _dd(batch: int, m: int, n: int, k: int) -> DotDims:
 # (batch, M, N, K, type) -> (rows, cols, units), worked by hand from the module's rule.
 RULE = [
     ((1, 32, 2048, 768, "f32"), (32, 128, 16)),  # an LSTM step: 16 panels of 128 columns
-    ((1, 2048, 2048, 2048, "f32"), (512, 512, 16)),  # 4 row panels, then 4 column panels
+    ((1, 2048, 2048, 2048, "f32"), (512, 2048, 4)),  # 4 row panels: tall, its columns are not cut
+    ((1, 150, 2048, 768, "f32"), (64, 352, 18)),  # 3 row panels x 6 column panels (342 -> 352)
+    ((3, 32, 2048, 768, "f32"), (32, 352, 18)),  # 3 matrices x 6 column panels
     ((24, 512, 512, 64, "f32"), (512, 512, 24)),  # 24 whole matrices: enough units already
     ((1, 8, 128, 64, "f32"), (8, 128, 1)),  # 65,536 multiply-adds: too small to cut
     ((1, 1, 2304, 768, "f32"), (1, 384, 6)),  # a decode step's dot: 6 units of >= 2^18 multiply-adds
@@ -51,8 +53,9 @@ def test_partition_rule(shape, want):
 
 def test_partition_invariants():
     """Over a sweep of shapes: the panels cover the result, column panels are whole granules
-    of at least MIN_PANEL_COLS, a cut never makes a unit under MIN_UNIT_MULTIPLY_ADDS, and no
-    column cut is made once the batch and row panels give TARGET_UNITS units."""
+    of at least MIN_PANEL_COLS, a cut never makes a unit under MIN_UNIT_MULTIPLY_ADDS nor more
+    panels than TARGET_UNITS needs, and no column cut is made once the batch and row panels
+    give MAX_PANELS units."""
     for dtype in ("f32", "f64", "c64", "c128"):
         for batch in (1, 2, 3, 5, 16):
             for m in (1, 7, 32, 64, 65, 300):
@@ -64,7 +67,8 @@ def test_partition_invariants():
                         if p.col_panels > 1:
                             assert p.cols % column_granule(dtype) == 0 and p.cols >= MIN_PANEL_COLS
                             assert p.unit_multiply_adds >= MIN_UNIT_MULTIPLY_ADDS
-                            assert batch * p.row_panels < TARGET_UNITS
+                            assert batch * p.row_panels < MAX_PANELS
+                            assert batch * p.row_panels * (p.col_panels - 1) < TARGET_UNITS
 
 
 # ---- column panels run: results against the interpreter, the same on every thread count ----------

@@ -12,16 +12,20 @@ The rule (`gemm_partition`):
    WHOLE_MATRIX_BATCH or more batch elements or <= MIN_PANEL_ROWS rows, otherwise at most
    MAX_PANELS panels of >= MIN_PANEL_ROWS rows. Each unit's BLAS call packs its columns of the
    rhs again, so rows are cut only while a panel stays tall.
-2. Column panels fill up what rows left: a dot with few rows (an LSTM step's [32, 768] x
-   [768, 2048], a decode step's dots, small batched attention dots) would otherwise be a
-   single unit, on one thread. The columns are cut into enough panels for TARGET_UNITS units
-   in all, but never so narrow that a panel is under MIN_PANEL_COLS columns (each unit packs
-   its rows of the lhs again: one copy per `cols` multiply-adds) nor so small that a unit has
-   under MIN_UNIT_MULTIPLY_ADDS multiply-adds (the driver's thread rule would not give such a
-   unit a thread of its own: a tiny dot stays one unit). Panel widths are whole multiples of
+2. Column panels for short matrices: a dot whose batch and row panels give fewer than
+   MAX_PANELS units (an LSTM step's [32, 768] x [768, 2048], a decode step's dots, a few small
+   batched dots) would otherwise run on one or two threads. Its columns are cut into enough
+   panels for TARGET_UNITS units in all, but never so narrow that a panel is under
+   MIN_PANEL_COLS columns (each unit packs its rows of the lhs again) nor so small that a unit
+   has under MIN_UNIT_MULTIPLY_ADDS multiply-adds (the driver's thread rule would not give such
+   a unit a thread of its own: a tiny dot stays one unit). Panel widths are whole multiples of
    COLUMN_GRANULE_BYTES of the GEMM's element type, so every panel but the last starts on a
    whole register tile of BLAS's kernels (OpenBLAS's sgemm tiles are 16 wide, dgemm's 4-16,
-   cgemm's 8, zgemm's 4) and on a cache line.
+   cgemm's 8, zgemm's 4) and on a cache line. A short matrix gains most from the cut (nothing
+   else splits it) and pays least (the lhs rows each unit packs again are few); a taller one
+   keeps rule 1's units: cutting its columns as well cost 2-17% on one thread, as each unit
+   packs a tall lhs panel again (OPENBLAS_CORETYPE=Haswell, load ~4-5, interleaved medians:
+   [512,2048]x[2048,512] 9.6 -> 10.1 ms, 2048^3 208 -> 217 ms with 16 units instead of 4).
 
 Units are numbered batch element, then row panel, then column panel, so the consecutive units
 one thread takes share their lhs panel.
@@ -41,9 +45,9 @@ from .gemm_layout import DotDims
 MIN_PANEL_ROWS = 64
 MAX_PANELS = 4
 WHOLE_MATRIX_BATCH = 4
-# Column panels are added until a GEMM has this many units: the driver cuts a kernel's units
-# into CHUNKS_PER_THREAD (4) chunks per thread, so 16 units keep 4 threads balanced, or 16
-# threads one unit each, without tying the cut to this machine's thread count.
+# A short matrix's columns are cut until the GEMM has this many units: the driver cuts a
+# kernel's units into CHUNKS_PER_THREAD (4) chunks per thread, so 16 units keep 4 threads
+# balanced, or 16 threads one unit each, without tying the cut to this machine's thread count.
 TARGET_UNITS = 16
 # A column panel is at least this many columns wide (the unit's BLAS call packs its lhs panel
 # again: one copy per MIN_PANEL_COLS multiply-adds at worst) ...
@@ -116,11 +120,12 @@ class GemmPartition:
 
 def panel_cols(dd: DotDims, rows: int, dtype: str) -> int:
     """Columns of the rhs per work unit when row panels are `rows` high (rule 2 of the module
-    docstring): N itself unless cutting the columns adds units toward TARGET_UNITS while each
-    panel keeps MIN_PANEL_COLS columns and each unit MIN_UNIT_MULTIPLY_ADDS multiply-adds."""
+    docstring): N itself unless the batch and row panels give fewer than MAX_PANELS units and
+    cutting the columns adds units toward TARGET_UNITS while each panel keeps MIN_PANEL_COLS
+    columns and each unit MIN_UNIT_MULTIPLY_ADDS multiply-adds."""
     n = max(dd.n, 1)
     have = dd.batch * -(-max(dd.m, 1) // rows)
-    if have >= TARGET_UNITS:
+    if have >= MAX_PANELS:  # tall enough (or batched enough): the row cut's units stand
         return n
     wanted = -(-TARGET_UNITS // have)
     by_width = n // MIN_PANEL_COLS
