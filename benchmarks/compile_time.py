@@ -3,6 +3,8 @@
     python benchmarks/compile_time.py [--sizes 1000,10000,100000] [--budget 600] [--no-xla]
                                       [--workloads] [--models [NAME,...]] [--json OUT]
     python benchmarks/compile_time.py --llvm-threads    # do llvmlite's calls run in parallel?
+    python benchmarks/compile_time.py --opt-levels [--size small|large] [--models NAME,...]
+                                      # what O3 adds over O2: LLVM seconds and kernel speed
 
 Generated modules of about 1k, 10k and 100k instructions, in two forms: a *chain* (each
 elementwise op reads the one before: one deep fused kernel) and a *wide* DAG (independent
@@ -214,6 +216,55 @@ def llvm_threads_check(jobs: int = 4) -> None:
               f"{(time.process_time() - cpu) / wall:.2f} cores busy")
 
 
+def opt_level_rows(texts: dict[str, tuple[str, list | None]], kinds: tuple[str, ...] | None = None) -> None:
+    """For each module (name -> (HLO text, inputs or None for seeded random ones)): compile it
+    with every kernel at O3 and with the kernels of `kinds` (None: all; a kind is a custom
+    kernel's name, 'reduce' or 'loop') at O2 instead, print LLVM's seconds (optimization and
+    code generation) for each, the median run time of each over interleaved rounds on one
+    thread (the order alternating), and whether both give the same bits. codegen/cpu.py
+    speed_level is chosen by this table."""
+    import statistics
+
+    import numpy as np
+
+    import hlofuse
+    import hlofuse.codegen.cpu as cpu
+    from hlofuse.runtime.cpu_threads import kernel_threads
+    from hlofuse.runtime.io import random_inputs
+
+    def kind(k) -> str:
+        return k.custom or ("reduce" if k.group is not None else "loop")
+
+    chosen = cpu.speed_level
+    print(f"one thread: {kernel_threads() == 1}")
+    try:
+        for name, (text, args) in texts.items():
+            module = hlofuse.parse_hlo(text)
+            args = random_inputs(module, seed=1) if args is None else args
+            exes, llvm = {}, {}
+            for level in (3, 2):
+                cpu.speed_level = lambda k, level=level: level if kinds is None or kind(k) in kinds else 3
+                exe = hlofuse.compile(module, "cpu", cache=False)
+                t = exe.program.code.timings
+                exes[level], llvm[level] = exe, t.get("llvm optimization", 0.0) + t.get("code generation", 0.0)
+            for e in exes.values():
+                e(*args)
+            times: dict[int, list[float]] = {3: [], 2: []}
+            deadline, r = time.perf_counter() + 6.0, 0
+            while r < 7 or (r < 40 and time.perf_counter() < deadline):
+                for level in ((3, 2) if r % 2 else (2, 3)):
+                    start = time.perf_counter()
+                    exes[level](*args)
+                    times[level].append(time.perf_counter() - start)
+                r += 1
+            same = all(np.array_equal(a, b, equal_nan=True) for a, b in zip(exes[3](*args), exes[2](*args)))
+            m3, m2 = statistics.median(times[3]), statistics.median(times[2])
+            print(f"{name:28s} llvm O3 {llvm[3]:6.3f}s O2 {llvm[2]:6.3f}s (x{llvm[2] / max(llvm[3], 1e-9):.2f})  "
+                  f"run O3 {m3 * 1e3:9.3f}ms O2 {m2 * 1e3:9.3f}ms (O2/O3 {m2 / m3:.3f})  same bits {same}", flush=True)
+    finally:
+        cpu.speed_level = chosen
+
+
 def model_rows(which: str, xla: bool) -> list[dict]:
     """Rows for the real models (benchmarks/model_zoo.py), then the geometric mean of
     hlofuse's cold compile over XLA:CPU's; a model whose library is missing is skipped."""
@@ -273,12 +324,40 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--models", nargs="?", const="all", default=None,
                     help="also the real models of benchmarks/model_zoo.py (all, or NAME,NAME)")
     ap.add_argument("--json", help="write the rows here")
+    ap.add_argument("--opt-levels", action="store_true", help="only compare O2 with O3: the workloads (or the "
+                                                             "--models, their convolutions only), LLVM time and speed")
+    ap.add_argument("--size", choices=["small", "large"], default="large", help="workload size for --opt-levels")
     ap.add_argument("--llvm-threads", action="store_true", help="only measure whether LLVM work runs in "
                                                                "parallel on threads (see llvm_threads_check)")
     args = ap.parse_args(argv)
     print(f"load average {os.getloadavg()}, {os.cpu_count()} cores")
     if args.llvm_threads:
         llvm_threads_check()
+        return 0
+    if args.opt_levels:
+        os.environ.setdefault("HLOFUSE_CPU_THREADS", "1")  # before the runtime reads it
+        import jax
+
+        if args.models:
+            from model_zoo import BUILDERS
+
+            names = list(BUILDERS) if args.models == "all" else args.models.split(",")
+            texts = {}
+            for name in names:
+                model = BUILDERS[name]()
+                texts[name] = (jax.jit(model.fn, keep_unused=True).lower(*model.args).as_text(dialect="hlo"), None)
+            opt_level_rows(texts, kinds=("conv",))
+        else:
+            import numpy as np
+
+            from workloads import WORKLOADS
+
+            texts = {}
+            for name, w in WORKLOADS.items():
+                inputs = [np.asarray(a) for a in w.inputs(args.size)]
+                texts[name] = (jax.jit(w.fn).lower(*inputs).as_text(dialect="hlo"), inputs)
+            opt_level_rows(texts)
+        print(f"load average {os.getloadavg()}")
         return 0
     print(f"{'module':22s} {'instrs':>7s} {'cold':>9s} {'per inst':>10s} {'cached':>8s} {'kernels':>7s} "
           f"{'XLA:CPU':>8s}  stages (s)")
