@@ -69,6 +69,27 @@ def test_bias_relu_residual_is_one_output_fusion(m, k, n, dtype, out):
     assert step.kernels[-1].custom == "gemm"
 
 
+def test_in_place_epilogue_vectorizes_without_an_overlap_check():
+    """The epilogue reads the dot's value from the output and writes the result over it: it
+    must store through the pointer it loaded from, so LLVM vectorizes the column loop outright.
+    With the store's address computed another way, LLVM added a run-time overlap check that
+    the in-place loop always fails (distance 0), and every row ran the scalar loop."""
+    import llvmlite.binding as llvm
+
+    from hlofuse.codegen.cpu import emit_kernel_module
+    from hlofuse.emitters.cpu.target import CpuTarget, optimized_module
+
+    exe = _compile_and_check(_mlp(64, 96, 1000), _args(np.random.default_rng(8), 64, 96, 1000))
+    (step,) = [s for s in exe.program._entry.steps if s.kind == "kernel"]
+    kernel = step.kernels[-1]
+    assert kernel.custom == "gemm" and not kernel.scratch
+    text = str(emit_kernel_module(kernel, CpuTarget(), "epilogue_test"))
+    llvm.parse_assembly(text).verify()
+    opt = str(optimized_module(text))
+    assert "vector.body" in opt and "x float>" in opt
+    assert "diff.check" not in opt and "vector.memcheck" not in opt
+
+
 def test_small_dot_epilogue_runs_as_one_reduction():
     """A small matrix-vector dot with a cheap producer (a square) on its vector operand and an
     add after it: one fusion, run as one reduction kernel with the epilogue fused. An expensive producer (exp) is not fused: the dot reads each vector
