@@ -26,23 +26,22 @@ from __future__ import annotations
 
 from llvmlite import ir
 
-from ...emitters.elemental import ElementalEmitter, mem_type
+from ...emitters.elemental import ElementalEmitter
 from ...emitters.ir_helpers import I64, Index, const_i64, delinearize, for_range, load_element, store_element
 from ...hlo.dtypes import element_type
 from ...hlo.ir import HloComputation, HloInstruction
 from ...hlo.shapes import ArrayShape, array
 from ...hlo.walk import first_non_elementwise_use
-from ...runtime.jit_builtins import blas_symbol
 from ..planning import KernelPlan, plan_fusion, rebuild, sequential_dot
 from ..schedule import is_emittable, wrap_instruction
 from .args import output_leaves
+from .blas_call import GemmCall, blas_operands
 from .gemm_layout import (
-    GEMM_ROUTINE, INT32_MAX, DotDims, Matrix, OutputMap, dot_dims, gemm_dtype, operand_matrix, output_chain,
+    INT32_MAX, DotDims, Matrix, OutputMap, dot_dims, gemm_dtype, operand_matrix, output_chain,
     output_map,
 )
 from .gemm_partition import GemmPartition, gemm_partition
 
-I8P = ir.IntType(8).as_pointer()
 I32 = ir.IntType(32)
 
 # ---- which computations become GEMM kernels ----------------------------------------------------
@@ -140,16 +139,6 @@ def _batch_offset(b: ir.IRBuilder, batch: ir.Value, m: Matrix) -> ir.Value:
     return offset
 
 
-def _gemm_function(module: ir.Module, routine: str) -> ir.Function:
-    """The declaration of BLAS routine `routine` (Fortran ABI: 13 pointers) in `module`."""
-    name = blas_symbol(routine)
-    if name in module.globals:
-        return module.globals[name]
-    fn = ir.Function(module, ir.FunctionType(ir.VoidType(), [I8P] * 13), name)
-    fn.attributes.add("nounwind")
-    return fn
-
-
 def dot_layout_matrix(dot: HloInstruction) -> Matrix:
     """The dot's result in its own row-major layout as C matrices [batch][M][N]."""
     dd = dot_dims(dot)
@@ -164,22 +153,6 @@ def gemm_needs_scratch(comp: HloComputation, dot: HloInstruction) -> bool:
     layout) rather than the output: the output's type is not the GEMM's, or its layout (a root
     transpose) is not one BLAS can write through a leading dimension."""
     return output_leaves(comp)[0].shape.dtype.name != gemm_dtype(dot) or output_map(comp, dot).matrix() is None
-
-
-def _blas_operands(lm: Matrix, rm: Matrix, cm: Matrix) -> tuple[bool, tuple[int, int], tuple[int, int], int]:
-    """How BLAS (column-major) computes C = lhs x rhs into C matrices `cm`: (swapped, (trans,
-    ld) of BLAS's first matrix, (trans, ld) of its second, ldc). Unit column stride in C (the
-    usual row-major result) is column-major C^T = rhs^T lhs^T, rhs first; unit row stride (a
-    transposed output) is column-major C = lhs rhs, lhs first ('swapped')."""
-    def flag(x: Matrix, unit_rows: bool) -> tuple[int, int]:
-        # x as a column-major (rows x cols) matrix when unit_rows, else its transpose.
-        if unit_rows:
-            return (ord("N"), x.col_stride) if x.row_stride == 1 else (ord("T"), x.row_stride)
-        return (ord("N"), x.row_stride) if x.col_stride == 1 else (ord("T"), x.col_stride)
-
-    if cm.col_stride == 1:
-        return False, flag(rm, False), flag(lm, False), cm.row_stride
-    return True, flag(lm, True), flag(rm, True), cm.col_stride
 
 
 def emit_gemm_kernel(skel, kernel) -> None:
@@ -197,7 +170,6 @@ def emit_gemm_kernel(skel, kernel) -> None:
     lm, rm = lhs_matrix(dot), rhs_matrix(dot)
     if lm is None or rm is None or any(op.opcode != "parameter" for op in dot.operands):
         raise ValueError(f"GEMM kernel {kernel.name}: dot {dot.name} reads an operand BLAS cannot")
-    elem = mem_type(et)
     lhs = skel._typed(skel.function.args[_arg_of(skel, dot.operands[0])], et)
     rhs = skel._typed(skel.function.args[_arg_of(skel, dot.operands[1])], et)
     out_et = output_leaves(comp)[0].shape.dtype
@@ -209,30 +181,12 @@ def emit_gemm_kernel(skel, kernel) -> None:
     epilogue = not direct or out_et != et or bool(kernel.scratch)
     c_base = skel.scratch_ptr(0, et) if kernel.scratch else skel.output_ptr(0)
 
-    def slot(ty, value):
-        with b.goto_entry_block():
-            p = b.alloca(ty)
-        b.store(value, p)
-        return b.bitcast(p, I8P)
-
-    def i32(v):
-        return slot(I32, v if isinstance(v, ir.Value) else ir.Constant(I32, int(v)))
-
-    def scalar(x: float) -> ir.Constant:
-        if et.is_complex:
-            return ir.Constant(elem, [ir.Constant(elem.elements[0], x), ir.Constant(elem.elements[1], 0.0)])
-        return ir.Constant(elem, x)
-
-    def char(c: int) -> ir.Value:
-        return slot(ir.IntType(8), ir.Constant(ir.IntType(8), c))
-
-    swapped, (trans1, ld1), (trans2, ld2), ldc = _blas_operands(lm, rm, cm)
+    swapped, (trans1, ld1), (trans2, ld2), ldc = blas_operands(lm, rm, cm)
     part = gemm_partition(dd, et.name)
-    gemm = _gemm_function(skel.module, GEMM_ROUTINE[et.name])
-    t1, t2 = char(trans1), char(trans2)
-    p_k = i32(dd.k)
-    p_ld1, p_ld2, p_ldc = i32(ld1), i32(ld2), i32(ldc)
-    p_alpha, p_beta = slot(elem, scalar(1.0)), slot(elem, scalar(0.0))
+    call = GemmCall(b, skel.module, et)
+    t1, t2 = call.char(trans1), call.char(trans2)
+    p_k = call.i32(dd.k)
+    p_ld1, p_ld2, p_ldc = call.i32(ld1), call.i32(ld2), call.i32(ldc)
     with for_range(b, skel.begin, skel.end, "unit") as unit:
         bi, (m0, rows), (n0, cols) = _unit_block(b, unit, part)
         # The unit's rows start m0 rows into the lhs and C, its columns n0 columns into the
@@ -243,11 +197,10 @@ def emit_gemm_kernel(skel, kernel) -> None:
         b_ptr = b.gep(rhs, [b.add(_batch_offset(b, bi, rm), b.mul(n0, const_i64(rm.col_stride)))], inbounds=True)
         c_off = b.add(b.mul(m0, const_i64(cm.row_stride)), b.mul(n0, const_i64(cm.col_stride)))
         c_ptr = b.gep(c_base, [b.add(_batch_offset(b, bi, cm), c_off)], inbounds=True)
-        p_rows, p_cols = i32(b.trunc(rows, I32)), i32(b.trunc(cols, I32))
+        p_rows, p_cols = call.i32(b.trunc(rows, I32)), call.i32(b.trunc(cols, I32))
         first, second = (a_ptr, b_ptr) if swapped else (b_ptr, a_ptr)
-        sizes = [p_rows, p_cols] if swapped else [p_cols, p_rows]
-        b.call(gemm, [t1, t2, *sizes, p_k, p_alpha, b.bitcast(first, I8P), p_ld1, b.bitcast(second, I8P), p_ld2,
-                      p_beta, b.bitcast(c_ptr, I8P), p_ldc])
+        sizes = (p_rows, p_cols) if swapped else (p_cols, p_rows)
+        call.call((t1, t2), (*sizes, p_k), (first, p_ld1), (second, p_ld2), (c_ptr, p_ldc))
         if epilogue:
             _emit_epilogue(skel, comp, dot, (c_base, cm), omap, et, bi, (m0, rows), (n0, cols), dd,
                            in_place=not kernel.scratch)
