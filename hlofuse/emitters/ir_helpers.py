@@ -141,3 +141,11 @@ def store_element(b: ir.IRBuilder, v: ir.Value, ptr: ir.Value, et: ElementKind) 
     if et.is_pred or (et.is_integer and et.bits < 8):
         v = b.zext(v, I8)
     b.store(v, ptr)
+
+
+def freeze(b: ir.IRBuilder, v: ir.Value) -> ir.Value:
+    """LLVM's `freeze` of `v` (llvmlite's builder has no method for it). It emits no machine
+    code; kernels use it to hide a value's origin from InstCombine (cpu_reduction.py)."""
+    inst = ir.instructions.Instruction(b.block, v.type, "freeze", [v], name="frozen")
+    b._insert(inst)
+    return inst
