@@ -98,6 +98,12 @@ def delinearize(b: ir.IRBuilder, linear, dims) -> list:
         if d == 1:
             out.append(const_i64(0))
             continue
+        if d == total:
+            # The only dimension above 1: the linear index itself, untouched. (Narrowed and
+            # widened again, zext(trunc(i)), LLVM no longer sees an affine index: a loop over
+            # [n,1] slices of [n,4] arrays read them with gathers.)
+            out.append(linear)
+            continue
         q = lin if stride == 1 else b.udiv(lin, ir.Constant(ty, stride))
         q = q if stride * d == total else b.urem(q, ir.Constant(ty, d))
         out.append(b.zext(q, I64) if narrow else q)
