@@ -170,7 +170,7 @@ _ROUNDER = 12582912.0
 def tanh_f32(b: ir.IRBuilder, target, x) -> ir.Value:
     """tanh, 1 ULP over the whole f32 range, one divide: the odd polynomial for |x| < 0.625,
     1 - 2/(e**2|x| + 1) from there, e**2|x| from a lean exp (|x| clamped at _TANH_CLAMP, so
-    no overflow or NaN handling; one-step reduction), x itself below 0.0004.
+    no overflow or NaN handling; one-step reduction), x itself below 0.00035.
 
     Why this form: 1 - h with h = 2/(e**2|x| + 1) <= 0.445 carries h's rounding errors into
     the result scaled by h (<= 1/2 ULP of the result), where a rational N(x*x)/D(x*x) (XLA's
@@ -195,9 +195,11 @@ def tanh_f32(b: ir.IRBuilder, target, x) -> ir.Value:
     big = m.sub(m.c(1.0), m.div(m.c(2.0), m.fma(m.horner(r, _TANH_EXP), pow2n, m.c(1.0))))
     # tanh is odd: the magnitude gets the sign of x (x + x*z*p would round -0 to +0).
     res = m.intr("llvm.copysign", m.sel(m.cmp(">=", ax, m.c(0.625)), big, small), x)
-    # x itself below 0.0004 (tanh(x) rounds to x there), as XLA: a denormal x comes back
-    # unchanged even where denormals-are-zero would read it as zero in the polynomial.
-    return m.sel(m.cmp("<", ax, m.c(0.0004)), x, res)
+    # x itself below 0.00035, where tanh(x) rounds to x (the first f32 where it does not is
+    # 3.5211e-4: XLA's cut at 0.0004 is 1 ULP high on [3.5211e-4, 4e-4), which floor(tanh(x)
+    # - x) turns into 0 for -1); a denormal x comes back unchanged, as XLA's, even where
+    # denormals-are-zero would read it as zero in the polynomial.
+    return m.sel(m.cmp("<", ax, m.c(0.00035)), x, res)
 
 
 def logistic_f32(b: ir.IRBuilder, target, x) -> ir.Value:
