@@ -121,7 +121,9 @@ def compile(module: HloModule, target: str = "cpu", fusion: bool = True, verify:
     and size bound), and so is the whole compile's result, keyed by the module's text and the
     options (codegen/module_cache.py): compiling the same module again loads it and runs no
     pass and no LLVM (not with `dump_dir`, whose files only a compile writes). `cache=False`
-    bypasses every cache. `algorithm`: the fusion algorithm ("legacy" or "priority"; None:
+    bypasses every cache; `HLOFUSE_MODULE_CACHE=0` in the environment bypasses only the module
+    entries (the passes run, kernels still come from the cache): their key sees the module,
+    the options and hlofuse's source on disk, not a change made to hlofuse in this process. `algorithm`: the fusion algorithm ("legacy" or "priority"; None:
     priority on the GPU, legacy on the CPU)."""
     if target not in TARGETS:
         raise ValueError(f"unknown target '{target}'; expected one of {', '.join(TARGETS)}")
@@ -132,10 +134,11 @@ def compile(module: HloModule, target: str = "cpu", fusion: bool = True, verify:
 
         if cache_dir is None:
             cache_dir = default_cache_dir()
-        entry_key = _entry_key(module, target, fusion, algorithm)
-        exe = _load_cached(entry_key, module, target, cache_dir, start)
-        if exe is not None:
-            return exe
+        if os.environ.get("HLOFUSE_MODULE_CACHE", "1") not in ("0", ""):
+            entry_key = _entry_key(module, target, fusion, algorithm)
+            exe = _load_cached(entry_key, module, target, cache_dir, start)
+            if exe is not None:
+                return exe
     fused, pipeline = optimize(module, target, fusion=fusion, verify=verify, dump_dir=dump_dir, algorithm=algorithm)
     program = None
     if target == "interpreter":

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import atexit
 import os
+
+import pytest
 import shutil
 import sys
 import tempfile
@@ -30,3 +32,14 @@ atexit.register(shutil.rmtree, _CACHE_DIR, True)
 settings.register_profile("ci", derandomize=True, print_blob=True)
 if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
     settings.load_profile("ci")
+
+
+@pytest.fixture(autouse=True)
+def _module_cache_off_under_monkeypatch(request):
+    """A test that patches hlofuse compiles afresh: the module cache's key (module text,
+    options, hlofuse's source on disk) cannot see a patch, so an entry from an unpatched
+    compile of the same module would be returned, and one written under a patch would be
+    returned to later tests. Kernel object entries stay on (their key is the kernel's IR)."""
+    if "monkeypatch" in request.fixturenames:
+        request.getfixturevalue("monkeypatch").setenv("HLOFUSE_MODULE_CACHE", "0")
+    yield

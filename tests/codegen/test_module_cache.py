@@ -72,9 +72,11 @@ def _text() -> str:
 
 @pytest.fixture
 def cache_dir(tmp_path, monkeypatch):
-    """An empty cache directory of the test's own, and an empty memory cache."""
+    """An empty cache directory of the test's own, and an empty memory cache, with module
+    entries on (conftest turns them off for tests that monkeypatch; these start empty)."""
     d = tmp_path / "cache"
     monkeypatch.setenv("HLOFUSE_CACHE_DIR", str(d))
+    monkeypatch.setenv("HLOFUSE_MODULE_CACHE", "1")
     cache.memory_cache.clear()
     yield d
     cache.memory_cache.clear()
@@ -115,6 +117,18 @@ def test_a_fresh_process_loads_the_module_entry_and_computes_the_same_bits(cache
     ref = hlofuse.compile(module, "interpreter")(*random_inputs(module, seed=3))[0]
     np.testing.assert_allclose(b["arr_0"], ref, rtol=2e-5, atol=1e-6)
 
+
+def test_module_entries_off_by_environment(cache_dir, monkeypatch):
+    """HLOFUSE_MODULE_CACHE=0: the passes run again and no module entry is read or written
+    (what conftest sets for tests that monkeypatch hlofuse)."""
+    monkeypatch.setenv("HLOFUSE_MODULE_CACHE", "0")
+    first = hlofuse.compile(hlofuse.parse_hlo(_text()), "cpu")
+    again = hlofuse.compile(hlofuse.parse_hlo(_text()), "cpu")
+    assert not first.from_cache and not again.from_cache and again.timings()
+    assert _entries(cache_dir) == []
+    monkeypatch.setenv("HLOFUSE_MODULE_CACHE", "1")
+    hlofuse.compile(hlofuse.parse_hlo(_text()), "cpu")
+    assert hlofuse.compile(hlofuse.parse_hlo(_text()), "cpu").from_cache
 
 def test_a_hit_runs_no_pass_and_keeps_the_report(cache_dir, monkeypatch):
     module = hlofuse.parse_hlo(_text())
