@@ -4,7 +4,8 @@ XLA:CPU fuses `add(dot, x)` into a matrix-vector dot as an output fusion and a c
 into a matrix-vector dot's small operand (cpu_instruction_fusion.cc); hlofuse goes further: any
 float dot fuses into a chain of elementwise consumers of its own dimensions (bias add,
 activation, residual add, scale, convert), and the CPU runs the fusion as one kernel that calls
-BLAS on a row panel and then runs the epilogue on that panel while it is in cache
+BLAS on a block (a row panel, or a row and column panel of a short matrix) and then runs the
+epilogue on that block while it is in cache
 (codegen/kernels/cpu_gemm.py), or, for a small dot, as an in-order reduction with the epilogue
 fused. Producers of the dot's operands may join the fusion too (its GEMM kernel packs the
 operand through them; a small dot's reduction reads them through element generators).
@@ -102,5 +103,5 @@ def output_fusion_note(producer: HloInstruction, kind: str) -> str:
     """The reason to add to a fusion log entry that made or grew a kOutput fusion."""
     if kind != "kOutput" or producer.opcode != "dot":
         return ""
-    return (f"; output fusion: the epilogue runs on each row panel of dot {producer.name} while it is in "
+    return (f"; output fusion: the epilogue runs on each block of dot {producer.name} while it is in "
             f"cache, its result is written once")
