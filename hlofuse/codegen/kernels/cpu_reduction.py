@@ -115,12 +115,12 @@ def _emit_row(skel, em, group, heroes, extras, epilogue_ptrs, epilogue_leaves, p
         for h in heroes:
             slots[h] = [b.alloca(reg) for reg in h.reg_types]
     # argmax/argmin heroes fold by their closed form, in two vectorised passes (arg_reduction).
-    args = {}
+    arg_rows = {}
     if math.prod(group.in_dims[d] for d in group.rdims) > 0:
         for h in heroes:
             spec = arg_reduction.recognize(h.inst)
             if spec is not None:
-                args[h] = arg_reduction.ArgRow(b, em, h, spec, [group.in_dims[d] for d in group.rdims])
+                arg_rows[h] = arg_reduction.ArgRow(b, em, h, spec, [group.in_dims[d] for d in group.rdims])
     at = {}
     override_heroes(em, heroes, lambda h: [b.load(s) for s in slots[h]], lambda: at["index"])
     epilogue_gens = [em.gen(leaf.inst) for leaf in epilogue_leaves]
@@ -134,8 +134,8 @@ def _emit_row(skel, em, group, heroes, extras, epilogue_ptrs, epilogue_leaves, p
                      b.udiv(b.mul(b.add(part, const_i64(1)), const_i64(r0)), const_i64(parts)))
         out_index = at["index"] = Index(b, group.out_dims, linear=u)
         for h in heroes:
-            if h in args:
-                args[h].start()
+            if h in arg_rows:
+                arg_rows[h].start()
                 continue
             for s, v in zip(slots[h], h.init_values(b)):
                 b.store(v, s)
@@ -143,8 +143,8 @@ def _emit_row(skel, em, group, heroes, extras, epilogue_ptrs, epilogue_leaves, p
         def body(reduced):
             index = _input_index(b, group, out_index.multi, reduced)
             for h in heroes:
-                if h in args:
-                    args[h].step(index)
+                if h in arg_rows:
+                    arg_rows[h].step(index)
                     continue
                 ss = slots[h]
                 for s, r in zip(ss, _fold_row(b, em, h, [b.load(s) for s in ss], index)):
@@ -152,7 +152,7 @@ def _emit_row(skel, em, group, heroes, extras, epilogue_ptrs, epilogue_leaves, p
             _store_extras(b, index, extras)
 
         _reduced_loops(b, group, body, outer=outer)
-        for h, row in args.items():
+        for h, row in arg_rows.items():
             values = row.finish(lambda f: _reduced_loops(b, group, f, outer=outer),
                                 lambda reduced: _input_index(b, group, out_index.multi, reduced))
             for s, v in zip(slots[h], values):
