@@ -197,3 +197,21 @@ def test_row_kernel_is_vectorised(t, init):
                    "the CPU give the first NaN and the last zero, as the sequential fold (arg_reduction.py)")
 def test_gpu_emulated_argmax_order_known_bug():
     check_everywhere(_module(10, 130), [_edges(10, 130, 1300)], with_xla=False)
+
+
+def test_two_reduced_dimensions():
+    """Positions run row-major over the reduced dimensions (the fold's order): the first NaN
+    and the last equal value are found across the inner rows; indices come from a parameter."""
+    text = ("HloModule m\n" + _reducer() + "\nENTRY e {\n"
+            "  p = f32[6,5,33] parameter(0)\n  io = s32[6,5,33] parameter(1)\n"
+            "  c = f32[] constant(-inf)\n  z = s32[] constant(0)\n"
+            "  r = (f32[6], s32[6]) reduce(p, io, c, z), dimensions={1,2}, to_apply=cmp\n"
+            "  v = f32[6] get-tuple-element(r), index=0\n  x = s32[6] get-tuple-element(r), index=1\n"
+            "  ROOT out = (f32[6], s32[6]) tuple(v, x)\n}\n")
+    x = _edges(30, 33, 4).reshape(6, 5, 33)
+    x[1, 3, 2] = x[1, 1, 30] = np.nan  # two NaNs in different inner rows: [1, 30] is the first
+    x[2] = -1.0
+    x[2, 0, 5] = x[2, 4, 0] = 0.0
+    x[2, 2, 7] = -0.0  # value: the last zero (+0 at [4, 0]); index: the least index of the zeros
+    idx = np.random.default_rng(6).permutation(6 * 5 * 33).reshape(6, 5, 33).astype(np.int32)
+    check_cpu(text, [x, idx])
