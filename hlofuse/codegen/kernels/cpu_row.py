@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from llvmlite import ir
 
 from ...emitters.elemental import ElementalEmitter, reg_type
-from ...emitters.ir_helpers import Index, const_i64, delinearize, for_range, load_element, store_element
+from ...emitters.ir_helpers import Index, const_i64, delinearize, for_range, freeze, load_element, store_element
 from ...hlo.ir import HloComputation, HloInstruction
 from .args import output_leaves
 from .reduction_groups import ReduceHero, is_order_sensitive_reduce
@@ -283,13 +283,6 @@ def reused_values(comp: HloComputation, layout: RowLayout) -> dict[int, HloInstr
     return kept
 
 
-def _freeze(b, v):
-    """LLVM's `freeze` of `v` (llvmlite's builder has no method for it)."""
-    inst = ir.instructions.Instruction(b.block, v.type, "freeze", [v], name="frozen")
-    b._insert(inst)
-    return inst
-
-
 def _fold(b, em: ElementalEmitter, h: ReduceHero, accs: list, index: Index) -> list:
     """`h.fold`, with the float inputs of a max/min reducer frozen: otherwise InstCombine turns a
     masked row max, maximum(acc, select(m, x, -inf)) as in causal attention, into select(m,
@@ -300,7 +293,7 @@ def _fold(b, em: ElementalEmitter, h: ReduceHero, accs: list, index: Index) -> l
                for i in h.comp.instructions):
         return h.fold(em, accs, index)
     values = [g(index) for g in h.inputs]
-    values = [_freeze(b, v) if isinstance(v.type, (ir.FloatType, ir.DoubleType)) else v for v in values]
+    values = [freeze(b, v) if isinstance(v.type, (ir.FloatType, ir.DoubleType)) else v for v in values]
     res = em.call_scalar(h.comp, list(accs) + values, reduction=True)
     return list(res) if isinstance(res, tuple) else [res]
 
