@@ -11,7 +11,9 @@ rounds, medians (use --size large for figures: 24-64 MB inputs, and the GLIBC_TU
 benchmarks/run.py; report the load).
 
 Run:  .venv/bin/python benchmarks/fusion_algorithms.py [--only a,b] [--time] [--size small|large]
-      [--json OUT]
+      [--models] [--json OUT]
+(--models adds the real models of benchmarks/model_zoo.py: run it with the bench extra installed,
+KERAS_BACKEND=jax.)
 """
 from __future__ import annotations
 
@@ -56,6 +58,26 @@ def _xla_cost(opt_text: str | None) -> tuple[int, int] | None:
         return _cost(parse_hlo(opt_text))
     except Exception:  # noqa: BLE001 - an XLA attribute hlofuse does not read: no XLA column
         return None
+
+
+def model_sources(only: set[str] | None) -> list[tuple[str, str, str | None, list | None]]:
+    """The real models of benchmarks/model_zoo.py (keras, flax, equinox, haiku; needs the `bench`
+    extra): each step lowered by jax as benchmarks/real_models.py does, and XLA:CPU's optimized
+    module of the same lowering."""
+    import jax
+    import numpy as np
+
+    from model_zoo import BUILDERS
+
+    out = []
+    for name, build in BUILDERS.items():
+        if only and name not in only:
+            continue
+        model = build()
+        lowered = jax.jit(model.fn, keep_unused=True).lower(*model.args)
+        args = [np.asarray(a, order="C") for a in model.args]
+        out.append((f"model:{name}", lowered.as_text(dialect="hlo"), lowered.compile().as_text(), args))
+    return out
 
 
 def sources(size: str, only: set[str] | None) -> list[tuple[str, str, str | None, list | None]]:
@@ -114,6 +136,9 @@ def measure(name: str, text: str, xla_text: str | None, args, timed: bool, round
 
     module = parse_hlo(text)
     row: dict = {"module": name, "xla_cpu": _xla_cost(xla_text)}
+    # XLA:CPU hands whole subgraphs of dots and convolutions to YNNPACK as one kCustom fusion
+    # (`ynn_fusion`): one kernel in its count, with traffic inside it that no HLO shows
+    row["xla_library_fusions"] = xla_text.count("kind=kCustom") if xla_text else 0
     for target in ("gpu", "cpu"):
         for a in ALGORITHMS:
             try:
@@ -152,6 +177,8 @@ def print_table(rows: list[dict]) -> None:
     print("-" * len(head))
     for r in rows:
         line = f"{r['module'][:34]:34s} " + " ".join(_cell(r.get(c)) for c in cols)
+        if r.get("xla_library_fusions"):
+            line += f"  (XLA: {r['xla_library_fusions']} kCustom library fusions)"
         if "cpu_seconds" in r:
             t = r["cpu_seconds"]
             line += f" {t['legacy'] * 1e3:>14.3f} {t['priority'] * 1e3:>15.3f}"
@@ -167,6 +194,13 @@ def print_table(rows: list[dict]) -> None:
         ratio = _geomean([b / xb for (_, b), (_, xb) in pairs if xb])
         print(f"{col:14s} vs XLA:CPU over {len(pairs)} modules: more kernels than XLA in {more}; "
               f"bytes moved geomean {ratio:.3f}x")
+        plain = [(r[col], r["xla_cpu"]) for r in rows
+                 if r.get(col) and r.get("xla_cpu") and not r.get("xla_library_fusions")]
+        if len(plain) != len(pairs) and plain:
+            more = sum(1 for (k, _), (xk, _) in plain if k > xk)
+            ratio = _geomean([b / xb for (_, b), (_, xb) in plain if xb])
+            print(f"{'':14s} over the {len(plain)} without XLA kCustom library fusions: more kernels in {more}; "
+                  f"bytes moved geomean {ratio:.3f}x")
     pairs = [(r["gpu_priority"], r["gpu_legacy"]) for r in rows if r.get("gpu_priority") and r.get("gpu_legacy")]
     if pairs:
         print(f"gpu priority vs legacy: kernels {sum(p[0] for p, _ in pairs)} vs {sum(q[0] for _, q in pairs)}, "
@@ -185,9 +219,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--time", action="store_true", help="also time both CPU programs")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--json", help="also write the rows as JSON to this file")
+    parser.add_argument("--models", action="store_true",
+                        help="also the real models of benchmarks/model_zoo.py (needs the bench extra)")
     args = parser.parse_args(argv)
     only = set(args.only.split(",")) if args.only else None
-    rows = [measure(n, t, x, a, args.time, args.rounds) for n, t, x, a in sources(args.size, only)]
+    found = sources(args.size, only) + (model_sources(only) if args.models else [])
+    rows = [measure(n, t, x, a, args.time, args.rounds) for n, t, x, a in found]
     print_table(rows)
     if args.json:
         with open(args.json, "w") as f:
