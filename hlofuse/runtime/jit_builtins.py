@@ -160,11 +160,32 @@ def register_builtins() -> dict[str, int]:
             _registered[alias] = _registered[name]
         for name, addr in _registered.items():
             llvm.add_symbol(name, addr)
+        register_scratch_allocator()
     try:
         register_blas()  # GEMM kernels call BLAS (below); without scipy they cannot be loaded
     except ImportError:
         pass  # check_resolvable then names the missing routines
     return _registered
+
+
+# ---- scratch memory ----------------------------------------------------------------------------
+#
+# A kernel that needs working memory per thread (the convolution GEMM kernels' patch tiles,
+# codegen/kernels/cpu_conv_gemm.py) allocates it per call (each call runs on one thread) from
+# libc: `i8* hlofuse_scratch_alloc(i64 alignment, i64 bytes)` is aligned_alloc,
+# `void hlofuse_scratch_free(i8*)` is free. MCJIT does not search the process for libc's
+# symbols, so they are registered like the BLAS routines.
+SCRATCH_ALLOC, SCRATCH_FREE = "hlofuse_scratch_alloc", "hlofuse_scratch_free"
+
+
+def register_scratch_allocator() -> None:
+    """Register SCRATCH_ALLOC and SCRATCH_FREE (libc's aligned_alloc and free)."""
+    import ctypes
+    import ctypes.util
+
+    libc = ctypes.CDLL(ctypes.util.find_library("c") or None)
+    for name, fn in ((SCRATCH_ALLOC, libc.aligned_alloc), (SCRATCH_FREE, libc.free)):
+        llvm.add_symbol(name, ctypes.cast(fn, ctypes.c_void_p).value)
 
 
 def undefined_symbols(obj: bytes) -> set[str] | None:

@@ -208,6 +208,21 @@ def _i(v: int) -> ir.Constant:
     return const_i64(v)
 
 
+def window_tap(b: ir.IRBuilder, p: ir.Value, k: ir.Value, d: WindowDimension, limit: int) -> tuple[ir.Value, ir.Value]:
+    """(input index, in-bounds flag) of window offset `k` at output position `p` (i64 values)
+    along window dimension `d` over `limit` lhs-dilated input elements: off the padding and,
+    with lhs dilation, on an input element rather than a hole between two."""
+    q = p if d.stride == 1 else b.mul(p, _i(d.stride))
+    q = b.add(q, k if d.window_dilation == 1 else b.mul(k, _i(d.window_dilation)))
+    if d.padding_low:
+        q = b.add(q, _i(-d.padding_low))
+    ok = b.and_(b.icmp_signed(">=", q, _i(0)), b.icmp_signed("<", q, _i(limit)))
+    if d.base_dilation != 1:
+        ok = b.and_(ok, b.icmp_signed("==", b.srem(q, _i(d.base_dilation)), _i(0)))
+        q = b.sdiv(q, _i(d.base_dilation))
+    return q, ok
+
+
 class _ConvEmitter:
     """Emits one convolution kernel into a CPU kernel skeleton (see the module docstring)."""
 
@@ -404,13 +419,7 @@ class _ConvEmitter:
 
     def _tap(self, p, k, d: WindowDimension, limit: int):
         """(input index, in-bounds flag) of window offset k at output position p (i64 values)."""
-        b = self.b
-        q = self.add(self.mul(p, d.stride), self.mul(k, d.window_dilation), -d.padding_low)
-        ok = b.and_(b.icmp_signed(">=", q, _i(0)), b.icmp_signed("<", q, _i(limit)))
-        if d.base_dilation != 1:
-            ok = b.and_(ok, b.icmp_signed("==", b.srem(q, _i(d.base_dilation)), _i(0)))
-            q = b.sdiv(q, _i(d.base_dilation))
-        return q, ok
+        return window_tap(self.b, p, k, d, limit)
 
     def _window(self, ps: list, level: int, xs: list, woff, body) -> None:
         """Loops over window offsets (row-major) from spatial dimension `level`; `body(xs, woff)`

@@ -14,7 +14,9 @@ from __future__ import annotations
 from typing import Callable
 
 from ...hlo.ir import HloComputation, HloInstruction
-from .cpu_conv import emit_conv_kernel, find_convolution, plan_conv
+from .cpu_conv import emit_conv_kernel, find_convolution
+from .cpu_conv_gemm import plan_convolution
+from .cpu_conv_gemm_kernel import emit_conv_gemm_kernel
 from .cpu_select_scatter import emit_select_scatter_kernel, find_select_scatter, plan_select_scatter
 from .cpu_rng import (
     dimension_size_root, emit_dimension_size_kernel, emit_rng_kernel, plan_dimension_size, plan_rng, rng_root,
@@ -23,7 +25,7 @@ from .cpu_sort import emit_sort_kernel, emit_topk_kernel, plan_sort, plan_topk, 
 
 # opcode -> (does the kernel handle this computation's root?, planner)
 _PLANNERS: dict[str, tuple[Callable, Callable]] = {
-    "convolution": (find_convolution, plan_conv),
+    "convolution": (find_convolution, plan_convolution),  # direct or tiled GEMM (cpu_conv_gemm.py)
     "select-and-scatter": (find_select_scatter, plan_select_scatter),
     "sort": (sort_root, plan_sort),  # planners returning (kernels, temporaries)
     "topk": (topk_root, plan_topk),
@@ -33,6 +35,7 @@ _PLANNERS: dict[str, tuple[Callable, Callable]] = {
 
 CUSTOM_KERNEL_EMITTERS: dict[str, Callable] = {
     "conv": emit_conv_kernel,
+    "conv_gemm": emit_conv_gemm_kernel,
     "select_and_scatter": emit_select_scatter_kernel,
     "sort": emit_sort_kernel,
     "topk": emit_topk_kernel,

@@ -1,0 +1,347 @@
+"""Dense convolutions as tiled im2col + BLAS GEMM, with the fused epilogue applied per tile.
+
+    plans = plan_convolution(comp, name)   # the rule: GEMM kernels or the direct kernel (cpu_conv.py)
+    emit_conv_gemm_kernel(skel, plan)      # cpu_conv_gemm_kernel.py: fills a CPU kernel skeleton
+
+A dense convolution (one feature group, one batch group) is a matrix product: with the
+output positions of every batch element as rows (`rows` = batch x positions) and the window
+taps x input features as the contraction (K = taps x I),
+
+    out[rows, O] = patches[rows, K] x weights[K, O].
+
+Work units are tiles of up to 512 rows (`tile_rows`: a patch tile [rows, K] of at most 4 MiB,
+in L2 or L3: more rows per BLAS call beat a smaller tile, docs/convolutions.md). Per unit
+the kernel packs the tile's patches into per-thread scratch (zeros on padding and between
+lhs-dilated inputs), calls `?gemm_` (f32/f64, blas_call.py) against the weights read in place
+as [K, O] through BLAS's flags and leading dimension, writing the tile of the output, and then
+runs the fused kOutput epilogue (bias, activation, residual, convert) over that tile while it is
+in cache. Tiles run across batch elements when the output's (batch, positions) collapse into one
+strided dimension (NHWC), else within one batch element (NCHW).
+
+- K's order follows the weights, so they are a plain matrix: (window offsets row-major, input
+  feature) for HWIO-like weights, (input feature, window offsets) for OIHW-like ones. Weights
+  in neither order, or with window reversal, are first packed by a loop kernel into a
+  temporary in (window..., I, O) order (once per call; the GEMM kernel's computation then holds
+  a convolution of that temporary with `01..io` labels).
+- A 1x1 convolution with unit strides, no padding and no dilation needs no patches: BLAS reads
+  the input in place as [rows, I].
+- The output (a layout BLAS can write, the convolution's own type) is C itself; otherwise (an
+  epilogue converting to a narrower type, a layout whose positions do not collapse) the tile's C
+  is a second scratch tile the epilogue reads.
+
+Per-thread scratch: the driver runs each call of a kernel (a chunk of units) on one thread, so
+the kernel allocates its tiles once per call (runtime/jit_builtins.py registers libc's
+aligned_alloc and free as `hlofuse_scratch_alloc`/`_free`: the program's temporaries are shared
+by all threads and live as long as the program, and the stack cannot hold a tile of a few MB)
+and reuses them for every unit of the call, so the packed tile is in cache for the next unit's
+writes. At most SCRATCH_BYTES per thread: a convolution whose smallest tile would need more
+keeps the direct kernel. A failed allocation stops the process (llvm.trap), as OpenBLAS does
+when its own buffers cannot be allocated.
+
+Summation order is BLAS's (blocked), not the interpreter's term-by-term order, so results agree
+with it to float rounding, not bit for bit; they do not depend on the thread count (tiles are
+fixed by the shape, each computed by one single-threaded BLAS call). Padding taps are zeros in
+the patch matrix, so an inf or NaN weight gives NaN there as in the interpreter and XLA.
+
+The rule choosing this kernel over the direct one (`prefers_gemm`) is by shape class, measured
+(docs/convolutions.md), never timed at run time.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+
+from ...emitters.ir_helpers import row_major_strides
+from ...hlo.dtypes import ElementType, element_type
+from ...hlo.ir import HloComputation, HloInstruction
+from ...hlo.shapes import array
+from ..planning import KernelPlan, plan_fusion, rebuild
+from .args import output_leaves
+from .cpu_conv import ConvGeometry, conv_geometry, dimension_numbers, find_convolution, plan_conv
+from .gemm_layout import INT32_MAX, Matrix, strided_matrix
+
+# The patch tile's budget. Measured (docs/convolutions.md): each BLAS call packs the whole
+# weight matrix again, so rows per call matter more than the tile staying in L2: 256 rows of
+# K = 4608 (4.5 MiB, in L3) ran 1.4-2x faster than the 32 that fit half of a 1 MiB L2.
+TILE_BYTES = 4 << 20
+# Tile rows: at most MAX_TILE_ROWS, a multiple of 8; a convolution with tiles of fewer than
+# MIN_TILE_ROWS rows keeps the direct kernel.
+MIN_TILE_ROWS, MAX_TILE_ROWS = 32, 512
+# A kernel call's scratch (patch tile + C tile) stays below this.
+SCRATCH_BYTES = 16 << 20
+# K's factor standing for the input feature (window dimensions are 0, 1, ...).
+IN = -1
+
+
+@dataclass(frozen=True)
+class ConvGemm:
+    """A dense convolution as tiled GEMMs: C[rows, O] = P[rows, K] x W[K, O]."""
+
+    geo: ConvGeometry
+    k_order: tuple[int, ...]  # K's factors, major to minor: window dimensions and IN
+    k: int
+    positions: int  # output positions per batch element
+    tile: int  # rows per work unit
+    span_batch: bool  # tiles run across batch elements (else within one)
+    weights: Matrix  # the weights as [K, O]
+    direct_input: Matrix | None  # the input as [rows, K] read in place (1x1 convolutions), else packed patches
+    out: Matrix | None  # the output as [rows, O] written by BLAS, else a C tile in scratch
+
+    @property
+    def rows(self) -> int:
+        return self.geo.batch * self.positions
+
+    @property
+    def units(self) -> int:
+        """Work units: tiles of `tile` rows (per batch element unless they span batch elements)."""
+        if self.span_batch:
+            return -(-self.rows // self.tile)
+        return self.geo.batch * -(-self.positions // self.tile)
+
+    def k_size(self, factor: int) -> int:
+        return self.geo.group_inputs if factor == IN else self.geo.window[factor].size
+
+
+def _gemm_types(conv: HloInstruction) -> str | None:
+    """The BLAS type of a convolution whose operands and result all have it (f32 or f64)."""
+    types = {conv.shape.dtype.name} | {op.shape.dtype.name for op in conv.operands}
+    return types.pop() if len(types) == 1 and types <= {"f32", "f64"} else None
+
+
+def tile_rows(k: int, itemsize: int) -> int:
+    """Rows of a patch tile of K columns: TILE_BYTES' worth, within [MIN, MAX]_TILE_ROWS."""
+    rows = TILE_BYTES // max(1, k * itemsize)
+    return max(MIN_TILE_ROWS, min(MAX_TILE_ROWS, rows - rows % 8))
+
+
+def _matrix(dims: tuple[int, ...], batch: list[int], rows: list[int], cols: list[int]) -> Matrix | None:
+    """The row-major array of `dims` as matrices (gemm_layout.strided_matrix), with a single
+    row or column given the other stride past it: both strides 1 would leave BLAS's flags to
+    pick a leading dimension below the extent it reads."""
+    m = strided_matrix(dims, row_major_strides(dims), batch, rows, cols)
+    if m is not None and m.row_stride == m.col_stride == 1:
+        if m.cols == 1:
+            m = dataclasses.replace(m, col_stride=max(m.rows, 1))
+        elif m.rows == 1:
+            m = dataclasses.replace(m, row_stride=max(m.cols, 1))
+    return m
+
+
+def _weights(conv: HloInstruction) -> tuple[tuple[int, ...], Matrix | None]:
+    """(K order, the weights as [K, O] in it) for convolution `conv`: the order in which its
+    weights are a plain matrix, preferring the input's own order (input feature minor or major);
+    (that order, None) when neither is (the weights must be packed), or with window reversal."""
+    dn = dimension_numbers(conv)
+    dims = tuple(conv.operands[1].shape.dims)
+    nsp = len(dn.kernel_spatial)
+    x_strides = row_major_strides(tuple(conv.operands[0].shape.dims))
+    feature_minor = all(x_strides[dn.input_feature] <= x_strides[a] for a in dn.input_spatial)
+    minor, major = tuple(range(nsp)) + (IN,), (IN,) + tuple(range(nsp))
+    orders = (minor, major) if feature_minor else (major, minor)
+    window = conv.attrs.get("window")
+    if window is not None and any(d.window_reversal for d in window.dimensions):
+        return orders[0], None
+    for order in orders:
+        axes = [dn.kernel_input_feature if f == IN else dn.kernel_spatial[f] for f in order]
+        m = _matrix(dims, [], axes, [dn.kernel_output_feature])
+        if m is not None:
+            return order, m
+    return orders[0], None
+
+
+def conv_gemm(conv: HloInstruction, out_type: ElementType | None = None) -> ConvGemm | None:
+    """The tiled GEMM of convolution `conv` whose kernel writes an output of `out_type` (None:
+    the convolution's own type), or None when the GEMM kernel cannot run it as it stands:
+    grouped, not f32/f64 throughout, empty, over BLAS's int32 sizes, a tile over the scratch
+    budget (SCRATCH_BYTES), or weights BLAS cannot read in place (`_weights`: plan_conv_gemm
+    packs them)."""
+    geo = conv_geometry(conv)
+    et = _gemm_types(conv)
+    if geo is None or et is None or geo.groups != 1:
+        return None
+    order, w = _weights(conv)
+    k = geo.group_inputs * math.prod(d.size for d in geo.window)
+    positions = math.prod(geo.out_spatial)
+    if w is None or min(k, geo.features, geo.batch * positions) <= 0 or max(k, geo.features) > INT32_MAX:
+        return None
+    itemsize = element_type(et).bits // 8
+    dn = dimension_numbers(conv)
+    od, xd = tuple(conv.shape.dims), tuple(conv.operands[0].shape.dims)
+    direct = None
+    if all(d.size == 1 and d.stride == 1 and d.padding_low == d.padding_high == 0 and d.base_dilation == 1
+           for d in geo.window) and geo.dilated_input == geo.out_spatial:
+        direct = (_matrix(xd, [], [dn.input_batch, *dn.input_spatial], [dn.input_feature]),
+                  _matrix(xd, [dn.input_batch], list(dn.input_spatial), [dn.input_feature]))
+    c_all = _matrix(od, [], [dn.output_batch, *dn.output_spatial], [dn.output_feature])
+    c_one = _matrix(od, [dn.output_batch], list(dn.output_spatial), [dn.output_feature])
+    if out_type is not None and out_type.name != et:  # the epilogue converts: C cannot be the output
+        c_all = c_one = None
+    span = (c_all is not None or c_one is None) and (direct is None or direct[0] is not None)
+    x = None if direct is None else direct[0 if span else 1]
+    c = c_all if span else c_one
+    if direct is not None and x is None:  # the input does not collapse: pack it
+        direct = None
+    tile = tile_rows(k, itemsize)
+    per_row = ((0 if x is not None else k) + (0 if c is not None else geo.features)) * itemsize
+    if tile * per_row > SCRATCH_BYTES:
+        tile = SCRATCH_BYTES // per_row
+        tile -= tile % 8
+        if tile < MIN_TILE_ROWS:
+            return None
+    return ConvGemm(geo, order, k, positions, tile, span, w, x, c)
+
+
+def valid_tap_fraction(geo: ConvGeometry) -> float:
+    """The fraction of window taps that read an input element (not padding, not a hole between
+    lhs-dilated elements), over all output positions: the GEMM multiplies the others' zeros,
+    the direct kernel skips them."""
+    fraction = 1.0
+    for d, size, limit in zip(geo.window, geo.out_spatial, geo.dilated_input):
+        if size == 0 or d.size == 0:
+            continue
+        valid = 0
+        for p in range(size):
+            for k in range(d.size):
+                q = p * d.stride + k * d.window_dilation - d.padding_low
+                valid += 0 <= q < limit and q % d.base_dilation == 0
+        fraction *= valid / (size * d.size)
+    return fraction
+
+
+def prefers_gemm(conv: HloInstruction) -> bool:
+    """The rule (docs/convolutions.md: measured per shape class, never timed at run time): a
+    dense f32/f64 convolution with at least 8 input and 8 output features whose tiles hold at
+    least MIN_TILE_ROWS rows runs as tiled GEMMs where the direct kernel is weak:
+      * weights whose output features are not contiguous (jax's input gradients, `01oi`: the
+        direct kernel's inner loop reads them strided; GEMM 2.5-14x faster), or
+      * 256 or more output features (the direct kernel's accumulators leave the registers;
+        GEMM about 2x faster on 1x1 windows) with at least 3/4 of the taps on input elements
+        (GEMM multiplies the padding's zeros, the direct kernel skips them);
+    the others (fewer output features: the direct kernel is up to 2.5x faster even on 1x1
+    windows), and depthwise and grouped convolutions, keep the direct kernel."""
+    layout = gemm_layout(conv)
+    if layout is None:
+        return False
+    geo = conv_geometry(conv)  # the convolution's own (the layout's may have packed weights)
+    if geo.group_inputs < 8 or geo.features < 8:
+        return False
+    if (layout.rows if layout.span_batch else layout.positions) < MIN_TILE_ROWS:
+        return False
+    return geo.w_out != 1 or (geo.features >= 256 and valid_tap_fraction(geo) >= 0.75)
+
+
+def gemm_layout(conv: HloInstruction) -> ConvGemm | None:
+    """The tiled GEMM the GEMM kernels would run convolution `conv` with, its weights packed
+    first where they need it (None: the GEMM kernels cannot run it)."""
+    return conv_gemm(conv) or _packed_layout(conv)
+
+
+def _packed_layout(conv: HloInstruction) -> ConvGemm | None:
+    """The GEMM layout `conv` has once its weights are packed (None: the GEMM kernel cannot run
+    it even then)."""
+    geo = conv_geometry(conv)
+    if geo is None or geo.groups != 1 or _gemm_types(conv) is None or _weights(conv)[1] is not None:
+        return None
+    comp = HloComputation("probe")
+    x = comp.add_instruction(HloInstruction("parameter", conv.operands[0].shape, name="x"))
+    x.parameter_number = 0
+    w = comp.add_instruction(HloInstruction("parameter", conv.operands[1].shape, name="w"))
+    w.parameter_number = 1
+    comp.root = comp.add_instruction(conv.clone(operands=[x, w]))
+    packed = _packed_weights_comp(comp, comp.root, "probe.packw").root.shape
+    return conv_gemm(find_convolution(_with_packed_weights(comp, comp.root, packed, "probe.gemm")))
+
+
+# ---- planning ------------------------------------------------------------------------------------
+
+def _packed_weights_comp(comp: HloComputation, conv: HloInstruction, name: str) -> HloComputation:
+    """A computation of `comp`'s parameters computing the weights of `conv` in (window..., I, O)
+    order, window reversal applied."""
+    dn = dimension_numbers(conv)
+    w = conv.operands[1]
+    sub = rebuild(comp, w, [], name)
+    x = sub.root
+    window = conv.attrs.get("window")
+    rev = [dn.kernel_spatial[s] for s, d in enumerate(window.dimensions if window else ()) if d.window_reversal]
+    if rev:
+        x = sub.add_instruction(HloInstruction("reverse", x.shape, [x], {"dimensions": tuple(rev)}, name="pack.rev"))
+    order = [*dn.kernel_spatial, dn.kernel_input_feature, dn.kernel_output_feature]
+    dims = [w.shape.dims[d] for d in order]
+    sub.root = sub.add_instruction(HloInstruction("transpose", array(w.shape.dtype, dims), [x],
+                                                  {"dimensions": tuple(order)}, name="pack"))
+    return sub
+
+
+def _with_packed_weights(comp: HloComputation, conv: HloInstruction, packed, name: str) -> HloComputation:
+    """`comp` with `conv` reading its weights from a new parameter (numbered after comp's) of
+    shape `packed` in (window..., I, O) order: `01..io` labels, no window reversal."""
+    new = rebuild(comp, comp.root, [], name)
+    conv_new = next(i for i in new.instructions if i.opcode == "convolution")
+    q = HloInstruction("parameter", packed, name="packed_weights")
+    q.parameter_number = len(comp.parameters)
+    q = new.add_instruction(q)
+    old = conv_new
+    dn = dimension_numbers(conv)
+    nsp = len(dn.kernel_spatial)
+    dn = dataclasses.replace(dn, kernel_spatial=tuple(range(nsp)), kernel_input_feature=nsp,
+                             kernel_output_feature=nsp + 1)
+    attrs = dict(old.attrs)
+    attrs["dim_labels"] = dn.to_labels() if isinstance(old.attrs.get("dim_labels"), str) else dn
+    window = attrs.get("window")
+    if window is not None:
+        attrs["window"] = dataclasses.replace(window, dimensions=tuple(
+            dataclasses.replace(d, window_reversal=False) for d in window.dimensions))
+    fresh = new.add_instruction(HloInstruction("convolution", old.shape, [old.operands[0], q], attrs, name=old.name))
+    old.replace_all_uses_with(fresh)
+    if new.root is old:
+        new.root = fresh
+    new.remove_instruction(old)
+    return new
+
+
+def plan_conv_gemm(comp: HloComputation, name: str):
+    """(kernels, temporaries) computing `comp` (a convolution of parameters, perhaps with its
+    elementwise epilogue) as GEMM kernels: a weight packing loop kernel first when the weights
+    need it; None when the GEMM kernel cannot run the convolution."""
+    conv = find_convolution(comp)
+    if conv is None:
+        return None
+    out_type = output_leaves(comp)[0].shape.dtype
+    layout = conv_gemm(conv, out_type)
+    if layout is not None:
+        return [_gemm_plan(comp, layout, [("in", i) for i in range(len(comp.parameters))], name)], []
+    geo = conv_geometry(conv)
+    if geo is None or geo.groups != 1 or _gemm_types(conv) is None or _weights(conv)[1] is not None:
+        return None  # not for want of plain weights: the GEMM kernel cannot run it
+    sub = _packed_weights_comp(comp, conv, f"{comp.name}.packw")
+    kernels, temps = plan_fusion(sub, f"{name}_packw")
+    slot = len(temps)
+    for k in kernels:
+        k.results = [("tmp", slot) if kind == "out" else (kind, i) for kind, i in k.results]
+    temps.append(sub.root.shape)
+    gcomp = _with_packed_weights(comp, conv, sub.root.shape, f"{comp.name}.gemm")
+    layout = conv_gemm(find_convolution(gcomp), out_type)
+    if layout is None:
+        return None
+    inputs = [("in", i) for i in range(len(comp.parameters))] + [("tmp", slot)]
+    return kernels + [_gemm_plan(gcomp, layout, inputs, name)], temps
+
+
+def _gemm_plan(comp: HloComputation, layout: ConvGemm, inputs: list, name: str) -> KernelPlan:
+    work = layout.tile * layout.k * layout.geo.features
+    return KernelPlan(comp, [0], layout.units, work, None, inputs=inputs, results=[("out", 0)],
+                      name=f"{name}_convgemm", custom="conv_gemm")
+
+
+def plan_convolution(comp: HloComputation, name: str):
+    """The kernels of `comp` (a convolution of parameters, perhaps with its epilogue), or None:
+    GEMM kernels when `prefers_gemm` and the GEMM kernel runs it, else the direct kernel."""
+    conv = find_convolution(comp)
+    if conv is None:
+        return None
+    if prefers_gemm(conv):
+        plans = plan_conv_gemm(comp, name)
+        if plans is not None:
+            return plans
+    return plan_conv(comp, name)

@@ -1,0 +1,241 @@
+"""The tiled-GEMM convolution kernel (custom="conv_gemm"): per unit, pack a tile of patches,
+`?gemm_` it against the weights, run the fused epilogue over the tile.
+
+    emit_conv_gemm_kernel(skel, plan)
+
+The layout, the rule and the planning are in cpu_conv_gemm.py (its docstring describes the
+kernel); this module emits it into a CPU kernel skeleton (cpu_skeleton.py).
+"""
+from __future__ import annotations
+
+import math
+
+from llvmlite import ir
+
+from ...emitters.elemental import ElementalEmitter, mem_type
+from ...emitters.ir_helpers import I64, Index, const_i64, delinearize, for_range, load_element, store_element
+from ...hlo.ir import HloInstruction
+from ...runtime.jit_builtins import SCRATCH_ALLOC, SCRATCH_FREE
+from ..planning import rebuild
+from .args import output_leaves, typed_pointer
+from .blas_call import GemmCall, blas_operands
+from .cpu_conv import find_convolution, window_tap
+from .cpu_conv_gemm import IN, ConvGemm, conv_gemm
+from .gemm_layout import Matrix
+
+I8P = ir.IntType(8).as_pointer()
+
+
+def _i(v: int) -> ir.Constant:
+    return const_i64(v)
+
+
+def _row_major(rows: int, cols: int) -> Matrix:
+    """A dense row-major [rows, cols] tile as a Matrix; one column is a unit-stride column
+    (so BLAS's leading dimension is never below the rows it reads)."""
+    return Matrix((), (), rows, cols, cols, 1) if cols > 1 else Matrix((), (), rows, cols, 1, rows)
+
+
+class _ConvGemmEmitter:
+    """Emits one tiled-GEMM convolution kernel into a CPU kernel skeleton (module docstring)."""
+
+    def __init__(self, skel, conv: HloInstruction, layout: ConvGemm) -> None:
+        self.skel, self.g, self.geo = skel, layout, layout.geo
+        self.b = b = skel.builder
+        self.et = self.geo.out_type
+        elem = mem_type(self.et)
+        lhs_p, rhs_p = conv.operands
+        self.x = typed_pointer(b, skel.function.args[lhs_p.parameter_number], self.et)
+        self.w = typed_pointer(b, skel.function.args[rhs_p.parameter_number], self.et)
+        self.out = skel.output_ptr(0)
+        self.out_type = output_leaves(skel.comp)[0].shape.dtype
+        self.epilogue = None
+        if skel.comp.root is not conv:
+            # The epilogue reads the convolution as a parameter numbered after the fusion's.
+            self.epilogue = rebuild(skel.comp, skel.comp.root, [conv], f"{skel.comp.name}.epilogue")
+        t, k, o = layout.tile, layout.k, self.geo.features
+        # The per-thread tiles, in one allocation of this call (64-byte aligned parts).
+        patch_elems = 0 if layout.direct_input is not None else -(-t * k // 16) * 16
+        c_elems = 0 if layout.out is not None else t * o
+        self.scratch = self._allocate((patch_elems + c_elems) * (self.et.bits // 8)) if patch_elems + c_elems else None
+        base = None if self.scratch is None else b.bitcast(self.scratch, elem.as_pointer())
+        self.patch = base if patch_elems else None
+        self.ctile = None if not c_elems else b.gep(base, [_i(patch_elems)], inbounds=True)
+        self.a = layout.direct_input or _row_major(t, k)
+        self.c = layout.out or _row_major(t, o)
+
+    def _allocate(self, nbytes: int) -> ir.Value:
+        """`nbytes` of 64-byte aligned scratch for this call (trap when there is none)."""
+        b, m = self.b, self.skel.module
+        alloc = m.globals.get(SCRATCH_ALLOC) or ir.Function(m, ir.FunctionType(I8P, [I64, I64]), SCRATCH_ALLOC)
+        p = b.call(alloc, [_i(64), _i(-(-nbytes // 64) * 64)])
+        with b.if_then(b.icmp_unsigned("==", p, ir.Constant(I8P, None)), likely=False):
+            trap = m.globals.get("llvm.trap") or ir.Function(m, ir.FunctionType(ir.VoidType(), []), "llvm.trap")
+            b.call(trap, [])
+        return p
+
+    def _release(self) -> None:
+        """Free this call's scratch."""
+        if self.scratch is None:
+            return
+        m = self.skel.module
+        free = m.globals.get(SCRATCH_FREE) or ir.Function(m, ir.FunctionType(ir.VoidType(), [I8P]), SCRATCH_FREE)
+        self.b.call(free, [self.scratch])
+
+    def emit(self) -> None:
+        """The whole kernel: per unit, pack the tile's patches, GEMM, epilogue."""
+        b, g, geo = self.b, self.g, self.geo
+        swapped, (t1, ld1), (t2, ld2), ldc = blas_operands(self.a, g.weights, self.c)
+        call = GemmCall(b, self.skel.module, self.et)
+        flags = (call.char(t1), call.char(t2))
+        p_k, p_o = call.i32(g.k), call.i32(geo.features)
+        p_ld1, p_ld2, p_ldc = call.i32(ld1), call.i32(ld2), call.i32(ldc)
+        with for_range(b, self.skel.begin, self.skel.end, "unit") as unit:
+            row0, count = self._tile(unit)
+            n0, p0 = b.udiv(row0, _i(g.positions)), b.urem(row0, _i(g.positions))
+            if self.patch is not None:
+                self._pack(row0, count)
+                a_ptr = self.patch
+            else:
+                a_ptr = b.gep(self.x, [self._offset(self.a, n0, p0, row0)], inbounds=True)
+            c_ptr = self.ctile if self.ctile is not None else b.gep(self.out, [self._offset(self.c, n0, p0, row0)],
+                                                                     inbounds=True)
+            p_rows = call.i32(b.trunc(count, ir.IntType(32)))
+            first, second = (a_ptr, self.w) if swapped else (self.w, a_ptr)
+            sizes = (p_rows, p_o) if swapped else (p_o, p_rows)
+            call.call(flags, (*sizes, p_k), (first, p_ld1), (second, p_ld2), (c_ptr, p_ldc))
+            if self.epilogue is not None or self.ctile is not None:
+                self._epilogue(row0, count, c_ptr)
+        self._release()
+        self.skel.finish()
+
+    def _tile(self, unit: ir.Value) -> tuple[ir.Value, ir.Value]:
+        """(first row, row count) of work unit `unit`: TILE rows of the batch x positions rows,
+        the last tile (of the whole, or of each batch element) holding what is left."""
+        b, g = self.b, self.g
+        if g.span_batch:
+            row0, end = b.mul(unit, _i(g.tile)), _i(g.rows)
+        else:
+            per = -(-g.positions // g.tile)
+            n, t = b.udiv(unit, _i(per)), b.urem(unit, _i(per))
+            start = b.mul(n, _i(g.positions))
+            row0, end = b.add(start, b.mul(t, _i(g.tile))), b.add(start, _i(g.positions))
+        left = b.sub(end, row0)
+        return row0, b.select(b.icmp_signed("<", left, _i(g.tile)), left, _i(g.tile))
+
+    def _offset(self, m: Matrix, n0: ir.Value, p0: ir.Value, row0: ir.Value) -> ir.Value:
+        """Element offset of row `row0` (batch element n0, position p0) of matrix `m`."""
+        b = self.b
+        if not m.batch_strides:
+            return b.mul(row0, _i(m.row_stride))
+        return b.add(b.mul(n0, _i(m.batch_strides[0])), b.mul(p0, _i(m.row_stride)))
+
+    def _position(self, row: ir.Value) -> tuple[ir.Value, list]:
+        """(batch element, output spatial index) of row `row`."""
+        b, g = self.b, self.g
+        n, p = b.udiv(row, _i(g.positions)), b.urem(row, _i(g.positions))
+        return n, (delinearize(b, p, self.geo.out_spatial) if self.geo.out_spatial else [])
+
+    # -- packing the patch tile
+    def _pack(self, row0: ir.Value, count: ir.Value) -> None:
+        """patch[t, :] = the K inputs output row row0 + t reads (zeros off the input)."""
+        b = self.b
+        with for_range(b, _i(0), count, "prow") as t:
+            n, ps = self._position(b.add(row0, t))
+            self._pack_level(0, ps, b.mul(n, _i(self.geo.x_batch)), None, b.mul(t, _i(self.g.k)))
+
+    def _pack_level(self, level: int, ps: list, xoff: ir.Value, ok, koff: ir.Value) -> None:
+        """K factors from `level` on: `xoff` the input offset so far, `ok` (None: true) whether
+        every tap so far is on an input element, `koff` the patch offset so far."""
+        b, g, geo = self.b, self.g, self.geo
+        f = g.k_order[level]
+        inner = math.prod(g.k_size(h) for h in g.k_order[level + 1:])
+        last = level == len(g.k_order) - 1
+        if f == IN:
+            if not last:
+                with for_range(b, _i(0), _i(geo.group_inputs), "pi") as i:
+                    self._pack_level(level + 1, ps, b.add(xoff, b.mul(i, _i(geo.x_feature))), ok,
+                                     b.add(koff, b.mul(i, _i(inner))))
+                return
+            if ok is None:
+                self._copy_features(xoff, koff)
+                return
+            with b.if_else(ok) as (inside, outside):
+                with inside:
+                    self._copy_features(xoff, koff)
+                with outside:
+                    with for_range(b, _i(0), _i(geo.group_inputs), "pz") as i:
+                        self._put(b.add(koff, i), None)
+            return
+        d = geo.window[f]
+        with for_range(b, _i(0), _i(d.size), f"pk{f}") as kk:
+            q, tap_ok = window_tap(b, ps[f], kk, d, geo.dilated_input[f])
+            both = tap_ok if ok is None else b.and_(ok, tap_ok)
+            xo = b.add(xoff, b.mul(q, _i(geo.x_spatial[f])))
+            ko = b.add(koff, b.mul(kk, _i(inner)))
+            if not last:
+                self._pack_level(level + 1, ps, xo, both, ko)
+            else:
+                with b.if_else(both) as (inside, outside):
+                    with inside:
+                        self._put(ko, xo)
+                    with outside:
+                        self._put(ko, None)
+
+    def _copy_features(self, xoff: ir.Value, koff: ir.Value) -> None:
+        """patch[koff + i] = x[xoff + i * feature stride] for every input feature i."""
+        b = self.b
+        with for_range(b, _i(0), _i(self.geo.group_inputs), "pc") as i:
+            self._put(b.add(koff, i), b.add(xoff, b.mul(i, _i(self.geo.x_feature))))
+
+    def _put(self, koff: ir.Value, xoff) -> None:
+        """patch[koff] = x[xoff], or 0 when xoff is None."""
+        b = self.b
+        v = (ir.Constant(mem_type(self.et), 0.0) if xoff is None
+             else load_element(b, b.gep(self.x, [xoff], inbounds=True), self.et))
+        store_element(b, v, b.gep(self.patch, [koff], inbounds=True), self.et)
+
+    # -- the epilogue on the tile
+    def _epilogue(self, row0: ir.Value, count: ir.Value, c_base: ir.Value) -> None:
+        """For each element of the tile's C: the epilogue's value at its output index, stored in
+        place (C is the output) or at that index (C is the scratch tile)."""
+        b, geo, c = self.b, self.geo, self.c
+        with for_range(b, _i(0), count, "erow") as t:
+            n, ps = self._position(b.add(row0, t))
+            c_row = b.mul(t, _i(c.row_stride))
+            with for_range(b, _i(0), _i(geo.features), "ecol") as o:
+                c_ptr = b.gep(c_base, [b.add(c_row, b.mul(o, _i(c.col_stride)))], inbounds=True)
+                multi = [None] * len(geo.o_dims)
+                multi[geo.o_axes[0]], multi[geo.o_axes[1]] = n, o
+                for axis, p in zip(geo.o_axes[2:], ps):
+                    multi[axis] = p
+                index = Index(b, geo.o_dims, multi=multi)
+                value = self._value(index, c_ptr)
+                # In place through the very pointer the value came from: LLVM then sees the
+                # store cannot clobber a later load and vectorizes the column loop.
+                dst = c_ptr if self.ctile is None else b.gep(self.out, [index.linear], inbounds=True)
+                store_element(b, value, dst, self.out_type)
+
+    def _value(self, index: Index, c_ptr: ir.Value) -> ir.Value:
+        """The epilogue's root (or the convolution itself) at `index`, reading C at `c_ptr`."""
+        def conv_value(_index: Index) -> ir.Value:
+            return load_element(self.b, c_ptr, self.et)
+
+        if self.epilogue is None:
+            return conv_value(index)
+        n = len(self.skel.comp.parameters)
+
+        def params(p: HloInstruction):
+            return conv_value if p.parameter_number == n else self.skel.param_gen(p)
+
+        return ElementalEmitter(self.b, self.skel.target, params).gen(self.epilogue.root)(index)
+
+
+def emit_conv_gemm_kernel(skel, plan) -> None:
+    """Fill CPU kernel skeleton `skel` with the tiled-GEMM convolution kernel of `plan`
+    (custom="conv_gemm")."""
+    conv = find_convolution(plan.comp)
+    layout = None if conv is None else conv_gemm(conv, output_leaves(plan.comp)[0].shape.dtype)
+    if layout is None:
+        raise ValueError(f"kernel {plan.name}: its computation is not a convolution the GEMM kernel runs")
+    _ConvGemmEmitter(skel, conv, layout).emit()

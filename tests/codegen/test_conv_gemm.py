@@ -1,0 +1,257 @@
+"""Dense convolutions as tiled im2col + GEMM (codegen/kernels/cpu_conv_gemm.py) against the
+reference interpreter, and the rule choosing them over the direct kernel.
+
+The GEMM path is forced (`prefers_gemm` patched to say yes; no compile cache, so no program
+compiled under the real rule is reused) on random convolutions of every dimension-number
+layout, stride, padding, lhs and rhs dilation and window reversal (packed weights), f32 and
+f64, with tiles of 8 rows so that most of them run as many units with a partial last tile,
+crossing batch elements where the layout lets them; with fused epilogues (bias, relu, residual,
+a convert to bf16 through a scratch C tile; NHWC and NCHW outputs); and bit for bit the same on
+1, 2 and 3 threads. BLAS sums in its own blocked order, so results agree with the interpreter's
+float64 sums to float rounding.
+"""
+from __future__ import annotations
+
+import math
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import hlofuse
+from hlofuse.codegen.kernels import cpu_conv_gemm
+from hlofuse.codegen.kernels.cpu_conv import conv_geometry
+from hlofuse.codegen.kernels.cpu_conv_gemm import gemm_layout, prefers_gemm, valid_tap_fraction
+from hlofuse.hlo.parser import parse_hlo
+
+from test_conv import _inputs, _module, random_convolution
+
+
+@pytest.fixture
+def forced(monkeypatch):
+    """The GEMM path for every convolution it can run, in tiles of 8 rows."""
+    monkeypatch.setattr(cpu_conv_gemm, "prefers_gemm", lambda conv: True)
+    monkeypatch.setattr(cpu_conv_gemm, "MIN_TILE_ROWS", 8)
+    monkeypatch.setattr(cpu_conv_gemm, "MAX_TILE_ROWS", 8)
+
+
+def _customs(exe) -> list:
+    return [k.custom for k in exe.program._planner.kernels]
+
+
+def _close(got: np.ndarray, want: np.ndarray, terms: int, text: str) -> None:
+    tol = 1e-12 if want.dtype == np.float64 else 1e-5
+    np.testing.assert_allclose(got.astype(np.float64), want.astype(np.float64), rtol=tol,
+                               atol=tol * math.sqrt(max(terms, 1)), err_msg=text)
+
+
+def check_gemm(text: str, seed: int = 0, threads: tuple[int, ...] = (None,)) -> list:
+    """`text` runs through a conv_gemm kernel and agrees with the interpreter, the same bits on
+    each of `threads` (None: the default count); returns the kernels' emitter names."""
+    module = parse_hlo(text)
+    args = _inputs(module, seed)
+    (want,) = hlofuse.compile(parse_hlo(text), target="interpreter", fusion=False)(*args)
+    exe = hlofuse.compile(parse_hlo(text), target="cpu", fusion=False, cache=False)
+    customs = _customs(exe)
+    assert customs[-1] == "conv_gemm", customs
+    conv = next(i for c in module.computations_post_order() for i in c.instructions if i.opcode == "convolution")
+    geo = conv_geometry(conv)
+    terms = geo.group_inputs * math.prod(d.size for d in geo.window)
+    first = None
+    for n in threads:
+        if n is not None:
+            exe.program.driver._config[0] = n
+        (got,) = exe(*args)
+        if want.dtype == ml_dtypes.bfloat16:
+            np.testing.assert_allclose(got.astype(np.float32), want.astype(np.float32), rtol=1e-2, atol=1e-2)
+        else:
+            _close(got, want, terms, text)
+        if first is None:
+            first = got
+        np.testing.assert_array_equal(got.view(np.uint8), first.view(np.uint8))
+    return customs
+
+
+@pytest.mark.parametrize("dtype", ["f32", "f64"])
+@pytest.mark.parametrize("seed", range(40))
+def test_random_dense_convolutions(forced, seed, dtype):
+    """Every random dense float convolution the GEMM kernels can run runs there, correctly."""
+    text = random_convolution(seed, (dtype, dtype, dtype))
+    conv = parse_hlo(text).entry.root
+    if gemm_layout(conv) is None:
+        geo = conv_geometry(conv)
+        # Only grouped or empty convolutions are left to the direct kernel.
+        assert geo.groups > 1 or 0 in conv.shape.dims or 0 in conv.operands[0].shape.dims \
+            or 0 in conv.operands[1].shape.dims, text
+        pytest.skip("grouped or empty: the direct kernel's")
+    check_gemm(text, seed)
+
+
+# Named layouts: NHWC/HWIO (weights in place, tiles across batch elements), NCHW/OIHW (K in
+# (input feature, window) order, transposed output: tiles within one batch element), NHWC with
+# OIHW weights (in place, K in their order), 0io1 and 01oi weights and window reversal (packed), a strided 1x1 and an
+# unpadded unit-stride 1x1 (input read in place), lhs and rhs dilation, 3 spatial dimensions.
+NAMED = {
+    "nhwc_hwio": ("f32[3,7,9,8]", "f32[3,3,8,12]", "window={size=3x3 pad=1_1x1_1}, dim_labels=b01f_01io->b01f"),
+    "nchw_oihw": ("f32[2,8,7,9]", "f32[12,8,3,3]", "window={size=3x3 stride=2x1 pad=1_1x0_2}, dim_labels=bf01_oi01->bf01"),
+    "nhwc_oihw": ("f32[2,7,9,8]", "f32[12,8,3,3]", "window={size=3x3 pad=1_1x1_1}, dim_labels=b01f_oi01->b01f"),
+    "weights_0io1": ("f32[2,7,9,8]", "f32[3,8,12,3]", "window={size=3x3 pad=1_1x1_1}, dim_labels=b01f_0io1->b01f"),
+    "input_gradient_01oi": ("f32[2,6,6,16]", "f32[3,3,8,16]", "window={size=3x3 pad=1_1x1_1}, dim_labels=b01f_01oi->b01f"),
+    "reversed": ("f64[2,6,7,5]", "f64[3,2,5,9]", "window={size=3x2 pad=2_2x1_1 rhs_reversal=1x0}, dim_labels=b01f_01io->b01f"),
+    "pointwise_in_place": ("f32[3,5,7,16]", "f32[1,1,16,24]", "window={size=1x1}, dim_labels=b01f_01io->b01f"),
+    "pointwise_nchw": ("f32[3,16,5,7]", "f32[24,16,1,1]", "window={size=1x1}, dim_labels=bf01_oi01->bf01"),
+    "pointwise_stride2": ("f32[2,9,9,16]", "f32[1,1,16,24]", "window={size=1x1 stride=2x2}, dim_labels=b01f_01io->b01f"),
+    "dilated": ("f32[2,11,10,6]", "f32[3,3,6,10]", "window={size=3x3 stride=2x1 pad=2_1x0_3 lhs_dilate=2x1 "
+                "rhs_dilate=1x2}, dim_labels=b01f_01io->b01f"),
+    "three_spatial": ("f64[2,5,4,6,3]", "f64[2,3,2,3,7]", "window={size=2x3x2 pad=1_0x1_1x0_1}, "
+                      "dim_labels=b012f_012io->b012f"),
+    "feature_first_output": ("f32[2,6,6,8]", "f32[3,3,8,10]", "window={size=3x3 pad=1_1x1_1}, dim_labels=b01f_01io->f01b"),
+}
+
+
+@pytest.mark.parametrize("tiles", ["8-row", "default"])
+@pytest.mark.parametrize("name", sorted(NAMED))
+def test_named_layouts(monkeypatch, name, tiles):
+    monkeypatch.setattr(cpu_conv_gemm, "prefers_gemm", lambda conv: True)
+    if tiles == "8-row":
+        monkeypatch.setattr(cpu_conv_gemm, "MIN_TILE_ROWS", 8)
+        monkeypatch.setattr(cpu_conv_gemm, "MAX_TILE_ROWS", 8)
+    lhs, rhs, attrs = NAMED[name]
+    customs = check_gemm(_module(lhs, rhs, lhs.split("[")[0], attrs), threads=(1, 2, 3))
+    packed = name in ("weights_0io1", "input_gradient_01oi", "reversed")
+    assert customs == ([None, "conv_gemm"] if packed else ["conv_gemm"]), customs
+
+
+EPILOGUE = """HloModule m
+fused {{
+  p0 = f32[{x}] parameter(0)
+  p1 = f32[{w}] parameter(1)
+  p2 = f32[{o}] parameter(2)
+  p3 = f32[{y}] parameter(3)
+  c = f32[{y}] convolution(p0, p1), window={{size=3x3 pad=1_1x1_1}}, dim_labels={labels}
+  b = f32[{y}] broadcast(p2), dimensions={{{fdim}}}
+  a = f32[{y}] add(c, b)
+  z = f32[] constant(0)
+  zb = f32[{y}] broadcast(z), dimensions={{}}
+  r = f32[{y}] maximum(a, zb)
+  s = f32[{y}] add(r, p3)
+  ROOT h = {out}[{y}] convert(s)
+}}
+ENTRY e {{
+  x = f32[{x}] parameter(0)
+  w = f32[{w}] parameter(1)
+  bias = f32[{o}] parameter(2)
+  res = f32[{y}] parameter(3)
+  ROOT f = {out}[{y}] fusion(x, w, bias, res), kind=kOutput, calls=fused
+}}
+"""
+
+
+@pytest.mark.parametrize("out", ["f32", "bf16"])
+@pytest.mark.parametrize("layout", ["nhwc", "nchw"])
+def test_fused_epilogue(forced, layout, out):
+    """bias + relu + residual (+ convert to bf16: C in a scratch tile) on each tile, in place
+    in the output (NHWC: rows across batch elements; NCHW: BLAS writes the transposed tile)."""
+    if layout == "nhwc":
+        shapes = dict(x="2,6,7,8", w="3,3,8,16", o="16", y="2,6,7,16", labels="b01f_01io->b01f", fdim=3)
+    else:
+        shapes = dict(x="2,8,6,7", w="16,8,3,3", o="16", y="2,16,6,7", labels="bf01_oi01->bf01", fdim=1)
+    customs = check_gemm(EPILOGUE.format(out=out, **shapes), threads=(1, 2, 3))
+    assert customs == ["conv_gemm"]
+
+
+def test_nonfinite_weights_on_padding():
+    """A padding tap times an inf weight is NaN, as in the interpreter (zeros in the patches)."""
+    text = _module("f32[1,6,6,8]", "f32[3,3,8,256]", "f32",
+                   "window={size=3x3 pad=1_1x1_1}, dim_labels=b01f_01io->b01f")
+    module = parse_hlo(text)
+    x, w = _inputs(module, 3)
+    w[0, 0, 0, 5] = np.inf
+    exe = hlofuse.compile(parse_hlo(text), target="cpu", cache=False)
+    assert _customs(exe) == ["conv_gemm"]
+    (got,) = exe(x, w)
+    (want,) = hlofuse.compile(parse_hlo(text), target="interpreter")(x, w)
+    assert np.array_equal(np.isnan(got), np.isnan(want)) and np.isnan(want).any()
+    fin = np.isfinite(want)
+    _close(got[fin], want[fin], 72, text)
+
+
+# ---- the rule ----------------------------------------------------------------------------------
+def _conv(lhs: str, rhs: str, attrs: str):
+    return parse_hlo(_module(lhs, rhs, lhs.split("[")[0], attrs)).entry.root
+
+
+PAD1 = "window={size=3x3 pad=1_1x1_1}, "
+NHWC = "dim_labels=b01f_01io->b01f"
+
+
+@pytest.mark.parametrize("case,want", [
+    # ResNet-50 3x3 at 14x14 and 7x7 with 256 and 512 features: GEMM (0.5-0.9x the direct time)
+    (("f32[1,14,14,256]", "f32[3,3,256,256]", PAD1 + NHWC), True),
+    (("f32[1,7,7,512]", "f32[3,3,512,512]", PAD1 + NHWC), True),
+    # 1x1 projections to 256+ features: GEMM (about 0.5x); to 64 or 128: direct (GEMM 1.2-2.6x)
+    (("f32[4,32,32,64]", "f32[1,1,64,256]", "window={size=1x1}, " + NHWC), True),
+    (("f32[4,32,32,256]", "f32[1,1,256,64]", "window={size=1x1}, " + NHWC), False),
+    # 3x3 with 64 or 128 features: direct (GEMM 1.5-2.1x)
+    (("f32[1,56,56,64]", "f32[3,3,64,64]", PAD1 + NHWC), False),
+    (("f32[1,28,28,128]", "f32[3,3,128,128]", PAD1 + NHWC), False),
+    # 512 features on 2x2 (most taps on padding): direct
+    (("f32[16,2,2,512]", "f32[3,3,512,512]", PAD1 + NHWC), False),
+    # input gradients (01oi weights): GEMM (2.5-14x faster), even with 64 features
+    (("f32[16,16,16,64]", "f32[3,3,64,64]", PAD1 + "dim_labels=b01f_01oi->b01f"), True),
+    # the stem (3 input features), f64 and bf16, depthwise: direct
+    (("f32[1,224,224,3]", "f32[7,7,3,64]", "window={size=7x7 stride=2x2 pad=3_3x3_3}, " + NHWC), False),
+    (("bf16[1,14,14,256]", "bf16[3,3,256,256]", PAD1 + NHWC), False),
+    (("f32[1,14,14,256]", "f32[3,3,1,256]", PAD1 + NHWC + ", feature_group_count=256"), False),
+    # a weight gradient (out 3x3 per batch element, tiles of 9 rows): direct
+    (("f32[16,16,16,64]", "f32[16,16,16,256]", "window={size=16x16 pad=1_1x1_1}, dim_labels=f01b_i01o->01bf"), False),
+])
+def test_rule(case, want):
+    assert prefers_gemm(_conv(*case)) is want
+
+
+def test_rule_f64_and_compiled_path():
+    """f64 follows the same rule; the planner follows the rule."""
+    case = ("f64[1,7,7,64]", "f64[3,3,64,512]", PAD1 + NHWC)
+    assert prefers_gemm(_conv(*case))
+    exe = hlofuse.compile(parse_hlo(_module(case[0], case[1], "f64", case[2])), cache=False)
+    assert _customs(exe) == ["conv_gemm"]
+    small = ("f32[1,28,28,64]", "f32[3,3,64,64]", PAD1 + NHWC)
+    exe = hlofuse.compile(parse_hlo(_module(small[0], small[1], "f32", small[2])), cache=False)
+    assert _customs(exe) == ["conv"]
+
+
+def test_valid_tap_fraction():
+    """Hand-counted: 3x3 pad 1 over 4x4 outputs: (2+3+3+2)/12 per dimension; 1x1: all."""
+    geo = conv_geometry(_conv("f32[1,4,4,8]", "f32[3,3,8,8]", PAD1 + NHWC))
+    assert valid_tap_fraction(geo) == pytest.approx((10 / 12) ** 2)
+    geo = conv_geometry(_conv("f32[1,4,4,8]", "f32[1,1,8,8]", "window={size=1x1}, " + NHWC))
+    assert valid_tap_fraction(geo) == 1.0
+    # lhs dilation 2, window 3, no padding: 2 of each 3 taps read a hole or an element alternately
+    geo = conv_geometry(_conv("f32[1,4,4,8]", "f32[3,3,8,8]", "window={size=3x3 lhs_dilate=2x2}, " + NHWC))
+    assert valid_tap_fraction(geo) == pytest.approx((8 / 15) ** 2)
+
+
+def test_conformance_files_through_gemm(monkeypatch):
+    """The StableHLO conformance convolution files pass with every dense float convolution
+    they hold run by the GEMM kernels (in 8-row tiles); no cached program is read or stored."""
+    from test_conv_windows import SHARED_STABLEHLO, _files
+
+    from hlofuse.frontends.conformance import run_file
+
+    if not SHARED_STABLEHLO.is_dir():
+        pytest.skip("../shared/stablehlo_testdata is absent")
+    import hlofuse.codegen.module_cache as module_cache
+    import hlofuse.compiler as compiler
+
+    monkeypatch.setattr(compiler, "_load_cached", lambda *args, **kwargs: None)
+    monkeypatch.setattr(module_cache, "store_entry", lambda *args, **kwargs: None)
+    monkeypatch.setattr(cpu_conv_gemm, "MIN_TILE_ROWS", 8)
+    monkeypatch.setattr(cpu_conv_gemm, "MAX_TILE_ROWS", 8)
+    routed = []
+    monkeypatch.setattr(cpu_conv_gemm, "prefers_gemm",
+                        lambda conv: (gemm_layout(conv) is not None and routed.append(conv.name)) or True)
+    for name in _files("conv_general_dilated"):
+        result = run_file(str(SHARED_STABLEHLO / name), backend="cpu")
+        assert result.status == "passed", result.line()
+    assert len(routed) >= 6, routed  # 7 of the 8 files hold a dense float convolution
