@@ -15,14 +15,13 @@ runtime/cpu_executor.py loads the objects and runs the schedule.
 from __future__ import annotations
 
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Callable
 
 import llvmlite.binding as llvm
 from llvmlite import ir
 
-from ..emitters.cpu.target import CpuTarget, compile_ir_timed, host_target_machine, optimized_module
+from ..emitters.cpu.target import CpuTarget, host_target_machine, optimized_module
 from ..hlo.ir import HloComputation, HloInstruction, HloModule
 from ..passes.fusion.decisions import module_log
 from . import llvm_pool
@@ -268,30 +267,28 @@ def distinct_kernels(kernels: list[KernelPlan], target) -> list[KernelObject]:
     return list(found.values())
 
 
-def compile_objects(objects: list[KernelObject], target, timings: dict[str, float]) -> None:
-    """Compile each of `objects` to object code, LLVM's work overlapped with the emission of
-    the next kernels: this thread emits and prints a kernel's module, a worker thread optimizes
-    and compiles it. llvmlite's calls release the GIL, but llvmlite also serializes them all
-    behind one process-wide lock (llvmlite/binding/ffi.py), so one worker is all threads can
-    use (benchmarks/compile_time.py measures this). When enough kernels are missing, worker
-    processes compile them instead, on the other cores (codegen/llvm_pool.py: same function,
-    same bytes). Adds the stages' seconds to `timings`."""
+def compile_objects(objects: list[KernelObject], target, timings: dict[str, float], lanes: llvm_pool.Lanes) -> None:
+    """Compile each of `objects` to object code on `lanes`, LLVM's work overlapped with the
+    emission of the next kernels: this thread emits and prints a kernel's module while lane
+    threads optimize and compile the ones before it, one in this process (llvmlite serializes
+    its calls behind one process-wide lock, so one is all threads can use) and, when enough
+    kernels are missing, the others in worker processes on the other cores
+    (codegen/llvm_pool.py: the same function, the same bytes, results in `objects`' order). A
+    kernel whose compilation raises raises here, the first such in `objects`' order. Adds the
+    stages' seconds to `timings`."""
     emission = opt = codegen = 0.0
-    processes = llvm_pool.use_pool(len(objects))
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="hlofuse-llvm") as pool:
-        futures = []
-        for o in objects:
-            t0 = time.perf_counter()
-            text = str(emit_kernel_module(o.kernels[0], target, o.symbol))
-            emission += time.perf_counter() - t0
-            futures.append(llvm_pool.submit(text, o.speed_level) if processes
-                           else pool.submit(compile_ir_timed, text, o.speed_level))
+    futures = []
+    for o in objects:
         t0 = time.perf_counter()
-        for o, f in zip(objects, futures):
-            o.object_code, t_opt, t_codegen = f.result()
-            opt += t_opt
-            codegen += t_codegen
-        waited = time.perf_counter() - t0
+        text = str(emit_kernel_module(o.kernels[0], target, o.symbol))
+        emission += time.perf_counter() - t0
+        futures.append(lanes.compile(text, o.speed_level))
+    t0 = time.perf_counter()
+    for o, f in zip(objects, futures):
+        o.object_code, t_opt, t_codegen = f.result()
+        opt += t_opt
+        codegen += t_codegen
+    waited = time.perf_counter() - t0
     for stage, seconds in (("emission", emission), ("llvm optimization", opt), ("code generation", codegen),
                            ("llvm wait", waited)):
         timings[stage] = timings.get(stage, 0.0) + seconds
@@ -329,15 +326,18 @@ def compile_cpu(fused_module: HloModule, cache_dir=None, log=None, cache: bool =
         else:
             o.object_code, o.cached = obj, True
     code.timings["cache"] = time.perf_counter() - now
-    compile_objects(missing, target, code.timings)
+    code.native = NativeProgram(planner, fused_module.entry)
+    with llvm_pool.Lanes(len(missing)) as lanes:
+        # the driver is emitted and compiled beside the kernels, not after them
+        driver = lanes.run(compile_driver, code.native, target, cache, disk, lanes.compile_here)
+        compile_objects(missing, target, code.timings, lanes)
+        code.driver_object, driver_cached, code.timings["driver"] = driver.result()
     for o in missing:
         if cache:
             memory_cache[o.key] = o.object_code
         if disk is not None:
             disk.store(o.key, o.object_code)
             stored = True
-    code.native = NativeProgram(planner, fused_module.entry)
-    code.driver_object, driver_cached, code.timings["driver"] = compile_driver(code.native, target, cache, disk)
     if stored or (disk is not None and not driver_cached):
         disk.evict()
     return code

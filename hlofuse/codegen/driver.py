@@ -330,15 +330,18 @@ def driver_name(prog: NativeProgram) -> str:
     return symbol_name(prog.entry.comp.name)
 
 
-def compile_driver(prog: NativeProgram, target, cache: bool, disk) -> tuple[bytes, bool, float]:
+def compile_driver(prog: NativeProgram, target, cache: bool, disk, compile_ir=None) -> tuple[bytes, bool, float]:
     """The object code of `prog`'s driver: from the memory cache or the disk cache (`disk`, a
-    CompileCache or None) when `cache`, else compiled at O2 (it only calls, loops and copies).
-    Returns (object code, whether it came from a cache, seconds spent)."""
+    CompileCache or None) when `cache`, else compiled at O2 (it only calls, loops and copies)
+    by `compile_ir(text, level)` (emitters/cpu/target.compile_ir, or the same on another LLVM
+    lane: codegen/llvm_pool.Lanes.compile_here). Returns (object code, whether it came from a
+    cache, seconds spent)."""
     import time
 
     from .cache import cache_key, memory_cache
-    from ..emitters.cpu.target import compile_ir
+    from ..emitters.cpu import target as cpu_target
 
+    compile_ir = compile_ir or cpu_target.compile_ir
     start = time.perf_counter()
     text = emit_driver(prog, target)
     key = cache_key("driver\n" + text, target.fingerprint())

@@ -1,54 +1,92 @@
-"""LLVM work on the other cores: a persistent pool of worker processes that optimise and compile
-kernel IR text to object bytes.
+"""Where LLVM's work on kernels runs: lanes, each compiling one kernel's IR text at a time, fed
+from one queue in the order the kernels are emitted.
 
 llvmlite releases the GIL during LLVM work but serialises all its calls behind one process-wide
-lock (llvmlite/binding/ffi.py; `benchmarks/compile_time.py --llvm-threads` measures it: two
-compiling threads keep one core busy), so threads cannot run two compilations at once;
-processes can. The pool:
+lock (llvmlite/binding/ffi.py, numba/llvmlite#318; `benchmarks/compile_time.py --llvm-threads`
+measures it: two compiling threads keep one core busy, no faster than one), so one process runs
+one LLVM compilation at a time. The lanes are therefore
 
-- starts lazily, the first time a compile has at least `MIN_KERNELS` kernels missing from the
-  caches, and stays for the rest of the process (a worker's start, its imports of llvmlite and
-  emitters/cpu/target.py, costs about a second once, not per compile);
-- uses the 'forkserver' start method: workers are clean processes, not forks of a parent that
-  may hold llvmlite's lock, JIT state or other threads;
-- has `workers()` processes: `HLOFUSE_LLVM_PROCESSES` if set (0 turns the pool off), else one
-  fewer than the machine's cores (this process keeps emitting IR meanwhile); fewer than two
-  workers is no gain over the in-process worker thread, so the pool is not used then;
-- runs exactly what the in-process path runs (`emitters/cpu/target.compile_ir_timed` on the same
-  text with the same speed level, for the same host target machine), so an object is the same
-  bytes whichever path compiled it (tests/codegen/test_llvm_pool.py).
+- one *thread lane* in this process: a thread of a `ThreadPoolExecutor` that calls LLVM itself
+  (the GIL is free meanwhile, so the calling thread keeps emitting the next kernels' IR);
+- `processes()` *process lanes*: threads of the same executor that hand their kernel to a
+  `ProcessPoolExecutor` of that many workers and wait (`HLOFUSE_LLVM_PROCESSES` if set, 0 turns
+  the pool off; else `lanes() - 1` from three lanes up, see `lanes()` and `processes()`), used
+  only when at least `MIN_KERNELS` kernels are missing from the caches.
+
+Every lane thread takes the next kernel when it is free and runs it on the thread lane when that
+lane is idle, else in a worker process, so the slow kernels (convolutions) do not queue behind
+each other on one lane. Which lane compiled a kernel changes nothing visible: a worker runs
+exactly what the thread lane runs (`emitters/cpu/target.compile_ir_timed` on the same text at the
+same level for the same host target machine), so an object is the same bytes whichever lane
+compiled it, and results are collected in the kernels' order (tests/codegen/test_llvm_pool.py).
+An exception raised by a kernel's compilation reaches the caller from that kernel's future: the
+exception itself from the thread lane, a copy of it (same type and message, the worker's
+traceback as its cause) from a worker.
+
+The process pool starts lazily, the first time it is used, and stays for the rest of the process
+(a worker's start, its imports of llvmlite and emitters/cpu/target.py, costs about a second of
+CPU once, not per compile). It uses the 'forkserver' start method: workers are clean processes,
+not forks of a parent that may hold llvmlite's lock, JIT state, libgomp's threads or other
+threads. Python starts a forkserver or spawned process by importing the parent's main module
+first (`if __name__ == "__main__":` is what keeps a script from running again there); the
+workers need nothing from it, so processes are started with a blank stand-in for the main
+module (`submit`): a user's script that compiles at import time is not run again in a worker.
 """
 from __future__ import annotations
 
 import atexit
 import multiprocessing
 import os
+import sys
 import threading
-from concurrent.futures import Future, ProcessPoolExecutor
+import types
+from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor
+from typing import Callable
+
+from ..runtime.cpu_threads import cpu_threads
 
 # Fewer kernels to compile than this are compiled in this process: below it the pool's round
 # trips (pickling IR text and objects, one task each) and, the first time, its start are not
 # repaid. A break-even estimate, not yet measured on a quiet many-core machine (issue 15).
 MIN_KERNELS = 8
+# Fewer lanes than this (cores, or HLOFUSE_CPU_THREADS) run LLVM on the thread lane alone unless
+# HLOFUSE_LLVM_PROCESSES asks for workers (see `processes`).
+MIN_LANES = 3
 
 _lock = threading.Lock()
 _pool: ProcessPoolExecutor | None = None
+_thread_lane = threading.Lock()  # held while this process's own LLVM compiles a kernel
+# What a new worker is told the main module is (see `submit`): a module with no file or spec,
+# which multiprocessing's spawn preparation does not import in the child.
+_BLANK_MAIN = types.ModuleType("__main__")
 
 
-def workers() -> int:
-    """How many worker processes the pool has (0: no pool)."""
+def lanes() -> int:
+    """How many kernels LLVM may compile at once: one per core this process may use, at most
+    `HLOFUSE_CPU_THREADS` (runtime/cpu_threads.py: the bound on this process's threads)."""
+    return max(1, cpu_threads())
+
+
+def processes() -> int:
+    """How many worker processes the pool has (0: no pool): `HLOFUSE_LLVM_PROCESSES` if set,
+    else one per lane beyond the thread lane where there are at least `MIN_LANES` lanes.
+
+    Below that (two cores) the pool is off by default, as measured on a shared 2-core machine
+    (docs/compile_time.md): one worker made no cold compile of the real models faster and cost
+    8-35% more CPU (its start, about 0.3-0.4 s of CPU once per process, and the pickling)."""
     env = os.environ.get("HLOFUSE_LLVM_PROCESSES", "").strip()
     if env:
         try:
             return max(0, int(env))
         except ValueError:
             raise ValueError(f"HLOFUSE_LLVM_PROCESSES must be a whole number, not {env!r}") from None
-    return max(0, (os.cpu_count() or 1) - 1)
+    n = lanes()
+    return n - 1 if n >= MIN_LANES else 0
 
 
 def use_pool(kernels: int) -> bool:
-    """Whether `kernels` missing kernels are worth sending to the pool."""
-    return kernels >= MIN_KERNELS and workers() >= 2
+    """Whether `kernels` missing kernels are worth compiling in worker processes too."""
+    return kernels >= MIN_KERNELS and processes() >= 1
 
 
 def _compile(text: str, speed_level: int) -> tuple[bytes, float, float]:
@@ -60,19 +98,84 @@ def _compile(text: str, speed_level: int) -> tuple[bytes, float, float]:
 
 def pool() -> ProcessPoolExecutor:
     """The process pool, started on first use."""
-    global _pool
     with _lock:
-        if _pool is None:
-            _pool = ProcessPoolExecutor(max_workers=max(1, workers()),
-                                        mp_context=multiprocessing.get_context("forkserver"))
-            atexit.register(shutdown)
-        return _pool
+        return _started()
+
+
+def _started() -> ProcessPoolExecutor:
+    global _pool
+    if _pool is None:
+        _pool = ProcessPoolExecutor(max_workers=max(1, processes()),
+                                    mp_context=multiprocessing.get_context("forkserver"))
+        atexit.register(shutdown)
+    return _pool
 
 
 def submit(text: str, speed_level: int) -> "Future[tuple[bytes, float, float]]":
     """Compile kernel IR `text` at `speed_level` in a worker; the future's result is
-    (object bytes, seconds optimizing, seconds generating code)."""
-    return pool().submit(_compile, text, speed_level)
+    (object bytes, seconds optimizing, seconds generating code).
+
+    The executor starts a worker, when it needs one, inside `submit` (CPython 3.9-3.13, for
+    start methods other than fork), and the worker imports whatever `sys.modules["__main__"]`
+    names at that moment: the blank stand-in is put there for the call, under the pool's lock
+    so concurrent submits do not interleave their swaps."""
+    with _lock:
+        main = sys.modules.get("__main__")
+        sys.modules["__main__"] = _BLANK_MAIN
+        try:
+            return _started().submit(_compile, text, speed_level)
+        finally:
+            if main is not None:
+                sys.modules["__main__"] = main
+
+
+def compile_in_lane(text: str, speed_level: int, use_processes: bool) -> tuple[bytes, float, float]:
+    """Run in a lane thread: compile `text` at `speed_level` on the thread lane if it is idle (or
+    the pool is not to be used), else in a worker process; (object bytes, seconds optimizing,
+    seconds generating code)."""
+    if not use_processes:
+        return _compile(text, speed_level)
+    if _thread_lane.acquire(blocking=False):
+        try:
+            return _compile(text, speed_level)
+        finally:
+            _thread_lane.release()
+    return submit(text, speed_level).result()
+
+
+class Lanes:
+    """The lanes of one compile of `kernels` missing kernels: `count` of them (1 + `processes()`
+    when the pool is used, else the thread lane alone), run by a `ThreadPoolExecutor` with a
+    thread per lane and one more for a task that emits its own IR before compiling it (the
+    driver, see `run`). However many threads wait, at most `count` LLVM compilations run at
+    once: one in this process (llvmlite's lock) and one per worker. Used as a context manager:
+    leaving it drops the tasks not yet started and waits for the running ones."""
+
+    def __init__(self, kernels: int) -> None:
+        self.processes = use_pool(kernels)
+        self.count = 1 + (processes() if self.processes else 0)
+        self._threads = ThreadPoolExecutor(max_workers=self.count + 1, thread_name_prefix="hlofuse-llvm")
+
+    def compile(self, text: str, speed_level: int) -> "Future[tuple[bytes, float, float]]":
+        """Compile kernel IR `text` at `speed_level` on the next free lane; the future's result
+        is (object bytes, seconds optimizing, seconds generating code)."""
+        return self._threads.submit(compile_in_lane, text, speed_level, self.processes)
+
+    def compile_here(self, text: str, speed_level: int) -> bytes:
+        """The object code of IR `text`, compiled from the calling thread on the thread lane, or
+        in a worker when that lane is busy (for a task started with `run`)."""
+        return compile_in_lane(text, speed_level, self.processes)[0]
+
+    def run(self, fn: Callable, *args) -> Future:
+        """Run `fn(*args)` on a thread of its own (at most one such task at a time keeps the
+        lanes' count: its LLVM work goes through `compile_here`)."""
+        return self._threads.submit(fn, *args)
+
+    def __enter__(self) -> "Lanes":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._threads.shutdown(wait=True, cancel_futures=True)
 
 
 def shutdown() -> None:

@@ -1,42 +1,64 @@
-"""LLVM work in worker processes (codegen/llvm_pool.py): the same object bytes as the in-process
-path, used by compile_objects when enough kernels are missing, and results that agree with the
-interpreter."""
+"""LLVM work on concurrent lanes (codegen/llvm_pool.py, codegen/cpu.py compile_objects): the same
+object bytes, symbols and results whichever lanes compiled the kernels, the kernel cache still
+keyed per kernel, a failing kernel's error reported the same way on every path, the lane count
+bounded by HLOFUSE_CPU_THREADS, and a user's unguarded script not run again in a worker."""
 from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
 
 import numpy as np
 import pytest
 
 import hlofuse
-from hlofuse.codegen import llvm_pool
-from hlofuse.codegen.cpu import CpuCode, CpuPlanner, emit_kernel_module
+from hlofuse.codegen import cache, cpu, llvm_pool
+from hlofuse.codegen.cpu import CpuCode, CpuPlanner, compile_cpu, emit_kernel_module
 from hlofuse.emitters.cpu.target import CpuTarget, compile_ir_timed
 from hlofuse.runtime.interpreter import evaluate
 
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
 
 def _module(kernels: int) -> str:
-    """`kernels` independent elementwise computations of different shapes (so none is shared),
-    each its own kernel, summed into a tuple."""
-    lines = ["HloModule many", "", "ENTRY main {"]
-    outs = []
+    """`kernels` independent computations of different shapes (so no two share a kernel):
+    elementwise chains, every third one summed over its rows (a reduction kernel), as a tuple."""
+    lines = ["HloModule many", "", "ENTRY main {", "  zero = f32[] constant(0)"]
+    outs, types = [], []
     for k in range(kernels):
         n = 3 + k
-        lines += [f"  p{k} = f32[{n}] parameter({k})", f"  e{k} = f32[{n}] exponential(p{k})",
-                  f"  t{k} = f32[{n}] tanh(e{k})", f"  r{k} = f32[{n}] multiply(t{k}, p{k})"]
-        outs.append(f"r{k}")
-    types = ", ".join(f"f32[{3 + k}]" for k in range(kernels))
-    lines += [f"  ROOT out = ({types}) tuple({', '.join(outs)})", "}"]
-    return "\n".join(lines) + "\n"
+        lines += [f"  p{k} = f32[4,{n}] parameter({k})", f"  e{k} = f32[4,{n}] exponential(p{k})",
+                  f"  t{k} = f32[4,{n}] tanh(e{k})", f"  r{k} = f32[4,{n}] multiply(t{k}, p{k})"]
+        if k % 3 == 2:
+            lines.append(f"  s{k} = f32[4] reduce(r{k}, zero), dimensions={{1}}, to_apply=sum")
+            outs.append(f"s{k}")
+            types.append("f32[4]")
+        else:
+            outs.append(f"r{k}")
+            types.append(f"f32[4,{n}]")
+    lines += [f"  ROOT out = ({', '.join(types)}) tuple({', '.join(outs)})", "}"]
+    head = ["HloModule many", "", "sum {", "  a = f32[] parameter(0)", "  b = f32[] parameter(1)",
+            "  ROOT c = f32[] add(a, b)", "}", ""]
+    return "\n".join(head + lines[2:]) + "\n"
+
+
+def _fused(text: str):
+    return hlofuse.compiler.optimize(hlofuse.parse_hlo(text), "cpu", verify=False)[0]
 
 
 @pytest.fixture
-def two_workers(monkeypatch):
-    monkeypatch.setenv("HLOFUSE_LLVM_PROCESSES", "2")
-    yield
+def processes(monkeypatch):
+    """Set HLOFUSE_LLVM_PROCESSES for the test; the pool is stopped after it."""
+    def use(n: int) -> None:
+        monkeypatch.setenv("HLOFUSE_LLVM_PROCESSES", str(n))
+    yield use
     llvm_pool.shutdown()
 
 
-def test_worker_object_is_the_same_bytes(two_workers):
-    fused = hlofuse.compiler.optimize(hlofuse.parse_hlo(_module(2)), "cpu", verify=False)[0]
+def test_worker_object_is_the_same_bytes(processes):
+    processes(2)
+    fused = _fused(_module(2))
     planner = CpuPlanner()
     code = CpuCode(fused, planner)
     planner.plan(fused.entry)
@@ -47,21 +69,120 @@ def test_worker_object_is_the_same_bytes(two_workers):
         assert there == here and len(here) > 100
 
 
-def test_compile_uses_the_pool_and_agrees_with_the_interpreter(two_workers):
-    n = llvm_pool.MIN_KERNELS + 2
-    module = hlofuse.parse_hlo(_module(n))
-    assert llvm_pool.use_pool(n) and not llvm_pool.use_pool(llvm_pool.MIN_KERNELS - 1)
+@pytest.mark.parametrize("workers", [1, 3])
+def test_concurrent_compile_is_bit_identical_to_serial(processes, workers):
+    """Every kernel's object, its key, symbol and place in the program, and the driver's object
+    are the same bytes on one lane and on 1 + `workers` lanes; the results agree with the
+    interpreter."""
+    n = llvm_pool.MIN_KERNELS + 6
+    text = _module(n)
+    codes = {}
+    for p in (0, workers):
+        processes(p)
+        codes[p] = compile_cpu(_fused(text), cache=False)
+        assert llvm_pool.use_pool(len(codes[p].objects)) == (p > 0)
+    serial, concurrent = codes[0], codes[workers]
+    assert llvm_pool._pool is not None  # the pool compiled some of them
+    assert len(serial.objects) >= n and serial.compiled_count == len(serial.objects)
+    assert [(o.key, o.symbol, o.object_code) for o in serial.objects] == \
+        [(o.key, o.symbol, o.object_code) for o in concurrent.objects]
+    assert serial.symbols == concurrent.symbols and serial.driver_object == concurrent.driver_object
+    module = hlofuse.parse_hlo(text)
     exe = hlofuse.compile(module, "cpu", cache=False)
-    assert llvm_pool._pool is not None  # the kernels went to the workers
     rng = np.random.default_rng(3)
     args = [rng.uniform(-1, 1, p.shape.dims).astype(np.float32) for p in module.entry.parameters]
     for g, w in zip(exe(*args), evaluate(module, args)):
-        np.testing.assert_allclose(g, w, rtol=2e-6, atol=1e-7)
+        np.testing.assert_allclose(g, w, rtol=2e-6, atol=1e-6)
 
 
-def test_workers_setting(monkeypatch):
+def test_the_kernel_cache_stays_per_kernel(processes, tmp_path):
+    """Compiled concurrently, each distinct kernel is one cache entry; a module changed in one
+    kernel recompiles that kernel alone."""
+    processes(2)
+    n = llvm_pool.MIN_KERNELS + 2
+    text = _module(n)
+    cache.memory_cache.clear()
+    first = compile_cpu(_fused(text), cache_dir=str(tmp_path))
+    entries = {f[:-len(cache.OBJECT)] for f in os.listdir(tmp_path) if f.endswith(cache.OBJECT)}
+    assert {o.key for o in first.objects} <= entries and first.compiled_count == len(first.objects)
+    cache.memory_cache.clear()
+    changed = compile_cpu(_fused(text.replace("e0 = f32[4,3] exponential(p0)", "e0 = f32[4,3] sine(p0)")),
+                          cache_dir=str(tmp_path))
+    assert changed.compiled_count == 1 and len(changed.objects) == len(first.objects)
+
+
+def _break_one_kernel(monkeypatch, victim: int) -> list[str]:
+    """Make the `victim`-th kernel emitted print as IR LLVM refuses; the symbols seen, in order."""
+    real, seen = cpu.emit_kernel_module, []
+
+    class Broken:
+        def __init__(self, mod):
+            self.mod = mod
+
+        def __str__(self) -> str:
+            return str(self.mod).replace("ret void", "ret i32 undefined_value", 1)
+
+    def emit(kernel, target, name):
+        seen.append(name)
+        mod = real(kernel, target, name)
+        return Broken(mod) if len(seen) == victim + 1 else mod
+
+    monkeypatch.setattr(cpu, "emit_kernel_module", emit)
+    return seen
+
+
+def test_a_failing_kernel_raises_the_same_error_on_every_path(processes, monkeypatch):
+    """LLVM's refusal of one kernel reaches compile_cpu's caller as the same exception type and
+    message whether the thread lane or a worker process compiled it."""
+    n = llvm_pool.MIN_KERNELS + 2
+    fused = _fused(_module(n))
+    errors = {}
+    for p in (0, 2):
+        processes(p)
+        monkeypatch.setattr(llvm_pool, "_thread_lane", llvm_pool.threading.Lock())
+        if p:  # the thread lane is busy: the broken kernel goes to a worker
+            llvm_pool._thread_lane.acquire()
+        _break_one_kernel(monkeypatch, victim=5)
+        with pytest.raises(Exception) as info:
+            compile_cpu(fused, cache=False)
+        errors[p] = (type(info.value), str(info.value))
+        monkeypatch.undo()
+    assert errors[0] == errors[2]
+    assert "LLVM IR parsing error" in errors[0][1]
+
+
+def test_lanes_follow_hlofuse_cpu_threads(monkeypatch):
+    monkeypatch.delenv("HLOFUSE_LLVM_PROCESSES", raising=False)
+    monkeypatch.setenv("HLOFUSE_CPU_THREADS", "1")
+    assert llvm_pool.lanes() == 1 and llvm_pool.processes() == 0 and not llvm_pool.use_pool(1000)
+    monkeypatch.setenv("HLOFUSE_CPU_THREADS", "2")  # below MIN_LANES: no workers unless asked for
+    assert llvm_pool.lanes() == 2 and llvm_pool.processes() == 0 and not llvm_pool.use_pool(1000)
+    monkeypatch.setenv("HLOFUSE_CPU_THREADS", "3")
+    assert llvm_pool.lanes() == 3 and llvm_pool.processes() == 2
+    assert llvm_pool.use_pool(llvm_pool.MIN_KERNELS) and not llvm_pool.use_pool(llvm_pool.MIN_KERNELS - 1)
     monkeypatch.setenv("HLOFUSE_LLVM_PROCESSES", "0")
-    assert llvm_pool.workers() == 0 and not llvm_pool.use_pool(1000)
+    assert llvm_pool.processes() == 0 and not llvm_pool.use_pool(1000)
+    monkeypatch.setenv("HLOFUSE_CPU_THREADS", "1")
+    monkeypatch.setenv("HLOFUSE_LLVM_PROCESSES", "1")  # asked for: one worker beside the thread lane
+    assert llvm_pool.processes() == 1 and llvm_pool.use_pool(llvm_pool.MIN_KERNELS)
     monkeypatch.setenv("HLOFUSE_LLVM_PROCESSES", "many")
     with pytest.raises(ValueError, match="HLOFUSE_LLVM_PROCESSES"):
-        llvm_pool.workers()
+        llvm_pool.processes()
+
+
+def test_an_unguarded_script_is_not_run_again_in_a_worker(tmp_path):
+    """A script that compiles at import time (no `if __name__ == "__main__":`) runs once: the
+    workers are not given it as their main module."""
+    script = tmp_path / "unguarded.py"
+    script.write_text(textwrap.dedent(f"""
+        import hlofuse
+        from hlofuse.codegen import llvm_pool
+        print("script ran", flush=True)
+        exe = hlofuse.compile(hlofuse.parse_hlo({_module(llvm_pool.MIN_KERNELS + 2)!r}), "cpu", cache=False)
+        assert llvm_pool._pool is not None
+        print("compiled", len(exe.program.code.objects), flush=True)
+    """))
+    env = dict(os.environ, HLOFUSE_LLVM_PROCESSES="1", PYTHONPATH=ROOT)
+    run = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=300)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.count("script ran") == 1 and "compiled" in run.stdout
