@@ -41,6 +41,7 @@ import sys
 import threading
 import types
 from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from typing import Callable
 
 from ..runtime.cpu_threads import cpu_threads
@@ -118,12 +119,22 @@ def submit(text: str, speed_level: int) -> "Future[tuple[bytes, float, float]]":
     The executor starts a worker, when it needs one, inside `submit` (CPython 3.9-3.13, for
     start methods other than fork), and the worker imports whatever `sys.modules["__main__"]`
     names at that moment: the blank stand-in is put there for the call, under the pool's lock
-    so concurrent submits do not interleave their swaps."""
+    so concurrent submits do not interleave their swaps.
+
+    A pool broken by a worker that died (killed, or LLVM crashed in it: that compile's future
+    raises BrokenProcessPool) is replaced by a new one here, so one crash does not fail every
+    later compile of the process."""
+    global _pool
     with _lock:
         main = sys.modules.get("__main__")
         sys.modules["__main__"] = _BLANK_MAIN
         try:
-            return _started().submit(_compile, text, speed_level)
+            try:
+                return _started().submit(_compile, text, speed_level)
+            except BrokenProcessPool:
+                _pool.shutdown(wait=False, cancel_futures=True)
+                _pool = None
+                return _started().submit(_compile, text, speed_level)
         finally:
             if main is not None:
                 sys.modules["__main__"] = main

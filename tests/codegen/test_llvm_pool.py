@@ -9,6 +9,8 @@ import subprocess
 import sys
 import textwrap
 
+from concurrent.futures.process import BrokenProcessPool
+
 import numpy as np
 import pytest
 
@@ -149,6 +151,26 @@ def test_a_failing_kernel_raises_the_same_error_on_every_path(processes, monkeyp
         monkeypatch.undo()
     assert errors[0] == errors[2]
     assert "LLVM IR parsing error" in errors[0][1]
+
+
+def test_a_dead_worker_fails_its_compile_only(processes):
+    """A worker that dies breaks the pool for the compile it ran; the next compile gets a new
+    pool and the same bytes."""
+    processes(1)
+    text = str(emit_kernel_module(_planned_kernel(), CpuTarget(), "k"))
+    want = compile_ir_timed(text, 3)[0]
+    dying = llvm_pool.pool().submit(os._exit, 1)
+    with pytest.raises(BrokenProcessPool):
+        dying.result(timeout=300)
+    assert llvm_pool.submit(text, 3).result(timeout=300)[0] == want
+
+
+def _planned_kernel():
+    fused = _fused(_module(1))
+    planner = CpuPlanner()
+    CpuCode(fused, planner)
+    planner.plan(fused.entry)
+    return planner.kernels[0]
 
 
 def test_lanes_follow_hlofuse_cpu_threads(monkeypatch):
