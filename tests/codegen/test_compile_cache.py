@@ -304,6 +304,7 @@ def test_default_directory(monkeypatch, tmp_path):
 def test_compile_uses_the_default_cache_and_a_fresh_process_loads_from_it(monkeypatch, tmp_path):
     d = tmp_path / "user-cache"
     monkeypatch.setenv("HLOFUSE_CACHE_DIR", str(d))
+    monkeypatch.setenv("HLOFUSE_MODULE_CACHE", "1")  # conftest turns it off under monkeypatch; d starts empty
     cache.memory_cache.clear()
     text = adam_text(3, shapes=["f32[48]", "f32[6,8]", "f32[3,16]"])
     exe = hlofuse.compile(hlofuse.parse_hlo(text), "cpu")
