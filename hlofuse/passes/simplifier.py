@@ -16,25 +16,28 @@ Rewrites (a rule per opcode, tried in post order until nothing changes):
   max(A, A), min(A, A), A & A, A | A => A;
   A*1, 1*A, A+0, 0+A, A-0, A/1 (see above); select(constant p, A, B) and select(p, A, A);
   op(broadcast(c1), broadcast(c2)...) => broadcast(op(c1, c2...)) for scalar constants
-  (the folded constant stays a scalar behind the broadcast); constant folding (constant_folding.py).
+  (the folded constant stays a scalar behind the broadcast); constant folding (constant_folding.py);
+  get-tuple-element(tuple(...)) => the element;
+  compares, and/or, max/min whose result the operand type's range fixes (simplifier_logic.py);
+  transpose(dot(a, b)) => dot(b, a), dot(transpose(a), b) => dot(a, b) and a transpose of
+  size-1 dimensions => reshape (simplifier_transpose.py). simplifier_base.py has what the rule modules share.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, ClassVar
+from typing import ClassVar
 
 import numpy as np
 
 from ..hlo.ir import HloComputation, HloInstruction, HloModule
 from ..hlo.opcodes import op_info
-from ..hlo.shapes import ArrayShape, Layout, Shape
+from ..hlo.shapes import ArrayShape, Layout
+from . import simplifier_logic, simplifier_transpose
 from .constant_folding import DEFAULT_MAX_ELEMENTS, can_fold_opcode, fold, fold_instruction, literal_array
 from .pass_base import HloPass
 from .rewrite import Rewriter
+from .simplifier_base import Rule, compatible, if_compatible, new_instruction, scalar_constant, splat
 
-# A rule looks at one instruction and returns its replacement: an existing instruction, a new
-# one (not yet in the computation) or None when it does not apply.
-Rule = Callable[[HloInstruction], "HloInstruction | None"]
 _RULES: dict[str, list[Rule]] = {}
 
 
@@ -50,39 +53,9 @@ def _rule(*opcodes: str):
 
 # ---- helpers ----------------------------------------------------------------------------------
 
-def _layout(s: ArrayShape) -> Layout:
-    return s.layout if s.layout is not None else Layout.default(s.rank)
-
-
-def compatible(a: Shape, b: Shape) -> bool:
-    """Same type, dimensions and layout (a missing layout counts as the default one)."""
-    if a.is_array and b.is_array:
-        return (a.dtype == b.dtype and a.dims == b.dims and a.dynamic == b.dynamic
-                and _layout(a) == _layout(b))
-    return a == b
-
-
 def _operand_if_noop(inst: HloInstruction) -> HloInstruction | None:
     op = inst.operands[0]
     return op if compatible(op.shape, inst.shape) else None
-
-
-def scalar_constant(inst: HloInstruction) -> np.ndarray | None:
-    """The value of a constant, looking through broadcasts, when all its elements are equal."""
-    while inst.opcode == "broadcast":
-        inst = inst.operands[0]
-    value = literal_array(inst)
-    if value is None or value.size == 0:
-        return None
-    first = value.reshape(-1)[0]
-    # Compare bit patterns so that -0.0 and 0.0 (and NaN payloads) stay distinct.
-    if value.dtype.kind in "fcV" or value.dtype.itemsize == 2:
-        raw = np.ascontiguousarray(value).view(np.uint8).reshape(value.size, -1)
-        if not (raw == raw[0]).all():
-            return None
-    elif not (value == first).all():
-        return None
-    return np.asarray(first)
 
 
 def _is_identity(inst: HloInstruction, which: str) -> bool:
@@ -105,12 +78,6 @@ def _is_identity(inst: HloInstruction, which: str) -> bool:
     return all(bool(np.signbit(f)) == want_negative for f in floats)
 
 
-def _new(inst: HloInstruction, opcode: str, operands: list[HloInstruction], attrs: dict) -> HloInstruction:
-    # Named after its opcode, as XLA names new instructions; a rewrite to the same opcode takes
-    # over the old name (replace_instruction).
-    return HloInstruction(opcode, inst.shape, operands, attrs, name=opcode)
-
-
 # ---- data movement ----------------------------------------------------------------------------
 
 @_rule("reshape", "copy", "convert", "slice")
@@ -126,9 +93,9 @@ def _reshape_of_reshape(inst):
         inner = op.operands[0]
         if compatible(inner.shape, inst.shape):
             return inner
-        return _new(inst, "reshape", [inner], {})
+        return new_instruction(inst, "reshape", [inner], {})
     if op.opcode == "broadcast" and op.operands[0].shape.is_array and op.operands[0].shape.rank == 0:
-        return _new(inst, "broadcast", [op.operands[0]], {"dimensions": ()})
+        return new_instruction(inst, "broadcast", [op.operands[0]], {"dimensions": ()})
     return None
 
 
@@ -140,7 +107,8 @@ def _broadcast(inst):
         return op
     if op.opcode == "broadcast":
         inner_dims = tuple(op.attrs.get("dimensions", ()))
-        return _new(inst, "broadcast", [op.operands[0]], {"dimensions": tuple(dims[d] for d in inner_dims)})
+        composed = tuple(dims[d] for d in inner_dims)
+        return new_instruction(inst, "broadcast", [op.operands[0]], {"dimensions": composed})
     return None
 
 
@@ -156,7 +124,7 @@ def _transpose(inst):
         source = op.operands[0]
         if composed == tuple(range(len(composed))) and compatible(source.shape, inst.shape):
             return source
-        return _new(inst, "transpose", [source], {"dimensions": composed})
+        return new_instruction(inst, "transpose", [source], {"dimensions": composed})
     return None
 
 
@@ -198,18 +166,14 @@ def _reverse(inst):
 
 # ---- arithmetic identities --------------------------------------------------------------------
 
-def _if_compatible(inst: HloInstruction, candidate: HloInstruction) -> HloInstruction | None:
-    return candidate if compatible(candidate.shape, inst.shape) else None
-
-
 @_rule("add")
 def _add_zero(inst):
     lhs, rhs = inst.operands
     zero = "zero-" if inst.shape.dtype.kind in ("float", "complex") else "zero"
     if _is_identity(rhs, zero):
-        return _if_compatible(inst, lhs)
+        return if_compatible(inst, lhs)
     if _is_identity(lhs, zero):
-        return _if_compatible(inst, rhs)
+        return if_compatible(inst, rhs)
     return None
 
 
@@ -217,41 +181,41 @@ def _add_zero(inst):
 def _sub_zero(inst):
     lhs, rhs = inst.operands
     zero = "zero+" if inst.shape.dtype.kind in ("float", "complex") else "zero"
-    return _if_compatible(inst, lhs) if _is_identity(rhs, zero) else None
+    return if_compatible(inst, lhs) if _is_identity(rhs, zero) else None
 
 
 @_rule("multiply")
 def _mul_one(inst):
     lhs, rhs = inst.operands
     if _is_identity(rhs, "one"):
-        return _if_compatible(inst, lhs)
+        return if_compatible(inst, lhs)
     if _is_identity(lhs, "one"):
-        return _if_compatible(inst, rhs)
+        return if_compatible(inst, rhs)
     return None
 
 
 @_rule("divide")
 def _div_one(inst):
     lhs, rhs = inst.operands
-    return _if_compatible(inst, lhs) if _is_identity(rhs, "one") else None
+    return if_compatible(inst, lhs) if _is_identity(rhs, "one") else None
 
 
 @_rule("maximum", "minimum", "and", "or")
 def _idempotent(inst):
     # max(A, A), min(A, A), A & A, A | A are A (NaN payloads and signed zeros included).
     lhs, rhs = inst.operands
-    return _if_compatible(inst, lhs) if lhs is rhs else None
+    return if_compatible(inst, lhs) if lhs is rhs else None
 
 
 @_rule("select")
 def _select(inst):
     pred, on_true, on_false = inst.operands
     if on_true is on_false:
-        return _if_compatible(inst, on_true)
+        return if_compatible(inst, on_true)
     value = scalar_constant(pred)
     if value is None:
         return None
-    return _if_compatible(inst, on_true if bool(value) else on_false)
+    return if_compatible(inst, on_true if bool(value) else on_false)
 
 
 @_rule("constant")
@@ -261,11 +225,22 @@ def _splat_constant(inst):
     if not inst.shape.is_array or inst.shape.element_count() <= 1:
         return None
     value = scalar_constant(inst)
-    if value is None:
+    return None if value is None else splat(inst.shape, value)
+
+
+@_rule("get-tuple-element")
+def _element_of_tuple(inst):
+    # get-tuple-element(tuple(a0, a1, ...), index=i) is a_i (XLA's TupleSimplifier): what a call
+    # returning a tuple leaves once inlined.
+    op = inst.operands[0]
+    if op.opcode != "tuple":
         return None
-    scalar = HloInstruction("constant", ArrayShape(inst.shape.dtype, (), (), Layout(())), name="constant")
-    scalar.literal = np.asarray(value).astype(inst.shape.dtype.numpy).reshape(())
-    return HloInstruction("broadcast", inst.shape, [scalar], {"dimensions": ()}, name="broadcast")
+    return if_compatible(inst, op.operands[int(inst.attrs["index"])])
+
+
+# rules of their own modules: compares, and/or, max/min fixed by the type's range; transposes
+for _opcode, _fn in (*simplifier_logic.RULES, *simplifier_transpose.RULES):
+    _rule(_opcode)(_fn)
 
 
 # ---- folding ----------------------------------------------------------------------------------

@@ -213,8 +213,12 @@ PERMS = [(0, 2, 1, 3), (0, 1, 3, 2), (1, 0, 3, 2), (2, 0, 3, 1), (3, 2, 1, 0)]
 def test_small_m_transposed_output(perm, scale):
     b, h, m, n, k = 1, 2, 8, 640, 200
     rng = np.random.default_rng(31)
+    # with nothing between them, a transpose that exchanges the free dimensions is folded into
+    # the dot by the simplifier (dot(w, x): M = 640, cut in row panels)
+    folded = not scale and perm[2:] == (3, 2)
     _check_split(_transposed(b, h, m, n, k, perm, "f32", scale),
-                 [_random(rng, (b, m, h, k), "f32"), _random(rng, (b, h, k, n), "f32")])
+                 [_random(rng, (b, m, h, k), "f32"), _random(rng, (b, h, k, n), "f32")],
+                 min_col_panels=1 if folded else 2)
 
 
 @pytest.mark.parametrize("perm", [(0, 1, 3, 2), (2, 0, 3, 1)], ids=["swapped", "scratch"])
