@@ -101,7 +101,7 @@ def test_target_is_the_default_of_passes_that_take_one(capsys):
 @pytest.mark.parametrize("target", ["cpu", "gpu"])
 @pytest.mark.parametrize("example", EXAMPLES, ids=os.path.basename)
 def test_named_pipeline_spelled_out_is_compile_s_pipeline(example, target, capsys):
-    spec = "batchnorm-expander,simplifier,cse,dce,fusion-pipeline,dce"
+    spec = "batchnorm-expander,call-inliner,simplifier,reshape-mover,simplifier,cse,dce,fusion-pipeline,dce"
     opt = _opt(capsys, example, "--passes", spec, "--target", target)
     assert main(["compile", example, "--target", target]) == 0
     assert opt == capsys.readouterr().out

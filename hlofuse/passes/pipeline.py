@@ -27,6 +27,7 @@ from .fusion import (FUSION_ALGORITHMS, CallInliner, FusionMerger, HorizontalLoo
                      MultiOutputFusion, NonDuplicatingFusion, PriorityFusion, SiblingFusion, fusion_passes)
 from .fusion.horizontal_input_fusion import HorizontalInputFusion
 from .pass_base import HloPass
+from .reshape_mover import ReshapeMover
 from .scatter_simplifier import ScatterToDynamicUpdateSlice
 from .simplifier import AlgebraicSimplifier
 
@@ -40,6 +41,7 @@ PASSES: dict[str, type[HloPass]] = {
     "scatter-simplifier": ScatterToDynamicUpdateSlice,
     "dce": DeadCodeElimination,
     "call-inliner": CallInliner,
+    "reshape-mover": ReshapeMover,
     "fusion": InstructionFusion,
     "fusion-no-duplication": NonDuplicatingFusion,
     "fusion-merger": FusionMerger,
@@ -259,10 +261,16 @@ class PassPipeline(HloPass):
 
 def standard_pipeline(target: str = "cpu", fusion: bool = True, verify: bool = False,
                       dump_dir: str | None = None, algorithm: str | None = None) -> PassPipeline:
-    """batchnorm-expander, scatter-simplifier, simplifier, cse, dce, then (with `fusion`) the
-    fusion passes for `target` (by `algorithm`, "legacy" or "priority"; None: the target's
-    default), then dce."""
-    passes: list[HloPass] = [BatchNormExpander(), ScatterToDynamicUpdateSlice(), AlgebraicSimplifier(),
+    """batchnorm-expander, scatter-simplifier, call-inliner, simplifier, reshape-mover,
+    simplifier, cse, dce, then (with `fusion`) the fusion passes for `target` (by `algorithm`,
+    "legacy" or "priority"; None: the target's default), then dce.
+
+    Calls are inlined before the simplifier, as XLA's pipelines do, so that it sees through
+    JAX's nested jits (a `jnp.where` of a constant predicate, a reduce computed in two calls);
+    the reshape mover's reshapes meet and cancel in the second simplifier, and CSE then
+    merges what the two leave equal."""
+    passes: list[HloPass] = [BatchNormExpander(), ScatterToDynamicUpdateSlice(), CallInliner(target),
+                             AlgebraicSimplifier(), ReshapeMover(), AlgebraicSimplifier(),
                              CommonSubexpressionElimination(),
                              DeadCodeElimination()]
     if fusion:
