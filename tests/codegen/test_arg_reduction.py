@@ -2,7 +2,9 @@
 its behaviour, the row kernel vectorised, and its (value, index) results bit for bit those of
 the interpreter (and XLA) with NaN first, last and in the middle of rows, all-NaN rows, -0
 beside +0 in both orders, ties, all -inf rows, index inputs that are not an iota, init values
-that are not the identity, rows split across cores, and reducers that are not argmax."""
+that are not the identity, rows split across cores, and reducers that are not argmax; and the
+emulated GPU's (value, index) results, folded in position order by every kernel kind
+(gpu_reduction.py), bit for bit those of the interpreter on the same rows."""
 from __future__ import annotations
 
 import re
@@ -11,11 +13,14 @@ import numpy as np
 import pytest
 
 import hlofuse
-from backend_oracle import HAS_XLA, bits_equal, check_everywhere, run
+from backend_oracle import HAS_XLA, bits_equal, run
 from xla_oracle import run_on_xla
+from hlofuse.codegen.gpu import launch_summary
 from hlofuse.codegen.kernels.arg_reduction import recognize
+from hlofuse.emitters.gpu.ptxas import assemble, assembler
 from hlofuse.hlo.parser import parse_hlo
 from hlofuse.runtime.cpu_executor import CpuProgram
+from hlofuse.runtime.gpu_executor import GpuProgram
 
 # jax 0.10's argmax reducer (argmin: LT for GT); {NAN} is the float NaN test, empty for ints.
 REDUCER = """
@@ -94,8 +99,7 @@ def _edges(rows: int, cols: int, seed: int, dtype=np.float32) -> np.ndarray:
 
 def check_cpu(text: str, args: list, with_xla: bool = True) -> None:
     """The CPU backend (fused and unfused) gives the interpreter's and XLA's outputs bit for
-    bit. (check_everywhere also runs the emulated GPU, whose argmax order is a known bug:
-    test_gpu_emulated_argmax_order_known_bug.)"""
+    bit (check_gpu: the emulated GPU)."""
     refs = {"interpreter": run(text, args, "interpreter")}
     if HAS_XLA and with_xla:
         refs["xla"] = run_on_xla(text, args)
@@ -191,12 +195,83 @@ def test_row_kernel_is_vectorised(t, init):
     assert re.search(r"@llvm\.vector\.reduce\.smax\.v(8|16)i32", ir), ir[:3000]
 
 
-@pytest.mark.xfail(strict=True, reason="known bug: the emulated GPU's row reduction folds each lane's strided "
-                   "elements and then combines the lanes' partials, not in position order, so a row with two NaNs "
-                   "can give the later NaN's index and a zero maximum the sign of another zero; the interpreter and "
-                   "the CPU give the first NaN and the last zero, as the sequential fold (arg_reduction.py)")
-def test_gpu_emulated_argmax_order_known_bug():
-    check_everywhere(_module(10, 130), [_edges(10, 130, 1300)], with_xla=False)
+def check_gpu(text: str, args: list, kinds: set[tuple[str, str]] | None = None) -> None:
+    """The emulated GPU (fused and unfused) gives the interpreter's outputs bit for bit; with
+    `kinds`, the fused program launches exactly those (role, kernel kind) pairs, so the case
+    covers the kernel it is meant to. Where an assembler is installed, ptxas assembles the
+    same kernels' PTX."""
+    want = run(text, args, "interpreter")
+    for fusion in (True, False):
+        got = run(text, args, "gpu-emulated", fusion)
+        for k, (g, w) in enumerate(zip(got, want, strict=True)):
+            bad = np.flatnonzero(~bits_equal(g, w))
+            assert bad.size == 0, (f"gpu-emulated fusion={fusion}, out{k} at {bad[:5]}: "
+                                   f"{g.reshape(-1)[bad[:5]]} vs {w.reshape(-1)[bad[:5]]}")
+    fused = hlofuse.compile(parse_hlo(text), target="gpu-emulated").fused_module
+    prog = GpuProgram.compile(fused, emulated=True, build_only=True)
+    if kinds is not None:
+        assert {(r["role"], r["kind"]) for r in launch_summary(prog)} == kinds
+    if assembler() is not None:
+        assemble(prog.ptx(), "sm_90")
+
+
+def _column_module(rows: int, cols: int, is_min: bool = False) -> str:
+    """argmax (argmin) over dimension 0 of an f32[rows, cols]: the column kernel's reduction."""
+    init = "inf" if is_min else "-inf"
+    return ("HloModule m\n" + _reducer(is_min=is_min) + "\nENTRY e {\n"
+            f"  p = f32[{rows},{cols}] parameter(0)\n  io = s32[{rows},{cols}] iota(), iota_dimension=0\n"
+            f"  c = f32[] constant({init})\n  z = s32[] constant(0)\n"
+            f"  r = (f32[{cols}], s32[{cols}]) reduce(p, io, c, z), dimensions={{0}}, to_apply=cmp\n"
+            f"  v = f32[{cols}] get-tuple-element(r), index=0\n  x = s32[{cols}] get-tuple-element(r), index=1\n"
+            f"  ROOT out = (f32[{cols}], s32[{cols}]) tuple(v, x)\n}}\n")
+
+
+# (rows, cols, the kernels of the fused program): one thread per row; short rows sharing a
+# block (one chunk: the 32 lanes' runs of 8); long rows split into chunks of 256 lanes' runs.
+GPU_ROWS = [(11, 15, {("main", "per_output")}),
+            (11, 130, {("main", "row"), ("finish", "row")}),
+            (12, 5000, {("main", "row"), ("finish", "row")})]
+
+
+@pytest.mark.parametrize("is_min", [False, True], ids=["argmax", "argmin"])
+@pytest.mark.parametrize("rows,cols,kinds", GPU_ROWS, ids=[f"{r}x{c}" for r, c, _ in GPU_ROWS])
+def test_gpu_emulated_rows_in_position_order(is_min, rows, cols, kinds):
+    """Rows with two NaNs (the first wins, here at 16 before one at cols // 2, in another lane's
+    run and, for 5000, another chunk), zeros of both signs as the maximum and the minimum (the
+    last one's sign), ties (the least index): each partial folds a contiguous run and the
+    finish kernel combines the runs in position order, so the emulated GPU gives the
+    interpreter's fold. (Partials of interleaved lanes combined lane by lane gave the NaN at
+    cols // 2 and the sign of another zero.)"""
+    init = "inf" if is_min else "-inf"
+    x = _edges(rows, cols, rows * cols)
+    check_gpu(_module(rows, cols, init=init, is_min=is_min), [x], kinds)
+
+
+@pytest.mark.parametrize("is_min", [False, True], ids=["argmax", "argmin"])
+def test_gpu_emulated_columns_in_position_order(is_min):
+    """The column kernel (dimension 0 reduced): partials are tiles of 32 consecutive positions,
+    combined in order; the special rows of _edges become columns."""
+    x = np.ascontiguousarray(_edges(11, 300, 8).T)
+    check_gpu(_column_module(300, 11, is_min), [x], {("main", "column"), ("finish", "column")})
+
+
+@pytest.mark.parametrize("tie", ["GT", "LE"], ids=["last_index_wins", "le"])
+def test_gpu_emulated_other_reducers(tie):
+    """Reducers that are not argmax (ties to the larger index; LE): still associative, so the
+    in-order combination of contiguous runs is their fold too."""
+    check_gpu(_module(10, 130, tie=tie), [_edges(10, 130, 9)])
+
+
+def test_gpu_emulated_index_input_and_init_not_the_identity():
+    """Indices from a parameter (shuffled: ties go to the least index VALUE, not position) and
+    an init value (0.5, index 9) that is not the identity: it joins once, in front."""
+    rows, cols = 10, 700
+    x = _edges(rows, cols, 3)
+    x[9, :] = -2.0
+    x[9, 5] = 0.5
+    idx = np.stack([np.random.default_rng(r).permutation(cols) for r in range(rows)]).astype(np.int32)
+    idx[9, 5] = 4
+    check_gpu(_module(rows, cols, init="0.5", init_index=9, index_param=True), [x, idx])
 
 
 def test_two_reduced_dimensions():

@@ -12,8 +12,10 @@ Kernel shapes (`plan_reduction`):
     folds a whole output element, starting from the init value, and stores it. No atomics.
   * row (the last input dimension is reduced, or all are): block b takes output
     o = b / chunks and chunk c = b % chunks of its R reduced elements; lane t of the block
-    folds r = c * lanes * ROW_TILE + t + j * lanes for j < ROW_TILE (consecutive lanes read
-    consecutive addresses). Long rows use several blocks (chunks > 1), short rows share a
+    folds ROW_TILE positions j < ROW_TILE of the chunk: r = c * lanes * ROW_TILE + t + j * lanes
+    when its partial is combined by an atomic (consecutive lanes read consecutive addresses),
+    r = c * lanes * ROW_TILE + t * ROW_TILE + j when a finish kernel combines it (two passes: a
+    contiguous run, see below). Long rows use several blocks (chunks > 1), short rows share a
     block (rows_per_block rows of `lanes` >= 32 threads), full reductions are row reductions
     with K = 1.
   * column (the last dimension is kept): thread i takes column x = i % K and the tile of
@@ -28,6 +30,20 @@ combined in one of two ways (decided per group by atomics.atomic_kind for every 
   * two passes (variadic reducers, 8/16-bit types): each thread stores its partial into a
     scratch buffer [P, K] (P partials per output), and a finish kernel (one thread per
     output) folds init and the valid partials in order.
+
+In two passes every partial is the in-order fold of a contiguous run of positions, and the
+finish kernel folds the runs in position order: init, then positions 0, 1, ... R-1, only
+bracketed differently. That is the interpreter's fold (the oracle's) for every associative
+reducer, commutative or not. jax's argmax is one that is not commutative: the left NaN wins
+whatever its index, and of equal values the later one's is kept (the sign of a zero), so
+interleaved partials combined lane by lane gave the later NaN's index and the wrong zero. XLA's
+GPU emitter (emitters/reduction.cc) folds strided elements per thread, then combines threads by
+warp shuffles and shared memory, out of position order: in effect it takes the reducer to be
+commutative as well (jax documents only a monoid: associative, init its identity) and fixes
+neither that NaN nor that zero; hlofuse's emulated GPU and its PTX give the interpreter's answer.
+The price on a real GPU: at each step a warp's loads span 32 runs (ROW_TILE times the cache
+lines of the interleaved order, the same lines over the ROW_TILE steps), for two-pass plans only.
+
 Outputs computed from the reduced values at the output index (the group's epilogue, e.g.
 `divide(reduce(x), n)`) are evaluated where the reduced values are final: right after the fold
 (per_output), in the finish kernel (two passes), or in an epilogue kernel after the atomic
@@ -91,6 +107,19 @@ class ReductionPlan:
     def two_pass(self) -> bool:
         """Whether partials go to scratch for a finish kernel to combine (row/column kinds without atomics)."""
         return self.kind != "per_output" and not self.atomic
+
+    @property
+    def row_step(self) -> int:
+        """Distance between the positions one row-kind thread folds: `lanes` (interleaved) when
+        atomics combine the partials, 1 (a contiguous run) when the finish kernel combines
+        them in position order (module docstring)."""
+        return 1 if self.two_pass else self.lanes
+
+    def row_start(self, b: ir.IRBuilder, chunk: ir.Value, lane: ir.Value) -> ir.Value:
+        """The first position folded by lane `lane` of chunk `chunk` (row kind); its partial is
+        number chunk * lanes + lane."""
+        run = self.tile if self.two_pass else 1
+        return b.add(b.mul(chunk, const_i64(self.lanes * self.tile)), b.mul(lane, const_i64(run)))
 
     @property
     def needs_epilogue(self) -> bool:
@@ -261,15 +290,16 @@ def emit_reduction_main(skel, comp: HloComputation, plan: ReductionPlan) -> None
     if plan.kind == "row" and plan.rows_per_block > 1:
         # rows_per_block rows of `lanes` threads each share a block (one chunk per row).
         lanes = const_i64(plan.lanes)
-        base = part = b.urem(skel.thread_idx, lanes)
+        part = b.urem(skel.thread_idx, lanes)
+        base = plan.row_start(b, const_i64(0), part)
         o = b.add(b.mul(skel.block_idx, const_i64(plan.rows_per_block)), b.udiv(skel.thread_idx, lanes))
-        stride = plan.lanes
+        stride = plan.row_step
         active = b.and_(b.icmp_signed("<", o, const_i64(k)), b.icmp_signed("<", base, const_i64(r_total)))
     elif plan.kind == "row":
         o = b.udiv(skel.block_idx, const_i64(plan.chunks))
         c = b.urem(skel.block_idx, const_i64(plan.chunks))
-        base = b.add(b.mul(c, const_i64(plan.lanes * plan.tile)), skel.thread_idx)
-        stride = plan.lanes
+        base = plan.row_start(b, c, skel.thread_idx)
+        stride = plan.row_step
         part = b.add(b.mul(c, const_i64(plan.lanes)), skel.thread_idx)
         active = b.icmp_signed("<", base, const_i64(r_total))
     else:
@@ -312,7 +342,8 @@ def emit_reduction_init(skel, comp: HloComputation, plan: ReductionPlan) -> None
 
 
 def emit_reduction_finish(skel, comp: HloComputation, plan: ReductionPlan) -> None:
-    """Second pass: one thread per output folds init and the valid partials in order."""
+    """Second pass: one thread per output folds init and the valid partials in position order
+    (row partials are contiguous runs in ascending order, column partials tiles of ascending y)."""
     e = _Emit(skel, comp, plan)
     b = e.b
     k = plan.outputs_k
@@ -322,7 +353,7 @@ def emit_reduction_finish(skel, comp: HloComputation, plan: ReductionPlan) -> No
         with for_range(b, const_i64(0), const_i64(plan.partials), "p") as p:
             if plan.kind == "row":  # partial p = chunk * lanes + lane; empty when it starts past R
                 lanes = const_i64(plan.lanes)
-                start = b.add(b.mul(b.udiv(p, lanes), const_i64(plan.lanes * plan.tile)), b.urem(p, lanes))
+                start = plan.row_start(b, b.udiv(p, lanes), b.urem(p, lanes))
                 valid = b.icmp_signed("<", start, const_i64(plan.reduced_r))
             else:
                 valid = ir.Constant(I1, 1)
