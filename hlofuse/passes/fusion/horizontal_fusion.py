@@ -44,7 +44,13 @@ def _non_gte_ancestor(inst: HloInstruction) -> HloInstruction:
 
 
 def _output_type(inst: HloInstruction) -> str | None:
-    types = {o.shape.dtype.name for o in fusion_outputs(inst) if o.shape.is_array}
+    """The one element type of `inst`'s outputs, or None when they have several. A tuple-shaped
+    output (a variadic reduce's) counts as one more type, as XLA's TUPLE element type does: its
+    outputs cannot be concatenated, and the sort and shape checks below read array outputs."""
+    outs = fusion_outputs(inst)
+    if not all(o.shape.is_array for o in outs):
+        return None
+    types = {o.shape.dtype.name for o in outs}
     return types.pop() if len(types) == 1 else None
 
 
