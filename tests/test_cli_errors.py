@@ -28,10 +28,12 @@ def simple_inputs(tmp_path):
 
 
 def run_cli(*argv: str, umask: int = -1, pre: str = "") -> subprocess.CompletedProcess:
-    """Run the CLI in a subprocess (after the Python statements `pre`, e.g. a patch)."""
+    """Run the CLI in a subprocess (after the Python statements `pre`, e.g. a patch). A patched
+    hlofuse compiles afresh: a module cache entry's key cannot see the patch (tests/conftest.py)."""
     code = f"import sys\n{pre}\nfrom hlofuse.cli import main\nsys.exit(main(sys.argv[1:]))"
+    env = {**os.environ, "HLOFUSE_MODULE_CACHE": "0"} if pre else None
     return subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, cwd=ROOT,
-                          timeout=300, umask=umask)
+                          timeout=300, umask=umask, env=env)
 
 
 def _walk(parser: argparse.ArgumentParser, path: str = "hlofuse"):
