@@ -118,17 +118,20 @@ def cache_key(text: str, target_fingerprint: str) -> str:
     return h.hexdigest()
 
 
-_CODE_DIGEST: str | None = None
+_DIGESTS: dict[tuple[str, ...], str] = {}
+# What decides a kernel's object code: the IR, the emitters, codegen and the JIT builtins.
+_CODE_FOLDERS = ("hlo", "emitters", "codegen", "runtime")
 
 
-def code_digest() -> str:
-    """SHA-256 of the source of every module that decides what a kernel's object code is (the
-    IR, the emitters, codegen and the JIT builtins), computed once per process (a few ms)."""
-    global _CODE_DIGEST
-    if _CODE_DIGEST is None:
+def source_digest(folders: tuple[str, ...] = ()) -> str:
+    """SHA-256 of the source of the hlofuse package's modules under `folders` (the whole
+    package for none), computed once per process (a few ms): part of cache keys, so an edited
+    hlofuse never loads an entry an older one wrote."""
+    digest = _DIGESTS.get(folders)
+    if digest is None:
         package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
         h = hashlib.sha256()
-        for folder in ("hlo", "emitters", "codegen", "runtime"):
+        for folder in folders or ("",):
             for root, dirs, files in sorted(os.walk(os.path.join(package, folder))):
                 dirs.sort()
                 for name in sorted(files):
@@ -137,8 +140,14 @@ def code_digest() -> str:
                         h.update(os.path.relpath(path, package).encode())
                         with open(path, "rb") as f:
                             h.update(f.read())
-        _CODE_DIGEST = h.hexdigest()
-    return _CODE_DIGEST
+        digest = _DIGESTS[folders] = h.hexdigest()
+    return digest
+
+
+def code_digest() -> str:
+    """SHA-256 of the source of every module that decides what a kernel's object code is (the
+    IR, the emitters, codegen and the JIT builtins), computed once per process (a few ms)."""
+    return source_digest(_CODE_FOLDERS)
 
 
 def default_cache_dir() -> str:

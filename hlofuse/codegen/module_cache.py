@@ -31,13 +31,12 @@ from __future__ import annotations
 import copyreg
 import hashlib
 import io
-import os
 import pickle
 from typing import Any
 
 from ..gc_pause import gc_paused
 from ..hlo.ir import HloComputation, HloInstruction, HloModule
-from .cache import EMITTER_VERSION, hlofuse_version
+from .cache import EMITTER_VERSION, hlofuse_version, source_digest
 
 # Bumped when what an entry holds, or how it is written, changes.
 FORMAT = "module-1"
@@ -48,26 +47,10 @@ _BUILTINS = frozenset({"set", "frozenset", "complex", "slice", "range", "bytearr
 _MODULE_PREFIXES = ("hlofuse.", "numpy.")
 _MODULES = frozenset({"hlofuse", "numpy", "collections"})
 
-_PACKAGE_DIGEST: str | None = None
-
-
 def package_digest() -> str:
     """SHA-256 of the source of every module of the hlofuse package (a few ms, once per process):
     a fused module depends on the passes as much as its kernels depend on the emitters."""
-    global _PACKAGE_DIGEST
-    if _PACKAGE_DIGEST is None:
-        package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-        h = hashlib.sha256()
-        for root, dirs, files in sorted(os.walk(package)):
-            dirs.sort()
-            for name in sorted(files):
-                if name.endswith(".py"):
-                    path = os.path.join(root, name)
-                    h.update(os.path.relpath(path, package).encode())
-                    with open(path, "rb") as f:
-                        h.update(f.read())
-        _PACKAGE_DIGEST = h.hexdigest()
-    return _PACKAGE_DIGEST
+    return source_digest()
 
 
 def module_key(text: str, target: str, options: dict[str, Any], target_fingerprint: str) -> str:

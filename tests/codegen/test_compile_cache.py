@@ -358,7 +358,7 @@ def test_the_key_changes_with_the_code_generators_source(monkeypatch):
 
     before = cache.cache_key("kernel text", "target")
     assert cache.cache_key("kernel text", "target") == before  # deterministic
-    monkeypatch.setattr(cache, "_CODE_DIGEST", "0" * 64)
+    monkeypatch.setitem(cache._DIGESTS, cache._CODE_FOLDERS, "0" * 64)  # as if the source changed
     assert cache.cache_key("kernel text", "target") != before
-    monkeypatch.setattr(cache, "_CODE_DIGEST", None)
+    monkeypatch.delitem(cache._DIGESTS, cache._CODE_FOLDERS)  # computed again from the files
     assert cache.code_digest() and cache.cache_key("kernel text", "target") == before
