@@ -125,7 +125,15 @@ def log_f32(b: ir.IRBuilder, target, x) -> ir.Value:
     r = m.fma(fe, m.c(0.693359375), r)
     r = m.sel(m.cmp("==", x, m.c(math.inf)), x, r)
     r = m.sel(m.cmp("==", x, m.c(0.0)), m.c(-math.inf), r)
-    return m.sel(b.fcmp_unordered("ult", x, m.c(0.0)), m.c(math.nan), r)  # x < 0 or NaN
+    return _log_domain(m, x, r)
+
+
+def _log_domain(m: "_M", x, r):
+    """ln's NaNs as XLA:CPU and the interpreter give them: x < 0 gives the x86 default NaN
+    (negative, 0xffc00000 in f32), a NaN x comes back as it is (its sign and payload are what
+    a TOTALORDER compare or a bitcast sees; found by the graph fuzzer, seed 41)."""
+    r = m.sel(m.cmp("<", x, m.c(0.0)), m.c(-math.nan), r)
+    return m.sel(m.isnan(x), x, r)
 
 
 def log1p_f32(b: ir.IRBuilder, target, x) -> ir.Value:
@@ -527,4 +535,4 @@ def log_f64(b: ir.IRBuilder, target, x) -> ir.Value:
     r = m.fma(fe, m.c(6.93147180369123816490e-01), r)
     r = m.sel(m.cmp("==", x, m.c(math.inf)), x, r)
     r = m.sel(m.cmp("==", x, m.c(0.0)), m.c(-math.inf), r)
-    return m.sel(b.fcmp_unordered("ult", x, m.c(0.0)), m.c(math.nan), r)
+    return _log_domain(m, x, r)
