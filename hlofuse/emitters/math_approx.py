@@ -284,8 +284,11 @@ def pow_f32(b: ir.IRBuilder, target, x, y) -> ir.Value:
     r = m.sel(b.and_(negx, odd), b.fneg(r), r)
     finite_neg = b.and_(m.cmp("<", xd, m.c(0.0)), m.cmp(">", xd, m.c(-math.inf)))
     finite_y = m.cmp("<", m.intr("llvm.fabs", yd), m.c(math.inf))
-    r = m.sel(b.and_(finite_neg, b.and_(finite_y, b.not_(is_int))), m.c(math.nan), r)
-    r = m.sel(b.or_(m.isnan(xd), m.isnan(yd)), m.c(math.nan), r)
+    # NaNs as the x86 hardware (and so the interpreter) gives them: an invalid operation gives
+    # the negative default NaN, a NaN operand comes back as it is, x's before y's.
+    r = m.sel(b.and_(finite_neg, b.and_(finite_y, b.not_(is_int))), m.c(-math.nan), r)
+    r = m.sel(m.isnan(yd), yd, r)
+    r = m.sel(m.isnan(xd), xd, r)
     r = m.sel(b.and_(m.cmp("==", ax, m.c(1.0)), m.cmp("==", m.intr("llvm.fabs", yd), m.c(math.inf))), m.c(1.0), r)
     r = m.sel(m.cmp("==", xd, m.c(1.0)), m.c(1.0), r)
     r = m.sel(m.cmp("==", yd, m.c(0.0)), m.c(1.0), r)
@@ -413,7 +416,8 @@ def _quadrant(m: _M, q, values, xd):
     out = values[3]
     for k in (2, 1, 0):
         out = m.sel(b.icmp_signed("==", q, ir.Constant(I64, k)), values[k], out)
-    return m.sel(m.cmp("==", m.intr("llvm.fabs", xd), m.c(math.inf)), m.c(math.nan), out)
+    # sin/cos/tan of an infinity is invalid: the negative default NaN, as the hardware gives it
+    return m.sel(m.cmp("==", m.intr("llvm.fabs", xd), m.c(math.inf)), m.c(-math.nan), out)
 
 
 def sin_f32(b: ir.IRBuilder, target, x) -> ir.Value:
@@ -468,7 +472,8 @@ def atan2_f32(b: ir.IRBuilder, target, y, x) -> ir.Value:
     xneg = b.icmp_signed("<", b.bitcast(xd, I64), ir.Constant(I64, 0))
     t = m.sel(xneg, m.sub(m.c(math.pi), t), t)
     t = m.intr("llvm.copysign", t, yd)
-    t = m.sel(b.or_(m.isnan(xd), m.isnan(yd)), m.c(math.nan), t)
+    t = m.sel(m.isnan(xd), xd, t)  # a NaN operand comes back as it is, y's before x's
+    t = m.sel(m.isnan(yd), yd, t)
     return b.fptrunc(t, F32)
 
 

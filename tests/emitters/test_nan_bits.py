@@ -25,3 +25,21 @@ def test_log_nan_bits_as_the_interpreter(dtype, target):
     sign = bits(1) << bits(np.dtype(bits).itemsize * 8 - 1)
     assert got[0] & sign and got[4] == x.view(bits)[4] and got[5] == x.view(bits)[5]
 
+
+
+@pytest.mark.parametrize("target", ["cpu", "gpu-emulated"])
+@pytest.mark.parametrize("op", ["sine", "cosine", "tan", "atan2", "power"])
+def test_invalid_and_nan_operands_as_the_interpreter(op, target):
+    """sin/cos/tan of an infinity and a negative base to a fractional power are invalid (the
+    negative default NaN); a NaN operand of atan2 or power comes back as it is, which one as
+    the interpreter (x86's libm) picks."""
+    nan = np.float32(np.nan)
+    x = np.array([nan, -nan, 1, -nan, nan, -1.5, 0.0, np.inf, -np.inf, 2.0], np.float32)
+    y = np.array([-nan, 1, nan, nan, 2.0, 0.5, -nan, -nan, 3.0, 0.5], np.float32)
+    binary = op in ("atan2", "power")
+    root = f"{op}(p, q)" if binary else f"{op}(p)"
+    text = (f"HloModule t\n\nENTRY e {{\n  p = f32[10] parameter(0)\n  q = f32[10] parameter(1)\n"
+            f"  ROOT r = f32[10] {root}\n}}\n")
+    got = np.asarray(hlofuse.compile(hlofuse.parse_hlo(text), target=target, cache=False)(x, y)[0]).view(np.uint32)
+    want = np.asarray(hlofuse.compile(hlofuse.parse_hlo(text), target="interpreter")(x, y)[0]).view(np.uint32)
+    assert [hex(v) for v in got] == [hex(v) for v in want]
