@@ -25,6 +25,7 @@ from llvmlite import ir
 from ..hlo.dtypes import ElementType
 from ..hlo.errors import UnsupportedError
 from ..hlo.ir import HloComputation, HloInstruction
+from ..hlo.op_conditions import denormal_mode
 from ..hlo.walk import post_order
 from ..hlo.rule_loader import load_rules
 from . import elemental_narrow as narrow
@@ -433,13 +434,11 @@ class ElementalEmitter:
 
 def reads_operand_flushed(inst: HloInstruction, i: int) -> bool:
     """Whether `inst` reads operand `i` as denormals-are-zero does (a denormal as a zero of its
-    sign): the registry's `flush` ops (a TOTALORDER compare orders bits instead) and the
-    divisor of `flush-divisor` ops. The interpreter applies the same field
+    sign): operands of ops whose `denormal_mode` is `flush` and the divisor of `flush-divisor`
+    ops. The interpreter applies the same field
     (runtime/interpreter/denormals.py); docs/denormals.md has XLA:CPU's measurements."""
-    mode = inst.info.denormals
-    if mode == "flush":
-        return not (inst.opcode == "compare" and str(inst.attrs.get("type", "")) == "TOTALORDER")
-    return mode == "flush-divisor" and i == 1
+    mode = denormal_mode(inst)
+    return mode == "flush" or (mode == "flush-divisor" and i == 1)
 
 
 def flush_literal(v, et: ElementType):

@@ -1,4 +1,5 @@
-"""Row facts that depend on the instruction: when an opcode is expensive, when it may be folded.
+"""Row facts that depend on the instruction: when an opcode is expensive, when it may be folded,
+what XLA:CPU's denormal mode does to it.
 
 These are the registry's conditional fields (`OpInfo.expensive_rule`, `OpInfo.fold`): small pure
 functions of one instruction (and, for expensiveness, the fusion target's parameters), written
@@ -133,3 +134,13 @@ def fold_convert(inst: Inst, args: list) -> bool:
         # Widening is exact; from f32/f64 every backend rounds once, to nearest even.
         return dst.bits >= src.bits or src.name in ("f32", "f64")
     return False  # float -> int saturates in XLA; complex conversions are left alone
+
+
+def denormal_mode(inst: Inst) -> str:
+    """The registry row's `denormals` mode refined by the instruction: a TOTALORDER compare
+    orders the bits, so it keeps them. The interpreter applies this mode
+    (runtime/interpreter/denormals.py); the element generators read literal operands by it."""
+    mode = inst.info.denormals
+    if mode != "keep" and inst.opcode == "compare" and str(inst.attrs.get("type", "")) == "TOTALORDER":
+        return "keep"
+    return mode

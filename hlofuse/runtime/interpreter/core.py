@@ -18,6 +18,7 @@ import numpy as np
 
 from ...hlo.errors import HloError, InputError, UnsupportedError
 from ...hlo.ir import HloComputation, HloInstruction, HloModule
+from ...hlo.op_conditions import denormal_mode
 from ...hlo.opcodes import op_info
 from ...hlo.rule_loader import load_rules
 from ...hlo.shapes import ArrayShape, Shape, TokenShape, TupleShape
@@ -104,9 +105,7 @@ class Interpreter:
             reason = info.unsupported.get("reference", "no reference rule is registered")
             raise UnsupportedError(f"the interpreter does not support {inst.opcode} "
                                    f"(instruction {inst.name}): {reason}")
-        mode = info.denormals  # XLA:CPU's FTZ/DAZ, modelled here for every op (denormals.py)
-        if mode != "keep":
-            mode = denormals.effective_mode(inst, mode)
+        mode = denormal_mode(inst)  # XLA:CPU's FTZ/DAZ, modelled here for every op (denormals.py)
         if mode == "keep":
             value = rule(inst, args, self)
         else:

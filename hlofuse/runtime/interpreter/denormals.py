@@ -88,13 +88,6 @@ def _conversion_flushes(src: np.dtype, dst: np.dtype) -> bool:
     return (src == wide and dst in narrow) or (dst == wide and src in narrow)
 
 
-def effective_mode(inst: HloInstruction, mode: str) -> str:
-    """`mode` refined by the instruction: a TOTALORDER compare orders the bits (it keeps)."""
-    if inst.opcode == "compare" and str(inst.attrs.get("type", "")) == "TOTALORDER":
-        return "keep"
-    return mode
-
-
 def operands(inst: HloInstruction, mode: str, args: list) -> list:
     """The operand values instruction `inst` computes on under mode `mode` (DAZ)."""
     if mode in ("flush", "keep-tiny"):
