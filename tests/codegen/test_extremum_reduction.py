@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 import hlofuse
-from backend_oracle import check_everywhere
+from backend_oracle import JAX_ARGMAX_REDUCER, check_everywhere
 from hlofuse.hlo.parser import parse_hlo
 from hlofuse.runtime.cpu_executor import CpuProgram
 
@@ -84,24 +84,7 @@ def test_masked_row_extremum(op, rows, cols):
     check_everywhere(_reduce_module(op, rows, cols, 1, masked=True), [x], with_xla=False)
 
 
-ARGMAX = """HloModule m
-cmp {
-  a = f32[] parameter(0)
-  ai = s32[] parameter(1)
-  b = f32[] parameter(2)
-  bi = s32[] parameter(3)
-  gt = pred[] compare(a, b), direction=GT
-  nan = pred[] compare(a, a), direction=NE
-  take = pred[] or(gt, nan)
-  v = f32[] select(take, a, b)
-  eq = pred[] compare(a, b), direction=EQ
-  lt = pred[] compare(ai, bi), direction=LT
-  tie = pred[] and(eq, lt)
-  takei = pred[] or(take, tie)
-  i = s32[] select(takei, ai, bi)
-  ROOT t = (f32[], s32[]) tuple(v, i)
-}
-
+ARGMAX = "HloModule m\n" + JAX_ARGMAX_REDUCER + """
 ENTRY e {
   p = f32[ROWS,COLS] parameter(0)
   io = s32[ROWS,COLS] iota(), iota_dimension=1

@@ -59,3 +59,24 @@ def _mismatches(args: list, got: np.ndarray, want: np.ndarray, ok: np.ndarray) -
     shown = idx[:5]
     ins = [[np.asarray(a).reshape(-1)[i].item() for a in args if np.asarray(a).size == ok.size] for i in shown]
     return f"{idx.size} differ; inputs {ins}, got {got.reshape(-1)[shown]}, want {want.reshape(-1)[shown]}"
+
+
+# jax's argmax reducer on (f32 value, s32 index) as computation `cmp` (accumulator a, ai;
+# element b, bi): the greater value or the first NaN, ties to the lower index.
+JAX_ARGMAX_REDUCER = """cmp {
+  a = f32[] parameter(0)
+  ai = s32[] parameter(1)
+  b = f32[] parameter(2)
+  bi = s32[] parameter(3)
+  gt = pred[] compare(a, b), direction=GT
+  nan = pred[] compare(a, a), direction=NE
+  take = pred[] or(gt, nan)
+  v = f32[] select(take, a, b)
+  eq = pred[] compare(a, b), direction=EQ
+  lt = pred[] compare(ai, bi), direction=LT
+  tie = pred[] and(eq, lt)
+  takei = pred[] or(take, tie)
+  i = s32[] select(takei, ai, bi)
+  ROOT t = (f32[], s32[]) tuple(v, i)
+}
+"""

@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from backend_oracle import bits_equal, run
+from backend_oracle import JAX_ARGMAX_REDUCER, bits_equal, run
 from hlofuse.compiler import optimize
 from hlofuse.emitters.gpu.ptxas import assemble, assembler
 from hlofuse.hlo.parser import parse_hlo
@@ -22,25 +22,7 @@ from hlofuse.runtime.gpu_executor import GpuProgram
 from hlofuse.runtime.interpreter import evaluate
 
 # jax's argmax reducer (accumulator a, ai; element b, bi), and a plain sum.
-HEADER = """HloModule m
-
-cmp {
-  a = f32[] parameter(0)
-  ai = s32[] parameter(1)
-  b = f32[] parameter(2)
-  bi = s32[] parameter(3)
-  gt = pred[] compare(a, b), direction=GT
-  anan = pred[] compare(a, a), direction=NE
-  take = pred[] or(gt, anan)
-  v = f32[] select(take, a, b)
-  eq = pred[] compare(a, b), direction=EQ
-  lt = pred[] compare(ai, bi), direction=LT
-  tie = pred[] and(eq, lt)
-  takei = pred[] or(take, tie)
-  i = s32[] select(takei, ai, bi)
-  ROOT t = (f32[], s32[]) tuple(v, i)
-}
-
+HEADER = "HloModule m\n\n" + JAX_ARGMAX_REDUCER + """
 add {
   x = f32[] parameter(0)
   y = f32[] parameter(1)
