@@ -18,6 +18,7 @@ from hlofuse.codegen.kernels.gemm_partition import (
 )
 from hlofuse.hlo.parser import parse_hlo
 from hlofuse.runtime.compare import compare_arrays
+from test_gemm_transpose import _module as transposed_dot_module
 
 NP = {"f32": np.float32, "f64": np.float64, "c64": np.complex64, "c128": np.complex128,
       "bf16": ml_dtypes.bfloat16}
@@ -187,22 +188,6 @@ def test_small_m_epilogue(dtype, out, rhs_t):
     assert bool(kernel.scratch) == (out != "f32" and out != "f64")
 
 
-def _transposed(b: int, h: int, m: int, n: int, k: int, perm, dtype: str, scale: bool) -> str:
-    """lhs [b,m,h,k], rhs [b,h,k,n]; dot [b,h,m,n], perhaps scaled; root transpose by `perm`."""
-    dims = [b, h, m, n]
-    body = (f"  d = {dtype}[{_s(dims)}] dot(x, w), lhs_batch_dims={{0,2}}, lhs_contracting_dims={{3}}, "
-            f"rhs_batch_dims={{0,1}}, rhs_contracting_dims={{2}}\n")
-    value = "d"
-    if scale:
-        lit = "(0.125, 0)" if dtype.startswith("c") else "0.125"
-        body += (f"  c = {dtype}[] constant({lit})\n  cb = {dtype}[{_s(dims)}] broadcast(c), dimensions={{}}\n"
-                 f"  sd = {dtype}[{_s(dims)}] multiply(d, cb)\n")
-        value = "sd"
-    return (f"HloModule t\nENTRY e {{\n  x = {dtype}[{b},{m},{h},{k}] parameter(0)\n"
-            f"  w = {dtype}[{b},{h},{k},{n}] parameter(1)\n{body}"
-            f"  ROOT t = {dtype}[{_s([dims[p] for p in perm])}] transpose({value}), dimensions={{{_s(perm)}}}\n}}\n")
-
-
 # [b,h,m,n] ->: (0,2,1,3) BLAS writes C^T with ldc = h*n; (0,1,3,2) and (1,0,3,2) unit stride
 # along M, BLAS swapped; (2,0,3,1) and (3,2,1,0) neither: scratch, the epilogue stores.
 PERMS = [(0, 2, 1, 3), (0, 1, 3, 2), (1, 0, 3, 2), (2, 0, 3, 1), (3, 2, 1, 0)]
@@ -216,7 +201,7 @@ def test_small_m_transposed_output(perm, scale):
     # with nothing between them, a transpose that exchanges the free dimensions is folded into
     # the dot by the simplifier (dot(w, x): M = 640, cut in row panels)
     folded = not scale and perm[2:] == (3, 2)
-    _check_split(_transposed(b, h, m, n, k, perm, "f32", scale),
+    _check_split(transposed_dot_module(b, h, m, n, k, perm, "f32", scale=scale),
                  [_random(rng, (b, m, h, k), "f32"), _random(rng, (b, h, k, n), "f32")],
                  min_col_panels=1 if folded else 2)
 
@@ -225,7 +210,7 @@ def test_small_m_transposed_output(perm, scale):
 def test_small_m_transposed_output_c64(perm):
     b, h, m, n, k = 1, 2, 8, 640, 200
     rng = np.random.default_rng(32)
-    _check_split(_transposed(b, h, m, n, k, perm, "c64", True),
+    _check_split(transposed_dot_module(b, h, m, n, k, perm, "c64", scale=True),
                  [_random(rng, (b, m, h, k), "c64"), _random(rng, (b, h, k, n), "c64")])
 
 
