@@ -108,9 +108,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     status = 0
     if args.compare:
         if xla is None:
+            from .compiler import reference_denormals
             from .runtime.interpreter import evaluate
 
-            reference, against = evaluate(module, inputs), "the interpreter"
+            mode = reference_denormals(args.backend)
+            reference = evaluate(module, inputs, denormals=mode)
+            against = "the interpreter" + (" (denormals kept, as on the GPU)" if mode == "keep" else "")
         else:
             against = xla.label
         status = _print_comparison(outputs, reference, f"{args.backend} (fusion {'off' if args.no_fusion else 'on'})",
@@ -469,8 +472,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     k = sub.add_parser("conformance", parents=[common], help="run StableHLO conformance test files")
     k.add_argument("paths", nargs="+", metavar="PATH", help="test files (.mlir), or folders of them")
-    k.add_argument("--backend", choices=["interpreter", "cpu"], default="interpreter",
-                   help="what runs the tests (default: interpreter)")
+    k.add_argument("--backend", choices=["interpreter", "cpu", "gpu-emulated", "gpu"], default="interpreter",
+                   help="what runs the tests (default: interpreter; gpu needs a CUDA GPU)")
     k.add_argument("--jobs", type=positive_int, default=1, help="files run in parallel processes (default: 1)")
     k.add_argument("--breakdown", action="store_true", help="also print results by op family and element type")
     k.set_defaults(func=cmd_conformance)

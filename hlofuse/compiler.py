@@ -20,6 +20,13 @@ def fusion_target(target: str) -> str:
     return "gpu" if target.startswith("gpu") else "cpu"
 
 
+def reference_denormals(target: str) -> str:
+    """The interpreter's denormal mode that is `target`'s oracle: the real GPU keeps denormals
+    (XLA:GPU's default, emitters/gpu/target.py's GpuTarget); the CPU and the emulated GPU flush
+    them as XLA:CPU does."""
+    return "keep" if target == "gpu" else "flush"
+
+
 class Executable:
     """A compiled module: call it with numpy arrays, get a tuple of numpy arrays back.
 

@@ -14,9 +14,10 @@ their results back to the device when a kernel reads them; inputs are copied hos
 once per run (on first use), kernel results stay on the device, and each output leaf is
 copied device->host once at the end.
 
-The real-GPU path (CudaDevice: numba.cuda memory, cuda.core launches) could not be run where
-this was written (no GPU); the emulated path runs the same kernel bodies, and every PTX is
-checked by ptxas in the tests.
+The real-GPU path (CudaDevice: numba.cuda memory, cuda.core launches) is checked on a lent GPU
+machine by scripts/gpu_device_check.sh (tests/runtime/test_gpu_device.py, the conformance files
+and random graphs on target gpu); everywhere else the emulated path runs the same kernel bodies,
+and every PTX is checked by ptxas in the tests.
 """
 from __future__ import annotations
 
@@ -82,6 +83,12 @@ class DeviceBuffer:
     dtype: np.dtype
 
 
+def kernel_arguments(pointers: list[int]) -> list[np.uint64]:
+    """Device addresses as cuda.core's launch takes a pointer parameter: a 64-bit integer
+    scalar (its argument packer refuses ctypes.c_void_p)."""
+    return [np.uint64(p) for p in pointers]
+
+
 class CudaDevice:
     """A CUDA GPU through numba.cuda (memory, PTX loading) and cuda.core (launches)."""
 
@@ -129,7 +136,7 @@ class CudaDevice:
         if launch.dims.grid <= 0:
             return
         config = LaunchConfig(grid=launch.dims.grid, block=launch.dims.block)
-        cu_launch(self.device.default_stream, config, self.functions[launch.name].kernel, *[ctypes.c_void_p(p) for p in pointers])
+        cu_launch(self.device.default_stream, config, self.functions[launch.name].kernel, *kernel_arguments(pointers))
 
     def synchronize(self) -> None:
         """Wait until every launch so far has finished."""
@@ -200,9 +207,10 @@ class GpuProgram(ProgramBase):
         self._resident = {}
         return out
 
-    def _host(self, value):
+    def host(self, value):
+        """`value` with every device buffer copied to the host (tuples recurse)."""
         if isinstance(value, tuple):
-            return tuple(self._host(v) for v in value)
+            return tuple(self.host(v) for v in value)
         return self.device.to_host(value)
 
     def _on_device(self, value):
@@ -220,7 +228,7 @@ class GpuProgram(ProgramBase):
 
     def _library_operands(self, ops: list) -> list:
         """Library rules run on the host: operands come back from the device."""
-        return [self._host(o) for o in ops]
+        return [self.host(o) for o in ops]
 
     def _run_kernels(self, plan: ComputationPlan, i: int, step: Step, ops: list):
         """Run the launches of step `i` (emulated outputs in the host arena when planned so)."""

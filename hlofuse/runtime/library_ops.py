@@ -2,7 +2,9 @@
 
 Rules are attached to the op registry with `register_library(opcode)`:
 `fn(inst, args, ctx) -> value`, where a value is a numpy array or a tuple of values and
-`ctx.call(computation, args)` runs a called computation through the compiled program.
+`ctx.call(computation, args)` runs a called computation through the compiled program;
+`ctx.host(value)` brings its result to host memory where a rule computes on it (on the real
+GPU a called computation's result is device memory).
 Written independently of the reference interpreter, which is the oracle for these too.
 Ops with an element generator never come here: the executor emits them as loop kernels.
 """
@@ -298,7 +300,7 @@ def scatter(inst, args, ctx):
         flats = [o.reshape(-1) for o in outs]
         for t, *vs in zip(flat_targets, *vals):
             cur = [np.asarray(f[t]) for f in flats]
-            res = ctx.call(comp, cur + [np.asarray(v) for v in vs])
+            res = ctx.host(ctx.call(comp, cur + [np.asarray(v) for v in vs]))
             res = res if isinstance(res, tuple) else (res,)
             for f, r in zip(flats, res):
                 f[t] = r
@@ -360,7 +362,7 @@ def sort(inst, args, ctx):
                 args2 = []
                 for v in vals:
                     args2 += [np.asarray(v[i]), np.asarray(v[j])]
-                return bool(np.asarray(ctx.call(comp, args2)))
+                return bool(np.asarray(ctx.host(ctx.call(comp, args2))))
 
             order[row] = comparator_sort_order(moved[0].shape[-1], less, stable)
     outs = [np.moveaxis(np.take_along_axis(m, order, -1), -1, dim) for m in moved]
@@ -447,7 +449,7 @@ def while_loop(inst, args, ctx):
     """Run `body` while `condition` holds."""
     cond, body = inst.attrs["condition"], inst.attrs["body"]
     state = args[0]
-    while bool(np.asarray(ctx.call(cond, [state]))):
+    while bool(np.asarray(ctx.host(ctx.call(cond, [state])))):
         state = ctx.call(body, [state])
     return state
 

@@ -35,6 +35,12 @@ class ProgramBase:
         """Run a called computation (while body, branch, comparator ...) on values `args`."""
         return self._execute(self._planner.plan(comp), args)
 
+    def host(self, value):
+        """`value` (an array or a tuple of them, as `call` returns) in host memory, for a
+        library rule that computes on a called computation's result (a while condition, a sort
+        comparator, a scatter combiner). Host programs' values already are."""
+        return value
+
     def _run_library(self, inst: HloInstruction, operands: list):
         """Run one unfused instruction through its library rule."""
         return inst.info.library(inst, operands, self)

@@ -2,12 +2,14 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import tempfile
 import time
 from pathlib import Path
 
 from . import __doc__ as DOC
+from .cases import REAL_GPU_ENV
 from .runner import FuzzConfig, run
 
 
@@ -20,15 +22,20 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--edge-cases", action="store_true", help="elementwise ops on edge inputs against XLA:CPU")
     p.add_argument("--edge-ops", default=None, help="comma-separated opcodes for --edge-cases (default: all)")
     p.add_argument("--edge-dtypes", default=None, help="comma-separated element types for --edge-cases")
+    p.add_argument("--gpu", action="store_true",
+                   help="also run graphs and edge cases on the CUDA GPU of this machine (target gpu)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--jobs", type=int, default=2, help="worker processes")
     p.add_argument("--timeout", type=float, default=20.0, help="seconds per case before it counts as a hang")
     p.add_argument("--out", default=None, help="directory for reproducers (default: a new one under /tmp)")
     a = p.parse_args(argv)
     out = Path(a.out) if a.out else Path(tempfile.mkdtemp(prefix="hlofuse-fuzz-failures-"))
+    if a.gpu:
+        os.environ[REAL_GPU_ENV] = "1"  # read by the workers (cases.graph_backends)
     config = FuzzConfig(malformed=a.malformed, graphs=a.graphs, edge_cases=a.edge_cases,
                         edge_opcodes=a.edge_ops.split(",") if a.edge_ops else None,
                         edge_dtypes=a.edge_dtypes.split(",") if a.edge_dtypes else None,
+                        edge_backends=FuzzConfig.edge_backends + (("gpu",) if a.gpu else ()),
                         seed=a.seed, jobs=a.jobs, timeout=a.timeout, out=out, progress=True)
     start = time.monotonic()
     summary = run(config)

@@ -4,6 +4,7 @@ or hangs (the pool does).
 """
 from __future__ import annotations
 
+import os
 import traceback
 from typing import Any, Callable
 
@@ -144,6 +145,29 @@ def _first_bad(got, want) -> int | None:
 
 
 GRAPH_BACKENDS = (("cpu", True), ("cpu", False), ("gpu-emulated", True))
+# `python -m tests.fuzz --gpu` sets this (the workers inherit it): graphs also run on the CUDA GPU.
+REAL_GPU_ENV = "HLOFUSE_FUZZ_REAL_GPU"
+
+
+def graph_backends() -> tuple[tuple[str, bool], ...]:
+    """The (target, fusion) pairs each generated graph runs on: the real GPU too under --gpu."""
+    return GRAPH_BACKENDS + ((("gpu", True),) if os.environ.get(REAL_GPU_ENV) == "1" else ())
+
+
+def _oracle(module, args: list, target: str, flushing: tuple) -> tuple:
+    """The reference (callable, outputs) for `target`: the flushing interpreter (XLA:CPU's
+    semantics), or for the real GPU, which keeps denormals as XLA:GPU does, the interpreter
+    keeping them too."""
+    from hlofuse.compiler import reference_denormals
+    from hlofuse.runtime.interpreter import evaluate
+
+    if reference_denormals(target) != "keep":
+        return flushing
+
+    def keep(*a):
+        return evaluate(module, list(a), denormals="keep")
+
+    return keep, keep(*args)
 
 
 def run_graph(text: str, seed: int) -> dict[str, Any]:
@@ -170,7 +194,7 @@ def run_graph(text: str, seed: int) -> dict[str, Any]:
         return r
     worst: dict[str, Any] = {"outcome": oc.OK, "stage": "compare", "signature": "", "message": ""}
     rank = {o: k for k, o in enumerate(oc.ORDER)}
-    for target, fusion in GRAPH_BACKENDS:
+    for target, fusion in graph_backends():
         label = target + ("" if fusion else " (no fusion)")
         try:
             got = hlofuse.compile(module, target=target, fusion=fusion)(*args)
@@ -178,7 +202,7 @@ def run_graph(text: str, seed: int) -> dict[str, Any]:
             r = _error_result(e, label)
             r["signature"] = f"{label}: {r['signature']}"
         else:
-            r = _against_interpreter(module, args, got, label, seed, (ref_exe, want))
+            r = _against_interpreter(module, args, got, label, seed, _oracle(module, args, target, (ref_exe, want)))
         if rank[r["outcome"]] > rank[worst["outcome"]]:
             worst = r
     return worst

@@ -143,7 +143,7 @@ def record(summary: Summary, fuzzer: str, case: dict[str, Any], result: dict[str
     if args is not None:
         _save_inputs(d / "case.npz", args)
     backend = "cpu"
-    m = re.match(r"(edge )?(cpu|gpu-emulated|interpreter)", sig)
+    m = re.match(r"(edge )?(cpu|gpu-emulated|gpu|interpreter)", sig)
     if m:
         backend = m.group(2)
     if outcome == oc.LONG_RUNNING:

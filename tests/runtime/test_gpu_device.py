@@ -166,12 +166,26 @@ class _FakeCuda:
         pass
 
 
-def test_cuda_device_transfers_with_host_memory_standing_in(monkeypatch):
-    """CudaDevice's byte buffers (bf16 and pred included), one copy per input and per output,
-    with the emulated kernels standing in for the launches."""
+def _on_fake_cuda(module, monkeypatch):
+    """`module` compiled for the GPU with CudaDevice's code paths on host memory: the fake
+    numba.cuda above for memory, the emulated kernels for the launches."""
     from hlofuse.runtime import gpu_executor as ge
     from hlofuse.runtime.gpu_emulator import run_grid
 
+    prog = GpuProgram.compile(module, emulated=True, build_only=True)
+    # Loads the emulated kernels (emulated.functions, by launch name), which the fake launches run.
+    emulated = ge.HostDevice(prog.launches, prog.code.emulated_module())
+    fake = _FakeCuda()
+    dev = ge.CudaDevice.__new__(ge.CudaDevice)
+    dev.cuda = fake
+    monkeypatch.setattr(dev, "launch", lambda launch, ptrs: run_grid(emulated.functions[launch.name], ptrs, launch.dims.grid), raising=False)
+    prog.device = dev
+    return prog, fake, emulated
+
+
+def test_cuda_device_transfers_with_host_memory_standing_in(monkeypatch):
+    """CudaDevice's byte buffers (bf16 and pred included), one copy per input and per output,
+    with the emulated kernels standing in for the launches."""
     text = """HloModule t
 fused {
   x = bf16[300] parameter(0)
@@ -188,14 +202,7 @@ ENTRY e {
 }
 """
     module = parse_hlo(text)
-    prog = GpuProgram.compile(module, emulated=True, build_only=True)
-    # Loads the emulated kernels (emulated.functions, by launch name), which the fake launches run.
-    emulated = ge.HostDevice(prog.launches, prog.code.emulated_module())
-    fake = _FakeCuda()
-    dev = ge.CudaDevice.__new__(ge.CudaDevice)
-    dev.cuda = fake
-    monkeypatch.setattr(dev, "launch", lambda launch, ptrs: run_grid(emulated.functions[launch.name], ptrs, launch.dims.grid), raising=False)
-    prog.device = dev
+    prog, fake, emulated = _on_fake_cuda(module, monkeypatch)
     rng = np.random.default_rng(3)
     x = rng.standard_normal(300).astype(module.entry.parameters[0].shape.dtype.numpy)
     p = rng.random(300) < 0.5
@@ -206,3 +213,68 @@ ENTRY e {
     for g, w in zip(got, want):
         assert g.dtype == np.asarray(w).dtype
         np.testing.assert_array_equal(g, np.asarray(w))
+
+
+def test_kernel_pointer_arguments_are_accepted_by_cuda_core():
+    """The launch arguments CudaDevice passes are of a type cuda.core's argument packer takes
+    (a real H200 refused the ctypes.c_void_p it was given before): checked on its packer
+    itself, which needs no GPU."""
+    handler = pytest.importorskip("cuda.core._kernel_arg_handler")
+    from hlofuse.runtime.gpu_executor import kernel_arguments
+
+    addresses = [0, 0x7F00_0000_1000, 2**64 - 8]
+    args = kernel_arguments(addresses)
+    assert [int(a) for a in args] == addresses
+    handler.ParamHolder(args)  # raises TypeError for an unsupported argument type
+    with pytest.raises(TypeError):
+        handler.ParamHolder([__import__("ctypes").c_void_p(16)])
+
+
+CONTROL_FLOW = """HloModule loops
+cond {
+  s = (s32[], f32[64]) parameter(0)
+  i = s32[] get-tuple-element(s), index=0
+  n = s32[] constant(5)
+  ROOT lt = pred[] compare(i, n), direction=LT
+}
+body {
+  s = (s32[], f32[64]) parameter(0)
+  i = s32[] get-tuple-element(s), index=0
+  x = f32[64] get-tuple-element(s), index=1
+  one = s32[] constant(1)
+  j = s32[] add(i, one)
+  h = f32[] constant(0.5)
+  hb = f32[64] broadcast(h), dimensions={}
+  y = f32[64] add(x, hb)
+  ROOT t = (s32[], f32[64]) tuple(j, y)
+}
+gt {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT c = pred[] compare(a, b), direction=GT
+}
+ENTRY e {
+  x = f32[64] parameter(0)
+  z = s32[] constant(0)
+  s0 = (s32[], f32[64]) tuple(z, x)
+  w = (s32[], f32[64]) while(s0), condition=cond, body=body
+  y = f32[64] get-tuple-element(w), index=1
+  ROOT r = f32[64] sort(y), dimensions={0}, is_stable=true, to_apply=gt
+}
+"""
+
+
+def test_while_condition_and_sort_comparator_read_device_results_on_the_host(monkeypatch):
+    """On the real GPU a called computation's result is device memory: the while loop's
+    condition and the sort's comparator must bring it to the host before testing it (a real
+    H200 looped for ever on a condition it read as an always-true object)."""
+    module = parse_hlo(CONTROL_FLOW)
+    prog, _, _ = _on_fake_cuda(module, monkeypatch)
+    x = np.random.default_rng(4).standard_normal(64).astype(np.float32)
+    got = prog.run([x])
+    want = evaluate(module, [x])
+    np.testing.assert_array_equal(got[0], np.asarray(want[0]))
+    y = x.copy()
+    for _ in range(5):
+        y += np.float32(0.5)
+    np.testing.assert_array_equal(got[0], np.sort(y)[::-1])

@@ -27,6 +27,10 @@ from . import denormals
 Value = Any  # np.ndarray | tuple[Value, ...] | Token
 
 
+# The interpreter's floating-point modes: XLA:CPU's (flush) and XLA:GPU's default (keep).
+DENORMAL_SEMANTICS = ("flush", "keep")
+
+
 class Token:
     """The value of a token-shaped instruction (orders side effects; carries no data)."""
 
@@ -57,9 +61,13 @@ class Interpreter:
     wise rule broadcasts), which skips the per-instruction dimension check.
     """
 
-    def __init__(self, module: HloModule | None = None, max_while_iterations: int | None = None) -> None:
+    def __init__(self, module: HloModule | None = None, max_while_iterations: int | None = None,
+                 denormals: str = "flush") -> None:
         load_rules("reference")
+        if denormals not in DENORMAL_SEMANTICS:
+            raise ValueError(f"denormals must be one of {', '.join(DENORMAL_SEMANTICS)}, not {denormals!r}")
         self.module = module
+        self.denormals = denormals
         self.max_while_iterations = max_while_iterations
         self._frames: list[Sequence[Value]] = []
         self._batched = 0
@@ -105,7 +113,8 @@ class Interpreter:
             reason = info.unsupported.get("reference", "no reference rule is registered")
             raise UnsupportedError(f"the interpreter does not support {inst.opcode} "
                                    f"(instruction {inst.name}): {reason}")
-        mode = denormal_mode(inst)  # XLA:CPU's FTZ/DAZ, modelled here for every op (denormals.py)
+        # XLA:CPU's FTZ/DAZ, modelled here for every op (denormals.py); "keep" models XLA:GPU.
+        mode = denormal_mode(inst) if self.denormals == "flush" else "keep"
         if mode == "keep":
             value = rule(inst, args, self)
         else:
@@ -194,8 +203,10 @@ def flatten(value: Value) -> list[np.ndarray]:
     return [value]
 
 
-def evaluate(module: HloModule, args: Sequence[Any]) -> list[np.ndarray]:
-    """Run the entry computation of `module` on `args` (one per entry parameter).
+def evaluate(module: HloModule, args: Sequence[Any], denormals: str = "flush") -> list[np.ndarray]:
+    """Run the entry computation of `module` on `args` (one per entry parameter), with
+    XLA:CPU's denormal semantics (`denormals="flush"`: FTZ/DAZ per op) or IEEE's, which the
+    real GPU backend follows as XLA:GPU does by default (`"keep"`).
 
     Returns the entry result as a list of numpy arrays, tuples flattened depth-first.
     Raises InputError for a wrong number of arguments or a wrong dtype/shape, and
@@ -208,5 +219,5 @@ def evaluate(module: HloModule, args: Sequence[Any]) -> list[np.ndarray]:
     if len(args) != len(params):
         raise InputError(f"module {module.name} takes {len(params)} arguments, got {len(args)}")
     bound = [_bind_argument(p.shape, a, f"argument {i} ({p.name})") for i, (p, a) in enumerate(zip(params, args))]
-    result = Interpreter(module).call(entry, bound)
+    result = Interpreter(module, denormals=denormals).call(entry, bound)
     return [np.array(a, copy=True) for a in flatten(result)]
