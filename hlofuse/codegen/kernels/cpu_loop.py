@@ -6,6 +6,14 @@ The loop nest runs over a range of *units* [begin, end) of the CPU kernel skelet
     row contiguously, so LLVM vectorizes it. A very short row (<= 4, e.g. RGB channels) is
     unrolled completely, and LLVM vectorizes across rows with interleaved accesses (loads of
     a broadcast channel vector become loop invariant);
+  * plane mode (rank >= 3 with such a short last dimension, and enough planes for the
+    threads): a unit is a plane of the last two dimensions, walked by two loops, the inner one
+    unrolled. Only the unit number is split into outer indices (divisions); the two inner
+    indices are loop variables. In rows mode every short row divided its row number into
+    (n, h, w), and an operand read at another shape (the slice a dynamic-update-slice writes
+    back, a channel of an image) recombined them: LLVM cannot see that ((r/W/H)*H +
+    (r/W)%H)*W + r%W is r again, so it read such operands with gathers. In plane mode the
+    index of w is affine and those reads are strided loads;
   * flat mode (rank <= 1 or a last dimension of 5..31): a unit is one element.
 Index arithmetic is affine in the loop variables (GEP on the linear index), so LLVM sees
 unit-stride accesses.
@@ -22,6 +30,9 @@ from .args import output_leaves
 
 _MIN_ROW = 32  # shorter last dimensions use flat mode ...
 _UNROLLED_ROW = 4  # ... unless so short that LLVM unrolls the row and vectorizes across rows
+# Plane mode needs this many planes: threads take units in 4 chunks each (codegen/driver.py),
+# so fewer planes than 4 chunks x 16 threads would leave threads idle or unbalanced.
+_MIN_PLANES = 64
 
 
 @dataclass
@@ -30,31 +41,45 @@ class LoopShape:
 
     dims: tuple[int, ...]
     rows_mode: bool
+    inner: int = 1  # in rows mode, how many trailing dimensions a unit spans (2: plane mode)
 
     @property
     def units(self) -> int:
         """Work units the launcher splits across threads."""
         if self.rows_mode:
-            return math.prod(self.dims[:-1])
+            return math.prod(self.dims[:-self.inner])
         return max(math.prod(self.dims), 0)
 
     @property
     def unit_elements(self) -> int:
         """Elements computed per unit."""
-        return self.dims[-1] if self.rows_mode else 1
+        return math.prod(self.dims[-self.inner:]) if self.rows_mode else 1
 
 
 def loop_shape(dims) -> LoopShape:
-    """How a loop kernel over output `dims` walks them (rows or flat mode)."""
+    """How a loop kernel over output `dims` walks them (rows, plane or flat mode)."""
     dims = tuple(dims)
-    return LoopShape(dims, len(dims) >= 2 and (dims[-1] >= _MIN_ROW or dims[-1] <= _UNROLLED_ROW))
+    rows = len(dims) >= 2 and (dims[-1] >= _MIN_ROW or dims[-1] <= _UNROLLED_ROW)
+    planes = (len(dims) >= 3 and rows and dims[-1] <= _UNROLLED_ROW and dims[-2] > 1
+              and math.prod(dims[:-2]) >= _MIN_PLANES)
+    return LoopShape(dims, rows, 2 if planes else 1)
 
 
 def emit_loop(skel, ls: LoopShape, body) -> None:
     """Emit the loop nest over units [skel.begin, skel.end); `body(index)` emits one element."""
     b = skel.builder
     dims = ls.dims
-    if ls.rows_mode:
+    if ls.rows_mode and ls.inner == 2:
+        m, n = dims[-2], dims[-1]
+        with for_range(b, skel.begin, skel.end, "plane") as r:
+            outer = delinearize(b, r, dims[:-2])
+            base = b.mul(r, const_i64(m * n), flags=["nuw", "nsw"])
+            with for_range(b, const_i64(0), const_i64(m), "row") as i:
+                row = b.add(base, b.mul(i, const_i64(n), flags=["nuw", "nsw"]), flags=["nuw", "nsw"])
+                with for_range(b, const_i64(0), const_i64(n), "col") as j:
+                    lin = b.add(row, j, flags=["nuw", "nsw"])
+                    body(Index(b, dims, multi=list(outer) + [i, j], linear=lin))
+    elif ls.rows_mode:
         n = dims[-1]
         with for_range(b, skel.begin, skel.end, "row") as r:
             outer = delinearize(b, r, dims[:-1])
