@@ -165,6 +165,7 @@ def register_builtins() -> dict[str, int]:
         register_blas()  # GEMM kernels call BLAS (below); without scipy they cannot be loaded
     except ImportError:
         pass  # check_resolvable then names the missing routines
+    register_onednn()
     return _registered
 
 
@@ -300,3 +301,44 @@ def register_blas() -> dict[str, int]:
             _blas[blas_symbol(routine)] = addr
         _single_threaded_scipy_blas()
         return _blas
+
+
+# ---- oneDNN ----------------------------------------------------------------------------------
+#
+# f32 GEMM kernels call oneDNN's `dnnl_sgemm` where runtime/gemm_provider.py finds libdnnl
+# (loaded RTLD_GLOBAL there); it is registered under hlofuse's own name like the BLAS routines.
+# oneDNN runs a call on omp_get_max_threads() threads of libgomp unless it is already inside a
+# parallel region: a GEMM kernel's units are hlofuse's (codegen/kernels/gemm_partition.py), so
+# the kernel sets the calling thread's OpenMP thread count to 1 around its calls and restores it
+# (codegen/kernels/blas_call.py). Those two libgomp functions are registered here, from the
+# libgomp libdnnl itself links (the one the driver's GOMP_parallel comes from).
+
+ONEDNN_SGEMM = "dnnl_sgemm"
+ONEDNN_GET_THREADS, ONEDNN_SET_THREADS = "hlofuse_onednn_get_threads", "hlofuse_onednn_set_threads"
+_onednn: dict[str, int] = {}
+
+
+def onednn_symbol() -> str:
+    """The name compiled kernels call oneDNN's `dnnl_sgemm` by."""
+    return f"hlofuse_{ONEDNN_SGEMM}"
+
+
+def register_onednn() -> int | None:
+    """Register `dnnl_sgemm`'s address under `onednn_symbol()`, and libgomp's
+    `omp_get_max_threads` / `omp_set_num_threads` under ONEDNN_GET_THREADS / ONEDNN_SET_THREADS
+    (once per process); returns dnnl_sgemm's address, or None when libdnnl is not available."""
+    import ctypes
+
+    from .gemm_provider import onednn_library
+
+    lib = onednn_library()
+    if lib is None:
+        return None
+    with _lock:
+        if not _onednn:
+            gomp = ctypes.CDLL("libgomp.so.1")  # loaded with libdnnl, its dependency: the same handle
+            for name, fn in ((onednn_symbol(), lib.dnnl_sgemm), (ONEDNN_GET_THREADS, gomp.omp_get_max_threads),
+                             (ONEDNN_SET_THREADS, gomp.omp_set_num_threads)):
+                _onednn[name] = ctypes.cast(fn, ctypes.c_void_p).value
+                llvm.add_symbol(name, _onednn[name])
+        return _onednn[onednn_symbol()]

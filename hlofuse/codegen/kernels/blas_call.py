@@ -1,14 +1,23 @@
-"""Calling BLAS `?gemm_` from a CPU kernel: its declaration, its by-reference arguments, and
-the mapping of row-major strided matrices onto its transpose flags and leading dimensions.
+"""Calling a GEMM library from a CPU kernel: the Fortran BLAS `?gemm_` of scipy's OpenBLAS, or
+oneDNN's `dnnl_sgemm` for f32 (runtime/gemm_provider.py chooses), their declarations and
+arguments, and the mapping of row-major strided matrices onto transpose flags and leading
+dimensions.
 
-Shared by the GEMM kernels of dots (cpu_gemm.py) and of convolutions (cpu_conv_gemm.py).
+Shared by the GEMM kernels of dots (cpu_gemm.py) and of convolutions (cpu_conv_gemm_kernel.py).
 
     call = GemmCall(builder, module, element_type)
-    swapped, first, second, ldc = blas_operands(lhs, rhs, c)   # Matrix strides -> BLAS flags
-    call.gemm(first, second, ldc, rows, cols, k, a_ptr, b_ptr, c_ptr, swapped)
+    swapped, (t1, ld1), (t2, ld2), ldc = blas_operands(lhs, rhs, c)   # Matrix strides -> flags
+    call.call((call.char(t1), call.char(t2)), (call.dim(m), call.dim(n), call.dim(k)),
+              (a_ptr, call.dim(ld1)), (b_ptr, call.dim(ld2)), (c_ptr, call.dim(ldc)))
 
-The Fortran ABI passes every argument by reference: scalars live in stack slots allocated once
-in the kernel's entry block (not per loop iteration).
+Callers always describe the product the column-major way (BLAS's): C (m x n, column-major,
+leading dimension ldc) = op(first) op(second). The Fortran ABI passes every argument by
+reference: scalars live in stack slots allocated once in the kernel's entry block (not per loop
+iteration), so `char` and `dim` return slots. `dnnl_sgemm` is row-major and takes its arguments
+by value (64-bit dimensions): the same memory read row-major is C^T (n x m) = op(second)^T
+op(first)^T, and a column-major matrix with flag N (T) is the row-major transpose with the same
+flag, so the call is dnnl_sgemm(t2, t1, n, m, k, 1, second, ld2, first, ld1, 0, C, ldc): the
+operands swap, the flags and leading dimensions stay. No copy either way.
 """
 from __future__ import annotations
 
@@ -16,11 +25,15 @@ from llvmlite import ir
 
 from ...emitters.elemental import mem_type
 from ...hlo.dtypes import ElementType
-from ...runtime.jit_builtins import blas_symbol
+from ...runtime.gemm_provider import gemm_provider
+from ...runtime.jit_builtins import ONEDNN_GET_THREADS, ONEDNN_SET_THREADS, blas_symbol, onednn_symbol
 from .gemm_layout import GEMM_ROUTINE, Matrix
 
-I8P = ir.IntType(8).as_pointer()
+I8 = ir.IntType(8)
+I8P = I8.as_pointer()
 I32 = ir.IntType(32)
+I64 = ir.IntType(64)
+F32 = ir.FloatType()
 
 
 def gemm_function(module: ir.Module, routine: str) -> ir.Function:
@@ -29,6 +42,22 @@ def gemm_function(module: ir.Module, routine: str) -> ir.Function:
     if name in module.globals:
         return module.globals[name]
     fn = ir.Function(module, ir.FunctionType(ir.VoidType(), [I8P] * 13), name)
+    fn.attributes.add("nounwind")
+    return fn
+
+
+def onednn_sgemm_function(module: ir.Module) -> ir.Function:
+    """The declaration of `dnnl_status_t dnnl_sgemm(char transa, char transb, dnnl_dim_t M, N, K,
+    float alpha, const float *A, dnnl_dim_t lda, const float *B, dnnl_dim_t ldb, float beta,
+    float *C, dnnl_dim_t ldc)` (dnnl_dim_t is int64_t, the status an int) in `module`."""
+    name = onednn_symbol()
+    if name in module.globals:
+        return module.globals[name]
+    fp = F32.as_pointer()
+    fn = ir.Function(module, ir.FunctionType(I32, [I8, I8, I64, I64, I64, F32, fp, I64, fp, I64, F32, fp, I64]),
+                     name)
+    for arg in fn.args[:2]:
+        arg.add_attribute("signext")  # C's char, extended by the caller as the x86-64 ABI's callers do
     fn.attributes.add("nounwind")
     return fn
 
@@ -50,14 +79,50 @@ def blas_operands(lm: Matrix, rm: Matrix, cm: Matrix) -> tuple[bool, tuple[int, 
 
 
 class GemmCall:
-    """Emits calls of the `?gemm_` of element type `et` (a key of GEMM_ROUTINE) through
-    builder `b`, whose function's entry block receives the argument slots."""
+    """Emits GEMM calls of element type `et` (a key of GEMM_ROUTINE) through builder `b`: to
+    `dnnl_sgemm` when runtime/gemm_provider.py says "onednn" for it, else to BLAS's `?gemm_`
+    (whose argument slots go to the entry block of `b`'s function)."""
 
     def __init__(self, b: ir.IRBuilder, module: ir.Module, et: ElementType) -> None:
-        self.b, self.et = b, et
+        self.b, self.et, self.module = b, et, module
         self.elem = mem_type(et)
+        self.provider = gemm_provider(et.name)
+        self.saved_threads: ir.Value | None = None
+        if self.provider == "onednn":
+            self.fn = onednn_sgemm_function(module)
+            self._single_thread()
+            return
         self.fn = gemm_function(module, GEMM_ROUTINE[et.name])
         self.alpha, self.beta = self.slot(self.elem, self.scalar(1.0)), self.slot(self.elem, self.scalar(0.0))
+
+    def _threads_function(self, name: str, ty: ir.FunctionType) -> ir.Function:
+        fn = self.module.globals.get(name)
+        if fn is None:
+            fn = ir.Function(self.module, ty, name)
+            fn.attributes.add("nounwind")
+        return fn
+
+    def _single_thread(self) -> None:
+        """Make oneDNN compute each call on the calling thread: outside the driver's parallel
+        region (a kernel run serially) it would start its own OpenMP team of
+        omp_get_max_threads() threads, and its split of the work (of K, for some shapes) would
+        make the bits depend on the thread count. The calling thread's count is saved here and
+        put back by `finish`."""
+        b = self.b
+        get = self._threads_function(ONEDNN_GET_THREADS, ir.FunctionType(I32, []))
+        self.saved_threads = b.call(get, [])
+        b.call(self._threads_function(ONEDNN_SET_THREADS, ir.FunctionType(ir.VoidType(), [I32])), [ir.Constant(I32, 1)])
+
+    def finish(self) -> None:
+        """After the kernel's last call: restore the calling thread's OpenMP thread count."""
+        if self.saved_threads is not None:
+            set_threads = self._threads_function(ONEDNN_SET_THREADS, ir.FunctionType(ir.VoidType(), [I32]))
+            self.b.call(set_threads, [self.saved_threads])
+
+    @property
+    def by_value(self) -> bool:
+        """Whether the callee takes its scalars by value (oneDNN) rather than by reference."""
+        return self.provider == "onednn"
 
     def slot(self, ty: ir.Type, value: ir.Value) -> ir.Value:
         """An i8* to a stack slot (allocated in the entry block) holding `value`."""
@@ -67,13 +132,18 @@ class GemmCall:
         b.store(value, p)
         return b.bitcast(p, I8P)
 
-    def i32(self, v: ir.Value | int) -> ir.Value:
-        """A slot holding the i32 `v` (an int, or an i32 value)."""
-        return self.slot(I32, v if isinstance(v, ir.Value) else ir.Constant(I32, int(v)))
+    def dim(self, v: ir.Value | int) -> ir.Value:
+        """The size or leading dimension `v` (an int, or an i64 value under 2**31) as the callee
+        takes it: an i64 for oneDNN, a slot holding an i32 for BLAS."""
+        value = v if isinstance(v, ir.Value) else ir.Constant(I64, int(v))
+        if self.by_value:
+            return value
+        return self.slot(I32, self.b.trunc(value, I32) if isinstance(v, ir.Value) else ir.Constant(I32, int(v)))
 
     def char(self, c: int) -> ir.Value:
-        """A slot holding the character `c` (a transpose flag)."""
-        return self.slot(ir.IntType(8), ir.Constant(ir.IntType(8), c))
+        """The character `c` (a transpose flag) as the callee takes it (a slot for BLAS)."""
+        value = ir.Constant(I8, c)
+        return value if self.by_value else self.slot(I8, value)
 
     def scalar(self, x: float) -> ir.Constant:
         """The constant `x` of the GEMM's element type (a complex one with zero imaginary part)."""
@@ -83,9 +153,22 @@ class GemmCall:
 
     def call(self, trans: tuple[ir.Value, ir.Value], sizes: tuple[ir.Value, ir.Value, ir.Value],
              first: tuple[ir.Value, ir.Value], second: tuple[ir.Value, ir.Value], c: tuple[ir.Value, ir.Value]) -> None:
-        """?gemm_(trans..., m, n, k, 1, first, ld1, second, ld2, 0, c, ldc): each argument a
-        slot (`trans`, `sizes`, the leading dimensions) or a typed pointer (the matrices)."""
+        """Column-major C = op(first) op(second) (sizes m, n, k; see the module docstring): each
+        argument made by `char` / `dim` (`trans`, `sizes`, the leading dimensions) or a typed
+        pointer (the matrices)."""
         b = self.b
         (a, lda), (bb, ldb), (cc, ldc) = first, second, c
-        b.call(self.fn, [*trans, *sizes, self.alpha, b.bitcast(a, I8P), lda, b.bitcast(bb, I8P), ldb,
-                         self.beta, b.bitcast(cc, I8P), ldc])
+        if not self.by_value:
+            b.call(self.fn, [*trans, *sizes, self.alpha, b.bitcast(a, I8P), lda, b.bitcast(bb, I8P), ldb,
+                             self.beta, b.bitcast(cc, I8P), ldc])
+            return
+        fp = F32.as_pointer()
+        m, n, k = sizes
+        status = b.call(self.fn, [trans[1], trans[0], n, m, k, ir.Constant(F32, 1.0), b.bitcast(bb, fp), ldb,
+                                  b.bitcast(a, fp), lda, ir.Constant(F32, 0.0), b.bitcast(cc, fp), ldc])
+        # Only invalid arguments (a bug here) or a failed allocation of oneDNN's packing
+        # buffers return an error, and C is then unwritten: stop rather than return garbage.
+        with b.if_then(b.icmp_signed("!=", status, ir.Constant(I32, 0)), likely=False):
+            trap = self.module.globals.get("llvm.trap") or ir.Function(
+                self.module, ir.FunctionType(ir.VoidType(), []), "llvm.trap")
+            b.call(trap, [])

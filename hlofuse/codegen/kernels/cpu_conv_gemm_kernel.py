@@ -88,8 +88,8 @@ class _ConvGemmEmitter:
         swapped, (t1, ld1), (t2, ld2), ldc = blas_operands(self.a, g.weights, self.c)
         call = GemmCall(b, self.skel.module, self.et)
         flags = (call.char(t1), call.char(t2))
-        p_k, p_o = call.i32(g.k), call.i32(geo.features)
-        p_ld1, p_ld2, p_ldc = call.i32(ld1), call.i32(ld2), call.i32(ldc)
+        p_k, p_o = call.dim(g.k), call.dim(geo.features)
+        p_ld1, p_ld2, p_ldc = call.dim(ld1), call.dim(ld2), call.dim(ldc)
         with for_range(b, self.skel.begin, self.skel.end, "unit") as unit:
             row0, count = self._tile(unit)
             n0, p0 = b.udiv(row0, _i(g.positions)), b.urem(row0, _i(g.positions))
@@ -100,12 +100,13 @@ class _ConvGemmEmitter:
                 a_ptr = b.gep(self.x, [self._offset(self.a, n0, p0, row0)], inbounds=True)
             c_ptr = self.ctile if self.ctile is not None else b.gep(self.out, [self._offset(self.c, n0, p0, row0)],
                                                                      inbounds=True)
-            p_rows = call.i32(b.trunc(count, ir.IntType(32)))
+            p_rows = call.dim(count)
             first, second = (a_ptr, self.w) if swapped else (self.w, a_ptr)
             sizes = (p_rows, p_o) if swapped else (p_o, p_rows)
             call.call(flags, (*sizes, p_k), (first, p_ld1), (second, p_ld2), (c_ptr, p_ldc))
             if self.epilogue is not None or self.ctile is not None:
                 self._epilogue(row0, count, c_ptr)
+        call.finish()
         self._release()
         self.skel.finish()
 

@@ -42,7 +42,6 @@ from .gemm_layout import (
 )
 from .gemm_partition import GemmPartition, gemm_partition
 
-I32 = ir.IntType(32)
 
 # ---- which computations become GEMM kernels ----------------------------------------------------
 
@@ -185,8 +184,8 @@ def emit_gemm_kernel(skel, kernel) -> None:
     part = gemm_partition(dd, et.name)
     call = GemmCall(b, skel.module, et)
     t1, t2 = call.char(trans1), call.char(trans2)
-    p_k = call.i32(dd.k)
-    p_ld1, p_ld2, p_ldc = call.i32(ld1), call.i32(ld2), call.i32(ldc)
+    p_k = call.dim(dd.k)
+    p_ld1, p_ld2, p_ldc = call.dim(ld1), call.dim(ld2), call.dim(ldc)
     with for_range(b, skel.begin, skel.end, "unit") as unit:
         bi, (m0, rows), (n0, cols) = _unit_block(b, unit, part)
         # The unit's rows start m0 rows into the lhs and C, its columns n0 columns into the
@@ -197,13 +196,14 @@ def emit_gemm_kernel(skel, kernel) -> None:
         b_ptr = b.gep(rhs, [b.add(_batch_offset(b, bi, rm), b.mul(n0, const_i64(rm.col_stride)))], inbounds=True)
         c_off = b.add(b.mul(m0, const_i64(cm.row_stride)), b.mul(n0, const_i64(cm.col_stride)))
         c_ptr = b.gep(c_base, [b.add(_batch_offset(b, bi, cm), c_off)], inbounds=True)
-        p_rows, p_cols = call.i32(b.trunc(rows, I32)), call.i32(b.trunc(cols, I32))
+        p_rows, p_cols = call.dim(rows), call.dim(cols)
         first, second = (a_ptr, b_ptr) if swapped else (b_ptr, a_ptr)
         sizes = (p_rows, p_cols) if swapped else (p_cols, p_rows)
         call.call((t1, t2), (*sizes, p_k), (first, p_ld1), (second, p_ld2), (c_ptr, p_ldc))
         if epilogue:
             _emit_epilogue(skel, comp, dot, (c_base, cm), omap, et, bi, (m0, rows), (n0, cols), dd,
                            in_place=not kernel.scratch)
+    call.finish()
     skel.finish()
 
 

@@ -7,6 +7,7 @@ import time
 
 import llvmlite.binding as llvm
 
+from ...runtime.gemm_provider import provider_fingerprint
 from ..target import Target
 
 
@@ -79,8 +80,9 @@ class CpuTarget(Target):
         self.vector_width = preferred_vector_width(self.cpu_features)
 
     def fingerprint(self) -> str:
-        """What compiled code depends on: triple, CPU name and features."""
-        return f"{self.triple}|{self.cpu_name}|{self.cpu_features}"
+        """What compiled code depends on: triple, CPU name and features, and the library f32
+        GEMM kernels call (runtime/gemm_provider.py)."""
+        return f"{self.triple}|{self.cpu_name}|{self.cpu_features}|{provider_fingerprint()}"
 
 
 def optimize(llmod: llvm.ModuleRef, speed_level: int = 3) -> None:
