@@ -12,7 +12,8 @@ taps x input features as the contraction (K = taps x I),
 Work units are tiles of up to 512 rows (`tile_rows`: a patch tile [rows, K] of at most 4 MiB,
 in L2 or L3: more rows per BLAS call beat a smaller tile, docs/convolutions.md). Per unit
 the kernel packs the tile's patches into per-thread scratch (zeros on padding and between
-lhs-dilated inputs), calls `?gemm_` (f32/f64, blas_call.py) against the weights read in place
+lhs-dilated inputs), calls the GEMM library (blas_call.py: oneDNN's sgemm for f32 where it is
+installed, OpenBLAS's `?gemm_` otherwise and for f64) against the weights read in place
 as [K, O] through BLAS's flags and leading dimension, writing the tile of the output, and then
 runs the fused kOutput epilogue (bias, activation, residual, convert) over that tile while it is
 in cache. Tiles run across batch elements when the output's (batch, positions) collapse into one

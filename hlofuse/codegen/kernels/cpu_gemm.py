@@ -5,8 +5,9 @@ loop kernels) becomes a custom kernel (KernelPlan.custom = "gemm") with the usua
 `void k(i8* in..., i8* out..., i8* scratch..., i64 begin, i64 end)`. Its work units are batch
 elements x row panels of the lhs x column panels of the rhs, cut by the shape alone
 (codegen/kernels/gemm_partition.py), so the runtime's threads split them deterministically;
-each unit calls the Fortran BLAS `?gemm_` of scipy's OpenBLAS (single-threaded, registered by
-runtime/jit_builtins.py) on its block of the result, then runs the fused epilogue (bias add,
+each unit calls the GEMM library on its block of the result (codegen/kernels/blas_call.py:
+oneDNN's `dnnl_sgemm` for f32 where it is installed, else the Fortran BLAS `?gemm_` of scipy's
+OpenBLAS; single-threaded, registered by runtime/jit_builtins.py), then runs the fused epilogue (bias add,
 activation, residual, convert ...: element generators of the rest of the fusion, reading the
 dot's value from the block) over that block while it is in cache.
 

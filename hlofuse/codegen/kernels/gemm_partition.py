@@ -29,6 +29,12 @@ The rule (`gemm_partition`):
 
 Units are numbered batch element, then row panel, then column panel, so the consecutive units
 one thread takes share their lhs panel.
+
+The same units serve oneDNN's sgemm (f32, runtime/gemm_provider.py): each unit's call runs on
+its thread alone (blas_call.GemmCall keeps oneDNN from starting a team of its own). Measured
+against one whole-GEMM call on oneDNN's own team of two threads, per shape class (square,
+tall-skinny, short-wide, batched attention: docs/dots.md), these units were as fast within the
+noise, and they keep the bits independent of the thread count.
 """
 from __future__ import annotations
 
