@@ -17,7 +17,8 @@ array leaf of every step, statically, from the schedule (codegen/schedule.py):
 
 In-place updates follow XLA's rule: a dynamic-update-slice or scatter kernel (Step.inplace) and a
 while loop's state take over their operand's arena buffer when the operand dies there, and copy
-it otherwise. A computation's result is written straight into `results[j]` by the step that
+it otherwise. State the body passes through untouched (a scan's inputs, its weights) is not
+copied when it lives in read-only memory (a parameter, a constant): the loop reads it there. A computation's result is written straight into `results[j]` by the step that
 computes it. A while body runs with `results` equal to `params` (the loop state, updated in
 place); there a step may write `results[j]` directly only once nothing later reads the state's
 old leaf j (`alias_results`), and the root's own moves are ordered so none reads a leaf another
@@ -95,6 +96,9 @@ class NativePlan:
     arena_slot: int = -1  # table slot of the arena
     staged: list[Copy] = field(default_factory=list)
     final: list[Copy] = field(default_factory=list)
+    # Result leaves that are the same leaf of the parameters, untouched (a while body's
+    # loop-invariant state: the weights, the scanned inputs).
+    passthrough: frozenset[int] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -196,6 +200,7 @@ class _Builder:
             ins = [v for j in step.operand_steps for v in values[j]]
             values.append(self._values(i, step, ins, first_param))
         root_values = values[self.cplan.root_step]
+        plan.passthrough = frozenset(j for j, v in enumerate(root_values) if v == Loc("param", j))
         last = self._last_uses(values, root_values)
         self.loc: dict = {}
         self._sizes: dict = {}
@@ -300,6 +305,7 @@ class _Builder:
         ns = NativeStep(step, kind, ins, in_shapes=[s for op in inst.operands for s in leaves(op.shape)],
                         out_shapes=leaves(inst.shape))
         donors = self._donors(step, ins_v)
+        invariant = self._invariant_state(step)
         for n, v in enumerate(values[i]):
             if isinstance(v, Loc) or v != ("v", i, n):
                 continue
@@ -320,6 +326,8 @@ class _Builder:
             elif target is not None:
                 self.loc[v] = target
                 self._results_taken.add(target.index)
+            elif n in invariant and self._read_only(donors[n]):
+                self.loc[v] = donors[n]  # loop-invariant state stays where it is: no copy
             elif n in donors and self._can_donate(i, donors[n], ins_v, last):
                 src = donors[n]
                 self.loc[v] = self.loc[src]
@@ -348,6 +356,23 @@ class _Builder:
         if step.kind == "library" and step.inst.opcode == "while":
             return dict(enumerate(ins_v))
         return {}
+
+    def _invariant_state(self, step: Step) -> frozenset[int]:
+        """The state leaves a while step's body passes through untouched (XLA's copy insertion
+        adds no copy for them: the loop reads them where they are)."""
+        if step.kind != "library" or step.inst.opcode != "while":
+            return frozenset()
+        return self.prog.plan(step.inst.attrs["body"], True).passthrough
+
+    def _read_only(self, src) -> bool:
+        """Whether operand value `src` is memory nothing in this computation writes while it is
+        shared: a program-lifetime buffer (a constant), or a parameter of a computation whose
+        parameters are not also its results (in a while body they are the state, written in
+        place by steps that do not count a read through the shared leaf as a reader). An arena
+        value is not: its buffer is reused once it dies, and an in-place step may take it over."""
+        if not isinstance(src, Loc):
+            return False
+        return src.kind == "table" or (src.kind == "param" and not self.plan.alias_results)
 
     def _can_donate(self, i: int, src, ins_v: list, last: dict) -> bool:
         """Whether operand value `src` may become the output's buffer: an arena value that
