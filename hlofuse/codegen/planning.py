@@ -14,6 +14,7 @@ expensive input expression for a later fusion that would recompute it
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from ..hlo.ir import HloComputation, HloInstruction
@@ -235,9 +236,10 @@ def plan_fusion(comp: HloComputation, name: str) -> tuple[list[KernelPlan], list
     return kernels, temps
 
 
-# A row reduction with fewer outputs than this, over at least SPLIT_MIN_ELEMENTS elements per
-# output, is split into SPLIT_PARTS slices of its outermost reduced dimension (so all cores
-# share it), then the slices are combined.
+# A reduction with fewer work units than this (outputs of a row reduction, column blocks of a
+# column reduction: batch-norm statistics of 96 channels are one block), over at least
+# SPLIT_MIN_ELEMENTS elements per unit, is split into SPLIT_PARTS slices of its outermost
+# reduced dimension (so all cores share it), then the slices are combined.
 SPLIT_MAX_OUTPUTS = 16
 SPLIT_MIN_ELEMENTS = 1 << 17
 SPLIT_PARTS = 16
@@ -253,17 +255,18 @@ def _kernels_of(comp: HloComputation, name: str, temps: list) -> list[KernelPlan
     for g in groups:
         r0 = g.in_dims[g.rdims[0]] if g.rdims else 1
         sequential = any(is_order_sensitive_reduce(h) for h in g.heroes)  # XLA:CPU's order, not slices
-        if (g.is_row and g.units < SPLIT_MAX_OUTPUTS and g.unit_elements >= SPLIT_MIN_ELEMENTS and r0 >= 2
+        if (g.units < SPLIT_MAX_OUTPUTS and g.unit_elements >= SPLIT_MIN_ELEMENTS and r0 >= 2
                 and not sequential):
             parts = min(SPLIT_PARTS, r0)
+            n_out = math.prod(g.out_dims)  # the combine kernel's units: one per output
             scratch = []
             for h in g.heroes:
                 for init in h.operands[len(h.operands) // 2:]:
                     scratch.append(("tmp", len(temps)))
-                    temps.append(ArrayShape(init.shape.dtype, (parts * g.units,)))
+                    temps.append(ArrayShape(init.shape.dtype, (parts * n_out,)))
             plans.append(KernelPlan(comp, g.extras, parts * g.units, g.unit_elements // parts, g,
                                     name=f"{name}_r{len(plans)}p", stage="partial", parts=parts, scratch=scratch))
-            plans.append(KernelPlan(comp, g.epilogue, g.units, parts, g, name=f"{name}_r{len(plans)}c",
+            plans.append(KernelPlan(comp, g.epilogue, n_out, parts, g, name=f"{name}_r{len(plans)}c",
                                     stage="combine", parts=parts, scratch=scratch))
             continue
         plans.append(KernelPlan(comp, g.outputs, g.units, g.unit_elements, g, name=f"{name}_r{len(plans)}"))

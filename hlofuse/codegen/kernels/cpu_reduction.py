@@ -15,6 +15,12 @@ Two loop orders, chosen so the innermost loop is contiguous in memory:
     output row itself, and for each reduced position the block is updated with a
     contiguous, vectorizable loop (no reassociation needed).
 
+Either order with few work units (a full reduction; batch-norm statistics of 96 channels,
+one column block) and many elements each is split by the planner (codegen/planning.py) into
+a partial kernel, whose units are slices of the outermost reduced dimension (so every core
+streams its share of the input), and a combine kernel folding each output's slices in order
+(a float column sum is then reassociated at the slices' seams, as XLA allows).
+
 A reduce into a float narrower than f32 is the exception to reassociation: it rounds to its
 type after every step, as XLA:CPU does, so its order is part of its result. Kernel planning
 has rewritten it into XLA:CPU's tree of reduce-windows (codegen/planning.py), and its
@@ -54,10 +60,11 @@ def emit_reduction_kernel(skel, comp: HloComputation, group: ReductionGroup, sta
                           parts: int = 1) -> None:
     """Fill kernel skeleton `skel` with the loops of reduction group `group`.
 
-    `stage` "partial" and "combine" split a row reduction with few outputs over `parts` slices
-    of its outermost reduced dimension, so the cores share it: the partial kernel writes each
-    slice's accumulators to the skeleton's scratch buffers (one per accumulator, laid out
-    [part][output]); the combine kernel folds the slices with the reducer and runs the epilogue."""
+    `stage` "partial" and "combine" split a reduction with few work units (row: outputs;
+    column: blocks of columns) over `parts` slices of its outermost reduced dimension, so the
+    cores share it: the partial kernel writes each slice's accumulators to the skeleton's
+    scratch buffers (one per accumulator, laid out [part][output]); the combine kernel (a unit
+    per output) folds the slices in slice order with the reducer and runs the epilogue."""
     b = skel.builder
     em = ElementalEmitter(b, in_order_target(skel.target, group.heroes), skel.param_gen)
     heroes = [ReduceHero(em, h) for h in group.heroes]
@@ -67,8 +74,10 @@ def emit_reduction_kernel(skel, comp: HloComputation, group: ReductionGroup, sta
     if stage != "single":
         types = [et for h in heroes for et in h.types]
         scratch = [skel.scratch_ptr(i, et) for i, et in enumerate(types)]
-        if stage == "partial":
+        if stage == "partial" and group.is_row:
             _emit_row(skel, em, group, heroes, extras, [], [], parts=parts, scratch=scratch)
+        elif stage == "partial":
+            _emit_column(skel, em, group, heroes, extras, [], [], parts=parts, scratch=scratch)
         else:
             _emit_combine(skel, em, group, heroes, epilogue_ptrs, [leaves[k] for k in group.epilogue], parts, scratch)
         skel.finish()
@@ -129,9 +138,7 @@ def _emit_row(skel, em, group, heroes, extras, epilogue_ptrs, epilogue_leaves, p
         u = unit
         if scratch is not None:  # unit = part * n_out + output
             part, u = b.udiv(unit, const_i64(n_out)), b.urem(unit, const_i64(n_out))
-            r0 = group.in_dims[group.rdims[0]]
-            outer = (b.udiv(b.mul(part, const_i64(r0)), const_i64(parts)),
-                     b.udiv(b.mul(b.add(part, const_i64(1)), const_i64(r0)), const_i64(parts)))
+            outer = _split_slice(b, part, group.in_dims[group.rdims[0]], parts)
         out_index = at["index"] = Index(b, group.out_dims, linear=u)
         for h in heroes:
             if h in arg_rows:
@@ -209,23 +216,39 @@ def _emit_combine(skel, em, group, heroes, epilogue_ptrs, epilogue_leaves, parts
             store_element(b, leaf.select(g(out_index)), b.gep(ptr, [u], inbounds=True), leaf.shape.dtype)
 
 
-def _emit_column(skel, em, group, heroes, extras, epilogue_ptrs, epilogue_leaves) -> None:
+def _split_slice(b, part, size: int, parts: int) -> tuple:
+    """[lo, hi) of slice `part` of `parts` near-equal slices of a dimension of `size`."""
+    return (b.udiv(b.mul(part, const_i64(size)), const_i64(parts)),
+            b.udiv(b.mul(b.add(part, const_i64(1)), const_i64(size)), const_i64(parts)))
+
+
+def _emit_column(skel, em, group, heroes, extras, epilogue_ptrs, epilogue_leaves, parts: int = 1,
+                 scratch=None) -> None:
+    """Column loops: a unit is a block of COLUMN_BLOCK columns of one row of kept dimensions,
+    accumulated in a stack block. With `scratch` (a split's partial stage), unit = part *
+    group.units + block: the block folds slice `part` of the outermost reduced dimension and
+    stores its accumulators to scratch at [part][output] instead of running the epilogue."""
     b = skel.builder
     last = group.in_dims[-1]
     nb = group.blocks
-    scratch = {}
+    n_out = math.prod(group.out_dims)
+    block = {}  # per hero, its accumulators for the unit's block of columns
     with b.goto_entry_block():
         for h in heroes:
-            scratch[h] = [b.alloca(mem_type(et), size=COLUMN_BLOCK) for et in h.types]
+            block[h] = [b.alloca(mem_type(et), size=COLUMN_BLOCK) for et in h.types]
     position = {}
 
     def current(h):
         return [load_element(b, b.gep(p, [position["j"]], inbounds=True), et)
-                for p, et in zip(scratch[h], h.types)]
+                for p, et in zip(block[h], h.types)]
 
     override_heroes(em, heroes, current, lambda: position["index"])
     epilogue_gens = [em.gen(leaf.inst) for leaf in epilogue_leaves]
-    with for_range(b, skel.begin, skel.end, "unit") as u:
+    with for_range(b, skel.begin, skel.end, "unit") as unit:
+        u, outer_slice, part = unit, None, None
+        if scratch is not None:
+            part, u = b.udiv(unit, const_i64(group.units)), b.urem(unit, const_i64(group.units))
+            outer_slice = _split_slice(b, part, group.in_dims[group.rdims[0]], parts)
         o = b.udiv(u, const_i64(nb))
         j0 = b.mul(b.urem(u, const_i64(nb)), const_i64(COLUMN_BLOCK))
         j1 = b.add(j0, const_i64(COLUMN_BLOCK))
@@ -236,7 +259,7 @@ def _emit_column(skel, em, group, heroes, extras, epilogue_ptrs, epilogue_leaves
         with for_range(b, j0, j1, "init") as j:
             slot = b.sub(j, j0)
             for h, vals in zip(heroes, inits):
-                for v, p, et in zip(vals, scratch[h], h.types):
+                for v, p, et in zip(vals, block[h], h.types):
                     store_element(b, v, b.gep(p, [slot], inbounds=True), et)
 
         def body(reduced):
@@ -244,16 +267,36 @@ def _emit_column(skel, em, group, heroes, extras, epilogue_ptrs, epilogue_leaves
                 index = _input_index(b, group, list(outer) + [j], reduced)
                 slot = b.sub(j, j0)
                 for h in heroes:
-                    addrs = [b.gep(p, [slot], inbounds=True) for p in scratch[h]]
+                    addrs = [b.gep(p, [slot], inbounds=True) for p in block[h]]
                     accs = [load_element(b, a, et) for a, et in zip(addrs, h.types)]
                     for a, r, et in zip(addrs, h.fold(em, accs, index), h.types):
                         store_element(b, r, a, et)
                 _store_extras(b, index, extras)
 
-        _reduced_loops(b, group, body)
-        with for_range(b, j0, j1, "epilogue") as j:
-            position["j"] = b.sub(j, j0)
-            out_index = position["index"] = Index(b, group.out_dims, multi=list(outer) + [j], linear=b.add(row, j))
-            for g, leaf, ptr in zip(epilogue_gens, epilogue_leaves, epilogue_ptrs):
-                store_element(b, leaf.select(g(out_index)), b.gep(ptr, [out_index.linear], inbounds=True),
-                              leaf.shape.dtype)
+        _reduced_loops(b, group, body, outer=outer_slice)
+        if scratch is not None:
+            _store_partials(b, heroes, block, scratch, j0, j1, b.add(b.mul(part, const_i64(n_out)), row))
+        else:
+            _store_epilogue(b, position, group, outer, row, j0, j1, epilogue_gens, epilogue_leaves, epilogue_ptrs)
+
+
+def _store_epilogue(b, position: dict, group, outer, row, j0, j1, gens, leaves, ptrs) -> None:
+    """Write the epilogue outputs of columns [j0, j1) of kept row `outer` (linear start `row`)."""
+    with for_range(b, j0, j1, "epilogue") as j:
+        position["j"] = b.sub(j, j0)
+        out_index = position["index"] = Index(b, group.out_dims, multi=list(outer) + [j], linear=b.add(row, j))
+        for g, leaf, ptr in zip(gens, leaves, ptrs):
+            store_element(b, leaf.select(g(out_index)), b.gep(ptr, [out_index.linear], inbounds=True),
+                          leaf.shape.dtype)
+
+
+def _store_partials(b, heroes, block: dict, scratch: list, j0, j1, at0) -> None:
+    """Copy the block accumulators of columns [j0, j1) to the scratch buffers (one per
+    accumulator, in hero order), column j at at0 + j."""
+    with for_range(b, j0, j1, "partial") as j:
+        slot, at = b.sub(j, j0), b.add(at0, j)
+        ptrs = iter(scratch)
+        for h in heroes:
+            for p, et in zip(block[h], h.types):
+                value = load_element(b, b.gep(p, [slot], inbounds=True), et)
+                store_element(b, value, b.gep(next(ptrs), [at], inbounds=True), et)
