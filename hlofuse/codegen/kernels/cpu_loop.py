@@ -27,6 +27,7 @@ from ...emitters.elemental import ElementalEmitter
 from ...emitters.ir_helpers import Index, const_i64, delinearize, for_range, store_element
 from ...hlo.ir import HloComputation
 from .args import output_leaves
+from .cpu_concat import emit_concat_loop
 
 _MIN_ROW = 32  # shorter last dimensions use flat mode ...
 _UNROLLED_ROW = 4  # ... unless so short that LLVM unrolls the row and vectorizes across rows
@@ -100,8 +101,10 @@ def emit_loop_kernel(skel, comp: HloComputation, outputs: list[int]) -> LoopShap
     dims = tuple(chosen[0].shape.dims)
     ls = loop_shape(dims)
     em = ElementalEmitter(skel.builder, skel.target, skel.param_gen)
-    gens = [em.gen(leaf.inst) for leaf in chosen]
     ptrs = [skel.output_ptr(k) for k in outputs]
+    if len(chosen) == 1 and emit_concat_loop(skel, ls, em, chosen[0], ptrs[0]):
+        return ls  # a concatenate, written operand by operand (cpu_concat.py)
+    gens = [em.gen(leaf.inst) for leaf in chosen]
 
     def body(index):
         b = skel.builder
