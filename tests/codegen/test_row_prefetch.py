@@ -1,0 +1,75 @@
+"""Row kernels prefetch the next row while their later loops run in cache
+(kernels/cpu_row.py `prefetches_next_row`): which kernels do, what they prefetch (every input
+row for reading, every output row for writing), and that the results stay the interpreter's
+where the chunked loops end mid-chunk and where a thread's last row has no next row."""
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+
+import hlofuse
+from hlofuse.codegen.kernels import cpu_row
+from hlofuse.runtime.compare import compare_outputs
+from test_row_kernels import _input, _row_kernels, module
+
+
+def _prefetches(exe) -> list[tuple[int, int]]:
+    """(read/write, locality) of every llvm.prefetch call in the program's optimized IR."""
+    ir_text = exe.program.llvm_ir()
+    return [(int(rw), int(loc)) for rw, loc in
+            re.findall(r"call void @llvm\.prefetch\.p0\(ptr [^,]+, i32 (\d), i32 (\d), i32 1\)", ir_text)]
+
+
+def _compile(text: str):
+    return hlofuse.compile(hlofuse.parse_hlo(text), target="cpu", cache=False)
+
+
+@pytest.mark.parametrize("pattern", ["layer_norm", "rms_norm"])
+def test_cheap_row_loops_prefetch_inputs_and_outputs(pattern):
+    """Layer norm's second loop (the variance) and RMS norm's output loop (its only later
+    loop) prefetch the next row: the input for reading, the output for writing, into L2."""
+    exe = _compile(module(pattern, (64, 1000)))
+    assert len(_row_kernels(exe)) == 1
+    found = set(_prefetches(exe))
+    assert found == {(0, cpu_row.PREFETCH_LOCALITY), (1, cpu_row.PREFETCH_LOCALITY)}
+
+
+@pytest.mark.parametrize("pattern", ["softmax", "log_softmax", "l2_normalize"])
+def test_rows_with_an_expensive_op_do_not_prefetch(pattern):
+    """exp, or a divide (XLA's IsExpensive), per element: the rows are compute-bound and the
+    prefetches only cost."""
+    exe = _compile(module(pattern, (64, 1000)))
+    assert len(_row_kernels(exe)) == 1
+    assert _prefetches(exe) == []
+
+
+def test_rows_too_large_to_hold_two_do_not_prefetch(monkeypatch):
+    """The current and next rows of input and output (4 x 4000 bytes) must fit in L2."""
+    text = module("layer_norm", (64, 1000))
+    monkeypatch.setattr(cpu_row, "l2_cache_bytes", lambda: 15999)
+    monkeypatch.setattr(cpu_row, "row_budget_bytes", lambda: 1 << 20)  # still a row kernel
+    exe = _compile(text)
+    assert len(_row_kernels(exe)) == 1 and _prefetches(exe) == []
+    monkeypatch.setattr(cpu_row, "l2_cache_bytes", lambda: 16000)
+    assert _prefetches(_compile(text))
+
+
+@pytest.mark.parametrize("pattern", ["layer_norm", "rms_norm"])
+@pytest.mark.parametrize("n", [1, 63, 64, 65, 1000, 4097])
+def test_chunked_rows_match_the_interpreter_on_two_threads(monkeypatch, pattern, n):
+    """Row lengths around the chunk (64 elements), rows split over two threads (each thread's
+    last row prefetches nothing), checked against the interpreter."""
+    monkeypatch.setenv("HLOFUSE_CPU_THREADS", "2")
+    rows = max(3, -(-(1 << 16) // n)) | 1  # enough elements for two threads, an odd count
+    text = module(pattern, (rows, n))
+    x = _input((rows, n), "f32", seed=n)
+    exe = _compile(text)
+    assert len(_row_kernels(exe)) == 1
+    got = exe(x)
+    want = hlofuse.compile(hlofuse.parse_hlo(text), target="interpreter", fusion=False)(x)
+    for r in compare_outputs(list(got), list(want)):
+        assert r.ok, r
+    if exe.program.driver is not None:
+        assert exe.program.driver.threads == 2
