@@ -40,7 +40,7 @@ from ..hlo.ir import HloComputation, HloInstruction, HloModule
 from .cache import EMITTER_VERSION, hlofuse_version, source_digest
 
 # Bumped when what an entry holds, or how it is written, changes.
-FORMAT = "module-1"
+FORMAT = "module-2"
 
 _HLO = (HloModule, HloComputation, HloInstruction)
 # Builtins an entry may name (pickle names classes it cannot write as literals).
@@ -92,13 +92,20 @@ class _Writer(pickle.Pickler):
         self.dispatch_table = {cls: self._shell for cls in _HLO}
 
     def _shell(self, obj: Any) -> tuple:
+        # A reduction, not a persistent id: pickle memoizes what a reduction made, so an
+        # object of the user's module referred to many times (an instruction's origin, its
+        # operands' origins) is written once and resolved once when read.
+        ref = self._user.get(id(obj))
+        if ref is not None:
+            return (_user_object, ref)
         self.pending.append(obj)
         return (copyreg.__newobj__, (type(obj),))
 
-    def persistent_id(self, obj: Any) -> tuple[str, ...] | None:
-        if type(obj) in _HLO:
-            return self._user.get(id(obj))
-        return None
+
+def _user_object(*ref: str) -> Any:
+    """Stands for an object of the user's module in an entry (`_Writer._shell`); the reader
+    resolves it (`_Reader.find_class` gives its own `_resolve` for this name)."""
+    raise pickle.UnpicklingError("an object of the compiled module read outside an entry")
 
 
 def dumps(payload: Any, user: HloModule) -> bytes:
@@ -113,7 +120,7 @@ def dumps(payload: Any, user: HloModule) -> bytes:
             while done < len(w.pending):  # each round writes the states of the last round's shells
                 batch = w.pending[done:]
                 done = len(w.pending)
-                w.dump([(obj, vars(obj)) for obj in batch])
+                w.dump((batch, [vars(obj) for obj in batch]))
             w.dump(None)
     except (pickle.PicklingError, TypeError, AttributeError, RecursionError) as e:
         raise NotCacheable(f"{type(e).__name__}: {e}") from None
@@ -130,22 +137,25 @@ class _Reader(pickle.Unpickler):
         self._insts: dict[str, HloInstruction] | None = None
 
     def find_class(self, module: str, name: str) -> Any:
+        if module == __name__ and name == "_user_object":
+            return self._resolve
         if module in _MODULES or module.startswith(_MODULE_PREFIXES) or (module == "builtins" and name in _BUILTINS):
             return super().find_class(module, name)
         raise pickle.UnpicklingError(f"an entry may not name {module}.{name}")
 
-    def persistent_load(self, pid: Any) -> Any:
-        kind = pid[0] if isinstance(pid, tuple) and pid else None
-        if kind == "m":
+    def _resolve(self, *ref: Any) -> Any:
+        """The object of the user's module that reference `ref` (see `_names`) names."""
+        kind = ref[0] if ref else None
+        if kind == "m" and len(ref) == 1:
             return self._module
-        if kind == "c" and pid[1] in self._comps:
-            return self._comps[pid[1]]
-        if kind == "i":
+        if kind == "c" and len(ref) == 2 and ref[1] in self._comps:
+            return self._comps[ref[1]]
+        if kind == "i" and len(ref) == 2:
             if self._insts is None:
                 self._insts = {i.name: i for c in self._module.computations for i in c.instructions}
-            if pid[1] in self._insts:
-                return self._insts[pid[1]]
-        raise pickle.UnpicklingError(f"the entry refers to {pid!r}, not in the module compiled")
+            if ref[1] in self._insts:
+                return self._insts[ref[1]]
+        raise pickle.UnpicklingError(f"the entry refers to {ref!r}, not in the module compiled")
 
 
 def loads(data: bytes, user: HloModule) -> Any:
@@ -155,10 +165,12 @@ def loads(data: bytes, user: HloModule) -> Any:
     with gc_paused():  # many small objects at once: the collector's walks would dominate
         payload = r.load()
         while (batch := r.load()) is not None:
-            for obj, state in batch:
-                if type(obj) not in _HLO or type(state) is not dict:
+            if type(batch) is not tuple or len(batch) != 2 or len(batch[0]) != len(batch[1]):
+                raise pickle.UnpicklingError("malformed entry")
+            for obj, state in zip(*batch):
+                if type(obj) not in _HLO or type(state) is not dict or obj.__dict__:
                     raise pickle.UnpicklingError("malformed entry")
-                obj.__dict__.update(state)
+                obj.__dict__ = state  # a shell's empty dict: the state read is its dict
         promote_to_oldest_generation()
     return payload
 

@@ -310,3 +310,24 @@ def test_a_process_that_froze_objects_keeps_them_frozen():
         assert back.to_text() == user.to_text()
     finally:
         gc.unfreeze()
+
+
+def test_each_object_of_the_users_module_is_written_and_resolved_once(monkeypatch):
+    """An object of the compiled module referred to many times (every fused instruction's
+    origin, a computation's instructions' parent) is one reference in the entry, resolved once
+    when read (pickle memoizes it), and resolves to that very object."""
+    user = _chain(300)
+    work = user.clone()
+    refs = [i.origin for i in work.entry.instructions] * 3 + [user, user.entry]
+    calls: list[tuple] = []
+    resolve = module_cache._Reader._resolve
+
+    def counted(self, *ref):
+        calls.append(ref)
+        return resolve(self, *ref)
+
+    monkeypatch.setattr(module_cache._Reader, "_resolve", counted)
+    back = module_cache.loads(module_cache.dumps({"fused": work, "refs": refs}, user), user)
+    assert back["refs"] == refs and all(a is b for a, b in zip(back["refs"], refs))
+    assert [i.origin for i in back["fused"].entry.instructions] == user.entry.instructions
+    assert len(calls) == len(set(calls)) == len(user.entry.instructions) + 2
