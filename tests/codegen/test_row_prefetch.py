@@ -1,7 +1,9 @@
 """Row kernels prefetch the next row while their later loops run in cache
 (kernels/cpu_row.py `prefetches_next_row`): which kernels do, what they prefetch (every input
 row for reading, every output row for writing), and that the results stay the interpreter's
-where the chunked loops end mid-chunk and where a thread's last row has no next row."""
+where the chunked loops end mid-chunk and where a thread's last row has no next row. The
+kernels here are small; the rule's L3 size is set below them (the `from_memory` fixture) so
+that they count as coming from memory."""
 from __future__ import annotations
 
 import re
@@ -26,8 +28,14 @@ def _compile(text: str):
     return hlofuse.compile(hlofuse.parse_hlo(text), target="cpu", cache=False)
 
 
+@pytest.fixture
+def from_memory(monkeypatch):
+    """An L3 of 64 KiB: every kernel here streams more than that."""
+    monkeypatch.setattr(cpu_row, "l3_cache_bytes", lambda: 64 << 10)
+
+
 @pytest.mark.parametrize("pattern", ["layer_norm", "rms_norm"])
-def test_cheap_row_loops_prefetch_inputs_and_outputs(pattern):
+def test_cheap_row_loops_prefetch_inputs_and_outputs(pattern, from_memory):
     """Layer norm's second loop (the variance) and RMS norm's output loop (its only later
     loop) prefetch the next row: the input for reading, the output for writing, into L2."""
     exe = _compile(module(pattern, (64, 1000)))
@@ -37,7 +45,7 @@ def test_cheap_row_loops_prefetch_inputs_and_outputs(pattern):
 
 
 @pytest.mark.parametrize("pattern", ["softmax", "log_softmax", "l2_normalize"])
-def test_rows_with_an_expensive_op_do_not_prefetch(pattern):
+def test_rows_with_an_expensive_op_do_not_prefetch(pattern, from_memory):
     """exp, or a divide (XLA's IsExpensive), per element: the rows are compute-bound and the
     prefetches only cost."""
     exe = _compile(module(pattern, (64, 1000)))
@@ -45,7 +53,7 @@ def test_rows_with_an_expensive_op_do_not_prefetch(pattern):
     assert _prefetches(exe) == []
 
 
-def test_rows_too_large_to_hold_two_do_not_prefetch(monkeypatch):
+def test_rows_too_large_to_hold_two_do_not_prefetch(monkeypatch, from_memory):
     """The current and next rows of input and output (4 x 4000 bytes) must fit in L2."""
     text = module("layer_norm", (64, 1000))
     monkeypatch.setattr(cpu_row, "l2_cache_bytes", lambda: 15999)
@@ -58,7 +66,7 @@ def test_rows_too_large_to_hold_two_do_not_prefetch(monkeypatch):
 
 @pytest.mark.parametrize("pattern", ["layer_norm", "rms_norm"])
 @pytest.mark.parametrize("n", [1, 63, 64, 65, 1000, 4097])
-def test_chunked_rows_match_the_interpreter_on_two_threads(monkeypatch, pattern, n):
+def test_chunked_rows_match_the_interpreter_on_two_threads(monkeypatch, from_memory, pattern, n):
     """Row lengths around the chunk (64 elements), rows split over two threads (each thread's
     last row prefetches nothing), checked against the interpreter."""
     monkeypatch.setenv("HLOFUSE_CPU_THREADS", "2")
@@ -66,10 +74,28 @@ def test_chunked_rows_match_the_interpreter_on_two_threads(monkeypatch, pattern,
     text = module(pattern, (rows, n))
     x = _input((rows, n), "f32", seed=n)
     exe = _compile(text)
-    assert len(_row_kernels(exe)) == 1
+    assert len(_row_kernels(exe)) == 1 and _prefetches(exe)
     got = exe(x)
     want = hlofuse.compile(hlofuse.parse_hlo(text), target="interpreter", fusion=False)(x)
     for r in compare_outputs(list(got), list(want)):
         assert r.ok, r
     if exe.program.driver is not None:
         assert exe.program.driver.threads == 2
+
+
+def test_rows_in_cache_do_not_prefetch(monkeypatch):
+    """64 rows of 1000 f32 in and out (512 KB) within an L3 of 512 KB: the rows come from
+    cache, where the chunked loop only costs; one byte more and they count as from memory."""
+    text = module("layer_norm", (64, 1000))
+    monkeypatch.setattr(cpu_row, "l3_cache_bytes", lambda: 64 * 1000 * 8)
+    assert _prefetches(_compile(text)) == []
+    monkeypatch.setattr(cpu_row, "l3_cache_bytes", lambda: 64 * 1000 * 8 - 1)
+    assert _prefetches(_compile(text))
+
+
+def test_cache_sizes_come_from_the_host_or_defaults():
+    """L2 and L3 sizes from /sys where the host describes them (this host: L2 below L3)."""
+    l2, l3 = cpu_row.l2_cache_bytes(), cpu_row.l3_cache_bytes()
+    assert l2 == (cpu_row.cache_bytes(2) or cpu_row.DEFAULT_L2_BYTES)
+    assert l3 == (cpu_row.cache_bytes(3) or cpu_row.DEFAULT_L3_BYTES)
+    assert 0 < l2 < l3

@@ -41,34 +41,45 @@ from ...hlo.ir import HloComputation, HloInstruction
 from .args import output_leaves, param_leaf_slots
 from .reduction_groups import ReduceHero, is_order_sensitive_reduce
 
-# Used when the host does not say (no /sys cache description): a common per-core L2 size.
+# Used when the host does not say (no /sys cache description): common L2 (per core) and L3 sizes.
 DEFAULT_L2_BYTES = 256 << 10
+DEFAULT_L3_BYTES = 8 << 20
 # A row's working set may take at most this fraction of L2: the rest holds the outputs being
 # written, the other operands (gamma, beta) and what the prefetcher brings in for the next row.
 ROW_L2_FRACTION = 0.5
 
 
 @functools.cache
-def l2_cache_bytes() -> int:
-    """The L2 (unified or data) cache size of cpu0 in bytes, from
-    /sys/devices/system/cpu/cpu0/cache, or DEFAULT_L2_BYTES when the host does not describe it."""
+def cache_bytes(level: int) -> int | None:
+    """The size in bytes of cpu0's level-`level` cache (unified or data), from
+    /sys/devices/system/cpu/cpu0/cache, or None when the host does not describe it."""
     for d in sorted(glob.glob("/sys/devices/system/cpu/cpu0/cache/index*")):
         try:
             with open(os.path.join(d, "level")) as f:
-                level = f.read().strip()
+                found = f.read().strip()
             with open(os.path.join(d, "type")) as f:
                 kind = f.read().strip()
             with open(os.path.join(d, "size")) as f:
                 size = f.read().strip()
         except OSError:
             continue
-        if level != "2" or kind not in ("Unified", "Data"):
+        if found != str(level) or kind not in ("Unified", "Data"):
             continue
         scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(size[-1:].upper(), 1)
         digits = size[:-1] if scale != 1 else size
         if digits.isdigit():
             return int(digits) * scale
-    return DEFAULT_L2_BYTES
+    return None
+
+
+def l2_cache_bytes() -> int:
+    """The L2 cache size of cpu0 in bytes, or DEFAULT_L2_BYTES when the host does not say."""
+    return cache_bytes(2) or DEFAULT_L2_BYTES
+
+
+def l3_cache_bytes() -> int:
+    """The L3 cache size of cpu0 in bytes (shared by its cores), or DEFAULT_L3_BYTES."""
+    return cache_bytes(3) or DEFAULT_L3_BYTES
 
 
 def row_budget_bytes() -> int:
@@ -304,8 +315,8 @@ def _fold(b, em: ElementalEmitter, h: ReduceHero, accs: list, index: Index) -> l
 
 # x86's cache line; the prefetch loop issues one prefetch per line of the next row.
 CACHE_LINE_BYTES = 64
-# Elements of a row loop between two rounds of prefetches.
-PREFETCH_CHUNK = 64
+# Bytes of the widest stream's row a loop covers between two rounds of prefetches (4 lines).
+PREFETCH_CHUNK_BYTES = 256
 # llvm.prefetch's locality argument: 2 brings the line into L2 (and not necessarily L1), where
 # the row's later loops find it; the next row may be as large as half of L2.
 PREFETCH_LOCALITY = 2
@@ -337,14 +348,17 @@ def prefetches_next_row(comp: HloComputation, layout: RowLayout, streams: list) 
 
     Its first loop reads a row from memory and the later ones find it in cache; the hardware
     prefetcher runs only a little ahead of the last miss, so while they run the memory idles
-    and the next row's first loop waits for most of its lines (layer norm on one thread: 2.1 ms
-    for 6144 rows of 1024, its loops 0.9 ms in cache). Prefetched a chunk at a time while the
-    second loop works, the next row is in L2 when its turn comes (1.55 ms). Not when a loop
-    computes an expensive elementwise op (exp, log, tanh ...) per element: those rows take
-    longer to compute than to read, the hardware prefetcher keeps up, and the prefetches only
-    cost (softmax 3072x2048 on one thread: 1.95 -> 2.45 ms). The kernel needs a second loop,
-    and the current and next rows of every stream must fit in L2 together."""
-    if layout.passes < 2 or 2 * layout.row_elements * sum(n for _, n, _ in streams) > l2_cache_bytes():
+    and the next row's first loop waits for most of its lines (layer norm 6144x1024 on one
+    thread: 2.1-2.3 ms, its loops 0.9 ms in cache). Prefetched a chunk at a time while the
+    second loop works, the next row is in L2 when its turn comes (1.5 ms). Only when the rows
+    come from memory: the streams together exceed L3 (in cache, the chunked loop only costs:
+    layer norm 128x1024, 18 -> 28 us). Not when a loop computes an expensive elementwise op
+    (exp, log, divide ...: XLA's IsExpensive) per element: those rows take longer to compute
+    than to read, the hardware prefetcher keeps up, and the prefetches only cost (softmax
+    3072x2048 on one thread: 1.95 -> 2.45 ms). The kernel needs a second loop, and the current
+    and next rows of every stream must fit in L2 together."""
+    row_bytes = layout.row_elements * sum(n for _, n, _ in streams)
+    if layout.passes < 2 or 2 * row_bytes > l2_cache_bytes() or layout.rows * row_bytes <= l3_cache_bytes():
         return False
     return not any(i.info.elementwise and i.info.expensive and i.shape.is_array
                    and tuple(i.shape.dims) == layout.in_dims for i in comp.instructions)
@@ -353,12 +367,12 @@ def prefetches_next_row(comp: HloComputation, layout: RowLayout, streams: list) 
 @contextmanager
 def _row_loop(b: ir.IRBuilder, n: int, name: str, row: ir.Value | None = None, end: ir.Value | None = None,
               streams: list = ()) -> Iterator[ir.Value]:
-    """`for j in [0, n)` over a row; with `streams`, the loop runs in chunks of PREFETCH_CHUNK
-    elements and, before each, prefetches the same chunk of row `row` + 1 of every stream
+    """`for j in [0, n)` over a row; with `streams`, the loop runs in chunks of
+    PREFETCH_CHUNK_BYTES of the widest stream and, before each, prefetches the same chunk of row `row` + 1 of every stream
     (unless that row is `end`, another thread's): a few lines at a time, spread over the
     loop's work. (One burst of the whole next row before the loop stalls it once the core's
     miss buffers are full: on a loaded host it measured anywhere from 20% faster to 45% slower
-    than no prefetch for layer norm; chunks of 64 elements were 25-30% faster in each of five
+    than no prefetch for layer norm; chunks of 64 f32 were 25-30% faster in each of five
     runs, chunks of 256 about 10%.) A reduction in a chunked loop is folded per chunk by the
     vectorised loop and across chunks in order: reassociated, as the unchunked loop is."""
     if not streams:
@@ -366,12 +380,13 @@ def _row_loop(b: ir.IRBuilder, n: int, name: str, row: ir.Value | None = None, e
             yield j
         return
     fn = _prefetch_function(b.module)
-    chunks = -(-n // PREFETCH_CHUNK)
+    chunk = max(1, PREFETCH_CHUNK_BYTES // max(size for _, size, _ in streams))
+    chunks = -(-n // chunk)
     nxt = b.add(row, const_i64(1), flags=["nuw", "nsw"])
     has_next = b.icmp_signed("<", nxt, end)
     with for_range(b, const_i64(0), const_i64(chunks), name + ".chunk") as c:
-        start = b.mul(c, const_i64(PREFETCH_CHUNK), flags=["nuw", "nsw"])
-        stop = b.add(start, const_i64(PREFETCH_CHUNK), flags=["nuw", "nsw"])
+        start = b.mul(c, const_i64(chunk), flags=["nuw", "nsw"])
+        stop = b.add(start, const_i64(chunk), flags=["nuw", "nsw"])
         stop = b.select(b.icmp_signed("<", stop, const_i64(n)), stop, const_i64(n))
         with b.if_then(has_next):
             for arg, size, written in streams:
