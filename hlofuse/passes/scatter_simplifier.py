@@ -11,6 +11,11 @@ in scatter order (a later window overwrites an earlier one, as assignment does);
 outside the operand is skipped, as scatter skips it. The result fuses as a dynamic-update-slice
 (in place, over the window only: codegen/kernels/cpu_dus.py), which is what XLA:CPU's optimized
 HLO of an image normalisation does. The rule is ported from XLA's behaviour, not its code.
+
+Then the dynamic-update-slices at constant starts are simplified (passes/dus_rules.py): slices
+of them that read only the operand or only the update read that directly, and an update of
+the window next to (or covering) the one its operand wrote becomes one update of both, so
+channel assignments in a row are one dynamic-update-slice, one loop kernel.
 """
 from __future__ import annotations
 
@@ -23,6 +28,7 @@ import numpy as np
 from ..hlo.dtypes import S32
 from ..hlo.ir import HloComputation, HloInstruction, HloModule
 from ..hlo.shapes import array
+from .dus_rules import merged_update, slice_of_update
 from .pass_base import HloPass
 from .rewrite import Rewriter
 
@@ -127,4 +133,27 @@ class ScatterToDynamicUpdateSlice(HloPass):
                 rewriter.replace(inst, value)
                 changed = True
             rewriter.finish()
+            while _simplify_updates(comp):
+                changed = True
         return changed
+
+
+def _simplify_updates(comp: HloComputation) -> bool:
+    """One sweep of the dynamic-update-slice rules over `comp`; True if any applied."""
+    rewriter = Rewriter(comp)
+    changed = False
+    for inst in list(comp.instructions):  # slices first: they release their operand's users
+        if inst.opcode == "slice" and inst.operands[0].opcode == "dynamic-update-slice":
+            new = slice_of_update(inst)
+            if new is not None:
+                rewriter.replace(inst, new)
+                changed = True
+    for inst in list(comp.instructions):
+        if inst.opcode == "dynamic-update-slice" and inst.operands[0].opcode == inst.opcode:
+            new = merged_update(inst)
+            if new is not None:
+                rewriter.replace(inst, new)
+                changed = True
+                break  # the replaced pair's users changed: the next sweep sees them afresh
+    rewriter.finish()
+    return changed
