@@ -3,10 +3,12 @@ measured sgemm peak and against XLA:CPU on the same HLO.
 
 Run:  python benchmarks/gemm_speed.py [--rounds N] [--quick] [--profile]
 
-In one process: the sgemm peak of scipy's OpenBLAS on one and on all threads (the BLAS the
-GEMM kernels call); then each case (a square f32 GEMM, an MLP block with bias, GELU and a
+In one process: the sgemm peak of scipy's OpenBLAS and of oneDNN's `dnnl_sgemm` on one and on
+all threads (the libraries the GEMM kernels call: oneDNN for f32 where it is installed,
+runtime/gemm_provider.py); then each case (a square f32 GEMM, an MLP block with bias, GELU and a
 residual fused as epilogues, causal masked attention) lowered by JAX to HLO, compiled by hlofuse
-(kernels on all cores, and on one thread) and by jax.jit, timed in interleaved rounds, medians;
+(kernels on all cores with the default f32 provider and with HLOFUSE_GEMM=openblas, and on one
+thread) and by jax.jit, timed in interleaved rounds, medians;
 `--profile` adds each case's per-step times (CpuProgram.profile). GFLOP/s count 2*M*N*K per dot. The load
 average is printed before and after (the machine may be shared). The script re-executes itself
 with GLIBC_TUNABLES set (as benchmarks/real_models.py does), so large temporaries are not
@@ -92,6 +94,33 @@ def sgemm_peak(n: int, threads: int, repeat: int) -> float:
     return 2 * n ** 3 / t / 1e9
 
 
+def onednn_peak(n: int, threads: int, repeat: int) -> float | None:
+    """GFLOP/s of oneDNN's dnnl_sgemm on n x n x n with `threads` OpenMP threads (None when
+    libdnnl is not installed)."""
+    import ctypes
+
+    from hlofuse.runtime.gemm_provider import onednn_library
+
+    lib = onednn_library()
+    if lib is None:
+        return None
+    gomp = ctypes.CDLL("libgomp.so.1")
+    rng = np.random.default_rng(0)
+    a, b = (rng.standard_normal((n, n)).astype(np.float32) for _ in range(2))
+    c = np.empty((n, n), np.float32)
+    fn, dim, ptr = lib.dnnl_sgemm, ctypes.c_int64, ctypes.c_void_p
+    fn.argtypes = [ctypes.c_char, ctypes.c_char, dim, dim, dim, ctypes.c_float, ptr, dim, ptr, dim,
+                   ctypes.c_float, ptr, dim]
+    saved = gomp.omp_get_max_threads()
+    gomp.omp_set_num_threads(threads)
+    try:
+        t = _median(lambda: fn(b"N", b"N", n, n, n, 1.0, a.ctypes.data, n, b.ctypes.data, n, 0.0, c.ctypes.data, n),
+                    repeat)
+    finally:
+        gomp.omp_set_num_threads(saved)
+    return 2 * n ** 3 / t / 1e9
+
+
 def cases(quick: bool):
     """(name, fn, args, flops) per case: the functions JAX lowers to HLO."""
     import jax
@@ -124,17 +153,21 @@ def cases(quick: bool):
     return out
 
 
-def _compile(hlofuse, text: str, threads: int | None):
-    """hlofuse's executable of `text`, its kernels split over `threads` (None: all cores)."""
-    saved = os.environ.pop("HLOFUSE_CPU_THREADS", None)
+def _compile(hlofuse, text: str, threads: int | None, gemm: str | None = None):
+    """hlofuse's executable of `text`, its kernels split over `threads` (None: all cores), its
+    f32 GEMMs calling `gemm` (HLOFUSE_GEMM; None: the default provider)."""
+    saved = {k: os.environ.pop(k, None) for k in ("HLOFUSE_CPU_THREADS", "HLOFUSE_GEMM")}
     if threads is not None:
         os.environ["HLOFUSE_CPU_THREADS"] = str(threads)
+    if gemm is not None:
+        os.environ["HLOFUSE_GEMM"] = gemm
     try:
         exe = hlofuse.compile(hlofuse.parse_hlo(text), target="cpu")
     finally:
-        os.environ.pop("HLOFUSE_CPU_THREADS", None)
-        if saved is not None:
-            os.environ["HLOFUSE_CPU_THREADS"] = saved
+        for k, v in saved.items():
+            os.environ.pop(k, None)
+            if v is not None:
+                os.environ[k] = v
     return exe
 
 
@@ -161,27 +194,39 @@ def main() -> None:
     import hlofuse
 
     print(f"load average before: {os.getloadavg()}", flush=True)
+    from hlofuse.runtime.gemm_provider import gemm_provider
+
     cores = len(os.sched_getaffinity(0))
     n = 1024 if opts.quick else 2048
     peaks = {th: sgemm_peak(n, th, 3) for th in sorted({1, cores})}
     core = f"{blas_core()} kernels, OPENBLAS_CORETYPE={os.environ.get('OPENBLAS_CORETYPE', 'unset')}"
     for th, p in peaks.items():
         print(f"sgemm peak ({n}^3, scipy OpenBLAS, {core}, {th} thread{'s' if th > 1 else ''}): {p:.1f} GFLOP/s")
-    print(f"{'case':32} {'hlofuse ms':>11} {'1 thread':>9} {'XLA ms':>9} {'ratio':>6} {'GFLOP/s':>8} {'% peak':>7}")
+    for th in sorted({1, cores}):
+        p = onednn_peak(n, th, 3)
+        if p is not None:
+            print(f"sgemm peak ({n}^3, oneDNN dnnl_sgemm, {th} thread{'s' if th > 1 else ''}): {p:.1f} GFLOP/s")
+            peaks[f"onednn{th}"] = p
+    print(f"f32 GEMM provider: {gemm_provider('f32')}; 'OpenBLAS ms' forces HLOFUSE_GEMM=openblas", flush=True)
+    print(f"{'case':32} {'hlofuse ms':>11} {'OpenBLAS ms':>11} {'1 thread':>9} {'XLA ms':>9} {'ratio':>6} "
+          f"{'OB ratio':>8} {'GFLOP/s':>8} {'% peak':>7}")
     for name, fn, args, flops in cases(opts.quick):
         text = jax.jit(fn).lower(*args).as_text(dialect="hlo")
         exe, exe1 = _compile(hlofuse, text, None), _compile(hlofuse, text, 1)
+        exe_ob = _compile(hlofuse, text, None, "openblas")
         xla = jax.jit(fn)
         dev = [jax.device_put(a) for a in args]
-        mine, single, theirs = [], [], []
+        mine, single, openblas, theirs = [], [], [], []
         for _ in range(opts.rounds):  # interleaved rounds
             mine.append(_median(lambda: exe(*args), 1))
+            openblas.append(_median(lambda: exe_ob(*args), 1))
             single.append(_median(lambda: exe1(*args), 1))
             theirs.append(_median(lambda: xla(*dev).block_until_ready(), 1))
         tm, t1, tx = statistics.median(mine), statistics.median(single), statistics.median(theirs)
+        tob = statistics.median(openblas)
         rate = flops / tm / 1e9
-        print(f"{name:32} {tm * 1e3:11.2f} {t1 * 1e3:9.2f} {tx * 1e3:9.2f} {tm / tx:6.2f} {rate:8.1f} "
-              f"{100 * rate / max(peaks.values()):6.0f}%", flush=True)
+        print(f"{name:32} {tm * 1e3:11.2f} {tob * 1e3:11.2f} {t1 * 1e3:9.2f} {tx * 1e3:9.2f} {tm / tx:6.2f} "
+              f"{tob / tx:8.2f} {rate:8.1f} {100 * rate / max(peaks.values()):6.0f}%", flush=True)
         if opts.profile:
             _profile(exe, args, opts.rounds)
     print(f"load average after: {os.getloadavg()}")

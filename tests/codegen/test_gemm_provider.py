@@ -195,3 +195,16 @@ def test_an_unknown_provider_is_an_input_error(monkeypatch):
     monkeypatch.setenv("HLOFUSE_GEMM", "mkl")
     with pytest.raises(InputError, match="HLOFUSE_GEMM"):
         gemm_provider("f32")
+
+
+def test_without_libdnnl_f32_falls_back_to_openblas(monkeypatch):
+    """Where libdnnl does not load (another platform), f32 GEMMs call OpenBLAS, the default
+    request notwithstanding, and still match the interpreter."""
+    from hlofuse.runtime import gemm_provider as gp
+
+    monkeypatch.delenv("HLOFUSE_GEMM", raising=False)
+    monkeypatch.setitem(gp._loaded, "lib", None)
+    assert gemm_provider("f32") == "openblas" and CpuTarget().fingerprint().endswith("gemm-f32=openblas")
+    rng = np.random.default_rng(4)
+    _check(_dot_module((96, 300), (300, 80), [], [1], [], [0], "f32"),
+           [_random(rng, (96, 300), "f32"), _random(rng, (300, 80), "f32")], "openblas", threads=(1, 2))
