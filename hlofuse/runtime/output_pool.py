@@ -6,29 +6,50 @@ import sys
 
 import numpy as np
 
+# Output arrays start on a cache line, as XLA's allocator places its buffers. numpy's own large
+# arrays start 16 or 48 bytes into one (malloc's header), so every 64-byte vector store of a
+# kernel writing them straddled two lines: a split store each.
+ALIGN = 64
+_POOLED_BYTES = 1 << 16  # smaller arrays are cheap to allocate fresh
+
+
+def aligned_empty(dims: tuple[int, ...], dtype) -> np.ndarray:
+    """An uninitialized C-contiguous array starting on a 64-byte boundary (a view of a slightly
+    larger byte buffer, its `base`)."""
+    dtype = np.dtype(dtype)
+    nbytes = int(np.prod(dims, dtype=np.int64)) * dtype.itemsize
+    raw = np.empty(nbytes + ALIGN, np.uint8)
+    start = -raw.ctypes.data % ALIGN
+    return raw[start:start + nbytes].view(dtype).reshape(dims)
+
 
 class OutputPool:
     """Recycles output arrays the caller has dropped, like XLA's allocator reusing freed
     buffers: fresh pages cost a page fault each, which dominates memory-bound kernels.
 
     An array handed out is kept here; it is handed out again only when nothing but this pool
-    references it (no user reference, no view of it alive)."""
+    references it (no user reference, no view of it alive). A view the user made of it refers
+    to the byte buffer underneath (numpy points a view at the array that owns the memory), so
+    both the array's and the buffer's references are counted."""
 
     def __init__(self, per_key: int = 4) -> None:
         self.per_key = per_key
-        self._arrays: dict[tuple, list] = {}
+        self._arrays: dict[tuple, list[np.ndarray]] = {}
 
     def empty(self, dims: tuple[int, ...], dtype):
-        """An uninitialized array of `dims` and `dtype`, recycled when possible."""
+        """An uninitialized array of `dims` and `dtype`, recycled when possible; arrays of 64 KB
+        and more start on a cache line."""
         key = (tuple(dims), np.dtype(dtype).str)
         pool = self._arrays.setdefault(key, [])
         for a in pool:
-            # references: the pool's list, the loop variable, getrefcount's argument
-            if sys.getrefcount(a) <= 3:
+            # a: the pool's list, the loop variable, getrefcount's argument;
+            # its buffer: a's base reference, getrefcount's argument (the attribute read)
+            if sys.getrefcount(a) <= 3 and sys.getrefcount(a.base) <= 2:
                 return a
-        a = np.empty(dims, dtype)
-        if a.nbytes >= (1 << 16):
-            if len(pool) >= self.per_key:
-                pool.pop(0)
-            pool.append(a)
+        if np.dtype(dtype).itemsize * int(np.prod(dims, dtype=np.int64)) < _POOLED_BYTES:
+            return np.empty(dims, dtype)
+        a = aligned_empty(tuple(dims), dtype)
+        if len(pool) >= self.per_key:
+            pool.pop(0)
+        pool.append(a)
         return a

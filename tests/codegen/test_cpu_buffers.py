@@ -51,3 +51,42 @@ def test_output_pool_recycles_only_dropped_arrays():
     d = pool.empty((256, 256), np.float32)
     assert d.ctypes.data != addr  # a live view keeps the array in use
     del view, d
+
+
+def test_pooled_outputs_start_on_a_cache_line():
+    """Outputs of 64 KB and more start on a 64-byte boundary (numpy's own large arrays start 16
+    or 48 bytes into a line, so every vector store of a kernel split across two lines); views
+    of a recycled array still keep it in use, small arrays are plain numpy arrays."""
+    pool = OutputPool()
+    for dims, dtype in (((4096, 2048), np.float32), ((3, 5, 7, 313), np.float64), ((1 << 16,), np.int8)):
+        a = pool.empty(dims, dtype)
+        assert a.ctypes.data % 64 == 0 and a.shape == dims and a.dtype == dtype and a.flags.c_contiguous
+        addr = a.ctypes.data
+        view = a.reshape(-1)[1:]
+        del a
+        assert pool.empty(dims, dtype).ctypes.data != addr  # the view keeps it in use
+        del view
+        assert pool.empty(dims, dtype).ctypes.data == addr
+    small = pool.empty((16, 16), np.float32)
+    assert small.flags.owndata
+
+
+def test_program_outputs_are_aligned_and_recycled():
+    from hlofuse.hlo.parser import parse_hlo
+    from hlofuse.runtime.cpu_executor import CpuProgram
+
+    prog = CpuProgram.compile(parse_hlo("""HloModule m
+ENTRY e {
+  x = f32[300,257] parameter(0)
+  ROOT n = f32[300,257] negate(x)
+}
+"""))
+    x = np.random.default_rng(0).standard_normal((300, 257)).astype(np.float32)
+    (out,) = prog.run([x])
+    np.testing.assert_array_equal(out, -x)
+    addr = out.ctypes.data
+    assert addr % 64 == 0
+    del out
+    (again,) = prog.run([x])
+    assert again.ctypes.data == addr  # the dropped output's pages are reused
+    np.testing.assert_array_equal(again, -x)
