@@ -280,15 +280,19 @@ class Explainer:
         """Two instructions reading a common operand, neither depending on the other."""
         a, b = sa.name, sb.name
         lines = [f"{a} and {b} are siblings: both read {', '.join(common)} and neither depends on the other."]
-        if self.target == "cpu":
-            lines.append("XLA's CPU pipeline has no multi-output (sibling) fusion, so siblings never share a "
-                         "kernel there; on --target gpu they may.")
-            return "siblings never share a kernel on the CPU (no multi-output fusion)", lines
-        views = [w for w in self.pair_views(sa, sb) if w.entry.pass_name.startswith("multi-output")]
+        views = [w for w in self.pair_views(sa, sb)
+                 if w.entry.pass_name.startswith("multi-output") or w.entry.pass_name == "sibling-fusion"]
         lines += self.listing(views) or ["  no sibling fusion decision was recorded"]
         refused = [w for w in views if w.entry.action == "refused"]
+        if self.target == "cpu" and not refused:
+            # the CPU's sibling fusion pairs only kernels that stay one CPU kernel, silently
+            lines.append("On the CPU (whose XLA pipeline has no multi-output fusion) hlofuse's sibling fusion "
+                         "merges only two reductions of one input or two plain loops over the same dimensions; "
+                         "these are not such a pair.")
         deciding = (f"the deciding refusal was [{refused[-1].entry.pass_name}/{refused[-1].entry.rule}] "
                     f"'{refused[-1].entry.reason}'" if refused
+                    else "on the CPU only two reductions or two plain loops of the same dimensions share a "
+                         "kernel as siblings" if self.target == "cpu"
                     else "multi-output fusion recorded no decision about them as siblings")
         return deciding, lines + self.hints(refused)
 

@@ -53,8 +53,13 @@ HINTS = {
     "disjoint-slices": "the two read disjoint slices of their common operand, so one kernel would save no reads; "
                        "overlapping slices would fuse.",
     "sibling": "{p} cannot take part in sibling (multi-output) fusion.",
-    "cpu-sibling-not-reductions": "on the CPU only reductions are sibling-fused (a second pass over their operand is "
-                                  "the cost saved); loop siblings stay separate kernels.",
+    "cpu-sibling-kernel-kinds": "on the CPU only two reductions of one input, or two plain loops (elementwise and "
+                                "data movement, no reduce or in-place update), share a kernel; a loop and a "
+                                "reduction, or a library call, stay separate kernels.",
+    "cpu-loop-dims": "a CPU loop kernel walks one output shape and {p} and {c} write different ones; only loops "
+                     "writing outputs of the same dimensions share a kernel.",
+    "cpu-reread": "{c} reads {p} other than element by element (a broadcast, slice or transpose of it), so as "
+                  "{c}'s extra output {p} would be computed again per read; it stays in memory.",
     "dynamic-update-slice": "in-place dynamic-update-slice roots cannot share a multi-output fusion.",
     "in-place": "{c} updates a buffer in place; a second read of that buffer (or a producer reading it other "
                 "than at exactly the updated window) would see overwritten elements, and two in-place updates stay "

@@ -123,7 +123,7 @@ from hlofuse.explain import explain
 
 module = hlofuse.load("examples/lstm_cell.hlo")
 print(explain(module, ["dot_general.2", "add.9"], target="cpu"))
-print(explain(module, ["add.9", "add.9.1"], target="cpu"))
+print(explain(module, ["add.9"], target="cpu"))
 '''),
     "dump-dir": ("seeing_fusion.md", '''
 import os, tempfile

@@ -35,10 +35,21 @@ def test_one_instruction_where_and_decisions(lstm):
     assert "[not-fusible-into-all-users]" in text
 
 
-def test_one_instruction_duplicated(lstm):
-    text = explain(lstm, ["add.9"], "cpu")
+def test_one_instruction_duplicated(softmax):
+    # exp.1 is duplicated into the kernel of its sum and the kernel of the division, which stay
+    # two kernels on the CPU (a reduction and a loop)
+    text = explain(softmax, ["exp.1"], "cpu")
     assert "ended up in 2 kernels (duplicated)" in text
-    assert "as add.9.1" in text
+    assert "as exp.1.1" in text
+
+
+def test_duplicate_computed_once_when_its_users_merge(lstm):
+    # add.9 is duplicated into the fusions of the cell state and of the hidden state, and the
+    # CPU's producer-consumer multi-output fusion then computes the cell state in the hidden
+    # state's kernel: one kernel, add.9 computed once there
+    text = explain(lstm, ["add.9"], "cpu")
+    assert text.startswith("add.9 runs in fusion (kLoop).")
+    assert "[fusion] fused add.9 into fusion.1 -> fusion.1 (merged into fusion later)" in text
 
 
 def test_same_kernel(lstm):
@@ -53,7 +64,7 @@ def test_direct_producer_refused_with_numbers_and_hint(lstm):
     gates), so the dot stays a kernel of its own, with the rule, the numbers and a hint."""
     text = explain(lstm, ["dot_general.2", "add.9"], "cpu")
     assert text.startswith("dot_general.2 and add.9 run in different kernels: dot_general.2 in dot_general.2, "
-                           "add.9 in 2 kernels (fusion, fusion.1); the deciding refusal was "
+                           "add.9 in fusion; the deciding refusal was "
                            "[fusion/dot-output-shape] 'fusion does not produce one array of dot dot_general.2's "
                            "dimensions")
     assert "dot_general.2 is an operand of add.9." in text
@@ -75,9 +86,10 @@ def test_path_gives_reachability(lstm):
 
 
 def test_siblings_on_cpu(lstm):
+    # the gates' slices of add.13 end up in one kernel (the cell state's fusion computed in the
+    # hidden state's: CPU multi-output fusion)
     text = explain(lstm, ["split.7", "split.5"], "cpu")
-    assert "siblings: both read add.13" in text
-    assert "no multi-output (sibling) fusion" in text
+    assert text.startswith("split.7 and split.5 are in the same kernel, fusion (kLoop).")
 
 
 def test_gpu_refusals_name_the_rules(softmax):
@@ -118,8 +130,11 @@ def test_gpu_siblings_refused_for_different_loop_shapes():
     assert "e and t are siblings: both read x" in text
     assert "different loop shapes (f32[32,128] vs f32[64,128]) [different-loop-shapes]" in text
     assert "make their output shapes (or reduction input shapes) agree" in text
+    # the CPU merges loops only when their outputs have the same dimensions
     text = explain(module, ["e", "t"], "cpu")
-    assert "no multi-output (sibling) fusion" in text
+    assert "e and t are siblings: both read x" in text
+    assert "the deciding refusal was [sibling-fusion/cpu-loop-dims]" in text
+    assert "only loops writing outputs of the same dimensions share a kernel" in text  # the hint
 
 
 def test_names_removed_before_fusion_or_in_combiners(softmax):
@@ -252,24 +267,28 @@ def test_every_pair_agrees_with_the_fused_module(path: Path, target: str) -> Non
 
 # ---- the issue's cases ----------------------------------------------------------------------------
 
-def test_a_fused_clone_is_accepted_and_resolves_to_its_original(lstm) -> None:
-    fused, facts = _kernel_facts(lstm, "cpu")
-    clone = next(i for i in fused.all_instructions() if i.name == "add.9.1")
+def test_a_fused_clone_is_accepted_and_resolves_to_its_original(softmax) -> None:
+    fused, facts = _kernel_facts(softmax, "cpu")
+    clone = next(i for i in fused.all_instructions() if i.name == "exp.1.1")
     holder = clone.parent.fusion_instruction.name
-    text = explain(lstm, ["add.9", "add.9.1"], "cpu")
-    assert text.startswith(f"add.9 and add.9.1 are in the same kernel, {holder} ")
-    assert f"add.9.1 (add f32[8,512]) is a copy of add.9 made by fusion; it ended up in fusion {holder} " in text
-    assert len(facts["add.9"]) == 2 and "(duplicated)" in text  # add.9 is computed by both fusions
+    text = explain(softmax, ["exp.1", "exp.1.1"], "cpu")
+    assert text.startswith(f"exp.1 and exp.1.1 are in the same kernel, {holder} ")
+    assert (f"exp.1.1 (exponential f32[32,1000]) is a copy of exp.1 made by fusion; it ended up in fusion "
+            f"{holder} ") in text
+    assert len(facts["exp.1"]) == 2 and "(duplicated)" in text  # exp.1 is computed by both fusions
     assert "not in the module" not in text and "one of them is a fusion" not in text
-    one = explain(lstm, ["add.9.1"], "cpu")
-    assert one.startswith(f"add.9.1 runs in {holder} (kLoop).")
+    one = explain(softmax, ["exp.1.1"], "cpu")
+    assert one.startswith(f"exp.1.1 runs in {holder} (kLoop).")
 
 
 def test_a_name_of_another_target_is_an_error_with_close_matches(capsys) -> None:
-    # add.9.1 exists only where the CPU duplicates add.9; the GPU fuses add.9 once
-    assert main(["explain", str(LSTM), "add.9", "add.9.1", "--target", "gpu"]) == 2
+    # broadcast.5.1 is a copy only the GPU's fusion makes in the layer norm
+    layer_norm = str(ROOT / "examples" / "layer_norm.hlo")
+    assert main(["explain", layer_norm, "broadcast.5.1", "--target", "gpu"]) == 0
+    capsys.readouterr()
+    assert main(["explain", layer_norm, "broadcast.5", "broadcast.5.1", "--target", "cpu"]) == 2
     err = capsys.readouterr().err
-    assert "no instruction named 'add.9.1'" in err and "add.9" in err and "Traceback" not in err
+    assert "no instruction named 'broadcast.5.1'" in err and "broadcast.5" in err and "Traceback" not in err
 
 
 @pytest.mark.parametrize("target", ["cpu", "gpu"])

@@ -64,8 +64,9 @@ def test_llvm_golden_checks_fail_on_the_unoptimized_ir(case: Case):
 
 
 def test_multi_output_checks_fail_for_two_single_output_kernels():
-    """The same two results computed by two kernels (the CPU pipeline on the unfused module)
-    fail the multi-output case's claim of one kernel storing both."""
+    """The same two results computed by two kernels (XLA:CPU's fusion passes on the unfused
+    module, without the CPU's sibling fusion, which would merge them) fail the multi-output
+    case's claim of one kernel storing both."""
     from hlofuse.compiler import optimize
     from hlofuse.hlo.parser import parse_hlo
     from hlofuse.runtime.cpu_executor import CpuProgram
@@ -82,7 +83,7 @@ ENTRY %main (x: f32[2048], y: f32[2048]) -> (f32[2048], f32[2048]) {
   ROOT %t = (f32[2048]{0}, f32[2048]{0}) tuple(f32[2048]{0} %a, f32[2048]{0} %b)
 }
 """
-    fused, _ = optimize(parse_hlo(unfused), "cpu")
+    fused, _ = optimize(parse_hlo(unfused), "cpu", passes="call-inliner,fusion")
     ir = CpuProgram.compile(fused).llvm_ir()
     assert ir.count("define void") == 2
     with pytest.raises(FileCheckFailure):

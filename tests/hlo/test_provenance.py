@@ -197,10 +197,11 @@ ENTRY main {
 
 def test_fused_copies_trace_back_to_the_users_instructions() -> None:
     """On the CPU `a` (cheap, two users) is duplicated into both consumers' fusions: both
-    copies trace back to the user's `a`, whatever they are called."""
+    copies trace back to the user's `a`, whatever they are called. (XLA:CPU's fusion passes:
+    the CPU's sibling fusion would then merge the two consumers into one kernel.)"""
     m = parse_hlo(DUPLICATED)
     exe = hlofuse.compile(m, target="interpreter")
-    fused, _ = optimize(m, "cpu")
+    fused, _ = optimize(m, "cpu", passes="call-inliner,fusion")
     users = {id(i) for i in m.all_instructions()}
     copies = [i for i in fused.all_instructions() if i.original is m.entry.instruction("a")]
     assert len(copies) == 2 and len({c.parent.name for c in copies}) == 2
@@ -335,7 +336,8 @@ FUSION_PASS_NAMES = ["call-inliner", "fusion", "fusion-no-duplication", "fusion-
 def test_fusion_passes_are_frozen_values(name: str) -> None:
     cls = PASSES[name]
     assert dataclasses.is_dataclass(cls) and cls.__dataclass_params__.frozen
-    options = {"fusion": ("target", "may_duplicate")}.get(name, ("target",))
+    options = {"fusion": ("target", "may_duplicate"), "multi-output-fusion": ("target", "loop_siblings"),
+               "sibling-fusion": ("target", "loop_siblings")}.get(name, ("target",))
     assert cls.option_names() == options
     p = cls(target="cpu")
     with pytest.raises(dataclasses.FrozenInstanceError):

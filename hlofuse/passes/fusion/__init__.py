@@ -31,8 +31,8 @@ def default_algorithm(target: str | TargetParams) -> str:
 def fusion_passes(target: str | TargetParams = "gpu", algorithm: str | None = None) -> list[HloPass]:
     """The fusion passes XLA runs for `target`: calls inlined first (fusion cannot see through
     them), producer-consumer fusion, and on the GPU multi-output and horizontal (loop, then
-    input) fusion; on the CPU, sibling fusion of reductions (beyond XLA:CPU: it saves a pass
-    over their common operand).
+    input) fusion; on the CPU, sibling fusion of reductions and of plain loops over the same
+    dimensions (beyond XLA:CPU: one kernel reads their common operand once; cpu_multi_output.py).
 
     `algorithm` ("legacy" or "priority"; None: `default_algorithm`) picks the producer-consumer
     half: priority fusion, or instruction fusion (on the GPU twice, without duplication first)
@@ -57,7 +57,7 @@ def fusion_passes(target: str | TargetParams = "gpu", algorithm: str | None = No
     if params.multi_output:
         passes.append(FusionMerger(target))
         passes.append(MultiOutputFusion(target))
-    else:  # the CPU: reductions of a common operand share one pass over it (multi_output_fusion.py)
+    else:  # the CPU: kernels of a common operand share one pass over it (cpu_multi_output.py)
         passes.append(SiblingFusion(target))
     if params.horizontal:
         # XLA's GPU pipeline: horizontal loop fusion, then horizontal input fusion

@@ -8,11 +8,12 @@ fusion, so it is computed once and its users read it through get-tuple-element.
 Producers are visited defs-after-uses (reverse post order); for each, siblings first, then the
 producer-consumer candidates, exactly in XLA's order.
 
-On the CPU (beyond XLA:CPU, which has no multi-output fusion) only the sibling half runs, and
-only for reductions (`cpu_sibling_rule`): sum(x) and sum(x*x), or batch-norm's mean and mean of
-squares, become one reduction kernel that reads x once instead of twice. Loop siblings are
-left apart there: a CPU loop kernel streams its operand at memory speed either way and the
-extra outputs would only lengthen one kernel; reductions are where the second read is the cost.
+On the CPU (beyond XLA:CPU, which has no multi-output fusion) only the sibling half runs, for
+siblings that stay one CPU kernel (`cpu_multi_output.cpu_sibling_rule`): two reductions of the
+same input dimensions (sum(x) and sum(x*x), or batch-norm's mean and mean of squares) become
+one reduction kernel, and two plain loops over the same dimensions one loop nest; either way x
+is read once instead of twice. A plain loop read by several kernels is computed in one loop
+user as an extra output (`_fuse_loop_into_consumer`).
 """
 from __future__ import annotations
 
@@ -22,6 +23,9 @@ from typing import ClassVar
 from ...hlo.ir import HloComputation, HloInstruction
 from .context import FusionContext
 from .cost_model import TargetParams, distinct
+from .cpu_multi_output import (
+    CPU_MAX_OPERANDS_AND_OUTPUTS, KINDS_RULE, cpu_producer_consumer_rule, cpu_sibling_rule, is_plain_loop,
+)
 from .decisions import Decision
 from .fusibility import (
     combined_operands, creates_heavy_computation, fusion_outputs, is_fusible, is_input_fusible_reduction,
@@ -50,7 +54,8 @@ def is_fusible_as_multi_output_root(inst: HloInstruction) -> bool:
 
 
 def fits_in_budget(a: HloInstruction, b: HloInstruction, params: TargetParams) -> Decision:
-    """XLA's FusionFitsInBudget for a multi-output fusion of `a` and `b`."""
+    """XLA's FusionFitsInBudget for a multi-output fusion of `a` and `b` (on the CPU, which
+    has no budget of its own, the GPU's operand budget: cpu_multi_output.py)."""
     if params.max_unnested_reductions is not None:
         n = reduction_count(a, unnested_only=True) + reduction_count(b, unnested_only=True)
         if n > params.max_unnested_reductions:
@@ -60,6 +65,8 @@ def fits_in_budget(a: HloInstruction, b: HloInstruction, params: TargetParams) -
     if not d:
         return d
     budget = params.max_operands_and_outputs
+    if budget is None and not params.multi_output:  # the CPU's multi-output kernels
+        budget = CPU_MAX_OPERANDS_AND_OUTPUTS
     if budget is None:
         return _OK
     operands = combined_operands(a, b)
@@ -105,10 +112,15 @@ def _priority(inst: HloInstruction) -> int:
 
 @dataclass(frozen=True)
 class MultiOutputFusion(KernelComputationPass):
-    """Sibling and producer-consumer multi-output fusion (XLA's GpuMultiOutputFusion)."""
+    """Sibling and producer-consumer multi-output fusion (XLA's GpuMultiOutputFusion).
+
+    `loop_siblings` (the CPU only): plain loops over the same dimensions that read a common
+    operand share a kernel (cpu_multi_output.py); false keeps the CPU's earlier rule, reductions
+    only (for measuring what the loop rule buys)."""
 
     name: ClassVar[str] = "multi-output-fusion"
     producer_consumer: ClassVar[bool] = True
+    loop_siblings: bool = True
 
     def _run_on(self, comp: HloComputation, ctx: FusionContext) -> bool:
         log = ctx.log
@@ -119,9 +131,11 @@ class MultiOutputFusion(KernelComputationPass):
             # Constants are never multi-output fused (the regular fusion pass handles them).
             if producer.parent is not comp or producer.opcode == "constant":
                 continue
-            changed |= _fuse_siblings(producer, ctx)
+            changed |= _fuse_siblings(producer, ctx, self.loop_siblings)
             if not ctx.params.multi_output and producer.parent is comp:  # the CPU
                 changed |= _fuse_reduction_into_epilogue(producer, ctx)
+                if self.loop_siblings and producer.parent is comp:
+                    changed |= _fuse_loop_into_consumer(producer, ctx)
             if not self.producer_consumer or producer.opcode == "parameter":
                 continue
             consumer = _pick_consumer(producer, ctx)
@@ -141,19 +155,12 @@ class MultiOutputFusion(KernelComputationPass):
         return changed
 
 # ---- siblings --------------------------------------------------------------------------
-def cpu_sibling_rule(a: HloInstruction, b: HloInstruction, parent: HloInstruction) -> Decision:
-    """The CPU's extra condition on siblings: both are reductions (see the module doc)."""
-    if reduce_hero(a) is None or reduce_hero(b) is None:
-        return refuse("cpu-sibling-not-reductions",
-                      f"on the CPU only reductions are sibling-fused (one pass over {parent.name} instead of "
-                      f"two); {a.name} and {b.name} are not both reductions")
-    return _OK
-
-
-def _sibling_legal(a: HloInstruction, b: HloInstruction, parent: HloInstruction, ctx: FusionContext) -> Decision:
-    """Whether the sibling `b` may join `a`'s multi-output fusion (both read `parent`)."""
+def _sibling_legal(a: HloInstruction, b: HloInstruction, parent: HloInstruction, ctx: FusionContext,
+                   loop_siblings: bool = True) -> Decision:
+    """Whether the sibling `b` may join `a`'s multi-output fusion (both read `parent`);
+    `loop_siblings`: whether the CPU merges plain loops (MultiOutputFusion's option)."""
     if not ctx.params.multi_output:  # the CPU
-        d = cpu_sibling_rule(a, b, parent)
+        d = cpu_sibling_rule(a, b, parent, loop_siblings)
         if not d:
             return d
     d = sibling_candidate(b)
@@ -176,31 +183,37 @@ def _sibling_legal(a: HloInstruction, b: HloInstruction, parent: HloInstruction,
                                               f"of {a.name} and {b.name}")
     return fits_in_budget(a, b, ctx.params)
 
-def _fuse_siblings(parent: HloInstruction, ctx: FusionContext) -> bool:
-    """Merge the users of `parent` that may share a kernel into multi-output fusions."""
+def _fuse_siblings(parent: HloInstruction, ctx: FusionContext, loop_siblings: bool = True) -> bool:
+    """Merge the users of `parent` that may share a kernel into multi-output fusions
+    (`loop_siblings`: see MultiOutputFusion)."""
     if is_effective_scalar(parent):
         # XLA's IsProfitableOperand: a scalar (or a broadcast of one) is not worth sharing
         return False
     siblings = sorted(distinct(parent.users), key=lambda u: -_priority(u))
     changed = False
     i = 0
+    # the CPU merges plain loops that are lone instructions too (wrapped in a kLoop fusion when
+    # the first merge happens): fourteen elementwise ops of one array are fourteen kernels there
+    cpu_loops = not ctx.params.multi_output and loop_siblings
     while i < len(siblings):
         a = siblings[i]
-        if a.opcode != "fusion" or not sibling_candidate(a):
+        if not (a.opcode == "fusion" or (cpu_loops and is_plain_loop(a))) or not sibling_candidate(a):
             i += 1
             continue
         j = i + 1
         while j < len(siblings):
             b = siblings[j]
-            d = _sibling_legal(a, b, parent, ctx)
+            d = _sibling_legal(a, b, parent, ctx, loop_siblings)
             if not d:
-                # The CPU's reductions-only rule is not logged per pair: it is the target's
-                # policy (module doc), not a decision about these two instructions.
-                if d.rule != "cpu-sibling-not-reductions" and (b.opcode == "fusion" or is_fusible_as_multi_output_root(b)):
+                # The CPU's kernel-kinds rule is not logged per pair: it is the target's
+                # policy (cpu_multi_output.py), not a decision about these two instructions.
+                if d.rule != KINDS_RULE and (b.opcode == "fusion" or is_fusible_as_multi_output_root(b)):
                     ctx.log.refused(ctx.pass_name, b.name, a.name, d)
                 j += 1
                 continue
             name_b = b.name
+            if a.opcode != "fusion":
+                a = siblings[i] = create_fusion(a, "kLoop")
             merge_siblings(a, b)
             ctx.log.fused(ctx.pass_name, name_b, a.name, a.name, rule=f"sibling (common operand {parent.name})")
             siblings.pop(j)
@@ -240,6 +253,41 @@ def _fuse_reduction_into_epilogue(producer: HloInstruction, ctx: FusionContext) 
                   rule="reduction into a reduction's epilogue (CPU multi-output)")
     ctx.graph_changed()
     return True
+
+
+def _fuse_loop_into_consumer(producer: HloInstruction, ctx: FusionContext) -> bool:
+    """CPU: a plain loop `producer` that several kernels read (or the root) is computed in one
+    of them, a plain loop fusion over the same dimensions, as an extra output
+    (cpu_multi_output.cpu_producer_consumer_rule): its own kernel goes, with its write and that
+    consumer's read of it; its other users read the output. Multi-output consumers first."""
+    users = distinct(producer.users)
+    if (producer.opcode in ("parameter", "constant") or not is_plain_loop(producer)
+            or not users or (len(users) == 1 and not producer.is_root())):
+        return False
+    for consumer in sorted(users, key=lambda u: -_priority(u)):
+        if not is_plain_loop(consumer) or (consumer.opcode != "fusion" and not consumer.info.elementwise):
+            continue  # not a loop kernel to compute it in (the target's policy, not logged)
+        d = cpu_producer_consumer_rule(producer, consumer)
+        if d:
+            for op in consumer.operands:
+                if op is not producer and ctx.reachability().is_reachable(producer, op):
+                    d = refuse("cycle", f"would create a cycle: {consumer.name} reads {op.name}, which "
+                                        f"depends on {producer.name}")
+                    break
+        if d:
+            d = fits_in_budget(producer, consumer, ctx.params)
+        if not d:
+            ctx.log.refused(ctx.pass_name, producer.name, consumer.name, d)
+            continue
+        name_p, name_c = producer.name, consumer.name
+        if consumer.opcode != "fusion":
+            consumer = create_fusion(consumer, "kLoop")
+        fuse_into_multi_output(consumer, producer)
+        ctx.log.fused(ctx.pass_name, name_p, name_c, consumer.name,
+                      rule="producer-consumer multi-output (CPU: computed in its user's loop, kept as an output)")
+        ctx.graph_changed()
+        return True
+    return False
 
 
 def _reduce_signatures(inst: HloInstruction) -> set:
