@@ -54,11 +54,9 @@ from ...emitters.ir_helpers import Index, const_i64, delinearize, for_range, fre
 from ...hlo.ir import HloComputation
 from . import arg_reduction
 from .args import output_leaves
-from .reduction_groups import COLUMN_BLOCK, ReduceHero, ReductionGroup, in_order_target, override_heroes
-
-
-# The vector register width assumed where the target does not say (AVX2).
-VECTOR_BITS_DEFAULT = 256
+from .loop_hints import forbid_vectorization
+from .reduction_groups import (COLUMN_BLOCK, ReduceHero, ReductionGroup, in_order_target, override_heroes,
+                               vector_lanes)
 
 
 def emit_reduction_kernel(skel, comp: HloComputation, group: ReductionGroup, stage: str = "single",
@@ -110,9 +108,7 @@ def _reduction_target(target, group: ReductionGroup):
     target = in_order_target(target, group.heroes)
     if group.is_row or not target.reassociate_reductions:
         return target
-    bits = max(init.shape.dtype.bits for h in group.heroes for init in h.operands[len(h.operands) // 2:])
-    lanes = (getattr(target, "vector_width", None) or VECTOR_BITS_DEFAULT) // max(bits, 8)
-    if min(COLUMN_BLOCK, group.in_dims[-1]) < lanes:
+    if min(COLUMN_BLOCK, group.in_dims[-1]) < vector_lanes(target, group.heroes):
         return target
     ordered = copy.copy(target)
     ordered.reassociate_reductions = False
@@ -133,16 +129,20 @@ def _input_index(b, group: ReductionGroup, kept_vals, reduced_vals) -> Index:
     return Index(b, group.in_dims, multi=multi)
 
 
-def _reduced_loops(b, group: ReductionGroup, body, level: int = 0, fixed=(), outer=None) -> None:
+def _reduced_loops(b, group: ReductionGroup, body, level: int = 0, fixed=(), outer=None,
+                   vectorize: bool = True) -> None:
     """Nested loops over the reduced dimensions, outermost first; body(values) inside.
-    `outer` = (lo, hi) restricts the outermost one (a slice of a split reduction)."""
+    `outer` = (lo, hi) restricts the outermost one (a slice of a split reduction); with
+    `vectorize` False LLVM is told not to vectorise any of them (loop_hints)."""
     if level == len(group.rdims):
         body(list(fixed))
         return
     size = group.in_dims[group.rdims[level]]
     lo, hi = outer if (level == 0 and outer is not None) else (const_i64(0), const_i64(size))
     with for_range(b, lo, hi, f"r{level}") as i:
-        _reduced_loops(b, group, body, level + 1, tuple(fixed) + (i,))
+        _reduced_loops(b, group, body, level + 1, tuple(fixed) + (i,), vectorize=vectorize)
+    if not vectorize:
+        forbid_vectorization(i)
 
 
 def _emit_row(skel, em, group, heroes, extras, epilogue_ptrs, epilogue_leaves, parts: int = 1,
@@ -200,6 +200,9 @@ def _emit_row(skel, em, group, heroes, extras, epilogue_ptrs, epilogue_leaves, p
                 store_element(b, b.load(s), b.gep(ptr, [unit], inbounds=True), et)
         for g, leaf, ptr in zip(epilogue_gens, epilogue_leaves, epilogue_ptrs):
             store_element(b, leaf.select(g(out_index)), b.gep(ptr, [u], inbounds=True), leaf.shape.dtype)
+    # A row of at least a vector is vectorised along itself, never across outputs (loop_hints).
+    if group.unit_elements // max(parts, 1) >= vector_lanes(em.target, group.heroes):
+        forbid_vectorization(unit)
 
 
 def _is_extremum_reducer(comp: HloComputation) -> bool:
@@ -303,7 +306,10 @@ def _emit_column(skel, em, group, heroes, extras, epilogue_ptrs, epilogue_leaves
                         store_element(b, r, a, et)
                 _store_extras(b, index, extras)
 
-        _reduced_loops(b, group, body, outer=outer_slice)
+        # A block of at least a vector is vectorised across its columns, never along the
+        # reduced dimensions (loop_hints; floats: _reduction_target).
+        _reduced_loops(b, group, body, outer=outer_slice,
+                       vectorize=min(COLUMN_BLOCK, last) < vector_lanes(em.target, group.heroes))
         if scratch is not None:
             _store_partials(b, heroes, block, scratch, j0, j1, b.add(b.mul(part, const_i64(n_out)), row))
         else:

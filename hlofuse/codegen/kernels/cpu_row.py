@@ -39,7 +39,8 @@ from ...emitters.elemental import ElementalEmitter, reg_type
 from ...emitters.ir_helpers import I32, Index, const_i64, delinearize, for_range, freeze, load_element, store_element
 from ...hlo.ir import HloComputation, HloInstruction
 from .args import output_leaves, param_leaf_slots
-from .reduction_groups import ReduceHero, is_order_sensitive_reduce
+from .loop_hints import forbid_vectorization
+from .reduction_groups import ReduceHero, is_order_sensitive_reduce, vector_lanes
 
 # Used when the host does not say (no /sys cache description): common L2 (per core) and L3 sizes.
 DEFAULT_L2_BYTES = 256 << 10
@@ -478,4 +479,7 @@ def emit_row_kernel(skel, kernel) -> None:
         for g, leaf, ptr in per_row_gens:
             out_index = Index(b, leaf.shape.dims, linear=r)
             store_element(b, leaf.select(g(out_index)), b.gep(ptr, [r], inbounds=True), leaf.shape.dtype)
+    # A row of at least a vector is vectorised along itself, never across rows (loop_hints).
+    if n >= vector_lanes(skel.target, reduces):
+        forbid_vectorization(r)
     skel.finish()

@@ -201,6 +201,17 @@ def is_order_sensitive_reduce(inst) -> bool:
             and inst.shape.dtype.bits < 32)
 
 
+# The vector register width assumed where the target does not say (AVX2).
+VECTOR_BITS_DEFAULT = 256
+
+
+def vector_lanes(target, heroes) -> int:
+    """Lanes of the target's vector register for the widest accumulator of `heroes` (reduce
+    instructions): 16 for f32 on an AVX-512 host."""
+    bits = max(init.shape.dtype.bits for h in heroes for init in h.operands[len(h.operands) // 2:])
+    return (getattr(target, "vector_width", None) or VECTOR_BITS_DEFAULT) // max(bits, 8)
+
+
 def in_order_target(target, heroes):
     """The target to emit a reduction kernel of `heroes` (reduce instructions) with: `target`
     itself, or, when a hero is order-sensitive, a copy that does not reassociate reductions.

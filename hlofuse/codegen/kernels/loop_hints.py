@@ -1,0 +1,33 @@
+"""Loop hints for LLVM (`!llvm.loop` metadata) on loops built with `emitters.ir_helpers.for_range`.
+
+A reduction kernel's loop over its outputs (or a row kernel's over its rows) around a short
+constant inner loop is a trap for LLVM: it fully unrolls the inner loop first, and the outer
+loop, now innermost, is what its loop vectorizer vectorizes: each vector lane takes another
+output, whose elements lie a row apart, so every vector of input is gathered by an interleaved
+group of strided loads and shuffles (f32 row sums of 16 elements: 0.74 ns an element on one
+thread, 0.05 with the row itself vectorised; layer norm over 32 features: 2.1 ns against 0.2).
+`forbid_vectorization` tells the vectorizer to leave such an outer loop alone; the unrolled row
+is then vectorised by the SLP vectorizer or stays a vectorised inner loop.
+"""
+from __future__ import annotations
+
+from llvmlite import ir
+
+
+def _loop_id(module: ir.Module, hints: list[tuple[str, ir.Constant]]) -> ir.values.MDValue:
+    """A new loop ID: a node whose first operand is itself (one per loop, as LLVM requires),
+    then one `!{!"name", value}` node per hint."""
+    props = [module.add_metadata([ir.MetaDataString(module, name), value]) for name, value in hints]
+    # llvmlite's add_metadata cannot build a node that refers to itself: made empty, then filled.
+    loop_id = ir.values.MDValue(module, [], name=str(len(module.metadata)))
+    loop_id.operands = (loop_id, *props)
+    return loop_id
+
+
+def forbid_vectorization(induction: ir.PhiInstr) -> None:
+    """Mark the loop of `induction` (the value a finished `for_range` yielded) as not to be
+    vectorised or interleaved by LLVM (`llvm.loop.vectorize.enable` false)."""
+    latch = induction.incomings[-1][1]  # the back edge comes last (for_range adds it at the end)
+    branch = latch.terminator
+    module = induction.parent.parent.module
+    branch.set_metadata("llvm.loop", _loop_id(module, [("llvm.loop.vectorize.enable", ir.Constant(ir.IntType(1), 0))]))
