@@ -29,6 +29,7 @@ import llvmlite.binding as llvm
 from llvmlite import ir
 
 from ..hlo.errors import InputError
+from .openmp_env import default_wait_policy
 
 _lock = threading.Lock()
 _state: dict = {"registered": False, "openmp": None, "engines": [], "blas": None, "forked": False}
@@ -64,18 +65,8 @@ def cpu_threads() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
 
-# libgomp's threads spin for a while (GOMP_SPINCOUNT, 300,000 by default) before sleeping when
-# they wait for work. On a busy machine a spinning thread takes the core the thread doing the
-# work needs: a 24 MB row sum on two threads took 48 ms (median) under load 11 with the default,
-# 0.70 ms with 1,000 spins and 0.76 ms with OMP_WAIT_POLICY=passive (benchmarks/run.py). So
-# unless the user chose a policy, threads spin briefly (enough for kernels launched back to
-# back) and then sleep. libgomp reads these when it loads, so they are set before.
-_DEFAULT_SPINCOUNT = "1000"
-
-
 def _load_libgomp():
-    if "OMP_WAIT_POLICY" not in os.environ and "GOMP_SPINCOUNT" not in os.environ:
-        os.environ["GOMP_SPINCOUNT"] = _DEFAULT_SPINCOUNT
+    default_wait_policy()  # before libgomp loads (runtime/openmp_env.py)
     for name in ("libgomp.so.1", ctypes.util.find_library("gomp")):
         if not name:
             continue

@@ -24,6 +24,7 @@ import sys
 import threading
 
 from ..hlo.errors import InputError
+from .openmp_env import default_wait_policy
 
 GEMM_ENV = "HLOFUSE_GEMM"
 PROVIDERS = ("onednn", "openblas")
@@ -69,6 +70,7 @@ def onednn_library() -> ctypes.CDLL | None:
         if "lib" in _loaded:
             return _loaded["lib"]
         lib = None
+        default_wait_policy()  # libdnnl loads libgomp, which reads its wait policy then
         for path in library_candidates():
             if not os.path.exists(path):
                 continue
