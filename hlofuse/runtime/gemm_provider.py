@@ -64,8 +64,11 @@ def library_candidates() -> list[str]:
 
 
 def onednn_library() -> ctypes.CDLL | None:
-    """libdnnl, loaded once per process with RTLD_GLOBAL (as the other native libraries compiled
-    kernels call), or None when it is not installed or does not load (another platform)."""
+    """libdnnl, loaded once per process, or None when it is not installed or does not load
+    (another platform). Loaded RTLD_LOCAL: compiled kernels reach `dnnl_sgemm` through the
+    address runtime/jit_builtins.py registers, so nothing needs its symbols in the global scope,
+    where they would interpose on the oneDNN other libraries in the process link (TensorFlow and
+    PyTorch bundle their own, of other versions)."""
     with _lock:
         if "lib" in _loaded:
             return _loaded["lib"]
@@ -75,7 +78,7 @@ def onednn_library() -> ctypes.CDLL | None:
             if not os.path.exists(path):
                 continue
             try:
-                lib = ctypes.CDLL(os.path.realpath(path), mode=ctypes.RTLD_GLOBAL)
+                lib = ctypes.CDLL(os.path.realpath(path), mode=ctypes.RTLD_LOCAL)
                 break
             except OSError:
                 continue

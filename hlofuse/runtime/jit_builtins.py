@@ -306,7 +306,8 @@ def register_blas() -> dict[str, int]:
 # ---- oneDNN ----------------------------------------------------------------------------------
 #
 # f32 GEMM kernels call oneDNN's `dnnl_sgemm` where runtime/gemm_provider.py finds libdnnl
-# (loaded RTLD_GLOBAL there); it is registered under hlofuse's own name like the BLAS routines.
+# (loaded there, RTLD_LOCAL); its address is registered under hlofuse's own name like the BLAS
+# routines'.
 # oneDNN runs a call on omp_get_max_threads() threads of libgomp unless it is already inside a
 # parallel region: a GEMM kernel's units are hlofuse's (codegen/kernels/gemm_partition.py), so
 # the kernel sets the calling thread's OpenMP thread count to 1 around its calls and restores it
