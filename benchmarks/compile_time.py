@@ -3,6 +3,8 @@
     python benchmarks/compile_time.py [--sizes 1000,10000,100000] [--budget 600] [--no-xla]
                                       [--workloads] [--models [NAME,...]] [--json OUT]
     python benchmarks/compile_time.py --llvm-threads    # do llvmlite's calls run in parallel?
+    python benchmarks/compile_time.py --kinds [--variants] [--models NAME,...]
+                                      # LLVM time and IR growth per kernel kind (and other pipelines)
     python benchmarks/compile_time.py --opt-levels [--size small|large] [--models NAME,...]
                                       # what O3 adds over O2: LLVM seconds and kernel speed
 
@@ -232,9 +234,7 @@ def opt_level_rows(texts: dict[str, tuple[str, list | None]], kinds: tuple[str, 
     from hlofuse.runtime.cpu_threads import kernel_threads
     from hlofuse.runtime.io import random_inputs
 
-    def kind(k) -> str:
-        return k.custom or ("reduce" if k.group is not None else "loop")
-
+    kind = kernel_kind
     chosen = cpu.speed_level
     print(f"one thread: {kernel_threads() == 1}")
     try:
@@ -263,6 +263,95 @@ def opt_level_rows(texts: dict[str, tuple[str, list | None]], kinds: tuple[str, 
                   f"run O3 {m3 * 1e3:9.3f}ms O2 {m2 * 1e3:9.3f}ms (O2/O3 {m2 / m3:.3f})  same bits {same}", flush=True)
     finally:
         cpu.speed_level = chosen
+
+
+def kernel_kind(k) -> str:
+    """A kernel plan's kind: its custom emitter's name (conv, conv_gemm, gemm, row, scatter ...),
+    else 'reduce' or 'loop'."""
+    return k.custom or ("reduce" if k.group is not None else "loop")
+
+
+# Pipelines --kinds --variants compiles every kernel with besides the one codegen/cpu.py
+# chooses: llvmlite's PipelineTuningOptions switched off one at a time, and O2.
+PIPELINE_VARIANTS = {"no-interleave": {"loop_interleaving": False}, "no-unroll": {"loop_unrolling": False},
+                     "neither": {"loop_interleaving": False, "loop_unrolling": False}, "O2": {"speed_level": 2}}
+
+
+def variant_llvm(ir_text: str, level: int, options: dict) -> tuple[float, int]:
+    """LLVM CPU seconds (parse, optimize, generate code) and instructions after optimization of
+    kernel IR `ir_text` with the O`level` pipeline changed by `options` (PIPELINE_VARIANTS)."""
+    import llvmlite.binding as llvm
+
+    from hlofuse.emitters.cpu.target import host_target_machine
+
+    t0 = time.process_time()
+    mod = llvm.parse_assembly(ir_text)
+    pto = llvm.create_pipeline_tuning_options(speed_level=options.get("speed_level", level))
+    pto.loop_vectorization = pto.slp_vectorization = True
+    for name, value in options.items():
+        if name != "speed_level":
+            setattr(pto, name, value)
+    pb = llvm.create_pass_builder(host_target_machine(), pto)
+    pb.getModulePassManager().run(mod, pb)
+    host_target_machine().emit_object(mod)
+    seconds = time.process_time() - t0
+    return seconds, sum(1 for f in mod.functions for blk in f.blocks for _ in blk.instructions)
+
+
+def kind_rows(texts: dict[str, str], variants: bool = False) -> None:
+    """For each module (name -> HLO text): its distinct kernels grouped by kind, each kind's
+    count, emission seconds, LLVM CPU seconds (optimization, parsing included, then code
+    generation, one thread) and LLVM IR instructions before and after optimization: which kinds
+    LLVM's time goes to, and how much optimization grows them (unrolling, vectorization).
+    `variants`: also each kind's LLVM seconds and instructions under PIPELINE_VARIANTS."""
+    import collections
+
+    import llvmlite.binding as llvm
+
+    import hlofuse
+    from hlofuse.codegen.cpu import CpuCode, CpuPlanner, distinct_kernels, emit_kernel_module
+    from hlofuse.compiler import optimize
+    from hlofuse.emitters.cpu.target import CpuTarget, host_target_machine, optimized_module
+
+    def instructions(mod) -> int:
+        return sum(1 for f in mod.functions for blk in f.blocks for _ in blk.instructions)
+
+    target = CpuTarget()
+    for name, text in texts.items():
+        fused = optimize(hlofuse.parse_hlo(text), "cpu", verify=False)[0]
+        planner = CpuPlanner()
+        code = CpuCode(fused, planner)
+        planner.plan(fused.entry)
+        kinds: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
+        for o in distinct_kernels(code.kernels, target):
+            c = kinds[kernel_kind(o.kernels[0])]
+            t0 = time.process_time()
+            ir_text = str(emit_kernel_module(o.kernels[0], target, o.symbol))
+            t1 = time.process_time()
+            mod = optimized_module(ir_text, o.speed_level)
+            t2 = time.process_time()
+            host_target_machine().emit_object(mod)
+            t3 = time.process_time()
+            c["kernels"] += 1
+            c["emit"] += t1 - t0
+            c["opt"] += t2 - t1
+            c["codegen"] += t3 - t2
+            c["ir_in"] += instructions(llvm.parse_assembly(ir_text))
+            c["ir_out"] += instructions(mod)
+            for vname, options in PIPELINE_VARIANTS.items() if variants else ():
+                seconds, count = variant_llvm(ir_text, o.speed_level, options)
+                c[vname] += seconds
+                c[vname + " ir"] += count
+        total = sum(c["opt"] + c["codegen"] for c in kinds.values())
+        print(f"{name}: {sum(c['kernels'] for c in kinds.values())} distinct kernels, LLVM {total:.2f} CPU-s")
+        for kind, c in sorted(kinds.items(), key=lambda kv: -(kv[1]["opt"] + kv[1]["codegen"])):
+            llvm_s = c["opt"] + c["codegen"]
+            print(f"  {kind:20s} {int(c['kernels']):4d} kernels  emit {c['emit']:6.3f}s  opt {c['opt']:6.3f}s  "
+                  f"codegen {c['codegen']:6.3f}s  ({100 * llvm_s / max(total, 1e-9):4.1f}%, "
+                  f"{1e3 * llvm_s / c['kernels']:6.1f} ms each)  IR {int(c['ir_in']):7d} -> {int(c['ir_out']):7d} "
+                  f"instructions (x{c['ir_out'] / max(c['ir_in'], 1):.1f})", flush=True)
+            if variants:
+                print("    " + "  ".join(f"{v} {c[v]:.3f}s/{int(c[v + ' ir'])}" for v in PIPELINE_VARIANTS))
 
 
 def model_rows(which: str, xla: bool) -> list[dict]:
@@ -327,12 +416,29 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--opt-levels", action="store_true", help="only compare O2 with O3: the workloads (or the "
                                                              "--models, their convolutions only), LLVM time and speed")
     ap.add_argument("--size", choices=["small", "large"], default="large", help="workload size for --opt-levels")
+    ap.add_argument("--kinds", action="store_true", help="only LLVM's CPU time and IR growth per kernel kind of "
+                                                        "the --models (all by default), see kind_rows")
+    ap.add_argument("--variants", action="store_true", help="with --kinds: also each kind's LLVM time and IR "
+                                                           "size under other pipelines (PIPELINE_VARIANTS)")
     ap.add_argument("--llvm-threads", action="store_true", help="only measure whether LLVM work runs in "
                                                                "parallel on threads (see llvm_threads_check)")
     args = ap.parse_args(argv)
     print(f"load average {os.getloadavg()}, {os.cpu_count()} cores")
     if args.llvm_threads:
         llvm_threads_check()
+        return 0
+    if args.kinds:
+        import jax
+
+        from model_zoo import BUILDERS
+
+        names = list(BUILDERS) if args.models in (None, "all") else args.models.split(",")
+        texts = {}
+        for name in names:
+            model = BUILDERS[name]()
+            texts[name] = jax.jit(model.fn, keep_unused=True).lower(*model.args).as_text(dialect="hlo")
+        kind_rows(texts, args.variants)
+        print(f"load average {os.getloadavg()}")
         return 0
     if args.opt_levels:
         os.environ.setdefault("HLOFUSE_CPU_THREADS", "1")  # before the runtime reads it

@@ -112,8 +112,13 @@ def delinearize(b: ir.IRBuilder, linear, dims) -> list:
 
 @contextmanager
 def for_range(b: ir.IRBuilder, start: ir.Value, stop: ir.Value, name: str = "i",
-              step: int = 1) -> Iterator[ir.Value]:
-    """Emit `for (i = start; i < stop; i += step)`; the with-body emits the loop body and gets i."""
+              step: int = 1, unroll: bool = True) -> Iterator[ir.Value]:
+    """Emit `for (i = start; i < stop; i += step)`; the with-body emits the loop body and gets i.
+
+    `unroll=False` tells LLVM never to unroll this loop (`llvm.loop.unroll.disable`), for a
+    loop that unrolling only makes larger: one around a long inner loop, which LLVM's unroller
+    costs by the inner loop's body, not its trip count, and fully unrolls before the vectorizer
+    multiplies every copy (docs/compile_time.md)."""
     pre = b.block
     header = b.append_basic_block(name + ".header")
     body = b.append_basic_block(name + ".body")
@@ -127,8 +132,19 @@ def for_range(b: ir.IRBuilder, start: ir.Value, stop: ir.Value, name: str = "i",
     yield phi
     nxt = b.add(phi, ir.Constant(I64, step), flags=["nsw"])
     phi.add_incoming(nxt, b.block)
-    b.branch(header)
+    latch = b.branch(header)
+    if not unroll:
+        latch.set_metadata("llvm.loop", _loop_id(b.module, "llvm.loop.unroll.disable"))
     b.position_at_end(done)
+
+
+def _loop_id(mod: ir.Module, *hints: str) -> ir.values.MDValue:
+    """A new loop ID (`!llvm.loop`: a node whose first operand is itself, one per loop) carrying
+    the loop hints `hints` (`!{!"llvm.loop.unroll.disable"}` ...)."""
+    props = [mod.add_metadata([ir.MetaDataString(mod, h)]) for h in hints]
+    loop_id = ir.values.MDValue(mod, [], name=str(len(mod.metadata)))
+    loop_id.operands = (loop_id, *props)  # llvmlite's add_metadata cannot make a self-reference
+    return loop_id
 
 
 def load_element(b: ir.IRBuilder, ptr: ir.Value, et: ElementKind) -> ir.Value:

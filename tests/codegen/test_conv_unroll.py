@@ -1,0 +1,94 @@
+"""LLVM's size of direct convolution kernels (issue 15): the window and input-feature loops
+around a long feature loop stay rolled (`llvm.loop.unroll.disable`, emitters/ir_helpers.py
+for_range), which keeps LLVM from unrolling them fully and vectorizing every copy; around a
+short one LLVM unrolls them as before. Claims tested by counts of LLVM instructions and loop
+hints, not by time; the kernels' results are tests/codegen/test_conv.py's."""
+from __future__ import annotations
+
+import re
+
+import pytest
+from llvmlite import ir
+
+import hlofuse
+from hlofuse.codegen.cpu import emit_kernel_module
+from hlofuse.codegen.kernels import cpu_conv
+from hlofuse.emitters import ir_helpers
+from hlofuse.emitters.cpu.target import CpuTarget, optimized_module
+
+
+def _conv_ir(features: int, in_features: int = 4) -> str:
+    text = f"""HloModule c
+ENTRY main {{
+  x = f32[1,6,6,{in_features}] parameter(0)
+  w = f32[3,3,{in_features},{features}] parameter(1)
+  ROOT c = f32[1,6,6,{features}] convolution(x, w), window={{size=3x3 pad=1_1x1_1}}, dim_labels=b01f_01io->b01f
+}}
+"""
+    comp = hlofuse.parse_hlo(text).entry
+    (plan,) = cpu_conv.plan_conv(comp, "k")
+    return str(emit_kernel_module(plan, CpuTarget(), "k"))
+
+
+def _instructions(ir_text: str) -> int:
+    mod = optimized_module(ir_text)
+    return sum(1 for f in mod.functions for blk in f.blocks for _ in blk.instructions)
+
+
+def _rolled(ir_text: str) -> set[str]:
+    """Names of the loops whose latch carries a loop ID with llvm.loop.unroll.disable."""
+    disable = set(re.findall(r'^!(\d+) = !\{ !"llvm\.loop\.unroll\.disable" \}', ir_text, re.M))
+    ids = {i for i, ops in re.findall(r"^!(\d+) = !\{ !\1, (.*) \}", ir_text, re.M)
+           if {o.strip().lstrip("!") for o in ops.split(",")} & disable}
+    return {re.sub(r"\.\d+$", "", name) for name, i in re.findall(r'br label %"([\w.]+)\.header", !llvm\.loop !(\d+)',
+                                                                    ir_text) if i in ids}
+
+
+def _all_unrolled(monkeypatch) -> None:
+    real = ir_helpers.for_range
+
+    def unrolled(b, start, stop, name="i", step=1, unroll=True):
+        return real(b, start, stop, name, step)
+
+    monkeypatch.setattr(cpu_conv, "for_range", unrolled)
+
+
+def test_long_feature_loops_keep_window_and_input_loops_rolled(monkeypatch):
+    rolled_ir = _conv_ir(512)
+    assert {"k0", "k1", "j"} <= _rolled(rolled_ir)
+    _all_unrolled(monkeypatch)
+    unrolled_ir = _conv_ir(512)
+    assert _rolled(unrolled_ir) == set()
+    rolled, unrolled = _instructions(rolled_ir), _instructions(unrolled_ir)
+    # unrolled: 3x3 taps x 4 input features, each a vectorized 512-long loop (8,673 against
+    # 2,264 instructions with LLVM 20)
+    assert rolled * 3 < unrolled, (rolled, unrolled)
+
+
+@pytest.mark.parametrize("features", [32, 64])
+def test_short_feature_loops_leave_unrolling_to_llvm(features):
+    """Only the cold loops of non-finite weights (f*, fo, fj) are kept rolled."""
+    assert _rolled(_conv_ir(features)) <= {"f0", "f1", "fo", "fj"}
+    assert {"k0", "k1", "j"}.isdisjoint(_rolled(_conv_ir(features)))
+
+
+def test_for_range_unroll_false_keeps_the_loop():
+    """Without the hint O3 unrolls a 3 x 5 nest fully (no phi left); with it on both loops a
+    loop stays (the inner one may still be vectorized away): a self-referencing loop ID per
+    loop, as LLVM requires, that it reads."""
+    def nest(unroll: bool) -> str:
+        m = ir.Module("t")
+        fn = ir.Function(m, ir.FunctionType(ir.VoidType(), [ir.PointerType(ir.DoubleType())]), "f")
+        b = ir.IRBuilder(fn.append_basic_block("e"))
+        with ir_helpers.for_range(b, ir.Constant(ir_helpers.I64, 0), ir.Constant(ir_helpers.I64, 3), "a",
+                                  unroll=unroll) as i:
+            with ir_helpers.for_range(b, ir.Constant(ir_helpers.I64, 0), ir.Constant(ir_helpers.I64, 5), "c",
+                                      unroll=unroll) as j:
+                p = b.gep(fn.args[0], [b.add(b.mul(i, ir.Constant(ir_helpers.I64, 7)), j)])
+                b.store(b.fadd(b.load(p), ir.Constant(ir.DoubleType(), 1.0)), p)
+        b.ret_void()
+        return str(m)
+
+    assert _rolled(nest(False)) == {"a", "c"} and _rolled(nest(True)) == set()
+    assert " phi " not in str(optimized_module(nest(True)))
+    assert str(optimized_module(nest(False))).count(" phi ") >= 1
