@@ -1,11 +1,13 @@
-"""Row kernels prefetch the next row while their later loops run in cache
-(kernels/cpu_row.py `prefetches_next_row`): which kernels do, what they prefetch (every input
+"""Row kernels' memory traffic: they prefetch the next row while their later loops run in
+cache, and write whole output rows with streaming stores (kernels/cpu_row.py
+`prefetches_next_row`, `streams_outputs`). The prefetch: which kernels do, what they prefetch (every input
 row for reading, every output row for writing), and that the results stay the interpreter's
 where the chunked loops end mid-chunk and where a thread's last row has no next row. The
 kernels here are small; the rule's L3 size is set below them (the `from_memory` fixture) so
 that they count as coming from memory."""
 from __future__ import annotations
 
+import platform
 import re
 
 import numpy as np
@@ -99,3 +101,50 @@ def test_cache_sizes_come_from_the_host_or_defaults():
     assert l2 == (cpu_row.cache_bytes(2) or cpu_row.DEFAULT_L2_BYTES)
     assert l3 == (cpu_row.cache_bytes(3) or cpu_row.DEFAULT_L3_BYTES)
     assert 0 < l2 < l3
+
+
+# Streaming stores (kernels/cpu_row.py `streams_outputs`): an output row written whole by the
+# output loop goes to memory without being read for ownership first.
+x86_only = pytest.mark.skipif(platform.machine() not in ("x86_64", "AMD64"), reason="x86 streaming stores")
+NONTEMPORAL = re.compile(r"store <16 x float> .*!nontemporal")
+
+
+def _streaming(exe) -> bool:
+    ir_text = exe.program.llvm_ir()
+    found = bool(NONTEMPORAL.search(ir_text))
+    assert found == ("llvm.x86.sse.sfence" in ir_text)  # every streaming kernel fences
+    return found
+
+
+@x86_only
+@pytest.mark.parametrize("rows", [64, 17, 9])
+def test_layer_norm_rows_stream_with_the_plain_loops_values(monkeypatch, from_memory, rows):
+    """Bit for bit the values of the plain output loop (and the interpreter's), whether the
+    output row starts on a 64-byte boundary (the vector path) or not (the plain one)."""
+    text = module("layer_norm", (rows, 1024))
+    x = _input((rows, 1024), "f32", seed=rows)
+    exe = _compile(text)
+    assert _streaming(exe)
+    got = exe(x)
+    monkeypatch.setattr(cpu_row, "streams_outputs", lambda *a: False)
+    plain = _compile(text)
+    assert not _streaming(plain)
+    np.testing.assert_array_equal(got[0], plain(x)[0])
+    want = hlofuse.compile(hlofuse.parse_hlo(text), target="interpreter", fusion=False)(x)
+    for r in compare_outputs(list(got), list(want)):
+        assert r.ok, r
+
+
+@x86_only
+@pytest.mark.parametrize("pattern, n, why", [
+    ("layer_norm", 1000, "rows of 1000 f32 are not whole 64-byte vectors"),
+    ("softmax", 1024, "the output row holds exp(x - max), read back by the division loop"),
+    ("rms_norm", 1024, "its output loop prefetches in chunks"),
+])
+def test_rows_that_do_not_stream(from_memory, pattern, n, why):
+    assert not _streaming(_compile(module(pattern, (64, n)))), why
+
+
+@x86_only
+def test_rows_in_cache_do_not_stream():
+    assert not _streaming(_compile(module("layer_norm", (64, 1024))))
