@@ -11,7 +11,7 @@ changes, and the JAX corpus programs it changes (tests/support/jax_programs.py) 
 inputs of `--elements` elements (their corpus inputs are tiny).
 
 Run:  KERAS_BACKEND=jax /tmp/benchvenv/bin/python benchmarks/cpu_multi_output.py [--rounds 15]
-      [--elements 4194304] [--only a,b]
+      [--elements 4194304] [--only a,b] [--models]
 Read the ratios (both sides share the machine's load round by round); the load is printed.
 """
 from __future__ import annotations
@@ -35,6 +35,8 @@ from real_models import XlaExecutable, reexec_with_malloc_settings  # noqa: E402
 
 WORKLOADS = ("shared_producer", "batch_norm_train", "lstm_cell", "scan_rnn")
 # Corpus programs the rule changes whose functions take inputs of any length.
+# Real models whose CPU kernel count the rules change (benchmarks/fusion_algorithms.py --models).
+MODELS = ("flax_mnist_cnn_train", "equinox_mlp_train", "haiku_lstm_scan", "haiku_resnet18_train")
 CORPUS = ("transcendental", "integer_ops", "unsigned_ops", "clamp_select_compare", "gelu_variants", "complex_ops")
 
 
@@ -65,6 +67,23 @@ def sources(n: int, only: set[str] | None) -> list[tuple[str, str, list]]:
             continue
         args = _corpus_args(name, n)
         out.append((f"jax:{name}", jax.jit(by_name(name).fn).lower(*args).as_text(dialect="hlo"), args))
+    return out
+
+
+def model_sources(only: set[str] | None) -> list[tuple[str, str, list]]:
+    """The real models of benchmarks/model_zoo.py whose CPU fusion the rules change (the bench
+    extra), lowered as benchmarks/fusion_algorithms.py lowers them."""
+    import jax
+
+    from model_zoo import BUILDERS
+
+    out = []
+    for name in MODELS:
+        if only and name not in only:
+            continue
+        model = BUILDERS[name]()
+        text = jax.jit(model.fn, keep_unused=True).lower(*model.args).as_text(dialect="hlo")
+        out.append((f"model:{name}", text, [np.asarray(a, order="C") for a in model.args]))
     return out
 
 
@@ -112,14 +131,16 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=15)
     parser.add_argument("--elements", type=int, default=1 << 22)
-    parser.add_argument("--only", help="comma-separated workload or corpus names")
+    parser.add_argument("--only", help="comma-separated workload, corpus or model names")
+    parser.add_argument("--models", action="store_true", help="also the real models (the bench extra)")
     args = parser.parse_args(argv)
     reexec_with_malloc_settings()
     only = set(args.only.split(",")) if args.only else None
     print("load before:", os.getloadavg())
     print(f"{'module':32s} {'kernels off->on':>15s} {'off ms':>9s} {'on ms':>9s} {'xla ms':>9s} "
           f"{'on/off':>7s} {'on/xla':>7s} {'off/xla':>7s}")
-    for name, text, inputs in sources(args.elements, only):
+    found = sources(args.elements, only) + (model_sources(only) if args.models else [])
+    for name, text, inputs in found:
         r = time_module(text, inputs, args.rounds)
         print(f"{name:32s} {r['kernels_off']:>7d} -> {r['kernels_on']:<5d} {r['off'] * 1e3:>9.2f} {r['on'] * 1e3:>9.2f} "
               f"{r['xla'] * 1e3:>9.2f} {r['on'] / r['off']:>7.2f} {r['on'] / r['xla']:>7.2f} {r['off'] / r['xla']:>7.2f}",
