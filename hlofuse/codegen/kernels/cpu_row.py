@@ -372,7 +372,7 @@ def prefetches_next_row(comp: HloComputation, layout: RowLayout, streams: list) 
 
 @contextmanager
 def _row_loop(b: ir.IRBuilder, n: int, name: str, row: ir.Value | None = None, end: ir.Value | None = None,
-              streams: list = ()) -> Iterator[ir.Value]:
+              streams: list = (), step: int = 1) -> Iterator[ir.Value]:
     """`for j in [0, n)` over a row; with `streams`, the loop runs in chunks (PREFETCH_CHUNK_BYTES
     of the widest stream) and, before each, prefetches the same chunk of row `row` + 1 of every
     stream (unless that row is `end`, another thread's): a few lines at a time, spread over the
@@ -380,13 +380,14 @@ def _row_loop(b: ir.IRBuilder, n: int, name: str, row: ir.Value | None = None, e
     miss buffers are full: on a loaded host it measured anywhere from 20% faster to 45% slower
     than no prefetch for layer norm; chunks of 64 f32 were 25-30% faster in each of five
     runs, chunks of 256 about 10%.) A reduction in a chunked loop is folded per chunk by the
-    vectorised loop and across chunks in order: reassociated, as the unchunked loop is."""
+    vectorised loop and across chunks in order: reassociated, as the unchunked loop is. `step`
+    (which divides `n`) steps j by that many elements; chunks are a whole number of steps."""
     if not streams:
-        with for_range(b, const_i64(0), const_i64(n), name) as j:
+        with for_range(b, const_i64(0), const_i64(n), name, step=step) as j:
             yield j
         return
     fn = _prefetch_function(b.module)
-    chunk = max(1, PREFETCH_CHUNK_BYTES // max(size for _, size, _ in streams))
+    chunk = -(-max(1, PREFETCH_CHUNK_BYTES // max(size for _, size, _ in streams)) // step) * step
     chunks = -(-n // chunk)
     nxt = b.add(row, const_i64(1), flags=["nuw", "nsw"])
     has_next = b.icmp_signed("<", nxt, end)
@@ -404,11 +405,11 @@ def _row_loop(b: ir.IRBuilder, n: int, name: str, row: ir.Value | None = None, e
                     at = b.add(first, b.mul(line, const_i64(CACHE_LINE_BYTES), flags=["nuw", "nsw"]))
                     b.call(fn, [b.gep(arg, [at], inbounds=True), ir.Constant(I32, int(written)),
                                 ir.Constant(I32, PREFETCH_LOCALITY), ir.Constant(I32, 1)])
-        with for_range(b, start, stop, name) as j:
+        with for_range(b, start, stop, name, step=step) as j:
             yield j
 
 
-def streams_outputs(skel, layout: RowLayout, streams: list, prefetch: bool, rereads: bool) -> bool:
+def streams_outputs(skel, layout: RowLayout, streams: list, rereads: bool) -> bool:
     """Whether the output loop writes its rows with streaming (non-temporal) stores.
 
     A plain store first reads its line for ownership, a third stream of memory traffic beside
@@ -417,11 +418,9 @@ def streams_outputs(skel, layout: RowLayout, streams: list, prefetch: bool, rere
     rows that come from memory anyway (more than L3, as for `prefetches_next_row`: a streaming
     store leaves nothing in cache for the next kernel), on x86, for outputs the output loop
     writes once (not a row the reduction loop stored a value in to read back), whose rows are
-    whole 64-byte vectors of 32- or 64-bit elements, and not where the output loop also
-    prefetches (its chunks)."""
+    whole 64-byte vectors of 32- or 64-bit elements."""
     outputs = [s for s in streams if s[2]]
-    if (not outputs or rereads or not flushes_denormals(skel.target)
-            or (prefetch and len(layout.levels) == 1)):
+    if not outputs or rereads or not flushes_denormals(skel.target):
         return False
     sizes = {size for _, size, _ in outputs}
     leaves = output_leaves(skel.comp)
@@ -437,9 +436,11 @@ def _intrinsic(module: ir.Module, name: str) -> ir.Function:
     return module.globals.get(name) or ir.Function(module, ir.FunctionType(ir.VoidType(), []), name)
 
 
-def _streaming_output_loop(b: ir.IRBuilder, n: int, base: ir.Value, index_at, row_gens: list, plain) -> None:
+def _streaming_output_loop(b: ir.IRBuilder, n: int, base: ir.Value, index_at, row_gens: list, plain,
+                           loop) -> None:
     """The output loop of a row at linear index `base` with streaming stores of 64-byte vectors
-    where every output's row starts on a 64-byte boundary, else `plain()`, the usual loop.
+    where every output's row starts on a 64-byte boundary, else `plain()`, the usual loop;
+    `loop(step)` opens the loop over the row (`_row_loop`, prefetching where the plain one does).
 
     LLVM's loop vectorizer does not vectorise a loop of non-temporal scalar stores (it would
     need their addresses aligned to the vector), so the loop steps a vector at a time: each
@@ -455,7 +456,7 @@ def _streaming_output_loop(b: ir.IRBuilder, n: int, base: ir.Value, index_at, ro
     with b.if_else(aligned) as (vectors, scalars):
         with vectors:
             lanes = VECTOR_BYTES // row_gens[0][1].shape.dtype.byte_size
-            with for_range(b, const_i64(0), const_i64(n), "stream", step=lanes) as j0:
+            with loop(lanes) as j0:
                 for g, leaf, ptr in row_gens:
                     vty = ir.VectorType(reg_type(leaf.shape.dtype), lanes)
                     vec = ir.Constant(vty, ir.Undefined)
@@ -510,7 +511,9 @@ def emit_row_kernel(skel, kernel) -> None:
     # The second loop of a row (the first that finds the row in cache) prefetches the next.
     streams = row_streams(skel, layout)
     prefetch = prefetches_next_row(comp, layout, streams)
-    streaming = streams_outputs(skel, layout, streams, prefetch, bool(stored))
+    streaming = streams_outputs(skel, layout, streams, bool(stored))
+    if streaming:  # a streamed row is written without being read: not prefetched for writing either
+        streams = [s for s in streams if not s[2]]
     with for_range(b, skel.begin, skel.end, "row") as r:
         outer = delinearize(b, r, in_dims[:kept])
         base = b.mul(r, const_i64(n), flags=["nuw", "nsw"])
@@ -546,7 +549,8 @@ def emit_row_kernel(skel, kernel) -> None:
                                       leaf.shape.dtype)
 
             if streaming:
-                _streaming_output_loop(b, n, base, index_at, row_gens, output_loop)
+                _streaming_output_loop(b, n, base, index_at, row_gens, output_loop,
+                                       lambda step: _row_loop(b, n, "stream", r, skel.end, ahead, step=step))
             else:
                 output_loop()
         for g, leaf, ptr in per_row_gens:
