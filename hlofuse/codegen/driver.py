@@ -37,6 +37,13 @@ MIN_ELEMENTS_PER_THREAD = 1 << 14
 # which thread takes it).
 CHUNKS_PER_THREAD = 4
 
+# The driver's LLVM level: unoptimized (codegen/llvm_pool.UNOPTIMIZED, fast instruction
+# selection). It is a sequence of kernel calls, loops of while/conditional steps and copies, whose
+# run time is the kernels'; at O2 LLVM spent 1.33 s of CPU on haiku's ResNet-18 training step's
+# (17,000 instructions; 12% of its cold compile), unoptimized 0.09 s. Run time measured against O2
+# in docs/compile_time.md.
+DRIVER_LEVEL = 0
+
 I8 = ir.IntType(8)
 I32 = ir.IntType(32)
 I64 = ir.IntType(64)
@@ -332,25 +339,26 @@ def driver_name(prog: NativeProgram) -> str:
 
 def compile_driver(prog: NativeProgram, target, cache: bool, disk, compile_ir=None) -> tuple[bytes, bool, float]:
     """The object code of `prog`'s driver: from the memory cache or the disk cache (`disk`, a
-    CompileCache or None) when `cache`, else compiled at O2 (it only calls, loops and copies)
-    by `compile_ir(text, level)` (emitters/cpu/target.compile_ir, or the same on another LLVM
-    lane: codegen/llvm_pool.Lanes.compile_here). Returns (object code, whether it came from a
-    cache, seconds spent)."""
+    CompileCache or None) when `cache`, else compiled unoptimized (llvm_pool.UNOPTIMIZED: it
+    only calls, loops and copies, see DRIVER_LEVEL) by `compile_ir(text, level)`
+    (llvm_pool.compile_timed's object, or the same on another LLVM lane:
+    codegen/llvm_pool.Lanes.compile_here). Returns (object code, whether it came from a cache,
+    seconds spent)."""
     import time
 
+    from . import llvm_pool
     from .cache import cache_key, memory_cache
-    from ..emitters.cpu import target as cpu_target
 
-    compile_ir = compile_ir or cpu_target.compile_ir
+    compile_ir = compile_ir or (lambda text, level: llvm_pool.compile_timed(text, level)[0])
     start = time.perf_counter()
     text = emit_driver(prog, target)
-    key = cache_key("driver\n" + text, target.fingerprint())
+    key = cache_key(f"driver O{DRIVER_LEVEL}\n" + text, target.fingerprint())
     obj = memory_cache.get(key) if cache else None
     if obj is None and disk is not None:
         obj = disk.load(key)
     if obj is not None:
         return obj, True, time.perf_counter() - start
-    obj = compile_ir(text, 2)
+    obj = compile_ir(text, DRIVER_LEVEL)
     if cache:
         memory_cache[key] = obj
         if disk is not None:

@@ -19,6 +19,7 @@ from hlofuse.codegen import cache, cpu, llvm_pool
 from hlofuse.codegen.cpu import CpuCode, CpuPlanner, compile_cpu, emit_kernel_module
 from hlofuse.emitters.cpu.target import CpuTarget, compile_ir_timed
 from hlofuse.runtime.interpreter import evaluate
+from hlofuse.runtime.io import random_inputs
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -64,11 +65,70 @@ def test_worker_object_is_the_same_bytes(processes):
     planner = CpuPlanner()
     code = CpuCode(fused, planner)
     planner.plan(fused.entry)
-    for level in (2, 3):
+    for level in (llvm_pool.UNOPTIMIZED, 2, 3):
         text = str(emit_kernel_module(code.kernels[0], CpuTarget(), "k"))
-        here = compile_ir_timed(text, level)[0]
+        here = llvm_pool.compile_timed(text, level)[0]
         there = llvm_pool.submit(text, level).result(timeout=300)[0]
         assert there == here and len(here) > 100
+        if level != llvm_pool.UNOPTIMIZED:
+            assert here == compile_ir_timed(text, level)[0]
+
+
+def test_the_driver_is_compiled_unoptimized_and_runs_as_the_interpreter(monkeypatch):
+    """The driver (calls, loops, copies) goes to LLVM at UNOPTIMIZED, never at a kernel's level:
+    a while loop's module, whose driver loops, computes the interpreter's result."""
+    from hlofuse.codegen import driver
+
+    levels: list[int] = []
+    real = llvm_pool.compile_in_lane
+
+    def spy(text, level, use_processes):
+        levels.append(("@\"hlofuse_plan_0\"" in text or "@hlofuse_plan_0" in text, level))
+        return real(text, level, use_processes)
+
+    monkeypatch.setattr(llvm_pool, "compile_in_lane", spy)
+    monkeypatch.setenv("HLOFUSE_MODULE_CACHE", "0")
+    module = hlofuse.parse_hlo(_WHILE)
+    exe = hlofuse.compile(module, "cpu", cache=False)
+    assert driver.DRIVER_LEVEL == llvm_pool.UNOPTIMIZED
+    assert [lvl for is_driver, lvl in levels if is_driver] == [llvm_pool.UNOPTIMIZED]
+    assert all(lvl == 3 for is_driver, lvl in levels if not is_driver) and len(levels) > 1
+    args = random_inputs(module, seed=2)
+    ref = hlofuse.compile(module, "interpreter")(*args)
+    for a, b in zip(exe(*args), ref):
+        assert a.dtype == b.dtype and a.tobytes() == b.tobytes()
+
+
+_WHILE = """HloModule loop
+
+cond {
+  st = (s32[], f32[64]) parameter(0)
+  i = s32[] get-tuple-element(st), index=0
+  n = s32[] constant(5)
+  ROOT lt = pred[] compare(i, n), direction=LT
+}
+
+body {
+  st = (s32[], f32[64]) parameter(0)
+  i = s32[] get-tuple-element(st), index=0
+  one = s32[] constant(1)
+  j = s32[] add(i, one)
+  x = f32[64] get-tuple-element(st), index=1
+  h = f32[] constant(0.5)
+  hb = f32[64] broadcast(h), dimensions={}
+  y = f32[64] multiply(x, hb)
+  z = f32[64] add(y, x)
+  ROOT t = (s32[], f32[64]) tuple(j, z)
+}
+
+ENTRY main {
+  p = f32[64] parameter(0)
+  zero = s32[] constant(0)
+  init = (s32[], f32[64]) tuple(zero, p)
+  w = (s32[], f32[64]) while(init), condition=cond, body=body
+  ROOT r = f32[64] get-tuple-element(w), index=1
+}
+"""
 
 
 @pytest.mark.parametrize("workers", [1, 3])
