@@ -12,6 +12,7 @@ import sys
 import pytest
 
 from hlofuse.runtime.gemm_provider import onednn_library
+from hlofuse.runtime.openmp_env import DEFAULT_SPINCOUNT
 
 PROBE = """
 import os
@@ -33,11 +34,11 @@ def _probe(load: str, **env) -> list[str]:
 
 @pytest.mark.skipif(onednn_library() is None, reason="oneDNN is not installed here")
 def test_loading_onednn_first_sets_the_spin_count_before_libgomp_loads():
-    assert _probe("onednn_library()") == ["True", "1000", "None"]
+    assert _probe("onednn_library()") == ["True", DEFAULT_SPINCOUNT, "None"]
 
 
 def test_hlofuse_threads_set_the_spin_count():
-    assert _probe("register_openmp()") == ["True", "1000", "None"]
+    assert _probe("register_openmp()") == ["True", DEFAULT_SPINCOUNT, "None"]
 
 
 def test_a_chosen_policy_is_kept():
