@@ -66,9 +66,9 @@ def test_same_shaped_optimizer_updates_share_one_kernel_and_match_the_interprete
     exe = hlofuse.compile(module, "cpu", cache=False)
     code = exe.program.code
     assert len(code.kernels) >= 12
-    # Each update fuses into two kernels (the moment, the parameter): two per distinct shape,
-    # whatever the names and metadata.
-    assert len(code.objects) == code.compiled_count == 2 * len(SHAPES)
+    # Each update fuses into one kernel (the parameter's, which also writes the moment: CPU
+    # multi-output fusion): one per distinct shape, whatever the names and metadata.
+    assert len(code.objects) == code.compiled_count == len(SHAPES)
     args = _inputs(module)
     want = hlofuse.compile(module, "interpreter")(*args)
     for g, w in zip(exe(*args), want):
@@ -79,7 +79,7 @@ def test_same_shaped_optimizer_updates_share_one_kernel_and_match_the_interprete
     ("rsqrt(mn0)", "sqrt(mn0)", 1),  # opcode
     ("constant(0.9)", "constant(0.8)", 1),  # literal (the first update's only)
     ("subtract(p0, st0)", "subtract(st0, p0)", 1),  # operand order
-    ("f32[64,32]", "f32[32,64]", 2),  # shape (every update of that shape: both its kernels)
+    ("f32[64,32]", "f32[32,64]", 1),  # shape (every update of that shape: its one kernel)
 ])
 def test_a_change_in_one_place_recompiles_only_the_kernels_it_changes(change):
     """Compiled (memory cache) first, then changed: only the changed kernels are compiled."""
@@ -103,7 +103,7 @@ def test_kernel_text_ignores_names_and_metadata_only():
     ka = [kernel_text(k) for k in _kernels(a)]
     kb = [kernel_text(k) for k in _kernels(b)]
     assert ka == kb
-    assert len(set(ka)) == 2 * len(SHAPES)
+    assert len(set(ka)) == len(SHAPES)
 
 
 def _kernels(fused) -> list:
@@ -309,7 +309,7 @@ def test_compile_uses_the_default_cache_and_a_fresh_process_loads_from_it(monkey
     text = adam_text(3, shapes=["f32[48]", "f32[6,8]", "f32[3,16]"])
     exe = hlofuse.compile(hlofuse.parse_hlo(text), "cpu")
     objects = [n for n in os.listdir(d) if n.endswith(cache.OBJECT)]
-    assert len(objects) == len(exe.program.code.objects) + 1 == 7  # two kernels per update, the driver
+    assert len(objects) == len(exe.program.code.objects) + 1 == 4  # one kernel per update, the driver
     assert [n for n in os.listdir(d) if not n.endswith(cache.OBJECT)] == [exe_key(d)]  # and the module's entry
     assert stat.S_IMODE(os.stat(d).st_mode) == 0o700
     script = ("import hlofuse, sys; exe = hlofuse.compile(hlofuse.parse_hlo(sys.stdin.read()), 'cpu'); "
@@ -331,7 +331,7 @@ def exe_key(d) -> str:
 def test_compile_without_the_cache_writes_nothing(monkeypatch, tmp_path):
     monkeypatch.setenv("HLOFUSE_CACHE_DIR", str(tmp_path / "c"))
     exe = hlofuse.compile(hlofuse.parse_hlo(adam_text(2, shapes=["f32[40]", "f32[5,8]"])), "cpu", cache=False)
-    assert exe.program.code.compiled_count == len(exe.program.code.objects) == 4
+    assert exe.program.code.compiled_count == len(exe.program.code.objects) == 2
     assert not os.path.exists(tmp_path / "c")
 
 
@@ -348,7 +348,7 @@ def test_cli_no_cache_and_timings(monkeypatch, tmp_path, capsys):
         assert re.search(rf"^{stage} +[0-9.]+ ms", err, re.M), (stage, err)
     assert not d.exists()
     assert main(["compile", str(path), "--timings"]) == 0
-    assert len(os.listdir(d)) == 5  # four kernels and the driver
+    assert len(os.listdir(d)) == 3  # two kernels and the driver
     assert main(["run", str(path), "--compare", "--no-cache"]) == 0
 
 
