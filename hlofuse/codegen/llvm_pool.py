@@ -10,8 +10,9 @@ one LLVM compilation at a time. The lanes are therefore
   (the GIL is free meanwhile, so the calling thread keeps emitting the next kernels' IR);
 - `processes()` *process lanes*: threads of the same executor that hand their kernel to a
   `ProcessPoolExecutor` of that many workers and wait (`HLOFUSE_LLVM_PROCESSES` if set, 0 turns
-  the pool off; else `lanes() - 1` from three lanes up, see `lanes()` and `processes()`), used
-  only when at least `MIN_KERNELS` kernels are missing from the caches.
+  the pool off; else `lanes() - 1` from three lanes up, one on two lanes while a core is spare,
+  see `lanes()` and `processes()`), used only when at least `MIN_KERNELS` kernels are missing
+  from the caches.
 
 Every lane thread takes the next kernel when it is free and runs it on the thread lane when that
 lane is idle, else in a worker process, so the slow kernels (convolutions) do not queue behind
@@ -51,8 +52,8 @@ from ..runtime.cpu_threads import cpu_threads
 # trips (pickling IR text and objects, one task each) and, the first time, its start are not
 # repaid. A break-even estimate, not yet measured on a quiet many-core machine (issue 15).
 MIN_KERNELS = 8
-# Fewer lanes than this (cores, or HLOFUSE_CPU_THREADS) run LLVM on the thread lane alone unless
-# HLOFUSE_LLVM_PROCESSES asks for workers (see `processes`).
+# From this many lanes (cores, or HLOFUSE_CPU_THREADS) every lane beyond the thread lane has a
+# worker; two lanes have one only while a core is spare (see `processes`).
 MIN_LANES = 3
 
 _lock = threading.Lock()
@@ -71,11 +72,14 @@ def lanes() -> int:
 
 def processes() -> int:
     """How many worker processes the pool has (0: no pool): `HLOFUSE_LLVM_PROCESSES` if set,
-    else one per lane beyond the thread lane where there are at least `MIN_LANES` lanes.
+    else one per lane beyond the thread lane where there are at least `MIN_LANES` lanes, and
+    on two lanes one worker while the machine has a core to spare (`spare_core`).
 
-    Below that (two cores) the pool is off by default, as measured on a shared 2-core machine
-    (docs/compile_time.md): one worker made no cold compile of the real models faster and cost
-    8-35% more CPU (its start, about 0.3-0.4 s of CPU once per process, and the pickling)."""
+    Two lanes, measured on a 2-core machine (docs/compile_time.md), fresh process per compile:
+    at load 1.8-2.3 one worker cut cold compiles by 23-37% (haiku's ResNet-18 step 7.2 -> 4.6 s,
+    MobileNetV2 3.0 -> 2.0 s, ResNet-50 1.9 -> 1.5 s; GPT-2's 15 kernels the same), while at
+    load 9.5-11, the cores busy with other work, it made none faster and cost 8-35% more CPU
+    (its start, about 0.3-0.4 s of CPU once per process, and the pickling)."""
     env = os.environ.get("HLOFUSE_LLVM_PROCESSES", "").strip()
     if env:
         try:
@@ -83,7 +87,25 @@ def processes() -> int:
         except ValueError:
             raise ValueError(f"HLOFUSE_LLVM_PROCESSES must be a whole number, not {env!r}") from None
     n = lanes()
-    return n - 1 if n >= MIN_LANES else 0
+    if n >= MIN_LANES:
+        return n - 1
+    return 1 if n == 2 and spare_core() else 0
+
+
+def spare_core() -> bool:
+    """Whether the machine has had fewer runnable tasks than the cores this process may use,
+    on average over the last minute (`os.getloadavg`; this process's own work included): a
+    worker then gets a core of its own instead of taking the thread lane's share. False where
+    the load average is unknown."""
+    try:
+        load = os.getloadavg()[0]
+    except (AttributeError, OSError):
+        return False
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:
+        cores = os.cpu_count() or 1
+    return load < cores
 
 
 def use_pool(kernels: int) -> bool:

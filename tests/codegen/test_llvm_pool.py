@@ -237,8 +237,12 @@ def test_lanes_follow_hlofuse_cpu_threads(monkeypatch):
     monkeypatch.delenv("HLOFUSE_LLVM_PROCESSES", raising=False)
     monkeypatch.setenv("HLOFUSE_CPU_THREADS", "1")
     assert llvm_pool.lanes() == 1 and llvm_pool.processes() == 0 and not llvm_pool.use_pool(1000)
-    monkeypatch.setenv("HLOFUSE_CPU_THREADS", "2")  # below MIN_LANES: no workers unless asked for
+    monkeypatch.setenv("HLOFUSE_CPU_THREADS", "2")  # below MIN_LANES: a worker only while a core is spare
+    monkeypatch.setattr(llvm_pool, "spare_core", lambda: False)
     assert llvm_pool.lanes() == 2 and llvm_pool.processes() == 0 and not llvm_pool.use_pool(1000)
+    monkeypatch.setattr(llvm_pool, "spare_core", lambda: True)
+    assert llvm_pool.processes() == 1 and llvm_pool.use_pool(llvm_pool.MIN_KERNELS)
+    assert not llvm_pool.use_pool(llvm_pool.MIN_KERNELS - 1)
     monkeypatch.setenv("HLOFUSE_CPU_THREADS", "3")
     assert llvm_pool.lanes() == 3 and llvm_pool.processes() == 2
     assert llvm_pool.use_pool(llvm_pool.MIN_KERNELS) and not llvm_pool.use_pool(llvm_pool.MIN_KERNELS - 1)
@@ -250,6 +254,14 @@ def test_lanes_follow_hlofuse_cpu_threads(monkeypatch):
     monkeypatch.setenv("HLOFUSE_LLVM_PROCESSES", "many")
     with pytest.raises(ValueError, match="HLOFUSE_LLVM_PROCESSES"):
         llvm_pool.processes()
+
+
+@pytest.mark.parametrize("load, cores, spare", [(0.9, 2, True), (1.9, 2, True), (2.0, 2, False), (9.5, 2, False),
+                                                (3.0, 4, True)])
+def test_a_spare_core_is_a_load_average_below_the_cores(monkeypatch, load, cores, spare):
+    monkeypatch.setattr(llvm_pool.os, "getloadavg", lambda: (load, load, load))
+    monkeypatch.setattr(llvm_pool.os, "sched_getaffinity", lambda pid: set(range(cores)))
+    assert llvm_pool.spare_core() is spare
 
 
 def test_an_unguarded_script_is_not_run_again_in_a_worker(tmp_path):
