@@ -225,6 +225,11 @@ def convert_value(em: ElementalEmitter, v, src: ElementType, dst: ElementType):
             return b.fcmp_unordered("!=", c, ir.Constant(c.type, 0.0))
         return b.icmp_unsigned("!=", v, ir.Constant(v.type, 0))
     if src.is_float:
+        if dst.name == "f64" and is_narrow_float(src.name):
+            # from the bits: f8e8m0fnu's 2**-127 is an f32 subnormal, which fpext reads as zero
+            # under denormals-are-zero (LLVM folded the fpext away only where the f32 value had
+            # no other use; a multi-output kernel also storing it kept the flushing fpext)
+            return decode_f64(b, v, src.name)
         c = to_compute(b, v, src)
         if dst.is_float and is_narrow_float(dst.name):
             return from_compute(b, c, dst)
