@@ -134,17 +134,19 @@ def for_range(b: ir.IRBuilder, start: ir.Value, stop: ir.Value, name: str = "i",
     phi.add_incoming(nxt, b.block)
     latch = b.branch(header)
     if not unroll:
-        latch.set_metadata("llvm.loop", _loop_id(b.module, "llvm.loop.unroll.disable"))
+        latch.set_metadata("llvm.loop", loop_id(b.module, "llvm.loop.unroll.disable"))
     b.position_at_end(done)
 
 
-def _loop_id(mod: ir.Module, *hints: str) -> ir.values.MDValue:
-    """A new loop ID (`!llvm.loop`: a node whose first operand is itself, one per loop) carrying
-    the loop hints `hints` (`!{!"llvm.loop.unroll.disable"}` ...)."""
-    props = [mod.add_metadata([ir.MetaDataString(mod, h)]) for h in hints]
-    loop_id = ir.values.MDValue(mod, [], name=str(len(mod.metadata)))
-    loop_id.operands = (loop_id, *props)  # llvmlite's add_metadata cannot make a self-reference
-    return loop_id
+def loop_id(mod: ir.Module, *hints: str | tuple[str, ir.Constant]) -> ir.values.MDValue:
+    """A new loop ID (`!llvm.loop`: a node whose first operand is itself, one per loop, as LLVM
+    requires) carrying `hints`: a name alone (`!{!"llvm.loop.unroll.disable"}`) or a name and
+    its value (`!{!"llvm.loop.vectorize.enable", i1 0}`)."""
+    props = [mod.add_metadata([ir.MetaDataString(mod, h)] if isinstance(h, str)
+                              else [ir.MetaDataString(mod, h[0]), h[1]]) for h in hints]
+    loop_node = ir.values.MDValue(mod, [], name=str(len(mod.metadata)))
+    loop_node.operands = (loop_node, *props)  # llvmlite's add_metadata cannot make a self-reference
+    return loop_node
 
 
 def load_element(b: ir.IRBuilder, ptr: ir.Value, et: ElementKind) -> ir.Value:

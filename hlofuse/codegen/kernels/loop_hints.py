@@ -13,15 +13,7 @@ from __future__ import annotations
 
 from llvmlite import ir
 
-
-def _loop_id(module: ir.Module, hints: list[tuple[str, ir.Constant]]) -> ir.values.MDValue:
-    """A new loop ID: a node whose first operand is itself (one per loop, as LLVM requires),
-    then one `!{!"name", value}` node per hint."""
-    props = [module.add_metadata([ir.MetaDataString(module, name), value]) for name, value in hints]
-    # llvmlite's add_metadata cannot build a node that refers to itself: made empty, then filled.
-    loop_id = ir.values.MDValue(module, [], name=str(len(module.metadata)))
-    loop_id.operands = (loop_id, *props)
-    return loop_id
+from ...emitters.ir_helpers import loop_id
 
 
 def forbid_vectorization(induction: ir.PhiInstr) -> None:
@@ -30,4 +22,4 @@ def forbid_vectorization(induction: ir.PhiInstr) -> None:
     latch = induction.incomings[-1][1]  # the back edge comes last (for_range adds it at the end)
     branch = latch.terminator
     module = induction.parent.parent.module
-    branch.set_metadata("llvm.loop", _loop_id(module, [("llvm.loop.vectorize.enable", ir.Constant(ir.IntType(1), 0))]))
+    branch.set_metadata("llvm.loop", loop_id(module, ("llvm.loop.vectorize.enable", ir.Constant(ir.IntType(1), 0))))
