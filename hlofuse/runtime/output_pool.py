@@ -2,6 +2,7 @@
 assignment, codegen/buffers.py, for values that flow into a computation's result)."""
 from __future__ import annotations
 
+import math
 import sys
 
 import numpy as np
@@ -39,15 +40,19 @@ class OutputPool:
     def empty(self, dims: tuple[int, ...], dtype):
         """An uninitialized array of `dims` and `dtype`, recycled when possible; arrays of 64 KB
         and more start on a cache line."""
-        key = (tuple(dims), np.dtype(dtype).str)
-        pool = self._arrays.setdefault(key, [])
-        for a in pool:
+        dt = np.dtype(dtype)
+        key = (tuple(dims), dt.str)
+        pool = self._arrays.get(key)
+        for a in pool or ():
             # a: the pool's list, the loop variable, getrefcount's argument;
             # its buffer: a's base reference, getrefcount's argument (the attribute read)
             if sys.getrefcount(a) <= 3 and sys.getrefcount(a.base) <= 2:
                 return a
-        if np.dtype(dtype).itemsize * int(np.prod(dims, dtype=np.int64)) < _POOLED_BYTES:
-            return np.empty(dims, dtype)
+        # math.prod, not np.prod: this runs on every call of every executable (a microsecond
+        # or two of numpy's reduction machinery per small output was most of a call's overhead)
+        if dt.itemsize * math.prod(dims) < _POOLED_BYTES:
+            return np.empty(dims, dt)
+        pool = self._arrays.setdefault(key, [])
         a = aligned_empty(tuple(dims), dtype)
         if len(pool) >= self.per_key:
             pool.pop(0)
