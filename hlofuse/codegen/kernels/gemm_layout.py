@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from ...emitters.ir_helpers import row_major_strides
 from ...hlo.ir import HloComputation, HloInstruction
 from ...hlo.shapes import ArrayShape
 
@@ -24,14 +25,6 @@ INT32_MAX = (1 << 31) - 1
 
 def _dims(inst: HloInstruction, key: str) -> list[int]:
     return [int(d) for d in inst.attrs.get(key, ())]
-
-
-def row_major_strides(dims: tuple[int, ...] | list[int]) -> list[int]:
-    """Element strides of a row-major array of `dims`."""
-    strides = [1] * len(dims)
-    for d in range(len(dims) - 2, -1, -1):
-        strides[d] = strides[d + 1] * dims[d + 1]
-    return strides
 
 
 def gemm_dtype(dot: HloInstruction) -> str | None:
