@@ -25,13 +25,11 @@ sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.dirname(HERE))
 
 
-def _median_ms(fn, rounds: int) -> float:
-    times = []
-    for _ in range(rounds):
-        t0 = time.perf_counter()
-        fn()
-        times.append((time.perf_counter() - t0) * 1e3)
-    return statistics.median(times)
+def _ms(fn) -> float:
+    """Milliseconds one call of `fn` takes."""
+    t0 = time.perf_counter()
+    fn()
+    return (time.perf_counter() - t0) * 1e3
 
 
 def run_one(name: str, w, size: str, rounds: int, target: str = "gpu") -> dict:
@@ -69,8 +67,8 @@ def run_one(name: str, w, size: str, rounds: int, target: str = "gpu") -> dict:
         ours()
     mine, xla = [], []
     for _ in range(rounds):
-        mine.append(_median_ms(ours, 1))
-        xla.append(_median_ms(theirs, 1))
+        mine.append(_ms(ours))
+        xla.append(_ms(theirs))
     row["hlofuse_ms"] = statistics.median(mine)
     row["xla_gpu_ms"] = statistics.median(xla)
     row["ratio"] = row["hlofuse_ms"] / row["xla_gpu_ms"]

@@ -21,10 +21,14 @@ def fusion_target(target: str) -> str:
 
 
 def reference_denormals(target: str) -> str:
-    """The interpreter's denormal mode that is `target`'s oracle: the real GPU keeps denormals
-    (XLA:GPU's default, emitters/gpu/target.py's GpuTarget); the CPU and the emulated GPU flush
-    them as XLA:CPU does."""
-    return "keep" if target == "gpu" else "flush"
+    """The interpreter's denormal mode that is `target`'s oracle, read from the target's own
+    `flushes_denormals`: the real GPU keeps denormals (XLA:GPU's default); the CPU and the
+    emulated GPU flush them as XLA:CPU does, and so does the interpreter itself."""
+    from .emitters.cpu.target import CpuTarget
+    from .emitters.gpu.target import EmulatedGpuTarget, GpuTarget
+
+    cls = {"cpu": CpuTarget, "gpu": GpuTarget, "gpu-emulated": EmulatedGpuTarget}.get(target)
+    return "keep" if cls is not None and not cls.flushes_denormals else "flush"
 
 
 class Executable:

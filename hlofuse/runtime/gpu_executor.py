@@ -21,7 +21,6 @@ and every PTX is checked by ptxas in the tests.
 """
 from __future__ import annotations
 
-import ctypes
 from dataclasses import dataclass
 
 import numpy as np

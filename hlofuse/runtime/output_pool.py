@@ -18,7 +18,7 @@ def aligned_empty(dims: tuple[int, ...], dtype) -> np.ndarray:
     """An uninitialized C-contiguous array starting on a 64-byte boundary (a view of a slightly
     larger byte buffer, its `base`)."""
     dtype = np.dtype(dtype)
-    nbytes = int(np.prod(dims, dtype=np.int64)) * dtype.itemsize
+    nbytes = math.prod(dims) * dtype.itemsize
     raw = np.empty(nbytes + ALIGN, np.uint8)
     start = -raw.ctypes.data % ALIGN
     return raw[start:start + nbytes].view(dtype).reshape(dims)
@@ -53,7 +53,7 @@ class OutputPool:
         if dt.itemsize * math.prod(dims) < _POOLED_BYTES:
             return np.empty(dims, dt)
         pool = self._arrays.setdefault(key, [])
-        a = aligned_empty(tuple(dims), dtype)
+        a = aligned_empty(key[0], dt)
         if len(pool) >= self.per_key:
             pool.pop(0)
         pool.append(a)
