@@ -328,12 +328,10 @@ PREFETCH_LOCALITY = 2
 
 
 def _prefetch_function(module: ir.Module) -> ir.Function:
-    """`llvm.prefetch(address, rw, locality, cache type)`, declared once per module."""
-    fn = module.globals.get("llvm.prefetch.p0")
-    if fn is None:
-        fn = ir.Function(module, ir.FunctionType(ir.VoidType(), [ir.IntType(8).as_pointer(), I32, I32, I32]),
-                         "llvm.prefetch.p0")
-    return fn
+    """`llvm.prefetch(address, rw, locality, cache type)` (llvmlite's `declare_intrinsic`
+    declares it once per module)."""
+    return module.declare_intrinsic(
+        "llvm.prefetch.p0", fnty=ir.FunctionType(ir.VoidType(), [ir.IntType(8).as_pointer(), I32, I32, I32]))
 
 
 def row_streams(skel, layout: RowLayout) -> list[tuple[ir.Value, int, bool]]:
@@ -429,11 +427,6 @@ def streams_outputs(skel, layout: RowLayout, streams: list, rereads: bool) -> bo
         return False
     row_bytes = layout.row_elements * sum(size for _, size, _ in streams)
     return (layout.row_elements * sizes.pop()) % VECTOR_BYTES == 0 and layout.rows * row_bytes > l3_cache_bytes()
-
-
-def _intrinsic(module: ir.Module, name: str) -> ir.Function:
-    """`void name()`, declared once per module."""
-    return module.globals.get(name) or ir.Function(module, ir.FunctionType(ir.VoidType(), []), name)
 
 
 def _streaming_output_loop(b: ir.IRBuilder, n: int, base: ir.Value, index_at, row_gens: list, plain,
@@ -560,5 +553,5 @@ def emit_row_kernel(skel, kernel) -> None:
     if n >= vector_lanes(skel.target, reduces):
         forbid_vectorization(r)
     if streaming:  # streaming stores are weakly ordered: done before the kernel returns
-        b.call(_intrinsic(b.module, "llvm.x86.sse.sfence"), [])
+        b.call(b.module.declare_intrinsic("llvm.x86.sse.sfence", fnty=ir.FunctionType(ir.VoidType(), [])), [])
     skel.finish()
