@@ -161,11 +161,6 @@ def compile_timed(text: str, speed_level: int) -> tuple[bytes, float, float]:
     return obj, mid - start, time.perf_counter() - mid
 
 
-def _compile(text: str, speed_level: int) -> tuple[bytes, float, float]:
-    """In a worker: (object bytes, seconds optimizing, seconds generating code)."""
-    return compile_timed(text, speed_level)
-
-
 def pool() -> ProcessPoolExecutor:
     """The process pool, started on first use."""
     with _lock:
@@ -199,11 +194,11 @@ def submit(text: str, speed_level: int) -> "Future[tuple[bytes, float, float]]":
         sys.modules["__main__"] = _BLANK_MAIN
         try:
             try:
-                return _started().submit(_compile, text, speed_level)
+                return _started().submit(compile_timed, text, speed_level)
             except BrokenProcessPool:
                 _pool.shutdown(wait=False, cancel_futures=True)
                 _pool = None
-                return _started().submit(_compile, text, speed_level)
+                return _started().submit(compile_timed, text, speed_level)
         finally:
             if main is not None:
                 sys.modules["__main__"] = main
@@ -214,10 +209,10 @@ def compile_in_lane(text: str, speed_level: int, use_processes: bool) -> tuple[b
     the pool is not to be used), else in a worker process; (object bytes, seconds optimizing,
     seconds generating code)."""
     if not use_processes:
-        return _compile(text, speed_level)
+        return compile_timed(text, speed_level)
     if _thread_lane.acquire(blocking=False):
         try:
-            return _compile(text, speed_level)
+            return compile_timed(text, speed_level)
         finally:
             _thread_lane.release()
     return submit(text, speed_level).result()
