@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from llvmlite import ir
 
+from .llvm_pool import UNOPTIMIZED, compile_timed
 from .native_plan import Copy, Loc, NativePlan, NativeProgram, NativeStep, leaves
 from .schedule import symbol_name
 
@@ -37,12 +38,11 @@ MIN_ELEMENTS_PER_THREAD = 1 << 14
 # which thread takes it).
 CHUNKS_PER_THREAD = 4
 
-# The driver's LLVM level: unoptimized (codegen/llvm_pool.UNOPTIMIZED, fast instruction
-# selection). It is a sequence of kernel calls, loops of while/conditional steps and copies, whose
-# run time is the kernels'; at O2 LLVM spent 1.33 s of CPU on haiku's ResNet-18 training step's
-# (17,000 instructions; 12% of its cold compile), unoptimized 0.09 s. Run time measured against O2
-# in docs/compile_time.md.
-DRIVER_LEVEL = 0
+# The driver's LLVM level: unoptimized (fast instruction selection). It is a sequence of kernel
+# calls, loops of while/conditional steps and copies, whose run time is the kernels'; at O2 LLVM
+# spent 1.33 s of CPU on haiku's ResNet-18 training step's (17,000 instructions; 12% of its cold
+# compile), unoptimized 0.09 s. Run time measured against O2 in docs/compile_time.md.
+DRIVER_LEVEL = UNOPTIMIZED
 
 I8 = ir.IntType(8)
 I32 = ir.IntType(32)
@@ -346,10 +346,9 @@ def compile_driver(prog: NativeProgram, target, cache: bool, disk, compile_ir=No
     seconds spent)."""
     import time
 
-    from . import llvm_pool
     from .cache import cache_key, memory_cache
 
-    compile_ir = compile_ir or (lambda text, level: llvm_pool.compile_timed(text, level)[0])
+    compile_ir = compile_ir or (lambda text, level: compile_timed(text, level)[0])
     start = time.perf_counter()
     text = emit_driver(prog, target)
     key = cache_key(f"driver O{DRIVER_LEVEL}\n" + text, target.fingerprint())
