@@ -36,14 +36,26 @@ I64 = ir.IntType(64)
 F32 = ir.FloatType()
 
 
+def declare(module: ir.Module, name: str, ty: ir.FunctionType) -> ir.Function:
+    """External function `name` of type `ty`, declared (nounwind) once per `module`."""
+    fn = module.globals.get(name)
+    if fn is None:
+        fn = ir.Function(module, ty, name)
+        if not name.startswith("llvm."):
+            fn.attributes.add("nounwind")
+    return fn
+
+
+def trap_if(b: ir.IRBuilder, module: ir.Module, failed: ir.Value) -> None:
+    """Stop the process (llvm.trap) where the i1 `failed` holds: a library call that could not
+    do its work (a failed allocation), after which the kernel would return garbage."""
+    with b.if_then(failed, likely=False):
+        b.call(declare(module, "llvm.trap", ir.FunctionType(ir.VoidType(), [])), [])
+
+
 def gemm_function(module: ir.Module, routine: str) -> ir.Function:
     """The declaration of BLAS routine `routine` (Fortran ABI: 13 pointers) in `module`."""
-    name = blas_symbol(routine)
-    if name in module.globals:
-        return module.globals[name]
-    fn = ir.Function(module, ir.FunctionType(ir.VoidType(), [I8P] * 13), name)
-    fn.attributes.add("nounwind")
-    return fn
+    return declare(module, blas_symbol(routine), ir.FunctionType(ir.VoidType(), [I8P] * 13))
 
 
 def onednn_sgemm_function(module: ir.Module) -> ir.Function:
@@ -54,11 +66,9 @@ def onednn_sgemm_function(module: ir.Module) -> ir.Function:
     if name in module.globals:
         return module.globals[name]
     fp = F32.as_pointer()
-    fn = ir.Function(module, ir.FunctionType(I32, [I8, I8, I64, I64, I64, F32, fp, I64, fp, I64, F32, fp, I64]),
-                     name)
+    fn = declare(module, name, ir.FunctionType(I32, [I8, I8, I64, I64, I64, F32, fp, I64, fp, I64, F32, fp, I64]))
     for arg in fn.args[:2]:
         arg.add_attribute("signext")  # C's char, extended by the caller as the x86-64 ABI's callers do
-    fn.attributes.add("nounwind")
     return fn
 
 
@@ -95,13 +105,6 @@ class GemmCall:
         self.fn = gemm_function(module, GEMM_ROUTINE[et.name])
         self.alpha, self.beta = self.slot(self.elem, self.scalar(1.0)), self.slot(self.elem, self.scalar(0.0))
 
-    def _threads_function(self, name: str, ty: ir.FunctionType) -> ir.Function:
-        fn = self.module.globals.get(name)
-        if fn is None:
-            fn = ir.Function(self.module, ty, name)
-            fn.attributes.add("nounwind")
-        return fn
-
     def _single_thread(self) -> None:
         """Make oneDNN compute each call on the calling thread: outside the driver's parallel
         region (a kernel run serially) it would start its own OpenMP team of
@@ -109,14 +112,14 @@ class GemmCall:
         make the bits depend on the thread count. The calling thread's count is saved here and
         put back by `finish`."""
         b = self.b
-        get = self._threads_function(ONEDNN_GET_THREADS, ir.FunctionType(I32, []))
+        get = declare(self.module, ONEDNN_GET_THREADS, ir.FunctionType(I32, []))
         self.saved_threads = b.call(get, [])
-        b.call(self._threads_function(ONEDNN_SET_THREADS, ir.FunctionType(ir.VoidType(), [I32])), [ir.Constant(I32, 1)])
+        b.call(declare(self.module, ONEDNN_SET_THREADS, ir.FunctionType(ir.VoidType(), [I32])), [ir.Constant(I32, 1)])
 
     def finish(self) -> None:
         """After the kernel's last call: restore the calling thread's OpenMP thread count."""
         if self.saved_threads is not None:
-            set_threads = self._threads_function(ONEDNN_SET_THREADS, ir.FunctionType(ir.VoidType(), [I32]))
+            set_threads = declare(self.module, ONEDNN_SET_THREADS, ir.FunctionType(ir.VoidType(), [I32]))
             self.b.call(set_threads, [self.saved_threads])
 
     @property
@@ -168,7 +171,4 @@ class GemmCall:
                                   b.bitcast(a, fp), lda, ir.Constant(F32, 0.0), b.bitcast(cc, fp), ldc])
         # Only invalid arguments (a bug here) or a failed allocation of oneDNN's packing
         # buffers return an error, and C is then unwritten: stop rather than return garbage.
-        with b.if_then(b.icmp_signed("!=", status, ir.Constant(I32, 0)), likely=False):
-            trap = self.module.globals.get("llvm.trap") or ir.Function(
-                self.module, ir.FunctionType(ir.VoidType(), []), "llvm.trap")
-            b.call(trap, [])
+        trap_if(b, self.module, b.icmp_signed("!=", status, ir.Constant(I32, 0)))

@@ -18,7 +18,7 @@ from ...hlo.ir import HloInstruction
 from ...runtime.jit_builtins import SCRATCH_ALLOC, SCRATCH_FREE
 from ..planning import rebuild
 from .args import output_leaves, typed_pointer
-from .blas_call import GemmCall, blas_operands
+from .blas_call import GemmCall, blas_operands, declare, trap_if
 from .cpu_conv import find_convolution, window_tap
 from .cpu_conv_gemm import IN, ConvGemm, conv_gemm
 from .gemm_layout import Matrix
@@ -67,19 +67,15 @@ class _ConvGemmEmitter:
     def _allocate(self, nbytes: int) -> ir.Value:
         """`nbytes` of 64-byte aligned scratch for this call (trap when there is none)."""
         b, m = self.b, self.skel.module
-        alloc = m.globals.get(SCRATCH_ALLOC) or ir.Function(m, ir.FunctionType(I8P, [I64, I64]), SCRATCH_ALLOC)
-        p = b.call(alloc, [_i(64), _i(-(-nbytes // 64) * 64)])
-        with b.if_then(b.icmp_unsigned("==", p, ir.Constant(I8P, None)), likely=False):
-            trap = m.globals.get("llvm.trap") or ir.Function(m, ir.FunctionType(ir.VoidType(), []), "llvm.trap")
-            b.call(trap, [])
+        p = b.call(declare(m, SCRATCH_ALLOC, ir.FunctionType(I8P, [I64, I64])), [_i(64), _i(-(-nbytes // 64) * 64)])
+        trap_if(b, m, b.icmp_unsigned("==", p, ir.Constant(I8P, None)))
         return p
 
     def _release(self) -> None:
         """Free this call's scratch."""
         if self.scratch is None:
             return
-        m = self.skel.module
-        free = m.globals.get(SCRATCH_FREE) or ir.Function(m, ir.FunctionType(ir.VoidType(), [I8P]), SCRATCH_FREE)
+        free = declare(self.skel.module, SCRATCH_FREE, ir.FunctionType(ir.VoidType(), [I8P]))
         self.b.call(free, [self.scratch])
 
     def emit(self) -> None:
