@@ -347,6 +347,16 @@ def row_streams(skel, layout: RowLayout) -> list[tuple[ir.Value, int, bool]]:
     return streams
 
 
+def _row_bytes(layout: RowLayout, streams: list) -> int:
+    """Bytes of one row of all of `streams` together."""
+    return layout.row_elements * sum(size for _, size, _ in streams)
+
+
+def _from_memory(layout: RowLayout, streams: list) -> bool:
+    """Whether the kernel's rows come from memory, not cache: its streams together exceed L3."""
+    return layout.rows * _row_bytes(layout, streams) > l3_cache_bytes()
+
+
 def prefetches_next_row(comp: HloComputation, layout: RowLayout, streams: list) -> bool:
     """Whether the row kernel prefetches the next row while its second loop runs.
 
@@ -361,8 +371,7 @@ def prefetches_next_row(comp: HloComputation, layout: RowLayout, streams: list) 
     than to read, the hardware prefetcher keeps up, and the prefetches only cost (softmax
     3072x2048 on one thread: 1.95 -> 2.45 ms). The kernel needs a second loop, and the current
     and next rows of every stream must fit in L2 together."""
-    row_bytes = layout.row_elements * sum(n for _, n, _ in streams)
-    if layout.passes < 2 or 2 * row_bytes > l2_cache_bytes() or layout.rows * row_bytes <= l3_cache_bytes():
+    if layout.passes < 2 or 2 * _row_bytes(layout, streams) > l2_cache_bytes() or not _from_memory(layout, streams):
         return False
     return not any(i.info.elementwise and i.info.expensive and i.shape.is_array
                    and tuple(i.shape.dims) == layout.in_dims for i in comp.instructions)
@@ -425,8 +434,7 @@ def streams_outputs(skel, layout: RowLayout, streams: list, rereads: bool) -> bo
     types = [leaves[k].shape.dtype for k in layout.row_outputs]
     if len(sizes) != 1 or any(t.is_pred or t.is_complex or t.bits not in (32, 64) for t in types):
         return False
-    row_bytes = layout.row_elements * sum(size for _, size, _ in streams)
-    return (layout.row_elements * sizes.pop()) % VECTOR_BYTES == 0 and layout.rows * row_bytes > l3_cache_bytes()
+    return (layout.row_elements * sizes.pop()) % VECTOR_BYTES == 0 and _from_memory(layout, streams)
 
 
 def _streaming_output_loop(b: ir.IRBuilder, n: int, base: ir.Value, index_at, row_gens: list, plain,
