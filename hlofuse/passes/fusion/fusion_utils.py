@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from ...hlo.ir import HloComputation, HloInstruction, HloModule
 from ...hlo.shapes import TupleShape
-from ..cse import instruction_key
+from ..cse import ComputationIds, instruction_key
 from ..rewrite import Rewriter, has_side_effect
 from .fusibility import fusion_outputs
 
@@ -194,14 +194,17 @@ def dedupe_fused_computation(fusion: HloInstruction, new: list[HloInstruction] |
     best_name: dict[HloInstruction, tuple[str, HloInstruction | None]] = {}  # kept -> (name, origin)
     gone: set[HloInstruction] = set()
     merged = 0
+    # one structural id per called computation (a reduce's to_apply) for all the keys below,
+    # rather than its structure walked again for every key
+    computations = ComputationIds()
     while work:
         inst = work.pop(0)
         if inst in gone or not _dedupable(inst):
             continue
-        key = instruction_key(inst)
+        key = instruction_key(inst, computations)
         pool = inst.operands[0].users if inst.operands else fc.instructions
-        match = next((c for c in pool if c is not inst and c not in gone and c.parent is fc
-                      and c.opcode == inst.opcode and _dedupable(c) and instruction_key(c) == key), None)
+        match = next((c for c in pool if c is not inst and c not in gone and c.parent is fc and c.opcode == inst.opcode
+                      and _dedupable(c) and instruction_key(c, computations) == key), None)
         if match is None:
             continue
         rewriter.replace(inst, match)
