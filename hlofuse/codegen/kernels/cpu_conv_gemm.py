@@ -238,11 +238,17 @@ def gemm_layout(conv: HloInstruction) -> ConvGemm | None:
     return conv_gemm(conv) or _packed_layout(conv)
 
 
+def _needs_packing(conv: HloInstruction) -> bool:
+    """Whether `conv` is dense f32/f64 with weights BLAS cannot read in place (`_weights`), so
+    the GEMM kernel can run it only after a loop kernel packs them."""
+    geo = conv_geometry(conv)
+    return geo is not None and geo.groups == 1 and _gemm_types(conv) is not None and _weights(conv)[1] is None
+
+
 def _packed_layout(conv: HloInstruction) -> ConvGemm | None:
     """The GEMM layout `conv` has once its weights are packed (None: the GEMM kernel cannot run
     it even then)."""
-    geo = conv_geometry(conv)
-    if geo is None or geo.groups != 1 or _gemm_types(conv) is None or _weights(conv)[1] is not None:
+    if not _needs_packing(conv):
         return None
     comp = HloComputation("probe")
     x = comp.add_instruction(HloInstruction("parameter", conv.operands[0].shape, name="x"))
@@ -312,8 +318,7 @@ def plan_conv_gemm(comp: HloComputation, name: str):
     layout = conv_gemm(conv, out_type)
     if layout is not None:
         return [_gemm_plan(comp, layout, [("in", i) for i in range(len(comp.parameters))], name)], []
-    geo = conv_geometry(conv)
-    if geo is None or geo.groups != 1 or _gemm_types(conv) is None or _weights(conv)[1] is not None:
+    if not _needs_packing(conv):
         return None  # not for want of plain weights: the GEMM kernel cannot run it
     sub = _packed_weights_comp(comp, conv, f"{comp.name}.packw")
     kernels, temps = plan_fusion(sub, f"{name}_packw")
