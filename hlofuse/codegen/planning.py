@@ -258,7 +258,7 @@ def _kernels_of(comp: HloComputation, name: str, temps: list) -> list[KernelPlan
         if (g.units < SPLIT_MAX_OUTPUTS and g.unit_elements >= SPLIT_MIN_ELEMENTS and r0 >= 2
                 and not sequential):
             parts = min(SPLIT_PARTS, r0)
-            n_out = math.prod(g.out_dims)  # the combine kernel's units: one per output
+            n_out = g.out_elements  # the combine kernel's units: one per output
             scratch = []
             for h in g.heroes:
                 for init in h.operands[len(h.operands) // 2:]:

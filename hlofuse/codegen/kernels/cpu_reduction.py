@@ -148,7 +148,7 @@ def _reduced_loops(b, group: ReductionGroup, body, level: int = 0, fixed=(), out
 def _emit_row(skel, em, group, heroes, extras, epilogue_ptrs, epilogue_leaves, parts: int = 1,
               scratch=None) -> None:
     b = skel.builder
-    n_out = math.prod(group.out_dims)
+    n_out = group.out_elements
     slots = {}
     with b.goto_entry_block():
         for h in heroes:
@@ -224,7 +224,7 @@ def _fold_row(b: ir.IRBuilder, em, h: ReduceHero, accs: list, index: Index) -> l
 def _emit_combine(skel, em, group, heroes, epilogue_ptrs, epilogue_leaves, parts: int, scratch) -> None:
     """Fold the partial accumulators of a split reduction, then write the epilogue outputs."""
     b = skel.builder
-    n_out = math.prod(group.out_dims)
+    n_out = group.out_elements
     finals = {}
     at = {}
     override_heroes(em, heroes, lambda h: finals[h], lambda: at["index"])
@@ -264,7 +264,7 @@ def _emit_column(skel, em, group, heroes, extras, epilogue_ptrs, epilogue_leaves
     b = skel.builder
     last = group.in_dims[-1]
     nb = group.blocks
-    n_out = math.prod(group.out_dims)
+    n_out = group.out_elements
     block = {}  # per hero, its accumulators for the unit's block of columns
     with b.goto_entry_block():
         for h in heroes:

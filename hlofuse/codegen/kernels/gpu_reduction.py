@@ -153,7 +153,7 @@ class ReductionPlan:
 def plan_reduction(group: ReductionGroup, leaves: list) -> ReductionPlan:
     """Choose the kernel shape and the combining strategy of `group` (`leaves`: the output
     leaves of its fused computation)."""
-    k = math.prod(group.out_dims)
+    k = group.out_elements
     r = math.prod(group.in_dims[d] for d in group.rdims) if group.in_dims else 1
     atomic = all(
         atomic_kind(h.attrs["to_apply"], op.shape.dtype) is not None if len(h.operands) == 2 else False

@@ -59,10 +59,15 @@ class ReductionGroup:
         return tuple(self.in_dims[d] for d in self.kept)
 
     @property
+    def out_elements(self) -> int:
+        """Elements of each reduce result."""
+        return math.prod(self.out_dims)
+
+    @property
     def units(self) -> int:
         """Work units (outputs, or column blocks)."""
         if self.is_row:
-            return math.prod(self.out_dims)
+            return self.out_elements
         return math.prod(self.out_dims[:-1]) * self.blocks
 
     @property
