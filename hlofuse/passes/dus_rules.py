@@ -19,14 +19,9 @@ from __future__ import annotations
 
 from ..hlo.ir import HloInstruction
 from ..hlo.shapes import array
+from .simplifier_base import scalar_constant
 
 Window = list[tuple[int, int]]  # (start, size) per dimension
-
-
-def _constant_int(inst: HloInstruction) -> int | None:
-    if inst.opcode == "constant" and inst.shape.is_array and inst.shape.element_count() == 1:
-        return int(inst.literal.reshape(-1)[0])
-    return None
 
 
 def window(dus: HloInstruction) -> Window | None:
@@ -36,10 +31,10 @@ def window(dus: HloInstruction) -> Window | None:
         return None
     out = []
     for d, (s, n, w) in enumerate(zip(dus.operands[2:], dus.shape.dims, dus.operands[1].shape.dims)):
-        v = _constant_int(s)
+        v = scalar_constant(s)  # a start index is a scalar: its value, when a constant
         if v is None:
             return None
-        out.append((min(max(v, 0), n - w), w))
+        out.append((min(max(int(v), 0), n - w), w))
     return out
 
 
