@@ -22,13 +22,10 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from ..hlo.ir import HloComputation, HloInstruction, HloModule
-from ..hlo.shapes import ArrayShape, Layout
+from ..hlo.shapes import ArrayShape
 from .pass_base import HloPass
 from .rewrite import Rewriter
-
-
-def _layout(s: ArrayShape) -> Layout:
-    return s.layout if s.layout is not None else Layout.default(s.rank)
+from .simplifier_base import layout_of
 
 
 def _trivially_reshaped(inst: HloInstruction) -> bool:
@@ -50,7 +47,7 @@ def _equivalent(a: HloInstruction, b: HloInstruction) -> bool:
     if a.opcode != b.opcode or a.shape.dims != b.shape.dims:
         return False
     sa, sb = a.operands[0].shape, b.operands[0].shape
-    if sa.dims != sb.dims or _layout(sa) != _layout(sb):
+    if sa.dims != sb.dims or layout_of(sa) != layout_of(sb):
         return False
     return a.opcode == "reshape" or tuple(a.attrs["dimensions"]) == tuple(b.attrs["dimensions"])
 

@@ -19,7 +19,8 @@ from .constant_folding import literal_array
 Rule = Callable[[HloInstruction], "HloInstruction | None"]
 
 
-def _layout(s: ArrayShape) -> Layout:
+def layout_of(s: ArrayShape) -> Layout:
+    """`s`'s layout, XLA's default one when it has none."""
     return s.layout if s.layout is not None else Layout.default(s.rank)
 
 
@@ -27,7 +28,7 @@ def compatible(a: Shape, b: Shape) -> bool:
     """Same type, dimensions and layout (a missing layout counts as the default one)."""
     if a.is_array and b.is_array:
         return (a.dtype == b.dtype and a.dims == b.dims and a.dynamic == b.dynamic
-                and _layout(a) == _layout(b))
+                and layout_of(a) == layout_of(b))
     return a == b
 
 
