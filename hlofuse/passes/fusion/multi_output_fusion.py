@@ -244,9 +244,8 @@ def _fuse_reduction_into_epilogue(producer: HloInstruction, ctx: FusionContext) 
             p = comp.parameter(i)
             if any(not u.info.elementwise or u.shape.dims != producer.shape.dims for u in p.users):
                 return False
-    for op in consumer.operands:
-        if op is not producer and ctx.reachability().is_reachable(producer, op):
-            return False
+    if _cycle_through(producer, consumer, ctx) is not None:
+        return False
     name_p, name_c = producer.name, consumer.name
     fuse_into_multi_output(consumer, producer)
     ctx.log.fused(ctx.pass_name, name_p, name_c, consumer.name,
@@ -268,12 +267,9 @@ def _fuse_loop_into_consumer(producer: HloInstruction, ctx: FusionContext) -> bo
         if not is_plain_loop(consumer) or (consumer.opcode != "fusion" and not consumer.info.elementwise):
             continue  # not a loop kernel to compute it in (the target's policy, not logged)
         d = cpu_producer_consumer_rule(producer, consumer)
-        if d:
-            for op in consumer.operands:
-                if op is not producer and ctx.reachability().is_reachable(producer, op):
-                    d = refuse("cycle", f"would create a cycle: {consumer.name} reads {op.name}, which "
-                                        f"depends on {producer.name}")
-                    break
+        if d and (op := _cycle_through(producer, consumer, ctx)) is not None:
+            d = refuse("cycle", f"would create a cycle: {consumer.name} reads {op.name}, which "
+                                f"depends on {producer.name}")
         if d:
             d = fits_in_budget(producer, consumer, ctx.params)
         if not d:
@@ -288,6 +284,13 @@ def _fuse_loop_into_consumer(producer: HloInstruction, ctx: FusionContext) -> bo
         ctx.graph_changed()
         return True
     return False
+
+
+def _cycle_through(producer: HloInstruction, consumer: HloInstruction, ctx: FusionContext) -> HloInstruction | None:
+    """An operand of `consumer` other than `producer` that depends on `producer`: computing
+    `producer` inside `consumer` would then make the fusion depend on itself. None if none."""
+    reach = ctx.reachability()
+    return next((op for op in consumer.operands if op is not producer and reach.is_reachable(producer, op)), None)
 
 
 def _reduce_signatures(inst: HloInstruction) -> set:
@@ -321,10 +324,9 @@ def _pc_legal(producer: HloInstruction, consumer: HloInstruction, ctx: FusionCon
     d = shapes_compatible(producer, consumer)
     if not d:
         return d
-    for op in consumer.operands:
-        if op is not producer and ctx.reachability().is_reachable(producer, op):
-            return refuse("cycle", f"would create a cycle: {consumer.name} is reachable from "
-                                   f"{producer.name} through {op.name}")
+    if (op := _cycle_through(producer, consumer, ctx)) is not None:
+        return refuse("cycle", f"would create a cycle: {consumer.name} is reachable from "
+                               f"{producer.name} through {op.name}")
     d = fits_in_budget(producer, consumer, ctx.params)
     if not d:
         return d
