@@ -44,7 +44,6 @@ others (a reverse, a transpose, a slice ... of the reduce) leave the reduction k
 """
 from __future__ import annotations
 
-import copy
 import math
 
 from llvmlite import ir
@@ -56,7 +55,7 @@ from . import arg_reduction
 from .args import output_leaves
 from .loop_hints import forbid_vectorization
 from .reduction_groups import (COLUMN_BLOCK, ReduceHero, ReductionGroup, in_order_target, override_heroes,
-                               vector_lanes)
+                               vector_lanes, without_reassociation)
 
 
 def emit_reduction_kernel(skel, comp: HloComputation, group: ReductionGroup, stage: str = "single",
@@ -110,9 +109,7 @@ def _reduction_target(target, group: ReductionGroup):
         return target
     if min(COLUMN_BLOCK, group.in_dims[-1]) < vector_lanes(target, group.heroes):
         return target
-    ordered = copy.copy(target)
-    ordered.reassociate_reductions = False
-    return ordered
+    return without_reassociation(target)
 
 
 def _store_extras(b, index: Index, extras) -> None:

@@ -224,6 +224,11 @@ def in_order_target(target, heroes):
     type is native (the GPU's f16 adds became f16x2 vector sums), and that changes the bits."""
     if not any(is_order_sensitive_reduce(h) for h in heroes):
         return target
+    return without_reassociation(target)
+
+
+def without_reassociation(target):
+    """A copy of `target` whose reductions' float ops do not carry `reassoc`."""
     ordered = copy.copy(target)
     ordered.reassociate_reductions = False
     return ordered
