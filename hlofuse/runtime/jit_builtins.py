@@ -145,22 +145,23 @@ def builtins_module() -> ir.Module:
 
 def register_builtins() -> dict[str, int]:
     """Compile the builtins once per process and make their symbols visible to every JIT
-    (`llvm.add_symbol`); returns name -> address."""
+    (`llvm.add_symbol`); returns name -> address. The GEMM libraries' routines are registered
+    too (each once per process), checked on every call: oneDNN's only once f32 GEMM kernels
+    call it (`register_onednn`), which HLOFUSE_GEMM may decide after the first JIT."""
     with _lock:
-        if _registered:
-            return _registered
-        llmod = llvm.parse_assembly(str(builtins_module()))
-        llmod.verify()
-        engine = llvm.create_mcjit_compiler(llmod, new_host_target_machine())
-        engine.finalize_object()
-        _engines.append(engine)
-        for name in _BUILTINS:
-            _registered[name] = engine.get_function_address(name)
-        for alias, name in _ALIASES.items():
-            _registered[alias] = _registered[name]
-        for name, addr in _registered.items():
-            llvm.add_symbol(name, addr)
-        register_scratch_allocator()
+        if not _registered:
+            llmod = llvm.parse_assembly(str(builtins_module()))
+            llmod.verify()
+            engine = llvm.create_mcjit_compiler(llmod, new_host_target_machine())
+            engine.finalize_object()
+            _engines.append(engine)
+            for name in _BUILTINS:
+                _registered[name] = engine.get_function_address(name)
+            for alias, name in _ALIASES.items():
+                _registered[alias] = _registered[name]
+            for name, addr in _registered.items():
+                llvm.add_symbol(name, addr)
+            register_scratch_allocator()
     try:
         register_blas()  # GEMM kernels call BLAS (below); without scipy they cannot be loaded
     except ImportError:
@@ -327,14 +328,18 @@ def onednn_symbol() -> str:
 def register_onednn() -> int | None:
     """Register `dnnl_sgemm`'s address under `onednn_symbol()`, and libgomp's
     `omp_get_max_threads` / `omp_set_num_threads` under ONEDNN_GET_THREADS / ONEDNN_SET_THREADS
-    (once per process); returns dnnl_sgemm's address, or None when libdnnl is not available."""
+    (once per process); returns dnnl_sgemm's address, or None when f32 GEMM kernels call
+    OpenBLAS (HLOFUSE_GEMM=openblas, or no libdnnl). libdnnl is then left unloaded (20-30 ms
+    and about 22 MB of resident memory per process otherwise); a later JitModule registers it
+    if the provider changes in between (every JitModule calls register_builtins, which calls
+    this)."""
     import ctypes
 
-    from .gemm_provider import onednn_library
+    from .gemm_provider import gemm_provider, onednn_library
 
-    lib = onednn_library()
-    if lib is None:
+    if gemm_provider("f32") != "onednn":
         return None
+    lib = onednn_library()
     with _lock:
         if not _onednn:
             gomp = ctypes.CDLL("libgomp.so.1")  # loaded with libdnnl, its dependency: the same handle
