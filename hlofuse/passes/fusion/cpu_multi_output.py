@@ -95,12 +95,13 @@ def cpu_producer_consumer_rule(producer: HloInstruction, consumer: HloInstructio
     output (its other users then read that output): both one loop over the same dimensions, and
     `consumer` reads it only elementwise at its own index, so each element of the producer is
     computed once, in the consumer's loop, and never read back from memory by it."""
-    if producer.opcode == "fusion" and is_multi_output(producer):
-        return refuse("producer-multi-output", f"producer {producer.name} is a multi-output fusion")
-    if not producer.shape.is_array or not is_plain_loop(producer):
-        return refuse(KINDS_RULE, f"{producer.name} is not a plain loop")
+    # what the two kernels are first: a KINDS_RULE refusal is the target's policy, not logged
     if not is_plain_loop(consumer) or (consumer.opcode != "fusion" and not consumer.info.elementwise):
         return refuse(KINDS_RULE, f"{consumer.name} is not a plain loop fusion or elementwise instruction")
+    if not producer.shape.is_array or not is_plain_loop(producer):
+        return refuse(KINDS_RULE, f"{producer.name} is not a plain loop")
+    if producer.opcode == "fusion" and is_multi_output(producer):
+        return refuse("producer-multi-output", f"producer {producer.name} is a multi-output fusion")
     dims = loop_dims(consumer)
     if consumer.opcode != "fusion":  # elementwise: reads the producer at its own index
         return _OK if dims == tuple(producer.shape.dims) else refuse(

@@ -264,9 +264,9 @@ def _fuse_loop_into_consumer(producer: HloInstruction, ctx: FusionContext) -> bo
             or not users or (len(users) == 1 and not producer.is_root())):
         return False
     for consumer in sorted(users, key=lambda u: -_priority(u)):
-        if not is_plain_loop(consumer) or (consumer.opcode != "fusion" and not consumer.info.elementwise):
-            continue  # not a loop kernel to compute it in (the target's policy, not logged)
         d = cpu_producer_consumer_rule(producer, consumer)
+        if d.rule == KINDS_RULE:
+            continue  # not a loop kernel to compute it in (the target's policy, not logged)
         if d and (op := _cycle_through(producer, consumer, ctx)) is not None:
             d = refuse("cycle", f"would create a cycle: {consumer.name} reads {op.name}, which "
                                 f"depends on {producer.name}")
