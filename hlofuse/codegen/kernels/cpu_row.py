@@ -40,7 +40,7 @@ from ...emitters.elemental import ElementalEmitter, reg_type
 from ...emitters.ir_helpers import I32, I64, Index, const_i64, delinearize, for_range, freeze, load_element, store_element
 from ...hlo.ir import HloComputation, HloInstruction
 from .args import output_leaves, param_leaf_slots
-from .cpu_skeleton import flushes_denormals
+from .cpu_skeleton import is_x86
 from .loop_hints import forbid_vectorization
 from .reduction_groups import ReduceHero, is_order_sensitive_reduce, vector_lanes
 
@@ -427,7 +427,7 @@ def streams_outputs(skel, layout: RowLayout, streams: list, rereads: bool) -> bo
     writes once (not a row the reduction loop stored a value in to read back), whose rows are
     whole 64-byte vectors of 32- or 64-bit elements."""
     outputs = [s for s in streams if s[2]]
-    if not outputs or rereads or not flushes_denormals(skel.target):
+    if not outputs or rereads or not is_x86(skel.target):
         return False
     sizes = {size for _, size, _ in outputs}
     leaves = output_leaves(skel.comp)

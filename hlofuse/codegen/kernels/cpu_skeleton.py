@@ -31,9 +31,14 @@ I32 = ir.IntType(32)
 MXCSR_FTZ_DAZ = 0x8040
 
 
+def is_x86(target) -> bool:
+    """Whether `target` generates x86 code (MXCSR, SSE/AVX non-temporal stores)."""
+    return str(getattr(target, "triple", "")).startswith(("x86_64", "i386", "i686"))
+
+
 def flushes_denormals(target) -> bool:
     """True where the kernel skeleton can set the flush mode itself (x86: MXCSR)."""
-    return str(getattr(target, "triple", "")).startswith(("x86_64", "i386", "i686"))
+    return is_x86(target)
 
 
 def _mxcsr_intrinsic(module: ir.Module, name: str) -> ir.Function:
