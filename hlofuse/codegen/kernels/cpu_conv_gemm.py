@@ -116,7 +116,7 @@ def tile_rows(k: int, itemsize: int) -> int:
     return max(MIN_TILE_ROWS, min(MAX_TILE_ROWS, rows - rows % 8))
 
 
-def _matrix(dims: tuple[int, ...], batch: list[int], rows: list[int], cols: list[int]) -> Matrix | None:
+def row_major_matrix(dims: tuple[int, ...], batch: list[int], rows: list[int], cols: list[int]) -> Matrix | None:
     """The row-major array of `dims` as matrices (gemm_layout.strided_matrix), with a single
     row or column given the other stride past it: both strides 1 would leave BLAS's flags to
     pick a leading dimension below the extent it reads."""
@@ -145,7 +145,7 @@ def _weights(conv: HloInstruction) -> tuple[tuple[int, ...], Matrix | None]:
         return orders[0], None
     for order in orders:
         axes = [dn.kernel_input_feature if f == IN else dn.kernel_spatial[f] for f in order]
-        m = _matrix(dims, [], axes, [dn.kernel_output_feature])
+        m = row_major_matrix(dims, [], axes, [dn.kernel_output_feature])
         if m is not None:
             return order, m
     return orders[0], None
@@ -172,10 +172,10 @@ def conv_gemm(conv: HloInstruction, out_type: ElementType | None = None) -> Conv
     direct = None
     if all(d.size == 1 and d.stride == 1 and d.padding_low == d.padding_high == 0 and d.base_dilation == 1
            for d in geo.window) and geo.dilated_input == geo.out_spatial:
-        direct = (_matrix(xd, [], [dn.input_batch, *dn.input_spatial], [dn.input_feature]),
-                  _matrix(xd, [dn.input_batch], list(dn.input_spatial), [dn.input_feature]))
-    c_all = _matrix(od, [], [dn.output_batch, *dn.output_spatial], [dn.output_feature])
-    c_one = _matrix(od, [dn.output_batch], list(dn.output_spatial), [dn.output_feature])
+        direct = (row_major_matrix(xd, [], [dn.input_batch, *dn.input_spatial], [dn.input_feature]),
+                  row_major_matrix(xd, [dn.input_batch], list(dn.input_spatial), [dn.input_feature]))
+    c_all = row_major_matrix(od, [], [dn.output_batch, *dn.output_spatial], [dn.output_feature])
+    c_one = row_major_matrix(od, [dn.output_batch], list(dn.output_spatial), [dn.output_feature])
     if out_type is not None and out_type.name != et:  # the epilogue converts: C cannot be the output
         c_all = c_one = None
     span = (c_all is not None or c_one is None) and (direct is None or direct[0] is not None)

@@ -20,7 +20,7 @@ from ..planning import rebuild
 from .args import output_leaves, typed_pointer
 from .blas_call import GemmCall, blas_operands, declare, trap_if
 from .cpu_conv import find_convolution, window_tap
-from .cpu_conv_gemm import IN, ConvGemm, conv_gemm
+from .cpu_conv_gemm import IN, ConvGemm, conv_gemm, row_major_matrix
 from .gemm_layout import Matrix
 
 I8P = ir.IntType(8).as_pointer()
@@ -31,9 +31,9 @@ def _i(v: int) -> ir.Constant:
 
 
 def _row_major(rows: int, cols: int) -> Matrix:
-    """A dense row-major [rows, cols] tile as a Matrix; one column is a unit-stride column
-    (so BLAS's leading dimension is never below the rows it reads)."""
-    return Matrix((), (), rows, cols, cols, 1) if cols > 1 else Matrix((), (), rows, cols, 1, rows)
+    """A dense row-major [rows, cols] tile as a Matrix (cpu_conv_gemm.row_major_matrix: one
+    column is a unit-stride column, so BLAS's leading dimension is never below the rows it reads)."""
+    return row_major_matrix((rows, cols), [], [0], [1])
 
 
 class _ConvGemmEmitter:
