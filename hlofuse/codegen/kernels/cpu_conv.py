@@ -356,7 +356,7 @@ class _ConvEmitter:
         with for_range(b, _i(0), _i(d.size), f"f{level}", unroll=self.unroll_taps) as k:
             kk = b.sub(_i(d.size - 1), k) if d.window_reversal else k
             p = self.add(ps[level], c) if level == len(geo.window) - 1 else ps[level]
-            _, ok = self._tap(p, k, d, geo.dilated_input[level])
+            _, ok = window_tap(b, p, k, d, geo.dilated_input[level])
             self._fill_level(ps, c, level + 1, b.and_(inside, ok), self.add(woff, self.mul(kk, geo.w_spatial[level])))
 
     def _positions(self, n, ps: list, level: int) -> None:
@@ -433,10 +433,6 @@ class _ConvEmitter:
         element being stored (the epilogue is elementwise at the result's index)."""
         return self._conv_value_at(self._slot)
 
-    def _tap(self, p, k, d: WindowDimension, limit: int):
-        """(input index, in-bounds flag) of window offset k at output position p (i64 values)."""
-        return window_tap(self.b, p, k, d, limit)
-
     def _window(self, ps: list, level: int, xs: list, woff, body) -> None:
         """Loops over window offsets (row-major) from spatial dimension `level`; `body(xs, woff)`
         gets one input offset per blocked position (None where that position's tap is padding)."""
@@ -451,13 +447,13 @@ class _ConvEmitter:
             wnext = self.add(woff, self.mul(kk, geo.w_spatial[level]))
             if level < len(geo.window) - 1 or len(xs) == 1:
                 # Blocked positions differ only along the last dimension: one tap for all here.
-                q, ok = self._tap(ps[level], k, d, geo.dilated_input[level])
+                q, ok = window_tap(b, ps[level], k, d, geo.dilated_input[level])
                 with b.if_then(ok):
                     self._window(ps, level + 1, [self.add(x, self.mul(q, stride)) for x in xs], wnext, body)
             else:
                 offs, oks = [], []
                 for c, x in enumerate(xs):
-                    q, ok = self._tap(self.add(ps[level], c), k, d, geo.dilated_input[level])
+                    q, ok = window_tap(b, self.add(ps[level], c), k, d, geo.dilated_input[level])
                     offs.append(self.add(x, self.mul(q, stride)))
                     oks.append(ok)
                 every = oks[0]
