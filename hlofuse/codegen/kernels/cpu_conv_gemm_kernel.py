@@ -1,5 +1,6 @@
 """The tiled-GEMM convolution kernel (custom="conv_gemm"): per unit, pack a tile of patches,
-`?gemm_` it against the weights, run the fused epilogue over the tile.
+multiply it by the weights (blas_call.GemmCall: oneDNN's sgemm or BLAS's `?gemm_`), run the
+fused epilogue over the tile.
 
     emit_conv_gemm_kernel(skel, plan)
 
