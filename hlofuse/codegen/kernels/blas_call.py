@@ -37,12 +37,12 @@ F32 = ir.FloatType()
 
 
 def declare(module: ir.Module, name: str, ty: ir.FunctionType) -> ir.Function:
-    """External function `name` of type `ty`, declared (nounwind) once per `module`."""
+    """External library function `name` of type `ty`, declared (nounwind) once per `module`
+    (LLVM intrinsics: llvmlite's Module.declare_intrinsic)."""
     fn = module.globals.get(name)
     if fn is None:
         fn = ir.Function(module, ty, name)
-        if not name.startswith("llvm."):
-            fn.attributes.add("nounwind")
+        fn.attributes.add("nounwind")
     return fn
 
 
@@ -50,7 +50,7 @@ def trap_if(b: ir.IRBuilder, module: ir.Module, failed: ir.Value) -> None:
     """Stop the process (llvm.trap) where the i1 `failed` holds: a library call that could not
     do its work (a failed allocation), after which the kernel would return garbage."""
     with b.if_then(failed, likely=False):
-        b.call(declare(module, "llvm.trap", ir.FunctionType(ir.VoidType(), [])), [])
+        b.call(module.declare_intrinsic("llvm.trap", fnty=ir.FunctionType(ir.VoidType(), [])), [])
 
 
 def gemm_function(module: ir.Module, routine: str) -> ir.Function:
