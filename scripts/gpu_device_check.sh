@@ -10,6 +10,10 @@
 # stop the next. At most 8 files land in OUTDIR (a lent machine returns no more).
 #
 # usage: scripts/gpu_device_check.sh STABLEHLO_TESTDATA_DIR OUTDIR [GRAPHS]
+# Environment: CONFORMANCE_FROM=NAME runs the conformance files from the first one whose name
+# sorts at or after NAME, then wraps round to the start (so a run cut short by the machine's time
+# covers the files an earlier run did not reach first); SECONDS_TESTS, SECONDS_CONFORMANCE,
+# SECONDS_FUZZ and SECONDS_WORKLOADS override the stages' time limits.
 set -u
 data=${1:?usage: $0 STABLEHLO_TESTDATA_DIR OUTDIR [GRAPHS]}
 out=${2:?usage: $0 STABLEHLO_TESTDATA_DIR OUTDIR [GRAPHS]}
@@ -40,9 +44,17 @@ for m in (\"numba\", \"numba_cuda\", \"cuda.core\", \"llvmlite\", \"jaxlib\", \"
 from numba import cuda
 print(\"cuda available:\", cuda.is_available()); cuda.detect()
 '"
-stage device_tests 90 "$py" -m pytest -q -p no:cacheprovider -rs tests/runtime/test_gpu_device.py
-stage conformance_gpu 150 "$py" -m hlofuse conformance "$data" --backend gpu --jobs "$jobs"
-grep '^FAILED' "$out/conformance_gpu.txt" | head -n 40
-stage fuzz_graphs_gpu 110 "$py" -m tests.fuzz --graphs "$graphs" --gpu --seed 7 --jobs "$jobs" --out /tmp/hlofuse-gpu-fuzz
+stage device_tests "${SECONDS_TESTS:-90}" "$py" -m pytest -q -p no:cacheprovider -rs tests/runtime/test_gpu_device.py
+stage workloads_gpu "${SECONDS_WORKLOADS:-150}" "$py" benchmarks/gpu_device.py --size large --rounds 5 --json "$out/workloads_gpu.json"
+stage fuzz_graphs_gpu "${SECONDS_FUZZ:-110}" "$py" -m tests.fuzz --graphs "$graphs" --gpu --seed 7 --jobs "$jobs" --out /tmp/hlofuse-gpu-fuzz
 [ -d /tmp/hlofuse-gpu-fuzz ] && tar czf "$out/fuzz_failures.tgz" -C /tmp hlofuse-gpu-fuzz
-stage workloads_gpu 150 "$py" benchmarks/gpu_device.py --size large --rounds 5 --json "$out/workloads_gpu.json"
+mapfile -t files < <(find "$data" -maxdepth 1 -name '*.mlir' | sort)
+if [ -n "${CONFORMANCE_FROM:-}" ]; then
+    later=() earlier=()
+    for f in "${files[@]}"; do
+        if [[ "$(basename "$f")" < "$CONFORMANCE_FROM" ]]; then earlier+=("$f"); else later+=("$f"); fi
+    done
+    files=("${later[@]}" "${earlier[@]}")
+fi
+stage conformance_gpu "${SECONDS_CONFORMANCE:-150}" "$py" -m hlofuse conformance "${files[@]}" --backend gpu --jobs "$jobs"
+grep '^FAILED' "$out/conformance_gpu.txt" | head -n 40

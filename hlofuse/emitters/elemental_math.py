@@ -389,7 +389,7 @@ def _remainder(em, inst, et, x, y):
     if et.is_complex:
         raise UnsupportedError(f"remainder {inst.name}: complex operands are not supported (nor by XLA)")
     if et.is_float:
-        return float_op(em, et, em.b.frem, x, y)
+        return float_op(em, et, lambda a, c: em.target.float_remainder(em.b, a, c), x, y)
     return _int_division(em, et, x, y, True)
 
 

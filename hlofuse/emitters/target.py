@@ -114,6 +114,12 @@ class Target:
         reductions. A target without them can override with compares and selects."""
         return self.intrinsic(builder, "llvm.minimum" if is_min else "llvm.maximum", [a, b])
 
+    def float_remainder(self, builder: ir.IRBuilder, x: ir.Value, y: ir.Value) -> ir.Value:
+        """C's fmod (XLA's float `remainder`): the sign of x, NaN for an infinite x or a zero y.
+        LLVM's `frem` is that on the host; a target whose backend expands it differently
+        overrides this."""
+        return builder.frem(x, y)
+
     def float_to_int(self, builder: ir.IRBuilder, v: ir.Value, ty: ir.IntType, signed: bool) -> ir.Value:
         """XLA's float -> int conversion: NaN -> 0, out-of-range values saturate."""
         name = "llvm.fptosi.sat" if signed else "llvm.fptoui.sat"

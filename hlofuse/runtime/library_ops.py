@@ -17,6 +17,7 @@ import numpy as np
 from ..hlo.errors import UnsupportedError
 from ..hlo.opcodes import mark_unsupported, register_library
 from .interpreter import op_helpers
+from .interpreter.linalg import solve_triangular
 from .interpreter.sort import comparator_sort_order
 
 
@@ -513,25 +514,13 @@ def _flag(inst, name: str, default: bool = False) -> bool:
 
 @register_library("triangular-solve")
 def triangular_solve(inst, args, ctx):
-    """Solve op(a) x = b (left_side) or x op(a) = b with a triangular (XLA's options)."""
-    a, b = args
-    work = _work_dtype(a.dtype)
-    a = a.astype(work)
-    b = b.astype(work)
-    lower = _flag(inst, "lower")
-    n = a.shape[-1]
-    tri = np.tril(a) if lower else np.triu(a)
-    if _flag(inst, "unit_diagonal"):
-        tri = tri - tri * np.eye(n, dtype=work) + np.eye(n, dtype=work)
-    trans = str(inst.attrs.get("transpose_a", "NO_TRANSPOSE")).upper()
-    if trans == "TRANSPOSE":
-        tri = np.swapaxes(tri, -1, -2)
-    elif trans == "ADJOINT":
-        tri = np.conj(np.swapaxes(tri, -1, -2))
-    if _flag(inst, "left_side"):
-        x = np.linalg.solve(tri, b)
-    else:
-        x = np.swapaxes(np.linalg.solve(np.swapaxes(tri, -1, -2), np.swapaxes(b, -1, -2)), -1, -2)
+    """Solve op(a) x = b (left_side) or x op(a) = b with a triangular (XLA's options), by
+    substitution in f64, as the interpreter does (np.linalg.solve was an LU factorisation with
+    pivoting in the operands' type: O(n^3) where substitution is O(n^2), and its f32 answer
+    depended on the machine's BLAS kernels)."""
+    trans = str(inst.attrs.get("transpose_a", "NO_TRANSPOSE"))
+    x = solve_triangular(args[0], args[1], _flag(inst, "lower"), _flag(inst, "unit_diagonal"), trans,
+                         _flag(inst, "left_side"))
     return x.astype(_np_dtype(inst.shape))
 
 

@@ -63,29 +63,40 @@ def _substitute(m: np.ndarray, b: np.ndarray, lower: bool) -> np.ndarray:
     return x
 
 
-@register_reference("triangular-solve")
-def triangular_solve_reference(inst: HloInstruction, args: list, interp) -> np.ndarray:
-    """`triangular-solve(a, b)`: x with op(a) x = b (left_side) or x op(a) = b, op per
-    transpose_a (NO_TRANSPOSE, TRANSPOSE, ADJOINT); only the `lower` or upper triangle of a is
-    read, and with unit_diagonal its diagonal is taken to be ones."""
-    a, b = _wide(args[0]), _wide(args[1])
-    lower = attr_bool(inst, "lower", False)
+def solve_triangular(a: np.ndarray, b: np.ndarray, lower: bool, unit_diagonal: bool, transpose: str,
+                     left_side: bool) -> np.ndarray:
+    """x with op(a) x = b (left_side) or x op(a) = b, op per `transpose` (NO_TRANSPOSE,
+    TRANSPOSE, ADJOINT), by substitution in f64 (c128), whatever the BLAS: only the `lower` or
+    upper triangle of a is read, and with unit_diagonal its diagonal is taken to be ones.
+    Raises ValueError for another `transpose`."""
+    a, b = _wide(a), _wide(b)
     m = np.tril(a) if lower else np.triu(a)
-    if attr_bool(inst, "unit_diagonal", False):
+    if unit_diagonal:
         idx = np.arange(a.shape[-1])
         m[..., idx, idx] = 1
-    transpose = attr_str(inst, "transpose_a", "NO_TRANSPOSE").upper()
+    transpose = transpose.upper()
     if transpose == "TRANSPOSE":
         m, lower = np.swapaxes(m, -1, -2), not lower
     elif transpose == "ADJOINT":
         m, lower = _adjoint(m), not lower
     elif transpose != "NO_TRANSPOSE":
-        raise UnsupportedError(f"triangular-solve {inst.name}: unknown transpose_a {transpose}")
+        raise ValueError(f"unknown transpose_a {transpose}")
     with np.errstate(divide="ignore", invalid="ignore"):
-        if attr_bool(inst, "left_side", False):
-            x = _substitute(m, b, lower)
-        else:  # x m = b  <=>  m^T x^T = b^T
-            x = np.swapaxes(_substitute(np.swapaxes(m, -1, -2), np.swapaxes(b, -1, -2), not lower), -1, -2)
+        if left_side:
+            return _substitute(m, b, lower)
+        # x m = b  <=>  m^T x^T = b^T
+        return np.swapaxes(_substitute(np.swapaxes(m, -1, -2), np.swapaxes(b, -1, -2), not lower), -1, -2)
+
+
+@register_reference("triangular-solve")
+def triangular_solve_reference(inst: HloInstruction, args: list, interp) -> np.ndarray:
+    """`triangular-solve(a, b)`: solve_triangular with the instruction's options."""
+    try:
+        x = solve_triangular(args[0], args[1], attr_bool(inst, "lower", False),
+                             attr_bool(inst, "unit_diagonal", False),
+                             attr_str(inst, "transpose_a", "NO_TRANSPOSE"), attr_bool(inst, "left_side", False))
+    except ValueError as e:
+        raise UnsupportedError(f"triangular-solve {inst.name}: {e}") from None
     return x.astype(result_dtype(inst.shape))
 
 

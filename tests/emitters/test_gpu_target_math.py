@@ -1,0 +1,65 @@
+"""What the real GPU target (NVPTX) computes f32 math with, where it must differ from plain LLVM
+or from libdevice. Each choice was found on a real H200 by the StableHLO conformance files
+(docs/gpu_device.md); the emulated grid runs host code and cannot show them, so these tests
+check the IR the target emits and that ptxas assembles it."""
+from __future__ import annotations
+
+import pytest
+from llvmlite import ir
+
+from hlofuse.emitters.gpu.ptxas import assemble, assembler
+from hlofuse.emitters.gpu.target import GpuTarget, compile_ptx, libdevice_bitcode
+from hlofuse.emitters.target import Target
+
+F32 = ir.FloatType()
+
+
+def _function_ir(emit) -> tuple[str, ir.Module]:
+    """IR of `float f(float x, float y) { return emit(builder, x, y); }` on the GPU target."""
+    target = GpuTarget()
+    module = ir.Module(name="m")
+    module.triple, module.data_layout = target.triple, target.data_layout
+    fn = ir.Function(module, ir.FunctionType(F32, [F32, F32]), "f")
+    builder = ir.IRBuilder(fn.append_basic_block())
+    builder.ret(emit(target, builder, *fn.args))
+    return str(module), module
+
+
+def test_remainder_is_libdevice_fmod_not_frem():
+    """NVPTX expands `frem` as x - trunc(x/y)*y, returning x for an infinite y: fmod(inf, inf)
+    came out inf, not NaN. The GPU calls libdevice's fmod; the host keeps frem."""
+    text, _ = _function_ir(lambda t, b, x, y: t.float_remainder(b, x, y))
+    assert "frem" not in text
+    assert "@\"__nv_fmodf\"(" in text
+    host = ir.Module(name="h")
+    fn = ir.Function(host, ir.FunctionType(F32, [F32, F32]), "g")
+    b = ir.IRBuilder(fn.append_basic_block())
+    b.ret(Target().float_remainder(b, *fn.args))
+    assert "frem float" in str(host)
+
+
+def test_f32_tanh_is_the_branch_free_approximation():
+    """XLA:GPU computes f32 tanh with its rational approximation, not __nv_tanhf (whose error,
+    added to the reference's, reached 4 ULP on tanh_float32_20_20); f64 keeps libdevice."""
+    text, _ = _function_ir(lambda t, b, x, y: t.math(b, "tanh", [x]))
+    assert "__nv_tanh" not in text
+    assert "fdiv" in text  # one divide of two polynomials
+    double = ir.Module(name="d")
+    d = ir.DoubleType()
+    fn = ir.Function(double, ir.FunctionType(d, [d]), "g")
+    b = ir.IRBuilder(fn.append_basic_block())
+    b.ret(GpuTarget().math(b, "tanh", [fn.args[0]]))
+    assert "@\"__nv_tanh\"(" in str(double)
+
+
+@pytest.mark.skipif(libdevice_bitcode() is None or assembler() is None,
+                    reason="needs libdevice (numba-cuda's CUDA wheel) and ptxas or nvJitLink")
+def test_fmod_and_tanh_link_and_assemble():
+    """libdevice's fmod is linked and inlined (no call left in the PTX), and ptxas takes it."""
+    def emit(t, b, x, y):
+        return b.fadd(t.float_remainder(b, x, y), t.math(b, "tanh", [x]))
+
+    _, module = _function_ir(emit)
+    _, ptx = compile_ptx(module, "sm_90")
+    assert "__nv_fmodf" not in ptx
+    assert len(assemble(ptx, "sm_90")) > 0
