@@ -20,7 +20,9 @@ Rewrites (a rule per opcode, tried in post order until nothing changes):
   get-tuple-element(tuple(...)) => the element;
   compares, and/or, max/min whose result the operand type's range fixes (simplifier_logic.py);
   transpose(dot(a, b)) => dot(b, a), dot(transpose(a), b) => dot(a, b) and a transpose of
-  size-1 dimensions => reshape (simplifier_transpose.py). simplifier_base.py has what the rule modules share.
+  size-1 dimensions => reshape (simplifier_transpose.py);
+  convolution(pad(x, 0), w) => convolution(x, w) with the pad in its window (simplifier_conv.py).
+  simplifier_base.py has what the rule modules share.
 """
 from __future__ import annotations
 
@@ -32,7 +34,7 @@ import numpy as np
 from ..hlo.ir import HloComputation, HloInstruction, HloModule
 from ..hlo.opcodes import op_info
 from ..hlo.shapes import ArrayShape, Layout
-from . import simplifier_logic, simplifier_transpose
+from . import simplifier_conv, simplifier_logic, simplifier_transpose
 from .constant_folding import DEFAULT_MAX_ELEMENTS, can_fold_opcode, fold, fold_instruction, literal_array
 from .pass_base import HloPass
 from .rewrite import Rewriter
@@ -238,8 +240,9 @@ def _element_of_tuple(inst):
     return if_compatible(inst, op.operands[int(inst.attrs["index"])])
 
 
-# rules of their own modules: compares, and/or, max/min fixed by the type's range; transposes
-for _opcode, _fn in (*simplifier_logic.RULES, *simplifier_transpose.RULES):
+# rules of their own modules: compares, and/or, max/min fixed by the type's range; transposes;
+# a zero pad folded into a convolution's window
+for _opcode, _fn in (*simplifier_logic.RULES, *simplifier_transpose.RULES, *simplifier_conv.RULES):
     _rule(_opcode)(_fn)
 
 
