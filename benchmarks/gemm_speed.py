@@ -10,7 +10,15 @@ residual fused as epilogues, causal masked attention) lowered by JAX to HLO, com
 (kernels on all cores with the default f32 provider and with HLOFUSE_GEMM=openblas, and on one
 thread) and by jax.jit, timed in interleaved rounds, medians;
 `--profile` adds each case's per-step times (CpuProgram.profile). GFLOP/s count 2*M*N*K per dot. The load
-average is printed before and after (the machine may be shared). The script re-executes itself
+average is printed before and after (the machine may be shared).
+
+On a shared machine wall-clock rates mostly measure the other jobs: a thread descheduled for
+half of a call halves its GFLOP/s. So the one-thread runs are also timed in CPU time
+(`time.process_time`: the seconds this process ran), and `GF/CPU-s` (GFLOP per CPU-second of
+the one-thread hlofuse call) is compared with oneDNN's one-thread sgemm peak timed the same way
+(`% CPU peak`): the efficiency of the kernels themselves, what the contention cannot move.
+"attention" is the whole causal masked attention (its softmax row kernel included, no flops
+counted for it); "attention dots" its two batched dots alone, with the same layouts. The script re-executes itself
 with GLIBC_TUNABLES set (as benchmarks/real_models.py does), so large temporaries are not
 returned to the kernel and faulted in again on every call.
 """
@@ -52,13 +60,13 @@ def _scipy_blas_threads(n: int) -> None:
             return
 
 
-def _median(fn, repeat: int) -> float:
+def _median(fn, repeat: int, clock=time.perf_counter) -> float:
     fn()
     times = []
     for _ in range(repeat):
-        t0 = time.perf_counter()
+        t0 = clock()
         fn()
-        times.append(time.perf_counter() - t0)
+        times.append(clock() - t0)
     return statistics.median(times)
 
 
@@ -121,6 +129,33 @@ def onednn_peak(n: int, threads: int, repeat: int) -> float | None:
     return 2 * n ** 3 / t / 1e9
 
 
+def onednn_cpu_peak(n: int, repeat: int) -> float | None:
+    """GFLOP per CPU-second of oneDNN's dnnl_sgemm on n x n x n on one thread (process CPU
+    time, so time descheduled does not count); None when libdnnl is not installed."""
+    import ctypes
+
+    from hlofuse.runtime.gemm_provider import onednn_library
+
+    lib = onednn_library()
+    if lib is None:
+        return None
+    gomp = ctypes.CDLL("libgomp.so.1")
+    rng = np.random.default_rng(0)
+    a, b = (rng.standard_normal((n, n)).astype(np.float32) for _ in range(2))
+    c = np.empty((n, n), np.float32)
+    fn, dim, ptr = lib.dnnl_sgemm, ctypes.c_int64, ctypes.c_void_p
+    fn.argtypes = [ctypes.c_char, ctypes.c_char, dim, dim, dim, ctypes.c_float, ptr, dim, ptr, dim,
+                   ctypes.c_float, ptr, dim]
+    saved = gomp.omp_get_max_threads()
+    gomp.omp_set_num_threads(1)
+    try:
+        t = _median(lambda: fn(b"N", b"N", n, n, n, 1.0, a.ctypes.data, n, b.ctypes.data, n, 0.0, c.ctypes.data, n),
+                    repeat, time.process_time)
+    finally:
+        gomp.omp_set_num_threads(saved)
+    return 2 * n ** 3 / t / 1e9
+
+
 def cases(quick: bool):
     """(name, fn, args, flops) per case: the functions JAX lowers to HLO."""
     import jax
@@ -150,6 +185,12 @@ def cases(quick: bool):
 
     out.append((f"attention b{b} h{heads} s{s} d{hd}", attention, [f32(b, s, heads, hd) for _ in range(3)],
                 4 * b * heads * s * s * hd))
+
+    def attention_dots(q, k, v, probs):
+        return (jnp.einsum("bqhd,bkhd->bhqk", q, k), jnp.einsum("bhqk,bkhd->bqhd", probs, v))
+
+    out.append((f"attention dots b{b} h{heads} s{s} d{hd}", attention_dots,
+                [f32(b, s, heads, hd) for _ in range(3)] + [f32(b, heads, s, s)], 4 * b * heads * s * s * hd))
     return out
 
 
@@ -207,26 +248,32 @@ def main() -> None:
         if p is not None:
             print(f"sgemm peak ({n}^3, oneDNN dnnl_sgemm, {th} thread{'s' if th > 1 else ''}): {p:.1f} GFLOP/s")
             peaks[f"onednn{th}"] = p
+    cpu_peak = onednn_cpu_peak(n, 3)
+    if cpu_peak is not None:
+        print(f"sgemm peak ({n}^3, oneDNN dnnl_sgemm, 1 thread, CPU time): {cpu_peak:.1f} GFLOP per CPU-second")
     print(f"f32 GEMM provider: {gemm_provider('f32')}; 'OpenBLAS ms' forces HLOFUSE_GEMM=openblas", flush=True)
     print(f"{'case':32} {'hlofuse ms':>11} {'OpenBLAS ms':>11} {'1 thread':>9} {'XLA ms':>9} {'ratio':>6} "
-          f"{'OB ratio':>8} {'GFLOP/s':>8} {'% peak':>7}")
+          f"{'OB ratio':>8} {'GFLOP/s':>8} {'% peak':>7} {'GF/CPU-s':>9} {'% CPU peak':>10}")
     for name, fn, args, flops in cases(opts.quick):
         text = jax.jit(fn).lower(*args).as_text(dialect="hlo")
         exe, exe1 = _compile(hlofuse, text, None), _compile(hlofuse, text, 1)
         exe_ob = _compile(hlofuse, text, None, "openblas")
         xla = jax.jit(fn)
         dev = [jax.device_put(a) for a in args]
-        mine, single, openblas, theirs = [], [], [], []
+        mine, single, single_cpu, openblas, theirs = [], [], [], [], []
         for _ in range(opts.rounds):  # interleaved rounds
             mine.append(_median(lambda: exe(*args), 1))
             openblas.append(_median(lambda: exe_ob(*args), 1))
             single.append(_median(lambda: exe1(*args), 1))
-            theirs.append(_median(lambda: xla(*dev).block_until_ready(), 1))
+            single_cpu.append(_median(lambda: exe1(*args), 1, time.process_time))
+            theirs.append(_median(lambda: jax.block_until_ready(xla(*dev)), 1))
         tm, t1, tx = statistics.median(mine), statistics.median(single), statistics.median(theirs)
-        tob = statistics.median(openblas)
-        rate = flops / tm / 1e9
+        tob, tc = statistics.median(openblas), statistics.median(single_cpu)
+        rate, cpu_rate = flops / tm / 1e9, flops / tc / 1e9
+        cpu_share = f"{100 * cpu_rate / cpu_peak:9.0f}%" if cpu_peak else f"{'-':>10}"
         print(f"{name:32} {tm * 1e3:11.2f} {tob * 1e3:11.2f} {t1 * 1e3:9.2f} {tx * 1e3:9.2f} {tm / tx:6.2f} "
-              f"{tob / tx:8.2f} {rate:8.1f} {100 * rate / max(peaks.values()):6.0f}%", flush=True)
+              f"{tob / tx:8.2f} {rate:8.1f} {100 * rate / max(peaks.values()):6.0f}% {cpu_rate:9.1f} {cpu_share}",
+              flush=True)
         if opts.profile:
             _profile(exe, args, opts.rounds)
     print(f"load average after: {os.getloadavg()}")
