@@ -21,6 +21,11 @@ How the graph is written (`dumps`) and read back (`loads`):
   module refer to) is not written: its objects are referred to by name (instruction names are
   unique in a verified module, and equal text means equal names) and resolved in the module the
   reader is given;
+- fusion logs (passes/fusion/decisions.py, about a third of an entry's objects, read only by a
+  report) are written as shells too, but their states come after everything else, in a second
+  section that `loads` does not read: a module loaded from an entry reads it when its
+  `fusion_log` is first asked for (`HloModule._fusion_log_reader`), from the same unpickler, so
+  every reference to a log (the module's, the kernel planner's) is the one object;
 - reading restores only classes of hlofuse, numpy and a few builtins (`_Reader.find_class`): an
   entry is loaded only from a directory and a file this user owns, checked against its key and
   checksum (codegen/cache.py), and restricting the classes keeps even a damaged entry from
@@ -33,14 +38,16 @@ import gc
 import hashlib
 import io
 import pickle
+import threading
 from typing import Any
 
 from ..gc_pause import gc_paused
 from ..hlo.ir import HloComputation, HloInstruction, HloModule
+from ..passes.fusion.decisions import FusionLog
 from .cache import EMITTER_VERSION, hlofuse_version, source_digest
 
 # Bumped when what an entry holds, or how it is written, changes.
-FORMAT = "module-2"
+FORMAT = "module-3"
 
 _HLO = (HloModule, HloComputation, HloInstruction)
 # Builtins an entry may name (pickle names classes it cannot write as literals).
@@ -88,8 +95,10 @@ class _Writer(pickle.Pickler):
     def __init__(self, file: io.BytesIO, user: HloModule) -> None:
         super().__init__(file, protocol=5)
         self.pending: list[Any] = []  # HLO objects written as shells, in order
+        self.logs: list[FusionLog] = []  # fusion logs written as shells (states in the second section)
         self._user = _names(user)
         self.dispatch_table = {cls: self._shell for cls in _HLO}
+        self.dispatch_table[FusionLog] = self._log_shell
 
     def _shell(self, obj: Any) -> tuple:
         # A reduction, not a persistent id: pickle memoizes what a reduction made, so an
@@ -100,6 +109,30 @@ class _Writer(pickle.Pickler):
             return (_user_object, ref)
         self.pending.append(obj)
         return (copyreg.__newobj__, (type(obj),))
+
+    def _log_shell(self, obj: FusionLog) -> tuple:
+        self.logs.append(obj)
+        return (copyreg.__newobj__, (FusionLog,))
+
+    def write_states(self) -> None:
+        """Write the states of the HLO shells written since the last call, in rounds, and the
+        section's end (None)."""
+        done = 0
+        while done < len(self.pending):  # each round writes the states of the last round's shells
+            batch = self.pending[done:]
+            done = len(self.pending)
+            self.dump((batch, [_state(obj) for obj in batch]))
+        self.pending.clear()
+        self.dump(None)
+
+
+def _state(obj: Any) -> dict:
+    """The state an HLO object is written with: its dict, less a module's log reader (a module
+    read from an entry and not yet asked for its log; the log's own shell is written)."""
+    state = vars(obj)
+    if type(obj) is HloModule and state.get("_fusion_log_reader") is not None:
+        obj.fusion_log  # read it: a reader is this process's, not something an entry can hold
+    return state
 
 
 def _user_object(*ref: str) -> Any:
@@ -116,12 +149,11 @@ def dumps(payload: Any, user: HloModule) -> bytes:
     try:
         with gc_paused():
             w.dump(payload)
-            done = 0
-            while done < len(w.pending):  # each round writes the states of the last round's shells
-                batch = w.pending[done:]
-                done = len(w.pending)
-                w.dump((batch, [vars(obj) for obj in batch]))
-            w.dump(None)
+            w.write_states()
+            # the second section: the fusion logs' states, then the HLO objects only they reach
+            # (a duplicated producer's original that fusion removed from the module)
+            w.dump((w.logs, [vars(log) for log in w.logs]))
+            w.write_states()
     except (pickle.PicklingError, TypeError, AttributeError, RecursionError) as e:
         raise NotCacheable(f"{type(e).__name__}: {e}") from None
     return f.getvalue()
@@ -160,19 +192,65 @@ class _Reader(pickle.Unpickler):
 
 def loads(data: bytes, user: HloModule) -> Any:
     """The payload `dumps` wrote, its references to the user's module resolved in `user` (a
-    module with the same text as the one it was written with)."""
+    module with the same text as the one it was written with). Fusion logs are read when a
+    module's `fusion_log` is first asked for (the module docstring)."""
     r = _Reader(io.BytesIO(data), user)
     with gc_paused():  # many small objects at once: the collector's walks would dominate
         payload = r.load()
-        while (batch := r.load()) is not None:
-            if type(batch) is not tuple or len(batch) != 2 or len(batch[0]) != len(batch[1]):
-                raise pickle.UnpicklingError("malformed entry")
-            for obj, state in zip(*batch):
-                if type(obj) not in _HLO or type(state) is not dict or obj.__dict__:
-                    raise pickle.UnpicklingError("malformed entry")
-                obj.__dict__ = state  # a shell's empty dict: the state read is its dict
+        modules = _read_states(r)
+        logs = _DeferredLogs(r)
+        for m in modules:
+            if type(m._fusion_log) is FusionLog and not m._fusion_log.__dict__:
+                m._fusion_log_reader = logs.reader(m._fusion_log)
         promote_to_oldest_generation()
     return payload
+
+
+def _read_states(r: _Reader) -> list[HloModule]:
+    """Read a section's rounds of (shells, states) up to its end; the modules among them."""
+    modules = []
+    while (batch := r.load()) is not None:
+        if type(batch) is not tuple or len(batch) != 2 or len(batch[0]) != len(batch[1]):
+            raise pickle.UnpicklingError("malformed entry")
+        for obj, state in zip(*batch):
+            if type(obj) not in _HLO or type(state) is not dict or obj.__dict__:
+                raise pickle.UnpicklingError("malformed entry")
+            obj.__dict__ = state  # a shell's empty dict: the state read is its dict
+            if type(obj) is HloModule:
+                modules.append(obj)
+    return modules
+
+
+class _DeferredLogs:
+    """The second section of an entry (the fusion logs' states), read once, on the first call
+    of a reader it gave out; until then the unpickler (its memo: every object read so far)
+    stays alive with the readers."""
+
+    def __init__(self, r: _Reader) -> None:
+        self._reader: _Reader | None = r
+        self._lock = threading.Lock()
+
+    def reader(self, shell: FusionLog) -> Any:
+        """A function that returns `shell` with its state read."""
+        def read() -> FusionLog:
+            self._read()
+            return shell
+        return read
+
+    def _read(self) -> None:
+        with self._lock:
+            r, self._reader = self._reader, None
+            if r is None:
+                return
+            with gc_paused():
+                section = r.load()
+                if type(section) is not tuple or len(section) != 2 or len(section[0]) != len(section[1]):
+                    raise pickle.UnpicklingError("malformed entry")
+                for log, state in zip(*section):
+                    if type(log) is not FusionLog or type(state) is not dict or log.__dict__:
+                        raise pickle.UnpicklingError("malformed entry")
+                    log.__dict__.update(state)  # a frozen dataclass: its dict, not its fields
+                _read_states(r)
 
 
 def promote_to_oldest_generation() -> None:

@@ -407,7 +407,23 @@ class HloModule:
         # The decisions of the fusion passes run on this module (a passes/fusion/decisions.py
         # FusionLog, created by the first fusion pass; codegen's kernel planner adds to it):
         # None until a fusion pass runs. Typed loosely because hlo/ does not import passes/.
-        self.fusion_log: Any = None
+        self._fusion_log: Any = None
+        # Reads the log on first use (`fusion_log`), for a module loaded from a compile cache
+        # entry (codegen/module_cache.py), where only a report reads it; None otherwise.
+        self._fusion_log_reader: Any = None
+
+    @property
+    def fusion_log(self) -> Any:
+        """The decisions of the fusion passes run on this module (see __init__), or None."""
+        if self._fusion_log_reader is not None:
+            self._fusion_log = self._fusion_log_reader()
+            self._fusion_log_reader = None
+        return self._fusion_log
+
+    @fusion_log.setter
+    def fusion_log(self, log: Any) -> None:
+        self._fusion_log = log
+        self._fusion_log_reader = None
 
     # ---- names --------------------------------------------------------------------------
     # Every pass that creates, clones or renames an instruction or computation goes through

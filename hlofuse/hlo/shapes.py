@@ -5,6 +5,7 @@ Shapes are small frozen values. Text follows XLA: `f32[2,<=8,?]{2,1,0:T(8,128)S(
 """
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, field
 
@@ -105,6 +106,9 @@ class ArrayShape(Shape):
         return ArrayShape(self.dtype, self.dims, self.dynamic, None)
 
     def to_text(self, with_layout: bool = True) -> str:
+        return _array_text(self, with_layout)
+
+    def _text(self, with_layout: bool) -> str:
         parts = []
         for d, dyn in zip(self.dims, self.dynamic):
             if d == UNBOUNDED:
@@ -130,6 +134,14 @@ class ArrayShape(Shape):
         return hash((self.dtype.name, self.dims, self.dynamic, self.layout))
 
     __str__ = Shape.__str__
+
+
+@functools.lru_cache(maxsize=4096)
+def _array_text(shape: ArrayShape, with_layout: bool) -> str:
+    """`shape.to_text(with_layout)`, made once per distinct shape (equal array shapes print
+    alike: `__eq__` compares everything printed). A module prints the same few shapes
+    thousands of times, and the compile cache's key prints the module on every compile."""
+    return shape._text(with_layout)
 
 
 @dataclass(frozen=True)

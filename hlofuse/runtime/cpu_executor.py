@@ -17,6 +17,7 @@ interpreter (runtime/program.py), whose kernel steps call the same compiled kern
 from __future__ import annotations
 
 import ctypes
+import functools
 import threading
 import time
 from dataclasses import dataclass
@@ -37,11 +38,28 @@ from .program import ProgramBase, flatten, owned_outputs, unflatten
 
 @dataclass(eq=False)
 class LoadedKernel:
-    """A kernel of a loaded program: its plan (codegen's) and the function loaded from the
-    object code."""
+    """A kernel of a loaded program: its plan (codegen's) and the address of its function in
+    the loaded object code. The driver calls kernels by address; only the step interpreter
+    calls them from Python, through `fn`, a ctypes function made on first use (making one per
+    kernel at load time was a third of loading a cached 200-kernel program)."""
 
     plan: KernelPlan
-    fn: Callable
+    address: int
+    _fn: Callable | None = None
+
+    @property
+    def fn(self) -> Callable:
+        """The kernel as a ctypes function: (pointers..., first unit, end unit) -> None."""
+        if self._fn is None:
+            proto = _prototype(self.plan.pointer_count)
+            self._fn = proto(self.address)
+        return self._fn
+
+
+@functools.lru_cache(maxsize=None)
+def _prototype(pointers: int) -> type:
+    """The ctypes type of a kernel taking `pointers` buffer pointers and a unit range."""
+    return ctypes.CFUNCTYPE(None, *([ctypes.c_void_p] * pointers), ctypes.c_int64, ctypes.c_int64)
 
 
 class CpuProgram(ProgramBase):
@@ -95,9 +113,8 @@ class CpuProgram(ProgramBase):
         addresses = {o.symbol: self._jit.address(o.symbol) for o in self.code.objects}
         by_name = {}
         for k in self._planner.kernels:
-            proto = ctypes.CFUNCTYPE(None, *([ctypes.c_void_p] * k.pointer_count), ctypes.c_int64, ctypes.c_int64)
             by_name[k.name] = addresses[self.code.symbols[k.name]]
-            self.loaded[k.name] = LoadedKernel(k, proto(by_name[k.name]))
+            self.loaded[k.name] = LoadedKernel(k, by_name[k.name])
         self.driver = NativeDriver(self.code.native, self._jit.address("hlofuse_plan_0"), by_name, self)
 
     def llvm_ir(self) -> str:
