@@ -149,7 +149,9 @@ class RowFusion:
                 if not ok:
                     found.remove(p)
                     changed = True
-        order = {i: n for n, i in enumerate(inst.parent.post_order())} if inst.parent is not None else {}
+        if len(found) < 2 or inst.parent is None:
+            return found  # nothing to order: no walk of the whole computation (once per step)
+        order = {i: n for n, i in enumerate(inst.parent.post_order())}
         return sorted(found, key=lambda i: order.get(i, 0))
 
     def _combined(self, comp: HloComputation, inst: HloInstruction, merged: list[HloInstruction]) -> HloComputation:

@@ -268,12 +268,13 @@ def standard_pipeline(target: str = "cpu", fusion: bool = True, verify: bool = F
     Calls are inlined before the simplifier, as XLA's pipelines do, so that it sees through
     JAX's nested jits (a `jnp.where` of a constant predicate, a reduce computed in two calls);
     the reshape mover's reshapes meet and cancel in the second simplifier, and CSE then
-    merges what the two leave equal."""
+    merges what the two leave equal. The inliner runs once: no later pass makes a call, so
+    the fusion passes' own inliner (which `--passes fusion-pipeline` alone needs) is left out."""
     passes: list[HloPass] = [BatchNormExpander(), ScatterToDynamicUpdateSlice(), CallInliner(target),
                              AlgebraicSimplifier(), ReshapeMover(), AlgebraicSimplifier(),
                              CommonSubexpressionElimination(),
                              DeadCodeElimination()]
     if fusion:
-        passes += fusion_passes(target, algorithm)
+        passes += fusion_passes(target, algorithm, inline_calls=False)
     passes.append(DeadCodeElimination())
     return PassPipeline(passes, verify=verify, dump_dir=dump_dir, name=f"standard-{target}")

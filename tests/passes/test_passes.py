@@ -334,6 +334,9 @@ def test_standard_pipeline_order():
     with_fusion = [p.name for p in standard_pipeline(target="gpu").passes]
     assert with_fusion[:len(before_fusion)] == before_fusion
     assert with_fusion[-1] == "dce" and "priority-fusion" in with_fusion  # priority fusion: the GPU default
+    # calls are inlined once, before the simplifier: the fusion passes' own inliner is left out
+    for target in ("cpu", "gpu"):
+        assert [p.name for p in standard_pipeline(target=target).passes].count("call-inliner") == 1
 
 
 # ---- DCE ----------------------------------------------------------------------------------------

@@ -28,7 +28,8 @@ def default_algorithm(target: str | TargetParams) -> str:
     return "priority" if target_params(target).multi_output else "legacy"
 
 
-def fusion_passes(target: str | TargetParams = "gpu", algorithm: str | None = None) -> list[HloPass]:
+def fusion_passes(target: str | TargetParams = "gpu", algorithm: str | None = None,
+                  inline_calls: bool = True) -> list[HloPass]:
     """The fusion passes XLA runs for `target`: calls inlined first (fusion cannot see through
     them), producer-consumer fusion, and on the GPU multi-output and horizontal (loop, then
     input) fusion; on the CPU, sibling fusion of reductions and of plain loops over the same
@@ -36,14 +37,15 @@ def fusion_passes(target: str | TargetParams = "gpu", algorithm: str | None = No
 
     `algorithm` ("legacy" or "priority"; None: `default_algorithm`) picks the producer-consumer
     half: priority fusion, or instruction fusion (on the GPU twice, without duplication first)
-    followed on the GPU by the fusion merger."""
+    followed on the GPU by the fusion merger. `inline_calls=False` leaves the call inliner out,
+    for a pipeline that has run it already (passes/pipeline.standard_pipeline)."""
     params = target_params(target)
     algorithm = algorithm or default_algorithm(params)
     if algorithm not in FUSION_ALGORITHMS:
         raise ValueError(f"unknown fusion algorithm '{algorithm}' (expected {' or '.join(FUSION_ALGORITHMS)})")
     # the passes take the target as given: its name (their option as `--passes` spells it), or
     # a TargetParams of the caller's own
-    passes: list[HloPass] = [CallInliner(params.name)]
+    passes: list[HloPass] = [CallInliner(params.name)] if inline_calls else []
     if algorithm == "priority":
         passes.append(PriorityFusion(target))
         passes.append(MultiOutputFusion(target) if params.multi_output else SiblingFusion(target))

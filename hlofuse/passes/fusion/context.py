@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from ...hlo.ir import HloComputation, HloInstruction
 from .cost_model import TargetParams
 from .decisions import Decision, FusionLog
+from .cpu_multi_output import is_plain_loop
 from .fusibility import fused_operands_reused, reuses_operand_elements
 from .fusion_utils import Reachability, operand_index
 
@@ -38,6 +39,9 @@ class FusionContext:
     # then kept up to date by `note_fused` as producers are fused in, so a fusion growing along
     # a long chain is not walked again for every producer (which made fusion quadratic)
     reused_operands: dict[HloInstruction, set[HloInstruction]] = field(default_factory=dict)
+    # instruction -> whether it is a CPU plain loop (`plain_loop()`); the CPU's sibling rule asks
+    # it of the same first sibling for every candidate pair: emptied by `graph_changed`
+    plain_loops: dict[HloInstruction, bool] = field(default_factory=dict)
 
     @classmethod
     def for_computation(cls, comp: HloComputation, params: TargetParams, log: FusionLog, pass_name: str,
@@ -54,8 +58,18 @@ class FusionContext:
         return self._reach
 
     def graph_changed(self) -> None:
-        """The pass changed the computation: reachability is computed again when next asked."""
+        """The pass changed the computation: reachability (and whether an instruction is a
+        plain loop) is computed again when next asked."""
         self._reach = None
+        self.plain_loops.clear()
+
+    def plain_loop(self, inst: HloInstruction) -> bool:
+        """`cpu_multi_output.is_plain_loop(inst)`, computed once per instruction until the
+        graph changes (it walks a fusion's members)."""
+        known = self.plain_loops.get(inst)
+        if known is None:
+            known = self.plain_loops[inst] = is_plain_loop(inst)
+        return known
 
     # ---- naming -----------------------------------------------------------------------------
     def source_name(self, inst: HloInstruction) -> str:

@@ -27,6 +27,8 @@ both) are computed once in the merged kernel. XLA's operand budget for a multi-o
 """
 from __future__ import annotations
 
+from typing import Callable
+
 from ...hlo.ir import HloInstruction
 from .decisions import Decision
 from .fusibility import fusion_outputs, is_multi_output, members, reduce_hero
@@ -68,14 +70,16 @@ def loop_dims(inst: HloInstruction) -> tuple[int, ...] | None:
 
 
 def cpu_sibling_rule(a: HloInstruction, b: HloInstruction, parent: HloInstruction,
-                     loop_siblings: bool = True) -> Decision:
+                     loop_siblings: bool = True,
+                     plain: Callable[[HloInstruction], bool] = is_plain_loop) -> Decision:
     """The CPU's condition on siblings `a` and `b` (both reading `parent`): both reductions
     (their shapes are checked by the common rules), or both plain loops over the same
-    dimensions (module doc; not with `loop_siblings` false)."""
+    dimensions (module doc; not with `loop_siblings` false). `plain` is `is_plain_loop` or a
+    memo of it (context.FusionContext.plain_loop)."""
     ra, rb = reduce_hero(a) is not None, reduce_hero(b) is not None
     if ra and rb:
         return _OK
-    if ra or rb or not loop_siblings or not is_plain_loop(a) or not is_plain_loop(b):
+    if ra or rb or not loop_siblings or not plain(a) or not plain(b):
         return refuse(KINDS_RULE,
                       f"on the CPU only two reductions or two plain loops share a kernel; {a.name} and "
                       f"{b.name} would not be one CPU kernel")
@@ -90,15 +94,17 @@ def cpu_sibling_rule(a: HloInstruction, b: HloInstruction, parent: HloInstructio
 
 # ---- producer-consumer -------------------------------------------------------------------
 
-def cpu_producer_consumer_rule(producer: HloInstruction, consumer: HloInstruction) -> Decision:
+def cpu_producer_consumer_rule(producer: HloInstruction, consumer: HloInstruction,
+                               plain: Callable[[HloInstruction], bool] = is_plain_loop) -> Decision:
     """Whether plain loop `producer` may be computed inside plain loop `consumer` as an extra
     output (its other users then read that output): both one loop over the same dimensions, and
     `consumer` reads it only elementwise at its own index, so each element of the producer is
-    computed once, in the consumer's loop, and never read back from memory by it."""
+    computed once, in the consumer's loop, and never read back from memory by it. `plain`: as
+    in `cpu_sibling_rule`."""
     # what the two kernels are first: a KINDS_RULE refusal is the target's policy, not logged
-    if not is_plain_loop(consumer) or (consumer.opcode != "fusion" and not consumer.info.elementwise):
+    if not plain(consumer) or (consumer.opcode != "fusion" and not consumer.info.elementwise):
         return refuse(KINDS_RULE, f"{consumer.name} is not a plain loop fusion or elementwise instruction")
-    if not producer.shape.is_array or not is_plain_loop(producer):
+    if not producer.shape.is_array or not plain(producer):
         return refuse(KINDS_RULE, f"{producer.name} is not a plain loop")
     if producer.opcode == "fusion" and is_multi_output(producer):
         return refuse("producer-multi-output", f"producer {producer.name} is a multi-output fusion")

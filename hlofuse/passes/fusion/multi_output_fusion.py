@@ -24,7 +24,7 @@ from ...hlo.ir import HloComputation, HloInstruction
 from .context import FusionContext
 from .cost_model import TargetParams, distinct
 from .cpu_multi_output import (
-    CPU_MAX_OPERANDS_AND_OUTPUTS, KINDS_RULE, cpu_producer_consumer_rule, cpu_sibling_rule, is_plain_loop,
+    CPU_MAX_OPERANDS_AND_OUTPUTS, KINDS_RULE, cpu_producer_consumer_rule, cpu_sibling_rule,
 )
 from .decisions import Decision
 from .fusibility import (
@@ -160,7 +160,7 @@ def _sibling_legal(a: HloInstruction, b: HloInstruction, parent: HloInstruction,
     """Whether the sibling `b` may join `a`'s multi-output fusion (both read `parent`);
     `loop_siblings`: whether the CPU merges plain loops (MultiOutputFusion's option)."""
     if not ctx.params.multi_output:  # the CPU
-        d = cpu_sibling_rule(a, b, parent, loop_siblings)
+        d = cpu_sibling_rule(a, b, parent, loop_siblings, ctx.plain_loop)
         if not d:
             return d
     d = sibling_candidate(b)
@@ -197,7 +197,7 @@ def _fuse_siblings(parent: HloInstruction, ctx: FusionContext, loop_siblings: bo
     cpu_loops = not ctx.params.multi_output and loop_siblings
     while i < len(siblings):
         a = siblings[i]
-        if not (a.opcode == "fusion" or (cpu_loops and is_plain_loop(a))) or not sibling_candidate(a):
+        if not (a.opcode == "fusion" or (cpu_loops and ctx.plain_loop(a))) or not sibling_candidate(a):
             i += 1
             continue
         j = i + 1
@@ -260,11 +260,11 @@ def _fuse_loop_into_consumer(producer: HloInstruction, ctx: FusionContext) -> bo
     (cpu_multi_output.cpu_producer_consumer_rule): its own kernel goes, with its write and that
     consumer's read of it; its other users read the output. Multi-output consumers first."""
     users = distinct(producer.users)
-    if (producer.opcode in ("parameter", "constant") or not is_plain_loop(producer)
+    if (producer.opcode in ("parameter", "constant") or not ctx.plain_loop(producer)
             or not users or (len(users) == 1 and not producer.is_root())):
         return False
     for consumer in sorted(users, key=lambda u: -_priority(u)):
-        d = cpu_producer_consumer_rule(producer, consumer)
+        d = cpu_producer_consumer_rule(producer, consumer, ctx.plain_loop)
         if d.rule == KINDS_RULE:
             continue  # not a loop kernel to compute it in (the target's policy, not logged)
         if d and (op := _cycle_through(producer, consumer, ctx)) is not None:

@@ -268,3 +268,50 @@ def test_merged_loops_keep_to_the_operand_budget():
     for f in fusions:
         assert len(f.operands) + len(f.shape.leaves()) <= CPU_MAX_OPERANDS_AND_OUTPUTS
     assert any(e.rule == "budget" for e in _entries(exe, "refused"))
+
+
+def _slices_of_one_operand(n: int) -> str:
+    """`n` loops of different dimensions (exp of a slice of x each) reading one operand: every
+    sibling pair is refused (cpu-loop-dims), none merged."""
+    body = [f"  s{k} = f32[{k + 1},32] slice(x), slice={{[0:{k + 1}], [0:32]}}\n"
+            f"  e{k} = f32[{k + 1},32] exponential(s{k})" for k in range(n)]
+    outs = ", ".join(f"e{k}" for k in range(n))
+    types = ", ".join(f"f32[{k + 1},32]" for k in range(n))
+    return ("HloModule slices\nENTRY main {\n  x = f32[64,32] parameter(0)\n" + "\n".join(body) +
+            f"\n  ROOT t = ({types}) tuple({outs})\n}}\n")
+
+
+def test_plain_loop_asked_once_per_sibling_between_changes(monkeypatch):
+    """Sibling fusion asks whether each sibling is a plain loop once (FusionContext.plain_loop),
+    not again for every pair it is in: n siblings that no pair merges cost n walks of their
+    members, not n*(n-1)."""
+    import hlofuse.passes.fusion.context as context
+
+    calls = []
+    real = context.is_plain_loop
+
+    def counted(inst):
+        calls.append(inst)
+        return real(inst)
+
+    monkeypatch.setattr(context, "is_plain_loop", counted)
+    n = 12
+    from hlofuse.compiler import optimize
+
+    fused, _ = optimize(hlofuse.parse_hlo(_slices_of_one_operand(n)), "cpu")
+    assert len([i for i in fused.entry.instructions if i.opcode == "fusion"]) == n  # none merged
+    assert len(calls) == len(set(calls)) and len(calls) <= n + 1
+
+
+def test_plain_loop_memo_forgets_on_graph_change():
+    """A changed graph is asked again: `graph_changed` empties the memo."""
+    from hlofuse.passes.fusion.context import FusionContext
+    from hlofuse.passes.fusion.cost_model import target_params
+    from hlofuse.passes.fusion.decisions import FusionLog
+
+    module = hlofuse.parse_hlo(TWO_LOOPS)
+    ctx = FusionContext.for_computation(module.entry, target_params("cpu"), FusionLog(), "test")
+    a1 = next(i for i in module.entry.instructions if i.name == "a1")
+    assert ctx.plain_loop(a1) and a1 in ctx.plain_loops
+    ctx.graph_changed()
+    assert not ctx.plain_loops
