@@ -8,6 +8,13 @@ group of strided loads and shuffles (f32 row sums of 16 elements: 0.74 ns an ele
 thread, 0.05 with the row itself vectorised; layer norm over 32 features: 2.1 ns against 0.2).
 `forbid_vectorization` tells the vectorizer to leave such an outer loop alone; the unrolled row
 is then vectorised by the SLP vectorizer or stays a vectorised inner loop.
+
+The opposite case: a loop whose element is a long chain of dependent operations (several
+transcendental functions, each a Horner chain of fused multiply-adds and a divide) is bound by
+that chain's latency, not by the core's throughput. LLVM's vectorizer interleaves (unrolls the
+vector loop, so independent vectors are in flight together) only small bodies; for large ones
+its cost model picks one vector per iteration, and the core waits on each FMA's latency.
+`interleave` asks for `llvm.loop.interleave.count` copies (cpu_loop.py decides how many).
 """
 from __future__ import annotations
 
@@ -23,3 +30,13 @@ def forbid_vectorization(induction: ir.PhiInstr) -> None:
     branch = latch.terminator
     module = induction.parent.parent.module
     branch.set_metadata("llvm.loop", loop_id(module, ("llvm.loop.vectorize.enable", ir.Constant(ir.IntType(1), 0))))
+
+
+def interleave(induction: ir.PhiInstr, count: int) -> None:
+    """Ask LLVM to interleave the vectorised loop of `induction` (the value a finished
+    `for_range` yielded) `count` times (`llvm.loop.interleave.count`): `count` independent
+    vectors per iteration, whose dependency chains the core overlaps."""
+    latch = induction.incomings[-1][1]
+    module = induction.parent.parent.module
+    latch.terminator.set_metadata(
+        "llvm.loop", loop_id(module, ("llvm.loop.interleave.count", ir.Constant(ir.IntType(32), count))))
