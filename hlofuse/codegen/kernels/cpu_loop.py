@@ -38,6 +38,7 @@ from ...hlo.opcodes import op_info
 from .args import output_leaves
 from .cpu_concat import emit_concat_loop
 from .loop_hints import interleave
+from .reduction_groups import VECTOR_BITS_DEFAULT
 
 _MIN_ROW = 32  # shorter last dimensions use flat mode ...
 _UNROLLED_ROW = 4  # ... unless so short that LLVM unrolls the row and vectorizes across rows
@@ -46,8 +47,6 @@ _UNROLLED_ROW = 4  # ... unless so short that LLVM unrolls the row and vectorize
 _MIN_PLANES = 64
 # Vectors in flight per iteration of a latency-bound loop (see the module docstring).
 _INTERLEAVE = 8
-# The vector width assumed where the target names none (no AVX-512: LLVM picks 256 bits, AVX2).
-_DEFAULT_VECTOR_BITS = 256
 
 
 @dataclass
@@ -98,7 +97,7 @@ def interleave_count(comp: HloComputation, ls: LoopShape, vector_bits: int | Non
         return 1
     memory = [leaf for p in comp.parameters for leaf in p.shape.leaves()] + comp.root.shape.leaves()
     bits = max((leaf.dtype.bits for leaf in memory), default=32)
-    lanes = max((vector_bits or _DEFAULT_VECTOR_BITS) // max(bits, 8), 1)
+    lanes = max((vector_bits or VECTOR_BITS_DEFAULT) // max(bits, 8), 1)
     count = _INTERLEAVE
     while ls.rows_mode and count > 1 and count * lanes > ls.dims[-1]:
         count //= 2
