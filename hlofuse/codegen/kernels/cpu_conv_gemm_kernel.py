@@ -22,7 +22,9 @@ from .args import output_leaves, typed_pointer
 from .blas_call import GemmCall, blas_operands, declare, trap_if
 from .cpu_conv import find_convolution, window_tap
 from .cpu_conv_gemm import IN, ConvGemm, conv_gemm, row_major_matrix
+from .cpu_gemm import vector_lanes_of
 from .gemm_layout import Matrix
+from .loop_hints import forbid_vectorization
 
 I8P = ir.IntType(8).as_pointer()
 
@@ -213,6 +215,10 @@ class _ConvGemmEmitter:
                 # store cannot clobber a later load and vectorizes the column loop.
                 dst = c_ptr if self.ctile is None else b.gep(self.out, [index.linear], inbounds=True)
                 store_element(b, value, dst, self.out_type)
+        # Vectorize the feature loop, never the row loop: with 32 features LLVM unrolled the
+        # feature loop and vectorized the rows with gathers and scatters (docs/convolutions.md).
+        if geo.features >= vector_lanes_of(self.skel.target, self.et):
+            forbid_vectorization(t)
 
     def _value(self, index: Index, c_ptr: ir.Value) -> ir.Value:
         """The epilogue's root (or the convolution itself) at `index`, reading C at `c_ptr`."""

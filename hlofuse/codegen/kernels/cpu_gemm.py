@@ -42,6 +42,8 @@ from .gemm_layout import (
     output_map,
 )
 from .gemm_partition import GemmPartition, gemm_partition
+from .loop_hints import forbid_vectorization
+from .reduction_groups import VECTOR_BITS_DEFAULT
 
 
 # ---- which computations become GEMM kernels ----------------------------------------------------
@@ -203,7 +205,7 @@ def emit_gemm_kernel(skel, kernel) -> None:
         call.call((t1, t2), (*sizes, p_k), (first, p_ld1), (second, p_ld2), (c_ptr, p_ldc))
         if epilogue:
             _emit_epilogue(skel, comp, dot, (c_base, cm), omap, et, bi, (m0, rows), (n0, cols), dd,
-                           in_place=not kernel.scratch)
+                           in_place=not kernel.scratch, panel_cols=part.cols)
     call.finish()
     skel.finish()
 
@@ -283,15 +285,21 @@ def _group_offset(b: ir.IRBuilder, index: ir.Value, dims: tuple[int, ...], strid
     return offset
 
 
+def vector_lanes_of(target, et) -> int:
+    """Lanes of `target`'s vector register for elements of type `et` (16 f32 with AVX-512)."""
+    return max(1, (getattr(target, "vector_width", None) or VECTOR_BITS_DEFAULT) // max(et.bits, 8))
+
+
 def _emit_epilogue(skel, comp: HloComputation, dot: HloInstruction, c: tuple[ir.Value, Matrix], omap: OutputMap,
                    et, bi: ir.Value, row_range: tuple[ir.Value, ir.Value], col_range: tuple[ir.Value, ir.Value],
-                   dd: DotDims, in_place: bool) -> None:
+                   dd: DotDims, in_place: bool, panel_cols: int) -> None:
     """Write output leaf 0 for the block of rows [m0, m0 + rows) and columns [n0, n0 + cols)
     (`row_range` = (m0, rows), `col_range` = (n0, cols)) of batch element `bi` of the dot's
     [B][M][N] result: the epilogue's element generators at the dot's index, reading the dot's
     value from the GEMM's C matrices `c`, storing through output map `omap` (the dot's own
     layout, or a root transpose's). `in_place`: `c` is the output itself, in its layout (no
-    scratch), so each element is read and then written at one address."""
+    scratch), so each element is read and then written at one address. `panel_cols`: the
+    columns of a full column panel (the column loop's length but in the last panel)."""
     b = skel.builder
     c_base, cm = c
     epi = _epilogue_comp(comp, dot, et, output_chain(comp).value)
@@ -342,6 +350,11 @@ def _emit_epilogue(skel, comp: HloComputation, dot: HloInstruction, c: tuple[ir.
                 dest = b.gep(out, [o_lin], inbounds=True)
             store_element(b, root(index), dest, out_dtype)
             c_elem.pop()
+    # The column loop is the one to vectorize (unit stride in place); a short constant one
+    # (32 columns) LLVM unrolled fully and then vectorized the row loop with gathers and
+    # scatters (docs/dots.md, tests/codegen/test_gemm_epilogue.py).
+    if panel_cols >= vector_lanes_of(skel.target, et):
+        forbid_vectorization(r)
 
 
 # ---- planning ---------------------------------------------------------------------------------
