@@ -25,6 +25,9 @@ that chain's latency, so such loops ask LLVM to interleave `_INTERLEAVE` vectors
 f32[256,1024] in cache, CPU time per call (load ~6.5): erf(logistic(log1p(exp(tanh x))))
 974 us with LLVM's choice (one vector), 420 us with 4 and 332 us with 8; GELU-tanh 81 -> 69
 -> 67 us; an LSTM-like gate expression 165 -> 152 -> 163 us.
+
+In rows mode, a kernel whose data exceed L3 writes its rows with streaming stores
+(`streams_rows`, cpu_streaming.py), saving the read for ownership of every output line.
 """
 from __future__ import annotations
 
@@ -36,7 +39,9 @@ from ...emitters.ir_helpers import Index, const_i64, delinearize, for_range, sto
 from ...hlo.ir import HloComputation
 from ...hlo.opcodes import op_info
 from .args import output_leaves
+from . import cpu_row
 from .cpu_concat import emit_concat_loop
+from .cpu_streaming import fence, streamable, streaming_row_loop
 from .loop_hints import interleave
 from .reduction_groups import VECTOR_BITS_DEFAULT
 
@@ -104,10 +109,12 @@ def interleave_count(comp: HloComputation, ls: LoopShape, vector_bits: int | Non
     return count
 
 
-def emit_loop(skel, ls: LoopShape, body, interleaved: int = 1) -> None:
+def emit_loop(skel, ls: LoopShape, body, interleaved: int = 1, streamed: list | None = None) -> None:
     """Emit the loop nest over units [skel.begin, skel.end); `body(index)` emits one element.
     `interleaved` > 1 asks LLVM to interleave that many vectors in the innermost loop of rows
-    and flat mode (loop_hints.interleave)."""
+    and flat mode (loop_hints.interleave). `streamed` (rows mode only; `streams_rows`): the
+    (generator, output leaf, pointer) of every output, each row then written with streaming
+    stores (cpu_streaming.streaming_row_loop; `body` where a row is not vector-aligned)."""
     b = skel.builder
     dims = ls.dims
     if ls.rows_mode and ls.inner == 2:
@@ -125,16 +132,40 @@ def emit_loop(skel, ls: LoopShape, body, interleaved: int = 1) -> None:
         with for_range(b, skel.begin, skel.end, "row") as r:
             outer = delinearize(b, r, dims[:-1])
             base = b.mul(r, const_i64(n), flags=["nuw", "nsw"])
-            with for_range(b, const_i64(0), const_i64(n), "col") as j:
-                lin = b.add(base, j, flags=["nuw", "nsw"])
-                body(Index(b, dims, multi=list(outer) + [j], linear=lin))
-            if interleaved > 1:
-                interleave(j, interleaved)
+
+            def index_at(j):
+                return Index(b, dims, multi=list(outer) + [j], linear=b.add(base, j, flags=["nuw", "nsw"]))
+
+            def plain():
+                with for_range(b, const_i64(0), const_i64(n), "col") as j:
+                    body(index_at(j))
+                if interleaved > 1:
+                    interleave(j, interleaved)
+
+            if streamed:
+                streaming_row_loop(b, base, index_at, streamed, plain,
+                                   lambda step: for_range(b, const_i64(0), const_i64(n), "stream", step=step))
+            else:
+                plain()
     else:
         with for_range(b, skel.begin, skel.end, "elem") as i:
             body(Index(b, dims, linear=i))
         if interleaved > 1:
             interleave(i, interleaved)
+
+
+def streams_rows(skel, comp: HloComputation, ls: LoopShape, outputs: list) -> bool:
+    """Whether a loop kernel writes its output rows (`outputs`: output leaves) with streaming
+    stores (cpu_streaming.py): in rows mode, where `streamable` allows it and the kernel's
+    parameters and outputs together exceed L3 (they come from and go to memory anyway; in
+    cache a streaming store would evict what the next kernel reads). A loop kernel writes each
+    output element once and never reads it back."""
+    if not ls.rows_mode or ls.inner != 1:
+        return False
+    if not streamable(skel.target, [leaf.shape.dtype for leaf in outputs], ls.dims[-1]):
+        return False
+    moved = sum(p.shape.byte_size() for p in comp.parameters) + sum(leaf.shape.byte_size() for leaf in outputs)
+    return moved > cpu_row.l3_cache_bytes()
 
 
 def emit_loop_kernel(skel, comp: HloComputation, outputs: list[int]) -> LoopShape:
@@ -156,6 +187,10 @@ def emit_loop_kernel(skel, comp: HloComputation, outputs: list[int]) -> LoopShap
             v = leaf.select(g(index))
             store_element(b, v, b.gep(ptr, [index.linear], inbounds=True), leaf.shape.dtype)
 
-    emit_loop(skel, ls, body, interleave_count(comp, ls, getattr(skel.target, "vector_width", None)))
+    streaming = streams_rows(skel, comp, ls, chosen)
+    emit_loop(skel, ls, body, interleave_count(comp, ls, getattr(skel.target, "vector_width", None)),
+              list(zip(gens, chosen, ptrs)) if streaming else None)
+    if streaming:  # streaming stores are weakly ordered: done before the kernel returns
+        fence(skel.builder)
     skel.finish()
     return ls

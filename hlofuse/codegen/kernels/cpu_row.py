@@ -40,7 +40,7 @@ from ...emitters.elemental import ElementalEmitter, reg_type
 from ...emitters.ir_helpers import I32, I64, Index, const_i64, delinearize, for_range, freeze, load_element, store_element
 from ...hlo.ir import HloComputation, HloInstruction
 from .args import output_leaves, param_leaf_slots
-from .cpu_skeleton import is_x86
+from .cpu_streaming import fence, streamable, streaming_row_loop
 from .loop_hints import forbid_vectorization
 from .reduction_groups import ReduceHero, is_order_sensitive_reduce, vector_lanes
 
@@ -318,8 +318,6 @@ def _fold(b, em: ElementalEmitter, h: ReduceHero, accs: list, index: Index) -> l
 
 # x86's cache line; the prefetch loop issues one prefetch per line of the next row.
 CACHE_LINE_BYTES = 64
-# The vector a streaming store writes: a cache line, one AVX-512 register.
-VECTOR_BYTES = 64
 # Bytes of the widest stream's row a loop covers between two rounds of prefetches (4 lines).
 PREFETCH_CHUNK_BYTES = 256
 # llvm.prefetch's locality argument: 2 brings the line into L2 (and not necessarily L1), where
@@ -417,58 +415,16 @@ def _row_loop(b: ir.IRBuilder, n: int, name: str, row: ir.Value | None = None, e
 
 
 def streams_outputs(skel, layout: RowLayout, streams: list, rereads: bool) -> bool:
-    """Whether the output loop writes its rows with streaming (non-temporal) stores.
-
-    A plain store first reads its line for ownership, a third stream of memory traffic beside
-    the input and the output that a row written whole does not need; a streaming store writes
-    the line without reading it (layer norm 6144x1024 on one thread: 1.64 -> 1.49 ms). Only for
-    rows that come from memory anyway (more than L3, as for `prefetches_next_row`: a streaming
-    store leaves nothing in cache for the next kernel), on x86, for outputs the output loop
-    writes once (not a row the reduction loop stored a value in to read back), whose rows are
-    whole 64-byte vectors of 32- or 64-bit elements."""
-    outputs = [s for s in streams if s[2]]
-    if not outputs or rereads or not is_x86(skel.target):
+    """Whether the output loop writes its rows with streaming (non-temporal) stores
+    (cpu_streaming.py): layer norm 6144x1024 on one thread 1.64 -> 1.49 ms. Only for rows that
+    come from memory anyway (more than L3, as for `prefetches_next_row`: a streaming store
+    leaves nothing in cache for the next kernel), for outputs the output loop writes once (not
+    a row the reduction loop stored a value in to read back), where `streamable` allows it."""
+    if not any(s[2] for s in streams) or rereads:
         return False
-    sizes = {size for _, size, _ in outputs}
     leaves = output_leaves(skel.comp)
     types = [leaves[k].shape.dtype for k in layout.row_outputs]
-    if len(sizes) != 1 or any(t.is_pred or t.is_complex or t.bits not in (32, 64) for t in types):
-        return False
-    return (layout.row_elements * sizes.pop()) % VECTOR_BYTES == 0 and _from_memory(layout, streams)
-
-
-def _streaming_output_loop(b: ir.IRBuilder, n: int, base: ir.Value, index_at, row_gens: list, plain,
-                           loop) -> None:
-    """The output loop of a row at linear index `base` with streaming stores of 64-byte vectors
-    where every output's row starts on a 64-byte boundary, else `plain()`, the usual loop;
-    `loop(step)` opens the loop over the row (`_row_loop`, prefetching where the plain one does).
-
-    LLVM's loop vectorizer does not vectorise a loop of non-temporal scalar stores (it would
-    need their addresses aligned to the vector), so the loop steps a vector at a time: each
-    output's lanes are computed by its element generator one by one, gathered into a vector
-    (the SLP vectorizer turns the lanes' arithmetic into vector instructions) and stored with
-    `!nontemporal`. The values are the plain loop's, element by element."""
-    aligned = None
-    for _, _, ptr in row_gens:
-        row = b.gep(ptr, [base], inbounds=True)
-        ok = b.icmp_unsigned("==", b.and_(b.ptrtoint(row, I64), const_i64(VECTOR_BYTES - 1)), const_i64(0))
-        aligned = ok if aligned is None else b.and_(aligned, ok)
-    nontemporal = b.module.add_metadata([ir.Constant(I32, 1)])
-    with b.if_else(aligned) as (vectors, scalars):
-        with vectors:
-            lanes = VECTOR_BYTES // row_gens[0][1].shape.dtype.byte_size
-            with loop(lanes) as j0:
-                for g, leaf, ptr in row_gens:
-                    vty = ir.VectorType(reg_type(leaf.shape.dtype), lanes)
-                    vec = ir.Constant(vty, ir.Undefined)
-                    for k in range(lanes):
-                        index = index_at(b.add(j0, const_i64(k), flags=["nuw", "nsw"]))
-                        vec = b.insert_element(vec, leaf.select(g(index)), ir.Constant(I32, k))
-                    at = b.gep(ptr, [b.add(base, j0, flags=["nuw", "nsw"])], inbounds=True)
-                    store = b.store(vec, b.bitcast(at, vty.as_pointer()), align=VECTOR_BYTES)
-                    store.set_metadata("nontemporal", nontemporal)
-        with scalars:
-            plain()
+    return streamable(skel.target, types, layout.row_elements) and _from_memory(layout, streams)
 
 
 def emit_row_kernel(skel, kernel) -> None:
@@ -550,8 +506,8 @@ def emit_row_kernel(skel, kernel) -> None:
                                       leaf.shape.dtype)
 
             if streaming:
-                _streaming_output_loop(b, n, base, index_at, row_gens, output_loop,
-                                       lambda step: _row_loop(b, n, "stream", r, skel.end, ahead, step=step))
+                streaming_row_loop(b, base, index_at, row_gens, output_loop,
+                                   lambda step: _row_loop(b, n, "stream", r, skel.end, ahead, step=step))
             else:
                 output_loop()
         for g, leaf, ptr in per_row_gens:
@@ -561,5 +517,5 @@ def emit_row_kernel(skel, kernel) -> None:
     if n >= vector_lanes(skel.target, reduces):
         forbid_vectorization(r)
     if streaming:  # streaming stores are weakly ordered: done before the kernel returns
-        b.call(b.module.declare_intrinsic("llvm.x86.sse.sfence", fnty=ir.FunctionType(ir.VoidType(), [])), [])
+        fence(b)
     skel.finish()
