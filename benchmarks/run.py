@@ -16,7 +16,8 @@ Per-kernel figures (benchmarks/kernel_figures.py), measured in the same run:
 - the machine's streaming bandwidth, copy and triad on 1 and 2 threads (hlofuse's own kernels,
   and numpy's copy as a check); every workload's achieved GB/s (bytes of its inputs and outputs
   over its median time, the least traffic any implementation has) and its share of the best
-  2-thread figure;
+  2-thread figure (a workload whose exact computation must read its inputs several times,
+  Workload.input_passes, counts every pass: batch-norm training's two-pass variance, 3);
 - for transcendental-bound workloads, elements per second (output elements over time) beside
   XLA:CPU's on the same HLO, the vectorised reference;
 - `CpuProgram.profile` of the `--profile` slowest workloads (by time against XLA): per kernel,
@@ -118,7 +119,7 @@ def run_workload(name: str, w, size: str, rounds: int, budget: float, cache_dir:
         if iree_call is not None:
             calls.append(iree_call)
     t_ours, t_xla, *t_iree = interleaved(calls, rounds, budget)
-    moved = nbytes_of(args) + nbytes_of(ours)
+    moved = w.input_passes * nbytes_of(args) + nbytes_of(ours)
     elements = max((o.size for o in ours), default=0)
     row = {"workload": name, "kind": w.kind, "in_bytes": nbytes_of(args), "out_bytes": nbytes_of(ours),
            "rounds": len(t_ours), "hlofuse_s": statistics.median(t_ours), "xla_s": statistics.median(t_xla),

@@ -29,6 +29,10 @@ class Workload(NamedTuple):
     inputs: Callable[[str], list]
     doc: str = ""
     kind: str = "memory"  # memory | transcendental | compute | loop
+    # Passes over its inputs that the exact computation needs, for the least-traffic figure
+    # (benchmarks/run.py's GB/s): batch-norm training's exact two-pass variance reads x for the
+    # mean, again for the variance around it and a third time for the output.
+    input_passes: int = 1
 
 
 def _rng(seed: int = 0) -> np.random.Generator:
@@ -389,7 +393,7 @@ WORKLOADS: dict[str, Workload] = {
     "layer_norm": Workload(layer_norm, _layer_norm_inputs, "layer norm over the last axis"),
     "batch_norm_stats": Workload(batch_norm_stats, _bn_inputs, "batch-norm training mean/variance"),
     "batch_norm_train": Workload(batch_norm_train, _bn_train_inputs,
-                                 "batch-norm training: statistics, output, running statistics"),
+                                 "batch-norm training: statistics, output, running statistics", input_passes=3),
     "resnet_add_relu": Workload(resnet_add_relu, _resnet_inputs, "residual add + ReLU"),
     "lstm_cell": Workload(lstm_cell, _lstm_inputs, "LSTM cell: two matmuls and the gate update", "transcendental"),
     "attention": Workload(attention, _attention_inputs, "single-head scaled dot-product attention", "compute"),
