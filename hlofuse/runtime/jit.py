@@ -13,7 +13,7 @@ from typing import Iterable
 import llvmlite.binding as llvm
 
 from ..emitters.cpu.target import host_target_machine, new_host_target_machine
-from .jit_builtins import check_resolvable, register_builtins
+from .jit_builtins import check_resolvable, register_builtins, undefined_symbols
 
 _lock = threading.Lock()
 
@@ -25,13 +25,15 @@ class JitModule:
 
     def __init__(self, llmod: llvm.ModuleRef | None = None, object_code: bytes | None = None,
                  objects: Iterable[bytes] = ()) -> None:
-        register_builtins()  # the builtins LLVM may call (half conversions) before any load
         objects = list(objects)
         if object_code is not None:
             objects.append(object_code)
         if llmod is not None:
             # Through an object file, so its external symbols can be checked like a cached one's.
             objects.append(host_target_machine().emit_object(llmod))
+        calls = [undefined_symbols(obj) for obj in objects]
+        # the builtins and libraries these objects call (half conversions, BLAS ...) before any load
+        register_builtins(None if any(c is None for c in calls) else set().union(*calls))
         tm = new_host_target_machine()  # owned (and freed) by the engine
         with _lock:
             empty = llvm.parse_assembly("")
@@ -39,8 +41,8 @@ class JitModule:
             self.engine = llvm.create_mcjit_compiler(empty, tm)
             # After the engine exists (it makes the process's symbols searchable): MCJIT binds
             # an unknown symbol to address 0, so a missing one must fail here, not segfault.
-            for obj in objects:
-                check_resolvable(obj)
+            for obj, names in zip(objects, calls):
+                check_resolvable(obj, names)
             for obj in objects:
                 self.engine.add_object_file(llvm.ObjectFileRef.from_data(obj))
             self.engine.finalize_object()

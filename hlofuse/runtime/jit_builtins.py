@@ -28,6 +28,7 @@ from ..emitters.cpu.target import new_host_target_machine
 _lock = threading.Lock()
 _registered: dict[str, int] = {}
 _engines: list = []  # the engines holding the builtins' machine code, alive for the process
+_scratch: list[bool] = []  # [True] once the scratch allocator is registered
 
 
 @dataclass(frozen=True)
@@ -143,13 +144,21 @@ def builtins_module() -> ir.Module:
     return module
 
 
-def register_builtins() -> dict[str, int]:
+def register_builtins(needed: set[str] | None = None) -> dict[str, int]:
     """Compile the builtins once per process and make their symbols visible to every JIT
     (`llvm.add_symbol`); returns name -> address. The GEMM libraries' routines are registered
     too (each once per process), checked on every call: oneDNN's only once f32 GEMM kernels
-    call it (`register_onednn`), which HLOFUSE_GEMM may decide after the first JIT."""
+    call it (`register_onednn`), which HLOFUSE_GEMM may decide after the first JIT.
+
+    `needed`: the symbols the objects about to be loaded call (`undefined_symbols`); only what
+    they call is registered then (None: everything). Most programs call none of the half
+    builtins nor BLAS: compiling the builtins (14 ms of CPU) and importing scipy for BLAS
+    (0.2-0.4 s) would be most of loading a program from the compile cache in a new process."""
+    def wanted(names) -> bool:
+        return needed is None or not needed.isdisjoint(names)
+
     with _lock:
-        if not _registered:
+        if not _registered and wanted(list(_BUILTINS) + list(_ALIASES)):
             llmod = llvm.parse_assembly(str(builtins_module()))
             llmod.verify()
             engine = llvm.create_mcjit_compiler(llmod, new_host_target_machine())
@@ -161,12 +170,16 @@ def register_builtins() -> dict[str, int]:
                 _registered[alias] = _registered[name]
             for name, addr in _registered.items():
                 llvm.add_symbol(name, addr)
+        if not _scratch and wanted((SCRATCH_ALLOC, SCRATCH_FREE)):
             register_scratch_allocator()
-    try:
-        register_blas()  # GEMM kernels call BLAS (below); without scipy they cannot be loaded
-    except ImportError:
-        pass  # check_resolvable then names the missing routines
-    register_onednn()
+            _scratch.append(True)
+    if wanted([blas_symbol(r) for r in GEMM_ROUTINES]):
+        try:
+            register_blas()  # GEMM kernels call BLAS (below); without scipy they cannot be loaded
+        except ImportError:
+            pass  # check_resolvable then names the missing routines
+    if wanted((onednn_symbol(), ONEDNN_GET_THREADS, ONEDNN_SET_THREADS)):
+        register_onednn()
     return _registered
 
 
@@ -215,10 +228,12 @@ class UnresolvedSymbolError(RuntimeError):
     """Compiled code calls a function the JIT cannot find (it would be called at address 0)."""
 
 
-def check_resolvable(obj: bytes) -> None:
+def check_resolvable(obj: bytes, names: set[str] | None = None) -> None:
     """Raise UnresolvedSymbolError naming every symbol of object `obj` that neither the process
-    nor `llvm.add_symbol` provides (MCJIT would silently bind it to address 0)."""
-    names = undefined_symbols(obj)
+    nor `llvm.add_symbol` provides (MCJIT would silently bind it to address 0). `names`: its
+    `undefined_symbols` when the caller has them already."""
+    if names is None:
+        names = undefined_symbols(obj)
     if not names:
         return
     missing = sorted(n for n in names if not llvm.address_of_symbol(n))

@@ -146,3 +146,38 @@ def test_the_key_sees_a_change_made_after_parsing(cache_dir, change):
     want = hlofuse.compile(module, "interpreter")(*args)
     for got, ref in zip(exe(*args), want):
         np.testing.assert_allclose(got, ref, rtol=2e-6, atol=1e-6)
+
+
+_FRESH = """
+import sys, hlofuse
+from hlofuse.runtime import jit_builtins
+exe = hlofuse.compile(hlofuse.parse_hlo(open(sys.argv[1]).read()), "cpu")
+print(exe.from_cache, "scipy.linalg" in sys.modules, bool(jit_builtins._registered), bool(jit_builtins._scratch))
+"""
+
+
+def test_a_new_process_registers_only_what_the_loaded_kernels_call(cache_dir, tmp_path):
+    """Loading a program registers the half builtins (an LLVM compile), the scratch allocator
+    and BLAS (importing scipy) only when a kernel calls them; a program with no GEMM and no half
+    precision, loaded in a new process, needs none. With an f64 -> f16 convert and a dot it needs both
+    (and still computes the interpreter's results: tests/runtime/test_cpu_libcalls.py)."""
+    import subprocess
+    import sys
+
+    plain = tmp_path / "plain.hlo"
+    plain.write_text(_text())
+    half = tmp_path / "half.hlo"
+    # f64 -> f16 is a call of __truncdfhf2 on every x86-64 (jit_builtins.py); the dot calls dgemm
+    half.write_text("HloModule half\nENTRY e {\n  a = f64[64,64] parameter(0)\n  b = f64[64,64] parameter(1)\n"
+                    "  d = f64[64,64] dot(a, b), lhs_contracting_dims={1}, rhs_contracting_dims={0}\n"
+                    "  ROOT h = f16[64,64] convert(d)\n}\n")
+    env = {**__import__("os").environ, "HLOFUSE_CACHE_DIR": str(cache_dir), "HLOFUSE_GEMM": "openblas"}
+    seen = {}
+    for path in (plain, half):
+        for _ in range(2):  # compiled, then loaded whole from the module entry
+            out = subprocess.run([sys.executable, "-c", _FRESH, str(path)], capture_output=True, text=True, env=env,
+                                 check=True).stdout.split()
+            seen.setdefault(path.stem, []).append(out)
+    assert seen["plain"] == [["False", "False", "False", "False"], ["True", "False", "False", "False"]]
+    assert [o[0] for o in seen["half"]] == ["False", "True"]
+    assert all(o[1:3] == ["True", "True"] for o in seen["half"]), seen["half"]
