@@ -41,7 +41,7 @@ from ...hlo.opcodes import op_info
 from .args import output_leaves
 from . import cpu_row
 from .cpu_concat import emit_concat_loop
-from .cpu_streaming import fence, streamable, streaming_row_loop
+from .cpu_streaming import buffered_streaming_row, fence, streamable
 from .loop_hints import interleave
 from .reduction_groups import VECTOR_BITS_DEFAULT
 
@@ -114,7 +114,8 @@ def emit_loop(skel, ls: LoopShape, body, interleaved: int = 1, streamed: list | 
     `interleaved` > 1 asks LLVM to interleave that many vectors in the innermost loop of rows
     and flat mode (loop_hints.interleave). `streamed` (rows mode only; `streams_rows`): the
     (generator, output leaf, pointer) of every output, each row then written with streaming
-    stores (cpu_streaming.streaming_row_loop; `body` where a row is not vector-aligned)."""
+    stores a chunk at a time (cpu_streaming.buffered_streaming_row; `body` where a row is not
+    vector-aligned)."""
     b = skel.builder
     dims = ls.dims
     if ls.rows_mode and ls.inner == 2:
@@ -143,8 +144,8 @@ def emit_loop(skel, ls: LoopShape, body, interleaved: int = 1, streamed: list | 
                     interleave(j, interleaved)
 
             if streamed:
-                streaming_row_loop(b, base, index_at, streamed, plain,
-                                   lambda step: for_range(b, const_i64(0), const_i64(n), "stream", step=step))
+                buffered_streaming_row(b, n, base, index_at, streamed, plain,
+                                       lambda j: interleave(j, interleaved) if interleaved > 1 else None)
             else:
                 plain()
     else:
