@@ -23,20 +23,26 @@ from llvmlite import ir
 from ...emitters.ir_helpers import loop_id
 
 
+def _add_hint(induction: ir.PhiInstr, hint: tuple[str, ir.Constant]) -> None:
+    """Give the loop of `induction` (the value a finished `for_range` yielded) `hint` besides
+    the hints it has already (`for_range`'s `llvm.loop.unroll.disable`): a loop has one loop ID."""
+    latch = induction.incomings[-1][1]  # the back edge comes last (for_range adds it at the end)
+    branch = latch.terminator
+    new = loop_id(induction.parent.parent.module, hint)
+    old = branch.metadata.get("llvm.loop")
+    if old is not None:
+        new.operands = (new, *old.operands[1:], *new.operands[1:])
+    branch.set_metadata("llvm.loop", new)
+
+
 def forbid_vectorization(induction: ir.PhiInstr) -> None:
     """Mark the loop of `induction` (the value a finished `for_range` yielded) as not to be
     vectorised or interleaved by LLVM (`llvm.loop.vectorize.enable` false)."""
-    latch = induction.incomings[-1][1]  # the back edge comes last (for_range adds it at the end)
-    branch = latch.terminator
-    module = induction.parent.parent.module
-    branch.set_metadata("llvm.loop", loop_id(module, ("llvm.loop.vectorize.enable", ir.Constant(ir.IntType(1), 0))))
+    _add_hint(induction, ("llvm.loop.vectorize.enable", ir.Constant(ir.IntType(1), 0)))
 
 
 def interleave(induction: ir.PhiInstr, count: int) -> None:
     """Ask LLVM to interleave the vectorised loop of `induction` (the value a finished
     `for_range` yielded) `count` times (`llvm.loop.interleave.count`): `count` independent
     vectors per iteration, whose dependency chains the core overlaps."""
-    latch = induction.incomings[-1][1]
-    module = induction.parent.parent.module
-    latch.terminator.set_metadata(
-        "llvm.loop", loop_id(module, ("llvm.loop.interleave.count", ir.Constant(ir.IntType(32), count))))
+    _add_hint(induction, ("llvm.loop.interleave.count", ir.Constant(ir.IntType(32), count)))

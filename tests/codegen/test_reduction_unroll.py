@@ -1,0 +1,147 @@
+"""LLVM's size of column reduction kernels (issue 15): the reduced loops around a block of at
+least `cpu_conv.ROLLED_AROUND` columns stay rolled (`llvm.loop.unroll.disable`, besides the
+`llvm.loop.vectorize.enable` false they always had), so LLVM does not copy the vectorised
+column loop once per reduced element; around fewer columns, or accumulators of 4 KiB or more
+(cpu_reduction.rolls_reduced_loops), LLVM unrolls them as before. Claims
+tested by loop hints and counts of LLVM instructions, not by time; results bit for bit those of
+the unrolled kernel and equal to the interpreter's."""
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+from llvmlite import ir
+
+import hlofuse
+from hlofuse.codegen.cpu import CpuCode, CpuPlanner, emit_kernel_module
+from hlofuse.codegen.kernels import cpu_conv, cpu_reduction, loop_hints
+from hlofuse.compiler import optimize
+from hlofuse.emitters import ir_helpers
+from hlofuse.emitters.cpu.target import CpuTarget, optimized_module
+from hlofuse.runtime.compare import compare_outputs
+
+
+def _column_sums(dims: tuple[int, ...]) -> str:
+    """Sum and sum of squares of x over every dimension but the last (batch-norm statistics)."""
+    shape = ",".join(map(str, dims))
+    reduced = ",".join(map(str, range(len(dims) - 1)))
+    c = dims[-1]
+    return f"""HloModule colsum
+add {{
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}}
+ENTRY main {{
+  x = f32[{shape}] parameter(0)
+  zero = f32[] constant(0)
+  sq = f32[{shape}] multiply(x, x)
+  s = f32[{c}] reduce(x, zero), dimensions={{{reduced}}}, to_apply=add
+  ss = f32[{c}] reduce(sq, zero), dimensions={{{reduced}}}, to_apply=add
+  ROOT t = (f32[{c}], f32[{c}]) tuple(s, ss)
+}}
+"""
+
+
+def _reduction_ir(dims: tuple[int, ...]) -> str:
+    fused = optimize(hlofuse.parse_hlo(_column_sums(dims)), "cpu")[0]
+    planner = CpuPlanner()
+    code = CpuCode(fused, planner)
+    planner.plan(fused.entry)
+    (kernel,) = [k for k in code.kernels if k.group is not None]
+    return str(emit_kernel_module(kernel, CpuTarget(), "k"))
+
+
+def _hints(ir_text: str) -> dict[str, set[str]]:
+    """Loop name -> the hint names its latch's loop ID carries."""
+    props = dict(re.findall(r'^!(\d+) = !\{ !"([\w.]+)"', ir_text, re.M))
+    ids = {i: {props[o.strip().lstrip("!")] for o in ops.split(",") if o.strip().lstrip("!") in props}
+           for i, ops in re.findall(r"^!(\d+) = !\{ !\1, (.*) \}", ir_text, re.M)}
+    return {re.sub(r"\.\d+$", "", name): ids.get(i, set())
+            for name, i in re.findall(r'br label %"([\w.]+)\.header", !llvm\.loop !(\d+)', ir_text)}
+
+
+def _instructions(ir_text: str) -> int:
+    mod = optimized_module(ir_text)
+    return sum(1 for f in mod.functions for blk in f.blocks for _ in blk.instructions)
+
+
+def _all_unrolled(monkeypatch) -> None:
+    real = ir_helpers.for_range
+
+    def unrolled(b, start, stop, name="i", step=1, unroll=True):
+        return real(b, start, stop, name, step)
+
+    monkeypatch.setattr(cpu_reduction, "for_range", unrolled)
+
+
+def test_reduced_loops_around_many_columns_stay_rolled(monkeypatch):
+    dims = (16, 4, 4, 256)
+    rolled_ir = _reduction_ir(dims)
+    hints = _hints(rolled_ir)
+    for loop in ("r0", "r1", "r2"):  # both hints on one loop ID: a loop has one
+        assert hints[loop] == {"llvm.loop.unroll.disable", "llvm.loop.vectorize.enable"}, (loop, hints)
+    _all_unrolled(monkeypatch)
+    unrolled_ir = _reduction_ir(dims)
+    assert all("llvm.loop.unroll.disable" not in h for h in _hints(unrolled_ir).values())
+    rolled, unrolled = _instructions(rolled_ir), _instructions(unrolled_ir)
+    # unrolled: the 4-long r2 loop (and more) around 16 vectors of 16 columns, copied whole
+    assert rolled * 2 < unrolled, (rolled, unrolled)
+
+
+@pytest.mark.parametrize("columns", [16, cpu_conv.ROLLED_AROUND // 2, 512])
+def test_reduced_loops_around_few_columns_or_many_accumulators_left_to_llvm(columns):
+    """512 columns of two f32 sums are 4 KiB of accumulators: unrolled, LLVM forwards them from
+    one row to the next (rolled ran 1.05-1.13x slower)."""
+    hints = _hints(_reduction_ir((8, 4, 4, columns)))
+    assert all("llvm.loop.unroll.disable" not in hints[loop] for loop in ("r0", "r1", "r2"))
+
+
+def test_rolling_rule():
+    class Hero:
+        def __init__(self, *types):
+            self.types = [hlofuse.hlo.dtypes.element_type(t) for t in types]
+
+    f32, f64 = Hero("f32"), Hero("f64")
+    assert cpu_reduction.rolls_reduced_loops(256, [f32, f32])
+    assert cpu_reduction.rolls_reduced_loops(512, [f32])
+    assert not cpu_reduction.rolls_reduced_loops(512, [f32, f32])
+    assert not cpu_reduction.rolls_reduced_loops(512, [f64])
+    assert not cpu_reduction.rolls_reduced_loops(cpu_conv.ROLLED_AROUND - 1, [f32])
+
+
+@pytest.mark.parametrize("dims", [(16, 4, 4, 256), (8, 3, 3, 1000), (2, 5, 640)])
+def test_rolled_column_reduction_is_bit_exact(dims, monkeypatch):
+    """Rolling changes no operation's order: the same bits as the unrolled kernel, and the
+    interpreter's values."""
+    x = np.random.default_rng(3).standard_normal(dims).astype(np.float32)
+    module = hlofuse.parse_hlo(_column_sums(dims))
+    rolled = hlofuse.compile(module, "cpu", cache=False)(x)
+    want = hlofuse.compile(hlofuse.parse_hlo(_column_sums(dims)), target="interpreter", fusion=False)(x)
+    for r in compare_outputs(list(rolled), list(want)):
+        assert r.ok, r
+    _all_unrolled(monkeypatch)
+    unrolled = hlofuse.compile(hlofuse.parse_hlo(_column_sums(dims)), "cpu", cache=False)(x)
+    for a, b in zip(rolled, unrolled):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+def test_hints_add_to_a_rolled_loop():
+    """forbid_vectorization and interleave keep the hints a loop has (for_range's unroll
+    disable): one loop ID with all of them, which LLVM verifies."""
+    m = ir.Module("t")
+    fn = ir.Function(m, ir.FunctionType(ir.VoidType(), [ir.PointerType(ir.FloatType())]), "f")
+    b = ir.IRBuilder(fn.append_basic_block("entry"))
+    with ir_helpers.for_range(b, ir_helpers.const_i64(0), ir_helpers.const_i64(8), "a", unroll=False) as i:
+        b.store(ir.Constant(ir.FloatType(), 1.0), b.gep(fn.args[0], [i]))
+    loop_hints.forbid_vectorization(i)
+    with ir_helpers.for_range(b, ir_helpers.const_i64(0), ir_helpers.const_i64(8), "c", unroll=False) as j:
+        b.store(ir.Constant(ir.FloatType(), 2.0), b.gep(fn.args[0], [j]))
+    loop_hints.interleave(j, 4)
+    b.ret_void()
+    text = str(m)
+    hints = _hints(text)
+    assert hints["a"] == {"llvm.loop.unroll.disable", "llvm.loop.vectorize.enable"}
+    assert hints["c"] == {"llvm.loop.unroll.disable", "llvm.loop.interleave.count"}
+    optimized_module(text)  # parses and verifies
