@@ -82,7 +82,7 @@ def _check(monkeypatch, text: str, seed: int) -> None:
         assert r.ok, r
 
 
-@pytest.mark.parametrize("dims", [(64, 1024), (201, 32), (41, 4, 48)])
+@pytest.mark.parametrize("dims", [(64, 1024), (201, 32), (41, 4, 48), (200, 16, 3)])  # the last: plane mode
 def test_loop_rows_stream_with_the_plain_loops_values(monkeypatch, from_memory, dims):
     _check(monkeypatch, _binary(dims), seed=dims[0])
 
@@ -94,7 +94,8 @@ def test_latency_bound_multi_output_rows_stream(monkeypatch, from_memory):
 
 @pytest.mark.parametrize("text, why", [
     (_binary((64, 1000)), "rows of 1000 f32 are not whole 64-byte vectors"),
-    (_binary((4096, 8, 3)), "plane mode: rows of 3 elements"),
+    (_binary((4096, 8, 3)), "plane mode: planes of 24 f32 are not whole 64-byte vectors"),
+    (_binary((128, 2048, 3)), "plane mode: a plane's buffers would exceed BUFFER_BYTES"),
     (_binary((64, 1024), out="f16"), "16-bit outputs"),
     (_binary((64, 1024), out="pred"), "pred outputs"),
     (_two_outputs((64, 1024), "f64"), "outputs of two sizes: no vector holds the same lanes of each"),

@@ -41,7 +41,7 @@ from ...hlo.opcodes import op_info
 from .args import output_leaves
 from . import cpu_row
 from .cpu_concat import emit_concat_loop
-from .cpu_streaming import buffered_streaming_row, fence, streamable
+from .cpu_streaming import BUFFER_BYTES, buffered_streaming_row, fence, streamable
 from .loop_hints import interleave
 from .reduction_groups import VECTOR_BITS_DEFAULT
 
@@ -112,10 +112,10 @@ def interleave_count(comp: HloComputation, ls: LoopShape, vector_bits: int | Non
 def emit_loop(skel, ls: LoopShape, body, interleaved: int = 1, streamed: list | None = None) -> None:
     """Emit the loop nest over units [skel.begin, skel.end); `body(index)` emits one element.
     `interleaved` > 1 asks LLVM to interleave that many vectors in the innermost loop of rows
-    and flat mode (loop_hints.interleave). `streamed` (rows mode only; `streams_rows`): the
-    (generator, output leaf, pointer) of every output, each row then written with streaming
-    stores a chunk at a time (cpu_streaming.buffered_streaming_row; `body` where a row is not
-    vector-aligned)."""
+    and flat mode (loop_hints.interleave). `streamed` (rows and plane mode; `streams_rows`):
+    the (generator, output leaf, pointer) of every output, each row (plane) then written with
+    streaming stores a chunk at a time (cpu_streaming.buffered_streaming_row; `body` where a
+    row is not vector-aligned)."""
     b = skel.builder
     dims = ls.dims
     if ls.rows_mode and ls.inner == 2:
@@ -123,11 +123,19 @@ def emit_loop(skel, ls: LoopShape, body, interleaved: int = 1, streamed: list | 
         with for_range(b, skel.begin, skel.end, "plane") as r:
             outer = delinearize(b, r, dims[:-2])
             base = b.mul(r, const_i64(m * n), flags=["nuw", "nsw"])
-            with for_range(b, const_i64(0), const_i64(m), "row") as i:
-                row = b.add(base, b.mul(i, const_i64(n), flags=["nuw", "nsw"]), flags=["nuw", "nsw"])
-                with for_range(b, const_i64(0), const_i64(n), "col") as j:
-                    lin = b.add(row, j, flags=["nuw", "nsw"])
-                    body(Index(b, dims, multi=list(outer) + [i, j], linear=lin))
+
+            def plane(put):
+                with for_range(b, const_i64(0), const_i64(m), "row") as i:
+                    row = b.mul(i, const_i64(n), flags=["nuw", "nsw"])
+                    with for_range(b, const_i64(0), const_i64(n), "col") as j:
+                        at = b.add(row, j, flags=["nuw", "nsw"])
+                        put(at, Index(b, dims, multi=list(outer) + [i, j], linear=b.add(base, at, flags=["nuw", "nsw"])))
+
+            if streamed:  # the plane is one chunk (streams_rows: it fits the buffers)
+                buffered_streaming_row(b, m * n, base, streamed, lambda c0, count, put: plane(put),
+                                       lambda: plane(lambda at, index: body(index)), chunk=m * n)
+            else:
+                plane(lambda at, index: body(index))
     elif ls.rows_mode:
         n = dims[-1]
         with for_range(b, skel.begin, skel.end, "row") as r:
@@ -143,9 +151,14 @@ def emit_loop(skel, ls: LoopShape, body, interleaved: int = 1, streamed: list | 
                 if interleaved > 1:
                     interleave(j, interleaved)
 
+            def fill(c0, count, put):
+                with for_range(b, const_i64(0), count, "fill") as j:
+                    put(j, index_at(b.add(c0, j, flags=["nuw", "nsw"])))
+                if interleaved > 1:
+                    interleave(j, interleaved)
+
             if streamed:
-                buffered_streaming_row(b, n, base, index_at, streamed, plain,
-                                       lambda j: interleave(j, interleaved) if interleaved > 1 else None)
+                buffered_streaming_row(b, n, base, streamed, fill, plain)
             else:
                 plain()
     else:
@@ -157,13 +170,17 @@ def emit_loop(skel, ls: LoopShape, body, interleaved: int = 1, streamed: list | 
 
 def streams_rows(skel, comp: HloComputation, ls: LoopShape, outputs: list) -> bool:
     """Whether a loop kernel writes its output rows (`outputs`: output leaves) with streaming
-    stores (cpu_streaming.py): in rows mode, where `streamable` allows it and the kernel's
-    parameters and outputs together exceed L3 (they come from and go to memory anyway; in
-    cache a streaming store would evict what the next kernel reads). A loop kernel writes each
-    output element once and never reads it back."""
-    if not ls.rows_mode or ls.inner != 1:
+    stores (cpu_streaming.py): where `streamable` allows it for its rows (in plane mode, its
+    planes, each written as one chunk, so a plane's buffers must fit BUFFER_BYTES), and the
+    kernel's parameters and outputs together exceed L3 (they come from and go to memory anyway;
+    in cache a streaming store would evict what the next kernel reads). A loop kernel writes
+    each output element once and never reads it back."""
+    if not ls.rows_mode:
         return False
-    if not streamable(skel.target, [leaf.shape.dtype for leaf in outputs], ls.dims[-1]):
+    row = ls.unit_elements
+    if not streamable(skel.target, [leaf.shape.dtype for leaf in outputs], row):
+        return False
+    if ls.inner == 2 and row * sum(leaf.shape.dtype.byte_size for leaf in outputs) > BUFFER_BYTES:
         return False
     moved = sum(p.shape.byte_size() for p in comp.parameters) + sum(leaf.shape.byte_size() for leaf in outputs)
     return moved > cpu_row.l3_cache_bytes()

@@ -114,36 +114,38 @@ def chunk_elements(row_elements: int, row_gens: list) -> int:
     return max(lanes, min(fit, CHUNK_ELEMENTS, row_elements))
 
 
-def buffered_streaming_row(b: ir.IRBuilder, n: int, base: ir.Value, index_at: Callable[[ir.Value], Index],
-                           row_gens: list, plain: Callable[[], None],
-                           hint: Callable[[ir.Value], None] = lambda j: None) -> None:
-    """Write a row of `n` elements at linear index `base` (each output's row starting on a
-    64-byte boundary; else by `plain()`, the kernel's usual loop) a chunk at a time: the chunk's
-    elements by the plain loop into a buffer per output (allocas in the entry block, 64-byte
-    aligned, so in L1), then the buffer to the output with aligned streaming vector stores.
-    `row_gens` holds (element generator, output leaf, typed output pointer) per output;
-    `index_at(j)` is the Index of the row's element j; `hint(j)` is given the finished
-    compute loop's induction (for loop_hints.interleave). The values are the plain loop's."""
+def buffered_streaming_row(b: ir.IRBuilder, n: int, base: ir.Value, row_gens: list, fill: Callable,
+                           plain: Callable[[], None], chunk: int | None = None) -> None:
+    """Write `n` contiguous elements at linear index `base` (a row, or a plane of rows; where
+    an output's elements do not start on a 64-byte boundary, by `plain()`, the kernel's usual
+    loop) a chunk at a time: the chunk's elements by the plain loop into a buffer per output
+    (allocas in the entry block, 64-byte aligned, so in L1), then each buffer to its output
+    with aligned streaming vector stores. `row_gens` holds (element generator, output leaf,
+    typed output pointer) per output. `fill(c0, m, put)` emits the loop computing elements
+    [c0, c0 + m) of the row: for each, `put(j, index)` stores its outputs' values at the
+    row's element c0 + j of the chunk's buffers (`index`: its Index). `chunk` (a whole number
+    of vectors; `chunk_elements` by default): elements per chunk. The values are the plain
+    loop's."""
     size = row_gens[0][1].shape.dtype.byte_size
     lanes = VECTOR_BYTES // size
-    chunk = chunk_elements(n, row_gens)
+    chunk = chunk or chunk_elements(n, row_gens)
     with b.goto_entry_block():
         buffers = [b.alloca(ir.ArrayType(mem_type(leaf.shape.dtype), chunk), name="stream.buffer")
                    for _, leaf, _ in row_gens]
         for buf in buffers:
             buf.align = VECTOR_BYTES
+
+    def put(j: ir.Value, index: Index) -> None:
+        for (g, leaf, _), buf in zip(row_gens, buffers):
+            store_element(b, leaf.select(g(index)), b.gep(buf, [const_i64(0), j], inbounds=True), leaf.shape.dtype)
+
     nontemporal = b.module.add_metadata([ir.Constant(I32, 1)])
     with b.if_else(_aligned(b, base, row_gens)) as (vectors, scalars):
         with vectors:
             with for_range(b, const_i64(0), const_i64(n), "chunk", step=chunk) as c0:
                 left = b.sub(const_i64(n), c0, flags=["nuw", "nsw"])
                 m = b.select(b.icmp_signed("<", left, const_i64(chunk)), left, const_i64(chunk))
-                with for_range(b, const_i64(0), m, "fill") as j:
-                    index = index_at(b.add(c0, j, flags=["nuw", "nsw"]))
-                    for (g, leaf, _), buf in zip(row_gens, buffers):
-                        store_element(b, leaf.select(g(index)), b.gep(buf, [const_i64(0), j], inbounds=True),
-                                      leaf.shape.dtype)
-                hint(j)
+                fill(c0, m, put)
                 for (_, leaf, ptr), buf in zip(row_gens, buffers):  # one output's lines after another
                     vty = ir.VectorType(mem_type(leaf.shape.dtype), lanes)
                     with for_range(b, const_i64(0), m, "stream", step=lanes) as v:
