@@ -9,6 +9,10 @@ Each case (ResNet-like NHWC/HWIO convolutions, f32) is compiled twice by hlofuse
 forced each way (no compile cache), and timed in interleaved rounds on `--threads` kernel
 threads (HLOFUSE_CPU_THREADS, set before hlofuse loads); medians, GFLOP/s counting 2 multiply-add
 terms per tap. The load average is printed before and after (the machine may be shared).
+`--cpu-time` times the process's CPU seconds instead of wall seconds (GFLOP per CPU-second):
+on a shared machine a call descheduled for part of its run counts only the time it ran, so
+the two paths compare by their own work (docs/dots.md: wall-clock rates at load ~10 fell to
+40% of the CPU-time ones).
 """
 from __future__ import annotations
 
@@ -85,7 +89,9 @@ def main() -> None:
     ap.add_argument("--shapes", default=",".join(SHAPES))
     ap.add_argument("--from-hlo", default=None, help="time every convolution of this HLO module instead")
     ap.add_argument("--tile", type=int, default=0, help="force the GEMM kernel's tile rows (exploration)")
+    ap.add_argument("--cpu-time", action="store_true", help="time CPU seconds of the process, not wall seconds")
     args = ap.parse_args()
+    clock = time.process_time if args.cpu_time else time.perf_counter
     os.environ["HLOFUSE_CPU_THREADS"] = args.threads
     import numpy as np
 
@@ -96,7 +102,7 @@ def main() -> None:
     if args.tile:
         cpu_conv_gemm.MIN_TILE_ROWS = cpu_conv_gemm.MAX_TILE_ROWS = args.tile
         cpu_conv_gemm.SCRATCH_BYTES = 256 << 20
-    print(f"load {os.getloadavg()}, {args.threads} thread(s)", flush=True)
+    print(f"load {os.getloadavg()}, {args.threads} thread(s), {'CPU' if args.cpu_time else 'wall'} time", flush=True)
     print(f"{'case':40s} {'batch':>5s} {'direct ms':>10s} {'gemm ms':>9s} {'direct GF/s':>11s} {'gemm GF/s':>9s} "
           f"{'gemm/direct':>11s} rule")
     cases = []
@@ -125,10 +131,10 @@ def main() -> None:
                 exes[p](x, w)
             for _ in range(args.rounds):
                 for p, exe in exes.items():
-                    t0 = time.perf_counter()
+                    t0 = clock()
                     for _ in range(reps):
                         exe(x, w)
-                    times[p].append((time.perf_counter() - t0) / reps)
+                    times[p].append((clock() - t0) / reps)
             med = {p: statistics.median(t) for p, t in times.items()}
             print(f"{name:40s} {batch:5d} {med['direct'] * 1e3:10.3f} {med['gemm'] * 1e3:9.3f} "
                   f"{flops / med['direct'] / 1e9:11.1f} {flops / med['gemm'] / 1e9:9.1f} "

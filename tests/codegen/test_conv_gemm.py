@@ -240,35 +240,57 @@ PAD1 = "window={size=3x3 pad=1_1x1_1}, "
 NHWC = "dim_labels=b01f_01io->b01f"
 
 
-@pytest.mark.parametrize("case,want", [
-    # ResNet-50 3x3 at 14x14 and 7x7 with 256 and 512 features: GEMM (0.5-0.9x the direct time)
-    (("f32[1,14,14,256]", "f32[3,3,256,256]", PAD1 + NHWC), True),
-    (("f32[1,7,7,512]", "f32[3,3,512,512]", PAD1 + NHWC), True),
-    # 1x1 projections to 256+ features: GEMM (about 0.5x); to 64 or 128: direct (GEMM 1.2-2.6x)
-    (("f32[4,32,32,64]", "f32[1,1,64,256]", "window={size=1x1}, " + NHWC), True),
-    (("f32[4,32,32,256]", "f32[1,1,256,64]", "window={size=1x1}, " + NHWC), False),
-    # 3x3 with 64 or 128 features: direct (GEMM 1.5-2.1x)
-    (("f32[1,56,56,64]", "f32[3,3,64,64]", PAD1 + NHWC), False),
-    (("f32[1,28,28,128]", "f32[3,3,128,128]", PAD1 + NHWC), False),
-    # 512 features on 2x2 (most taps on padding): direct
-    (("f32[16,2,2,512]", "f32[3,3,512,512]", PAD1 + NHWC), False),
+RULE_CASES = [
+    # (case, GEMM with oneDNN's sgemm, GEMM with OpenBLAS): CPU-time ratios GEMM / direct on one
+    # thread with oneDNN (docs/convolutions.md), the OpenBLAS column as measured before oneDNN
+    # ResNet-50 3x3 at 14x14 and 7x7 with 256 and 512 features: GEMM
+    (("f32[1,14,14,256]", "f32[3,3,256,256]", PAD1 + NHWC), True, True),
+    (("f32[1,7,7,512]", "f32[3,3,512,512]", PAD1 + NHWC), True, True),
+    # 1x1 projections to 256+ features: GEMM; to 64: direct (oneDNN 1.12, OpenBLAS 1.2-2.6)
+    (("f32[4,32,32,64]", "f32[1,1,64,256]", "window={size=1x1}, " + NHWC), True, True),
+    (("f32[4,32,32,256]", "f32[1,1,256,64]", "window={size=1x1}, " + NHWC), False, False),
+    # to 128 and 112 features: oneDNN GEMM (0.65, 0.42), OpenBLAS direct
+    (("f32[4,32,32,256]", "f32[1,1,256,128]", "window={size=1x1}, " + NHWC), True, False),
+    (("f32[4,56,56,128]", "f32[1,1,128,112]", "window={size=1x1}, " + NHWC), True, False),
+    # to 96: direct (0.90-1.02)
+    (("f32[4,28,28,192]", "f32[1,1,192,96]", "window={size=1x1}, " + NHWC), False, False),
+    # 3x3 with 64 features: direct (oneDNN 1.10-1.17); 128: oneDNN GEMM (0.76-0.86)
+    (("f32[1,56,56,64]", "f32[3,3,64,64]", PAD1 + NHWC), False, False),
+    (("f32[1,28,28,128]", "f32[3,3,128,128]", PAD1 + NHWC), True, False),
+    # 512 features on 2x2 (0.44 of the taps on input): oneDNN GEMM (0.42), OpenBLAS direct
+    (("f32[16,2,2,512]", "f32[3,3,512,512]", PAD1 + NHWC), True, False),
+    # a 3x3 window over 1x1 positions (1/9 of the taps): direct for both
+    (("f32[64,1,1,512]", "f32[3,3,512,512]", PAD1 + NHWC), False, False),
     # input gradients (01oi weights): GEMM (2.5-14x faster), even with 64 features
-    (("f32[16,16,16,64]", "f32[3,3,64,64]", PAD1 + "dim_labels=b01f_01oi->b01f"), True),
-    # the stem (3 input features), f64 and bf16, depthwise: direct
-    (("f32[1,224,224,3]", "f32[7,7,3,64]", "window={size=7x7 stride=2x2 pad=3_3x3_3}, " + NHWC), False),
-    (("bf16[1,14,14,256]", "bf16[3,3,256,256]", PAD1 + NHWC), False),
-    (("f32[1,14,14,256]", "f32[3,3,1,256]", PAD1 + NHWC + ", feature_group_count=256"), False),
+    (("f32[16,16,16,64]", "f32[3,3,64,64]", PAD1 + "dim_labels=b01f_01oi->b01f"), True, True),
+    # the stem (3 input features), bf16, depthwise: direct
+    (("f32[1,224,224,3]", "f32[7,7,3,64]", "window={size=7x7 stride=2x2 pad=3_3x3_3}, " + NHWC), False, False),
+    (("bf16[1,14,14,256]", "bf16[3,3,256,256]", PAD1 + NHWC), False, False),
+    (("f32[1,14,14,256]", "f32[3,3,1,256]", PAD1 + NHWC + ", feature_group_count=256"), False, False),
     # a weight gradient (out 3x3 per batch element, tiles of 9 rows): direct
-    (("f32[16,16,16,64]", "f32[16,16,16,256]", "window={size=16x16 pad=1_1x1_1}, dim_labels=f01b_i01o->01bf"), False),
-])
-def test_rule(case, want):
+    (("f32[16,16,16,64]", "f32[16,16,16,256]", "window={size=16x16 pad=1_1x1_1}, dim_labels=f01b_i01o->01bf"),
+     False, False),
+]
+
+
+@pytest.mark.parametrize("requested", ["onednn", "openblas"])
+@pytest.mark.parametrize("case,onednn,openblas", RULE_CASES)
+def test_rule(monkeypatch, requested, case, onednn, openblas):
+    """The rule by the f32 GEMM library that would run the convolution (HLOFUSE_GEMM; oneDNN
+    only where its library loads)."""
+    from hlofuse.runtime.gemm_provider import gemm_provider
+
+    monkeypatch.setenv("HLOFUSE_GEMM", requested)
+    want = onednn if gemm_provider("f32") == "onednn" else openblas
     assert prefers_gemm(_conv(*case)) is want
 
 
 def test_rule_f64_and_compiled_path():
-    """f64 follows the same rule; the planner follows the rule."""
+    """f64 runs through OpenBLAS, so takes its thresholds (128 features: direct); the planner
+    follows the rule."""
     case = ("f64[1,7,7,64]", "f64[3,3,64,512]", PAD1 + NHWC)
     assert prefers_gemm(_conv(*case))
+    assert not prefers_gemm(_conv("f64[4,32,32,256]", "f64[1,1,256,128]", "window={size=1x1}, " + NHWC))
     exe = hlofuse.compile(parse_hlo(_module(case[0], case[1], "f64", case[2])), cache=False)
     assert _customs(exe) == ["conv_gemm"]
     small = ("f32[1,28,28,64]", "f32[3,3,64,64]", PAD1 + NHWC)

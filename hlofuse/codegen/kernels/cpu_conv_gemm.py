@@ -57,6 +57,7 @@ from ...emitters.ir_helpers import row_major_strides
 from ...hlo.dtypes import ElementType, element_type
 from ...hlo.ir import HloComputation, HloInstruction
 from ...hlo.shapes import array
+from ...runtime.gemm_provider import gemm_provider
 from ..planning import KernelPlan, plan_fusion, rebuild
 from .args import output_leaves
 from .cpu_conv import ConvGeometry, conv_geometry, dimension_numbers, find_convolution, plan_conv
@@ -210,17 +211,32 @@ def valid_tap_fraction(geo: ConvGeometry) -> float:
     return fraction
 
 
+# Output features from which the GEMM kernel runs a dense convolution whose weights the direct
+# kernel reads at unit stride, per GEMM library (docs/convolutions.md). oneDNN's sgemm: the
+# direct kernel keeps POSITION_BLOCK x O accumulators, and from 112 f32 features on (28 of the
+# 32 AVX-512 registers, plus the weights) they spill: GEMM took 0.23-0.68x its CPU time on every
+# such convolution measured, at 96 features 0.90-1.02x, at 64 0.84-1.17x. OpenBLAS (f64, and
+# f32 under HLOFUSE_GEMM=openblas), half oneDNN's speed here: 256, as measured before oneDNN.
+MIN_GEMM_FEATURES = {"onednn": 112, "openblas": 256}
+# The share of window taps on input elements below which the direct kernel, which skips the
+# padding's taps, keeps the convolution (GEMM multiplies their zeros). OpenBLAS: as fast at 0.69
+# and faster at 0.44. oneDNN: GEMM took 0.42-0.44x the time at 0.44 and 0.56; its work grows as
+# 1 / share, so it stays ahead down to about 0.2 (extrapolated, not measured below 0.44).
+MIN_VALID_TAPS = {"onednn": 0.25, "openblas": 0.75}
+
+
 def prefers_gemm(conv: HloInstruction) -> bool:
     """The rule (docs/convolutions.md: measured per shape class, never timed at run time): a
     dense f32/f64 convolution with at least 8 input and 8 output features whose tiles hold at
     least MIN_TILE_ROWS rows runs as tiled GEMMs where the direct kernel is weak:
       * weights whose output features are not contiguous (jax's input gradients, `01oi`: the
         direct kernel's inner loop reads them strided; GEMM 2.5-14x faster), or
-      * 256 or more output features (the direct kernel's accumulators leave the registers;
-        GEMM about 2x faster on 1x1 windows) with at least 3/4 of the taps on input elements
-        (GEMM multiplies the padding's zeros, the direct kernel skips them);
-    the others (fewer output features: the direct kernel is up to 2.5x faster even on 1x1
-    windows), and depthwise and grouped convolutions, keep the direct kernel."""
+      * MIN_GEMM_FEATURES or more output features for the GEMM library that would run it
+        (runtime/gemm_provider.py, decided at compile time like the kernel's call): the direct
+        kernel's accumulators leave the registers, with at least MIN_VALID_TAPS of the taps
+        on input elements;
+    the others (fewer output features: the direct kernel as fast or faster), and depthwise and
+    grouped convolutions, keep the direct kernel."""
     layout = gemm_layout(conv)
     if layout is None:
         return False
@@ -229,7 +245,10 @@ def prefers_gemm(conv: HloInstruction) -> bool:
         return False
     if (layout.rows if layout.span_batch else layout.positions) < MIN_TILE_ROWS:
         return False
-    return geo.w_out != 1 or (geo.features >= 256 and valid_tap_fraction(geo) >= 0.75)
+    if geo.w_out != 1:
+        return True
+    provider = gemm_provider(geo.acc_type.name)
+    return geo.features >= MIN_GEMM_FEATURES[provider] and valid_tap_fraction(geo) >= MIN_VALID_TAPS[provider]
 
 
 def gemm_layout(conv: HloInstruction) -> ConvGemm | None:
