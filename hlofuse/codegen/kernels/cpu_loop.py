@@ -26,8 +26,8 @@ f32[256,1024] in cache, CPU time per call (load ~6.5): erf(logistic(log1p(exp(ta
 974 us with LLVM's choice (one vector), 420 us with 4 and 332 us with 8; GELU-tanh 81 -> 69
 -> 67 us; an LSTM-like gate expression 165 -> 152 -> 163 us.
 
-In rows mode, a kernel whose data exceed L3 writes its rows with streaming stores
-(`streams_rows`, cpu_streaming.py), saving the read for ownership of every output line.
+In rows and plane mode, a kernel whose data exceed L3 writes its rows (planes) with streaming
+stores (`streams_rows`, cpu_streaming.py), saving the read for ownership of every output line.
 """
 from __future__ import annotations
 
@@ -38,8 +38,8 @@ from ...emitters.elemental import ElementalEmitter
 from ...emitters.ir_helpers import Index, const_i64, delinearize, for_range, store_element
 from ...hlo.ir import HloComputation
 from ...hlo.opcodes import op_info
-from .args import output_leaves
 from . import cpu_row
+from .args import output_leaves
 from .cpu_concat import emit_concat_loop
 from .cpu_streaming import BUFFER_BYTES, buffered_streaming_row, fence, streamable
 from .loop_hints import interleave
