@@ -87,9 +87,11 @@ def test_loop_rows_stream_with_the_plain_loops_values(monkeypatch, from_memory, 
     _check(monkeypatch, _binary(dims), seed=dims[0])
 
 
-def test_latency_bound_multi_output_rows_stream(monkeypatch, from_memory):
-    """Two outputs of one size stream together; the transcendental one keeps its values."""
-    _check(monkeypatch, _two_outputs((33, 256), "f32"), seed=5)
+@pytest.mark.parametrize("second", ["f32", "s32"])
+def test_latency_bound_multi_output_rows_stream(monkeypatch, from_memory, second):
+    """Two outputs of one size (a float and an integer one too) stream together; the
+    transcendental one keeps its values."""
+    _check(monkeypatch, _two_outputs((33, 256), second), seed=5)
 
 
 @pytest.mark.parametrize("text, why", [
