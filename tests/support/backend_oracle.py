@@ -8,7 +8,7 @@ import pytest
 
 import hlofuse
 from hlofuse.hlo.parser import parse_hlo
-from xla_oracle import run_on_xla, xla_available
+from xla_oracle import compile_on_xla, run_on_xla, xla_available
 
 COMPILED = [("cpu", True), ("cpu", False), ("gpu-emulated", True), ("gpu-emulated", False)]
 HAS_XLA = xla_available()
@@ -17,8 +17,16 @@ needs_xla = pytest.mark.skipif(not HAS_XLA, reason="jaxlib's XLA CPU client is n
 
 def run(text: str, args: list, backend: str, fusion: bool = True) -> list[np.ndarray]:
     """Outputs of module `text` on `args` through hlofuse's `backend`."""
+    return _outputs(_compiled(text, backend, fusion), args)
+
+
+def _compiled(text: str, backend: str, fusion: bool = True):
     with np.errstate(all="ignore"):
-        exe = hlofuse.compile(parse_hlo(text), target=backend, fusion=fusion)
+        return hlofuse.compile(parse_hlo(text), target=backend, fusion=fusion)
+
+
+def _outputs(exe, args: list) -> list[np.ndarray]:
+    with np.errstate(all="ignore"):
         return [np.asarray(o) for o in exe(*args)]
 
 
@@ -37,20 +45,33 @@ def bits_equal(got: np.ndarray, want: np.ndarray) -> np.ndarray:
 def check_everywhere(text: str, args: list, with_xla: bool = True) -> None:
     """`text` on `args` gives the interpreter's outputs (and XLA's, where usable and `with_xla`)
     on every compiled backend, fused and unfused; the interpreter also agrees with XLA."""
-    refs = {"interpreter": run(text, args, "interpreter")}
-    if HAS_XLA and with_xla:
-        refs["xla"] = run_on_xla(text, args)
-        for k, (i, x) in enumerate(zip(refs["interpreter"], refs["xla"])):
-            ok = bits_equal(i, x)
-            assert ok.all(), f"interpreter vs XLA, out{k}: {_mismatches(args, i, x, ok)}"
+    check_everywhere_on(text, [args], with_xla)
+
+
+def check_everywhere_on(text: str, arg_sets: list[list], with_xla: bool = True) -> None:
+    """`check_everywhere` on each of several inputs of one module, compiling it once per
+    backend (and once for XLA): the compiles are what such a check costs, not the runs."""
+    interpreter = _compiled(text, "interpreter")
+    xla = compile_on_xla(text) if HAS_XLA and with_xla else None
+    refs = []
+    for n, args in enumerate(arg_sets):
+        ref = {"interpreter": _outputs(interpreter, args)}
+        if xla is not None:
+            ref["xla"] = xla(args)
+            for k, (i, x) in enumerate(zip(ref["interpreter"], ref["xla"])):
+                ok = bits_equal(i, x)
+                assert ok.all(), f"inputs {n}: interpreter vs XLA, out{k}: {_mismatches(args, i, x, ok)}"
+        refs.append(ref)
     for backend, fusion in COMPILED:
-        got = run(text, args, backend, fusion)
-        for name, want in refs.items():
-            assert len(got) == len(want), (backend, name, len(got), len(want))
-            for k, (g, w) in enumerate(zip(got, want)):
-                ok = bits_equal(g, w)
-                assert ok.all(), (f"{backend} fusion={fusion} vs {name}, out{k}: "
-                                  f"{_mismatches(args, g, w, ok)}")
+        exe = _compiled(text, backend, fusion)
+        for n, (args, ref) in enumerate(zip(arg_sets, refs)):
+            got = _outputs(exe, args)
+            for name, want in ref.items():
+                assert len(got) == len(want), (n, backend, name, len(got), len(want))
+                for k, (g, w) in enumerate(zip(got, want)):
+                    ok = bits_equal(g, w)
+                    assert ok.all(), (f"inputs {n}: {backend} fusion={fusion} vs {name}, out{k}: "
+                                      f"{_mismatches(args, g, w, ok)}")
 
 
 def _mismatches(args: list, got: np.ndarray, want: np.ndarray, ok: np.ndarray) -> str:

@@ -12,6 +12,11 @@ import numpy as np
 
 def run_on_xla(text: str, args: list[np.ndarray]) -> list[np.ndarray]:
     """Compile `text` with XLA CPU and run it on `args`."""
+    return compile_on_xla(text)(args)
+
+
+def compile_on_xla(text: str):
+    """`text` compiled with XLA CPU: a function of a list of arguments, returning the outputs."""
     import jax
     from jax._src.lib import xla_client as xc
 
@@ -19,10 +24,13 @@ def run_on_xla(text: str, args: list[np.ndarray]) -> list[np.ndarray]:
     stablehlo = xc._xla.mlir.hlo_to_stablehlo(module.as_serialized_hlo_module_proto())
     client = jax.devices("cpu")[0].client
     exe = client.compile_and_load(stablehlo, client.devices()[:1], xc.CompileOptions())
-    with jax.enable_x64(True):  # keep 64-bit argument types even when JAX runs without x64
-        buffers = [jax.device_put(np.asarray(a)) for a in args]
-    out = exe.execute(buffers)
-    return [np.asarray(o) for o in out]
+
+    def run(args: list[np.ndarray]) -> list[np.ndarray]:
+        with jax.enable_x64(True):  # keep 64-bit argument types even when JAX runs without x64
+            buffers = [jax.device_put(np.asarray(a)) for a in args]
+        return [np.asarray(o) for o in exe.execute(buffers)]
+
+    return run
 
 
 def xla_available() -> bool:
