@@ -92,3 +92,62 @@ def test_for_range_unroll_false_keeps_the_loop():
     assert _rolled(nest(False)) == {"a", "c"} and _rolled(nest(True)) == set()
     assert " phi " not in str(optimized_module(nest(True)))
     assert str(optimized_module(nest(False))).count(" phi ") >= 1
+
+
+# ---- depthwise kernels in channel blocks ------------------------------------------------------
+
+def _depthwise(channels: int, size: int = 6) -> str:
+    return f"""HloModule d
+ENTRY main {{
+  x = f32[2,{size},{size},{channels}] parameter(0)
+  w = f32[3,3,1,{channels}] parameter(1)
+  ROOT c = f32[2,{size},{size},{channels}] convolution(x, w), window={{size=3x3 pad=1_1x1_1}}, dim_labels=b01f_01io->b01f, feature_group_count={channels}
+}}
+"""
+
+
+def _depthwise_ir(channels: int) -> str:
+    (plan,) = cpu_conv.plan_conv(hlofuse.parse_hlo(_depthwise(channels)).entry, "k")
+    return str(emit_kernel_module(plan, CpuTarget(), "k"))
+
+
+def test_channel_block_rule():
+    assert cpu_conv.channel_block(96) is None and cpu_conv.channel_block(128) is None  # fit at once
+    assert [cpu_conv.channel_block(g) for g in (144, 192, 384, 576, 960)] == [48, 96, 128, 96, 96]
+    assert cpu_conv.channel_block(130) is None  # no divisor that fills vectors: all at once
+
+
+def test_depthwise_kernel_in_channel_blocks_is_smaller(monkeypatch):
+    """576 channels: blocks of 96 under a rolled block loop, and the cold non-finite-weight
+    path rolled, against all 576 (36 vectors of accumulators) with both unrolled."""
+    blocked_ir = _depthwise_ir(576)
+    assert {"cb", "f0", "f1", "fo", "fj"} <= _rolled(blocked_ir)
+    monkeypatch.setattr(cpu_conv, "channel_block", lambda groups, lanes=16: None)
+    whole_ir = _depthwise_ir(576)
+    assert "cb" not in _rolled(whole_ir)
+    blocked, whole = _instructions(blocked_ir), _instructions(whole_ir)
+    assert blocked * 2 < whole, (blocked, whole)
+
+
+@pytest.mark.parametrize("channels", [144, 576])
+@pytest.mark.parametrize("nonfinite", [False, True], ids=["finite", "inf-weight"])
+def test_depthwise_channel_blocks_bit_exact(channels, nonfinite, monkeypatch):
+    """The same terms in the same order per output element: the bits of the unblocked kernel,
+    the interpreter's values (an inf weight makes the padded taps' 0 * inf NaN in both)."""
+    import numpy as np
+
+    from hlofuse.runtime.compare import compare_outputs
+
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal((2, 6, 6, channels)).astype(np.float32)
+    w = rng.standard_normal((3, 3, 1, channels)).astype(np.float32)
+    if nonfinite:
+        w[0, 0, 0, channels - 5] = np.inf
+    blocked = hlofuse.compile(hlofuse.parse_hlo(_depthwise(channels)), "cpu", cache=False)(x, w)
+    want = hlofuse.compile(hlofuse.parse_hlo(_depthwise(channels)), target="interpreter", fusion=False)(x, w)
+    for r in compare_outputs(list(blocked), list(want)):
+        assert r.ok, r
+    monkeypatch.setattr(cpu_conv, "channel_block", lambda groups, lanes=16: None)
+    whole = hlofuse.compile(hlofuse.parse_hlo(_depthwise(channels)), "cpu", cache=False)(x, w)
+    for a, b in zip(blocked, whole):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))

@@ -65,6 +65,26 @@ from .args import output_leaves, typed_pointer
 MAX_FEATURES = 1 << 16
 # Consecutive output positions the output-features-innermost order computes together.
 POSITION_BLOCK = 4
+# Groups a channels-innermost kernel accumulates at a time, at most (`channel_block`).
+CHANNEL_BLOCK = 128
+
+
+def channel_block(groups: int, lanes: int = 16) -> int | None:
+    """The groups a channels-innermost (depthwise) kernel runs the window for at a time: the
+    largest divisor of `groups` of at most CHANNEL_BLOCK that is a multiple of `lanes`; None
+    (all groups at once) from `groups` <= CHANNEL_BLOCK, or without such a divisor.
+
+    All at once, the taps unrolled around a vectorised loop over every group, MobileNetV2's
+    576- and 960-channel depthwise kernels were one straight-line block of 2,000-6,000
+    instructions after O3 (36-60 vectors of accumulators, more than the registers, spilled
+    between the copies), 60-160 ms of LLVM each. In blocks the loop over blocks stays rolled
+    and a block's accumulators stay in registers through the taps: MobileNetV2's 24 distinct
+    convolution kernels 34,921 -> 16,195 instructions after O3 (with the cold path rolled, see
+    `unroll_cold`), LLVM 1.62 -> 1.22 CPU-s; run time 0.98-1.00 of the unblocked kernels
+    (interleaved, one thread, load 8-10), the same bits (docs/compile_time.md)."""
+    if groups <= CHANNEL_BLOCK:
+        return None
+    return next((d for d in range(CHANNEL_BLOCK, lanes - 1, -lanes) if groups % d == 0), None)
 
 
 @dataclass(frozen=True)
@@ -262,9 +282,15 @@ class _ConvEmitter:
         # unrolling pays: the accumulators stay in registers only while every loop that indexes
         # them is unrolled (the flax MNIST CNN's 32 and 64 features ran 1.1x slower rolled).
         # Channels-innermost (depthwise) kernels keep LLVM's choice: rolled around 144-960
-        # groups, MobileNetV2 ran 1.06-1.08x slower (twice, interleaved) for 12% less LLVM time.
+        # groups, MobileNetV2 ran 1.06-1.08x slower (twice, interleaved) for 12% less LLVM time;
+        # above CHANNEL_BLOCK groups they run in channel blocks instead (`channel_block`).
         self.unroll_taps = geo.channels_innermost or geo.group_features < ROLLED_AROUND
         self.nonfinite = None  # i1: some weight is inf or NaN (float convolutions; set in emit)
+        self.block_acc = None  # a channel block's accumulators (`_channel_blocks`), made on first use
+        # The non-finite-weight path is cold: unrolled only where the accumulators may live in
+        # registers, which takes every loop indexing them unrolled (around channel blocks they
+        # are read and written through the block's index anyway).
+        self.unroll_cold = self.unroll_taps and not (geo.channels_innermost and channel_block(geo.groups))
 
     # -- small helpers
     def add(self, *terms) -> ir.Value:
@@ -296,10 +322,11 @@ class _ConvEmitter:
         v = load_element(b, b.gep(ptr, [offset], inbounds=True), et)
         return convert_value(self.em, v, et, self.geo.acc_type)
 
-    def madd(self, slot, xv, wv) -> None:
-        """acc[slot] += xv * wv (IEEE or wrapping integer arithmetic, no reassociation)."""
+    def madd(self, slot, xv, wv, acc=None) -> None:
+        """acc[slot] += xv * wv (IEEE or wrapping integer arithmetic, no reassociation), in the
+        position's accumulators or `acc`."""
         b = self.b
-        p = b.gep(self.acc, [slot], inbounds=True)
+        p = b.gep(self.acc if acc is None else acc, [slot], inbounds=True)
         if self.geo.acc_type.is_float:
             b.store(b.fadd(b.load(p), b.fmul(xv, wv)), p)
         else:
@@ -347,13 +374,13 @@ class _ConvEmitter:
         geo, b = self.geo, self.b
         if level == len(geo.window):
             with b.if_then(b.not_(inside)):
-                with for_range(b, _i(0), _i(geo.features), "fo", unroll=self.unroll_taps) as o:
-                    with for_range(b, _i(0), _i(geo.group_inputs), "fj", unroll=self.unroll_taps) as j:
+                with for_range(b, _i(0), _i(geo.features), "fo", unroll=self.unroll_cold) as o:
+                    with for_range(b, _i(0), _i(geo.group_inputs), "fj", unroll=self.unroll_cold) as j:
                         wv = self.load(self.w, self.add(woff, self.mul(j, geo.w_in), self.mul(o, geo.w_out)), geo.rhs_type)
                         self.madd(self.add(o, c * geo.features), self.zero, wv)
             return
         d = geo.window[level]
-        with for_range(b, _i(0), _i(d.size), f"f{level}", unroll=self.unroll_taps) as k:
+        with for_range(b, _i(0), _i(d.size), f"f{level}", unroll=self.unroll_cold) as k:
             kk = b.sub(_i(d.size - 1), k) if d.window_reversal else k
             p = self.add(ps[level], c) if level == len(geo.window) - 1 else ps[level]
             _, ok = window_tap(b, p, k, d, geo.dilated_input[level])
@@ -387,7 +414,11 @@ class _ConvEmitter:
             b.store(self.zero, b.gep(self.acc, [o], inbounds=True))
         xbase = self.mul(n, geo.x_batch)
         if geo.channels_innermost:
-            self._window(ps, 0, [xbase] * count, 0, self._channels_body)
+            blk = channel_block(geo.groups)
+            if blk is None:
+                self._window(ps, 0, [xbase] * count, 0, lambda xoffs, woff: self._channels_body(xoffs, woff))
+            else:
+                self._channel_blocks(ps, xbase, blk)
         else:
             with for_range(b, _i(0), _i(geo.groups), "g") as g:
                 self._window(ps, 0, [self.add(xbase, self.mul(g, geo.x_group))] * count, 0,
@@ -467,19 +498,43 @@ class _ConvEmitter:
                             with b.if_then(ok):
                                 body([offs[j] if j == c else None for j in range(len(offs))], wnext)
 
-    def _channels_body(self, xoffs: list, woff) -> None:
-        """Channels innermost: j -> o' -> g (one position)."""
+    def _channel_blocks(self, ps: list, xbase, blk: int) -> None:
+        """The window of one position for `blk` groups at a time (`channel_block`), each block
+        summed in accumulators of its own (whose every index is a constant once LLVM unrolls
+        the block, so they stay in registers), then stored to the position's accumulators:
+        each output element gets the same terms in the same order, from the same +0."""
+        geo, b = self.geo, self.b
+        size = blk * geo.group_features
+        if self.block_acc is None:
+            with b.goto_entry_block():
+                self.block_acc = b.alloca(self.acc_ty, size=_i(size), name="block_acc")
+        with for_range(b, _i(0), _i(geo.groups), "cb", step=blk, unroll=False) as g0:
+            with for_range(b, _i(0), _i(size), "bzero") as o:
+                b.store(self.zero, b.gep(self.block_acc, [o], inbounds=True))
+            self._window(ps, 0, [xbase], 0, lambda xoffs, woff: self._channels_body(xoffs, woff, g0, blk))
+            base = self.mul(g0, geo.group_features)
+            with for_range(b, _i(0), _i(size), "bstore") as o:
+                v = b.load(b.gep(self.block_acc, [o], inbounds=True))
+                b.store(v, b.gep(self.acc, [self.add(base, o)], inbounds=True))
+
+    def _channels_body(self, xoffs: list, woff, g0=None, count: int | None = None) -> None:
+        """Channels innermost: j -> o' -> g (one position), for groups [g0, g0 + count) into
+        the block's accumulators (`_channel_blocks`), or all groups when `g0` is None."""
         geo, b = self.geo, self.b
         xoff = xoffs[0]
         with for_range(b, _i(0), _i(geo.group_inputs), "j", unroll=self.unroll_taps) as j:
             xj = self.add(xoff, self.mul(j, geo.x_feature))
             wj = self.add(woff, self.mul(j, geo.w_in))
             with for_range(b, _i(0), _i(geo.group_features), "oi") as oi:
-                with for_range(b, _i(0), _i(geo.groups), "gi") as g:
+                with for_range(b, _i(0), _i(geo.groups if g0 is None else count), "gi") as gl:
+                    g = gl if g0 is None else b.add(g0, gl)
                     o = self.add(self.mul(g, geo.group_features), oi)
                     xv = self.load(self.x, self.add(xj, self.mul(g, geo.x_group)), geo.lhs_type)
                     wv = self.load(self.w, self.add(wj, self.mul(o, geo.w_out)), geo.rhs_type)
-                    self.madd(o, xv, wv)
+                    if g0 is None:
+                        self.madd(o, xv, wv)
+                    else:
+                        self.madd(self.add(self.mul(gl, geo.group_features), oi), xv, wv, self.block_acc)
 
     def _features_body(self, g, xoffs: list, woff) -> None:
         """Output features innermost: j -> o' for group g, each weight shared by the blocked
