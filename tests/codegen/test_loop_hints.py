@@ -113,6 +113,22 @@ def test_interleave_count_fits_the_row(dims, bits, want):
     assert interleave_count(comp, loop_shape(dims), bits) == want
 
 
+@pytest.mark.parametrize("length", [5, 6, 7, 12, 13, 24, 25])
+def test_interleave_count_bounds_the_copies_of_math_functions(length):
+    """Interleaved copies of the element's math functions stay within _INTERLEAVE_BUDGET (the
+    IR LLVM compiles grows with them): fewer vectors for a longer chain, none once two copies
+    would not fit."""
+    from hlofuse.codegen.kernels import cpu_loop
+
+    dims = (256, 4096)
+    ops = (CHAIN * 5)[:length]
+    count = cpu_loop.interleave_count(_comp(_unary_chain(dims, ops)), cpu_loop.loop_shape(dims), 512)
+    budget = cpu_loop._INTERLEAVE_BUDGET
+    assert count * length <= budget or count == 1
+    assert count == 1 or count == cpu_loop._INTERLEAVE or 2 * count * length > budget
+    assert (count == 1) == (2 * length > budget)
+
+
 @pytest.mark.parametrize("ops", [["negate"], ["abs", "negate"], ["convert"]])
 def test_loops_without_math_keep_llvms_choice(ops):
     from hlofuse.codegen.kernels.cpu_loop import interleave_count, loop_shape

@@ -24,7 +24,10 @@ that chain's latency, so such loops ask LLVM to interleave `_INTERLEAVE` vectors
 (`interleave_count`, loop_hints.interleave). Measured on the 2-core znver5 host, one thread,
 f32[256,1024] in cache, CPU time per call (load ~6.5): erf(logistic(log1p(exp(tanh x))))
 974 us with LLVM's choice (one vector), 420 us with 4 and 332 us with 8; GELU-tanh 81 -> 69
--> 67 us; an LSTM-like gate expression 165 -> 152 -> 163 us.
+-> 67 us; an LSTM-like gate expression 165 -> 152 -> 163 us. Each interleaved copy is more IR
+for LLVM: a chain of 32 math functions in one loop took 0.2-0.4 CPU-s to compile with one
+vector, 1.25-1.35 with 8. So the copies of math functions are bounded (`_INTERLEAVE_BUDGET`):
+a long chain gets fewer vectors, and one of more than half the budget none.
 
 In rows and plane mode, a kernel whose data exceed L3 writes its rows (planes) with streaming
 stores (`streams_rows`, cpu_streaming.py), saving the read for ownership of every output line.
@@ -50,8 +53,10 @@ _UNROLLED_ROW = 4  # ... unless so short that LLVM unrolls the row and vectorize
 # Plane mode needs this many planes: threads take units in 4 chunks each (codegen/driver.py),
 # so fewer planes than 4 chunks x 16 threads would leave threads idle or unbalanced.
 _MIN_PLANES = 64
-# Vectors in flight per iteration of a latency-bound loop (see the module docstring).
+# Vectors in flight per iteration of a latency-bound loop, and the most copies of math
+# functions the interleaved loop may hold (see the module docstring).
 _INTERLEAVE = 8
+_INTERLEAVE_BUDGET = 48
 
 
 @dataclass
@@ -84,29 +89,32 @@ def loop_shape(dims) -> LoopShape:
     return LoopShape(dims, rows, 2 if planes else 1)
 
 
-def _latency_bound(comp: HloComputation) -> bool:
-    """Whether an element of `comp` goes through a floating-point math function (the op
-    registry's `math` rows: exp, log, tanh, erf, divide, sqrt, ...)."""
-    return any(i.shape.is_array and i.shape.dtype.is_float and op_info(i.opcode).elementwise
-               and op_info(i.opcode).math for i in comp.instructions)
+def _math_ops(comp: HloComputation) -> int:
+    """How many of `comp`'s instructions are floating-point math functions (the op registry's
+    `math` rows: exp, log, tanh, erf, divide, sqrt, ...): each a long chain of dependent
+    instructions in the element's computation."""
+    return sum(1 for i in comp.instructions if i.shape.is_array and i.shape.dtype.is_float
+               and op_info(i.opcode).elementwise and op_info(i.opcode).math)
 
 
 def interleave_count(comp: HloComputation, ls: LoopShape, vector_bits: int | None) -> int:
     """How many vectors the innermost loop of a loop kernel for `comp` should interleave: 1
-    (LLVM's own choice) unless its element is latency-bound (`_latency_bound`), else
-    `_INTERLEAVE`, halved until the interleaved vectors fit in a row (a row shorter than them
-    would run in the scalar remainder loop). The vector's lanes are counted for the widest
-    element type read or written (what sets LLVM's vectorization factor). Plane mode's inner
-    loop is unrolled, not vectorised: 1."""
-    if (ls.rows_mode and ls.inner != 1) or not _latency_bound(comp):
+    (LLVM's own choice) unless its element goes through math functions (`_math_ops`), else
+    `_INTERLEAVE`, halved until the copies of its math functions fit `_INTERLEAVE_BUDGET` and
+    the interleaved vectors fit in a row (a row shorter than them would run in the scalar
+    remainder loop); 1 where that leaves fewer than 2. The vector's lanes are counted for the
+    widest element type read or written (what sets LLVM's vectorization factor). Plane mode's
+    inner loop is unrolled, not vectorised: 1."""
+    math_ops = _math_ops(comp)
+    if (ls.rows_mode and ls.inner != 1) or not math_ops:
         return 1
     memory = [leaf for p in comp.parameters for leaf in p.shape.leaves()] + comp.root.shape.leaves()
     bits = max((leaf.dtype.bits for leaf in memory), default=32)
     lanes = max((vector_bits or VECTOR_BITS_DEFAULT) // max(bits, 8), 1)
     count = _INTERLEAVE
-    while ls.rows_mode and count > 1 and count * lanes > ls.dims[-1]:
+    while count > 1 and (count * math_ops > _INTERLEAVE_BUDGET or (ls.rows_mode and count * lanes > ls.dims[-1])):
         count //= 2
-    return count
+    return count if count >= 2 else 1
 
 
 def emit_loop(skel, ls: LoopShape, body, interleaved: int = 1, streamed: list | None = None) -> None:
