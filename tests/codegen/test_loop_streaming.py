@@ -82,8 +82,10 @@ def _check(monkeypatch, text: str, seed: int) -> None:
         assert r.ok, r
 
 
-@pytest.mark.parametrize("dims", [(64, 1024), (201, 32), (41, 4, 48), (200, 16, 3)])  # the last: plane mode
+@pytest.mark.parametrize("dims", [(64, 1024), (201, 32), (41, 4, 48), (200, 16, 3), (64, 3008)])
 def test_loop_rows_stream_with_the_plain_loops_values(monkeypatch, from_memory, dims):
+    """Rows, a 3-D loop, plane mode (200, 16, 3) and rows of several chunks, the last shorter
+    (3008 = 2 x 1024 + 960)."""
     _check(monkeypatch, _binary(dims), seed=dims[0])
 
 
@@ -92,6 +94,21 @@ def test_latency_bound_multi_output_rows_stream(monkeypatch, from_memory, second
     """Two outputs of one size (a float and an integer one too) stream together; the
     transcendental one keeps its values."""
     _check(monkeypatch, _two_outputs((33, 256), second), seed=5)
+
+
+@pytest.mark.parametrize("dims", [(64, 1024), (41, 4, 48), (200, 16, 3)])
+def test_rows_not_on_a_vector_boundary_are_copied_with_plain_stores(monkeypatch, from_memory, dims):
+    """Where an output row does not start on a 64-byte boundary (forced here: the runtime's
+    buffers are aligned) the buffered chunk is copied with plain vector stores: the same bits."""
+    from hlofuse.codegen.kernels import cpu_streaming
+    from llvmlite import ir
+
+    text = _binary(dims)
+    args = _inputs(text, 7)
+    monkeypatch.setattr(cpu_streaming, "_aligned", lambda b, base, gens: ir.Constant(ir.IntType(1), 0))
+    got = _compile(text)(*args)
+    monkeypatch.setattr(cpu_loop, "streams_rows", lambda *a: False)
+    np.testing.assert_array_equal(got[0], _compile(text)(*args)[0])
 
 
 @pytest.mark.parametrize("text, why", [

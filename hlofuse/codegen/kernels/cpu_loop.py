@@ -122,8 +122,7 @@ def emit_loop(skel, ls: LoopShape, body, interleaved: int = 1, streamed: list | 
     `interleaved` > 1 asks LLVM to interleave that many vectors in the innermost loop of rows
     and flat mode (loop_hints.interleave). `streamed` (rows and plane mode; `streams_rows`):
     the (generator, output leaf, pointer) of every output, each row (plane) then written with
-    streaming stores a chunk at a time (cpu_streaming.buffered_streaming_row; `body` where a
-    row is not vector-aligned)."""
+    streaming stores a chunk at a time (cpu_streaming.buffered_streaming_row)."""
     b = skel.builder
     dims = ls.dims
     if ls.rows_mode and ls.inner == 2:
@@ -140,8 +139,7 @@ def emit_loop(skel, ls: LoopShape, body, interleaved: int = 1, streamed: list | 
                         put(at, Index(b, dims, multi=list(outer) + [i, j], linear=b.add(base, at, flags=["nuw", "nsw"])))
 
             if streamed:  # the plane is one chunk (streams_rows: it fits the buffers)
-                buffered_streaming_row(b, m * n, base, streamed, lambda c0, count, put: plane(put),
-                                       lambda: plane(lambda at, index: body(index)), chunk=m * n)
+                buffered_streaming_row(b, m * n, base, streamed, lambda c0, count, put: plane(put), chunk=m * n)
             else:
                 plane(lambda at, index: body(index))
     elif ls.rows_mode:
@@ -153,12 +151,6 @@ def emit_loop(skel, ls: LoopShape, body, interleaved: int = 1, streamed: list | 
             def index_at(j):
                 return Index(b, dims, multi=list(outer) + [j], linear=b.add(base, j, flags=["nuw", "nsw"]))
 
-            def plain():
-                with for_range(b, const_i64(0), const_i64(n), "col") as j:
-                    body(index_at(j))
-                if interleaved > 1:
-                    interleave(j, interleaved)
-
             def fill(c0, count, put):
                 with for_range(b, const_i64(0), count, "fill") as j:
                     put(j, index_at(b.add(c0, j, flags=["nuw", "nsw"])))
@@ -166,9 +158,12 @@ def emit_loop(skel, ls: LoopShape, body, interleaved: int = 1, streamed: list | 
                     interleave(j, interleaved)
 
             if streamed:
-                buffered_streaming_row(b, n, base, streamed, fill, plain)
+                buffered_streaming_row(b, n, base, streamed, fill)
             else:
-                plain()
+                with for_range(b, const_i64(0), const_i64(n), "col") as j:
+                    body(index_at(j))
+                if interleaved > 1:
+                    interleave(j, interleaved)
     else:
         with for_range(b, skel.begin, skel.end, "elem") as i:
             body(Index(b, dims, linear=i))

@@ -115,17 +115,18 @@ def chunk_elements(row_elements: int, row_gens: list) -> int:
 
 
 def buffered_streaming_row(b: ir.IRBuilder, n: int, base: ir.Value, row_gens: list, fill: Callable,
-                           plain: Callable[[], None], chunk: int | None = None) -> None:
-    """Write `n` contiguous elements at linear index `base` (a row, or a plane of rows; where
-    an output's elements do not start on a 64-byte boundary, by `plain()`, the kernel's usual
-    loop) a chunk at a time: the chunk's elements by the plain loop into a buffer per output
+                           chunk: int | None = None) -> None:
+    """Write `n` contiguous elements at linear index `base` (a row, or a plane of rows) a chunk
+    at a time: the chunk's elements by the kernel's plain loop into a buffer per output
     (allocas in the entry block, 64-byte aligned, so in L1), then each buffer to its output
-    with aligned streaming vector stores. `row_gens` holds (element generator, output leaf,
-    typed output pointer) per output. `fill(c0, m, put)` emits the loop computing elements
-    [c0, c0 + m) of the row: for each, `put(j, index)` stores its outputs' values at the
-    row's element c0 + j of the chunk's buffers (`index`: its Index). `chunk` (a whole number
-    of vectors; `chunk_elements` by default): elements per chunk. The values are the plain
-    loop's."""
+    with aligned streaming vector stores, or, where an output's elements do not start on a
+    64-byte boundary, with plain vector stores (one copy of the element's code either way: a
+    fallback to the plain loop would double the IR LLVM compiles). `row_gens` holds (element
+    generator, output leaf, typed output pointer) per output. `fill(c0, m, put)` emits the
+    loop computing elements [c0, c0 + m) of the row: for each, `put(j, index)` stores its
+    outputs' values at element j of the chunk's buffers (`index`: its Index). `chunk` (a
+    whole number of vectors; `chunk_elements` by default): elements per chunk. The values are
+    the plain loop's."""
     size = row_gens[0][1].shape.dtype.byte_size
     lanes = VECTOR_BYTES // size
     chunk = chunk or chunk_elements(n, row_gens)
@@ -139,23 +140,30 @@ def buffered_streaming_row(b: ir.IRBuilder, n: int, base: ir.Value, row_gens: li
         for (g, leaf, _), buf in zip(row_gens, buffers):
             store_element(b, leaf.select(g(index)), b.gep(buf, [const_i64(0), j], inbounds=True), leaf.shape.dtype)
 
+    def copy_out(c0: ir.Value, m: ir.Value, streaming: bool) -> None:
+        for (_, leaf, ptr), buf in zip(row_gens, buffers):  # one output's lines after another
+            vty = ir.VectorType(mem_type(leaf.shape.dtype), lanes)
+            with for_range(b, const_i64(0), m, "stream" if streaming else "copy", step=lanes) as v:
+                at = b.add(b.add(base, c0, flags=["nuw", "nsw"]), v, flags=["nuw", "nsw"])
+                src = b.bitcast(b.gep(buf, [const_i64(0), v], inbounds=True), vty.as_pointer())
+                vec = b.load(src, align=VECTOR_BYTES)
+                dst = b.bitcast(b.gep(ptr, [at], inbounds=True), vty.as_pointer())
+                if streaming:
+                    b.store(vec, dst, align=VECTOR_BYTES).set_metadata("nontemporal", nontemporal)
+                else:
+                    b.store(vec, dst, align=size)
+
     nontemporal = b.module.add_metadata([ir.Constant(I32, 1)])
-    with b.if_else(_aligned(b, base, row_gens)) as (vectors, scalars):
-        with vectors:
-            with for_range(b, const_i64(0), const_i64(n), "chunk", step=chunk) as c0:
-                left = b.sub(const_i64(n), c0, flags=["nuw", "nsw"])
-                m = b.select(b.icmp_signed("<", left, const_i64(chunk)), left, const_i64(chunk))
-                fill(c0, m, put)
-                for (_, leaf, ptr), buf in zip(row_gens, buffers):  # one output's lines after another
-                    vty = ir.VectorType(mem_type(leaf.shape.dtype), lanes)
-                    with for_range(b, const_i64(0), m, "stream", step=lanes) as v:
-                        at = b.add(b.add(base, c0, flags=["nuw", "nsw"]), v, flags=["nuw", "nsw"])
-                        src = b.bitcast(b.gep(buf, [const_i64(0), v], inbounds=True), vty.as_pointer())
-                        vec = b.load(src, align=VECTOR_BYTES)
-                        dst = b.bitcast(b.gep(ptr, [at], inbounds=True), vty.as_pointer())
-                        b.store(vec, dst, align=VECTOR_BYTES).set_metadata("nontemporal", nontemporal)
-        with scalars:
-            plain()
+    aligned = _aligned(b, base, row_gens)
+    with for_range(b, const_i64(0), const_i64(n), "chunk", step=chunk) as c0:
+        left = b.sub(const_i64(n), c0, flags=["nuw", "nsw"])
+        m = b.select(b.icmp_signed("<", left, const_i64(chunk)), left, const_i64(chunk))
+        fill(c0, m, put)
+        with b.if_else(aligned) as (vectors, unaligned):
+            with vectors:
+                copy_out(c0, m, True)
+            with unaligned:
+                copy_out(c0, m, False)
 
 
 def fence(b: ir.IRBuilder) -> None:
