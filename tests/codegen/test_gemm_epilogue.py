@@ -92,12 +92,12 @@ def test_in_place_epilogue_vectorizes_without_an_overlap_check():
     assert "diff.check" not in opt and "vector.memcheck" not in opt
 
 
-@pytest.mark.parametrize("n", [16, 32, 48])
+@pytest.mark.parametrize("n", [10, 16, 32, 48])
 def test_short_column_panels_keep_the_epilogue_off_gathers(n):
-    """With a column panel of 16-48 columns LLVM fully unrolled the epilogue's column loop and
+    """With a column panel of 10-48 columns LLVM fully unrolled the epilogue's column loop and
     vectorized its row loop instead, every vector gathered and scattered across rows (N = 32
     + bias + relu: the epilogue 7x slower). The row loop carries llvm.loop.vectorize.enable
-    false when a panel fills a vector register; the columns are vectorized."""
+    false when a panel has more than SHORT_EPILOGUE_ROW columns."""
     import llvmlite.binding as llvm
 
     from hlofuse.codegen.cpu import emit_kernel_module
@@ -112,7 +112,21 @@ def test_short_column_panels_keep_the_epilogue_off_gathers(n):
     assert re.search(r'"llvm\.loop\.vectorize\.enable", i1 (0|false)', text)
     opt = str(optimized_module(text))
     assert "masked.gather" not in opt and "masked.scatter" not in opt
-    assert "x float>" in opt
+    assert n < 16 or "x float>" in opt
+
+
+@pytest.mark.parametrize("n", [1, 4])
+def test_panels_of_a_few_columns_may_vectorize_across_rows(n):
+    """Up to SHORT_EPILOGUE_ROW columns the rows are the epilogue's vectors (one column: the
+    only ones); no hint, results as the interpreter's."""
+    from hlofuse.codegen.cpu import emit_kernel_module
+    from hlofuse.emitters.cpu.target import CpuTarget
+
+    exe = _compile_and_check(_mlp(2048, 64, n), _args(np.random.default_rng(n), 2048, 64, n))
+    kernel = [s for s in exe.program._entry.steps if s.kind == "kernel"][0].kernels[-1]
+    assert kernel.custom == "gemm"
+    text = str(emit_kernel_module(kernel, CpuTarget(), "few_columns_test"))
+    assert not re.search(r'"llvm\.loop\.vectorize\.enable", i1 (0|false)', text)
 
 
 def test_small_dot_epilogue_runs_as_one_reduction():

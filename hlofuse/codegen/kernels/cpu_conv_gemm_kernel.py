@@ -22,7 +22,7 @@ from .args import output_leaves, typed_pointer
 from .blas_call import GemmCall, blas_operands, declare, trap_if
 from .cpu_conv import find_convolution, window_tap
 from .cpu_conv_gemm import IN, ConvGemm, conv_gemm, row_major_matrix
-from .cpu_gemm import vector_lanes_of
+from .cpu_gemm import SHORT_EPILOGUE_ROW
 from .gemm_layout import Matrix
 from .loop_hints import forbid_vectorization
 
@@ -217,7 +217,7 @@ class _ConvGemmEmitter:
                 store_element(b, value, dst, self.out_type)
         # Vectorize the feature loop, never the row loop: with 32 features LLVM unrolled the
         # feature loop and vectorized the rows with gathers and scatters (docs/convolutions.md).
-        if geo.features >= vector_lanes_of(self.skel.target, self.et):
+        if geo.features > SHORT_EPILOGUE_ROW:
             forbid_vectorization(t)
 
     def _value(self, index: Index, c_ptr: ir.Value) -> ir.Value:
