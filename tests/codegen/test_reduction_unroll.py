@@ -7,8 +7,6 @@ tested by loop hints and counts of LLVM instructions, not by time; results bit f
 the unrolled kernel and equal to the interpreter's."""
 from __future__ import annotations
 
-import re
-
 import numpy as np
 import pytest
 from llvmlite import ir
@@ -20,6 +18,7 @@ from hlofuse.compiler import optimize
 from hlofuse.emitters import ir_helpers
 from hlofuse.emitters.cpu.target import CpuTarget, optimized_module
 from hlofuse.runtime.compare import compare_outputs
+from llvm_loops import all_unrolled, instructions_after_o3, loop_hint_names
 
 
 def _column_sums(dims: tuple[int, ...]) -> str:
@@ -53,39 +52,20 @@ def _reduction_ir(dims: tuple[int, ...]) -> str:
     return str(emit_kernel_module(kernel, CpuTarget(), "k"))
 
 
-def _hints(ir_text: str) -> dict[str, set[str]]:
-    """Loop name -> the hint names its latch's loop ID carries."""
-    props = dict(re.findall(r'^!(\d+) = !\{ !"([\w.]+)"', ir_text, re.M))
-    ids = {i: {props[o.strip().lstrip("!")] for o in ops.split(",") if o.strip().lstrip("!") in props}
-           for i, ops in re.findall(r"^!(\d+) = !\{ !\1, (.*) \}", ir_text, re.M)}
-    return {re.sub(r"\.\d+$", "", name): ids.get(i, set())
-            for name, i in re.findall(r'br label %"([\w.]+)\.header", !llvm\.loop !(\d+)', ir_text)}
-
-
-def _instructions(ir_text: str) -> int:
-    mod = optimized_module(ir_text)
-    return sum(1 for f in mod.functions for blk in f.blocks for _ in blk.instructions)
-
-
 def _all_unrolled(monkeypatch) -> None:
-    real = ir_helpers.for_range
-
-    def unrolled(b, start, stop, name="i", step=1, unroll=True):
-        return real(b, start, stop, name, step)
-
-    monkeypatch.setattr(cpu_reduction, "for_range", unrolled)
+    all_unrolled(monkeypatch, cpu_reduction)
 
 
 def test_reduced_loops_around_many_columns_stay_rolled(monkeypatch):
     dims = (16, 4, 4, 256)
     rolled_ir = _reduction_ir(dims)
-    hints = _hints(rolled_ir)
+    hints = loop_hint_names(rolled_ir)
     for loop in ("r0", "r1", "r2"):  # both hints on one loop ID: a loop has one
         assert hints[loop] == {"llvm.loop.unroll.disable", "llvm.loop.vectorize.enable"}, (loop, hints)
     _all_unrolled(monkeypatch)
     unrolled_ir = _reduction_ir(dims)
-    assert all("llvm.loop.unroll.disable" not in h for h in _hints(unrolled_ir).values())
-    rolled, unrolled = _instructions(rolled_ir), _instructions(unrolled_ir)
+    assert all("llvm.loop.unroll.disable" not in h for h in loop_hint_names(unrolled_ir).values())
+    rolled, unrolled = instructions_after_o3(rolled_ir), instructions_after_o3(unrolled_ir)
     # unrolled: the 4-long r2 loop (and more) around 16 vectors of 16 columns, copied whole
     assert rolled * 2 < unrolled, (rolled, unrolled)
 
@@ -94,7 +74,7 @@ def test_reduced_loops_around_many_columns_stay_rolled(monkeypatch):
 def test_reduced_loops_around_few_columns_or_many_accumulators_left_to_llvm(columns):
     """512 columns of two f32 sums are 4 KiB of accumulators: unrolled, LLVM forwards them from
     one row to the next (rolled ran 1.05-1.13x slower)."""
-    hints = _hints(_reduction_ir((8, 4, 4, columns)))
+    hints = loop_hint_names(_reduction_ir((8, 4, 4, columns)))
     assert all("llvm.loop.unroll.disable" not in hints[loop] for loop in ("r0", "r1", "r2"))
 
 
@@ -141,7 +121,7 @@ def test_hints_add_to_a_rolled_loop():
     loop_hints.interleave(j, 4)
     b.ret_void()
     text = str(m)
-    hints = _hints(text)
+    hints = loop_hint_names(text)
     assert hints["a"] == {"llvm.loop.unroll.disable", "llvm.loop.vectorize.enable"}
     assert hints["c"] == {"llvm.loop.unroll.disable", "llvm.loop.interleave.count"}
     optimized_module(text)  # parses and verifies
