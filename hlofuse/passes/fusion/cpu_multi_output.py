@@ -6,6 +6,10 @@ Two kernels may share one only when the result is still one kernel of one of tho
 that the bytes the cost model saves are bytes the CPU really stops moving:
 
   * two reductions of the same input dimensions (sum(x) and sum(x*x)): one pass over x;
+  * a reduction and a *plain loop* whose outputs have the reduction's input dimensions
+    (t * a, t + b and sum(t) over rows of t): the reduction kernel computes the loop's outputs
+    at each input index it folds (its `extras`, codegen/kernels/reduction_groups.py), so the
+    common operand is read, and what both compute from it is computed, once;
   * two *plain loops* writing outputs of exactly the same dimensions (exp(x) and x*x): one
     loop nest (the CPU loop kernel writes every output of a multi-output fusion from one loop
     when their dimensions are equal, codegen/kernels/cpu_loop.py), which reads the common
@@ -79,6 +83,10 @@ def cpu_sibling_rule(a: HloInstruction, b: HloInstruction, parent: HloInstructio
     ra, rb = reduce_hero(a) is not None, reduce_hero(b) is not None
     if ra and rb:
         return _OK
+    if ra != rb and loop_siblings:
+        reduction, loop = (a, b) if ra else (b, a)
+        if plain(loop):
+            return _loop_as_extras(loop, reduction)
     if ra or rb or not loop_siblings or not plain(a) or not plain(b):
         return refuse(KINDS_RULE,
                       f"on the CPU only two reductions or two plain loops share a kernel; {a.name} and "
@@ -92,23 +100,57 @@ def cpu_sibling_rule(a: HloInstruction, b: HloInstruction, parent: HloInstructio
     return _OK
 
 
+def reduce_input_dims(inst: HloInstruction) -> tuple[int, ...] | None:
+    """The input dimensions of the reduces `inst` computes (itself or in its fused computation)
+    when they are all equal, else None."""
+    insts = inst.fused_computation.instructions if inst.opcode == "fusion" else [inst]
+    dims = {tuple(i.operands[0].shape.dims) for i in insts if i.opcode == "reduce"}
+    return next(iter(dims)) if len(dims) == 1 else None
+
+
+def _loop_as_extras(loop: HloInstruction, reduction: HloInstruction) -> Decision:
+    """Whether plain loop `loop` can be computed inside `reduction`'s kernel as extra outputs:
+    its outputs all have the input dimensions of every reduce of `reduction` (the kernel loops
+    over exactly those indices, each once)."""
+    dims, rdims = loop_dims(loop), reduce_input_dims(reduction)
+    if dims is None or rdims is None or dims != rdims:
+        return refuse("cpu-loop-dims",
+                      f"{loop.name} writes {list(dims) if dims else 'several shapes'}, not the input "
+                      f"dimensions of {reduction.name}'s reduces "
+                      f"({list(rdims) if rdims else 'several'}): the reduction kernel cannot compute it")
+    return _OK
+
+
+def _folds_at_input_index(user: HloInstruction, value: HloInstruction, dims: tuple[int, ...]) -> bool:
+    """Whether `user` is a reduce over input dimensions `dims` that reads `value` only as an
+    input (not as an init value): it reads each element once, at the kernel's input index."""
+    if user.opcode != "reduce" or tuple(user.operands[0].shape.dims) != dims:
+        return False
+    half = len(user.operands) // 2
+    return all(op is not value for op in user.operands[half:])
+
+
 # ---- producer-consumer -------------------------------------------------------------------
 
 def cpu_producer_consumer_rule(producer: HloInstruction, consumer: HloInstruction,
                                plain: Callable[[HloInstruction], bool] = is_plain_loop) -> Decision:
-    """Whether plain loop `producer` may be computed inside plain loop `consumer` as an extra
-    output (its other users then read that output): both one loop over the same dimensions, and
-    `consumer` reads it only elementwise at its own index, so each element of the producer is
-    computed once, in the consumer's loop, and never read back from memory by it. `plain`: as
-    in `cpu_sibling_rule`."""
+    """Whether plain loop `producer` may be computed inside `consumer` (as an extra output when
+    others read it too): `consumer` a plain loop over the producer's dimensions, or a reduction
+    fusion whose reduces all have the producer's dimensions as input dimensions (its kernel
+    loops over those indices, each once), and `consumer` reads it only elementwise at its own
+    index, so each element of the producer is computed once, in the consumer's loop, and never
+    read back from memory by it. `plain`: as in `cpu_sibling_rule`."""
     # what the two kernels are first: a KINDS_RULE refusal is the target's policy, not logged
-    if not plain(consumer) or (consumer.opcode != "fusion" and not consumer.info.elementwise):
-        return refuse(KINDS_RULE, f"{consumer.name} is not a plain loop fusion or elementwise instruction")
+    reduction = consumer.opcode == "fusion" and reduce_hero(consumer) is not None
+    if not reduction and (not plain(consumer) or (consumer.opcode != "fusion" and not consumer.info.elementwise)):
+        return refuse(KINDS_RULE, f"{consumer.name} is not a plain loop fusion, reduction fusion or elementwise "
+                                  f"instruction")
     if not producer.shape.is_array or not plain(producer):
         return refuse(KINDS_RULE, f"{producer.name} is not a plain loop")
     if producer.opcode == "fusion" and is_multi_output(producer):
         return refuse("producer-multi-output", f"producer {producer.name} is a multi-output fusion")
-    dims = loop_dims(consumer)
+    # a reduction kernel loops over its reduces' input indices, each once (`_loop_as_extras`)
+    dims = reduce_input_dims(consumer) if reduction else loop_dims(consumer)
     if consumer.opcode != "fusion":  # elementwise: reads the producer at its own index
         return _OK if dims == tuple(producer.shape.dims) else refuse(
             "cpu-loop-dims", f"{producer.name} and {consumer.name} are not one CPU loop")
@@ -120,7 +162,10 @@ def cpu_producer_consumer_rule(producer: HloInstruction, consumer: HloInstructio
     for i, op in enumerate(consumer.operands):
         if op is not producer:
             continue
-        for u in comp.parameter(i).users:
+        param = comp.parameter(i)
+        for u in param.users:
+            if reduction and _folds_at_input_index(u, param, dims):
+                continue
             if not u.info.elementwise or tuple(u.shape.dims) != dims:
                 return refuse("cpu-reread",
                               f"{consumer.name} reads {producer.name} through {u.name} ('{u.opcode}'), not "

@@ -30,10 +30,10 @@ from .decisions import Decision
 from .fusibility import (
     combined_operands, creates_heavy_computation, fusion_outputs, is_fusible, is_input_fusible_reduction,
     is_input_fusible_scatter,
-    is_loop_fusible_as_producer, is_loop_fusion, is_multi_output, is_physically_transposing,
+    is_loop_fusible_as_producer, is_loop_fusion, is_multi_output, is_physically_transposing, members,
     not_fusible_reason, reduce_hero, reduction_count, reduction_is_contiguous,
 )
-from .fusion_utils import create_fusion, fuse_into_multi_output, merge_siblings, sort_computations
+from .fusion_utils import create_fusion, fuse_into_multi_output, fuse_producer, merge_siblings, sort_computations
 from .kernel_pass import KernelComputationPass
 from .sibling_rules import is_effective_scalar, is_transpose_hero, reads_disjoint_slices, shapes_compatible
 from .size_limit import fits_in_kernel
@@ -260,8 +260,15 @@ def _fuse_loop_into_consumer(producer: HloInstruction, ctx: FusionContext) -> bo
     (cpu_multi_output.cpu_producer_consumer_rule): its own kernel goes, with its write and that
     consumer's read of it; its other users read the output. Multi-output consumers first."""
     users = distinct(producer.users)
-    if (producer.opcode in ("parameter", "constant") or not ctx.plain_loop(producer)
-            or not users or (len(users) == 1 and not producer.is_root())):
+    if producer.opcode in ("parameter", "constant") or not ctx.plain_loop(producer) or not users:
+        return False
+    # Read by one reduction fusion only (its other readers were merged into it as siblings):
+    # computed in it, no output kept. A producer with several readers was left out of each as
+    # an expensive duplicate; once they are one kernel, nothing is duplicated. Elementwise
+    # producers only (what the instruction fusion rules would have fused but for the duplicate).
+    only = users[0] if len(users) == 1 and not producer.is_root() else None
+    if only is not None and (only.opcode != "fusion" or reduce_hero(only) is None
+                             or not _elementwise_only(producer)):
         return False
     for consumer in sorted(users, key=lambda u: -_priority(u)):
         d = cpu_producer_consumer_rule(producer, consumer, ctx.plain_loop)
@@ -276,6 +283,12 @@ def _fuse_loop_into_consumer(producer: HloInstruction, ctx: FusionContext) -> bo
             ctx.log.refused(ctx.pass_name, producer.name, consumer.name, d)
             continue
         name_p, name_c = producer.name, consumer.name
+        if only is not None:
+            fuse_producer(consumer, producer)
+            ctx.log.fused(ctx.pass_name, name_p, name_c, consumer.name,
+                          rule="producer-consumer (CPU: computed in its only user's kernel after sibling merges)")
+            ctx.graph_changed()
+            return True
         if consumer.opcode != "fusion":
             consumer = create_fusion(consumer, "kLoop")
         fuse_into_multi_output(consumer, producer)
@@ -284,6 +297,12 @@ def _fuse_loop_into_consumer(producer: HloInstruction, ctx: FusionContext) -> bo
         ctx.graph_changed()
         return True
     return False
+
+
+def _elementwise_only(inst: HloInstruction) -> bool:
+    """Whether `inst` (or every member of its fusion) is elementwise, a broadcast or a constant."""
+    body = members(inst) if inst.opcode == "fusion" else [inst]
+    return all(i.info.elementwise or i.opcode in ("broadcast", "constant", "parameter") for i in body)
 
 
 def _cycle_through(producer: HloInstruction, consumer: HloInstruction, ctx: FusionContext) -> HloInstruction | None:
