@@ -25,14 +25,14 @@ MIB = 1 << 20
 @pytest.mark.parametrize("kernel", sorted(kf.STREAM_KERNELS))
 def test_stream_modules_compute_copy_and_triad(kernel):
     # The bandwidth figures count 8 and 12 bytes per element: the modules must be exactly
-    # y = -x and y = a + 3 b, run by hlofuse's kernels.
-    n = 1000
+    # y = -x (copy, copy-rows) and y = a + 3 b, run by hlofuse's kernels.
+    rows = 3
     template, per_element = kf.STREAM_KERNELS[kernel]
-    exe = hlofuse.compile(hlofuse.parse_hlo(template.format(n=n)), target="cpu")
+    exe = hlofuse.compile(hlofuse.parse_hlo(template.format(n=rows * 1024, rows=rows)), target="cpu")
     r = np.random.default_rng(0)
-    args = [r.standard_normal(n).astype(np.float32) for _ in exe.module.entry.parameters]
+    args = [r.standard_normal(p.shape.dims).astype(np.float32) for p in exe.module.entry.parameters]
     (got,) = exe(*args)
-    want = -args[0] if kernel == "copy" else args[0] + np.float32(3) * args[1]
+    want = -args[0] if kernel.startswith("copy") else args[0] + np.float32(3) * args[1]
     assert np.array_equal(got, want)
     assert per_element == 4 * (len(args) + 1)  # each parameter read once, the result written once
 

@@ -1,0 +1,126 @@
+"""Memory-bound workloads' share of the one-thread streaming bandwidth, in process CPU time.
+
+Run:  python benchmarks/bandwidth_share.py [--workloads a,b] [--rounds 21] [--aligned] [--profile]
+
+On a shared, loaded machine wall time mostly measures the neighbours; a kernel on one thread
+(HLOFUSE_CPU_THREADS=1, set before anything is compiled) spends process CPU time only on its
+own work (memory bandwidth is still shared with the neighbours: interleave, take medians, and
+report the load). Each round times, by `time.process_time`, one call of every workload and of
+each STREAM reference of kernel_figures.STREAM_KERNELS over 64 MB arrays ("copy", flat, plain
+stores; "copy-rows", rows of 1024, non-temporal stores; "triad"), in an order that alternates
+between rounds. The bar is the best reference's GB/s (as run.py's); a workload's share is
+its least traffic (as benchmarks/run.py counts it: Workload.input_passes reads of its inputs,
+plus its outputs) over its median CPU time, against that bar. A row sum of the same 64 MB
+(`read`) is printed beside it: the read-only rate of a reduction, for reference.
+
+Inputs are numpy's arrays as the workloads make them (large ones start 16 bytes into a cache
+line, so every 64-byte vector load of a row kernel straddles two lines); with `--aligned` they
+are copied to 64-byte boundaries first, as XLA's buffers are (benchmarks/run.py gives XLA its
+own aligned copies). With `--profile`, each workload's kernels (CpuProgram.profile) are listed.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.dirname(HERE))
+
+DEFAULT = "scaled_add,row_sums,column_sums,sum_sumsq,layer_norm,batch_norm_train,shared_producer,image_normalize"
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Measure and print the table."""
+    os.environ["HLOFUSE_CPU_THREADS"] = "1"
+    import jax
+    import numpy as np
+
+    from kernel_figures import STREAM_KERNELS, format_profile, nbytes_of, profile_rows
+    from run import uptime
+    from workloads import WORKLOADS
+
+    import hlofuse
+    from hlofuse.runtime.output_pool import aligned_empty
+
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--workloads", default=DEFAULT)
+    p.add_argument("--rounds", type=int, default=21)
+    p.add_argument("--aligned", action="store_true", help="copy the inputs to 64-byte boundaries first")
+    p.add_argument("--profile", action="store_true")
+    a = p.parse_args(argv)
+    print(uptime(), flush=True)
+    calls, moved = {}, {}
+    rows = (64 << 20) // 4 // 1024
+    n = rows * 1024
+    for kernel, (template, per_element) in STREAM_KERNELS.items():
+        module = hlofuse.parse_hlo(template.format(n=n, rows=rows))
+        exe = hlofuse.compile(module, target="cpu")
+        xs = [aligned_empty(tuple(q.shape.dims), np.float32) for q in module.entry.parameters]
+        for x in xs:
+            x[...] = 1.5
+        calls[kernel], moved[kernel] = (lambda e=exe, xs=xs: e(*xs)), per_element * n
+    read_text = ("HloModule r\nadd { a = f32[] parameter(0)\n b = f32[] parameter(1)\n ROOT s = f32[] add(a, b) }\n"
+                 f"ENTRY e {{\n x = f32[{rows},1024] parameter(0)\n z = f32[] constant(0)\n"
+                 f" ROOT r = f32[{rows}] reduce(x, z), dimensions={{1}}, to_apply=add\n}}\n")
+    read = hlofuse.compile(hlofuse.parse_hlo(read_text), target="cpu")
+    xr = aligned_empty((rows, 1024), np.float32)
+    xr[...] = 1.5
+    calls["read"], moved["read"] = (lambda: read(xr)), 4 * n
+    exes = {}
+    for name in a.workloads.split(","):
+        w = WORKLOADS[name]
+        args = [np.asarray(x, order="C") for x in w.inputs("large")]
+        if a.aligned:
+            args = [_aligned_copy(x) for x in args]
+        text = jax.jit(w.fn, keep_unused=True).lower(*args).as_text(dialect="hlo")
+        exe = hlofuse.compile(hlofuse.parse_hlo(text), target="cpu")
+        outs = list(exe(*args))
+        exes[name] = (exe, args)
+        calls[name] = (lambda e=exe, g=args: e(*g))
+        moved[name] = w.input_passes * nbytes_of(args) + nbytes_of(outs)
+    names = list(calls)
+    for f in calls.values():
+        f()
+        f()
+    times = {k: [] for k in names}
+    for r in range(a.rounds):
+        for k in (names if r % 2 == 0 else reversed(names)):
+            t0 = time.process_time()
+            calls[k]()
+            times[k].append(time.process_time() - t0)
+    med = {k: statistics.median(v) for k, v in times.items()}
+    rate = {k: moved[k] / med[k] for k in names}
+    bar = max(rate[k] for k in STREAM_KERNELS)
+    print("one thread, CPU time: " + ", ".join(f"{k} {rate[k] / 1e9:.2f}" for k in STREAM_KERNELS)
+          + f" GB/s (the bar: the best, {bar / 1e9:.2f}); row-sum read {rate['read'] / 1e9:.2f} GB/s; inputs "
+          + ("aligned" if a.aligned else "as numpy makes them"))
+    print(f"{'workload':20s} {'MB':>7s} {'CPU ms':>8s} {'GB/s':>7s} {'share':>6s}")
+    for k in names[len(STREAM_KERNELS) + 1:]:
+        print(f"{k:20s} {moved[k] / 1e6:7.1f} {med[k] * 1e3:8.2f} {rate[k] / 1e9:7.2f} {100 * rate[k] / bar:5.0f}%")
+    print(uptime(), flush=True)
+    if a.profile:
+        for k, (exe, args) in exes.items():
+            rows, per_run = profile_rows(exe, args, runs=3)
+            print(format_profile(k, rows, per_run))
+    return 0
+
+
+def _aligned_copy(x):
+    """`x` copied to an array starting on a 64-byte boundary (0-d and small arrays as they are)."""
+    import numpy as np
+
+    from hlofuse.runtime.output_pool import aligned_empty
+
+    if x.ndim == 0:
+        return x
+    out = aligned_empty(x.shape, x.dtype)
+    np.copyto(out, x)
+    return out
+
+
+if __name__ == "__main__":
+    sys.exit(main())
