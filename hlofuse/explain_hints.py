@@ -15,6 +15,10 @@ HINTS = {
                            "call or re-reading consumer keeps it in memory), or give it fewer users.",
     "expensive-reused": "{c} reads each element of {p} several times, so fusing would recompute the expensive {p} "
                         "per read. Materialising {p} once (as now) is cheaper; a cheaper {p} would fuse.",
+    "window-reduction": "XLA:CPU's rule (TargetParams.fuse_window_reductions off) runs every reduce-window as a "
+                        "kernel of its own; hlofuse's CPU and GPU rules fuse it with its producers and consumers.",
+    "window-duplicate": "{p} is a window reduction read by several users; copying it into each would reduce every "
+                        "window again. With a single user (or one user reading the others' values) it fuses.",
     "heavy-computation": "fusing would recompute a heavy computation per output element of {c}; reduce the reuse "
                          "(e.g. broadcast after, not before, the expensive part).",
     "budget": "the fused kernel would exceed the target's operand/output or reduction budget; fewer distinct "

@@ -177,8 +177,11 @@ _row("get-tuple-element", 1, "other", fusion="yes", bookkeeping=True, step_kind=
 
 # ---- reductions and windows -------------------------------------------------------------
 _row("reduce", VARIADIC, "reduce", expensive=True, fusion="root", called=("to_apply",))
-_row("reduce-window", VARIADIC, "reduce", expensive=True, called=("to_apply",),
-     never_fused_why="a reduce-window, which XLA's loop fusion does not take as a producer")
+# A window reduction fuses like data movement (XLA:GPU's IsUniversallyLoopFusible; its element
+# generator loops over the window): one input, array-shaped (fusibility._universally_loop_fusible).
+# XLA:CPU leaves it unfused; hlofuse's CPU fuses it into consumers by the rule in
+# passes/fusion/window_fusion.py.
+_row("reduce-window", VARIADIC, "reduce", expensive=True, fusion="yes", called=("to_apply",))
 _row("select-and-scatter", 3, "reduce", expensive=True, called=("select", "scatter"))
 _row("scatter", VARIADIC, "data", expensive=True, called=("to_apply",),
      never_fused_why="a scatter, which updates its operand in place and only roots a fusion of its own")

@@ -56,6 +56,10 @@ class TargetParams:
     # The most instructions one fused kernel holds (XLA: kMaxIRSize = 10000; hlofuse's lower
     # figure is measured, passes/fusion/size_limit.py); None: unbounded.
     max_fused_instructions: int | None = MAX_FUSED_INSTRUCTIONS
+    # Whether reduce-window fuses like data movement, rooting loop fusions and fused into its
+    # consumers (XLA:GPU's IsUniversallyLoopFusible; hlofuse's CPU too). False: XLA:CPU's
+    # CanBeLoopFused, which leaves window reductions unfused (passes/fusion/window_fusion.py).
+    fuse_window_reductions: bool = True
 
 
 GPU = TargetParams(

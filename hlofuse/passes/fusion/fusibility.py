@@ -56,6 +56,8 @@ def _universally_loop_fusible(inst: HloInstruction) -> bool:
         return False
     if info.elementwise:
         return len(inst.operands) > 0
+    if info.kind == "reduce":  # reduce-window (a reduce only roots: fusion "root"); one input
+        return inst.shape.is_array
     return info.kind == "data" and len(inst.operands) > 0
 
 

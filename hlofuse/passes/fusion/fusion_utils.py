@@ -92,6 +92,17 @@ def operand_index(fusion: HloInstruction, operand: HloInstruction) -> int:
     raise ValueError(f"{operand.name} is not an operand of {fusion.name}")
 
 
+def reader_names(producer: HloInstruction, consumer: HloInstruction, ctx) -> tuple[str, str]:
+    """(the instructions that read `producer`, the fusion they are in or ""), for reasons:
+    inside a consumer fusion, the fused instructions reading its parameter, each by the
+    instruction it duplicates when it is a copy (`ctx`: the run's FusionContext, `source_name`)."""
+    if consumer.opcode != "fusion":
+        return ctx.source_name(consumer), ""
+    param = consumer.fused_computation.parameter(operand_index(consumer, producer))
+    readers = list(dict.fromkeys(ctx.source_name(u) for u in param.users))
+    return (", ".join(readers) or consumer.name), consumer.name
+
+
 # ---- creating and growing fusions -------------------------------------------------------------
 
 def _move_control_edges(old: HloInstruction, new: HloInstruction) -> None:

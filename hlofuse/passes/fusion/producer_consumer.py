@@ -28,9 +28,10 @@ from .fusibility import (
 )
 from .conv_fusion import conv_into_consumer, into_conv_fusion, is_conv_output_fusion
 from .dot_fusion import dot_into_consumer, into_dot_fusion, is_dot_output_fusion
-from .fusion_utils import operand_index
+from .fusion_utils import operand_index, reader_names
 from .in_place import in_place, scatter_input
 from .size_limit import too_large
+from .window_fusion import window_reduction
 
 refuse = Decision.refuse
 ALLOW = Decision.allow()
@@ -68,15 +69,6 @@ def _minor_dim_concatenate(inst: HloInstruction) -> bool:
     minor = shape.layout.minor_to_major[0] if shape.layout is not None else shape.rank - 1
     dim_bytes = shape.dims[dim] * shape.dtype.byte_size
     return dim == minor and dim_bytes >= 64 and shape.byte_size() >= 2048
-
-
-def reader_names(producer: HloInstruction, consumer: HloInstruction, ctx: FusionContext) -> tuple[str, str]:
-    """(the instructions that read `producer`, the fusion they are in or ""), for reasons."""
-    if consumer.opcode != "fusion":
-        return ctx.source_name(consumer), ""
-    param = consumer.fused_computation.parameter(operand_index(consumer, producer))
-    readers = list(dict.fromkeys(ctx.source_name(u) for u in param.users))
-    return (", ".join(readers) or consumer.name), consumer.name
 
 
 def _consumer_label(producer: HloInstruction, consumer: HloInstruction, ctx: FusionContext) -> str:
@@ -299,12 +291,13 @@ def budget(producer: HloInstruction, consumer: HloInstruction, ctx: FusionContex
 
 
 # The checks of each target, in XLA's order.
-CPU_RULES: tuple[Rule, ...] = (cpu_constant, producer_fusible, bitcast_width, cpu_concatenate, reuse, base,
-                               cpu_reductions,
+# (window_reduction, hlofuse's, is asked after producer_fusible: window_fusion.py)
+CPU_RULES: tuple[Rule, ...] = (cpu_constant, producer_fusible, window_reduction, bitcast_width, cpu_concatenate,
+                               reuse, base, cpu_reductions,
                                scalar_constant, producer_is_fusion, consumer_fusible, too_large, in_place)
-GPU_RULES: tuple[Rule, ...] = (producer_is_fusion, reuse, transposing_into_reduce, producer_fusible, bitcast_width,
-                               reduce_epilogue, consumer_fusible, multi_output_producer, gpu_constant, heavy, base,
-                               budget, too_large, in_place)
+GPU_RULES: tuple[Rule, ...] = (producer_is_fusion, reuse, transposing_into_reduce, producer_fusible,
+                               window_reduction, bitcast_width, reduce_epilogue, consumer_fusible,
+                               multi_output_producer, gpu_constant, heavy, base, budget, too_large, in_place)
 
 
 def rules_for(ctx: FusionContext) -> tuple[Rule, ...]:
