@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 from ..hlo.ir import HloComputation, HloInstruction
 from .kernels.args import leaf_count, output_leaves, param_leaf_count
-from .kernels.cpu_loop import loop_shape
+from .kernels.cpu_loop import loop_shape, walked_dims
 from .kernels.reduction_groups import ReductionGroup, is_order_sensitive_reduce, reduction_groups
 
 
@@ -273,8 +273,8 @@ def _kernels_of(comp: HloComputation, name: str, temps: list) -> list[KernelPlan
     by_dims: dict[tuple, list[int]] = {}
     for k in loops:
         by_dims.setdefault(tuple(leaves[k].shape.dims), []).append(k)
-    for dims, ks in by_dims.items():
-        ls = loop_shape(dims)
+    for ks in by_dims.values():
+        ls = loop_shape(walked_dims(comp, [leaves[k] for k in ks]))
         plans.append(KernelPlan(comp, ks, ls.units, ls.unit_elements, None, name=f"{name}_l{len(plans)}"))
     return plans
 
