@@ -1,7 +1,8 @@
 """Compiled backends against the oracle on random graphs: every random module from the fusion
 tests' hypothesis strategy, fused and compiled for the CPU and for the emulated GPU grid, gives
 the interpreter's results on the unfused module (to the comparison's rounding tolerance: the
-compiled reductions reassociate)."""
+compiled reductions reassociate; an f32 output beyond it must be as close to the module's
+f64 value as f32 rounding allows, measured by the interpreter's own distance from it)."""
 from __future__ import annotations
 
 import numpy as np
@@ -9,7 +10,7 @@ from hypothesis import HealthCheck, given, settings
 
 import hlofuse
 from hlofuse.hlo.parser import parse_hlo
-from hlofuse.runtime.compare import compare_outputs
+from hlofuse.runtime.compare import compare_outputs, tolerance_for
 from hlofuse.runtime.interpreter import evaluate
 
 from random_graphs import random_module
@@ -20,13 +21,37 @@ def _inputs(module, seed: int) -> list[np.ndarray]:
     return [rng.standard_normal(p.shape.dims).astype(p.shape.dtype.numpy) for p in module.entry.parameters]
 
 
+def _within_the_modules_rounding(text: str, args: list, index: int, actual, expected) -> bool:
+    """Whether output `index`, off the interpreter by more than the comparison's tolerance, is
+    still as close to the exact value as f32 arithmetic can be asked to be: a sum that cancels
+    (sum(concat(x, -x)) is exactly 0) leaves two f32 summation orders each a few 1e-7 from it,
+    on opposite sides, while the tolerance's absolute floor is 1e-6. The exact value is the
+    module evaluated in f64; the interpreter's own distance from it measures how far f32
+    rounding carries this output, and the backend may be up to 4 times as far (plus the
+    tolerance). A module whose f64 twin does not verify or run is judged as before."""
+    try:
+        wide_args = [a.astype(np.float64) if a.dtype == np.float32 else a for a in args]
+        wide = evaluate(parse_hlo(text.replace("f32", "f64")), wide_args)[index]
+    except Exception:  # noqa: BLE001 - e.g. a bitcast-convert whose widths no longer match
+        return False
+    a, e, w = (np.asarray(v, np.float64) for v in (actual, expected, wide))
+    if not (np.isfinite(a).all() and np.isfinite(e).all() and np.isfinite(w).all()):
+        return False
+    rtol, atol = tolerance_for(np.float32)
+    allowed = atol + rtol * np.abs(w) + 4 * float(np.max(np.abs(e - w), initial=0.0))
+    return bool(np.all(np.abs(a - w) <= allowed))
+
+
 def _check(text: str, target: str) -> None:
     module = parse_hlo(text)
     args = _inputs(module, seed=len(text))
     expected = evaluate(module, args)
     actual = list(hlofuse.compile(module, target=target)(*args))
     results = compare_outputs(actual, expected)
-    assert all(r.ok for r in results), "\n".join(r.line() for r in results) + "\n" + text
+    bad = [r for r in results if not r.ok and not (
+        np.asarray(expected[r.index]).dtype == np.float32
+        and _within_the_modules_rounding(text, args, r.index, actual[r.index], expected[r.index]))]
+    assert not bad, "\n".join(r.line() for r in results) + "\n" + text
 
 
 # Dimensions large enough that loops are vectorized, split across threads and tiled on the grid.
