@@ -102,9 +102,9 @@ def sgemm_peak(n: int, threads: int, repeat: int) -> float:
     return 2 * n ** 3 / t / 1e9
 
 
-def onednn_peak(n: int, threads: int, repeat: int) -> float | None:
-    """GFLOP/s of oneDNN's dnnl_sgemm on n x n x n with `threads` OpenMP threads (None when
-    libdnnl is not installed)."""
+def _onednn_square_gemm(n: int, threads: int, repeat: int, clock=time.perf_counter) -> float | None:
+    """Median seconds (by `clock`) of oneDNN's dnnl_sgemm on n x n x n with `threads` OpenMP
+    threads (None when libdnnl is not installed)."""
     import ctypes
 
     from hlofuse.runtime.gemm_provider import onednn_library
@@ -122,38 +122,24 @@ def onednn_peak(n: int, threads: int, repeat: int) -> float | None:
     saved = gomp.omp_get_max_threads()
     gomp.omp_set_num_threads(threads)
     try:
-        t = _median(lambda: fn(b"N", b"N", n, n, n, 1.0, a.ctypes.data, n, b.ctypes.data, n, 0.0, c.ctypes.data, n),
-                    repeat)
+        return _median(lambda: fn(b"N", b"N", n, n, n, 1.0, a.ctypes.data, n, b.ctypes.data, n, 0.0, c.ctypes.data, n),
+                       repeat, clock)
     finally:
         gomp.omp_set_num_threads(saved)
-    return 2 * n ** 3 / t / 1e9
+
+
+def onednn_peak(n: int, threads: int, repeat: int) -> float | None:
+    """GFLOP/s of oneDNN's dnnl_sgemm on n x n x n with `threads` OpenMP threads (None when
+    libdnnl is not installed)."""
+    t = _onednn_square_gemm(n, threads, repeat)
+    return None if t is None else 2 * n ** 3 / t / 1e9
 
 
 def onednn_cpu_peak(n: int, repeat: int) -> float | None:
     """GFLOP per CPU-second of oneDNN's dnnl_sgemm on n x n x n on one thread (process CPU
     time, so time descheduled does not count); None when libdnnl is not installed."""
-    import ctypes
-
-    from hlofuse.runtime.gemm_provider import onednn_library
-
-    lib = onednn_library()
-    if lib is None:
-        return None
-    gomp = ctypes.CDLL("libgomp.so.1")
-    rng = np.random.default_rng(0)
-    a, b = (rng.standard_normal((n, n)).astype(np.float32) for _ in range(2))
-    c = np.empty((n, n), np.float32)
-    fn, dim, ptr = lib.dnnl_sgemm, ctypes.c_int64, ctypes.c_void_p
-    fn.argtypes = [ctypes.c_char, ctypes.c_char, dim, dim, dim, ctypes.c_float, ptr, dim, ptr, dim,
-                   ctypes.c_float, ptr, dim]
-    saved = gomp.omp_get_max_threads()
-    gomp.omp_set_num_threads(1)
-    try:
-        t = _median(lambda: fn(b"N", b"N", n, n, n, 1.0, a.ctypes.data, n, b.ctypes.data, n, 0.0, c.ctypes.data, n),
-                    repeat, time.process_time)
-    finally:
-        gomp.omp_set_num_threads(saved)
-    return 2 * n ** 3 / t / 1e9
+    t = _onednn_square_gemm(n, 1, repeat, time.process_time)
+    return None if t is None else 2 * n ** 3 / t / 1e9
 
 
 def cases(quick: bool):
