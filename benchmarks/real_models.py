@@ -16,6 +16,11 @@ The machine's load (`uptime`) is printed with the table: these machines are shar
 With `--iree` (needs the `iree` extra; a printed note when missing) IREE compiles the same
 lowering's StableHLO for llvm-cpu and is timed in the same rounds, after a check of its outputs
 against XLA's: columns IREE ms, IREE/XLA and hlofuse/IREE (benchmarks/iree_reference.py).
+`dot GF/s` is what hlofuse's dots and convolutions achieve (their flops over the time of the
+steps computing them, from the native per-step profile), `dot %` those steps' share of a run,
+and `% peak` the rate against oneDNN's sgemm peak on this machine's threads, measured at the
+start of the same run (benchmarks/gemm_speed.py's onednn_peak, 2048^3; printed with the
+one-thread peak).
 """
 from __future__ import annotations
 
@@ -81,6 +86,28 @@ def _load() -> str:
         return "unknown"
 
 
+def contraction_rate(exe, args: list, runs: int = 3) -> dict:
+    """GFLOP/s of the model's dots and convolutions: their floating-point operations over the
+    time of the steps that compute them, from the native driver's per-step profile
+    (runtime/profile.py; `runs` calls after the timed ones), and those steps' share of a run.
+    Empty when the module has no dot or convolution."""
+    from hlofuse.runtime.io import check_arguments
+    from hlofuse.runtime.profile import step_flops
+
+    steps, seconds, calls, wall = exe.program.profile(check_arguments(exe.program.module, args), runs)
+    flops = secs = 0.0
+    for ns in steps:
+        if ns.kind != "kernel" or int(calls[ns.id]) == 0:
+            continue
+        f = step_flops(ns)
+        if f:
+            flops += f * int(calls[ns.id])
+            secs += float(seconds[ns.id])
+    if not flops or secs <= 0:
+        return {}
+    return {"contraction_gflops": flops / secs / 1e9, "contraction_share": secs / max(wall, 1e-12)}
+
+
 def run_model(name: str, rounds: int, budget: float, iree: bool = False) -> dict:
     """Build, compile (both, and IREE with `iree`), check and time one model; a row of the table."""
     import jax
@@ -136,6 +163,7 @@ def run_model(name: str, rounds: int, budget: float, iree: bool = False) -> dict
         if iree_call is not None:
             iree_call()
             t_iree.append(time.perf_counter() - t2)
+    row.update(contraction_rate(exe, args))
     row["rounds"] = len(t_ours)
     row["hlofuse_ms"] = statistics.median(t_ours) * 1e3
     row["xla_ms"] = statistics.median(t_xla) * 1e3
@@ -166,9 +194,15 @@ def main(argv: list[str] | None = None) -> int:
         p.error(f"unknown model(s): {', '.join(unknown)}")
 
     print(f"load average before: {_load()}", flush=True)
+    from gemm_speed import onednn_peak
+
+    peak = onednn_peak(2048, os.cpu_count() or 1, 3)
+    if peak is not None:
+        print(f"GEMM peak (oneDNN sgemm 2048^3): 1 thread {onednn_peak(2048, 1, 3):.1f}, "
+              f"{os.cpu_count()} threads {peak:.1f} GFLOP/s", flush=True)
     rows = []
     header = (f"{'model':26s} {'library':14s} {'kind':9s} {'insts':>6s} {'in MB':>7s} {'hlofuse ms':>11s} "
-              f"{'XLA ms':>9s} {'ratio':>7s} {'compile s':>10s} {'XLA cmp s':>9s} match"
+              f"{'XLA ms':>9s} {'ratio':>7s} {'compile s':>10s} {'XLA cmp s':>9s} match {'dot GF/s':>8s} {'dot %':>5s} {'% peak':>6s}"
               + (f" {'IREE ms':>9s} {'IREE/XLA':>8s} {'hf/IREE':>8s}" if iree else ""))
     print(header, flush=True)
     for name in names:
@@ -185,6 +219,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{row['model']:26s} {row['library']:14s} {row['kind']:9s} {row['instructions']:6d} "
               f"{row['input_mb']:7.1f} {row['hlofuse_ms']:11.2f} {row['xla_ms']:9.2f} {row['ratio']:7.2f} "
               f"{row['hlofuse_compile_s']:10.2f} {row['xla_compile_s']:9.2f} {'yes' if row['match'] else 'NO ':5s}"
+              + (f" {row['contraction_gflops']:8.1f} {row['contraction_share'] * 100:5.0f}"
+                 + (f" {row['contraction_gflops'] / peak * 100:6.0f}" if peak else f" {'-':>6s}")
+                 if "contraction_gflops" in row else f" {'-':>8s} {'-':>5s} {'-':>6s}")
               + (f" {format_cell(row, 'iree_ms', 9)} {format_cell(row, 'iree_ratio')} "
                  f"{format_cell(row, 'hlofuse_over_iree')}" if iree else ""), flush=True)
         for line in row.get("mismatch", []):

@@ -118,3 +118,34 @@ def test_table_summarises_ratios_and_failures():
     assert "FAILED: InputError: bad" in text and "differs from XLA" in text
     w1 = next(line for line in text.splitlines() if line.startswith("| w1"))
     assert "|    50 |" in w1  # 6 GB/s of a 12 GB/s reference
+
+
+def test_real_models_contraction_rate_counts_the_dots_flops():
+    # real_models.py's dot GFLOP/s divides the module's dot and convolution flops by the time
+    # of the steps computing them: a module of one 64x128x32 dot (2*64*32*128 flops) beside an
+    # elementwise kernel gives exactly those flops per run, in a share of the run below 1.
+    import real_models
+
+    text = """HloModule m
+ENTRY e {
+  a = f32[64,128] parameter(0)
+  b = f32[128,32] parameter(1)
+  d = f32[64,32] dot(a, b), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  ROOT t = f32[64,32] tanh(d)
+}
+"""
+    exe = hlofuse.compile(hlofuse.parse_hlo(text), target="cpu")
+    rng = np.random.default_rng(0)
+    args = [rng.standard_normal((64, 128)).astype(np.float32), rng.standard_normal((128, 32)).astype(np.float32)]
+    row = real_models.contraction_rate(exe, args, runs=4)
+    assert 0 < row["contraction_share"] <= 1
+    assert row["contraction_gflops"] > 0
+    from hlofuse.runtime.io import check_arguments
+    from hlofuse.runtime.profile import step_flops
+
+    steps, _, calls, _ = exe.program.profile(check_arguments(exe.program.module, args), 4)
+    total = sum(step_flops(ns) * int(calls[ns.id]) for ns in steps if ns.kind == "kernel")
+    assert total == 4 * 2 * 64 * 32 * 128
+    scalar = hlofuse.compile(hlofuse.parse_hlo(
+        "HloModule s\nENTRY e {\n  x = f32[8] parameter(0)\n  ROOT y = f32[8] tanh(x)\n}\n"), target="cpu")
+    assert real_models.contraction_rate(scalar, [np.ones(8, np.float32)]) == {}
