@@ -234,7 +234,6 @@ def opt_level_rows(texts: dict[str, tuple[str, list | None]], kinds: tuple[str, 
     from hlofuse.runtime.cpu_threads import kernel_threads
     from hlofuse.runtime.io import random_inputs
 
-    kind = kernel_kind
     chosen = cpu.speed_level
     print(f"one thread: {kernel_threads() == 1}")
     try:
@@ -243,7 +242,7 @@ def opt_level_rows(texts: dict[str, tuple[str, list | None]], kinds: tuple[str, 
             args = random_inputs(module, seed=1) if args is None else args
             exes, llvm = {}, {}
             for level in (3, 2):
-                cpu.speed_level = lambda k, level=level: level if kinds is None or kind(k) in kinds else 3
+                cpu.speed_level = lambda k, level=level: level if kinds is None or kernel_kind(k) in kinds else 3
                 exe = hlofuse.compile(module, "cpu", cache=False)
                 t = exe.program.code.timings
                 exes[level], llvm[level] = exe, t.get("llvm optimization", 0.0) + t.get("code generation", 0.0)
@@ -271,6 +270,11 @@ def kernel_kind(k) -> str:
     return k.custom or ("reduce" if k.group is not None else "loop")
 
 
+def _instructions(mod) -> int:
+    """LLVM IR instructions in module `mod` (llvmlite's parsed or optimized module)."""
+    return sum(1 for f in mod.functions for blk in f.blocks for _ in blk.instructions)
+
+
 # Pipelines --kinds --variants compiles every kernel with besides the one codegen/cpu.py
 # chooses: llvmlite's PipelineTuningOptions switched off one at a time, and O2.
 PIPELINE_VARIANTS = {"no-interleave": {"loop_interleaving": False}, "no-unroll": {"loop_unrolling": False},
@@ -295,7 +299,7 @@ def variant_llvm(ir_text: str, level: int, options: dict) -> tuple[float, int]:
     pb.getModulePassManager().run(mod, pb)
     host_target_machine().emit_object(mod)
     seconds = time.process_time() - t0
-    return seconds, sum(1 for f in mod.functions for blk in f.blocks for _ in blk.instructions)
+    return seconds, _instructions(mod)
 
 
 def kind_rows(texts: dict[str, str], variants: bool = False) -> None:
@@ -312,9 +316,6 @@ def kind_rows(texts: dict[str, str], variants: bool = False) -> None:
     from hlofuse.codegen.cpu import CpuCode, CpuPlanner, distinct_kernels, emit_kernel_module
     from hlofuse.compiler import optimize
     from hlofuse.emitters.cpu.target import CpuTarget, host_target_machine, optimized_module
-
-    def instructions(mod) -> int:
-        return sum(1 for f in mod.functions for blk in f.blocks for _ in blk.instructions)
 
     target = CpuTarget()
     for name, text in texts.items():
@@ -336,8 +337,8 @@ def kind_rows(texts: dict[str, str], variants: bool = False) -> None:
             c["emit"] += t1 - t0
             c["opt"] += t2 - t1
             c["codegen"] += t3 - t2
-            c["ir_in"] += instructions(llvm.parse_assembly(ir_text))
-            c["ir_out"] += instructions(mod)
+            c["ir_in"] += _instructions(llvm.parse_assembly(ir_text))
+            c["ir_out"] += _instructions(mod)
             for vname, options in PIPELINE_VARIANTS.items() if variants else ():
                 seconds, count = variant_llvm(ir_text, o.speed_level, options)
                 c[vname] += seconds
