@@ -15,6 +15,7 @@ from hlofuse.codegen.cpu import emit_kernel_module
 from hlofuse.codegen.kernels import cpu_conv
 from hlofuse.emitters import ir_helpers
 from hlofuse.emitters.cpu.target import CpuTarget, optimized_module
+from llvm_loops import all_unrolled, instructions_after_o3
 
 
 def _conv_ir(features: int, in_features: int = 4) -> str:
@@ -30,11 +31,6 @@ ENTRY main {{
     return str(emit_kernel_module(plan, CpuTarget(), "k"))
 
 
-def _instructions(ir_text: str) -> int:
-    mod = optimized_module(ir_text)
-    return sum(1 for f in mod.functions for blk in f.blocks for _ in blk.instructions)
-
-
 def _rolled(ir_text: str) -> set[str]:
     """Names of the loops whose latch carries a loop ID with llvm.loop.unroll.disable."""
     disable = set(re.findall(r'^!(\d+) = !\{ !"llvm\.loop\.unroll\.disable" \}', ir_text, re.M))
@@ -45,12 +41,7 @@ def _rolled(ir_text: str) -> set[str]:
 
 
 def _all_unrolled(monkeypatch) -> None:
-    real = ir_helpers.for_range
-
-    def unrolled(b, start, stop, name="i", step=1, unroll=True):
-        return real(b, start, stop, name, step)
-
-    monkeypatch.setattr(cpu_conv, "for_range", unrolled)
+    all_unrolled(monkeypatch, cpu_conv)
 
 
 def test_long_feature_loops_keep_window_and_input_loops_rolled(monkeypatch):
@@ -59,7 +50,7 @@ def test_long_feature_loops_keep_window_and_input_loops_rolled(monkeypatch):
     _all_unrolled(monkeypatch)
     unrolled_ir = _conv_ir(512)
     assert _rolled(unrolled_ir) == set()
-    rolled, unrolled = _instructions(rolled_ir), _instructions(unrolled_ir)
+    rolled, unrolled = instructions_after_o3(rolled_ir), instructions_after_o3(unrolled_ir)
     # unrolled: 3x3 taps x 4 input features, each a vectorized 512-long loop (8,673 against
     # 2,264 instructions with LLVM 20)
     assert rolled * 3 < unrolled, (rolled, unrolled)
@@ -125,7 +116,7 @@ def test_depthwise_kernel_in_channel_blocks_is_smaller(monkeypatch):
     monkeypatch.setattr(cpu_conv, "channel_block", lambda groups, lanes=16: None)
     whole_ir = _depthwise_ir(576)
     assert "cb" not in _rolled(whole_ir)
-    blocked, whole = _instructions(blocked_ir), _instructions(whole_ir)
+    blocked, whole = instructions_after_o3(blocked_ir), instructions_after_o3(whole_ir)
     assert blocked * 2 < whole, (blocked, whole)
 
 
