@@ -32,14 +32,20 @@ from .fusion_utils import reader_names
 ALLOW = Decision.allow()
 
 
+def _readers(producer: HloInstruction, consumer: HloInstruction, ctx: FusionContext) -> str:
+    """Who reads `producer` in `consumer` ("a and b"), for a refusal's reason: named only when
+    refusing, since this rule is asked of every producer-consumer pair."""
+    return " and ".join(reader_names(producer, consumer, ctx)[0].split(", "))
+
+
 def window_reduction(producer: HloInstruction, consumer: HloInstruction, ctx: FusionContext) -> Decision:
     """A reduce-window producer or consumer: refused where the target leaves window reductions
     unfused (XLA:CPU's rule, `fuse_window_reductions` off), and a reduce-window producer is
     never duplicated (refused where it has another user; the root is left to the `base` rule)."""
     p = producer.name
-    readers = " and ".join(reader_names(producer, consumer, ctx)[0].split(", "))
     if not ctx.params.fuse_window_reductions:
         if producer.opcode == "reduce-window":
+            readers = _readers(producer, consumer, ctx)
             verb = "reads" if " and " not in readers else "read"
             return Decision.refuse("window-reduction",
                                    f"reduce-window {p} runs as a kernel of its own on this target "
@@ -56,7 +62,7 @@ def window_reduction(producer: HloInstruction, consumer: HloInstruction, ctx: Fu
     if others:
         names = ", ".join(ctx.source_name(u) for u in others)
         return Decision.refuse("window-duplicate",
-                               f"reduce-window {p} is also read by {names}; fusing it into {readers} would "
-                               f"reduce every window again in each copy (a window reduction is never "
-                               f"duplicated)")
+                               f"reduce-window {p} is also read by {names}; fusing it into "
+                               f"{_readers(producer, consumer, ctx)} would reduce every window again in "
+                               f"each copy (a window reduction is never duplicated)")
     return ALLOW
