@@ -59,6 +59,7 @@ from ...hlo.ir import HloComputation, HloInstruction
 from ...hlo.walk import first_non_elementwise_use
 from ..planning import KernelPlan, rebuild
 from .args import output_leaves, typed_pointer
+from .loop_hints import ROLLED_AROUND
 
 # Largest output feature count a kernel keeps accumulators for (a stack array of this many
 # f64 is 512 KiB, far inside a thread's stack).
@@ -241,12 +242,6 @@ def window_tap(b: ir.IRBuilder, p: ir.Value, k: ir.Value, d: WindowDimension, li
         ok = b.and_(ok, b.icmp_signed("==", b.srem(q, _i(d.base_dilation)), _i(0)))
         q = b.sdiv(q, _i(d.base_dilation))
     return q, ok
-
-
-# Output features of a group from which the window and input-feature loops around the feature
-# loop are kept rolled (`_ConvEmitter.unroll_taps`): eight 512-bit vectors of f32, the outer
-# loops' branches and address arithmetic well under 1% of the feature loop's work.
-ROLLED_AROUND = 128
 
 
 class _ConvEmitter:

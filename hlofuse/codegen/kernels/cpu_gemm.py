@@ -42,8 +42,7 @@ from .gemm_layout import (
     output_map,
 )
 from .gemm_partition import GemmPartition, gemm_partition
-from .cpu_conv import ROLLED_AROUND  # the direct convolution's rule for loops around a long loop
-from .loop_hints import forbid_vectorization
+from .loop_hints import ROLLED_AROUND, forbid_vectorization
 
 
 # ---- which computations become GEMM kernels ----------------------------------------------------

@@ -53,8 +53,7 @@ from ...emitters.ir_helpers import Index, const_i64, delinearize, for_range, fre
 from ...hlo.ir import HloComputation
 from . import arg_reduction
 from .args import output_leaves
-from .cpu_conv import ROLLED_AROUND  # the direct convolution's rule for loops around a long loop
-from .loop_hints import forbid_vectorization
+from .loop_hints import ROLLED_AROUND, forbid_vectorization
 from .reduction_groups import (COLUMN_BLOCK, ReduceHero, ReductionGroup, in_order_target, override_heroes,
                                vector_lanes, without_reassociation)
 

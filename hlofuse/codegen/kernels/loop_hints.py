@@ -22,6 +22,14 @@ from llvmlite import ir
 
 from ...emitters.ir_helpers import loop_id
 
+# Length of an inner loop from which the loops around it are kept rolled (`for_range`'s
+# `unroll=False`): the direct convolution's window and input-feature loops around its
+# output-feature loop (cpu_conv `_ConvEmitter.unroll_taps`), a column reduction's reduced loops
+# around its block of columns (cpu_reduction.rolls_reduced_loops), a GEMM epilogue's row loop
+# around its column panel (cpu_gemm._emit_epilogue). Eight 512-bit vectors of f32: the outer
+# loops' branches and address arithmetic are well under 1% of the inner loop's work.
+ROLLED_AROUND = 128
+
 
 def _add_hint(induction: ir.PhiInstr, hint: tuple[str, ir.Constant]) -> None:
     """Give the loop of `induction` (the value a finished `for_range` yielded) `hint` besides
