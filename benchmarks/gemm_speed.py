@@ -32,16 +32,12 @@ import time
 
 import numpy as np
 
-MALLOC_TUNABLES = ("glibc.malloc.mmap_threshold=33554432:glibc.malloc.trim_threshold=4294967296:"
-                   "glibc.malloc.top_pad=67108864")
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.dirname(HERE))
 
-
-def _reexec_with_malloc_settings() -> None:
-    if os.environ.get("GLIBC_TUNABLES") != MALLOC_TUNABLES:
-        os.environ["GLIBC_TUNABLES"] = MALLOC_TUNABLES
-        os.execv(sys.executable, [sys.executable, *sys.argv])
+from kernel_figures import median_seconds  # noqa: E402
+from real_models import reexec_with_malloc_settings  # noqa: E402
 
 
 def _scipy_blas_threads(n: int) -> None:
@@ -58,16 +54,6 @@ def _scipy_blas_threads(n: int) -> None:
             fn.argtypes = [ctypes.c_int]
             fn(n)
             return
-
-
-def _median(fn, repeat: int, clock=time.perf_counter) -> float:
-    fn()
-    times = []
-    for _ in range(repeat):
-        t0 = clock()
-        fn()
-        times.append(clock() - t0)
-    return statistics.median(times)
 
 
 def blas_core() -> str:
@@ -96,7 +82,7 @@ def sgemm_peak(n: int, threads: int, repeat: int) -> float:
     b = np.asfortranarray(rng.standard_normal((n, n)).astype(np.float32))
     _scipy_blas_threads(threads)
     try:
-        t = _median(lambda: blas.sgemm(1.0, a, b), repeat)
+        t = median_seconds(lambda: blas.sgemm(1.0, a, b), repeat, warmup=1)
     finally:
         _scipy_blas_threads(1)
     return 2 * n ** 3 / t / 1e9
@@ -122,8 +108,8 @@ def _onednn_square_gemm(n: int, threads: int, repeat: int, clock=time.perf_count
     saved = gomp.omp_get_max_threads()
     gomp.omp_set_num_threads(threads)
     try:
-        return _median(lambda: fn(b"N", b"N", n, n, n, 1.0, a.ctypes.data, n, b.ctypes.data, n, 0.0, c.ctypes.data, n),
-                       repeat, clock)
+        return median_seconds(lambda: fn(b"N", b"N", n, n, n, 1.0, a.ctypes.data, n, b.ctypes.data, n, 0.0,
+                                         c.ctypes.data, n), repeat, warmup=1, clock=clock)
     finally:
         gomp.omp_set_num_threads(saved)
 
@@ -210,7 +196,7 @@ def _profile(exe, args, runs: int) -> None:
 
 def main() -> None:
     """Measure and print the table."""
-    _reexec_with_malloc_settings()
+    reexec_with_malloc_settings()
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--quick", action="store_true", help="smaller shapes")
@@ -248,11 +234,11 @@ def main() -> None:
         dev = [jax.device_put(a) for a in args]
         mine, single, single_cpu, openblas, theirs = [], [], [], [], []
         for _ in range(opts.rounds):  # interleaved rounds
-            mine.append(_median(lambda: exe(*args), 1))
-            openblas.append(_median(lambda: exe_ob(*args), 1))
-            single.append(_median(lambda: exe1(*args), 1))
-            single_cpu.append(_median(lambda: exe1(*args), 1, time.process_time))
-            theirs.append(_median(lambda: jax.block_until_ready(xla(*dev)), 1))
+            mine.append(median_seconds(lambda: exe(*args), 1, warmup=1))
+            openblas.append(median_seconds(lambda: exe_ob(*args), 1, warmup=1))
+            single.append(median_seconds(lambda: exe1(*args), 1, warmup=1))
+            single_cpu.append(median_seconds(lambda: exe1(*args), 1, warmup=1, clock=time.process_time))
+            theirs.append(median_seconds(lambda: jax.block_until_ready(xla(*dev)), 1, warmup=1))
         tm, t1, tx = statistics.median(mine), statistics.median(single), statistics.median(theirs)
         tob, tc = statistics.median(openblas), statistics.median(single_cpu)
         rate, cpu_rate = flops / tm / 1e9, flops / tc / 1e9

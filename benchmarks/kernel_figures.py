@@ -76,21 +76,23 @@ ENTRY e {{
 }
 
 
-def call_seconds(fn, repeat: int, warmup: int = 2) -> list[float]:
-    """Wall seconds of each of `repeat` calls of `fn()`, after `warmup` untimed calls."""
+def call_seconds(fn, repeat: int, warmup: int = 2, clock=time.perf_counter) -> list[float]:
+    """Seconds (wall by default; `clock=time.process_time` for this process's CPU time) of each
+    of `repeat` calls of `fn()`, after `warmup` untimed calls."""
     for _ in range(warmup):
         fn()
     times = []
     for _ in range(repeat):
-        t0 = time.perf_counter()
+        t0 = clock()
         fn()
-        times.append(time.perf_counter() - t0)
+        times.append(clock() - t0)
     return times
 
 
-def median_seconds(fn, repeat: int, warmup: int = 2) -> float:
-    """Median wall seconds of `fn()` over `repeat` calls, after `warmup` untimed calls."""
-    return statistics.median(call_seconds(fn, repeat, warmup))
+def median_seconds(fn, repeat: int, warmup: int = 2, clock=time.perf_counter) -> float:
+    """Median seconds (by `clock`, wall by default) of `fn()` over `repeat` calls, after
+    `warmup` untimed calls."""
+    return statistics.median(call_seconds(fn, repeat, warmup, clock))
 
 
 def _with_threads(threads: int, build):
