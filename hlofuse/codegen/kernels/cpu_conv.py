@@ -411,7 +411,7 @@ class _ConvEmitter:
         if geo.channels_innermost:
             blk = channel_block(geo.groups)
             if blk is None:
-                self._window(ps, 0, [xbase] * count, 0, lambda xoffs, woff: self._channels_body(xoffs, woff))
+                self._window(ps, 0, [xbase] * count, 0, self._channels_body)
             else:
                 self._channel_blocks(ps, xbase, blk)
         else:
