@@ -46,7 +46,7 @@ from .args import output_leaves
 from .cpu_concat import emit_concat_loop
 from .cpu_streaming import BUFFER_BYTES, buffered_streaming_row, fence, streamable
 from .loop_hints import forbid_vectorization, interleave
-from .reduction_groups import VECTOR_BITS_DEFAULT
+from .reduction_groups import lanes_of
 
 _MIN_ROW = 32  # shorter last dimensions use flat mode ...
 _UNROLLED_ROW = 4  # ... unless so short that LLVM unrolls the row and vectorizes across rows
@@ -110,7 +110,7 @@ def interleave_count(comp: HloComputation, ls: LoopShape, vector_bits: int | Non
         return 1
     memory = [leaf for p in comp.parameters for leaf in p.shape.leaves()] + comp.root.shape.leaves()
     bits = max((leaf.dtype.bits for leaf in memory), default=32)
-    lanes = max((vector_bits or VECTOR_BITS_DEFAULT) // max(bits, 8), 1)
+    lanes = max(lanes_of(vector_bits, bits), 1)
     count = _INTERLEAVE
     while count > 1 and (count * math_ops > _INTERLEAVE_BUDGET or (ls.rows_mode and count * lanes > ls.dims[-1])):
         count //= 2

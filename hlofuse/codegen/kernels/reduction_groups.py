@@ -210,11 +210,17 @@ def is_order_sensitive_reduce(inst) -> bool:
 VECTOR_BITS_DEFAULT = 256
 
 
+def lanes_of(vector_bits: int | None, bits: int) -> int:
+    """Lanes of `bits`-bit elements (a byte at least) in a vector register of `vector_bits`
+    (VECTOR_BITS_DEFAULT where None): 16 for f32 in AVX-512's 512 bits."""
+    return (vector_bits or VECTOR_BITS_DEFAULT) // max(bits, 8)
+
+
 def vector_lanes(target, heroes) -> int:
     """Lanes of the target's vector register for the widest accumulator of `heroes` (reduce
     instructions): 16 for f32 on an AVX-512 host."""
     bits = max(init.shape.dtype.bits for h in heroes for init in h.operands[len(h.operands) // 2:])
-    return (getattr(target, "vector_width", None) or VECTOR_BITS_DEFAULT) // max(bits, 8)
+    return lanes_of(getattr(target, "vector_width", None), bits)
 
 
 def in_order_target(target, heroes):
