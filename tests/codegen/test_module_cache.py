@@ -70,18 +70,6 @@ def _text() -> str:
     return TEXT.replace("{...}", "{" + rows + "}")
 
 
-@pytest.fixture
-def cache_dir(tmp_path, monkeypatch):
-    """An empty cache directory of the test's own, and an empty memory cache, with module
-    entries on (conftest turns them off for tests that monkeypatch; these start empty)."""
-    d = tmp_path / "cache"
-    monkeypatch.setenv("HLOFUSE_CACHE_DIR", str(d))
-    monkeypatch.setenv("HLOFUSE_MODULE_CACHE", "1")
-    cache.memory_cache.clear()
-    yield d
-    cache.memory_cache.clear()
-
-
 def _entries(d) -> list[str]:
     return sorted(n for n in os.listdir(d) if n.endswith(cache.MODULE))
 

@@ -45,18 +45,6 @@ def _text() -> str:
     return TEXT.replace("{...}", "{" + rows + "}")
 
 
-@pytest.fixture
-def cache_dir(tmp_path, monkeypatch):
-    """An empty cache directory and memory cache, module entries on (conftest turns them off
-    for tests that monkeypatch)."""
-    d = tmp_path / "cache"
-    monkeypatch.setenv("HLOFUSE_CACHE_DIR", str(d))
-    monkeypatch.setenv("HLOFUSE_MODULE_CACHE", "1")
-    cache.memory_cache.clear()
-    yield d
-    cache.memory_cache.clear()
-
-
 def test_a_hit_prints_the_module_once_without_operand_shapes_and_reads_no_log(cache_dir, monkeypatch):
     first = hlofuse.compile(hlofuse.parse_hlo(_text()), "cpu")
     assert not first.from_cache and len(first.fusion_log) > 0
