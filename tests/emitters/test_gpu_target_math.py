@@ -14,12 +14,14 @@ from hlofuse.emitters.target import Target
 F32 = ir.FloatType()
 
 
-def _function_ir(emit) -> tuple[str, ir.Module]:
-    """IR of `float f(float x, float y) { return emit(builder, x, y); }` on the GPU target."""
-    target = GpuTarget()
+def _function_ir(emit, target: Target | None = None, ty: ir.Type = F32) -> tuple[str, ir.Module]:
+    """IR of `ty f(ty x, ty y) { return emit(target, builder, x, y); }` on `target` (the GPU's
+    when None)."""
+    target = GpuTarget() if target is None else target
     module = ir.Module(name="m")
-    module.triple, module.data_layout = target.triple, target.data_layout
-    fn = ir.Function(module, ir.FunctionType(F32, [F32, F32]), "f")
+    if isinstance(target, GpuTarget):
+        module.triple, module.data_layout = target.triple, target.data_layout
+    fn = ir.Function(module, ir.FunctionType(ty, [ty, ty]), "f")
     builder = ir.IRBuilder(fn.append_basic_block())
     builder.ret(emit(target, builder, *fn.args))
     return str(module), module
@@ -31,11 +33,8 @@ def test_remainder_is_libdevice_fmod_not_frem():
     text, _ = _function_ir(lambda t, b, x, y: t.float_remainder(b, x, y))
     assert "frem" not in text
     assert "@\"__nv_fmodf\"(" in text
-    host = ir.Module(name="h")
-    fn = ir.Function(host, ir.FunctionType(F32, [F32, F32]), "g")
-    b = ir.IRBuilder(fn.append_basic_block())
-    b.ret(Target().float_remainder(b, *fn.args))
-    assert "frem float" in str(host)
+    host, _ = _function_ir(lambda t, b, x, y: t.float_remainder(b, x, y), Target())
+    assert "frem float" in host
 
 
 def test_f32_tanh_is_the_branch_free_approximation():
@@ -44,12 +43,8 @@ def test_f32_tanh_is_the_branch_free_approximation():
     text, _ = _function_ir(lambda t, b, x, y: t.math(b, "tanh", [x]))
     assert "__nv_tanh" not in text
     assert "fdiv" in text  # one divide of two polynomials
-    double = ir.Module(name="d")
-    d = ir.DoubleType()
-    fn = ir.Function(double, ir.FunctionType(d, [d]), "g")
-    b = ir.IRBuilder(fn.append_basic_block())
-    b.ret(GpuTarget().math(b, "tanh", [fn.args[0]]))
-    assert "@\"__nv_tanh\"(" in str(double)
+    double, _ = _function_ir(lambda t, b, x, y: t.math(b, "tanh", [x]), ty=ir.DoubleType())
+    assert "@\"__nv_tanh\"(" in double
 
 
 @pytest.mark.skipif(libdevice_bitcode() is None or assembler() is None,
