@@ -67,10 +67,11 @@ def is_plain_loop(inst: HloInstruction) -> bool:
 
 def loop_dims(inst: HloInstruction) -> tuple[int, ...] | None:
     """The dimensions of a plain loop's outputs when they are all equal, else None."""
-    dims = {tuple(o.shape.dims) for o in fusion_outputs(inst) if o.shape.is_array}
-    if len(dims) != 1 or any(not o.shape.is_array for o in fusion_outputs(inst)):
+    outputs = fusion_outputs(inst)
+    if any(not o.shape.is_array for o in outputs):
         return None
-    return next(iter(dims))
+    dims = {tuple(o.shape.dims) for o in outputs}
+    return next(iter(dims)) if len(dims) == 1 else None
 
 
 def cpu_sibling_rule(a: HloInstruction, b: HloInstruction, parent: HloInstruction,
@@ -100,11 +101,18 @@ def cpu_sibling_rule(a: HloInstruction, b: HloInstruction, parent: HloInstructio
     return _OK
 
 
+def reduce_signatures(inst: HloInstruction) -> set[tuple[tuple[int, ...], tuple[int, ...]]]:
+    """(input dimensions, reduced dimensions) of every reduce `inst` computes (itself, or in its
+    fused computation)."""
+    insts = inst.fused_computation.instructions if inst.opcode == "fusion" else [inst]
+    return {(tuple(i.operands[0].shape.dims), tuple(sorted(i.attrs["dimensions"])))
+            for i in insts if i.opcode == "reduce"}
+
+
 def reduce_input_dims(inst: HloInstruction) -> tuple[int, ...] | None:
     """The input dimensions of the reduces `inst` computes (itself or in its fused computation)
     when they are all equal, else None."""
-    insts = inst.fused_computation.instructions if inst.opcode == "fusion" else [inst]
-    dims = {tuple(i.operands[0].shape.dims) for i in insts if i.opcode == "reduce"}
+    dims = {input_dims for input_dims, _ in reduce_signatures(inst)}
     return next(iter(dims)) if len(dims) == 1 else None
 
 

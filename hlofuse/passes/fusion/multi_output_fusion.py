@@ -24,7 +24,7 @@ from ...hlo.ir import HloComputation, HloInstruction
 from .context import FusionContext
 from .cost_model import TargetParams, distinct
 from .cpu_multi_output import (
-    CPU_MAX_OPERANDS_AND_OUTPUTS, KINDS_RULE, cpu_producer_consumer_rule, cpu_sibling_rule,
+    CPU_MAX_OPERANDS_AND_OUTPUTS, KINDS_RULE, cpu_producer_consumer_rule, cpu_sibling_rule, reduce_signatures,
 )
 from .decisions import Decision
 from .fusibility import (
@@ -235,8 +235,8 @@ def _fuse_reduction_into_epilogue(producer: HloInstruction, ctx: FusionContext) 
     consumer = fusions[0]
     if is_multi_output(consumer) or not sibling_candidate(consumer):
         return False
-    signatures = _reduce_signatures(producer) | _reduce_signatures(consumer)
-    if len(signatures) != 1 or not _reduce_signatures(producer) or not _reduce_signatures(consumer):
+    ps, cs = reduce_signatures(producer), reduce_signatures(consumer)
+    if not ps or not cs or len(ps | cs) != 1:
         return False
     comp = consumer.fused_computation
     for i, op in enumerate(consumer.operands):
@@ -301,8 +301,7 @@ def _fuse_loop_into_consumer(producer: HloInstruction, ctx: FusionContext) -> bo
 
 def _elementwise_only(inst: HloInstruction) -> bool:
     """Whether `inst` (or every member of its fusion) is elementwise, a broadcast or a constant."""
-    body = members(inst) if inst.opcode == "fusion" else [inst]
-    return all(i.info.elementwise or i.opcode in ("broadcast", "constant", "parameter") for i in body)
+    return all(i.info.elementwise or i.opcode in ("broadcast", "constant") for i in members(inst))
 
 
 def _cycle_through(producer: HloInstruction, consumer: HloInstruction, ctx: FusionContext) -> HloInstruction | None:
@@ -310,14 +309,6 @@ def _cycle_through(producer: HloInstruction, consumer: HloInstruction, ctx: Fusi
     `producer` inside `consumer` would then make the fusion depend on itself. None if none."""
     reach = ctx.reachability()
     return next((op for op in consumer.operands if op is not producer and reach.is_reachable(producer, op)), None)
-
-
-def _reduce_signatures(inst: HloInstruction) -> set:
-    """(input dimensions, reduced dimensions) of every reduce `inst` computes (itself, or in its
-    fused computation)."""
-    insts = inst.fused_computation.instructions if inst.opcode == "fusion" else [inst]
-    return {(tuple(i.operands[0].shape.dims), tuple(sorted(i.attrs["dimensions"])))
-            for i in insts if i.opcode == "reduce"}
 
 
 # ---- producer-consumer -----------------------------------------------------------------
