@@ -519,8 +519,11 @@ def triangular_solve(inst, args, ctx):
     pivoting in the operands' type: O(n^3) where substitution is O(n^2), and its f32 answer
     depended on the machine's BLAS kernels)."""
     trans = str(inst.attrs.get("transpose_a", "NO_TRANSPOSE"))
-    x = solve_triangular(args[0], args[1], _flag(inst, "lower"), _flag(inst, "unit_diagonal"), trans,
-                         _flag(inst, "left_side"))
+    try:
+        x = solve_triangular(args[0], args[1], _flag(inst, "lower"), _flag(inst, "unit_diagonal"), trans,
+                             _flag(inst, "left_side"))
+    except ValueError as e:  # an unknown transpose_a: the interpreter's error, not a traceback
+        raise UnsupportedError(f"triangular-solve {inst.name}: {e}") from None
     return x.astype(_np_dtype(inst.shape))
 
 

@@ -61,3 +61,15 @@ def test_library_convolution_zero_times_inf_is_nan(name, where, target):
     assert (np.isnan(got) == np.isnan(want)).all(), f"{int((np.isnan(got) != np.isnan(want)).sum())} NaNs differ"
     fin = np.isfinite(want)
     np.testing.assert_allclose(got[fin], want[fin], rtol=1e-5, atol=1e-5)
+
+
+def test_triangular_solve_unknown_transpose_is_a_clear_error():
+    # The verifier does not check transpose_a's value; the library rule must refuse it as the
+    # interpreter does (UnsupportedError naming the instruction), not raise a bare ValueError.
+    from hlofuse.hlo.errors import UnsupportedError
+
+    text = ("HloModule m\nENTRY e {\n  a = f32[4,4] parameter(0)\n  b = f32[4,3] parameter(1)\n"
+            "  ROOT x = f32[4,3] triangular-solve(a, b), left_side=true, lower=true, transpose_a=BOGUS\n}\n")
+    exe = hlofuse.compile(parse_hlo(text), target="cpu", cache=False)
+    with pytest.raises(UnsupportedError, match="triangular-solve x: unknown transpose_a BOGUS"):
+        exe(np.eye(4, dtype=np.float32), np.ones((4, 3), np.float32))
