@@ -21,7 +21,6 @@ import dataclasses
 import os
 import statistics
 import sys
-import time
 
 import numpy as np
 
@@ -32,6 +31,7 @@ sys.path.insert(0, REPO)
 sys.path.insert(0, os.path.join(REPO, "tests", "support"))
 
 from real_models import XlaExecutable, reexec_with_malloc_settings  # noqa: E402
+from run import rotated_rounds  # noqa: E402
 
 WORKLOADS = ("shared_producer", "batch_norm_train", "lstm_cell", "scan_rnn")
 # Corpus programs the rule changes whose functions take inputs of any length.
@@ -116,13 +116,7 @@ def time_module(text: str, args: list, rounds: int) -> dict:
     # the same results with and without the rule (bit for bit: the same element code)
     for a, b in zip(on(*args), off(*args)):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
-    times: dict[str, list[float]] = {k: [] for k in calls}
-    order = list(calls)
-    for r in range(rounds):
-        for k in order[r % 3:] + order[:r % 3]:
-            t = time.perf_counter()
-            calls[k]()
-            times[k].append(time.perf_counter() - t)
+    times = rotated_rounds(calls, rounds)
     return {"kernels_on": k_on, "kernels_off": k_off, **{k: statistics.median(v) for k, v in times.items()}}
 
 

@@ -80,6 +80,25 @@ def interleaved(fns: list, rounds: int, budget: float) -> list[list[float]]:
     return times
 
 
+def rotated_rounds(calls: dict, rounds: int, measure=None) -> dict[str, list]:
+    """What `measure(call)` gives (default: the call's wall seconds) for one call of each of
+    `calls` (name -> function) per round, over `rounds` rounds, the order rotated by one every
+    round so that none always runs right after another (with three or more, reversing every
+    other round, as `interleaved` does, would keep the middle one in the middle)."""
+    if measure is None:
+        def measure(call) -> float:
+            t0 = time.perf_counter()
+            call()
+            return time.perf_counter() - t0
+    out: dict[str, list] = {k: [] for k in calls}
+    order = list(calls)
+    for r in range(rounds):
+        s = r % len(order)
+        for k in order[s:] + order[:s]:
+            out[k].append(measure(calls[k]))
+    return out
+
+
 def run_workload(name: str, w, size: str, rounds: int, budget: float, cache_dir: str, numpy_too: bool,
                  iree: bool = False) -> tuple[dict, object, list]:
     """Compile, check and time one workload (beside IREE too with `iree`); its row, the hlofuse

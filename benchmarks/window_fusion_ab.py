@@ -48,6 +48,7 @@ def run_model(name: str, rounds: int) -> dict:
     from hlofuse.runtime.cpu_executor import CpuProgram
     from model_zoo import BUILDERS
     from real_models import XlaExecutable
+    from run import rotated_rounds
 
     model = BUILDERS[name]()
     text = jax.jit(model.fn, keep_unused=True).lower(*model.args).as_text(dialect="hlo")
@@ -71,12 +72,7 @@ def run_model(name: str, rounds: int) -> dict:
              "xla": lambda: xla(buffers)}
     for call in calls.values():  # warm-up
         call()
-    times: dict[str, list[tuple[float, float]]] = {k: [] for k in calls}
-    order = list(calls)
-    for r in range(rounds):
-        # each round rotates the order, so that none of the three always runs after another
-        for label in order[r % 3:] + order[:r % 3]:
-            times[label].append(_timed(calls[label]))
+    times = rotated_rounds(calls, rounds, _timed)
     for label, ts in times.items():
         row[f"{label}_wall_ms"] = statistics.median(t[0] for t in ts) * 1e3
         row[f"{label}_cpu_ms"] = statistics.median(t[1] for t in ts) * 1e3

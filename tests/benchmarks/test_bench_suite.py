@@ -14,7 +14,7 @@ from repo_paths import BENCHMARKS
 sys.path.insert(0, str(BENCHMARKS))
 
 import kernel_figures as kf  # noqa: E402
-from run import format_table, interleaved  # noqa: E402
+from run import format_table, interleaved, rotated_rounds  # noqa: E402
 from workloads import WORKLOADS  # noqa: E402
 
 import hlofuse  # noqa: E402
@@ -73,6 +73,17 @@ def test_interleaved_alternates_order_and_counts_rounds():
     # a spent budget still gives three rounds, and no more than that
     times = interleaved([lambda: None], rounds=50, budget=0.0)
     assert len(times[0]) == 3
+
+
+def test_rotated_rounds_rotates_order_and_records_measure():
+    calls = []
+    fns = {k: (lambda k=k: calls.append(k)) for k in "abc"}
+    times = rotated_rounds(fns, rounds=4)
+    assert calls == list("abc" "bca" "cab" "abc")
+    assert {k: len(v) for k, v in times.items()} == {"a": 4, "b": 4, "c": 4}
+    assert all(t >= 0 for v in times.values() for t in v)
+    marks = rotated_rounds(fns, rounds=2, measure=lambda call: (call(), "m")[1])
+    assert marks == {"a": ["m", "m"], "b": ["m", "m"], "c": ["m", "m"]}
 
 
 def test_profile_rows_of_a_small_program():
