@@ -23,6 +23,10 @@ from ...hlo.ir import HloComputation, HloInstruction, HloModule
 # 10,000; hlofuse's lower figure is measured (the reasons: passes/fusion/size_limit.py).
 MAX_FUSED_INSTRUCTIONS = 512
 
+# XLA's kMaxOperandsAndOutputsPerFusion (gpu_fusible.h): the most buffers one fused kernel reads
+# and writes. The GPU's budget; the CPU's multi-output kernels take it too (cpu_multi_output.py).
+MAX_OPERANDS_AND_OUTPUTS_PER_FUSION = 96
+
 
 @dataclass(frozen=True)
 class TargetParams:
@@ -64,7 +68,7 @@ class TargetParams:
 
 GPU = TargetParams(
     name="gpu",
-    max_operands_and_outputs=96,
+    max_operands_and_outputs=MAX_OPERANDS_AND_OUTPUTS_PER_FUSION,
     cheap_f32_math=True,
     reduce_epilogue_only=True,
     max_concatenate_operands=None,

@@ -34,16 +34,17 @@ from __future__ import annotations
 from typing import Callable
 
 from ...hlo.ir import HloInstruction
+from .cost_model import MAX_OPERANDS_AND_OUTPUTS_PER_FUSION
 from .decisions import Decision
 from .fusibility import fusion_outputs, is_multi_output, members, reduce_hero
 
 refuse = Decision.refuse
 _OK = Decision.allow()
 
-# XLA's kMaxOperandsAndOutputsPerFusion (gpu_fusible.h): the most buffers one multi-output
-# kernel reads and writes. XLA:CPU has no multi-output fusion and so no such figure; the GPU's
-# bounds the CPU's merged kernels too (each buffer is a pointer argument and a stream).
-CPU_MAX_OPERANDS_AND_OUTPUTS = 96
+# The most buffers one multi-output kernel reads and writes. XLA:CPU has no multi-output fusion
+# and so no such figure; the GPU's (XLA's kMaxOperandsAndOutputsPerFusion) bounds the CPU's
+# merged kernels too (each buffer is a pointer argument and a stream).
+CPU_MAX_OPERANDS_AND_OUTPUTS = MAX_OPERANDS_AND_OUTPUTS_PER_FUSION
 
 # The rule name of a pair the CPU does not merge because of what the two kernels are (a
 # reduction and a loop, a library call): the target's policy, not logged per pair.
