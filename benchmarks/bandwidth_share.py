@@ -54,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
     import numpy as np
 
     from kernel_figures import STREAM_KERNELS, format_profile, nbytes_of, profile_rows
-    from run import uptime
+    from run import interleaved, uptime
     from workloads import WORKLOADS
 
     import hlofuse
@@ -100,13 +100,8 @@ def main(argv: list[str] | None = None) -> int:
     for f in calls.values():
         f()
         f()
-    times = {k: [] for k in names}
-    for r in range(a.rounds):
-        for k in (names if r % 2 == 0 else reversed(names)):
-            t0 = time.process_time()
-            calls[k]()
-            times[k].append(time.process_time() - t0)
-    med = {k: statistics.median(v) for k, v in times.items()}
+    times = interleaved([calls[k] for k in names], a.rounds, float("inf"), time.process_time)  # all a.rounds
+    med = {k: statistics.median(v) for k, v in zip(names, times)}
     rate = {k: moved[k] / med[k] for k in names}
     bar = max(rate[k] for k in STREAM_KERNELS)
     print("one thread, CPU time: " + ", ".join(f"{k} {rate[k] / 1e9:.2f}" for k in STREAM_KERNELS)

@@ -73,6 +73,10 @@ def test_interleaved_alternates_order_and_counts_rounds():
     # a spent budget still gives three rounds, and no more than that
     times = interleaved([lambda: None], rounds=50, budget=0.0)
     assert len(times[0]) == 3
+    # the clock is the caller's: one that advances by 1 per reading gives 1 per call
+    ticks = iter(range(100))
+    times = interleaved([lambda: None, lambda: None], rounds=2, budget=100.0, clock=lambda: next(ticks))
+    assert times == [[1, 1], [1, 1]]
 
 
 def test_rotated_rounds_rotates_order_and_records_measure():
