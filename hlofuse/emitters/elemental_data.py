@@ -75,18 +75,13 @@ def _reshape(em: ElementalEmitter, inst):
         finish = None
     if op_dims == dims_of(inst) and (inst.opcode == "reshape" or _same_layout(inst.operands[0].shape, inst.shape)):
         return g if finish is None else remap(em, g, lambda idx: idx, finish)
-    if inst.opcode == "bitcast" and not (_row_major(inst.shape) and _row_major(inst.operands[0].shape)):
+    if inst.opcode == "bitcast" and not (inst.shape.is_row_major() and inst.operands[0].shape.is_row_major()):
         return remap(em, g, _physical_bitcast(em, inst), finish)
     return remap(em, g, lambda idx: Index(em.b, op_dims, linear=idx.linear), finish)
 
 
-def _row_major(shape) -> bool:
-    layout = shape.layout
-    return layout is None or tuple(layout.minor_to_major) == tuple(range(shape.rank - 1, -1, -1))
-
-
 def _same_layout(a, b) -> bool:
-    return _row_major(a) and _row_major(b) or (a.layout is not None and b.layout is not None
+    return a.is_row_major() and b.is_row_major() or (a.layout is not None and b.layout is not None
                                                and a.layout.minor_to_major == b.layout.minor_to_major)
 
 

@@ -88,6 +88,11 @@ class ArrayShape(Shape):
     def leaves(self) -> list["ArrayShape"]:
         return [self]
 
+    def is_row_major(self) -> bool:
+        """Whether the layout is the default (major-to-minor) one, or there is none: one
+        linear index then walks the elements in their dimensions' row-major order."""
+        return self.layout is None or tuple(self.layout.minor_to_major) == tuple(range(self.rank - 1, -1, -1))
+
     def is_static(self) -> bool:
         return not any(self.dynamic)
 

@@ -194,11 +194,6 @@ def streams_rows(skel, comp: HloComputation, ls: LoopShape, outputs: list) -> bo
     return moved > cpu_row.l3_cache_bytes()
 
 
-def _row_major(shape) -> bool:
-    layout = shape.layout
-    return layout is None or tuple(layout.minor_to_major) == tuple(range(shape.rank - 1, -1, -1))
-
-
 def window_reshape_source(comp: HloComputation, chosen: list) -> HloInstruction | None:
     """The operand of a loop kernel's one output when that output is a reshape (or bitcast)
     keeping the row-major element order, and `comp` reduces windows: the loop then walks the
@@ -214,8 +209,8 @@ def window_reshape_source(comp: HloComputation, chosen: list) -> HloInstruction 
     if inst.opcode not in ("reshape", "bitcast") or not inst.shape.is_array:
         return None
     src = inst.operands[0]
-    if not (src.shape.is_array and src.shape.dtype == inst.shape.dtype and _row_major(src.shape)
-            and _row_major(inst.shape)):
+    if not (src.shape.is_array and src.shape.dtype == inst.shape.dtype and src.shape.is_row_major()
+            and inst.shape.is_row_major()):
         return None
     if not any(i.opcode == "reduce-window" for i in comp.instructions):
         return None

@@ -7,7 +7,6 @@ Used by sibling and producer-consumer multi-output fusion and by horizontal inpu
 from __future__ import annotations
 
 from ...hlo.ir import HloInstruction
-from ...hlo.shapes import Layout
 from .decisions import Decision
 from .fusibility import fusion_outputs, is_physically_transposing, reduce_hero, reduction_is_contiguous
 
@@ -61,10 +60,6 @@ def loop_shape(h: HloInstruction):
     return h.shape
 
 
-def _row_major(shape) -> bool:
-    return shape.layout is None or shape.layout.minor_to_major == Layout.default(shape.rank).minor_to_major
-
-
 def same_loop(a, b) -> bool:
     """XLA: equal shapes, or shapes one reshape-bitcast apart (same element count, both in
     row-major layout, so one linear index walks both)."""
@@ -74,7 +69,7 @@ def same_loop(a, b) -> bool:
         return True
     if [d for d in a.dims if d != 1] == [d for d in b.dims if d != 1]:
         return True
-    return a.element_count() == b.element_count() and _row_major(a) and _row_major(b)
+    return a.element_count() == b.element_count() and a.is_row_major() and b.is_row_major()
 
 
 def _physical_dims(shape) -> tuple[int, ...]:
