@@ -86,6 +86,12 @@ class ConvDimensionNumbers:
     output_spatial: tuple[int, ...]
 
     @staticmethod
+    def of(value) -> "ConvDimensionNumbers":
+        """`value` itself when it is ConvDimensionNumbers, else parsed from its text (a
+        dim_labels attribute may be kept as text); ValueError if malformed."""
+        return value if isinstance(value, ConvDimensionNumbers) else ConvDimensionNumbers.from_labels(str(value))
+
+    @staticmethod
     def from_labels(text: str) -> "ConvDimensionNumbers":
         """Parse `b01f_01io->b01f`; ValueError with the reason if malformed."""
         try:

@@ -46,8 +46,7 @@ def fold_conv_input_pad(inst: HloInstruction) -> HloInstruction | None:
     pad, weights = inst.operands
     if pad.opcode != "pad" or not _is_zero(pad.operands[1]):
         return None
-    labels = inst.attrs.get("dim_labels")
-    dn = labels if isinstance(labels, ConvDimensionNumbers) else ConvDimensionNumbers.from_labels(str(labels))
+    dn = ConvDimensionNumbers.of(inst.attrs.get("dim_labels"))
     config = [tuple(c) for c in pad.attrs.get("padding", ())]
     window = inst.attrs.get("window") or Window(tuple(WindowDimension() for _ in dn.input_spatial))
     if len(config) != pad.shape.rank or len(window.dimensions) != len(dn.input_spatial):

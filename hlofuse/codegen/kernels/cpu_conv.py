@@ -138,10 +138,7 @@ class ConvGeometry:
 
 def dimension_numbers(inst: HloInstruction) -> ConvDimensionNumbers:
     """The convolution's dim_labels as ConvDimensionNumbers (the parser may keep text)."""
-    dn = inst.attrs.get("dim_labels")
-    if isinstance(dn, ConvDimensionNumbers):
-        return dn
-    return ConvDimensionNumbers.from_labels(str(dn))
+    return ConvDimensionNumbers.of(inst.attrs.get("dim_labels"))
 
 
 def accumulation_type(lhs: ElementType, rhs: ElementType, out: ElementType) -> ElementType | None:

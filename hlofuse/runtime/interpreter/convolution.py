@@ -143,10 +143,9 @@ def convolution_reference(inst: HloInstruction, args: list, interp) -> np.ndarra
     """`convolution(lhs, rhs), window=..., dim_labels=...` with optional group counts."""
     lhs, rhs = (np.asarray(a) for a in args)
     dn = inst.attrs.get("dim_labels")
-    if isinstance(dn, str) or (dn is not None and not isinstance(dn, ConvDimensionNumbers)):
-        dn = ConvDimensionNumbers.from_labels(str(dn))
     if dn is None:
         raise UnsupportedError(f"convolution {inst.name}: missing dim_labels")
+    dn = ConvDimensionNumbers.of(dn)
     window = inst.attrs.get("window") or Window(tuple(WindowDimension() for _ in dn.input_spatial))
     return convolve(lhs, rhs, window, dn, attr_int(inst, "feature_group_count", 1),
                     attr_int(inst, "batch_group_count", 1), result_dtype(inst.shape), inst.name)
