@@ -52,31 +52,21 @@ _reexec_with_malloc_settings = reexec_with_malloc_settings  # the name benchmark
 
 
 class XlaExecutable:
-    """An HLO module compiled by XLA:CPU from its text (XLA's own parser), run on device buffers."""
+    """An HLO module compiled by XLA:CPU from its text (XLA's own parser), run on device buffers:
+    hlofuse's `--compare xla` reference (runtime/xla_reference.py), called on placed buffers."""
 
     def __init__(self, text: str) -> None:
-        import jax
-        from jax._src.lib import xla_client as xc
+        from hlofuse.runtime.xla_reference import compile_for_xla_cpu
 
-        module = xc.hlo.hlo_module_from_text(text)
-        stablehlo = xc._xla.mlir.hlo_to_stablehlo(module.as_serialized_hlo_module_proto())
-        self._client = jax.devices("cpu")[0].client
-        start = time.perf_counter()
-        self._exe = self._client.compile_and_load(stablehlo, self._client.devices()[:1], xc.CompileOptions())
-        self.compile_seconds = time.perf_counter() - start
+        self._exe = compile_for_xla_cpu(text)
+        self.compile_seconds = self._exe.compile_seconds  # XLA:CPU's compile alone, wall seconds
 
     def place(self, args: list):
         """Device buffers of `args` (placed once, outside the timed calls)."""
-        import jax
-
-        with jax.enable_x64(True):
-            return [jax.device_put(a) for a in args]
+        return self._exe.place(args)
 
     def __call__(self, buffers: list) -> list:
-        out = self._exe.execute(buffers)
-        for o in out:
-            o.block_until_ready()
-        return out
+        return self._exe.run_placed(buffers)
 
 
 def _load() -> str:

@@ -11,6 +11,7 @@ is XlaRefusedError quoting XLA's own message; both are the user's to act on, not
 """
 from __future__ import annotations
 
+import time
 from typing import Any, Sequence
 
 import numpy as np
@@ -70,10 +71,13 @@ class XlaCpuExecutable:
     `run_placed` runs on them and waits for the results (what `--repeat` times), and calling
     it does both and returns numpy arrays."""
 
-    def __init__(self, executable: Any, device: Any, version: str) -> None:
+    def __init__(self, executable: Any, device: Any, version: str, compile_seconds: float = 0.0) -> None:
         self._executable = executable
         self._device = device
         self.version = version
+        # Wall seconds of XLA:CPU's compile alone (not its parsing or the StableHLO conversion):
+        # what benchmarks/compile_time.py sets beside hlofuse's cold compile.
+        self.compile_seconds = compile_seconds
 
     @property
     def label(self) -> str:
@@ -132,8 +136,10 @@ def compile_for_xla_cpu(hlo_text: str) -> XlaCpuExecutable:
         stage = "conversion to StableHLO"
         stablehlo = to_stablehlo(hlo_module.as_serialized_hlo_module_proto())
         stage = "CPU compiler"
+        start = time.perf_counter()
         executable = compile_and_load(stablehlo, [device], xc.CompileOptions())
+        compile_seconds = time.perf_counter() - start
     except (RuntimeError, ValueError, TypeError) as e:
         raise XlaRefusedError(f"XLA:CPU (jaxlib {version}) refused the module; its {stage} says: "
                               f"{_xla_message(e)}") from None
-    return XlaCpuExecutable(executable, device, version)
+    return XlaCpuExecutable(executable, device, version, compile_seconds)

@@ -3,7 +3,7 @@
     outputs = run_on_xla(hlo_text, [x, y])   # list of numpy arrays, tuples flattened
 
 The module is parsed by XLA's HLO parser, converted to StableHLO and compiled by the JAX CPU
-client. Only for tests: it relies on jaxlib internals and is skipped when they are missing.
+client, as `hlofuse run --compare xla` does (runtime/xla_reference.py). Only for tests: it relies on jaxlib internals and is skipped when they are missing.
 """
 from __future__ import annotations
 
@@ -16,21 +16,12 @@ def run_on_xla(text: str, args: list[np.ndarray]) -> list[np.ndarray]:
 
 
 def compile_on_xla(text: str):
-    """`text` compiled with XLA CPU: a function of a list of arguments, returning the outputs."""
-    import jax
-    from jax._src.lib import xla_client as xc
+    """`text` compiled with XLA CPU: a function of a list of arguments, returning the outputs
+    (hlofuse's own `--compare xla` reference, runtime/xla_reference.py)."""
+    from hlofuse.runtime.xla_reference import compile_for_xla_cpu
 
-    module = xc.hlo.hlo_module_from_text(text)
-    stablehlo = xc._xla.mlir.hlo_to_stablehlo(module.as_serialized_hlo_module_proto())
-    client = jax.devices("cpu")[0].client
-    exe = client.compile_and_load(stablehlo, client.devices()[:1], xc.CompileOptions())
-
-    def run(args: list[np.ndarray]) -> list[np.ndarray]:
-        with jax.enable_x64(True):  # keep 64-bit argument types even when JAX runs without x64
-            buffers = [jax.device_put(np.asarray(a)) for a in args]
-        return [np.asarray(o) for o in exe.execute(buffers)]
-
-    return run
+    exe = compile_for_xla_cpu(text)
+    return lambda args: exe(*args)
 
 
 def xla_available() -> bool:
