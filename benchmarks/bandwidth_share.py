@@ -1,6 +1,7 @@
 """Memory-bound workloads' share of the one-thread streaming bandwidth, in process CPU time.
 
 Run:  python benchmarks/bandwidth_share.py [--workloads a,b] [--rounds 21] [--aligned] [--profile]
+                                          [--baseline MODULE.NAME=VALUE ...]
 
 On a shared, loaded machine wall time mostly measures the neighbours; a kernel on one thread
 (HLOFUSE_CPU_THREADS=1, set before anything is compiled) spends process CPU time only on its
@@ -17,6 +18,10 @@ Inputs are numpy's arrays as the workloads make them (large ones start 16 bytes 
 line, so every 64-byte vector load of a row kernel straddles two lines); with `--aligned` they
 are copied to 64-byte boundaries first, as XLA's buffers are (benchmarks/run.py gives XLA its
 own aligned copies). With `--profile`, each workload's kernels (CpuProgram.profile) are listed.
+With `--baseline`, every workload is also compiled (no cache) with those module attributes of
+hlofuse set to the values given (`hlofuse.codegen.kernels.reduction_groups.ROW_ACCUMULATORS=1`:
+the code before a mechanism, where a constant switches it off) and timed as `NAME@base` in the
+same rounds, beside a second compile as it is (`NAME`): an A/B in one process, interleaved.
 
 What it showed (one thread, CPU time, interleaved medians, load 3.6-4.0; the bar 51-52 GB/s,
 triad-rows; a read-only row sum reaches 43-44, so a reduction's ceiling on one thread is
@@ -35,6 +40,7 @@ accumulators, yet runs 1.76 ms on an aligned input where a C loop of the same op
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import statistics
 import sys
@@ -65,6 +71,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rounds", type=int, default=21)
     p.add_argument("--aligned", action="store_true", help="copy the inputs to 64-byte boundaries first")
     p.add_argument("--profile", action="store_true")
+    p.add_argument("--baseline", action="append", default=[], metavar="MODULE.NAME=VALUE",
+                   help="also time each workload compiled with this hlofuse attribute set (repeatable)")
     a = p.parse_args(argv)
     print(uptime(), flush=True)
     calls, moved = {}, {}
@@ -91,11 +99,16 @@ def main(argv: list[str] | None = None) -> int:
         if a.aligned:
             args = [_aligned_copy(x) for x in args]
         text = jax.jit(w.fn, keep_unused=True).lower(*args).as_text(dialect="hlo")
-        exe = hlofuse.compile(hlofuse.parse_hlo(text), target="cpu")
+        exe = hlofuse.compile(hlofuse.parse_hlo(text), target="cpu", cache=not a.baseline)
         outs = list(exe(*args))
         exes[name] = (exe, args)
         calls[name] = (lambda e=exe, g=args: e(*g))
         moved[name] = w.input_passes * nbytes_of(args) + nbytes_of(outs)
+        if a.baseline:
+            with _attributes_set(a.baseline):
+                base = hlofuse.compile(hlofuse.parse_hlo(text), target="cpu", cache=False)
+                base(*args)  # the driver is made on the first run
+            calls[name + "@base"], moved[name + "@base"] = (lambda e=base, g=args: e(*g)), moved[name]
     names = list(calls)
     for f in calls.values():
         f()
@@ -116,6 +129,26 @@ def main(argv: list[str] | None = None) -> int:
             rows, per_run = profile_rows(exe, args, runs=3)
             print(format_profile(k, rows, per_run))
     return 0
+
+
+@contextlib.contextmanager
+def _attributes_set(assignments: list[str]):
+    """Set each `MODULE.NAME=VALUE` (VALUE a Python literal) for the duration, then restore."""
+    import ast
+    import importlib
+
+    saved = []
+    try:
+        for item in assignments:
+            target, value = item.split("=", 1)
+            module_name, attr = target.rsplit(".", 1)
+            module = importlib.import_module(module_name)
+            saved.append((module, attr, getattr(module, attr)))
+            setattr(module, attr, ast.literal_eval(value))
+        yield
+    finally:
+        for module, attr, old in reversed(saved):
+            setattr(module, attr, old)
 
 
 def _aligned_copy(x):

@@ -53,9 +53,9 @@ from ...emitters.ir_helpers import Index, const_i64, delinearize, for_range, fre
 from ...hlo.ir import HloComputation
 from . import arg_reduction
 from .args import output_leaves
-from .loop_hints import ROLLED_AROUND, forbid_vectorization
+from .loop_hints import ROLLED_AROUND, forbid_vectorization, interleave
 from .reduction_groups import (COLUMN_BLOCK, ReduceHero, ReductionGroup, in_order_target, override_heroes,
-                               vector_lanes, without_reassociation)
+                               row_accumulators, vector_lanes, without_reassociation)
 
 
 def emit_reduction_kernel(skel, comp: HloComputation, group: ReductionGroup, stage: str = "single",
@@ -127,20 +127,37 @@ def _input_index(b, group: ReductionGroup, kept_vals, reduced_vals) -> Index:
 
 
 def _reduced_loops(b, group: ReductionGroup, body, level: int = 0, fixed=(), outer=None,
-                   vectorize: bool = True, unroll: bool = True) -> None:
+                   vectorize: bool = True, unroll: bool = True, accumulators: int = 1) -> None:
     """Nested loops over the reduced dimensions, outermost first; body(values) inside.
     `outer` = (lo, hi) restricts the outermost one (a slice of a split reduction); with
     `vectorize` False LLVM is told not to vectorise any of them, with `unroll` False not to
-    unroll any of them (loop_hints)."""
+    unroll any of them (loop_hints). `accumulators` > 1 asks for that many interleaved vectors
+    in the innermost one and keeps it rolled (reduction_groups.row_accumulators)."""
     if level == len(group.rdims):
         body(list(fixed))
         return
     size = group.in_dims[group.rdims[level]]
     lo, hi = outer if (level == 0 and outer is not None) else (const_i64(0), const_i64(size))
-    with for_range(b, lo, hi, f"r{level}", unroll=unroll) as i:
-        _reduced_loops(b, group, body, level + 1, tuple(fixed) + (i,), vectorize=vectorize, unroll=unroll)
+    interleaved = accumulators > 1 and level == len(group.rdims) - 1
+    with for_range(b, lo, hi, f"r{level}", unroll=unroll and not interleaved) as i:
+        _reduced_loops(b, group, body, level + 1, tuple(fixed) + (i,), vectorize=vectorize, unroll=unroll,
+                       accumulators=accumulators)
     if not vectorize:
         forbid_vectorization(i)
+    if interleaved:
+        interleave(i, accumulators)
+
+
+def _row_accumulators(em, group: ReductionGroup, heroes, arg_rows: dict, parts: int) -> int:
+    """The interleave count of a row kernel's innermost reduced loop (`row_accumulators`): 1
+    where the reducers keep their order (`in_order_target`), else counted over every value the
+    loop folds (an argmax folds one, its maximum, in this loop) and the loop's length (a
+    split's slice where the sliced dimension is the only one)."""
+    if not em.target.reassociate_reductions:
+        return 1
+    accumulators = sum(1 if h in arg_rows else len(h.types) for h in heroes)
+    row = group.in_dims[group.rdims[-1]] // (parts if len(group.rdims) == 1 else 1)
+    return row_accumulators(vector_lanes(em.target, group.heroes), accumulators, row)
 
 
 # Bytes of a column block's accumulators (every hero's, every column) below which its reduced
@@ -209,7 +226,7 @@ def _emit_row(skel, em, group, heroes, extras, epilogue_ptrs, epilogue_leaves, p
                     b.store(r, s)
             _store_extras(b, index, extras)
 
-        _reduced_loops(b, group, body, outer=outer)
+        _reduced_loops(b, group, body, outer=outer, accumulators=_row_accumulators(em, group, heroes, arg_rows, parts))
         for h, row in arg_rows.items():
             values = row.finish(lambda f: _reduced_loops(b, group, f, outer=outer),
                                 lambda reduced: _input_index(b, group, out_index.multi, reduced))

@@ -223,6 +223,36 @@ def vector_lanes(target, heroes) -> int:
     return lanes_of(getattr(target, "vector_width", None), bits)
 
 
+# Independent vector accumulators per reduce in a row reduction's innermost loop
+# (`llvm.loop.interleave.count`), and the most vector registers all of a loop's reduces may
+# keep as accumulators together (AVX-512 and AVX2 have 32 and 16; the loads, products and
+# addresses need the rest).
+ROW_ACCUMULATORS = 8
+ROW_ACCUMULATOR_REGISTERS = 16
+
+
+def row_accumulators(lanes: int, accumulators: int, row: int) -> int:
+    """How many vectors a reassociating row reduction's innermost loop (`row` elements long)
+    interleaves, each an independent accumulator of each of its `accumulators` reduced values:
+    `ROW_ACCUMULATORS`, halved until they fit `ROW_ACCUMULATOR_REGISTERS` and a row holds them
+    all (a shorter row would run in the scalar remainder loop); 1 (LLVM's own choice) where
+    that leaves fewer than 2. The loop given a count stays rolled (cpu_reduction, cpu_row).
+
+    Why: a row read from memory is folded as fast as the core keeps enough loads in flight, and
+    an add waiting for its load and for the previous add of its accumulator holds a scheduler
+    entry; with few accumulators those waiting adds fill the schedulers and stall the loads
+    behind them. f32 row sums of [12288, 1024] (48 MB, aligned, one thread, CPU time,
+    interleaved medians, load 4-5): 1 accumulator 39 GB/s, 2 42, 4 49, 8 55, 16 55; LLVM's own
+    choice (4, then the whole row unrolled) 47. The loop must stay rolled: once LLVM unrolls a
+    row, its Reassociate pass rebuilds the row's adds into trees of its own whatever the count
+    (an interleave count of 8 then gave the same code as 4), and sum and sum of squares of the
+    same rows ran at 28.6 GB/s unrolled against 47 rolled with 8."""
+    count = ROW_ACCUMULATORS
+    while count > 1 and (count * accumulators > ROW_ACCUMULATOR_REGISTERS or count * lanes > row):
+        count //= 2
+    return count if count >= 2 else 1
+
+
 def in_order_target(target, heroes):
     """The target to emit a reduction kernel of `heroes` (reduce instructions) with: `target`
     itself, or, when a hero is order-sensitive, a copy that does not reassociate reductions.
