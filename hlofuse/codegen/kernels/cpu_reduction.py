@@ -10,9 +10,10 @@ Two loop orders, chosen so the innermost loop is contiguous in memory:
     innermost loop over the last dimension. The reducer's float adds/multiplies carry
     `reassoc` (XLA reassociates reductions too), so LLVM vectorizes the loop with several
     vector accumulators: results differ from a sequential sum by rounding only.
-  * column (the last input dimension is kept): a unit of work is a block of `COLUMN_BLOCK`
-    output columns for one value of the other kept dimensions; accumulators live in the
-    output row itself, and for each reduced position the block is updated with a
+  * column (the last input dimension is kept): a unit of work is a block of output
+    columns (`ReductionGroup.block_columns`: as many as 16 vector registers of accumulators
+    hold) for one value of the other kept dimensions; accumulators live in a stack block that
+    LLVM keeps in registers, and for each reduced position the block is updated with a
     contiguous, vectorizable loop (no reassociation needed).
 
 Either order with few work units (a full reduction; batch-norm statistics of 96 channels,
@@ -54,7 +55,7 @@ from ...hlo.ir import HloComputation
 from . import arg_reduction
 from .args import output_leaves
 from .loop_hints import ROLLED_AROUND, forbid_vectorization, interleave
-from .reduction_groups import (COLUMN_BLOCK, ReduceHero, ReductionGroup, in_order_target, override_heroes,
+from .reduction_groups import (ReduceHero, ReductionGroup, in_order_target, override_heroes,
                                row_accumulators, vector_lanes, without_reassociation)
 
 
@@ -107,7 +108,7 @@ def _reduction_target(target, group: ReductionGroup):
     target = in_order_target(target, group.heroes)
     if group.is_row or not target.reassociate_reductions:
         return target
-    if min(COLUMN_BLOCK, group.in_dims[-1]) < vector_lanes(target, group.heroes):
+    if min(group.block_columns, group.in_dims[-1]) < vector_lanes(target, group.heroes):
         return target
     return without_reassociation(target)
 
@@ -295,7 +296,7 @@ def _split_slice(b, part, size: int, parts: int) -> tuple:
 
 def _emit_column(skel, em, group, heroes, extras, epilogue_ptrs, epilogue_leaves, parts: int = 1,
                  scratch=None) -> None:
-    """Column loops: a unit is a block of COLUMN_BLOCK columns of one row of kept dimensions,
+    """Column loops: a unit is a block of group.block_columns columns of one row of kept dimensions,
     accumulated in a stack block. With `scratch` (a split's partial stage), unit = part *
     group.units + block: the block folds slice `part` of the outermost reduced dimension and
     stores its accumulators to scratch at [part][output] instead of running the epilogue."""
@@ -303,10 +304,11 @@ def _emit_column(skel, em, group, heroes, extras, epilogue_ptrs, epilogue_leaves
     last = group.in_dims[-1]
     nb = group.blocks
     n_out = group.out_elements
+    width = group.block_columns
     block = {}  # per hero, its accumulators for the unit's block of columns
     with b.goto_entry_block():
         for h in heroes:
-            block[h] = [b.alloca(mem_type(et), size=COLUMN_BLOCK) for et in h.types]
+            block[h] = [b.alloca(mem_type(et), size=width) for et in h.types]
     position = {}
 
     def current(h):
@@ -321,8 +323,8 @@ def _emit_column(skel, em, group, heroes, extras, epilogue_ptrs, epilogue_leaves
             part, u = b.udiv(unit, const_i64(group.units)), b.urem(unit, const_i64(group.units))
             outer_slice = _split_slice(b, part, group.in_dims[group.rdims[0]], parts)
         o = b.udiv(u, const_i64(nb))
-        j0 = b.mul(b.urem(u, const_i64(nb)), const_i64(COLUMN_BLOCK))
-        j1 = b.add(j0, const_i64(COLUMN_BLOCK))
+        j0 = b.mul(b.urem(u, const_i64(nb)), const_i64(width))
+        j1 = b.add(j0, const_i64(width))
         j1 = b.select(b.icmp_signed("<", j1, const_i64(last)), j1, const_i64(last))
         outer = delinearize(b, o, group.out_dims[:-1])
         row = b.mul(o, const_i64(last))
@@ -346,7 +348,7 @@ def _emit_column(skel, em, group, heroes, extras, epilogue_ptrs, epilogue_leaves
 
         # A block of at least a vector is vectorised across its columns, never along the
         # reduced dimensions (loop_hints; floats: _reduction_target).
-        block_columns = min(COLUMN_BLOCK, last)
+        block_columns = min(width, last)
         _reduced_loops(b, group, body, outer=outer_slice,
                        vectorize=block_columns < vector_lanes(em.target, group.heroes),
                        unroll=not rolls_reduced_loops(block_columns, heroes))
