@@ -1,0 +1,69 @@
+"""Row kernels' fold loops (kernels/cpu_row.py): each level's reduction loop keeps
+reduction_groups.row_accumulators independent vector accumulators (interleaved, rolled), and a
+fold loop that prefetches the next row does it in FOLD_PREFETCH_ROUNDS chunks of the row
+(`_fold_chunk_bytes`), each ending in one horizontal sum, not one every 64 elements. Results
+stay the interpreter's (within the reduction tolerance) for rows around the chunk boundaries."""
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+
+import hlofuse
+from hlofuse.codegen.kernels import cpu_row, reduction_groups
+from hlofuse.runtime.compare import compare_outputs
+from test_row_kernels import _input, _row_kernels, module
+
+
+@pytest.fixture
+def from_memory(monkeypatch):
+    """An L3 of 64 KiB: the kernels here count as coming from memory (they prefetch)."""
+    monkeypatch.setattr(cpu_row, "l3_cache_bytes", lambda: 64 << 10)
+
+
+def _compile(text: str):
+    return hlofuse.compile(hlofuse.parse_hlo(text), target="cpu", cache=False)
+
+
+def _vector_phis(exe) -> int:
+    """Float vector phis of the optimized program: the accumulators its vectorised loops carry."""
+    return len(re.findall(r"= phi (?:reassoc )?(?:\w+ )*<\d+ x float>", exe.program.llvm_ir()))
+
+
+def test_chunk_rule():
+    streams = [(None, 4, False), (None, 4, True)]
+    assert cpu_row._fold_chunk_bytes(1024, streams) == 1024 * 4 // cpu_row.FOLD_PREFETCH_ROUNDS
+    assert cpu_row._fold_chunk_bytes(32, streams) == cpu_row.PREFETCH_CHUNK_BYTES
+    assert cpu_row._fold_chunk_bytes(1000, [(None, 8, False)]) == 4000
+
+
+def test_layer_norm_folds_keep_eight_accumulators_each(from_memory):
+    """Mean (from memory) and variance (prefetching, in two chunks) loops: 8 vector
+    accumulators each after O3; with the rule off, LLVM's own choice keeps fewer."""
+    text = module("layer_norm", (64, 1024))
+    exe = _compile(text)
+    assert len(_row_kernels(exe)) == 1
+    with_rule = _vector_phis(exe)
+    assert with_rule >= 2 * reduction_groups.ROW_ACCUMULATORS, with_rule
+
+
+def test_without_the_rule_fewer_accumulators(from_memory, monkeypatch):
+    monkeypatch.setattr(reduction_groups, "ROW_ACCUMULATORS", 1)
+    exe = _compile(module("layer_norm", (64, 1024)))
+    assert _vector_phis(exe) < 2 * 8
+
+
+@pytest.mark.parametrize("pattern", ["layer_norm", "rms_norm", "softmax"])
+@pytest.mark.parametrize("n", [1, 17, 129, 1000, 2049])
+def test_results_match_the_interpreter(from_memory, pattern, n):
+    rows = max(3, -(-(1 << 14) // n)) | 1
+    text = module(pattern, (rows, n))
+    x = _input((rows, n), "f32", seed=n)
+    exe = _compile(text)
+    assert len(_row_kernels(exe)) == 1
+    got = exe(x)
+    want = hlofuse.compile(hlofuse.parse_hlo(text), target="interpreter", fusion=False)(x)
+    for r in compare_outputs(list(got), list(want)):
+        assert r.ok, r
+    assert np.isfinite(np.asarray(got[0])).all()
