@@ -97,6 +97,14 @@ def test_in_order_reduction_gets_no_hint():
     assert "llvm.loop.interleave.count" not in text
 
 
+def test_expensive_elements_keep_llvms_choice():
+    """A row of exp(x) is bound by the exp, not by memory: no hint (8 vectors of tanh and exp
+    in flight ran slower)."""
+    text = _row_sums(64, 1024).replace("abs(x)", "exponential(x)")
+    assert "exponential" in text
+    assert "llvm.loop.interleave.count" not in _kernel_ir(text)
+
+
 def test_short_rows_ask_for_what_they_hold():
     lanes = _lanes()
     text = _kernel_ir(_row_sums(64, 4 * lanes))

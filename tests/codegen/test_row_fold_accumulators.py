@@ -11,7 +11,9 @@ import numpy as np
 import pytest
 
 import hlofuse
+from hlofuse.codegen.cpu import emit_kernel_module
 from hlofuse.codegen.kernels import cpu_row, reduction_groups
+from hlofuse.emitters.cpu.target import CpuTarget
 from hlofuse.runtime.compare import compare_outputs
 from test_row_kernels import _input, _row_kernels, module
 
@@ -52,6 +54,21 @@ def test_without_the_rule_fewer_accumulators(from_memory, monkeypatch):
     monkeypatch.setattr(reduction_groups, "ROW_ACCUMULATORS", 1)
     exe = _compile(module("layer_norm", (64, 1024)))
     assert _vector_phis(exe) < 2 * 8
+
+
+def _row_kernel_ir(exe) -> str:
+    """The row kernel's LLVM IR as emitted (before optimization: the loop hints are there)."""
+    (k,) = _row_kernels(exe)
+    return str(emit_kernel_module(k, CpuTarget(), k.name))
+
+
+def test_layer_norm_fold_loops_carry_the_hint(from_memory):
+    assert '"llvm.loop.interleave.count", i32 8' in _row_kernel_ir(_compile(module("layer_norm", (64, 1024))))
+
+
+def test_softmax_folds_keep_llvms_choice(from_memory):
+    """Softmax's sum folds exp(x - max): bound by the exp, no interleave hint."""
+    assert "llvm.loop.interleave.count" not in _row_kernel_ir(_compile(module("softmax", (64, 1024))))
 
 
 @pytest.mark.parametrize("pattern", ["layer_norm", "rms_norm", "softmax"])

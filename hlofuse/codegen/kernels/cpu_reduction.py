@@ -55,8 +55,8 @@ from ...hlo.ir import HloComputation
 from . import arg_reduction
 from .args import output_leaves
 from .loop_hints import ROLLED_AROUND, forbid_vectorization, interleave
-from .reduction_groups import (ReduceHero, ReductionGroup, in_order_target, override_heroes,
-                               row_accumulators, vector_lanes, without_reassociation)
+from .reduction_groups import (ReduceHero, ReductionGroup, computes_expensive_elements, in_order_target,
+                               override_heroes, row_accumulators, vector_lanes, without_reassociation)
 
 
 def emit_reduction_kernel(skel, comp: HloComputation, group: ReductionGroup, stage: str = "single",
@@ -149,12 +149,13 @@ def _reduced_loops(b, group: ReductionGroup, body, level: int = 0, fixed=(), out
         interleave(i, accumulators)
 
 
-def _row_accumulators(em, group: ReductionGroup, heroes, arg_rows: dict, parts: int) -> int:
+def _row_accumulators(em, comp: HloComputation, group: ReductionGroup, heroes, arg_rows: dict, parts: int) -> int:
     """The interleave count of a row kernel's innermost reduced loop (`row_accumulators`): 1
-    where the reducers keep their order (`in_order_target`), else counted over every value the
-    loop folds (an argmax folds one, its maximum, in this loop) and the loop's length (a
-    split's slice where the sliced dimension is the only one)."""
-    if not em.target.reassociate_reductions:
+    where the reducers keep their order (`in_order_target`) or the loop computes expensive
+    elements (`computes_expensive_elements`), else counted over every value the loop folds (an
+    argmax folds one, its maximum, in this loop) and the loop's length (a split's slice where
+    the sliced dimension is the only one)."""
+    if not em.target.reassociate_reductions or computes_expensive_elements(comp, group.in_dims):
         return 1
     accumulators = sum(1 if h in arg_rows else len(h.types) for h in heroes)
     row = group.in_dims[group.rdims[-1]] // (parts if len(group.rdims) == 1 else 1)
@@ -227,7 +228,8 @@ def _emit_row(skel, em, group, heroes, extras, epilogue_ptrs, epilogue_leaves, p
                     b.store(r, s)
             _store_extras(b, index, extras)
 
-        _reduced_loops(b, group, body, outer=outer, accumulators=_row_accumulators(em, group, heroes, arg_rows, parts))
+        _reduced_loops(b, group, body, outer=outer,
+                       accumulators=_row_accumulators(em, skel.comp, group, heroes, arg_rows, parts))
         for h, row in arg_rows.items():
             values = row.finish(lambda f: _reduced_loops(b, group, f, outer=outer),
                                 lambda reduced: _input_index(b, group, out_index.multi, reduced))

@@ -42,7 +42,8 @@ from ...hlo.ir import HloComputation, HloInstruction
 from .args import output_leaves, param_leaf_slots
 from .cpu_streaming import fence, streamable, streaming_row_loop
 from .loop_hints import forbid_vectorization, interleave
-from .reduction_groups import ReduceHero, is_order_sensitive_reduce, row_accumulators, vector_lanes
+from .reduction_groups import (ReduceHero, computes_expensive_elements, is_order_sensitive_reduce, row_accumulators,
+                               vector_lanes)
 
 # Used when the host does not say (no /sys cache description): common L2 (per core) and L3 sizes.
 DEFAULT_L2_BYTES = 256 << 10
@@ -375,8 +376,7 @@ def prefetches_next_row(comp: HloComputation, layout: RowLayout, streams: list) 
     and next rows of every stream must fit in L2 together."""
     if layout.passes < 2 or 2 * _row_bytes(layout, streams) > l2_cache_bytes() or not _from_memory(layout, streams):
         return False
-    return not any(i.info.elementwise and i.info.expensive and i.shape.is_array
-                   and tuple(i.shape.dims) == layout.in_dims for i in comp.instructions)
+    return not computes_expensive_elements(comp, layout.in_dims)
 
 
 @contextmanager
@@ -440,11 +440,12 @@ def _fold_chunk_bytes(n: int, streams) -> int:
     return max(PREFETCH_CHUNK_BYTES, n * widest // FOLD_PREFETCH_ROUNDS)
 
 
-def _accumulators(target, heroes: list, n: int, streams) -> int:
+def _accumulators(target, comp: HloComputation, layout: RowLayout, heroes: list, n: int, streams) -> int:
     """Interleaved vectors of a level's fold loop over rows of `n` elements (its chunks where
     it prefetches, `streams`): reduction_groups.row_accumulators, as the row reduction
-    kernel's (cpu_reduction.py)."""
-    if not target.reassociate_reductions:
+    kernel's (cpu_reduction.py), and as there 1 (LLVM's choice) where the row's elements are
+    expensive to compute (softmax's exp)."""
+    if not target.reassociate_reductions or computes_expensive_elements(comp, layout.in_dims):
         return 1
     length = n
     if streams:
@@ -524,7 +525,7 @@ def emit_row_kernel(skel, kernel) -> None:
                 for s, v in zip(slots[h.inst], h.init_values(b)):
                     b.store(v, s)
             chunk_bytes = _fold_chunk_bytes(n, ahead) if ahead else PREFETCH_CHUNK_BYTES
-            with _row_loop(b, n, "fold", r, skel.end, ahead, accumulators=_accumulators(skel.target, hs, n, ahead),
+            with _row_loop(b, n, "fold", r, skel.end, ahead, accumulators=_accumulators(skel.target, comp, layout, hs, n, ahead),
                            chunk_bytes=chunk_bytes) as j:
                 index = index_at(j)
                 if level == len(layout.levels) - 1:
