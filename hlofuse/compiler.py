@@ -170,10 +170,6 @@ def compile(module: HloModule, target: str = "cpu", fusion: bool = True, verify:
         if cache and cache_dir is None:
             cache_dir = default_cache_dir()
         program = CpuProgram.compile(fused, cache_dir=cache_dir if cache else None, cache=cache)
-        if entry_key is not None:
-            from .codegen.module_cache import store_entry
-
-            store_entry(entry_key, {"code": program.code, "fused": fused}, module, cache_dir)
         run = program.run
     else:
         from .runtime.gpu_executor import GpuProgram
@@ -184,7 +180,12 @@ def compile(module: HloModule, target: str = "cpu", fusion: bool = True, verify:
     # here rather than fail with a MemoryError halfway through a run.
     from .runtime.memory_budget import check_compiled
 
-    check_compiled(fused, target, program)
+    estimate = check_compiled(fused, target, program)
+    if entry_key is not None:
+        from .codegen.module_cache import store_entry
+
+        store_entry(entry_key, {"code": program.code, "fused": fused, "estimate": estimate}, module, cache_dir,
+                    runtime=_runtime_objects(program.code))
     return Executable(module, fused, target, run, program, pipeline, time.perf_counter() - start)
 
 
@@ -205,17 +206,33 @@ def _entry_key(module: HloModule, target: str, fusion: bool, algorithm: str | No
                       {"fusion": fusion, "algorithm": algorithm}, CpuTarget().fingerprint())
 
 
+def _runtime_objects(code: Any) -> list:
+    """The HLO objects a CPU program (`CpuCode`) loaded from a module entry reads to run through
+    its native driver, whose states an entry holds first (codegen/module_cache.py `dumps`): the
+    fused module and its entry computation (the program finds its entry plan by them), the
+    entry's parameters (the driver's argument check) and the constants in the driver's table.
+    Everything else of the fused module (most of it: the fused computations) is read on its
+    first use."""
+    fused = code.module
+    objects = [fused, fused.entry, *fused.entry.parameters]
+    objects += [entry.payload[0] for entry in code.native.table if entry.kind == "const"]
+    return objects
+
+
 def _load_cached(key: str, module: HloModule, target: str, cache_dir: str | None, start: float) -> Executable | None:
     """The Executable of the module entry under `key` (memory or disk cache), loaded and ready
-    to run, or None. Its fused module and fusion log are the original compile's."""
+    to run, or None. Its fused module and fusion log are the original compile's, read from the
+    entry on first use (codegen/module_cache.py `loads`); the memory check takes the estimate
+    the compile made."""
     from .codegen.cpu import CpuCode
     from .codegen.module_cache import load_entry
     from .runtime.cpu_executor import CpuProgram
-    from .runtime.memory_budget import check_compiled
+    from .runtime.memory_budget import MemoryEstimate, check_memory
 
     payload = load_entry(key, module, cache_dir)
     if not (isinstance(payload, dict) and isinstance(payload.get("code"), CpuCode)
-            and isinstance(payload.get("fused"), HloModule) and payload["code"].module is payload["fused"]):
+            and isinstance(payload.get("fused"), HloModule) and payload["code"].module is payload["fused"]
+            and isinstance(payload.get("estimate"), MemoryEstimate)):
         return None
     code, fused = payload["code"], payload["fused"]
     for o in code.objects:
@@ -224,5 +241,5 @@ def _load_cached(key: str, module: HloModule, target: str, cache_dir: str | None
     code.timings = {"module cache": loaded - start}
     program = CpuProgram.load(code)
     program.compile_seconds = time.perf_counter() - start
-    check_compiled(fused, target, program)
+    check_memory(payload["estimate"])
     return Executable(module, fused, target, program.run, program, None, time.perf_counter() - start, from_cache=True)

@@ -21,11 +21,14 @@ How the graph is written (`dumps`) and read back (`loads`):
   module refer to) is not written: its objects are referred to by name (instruction names are
   unique in a verified module, and equal text means equal names) and resolved in the module the
   reader is given;
-- fusion logs (passes/fusion/decisions.py, about a third of an entry's objects, read only by a
-  report) are written as shells too, but their states come after everything else, in a second
-  section that `loads` does not read: a module loaded from an entry reads it when its
-  `fusion_log` is first asked for (`HloModule._fusion_log_reader`), from the same unpickler, so
-  every reference to a log (the module's, the kernel planner's) is the one object;
+- the entry has three sections, read from one unpickler (so every reference to an object is
+  the one object): (1) the payload, the states of the HLO objects running the program reads
+  (the caller names them) and the list of the other shells; (2) the states of those other HLO
+  objects; (3) the fusion logs' states (passes/fusion/decisions.py, about a third of an
+  entry's objects, read only by a report). `loads` reads the first; the other shells hold
+  `ir.PENDING_STATE` and the HLO classes' `__getattr__` reads the second on the first use of
+  any of them; a module reads the third when its `fusion_log` is first asked for
+  (`HloModule._fusion_log_reader`);
 - reading restores only classes of hlofuse, numpy and a few builtins (`_Reader.find_class`): an
   entry is loaded only from a directory and a file this user owns, checked against its key and
   checksum (codegen/cache.py), and restricting the classes keeps even a damaged entry from
@@ -33,21 +36,22 @@ How the graph is written (`dumps`) and read back (`loads`):
 """
 from __future__ import annotations
 
+import contextlib
 import copyreg
 import gc
 import hashlib
 import io
 import pickle
 import threading
-from typing import Any
+from typing import Any, Callable, Iterator
 
 from ..gc_pause import gc_paused
-from ..hlo.ir import HloComputation, HloInstruction, HloModule
+from ..hlo.ir import PENDING_STATE, HloComputation, HloInstruction, HloModule
 from ..passes.fusion.decisions import FusionLog
 from .cache import EMITTER_VERSION, hlofuse_version, source_digest
 
 # Bumped when what an entry holds, or how it is written, changes.
-FORMAT = "module-3"
+FORMAT = "module-4"
 
 _HLO = (HloModule, HloComputation, HloInstruction)
 # Builtins an entry may name (pickle names classes it cannot write as literals).
@@ -114,6 +118,16 @@ class _Writer(pickle.Pickler):
         self.logs.append(obj)
         return (copyreg.__newobj__, (FusionLog,))
 
+    def write_runtime_states(self, objects: list[Any]) -> None:
+        """Write the states of `objects` (HLO objects already written as shells: what running
+        the program reads), then the list of the other shells written so far, whose states
+        `write_states` writes next (a reader marks them pending, see `loads`)."""
+        wanted = {id(o) for o in objects}
+        first = [o for o in self.pending if id(o) in wanted]
+        self.dump((first, [_state(obj) for obj in first]))
+        self.pending = [o for o in self.pending if id(o) not in wanted]
+        self.dump(list(self.pending))
+
     def write_states(self) -> None:
         """Write the states of the HLO shells written since the last call, in rounds, and the
         section's end (None)."""
@@ -127,9 +141,13 @@ class _Writer(pickle.Pickler):
 
 
 def _state(obj: Any) -> dict:
-    """The state an HLO object is written with: its dict, less a module's log reader (a module
-    read from an entry and not yet asked for its log; the log's own shell is written)."""
+    """The state an HLO object is written with: its dict (read first if it is still pending in
+    an entry this process loaded), less a module's log reader (a module read from an entry and
+    not yet asked for its log; the log's own shell is written)."""
     state = vars(obj)
+    if PENDING_STATE in state:
+        state[PENDING_STATE]()
+        state = vars(obj)
     if type(obj) is HloModule and state.get("_fusion_log_reader") is not None:
         obj.fusion_log  # read it: a reader is this process's, not something an entry can hold
     return state
@@ -141,14 +159,18 @@ def _user_object(*ref: str) -> Any:
     raise pickle.UnpicklingError("an object of the compiled module read outside an entry")
 
 
-def dumps(payload: Any, user: HloModule) -> bytes:
+def dumps(payload: Any, user: HloModule, runtime: list[Any] = ()) -> bytes:
     """`payload` (a graph of objects around HLO objects) as entry bytes; the objects of
-    `user` are referred to by name. Raises NotCacheable if something in it cannot be pickled."""
+    `user` are referred to by name, and the states of the HLO objects of `runtime` (those
+    running the program reads) come first: `loads` reads no other HLO object's state until one
+    is used. Raises NotCacheable if something in it cannot be pickled."""
     f = io.BytesIO()
     w = _Writer(f, user)
     try:
         with gc_paused():
             w.dump(payload)
+            w.write_runtime_states(list(runtime))
+            # the rest of the payload's HLO objects: read on the first use of one of them
             w.write_states()
             # the second section: the fusion logs' states, then the HLO objects only they reach
             # (a duplicated producer's original that fusion removed from the module)
@@ -190,59 +212,108 @@ class _Reader(pickle.Unpickler):
         raise pickle.UnpicklingError(f"the entry refers to {ref!r}, not in the module compiled")
 
 
-def loads(data: bytes, user: HloModule) -> Any:
+def loads(data: bytes, user: HloModule, on_error: Callable[[BaseException], None] | None = None) -> Any:
     """The payload `dumps` wrote, its references to the user's module resolved in `user` (a
-    module with the same text as the one it was written with). Fusion logs are read when a
-    module's `fusion_log` is first asked for (the module docstring)."""
+    module with the same text as the one it was written with).
+
+    Only the states of the HLO objects `dumps` was given as the runtime's are read: every
+    other HLO object of the payload stays a shell holding one key (`ir.PENDING_STATE`), the
+    function that reads the states of all of them, which the HLO classes' `__getattr__` calls
+    on the first use of any (a report, `fused_module.to_text()`, the step interpreter). Fusion
+    logs are read when a module's `fusion_log` is first asked for (the module docstring). If
+    reading those later parts fails, `on_error` is called with the exception (`_Rest`)."""
     r = _Reader(io.BytesIO(data), user)
     with gc_paused():  # many small objects at once: the collector's walks would dominate
         payload = r.load()
-        modules = _read_states(r)
-        logs = _DeferredLogs(r)
-        for m in modules:
-            if type(m._fusion_log) is FusionLog and not m._fusion_log.__dict__:
-                m._fusion_log_reader = logs.reader(m._fusion_log)
+        rest = _Rest(r, on_error)
+        rest.set_log_readers(_read_states(r, once=True))
+        read = rest.read_states
+        for obj in r.load():  # the shells whose states `rest` reads
+            if type(obj) not in _HLO or obj.__dict__:
+                raise pickle.UnpicklingError("malformed entry")
+            obj.__dict__[PENDING_STATE] = read
         promote_to_oldest_generation()
     return payload
 
 
-def _read_states(r: _Reader) -> list[HloModule]:
-    """Read a section's rounds of (shells, states) up to its end; the modules among them."""
+def pending(obj: Any) -> bool:
+    """Whether HLO object `obj` (read from an entry) still waits for its state (see `loads`)."""
+    return PENDING_STATE in obj.__dict__
+
+
+def _read_states(r: _Reader, once: bool = False) -> list[HloModule]:
+    """Read a section's rounds of (shells, states) up to its end (one round with `once`); the
+    modules among them. A shell is empty or pending (`loads`); an attribute set on a pending
+    shell before its state was read is kept."""
     modules = []
     while (batch := r.load()) is not None:
         if type(batch) is not tuple or len(batch) != 2 or len(batch[0]) != len(batch[1]):
             raise pickle.UnpicklingError("malformed entry")
         for obj, state in zip(*batch):
-            if type(obj) not in _HLO or type(state) is not dict or obj.__dict__:
+            if type(obj) not in _HLO or type(state) is not dict:
                 raise pickle.UnpicklingError("malformed entry")
-            obj.__dict__ = state  # a shell's empty dict: the state read is its dict
+            extra = obj.__dict__
+            if extra and extra.pop(PENDING_STATE, None) is None:
+                raise pickle.UnpicklingError("malformed entry")  # an object given two states
+            obj.__dict__ = state  # the state read is its dict
+            if extra:
+                state.update(extra)
             if type(obj) is HloModule:
                 modules.append(obj)
+        if once:
+            break
     return modules
 
 
-class _DeferredLogs:
-    """The second section of an entry (the fusion logs' states), read once, on the first call
-    of a reader it gave out; until then the unpickler (its memo: every object read so far)
-    stays alive with the readers."""
+class _Rest:
+    """What an entry holds after its runtime section: the states of the other HLO objects of
+    the payload, then the fusion logs' states (and the HLO objects only they reach), each read
+    once, on first use. Until the logs are read, the unpickler (its memo: every object read so
+    far) stays alive with the pending shells and the modules' log readers.
 
-    def __init__(self, r: _Reader) -> None:
+    The entry's key and checksum were checked before its first section was read, so only a bug
+    can make these sections fail; if one does, `on_error` (the entry's removal) is called and
+    every later use raises the same error (an UnpicklingError: never an AttributeError, which
+    `getattr` with a default would take for a missing attribute)."""
+
+    def __init__(self, r: _Reader, on_error: Callable[[BaseException], None] | None = None) -> None:
         self._reader: _Reader | None = r
-        self._lock = threading.Lock()
+        self._states_read = False
+        self._error: pickle.UnpicklingError | None = None
+        self._on_error = on_error
+        self._lock = threading.RLock()
 
-    def reader(self, shell: FusionLog) -> Any:
+    def read_states(self) -> None:
+        """Read the pending HLO objects' states (the second section), once."""
+        with self._lock:
+            if self._states_read:
+                return
+            with self._failing():
+                with gc_paused():
+                    self.set_log_readers(_read_states(self._reader))
+                    self._states_read = True
+                    promote_to_oldest_generation()
+
+    def set_log_readers(self, modules: list[HloModule]) -> None:
+        """Give each of `modules` whose fusion log is a shell a reader of its state."""
+        for m in modules:
+            if type(m._fusion_log) is FusionLog and not m._fusion_log.__dict__:
+                m._fusion_log_reader = self.log_reader(m._fusion_log)
+
+    def log_reader(self, shell: FusionLog) -> Any:
         """A function that returns `shell` with its state read."""
         def read() -> FusionLog:
-            self._read()
+            self._read_logs()
             return shell
         return read
 
-    def _read(self) -> None:
+    def _read_logs(self) -> None:
         with self._lock:
-            r, self._reader = self._reader, None
-            if r is None:
-                return
-            with gc_paused():
+            self.read_states()
+            with self._failing(), gc_paused():
+                r = self._reader
+                if r is None:  # read already
+                    return
                 section = r.load()
                 if type(section) is not tuple or len(section) != 2 or len(section[0]) != len(section[1]):
                     raise pickle.UnpicklingError("malformed entry")
@@ -251,6 +322,22 @@ class _DeferredLogs:
                         raise pickle.UnpicklingError("malformed entry")
                     log.__dict__.update(state)  # a frozen dataclass: its dict, not its fields
                 _read_states(r)
+                self._reader = None
+
+    @contextlib.contextmanager
+    def _failing(self) -> Iterator[None]:
+        """Raise the first failure again; on a new one, report it and keep it."""
+        if self._error is not None:
+            raise self._error
+        try:
+            yield
+        except Exception as e:  # noqa: BLE001 - any failure of a section is the entry's
+            self._error = pickle.UnpicklingError(f"a module cache entry's later section could not be read "
+                                                 f"({type(e).__name__}: {e})")
+            self._reader = None
+            if self._on_error is not None:
+                self._on_error(e)
+            raise self._error from e
 
 
 def promote_to_oldest_generation() -> None:
@@ -287,25 +374,33 @@ def load_entry(key: str, user: HloModule, directory: str | None) -> Any:
         data = disk.load(key, MODULE)
     if data is None:
         return None
-    try:
-        payload = loads(data, user)
-    except Exception as e:  # a damaged entry is a cache miss, never an error of the compile
-        _warn(f"compile cache: module entry {key[:16]} could not be read ({type(e).__name__}: {e}); recompiling")
+    def drop() -> None:
         memory_cache.drop(mkey)
         if disk is not None:
             disk.remove(key, MODULE)
+
+    def later_error(e: BaseException) -> None:  # a part read on first use (`loads`) failed
+        _warn(f"compile cache: module entry {key[:16]} could not be read ({type(e).__name__}: {e}); removed")
+        drop()
+
+    try:
+        payload = loads(data, user, later_error)
+    except Exception as e:  # a damaged entry is a cache miss, never an error of the compile
+        _warn(f"compile cache: module entry {key[:16]} could not be read ({type(e).__name__}: {e}); recompiling")
+        drop()
         return None
     memory_cache[mkey] = data
     return payload
 
 
-def store_entry(key: str, payload: Any, user: HloModule, directory: str | None) -> bool:
+def store_entry(key: str, payload: Any, user: HloModule, directory: str | None, runtime: list[Any] = ()) -> bool:
     """Write `payload` under `key` in the memory cache and in the disk cache in `directory`
-    (None: memory only); False when it cannot be pickled (nothing is stored then)."""
+    (None: memory only), the states of the HLO objects of `runtime` first (see `dumps`); False
+    when it cannot be pickled (nothing is stored then)."""
     from .cache import MODULE, CompileCache, _warn, memory_cache
 
     try:
-        data = dumps(payload, user)
+        data = dumps(payload, user, runtime)
     except NotCacheable as e:
         _warn(f"compile cache: a module's compile could not be saved ({e})")
         return False

@@ -45,9 +45,30 @@ from .attributes import COMPUTATION_ATTRS
 from .shapes import Shape
 from .walk import post_order
 
+_CALLING_ATTRS = frozenset(COMPUTATION_ATTRS)
+
+# An HLO object read from a compile cache entry whose state is still unread holds only this key,
+# the function that reads its entry's states (codegen/module_cache.py: a cache hit reads the few
+# objects running the program needs; the rest of the fused module waits for its first use).
+PENDING_STATE = "_pending_state"
+
+
+def _read_pending(obj: Any, name: str) -> Any:
+    """`__getattr__` of the HLO classes (called only when `name` is not found): the attribute
+    after reading `obj`'s pending state, if it has one."""
+    read = obj.__dict__.get(PENDING_STATE)
+    if read is None:
+        raise AttributeError(f"{type(obj).__name__!r} object has no attribute {name!r}")
+    read()  # replaces the dict of every pending object of its entry, this one's included
+    if PENDING_STATE in obj.__dict__:
+        raise AttributeError(f"{type(obj).__name__!r} object read from a compile cache entry has no state")
+    return getattr(obj, name)
+
 
 class HloInstruction:
     """One HLO instruction: an opcode applied to operands, producing a value of `shape`."""
+
+    __getattr__ = _read_pending
 
     def __init__(
         self,
@@ -143,9 +164,12 @@ class HloInstruction:
     # ---- called computations ------------------------------------------------------------
     def called_computations(self) -> list["HloComputation"]:
         """Computations this instruction calls, in attribute order."""
+        attrs = self.attrs
         out: list[HloComputation] = []
+        if _CALLING_ATTRS.isdisjoint(attrs):  # most instructions (the module's key walks them all)
+            return out
         for key in COMPUTATION_ATTRS:
-            value = self.attrs.get(key)
+            value = attrs.get(key)
             if value is None:
                 continue
             if isinstance(value, (tuple, list)):
@@ -203,6 +227,8 @@ class HloInstruction:
 
 class HloComputation:
     """A computation: parameters, an ordered list of instructions and a root."""
+
+    __getattr__ = _read_pending
 
     def __init__(self, name: str) -> None:
         self.name = name
@@ -391,6 +417,8 @@ def _remap_computations(value: Any, comps: dict[HloComputation, HloComputation])
 
 class HloModule:
     """A module: named computations, one of which is the entry."""
+
+    __getattr__ = _read_pending
 
     def __init__(self, name: str) -> None:
         self.name = name

@@ -58,10 +58,10 @@ def _operands_text(inst: HloInstruction, operand_shapes: bool) -> str:
 
 def instruction_to_text(inst: HloInstruction, operand_shapes: bool = True) -> str:
     """One instruction line without indentation: `[ROOT ]%name = shape opcode(operands), attrs`."""
-    attrs = dict(inst.attrs)
+    attrs = inst.attrs
     if inst.control_predecessors:
-        attrs["control-predecessors"] = None
-    keys = sorted(attrs, key=attribute_rank)
+        attrs = {**attrs, "control-predecessors": None}
+    keys = sorted(attrs, key=attribute_rank) if len(attrs) > 1 else attrs
     parts = []
     for key in keys:
         if key == "control-predecessors":

@@ -67,7 +67,11 @@ def cpu_threads() -> int:
 
 def _load_libgomp():
     default_wait_policy()  # before libgomp loads (runtime/openmp_env.py)
-    for name in ("libgomp.so.1", ctypes.util.find_library("gomp")):
+    # libgomp by its soname first (the loader finds it, or has it already when libdnnl loaded
+    # it); ctypes.util.find_library runs an ldconfig subprocess (milliseconds of a cached
+    # compile in a new process), so it is asked only when the soname does not load.
+    for name in ("libgomp.so.1", None):
+        name = name or ctypes.util.find_library("gomp")
         if not name:
             continue
         try:

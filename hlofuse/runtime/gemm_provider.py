@@ -46,9 +46,18 @@ def requested_provider() -> str:
 
 
 def library_candidates() -> list[str]:
-    """Paths libdnnl may be at, most specific first: the files the installed wheel lists (its
-    data directory goes to the environment's prefix, or to ~/.local for a --user install), then
-    <sys.prefix>/lib."""
+    """Paths libdnnl may be at, most specific first. The wheel's data directory goes to the
+    user base for a --user install (~/.local: <site.USER_BASE>/lib) or to the environment's
+    prefix (<sys.prefix>/lib); when one of those holds the library, they are the candidates.
+    Only when neither does are the files the installed wheel lists asked for: importing
+    importlib.metadata and finding the distribution took 13-15 ms of CPU, most of the target's
+    fingerprint, which a cached compile in a new process pays (docs/compile_time.md)."""
+    import site
+
+    known = [os.path.join(base, "lib", LIBRARY) for base in
+             ((site.USER_BASE,) if site.ENABLE_USER_SITE and site.USER_BASE else ()) + (sys.prefix,)]
+    if any(os.path.exists(path) for path in known):
+        return known
     found: list[str] = []
     try:
         from importlib import metadata

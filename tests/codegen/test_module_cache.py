@@ -192,8 +192,11 @@ def test_a_damaged_or_foreign_entry_is_rejected_and_recompiled(cache_dir, damage
         disk.store(key, pickle.dumps({"code": _Foreign()}), cache.MODULE)
     elif damage == "truncated pickle":
         disk.store(key, payload[: len(payload) // 2], cache.MODULE)
-    else:  # refers to an instruction the module does not have
-        disk.store(key, payload.replace(b"\x8c\x01i", b"\x8c\x01c", 1), cache.MODULE)
+    else:  # written for another module: refers to an entry parameter this one does not have
+        other = hlofuse.parse_hlo(_text().replace("q = f32", "q2 = f32").replace("exponential(q)", "exponential(q2)"))
+        hlofuse.compile(other, "cpu")
+        (other_name,) = [n for n in _entries(cache_dir) if not n.startswith(key)]
+        disk.store(key, disk.load(other_name[:-len(cache.MODULE)], cache.MODULE), cache.MODULE)
     cache.memory_cache.clear()
     exe = hlofuse.compile(hlofuse.parse_hlo(_text()), "cpu")
     assert not exe.from_cache  # compiled afresh
@@ -271,13 +274,13 @@ def test_a_loaded_entry_goes_to_the_oldest_generation_uncollected():
     gc.callbacks.append(count)
     try:
         back = module_cache.loads(data, user)["fused"]
+        insts = back.entry.instructions  # the first use reads the pending states (loads)
         young = gc.get_count()[0]
         junk = [[i] for i in range(200)]  # allocations after the load: no collection is due
     finally:
         gc.callbacks.remove(count)
     assert young < 50 and collections == [], (young, collections)
     oldest = {id(o) for o in gc.get_objects(generation=2)}
-    insts = back.entry.instructions
     assert len(insts) == 2001 and all(id(i) in oldest for i in insts)
     assert all(id(i.operands) in oldest for i in insts[1:])
     del junk

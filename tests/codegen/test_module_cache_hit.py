@@ -61,13 +61,13 @@ def test_a_hit_prints_the_module_once_without_operand_shapes_and_reads_no_log(ca
         raise AssertionError("a hit printed the whole module")
 
     reads: list[int] = []
-    read = module_cache._DeferredLogs._read
+    read = module_cache._Rest._read_logs
 
     def counted_read(self):
         reads.append(1)
         return read(self)
 
-    monkeypatch.setattr(module_cache._DeferredLogs, "_read", counted_read)
+    monkeypatch.setattr(module_cache._Rest, "_read_logs", counted_read)
     with monkeypatch.context() as printing:
         printing.setattr(printer, "module_to_text", counted)
         printing.setattr(HloModule, "to_text", no_full_text)
