@@ -9,7 +9,8 @@ Every computation of a NativeProgram (codegen/native_plan.py) becomes
 which runs its steps in order and returns 0, or the nonzero status of a failed callback (the
 runtime then raises the error the callback kept). Kernels are called through their addresses in
 the table with the CPU kernel ABI (codegen/kernels/cpu_skeleton.py); a kernel worth splitting
-runs on the threads of libgomp (`GOMP_parallel`, a kept OpenMP runtime): its work units are cut
+runs on the threads of libgomp (`GOMP_parallel`, a kept OpenMP runtime; as many as its estimated
+one-thread time pays the region's wake-up for, codegen/region_cost.py): its work units are cut
 into a fixed number of contiguous chunks per thread, which the threads take from a shared
 counter (XLA:CPU's parallel task assignment, run by a pool that takes tasks as threads come free). A while loop calls its condition and body functions in a native loop, the body
 updating the loop state in place; a conditional switches to its branch's function; a library op
@@ -26,13 +27,11 @@ from llvmlite import ir
 
 from .llvm_pool import UNOPTIMIZED, compile_timed
 from .native_plan import Copy, Loc, NativePlan, NativeProgram, NativeStep, leaves
+from .region_cost import region_threads
 from .schedule import symbol_name
 
 CONFIG, CALLBACK, PROFILE = 0, 1, 2
 RESERVED = 3
-# A thread gets at least this many elements of a kernel's work: below it, handing work to
-# another thread costs more than it saves (the split of softmax's kernels measured it).
-MIN_ELEMENTS_PER_THREAD = 1 << 14
 # A parallel kernel's units are cut into this many chunks per thread; threads take chunks from a
 # shared counter (a work unit is still computed whole by one thread, so results do not depend on
 # which thread takes it).
@@ -243,7 +242,7 @@ class _Function:
             return
         fnptr = b.load(b.gep(self.table, [I64(RESERVED + self.mod.prog.kernel_slot(kernel.name))]))
         fn = b.bitcast(fnptr, kernel_type(len(ptrs)).as_pointer())
-        cap = max(1, min(units, units * max(int(kernel.unit_elements), 1) // MIN_ELEMENTS_PER_THREAD))
+        cap = region_threads(kernel)  # each thread's share pays a region's wake-up (region_cost.py)
         if cap == 1:
             b.call(fn, ptrs + [I64(0), I64(units)])
             return

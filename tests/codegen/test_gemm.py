@@ -217,10 +217,10 @@ def test_gemm_kernel_ir_verifies():
 
 
 def test_work_units_count_multiply_adds_for_the_thread_rule():
-    """The driver gives a kernel a thread per 16,384 unit elements; a GEMM unit reports its
-    multiply-adds / 16, so a large GEMM is split over the cores and a small one is not."""
-    from hlofuse.codegen.driver import MIN_ELEMENTS_PER_THREAD
-    from hlofuse.codegen.kernels.gemm_partition import MULTIPLY_ADDS_PER_ELEMENT
+    """A GEMM unit reports its multiply-adds, which the driver's thread rule
+    (codegen/region_cost.py) prices as BLAS work: a large GEMM is split over the cores, one
+    under two shares of a region's wake-up (scan_rnn's step dot, 4.2 M multiply-adds) is not."""
+    from hlofuse.codegen.region_cost import MULTIPLY_ADD_NS, REGION_NS, region_threads
 
     def kernel(m, k, n):
         prog = CpuProgram.compile(parse_hlo(_dot_module([m, k], [k, n], [], [1], [], [0], "f32")))
@@ -228,7 +228,9 @@ def test_work_units_count_multiply_adds_for_the_thread_rule():
         return step.kernels[-1]
 
     big = kernel(1024, 1024, 512)  # 4 row panels of 256 (gemm_partition), columns whole
-    assert big.units == 4 and big.unit_elements == 256 * 512 * 1024 // MULTIPLY_ADDS_PER_ELEMENT
-    assert big.units >= 2 and big.units * big.unit_elements // MIN_ELEMENTS_PER_THREAD >= big.units
-    small = kernel(70, 100, 20)
-    assert small.units * small.unit_elements // MIN_ELEMENTS_PER_THREAD < 2
+    assert big.units == 4 and big.unit_elements == 256 * 512 * 1024
+    assert region_threads(big) == 4  # 537 M multiply-adds: 4.5 ms of BLAS, far over 4 shares
+    step = kernel(128, 128, 256)
+    assert step.units * step.unit_elements == 128 * 128 * 256
+    assert step.units * step.unit_elements * MULTIPLY_ADD_NS < 2 * REGION_NS and region_threads(step) == 1
+    assert region_threads(kernel(70, 100, 20)) == 1

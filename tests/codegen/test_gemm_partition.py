@@ -12,6 +12,7 @@ import pytest
 
 import hlofuse
 from hlofuse.codegen.kernels.cpu_gemm import find_gemm_dot
+from hlofuse.codegen.kernels import gemm_partition as gemm_partition_module
 from hlofuse.codegen.kernels.gemm_layout import DotDims, dot_dims, gemm_dtype
 from hlofuse.codegen.kernels.gemm_partition import (
     MAX_PANELS, MIN_PANEL_COLS, MIN_UNIT_MULTIPLY_ADDS, TARGET_UNITS, column_granule, gemm_partition,
@@ -28,18 +29,19 @@ def _dd(batch: int, m: int, n: int, k: int) -> DotDims:
     return DotDims([], [], [], [], [], [], batch, m, n, k)
 
 
-# (batch, M, N, K, type) -> (rows, cols, units), worked by hand from the module's rule.
+# (batch, M, N, K, type) -> (rows, cols, units), worked by hand from the module's rule; a share is
+# MIN_UNIT_MULTIPLY_ADDS = 40 us / 0.0083 ns = 4,819,277 multiply-adds (codegen/region_cost.py).
 RULE = [
-    ((1, 32, 2048, 768, "f32"), (32, 128, 16)),  # an LSTM step: 16 panels of 128 columns
+    ((1, 32, 2048, 768, "f32"), (32, 224, 10)),  # an LSTM step: 50.3 M multiply-adds, 10 units of a share
     ((1, 2048, 2048, 2048, "f32"), (512, 2048, 4)),  # 4 row panels: tall, its columns are not cut
     ((1, 150, 2048, 768, "f32"), (64, 352, 18)),  # 3 row panels x 6 column panels (342 -> 352)
     ((3, 32, 2048, 768, "f32"), (32, 352, 18)),  # 3 matrices x 6 column panels
     ((24, 512, 512, 64, "f32"), (512, 512, 24)),  # 24 whole matrices: enough units already
     ((1, 8, 128, 64, "f32"), (8, 128, 1)),  # 65,536 multiply-adds: too small to cut
-    ((1, 1, 2304, 768, "f32"), (1, 384, 6)),  # a decode step's dot: 6 units of >= 2^18 multiply-adds
-    ((1, 32, 1000, 768, "f64"), (32, 80, 13)),  # 15 by width, 67 columns rounded up to 16s: 80
-    ((1, 32, 1000, 768, "c128"), (32, 72, 14)),  # the same in granules of 8 columns
-    ((2, 12, 600, 300, "f32"), (12, 96, 14)),  # 8 wanted per matrix, 75 columns rounded up to 96
+    ((1, 1, 2304, 768, "f32"), (1, 2304, 1)),  # a decode step's dot: 1.8 M multiply-adds, under a share
+    ((1, 32, 1000, 768, "f64"), (32, 208, 5)),  # 5 shares of work, 200 columns rounded up to 16s: 208
+    ((1, 32, 1000, 768, "c128"), (32, 200, 5)),  # the same in granules of 8 columns
+    ((2, 12, 600, 300, "f32"), (12, 600, 2)),  # 2.2 M multiply-adds a matrix: under a share, whole
     ((1, 1000, 72, 64, "f32"), (250, 72, 4)),  # too narrow for two column panels
     ((1, 70, 20, 100, "f32"), (64, 20, 2)),  # row panels as before
 ]
@@ -79,10 +81,19 @@ def _gemm_kernel(exe):
     return kernel
 
 
+@pytest.fixture
+def small_share(monkeypatch):
+    """Cut column panels down to 2^18 multiply-adds a unit (the share before codegen/region_cost.py
+    priced a parallel region), so the small dots below exercise every column-panel path; what
+    the real share cuts is test_partition_rule's. _check_split compiles without the module
+    cache, which does not key on a patched constant."""
+    monkeypatch.setattr(gemm_partition_module, "MIN_UNIT_MULTIPLY_ADDS", 1 << 18)
+
+
 def _check_split(text: str, args: list, min_col_panels: int = 2):
     """Compile `text` for the CPU; assert its GEMM runs in column panels, agrees with the
     interpreter, and gives the same bits on 1, 2 and 3 threads; return the executable."""
-    exe = hlofuse.compile(parse_hlo(text), target="cpu")
+    exe = hlofuse.compile(parse_hlo(text), target="cpu", cache=False)
     kernel = _gemm_kernel(exe)
     dot = find_gemm_dot(kernel.comp)
     part = gemm_partition(dot_dims(dot), gemm_dtype(dot))
@@ -138,6 +149,7 @@ SMALL_M = {
 
 
 @pytest.mark.parametrize("name", list(SMALL_M))
+@pytest.mark.usefixtures("small_share")
 def test_small_m_layouts_f32(name):
     ld, rd, lb, lc, rb, rc = SMALL_M[name]
     rng = np.random.default_rng(len(name))
@@ -146,6 +158,7 @@ def test_small_m_layouts_f32(name):
 
 @pytest.mark.parametrize("dtype", ["f64", "c64", "c128"])
 @pytest.mark.parametrize("name", ["plain", "both_t", "batch_mid"])
+@pytest.mark.usefixtures("small_share")
 def test_small_m_types(name, dtype):
     ld, rd, lb, lc, rb, rc = SMALL_M[name]
     rng = np.random.default_rng(11)
@@ -174,6 +187,7 @@ ENTRY e {{
 
 @pytest.mark.parametrize("rhs_t", [False, True], ids=["w", "w_t"])
 @pytest.mark.parametrize("dtype,out", [("f32", "f32"), ("f64", "f64"), ("bf16", "bf16"), ("bf16", "f32")])
+@pytest.mark.usefixtures("small_share")
 def test_small_m_epilogue(dtype, out, rhs_t):
     """Bias (read at the unit's columns), relu and residual on each column panel; bf16 outputs
     take the scratch path (the GEMM's f32 result, then the epilogue converts)."""
@@ -195,6 +209,7 @@ PERMS = [(0, 2, 1, 3), (0, 1, 3, 2), (1, 0, 3, 2), (2, 0, 3, 1), (3, 2, 1, 0)]
 
 @pytest.mark.parametrize("scale", [False, True], ids=["plain", "scaled"])
 @pytest.mark.parametrize("perm", PERMS, ids=[_s(p) for p in PERMS])
+@pytest.mark.usefixtures("small_share")
 def test_small_m_transposed_output(perm, scale):
     b, h, m, n, k = 1, 2, 8, 640, 200
     rng = np.random.default_rng(31)
@@ -207,6 +222,7 @@ def test_small_m_transposed_output(perm, scale):
 
 
 @pytest.mark.parametrize("perm", [(0, 1, 3, 2), (2, 0, 3, 1)], ids=["swapped", "scratch"])
+@pytest.mark.usefixtures("small_share")
 def test_small_m_transposed_output_c64(perm):
     b, h, m, n, k = 1, 2, 8, 640, 200
     rng = np.random.default_rng(32)
@@ -222,4 +238,4 @@ def test_partition_does_not_follow_the_thread_option(monkeypatch):
         monkeypatch.setenv("HLOFUSE_CPU_THREADS", threads)
         exe = hlofuse.compile(parse_hlo(text), target="cpu", cache=False)
         units.append((_gemm_kernel(exe).units, _gemm_kernel(exe).unit_elements))
-    assert units[0] == units[1] == (16, 32 * 128 * 768 // 16)
+    assert units[0] == units[1] == (10, 32 * 224 * 768)

@@ -17,8 +17,9 @@ The rule (`gemm_partition`):
    batched dots) would otherwise run on one or two threads. Its columns are cut into enough
    panels for TARGET_UNITS units in all, but never so narrow that a panel is under
    MIN_PANEL_COLS columns (each unit packs its rows of the lhs again) nor so small that a unit
-   has under MIN_UNIT_MULTIPLY_ADDS multiply-adds (the driver's thread rule would not give such
-   a unit a thread of its own: a tiny dot stays one unit). Panel widths are whole multiples of
+   has under MIN_UNIT_MULTIPLY_ADDS multiply-adds: one thread's minimum share in the driver's
+   thread rule (codegen/region_cost.py, a parallel region's wake-up cost in BLAS work), which
+   would not give a smaller unit a thread of its own; a dot under it stays whole. Panel widths are whole multiples of
    COLUMN_GRANULE_BYTES of the GEMM's element type, so every panel but the last starts on a
    whole register tile of BLAS's kernels (OpenBLAS's sgemm tiles are 16 wide, dgemm's 4-16,
    cgemm's 8, zgemm's 4) and on a cache line. A short matrix gains most from the cut (nothing
@@ -41,6 +42,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ...hlo.dtypes import element_type
+from ..region_cost import min_multiply_adds_per_thread
 from .gemm_layout import DotDims
 
 # Rows of the lhs per work unit. A unit's BLAS call packs its rhs columns again, which costs
@@ -60,16 +62,12 @@ TARGET_UNITS = 16
 MIN_PANEL_COLS = 64
 # ... and a whole number of 128-byte granules of the GEMM's type: 32 f32, 16 f64 or c64, 8 c128.
 COLUMN_GRANULE_BYTES = 128
-# The driver (codegen/driver.py) gives a kernel a thread per 16,384 `unit_elements` (about
-# 16 us of a loop kernel's work). A GEMM unit's cost is its multiply-adds, not its output
-# elements: `unit_elements` reports a unit's multiply-adds over this factor (BLAS does some
-# 16-32 multiply-adds in the time a loop kernel spends on one element), so a unit with a long
-# contraction counts as the work it is and is shared between cores.
-MULTIPLY_ADDS_PER_ELEMENT = 16
-# No column cut makes a unit smaller than one thread's minimum share in the driver's rule
-# (MIN_ELEMENTS_PER_THREAD = 16,384 unit elements, times MULTIPLY_ADDS_PER_ELEMENT): a smaller
-# unit would never be given a thread of its own, and its extra BLAS call would be pure cost.
-MIN_UNIT_MULTIPLY_ADDS = (1 << 14) * MULTIPLY_ADDS_PER_ELEMENT
+# No column cut makes a unit smaller than one thread's minimum share in the driver's thread rule
+# (codegen/region_cost.py: REGION_NS of BLAS multiply-adds, 4.8 M): a smaller unit would never
+# be given a thread of its own, and its extra BLAS call (packing its lhs rows again) would be
+# pure cost. scan_rnn's step dot ([128,128] x [128,256], 4.2 M multiply-adds) took 41 us cut
+# into 8 units on two threads and 38 us whole on one (idle machine).
+MIN_UNIT_MULTIPLY_ADDS = min_multiply_adds_per_thread()
 
 
 def panel_rows(dd: DotDims) -> int:
@@ -120,8 +118,8 @@ class GemmPartition:
     @property
     def unit_elements(self) -> int:
         """The `unit_elements` the driver's thread rule reads for one unit: its multiply-adds
-        over MULTIPLY_ADDS_PER_ELEMENT."""
-        return max(1, self.unit_multiply_adds // MULTIPLY_ADDS_PER_ELEMENT)
+        (codegen/region_cost.py costs a GEMM kernel's work per multiply-add)."""
+        return max(1, self.unit_multiply_adds)
 
 
 def panel_cols(dd: DotDims, rows: int, dtype: str) -> int:

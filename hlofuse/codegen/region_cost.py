@@ -1,0 +1,94 @@
+"""What a parallel region must carry to pay for itself: the driver's thread rule.
+
+The driver (codegen/driver.py) runs a kernel on several threads by opening a libgomp parallel
+region (`GOMP_parallel`). hlofuse's libgomp workers sleep as soon as they wait
+(GOMP_SPINCOUNT=0, runtime/openmp_env.py: spinning cost 2-30x on a busy machine), so every
+region pays a futex wake-up of each worker it uses: REGION_NS of wall time on an idle machine,
+and on a busy one (no idle core to wake) some 10 us of CPU for no gain. So a kernel gets n
+threads only when each thread's share of the kernel's one-thread time is at least REGION_NS:
+
+    threads = min(available threads, units, one-thread time // REGION_NS)
+
+Two threads therefore need a kernel of 2 x REGION_NS, which is where splitting breaks even on
+an idle machine (T/2 + REGION_NS = T).
+
+The one-thread time is estimated from the kernel's work, by kernel kind, with per-element
+costs measured on this machine kind (AMD EPYC znver5 in a VM, 2 cores, f32; one thread, CPU
+time, arrays of 1-4 MB that sit in L3, as a kernel's inputs do when the step before wrote them;
+`benchmarks/region_cost.py` measures them again):
+
+| work | cost | measured |
+|---|---|---|
+| loop kernel, per output element | ELEMENT_NS | x*0.5+0.5 and 1.5/(x+1.5): 0.10-0.12 ns |
+| each transcendental op, per element | TRANSCENDENTAL_NS | exp 0.20, tanh 0.23, logistic 0.24 ns a kernel, less the element |
+| reduction, per input element | REDUCED_ELEMENT_NS | row sums of 256: 0.025-0.036 ns |
+| GEMM (BLAS), per multiply-add | MULTIPLY_ADD_NS | oneDNN sgemm [m,128]x[128,128], m 256-512: 0.0082-0.0083 ns |
+| direct convolution, per multiply-add | CONV_MULTIPLY_ADD_NS | depthwise 3x3: 0.057 ns |
+
+A division is not a transcendental here: 1.5/(x+1.5) costs what x*0.5+0.5 does (memory, not
+the divider, bounds it). The cost of a kernel kind not in the table (sort, scatter, rng ...)
+is its `unit_elements` at ELEMENT_NS, as the driver counted it before this model.
+
+Nothing here depends on the thread count at run time: the cap is a constant of the driver's
+text (so its object code caches), and a work unit is always computed whole by one thread, so
+no rule here changes a result's bits.
+"""
+from __future__ import annotations
+
+from ..hlo.opcodes import OPS
+
+# The wall time one parallel region costs on an idle machine: libgomp wakes a sleeping worker
+# (futex) and waits for it at the region's end. Measured on this machine kind, idle (load
+# 0.3-1.2), as a tanh loop kernel's time on one thread and on two: 32,768 elements 7.9 us and
+# 46.5 us, 262,144 elements 48 and 58 us (a region of 35-42 us); benchmarks/region_cost.py.
+REGION_NS = 40_000.0
+
+ELEMENT_NS = 0.10
+TRANSCENDENTAL_NS = 0.12
+REDUCED_ELEMENT_NS = 0.035
+MULTIPLY_ADD_NS = 0.0083
+# hlofuse's direct convolution loop (cpu_conv.py), per multiply-add: a depthwise 3x3 over
+# [8,112,112,96] (MobileNetV2's, 87 M multiply-adds) took 4.9 ms of CPU on one thread.
+CONV_MULTIPLY_ADD_NS = 0.05
+
+# Kernels whose `unit_elements` count multiply-adds rather than elements, and their cost.
+_MULTIPLY_ADD_KERNELS = {"gemm": MULTIPLY_ADD_NS, "conv_gemm": MULTIPLY_ADD_NS, "onednn_conv": MULTIPLY_ADD_NS,
+                         "conv": CONV_MULTIPLY_ADD_NS}
+# Elementwise ops costing a transcendental function's evaluation (the registry's expensive
+# elementwise ops, less division and remainder: see the module's doc).
+_NOT_TRANSCENDENTAL = {"divide", "remainder"}
+
+
+def is_transcendental(opcode: str) -> bool:
+    """Whether an elementwise `opcode` costs TRANSCENDENTAL_NS per element (exp, tanh, log ...)."""
+    info = OPS.get(opcode)
+    return info is not None and info.elementwise and info.expensive and opcode not in _NOT_TRANSCENDENTAL
+
+
+def transcendentals(comp) -> int:
+    """Transcendental instructions of a kernel's computation (each costs once per element)."""
+    return sum(1 for inst in comp.instructions if is_transcendental(inst.opcode)) if comp is not None else 0
+
+
+def kernel_ns(kernel) -> float:
+    """Estimated one-thread time of `kernel` (a KernelPlan: units, unit_elements, custom, group,
+    comp), in nanoseconds."""
+    work = max(int(kernel.units), 0) * max(int(kernel.unit_elements), 1)
+    per_madd = _MULTIPLY_ADD_KERNELS.get(kernel.custom)
+    if per_madd is not None:
+        return work * per_madd
+    per = REDUCED_ELEMENT_NS if kernel.group is not None else ELEMENT_NS
+    return work * (per + TRANSCENDENTAL_NS * transcendentals(kernel.comp))
+
+
+def region_threads(kernel) -> int:
+    """The most threads `kernel` may use: one per REGION_NS of its one-thread time, at most one
+    per work unit, at least one (the driver takes the smaller of this and the threads it has)."""
+    units = max(int(kernel.units), 1)
+    return max(1, min(units, int(kernel_ns(kernel) // REGION_NS)))
+
+
+def min_multiply_adds_per_thread() -> int:
+    """The multiply-adds of a GEMM that one thread's share must reach: REGION_NS of BLAS work
+    (gemm_partition cuts no unit smaller, since the rule above would not give it a thread)."""
+    return int(REGION_NS / MULTIPLY_ADD_NS)
