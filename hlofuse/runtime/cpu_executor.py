@@ -26,6 +26,7 @@ from typing import Callable
 import numpy as np
 
 from ..codegen.cpu import CpuCode, compile_cpu
+from ..codegen.kernels.cpu_conv_onednn import onednn_descriptions
 from ..codegen.planning import KernelPlan
 from ..codegen.schedule import ComputationPlan, Step
 from ..hlo.ir import HloModule
@@ -33,6 +34,7 @@ from .cpu_threads import register_openmp
 from .io import check_arguments, data_address
 from .jit import JitModule
 from .native_driver import NativeDriver
+from .onednn_primitives import register_primitives
 from .output_pool import OutputPool
 from .program import ProgramBase, flatten, owned_outputs, unflatten
 
@@ -109,6 +111,8 @@ class CpuProgram(ProgramBase):
         """Load every distinct kernel's object into one engine; each kernel calls its
         object's function (structurally identical kernels share one)."""
         register_openmp()  # the driver calls GOMP_parallel: resolvable before it loads
+        # oneDNN convolution kernels read their primitive's handles: created now, per process
+        register_primitives(onednn_descriptions(self._planner.kernels))
         self._jit = JitModule(objects=[o.object_code for o in self.code.objects] + [self.code.driver_object])
         addresses = {o.symbol: self._jit.address(o.symbol) for o in self.code.objects}
         by_name = {}

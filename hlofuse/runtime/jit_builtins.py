@@ -178,7 +178,7 @@ def register_builtins(needed: set[str] | None = None) -> dict[str, int]:
             register_blas()  # GEMM kernels call BLAS (below); without scipy they cannot be loaded
         except ImportError:
             pass  # check_resolvable then names the missing routines
-    if wanted((onednn_symbol(), ONEDNN_GET_THREADS, ONEDNN_SET_THREADS)):
+    if wanted((onednn_symbol(), ONEDNN_GET_THREADS, ONEDNN_SET_THREADS) + ONEDNN_PRIMITIVE_API):
         register_onednn()
     return _registered
 
@@ -332,6 +332,11 @@ def register_blas() -> dict[str, int]:
 
 ONEDNN_SGEMM = "dnnl_sgemm"
 ONEDNN_GET_THREADS, ONEDNN_SET_THREADS = "hlofuse_onednn_get_threads", "hlofuse_onednn_set_threads"
+# oneDNN's primitive API, which convolution kernels call (codegen/kernels/cpu_conv_onednn.py,
+# runtime/onednn_primitives.py): hlofuse's name -> libdnnl's.
+DNNL_MEMORY_CREATE, DNNL_MEMORY_DESTROY, DNNL_EXECUTE = (
+    "hlofuse_dnnl_memory_create", "hlofuse_dnnl_memory_destroy", "hlofuse_dnnl_primitive_execute")
+ONEDNN_PRIMITIVE_API = (DNNL_MEMORY_CREATE, DNNL_MEMORY_DESTROY, DNNL_EXECUTE)
 _onednn: dict[str, int] = {}
 
 
@@ -341,13 +346,14 @@ def onednn_symbol() -> str:
 
 
 def register_onednn() -> int | None:
-    """Register `dnnl_sgemm`'s address under `onednn_symbol()`, and libgomp's
-    `omp_get_max_threads` / `omp_set_num_threads` under ONEDNN_GET_THREADS / ONEDNN_SET_THREADS
-    (once per process); returns dnnl_sgemm's address, or None when f32 GEMM kernels call
-    OpenBLAS (HLOFUSE_GEMM=openblas, or no libdnnl). libdnnl is then left unloaded (20-30 ms
-    and about 22 MB of resident memory per process otherwise); a later JitModule registers it
-    if the provider changes in between (every JitModule calls register_builtins, which calls
-    this)."""
+    """Register `dnnl_sgemm`'s address under `onednn_symbol()`, libgomp's
+    `omp_get_max_threads` / `omp_set_num_threads` under ONEDNN_GET_THREADS / ONEDNN_SET_THREADS,
+    and the primitive API's `dnnl_memory_create`, `dnnl_memory_destroy` and
+    `dnnl_primitive_execute` under ONEDNN_PRIMITIVE_API's names (once per process); returns
+    dnnl_sgemm's address, or None when f32 GEMM kernels call OpenBLAS (HLOFUSE_GEMM=openblas,
+    or no libdnnl). libdnnl is then left unloaded (20-30 ms and about 22 MB of resident memory
+    per process otherwise); a later JitModule registers it if the provider changes in between
+    (every JitModule calls register_builtins, which calls this)."""
     import ctypes
 
     from .gemm_provider import gemm_provider, onednn_library
@@ -359,7 +365,10 @@ def register_onednn() -> int | None:
         if not _onednn:
             gomp = ctypes.CDLL("libgomp.so.1")  # loaded with libdnnl, its dependency: the same handle
             for name, fn in ((onednn_symbol(), lib.dnnl_sgemm), (ONEDNN_GET_THREADS, gomp.omp_get_max_threads),
-                             (ONEDNN_SET_THREADS, gomp.omp_set_num_threads)):
+                             (ONEDNN_SET_THREADS, gomp.omp_set_num_threads),
+                             (DNNL_MEMORY_CREATE, lib.dnnl_memory_create),
+                             (DNNL_MEMORY_DESTROY, lib.dnnl_memory_destroy),
+                             (DNNL_EXECUTE, lib.dnnl_primitive_execute)):
                 _onednn[name] = ctypes.cast(fn, ctypes.c_void_p).value
                 llvm.add_symbol(name, _onednn[name])
         return _onednn[onednn_symbol()]

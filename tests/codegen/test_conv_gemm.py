@@ -29,7 +29,8 @@ from test_conv import _inputs, _module, random_convolution
 
 @pytest.fixture
 def forced(monkeypatch):
-    """The GEMM path for every convolution it can run, in tiles of 8 rows."""
+    """The GEMM path for every convolution it can run, in tiles of 8 rows (not oneDNN's)."""
+    monkeypatch.setattr(cpu_conv_gemm, "prefers_onednn", lambda comp: False)
     monkeypatch.setattr(cpu_conv_gemm, "prefers_gemm", lambda conv: True)
     monkeypatch.setattr(cpu_conv_gemm, "MIN_TILE_ROWS", 8)
     monkeypatch.setattr(cpu_conv_gemm, "MAX_TILE_ROWS", 8)
@@ -285,9 +286,10 @@ def test_rule(monkeypatch, requested, case, onednn, openblas):
     assert prefers_gemm(_conv(*case)) is want
 
 
-def test_rule_f64_and_compiled_path():
+def test_rule_f64_and_compiled_path(monkeypatch):
     """f64 runs through OpenBLAS, so takes its thresholds (128 features: direct); the planner
-    follows the rule."""
+    follows the rule (where oneDNN's primitives do not take the convolution first)."""
+    monkeypatch.setattr(cpu_conv_gemm, "prefers_onednn", lambda comp: False)
     case = ("f64[1,7,7,64]", "f64[3,3,64,512]", PAD1 + NHWC)
     assert prefers_gemm(_conv(*case))
     assert not prefers_gemm(_conv("f64[4,32,32,256]", "f64[1,1,256,128]", "window={size=1x1}, " + NHWC))

@@ -116,9 +116,13 @@ ENTRY e {
     _check(text, [_random(rng, (2, 4, 96, 96), "f32"), _random(rng, (2, 4, 96, 32), "f32")], provider)
 
 
-def test_convolution_gemm_calls_the_provider(provider):
+def test_convolution_gemm_calls_the_provider(provider, monkeypatch):
     """The tiled-GEMM convolution kernel (cpu_conv_gemm_kernel.py) calls the same routine (an
-    input gradient's `01oi` weights: a shape class its rule runs as GEMMs)."""
+    input gradient's `01oi` weights: a shape class its rule runs as GEMMs where oneDNN's
+    convolution primitive, cpu_conv_onednn.py, does not take it first)."""
+    from hlofuse.codegen.kernels import cpu_conv_gemm
+
+    monkeypatch.setattr(cpu_conv_gemm, "prefers_onednn", lambda comp: False)
     text = """HloModule c
 ENTRY e {
   x = f32[2,20,20,32] parameter(0)

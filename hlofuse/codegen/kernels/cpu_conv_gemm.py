@@ -61,6 +61,7 @@ from ...runtime.gemm_provider import gemm_provider
 from ..planning import KernelPlan, plan_fusion, rebuild
 from .args import output_leaves
 from .cpu_conv import ConvGeometry, conv_geometry, dimension_numbers, find_convolution, plan_conv
+from .cpu_conv_onednn import plan_onednn_conv, prefers_onednn
 from .gemm_layout import INT32_MAX, Matrix, strided_matrix
 
 # The patch tile's budget. Measured (docs/convolutions.md): each BLAS call packs the whole
@@ -361,10 +362,15 @@ def _gemm_plan(comp: HloComputation, layout: ConvGemm, inputs: list, name: str) 
 
 def plan_convolution(comp: HloComputation, name: str):
     """The kernels of `comp` (a convolution of parameters, perhaps with its epilogue), or None:
-    GEMM kernels when `prefers_gemm` and the GEMM kernel runs it, else the direct kernel."""
+    a oneDNN primitive when `prefers_onednn` (cpu_conv_onednn.py), else GEMM kernels when
+    `prefers_gemm` and the GEMM kernel runs it, else the direct kernel."""
     conv = find_convolution(comp)
     if conv is None:
         return None
+    if prefers_onednn(comp):
+        plans = plan_onednn_conv(comp, name)
+        if plans is not None:
+            return plans
     if prefers_gemm(conv):
         plans = plan_conv_gemm(comp, name)
         if plans is not None:

@@ -1,0 +1,470 @@
+"""f32 convolutions (with their fused epilogue) through a oneDNN convolution primitive.
+
+    mapped = onednn_convolution(comp)   # OneDnnConv: the description and its buffers, or None
+    plans = plan_onednn_conv(comp, name)  # one KernelPlan, custom="onednn_conv"
+    emit_onednn_conv_kernel(skel, plan)   # the kernel: per-call memory objects, one execute
+
+A kOutput fusion of a convolution (the fusion passes decide it, passes/fusion/conv_fusion.py)
+runs here as one call of a oneDNN primitive when `prefers_onednn` says so (by shape class,
+docs/convolutions.md). The primitive is described by `ConvDescription`
+(runtime/onednn_primitives.py), created when the program loads, and found by the kernel
+through the external symbol `desc.symbol` (its handle block).
+
+- **Layouts** are strides: the operands' row-major HLO layouts under the dimension numbers
+  become oneDNN's (N, C, spatial...) and ([G,] O, I, spatial...) strides, so every dimension
+  numbering maps without a copy. The weights go to the layout oneDNN picks (`format_any`)
+  and are reordered each call into per-call scratch (a few % of a call, measured in the doc).
+- **The epilogue** becomes oneDNN post-ops where each op maps exactly (`_epilogue`): a bias
+  add (a per-output-feature broadcast, oneDNN's bias when it comes first), relu
+  (`max(x, 0)`), clamps and min/max with scalar constants (eltwise clip), adds, subtracts,
+  multiplies, max and min with a scalar constant (eltwise linear / clip) or with a
+  per-feature or full-shape operand (binary post-ops: residual add, per-channel scale).
+  Any other epilogue (a convert, a divide, `x * sigmoid(x)`) keeps our own kernels, which
+  fuse it (`why_not_onednn` says which op).
+- Not expressible (they keep our kernels): batch groups, lhs dilation (transposed
+  convolutions), window reversal, negative padding, more than three spatial dimensions,
+  other types than f32 throughout. No spatial dimension is one of size 1.
+
+Threads: the kernel is one work unit; oneDNN splits the call over libgomp's threads itself
+(omp_set_num_threads around the call, the count from onednn_primitives.THREADS: the
+program's thread count, 1 in a forked child). oneDNN's worker threads do not get the kernel
+skeleton's flush-to-zero mode: a denormal intermediate may stay denormal there.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+from llvmlite import ir
+
+from ...emitters.ir_helpers import row_major_strides
+from ...hlo.attributes import WindowDimension
+from ...hlo.ir import HloComputation, HloInstruction
+from ...runtime import onednn_primitives as dnnl
+from ...runtime.jit_builtins import (
+    DNNL_EXECUTE, DNNL_MEMORY_CREATE, DNNL_MEMORY_DESTROY, ONEDNN_GET_THREADS, ONEDNN_SET_THREADS,
+    SCRATCH_ALLOC, SCRATCH_FREE,
+)
+from ..planning import KernelPlan
+from .blas_call import declare, trap_if
+from .cpu_conv import conv_geometry, dimension_numbers, find_convolution
+
+I8P = ir.IntType(8).as_pointer()
+I32 = ir.IntType(32)
+I64 = ir.IntType(64)
+F32_MAX = float(np.finfo(np.float32).max)
+# Whether oneDNN picks the weights' layout (reordered each call) rather than reading them as
+# they are (docs/convolutions.md has both measured).
+WEIGHTS_ANY = True
+
+
+@dataclass(frozen=True)
+class OneDnnConv:
+    """A convolution fusion as a oneDNN primitive: its description, and for each execution
+    argument (`desc.arguments()` order) the kernel argument holding it: a parameter number,
+    or -1 for the output."""
+
+    desc: dnnl.ConvDescription
+    sources: tuple[int, ...]
+
+
+def _tensor(dims: tuple[int, ...], axes: list[int]) -> dnnl.Tensor:
+    """The row-major array of `dims` seen in the logical order `axes`."""
+    strides = row_major_strides(dims)
+    return dnnl.Tensor(tuple(dims[a] for a in axes), tuple(strides[a] for a in axes))
+
+
+def _scalar(inst: HloInstruction) -> float | None:
+    """The value of a scalar f32 constant, or of a broadcast of one; None otherwise."""
+    if inst.opcode == "broadcast" and not inst.operands[0].shape.dims:
+        inst = inst.operands[0]
+    if inst.opcode != "constant" or inst.shape.dims or inst.literal is None:
+        return None
+    return float(np.asarray(inst.literal, np.float32).reshape(()))
+
+
+class _Epilogue:
+    """The post-ops of a convolution's epilogue chain, built op by op (`add`)."""
+
+    def __init__(self, conv: HloInstruction) -> None:
+        dn = dimension_numbers(conv)
+        self.dims = tuple(conv.shape.dims)
+        self.out_axes = [dn.output_batch, dn.output_feature, *dn.output_spatial]
+        self.feature = dn.output_feature
+        self.post_ops: list[dnnl.PostOp] = []
+        self.sources: list[int] = []  # per binary post-op, its parameter
+        self.bias: int | None = None  # the bias parameter
+
+    def _feature_vector(self, inst: HloInstruction):
+        """("param", number) or ("const", values) for a broadcast of a parameter or constant
+        along the output feature dimension alone; None otherwise."""
+        if inst.opcode != "broadcast" or tuple(inst.attrs.get("dimensions", ())) != (self.feature,):
+            return None
+        src = inst.operands[0]
+        if src.opcode == "parameter":
+            return "param", src.parameter_number
+        if src.opcode == "constant" and src.literal is not None:
+            return "const", tuple(float(v) for v in np.asarray(src.literal, np.float32).reshape(-1))
+        return None
+
+    def _binary(self, alg: int, other: HloInstruction) -> str | None:
+        """Append binary post-op `alg` with `other` (per-feature or full-shape) as operand."""
+        vec = self._feature_vector(other)
+        n_features = self.dims[self.feature]
+        per_feature = dnnl.Tensor(tuple(n_features if k == 1 else 1 for k in range(len(self.dims))),
+                                  tuple(1 if k else n_features for k in range(len(self.dims))))
+        if vec is not None and vec[0] == "param":
+            self.post_ops.append(dnnl.PostOp("binary", alg, operand=per_feature))
+            self.sources.append(vec[1])
+        elif vec is not None:
+            self.post_ops.append(dnnl.PostOp("binary", alg, operand=per_feature, constant=vec[1]))
+        elif other.opcode == "parameter" and tuple(other.shape.dims) == self.dims:
+            self.post_ops.append(dnnl.PostOp("binary", alg, operand=_tensor(self.dims, self.out_axes)))
+            self.sources.append(other.parameter_number)
+        else:
+            return (f"{other.opcode} operand is neither a scalar constant, a per-feature broadcast nor "
+                    "of the output's shape")
+        return None
+
+    def add(self, inst: HloInstruction, x: HloInstruction) -> str | None:
+        """Map `inst`, whose operand `x` is the chain so far; None, or why it does not map."""
+        if inst.shape.dtype.name != "f32":
+            return f"{inst.opcode} to {inst.shape.dtype.name}"
+        op = inst.opcode
+        if op == "clamp" and inst.operands[1] is x:
+            lo, hi = _scalar(inst.operands[0]), _scalar(inst.operands[2])
+            if lo is None or hi is None:
+                return "clamp with bounds that are not scalar constants"
+            self.post_ops.append(dnnl.PostOp("eltwise", dnnl.ELTWISE_CLIP, lo, hi))
+            return None
+        if len(inst.operands) != 2 or op not in ("add", "subtract", "multiply", "maximum", "minimum"):
+            return f"{op} has no oneDNN post-op here"
+        other = inst.operands[1] if inst.operands[0] is x else inst.operands[0]
+        if other is x:
+            return f"{op} of the convolution with itself"
+        if op == "subtract" and inst.operands[0] is not x:
+            return "subtract from the convolution's operand side"
+        c = _scalar(other)
+        if c is not None:  # eltwise: exact (x + c, c * x, bounds), as XLA computes them
+            eltwise = {"add": (dnnl.ELTWISE_LINEAR, 1.0, c), "subtract": (dnnl.ELTWISE_LINEAR, 1.0, -c),
+                       "multiply": (dnnl.ELTWISE_LINEAR, c, 0.0),
+                       "maximum": (dnnl.ELTWISE_RELU, 0.0, 0.0) if c == 0 else (dnnl.ELTWISE_CLIP, c, F32_MAX),
+                       "minimum": (dnnl.ELTWISE_CLIP, -F32_MAX, c)}[op]
+            self.post_ops.append(dnnl.PostOp("eltwise", *eltwise))
+            return None
+        vec = self._feature_vector(other)
+        if op == "add" and not self.post_ops and self.bias is None and vec is not None and vec[0] == "param":
+            self.bias = vec[1]  # oneDNN's own bias, added to the accumulator before the post-ops
+            return None
+        alg = {"add": dnnl.BINARY_ADD, "subtract": dnnl.BINARY_SUB, "multiply": dnnl.BINARY_MUL,
+               "maximum": dnnl.BINARY_MAX, "minimum": dnnl.BINARY_MIN}[op]
+        return self._binary(alg, other)
+
+
+def _chain(comp: HloComputation, conv: HloInstruction) -> list[HloInstruction] | str:
+    """The epilogue's ops from the convolution to the root, each reading the one before it; or
+    why the epilogue is not such a chain."""
+    chain, x = [], conv
+    while x is not comp.root:
+        users = [u for u in comp.instructions if x in u.operands]
+        if len(users) != 1:
+            return f"{x.name} has {len(users)} users in the epilogue"
+        x = users[0]
+        chain.append(x)
+    return chain
+
+
+def why_not_onednn(comp: HloComputation) -> str | None:
+    """Why the convolution fusion `comp` cannot run as a oneDNN primitive (None: it can,
+    `onednn_convolution`); for the fusion log and `hlofuse explain`."""
+    result = _map(comp)
+    return result if isinstance(result, str) else None
+
+
+def onednn_convolution(comp: HloComputation) -> OneDnnConv | None:
+    """The oneDNN primitive computing `comp` (a convolution of parameters with its elementwise
+    epilogue), or None when it cannot (`why_not_onednn`)."""
+    result = _map(comp)
+    return None if isinstance(result, str) else result
+
+
+def _map(comp: HloComputation) -> OneDnnConv | str:
+    conv = find_convolution(comp)
+    if conv is None:
+        return "not a convolution fusion"
+    if any(op.shape.dtype.name != "f32" for op in conv.operands) or conv.shape.dtype.name != "f32":
+        return "not f32 throughout"
+    dn = dimension_numbers(conv)
+    nsp = len(dn.input_spatial)
+    if nsp > 3:
+        return f"{nsp} spatial dimensions (oneDNN: up to 3)"
+    if int(conv.attrs.get("batch_group_count", 1)) != 1:
+        return "batch groups"
+    window = conv.attrs.get("window")
+    dims = tuple(window.dimensions) if window is not None else ()
+    if len(dims) != nsp:
+        return "a window of another rank"
+    if any(d.base_dilation != 1 for d in dims):
+        return "lhs dilation"
+    if any(d.window_reversal for d in dims):
+        return "window reversal"
+    if any(d.padding_low < 0 or d.padding_high < 0 for d in dims):
+        return "negative padding"
+    xd, wd, od = (tuple(s.dims) for s in (conv.operands[0].shape, conv.operands[1].shape, conv.shape))
+    if 0 in xd or 0 in wd or 0 in od:
+        return "empty"
+    groups = int(conv.attrs.get("feature_group_count", 1))
+    src = _tensor(xd, [dn.input_batch, dn.input_feature, *dn.input_spatial])
+    w = _tensor(wd, [dn.kernel_output_feature, dn.kernel_input_feature, *dn.kernel_spatial])
+    if groups > 1:  # ([G,] O/G, I/G, spatial): groups split the output features, major
+        o = w.dims[0] // groups
+        w = dnnl.Tensor((groups, o, *w.dims[1:]), (o * w.strides[0], *w.strides))
+    dst = _tensor(od, [dn.output_batch, dn.output_feature, *dn.output_spatial])
+    if nsp == 0:  # a matrix product: one spatial position of size 1 (oneDNN needs one)
+        src, w, dst = (dnnl.Tensor(t.dims + (1,), t.strides + (1,)) for t in (src, w, dst))
+        dims = (WindowDimension(),)
+    chain = _chain(comp, conv)
+    if isinstance(chain, str):
+        return chain
+    epi, x = _Epilogue(conv), conv
+    for inst in chain:
+        why = epi.add(inst, x)
+        if why is not None:
+            return f"epilogue: {why}"
+        x = inst
+    bias = None if epi.bias is None else dnnl.Tensor((od[dn.output_feature],), (1,))
+    desc = dnnl.ConvDescription(
+        src, w, bias, dst, tuple(d.stride for d in dims), tuple(d.window_dilation - 1 for d in dims),
+        tuple(d.padding_low for d in dims), tuple(d.padding_high for d in dims), tuple(epi.post_ops),
+        weights_any=WEIGHTS_ANY)
+    params = {"src": conv.operands[0].parameter_number, "weights": conv.operands[1].parameter_number,
+              "bias": epi.bias, "dst": -1}
+    binaries = iter(epi.sources)
+    sources = []
+    for _, name in desc.arguments():
+        if name.startswith("post"):
+            post = desc.post_ops[int(name[4:])]
+            sources.append(-2 if post.constant is not None else next(binaries))
+        else:
+            sources.append(params[name])
+    return OneDnnConv(desc, tuple(sources))
+
+
+def fast_implementation(desc: dnnl.ConvDescription) -> bool:
+    """Whether oneDNN has an optimized implementation for `desc` in this process: not none, and
+    not its reference one ("ref:any", a plain loop nest: jax's weight gradients as forward
+    convolutions get only that, several times slower than our kernels)."""
+    impl = dnnl.implementation(desc)
+    return impl is not None and not impl.startswith("ref")
+
+
+def conv_flops(comp: HloComputation) -> int:
+    """Multiply-adds of the convolution of `comp` (for the kernel's work estimate)."""
+    conv = find_convolution(comp)
+    wd = conv.operands[1].shape.dims
+    dn = dimension_numbers(conv)
+    return math.prod(conv.shape.dims) * math.prod(wd[a] for a in dn.kernel_spatial) * wd[dn.kernel_input_feature]
+
+
+def plan_onednn_conv(comp: HloComputation, name: str) -> list[KernelPlan] | None:
+    """The kernel computing `comp` through oneDNN (one work unit: oneDNN threads the call), or
+    None when oneDNN cannot run it (no mapping, or no fast implementation in this process)."""
+    mapped = onednn_convolution(comp)
+    if mapped is None or not fast_implementation(mapped.desc):
+        return None
+    inputs = [("in", i) for i in range(len(comp.parameters))]
+    return [KernelPlan(comp, [0], 1, conv_flops(comp), None, inputs=inputs, results=[("out", 0)],
+                       name=f"{name}_dnnl", custom="onednn_conv")]
+
+
+def onednn_descriptions(kernels) -> list[dnnl.ConvDescription]:
+    """The primitive descriptions the kernels of a program need created before it loads."""
+    out = []
+    for k in kernels:
+        if k.custom == "onednn_conv":
+            mapped = onednn_convolution(k.comp)
+            if mapped is None:
+                raise ValueError(f"kernel {k.name}: no longer maps to a oneDNN convolution")
+            out.append(mapped.desc)
+    return out
+
+
+# ---- emission ----------------------------------------------------------------------------------
+
+def _fn(module: ir.Module, name: str, ret: ir.Type, args: list[ir.Type]) -> ir.Function:
+    return declare(module, name, ir.FunctionType(ret, args))
+
+
+def emit_onednn_conv_kernel(skel, plan) -> None:
+    """Fill CPU kernel skeleton `skel` with the oneDNN convolution kernel of `plan`
+    (custom="onednn_conv"): set oneDNN's threads, allocate the scratchpad (and the reordered
+    weights), create a memory object over each buffer, reorder the weights where oneDNN chose
+    their layout, execute the primitive, free everything and restore the thread count. A
+    failing oneDNN call stops the process (llvm.trap), as a failing dnnl_sgemm does."""
+    mapped = onednn_convolution(plan.comp)
+    if mapped is None:
+        raise ValueError(f"kernel {plan.name}: its computation is not a oneDNN convolution")
+    desc, module, b = mapped.desc, skel.module, skel.builder
+    nslots = dnnl.block_slots(desc)
+    block = module.globals.get(desc.symbol)
+    if block is None:
+        block = ir.GlobalVariable(module, ir.ArrayType(I8P, nslots), name=desc.symbol)
+        block.linkage = "external"
+
+    def slot(k: int) -> ir.Value:
+        return b.load(b.gep(block, [ir.Constant(I32, 0), ir.Constant(I32, k)]))
+
+    pp = I8P.as_pointer()
+    arg_t = ir.LiteralStructType([I32, I8P])
+    mem_create = _fn(module, DNNL_MEMORY_CREATE, I32, [pp, I8P, I8P, I8P])
+    mem_destroy = _fn(module, DNNL_MEMORY_DESTROY, I32, [I8P])
+    execute = _fn(module, DNNL_EXECUTE, I32, [I8P, I8P, I32, arg_t.as_pointer()])
+    alloc = _fn(module, SCRATCH_ALLOC, I8P, [I64, I64])
+    free = _fn(module, SCRATCH_FREE, ir.VoidType(), [I8P])
+    get_threads = _fn(module, ONEDNN_GET_THREADS, I32, [])
+    set_threads = _fn(module, ONEDNN_SET_THREADS, ir.VoidType(), [I32])
+
+    with b.if_then(b.icmp_signed("<", skel.begin, skel.end)):
+        engine, stream, prim = slot(dnnl.SLOT_ENGINE), slot(dnnl.SLOT_STREAM), slot(dnnl.SLOT_PRIMITIVE)
+        saved = b.call(get_threads, [])
+        b.call(set_threads, [b.load(b.bitcast(slot(dnnl.SLOT_THREADS), I32.as_pointer()))])
+        mems: list[ir.Value] = []
+
+        def entry_alloca() -> ir.Value:
+            with b.goto_entry_block():
+                return b.alloca(I8P)
+
+        def memory(md: ir.Value, handle: ir.Value) -> ir.Value:
+            cell = entry_alloca()
+            status = b.call(mem_create, [cell, md, engine, b.bitcast(handle, I8P)])
+            trap_if(b, module, b.icmp_signed("!=", status, ir.Constant(I32, 0)))
+            return cell
+
+        def buffer(nbytes: ir.Value) -> ir.Value:
+            # aligned_alloc wants a multiple of the alignment; at least one block
+            size = b.and_(b.add(nbytes, ir.Constant(I64, 127)), ir.Constant(I64, ~63))
+            p = b.call(alloc, [ir.Constant(I64, 64), size])
+            trap_if(b, module, b.icmp_unsigned("==", p, ir.Constant(I8P, None)))
+            return p
+
+        def run(primitive: ir.Value, args: list[tuple[int, ir.Value]], extra: tuple[ir.Value, ir.Value] | None):
+            """Execute with `args` (arg id, memory cell), plus `extra` (arg id value, cell) when
+            its cell is non-null at run time (the scratchpad)."""
+            n = len(args) + (extra is not None)
+            with b.goto_entry_block():
+                arr = b.alloca(arg_t, ir.Constant(I32, n))
+            for i, (arg, cell) in enumerate(args):
+                b.store(ir.Constant(I32, arg), b.gep(arr, [ir.Constant(I32, i), ir.Constant(I32, 0)]))
+                b.store(b.load(cell), b.gep(arr, [ir.Constant(I32, i), ir.Constant(I32, 1)]))
+            count = ir.Constant(I32, len(args))
+            if extra is not None:
+                i = len(args)
+                b.store(ir.Constant(I32, dnnl.ARG_SCRATCHPAD), b.gep(arr, [ir.Constant(I32, i), ir.Constant(I32, 0)]))
+                b.store(b.load(extra[1]), b.gep(arr, [ir.Constant(I32, i), ir.Constant(I32, 1)]))
+                count = b.select(extra[0], ir.Constant(I32, n), count)
+            status = b.call(execute, [primitive, stream, count, arr])
+            trap_if(b, module, b.icmp_signed("!=", status, ir.Constant(I32, 0)))
+
+        handles = {}
+        for (_, name), src in zip(desc.arguments(), mapped.sources):
+            if src == -1:
+                handles[name] = skel.function.args[skel.n_inputs]
+            elif src >= 0:
+                handles[name] = skel.function.args[src]
+        for i, (_, name) in enumerate(desc.arguments()):
+            if name not in handles:
+                handles[name] = slot(dnnl.constant_slot(desc, i))
+
+        # The weights, reordered into oneDNN's layout when it chose one.
+        reorder = slot(dnnl.SLOT_REORDER)
+        has_reorder = b.icmp_unsigned("!=", reorder, ir.Constant(I8P, None))
+        packed_cell = entry_alloca()
+        b.store(handles["weights"], packed_cell)
+        with b.if_then(has_reorder):
+            packed = buffer(b.ptrtoint(slot(dnnl.SLOT_PACKED_BYTES), I64))
+            user = memory(slot(dnnl.SLOT_USER_WEIGHTS_MD), handles["weights"])
+            blocked = memory(slot(dnnl.SLOT_PACKED_MD), packed)
+            run(reorder, [(dnnl.ARG_FROM, user), (dnnl.ARG_TO, blocked)], None)
+            b.call(mem_destroy, [b.load(user)])
+            b.call(mem_destroy, [b.load(blocked)])
+            b.store(packed, packed_cell)
+        handles["weights"] = b.load(packed_cell)
+
+        cells = []
+        for i, (arg, name) in enumerate(desc.arguments()):
+            cells.append((arg, memory(slot(dnnl.FIXED_SLOTS + i), handles[name])))
+        scratch_bytes = b.ptrtoint(slot(dnnl.SLOT_SCRATCH_BYTES), I64)
+        has_scratch = b.icmp_unsigned("!=", scratch_bytes, ir.Constant(I64, 0))
+        scratch_cell, scratch_mem = entry_alloca(), entry_alloca()
+        b.store(ir.Constant(I8P, None), scratch_cell)
+        b.store(ir.Constant(I8P, None), scratch_mem)
+        with b.if_then(has_scratch):
+            p = buffer(scratch_bytes)
+            b.store(p, scratch_cell)
+            cell = memory(slot(dnnl.scratch_slot(desc)), p)
+            b.store(b.load(cell), scratch_mem)
+        run(prim, cells, (has_scratch, scratch_mem))
+        for _, cell in cells:
+            b.call(mem_destroy, [b.load(cell)])
+        with b.if_then(has_scratch):
+            b.call(mem_destroy, [b.load(scratch_mem)])
+            b.call(free, [b.load(scratch_cell)])
+        with b.if_then(has_reorder):
+            b.call(free, [b.load(packed_cell)])
+        b.call(set_threads, [saved])
+    skel.finish()
+
+
+# ---- the rule ----------------------------------------------------------------------------------
+
+# A call costs about 10-15 us beyond its arithmetic (memory objects, the scratchpad, the
+# weights' reorder): below this many multiply-adds our kernels stay ahead.
+MIN_ONEDNN_MACS = 1 << 22
+# Dense convolutions: rows (batch x output positions) over which the per-call reorder of the
+# weights is amortized (49-196 rows measured 1.2-1.7x slower than our GEMM kernel, 392 0.7-0.9x).
+MIN_ONEDNN_ROWS = 256
+# Dense convolutions: fewer output features than this gained nothing (16: 0.98-1.12x).
+MIN_ONEDNN_FEATURES = 32
+
+
+def onednn_class(comp: HloComputation) -> str | None:
+    """The shape class by which `prefers_onednn` decides (docs/convolutions.md): "grouped"
+    (depthwise included) or "dense"; None when oneDNN does not run it: no mapping, no fast
+    implementation, or one that is neither oneDNN's direct JIT kernels ("brg..", "brdgmm..", "jit..")
+    nor measured (its im2col GEMM for channels-first data)."""
+    mapped = onednn_convolution(comp)
+    if mapped is None or not fast_implementation(mapped.desc):
+        return None
+    if not dnnl.implementation(mapped.desc).startswith(("brg", "brdgmm", "jit")):
+        return None
+    conv = find_convolution(comp)
+    return "grouped" if int(conv.attrs.get("feature_group_count", 1)) > 1 else "dense"
+
+
+def prefers_onednn(comp: HloComputation) -> bool:
+    """The rule (docs/convolutions.md; by shape class, never timed at run time): the
+    convolution fusion `comp` runs as a oneDNN primitive when f32 GEMMs are oneDNN's
+    (runtime/gemm_provider.py, decided at compile time), oneDNN runs it with its direct JIT
+    kernels (`onednn_class`), it has at least MIN_ONEDNN_MACS multiply-adds, and it is
+      * grouped or depthwise (oneDNN 0.4-0.9x our direct kernel's time), or
+      * dense with a window of more than one tap (1x1 convolutions keep the GEMM kernel,
+        which reads their input in place: 0.9-1.4x), at least 8 input features (the
+        stems keep the direct kernel: 1.05-1.16x), MIN_ONEDNN_FEATURES output features and
+        MIN_ONEDNN_ROWS rows (0.7-0.9x).
+    Everything else keeps our kernels (cpu_conv_gemm.plan_convolution)."""
+    from ...runtime.gemm_provider import gemm_provider
+
+    if gemm_provider("f32") != "onednn":
+        return False
+    cls = onednn_class(comp)
+    if cls is None:
+        return False
+    geo = conv_geometry(find_convolution(comp))
+    taps = math.prod(d.size for d in geo.window)
+    if conv_flops(comp) < MIN_ONEDNN_MACS:
+        return False
+    if cls == "grouped":
+        return True
+    rows = geo.batch * math.prod(geo.out_spatial)
+    return taps > 1 and geo.group_inputs >= 8 and geo.features >= MIN_ONEDNN_FEATURES and rows >= MIN_ONEDNN_ROWS

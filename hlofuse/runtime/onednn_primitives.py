@@ -1,0 +1,380 @@
+"""oneDNN primitives (convolutions) made from a plain description when a program loads, and
+executed by compiled kernels through addresses.
+
+    desc = ConvDescription(src, weights, bias, dst, strides, dilates, pad_l, pad_r, post_ops)
+    prim = primitive(desc)        # created once per process and description (oneDNN's JIT, ms)
+    prim.impl                     # the implementation oneDNN chose ("brg:avx512_core", ...)
+    register_primitives(descs)    # each one's handle block under `desc.symbol` (llvm.add_symbol)
+    prim.run_numpy(arrays)        # the same execution from Python (tests, benchmarks)
+
+Why a description and not a primitive: the module cache stores object code and the program;
+a primitive is a process's object. The kernel (codegen/kernels/cpu_conv_onednn.py) refers to
+the external symbol `desc.symbol`, a block of handles this module fills at load time
+(`HandleBlock`), so cached object code stays valid and the primitive is re-created from the
+description (pickled with the program's plan) in each process.
+
+The block holds: the primitive, its stream and engine, the address of the thread-count cell,
+the scratchpad's size, an optional weights reorder (weights in the layout oneDNN chose,
+`format_any`, reordered per call from the caller's layout), and the memory descriptor of each
+execution argument in `ConvDescription.arguments()` order. A call creates its own memory
+objects over the kernel's buffers and allocates its own scratchpad (user scratchpad mode):
+nothing mutable is shared, so calls from several threads (several programs sharing a
+primitive) are safe; oneDNN documents primitives as safe to execute concurrently in that mode.
+
+Only the libdnnl the project already ships is used (PyPI `onednn-cpu-gomp`, oneDNN v3.2,
+runtime/gemm_provider.py loads it). Its headers are not in that wheel; the few enum values
+below are from `onednn-devel-cpu-gomp==2023.2.0`'s include/oneapi/dnnl/dnnl_types.h and
+dnnl_common_types.h (named per constant).
+"""
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import threading
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..hlo.errors import UnsupportedError
+from .gemm_provider import onednn_library
+
+# dnnl_common_types.h
+DNNL_SUCCESS = 0  # dnnl_success
+DNNL_F32 = 3  # dnnl_data_type_t dnnl_f32
+DNNL_CPU = 1  # dnnl_engine_kind_t dnnl_cpu
+DNNL_STREAM_DEFAULT_FLAGS = 1  # dnnl_stream_default_flags (in order)
+DNNL_MAX_NDIMS = 12  # dnnl_dims_t is int64_t[DNNL_MAX_NDIMS]
+# dnnl_types.h
+FORMAT_TAG_ANY = 1  # dnnl_format_tag_any
+FORWARD_INFERENCE = 96  # dnnl_prop_kind_t dnnl_forward_inference
+CONVOLUTION_DIRECT = 1  # dnnl_alg_kind_t dnnl_convolution_direct
+ELTWISE_RELU, ELTWISE_LINEAR, ELTWISE_CLIP = 0x20, 38, 46  # dnnl_eltwise_relu/_linear/_clip
+BINARY_ADD, BINARY_MUL, BINARY_MAX, BINARY_MIN, BINARY_SUB = 0x1FFF0, 0x1FFF1, 0x1FFF2, 0x1FFF3, 0x1FFF5
+SCRATCHPAD_MODE_USER = 1  # dnnl_scratchpad_mode_user
+QUERY_IMPL_INFO_STR = 8  # dnnl_query_impl_info_str
+QUERY_WEIGHTS_MD, QUERY_SCRATCHPAD_MD = 131, 136  # dnnl_query_weights_md, dnnl_query_scratchpad_md
+ARG_SRC, ARG_DST, ARG_WEIGHTS, ARG_BIAS, ARG_SCRATCHPAD = 1, 17, 33, 41, 80  # DNNL_ARG_*
+ARG_SRC_1 = 2  # DNNL_ARG_SRC_1
+ARG_FROM, ARG_TO = 1, 17  # DNNL_ARG_FROM / DNNL_ARG_TO (a reorder's)
+ARG_POST_OP_BASE = 32768  # DNNL_ARG_ATTR_MULTIPLE_POST_OP(i) = BASE * (i + 1)
+
+# The handle block's fixed slots (i8* each); the memory descriptors of the arguments follow.
+SLOT_PRIMITIVE, SLOT_STREAM, SLOT_ENGINE, SLOT_THREADS = 0, 1, 2, 3
+SLOT_SCRATCH_BYTES, SLOT_REORDER, SLOT_PACKED_BYTES, SLOT_PACKED_MD, SLOT_USER_WEIGHTS_MD = 4, 5, 6, 7, 8
+FIXED_SLOTS = 9
+
+_lock = threading.Lock()
+_state: dict = {"engine": None, "stream": None}
+_primitives: dict["ConvDescription", "Primitive"] = {}
+# The threads a primitive runs on (omp_set_num_threads around each call): set from
+# cpu_threads.kernel_threads() when a program loads, 1 in a forked child (libgomp is not
+# fork-safe, runtime/cpu_threads.py).
+THREADS = ctypes.c_int32(1)
+
+
+def _after_fork_in_child() -> None:
+    THREADS.value = 1
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+@dataclass(frozen=True)
+class Tensor:
+    """An f32 tensor in oneDNN's logical order (N, C, spatial... for data; [G,] O, I, spatial...
+    for weights), its strides in elements (any layout a row-major HLO array has)."""
+
+    dims: tuple[int, ...]
+    strides: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class PostOp:
+    """One oneDNN post-op: an eltwise (`alg`, alpha, beta) or a binary op (`alg`) with a second
+    operand: a kernel input (`operand`, its Tensor, broadcast where a dim is 1) or, when
+    `constant` holds values, those (a constant of the fused computation, shape `operand.dims`)."""
+
+    kind: str  # "eltwise" or "binary"
+    alg: int
+    alpha: float = 0.0
+    beta: float = 0.0
+    operand: Tensor | None = None
+    constant: tuple[float, ...] | None = None
+
+
+@dataclass(frozen=True)
+class ConvDescription:
+    """A forward f32 convolution as oneDNN takes it: tensors, spatial strides, dilations
+    (oneDNN's: 0 is none), padding, post-ops, and whether the weights go to oneDNN's own
+    layout (`weights_any`: reordered per call)."""
+
+    src: Tensor
+    weights: Tensor
+    bias: Tensor | None
+    dst: Tensor
+    strides: tuple[int, ...]
+    dilates: tuple[int, ...]
+    pad_l: tuple[int, ...]
+    pad_r: tuple[int, ...]
+    post_ops: tuple[PostOp, ...] = ()
+    weights_any: bool = True
+
+    @property
+    def symbol(self) -> str:
+        """The name compiled code finds this description's handle block by."""
+        return "hlofuse_dnnl_conv_" + hashlib.sha1(repr(self).encode()).hexdigest()[:20]
+
+    def arguments(self) -> list[tuple[int, str]]:
+        """(DNNL_ARG_*, what) of each execution argument with a kernel buffer, in block order:
+        "src", "weights", "bias", "dst", or "post<i>" (the i-th post-op's input operand)."""
+        args = [(ARG_SRC, "src"), (ARG_WEIGHTS, "weights")]
+        if self.bias is not None:
+            args.append((ARG_BIAS, "bias"))
+        args.append((ARG_DST, "dst"))
+        for i, p in enumerate(self.post_ops):
+            if p.kind == "binary":
+                args.append((ARG_POST_OP_BASE * (i + 1) | ARG_SRC_1, f"post{i}"))
+        return args
+
+
+class OneDnnError(UnsupportedError):
+    """oneDNN refused a description (no implementation, or an invalid one)."""
+
+
+def available() -> bool:
+    """Whether libdnnl loads in this process."""
+    return onednn_library() is not None
+
+
+def _lib() -> ctypes.CDLL:
+    lib = onednn_library()
+    if lib is None:
+        raise OneDnnError("libdnnl is not installed (PyPI onednn-cpu-gomp)")
+    return lib
+
+
+def _check(status: int, what: str) -> None:
+    if status != DNNL_SUCCESS:
+        raise OneDnnError(f"oneDNN {what} failed (dnnl_status_t {status})")
+
+
+def _dims(values) -> ctypes.Array:
+    arr = (ctypes.c_int64 * DNNL_MAX_NDIMS)()
+    for i, v in enumerate(values):
+        arr[i] = int(v)
+    return arr
+
+
+def _engine_and_stream() -> tuple[ctypes.c_void_p, ctypes.c_void_p]:
+    """The process's CPU engine and stream (created once)."""
+    if _state["engine"] is None:
+        lib = _lib()
+        engine, stream = ctypes.c_void_p(), ctypes.c_void_p()
+        _check(lib.dnnl_engine_create(ctypes.byref(engine), DNNL_CPU, ctypes.c_size_t(0)), "engine creation")
+        _check(lib.dnnl_stream_create(ctypes.byref(stream), engine, ctypes.c_uint(DNNL_STREAM_DEFAULT_FLAGS)),
+               "stream creation")
+        _state["engine"], _state["stream"] = engine, stream
+    return _state["engine"], _state["stream"]
+
+
+def _md(t: Tensor | None, any_format: bool = False) -> ctypes.c_void_p:
+    """A new memory descriptor of `t` (strided, or oneDNN's choice with `any_format`)."""
+    lib = _lib()
+    md = ctypes.c_void_p()
+    if t is None:
+        return md
+    if any_format:
+        _check(lib.dnnl_memory_desc_create_with_tag(ctypes.byref(md), len(t.dims), _dims(t.dims), DNNL_F32,
+                                                    FORMAT_TAG_ANY), "memory descriptor")
+    else:
+        _check(lib.dnnl_memory_desc_create_with_strides(ctypes.byref(md), len(t.dims), _dims(t.dims), DNNL_F32,
+                                                        _dims(t.strides)), "memory descriptor")
+    return md
+
+
+@dataclass(eq=False)
+class Primitive:
+    """A created convolution primitive and the handle block compiled kernels read."""
+
+    desc: ConvDescription
+    impl: str
+    block: ctypes.Array
+    scratch_bytes: int
+    packed_bytes: int
+    keep: list = field(default_factory=list)  # descriptors, constants: alive as long as the block
+
+    @property
+    def address(self) -> int:
+        """The handle block's address (what `desc.symbol` resolves to)."""
+        return ctypes.addressof(self.block)
+
+    def run_numpy(self, arrays: dict[str, np.ndarray]) -> None:
+        """Execute once from Python on the f32 arrays `arrays` (keys of `desc.arguments()`;
+        "dst" is written), as the compiled kernel does: per-call memory objects and scratchpad,
+        weights reordered first when oneDNN chose their layout. For tests and benchmarks."""
+        lib = _lib()
+        engine, stream = _engine_and_stream()
+        b = self.block
+        mems: list[ctypes.c_void_p] = []
+
+        def memory(md, ptr) -> ctypes.c_void_p:
+            m = ctypes.c_void_p()
+            _check(lib.dnnl_memory_create(ctypes.byref(m), ctypes.c_void_p(md), engine, ctypes.c_void_p(ptr)),
+                   "memory creation")
+            mems.append(m)
+            return m
+
+        scratch = np.empty(max(self.scratch_bytes, 1), np.uint8)
+        packed = np.empty(max(self.packed_bytes, 1), np.uint8)
+        handles = {name: arrays[name].ctypes.data if name in arrays else b[constant_slot(self.desc, i)]
+                   for i, (_, name) in enumerate(self.desc.arguments())}
+        try:
+            if b[SLOT_REORDER]:
+                reorder_args = (_ExecArg * 2)(_ExecArg(ARG_FROM, memory(b[SLOT_USER_WEIGHTS_MD], handles["weights"])),
+                                              _ExecArg(ARG_TO, memory(b[SLOT_PACKED_MD], packed.ctypes.data)))
+                _check(lib.dnnl_primitive_execute(ctypes.c_void_p(b[SLOT_REORDER]), stream, 2, reorder_args),
+                       "weights reorder")
+                handles["weights"] = packed.ctypes.data
+            args = [_ExecArg(arg, memory(b[FIXED_SLOTS + i], handles[name]))
+                    for i, (arg, name) in enumerate(self.desc.arguments())]
+            if self.scratch_bytes:
+                args.append(_ExecArg(ARG_SCRATCHPAD, memory(b[scratch_slot(self.desc)], scratch.ctypes.data)))
+            arr = (_ExecArg * len(args))(*args)
+            _check(lib.dnnl_primitive_execute(ctypes.c_void_p(b[SLOT_PRIMITIVE]), stream, len(args), arr), "execution")
+        finally:
+            for m in mems:
+                lib.dnnl_memory_destroy(m)
+
+
+class _ExecArg(ctypes.Structure):
+    """dnnl_exec_arg_t: {int arg; dnnl_memory_t memory;} (dnnl_types.h)."""
+
+    _fields_ = [("arg", ctypes.c_int), ("memory", ctypes.c_void_p)]
+
+
+def block_slots(desc: ConvDescription) -> int:
+    """Slots of `desc`'s handle block: the fixed ones, a memory descriptor per argument, the
+    scratchpad's descriptor, then per argument the address of its constant values (a post-op
+    operand that is a constant of the fusion) or null."""
+    return FIXED_SLOTS + 2 * len(desc.arguments()) + 1
+
+
+def constant_slot(desc: ConvDescription, i: int) -> int:
+    """The slot holding the constant values of argument `i` (null: a kernel buffer)."""
+    return FIXED_SLOTS + len(desc.arguments()) + 1 + i
+
+
+def scratch_slot(desc: ConvDescription) -> int:
+    """The slot of the scratchpad's memory descriptor (after the arguments')."""
+    return FIXED_SLOTS + len(desc.arguments())
+
+
+def _create(desc: ConvDescription) -> Primitive:
+    lib = _lib()
+    lib.dnnl_primitive_desc_query_md.restype = ctypes.c_void_p
+    lib.dnnl_memory_desc_get_size.restype = ctypes.c_size_t
+    engine, stream = _engine_and_stream()
+    keep: list = []
+    src, dst, bias = _md(desc.src), _md(desc.dst), _md(desc.bias)
+    user_w = _md(desc.weights)
+    w = _md(desc.weights, any_format=desc.weights_any)
+    keep += [src, dst, bias, user_w, w]
+    attr, post = ctypes.c_void_p(), ctypes.c_void_p()
+    _check(lib.dnnl_primitive_attr_create(ctypes.byref(attr)), "attribute creation")
+    _check(lib.dnnl_primitive_attr_set_scratchpad_mode(attr, SCRATCHPAD_MODE_USER), "scratchpad mode")
+    _check(lib.dnnl_post_ops_create(ctypes.byref(post)), "post-ops creation")
+    post_mds: dict[int, ctypes.c_void_p] = {}
+    for i, p in enumerate(desc.post_ops):
+        if p.kind == "eltwise":
+            _check(lib.dnnl_post_ops_append_eltwise(post, p.alg, ctypes.c_float(p.alpha), ctypes.c_float(p.beta)),
+                   "eltwise post-op")
+        else:
+            post_mds[i] = md = _md(p.operand)
+            keep.append(md)
+            _check(lib.dnnl_post_ops_append_binary(post, p.alg, md), "binary post-op")
+    _check(lib.dnnl_primitive_attr_set_post_ops(attr, post), "post-ops")
+    pd = ctypes.c_void_p()
+    nsp = len(desc.strides)
+    status = lib.dnnl_convolution_forward_primitive_desc_create(
+        ctypes.byref(pd), engine, FORWARD_INFERENCE, CONVOLUTION_DIRECT, src, w, bias, dst,
+        _dims(desc.strides), _dims(desc.dilates), _dims(desc.pad_l), _dims(desc.pad_r), attr)
+    lib.dnnl_post_ops_destroy(post)
+    lib.dnnl_primitive_attr_destroy(attr)
+    _check(status, "convolution primitive descriptor")
+    keep.append(pd)
+    info = ctypes.c_char_p()
+    _check(lib.dnnl_primitive_desc_query(pd, QUERY_IMPL_INFO_STR, 0, ctypes.byref(info)), "implementation query")
+    impl = info.value.decode()
+    prim = ctypes.c_void_p()
+    _check(lib.dnnl_primitive_create(ctypes.byref(prim), pd), "primitive creation")
+    keep.append(prim)
+    chosen_w = lib.dnnl_primitive_desc_query_md(pd, QUERY_WEIGHTS_MD, 0)
+    scratch_md = lib.dnnl_primitive_desc_query_md(pd, QUERY_SCRATCHPAD_MD, 0)
+    scratch_bytes = int(lib.dnnl_memory_desc_get_size(ctypes.c_void_p(scratch_md))) if scratch_md else 0
+    reorder, packed_bytes = ctypes.c_void_p(), 0
+    if desc.weights_any and not lib.dnnl_memory_desc_equal(user_w, ctypes.c_void_p(chosen_w)):
+        rpd = ctypes.c_void_p()
+        _check(lib.dnnl_reorder_primitive_desc_create(ctypes.byref(rpd), user_w, engine, ctypes.c_void_p(chosen_w),
+                                                      engine, None), "weights reorder descriptor")
+        _check(lib.dnnl_primitive_create(ctypes.byref(reorder), rpd), "weights reorder")
+        keep += [rpd, reorder]
+        packed_bytes = int(lib.dnnl_memory_desc_get_size(ctypes.c_void_p(chosen_w)))
+    args = desc.arguments()
+    block = (ctypes.c_void_p * block_slots(desc))()
+    block[SLOT_PRIMITIVE], block[SLOT_STREAM], block[SLOT_ENGINE] = prim.value, stream.value, engine.value
+    block[SLOT_THREADS] = ctypes.addressof(THREADS)
+    block[SLOT_SCRATCH_BYTES] = scratch_bytes or None
+    block[SLOT_REORDER] = reorder.value
+    block[SLOT_PACKED_BYTES] = packed_bytes or None
+    block[SLOT_PACKED_MD] = chosen_w if reorder.value else None
+    block[SLOT_USER_WEIGHTS_MD] = user_w.value
+    mds = {"src": src, "bias": bias, "dst": dst,
+           "weights": ctypes.c_void_p(chosen_w) if reorder.value else (w if not desc.weights_any else user_w)}
+    for i, (_, name) in enumerate(args):
+        block[FIXED_SLOTS + i] = (post_mds[int(name[4:])] if name.startswith("post") else mds[name]).value
+    block[scratch_slot(desc)] = scratch_md or None
+    for i, (_, name) in enumerate(args):
+        if name.startswith("post") and desc.post_ops[int(name[4:])].constant is not None:
+            values = np.ascontiguousarray(desc.post_ops[int(name[4:])].constant, np.float32)
+            keep.append(values)
+            block[constant_slot(desc, i)] = values.ctypes.data
+    return Primitive(desc, impl, block, scratch_bytes, packed_bytes, keep)
+
+
+def primitive(desc: ConvDescription) -> Primitive:
+    """The primitive of `desc`, created on first use in this process (raises OneDnnError when
+    oneDNN has no implementation for it)."""
+    with _lock:
+        prim = _primitives.get(desc)
+        if prim is None:
+            prim = _primitives[desc] = _create(desc)
+        return prim
+
+
+def implementation(desc: ConvDescription) -> str | None:
+    """The implementation oneDNN chooses for `desc` ("brg:avx512_core", "jit:avx512_core",
+    "gemm:jit", "ref:any" ...), or None when it has none or libdnnl is absent."""
+    if not available():
+        return None
+    try:
+        return primitive(desc).impl
+    except OneDnnError:
+        return None
+
+
+def register_primitives(descs) -> None:
+    """Create each description's primitive (where not yet) and make its handle block
+    resolvable under `desc.symbol` for the object code about to load; set the threads the
+    primitives run on (cpu_threads.kernel_threads())."""
+    import llvmlite.binding as llvm
+
+    from .cpu_threads import kernel_threads
+
+    descs = list(descs)
+    if not descs:
+        return
+    THREADS.value = kernel_threads()
+    for desc in descs:
+        llvm.add_symbol(desc.symbol, primitive(desc).address)
