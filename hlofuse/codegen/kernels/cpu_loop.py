@@ -158,7 +158,7 @@ def emit_loop(skel, ls: LoopShape, body, interleaved: int = 1, streamed: list | 
                     interleave(j, interleaved)
 
             if streamed:
-                buffered_streaming_row(b, n, base, streamed, fill)
+                buffered_streaming_row(b, n, base, streamed, fill, interleaved=interleaved)
             else:
                 with for_range(b, const_i64(0), const_i64(n), "col") as j:
                     body(index_at(j))

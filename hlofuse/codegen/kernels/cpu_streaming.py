@@ -49,6 +49,17 @@ VECTOR_BYTES = 64
 # CHUNK_ELEMENTS elements.
 BUFFER_BYTES = 16 << 10
 CHUNK_ELEMENTS = 1024
+# Vectors per chunk of `buffered_streaming_row` for an element LLVM does not interleave (a
+# cheap one, cpu_loop.interleave_count 1): LLVM then unrolls each chunk's loop and its copy-out
+# whole and forwards the buffer away, leaving a rolled loop of 4 computed vectors and 4
+# streaming stores a step. A row of 64 streaming stores unrolled whole (a chunk of the whole
+# row) writes more slowly: f32 copy of 64 MB rows of 1024, one thread, CPU time, cold
+# (hlofuse's kernel in a C harness beside C loops, interleaved, load 7.6): hlofuse's row
+# unrolled whole 37.4-38.3 GB/s, a C loop of 1 store a step 46.4-48.4, of 4 49.5-53.9, of 16
+# 50.9-52.6, the same C loop unrolled whole 39.5; hlofuse with chunks of 4 vectors 49.6 (of 16:
+# 35.0). An interleaved element (math functions) keeps whole-row chunks: the interleaved
+# vectors must fit a chunk (gelu_tanh 1.60 ms with them, 2.03 in chunks of 64 elements).
+CHEAP_CHUNK_VECTORS = 4
 
 
 def streamable(target, dtypes: list, row_elements: int) -> bool:
@@ -105,17 +116,20 @@ def _aligned(b: ir.IRBuilder, base: ir.Value, row_gens: list) -> ir.Value:
     return aligned
 
 
-def chunk_elements(row_elements: int, row_gens: list) -> int:
+def chunk_elements(row_elements: int, row_gens: list, interleaved: int | None = None) -> int:
     """Elements per chunk of `buffered_streaming_row`: a whole number of vectors, the buffers of
-    every output together within BUFFER_BYTES, at most CHUNK_ELEMENTS and the row."""
+    every output together within BUFFER_BYTES, at most CHUNK_ELEMENTS and the row; at most
+    CHEAP_CHUNK_VECTORS vectors where the fill loop is known not to be interleaved
+    (`interleaved` 1)."""
     size = row_gens[0][1].shape.dtype.byte_size
     lanes = VECTOR_BYTES // size
     fit = BUFFER_BYTES // (size * len(row_gens)) // lanes * lanes
-    return max(lanes, min(fit, CHUNK_ELEMENTS, row_elements))
+    most = CHEAP_CHUNK_VECTORS * lanes if interleaved == 1 else CHUNK_ELEMENTS
+    return max(lanes, min(fit, most, row_elements))
 
 
 def buffered_streaming_row(b: ir.IRBuilder, n: int, base: ir.Value, row_gens: list, fill: Callable,
-                           chunk: int | None = None) -> None:
+                           chunk: int | None = None, interleaved: int | None = None) -> None:
     """Write `n` contiguous elements at linear index `base` (a row, or a plane of rows) a chunk
     at a time: the chunk's elements by the kernel's plain loop into a buffer per output
     (allocas in the entry block, 64-byte aligned, so in L1), then each buffer to its output
@@ -125,11 +139,11 @@ def buffered_streaming_row(b: ir.IRBuilder, n: int, base: ir.Value, row_gens: li
     generator, output leaf, typed output pointer) per output. `fill(c0, m, put)` emits the
     loop computing elements [c0, c0 + m) of the row: for each, `put(j, index)` stores its
     outputs' values at element j of the chunk's buffers (`index`: its Index). `chunk` (a
-    whole number of vectors; `chunk_elements` by default): elements per chunk. The values are
-    the plain loop's."""
+    whole number of vectors; `chunk_elements` by default, told by `interleaved`, the interleave
+    count of `fill`'s loop): elements per chunk. The values are the plain loop's."""
     size = row_gens[0][1].shape.dtype.byte_size
     lanes = VECTOR_BYTES // size
-    chunk = chunk or chunk_elements(n, row_gens)
+    chunk = chunk or chunk_elements(n, row_gens, interleaved)
     with b.goto_entry_block():
         buffers = [b.alloca(ir.ArrayType(mem_type(leaf.shape.dtype), chunk), name="stream.buffer")
                    for _, leaf, _ in row_gens]
