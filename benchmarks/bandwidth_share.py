@@ -12,7 +12,16 @@ stores; "copy-rows", rows of 1024, non-temporal stores; "triad"), in an order th
 between rounds. The bar is the best reference's GB/s (as run.py's); a workload's share is
 its least traffic (as benchmarks/run.py counts it: Workload.input_passes reads of its inputs,
 plus its outputs) over its median CPU time, against that bar. A row sum of the same 64 MB
-(`read`) is printed beside it: the read-only rate of a reduction, for reference.
+(`read`) is printed beside it, and each workload's rate against it ("of read"): the read-only
+rate of a reduction. On one thread that is the ceiling of a kernel that only reads (row_sums,
+column_sums, sum_sumsq), well below the bar: a core keeps a bounded number of line fills in
+flight, and a read stream is limited by them, where the streaming-store half of triad-rows
+is posted without one. A hand-written C row sum over cold 64 MB arrays (8 vector
+accumulators) read 40-42 GB/s where C triad with streaming stores moved 54.7 (load 5.2);
+software prefetch 1-8 KB ahead (T0 or T2) did not raise the read (36-39 GB/s); the read
+reference itself is an hlofuse kernel, which reaches that C loop's rate since
+reduction_groups.row_accumulators (it had 4 accumulator chains and ran 47 against the C loop's
+55 on a warm input).
 
 Inputs are numpy's arrays as the workloads make them (large ones start 16 bytes into a cache
 line, so every 64-byte vector load of a row kernel straddles two lines); with `--aligned` they
@@ -23,19 +32,34 @@ hlofuse set to the values given (`hlofuse.codegen.kernels.reduction_groups.ROW_A
 the code before a mechanism, where a constant switches it off) and timed as `NAME@base` in the
 same rounds, beside a second compile as it is (`NAME`): an A/B in one process, interleaved.
 
-What it showed (one thread, CPU time, interleaved medians, load 3.6-4.0; the bar 51-52 GB/s,
-triad-rows; a read-only row sum reaches 43-44, so a reduction's ceiling on one thread is
-lower than the bar): with numpy's inputs / aligned inputs, scaled_add 95/96%, image_normalize
-85/82%, row_sums 75/77%, shared_producer 70/67%, column_sums 67/66%, layer_norm 64/65%,
-batch_norm_train 64/93%, sum_sumsq 61/53%. Misalignment is what separates batch_norm_train
-from XLA's aligned buffers: its column reductions of f32[32,56,56,96] (96 columns, each row of
-positions 384 bytes, so every 64-byte load straddles two lines) take 0.95 and 0.99 ms from
-numpy's array, 0.81 and 0.86 ms aligned (41 rounds); the normalising loop 1.42 vs 1.39. A
-column sum's columns are independent, so vectors aligned to the input's lines at run time
-would give the same bits: the next step for the column kernel. sum_sumsq is one kernel (both
-sums in one pass) whose inner loop is 64 loads, 64 multiplies and 128 adds per 4 KB row into 8
-accumulators, yet runs 1.76 ms on an aligned input where a C loop of the same operations takes
-1.20 (and row_sums 1.03): not explained yet (FMA contraction and unrolling ruled out).
+What it showed first (one thread, CPU time, load 3.6-4.0; the bar 51-52 GB/s, triad-rows): with
+numpy's inputs / aligned inputs, scaled_add 95/96%, image_normalize 85/82%, row_sums 75/77%,
+shared_producer 70/67%, column_sums 67/66%, layer_norm 64/65%, batch_norm_train 64/93%,
+sum_sumsq 61/53%. What limited each (the asm of its inner loop, then A/B in one process):
+row_sums and sum_sumsq, 4 vector accumulators in a fully unrolled row, whose adds LLVM's
+Reassociate pass rebuilds (sum_sumsq 28.7 GB/s): 8 accumulators in a rolled loop
+(reduction_groups.row_accumulators; 41.7 and 41.2 GB/s, the read reference's rate); layer
+norm, a horizontal sum every 64 elements in its prefetching variance loop (cpu_row
+`_fold_chunk_bytes`; 34.8 -> 41.6 GB/s); two column sums of a wide row, 64 registers of
+accumulators spilled and unrolled (ReductionGroup.block_columns; f32[12288,1024] 4.6 -> 1.7
+ms); the copy-rows reference and the streaming loop kernels, a row of 64 streaming stores
+unrolled whole (cpu_streaming.CHEAP_CHUNK_VECTORS; copy-rows 37.9 -> 53.4 GB/s, which raised
+triad-rows, the bar, to 54-55). Then (load 7.4-7.8, the bar 54.4, triad-rows; read 40.5;
+aligned / numpy's inputs): scaled_add 98/87%, row_sums 73/69% (98% of read), column_sums
+61/62% (81% of read), sum_sumsq 70/65% (94% of read), layer_norm 72/68%, batch_norm_train
+86/81%, shared_producer 64/62%, image_normalize 78/79%.
+
+Misalignment (numpy's large arrays start 16 bytes into a line), the same program on aligned
+and on misaligned copies, interleaved, a 64 MB copy between calls (load 7.6-7.8): row_sums
+1.04x, sum_sumsq 1.08x, column_sums 1.03x, layer_norm 1.12x, shared_producer 1.03x, two
+column sums of f32[64,56,56,64] 1.15x and of f32[12288,1024] 1.13x. The runtime cannot align
+a caller's array without copying it (a copy costs more than any of these); a kernel can align
+its own vectors: a column kernel's blocks shifted to the input's lines at run time would give
+the same bits (not done yet); a row kernel would need a peeled head and tail per row. Pages:
+numpy advises 2 MB pages for arrays of 4 MB and more (and hlofuse's arenas are numpy arrays);
+the same inputs forced to 4 KB pages (MADV_NOHUGEPAGE) ran row_sums 1.12-1.18x, sum_sumsq
+1.18-1.23x, column_sums 1.21-1.24x, layer_norm 1.02-1.06x slower than in 2 MB pages (two runs,
+load 5-6), so the 2 MB pages matter, and they are there.
 """
 from __future__ import annotations
 
@@ -120,9 +144,10 @@ def main(argv: list[str] | None = None) -> int:
     print("one thread, CPU time: " + ", ".join(f"{k} {rate[k] / 1e9:.2f}" for k in STREAM_KERNELS)
           + f" GB/s (the bar: the best, {bar / 1e9:.2f}); row-sum read {rate['read'] / 1e9:.2f} GB/s; inputs "
           + ("aligned" if a.aligned else "as numpy makes them"))
-    print(f"{'workload':20s} {'MB':>7s} {'CPU ms':>8s} {'GB/s':>7s} {'share':>6s}")
+    print(f"{'workload':20s} {'MB':>7s} {'CPU ms':>8s} {'GB/s':>7s} {'share':>6s} {'of read':>8s}")
     for k in names[len(STREAM_KERNELS) + 1:]:
-        print(f"{k:20s} {moved[k] / 1e6:7.1f} {med[k] * 1e3:8.2f} {rate[k] / 1e9:7.2f} {100 * rate[k] / bar:5.0f}%")
+        print(f"{k:20s} {moved[k] / 1e6:7.1f} {med[k] * 1e3:8.2f} {rate[k] / 1e9:7.2f} {100 * rate[k] / bar:5.0f}% "
+              f"{100 * rate[k] / rate['read']:7.0f}%")
     print(uptime(), flush=True)
     if a.profile:
         for k, (exe, args) in exes.items():

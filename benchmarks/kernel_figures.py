@@ -11,11 +11,13 @@ L3), on 1 and 2 threads:
   loop kernel whose data exceed L3 with non-temporal stores (codegen/kernels/cpu_streaming.py), so no line is
   read for ownership before it is written; a flat loop (copy, triad) uses plain stores, which
   move more than the bytes counted. The reference is the best of all, so a kernel that
-  streams its stores is held against references that do too. (Neither is the machine's
-  limit: a hand-written AVX-512 loop of 64-byte loads and non-temporal stores copied 48 MB at
-  52-60 GB/s on one thread of this host, CPU time, against 40-45 for hlofuse's copy-rows in the
-  same process, load 1-5: fully unrolling a row's 64 streaming stores, as LLVM does, measured
-  10% slower than loops of 1-16 stores in that C loop.)
+  streams its stores is held against references that do too. (A hand-written AVX-512 loop of
+  64-byte loads and non-temporal stores copied 48 MB at 52-60 GB/s on one thread of this host,
+  CPU time, against 40-45 for hlofuse's copy-rows in the same process, load 1-5: LLVM unrolled
+  a row's 64 streaming stores whole, which measured 25-30% slower than loops of 4-16 stores,
+  in C too. Since cpu_streaming.CHEAP_CHUNK_VECTORS hlofuse's copy-rows is such a loop: 51-55
+  GB/s, load 7-8.) A read-only stream is below all of these on one thread
+  (bandwidth_share.py: a row sum reads 40-42 GB/s, as a C loop does).
 
 All are HLO modules compiled and run by hlofuse itself (its kernels are plain vectorised loops,
 split over libgomp threads as every kernel is; the thread count is `HLOFUSE_CPU_THREADS`, set
