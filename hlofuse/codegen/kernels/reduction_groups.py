@@ -269,7 +269,9 @@ def row_accumulators(lanes: int, accumulators: int, row: int) -> int:
     choice (4, then the whole row unrolled) 47. The loop must stay rolled: once LLVM unrolls a
     row, its Reassociate pass rebuilds the row's adds into trees of its own whatever the count
     (an interleave count of 8 then gave the same code as 4), and sum and sum of squares of the
-    same rows ran at 28.6 GB/s unrolled against 47 rolled with 8."""
+    same rows ran at 28.6 GB/s unrolled against 47 rolled with 8. In cache (2 MB, load 7) it
+    costs nothing and short rows gain: sum and sum of squares of f32[16384,32] 0.157 -> 0.036 ms
+    (2 vectors a row, LLVM had left it scalar), [4096,128], [2048,256], [512,1024] unchanged."""
     count = ROW_ACCUMULATORS
     while count > 1 and (count * accumulators > ROW_ACCUMULATOR_REGISTERS or count * lanes > row):
         count //= 2
