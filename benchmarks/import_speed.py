@@ -1,6 +1,11 @@
 """StableHLO import speed beside HLO text parsing, for the same JAX programs.
 
-Run: python benchmarks/import_speed.py [--repeat 5] [--programs mlp_adam,transformer,...]
+Run: python benchmarks/import_speed.py [--repeat 5] [--programs mlp_adam,transformer,...] [--stages]
+
+A program is one of PROGRAMS below or a real model of benchmarks/model_zoo.py (its name there,
+e.g. keras_hub_gpt2: lowered with keep_unused, as benchmarks/real_models.py does; the `bench`
+extra). `--stages` adds, per program, the medians of the StableHLO import's parts: MLIR's
+parsing, the CHLO legalization, the conversion of the ops, the inlining of calls.
 
 Each program is lowered once by JAX (`jax.jit(f).lower(*args)`): `.as_text(debug_info=True)` is its StableHLO with JAX's
 locations (as `jax.export` writes it), `.as_text(dialect="hlo", debug_info=True)` its HLO text
@@ -153,14 +158,60 @@ PROGRAMS: dict[str, Callable] = {
 }
 
 
-def lower(builder: Callable, debug_info: bool = True) -> tuple[str, str]:
+def lower(builder: Callable, debug_info: bool = True, keep_unused: bool = False) -> tuple[str, str]:
     """(StableHLO text, HLO text) of a program, as JAX lowers it; with `debug_info` the
     StableHLO has JAX's locations (as `jax.export` keeps them) and the HLO its metadata."""
     import jax
 
     fn, args = builder()
-    lowered = jax.jit(fn).lower(*args)
+    lowered = jax.jit(fn, keep_unused=keep_unused).lower(*args)
     return lowered.as_text(debug_info=debug_info), lowered.as_text(dialect="hlo", debug_info=debug_info)
+
+
+def lower_program(name: str, debug_info: bool = True) -> tuple[str, str]:
+    """`lower` of PROGRAMS[name], or of the real model `name` of benchmarks/model_zoo.py."""
+    if name in PROGRAMS:
+        return lower(PROGRAMS[name], debug_info)
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from model_zoo import BUILDERS
+
+    if name not in BUILDERS:
+        raise SystemExit(f"unknown program {name!r}: one of {', '.join([*PROGRAMS, *BUILDERS])}")
+
+    def model():
+        m = BUILDERS[name]()
+        return m.fn, m.args
+
+    return lower(model, debug_info, keep_unused=True)
+
+
+def stages(stablehlo: str, repeat: int) -> dict[str, float]:
+    """Median seconds of each part of `from_stablehlo(stablehlo)` (after one warm-up): MLIR's
+    parsing, the CHLO legalization, the conversion of the ops, the inlining of calls."""
+    from hlofuse import from_stablehlo
+    from hlofuse.frontends import stablehlo as shlo
+    from hlofuse.frontends.stablehlo_mlir import context_state, parse_mlir
+
+    from_stablehlo(stablehlo)
+    times: dict[str, list[float]] = {"mlir parse": [], "chlo": [], "conversion": [], "inlining": []}
+    for _ in range(repeat):
+        state = context_state(len(stablehlo))
+        with state.context:
+            t0 = time.perf_counter()
+            mod = parse_mlir(stablehlo)
+            t1 = time.perf_counter()
+            if "chlo." in stablehlo:
+                shlo.legalize_chlo(mod, state)
+            t2 = time.perf_counter()
+            importer = shlo.Importer(mod, "module", None, None, state)
+            module = importer.import_entry("main")
+        t3 = time.perf_counter()
+        if shlo._inline_all_calls(module):
+            shlo._remove_inlined_functions(module, importer.converted.values())
+        t4 = time.perf_counter()
+        for key, seconds in zip(times, (t1 - t0, t2 - t1, t3 - t2, t4 - t3)):
+            times[key].append(seconds)
+    return {key: statistics.median(v) for key, v in times.items()}
 
 
 def measure(stablehlo: str, hlo: str, repeat: int) -> dict:
@@ -191,15 +242,19 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--programs", default=",".join(PROGRAMS))
     ap.add_argument("--no-debug-info", action="store_true", help="lower without locations/metadata")
+    ap.add_argument("--stages", action="store_true", help="also time the parts of the StableHLO import")
     args = ap.parse_args()
     print(f"{'program':<14} {'shlo inst':>9} {'shlo ms':>8} {'shlo inst/s':>12} "
           f"{'hlo inst':>8} {'hlo ms':>8} {'hlo inst/s':>11} {'ratio':>6} {'min ratio':>9}")
     for name in args.programs.split(","):
-        stablehlo, hlo = lower(PROGRAMS[name], not args.no_debug_info)
+        stablehlo, hlo = lower_program(name, not args.no_debug_info)
         r = measure(stablehlo, hlo, args.repeat)
         print(f"{name:<14} {r['shlo_n']:>9} {r['shlo_s'] * 1e3:>8.1f} {r['shlo_n'] / r['shlo_s']:>12,.0f} "
               f"{r['hlo_n']:>8} {r['hlo_s'] * 1e3:>8.1f} {r['hlo_n'] / r['hlo_s']:>11,.0f} "
               f"{r['shlo_s'] / r['hlo_s']:>6.2f} {r['min_ratio']:>9.2f}", flush=True)
+        if args.stages:
+            parts = stages(stablehlo, args.repeat)
+            print(" " * 15 + ", ".join(f"{k} {v * 1e3:.1f} ms" for k, v in parts.items()), flush=True)
     print("ratio: median StableHLO import / median HLO parse; min ratio: the same of the fastest "
           "runs (less sensitive to other load on the machine)")
 
