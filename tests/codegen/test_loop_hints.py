@@ -162,3 +162,56 @@ def test_latency_bound_loops_are_interleaved_and_exact(dims):
     want = hlofuse.compile(parse_hlo(text), target="interpreter", fusion=False)(x)[0]
     for r in compare_outputs([got], [want]):
         assert r.ok, r
+
+
+def _gates(n: int, wide: bool) -> str:
+    """LSTM gates over f32[n,128] rows, as JAX lowers them: the four gates column slices of
+    one f32[n,512] (`wide`, jnp.split) or four f32[n,128] parameters; three sigmoids as
+    1 / (1 + exp(-x)) and two tanh: 8 math functions."""
+    if wide:
+        head = f"  z = f32[{n},512] parameter(0)\n" + "".join(
+            f"  {g} = f32[{n},128] slice(z), slice={{[0:{n}], [{128 * k}:{128 * k + 128}]}}\n" for k, g in enumerate("ifgo"))
+    else:
+        head = "".join(f"  {g} = f32[{n},128] parameter({k})\n" for k, g in enumerate("ifgo"))
+    s = f"f32[{n},128]"
+    sigmoid = "".join(f"  n{g} = {s} negate({g})\n  e{g} = {s} exponential(n{g})\n  a{g} = {s} add(e{g}, one)\n"
+                      f"  s{g} = {s} divide(one, a{g})\n" for g in "ifo")
+    return (f"HloModule g\nENTRY e {{\n{head}  c = {s} parameter({1 if wide else 4})\n  k1 = f32[] constant(1)\n"
+            f"  one = {s} broadcast(k1), dimensions={{}}\n{sigmoid}  tg = {s} tanh(g)\n  m1 = {s} multiply(sf, c)\n"
+            f"  m2 = {s} multiply(si, tg)\n  c2 = {s} add(m1, m2)\n  tc = {s} tanh(c2)\n  h = {s} multiply(so, tc)\n"
+            f"  ROOT t = ({s}, {s}) tuple(h, c2)\n}}\n")
+
+
+@pytest.mark.parametrize("bits,wide,want", [
+    (512, True, 8),  # slices of a wider row: the whole 128-element row (8 x 16 lanes) an iteration
+    (512, False, 4),  # contiguous rows: the copies budget (8 math functions x 8 > 48) halves it
+    (256, True, 4),  # 8 lanes: a row is 16 vectors, more than _INTERLEAVE: the budget's count
+])
+def test_rows_read_from_wider_rows_are_walked_whole(bits, wide, want):
+    """cpu_loop._reads_wider_rows: a loop reading column slices of a wider operand walks a row
+    of up to _INTERLEAVE vectors in one iteration, over the copies budget."""
+    from hlofuse.codegen.kernels.cpu_loop import interleave_count, loop_shape
+
+    assert interleave_count(_comp(_gates(64, wide)), loop_shape((64, 128)), bits) == want
+
+
+def test_rows_walked_whole_are_exact():
+    """The gates over slices, walked a row an iteration, equal the kernel interleaved by the
+    budget bit for bit, and the interpreter within tolerance."""
+    from hlofuse.codegen.kernels import cpu_loop
+
+    text = _gates(300, True)
+    rng = np.random.default_rng(3)
+    args = [rng.standard_normal((300, 512)).astype(np.float32) * 2, rng.standard_normal((300, 128)).astype(np.float32)]
+    got = CpuProgram.compile(parse_hlo(text), cache=False).run(args)
+    saved = cpu_loop._reads_wider_rows
+    try:
+        cpu_loop._reads_wider_rows = lambda params, row: False
+        plain = CpuProgram.compile(parse_hlo(text), cache=False).run(args)
+    finally:
+        cpu_loop._reads_wider_rows = saved
+    for g, p in zip(got, plain):
+        np.testing.assert_array_equal(g, p)
+    want = hlofuse.compile(parse_hlo(text), target="interpreter", fusion=False)(*args)
+    for r in compare_outputs(list(got), list(want)):
+        assert r.ok, r
