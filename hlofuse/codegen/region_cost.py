@@ -22,7 +22,7 @@ time, arrays of 1-4 MB that sit in L3, as a kernel's inputs do when the step bef
 | loop kernel, per output element | ELEMENT_NS | x*0.5+0.5 and 1.5/(x+1.5): 0.10-0.12 ns |
 | each transcendental op, per element | TRANSCENDENTAL_NS | exp 0.20, tanh 0.23, logistic 0.24 ns a kernel, less the element |
 | reduction, per input element | REDUCED_ELEMENT_NS | row sums of 256: 0.025-0.036 ns |
-| GEMM (BLAS), per multiply-add | MULTIPLY_ADD_NS | oneDNN sgemm [m,128]x[128,128], m 256-512: 0.0082-0.0083 ns |
+| GEMM (BLAS), per multiply-add | MULTIPLY_ADD_NS (f32), GEMM_MULTIPLY_ADD_NS | [m,128]x[128,128], m 256-512: oneDNN sgemm 0.0081-0.0083 ns; OpenBLAS dgemm 0.034-0.035, cgemm 0.066-0.069, zgemm 0.127-0.138 |
 | direct convolution, per multiply-add | CONV_MULTIPLY_ADD_NS | depthwise 3x3: 0.057 ns |
 
 A division is not a transcendental here: 1.5/(x+1.5) costs what x*0.5+0.5 does (memory, not
@@ -47,13 +47,16 @@ ELEMENT_NS = 0.10
 TRANSCENDENTAL_NS = 0.12
 REDUCED_ELEMENT_NS = 0.035
 MULTIPLY_ADD_NS = 0.0083
+# A GEMM's multiply-add by the type of its dot's result (f64 and complex through OpenBLAS;
+# bf16, f16 and f32 through f32 BLAS).
+GEMM_MULTIPLY_ADD_NS = {"f32": MULTIPLY_ADD_NS, "f64": 0.034, "c64": 0.067, "c128": 0.13}
 # hlofuse's direct convolution loop (cpu_conv.py), per multiply-add: a depthwise 3x3 over
 # [8,112,112,96] (MobileNetV2's, 87 M multiply-adds) took 4.9 ms of CPU on one thread.
 CONV_MULTIPLY_ADD_NS = 0.05
 
-# Kernels whose `unit_elements` count multiply-adds rather than elements, and their cost.
-_MULTIPLY_ADD_KERNELS = {"gemm": MULTIPLY_ADD_NS, "conv_gemm": MULTIPLY_ADD_NS, "onednn_conv": MULTIPLY_ADD_NS,
-                         "conv": CONV_MULTIPLY_ADD_NS}
+# Kernels whose `unit_elements` count multiply-adds rather than elements: GEMMs (priced by
+# their type) and convolutions.
+_GEMM_KERNELS = {"gemm", "conv_gemm", "onednn_conv"}
 # Elementwise ops costing a transcendental function's evaluation (the registry's expensive
 # elementwise ops, less division and remainder: see the module's doc).
 _NOT_TRANSCENDENTAL = {"divide", "remainder"}
@@ -74,9 +77,10 @@ def kernel_ns(kernel) -> float:
     """Estimated one-thread time of `kernel` (a KernelPlan: units, unit_elements, custom, group,
     comp), in nanoseconds."""
     work = max(int(kernel.units), 0) * max(int(kernel.unit_elements), 1)
-    per_madd = _MULTIPLY_ADD_KERNELS.get(kernel.custom)
-    if per_madd is not None:
-        return work * per_madd
+    if kernel.custom in _GEMM_KERNELS:
+        return work * multiply_add_ns(_dot_type(kernel.comp))
+    if kernel.custom == "conv":
+        return work * CONV_MULTIPLY_ADD_NS
     per = REDUCED_ELEMENT_NS if kernel.group is not None else ELEMENT_NS
     return work * (per + TRANSCENDENTAL_NS * transcendentals(kernel.comp))
 
@@ -88,7 +92,22 @@ def region_threads(kernel) -> int:
     return max(1, min(units, int(kernel_ns(kernel) // REGION_NS)))
 
 
-def min_multiply_adds_per_thread() -> int:
-    """The multiply-adds of a GEMM that one thread's share must reach: REGION_NS of BLAS work
-    (gemm_partition cuts no unit smaller, since the rule above would not give it a thread)."""
-    return int(REGION_NS / MULTIPLY_ADD_NS)
+def multiply_add_ns(dtype: str) -> float:
+    """One-thread ns of a GEMM's multiply-add whose result has type `dtype` (f32's for a type
+    computed in f32: bf16, f16)."""
+    return GEMM_MULTIPLY_ADD_NS.get(dtype, MULTIPLY_ADD_NS)
+
+
+def _dot_type(comp) -> str:
+    """The result type of the first dot or convolution of a GEMM kernel's computation."""
+    for inst in comp.instructions if comp is not None else ():
+        if inst.opcode in ("dot", "convolution") and inst.shape.is_array:
+            return inst.shape.dtype.name
+    return "f32"
+
+
+def min_multiply_adds_per_thread(dtype: str = "f32") -> int:
+    """The multiply-adds of a GEMM of type `dtype` that one thread's share must reach:
+    REGION_NS of BLAS work (gemm_partition cuts no unit smaller, since the rule above would not
+    give it a thread)."""
+    return int(REGION_NS / multiply_add_ns(dtype))

@@ -61,6 +61,15 @@ def test_a_thread_per_region_of_work():
     assert 2 * tanh_share + 4096 < 2 * plain_share - 4096
 
 
+@pytest.mark.parametrize("dtype,ns", [("f32", 0.0083), ("f64", 0.034), ("c64", 0.067), ("c128", 0.13)])
+def test_gemms_are_priced_per_multiply_add_of_their_type(dtype, ns):
+    """A GEMM kernel's work is its multiply-adds at its BLAS type's measured cost."""
+    text = (f"HloModule d\nENTRY e {{\n  a = {dtype}[128,200] parameter(0)\n  b = {dtype}[200,80] parameter(1)\n"
+            f"  ROOT d = {dtype}[128,80] dot(a, b), lhs_contracting_dims={{1}}, rhs_contracting_dims={{0}}\n}}\n")
+    kernel = [k for s in _program(text)._entry.steps if s.kind == "kernel" for k in s.kernels if k.custom == "gemm"][0]
+    assert kernel_ns(kernel) == pytest.approx(128 * 80 * 200 * ns)  # 2 row panels of 64
+
+
 def test_reductions_are_priced_per_input_element():
     rows, cols = 4096, 1024  # 4 M input elements, 147 us at REDUCED_ELEMENT_NS
     kernel = _only_kernel(_program(_row_sums(rows, cols)))

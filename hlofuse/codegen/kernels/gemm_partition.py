@@ -17,7 +17,7 @@ The rule (`gemm_partition`):
    batched dots) would otherwise run on one or two threads. Its columns are cut into enough
    panels for TARGET_UNITS units in all, but never so narrow that a panel is under
    MIN_PANEL_COLS columns (each unit packs its rows of the lhs again) nor so small that a unit
-   has under MIN_UNIT_MULTIPLY_ADDS multiply-adds: one thread's minimum share in the driver's
+   has under min_unit_multiply_adds multiply-adds: one thread's minimum share in the driver's
    thread rule (codegen/region_cost.py, a parallel region's wake-up cost in BLAS work), which
    would not give a smaller unit a thread of its own; a dot under it stays whole. Panel widths are whole multiples of
    COLUMN_GRANULE_BYTES of the GEMM's element type, so every panel but the last starts on a
@@ -42,7 +42,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ...hlo.dtypes import element_type
-from ..region_cost import min_multiply_adds_per_thread
+from ..region_cost import min_multiply_adds_per_thread, multiply_add_ns
 from .gemm_layout import DotDims
 
 # Rows of the lhs per work unit. A unit's BLAS call packs its rhs columns again, which costs
@@ -63,11 +63,18 @@ MIN_PANEL_COLS = 64
 # ... and a whole number of 128-byte granules of the GEMM's type: 32 f32, 16 f64 or c64, 8 c128.
 COLUMN_GRANULE_BYTES = 128
 # No column cut makes a unit smaller than one thread's minimum share in the driver's thread rule
-# (codegen/region_cost.py: REGION_NS of BLAS multiply-adds, 4.8 M): a smaller unit would never
+# (codegen/region_cost.py: REGION_NS of BLAS multiply-adds, 4.8 M of f32's; `min_unit_multiply_adds`
+# scales it to the GEMM's type by the cost of its multiply-add there): a smaller unit would never
 # be given a thread of its own, and its extra BLAS call (packing its lhs rows again) would be
 # pure cost. scan_rnn's step dot ([128,128] x [128,256], 4.2 M multiply-adds) took 41 us cut
 # into 8 units on two threads and 38 us whole on one (idle machine).
-MIN_UNIT_MULTIPLY_ADDS = min_multiply_adds_per_thread()
+MIN_UNIT_MULTIPLY_ADDS = min_multiply_adds_per_thread("f32")
+
+
+def min_unit_multiply_adds(dtype: str) -> int:
+    """The fewest multiply-adds of a column-cut unit of a GEMM in BLAS type `dtype`:
+    MIN_UNIT_MULTIPLY_ADDS (f32's) times f32's multiply-add cost over `dtype`'s."""
+    return max(1, int(MIN_UNIT_MULTIPLY_ADDS * multiply_add_ns("f32") / multiply_add_ns(dtype)))
 
 
 def panel_rows(dd: DotDims) -> int:
@@ -126,14 +133,14 @@ def panel_cols(dd: DotDims, rows: int, dtype: str) -> int:
     """Columns of the rhs per work unit when row panels are `rows` high (rule 2 of the module
     docstring): N itself unless the batch and row panels give fewer than MAX_PANELS units and
     cutting the columns adds units toward TARGET_UNITS while each panel keeps MIN_PANEL_COLS
-    columns and each unit MIN_UNIT_MULTIPLY_ADDS multiply-adds."""
+    columns and each unit min_unit_multiply_adds(dtype) multiply-adds."""
     n = max(dd.n, 1)
     have = dd.batch * -(-max(dd.m, 1) // rows)
     if have >= MAX_PANELS:  # tall enough (or batched enough): the row cut's units stand
         return n
     wanted = -(-TARGET_UNITS // have)
     by_width = n // MIN_PANEL_COLS
-    by_work = rows * n * dd.k // MIN_UNIT_MULTIPLY_ADDS
+    by_work = rows * n * dd.k // min_unit_multiply_adds(dtype)
     panels = min(wanted, by_width, by_work)
     if panels < 2:
         return n
