@@ -9,7 +9,8 @@ Two loop orders, chosen so the innermost loop is contiguous in memory:
     one output element; its reduced elements are folded into register accumulators,
     innermost loop over the last dimension. The reducer's float adds/multiplies carry
     `reassoc` (XLA reassociates reductions too), so LLVM vectorizes the loop with several
-    vector accumulators: results differ from a sequential sum by rounding only.
+    vector accumulators (8 in a rolled loop: reduction_groups.row_accumulators): results
+    differ from a sequential sum by rounding only.
   * column (the last input dimension is kept): a unit of work is a block of output
     columns (`ReductionGroup.block_columns`: as many as 16 vector registers of accumulators
     hold) for one value of the other kept dimensions; accumulators live in a stack block that

@@ -264,12 +264,15 @@ def row_accumulators(lanes: int, accumulators: int, row: int) -> int:
     Why: a row read from memory is folded as fast as the core keeps enough loads in flight, and
     an add waiting for its load and for the previous add of its accumulator holds a scheduler
     entry; with few accumulators those waiting adds fill the schedulers and stall the loads
-    behind them. f32 row sums of [12288, 1024] (48 MB, aligned, one thread, CPU time,
-    interleaved medians, load 4-5): 1 accumulator 39 GB/s, 2 42, 4 49, 8 55, 16 55; LLVM's own
-    choice (4, then the whole row unrolled) 47. The loop must stay rolled: once LLVM unrolls a
-    row, its Reassociate pass rebuilds the row's adds into trees of its own whatever the count
-    (an interleave count of 8 then gave the same code as 4), and sum and sum of squares of the
-    same rows ran at 28.6 GB/s unrolled against 47 rolled with 8. In cache (2 MB, load 7) it
+    behind them. f32 row sums of |x| over [12288, 1024] (48 MB, aligned, one thread, CPU time,
+    the kernels' machine code called from a C harness over the same warm input, interleaved
+    medians, load 4-5): 1 accumulator 39 GB/s, 2 42, 4 49, 8 55, 16 55; LLVM's own choice (4,
+    then the whole row unrolled) 47. The loop must stay rolled: once LLVM unrolls a row, its
+    Reassociate pass rebuilds the row's adds into trees of its own whatever the count (an
+    interleave count of 8 then gave the same code as 4), and sum and sum of squares of the same
+    rows ran at 28.6 GB/s unrolled against 47 rolled with 8. Through hlofuse's runtime, cold
+    input (benchmarks/bandwidth_share.py): row_sums 40.8 -> 41.7 GB/s, sum_sumsq 28.7 -> 41.2,
+    the read ceiling of one core here. In cache (2 MB, load 7) it
     costs nothing and short rows gain: sum and sum of squares of f32[16384,32] 0.157 -> 0.036 ms
     (2 vectors a row, LLVM had left it scalar), [4096,128], [2048,256], [512,1024] unchanged."""
     count = ROW_ACCUMULATORS
