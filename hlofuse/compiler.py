@@ -184,7 +184,8 @@ def compile(module: HloModule, target: str = "cpu", fusion: bool = True, verify:
     if entry_key is not None:
         from .codegen.module_cache import store_entry
 
-        store_entry(entry_key, {"code": program.code, "fused": fused, "estimate": estimate}, module, cache_dir,
+        store_entry(entry_key, {"code": program.code, "fused": fused, "estimate": estimate,
+                                "primitives": program.primitives}, module, cache_dir,
                     runtime=_runtime_objects(program.code))
     return Executable(module, fused, target, run, program, pipeline, time.perf_counter() - start)
 
@@ -223,7 +224,7 @@ def _load_cached(key: str, module: HloModule, target: str, cache_dir: str | None
     """The Executable of the module entry under `key` (memory or disk cache), loaded and ready
     to run, or None. Its fused module and fusion log are the original compile's, read from the
     entry on first use (codegen/module_cache.py `loads`); the memory check takes the estimate
-    the compile made."""
+    the compile made, the oneDNN primitives the descriptions it found."""
     from .codegen.cpu import CpuCode
     from .codegen.module_cache import load_entry
     from .runtime.cpu_executor import CpuProgram
@@ -232,14 +233,16 @@ def _load_cached(key: str, module: HloModule, target: str, cache_dir: str | None
     payload = load_entry(key, module, cache_dir)
     if not (isinstance(payload, dict) and isinstance(payload.get("code"), CpuCode)
             and isinstance(payload.get("fused"), HloModule) and payload["code"].module is payload["fused"]
-            and isinstance(payload.get("estimate"), MemoryEstimate)):
+            and isinstance(payload.get("estimate"), MemoryEstimate) and isinstance(payload.get("primitives"), list)):
         return None
     code, fused = payload["code"], payload["fused"]
     for o in code.objects:
         o.cached = True
     loaded = time.perf_counter()
     code.timings = {"module cache": loaded - start}
-    program = CpuProgram.load(code)
+    # the oneDNN primitives' descriptions of the compile: derived again, they would read the
+    # fused computations (haiku's ResNet-18 step: 17 ms, most of it reading them)
+    program = CpuProgram.load(code, payload["primitives"])
     program.compile_seconds = time.perf_counter() - start
     check_memory(payload["estimate"])
     return Executable(module, fused, target, program.run, program, None, time.perf_counter() - start, from_cache=True)

@@ -76,6 +76,7 @@ class CpuProgram(ProgramBase):
         self._shared: list[np.ndarray] | None = None
         self._runtimes: dict[tuple[ComputationPlan, int], _StepRuntime] = {}
         self.driver: NativeDriver | None = None
+        self.primitives: list = []  # oneDNN primitive descriptions (module cache entries keep them)
         # The arenas and the output pool are per program: runs of one program are serialized.
         self._run_lock = threading.Lock()
 
@@ -94,11 +95,13 @@ class CpuProgram(ProgramBase):
         return prog
 
     @classmethod
-    def load(cls, code: CpuCode) -> "CpuProgram":
-        """Load code compiled before (a module cache entry, compiler.py): no compilation."""
+    def load(cls, code: CpuCode, primitives: list | None = None) -> "CpuProgram":
+        """Load code compiled before (a module cache entry, compiler.py): no compilation.
+        `primitives`: the oneDNN primitive descriptions of its compile (`self.primitives`),
+        or None to derive them from the kernels again (which reads their computations)."""
         start = time.perf_counter()
         prog = cls(code)
-        prog._load()
+        prog._load(primitives)
         prog.code.timings["loading"] = time.perf_counter() - start
         return prog
 
@@ -107,12 +110,13 @@ class CpuProgram(ProgramBase):
         """Whether every kernel's object code came from the memory or disk cache."""
         return self.code.cache_hit
 
-    def _load(self) -> None:
+    def _load(self, primitives: list | None = None) -> None:
         """Load every distinct kernel's object into one engine; each kernel calls its
         object's function (structurally identical kernels share one)."""
         register_openmp()  # the driver calls GOMP_parallel: resolvable before it loads
         # oneDNN convolution kernels read their primitive's handles: created now, per process
-        register_primitives(onednn_descriptions(self._planner.kernels))
+        self.primitives = onednn_descriptions(self._planner.kernels) if primitives is None else primitives
+        register_primitives(self.primitives)
         self._jit = JitModule(objects=[o.object_code for o in self.code.objects] + [self.code.driver_object])
         addresses = {o.symbol: self._jit.address(o.symbol) for o in self.code.objects}
         by_name = {}
