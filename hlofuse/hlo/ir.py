@@ -65,10 +65,20 @@ def _read_pending(obj: Any, name: str) -> Any:
     return getattr(obj, name)
 
 
+def _state_to_copy(obj: Any) -> dict:
+    """`__getstate__` of the HLO classes (copy, deepcopy, pickle): the object's dict, its
+    pending state read first (`PENDING_STATE`), so a copy is never a shell."""
+    read = obj.__dict__.get(PENDING_STATE)
+    if read is not None:
+        read()
+    return obj.__dict__
+
+
 class HloInstruction:
     """One HLO instruction: an opcode applied to operands, producing a value of `shape`."""
 
     __getattr__ = _read_pending
+    __getstate__ = _state_to_copy
 
     def __init__(
         self,
@@ -229,6 +239,7 @@ class HloComputation:
     """A computation: parameters, an ordered list of instructions and a root."""
 
     __getattr__ = _read_pending
+    __getstate__ = _state_to_copy
 
     def __init__(self, name: str) -> None:
         self.name = name
@@ -419,6 +430,7 @@ class HloModule:
     """A module: named computations, one of which is the entry."""
 
     __getattr__ = _read_pending
+    __getstate__ = _state_to_copy
 
     def __init__(self, name: str) -> None:
         self.name = name

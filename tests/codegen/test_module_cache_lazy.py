@@ -5,6 +5,7 @@ them are read at once, giving what the original compile had. A later part of an 
 fails to read raises (never an AttributeError) and removes the entry."""
 from __future__ import annotations
 
+import copy
 import io
 import pickle
 import threading
@@ -127,6 +128,14 @@ def test_a_missing_attribute_is_an_attribute_error_pending_or_not(cache_dir):
     assert not hasattr(shell, "no_such_attribute")  # read the states, then found nothing
     assert not module_cache.pending(shell)
     assert getattr(exe.fused_module.entry.root, "no_such_attribute", None) is None
+
+
+def test_a_copy_of_a_pending_object_is_read_first(cache_dir):
+    first, exe = _hit(cache_dir)
+    shell = _pending_computations(exe)[0]
+    copied = copy.copy(shell)  # through __getstate__, which reads the entry's states first
+    assert not module_cache.pending(shell) and not module_cache.pending(copied)
+    assert copied.instructions is shell.instructions  # a shallow copy of the state read
 
 
 def test_concurrent_first_uses_read_the_states_once(cache_dir):
