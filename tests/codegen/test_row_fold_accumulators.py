@@ -40,6 +40,30 @@ def test_chunk_rule():
     assert cpu_row._fold_chunk_bytes(1000, [(None, 8, False)]) == 4000
 
 
+def test_rows_ahead_rule():
+    f32 = [(None, 4, False), (None, 4, True)]
+    assert cpu_row._rows_ahead(1024, f32) == 1  # 4 KB rows: the next
+    assert cpu_row._rows_ahead(4096, f32) == 1
+    assert cpu_row._rows_ahead(512, f32) == 2  # 2 KB rows: the one after
+    assert cpu_row._rows_ahead(1000, f32) == 2
+    assert cpu_row._rows_ahead(256, [(None, 8, False)]) == 2
+
+
+@pytest.mark.parametrize("n", [256, 512])
+def test_short_rows_prefetch_further_ahead_and_match_the_interpreter(from_memory, monkeypatch, n):
+    """Rows of 1-2 KB prefetch 2-4 rows ahead; on two threads a thread's last rows prefetch
+    nothing of the other's; values the interpreter's."""
+    monkeypatch.setenv("HLOFUSE_CPU_THREADS", "2")
+    rows = 257
+    text = module("layer_norm", (rows, n))
+    x = _input((rows, n), "f32", seed=n)
+    exe = _compile(text)
+    assert "llvm.prefetch" in _row_kernel_ir(exe)
+    want = hlofuse.compile(hlofuse.parse_hlo(text), target="interpreter", fusion=False)(x)
+    for r in compare_outputs(list(exe(x)), list(want)):
+        assert r.ok, r
+
+
 def test_layer_norm_folds_keep_eight_accumulators_each(from_memory):
     """Mean (from memory) and variance (prefetching, in two chunks) loops: 8 vector
     accumulators each after O3; with the rule off, LLVM's own choice keeps fewer."""
