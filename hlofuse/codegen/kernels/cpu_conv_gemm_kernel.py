@@ -24,7 +24,7 @@ from .cpu_conv import find_convolution, window_tap
 from .cpu_conv_gemm import IN, ConvGemm, conv_gemm, row_major_matrix
 from .cpu_gemm import SHORT_EPILOGUE_ROW
 from .gemm_layout import Matrix
-from .loop_hints import forbid_vectorization
+from .loop_hints import ROLLED_AROUND, forbid_vectorization
 
 I8P = ir.IntType(8).as_pointer()
 
@@ -140,7 +140,13 @@ class _ConvGemmEmitter:
     def _pack(self, row0: ir.Value, count: ir.Value) -> None:
         """patch[t, :] = the K inputs output row row0 + t reads (zeros off the input)."""
         b = self.b
-        with for_range(b, _i(0), count, "prow") as t:
+        # Every packing loop around another stays rolled (`for_range`'s unroll=False): the
+        # patch is gathered element by element, each loaded and stored once, so unrolling buys
+        # no speed, only size (haiku's ResNet-18 step: a 16-input 2x2 window unrolled to 64
+        # copies of the tap's bounds check and put, 1,739 instructions and 0.15 CPU-s of LLVM,
+        # 741 and 0.03 s rolled; docs/compile_time.md). The innermost loop is LLVM's to unroll
+        # or vectorize.
+        with for_range(b, _i(0), count, "prow", unroll=False) as t:
             n, ps = self._position(b.add(row0, t))
             self._pack_level(0, ps, b.mul(n, _i(self.geo.x_batch)), None, b.mul(t, _i(self.g.k)))
 
@@ -153,7 +159,7 @@ class _ConvGemmEmitter:
         last = level == len(g.k_order) - 1
         if f == IN:
             if not last:
-                with for_range(b, _i(0), _i(geo.group_inputs), "pi") as i:
+                with for_range(b, _i(0), _i(geo.group_inputs), "pi", unroll=False) as i:
                     self._pack_level(level + 1, ps, b.add(xoff, b.mul(i, _i(geo.x_feature))), ok,
                                      b.add(koff, b.mul(i, _i(inner))))
                 return
@@ -168,7 +174,7 @@ class _ConvGemmEmitter:
                         self._put(b.add(koff, i), None)
             return
         d = geo.window[f]
-        with for_range(b, _i(0), _i(d.size), f"pk{f}") as kk:
+        with for_range(b, _i(0), _i(d.size), f"pk{f}", unroll=last) as kk:
             q, tap_ok = window_tap(b, ps[f], kk, d, geo.dilated_input[f])
             both = tap_ok if ok is None else b.and_(ok, tap_ok)
             xo = b.add(xoff, b.mul(q, _i(geo.x_spatial[f])))
@@ -200,7 +206,9 @@ class _ConvGemmEmitter:
         """For each element of the tile's C: the epilogue's value at its output index, stored in
         place (C is the output) or at that index (C is the scratch tile)."""
         b, geo, c = self.b, self.geo, self.c
-        with for_range(b, _i(0), count, "erow") as t:
+        # Around a long feature loop the row loop stays rolled, as in the GEMM's epilogue
+        # (cpu_gemm._emit_epilogue: unrolled, each row repeats the vectorized feature loop).
+        with for_range(b, _i(0), count, "erow", unroll=geo.features < ROLLED_AROUND) as t:
             n, ps = self._position(b.add(row0, t))
             c_row = b.mul(t, _i(c.row_stride))
             with for_range(b, _i(0), _i(geo.features), "ecol") as o:
