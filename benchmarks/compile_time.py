@@ -5,6 +5,8 @@
     python benchmarks/compile_time.py --llvm-threads    # do llvmlite's calls run in parallel?
     python benchmarks/compile_time.py --kinds [--variants] [--models NAME,...]
                                       # LLVM time and IR growth per kernel kind (and other pipelines)
+    python benchmarks/compile_time.py --groups [--models NAME,...]
+                                      # LLVM time with the kernels in groups of 1, 4, 8, 16
     python benchmarks/compile_time.py --opt-levels [--size small|large] [--models NAME,...]
                                       # what O3 adds over O2: LLVM seconds and kernel speed
 
@@ -355,6 +357,46 @@ def kind_rows(texts: dict[str, str], variants: bool = False) -> None:
                 print("    " + "  ".join(f"{v} {c[v]:.3f}s/{int(c[v + ' ir'])}" for v in PIPELINE_VARIANTS))
 
 
+def group_rows(texts: dict[str, str], sizes: tuple[int, ...] = (1, 4, 8, 16), rounds: int = 2) -> dict:
+    """For each module (name -> HLO text): LLVM's CPU seconds (this process, one lane) for its
+    distinct kernels compiled in groups of at most each of `sizes` kernels (codegen/cpu.py
+    kernel_groups with GROUP_KERNELS set; 1: a module per kernel), the sizes alternating in
+    order per round; prints the median of `rounds` per size and returns {name: {size: s}}."""
+    import statistics
+
+    import hlofuse
+    from hlofuse.codegen import cpu, llvm_pool
+    from hlofuse.codegen.cpu import CpuCode, CpuPlanner, distinct_kernels, kernel_groups
+    from hlofuse.compiler import optimize
+    from hlofuse.emitters.cpu.target import CpuTarget
+
+    target = CpuTarget()
+    chosen = cpu.GROUP_KERNELS
+    out = {}
+    try:
+        for name, text in texts.items():
+            fused = optimize(hlofuse.parse_hlo(text), "cpu", verify=False)[0]
+            planner = CpuPlanner()
+            code = CpuCode(fused, planner)
+            planner.plan(fused.entry)
+            objects = distinct_kernels(code.kernels, target)
+            seconds: dict[int, list[float]] = {n: [] for n in sizes}
+            for r in range(rounds):
+                for n in (sizes if r % 2 == 0 else sizes[::-1]):
+                    cpu.GROUP_KERNELS = n
+                    texts_ = [(str(mod), members[0].speed_level) for members, mod in kernel_groups(objects, target)]
+                    t0 = time.process_time()
+                    for ir_text, level in texts_:
+                        llvm_pool.compile_timed(ir_text, level)
+                    seconds[n].append(time.process_time() - t0)
+            out[name] = {n: statistics.median(v) for n, v in seconds.items()}
+            print(f"{name:24s} {len(objects):4d} kernels, LLVM CPU s by group size: "
+                  + "  ".join(f"{n}: {s:.3f}" for n, s in out[name].items()), flush=True)
+    finally:
+        cpu.GROUP_KERNELS = chosen
+    return out
+
+
 def model_rows(which: str, xla: bool) -> list[dict]:
     """Rows for the real models (benchmarks/model_zoo.py), then the geometric mean of
     hlofuse's cold compile over XLA:CPU's; a model whose library is missing is skipped."""
@@ -421,6 +463,8 @@ def main(argv: list[str] | None = None) -> int:
                                                         "the --models (all by default), see kind_rows")
     ap.add_argument("--variants", action="store_true", help="with --kinds: also each kind's LLVM time and IR "
                                                            "size under other pipelines (PIPELINE_VARIANTS)")
+    ap.add_argument("--groups", action="store_true", help="only LLVM's CPU time for the --models' kernels "
+                                                         "compiled in groups of 1, 4, 8, 16 (see group_rows)")
     ap.add_argument("--llvm-threads", action="store_true", help="only measure whether LLVM work runs in "
                                                                "parallel on threads (see llvm_threads_check)")
     args = ap.parse_args(argv)
@@ -428,7 +472,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.llvm_threads:
         llvm_threads_check()
         return 0
-    if args.kinds:
+    if args.kinds or args.groups:
         import jax
 
         from model_zoo import BUILDERS
@@ -438,7 +482,10 @@ def main(argv: list[str] | None = None) -> int:
         for name in names:
             model = BUILDERS[name]()
             texts[name] = jax.jit(model.fn, keep_unused=True).lower(*model.args).as_text(dialect="hlo")
-        kind_rows(texts, args.variants)
+        if args.groups:
+            group_rows(texts)
+        else:
+            kind_rows(texts, args.variants)
         print(f"load average {os.getloadavg()}")
         return 0
     if args.opt_levels:

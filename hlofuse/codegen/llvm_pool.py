@@ -121,34 +121,48 @@ def use_pool(kernels: int) -> bool:
 UNOPTIMIZED = 0
 
 
+# The code generator's level for optimized kernels: LLVM's CodeGenOpt::Less (1), not the O3
+# target machine's Aggressive. The difference that costs is the post-RA list scheduler, which
+# runs from Default up (X86's sched models for the host ask for it): on an out-of-order core it
+# reorders for no gain. Measured per kernel kind, CPU seconds of code generation (load 4-5):
+# haiku's ResNet-18 step 1.84 -> 1.66 s (213 kernels), MobileNetV2 0.50 -> 0.45 s, GPT-2 0.120
+# -> 0.103 s, with the kernels' run time unchanged (docs/compile_time.md, "Kernels compiled in
+# groups; the code generator's level"). The middle end's pipeline stays at the kernel's level.
+KERNEL_CODEGEN_LEVEL = 1
+
+
 @functools.lru_cache(maxsize=None)
-def _fast_target_machine():
-    """The host's target machine at LLVM's O0 (fast instruction selection), for UNOPTIMIZED."""
+def target_machine(codegen_level: int):
+    """The host's target machine (its CPU name and features) with LLVM's code generator at
+    `codegen_level` (0: fast instruction selection and register allocation, for UNOPTIMIZED;
+    KERNEL_CODEGEN_LEVEL for kernels). One per level and process, shared: never give it to an
+    execution engine, which takes ownership."""
     import llvmlite.binding as llvm
 
     from ..emitters.cpu.target import host_cpu
 
     name, features = host_cpu()  # initializes the native target
     return llvm.Target.from_default_triple().create_target_machine(
-        cpu=name, features=features, opt=0, reloc="default", codemodel="jitdefault")
+        cpu=name, features=features, opt=codegen_level, reloc="default", codemodel="jitdefault")
 
 
 def compile_timed(text: str, speed_level: int) -> tuple[bytes, float, float]:
     """Object code of LLVM IR `text` at `speed_level` (UNOPTIMIZED: three passes and fast
-    instruction selection; else the O`speed_level` pipeline and the host's code generator at
-    O3: emitters/cpu/target.compile_ir_timed), with the seconds spent parsing and optimizing,
-    and generating code."""
-    if speed_level != UNOPTIMIZED:
-        from ..emitters.cpu.target import compile_ir_timed
-
-        return compile_ir_timed(text, speed_level)
+    instruction selection; else the O`speed_level` pipeline, emitters/cpu/target.optimized_module,
+    and the host's code generator at KERNEL_CODEGEN_LEVEL), with the seconds spent parsing and
+    optimizing, and generating code."""
     import time
 
     import llvmlite.binding as llvm
 
-    from ..emitters.cpu.target import host_target_machine
+    from ..emitters.cpu.target import host_target_machine, optimized_module
 
     start = time.perf_counter()
+    if speed_level != UNOPTIMIZED:
+        llmod = optimized_module(text, speed_level)
+        mid = time.perf_counter()
+        obj = target_machine(KERNEL_CODEGEN_LEVEL).emit_object(llmod)
+        return obj, mid - start, time.perf_counter() - mid
     llmod = llvm.parse_assembly(text)
     llmod.verify()
     passes = llvm.create_new_module_pass_manager()
@@ -157,7 +171,7 @@ def compile_timed(text: str, speed_level: int) -> tuple[bytes, float, float]:
     passes.add_simplify_cfg_pass()
     passes.run(llmod, llvm.create_pass_builder(host_target_machine(), llvm.create_pipeline_tuning_options(1)))
     mid = time.perf_counter()
-    obj = _fast_target_machine().emit_object(llmod)
+    obj = target_machine(0).emit_object(llmod)
     return obj, mid - start, time.perf_counter() - mid
 
 

@@ -20,12 +20,14 @@ _lock = threading.Lock()
 
 class JitModule:
     """Machine code loaded in an MCJIT engine: from an optimized module, an object file, or
-    several object files (`objects`, one per kernel; each defines its own functions, and what
-    they share, the half-conversion builtins, comes from `llvm.add_symbol`, jit_builtins.py)."""
+    several object files (`objects`, one per kernel or group of kernels, codegen/cpu.py
+    kernel_groups; each defines its own functions, and what they share, the half-conversion
+    builtins, comes from `llvm.add_symbol`, jit_builtins.py). The kernels of a group share one
+    object file: it is loaded once however often `objects` lists it."""
 
     def __init__(self, llmod: llvm.ModuleRef | None = None, object_code: bytes | None = None,
                  objects: Iterable[bytes] = ()) -> None:
-        objects = list(objects)
+        objects = list(dict.fromkeys(objects))  # equal bytes: one group's object, loaded once
         if object_code is not None:
             objects.append(object_code)
         if llmod is not None:

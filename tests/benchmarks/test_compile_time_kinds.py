@@ -40,3 +40,16 @@ def test_kind_rows_count_each_distinct_kernel_once(capsys):
     variants = re.findall(r"^    (.*)$", out, re.M)
     assert len(variants) == len(rows)
     assert all(all(v in line for v in compile_time.PIPELINE_VARIANTS) for line in variants)
+
+
+def test_group_rows_time_every_group_size(capsys):
+    """--groups: one LLVM figure per group size for the module's kernels, and GROUP_KERNELS is
+    left as it was."""
+    from hlofuse.codegen import cpu
+
+    before = cpu.GROUP_KERNELS
+    out = compile_time.group_rows({"kinds": TEXT}, sizes=(1, 2), rounds=1)
+    assert set(out["kinds"]) == {1, 2} and all(s > 0 for s in out["kinds"].values())
+    assert cpu.GROUP_KERNELS == before
+    assert re.search(r"^kinds +\d+ kernels, LLVM CPU s by group size: 1: [\d.]+  2: [\d.]+$",
+                     capsys.readouterr().out, re.M)

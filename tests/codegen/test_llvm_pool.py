@@ -17,7 +17,7 @@ import pytest
 import hlofuse
 from hlofuse.codegen import cache, cpu, llvm_pool
 from hlofuse.codegen.cpu import CpuCode, CpuPlanner, compile_cpu, emit_kernel_module
-from hlofuse.emitters.cpu.target import CpuTarget, compile_ir_timed
+from hlofuse.emitters.cpu.target import CpuTarget, optimized_module
 from hlofuse.runtime.interpreter import evaluate
 from backend_cases import corpus_case
 from repo_paths import JAX_CORPUS
@@ -51,6 +51,12 @@ def _fused(text: str):
     return hlofuse.compiler.optimize(hlofuse.parse_hlo(text), "cpu", verify=False)[0]
 
 
+def _kernel_object(text: str, level: int) -> bytes:
+    """A kernel's object as compile_timed makes it, by hand: the O`level` pipeline, then the
+    code generator at KERNEL_CODEGEN_LEVEL."""
+    return llvm_pool.target_machine(llvm_pool.KERNEL_CODEGEN_LEVEL).emit_object(optimized_module(text, level))
+
+
 @pytest.fixture
 def processes(monkeypatch):
     """Set HLOFUSE_LLVM_PROCESSES for the test; the pool is stopped after it."""
@@ -72,7 +78,7 @@ def test_worker_object_is_the_same_bytes(processes):
         there = llvm_pool.submit(text, level).result(timeout=300)[0]
         assert there == here and len(here) > 100
         if level != llvm_pool.UNOPTIMIZED:
-            assert here == compile_ir_timed(text, level)[0]
+            assert here == _kernel_object(text, level)
 
 
 def test_the_driver_is_compiled_unoptimized_and_runs_as_the_interpreter(monkeypatch):
@@ -145,8 +151,9 @@ def test_the_kernel_cache_stays_per_kernel(processes, tmp_path):
 
 
 def _break_one_kernel(monkeypatch, victim: int) -> list[str]:
-    """Make the `victim`-th kernel emitted print as IR LLVM refuses; the symbols seen, in order."""
-    real, seen = cpu.emit_kernel_module, []
+    """Make the group holding the `victim`-th kernel emitted print as IR LLVM refuses; the
+    symbols seen, in order."""
+    real, seen = cpu.kernel_groups, []
 
     class Broken:
         def __init__(self, mod):
@@ -155,12 +162,13 @@ def _break_one_kernel(monkeypatch, victim: int) -> list[str]:
         def __str__(self) -> str:
             return str(self.mod).replace("ret void", "ret i32 undefined_value", 1)
 
-    def emit(kernel, target, name):
-        seen.append(name)
-        mod = real(kernel, target, name)
-        return Broken(mod) if len(seen) == victim + 1 else mod
+    def groups(objects, target):
+        for members, mod in real(objects, target):
+            first = len(seen)
+            seen.extend(o.symbol for o in members)
+            yield members, (Broken(mod) if first <= victim < len(seen) else mod)
 
-    monkeypatch.setattr(cpu, "emit_kernel_module", emit)
+    monkeypatch.setattr(cpu, "kernel_groups", groups)
     return seen
 
 
@@ -189,7 +197,7 @@ def test_a_dead_worker_fails_its_compile_only(processes):
     pool and the same bytes."""
     processes(1)
     text = str(emit_kernel_module(_planned_kernel(), CpuTarget(), "k"))
-    want = compile_ir_timed(text, 3)[0]
+    want = _kernel_object(text, 3)
     dying = llvm_pool.pool().submit(os._exit, 1)
     with pytest.raises(BrokenProcessPool):
         dying.result(timeout=300)
