@@ -219,6 +219,16 @@ EPILOGUES = {
                              "  sb = f32[2,8,8,24] broadcast(s), dimensions={3}\n  m = f32[2,8,8,24] multiply(c, sb)\n"
                              "  tb = f32[2,8,8,24] broadcast(t), dimensions={3}\n  a = f32[2,8,8,24] subtract(m, tb)\n"
                              "  ROOT r = f32[2,8,8,24] add(y, a)\n"),
+    # keras's inference batch norm: scale and shift computed from four per-feature vectors
+    "batch_norm_relu": ("  g = f32[24] parameter(2)\n  v = f32[24] parameter(3)\n  mu = f32[24] parameter(4)\n"
+                        "  beta = f32[24] parameter(5)\n",
+                        "  eps = f32[] constant(0.001)\n  eb = f32[24] broadcast(eps), dimensions={}\n"
+                        "  ve = f32[24] add(v, eb)\n  rs = f32[24] rsqrt(ve)\n  sc = f32[24] multiply(g, rs)\n"
+                        "  scb = f32[2,8,8,24] broadcast(sc), dimensions={3}\n  m = f32[2,8,8,24] multiply(c, scb)\n"
+                        "  nm = f32[24] negate(mu)\n  t = f32[24] multiply(nm, sc)\n  sh = f32[24] add(t, beta)\n"
+                        "  shb = f32[2,8,8,24] broadcast(sh), dimensions={3}\n  a = f32[2,8,8,24] add(m, shb)\n"
+                        "  z = f32[] constant(0)\n  zb = f32[2,8,8,24] broadcast(z), dimensions={}\n"
+                        "  ROOT r = f32[2,8,8,24] maximum(a, zb)\n"),
     "constants": ("", "  k = f32[24] constant({1,2,3,4,5,6,7,8,9,10,11,12,-1,-2,-3,-4,-5,-6,-7,-8,-9,-10,-11,-12})\n"
                   "  kb = f32[2,8,8,24] broadcast(k), dimensions={3}\n  a = f32[2,8,8,24] add(c, kb)\n"
                   "  h = f32[] constant(0.5)\n  hb = f32[2,8,8,24] broadcast(h), dimensions={}\n"
@@ -226,26 +236,73 @@ EPILOGUES = {
 }
 
 
+# The epilogues whose every op is a post-op; the others end in max, min or clamp, which run in
+# a loop kernel after the primitive (oneDNN's relu and clip turn NaN into the bound).
+POST_OPS_ONLY = ("scale_shift_residual", "constants")
+
+
 @pytest.mark.parametrize("name", EPILOGUES)
-def test_epilogues_as_post_ops(forced, name):
-    """Epilogues that map exactly become post-ops: one oneDNN kernel for the kOutput fusion."""
+def test_epilogues(forced, name):
+    """Exact post-ops in the oneDNN kernel, the rest of the kOutput fusion in one loop kernel
+    after it; NaN where the interpreter has NaN (batch_norm_relu's negative variances)."""
     params, body = EPILOGUES[name]
-    assert check(_epilogue_module(body, params), fusion=True, threads=(1, 2)) == ["onednn_conv"]
+    customs = check(_epilogue_module(body, params), fusion=True, threads=(1, 2))
+    # (batch_norm_relu: the fusion passes give the per-feature scale its own kernel first)
+    assert customs[-2:] == (["onednn_conv"] if name in POST_OPS_ONLY else ["onednn_conv", None])[-2:], customs
+    assert customs.count("onednn_conv") == 1
 
 
-@pytest.mark.parametrize("body,why", [
-    ("  ROOT r = f32[2,8,8,24] tanh(c)\n", "epilogue: tanh has no oneDNN post-op here"),
-    ("  ROOT r = bf16[2,8,8,24] convert(c)\n", "epilogue: convert to bf16"),
+@pytest.mark.parametrize("body,tail", [
+    ("  ROOT r = f32[2,8,8,24] tanh(c)\n", "tanh r: tanh has no oneDNN post-op here"),
+    ("  ROOT r = bf16[2,8,8,24] convert(c)\n", "convert r: convert to bf16"),
     ("  s = f32[2,8,8,24] logistic(c)\n  ROOT r = f32[2,8,8,24] multiply(c, s)\n", "c has 2 users in the epilogue"),
 ])
-def test_other_epilogues_keep_our_fused_kernel(forced, body, why):
+def test_other_epilogues_run_after_the_primitive(forced, body, tail):
     text = _epilogue_module(body)
     exe = hlofuse.compile(parse_hlo(text), target="cpu", cache=False)
-    fused = [k.comp for k in exe.program._planner.kernels if k.custom in ("conv", "conv_gemm")]
-    assert len(fused) == 1 and len(fused[0].instructions) > 3, _customs(exe)  # the epilogue stayed fused
-    assert cpu_conv_onednn.why_not_onednn(fused[0]) == why
+    assert _customs(exe) == ["onednn_conv", None]
+    (fusion,) = [s.inst for s in exe.program._entry.steps if s.kernels]
+    assert cpu_conv_onednn.epilogue_note(fusion.fused_computation) == (
+        f"the epilogue from {tail} runs in a loop kernel after the oneDNN primitive")
     if "bf16" not in text:
         check(text, fusion=True)
+
+
+COMPUTED_SCALE = """HloModule m
+
+fused {
+  x = f32[2,8,8,16] parameter(0)
+  w = f32[3,3,16,24] parameter(1)
+  g = f32[24] parameter(2)
+  v = f32[24] parameter(3)
+  c = f32[2,8,8,24] convolution(x, w), window={size=3x3 pad=1_1x1_1}, dim_labels=b01f_01io->b01f
+  sc = f32[24] multiply(g, v)
+  scb = f32[2,8,8,24] broadcast(sc), dimensions={3}
+  m = f32[2,8,8,24] multiply(c, scb)
+  ng = f32[24] negate(g)
+  sh = f32[24] add(ng, v)
+  shb = f32[2,8,8,24] broadcast(sh), dimensions={3}
+  ROOT a = f32[2,8,8,24] add(m, shb)
+}
+
+ENTRY e {
+  x = f32[2,8,8,16] parameter(0)
+  w = f32[3,3,16,24] parameter(1)
+  g = f32[24] parameter(2)
+  v = f32[24] parameter(3)
+  ROOT f = f32[2,8,8,24] fusion(x, w, g, v), kind=kOutput, calls=fused
+}
+"""
+
+
+def test_per_feature_operands_computed_in_the_fusion(forced):
+    """keras's batch norm inside the kOutput fusion: scale and shift are expressions of
+    per-feature parameters, computed by the kernel before the call (binary post-ops)."""
+    assert check(COMPUTED_SCALE) == ["onednn_conv"]
+    (fused,) = [c for c in parse_hlo(COMPUTED_SCALE).computations if c.name == "fused"]
+    mapped = cpu_conv_onednn.onednn_convolution(fused)
+    assert [p.alg for p in mapped.desc.post_ops] == [cpu_conv_onednn.dnnl.BINARY_MUL, cpu_conv_onednn.dnnl.BINARY_ADD]
+    assert [getattr(src, "name", src) for src in mapped.sources[-2:]] == ["scb", "shb"]
 
 
 def test_calls_from_several_threads_at_once(forced):
@@ -253,7 +310,7 @@ def test_calls_from_several_threads_at_once(forced):
     once give the single-threaded results."""
     text = _epilogue_module(*reversed(EPILOGUES["bias_relu"]))
     exes = [hlofuse.compile(parse_hlo(text), target="cpu", fusion=True, cache=False) for _ in range(2)]
-    assert all(_customs(e) == ["onednn_conv"] for e in exes)
+    assert all(_customs(e) == ["onednn_conv", None] for e in exes)  # relu: a loop kernel after
     inputs = [_inputs(parse_hlo(text), seed) for seed in range(4)]
     want = [exes[0](*a)[0] for a in inputs]
     errors = []
@@ -337,3 +394,45 @@ def test_conformance_files_through_onednn(forced, monkeypatch):
         result = run_file(str(SHARED_STABLEHLO / name), backend="cpu")
         assert result.status == "passed", result.line()
     assert len(ran) >= 3, (ran, routed)
+
+
+# ---- the rule ----------------------------------------------------------------------------------
+RULE_CASES = [
+    # (lhs, rhs, attrs, oneDNN?): the shape classes of docs/convolutions.md
+    ("f32[4,28,28,128]", "f32[3,3,128,128]", PAD + NHWC, True),  # dense 3x3, 3136 rows
+    ("f32[8,7,7,512]", "f32[3,3,512,512]", PAD + NHWC, True),  # 392 rows
+    ("f32[1,7,7,512]", "f32[3,3,512,512]", PAD + NHWC, False),  # 49 rows: the weights' reorder dominates
+    ("f32[1,14,14,256]", "f32[3,3,256,256]", PAD + NHWC, False),  # 196 rows
+    ("f32[4,56,56,64]", "f32[1,1,64,256]", "window={size=1x1}, " + NHWC, False),  # 1x1: the GEMM kernel
+    ("f32[4,128,128,3]", "f32[7,7,3,64]", "window={size=7x7 stride=2x2 pad=3_3x3_3}, " + NHWC, False),  # stem
+    ("f32[8,28,28,16]", "f32[3,3,16,16]", PAD + NHWC, False),  # 16 output features
+    ("f32[4,28,28,128]", "f32[3,3,32,128]", PAD + NHWC + ", feature_group_count=4", True),  # grouped
+    ("f32[8,112,112,96]", "f32[3,3,1,96]", PAD + NHWC + ", feature_group_count=96", False),  # depthwise
+    ("f32[16,16,16,64]", "f32[3,3,64,64]", PAD + "dim_labels=b01f_01oi->b01f", True),  # input gradient
+    ("f32[1,16,16,32]", "f32[3,3,32,32]", PAD + NHWC, False),  # 256 rows, 2.4M multiply-adds
+    ("f32[4,64,28,28]", "f32[128,64,3,3]", PAD + "dim_labels=bf01_oi01->bf01", False),  # NCHW: oneDNN's GEMM
+    # a weight gradient: only oneDNN's reference implementation
+    ("f32[16,16,16,64]", "f32[16,16,16,256]", "window={size=16x16 pad=1_1x1_1}, dim_labels=f01b_i01o->01bf", False),
+]
+
+
+@pytest.mark.parametrize("lhs,rhs,attrs,want", RULE_CASES)
+def test_rule(lhs, rhs, attrs, want):
+    comp = wrap_instruction(parse_hlo(_module(lhs, rhs, "f32", attrs)).entry.root)
+    assert cpu_conv_onednn.prefers_onednn(comp) is want
+
+
+def test_rule_is_off_without_onednn(monkeypatch):
+    """HLOFUSE_GEMM=openblas (as a process without libdnnl): the rule says no."""
+    monkeypatch.setenv("HLOFUSE_GEMM", "openblas")
+    comp = wrap_instruction(parse_hlo(_module(*RULE_CASES[0][:2], "f32", RULE_CASES[0][2])).entry.root)
+    assert not cpu_conv_onednn.prefers_onednn(comp)
+
+
+def test_the_planner_follows_the_rule():
+    lhs, rhs, attrs, _ = RULE_CASES[0]
+    exe = hlofuse.compile(parse_hlo(_module(lhs, rhs, "f32", attrs)), cache=False)
+    assert _customs(exe) == ["onednn_conv"]
+    lhs, rhs, attrs, _ = RULE_CASES[4]
+    exe = hlofuse.compile(parse_hlo(_module(lhs, rhs, "f32", attrs)), cache=False)
+    assert _customs(exe) == ["conv_gemm"]

@@ -38,7 +38,8 @@ from dataclasses import dataclass
 import numpy as np
 from llvmlite import ir
 
-from ...emitters.ir_helpers import row_major_strides
+from ...emitters.elemental import ElementalEmitter
+from ...emitters.ir_helpers import Index, for_range, row_major_strides
 from ...hlo.attributes import WindowDimension
 from ...hlo.ir import HloComputation, HloInstruction
 from ...runtime import onednn_primitives as dnnl
@@ -46,7 +47,7 @@ from ...runtime.jit_builtins import (
     DNNL_EXECUTE, DNNL_MEMORY_CREATE, DNNL_MEMORY_DESTROY, ONEDNN_GET_THREADS, ONEDNN_SET_THREADS,
     SCRATCH_ALLOC, SCRATCH_FREE,
 )
-from ..planning import KernelPlan
+from ..planning import KernelPlan, plan_fusion, rebuild
 from .blas_call import declare, trap_if
 from .cpu_conv import conv_geometry, dimension_numbers, find_convolution
 
@@ -54,19 +55,32 @@ I8P = ir.IntType(8).as_pointer()
 I32 = ir.IntType(32)
 I64 = ir.IntType(64)
 F32_MAX = float(np.finfo(np.float32).max)
+# Whether epilogues keep XLA's NaN semantics: oneDNN's relu and clip (vmaxps / vminps) turn a
+# NaN into the bound, where XLA's maximum, minimum and clamp give NaN, so these ops run in our
+# loop kernel after the primitive (docs/convolutions.md has the cost of both choices).
+NAN_EXACT = True
 # Whether oneDNN picks the weights' layout (reordered each call) rather than reading them as
 # they are (docs/convolutions.md has both measured).
 WEIGHTS_ANY = True
 
 
+# Where an execution argument's memory comes from, besides a parameter's number.
+OUTPUT, CONSTANT = -1, -2
+
+
 @dataclass(frozen=True)
 class OneDnnConv:
     """A convolution fusion as a oneDNN primitive: its description, and for each execution
-    argument (`desc.arguments()` order) the kernel argument holding it: a parameter number,
-    or -1 for the output."""
+    argument (`desc.arguments()` order) where its memory is: a parameter number, OUTPUT,
+    CONSTANT (values in the handle block), or a broadcast instruction of the fusion whose O
+    per-feature values the kernel computes into scratch before the call."""
 
     desc: dnnl.ConvDescription
-    sources: tuple[int, ...]
+    sources: tuple
+    # The last instruction the primitive computes when the rest of the epilogue is not
+    # post-ops (`tail` says why): that rest runs as our loop kernel over its result.
+    split: HloInstruction | None = None
+    tail: str | None = None
 
 
 def _tensor(dims: tuple[int, ...], axes: list[int]) -> dnnl.Tensor:
@@ -97,8 +111,11 @@ class _Epilogue:
         self.bias: int | None = None  # the bias parameter
 
     def _feature_vector(self, inst: HloInstruction):
-        """("param", number) or ("const", values) for a broadcast of a parameter or constant
-        along the output feature dimension alone; None otherwise."""
+        """For a broadcast along the output feature dimension alone: ("param", number) of a
+        parameter, ("const", values) of a constant, or ("expr", inst) of any other expression
+        of parameters and constants (batch norm's scale and shift: the kernel computes its O
+        values with their element generators before the call, as our kernels compute them);
+        None otherwise."""
         if inst.opcode != "broadcast" or tuple(inst.attrs.get("dimensions", ())) != (self.feature,):
             return None
         src = inst.operands[0]
@@ -106,6 +123,8 @@ class _Epilogue:
             return "param", src.parameter_number
         if src.opcode == "constant" and src.literal is not None:
             return "const", tuple(float(v) for v in np.asarray(src.literal, np.float32).reshape(-1))
+        if _independent(src):
+            return "expr", inst
         return None
 
     def _binary(self, alg: int, other: HloInstruction) -> str | None:
@@ -114,7 +133,7 @@ class _Epilogue:
         n_features = self.dims[self.feature]
         per_feature = dnnl.Tensor(tuple(n_features if k == 1 else 1 for k in range(len(self.dims))),
                                   tuple(1 if k else n_features for k in range(len(self.dims))))
-        if vec is not None and vec[0] == "param":
+        if vec is not None and vec[0] in ("param", "expr"):
             self.post_ops.append(dnnl.PostOp("binary", alg, operand=per_feature))
             self.sources.append(vec[1])
         elif vec is not None:
@@ -132,6 +151,8 @@ class _Epilogue:
         if inst.shape.dtype.name != "f32":
             return f"{inst.opcode} to {inst.shape.dtype.name}"
         op = inst.opcode
+        if op in ("clamp", "maximum", "minimum") and NAN_EXACT:
+            return "oneDNN's max, min and clip give the bound, not NaN, for a NaN input"
         if op == "clamp" and inst.operands[1] is x:
             lo, hi = _scalar(inst.operands[0]), _scalar(inst.operands[2])
             if lo is None or hi is None:
@@ -154,12 +175,29 @@ class _Epilogue:
             self.post_ops.append(dnnl.PostOp("eltwise", *eltwise))
             return None
         vec = self._feature_vector(other)
-        if op == "add" and not self.post_ops and self.bias is None and vec is not None and vec[0] == "param":
+        if op == "add" and not self.post_ops and self.bias is None and vec is not None and vec[0] in ("param", "expr"):
             self.bias = vec[1]  # oneDNN's own bias, added to the accumulator before the post-ops
             return None
         alg = {"add": dnnl.BINARY_ADD, "subtract": dnnl.BINARY_SUB, "multiply": dnnl.BINARY_MUL,
                "maximum": dnnl.BINARY_MAX, "minimum": dnnl.BINARY_MIN}[op]
         return self._binary(alg, other)
+
+
+def _independent(inst: HloInstruction) -> bool:
+    """Whether `inst` is computed from parameters and constants alone (no convolution) by ops
+    with element generators."""
+    stack, seen = [inst], set()
+    while stack:
+        i = stack.pop()
+        if i in seen:
+            continue
+        seen.add(i)
+        if i.opcode in ("parameter", "constant"):
+            continue
+        if i.opcode == "convolution" or i.info.elemental is None:
+            return False
+        stack.extend(i.operands)
+    return True
 
 
 def _chain(comp: HloComputation, conv: HloInstruction) -> list[HloInstruction] | str:
@@ -177,9 +215,19 @@ def _chain(comp: HloComputation, conv: HloInstruction) -> list[HloInstruction] |
 
 def why_not_onednn(comp: HloComputation) -> str | None:
     """Why the convolution fusion `comp` cannot run as a oneDNN primitive (None: it can,
-    `onednn_convolution`); for the fusion log and `hlofuse explain`."""
+    `onednn_convolution`)."""
     result = _map(comp)
     return result if isinstance(result, str) else None
+
+
+def epilogue_note(comp: HloComputation) -> str | None:
+    """How the epilogue of convolution fusion `comp` runs when oneDNN computes the
+    convolution: None when all of it is post-ops, else from which instruction on it is our
+    loop kernel, and why."""
+    result = _map(comp)
+    if isinstance(result, str) or result.split is None:
+        return None
+    return f"the epilogue from {result.tail} runs in a loop kernel after the oneDNN primitive"
 
 
 def onednn_convolution(comp: HloComputation) -> OneDnnConv | None:
@@ -225,13 +273,14 @@ def _map(comp: HloComputation) -> OneDnnConv | str:
         src, w, dst = (dnnl.Tensor(t.dims + (1,), t.strides + (1,)) for t in (src, w, dst))
         dims = (WindowDimension(),)
     chain = _chain(comp, conv)
+    epi, x, tail = _Epilogue(conv), conv, None
     if isinstance(chain, str):
-        return chain
-    epi, x = _Epilogue(conv), conv
+        chain, tail = [], chain
     for inst in chain:
-        why = epi.add(inst, x)
-        if why is not None:
-            return f"epilogue: {why}"
+        tail = epi.add(inst, x)
+        if tail is not None:
+            tail = f"{inst.opcode} {inst.name}: {tail}"
+            break
         x = inst
     bias = None if epi.bias is None else dnnl.Tensor((od[dn.output_feature],), (1,))
     desc = dnnl.ConvDescription(
@@ -239,16 +288,16 @@ def _map(comp: HloComputation) -> OneDnnConv | str:
         tuple(d.padding_low for d in dims), tuple(d.padding_high for d in dims), tuple(epi.post_ops),
         weights_any=WEIGHTS_ANY)
     params = {"src": conv.operands[0].parameter_number, "weights": conv.operands[1].parameter_number,
-              "bias": epi.bias, "dst": -1}
+              "bias": epi.bias, "dst": OUTPUT}
     binaries = iter(epi.sources)
     sources = []
     for _, name in desc.arguments():
         if name.startswith("post"):
             post = desc.post_ops[int(name[4:])]
-            sources.append(-2 if post.constant is not None else next(binaries))
+            sources.append(CONSTANT if post.constant is not None else next(binaries))
         else:
             sources.append(params[name])
-    return OneDnnConv(desc, tuple(sources))
+    return OneDnnConv(desc, tuple(sources), None if x is comp.root else x, tail)
 
 
 def fast_implementation(desc: dnnl.ConvDescription) -> bool:
@@ -267,15 +316,31 @@ def conv_flops(comp: HloComputation) -> int:
     return math.prod(conv.shape.dims) * math.prod(wd[a] for a in dn.kernel_spatial) * wd[dn.kernel_input_feature]
 
 
-def plan_onednn_conv(comp: HloComputation, name: str) -> list[KernelPlan] | None:
-    """The kernel computing `comp` through oneDNN (one work unit: oneDNN threads the call), or
-    None when oneDNN cannot run it (no mapping, or no fast implementation in this process)."""
+def plan_onednn_conv(comp: HloComputation, name: str) -> tuple[list[KernelPlan], list] | None:
+    """(kernels, temporaries' shapes) computing `comp` through oneDNN: one kernel (one work
+    unit: oneDNN threads the call), followed by a loop kernel for the part of the epilogue
+    that is not post-ops (`OneDnnConv.split`); None when oneDNN cannot run it (no mapping, or
+    no fast implementation in this process)."""
     mapped = onednn_convolution(comp)
     if mapped is None or not fast_implementation(mapped.desc):
         return None
-    inputs = [("in", i) for i in range(len(comp.parameters))]
-    return [KernelPlan(comp, [0], 1, conv_flops(comp), None, inputs=inputs, results=[("out", 0)],
-                       name=f"{name}_dnnl", custom="onednn_conv")]
+    n = len(comp.parameters)  # every parameter is an array (find_convolution)
+    inputs = [("in", i) for i in range(n)]
+    if mapped.split is None:
+        return [KernelPlan(comp, [0], 1, conv_flops(comp), None, inputs=inputs, results=[("out", 0)],
+                           name=f"{name}_dnnl", custom="onednn_conv")], []
+    # The primitive writes the split instruction's value to a temporary; the rest of the
+    # epilogue is a fusion of its own reading it (a new last parameter).
+    head = rebuild(comp, mapped.split, [], f"{comp.name}.dnnl")
+    tail = rebuild(comp, comp.root, [mapped.split], f"{comp.name}.epilogue")
+    kernels, temps = plan_fusion(tail, f"{name}_epilogue")
+    slot = len(temps)
+    for k in kernels:
+        k.inputs = [("tmp", slot) if kind == "in" and i == n else (kind, i) for kind, i in k.inputs]
+    temps.append(mapped.split.shape)
+    dnnl_kernel = KernelPlan(head, [0], 1, conv_flops(comp), None, inputs=inputs, results=[("tmp", slot)],
+                             name=f"{name}_dnnl", custom="onednn_conv")
+    return [dnnl_kernel] + kernels, temps
 
 
 def onednn_descriptions(kernels) -> list[dnnl.ConvDescription]:
@@ -294,6 +359,24 @@ def onednn_descriptions(kernels) -> list[dnnl.ConvDescription]:
 
 def _fn(module: ir.Module, name: str, ret: ir.Type, args: list[ir.Type]) -> ir.Function:
     return declare(module, name, ir.FunctionType(ret, args))
+
+
+def _feature_values(skel, bcast: HloInstruction, buffer) -> ir.Value:
+    """A new buffer (from `buffer(bytes)`) holding the O f32 values broadcast by `bcast` along
+    the output feature dimension, computed by their element generators (the epilogue's own
+    arithmetic, so the post-op adds exactly what our kernels would)."""
+    b = skel.builder
+    dims = tuple(bcast.shape.dims)
+    (axis,) = tuple(bcast.attrs.get("dimensions"))
+    n = dims[axis]
+    p = buffer(ir.Constant(I64, 4 * n))
+    out = b.bitcast(p, ir.FloatType().as_pointer())
+    gen = ElementalEmitter(b, skel.target, skel.param_gen).gen(bcast)
+    with for_range(b, ir.Constant(I64, 0), ir.Constant(I64, n), "feature") as o:
+        multi = [ir.Constant(I64, 0)] * len(dims)
+        multi[axis] = o
+        b.store(gen(Index(b, dims, multi=multi)), b.gep(out, [o], inbounds=True))
+    return p
 
 
 def emit_onednn_conv_kernel(skel, plan) -> None:
@@ -366,15 +449,17 @@ def emit_onednn_conv_kernel(skel, plan) -> None:
             status = b.call(execute, [primitive, stream, count, arr])
             trap_if(b, module, b.icmp_signed("!=", status, ir.Constant(I32, 0)))
 
-        handles = {}
-        for (_, name), src in zip(desc.arguments(), mapped.sources):
-            if src == -1:
+        handles, computed = {}, []
+        for i, ((_, name), src) in enumerate(zip(desc.arguments(), mapped.sources)):
+            if isinstance(src, HloInstruction):
+                handles[name] = _feature_values(skel, src, buffer)
+                computed.append(handles[name])
+            elif src == OUTPUT:
                 handles[name] = skel.function.args[skel.n_inputs]
-            elif src >= 0:
-                handles[name] = skel.function.args[src]
-        for i, (_, name) in enumerate(desc.arguments()):
-            if name not in handles:
+            elif src == CONSTANT:
                 handles[name] = slot(dnnl.constant_slot(desc, i))
+            else:
+                handles[name] = skel.function.args[src]
 
         # The weights, reordered into oneDNN's layout when it chose one.
         reorder = slot(dnnl.SLOT_REORDER)
@@ -412,6 +497,8 @@ def emit_onednn_conv_kernel(skel, plan) -> None:
             b.call(free, [b.load(scratch_cell)])
         with b.if_then(has_reorder):
             b.call(free, [b.load(packed_cell)])
+        for p in computed:
+            b.call(free, [p])
         b.call(set_threads, [saved])
     skel.finish()
 
@@ -447,7 +534,8 @@ def prefers_onednn(comp: HloComputation) -> bool:
     convolution fusion `comp` runs as a oneDNN primitive when f32 GEMMs are oneDNN's
     (runtime/gemm_provider.py, decided at compile time), oneDNN runs it with its direct JIT
     kernels (`onednn_class`), it has at least MIN_ONEDNN_MACS multiply-adds, and it is
-      * grouped or depthwise (oneDNN 0.4-0.9x our direct kernel's time), or
+      * grouped with more than one input feature per group (oneDNN 0.6-0.8x our direct
+        kernel's time; depthwise convolutions keep it), or
       * dense with a window of more than one tap (1x1 convolutions keep the GEMM kernel,
         which reads their input in place: 0.9-1.4x), at least 8 input features (the
         stems keep the direct kernel: 1.05-1.16x), MIN_ONEDNN_FEATURES output features and
@@ -465,6 +553,10 @@ def prefers_onednn(comp: HloComputation) -> bool:
     if conv_flops(comp) < MIN_ONEDNN_MACS:
         return False
     if cls == "grouped":
-        return True
+        # Depthwise (one input feature per group) stays on our direct kernel: alone, oneDNN's
+        # brdgmm_dw took 0.4-0.9x its time, but inside keras MobileNetV2 on two threads of
+        # this shared machine its four largest depthwise steps took 1.3-7.7x (and the model
+        # 1.10-1.11x) in every run.
+        return geo.group_inputs > 1
     rows = geo.batch * math.prod(geo.out_spatial)
     return taps > 1 and geo.group_inputs >= 8 and geo.features >= MIN_ONEDNN_FEATURES and rows >= MIN_ONEDNN_ROWS
