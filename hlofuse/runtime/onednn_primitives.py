@@ -64,9 +64,10 @@ SLOT_PRIMITIVE, SLOT_STREAM, SLOT_ENGINE, SLOT_THREADS = 0, 1, 2, 3
 SLOT_SCRATCH_BYTES, SLOT_REORDER, SLOT_PACKED_BYTES, SLOT_PACKED_MD, SLOT_USER_WEIGHTS_MD = 4, 5, 6, 7, 8
 FIXED_SLOTS = 9
 
-_lock = threading.Lock()
+_lock = threading.RLock()
 _state: dict = {"engine": None, "stream": None}
 _primitives: dict["ConvDescription", "Primitive"] = {}
+_descriptors: dict["ConvDescription", "_Descriptor"] = {}
 # The threads a primitive runs on (omp_set_num_threads around each call): set from
 # cpu_threads.kernel_threads() when a program loads, 1 in a forked child (libgomp is not
 # fork-safe, runtime/cpu_threads.py).
@@ -169,6 +170,11 @@ def _dims(values) -> ctypes.Array:
 
 def _engine_and_stream() -> tuple[ctypes.c_void_p, ctypes.c_void_p]:
     """The process's CPU engine and stream (created once)."""
+    with _lock:
+        return _make_engine_and_stream()
+
+
+def _make_engine_and_stream() -> tuple[ctypes.c_void_p, ctypes.c_void_p]:
     if _state["engine"] is None:
         lib = _lib()
         engine, stream = ctypes.c_void_p(), ctypes.c_void_p()
@@ -271,42 +277,66 @@ def scratch_slot(desc: ConvDescription) -> int:
     return FIXED_SLOTS + len(desc.arguments())
 
 
-def _create(desc: ConvDescription) -> Primitive:
+@dataclass(eq=False)
+class _Descriptor:
+    """A convolution's primitive descriptor (what oneDNN would run, before its JIT) and the
+    memory descriptors it was made from, alive as long as it is."""
+
+    pd: ctypes.c_void_p
+    impl: str
+    mds: dict  # "src", "dst", "bias", "user_weights", "weights", post-op index -> descriptor
+    keep: list
+
+
+def _descriptor(desc: ConvDescription) -> _Descriptor:
+    """The primitive descriptor of `desc`, made once per process (no code generated yet: the
+    rule asks for the implementation of every candidate, the loader creates the primitives
+    of the chosen ones). Raises OneDnnError when oneDNN has no implementation."""
+    with _lock:
+        found = _descriptors.get(desc)
+        if found is not None:
+            return found
     lib = _lib()
-    lib.dnnl_primitive_desc_query_md.restype = ctypes.c_void_p
-    lib.dnnl_memory_desc_get_size.restype = ctypes.c_size_t
-    engine, stream = _engine_and_stream()
-    keep: list = []
+    engine, _ = _engine_and_stream()
     src, dst, bias = _md(desc.src), _md(desc.dst), _md(desc.bias)
     user_w = _md(desc.weights)
     w = _md(desc.weights, any_format=desc.weights_any)
-    keep += [src, dst, bias, user_w, w]
+    mds: dict = {"src": src, "dst": dst, "bias": bias, "user_weights": user_w, "weights": w}
     attr, post = ctypes.c_void_p(), ctypes.c_void_p()
     _check(lib.dnnl_primitive_attr_create(ctypes.byref(attr)), "attribute creation")
     _check(lib.dnnl_primitive_attr_set_scratchpad_mode(attr, SCRATCHPAD_MODE_USER), "scratchpad mode")
     _check(lib.dnnl_post_ops_create(ctypes.byref(post)), "post-ops creation")
-    post_mds: dict[int, ctypes.c_void_p] = {}
     for i, p in enumerate(desc.post_ops):
         if p.kind == "eltwise":
             _check(lib.dnnl_post_ops_append_eltwise(post, p.alg, ctypes.c_float(p.alpha), ctypes.c_float(p.beta)),
                    "eltwise post-op")
         else:
-            post_mds[i] = md = _md(p.operand)
-            keep.append(md)
-            _check(lib.dnnl_post_ops_append_binary(post, p.alg, md), "binary post-op")
+            mds[i] = _md(p.operand)
+            _check(lib.dnnl_post_ops_append_binary(post, p.alg, mds[i]), "binary post-op")
     _check(lib.dnnl_primitive_attr_set_post_ops(attr, post), "post-ops")
     pd = ctypes.c_void_p()
-    nsp = len(desc.strides)
     status = lib.dnnl_convolution_forward_primitive_desc_create(
         ctypes.byref(pd), engine, FORWARD_INFERENCE, CONVOLUTION_DIRECT, src, w, bias, dst,
         _dims(desc.strides), _dims(desc.dilates), _dims(desc.pad_l), _dims(desc.pad_r), attr)
     lib.dnnl_post_ops_destroy(post)
     lib.dnnl_primitive_attr_destroy(attr)
     _check(status, "convolution primitive descriptor")
-    keep.append(pd)
     info = ctypes.c_char_p()
     _check(lib.dnnl_primitive_desc_query(pd, QUERY_IMPL_INFO_STR, 0, ctypes.byref(info)), "implementation query")
-    impl = info.value.decode()
+    found = _Descriptor(pd, info.value.decode(), mds, list(mds.values()))
+    with _lock:
+        return _descriptors.setdefault(desc, found)
+
+
+def _create(desc: ConvDescription) -> Primitive:
+    lib = _lib()
+    lib.dnnl_primitive_desc_query_md.restype = ctypes.c_void_p
+    lib.dnnl_memory_desc_get_size.restype = ctypes.c_size_t
+    engine, stream = _engine_and_stream()
+    d = _descriptor(desc)
+    pd, impl, keep = d.pd, d.impl, [d]
+    src, dst, bias, user_w, w = (d.mds[k] for k in ("src", "dst", "bias", "user_weights", "weights"))
+    post_mds = {k: v for k, v in d.mds.items() if isinstance(k, int)}
     prim = ctypes.c_void_p()
     _check(lib.dnnl_primitive_create(ctypes.byref(prim), pd), "primitive creation")
     keep.append(prim)
@@ -359,7 +389,7 @@ def implementation(desc: ConvDescription) -> str | None:
     if not available():
         return None
     try:
-        return primitive(desc).impl
+        return _descriptor(desc).impl
     except OneDnnError:
         return None
 

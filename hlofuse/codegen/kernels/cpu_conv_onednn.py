@@ -1,26 +1,28 @@
-"""f32 convolutions (with their fused epilogue) through a oneDNN convolution primitive.
+"""f32 convolutions (with their fused epilogue) through a oneDNN convolution primitive: the
+mapping, the plan and the rule (the kernel: cpu_conv_onednn_kernel.py).
 
-    mapped = onednn_convolution(comp)   # OneDnnConv: the description and its buffers, or None
-    plans = plan_onednn_conv(comp, name)  # one KernelPlan, custom="onednn_conv"
-    emit_onednn_conv_kernel(skel, plan)   # the kernel: per-call memory objects, one execute
+    mapped = onednn_convolution(comp)     # OneDnnConv: the description and its buffers, or None
+    plans = plan_onednn_conv(comp, name)  # (kernels, temporaries): custom="onednn_conv" first
+    prefers_onednn(comp)                  # the rule, by shape class
 
 A kOutput fusion of a convolution (the fusion passes decide it, passes/fusion/conv_fusion.py)
-runs here as one call of a oneDNN primitive when `prefers_onednn` says so (by shape class,
-docs/convolutions.md). The primitive is described by `ConvDescription`
-(runtime/onednn_primitives.py), created when the program loads, and found by the kernel
-through the external symbol `desc.symbol` (its handle block).
+runs as one call of a oneDNN primitive when `prefers_onednn` says so (docs/convolutions.md).
+The primitive is described by `ConvDescription` (runtime/onednn_primitives.py), created when
+the program loads, and found by the kernel through the external symbol `desc.symbol`.
 
 - **Layouts** are strides: the operands' row-major HLO layouts under the dimension numbers
   become oneDNN's (N, C, spatial...) and ([G,] O, I, spatial...) strides, so every dimension
-  numbering maps without a copy. The weights go to the layout oneDNN picks (`format_any`)
-  and are reordered each call into per-call scratch (a few % of a call, measured in the doc).
-- **The epilogue** becomes oneDNN post-ops where each op maps exactly (`_epilogue`): a bias
-  add (a per-output-feature broadcast, oneDNN's bias when it comes first), relu
-  (`max(x, 0)`), clamps and min/max with scalar constants (eltwise clip), adds, subtracts,
-  multiplies, max and min with a scalar constant (eltwise linear / clip) or with a
-  per-feature or full-shape operand (binary post-ops: residual add, per-channel scale).
-  Any other epilogue (a convert, a divide, `x * sigmoid(x)`) keeps our own kernels, which
-  fuse it (`why_not_onednn` says which op).
+  numbering maps without a copy (oneDNN runs many of them only with its reference loops,
+  which the planner refuses: `fast_implementation`). The weights go to the layout oneDNN
+  picks (`format_any`) and are reordered each call into per-call scratch.
+- **The epilogue** becomes post-ops where each op maps exactly (`_Epilogue`): a bias add
+  (oneDNN's bias when it comes first), adds, subtracts and multiplies with a scalar constant
+  (eltwise linear) or with a per-feature operand (a parameter, a constant, or an expression
+  of parameters such as batch norm's scale, computed by the kernel) or one of the output's
+  shape (binary post-ops: residual add, per-channel scale). The rest of the epilogue, from
+  the first op that does not map (max, min and clamp included: oneDNN's relu and clip give
+  the bound for a NaN where XLA gives NaN, `NAN_EXACT`), runs as a loop kernel over the
+  primitive's result (`OneDnnConv.split`, `epilogue_note`).
 - Not expressible (they keep our kernels): batch groups, lhs dilation (transposed
   convolutions), window reversal, negative padding, more than three spatial dimensions,
   other types than f32 throughout. No spatial dimension is one of size 1.
@@ -36,24 +38,14 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-from llvmlite import ir
 
-from ...emitters.elemental import ElementalEmitter
-from ...emitters.ir_helpers import Index, for_range, row_major_strides
+from ...emitters.ir_helpers import row_major_strides
 from ...hlo.attributes import WindowDimension
 from ...hlo.ir import HloComputation, HloInstruction
 from ...runtime import onednn_primitives as dnnl
-from ...runtime.jit_builtins import (
-    DNNL_EXECUTE, DNNL_MEMORY_CREATE, DNNL_MEMORY_DESTROY, ONEDNN_GET_THREADS, ONEDNN_SET_THREADS,
-    SCRATCH_ALLOC, SCRATCH_FREE,
-)
 from ..planning import KernelPlan, plan_fusion, rebuild
-from .blas_call import declare, trap_if
 from .cpu_conv import conv_geometry, dimension_numbers, find_convolution
 
-I8P = ir.IntType(8).as_pointer()
-I32 = ir.IntType(32)
-I64 = ir.IntType(64)
 F32_MAX = float(np.finfo(np.float32).max)
 # Whether epilogues keep XLA's NaN semantics: oneDNN's relu and clip (vmaxps / vminps) turn a
 # NaN into the bound, where XLA's maximum, minimum and clamp give NaN, so these ops run in our
@@ -353,154 +345,6 @@ def onednn_descriptions(kernels) -> list[dnnl.ConvDescription]:
                 raise ValueError(f"kernel {k.name}: no longer maps to a oneDNN convolution")
             out.append(mapped.desc)
     return out
-
-
-# ---- emission ----------------------------------------------------------------------------------
-
-def _fn(module: ir.Module, name: str, ret: ir.Type, args: list[ir.Type]) -> ir.Function:
-    return declare(module, name, ir.FunctionType(ret, args))
-
-
-def _feature_values(skel, bcast: HloInstruction, buffer) -> ir.Value:
-    """A new buffer (from `buffer(bytes)`) holding the O f32 values broadcast by `bcast` along
-    the output feature dimension, computed by their element generators (the epilogue's own
-    arithmetic, so the post-op adds exactly what our kernels would)."""
-    b = skel.builder
-    dims = tuple(bcast.shape.dims)
-    (axis,) = tuple(bcast.attrs.get("dimensions"))
-    n = dims[axis]
-    p = buffer(ir.Constant(I64, 4 * n))
-    out = b.bitcast(p, ir.FloatType().as_pointer())
-    gen = ElementalEmitter(b, skel.target, skel.param_gen).gen(bcast)
-    with for_range(b, ir.Constant(I64, 0), ir.Constant(I64, n), "feature") as o:
-        multi = [ir.Constant(I64, 0)] * len(dims)
-        multi[axis] = o
-        b.store(gen(Index(b, dims, multi=multi)), b.gep(out, [o], inbounds=True))
-    return p
-
-
-def emit_onednn_conv_kernel(skel, plan) -> None:
-    """Fill CPU kernel skeleton `skel` with the oneDNN convolution kernel of `plan`
-    (custom="onednn_conv"): set oneDNN's threads, allocate the scratchpad (and the reordered
-    weights), create a memory object over each buffer, reorder the weights where oneDNN chose
-    their layout, execute the primitive, free everything and restore the thread count. A
-    failing oneDNN call stops the process (llvm.trap), as a failing dnnl_sgemm does."""
-    mapped = onednn_convolution(plan.comp)
-    if mapped is None:
-        raise ValueError(f"kernel {plan.name}: its computation is not a oneDNN convolution")
-    desc, module, b = mapped.desc, skel.module, skel.builder
-    nslots = dnnl.block_slots(desc)
-    block = module.globals.get(desc.symbol)
-    if block is None:
-        block = ir.GlobalVariable(module, ir.ArrayType(I8P, nslots), name=desc.symbol)
-        block.linkage = "external"
-
-    def slot(k: int) -> ir.Value:
-        return b.load(b.gep(block, [ir.Constant(I32, 0), ir.Constant(I32, k)]))
-
-    pp = I8P.as_pointer()
-    arg_t = ir.LiteralStructType([I32, I8P])
-    mem_create = _fn(module, DNNL_MEMORY_CREATE, I32, [pp, I8P, I8P, I8P])
-    mem_destroy = _fn(module, DNNL_MEMORY_DESTROY, I32, [I8P])
-    execute = _fn(module, DNNL_EXECUTE, I32, [I8P, I8P, I32, arg_t.as_pointer()])
-    alloc = _fn(module, SCRATCH_ALLOC, I8P, [I64, I64])
-    free = _fn(module, SCRATCH_FREE, ir.VoidType(), [I8P])
-    get_threads = _fn(module, ONEDNN_GET_THREADS, I32, [])
-    set_threads = _fn(module, ONEDNN_SET_THREADS, ir.VoidType(), [I32])
-
-    with b.if_then(b.icmp_signed("<", skel.begin, skel.end)):
-        engine, stream, prim = slot(dnnl.SLOT_ENGINE), slot(dnnl.SLOT_STREAM), slot(dnnl.SLOT_PRIMITIVE)
-        saved = b.call(get_threads, [])
-        b.call(set_threads, [b.load(b.bitcast(slot(dnnl.SLOT_THREADS), I32.as_pointer()))])
-        mems: list[ir.Value] = []
-
-        def entry_alloca() -> ir.Value:
-            with b.goto_entry_block():
-                return b.alloca(I8P)
-
-        def memory(md: ir.Value, handle: ir.Value) -> ir.Value:
-            cell = entry_alloca()
-            status = b.call(mem_create, [cell, md, engine, b.bitcast(handle, I8P)])
-            trap_if(b, module, b.icmp_signed("!=", status, ir.Constant(I32, 0)))
-            return cell
-
-        def buffer(nbytes: ir.Value) -> ir.Value:
-            # aligned_alloc wants a multiple of the alignment; at least one block
-            size = b.and_(b.add(nbytes, ir.Constant(I64, 127)), ir.Constant(I64, ~63))
-            p = b.call(alloc, [ir.Constant(I64, 64), size])
-            trap_if(b, module, b.icmp_unsigned("==", p, ir.Constant(I8P, None)))
-            return p
-
-        def run(primitive: ir.Value, args: list[tuple[int, ir.Value]], extra: tuple[ir.Value, ir.Value] | None):
-            """Execute with `args` (arg id, memory cell), plus `extra` (arg id value, cell) when
-            its cell is non-null at run time (the scratchpad)."""
-            n = len(args) + (extra is not None)
-            with b.goto_entry_block():
-                arr = b.alloca(arg_t, ir.Constant(I32, n))
-            for i, (arg, cell) in enumerate(args):
-                b.store(ir.Constant(I32, arg), b.gep(arr, [ir.Constant(I32, i), ir.Constant(I32, 0)]))
-                b.store(b.load(cell), b.gep(arr, [ir.Constant(I32, i), ir.Constant(I32, 1)]))
-            count = ir.Constant(I32, len(args))
-            if extra is not None:
-                i = len(args)
-                b.store(ir.Constant(I32, dnnl.ARG_SCRATCHPAD), b.gep(arr, [ir.Constant(I32, i), ir.Constant(I32, 0)]))
-                b.store(b.load(extra[1]), b.gep(arr, [ir.Constant(I32, i), ir.Constant(I32, 1)]))
-                count = b.select(extra[0], ir.Constant(I32, n), count)
-            status = b.call(execute, [primitive, stream, count, arr])
-            trap_if(b, module, b.icmp_signed("!=", status, ir.Constant(I32, 0)))
-
-        handles, computed = {}, []
-        for i, ((_, name), src) in enumerate(zip(desc.arguments(), mapped.sources)):
-            if isinstance(src, HloInstruction):
-                handles[name] = _feature_values(skel, src, buffer)
-                computed.append(handles[name])
-            elif src == OUTPUT:
-                handles[name] = skel.function.args[skel.n_inputs]
-            elif src == CONSTANT:
-                handles[name] = slot(dnnl.constant_slot(desc, i))
-            else:
-                handles[name] = skel.function.args[src]
-
-        # The weights, reordered into oneDNN's layout when it chose one.
-        reorder = slot(dnnl.SLOT_REORDER)
-        has_reorder = b.icmp_unsigned("!=", reorder, ir.Constant(I8P, None))
-        packed_cell = entry_alloca()
-        b.store(handles["weights"], packed_cell)
-        with b.if_then(has_reorder):
-            packed = buffer(b.ptrtoint(slot(dnnl.SLOT_PACKED_BYTES), I64))
-            user = memory(slot(dnnl.SLOT_USER_WEIGHTS_MD), handles["weights"])
-            blocked = memory(slot(dnnl.SLOT_PACKED_MD), packed)
-            run(reorder, [(dnnl.ARG_FROM, user), (dnnl.ARG_TO, blocked)], None)
-            b.call(mem_destroy, [b.load(user)])
-            b.call(mem_destroy, [b.load(blocked)])
-            b.store(packed, packed_cell)
-        handles["weights"] = b.load(packed_cell)
-
-        cells = []
-        for i, (arg, name) in enumerate(desc.arguments()):
-            cells.append((arg, memory(slot(dnnl.FIXED_SLOTS + i), handles[name])))
-        scratch_bytes = b.ptrtoint(slot(dnnl.SLOT_SCRATCH_BYTES), I64)
-        has_scratch = b.icmp_unsigned("!=", scratch_bytes, ir.Constant(I64, 0))
-        scratch_cell, scratch_mem = entry_alloca(), entry_alloca()
-        b.store(ir.Constant(I8P, None), scratch_cell)
-        b.store(ir.Constant(I8P, None), scratch_mem)
-        with b.if_then(has_scratch):
-            p = buffer(scratch_bytes)
-            b.store(p, scratch_cell)
-            cell = memory(slot(dnnl.scratch_slot(desc)), p)
-            b.store(b.load(cell), scratch_mem)
-        run(prim, cells, (has_scratch, scratch_mem))
-        for _, cell in cells:
-            b.call(mem_destroy, [b.load(cell)])
-        with b.if_then(has_scratch):
-            b.call(mem_destroy, [b.load(scratch_mem)])
-            b.call(free, [b.load(scratch_cell)])
-        with b.if_then(has_reorder):
-            b.call(free, [b.load(packed_cell)])
-        for p in computed:
-            b.call(free, [p])
-        b.call(set_threads, [saved])
-    skel.finish()
 
 
 # ---- the rule ----------------------------------------------------------------------------------

@@ -17,7 +17,7 @@ from ...hlo.ir import HloComputation, HloInstruction
 from .cpu_conv import emit_conv_kernel, find_convolution
 from .cpu_conv_gemm import plan_convolution
 from .cpu_conv_gemm_kernel import emit_conv_gemm_kernel
-from .cpu_conv_onednn import emit_onednn_conv_kernel
+from .cpu_conv_onednn_kernel import emit_onednn_conv_kernel
 from .cpu_select_scatter import emit_select_scatter_kernel, find_select_scatter, plan_select_scatter
 from .cpu_rng import (
     dimension_size_root, emit_dimension_size_kernel, emit_rng_kernel, plan_dimension_size, plan_rng, rng_root,
