@@ -200,11 +200,11 @@ def _entry_key(module: HloModule, target: str, fusion: bool, algorithm: str | No
     parsed from would be cheaper, but could not see a change made to the module after
     parsing, and a stale key would run another module's code."""
     from .codegen.module_cache import module_key
-    from .emitters.cpu.target import CpuTarget
+    from .emitters.cpu.target import host_fingerprint
     from .hlo.printer import module_to_text
 
     return module_key(module_to_text(module, operand_shapes=False), target,
-                      {"fusion": fusion, "algorithm": algorithm}, CpuTarget().fingerprint())
+                      {"fusion": fusion, "algorithm": algorithm}, host_fingerprint())
 
 
 def _runtime_objects(code: Any) -> list:

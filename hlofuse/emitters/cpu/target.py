@@ -80,9 +80,16 @@ class CpuTarget(Target):
         self.vector_width = preferred_vector_width(self.cpu_features)
 
     def fingerprint(self) -> str:
-        """What compiled code depends on: triple, CPU name and features, and the library f32
-        GEMM kernels call (runtime/gemm_provider.py)."""
-        return f"{self.triple}|{self.cpu_name}|{self.cpu_features}|{provider_fingerprint()}"
+        """What compiled code depends on (`host_fingerprint`)."""
+        return host_fingerprint()
+
+
+def host_fingerprint() -> str:
+    """What compiled code for this host depends on: triple, CPU name and features, and the
+    library f32 GEMM kernels call (runtime/gemm_provider.py). Without a CpuTarget, whose target
+    machine (1.1 ms to make) a module cache hit's key does not need."""
+    name, features = host_cpu()
+    return f"{llvm.get_process_triple()}|{name}|{features}|{provider_fingerprint()}"
 
 
 def optimize(llmod: llvm.ModuleRef, speed_level: int = 3) -> None:
