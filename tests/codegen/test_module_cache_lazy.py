@@ -122,6 +122,20 @@ def test_the_step_interpreter_and_a_report_after_a_hit(cache_dir):
     assert exe.report() == first.report()
 
 
+def test_explain_after_a_hit(cache_dir):
+    """`explain` fuses the user's module itself; a hit on the same module (whose fused
+    instructions point at the user's) leaves its answers as they were."""
+    from hlofuse.explain import explain
+
+    module = hlofuse.parse_hlo(_text())
+    before = explain(module, ["e", "xc"])
+    _hit(cache_dir)
+    hit = hlofuse.compile(module, "cpu")
+    assert hit.from_cache and _pending_computations(hit)
+    assert explain(module, ["e", "xc"]) == before
+    assert hit.fusion_report().to_text() and not _pending_computations(hit)
+
+
 def test_a_missing_attribute_is_an_attribute_error_pending_or_not(cache_dir):
     _, exe = _hit(cache_dir)
     shell = _pending_computations(exe)[0]
