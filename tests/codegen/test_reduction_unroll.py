@@ -13,7 +13,7 @@ from llvmlite import ir
 
 import hlofuse
 from hlofuse.codegen.cpu import CpuCode, CpuPlanner, emit_kernel_module
-from hlofuse.codegen.kernels import cpu_conv, cpu_reduction, loop_hints
+from hlofuse.codegen.kernels import cpu_conv, cpu_reduction, cpu_reduction_rotated, loop_hints
 from hlofuse.compiler import optimize
 from hlofuse.emitters import ir_helpers
 from hlofuse.emitters.cpu.target import CpuTarget, optimized_module
@@ -71,10 +71,13 @@ def test_reduced_loops_around_many_columns_stay_rolled(monkeypatch):
 
 
 @pytest.mark.parametrize("columns", [16, cpu_conv.ROLLED_AROUND // 2])
-def test_reduced_loops_around_few_columns_or_many_accumulators_left_to_llvm(columns):
+def test_reduced_loops_around_few_columns_or_many_accumulators_left_to_llvm(columns, monkeypatch):
     """Around fewer than ROLLED_AROUND columns LLVM unrolls. (Blocks of 4 KiB of accumulators,
     512 columns of two f32 sums, which ran faster unrolled, are no longer made: such a block is
-    split into blocks that fit the registers, ReductionGroup.block_columns, test_column_blocks.)"""
+    split into blocks that fit the registers, ReductionGroup.block_columns, test_column_blocks.)
+    The plain kernel's loops: rotated, one block of 16 or 64 columns is one loop over rows
+    (test_column_rotation)."""
+    monkeypatch.setattr(cpu_reduction_rotated, "ROTATES_COLUMNS", False)
     hints = loop_hint_names(_reduction_ir((8, 4, 4, columns)))
     assert all("llvm.loop.unroll.disable" not in hints[loop] for loop in ("r0", "r1", "r2"))
 

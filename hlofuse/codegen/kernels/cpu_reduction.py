@@ -55,6 +55,7 @@ from ...emitters.ir_helpers import Index, const_i64, delinearize, for_range, fre
 from ...hlo.ir import HloComputation
 from . import arg_reduction
 from .args import output_leaves
+from .cpu_reduction_rotated import emit_rotated_fold, rotated_input
 from .loop_hints import ROLLED_AROUND, forbid_vectorization, interleave
 from .reduction_groups import (ReduceHero, ReductionGroup, computes_expensive_elements, in_order_target,
                                override_heroes, row_accumulators, vector_lanes, without_reassociation)
@@ -320,6 +321,7 @@ def _emit_column(skel, em, group, heroes, extras, epilogue_ptrs, epilogue_leaves
 
     override_heroes(em, heroes, current, lambda: position["index"])
     epilogue_gens = [em.gen(leaf.inst) for leaf in epilogue_leaves]
+    aligned = rotated_input(skel, group, extras)
     with for_range(b, skel.begin, skel.end, "unit") as unit:
         u, outer_slice, part = unit, None, None
         if scratch is not None:
@@ -352,9 +354,13 @@ def _emit_column(skel, em, group, heroes, extras, epilogue_ptrs, epilogue_leaves
         # A block of at least a vector is vectorised across its columns, never along the
         # reduced dimensions (loop_hints; floats: _reduction_target).
         block_columns = min(width, last)
-        _reduced_loops(b, group, body, outer=outer_slice,
-                       vectorize=block_columns < vector_lanes(em.target, group.heroes),
-                       unroll=not rolls_reduced_loops(block_columns, heroes))
+        if aligned is not None:  # the same folds, the vectors on the input's lines
+            lo, hi = outer_slice if outer_slice is not None else (const_i64(0), const_i64(group.in_dims[0]))
+            emit_rotated_fold(b, em, group, heroes, block, aligned, lo, hi)
+        else:
+            _reduced_loops(b, group, body, outer=outer_slice,
+                           vectorize=block_columns < vector_lanes(em.target, group.heroes),
+                           unroll=not rolls_reduced_loops(block_columns, heroes))
         if scratch is not None:
             _store_partials(b, heroes, block, scratch, j0, j1, b.add(b.mul(part, const_i64(n_out)), row))
         else:

@@ -54,3 +54,10 @@ def interleave(induction: ir.PhiInstr, count: int) -> None:
     `for_range` yielded) `count` times (`llvm.loop.interleave.count`): `count` independent
     vectors per iteration, whose dependency chains the core overlaps."""
     _add_hint(induction, ("llvm.loop.interleave.count", ir.Constant(ir.IntType(32), count)))
+
+
+def unroll_count(induction: ir.PhiInstr, count: int) -> None:
+    """Ask LLVM to unroll the loop of `induction` (the value a finished `for_range` yielded,
+    not marked `unroll=False`) `count` times (`llvm.loop.unroll.count`), a runtime trip count
+    included."""
+    _add_hint(induction, ("llvm.loop.unroll.count", ir.Constant(ir.IntType(32), count)))
