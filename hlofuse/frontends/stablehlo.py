@@ -23,6 +23,7 @@ from ..hlo.ir import HloComputation, HloInstruction, HloModule
 from ..hlo.shapes import Shape, TupleShape
 from .stablehlo_mlir import (  # noqa: F401 - parse_mlir, mlir_context: this module's API before the split
     ContextState, StableHloImportError, context_state, legalize_chlo, mlir_context, parse_mlir)
+from .stablehlo_locations import read_location_metadata
 from .stablehlo_types import hlo_shape
 
 _NUMBERED = re.compile(r"(\.\d+)+$")
@@ -456,6 +457,8 @@ def from_stablehlo(source: str | bytes, entry: str = "main", filename: str | Non
     try:
         with state.context:
             mod = parse_mlir(source)
+            if isinstance(source, str) and "\n#loc" in source:  # locations as aliases, as JAX writes them
+                read_location_metadata(source, state.metadata, location_metadata)
             # Text without "chlo." has no CHLO op (generic form included): no pass to run.
             if not isinstance(source, str) or "chlo." in source:
                 legalize_chlo(mod, state)
