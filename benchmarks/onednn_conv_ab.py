@@ -11,7 +11,8 @@ no compile cache), and by XLA:CPU; the three run in rotated rounds on the same i
 (benchmarks/run.py `rotated_rounds`). Printed per model: medians (wall seconds, or CPU seconds
 with `--cpu-time`), the ratios to XLA, the outputs' agreement, cold compile seconds of each
 hlofuse build, the convolutions oneDNN took, and the GFLOP/s of dots and convolutions from the
-native profile (real_models.contraction_rate) with its share of a run. The load average is printed before and after (shared machines).
+native profile (real_models.contraction_rate) with its share of a run. The load average is
+printed before and after (shared machines).
 """
 from __future__ import annotations
 
