@@ -101,3 +101,38 @@ def test_the_cache_stays_per_kernel_and_a_kernel_may_be_defined_twice(cache_dir)
         np.testing.assert_allclose(g, w, rtol=2e-6, atol=1e-6)
     cache.memory_cache.clear()
     assert compile_cpu(_fused(text), cache_dir=str(cache_dir)).compiled_count == 0
+
+
+class _Cycle:
+    """An object in a reference cycle: freed only by the cyclic collector."""
+
+    def __init__(self) -> None:
+        self.me = self
+
+
+def test_emission_runs_with_the_collector_paused_and_frees_its_garbage(monkeypatch):
+    """compile_cpu emits with the cyclic collector paused, then collects what the emission
+    left (a cycle made during it is gone after it); the collector is running again after it,
+    and a caller's paused collector stays paused."""
+    import gc
+    import weakref
+
+    seen, made = [], []
+    real = cpu.kernel_groups
+
+    def groups(objects, target):
+        seen.append(gc.isenabled())
+        made.append(weakref.ref(_Cycle()))
+        yield from real(objects, target)
+
+    monkeypatch.setattr(cpu, "kernel_groups", groups)
+    assert gc.isenabled()
+    compile_cpu(_fused(_module(3)), cache=False)
+    assert seen == [False] and made[0]() is None and gc.isenabled()
+    gc.disable()
+    try:
+        with cpu.collector_paused():
+            pass
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
