@@ -26,7 +26,7 @@ How the graph is written (`dumps`) and read back (`loads`):
   (the caller names them) and the list of the other shells; (2) the states of those other HLO
   objects; (3) the fusion logs' states (passes/fusion/decisions.py, about a third of an
   entry's objects, read only by a report). `loads` reads the first; the other shells hold
-  `ir.PENDING_STATE` and the HLO classes' `__getattr__` reads the second on the first use of
+  `pending_state.PENDING_STATE` and the HLO classes' `__getattr__` reads the second on the first use of
   any of them; a module reads the third when its `fusion_log` is first asked for
   (`HloModule._fusion_log_reader`);
 - reading restores only classes of hlofuse, numpy and a few builtins (`_Reader.find_class`): an
@@ -46,7 +46,8 @@ import threading
 from typing import Any, Callable, Iterator
 
 from ..gc_pause import gc_paused
-from ..hlo.ir import PENDING_STATE, HloComputation, HloInstruction, HloModule
+from ..hlo.ir import HloComputation, HloInstruction, HloModule
+from ..hlo.pending_state import PENDING_STATE
 from ..passes.fusion.decisions import FusionLog
 from .cache import EMITTER_VERSION, hlofuse_version, source_digest
 
@@ -217,7 +218,7 @@ def loads(data: bytes, user: HloModule, on_error: Callable[[BaseException], None
     module with the same text as the one it was written with).
 
     Only the states of the HLO objects `dumps` was given as the runtime's are read: every
-    other HLO object of the payload stays a shell holding one key (`ir.PENDING_STATE`), the
+    other HLO object of the payload stays a shell holding one key (`pending_state.PENDING_STATE`), the
     function that reads the states of all of them, which the HLO classes' `__getattr__` calls
     on the first use of any (a report, `fused_module.to_text()`, the step interpreter). Fusion
     logs are read when a module's `fusion_log` is first asked for (the module docstring). If

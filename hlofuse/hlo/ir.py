@@ -42,43 +42,17 @@ import numpy as np
 
 from . import control_list
 from .attributes import COMPUTATION_ATTRS
+from .pending_state import read_pending, state_to_copy
 from .shapes import Shape
 from .walk import post_order
 
 _CALLING_ATTRS = frozenset(COMPUTATION_ATTRS)
 
-# An HLO object read from a compile cache entry whose state is still unread holds only this key,
-# the function that reads its entry's states (codegen/module_cache.py: a cache hit reads the few
-# objects running the program needs; the rest of the fused module waits for its first use).
-PENDING_STATE = "_pending_state"
-
-
-def _read_pending(obj: Any, name: str) -> Any:
-    """`__getattr__` of the HLO classes (called only when `name` is not found): the attribute
-    after reading `obj`'s pending state, if it has one."""
-    read = obj.__dict__.get(PENDING_STATE)
-    if read is None:
-        raise AttributeError(f"{type(obj).__name__!r} object has no attribute {name!r}")
-    read()  # replaces the dict of every pending object of its entry, this one's included
-    if PENDING_STATE in obj.__dict__:
-        raise AttributeError(f"{type(obj).__name__!r} object read from a compile cache entry has no state")
-    return getattr(obj, name)
-
-
-def _state_to_copy(obj: Any) -> dict:
-    """`__getstate__` of the HLO classes (copy, deepcopy, pickle): the object's dict, its
-    pending state read first (`PENDING_STATE`), so a copy is never a shell."""
-    read = obj.__dict__.get(PENDING_STATE)
-    if read is not None:
-        read()
-    return obj.__dict__
-
-
 class HloInstruction:
     """One HLO instruction: an opcode applied to operands, producing a value of `shape`."""
 
-    __getattr__ = _read_pending
-    __getstate__ = _state_to_copy
+    __getattr__ = read_pending
+    __getstate__ = state_to_copy
 
     def __init__(
         self,
@@ -238,8 +212,8 @@ class HloInstruction:
 class HloComputation:
     """A computation: parameters, an ordered list of instructions and a root."""
 
-    __getattr__ = _read_pending
-    __getstate__ = _state_to_copy
+    __getattr__ = read_pending
+    __getstate__ = state_to_copy
 
     def __init__(self, name: str) -> None:
         self.name = name
@@ -429,8 +403,8 @@ def _remap_computations(value: Any, comps: dict[HloComputation, HloComputation])
 class HloModule:
     """A module: named computations, one of which is the entry."""
 
-    __getattr__ = _read_pending
-    __getstate__ = _state_to_copy
+    __getattr__ = read_pending
+    __getstate__ = state_to_copy
 
     def __init__(self, name: str) -> None:
         self.name = name
