@@ -18,7 +18,9 @@ from ...hlo.attributes import ConvDimensionNumbers, Window, WindowDimension
 from ...hlo.errors import UnsupportedError
 from ...hlo.ir import HloInstruction
 from ...hlo.opcodes import register_reference
-from .op_helpers import accumulation_dtype, attr_int, from_compute, result_dtype, sequential_dtype, to_compute
+from . import denormals
+from .op_helpers import (accumulation_dtype, attr_int, from_compute, product_dtype, result_dtype, sequential_dtype,
+                         to_compute)
 
 
 def dilate_and_pad(x: np.ndarray, axes: list[int], dims: list[WindowDimension], fill) -> np.ndarray:
@@ -52,9 +54,11 @@ def _padded_size(size: int, d: WindowDimension) -> int:
     return max(dilated + d.padding_low + d.padding_high, 0)
 
 
-def _sum_sequentially(pg: np.ndarray, kg: np.ndarray, nsp: int, acc: np.dtype) -> np.ndarray:
+def _sum_sequentially(pg: np.ndarray, kg: np.ndarray, nsp: int, acc: np.dtype,
+                      flush_bound: float | None = None, flush_sums: bool = False) -> np.ndarray:
     """sum over (window offset, input feature) of pg * kg, one term at a time: window offsets
-    in row-major order outside, input features inside, as XLA's loops run them."""
+    in row-major order outside, input features inside, as XLA's loops run them. With
+    `flush_bound`, each product below it is zero (FTZ), and with `flush_sums` each partial sum."""
     batch, groups, ci = pg.shape[:3]
     out_spatial = pg.shape[3:3 + nsp]
     og = kg.shape[1]
@@ -64,7 +68,12 @@ def _sum_sequentially(pg: np.ndarray, kg: np.ndarray, nsp: int, acc: np.dtype) -
         for j in range(ci):
             tap = pg[(slice(None), slice(None), j, Ellipsis) + offset][expand]
             weight = kg[(slice(None), slice(None), j) + offset].reshape(1, groups, og, *([1] * nsp))
-            result += tap * weight
+            if flush_bound is None:
+                result += tap * weight
+                continue
+            result += denormals.flush_below(tap * weight, flush_bound)
+            if flush_sums:
+                denormals.flush_below(result, flush_bound)
     return result
 
 
@@ -77,13 +86,16 @@ def window_output_size(padded: int, d: WindowDimension) -> int:
 
 
 def convolve(lhs: np.ndarray, rhs: np.ndarray, window: Window, dn: ConvDimensionNumbers,
-             feature_groups: int, batch_groups: int, out_dtype: np.dtype, name: str = "") -> np.ndarray:
+             feature_groups: int, batch_groups: int, out_dtype: np.dtype, name: str = "",
+             flush_products: bool = False) -> np.ndarray:
     """XLA's ConvGeneralDilated on numpy arrays; the result is laid out as `dn` says.
 
     Accumulation (see op_helpers): a small float contraction is summed term by term in the
     result's precision (at least f32), window offsets outside and input features inside, as
     XLA's loops do; a large one in float64 by one einsum; integers in int64, wrapped. The
     result is rounded once to `out_dtype` (the result shape's type: preferred_element_type).
+    `flush_products` models XLA:CPU's FTZ inside the contraction as `dot.dot_general` does:
+    where some product may be a denormal, the sum runs term by term with those products zero.
     """
     nsp = len(dn.input_spatial)
     dims = list(window.dimensions)
@@ -127,8 +139,9 @@ def convolve(lhs: np.ndarray, rhs: np.ndarray, window: Window, dn: ConvDimension
             pg = patches.reshape(n, feature_groups, c // feature_groups, *patches.shape[2:])
             kg = k.reshape(feature_groups, o // feature_groups, ci, *k.shape[2:])
         # pg: [batch, group, ci, out spatial..., window...]; kg: [group, og, ci, window...]
-        if seq is not None:
-            result = _sum_sequentially(pg, kg, nsp, acc)
+        bound = denormals.tiny_product_bound(lhs, rhs, product_dtype(lhs, rhs)) if flush_products else None
+        if seq is not None or bound is not None:
+            result = _sum_sequentially(pg, kg, nsp, acc, bound, flush_sums=seq is not None)
         else:
             sp = "".join(chr(ord("p") + i) for i in range(nsp))  # output positions
             win = "".join(chr(ord("h") + i) for i in range(nsp))  # window offsets
@@ -148,4 +161,5 @@ def convolution_reference(inst: HloInstruction, args: list, interp) -> np.ndarra
     dn = ConvDimensionNumbers.of(dn)
     window = inst.attrs.get("window") or Window(tuple(WindowDimension() for _ in dn.input_spatial))
     return convolve(lhs, rhs, window, dn, attr_int(inst, "feature_group_count", 1),
-                    attr_int(inst, "batch_group_count", 1), result_dtype(inst.shape), inst.name)
+                    attr_int(inst, "batch_group_count", 1), result_dtype(inst.shape), inst.name,
+                    flush_products=getattr(interp, "denormals", "keep") == "flush")

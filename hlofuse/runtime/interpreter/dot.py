@@ -8,12 +8,14 @@ import numpy as np
 from ...hlo.errors import UnsupportedError
 from ...hlo.ir import HloInstruction
 from ...hlo.opcodes import register_reference
-from .op_helpers import (accumulation_dtype, attr_dims, from_compute, result_dtype, sequential_dtype,
+from . import denormals
+from .op_helpers import (accumulation_dtype, attr_dims, from_compute, product_dtype, result_dtype, sequential_dtype,
                          to_compute)
 
 
 def dot_general(lhs: np.ndarray, rhs: np.ndarray, lb: tuple[int, ...], lc: tuple[int, ...],
-                rb: tuple[int, ...], rc: tuple[int, ...], out_dtype: np.dtype) -> np.ndarray:
+                rb: tuple[int, ...], rc: tuple[int, ...], out_dtype: np.dtype,
+                flush_products: bool = False) -> np.ndarray:
     """XLA's DotGeneral: result dimensions are batch, lhs free, rhs free (each in order).
 
     Accumulation (see op_helpers): a small float contraction is summed term by term in the
@@ -21,6 +23,11 @@ def dot_general(lhs: np.ndarray, rhs: np.ndarray, lb: tuple[int, ...], lc: tuple
     increasing contracting index, as XLA's loops do; a large one in float64 by one matmul.
     Integers accumulate in int64 and wrap to the result type. The result shape's element
     type is the preferred_element_type.
+
+    `flush_products` models XLA:CPU's FTZ inside the contraction: a product (and, summed term
+    by term, a partial sum) that is a denormal of the precision it is computed in is zero.
+    Where some product may be that small (`denormals.tiny_product_bound`), the contraction is
+    summed term by term, whatever its size.
     """
     lfree = [d for d in range(lhs.ndim) if d not in lb and d not in lc]
     rfree = [d for d in range(rhs.ndim) if d not in rb and d not in rc]
@@ -35,7 +42,14 @@ def dot_general(lhs: np.ndarray, rhs: np.ndarray, lb: tuple[int, ...], lc: tuple
     b = to_compute(rhs, acc).transpose(list(rb) + list(rc) + rfree)
     a = a.reshape(math.prod(batch), math.prod(m), k)
     b = b.reshape(math.prod(batch), k, math.prod(n))
-    if seq is not None:
+    bound = denormals.tiny_product_bound(lhs, rhs, product_dtype(lhs, rhs)) if flush_products else None
+    if bound is not None:
+        out = np.zeros((a.shape[0], a.shape[1], b.shape[2]), dtype=acc)
+        for i in range(k):
+            out += denormals.flush_below(a[:, :, i, None] * b[:, None, i, :], bound)
+            if seq is not None:
+                denormals.flush_below(out, bound)
+    elif seq is not None:
         out = np.zeros((a.shape[0], a.shape[1], b.shape[2]), dtype=acc)
         for i in range(k):
             out += a[:, :, i, None] * b[:, None, i, :]
@@ -54,7 +68,8 @@ def dot_reference(inst: HloInstruction, args: list, interp) -> np.ndarray:
         raise UnsupportedError(f"dot {inst.name}: lhs and rhs dimension numbers differ in length")
     if "sparsity" in inst.attrs:
         raise UnsupportedError(f"dot {inst.name}: sparse dot (sparsity=...) is not supported")
-    return dot_general(lhs, rhs, lb, lc, rb, rc, result_dtype(inst.shape))
+    return dot_general(lhs, rhs, lb, lc, rb, rc, result_dtype(inst.shape),
+                       flush_products=getattr(interp, "denormals", "keep") == "flush")
 
 
 @register_reference("ragged-dot")

@@ -63,6 +63,12 @@ def sequential_dtype(out_dtype: np.dtype, *operand_dtypes: np.dtype, terms: int,
     return np.dtype(np.float64 if wide else np.float32)
 
 
+def product_dtype(lhs: np.ndarray, rhs: np.ndarray) -> np.dtype:
+    """The precision XLA:CPU multiplies a contraction's float operands in: float64 if either
+    is, else float32 (bf16 and f16 products are f32 products)."""
+    return np.dtype(np.float64 if np.float64 in (lhs.dtype, rhs.dtype) else np.float32)
+
+
 def _is_float(dtype: np.dtype) -> bool:
     dt = np.dtype(dtype)
     # ml_dtypes floats (bfloat16, float8_*) have kind 'V'; treat every non-integer,
