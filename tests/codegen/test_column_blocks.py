@@ -1,5 +1,5 @@
 """Column blocks of column reductions (ReductionGroup.block_columns): a unit's block of columns
-is as wide as its accumulators fit the vector registers (COLUMN_ACCUMULATOR_BYTES, half of it
+is as wide as its accumulators fit the vector registers (column_accumulator_bytes(), half of it
 for folds of several values per column), so two f32 sums of 512 columns run as four rolled
 blocks of 128 instead of one block of 4 KiB of spilled, unrolled accumulators. Each column is
 still folded in order, so the results are those of the interpreter, bit for bit where no split
@@ -11,7 +11,7 @@ import pytest
 
 import hlofuse
 from hlofuse.codegen.kernels import reduction_groups
-from hlofuse.codegen.kernels.reduction_groups import COLUMN_ACCUMULATOR_BYTES, COLUMN_BLOCK, reduction_groups as groups_of
+from hlofuse.codegen.kernels.reduction_groups import COLUMN_BLOCK, column_accumulator_bytes, reduction_groups as groups_of
 from hlofuse.runtime.compare import compare_outputs
 
 
@@ -70,13 +70,13 @@ def test_block_width_rule(values, dtype, want):
     assert g.block_columns == want
     assert g.blocks == 1024 // want
     per_column = values * (8 if dtype == "f64" else 4)
-    budget = COLUMN_ACCUMULATOR_BYTES if values == 1 else COLUMN_ACCUMULATOR_BYTES // 2
+    budget = column_accumulator_bytes() if values == 1 else column_accumulator_bytes() // 2
     assert want * per_column <= budget < 2 * want * per_column
 
 
 def test_the_rule_can_fail(monkeypatch):
     """With a budget of 4 KiB (the kernels before the rule made 512-column blocks of any fold)."""
-    monkeypatch.setattr(reduction_groups, "COLUMN_ACCUMULATOR_BYTES", 8192)
+    monkeypatch.setattr(reduction_groups, "column_accumulator_bytes", lambda: 8192)
     assert _group(_column_module((64, 1024), 2)).block_columns == COLUMN_BLOCK
 
 

@@ -19,20 +19,22 @@ gpu_reduction.py).
 from __future__ import annotations
 
 import copy
+import functools
 import math
 from dataclasses import dataclass
 
+from ...emitters.cpu.target import host_cpu, preferred_vector_width
 from ...emitters.elemental import ElementalEmitter, dims_of, reg_type
 from ...emitters.ir_helpers import Index
 from ...hlo.ir import HloComputation, HloInstruction
 from .args import output_leaves
 
 # A column group's unit is a block of at most COLUMN_BLOCK columns whose accumulators fit the
-# vector registers (`ReductionGroup.block_columns`): COLUMN_ACCUMULATOR_BYTES (AVX-512's 32
-# registers) where the fold accumulates one value per column, half of it where it accumulates
-# several (each value's step needs temporaries of its own: the value read, its product).
+# vector registers (`ReductionGroup.block_columns`): column_accumulator_bytes() (the host's
+# vector register file: AVX-512's 32 registers, 2 KiB) where the fold accumulates one value per
+# column, half of it where it accumulates several (each value's step needs temporaries of its
+# own: the value read, its product).
 COLUMN_BLOCK = 512
-COLUMN_ACCUMULATOR_BYTES = 2048
 
 
 @dataclass
@@ -71,7 +73,7 @@ class ReductionGroup:
     @property
     def block_columns(self) -> int:
         """Columns per unit of a column group: the most, a power of two up to COLUMN_BLOCK (16
-        at least), whose accumulators fit COLUMN_ACCUMULATOR_BYTES, or half of it when the
+        at least), whose accumulators fit column_accumulator_bytes(), or half of it when the
         heroes accumulate more than one value per column.
 
         A block whose accumulators and the step's temporaries exceed the vector registers is
@@ -82,7 +84,7 @@ class ReductionGroup:
         256 / 128) 0.26 / 0.11 / 0.12 ms; one sum of f32[4096,4096] (512 / 256) 1.84 / 2.16 ms,
         of f32[2048,1024] 0.15 / 0.19 ms (but f32[12288,1024] 1.42 / 1.23 ms)."""
         values = [max(init.shape.dtype.bits // 8, 1) for h in self.heroes for init in h.operands[len(h.operands) // 2:]]
-        budget = COLUMN_ACCUMULATOR_BYTES if len(values) <= 1 else COLUMN_ACCUMULATOR_BYTES // 2
+        budget = column_accumulator_bytes() if len(values) <= 1 else column_accumulator_bytes() // 2
         fit = budget // max(sum(values), 1)
         return max(16, min(COLUMN_BLOCK, 1 << max(fit.bit_length() - 1, 0)))
 
@@ -246,18 +248,39 @@ def vector_lanes(target, heroes) -> int:
     return lanes_of(getattr(target, "vector_width", None), bits)
 
 
+@functools.lru_cache(maxsize=None)
+def vector_registers() -> tuple[int, int]:
+    """The count and the size in bytes of the vector registers the host's kernels use: 32 of
+    64 bytes where they prefer 512-bit vectors (AVX-512, emitters/cpu/target.py's
+    preferred_vector_width), else AVX2's 16 of 32 bytes (VECTOR_BITS_DEFAULT, the width
+    `lanes_of` assumes). Asked once per process (the host's features cost LLVM ~10 ms)."""
+    bits = preferred_vector_width(host_cpu()[1]) or VECTOR_BITS_DEFAULT
+    return (32 if bits >= 512 else 16), bits // 8
+
+
+def column_accumulator_bytes() -> int:
+    """The bytes of accumulators a column block of a one-value fold may keep: the whole vector
+    register file (2048 with AVX-512, 512 with AVX2; `ReductionGroup.block_columns`)."""
+    count, size = vector_registers()
+    return count * size
+
+
+def row_accumulator_registers() -> int:
+    """The most vector registers all of a row loop's reduces may keep as accumulators together:
+    half the register file (16 of AVX-512's 32, 8 of AVX2's 16); the loads, products and
+    addresses need the rest."""
+    return vector_registers()[0] // 2
+
+
 # Independent vector accumulators per reduce in a row reduction's innermost loop
-# (`llvm.loop.interleave.count`), and the most vector registers all of a loop's reduces may
-# keep as accumulators together (AVX-512 and AVX2 have 32 and 16; the loads, products and
-# addresses need the rest).
+# (`llvm.loop.interleave.count`), at most row_accumulator_registers() in all.
 ROW_ACCUMULATORS = 8
-ROW_ACCUMULATOR_REGISTERS = 16
 
 
 def row_accumulators(lanes: int, accumulators: int, row: int) -> int:
     """How many vectors a reassociating row reduction's innermost loop (`row` elements long)
     interleaves, each an independent accumulator of each of its `accumulators` reduced values:
-    `ROW_ACCUMULATORS`, halved until they fit `ROW_ACCUMULATOR_REGISTERS` and a row holds them
+    `ROW_ACCUMULATORS`, halved until they fit `row_accumulator_registers()` and a row holds them
     all (a shorter row would run in the scalar remainder loop); 1 (LLVM's own choice) where
     that leaves fewer than 2. The loop given a count stays rolled (cpu_reduction, cpu_row).
 
@@ -276,7 +299,8 @@ def row_accumulators(lanes: int, accumulators: int, row: int) -> int:
     costs nothing and short rows gain: sum and sum of squares of f32[16384,32] 0.157 -> 0.036 ms
     (2 vectors a row, LLVM had left it scalar), [4096,128], [2048,256], [512,1024] unchanged."""
     count = ROW_ACCUMULATORS
-    while count > 1 and (count * accumulators > ROW_ACCUMULATOR_REGISTERS or count * lanes > row):
+    registers = row_accumulator_registers()
+    while count > 1 and (count * accumulators > registers or count * lanes > row):
         count //= 2
     return count if count >= 2 else 1
 
