@@ -47,7 +47,7 @@ from typing import Any, Callable, Iterator
 
 from ..gc_pause import gc_paused
 from ..hlo.ir import HloComputation, HloInstruction, HloModule
-from ..hlo.pending_state import PENDING_STATE
+from ..hlo.pending_state import PENDING_STATE, state_to_copy
 from ..passes.fusion.decisions import FusionLog
 from .cache import EMITTER_VERSION, hlofuse_version, source_digest
 
@@ -143,12 +143,9 @@ class _Writer(pickle.Pickler):
 
 def _state(obj: Any) -> dict:
     """The state an HLO object is written with: its dict (read first if it is still pending in
-    an entry this process loaded), less a module's log reader (a module read from an entry and
+    an entry this process loaded: `state_to_copy`, as copy and pickle do), less a module's log reader (a module read from an entry and
     not yet asked for its log; the log's own shell is written)."""
-    state = vars(obj)
-    if PENDING_STATE in state:
-        state[PENDING_STATE]()
-        state = vars(obj)
+    state = state_to_copy(obj)
     if type(obj) is HloModule and state.get("_fusion_log_reader") is not None:
         obj.fusion_log  # read it: a reader is this process's, not something an entry can hold
     return state
