@@ -143,8 +143,9 @@ class _Writer(pickle.Pickler):
 
 def _state(obj: Any) -> dict:
     """The state an HLO object is written with: its dict (read first if it is still pending in
-    an entry this process loaded: `state_to_copy`, as copy and pickle do), less a module's log reader (a module read from an entry and
-    not yet asked for its log; the log's own shell is written)."""
+    an entry this process loaded: `state_to_copy`, as copy and pickle do), less a module's log
+    reader (a module read from an entry and not yet asked for its log; the log's own shell is
+    written)."""
     state = state_to_copy(obj)
     if type(obj) is HloModule and state.get("_fusion_log_reader") is not None:
         obj.fusion_log  # read it: a reader is this process's, not something an entry can hold
