@@ -74,6 +74,24 @@ def test_block_width_rule(values, dtype, want):
     assert want * per_column <= budget < 2 * want * per_column
 
 
+@pytest.mark.parametrize("features,file_bytes,row_registers,two_f32_columns", [
+    ("+avx,+avx2,+fma", 16 * 32, 8, 32),  # AVX2: 16 ymm registers of 32 bytes
+    ("+avx,+avx2,+avx512f", 32 * 64, 16, 128),  # AVX-512: 32 zmm registers of 64 bytes
+])
+def test_budgets_follow_the_hosts_register_file(monkeypatch, features, file_bytes, row_registers, two_f32_columns):
+    """The column and row budgets are the host's vector register file (all of it, half of it):
+    an AVX2 host's accumulators must not be sized for AVX-512's 32 registers of 64 bytes."""
+    g = _group(_column_module((64, 1024), 2))
+    monkeypatch.setattr(reduction_groups, "host_cpu", lambda: ("cpu", features))
+    reduction_groups.vector_registers.cache_clear()
+    try:
+        assert reduction_groups.column_accumulator_bytes() == file_bytes
+        assert reduction_groups.row_accumulator_registers() == row_registers
+        assert g.block_columns == two_f32_columns  # half the file over two f32 accumulators a column
+    finally:
+        reduction_groups.vector_registers.cache_clear()  # the real host's, asked again
+
+
 def test_the_rule_can_fail(monkeypatch):
     """With a budget of 4 KiB (the kernels before the rule made 512-column blocks of any fold)."""
     monkeypatch.setattr(reduction_groups, "column_accumulator_bytes", lambda: 8192)
