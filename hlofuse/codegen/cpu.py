@@ -284,6 +284,12 @@ GROUP_KERNELS = 8
 GROUP_INSTRUCTIONS = 1500
 
 
+def llvm_tasks(missing: int) -> int:
+    """How many LLVM modules `missing` kernels make at least (groups of GROUP_KERNELS; a large
+    kernel closes its group early, so there may be more): what llvm_pool.Lanes weighs."""
+    return -(-missing // GROUP_KERNELS)
+
+
 def _emitted_instructions(fn: ir.Function) -> int:
     """Instructions of llvmlite function `fn` as emitted (before LLVM's optimization)."""
     return sum(len(block.instructions) for block in fn.blocks)
@@ -398,7 +404,7 @@ def compile_cpu(fused_module: HloModule, cache_dir=None, log=None, cache: bool =
             o.object_code, o.cached = obj, True
     code.timings["cache"] = time.perf_counter() - now
     code.native = NativeProgram(planner, fused_module.entry)
-    with collector_paused(), llvm_pool.Lanes(len(missing)) as lanes:
+    with collector_paused(), llvm_pool.Lanes(llvm_tasks(len(missing))) as lanes:
         # the driver is emitted and compiled beside the kernels, not after them
         driver = lanes.run(compile_driver, code.native, target, cache, disk, lanes.compile_here)
         compile_objects(missing, target, code.timings, lanes)

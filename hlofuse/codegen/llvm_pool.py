@@ -11,8 +11,8 @@ one LLVM compilation at a time. The lanes are therefore
 - `processes()` *process lanes*: threads of the same executor that hand their kernel to a
   `ProcessPoolExecutor` of that many workers and wait (`HLOFUSE_LLVM_PROCESSES` if set, 0 turns
   the pool off; else `lanes() - 1` from three lanes up, one on two lanes while a core is spare,
-  see `lanes()` and `processes()`), used only when at least `MIN_KERNELS` kernels are missing
-  from the caches.
+  see `lanes()` and `processes()`), used only when the missing kernels make at least
+  `MIN_TASKS` modules to compile (codegen/cpu.py compiles small kernels in groups).
 
 Every lane thread takes the next kernel when it is free and runs it on the thread lane when that
 lane is idle, else in a worker process, so the slow kernels (convolutions) do not queue behind
@@ -48,10 +48,15 @@ from typing import Callable
 
 from ..runtime.cpu_threads import cpu_threads
 
-# Fewer kernels to compile than this are compiled in this process: below it the pool's round
-# trips (pickling IR text and objects, one task each) and, the first time, its start are not
-# repaid. A break-even estimate, not yet measured on a quiet many-core machine (issue 15).
-MIN_KERNELS = 8
+# Fewer LLVM modules to compile than this (kernel groups, codegen/cpu.py llvm_tasks) are
+# compiled in this process: below it the pool's round trips (pickling IR text and objects, one
+# task each) and, the first time, its start are not repaid. Measured on this 2-core machine
+# while quiet (load 1.1-1.4, fresh process per compile, two rounds, wall s without / with one
+# worker): GPT-2 (15 kernels, 2 groups) 0.63, 0.65 / 0.82, 0.78 and BERT (13, 2) 0.60, 0.62 /
+# 0.75, 0.74, slower; equinox MLP train (27, 4) 0.82, 0.80 / 0.66, 0.70, flax MNIST CNN train
+# (45, 6) 1.44, 1.47 / 1.09, 1.08, ResNet-50 (48, 7) 1.41, 1.47 / 1.24, 1.25, MobileNetV2 (62,
+# 10) 2.18, 2.18 / 1.64, 1.66, faster. Not yet measured on a quiet many-core machine.
+MIN_TASKS = 3
 # From this many lanes (cores, or HLOFUSE_CPU_THREADS) every lane beyond the thread lane has a
 # worker; two lanes have one only while a core is spare (see `processes`).
 MIN_LANES = 3
@@ -108,9 +113,9 @@ def spare_core() -> bool:
     return load < cores
 
 
-def use_pool(kernels: int) -> bool:
-    """Whether `kernels` missing kernels are worth compiling in worker processes too."""
-    return kernels >= MIN_KERNELS and processes() >= 1
+def use_pool(tasks: int) -> bool:
+    """Whether `tasks` LLVM modules to compile are worth compiling in worker processes too."""
+    return tasks >= MIN_TASKS and processes() >= 1
 
 
 # The level of code that only calls and copies (the native driver, codegen/driver.py): parsed
@@ -232,15 +237,15 @@ def compile_in_lane(text: str, speed_level: int, use_processes: bool) -> tuple[b
 
 
 class Lanes:
-    """The lanes of one compile of `kernels` missing kernels: `count` of them (1 + `processes()`
+    """The lanes of one compile of `tasks` LLVM modules: `count` of them (1 + `processes()`
     when the pool is used, else the thread lane alone), run by a `ThreadPoolExecutor` with a
     thread per lane and one more for a task that emits its own IR before compiling it (the
     driver, see `run`). However many threads wait, at most `count` LLVM compilations run at
     once: one in this process (llvmlite's lock) and one per worker. Used as a context manager:
     leaving it drops the tasks not yet started and waits for the running ones."""
 
-    def __init__(self, kernels: int) -> None:
-        self.processes = use_pool(kernels)
+    def __init__(self, tasks: int) -> None:
+        self.processes = use_pool(tasks)
         self.count = 1 + (processes() if self.processes else 0)
         self._threads = ThreadPoolExecutor(max_workers=self.count + 1, thread_name_prefix="hlofuse-llvm")
 

@@ -22,6 +22,8 @@ from hlofuse.runtime.interpreter import evaluate
 from backend_cases import corpus_case
 from repo_paths import JAX_CORPUS
 
+# Kernels enough for the pool: MIN_TASKS groups of GROUP_KERNELS and two more.
+POOLED = llvm_pool.MIN_TASKS * cpu.GROUP_KERNELS + 2
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
@@ -113,13 +115,13 @@ def test_concurrent_compile_is_bit_identical_to_serial(processes, workers):
     """Every kernel's object, its key, symbol and place in the program, and the driver's object
     are the same bytes on one lane and on 1 + `workers` lanes; the results agree with the
     interpreter."""
-    n = llvm_pool.MIN_KERNELS + 6
+    n = POOLED
     text = _module(n)
     codes = {}
     for p in (0, workers):
         processes(p)
         codes[p] = compile_cpu(_fused(text), cache=False)
-        assert llvm_pool.use_pool(len(codes[p].objects)) == (p > 0)
+        assert llvm_pool.use_pool(cpu.llvm_tasks(len(codes[p].objects))) == (p > 0)
     serial, concurrent = codes[0], codes[workers]
     assert llvm_pool._pool is not None  # the pool compiled some of them
     assert len(serial.objects) >= n and serial.compiled_count == len(serial.objects)
@@ -138,7 +140,7 @@ def test_the_kernel_cache_stays_per_kernel(processes, tmp_path):
     """Compiled concurrently, each distinct kernel is one cache entry; a module changed in one
     kernel recompiles that kernel alone."""
     processes(2)
-    n = llvm_pool.MIN_KERNELS + 2
+    n = POOLED
     text = _module(n)
     cache.memory_cache.clear()
     first = compile_cpu(_fused(text), cache_dir=str(tmp_path))
@@ -175,7 +177,7 @@ def _break_one_kernel(monkeypatch, victim: int) -> list[str]:
 def test_a_failing_kernel_raises_the_same_error_on_every_path(processes, monkeypatch):
     """LLVM's refusal of one kernel reaches compile_cpu's caller as the same exception type and
     message whether the thread lane or a worker process compiled it."""
-    n = llvm_pool.MIN_KERNELS + 2
+    n = POOLED
     fused = _fused(_module(n))
     errors = {}
     for p in (0, 2):
@@ -220,16 +222,16 @@ def test_lanes_follow_hlofuse_cpu_threads(monkeypatch):
     monkeypatch.setattr(llvm_pool, "spare_core", lambda: False)
     assert llvm_pool.lanes() == 2 and llvm_pool.processes() == 0 and not llvm_pool.use_pool(1000)
     monkeypatch.setattr(llvm_pool, "spare_core", lambda: True)
-    assert llvm_pool.processes() == 1 and llvm_pool.use_pool(llvm_pool.MIN_KERNELS)
-    assert not llvm_pool.use_pool(llvm_pool.MIN_KERNELS - 1)
+    assert llvm_pool.processes() == 1 and llvm_pool.use_pool(llvm_pool.MIN_TASKS)
+    assert not llvm_pool.use_pool(llvm_pool.MIN_TASKS - 1)
     monkeypatch.setenv("HLOFUSE_CPU_THREADS", "3")
     assert llvm_pool.lanes() == 3 and llvm_pool.processes() == 2
-    assert llvm_pool.use_pool(llvm_pool.MIN_KERNELS) and not llvm_pool.use_pool(llvm_pool.MIN_KERNELS - 1)
+    assert llvm_pool.use_pool(llvm_pool.MIN_TASKS) and not llvm_pool.use_pool(llvm_pool.MIN_TASKS - 1)
     monkeypatch.setenv("HLOFUSE_LLVM_PROCESSES", "0")
     assert llvm_pool.processes() == 0 and not llvm_pool.use_pool(1000)
     monkeypatch.setenv("HLOFUSE_CPU_THREADS", "1")
     monkeypatch.setenv("HLOFUSE_LLVM_PROCESSES", "1")  # asked for: one worker beside the thread lane
-    assert llvm_pool.processes() == 1 and llvm_pool.use_pool(llvm_pool.MIN_KERNELS)
+    assert llvm_pool.processes() == 1 and llvm_pool.use_pool(llvm_pool.MIN_TASKS)
     monkeypatch.setenv("HLOFUSE_LLVM_PROCESSES", "many")
     with pytest.raises(ValueError, match="HLOFUSE_LLVM_PROCESSES"):
         llvm_pool.processes()
@@ -251,7 +253,7 @@ def test_an_unguarded_script_is_not_run_again_in_a_worker(tmp_path):
         import hlofuse
         from hlofuse.codegen import llvm_pool
         print("script ran", flush=True)
-        exe = hlofuse.compile(hlofuse.parse_hlo({_module(llvm_pool.MIN_KERNELS + 2)!r}), "cpu", cache=False)
+        exe = hlofuse.compile(hlofuse.parse_hlo({_module(POOLED)!r}), "cpu", cache=False)
         assert llvm_pool._pool is not None
         print("compiled", len(exe.program.code.objects), flush=True)
     """))
