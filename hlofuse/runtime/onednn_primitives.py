@@ -67,15 +67,49 @@ FIXED_SLOTS = 9
 _lock = threading.RLock()
 _state: dict = {"engine": None, "stream": None}
 _primitives: dict["ConvDescription", "Primitive"] = {}
-_descriptors: dict["ConvDescription", "_Descriptor"] = {}
+_descriptors: dict[tuple["ConvDescription", int], "_Descriptor"] = {}
 # The threads a primitive runs on (omp_set_num_threads around each call): set from
 # cpu_threads.kernel_threads() when a program loads, 1 in a forked child (libgomp is not
-# fork-safe, runtime/cpu_threads.py).
+# fork-safe, runtime/cpu_threads.py). oneDNN fixes a primitive's split over threads when it
+# makes the descriptor (from omp_get_max_threads()), so descriptors are made under the same
+# count (`_creation_threads`), and a forked child makes its primitives again for one thread.
 THREADS = ctypes.c_int32(1)
 
 
 def _after_fork_in_child() -> None:
+    """In a forked child: one thread, and every primitive made again for it, in place (the
+    handle blocks compiled code reads keep their addresses). A parent's primitive would
+    start a team of the parent's thread count, which hangs the child."""
     THREADS.value = 1
+    _descriptors.clear()
+    for desc, prim in list(_primitives.items()):
+        fresh = _create(desc, 1)
+        ctypes.memmove(prim.block, fresh.block, ctypes.sizeof(prim.block))
+        prim.keep.append(fresh)
+        prim.scratch_bytes, prim.packed_bytes, prim.impl = fresh.scratch_bytes, fresh.packed_bytes, fresh.impl
+
+
+class _creation_threads:
+    """Within it, the calling thread's omp_get_max_threads() is `n` (oneDNN reads it when it
+    makes a primitive descriptor)."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+    def __enter__(self) -> None:
+        gomp = ctypes.CDLL("libgomp.so.1")  # libdnnl's own (loaded with it): the same handle
+        self.set = gomp.omp_set_num_threads
+        self.saved = gomp.omp_get_max_threads()
+        self.set(self.n)
+
+    def __exit__(self, *exc) -> None:
+        self.set(self.saved)
+
+
+def _threads_now() -> int:
+    from .cpu_threads import kernel_threads
+
+    return kernel_threads()
 
 
 if hasattr(os, "register_at_fork"):
@@ -288,14 +322,22 @@ class _Descriptor:
     keep: list
 
 
-def _descriptor(desc: ConvDescription) -> _Descriptor:
-    """The primitive descriptor of `desc`, made once per process (no code generated yet: the
-    rule asks for the implementation of every candidate, the loader creates the primitives
-    of the chosen ones). Raises OneDnnError when oneDNN has no implementation."""
+def _descriptor(desc: ConvDescription, threads: int | None = None) -> _Descriptor:
+    """The primitive descriptor of `desc` for `threads` threads (default: the kernels'), made
+    once per process (no code generated yet: the rule asks for the implementation of every
+    candidate, the loader creates the primitives of the chosen ones). Raises OneDnnError
+    when oneDNN has no implementation."""
+    threads = _threads_now() if threads is None else threads
     with _lock:
-        found = _descriptors.get(desc)
+        found = _descriptors.get((desc, threads))
         if found is not None:
             return found
+        with _creation_threads(threads):
+            found = _make_descriptor(desc)
+        return _descriptors.setdefault((desc, threads), found)
+
+
+def _make_descriptor(desc: ConvDescription) -> _Descriptor:
     lib = _lib()
     engine, _ = _engine_and_stream()
     src, dst, bias = _md(desc.src), _md(desc.dst), _md(desc.bias)
@@ -323,17 +365,21 @@ def _descriptor(desc: ConvDescription) -> _Descriptor:
     _check(status, "convolution primitive descriptor")
     info = ctypes.c_char_p()
     _check(lib.dnnl_primitive_desc_query(pd, QUERY_IMPL_INFO_STR, 0, ctypes.byref(info)), "implementation query")
-    found = _Descriptor(pd, info.value.decode(), mds, list(mds.values()))
-    with _lock:
-        return _descriptors.setdefault(desc, found)
+    return _Descriptor(pd, info.value.decode(), mds, list(mds.values()))
 
 
-def _create(desc: ConvDescription) -> Primitive:
+def _create(desc: ConvDescription, threads: int | None = None) -> Primitive:
+    threads = _threads_now() if threads is None else threads
+    with _lock, _creation_threads(threads):
+        return _make(desc, threads)
+
+
+def _make(desc: ConvDescription, threads: int) -> Primitive:
     lib = _lib()
     lib.dnnl_primitive_desc_query_md.restype = ctypes.c_void_p
     lib.dnnl_memory_desc_get_size.restype = ctypes.c_size_t
     engine, stream = _engine_and_stream()
-    d = _descriptor(desc)
+    d = _descriptor(desc, threads)
     pd, impl, keep = d.pd, d.impl, [d]
     src, dst, bias, user_w, w = (d.mds[k] for k in ("src", "dst", "bias", "user_weights", "weights"))
     post_mds = {k: v for k, v in d.mds.items() if isinstance(k, int)}

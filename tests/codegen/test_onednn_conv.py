@@ -331,6 +331,31 @@ def test_calls_from_several_threads_at_once(forced):
     assert not errors, errors
 
 
+def test_a_forked_child_runs_the_primitive_on_one_thread():
+    """libgomp hangs a forked child that starts a team after its parent ran one: oneDNN's
+    thread count is 1 there (onednn_primitives.THREADS), and the child gets the answer."""
+    import multiprocessing as mp
+
+    lhs, rhs, attrs, _ = RULE_CASES[0]
+    text = _module(lhs, rhs, "f32", attrs)
+    exe = hlofuse.compile(parse_hlo(text), target="cpu", cache=False)
+    assert _customs(exe) == ["onednn_conv"]
+    args = _inputs(parse_hlo(text), 3)
+    want = exe(*args)[0]  # the parent has run oneDNN's team
+    ctx = mp.get_context("fork")
+    queue = ctx.Queue()
+
+    def child():
+        queue.put((exe(*args)[0], onednn_primitives.THREADS.value))
+
+    proc = ctx.Process(target=child)
+    proc.start()
+    got, threads = queue.get(timeout=120)
+    proc.join(30)
+    assert proc.exitcode == 0 and threads == 1
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-4)
+
+
 _CACHED_RUN = """
 import sys, numpy as np, hlofuse
 from hlofuse.codegen.kernels import cpu_conv_gemm
