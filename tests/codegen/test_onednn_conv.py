@@ -356,6 +356,19 @@ def test_a_forked_child_runs_the_primitive_on_one_thread():
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-4)
 
 
+def test_run_from_python_matches_the_kernel(forced):
+    """`Primitive.run_numpy` (the same per-call steps from Python, for benchmarks) gives the
+    compiled kernel's result."""
+    lhs, rhs, attrs = NAMED["nhwc_hwio"]
+    text = _module(lhs, rhs, "f32", attrs)
+    x, w = _inputs(parse_hlo(text), 5)
+    exe = hlofuse.compile(parse_hlo(text), target="cpu", cache=False)
+    mapped = cpu_conv_onednn.onednn_convolution(wrap_instruction(parse_hlo(text).entry.root))
+    out = np.empty(tuple(parse_hlo(text).entry.root.shape.dims), np.float32)
+    onednn_primitives.primitive(mapped.desc).run_numpy({"src": x, "weights": w, "dst": out})
+    np.testing.assert_array_equal(out, exe(x, w)[0])
+
+
 _CACHED_RUN = """
 import sys, numpy as np, hlofuse
 from hlofuse.codegen.kernels import cpu_conv_gemm
