@@ -82,6 +82,62 @@ class _Module:
         # The data a parallel launch hands every thread: kernel, its arguments, its units, the
         # next unit to take (shared, atomic) and the units taken at a time.
         self.launch_type = ir.LiteralStructType([I8P, I8PP, I64, I64, I64])
+        self._launchers: dict[int, ir.Function] = {}
+        self._timer: ir.Function | None = None
+
+    def launcher(self, pointers: int) -> ir.Function:
+        """`void launch(i8* kernel, i64 units, i64 n, i8* p0, ...)`: run a kernel with `pointers`
+        buffers over its units on `n` threads (directly when `n` <= 1). One per pointer count,
+        called by every launch that may open a region: written inline, each such launch was
+        about 35 instructions of the driver's IR (GPT-2: 46 launches, 45% of its text); a call
+        costs nanoseconds against the 80 us a kernel needs before it may be split."""
+        fn = self._launchers.get(pointers)
+        if fn is not None:
+            return fn
+        fn = ir.Function(self.module, ir.FunctionType(ir.VoidType(), [I8P, I64, I64] + [I8P] * pointers),
+                         f"hlofuse_launch_{pointers}")
+        fn.linkage = "internal"
+        fnptr, units, n, *ptrs = fn.args
+        b = ir.IRBuilder(fn.append_basic_block("entry"))
+        args = b.alloca(I8P, size=max(pointers, 1))
+        data = b.alloca(self.launch_type)
+        kernel = b.bitcast(fnptr, kernel_type(pointers).as_pointer())
+        with b.if_else(b.icmp_signed("<=", n, I64(1))) as (serial, parallel):
+            with serial:
+                b.call(kernel, ptrs + [I64(0), units])
+            with parallel:
+                for k, v in enumerate(ptrs):
+                    b.store(v, b.gep(args, [I64(k)]))
+                b.store(fnptr, b.gep(data, [I32(0), I32(0)]))
+                b.store(args, b.gep(data, [I32(0), I32(1)]))
+                b.store(units, b.gep(data, [I32(0), I32(2)]))
+                b.store(I64(0), b.gep(data, [I32(0), I32(3)]))
+                # CHUNKS_PER_THREAD chunks per thread, fixed by the unit count and thread count
+                per = b.mul(n, I64(CHUNKS_PER_THREAD))
+                b.store(b.sdiv(b.add(units, b.sub(per, I64(1))), per), b.gep(data, [I32(0), I32(4)]))
+                b.call(self.gomp_parallel, [self.trampoline(pointers), b.bitcast(data, I8P), b.trunc(n, I32), I32(0)])
+        b.ret_void()
+        self._launchers[pointers] = fn
+        return fn
+
+    def timer(self) -> ir.Function:
+        """`void time(i64* profile, i64 slot, i64 start)`: add the cycles since `start` to
+        `profile[slot]` and one call to `profile[slot + 1]`. Called only when profiling; inline,
+        the same was 11 instructions and a block per step."""
+        if self._timer is not None:
+            return self._timer
+        fn = ir.Function(self.module, ir.FunctionType(ir.VoidType(), [I64.as_pointer(), I64, I64]), "hlofuse_step_time")
+        fn.linkage = "internal"
+        profile, slot, start = fn.args
+        b = ir.IRBuilder(fn.append_basic_block("entry"))
+        spent = b.sub(b.call(self.cycles, []), start)
+        cycles = b.gep(profile, [slot])
+        b.store(b.add(b.load(cycles), spent), cycles)
+        count = b.gep(profile, [b.add(slot, I64(1))])
+        b.store(b.add(b.load(count), I64(1)), count)
+        b.ret_void()
+        self._timer = fn
+        return fn
 
     def trampoline(self, pointers: int) -> ir.Function:
         """`void tramp(i8* data)`: run chunks of a kernel with `pointers` buffers until none is
@@ -175,6 +231,21 @@ class _Function:
         self._fail_edges.append((status, here))
         b.position_at_end(ok)
 
+    def when(self, cond: ir.Value, name: str) -> None:
+        """Continue in a block entered only when `cond` holds; `otherwise` then joins it.
+        Blocks named here are short (`name`, `name.join`, numbered by LLVM's name scope):
+        llvmlite's `if_then` names a block after the one before it, and in one function of
+        straight-line steps the names grew to 50 characters each, three per step."""
+        then = self.fn.append_basic_block(name)
+        self._join = self.fn.append_basic_block(name + ".join")
+        self.b.cbranch(cond, then, self._join)
+        self.b.position_at_end(then)
+
+    def otherwise(self) -> None:
+        """End the block `when` opened and continue where its condition's two paths meet."""
+        self.b.branch(self._join)
+        self.b.position_at_end(self._join)
+
     def copy(self, c: Copy) -> None:
         """memcpy `c` unless source and destination are one buffer at run time."""
         b = self.b
@@ -182,8 +253,9 @@ class _Function:
         if c.src == c.dst or c.nbytes == 0:
             return
         same = b.icmp_unsigned("==", b.ptrtoint(src, I64), b.ptrtoint(dst, I64))
-        with b.if_then(b.not_(same)):
-            b.call(self.mod.memcpy, [dst, src, I64(c.nbytes), ir.Constant(ir.IntType(1), 0)])
+        self.when(b.not_(same), "copy")
+        b.call(self.mod.memcpy, [dst, src, I64(c.nbytes), ir.Constant(ir.IntType(1), 0)])
+        self.otherwise()
 
     # ---- steps -------------------------------------------------------------------------------
     def emit(self) -> None:
@@ -210,12 +282,9 @@ class _Function:
             self.copy(c)
         start = b.call(self.mod.cycles, [])  # ~20 cycles; used only when profiling
         getattr(self, "_" + ns.kind)(ns)
-        with b.if_then(self.profiling):
-            spent = b.sub(b.call(self.mod.cycles, []), start)
-            slot = b.gep(self.profile, [I64(2 * ns.id)])
-            b.store(b.add(b.load(slot), spent), slot)
-            count = b.gep(self.profile, [I64(2 * ns.id + 1)])
-            b.store(b.add(b.load(count), I64(1)), count)
+        self.when(self.profiling, "time")
+        b.call(self.mod.timer(), [self.profile, I64(2 * ns.id), start])
+        self.otherwise()
 
     def _kernel(self, ns: NativeStep) -> None:
         prog = self.mod.prog
@@ -241,27 +310,12 @@ class _Function:
         if units <= 0:
             return
         fnptr = b.load(b.gep(self.table, [I64(RESERVED + self.mod.prog.kernel_slot(kernel.name))]))
-        fn = b.bitcast(fnptr, kernel_type(len(ptrs)).as_pointer())
         cap = region_threads(kernel)  # each thread's share pays a region's wake-up (region_cost.py)
         if cap == 1:
-            b.call(fn, ptrs + [I64(0), I64(units)])
+            b.call(b.bitcast(fnptr, kernel_type(len(ptrs)).as_pointer()), ptrs + [I64(0), I64(units)])
             return
         n = b.select(b.icmp_signed("<", self.threads, I64(cap)), self.threads, I64(cap))
-        with b.if_else(b.icmp_signed("<=", n, I64(1))) as (serial, parallel):
-            with serial:
-                b.call(fn, ptrs + [I64(0), I64(units)])
-            with parallel:
-                args = self.pointer_array(ptrs)
-                data = self.alloca(self.mod.launch_type)
-                b.store(fnptr, b.gep(data, [I32(0), I32(0)]))
-                b.store(args, b.gep(data, [I32(0), I32(1)]))
-                b.store(I64(units), b.gep(data, [I32(0), I32(2)]))
-                b.store(I64(0), b.gep(data, [I32(0), I32(3)]))
-                # CHUNKS_PER_THREAD chunks per thread, fixed by the unit count and thread count
-                per = b.mul(n, I64(CHUNKS_PER_THREAD))
-                b.store(b.sdiv(b.add(I64(units), b.sub(per, I64(1))), per), b.gep(data, [I32(0), I32(4)]))
-                b.call(self.mod.gomp_parallel, [self.mod.trampoline(len(ptrs)), b.bitcast(data, I8P),
-                                                b.trunc(n, I32), I32(0)])
+        b.call(self.mod.launcher(len(ptrs)), [fnptr, I64(units), n] + ptrs)
 
     def _callback(self, ns: NativeStep) -> None:
         b = self.b
