@@ -27,6 +27,7 @@ import numpy as np
 
 from ..codegen.cpu import CpuCode, compile_cpu
 from ..codegen.kernels.cpu_conv_onednn import onednn_descriptions
+from ..codegen.kernels.cpu_gemm_onednn import matmul_descriptions
 from ..codegen.planning import KernelPlan
 from ..codegen.schedule import ComputationPlan, Step
 from ..hlo.ir import HloModule
@@ -114,8 +115,10 @@ class CpuProgram(ProgramBase):
         """Load every distinct kernel's object into one engine; each kernel calls its
         object's function (structurally identical kernels share one)."""
         register_openmp()  # the driver calls GOMP_parallel: resolvable before it loads
-        # oneDNN convolution kernels read their primitive's handles: created now, per process
-        self.primitives = onednn_descriptions(self._planner.kernels) if primitives is None else primitives
+        # oneDNN convolution and matmul kernels read their primitive's handles: created now, per process
+        if primitives is None:
+            primitives = onednn_descriptions(self._planner.kernels) + matmul_descriptions(self._planner.kernels)
+        self.primitives = primitives
         register_primitives(self.primitives)
         self._jit = JitModule(objects=[o.object_code for o in self.code.objects] + [self.code.driver_object])
         addresses = {o.symbol: self._jit.address(o.symbol) for o in self.code.objects}

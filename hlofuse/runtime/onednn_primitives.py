@@ -1,7 +1,8 @@
-"""oneDNN primitives (convolutions) made from a plain description when a program loads, and
-executed by compiled kernels through addresses.
+"""oneDNN primitives (convolutions, batched matrix products) made from a plain description
+when a program loads, and executed by compiled kernels through addresses.
 
     desc = ConvDescription(src, weights, bias, dst, strides, dilates, pad_l, pad_r, post_ops)
+    desc = MatmulDescription(src, weights, dst)   # [batch..., M, K] x [batch..., K, N], strided
     prim = primitive(desc)        # created once per process and description (oneDNN's JIT, ms)
     prim.impl                     # the implementation oneDNN chose ("brg:avx512_core", ...)
     register_primitives(descs)    # each one's handle block under `desc.symbol` (llvm.add_symbol)
@@ -14,7 +15,7 @@ the external symbol `desc.symbol`, a block of handles this module fills at load 
 description (pickled with the program's plan) in each process.
 
 The block holds: the primitive, its stream and engine, the address of the thread-count cell,
-the scratchpad's size, an optional weights reorder (weights in the layout oneDNN chose,
+the scratchpad's size, an optional weights reorder (convolutions only) (weights in the layout oneDNN chose,
 `format_any`, reordered per call from the caller's layout), and the memory descriptor of each
 execution argument in `ConvDescription.arguments()` order. A call creates its own memory
 objects over the kernel's buffers and allocates its own scratchpad (user scratchpad mode):
@@ -66,8 +67,8 @@ FIXED_SLOTS = 9
 
 _lock = threading.RLock()
 _state: dict = {"engine": None, "stream": None}
-_primitives: dict["ConvDescription", "Primitive"] = {}
-_descriptors: dict[tuple["ConvDescription", int], "_Descriptor"] = {}
+_primitives: dict["Description", "Primitive"] = {}
+_descriptors: dict[tuple["Description", int], "_Descriptor"] = {}
 # The threads a primitive runs on (omp_set_num_threads around each call): set from
 # cpu_threads.kernel_threads() when a program loads, 1 in a forked child (libgomp is not
 # fork-safe, runtime/cpu_threads.py). oneDNN fixes a primitive's split over threads when it
@@ -174,6 +175,38 @@ class ConvDescription:
         return args
 
 
+@dataclass(frozen=True)
+class MatmulDescription:
+    """A batched f32 matrix product as oneDNN's matmul primitive takes it: src [batch..., M, K],
+    weights [batch..., K, N], dst [batch..., M, N], each with its own strides (batch dimensions
+    anywhere, transposes as strides: no copies), optional post-ops. The weights are read in
+    place (no reorder: they change every call in attention)."""
+
+    src: Tensor
+    weights: Tensor
+    dst: Tensor
+    post_ops: tuple[PostOp, ...] = ()
+    bias = None  # no bias argument (the same execution-argument rules as ConvDescription)
+    weights_any = False
+
+    @property
+    def symbol(self) -> str:
+        """The name compiled code finds this description's handle block by."""
+        return "hlofuse_dnnl_matmul_" + hashlib.sha1(repr(self).encode()).hexdigest()[:20]
+
+    def arguments(self) -> list[tuple[int, str]]:
+        """(DNNL_ARG_*, what) of each execution argument with a kernel buffer, in block order:
+        "src", "weights", "dst", or "post<i>" (the i-th post-op's input operand)."""
+        args = [(ARG_SRC, "src"), (ARG_WEIGHTS, "weights"), (ARG_DST, "dst")]
+        for i, p in enumerate(self.post_ops):
+            if p.kind == "binary":
+                args.append((ARG_POST_OP_BASE * (i + 1) | ARG_SRC_1, f"post{i}"))
+        return args
+
+
+Description = ConvDescription | MatmulDescription
+
+
 class OneDnnError(UnsupportedError):
     """oneDNN refused a description (no implementation, or an invalid one)."""
 
@@ -236,9 +269,9 @@ def _md(t: Tensor | None, any_format: bool = False) -> ctypes.c_void_p:
 
 @dataclass(eq=False)
 class Primitive:
-    """A created convolution primitive and the handle block compiled kernels read."""
+    """A created primitive and the handle block compiled kernels read."""
 
-    desc: ConvDescription
+    desc: Description
     impl: str
     block: ctypes.Array
     scratch_bytes: int
@@ -294,26 +327,26 @@ class _ExecArg(ctypes.Structure):
     _fields_ = [("arg", ctypes.c_int), ("memory", ctypes.c_void_p)]
 
 
-def block_slots(desc: ConvDescription) -> int:
+def block_slots(desc: Description) -> int:
     """Slots of `desc`'s handle block: the fixed ones, a memory descriptor per argument, the
     scratchpad's descriptor, then per argument the address of its constant values (a post-op
     operand that is a constant of the fusion) or null."""
     return FIXED_SLOTS + 2 * len(desc.arguments()) + 1
 
 
-def constant_slot(desc: ConvDescription, i: int) -> int:
+def constant_slot(desc: Description, i: int) -> int:
     """The slot holding the constant values of argument `i` (null: a kernel buffer)."""
     return FIXED_SLOTS + len(desc.arguments()) + 1 + i
 
 
-def scratch_slot(desc: ConvDescription) -> int:
+def scratch_slot(desc: Description) -> int:
     """The slot of the scratchpad's memory descriptor (after the arguments')."""
     return FIXED_SLOTS + len(desc.arguments())
 
 
 @dataclass(eq=False)
 class _Descriptor:
-    """A convolution's primitive descriptor (what oneDNN would run, before its JIT) and the
+    """A primitive descriptor (what oneDNN would run, before its JIT) and the
     memory descriptors it was made from, alive as long as it is."""
 
     pd: ctypes.c_void_p
@@ -322,7 +355,7 @@ class _Descriptor:
     keep: list
 
 
-def _descriptor(desc: ConvDescription, threads: int | None = None) -> _Descriptor:
+def _descriptor(desc: Description, threads: int | None = None) -> _Descriptor:
     """The primitive descriptor of `desc` for `threads` threads (default: the kernels'), made
     once per process (no code generated yet: the rule asks for the implementation of every
     candidate, the loader creates the primitives of the chosen ones). Raises OneDnnError
@@ -337,7 +370,19 @@ def _descriptor(desc: ConvDescription, threads: int | None = None) -> _Descripto
         return _descriptors.setdefault((desc, threads), found)
 
 
-def _make_descriptor(desc: ConvDescription) -> _Descriptor:
+def _primitive_desc(lib: ctypes.CDLL, engine, desc: Description, mds: dict, attr) -> int:
+    """Create the primitive descriptor of `desc` (its kind's oneDNN call) into `mds["pd"]`;
+    the dnnl_status_t."""
+    pd = mds["pd"]
+    if isinstance(desc, MatmulDescription):
+        return lib.dnnl_matmul_primitive_desc_create(ctypes.byref(pd), engine, mds["src"], mds["weights"], None,
+                                                     mds["dst"], attr)
+    return lib.dnnl_convolution_forward_primitive_desc_create(
+        ctypes.byref(pd), engine, FORWARD_INFERENCE, CONVOLUTION_DIRECT, mds["src"], mds["weights"], mds["bias"],
+        mds["dst"], _dims(desc.strides), _dims(desc.dilates), _dims(desc.pad_l), _dims(desc.pad_r), attr)
+
+
+def _make_descriptor(desc: Description) -> _Descriptor:
     lib = _lib()
     engine, _ = _engine_and_stream()
     src, dst, bias = _md(desc.src), _md(desc.dst), _md(desc.bias)
@@ -357,24 +402,22 @@ def _make_descriptor(desc: ConvDescription) -> _Descriptor:
             _check(lib.dnnl_post_ops_append_binary(post, p.alg, mds[i]), "binary post-op")
     _check(lib.dnnl_primitive_attr_set_post_ops(attr, post), "post-ops")
     pd = ctypes.c_void_p()
-    status = lib.dnnl_convolution_forward_primitive_desc_create(
-        ctypes.byref(pd), engine, FORWARD_INFERENCE, CONVOLUTION_DIRECT, src, w, bias, dst,
-        _dims(desc.strides), _dims(desc.dilates), _dims(desc.pad_l), _dims(desc.pad_r), attr)
+    status = _primitive_desc(lib, engine, desc, {**mds, "pd": pd}, attr)
     lib.dnnl_post_ops_destroy(post)
     lib.dnnl_primitive_attr_destroy(attr)
-    _check(status, "convolution primitive descriptor")
+    _check(status, f"{type(desc).__name__} primitive descriptor")
     info = ctypes.c_char_p()
     _check(lib.dnnl_primitive_desc_query(pd, QUERY_IMPL_INFO_STR, 0, ctypes.byref(info)), "implementation query")
     return _Descriptor(pd, info.value.decode(), mds, list(mds.values()))
 
 
-def _create(desc: ConvDescription, threads: int | None = None) -> Primitive:
+def _create(desc: Description, threads: int | None = None) -> Primitive:
     threads = _threads_now() if threads is None else threads
     with _lock, _creation_threads(threads):
         return _make(desc, threads)
 
 
-def _make(desc: ConvDescription, threads: int) -> Primitive:
+def _make(desc: Description, threads: int) -> Primitive:
     lib = _lib()
     lib.dnnl_primitive_desc_query_md.restype = ctypes.c_void_p
     lib.dnnl_memory_desc_get_size.restype = ctypes.c_size_t
@@ -419,7 +462,7 @@ def _make(desc: ConvDescription, threads: int) -> Primitive:
     return Primitive(desc, impl, block, scratch_bytes, packed_bytes, keep)
 
 
-def primitive(desc: ConvDescription) -> Primitive:
+def primitive(desc: Description) -> Primitive:
     """The primitive of `desc`, created on first use in this process (raises OneDnnError when
     oneDNN has no implementation for it)."""
     with _lock:
@@ -429,7 +472,7 @@ def primitive(desc: ConvDescription) -> Primitive:
         return prim
 
 
-def implementation(desc: ConvDescription) -> str | None:
+def implementation(desc: Description) -> str | None:
     """The implementation oneDNN chooses for `desc` ("brg:avx512_core", "jit:avx512_core",
     "gemm:jit", "ref:any" ...), or None when it has none or libdnnl is absent."""
     if not available():

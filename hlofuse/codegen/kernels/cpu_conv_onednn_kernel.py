@@ -62,7 +62,15 @@ def emit_onednn_conv_kernel(skel, plan) -> None:
     mapped = onednn_convolution(plan.comp)
     if mapped is None:
         raise ValueError(f"kernel {plan.name}: its computation is not a oneDNN convolution")
-    desc, module, b = mapped.desc, skel.module, skel.builder
+    emit_primitive_call(skel, mapped.desc, mapped.sources)
+
+
+def emit_primitive_call(skel, desc: dnnl.Description, sources) -> None:
+    """Fill `skel` with one call of the primitive of `desc` (any kind of
+    runtime/onednn_primitives.py): `sources` says per execution argument (`desc.arguments()`
+    order) where its memory is: a parameter number, OUTPUT, CONSTANT (values in the handle
+    block) or a per-feature broadcast instruction the kernel computes first."""
+    module, b = skel.module, skel.builder
     nslots = dnnl.block_slots(desc)
     block = module.globals.get(desc.symbol)
     if block is None:
@@ -124,7 +132,7 @@ def emit_onednn_conv_kernel(skel, plan) -> None:
             trap_if(b, module, b.icmp_signed("!=", status, ir.Constant(I32, 0)))
 
         handles, computed = {}, []
-        for i, ((_, name), src) in enumerate(zip(desc.arguments(), mapped.sources)):
+        for i, ((_, name), src) in enumerate(zip(desc.arguments(), sources)):
             if isinstance(src, HloInstruction):
                 handles[name] = _feature_values(skel, src, buffer)
                 computed.append(handles[name])

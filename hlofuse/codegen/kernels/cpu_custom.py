@@ -18,6 +18,7 @@ from .cpu_conv import emit_conv_kernel, find_convolution
 from .cpu_conv_gemm import plan_convolution
 from .cpu_conv_gemm_kernel import emit_conv_gemm_kernel
 from .cpu_conv_onednn_kernel import emit_onednn_conv_kernel
+from .cpu_gemm_onednn import emit_onednn_matmul_kernel
 from .cpu_select_scatter import emit_select_scatter_kernel, find_select_scatter, plan_select_scatter
 from .cpu_rng import (
     dimension_size_root, emit_dimension_size_kernel, emit_rng_kernel, plan_dimension_size, plan_rng, rng_root,
@@ -38,6 +39,7 @@ CUSTOM_KERNEL_EMITTERS: dict[str, Callable] = {
     "conv": emit_conv_kernel,
     "conv_gemm": emit_conv_gemm_kernel,
     "onednn_conv": emit_onednn_conv_kernel,  # a oneDNN convolution primitive (cpu_conv_onednn.py)
+    "onednn_matmul": emit_onednn_matmul_kernel,  # a oneDNN matmul primitive (cpu_gemm_onednn.py)
     "select_and_scatter": emit_select_scatter_kernel,
     "sort": emit_sort_kernel,
     "topk": emit_topk_kernel,

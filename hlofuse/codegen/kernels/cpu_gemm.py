@@ -37,6 +37,7 @@ from ..planning import KernelPlan, plan_fusion, rebuild, sequential_dot
 from ..schedule import is_emittable, wrap_instruction
 from .args import output_leaves
 from .blas_call import GemmCall, blas_operands
+from .cpu_gemm_onednn import plan_onednn_matmul
 from .gemm_layout import (
     INT32_MAX, DotDims, Matrix, OutputMap, dot_dims, gemm_dtype, operand_matrix, output_chain,
     output_map,
@@ -540,4 +541,7 @@ def plan_dot(comp: HloComputation, name: str):
     inlined = inline_small_dot(comp)
     if inlined is not None:
         return plan_fusion(inlined, name)
-    return plan_gemm(comp, name) if is_gemm_computation(comp) else None
+    if not is_gemm_computation(comp):
+        return None
+    # batched f32 dots of the class the rule names: one oneDNN matmul primitive call
+    return plan_onednn_matmul(comp, name) or plan_gemm(comp, name)

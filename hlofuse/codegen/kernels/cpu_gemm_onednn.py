@@ -1,0 +1,170 @@
+"""Batched f32 dots through oneDNN's matmul primitive: the mapping, the plan, the rule and the
+kernel (one call of the primitive; the call itself is cpu_conv_onednn_kernel.emit_primitive_call,
+shared with the convolutions).
+
+    mapped = onednn_matmul(comp)          # OneDnnMatmul: the description and its buffers, or None
+    prefers_onednn_matmul(comp)           # the rule, by shape class (docs/dots.md)
+    plans = plan_onednn_matmul(comp, name)  # (kernels, temporaries): custom="onednn_matmul"
+
+A dot fusion maps when it is a dot of two parameters, possibly under a root transpose and/or
+reshape (attention's `bhqd -> bqhd`, written through strides: gemm_layout.OutputMap), f32
+throughout, and each operand and the result are strided matrices per batch element
+(gemm_layout.Matrix: the free dimensions and the contracting ones each collapse into one
+strided dimension). The batch dimensions stay separate dimensions of oneDNN's memory
+descriptors, with their own strides (they may sit anywhere in the operand); transposes are
+strides too: src [batch..., M, K], weights [batch..., K, N] and dst [batch..., M, N] are the
+caller's buffers, read and written in place. An epilogue keeps the sgemm kernels
+(cpu_gemm.py): no post-ops are mapped.
+
+Threads: the kernel is one work unit; oneDNN splits the call over libgomp's threads itself, on
+the thread count its primitive was made for (runtime/onednn_primitives.py), as the
+convolution primitives do.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from ...hlo.ir import HloComputation, HloInstruction
+from ...runtime import onednn_primitives as dnnl
+from ..planning import KernelPlan
+from .cpu_conv_onednn import OUTPUT
+from .cpu_conv_onednn_kernel import emit_primitive_call
+from .gemm_layout import Matrix, dot_dims, operand_matrix, output_chain, output_map
+
+
+@dataclass(frozen=True)
+class OneDnnMatmul:
+    """A dot fusion as a oneDNN matmul primitive: its description, and for each execution
+    argument (`desc.arguments()` order) a parameter number or OUTPUT; `batch`, `m`, `n`, `k`
+    the GEMM sizes (the rule reads them)."""
+
+    desc: dnnl.MatmulDescription
+    sources: tuple
+    batch: int
+    m: int
+    n: int
+    k: int
+
+
+def _tensor(mat: Matrix) -> dnnl.Tensor:
+    """A Matrix as oneDNN's [batch..., rows, cols] tensor with its element strides."""
+    return dnnl.Tensor(mat.batch_sizes + (mat.rows, mat.cols), mat.batch_strides + (mat.row_stride, mat.col_stride))
+
+
+def why_not_onednn_matmul(comp: HloComputation) -> str | None:
+    """Why dot fusion `comp` cannot run as a oneDNN matmul primitive (None: it can)."""
+    result = _map(comp)
+    return result if isinstance(result, str) else None
+
+
+def onednn_matmul(comp: HloComputation) -> OneDnnMatmul | None:
+    """The oneDNN matmul primitive computing `comp`, or None (`why_not_onednn_matmul`)."""
+    result = _map(comp)
+    return None if isinstance(result, str) else result
+
+
+def _map(comp: HloComputation) -> OneDnnMatmul | str:
+    dots = [i for i in comp.instructions if i.opcode == "dot"]
+    if len(dots) != 1:
+        return "not a single dot"
+    dot = dots[0]
+    chain = output_chain(comp)
+    if chain.value is not dot:
+        return "an epilogue after the dot"
+    rest = [i for i in comp.instructions if i is not dot and i not in chain.members and i.opcode != "parameter"]
+    if rest:
+        return f"{rest[0].opcode} {rest[0].name} besides the dot"
+    lhs, rhs = dot.operands
+    if lhs.opcode != "parameter" or rhs.opcode != "parameter":
+        return "an operand is not a parameter"
+    if any(t.shape.dtype.name != "f32" for t in (lhs, rhs, dot, comp.root)):
+        return "not f32 throughout"
+    if 0 in tuple(dot.shape.dims) or 0 in tuple(lhs.shape.dims) or 0 in tuple(rhs.shape.dims):
+        return "empty"
+    dd = dot_dims(dot)
+    a = operand_matrix(lhs.shape, dd.lb, dd.lf, dd.lc)
+    w = operand_matrix(rhs.shape, dd.rb, dd.rc, dd.rf)
+    c = output_map(comp, dot).matrix()
+    if a is None or w is None or c is None:
+        return "an operand or the result is not a strided matrix per batch element"
+    if len(a.batch_sizes) + 2 > dnnl.DNNL_MAX_NDIMS:
+        return "too many batch dimensions"
+    desc = dnnl.MatmulDescription(_tensor(a), _tensor(w), _tensor(c))
+    sources = (lhs.parameter_number, rhs.parameter_number, OUTPUT)
+    return OneDnnMatmul(desc, sources, dd.batch, dd.m, dd.n, dd.k)
+
+
+def fast_implementation(desc: dnnl.MatmulDescription) -> bool:
+    """Whether oneDNN runs `desc` with its JIT kernels ("brg:..."), not its reference or
+    generic GEMM-based ones (not measured)."""
+    impl = dnnl.implementation(desc)
+    return impl is not None and impl.startswith("brg")
+
+
+# ---- the rule ----------------------------------------------------------------------------------
+
+# Below this many multiply-adds the call's fixed cost (memory objects, scratchpad, 10-15 us)
+# is not amortized.
+MIN_MATMUL_MACS = 1 << 22
+# The class that gains: many small matrices with a narrow result. dnnl_sgemm is weakest at
+# N <= 64 (docs/dots.md), and per-(batch) sgemm calls pay its per-call packing once per
+# matrix; the primitive's brgemm kernels block over the batch and read the narrow operand
+# once. Attention's p.v (b4 h6 s512 d64: N 64) measured 2.8x faster; q.k^T (N 512) at parity
+# (0.95x), so wide results keep the sgemm kernels.
+MIN_MATMUL_BATCH = 2
+MAX_MATMUL_N = 128
+
+
+def prefers_onednn_matmul(comp: HloComputation) -> bool:
+    """The rule (docs/dots.md; by shape class, decided at compile time, never timed): dot
+    fusion `comp` runs as a oneDNN matmul primitive when f32 GEMMs are oneDNN's
+    (runtime/gemm_provider.py), it maps (`onednn_matmul`), oneDNN has a JIT kernel for it, it
+    has at least MIN_MATMUL_BATCH batch elements, at most MAX_MATMUL_N result columns and at
+    least MIN_MATMUL_MACS multiply-adds. Everything else keeps the sgemm kernels (cpu_gemm.py)."""
+    from ...runtime.gemm_provider import gemm_provider
+
+    if gemm_provider("f32") != "onednn":
+        return False
+    mapped = onednn_matmul(comp)
+    if mapped is None or mapped.batch < MIN_MATMUL_BATCH or mapped.n > MAX_MATMUL_N:
+        return False
+    if macs(mapped) < MIN_MATMUL_MACS:
+        return False
+    return fast_implementation(mapped.desc)
+
+
+def plan_onednn_matmul(comp: HloComputation, name: str) -> tuple[list[KernelPlan], list] | None:
+    """(kernels, temporaries' shapes) computing `comp` as one oneDNN matmul call (one work
+    unit: oneDNN threads the call) when `prefers_onednn_matmul`, else None."""
+    if not prefers_onednn_matmul(comp):
+        return None
+    inputs = [("in", i) for i in range(len(comp.parameters))]
+    return [KernelPlan(comp, [0], 1, macs(onednn_matmul(comp)), None, inputs=inputs, results=[("out", 0)], name=f"{name}_dnnl",
+                       custom="onednn_matmul")], []
+
+
+def emit_onednn_matmul_kernel(skel, plan) -> None:
+    """Fill CPU kernel skeleton `skel` with the oneDNN matmul kernel of `plan`
+    (custom="onednn_matmul"): one call of its primitive (emit_primitive_call)."""
+    mapped = onednn_matmul(plan.comp)
+    if mapped is None:
+        raise ValueError(f"kernel {plan.name}: its computation is not a oneDNN matmul")
+    emit_primitive_call(skel, mapped.desc, mapped.sources)
+
+
+def matmul_descriptions(kernels) -> list[dnnl.MatmulDescription]:
+    """The matmul primitive descriptions the kernels of a program need created before it loads."""
+    out = []
+    for k in kernels:
+        if k.custom == "onednn_matmul":
+            mapped = onednn_matmul(k.comp)
+            if mapped is None:
+                raise ValueError(f"kernel {k.name}: no longer maps to a oneDNN matmul")
+            out.append(mapped.desc)
+    return out
+
+
+def macs(mapped: OneDnnMatmul) -> int:
+    """Multiply-adds of the mapped dot."""
+    return math.prod((mapped.batch, mapped.m, mapped.n, mapped.k))

@@ -1,0 +1,178 @@
+"""Batched f32 dots through oneDNN's matmul primitive (codegen/kernels/cpu_gemm_onednn.py,
+runtime/onednn_primitives.py) against the reference interpreter.
+
+The oneDNN path is forced (`prefers_onednn_matmul` patched to say yes where the dot maps; no
+compile cache) on dots of every dimension-number layout test_gemm.py names and on random ones
+(those the primitive cannot express keep the sgemm kernels, and must still be right), and on
+attention's two dots as jax lowers them (the second one's root transpose written through
+strides). Also: the same bits from primitives made for 1-3 threads, a program loaded from the
+module cache in a fresh process, the rule's shape classes, and the sgemm path under
+HLOFUSE_GEMM=openblas. oneDNN sums in its own blocked order, so results agree with the
+interpreter's float64 sums to float rounding (hlofuse.runtime.compare's tolerance).
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import hlofuse
+from hlofuse.codegen.kernels import cpu_gemm_onednn
+from hlofuse.codegen.schedule import wrap_instruction
+from hlofuse.hlo.parser import parse_hlo
+from hlofuse.runtime import onednn_primitives
+from hlofuse.runtime.compare import compare_arrays
+from hlofuse.runtime.gemm_provider import gemm_provider
+
+from test_gemm import LAYOUTS, _dot_module, _random, _random_layout
+
+pytestmark = pytest.mark.skipif(gemm_provider("f32") != "onednn",
+                                reason="libdnnl not loaded (or HLOFUSE_GEMM=openblas)")
+
+
+@pytest.fixture
+def forced(monkeypatch):
+    """The matmul primitive for every dot fusion it can express, whatever implementation oneDNN
+    picks (a batch dimension in the middle gets its generic "gemm:jit", which the rule refuses):
+    the mapping of layouts to strides is what is tested."""
+    monkeypatch.setattr(cpu_gemm_onednn, "prefers_onednn_matmul",
+                        lambda comp: (m := cpu_gemm_onednn.onednn_matmul(comp)) is not None
+                        and onednn_primitives.implementation(m.desc) is not None)
+
+
+def _customs(exe) -> list:
+    return [k.custom for k in exe.program._planner.kernels]
+
+
+def check(text: str, seed: int = 0) -> list:
+    """`text` on cpu agrees with the interpreter; the kernels' custom kinds."""
+    rng = np.random.default_rng(seed)
+    module = parse_hlo(text)
+    args = [_random(rng, tuple(p.shape.dims), "f32") for p in module.entry.parameters]
+    want = hlofuse.compile(parse_hlo(text), target="interpreter")(*args)
+    exe = hlofuse.compile(parse_hlo(text), target="cpu", cache=False)
+    got = exe(*args)
+    for k, (g, w) in enumerate(zip(got, want)):
+        c = compare_arrays(g, w, k)
+        assert c.ok, c.line() + "\n" + text
+    return _customs(exe)
+
+
+def _maps(text: str) -> bool:
+    return cpu_gemm_onednn.onednn_matmul(wrap_instruction(parse_hlo(text).entry.root)) is not None
+
+
+@pytest.mark.parametrize("layout", LAYOUTS, ids=[str(i) for i in range(len(LAYOUTS))])
+def test_dimension_numbers(forced, layout):
+    """Every layout class of test_gemm.py: those with strided matrices per batch element run as
+    the primitive (transposes and batch dimensions anywhere as strides), the rest keep sgemm."""
+    ld, rd, lb, lc, rb, rc, packs = layout
+    text = _dot_module(ld, rd, lb, lc, rb, rc, "f32")
+    customs = check(text, seed=len(ld))
+    if packs == 0:
+        assert customs == ["onednn_matmul"], text
+    if packs:
+        assert not _maps(text) and "onednn_matmul" not in customs
+
+
+def test_the_batched_layouts_map():
+    """The mapping itself (independent of oneDNN's choice of kernel): batched, batch in the
+    middle, two batch and two contracting dimensions, transposed operands."""
+    for i in (0, 1, 2, 3, 4, 5, 6, 9):
+        ld, rd, lb, lc, rb, rc, _ = LAYOUTS[i]
+        assert _maps(_dot_module(ld, rd, lb, lc, rb, rc, "f32")), LAYOUTS[i]
+    ld, rd, lb, lc, rb, rc, _ = LAYOUTS[5]  # [70, 4, 33] x [4, 33, 90], batch dim 1 of the lhs
+    desc = cpu_gemm_onednn.onednn_matmul(wrap_instruction(
+        parse_hlo(_dot_module(ld, rd, lb, lc, rb, rc, "f32")).entry.root)).desc
+    assert desc.src == onednn_primitives.Tensor((4, 70, 33), (33, 132, 1))
+    assert desc.weights == onednn_primitives.Tensor((4, 33, 90), (2970, 90, 1))
+    assert desc.dst == onednn_primitives.Tensor((4, 70, 90), (6300, 90, 1))
+
+
+@pytest.mark.parametrize("seed", range(24))
+def test_random_dimension_numbers(forced, seed):
+    """Random dimension numbers (every role anywhere), sizes scaled up so that most take a
+    kernel rather than the small-dot loop."""
+    rng = np.random.default_rng(2000 + seed)
+    ld, rd, lb, lc, rb, rc = _random_layout(rng)
+    check(_dot_module(ld, rd, lb, lc, rb, rc, "f32"), seed)
+
+
+def _attention_module(b: int, h: int, s: int, d: int) -> str:
+    """Attention's two dots as jax lowers them: q.k^T from [b,s,h,d] operands to [b,h,s,s],
+    and p.v to [b,h,s,d] transposed to [b,s,h,d]."""
+    return (f"HloModule att\nENTRY e {{\n  q = f32[{b},{s},{h},{d}] parameter(0)\n"
+            f"  k = f32[{b},{s},{h},{d}] parameter(1)\n  v = f32[{b},{s},{h},{d}] parameter(2)\n"
+            f"  p = f32[{b},{h},{s},{s}] parameter(3)\n"
+            f"  qk = f32[{b},{h},{s},{s}] dot(q, k), lhs_batch_dims={{0,2}}, lhs_contracting_dims={{3}}, "
+            f"rhs_batch_dims={{0,2}}, rhs_contracting_dims={{3}}\n"
+            f"  pv = f32[{b},{h},{s},{d}] dot(p, v), lhs_batch_dims={{0,1}}, lhs_contracting_dims={{3}}, "
+            f"rhs_batch_dims={{0,2}}, rhs_contracting_dims={{1}}\n"
+            f"  t = f32[{b},{s},{h},{d}] transpose(pv), dimensions={{0,2,1,3}}\n"
+            f"  ROOT r = (f32[{b},{h},{s},{s}], f32[{b},{s},{h},{d}]) tuple(qk, t)\n}}\n")
+
+
+def test_attention_dots(forced):
+    """Both attention dots through the primitive (the transposed output as strides)."""
+    assert check(_attention_module(2, 3, 64, 16)).count("onednn_matmul") == 2
+
+
+def test_the_rule_takes_narrow_batched_dots():
+    """The rule's classes: attention's p.v (batched, N = d) goes to the primitive, q.k^T (N = s)
+    and an unbatched dot keep sgemm, a tiny batched one stays below MIN_MATMUL_MACS."""
+    text = _attention_module(4, 6, 512, 64)
+    customs = check(text)
+    assert sorted(customs) == ["gemm", "onednn_matmul"]
+    assert check(_dot_module((512, 256), (256, 64), [], [1], [], [0], "f32")) == ["gemm"]
+    small = _dot_module((2, 32, 32), (2, 32, 16), [0], [2], [0], [1], "f32")
+    assert not cpu_gemm_onednn.prefers_onednn_matmul(wrap_instruction(parse_hlo(small).entry.root))
+
+
+def test_same_bits_on_1_to_3_threads(forced):
+    """Attention's p.v gives the compiled kernel's bits from primitives made for 1, 2 and 3
+    threads (oneDNN fixes its split over threads when it makes a primitive)."""
+    text = _dot_module((4, 6, 128, 256), (4, 256, 6, 64), [0, 1], [3], [0, 2], [1], "f32")
+    module = parse_hlo(text)
+    rng = np.random.default_rng(7)
+    a, w = (_random(rng, tuple(p.shape.dims), "f32") for p in module.entry.parameters)
+    exe = hlofuse.compile(parse_hlo(text), target="cpu", cache=False)
+    assert _customs(exe) == ["onednn_matmul"]
+    (got,) = exe(a, w)
+    desc = cpu_gemm_onednn.onednn_matmul(wrap_instruction(module.entry.root)).desc
+    for n in (1, 2, 3):
+        out = np.empty_like(got)
+        onednn_primitives._create(desc, n).run_numpy({"src": a, "weights": w, "dst": out})
+        np.testing.assert_array_equal(out.view(np.uint32), got.view(np.uint32), err_msg=f"{n} threads")
+
+
+_CACHED_RUN = """
+import sys, numpy as np, hlofuse
+text = sys.stdin.read()
+exe = hlofuse.compile(hlofuse.parse_hlo(text), 'cpu')
+rng = np.random.default_rng(0)
+args = [rng.standard_normal(tuple(p.shape.dims)).astype(np.float32) for p in hlofuse.parse_hlo(text).entry.parameters]
+got = exe(*args)
+print(exe.program.code.compiled_count, sorted(k.custom for k in exe.program._planner.kernels),
+      repr(sum(float(g.sum()) for g in got)))
+"""
+
+
+def test_module_cache_round_trip(tmp_path):
+    """Compiled in one process, loaded from the module cache in another: the primitive is made
+    again from its description; the same results."""
+    text = _attention_module(2, 4, 256, 32)
+    env = {**os.environ, "HLOFUSE_CACHE_DIR": str(tmp_path / "cache"), "HLOFUSE_MODULE_CACHE": "1"}
+    runs = [subprocess.run([sys.executable, "-c", _CACHED_RUN], input=text, capture_output=True, text=True,
+                           env=env, check=True).stdout.split(" ", 1) for _ in range(2)]
+    assert int(runs[0][0]) > 0 and runs[1][0] == "0", runs  # the second process compiled nothing
+    assert runs[0][1] == runs[1][1] and "'onednn_matmul'" in runs[1][1]
+
+
+def test_without_onednn_the_sgemm_path_runs(monkeypatch):
+    """HLOFUSE_GEMM=openblas (as a process without libdnnl): no oneDNN kernel, same results."""
+    monkeypatch.setenv("HLOFUSE_GEMM", "openblas")
+    customs = check(_attention_module(4, 6, 512, 64))
+    assert customs == ["gemm", "gemm"]
