@@ -115,9 +115,30 @@ def _attention_module(b: int, h: int, s: int, d: int) -> str:
             f"  ROOT r = (f32[{b},{h},{s},{s}], f32[{b},{s},{h},{d}]) tuple(qk, t)\n}}\n")
 
 
+def _jax_pv_module(b: int, h: int, s: int, d: int) -> str:
+    """p.v as jax lowers einsum("bhqk,bkhd->bqhd"): dot(v, p) to [b,h,d,q], transposed to
+    [b,q,h,d] (the dot's result column-major per batch element)."""
+    return (f"HloModule pv\nENTRY e {{\n  v = f32[{b},{s},{h},{d}] parameter(0)\n"
+            f"  p = f32[{b},{h},{s},{s}] parameter(1)\n"
+            f"  pv = f32[{b},{h},{d},{s}] dot(v, p), lhs_batch_dims={{0,2}}, lhs_contracting_dims={{1}}, "
+            f"rhs_batch_dims={{0,1}}, rhs_contracting_dims={{3}}\n"
+            f"  ROOT t = f32[{b},{s},{h},{d}] transpose(pv), dimensions={{0,3,1,2}}\n}}\n")
+
+
 def test_attention_dots(forced):
     """Both attention dots through the primitive (the transposed output as strides)."""
     assert check(_attention_module(2, 3, 64, 16)).count("onednn_matmul") == 2
+
+
+def test_a_column_major_result_is_computed_transposed():
+    """jax's p.v writes its dot's result column-major: the description is C^T = B^T A^T
+    (oneDNN has only reference loops for a column-major dst), and the rule takes it."""
+    text = _jax_pv_module(4, 6, 512, 64)
+    mapped = cpu_gemm_onednn.onednn_matmul(parse_hlo(text).entry)  # the dot with its root transpose
+    assert mapped.sources == (1, 0, cpu_gemm_onednn.OUTPUT)  # p is the src, v the weights
+    assert mapped.desc.dst == onednn_primitives.Tensor((4, 6, 512, 64), (196608, 64, 384, 1))
+    assert (mapped.m, mapped.n) == (512, 64)
+    assert check(text) == ["onednn_matmul"]
 
 
 def test_the_rule_takes_narrow_batched_dots():
@@ -176,3 +197,18 @@ def test_without_onednn_the_sgemm_path_runs(monkeypatch):
     monkeypatch.setenv("HLOFUSE_GEMM", "openblas")
     customs = check(_attention_module(4, 6, 512, 64))
     assert customs == ["gemm", "gemm"]
+
+
+@pytest.mark.parametrize("perm", [(0, 2, 1, 3), (0, 3, 1, 2), (1, 0, 3, 2), (3, 2, 1, 0), (2, 0, 3, 1)])
+def test_root_transposes(forced, perm):
+    """A batched dot under a root transpose: written through the result's strides, as C or as
+    C^T (when the transpose makes the result column-major), or by the sgemm kernels."""
+    dims = (3, 5, 40, 24)  # [b0, b1, M, N] of a [3,5,40,16] x [3,5,16,24] dot
+    out = tuple(dims[p] for p in perm)
+    text = ("HloModule t\nENTRY e {\n  a = f32[3,5,40,16] parameter(0)\n  b = f32[3,5,16,24] parameter(1)\n"
+            "  d = f32[3,5,40,24] dot(a, b), lhs_batch_dims={0,1}, lhs_contracting_dims={3}, "
+            "rhs_batch_dims={0,1}, rhs_contracting_dims={2}\n"
+            f"  ROOT t = f32[{','.join(map(str, out))}] transpose(d), dimensions={{{','.join(map(str, perm))}}}\n}}\n")
+    customs = check(text, seed=sum(perm))
+    if cpu_gemm_onednn.onednn_matmul(parse_hlo(text).entry) is not None:
+        assert "onednn_matmul" in customs

@@ -90,9 +90,18 @@ def _map(comp: HloComputation) -> OneDnnMatmul | str:
         return "an operand or the result is not a strided matrix per batch element"
     if len(a.batch_sizes) + 2 > dnnl.DNNL_MAX_NDIMS:
         return "too many batch dimensions"
-    desc = dnnl.MatmulDescription(_tensor(a), _tensor(w), _tensor(c))
-    sources = (lhs.parameter_number, rhs.parameter_number, OUTPUT)
-    return OneDnnMatmul(desc, sources, dd.batch, dd.m, dd.n, dd.k)
+    if c.col_stride == 1 or c.cols == 1:
+        desc = dnnl.MatmulDescription(_tensor(a), _tensor(w), _tensor(c))
+        return OneDnnMatmul(desc, (lhs.parameter_number, rhs.parameter_number, OUTPUT), dd.batch, dd.m, dd.n, dd.k)
+    # A result with unit row stride (jax's p.v, [b,h,d,q] written as [b,q,h,d]): oneDNN has only
+    # its reference loops for a column-major dst, so it computes C^T = B^T A^T, row-major.
+    desc = dnnl.MatmulDescription(_tensor(_transposed(w)), _tensor(_transposed(a)), _tensor(_transposed(c)))
+    return OneDnnMatmul(desc, (rhs.parameter_number, lhs.parameter_number, OUTPUT), dd.batch, dd.n, dd.m, dd.k)
+
+
+def _transposed(mat: Matrix) -> Matrix:
+    """`mat` with rows and columns exchanged (the same elements)."""
+    return Matrix(mat.batch_sizes, mat.batch_strides, mat.cols, mat.rows, mat.col_stride, mat.row_stride)
 
 
 def fast_implementation(desc: dnnl.MatmulDescription) -> bool:
@@ -107,27 +116,27 @@ def fast_implementation(desc: dnnl.MatmulDescription) -> bool:
 # Below this many multiply-adds the call's fixed cost (memory objects, scratchpad, 10-15 us)
 # is not amortized.
 MIN_MATMUL_MACS = 1 << 22
-# The class that gains: many small matrices with a narrow result. dnnl_sgemm is weakest at
-# N <= 64 (docs/dots.md), and per-(batch) sgemm calls pay its per-call packing once per
-# matrix; the primitive's brgemm kernels block over the batch and read the narrow operand
-# once. Attention's p.v (b4 h6 s512 d64: N 64) measured 2.8x faster; q.k^T (N 512) at parity
-# (0.95x), so wide results keep the sgemm kernels.
+# The class that gains: many small matrices with a narrow side. dnnl_sgemm is weakest with a
+# side of 64 (docs/dots.md), and per-(batch) sgemm calls pay its per-call packing once per
+# matrix; the primitive's brgemm kernels block over the batch. Attention's p.v (b4 h6 s512
+# d64: one side 64, K 512) measured faster; q.k^T (512 x 512, K 64) at parity (0.95x), so
+# dots with both sides wide keep the sgemm kernels (docs/dots.md has the figures).
 MIN_MATMUL_BATCH = 2
-MAX_MATMUL_N = 128
+MAX_MATMUL_NARROW = 128
 
 
 def prefers_onednn_matmul(comp: HloComputation) -> bool:
     """The rule (docs/dots.md; by shape class, decided at compile time, never timed): dot
     fusion `comp` runs as a oneDNN matmul primitive when f32 GEMMs are oneDNN's
     (runtime/gemm_provider.py), it maps (`onednn_matmul`), oneDNN has a JIT kernel for it, it
-    has at least MIN_MATMUL_BATCH batch elements, at most MAX_MATMUL_N result columns and at
-    least MIN_MATMUL_MACS multiply-adds. Everything else keeps the sgemm kernels (cpu_gemm.py)."""
+    has at least MIN_MATMUL_BATCH batch elements, one side (M or N) of at most MAX_MATMUL_NARROW
+    and at least MIN_MATMUL_MACS multiply-adds. Everything else keeps the sgemm kernels (cpu_gemm.py)."""
     from ...runtime.gemm_provider import gemm_provider
 
     if gemm_provider("f32") != "onednn":
         return False
     mapped = onednn_matmul(comp)
-    if mapped is None or mapped.batch < MIN_MATMUL_BATCH or mapped.n > MAX_MATMUL_N:
+    if mapped is None or mapped.batch < MIN_MATMUL_BATCH or min(mapped.m, mapped.n) > MAX_MATMUL_NARROW:
         return False
     if macs(mapped) < MIN_MATMUL_MACS:
         return False
