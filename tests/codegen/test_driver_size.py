@@ -102,3 +102,48 @@ def test_shared_launcher_and_timer_compute_what_the_interpreter_does(split_every
     kernels = [ns for ns in steps if ns.kind == "kernel" and ns.step.kernels]
     assert len(kernels) >= 6 and all(calls[ns.id] == 3 for ns in kernels)
     assert (seconds >= 0).all() and wall > 0
+
+
+LAYER_NORM = """HloModule ln
+add {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}
+ENTRY e {
+  x = f32[64,768] parameter(0)
+  z = f32[] constant(0)
+  s = f32[64] reduce(x, z), dimensions={1}, to_apply=add
+  n = f32[] constant(0.0013020833)
+  nb = f32[64] broadcast(n), dimensions={}
+  m = f32[64] multiply(s, nb)
+  mb = f32[64,768] broadcast(m), dimensions={0}
+  d = f32[64,768] subtract(x, mb)
+  d2 = f32[64,768] multiply(d, d)
+  v = f32[64] reduce(d2, z), dimensions={1}, to_apply=add
+  vm = f32[64] multiply(v, nb)
+  eps = f32[] constant(1e-5)
+  eb = f32[64] broadcast(eps), dimensions={}
+  ve = f32[64] add(vm, eb)
+  r = f32[64] rsqrt(ve)
+  rb = f32[64,768] broadcast(r), dimensions={0}
+  ROOT y = f32[64,768] multiply(d, rb)
+}
+"""
+
+
+def test_a_step_whose_work_a_sibling_does_gets_no_code():
+    """Layer norm: the statistics' fusions are written by the normalising kernel (shared
+    outputs), so their steps run nothing; they get no code and no timer, the profile shows no
+    call of them, and the result is the interpreter's."""
+    exe = _compile(LAYER_NORM)
+    native = exe.program.code.native
+    kernel_steps = [ns for p in native.plans for ns in p.steps if ns.kind == "kernel"]
+    working = [ns for ns in kernel_steps if any(int(k.units) > 0 for k in ns.step.kernels) or ns.pre_copies]
+    assert 0 < len(working) < len(kernel_steps)
+    text = emit_driver(native, CpuTarget())
+    assert text.count('call void @"hlofuse_step_time"(') == len(working)
+    x = np.random.default_rng(1).standard_normal((64, 768)).astype(np.float32)
+    np.testing.assert_allclose(exe(x)[0], evaluate(parse_hlo(LAYER_NORM), [x])[0], rtol=1e-5, atol=1e-5)
+    steps, seconds, calls, wall = exe.program.profile([x], runs=2)
+    assert all(calls[ns.id] == (2 if ns in working else 0) for ns in kernel_steps)
