@@ -16,6 +16,7 @@ from llvmlite import ir
 
 from hlofuse.emitters import math_approx
 from hlofuse.emitters.cpu.target import CpuTarget, host_target_machine
+from tests.fuzz.values import flush_denormals
 
 F32, I64 = ir.FloatType(), ir.IntType(64)
 
@@ -36,13 +37,17 @@ UNARY = [
     ("erf_f32", _erf, 1),
 ]
 BINARY = [("pow_f32", np.power, 1), ("atan2_f32", np.arctan2, 1)]
+# Functions that build no denormal results, relying on the kernels' flush-to-zero mode (the
+# CPU target's `flushes_denormals`): compared after flushing both sides.
+FLUSHED = {"logistic_f32"}
 
 _ENGINES: list = []  # keep the JIT engines (and their code) alive for the session
 
 
-def _jit(name: str, arity: int):
-    """void f(float* a, [float* b,] float* out, i64 n): out[i] = math_approx.<name>(a[i], ...)."""
-    target = CpuTarget()
+def _jit(name: str, arity: int, target: CpuTarget | None = None):
+    """void f(float* a, [float* b,] float* out, i64 n): out[i] = math_approx.<name>(a[i], ...)
+    (emitted for `target`, by default the host's CpuTarget)."""
+    target = target or CpuTarget()
     module = ir.Module(name=f"m_{name}")
     module.triple, module.data_layout = target.triple, target.data_layout
     ptr = F32.as_pointer()
@@ -106,9 +111,24 @@ def _reference(fn, *xs: np.ndarray) -> np.ndarray:
 @pytest.mark.parametrize("name, ref, max_ulp", UNARY, ids=[u[0] for u in UNARY])
 def test_unary_within_its_ulp_bound(name, ref, max_ulp):
     x = _inputs(seed=sum(map(ord, name)))
-    err = _ulp(_call(_jit(name, 1), x), _reference(ref, x))
+    got, want = _call(_jit(name, 1), x), _reference(ref, x)
+    if name in FLUSHED:  # as in the kernels, which run with denormals flushed
+        got, want = flush_denormals(got), flush_denormals(want)
+    err = _ulp(got, want)
     worst = int(err.argmax())
     assert err[worst] <= max_ulp, f"{name}: {err[worst]} ULP at x={x[worst]!r}"
+
+
+def test_logistic_keeps_denormals_where_the_target_does():
+    """On a target that keeps denormals, logistic's tiny results (x in [-103.97, -87.34])
+    are denormals within the bound, not the zeros the flushing form gives there."""
+    x = np.concatenate([np.linspace(-103.9, -87.4, 4001, dtype=np.float32), _inputs(seed=5)])
+    keeping = CpuTarget()
+    keeping.flushes_denormals = False
+    got = _call(_jit("logistic_f32", 1, keeping), x)
+    want = _reference(lambda v: 1 / (1 + np.exp(-v)), x)
+    assert np.count_nonzero((got != 0) & (np.abs(got) < 1.1754944e-38)) > 3000
+    assert _ulp(got, want).max() <= 3
 
 
 @pytest.mark.parametrize("name, ref, max_ulp", BINARY, ids=[u[0] for u in BINARY])
