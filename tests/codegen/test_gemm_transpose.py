@@ -107,9 +107,13 @@ def test_epilogue_before_the_transpose(perm, dtype, out):
     assert "multiply" in {i.opcode for i in fusion.fused_computation.instructions}
 
 
-def test_attention_output_layout_is_written_by_blas():
+def test_attention_output_layout_is_written_by_blas(monkeypatch):
     """bhqd -> bqhd (the output of attention's second dot, [b,h,d,q] -> [b,q,h,d]): the output
-    has unit stride along the lhs's rows (d), so BLAS writes it swapped, with ldc = h*d."""
+    has unit stride along the lhs's rows (d), so BLAS writes it swapped, with ldc = h*d. (The
+    sgemm kernels: oneDNN's matmul primitive would take this dot, cpu_gemm_onednn.py.)"""
+    from hlofuse.codegen.kernels import cpu_gemm_onednn
+
+    monkeypatch.setattr(cpu_gemm_onednn, "prefers_onednn_matmul", lambda comp: False)
     rng = np.random.default_rng(11)
     b, h, s, d = 2, 3, 128, 64
     text = f"""HloModule att

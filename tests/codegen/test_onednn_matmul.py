@@ -150,6 +150,15 @@ def test_the_rule_takes_narrow_batched_dots():
     assert check(_dot_module((512, 256), (256, 64), [], [1], [], [0], "f32")) == ["gemm"]
     small = _dot_module((2, 32, 32), (2, 32, 16), [0], [2], [0], [1], "f32")
     assert not cpu_gemm_onednn.prefers_onednn_matmul(wrap_instruction(parse_hlo(small).entry.root))
+    # jax's p.v: N = d of 32 to 128 the primitive; d = 16 (it lost up to 1.26x) sgemm
+    for d, want in ((16, False), (32, True), (64, True), (128, True), (256, False)):
+        comp = parse_hlo(_jax_pv_module(4, 6, 512, d)).entry
+        assert cpu_gemm_onednn.prefers_onednn_matmul(comp) == want, d
+    # p.v to a row-major [b,h,d,q] (its transpose not fused): M = d of 16 to 128 the primitive
+    for d, want in ((8, False), (16, True), (128, True), (256, False)):
+        text = _dot_module((4, 6, 512, d), (4, 6, 512, 512), [0, 1], [2], [0, 1], [3], "f32")
+        comp = wrap_instruction(parse_hlo(text).entry.root)
+        assert cpu_gemm_onednn.prefers_onednn_matmul(comp) == want, d
 
 
 def test_same_bits_on_1_to_3_threads(forced):

@@ -116,27 +116,37 @@ def fast_implementation(desc: dnnl.MatmulDescription) -> bool:
 # Below this many multiply-adds the call's fixed cost (memory objects, scratchpad, 10-15 us)
 # is not amortized.
 MIN_MATMUL_MACS = 1 << 22
-# The class that gains: many small matrices with a narrow side. dnnl_sgemm is weakest with a
-# side of 64 (docs/dots.md), and per-(batch) sgemm calls pay its per-call packing once per
-# matrix; the primitive's brgemm kernels block over the batch. Attention's p.v (b4 h6 s512
-# d64: one side 64, K 512) measured faster; q.k^T (512 x 512, K 64) at parity (0.95x), so
-# dots with both sides wide keep the sgemm kernels (docs/dots.md has the figures).
+# The classes that gain (docs/dots.md; one thread, CPU time, p.v-shaped dots of 8M-2G
+# multiply-adds), where dnnl_sgemm per matrix is weakest and the primitive's brgemm kernels
+# block over the whole batch:
+# * a narrow lhs side, M 16-128 (a [d, q] result: jax's p.v when its transpose is not fused):
+#   0.23-0.77x the sgemm kernels' time in 7 shapes;
+# * a narrow result, N 32-128 (attention's p.v): 0.76-0.93x in 13 of 17 shapes, 0.96-1.05x in
+#   the other four; at N 16 it lost up to 1.26x (batch 32, K 1024).
+# q.k^T (M = N = 512) was at parity (0.94-0.98x): wide results keep the sgemm kernels.
 MIN_MATMUL_BATCH = 2
-MAX_MATMUL_NARROW = 128
+MIN_MATMUL_M, MIN_MATMUL_N, MAX_MATMUL_NARROW = 16, 32, 128
+
+
+def _narrow(mapped: OneDnnMatmul) -> bool:
+    """Whether the dot is in one of the measured narrow classes (above)."""
+    return (MIN_MATMUL_M <= mapped.m <= MAX_MATMUL_NARROW) or (MIN_MATMUL_N <= mapped.n <= MAX_MATMUL_NARROW)
 
 
 def prefers_onednn_matmul(comp: HloComputation) -> bool:
     """The rule (docs/dots.md; by shape class, decided at compile time, never timed): dot
     fusion `comp` runs as a oneDNN matmul primitive when f32 GEMMs are oneDNN's
     (runtime/gemm_provider.py), it maps (`onednn_matmul`), oneDNN has a JIT kernel for it, it
-    has at least MIN_MATMUL_BATCH batch elements, one side (M or N) of at most MAX_MATMUL_NARROW
-    and at least MIN_MATMUL_MACS multiply-adds. Everything else keeps the sgemm kernels (cpu_gemm.py)."""
+    has at least MIN_MATMUL_BATCH batch elements, a narrow side (`_narrow`: M of
+    MIN_MATMUL_M to MAX_MATMUL_NARROW, or N of MIN_MATMUL_N to MAX_MATMUL_NARROW, N after the
+    C^T form of a column-major result) and at least MIN_MATMUL_MACS multiply-adds. Everything
+    else keeps the sgemm kernels (cpu_gemm.py)."""
     from ...runtime.gemm_provider import gemm_provider
 
     if gemm_provider("f32") != "onednn":
         return False
     mapped = onednn_matmul(comp)
-    if mapped is None or mapped.batch < MIN_MATMUL_BATCH or min(mapped.m, mapped.n) > MAX_MATMUL_NARROW:
+    if mapped is None or mapped.batch < MIN_MATMUL_BATCH or not _narrow(mapped):
         return False
     if macs(mapped) < MIN_MATMUL_MACS:
         return False
@@ -149,8 +159,8 @@ def plan_onednn_matmul(comp: HloComputation, name: str) -> tuple[list[KernelPlan
     if not prefers_onednn_matmul(comp):
         return None
     inputs = [("in", i) for i in range(len(comp.parameters))]
-    return [KernelPlan(comp, [0], 1, macs(onednn_matmul(comp)), None, inputs=inputs, results=[("out", 0)], name=f"{name}_dnnl",
-                       custom="onednn_matmul")], []
+    return [KernelPlan(comp, [0], 1, macs(onednn_matmul(comp)), None, inputs=inputs, results=[("out", 0)],
+                       name=f"{name}_dnnl", custom="onednn_matmul")], []
 
 
 def emit_onednn_matmul_kernel(skel, plan) -> None:
