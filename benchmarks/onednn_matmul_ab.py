@@ -2,11 +2,12 @@
 
 Run (needs the `bench` extra, KERAS_BACKEND=jax):
 
-    python benchmarks/onednn_matmul_ab.py [--cases a,b] [--rounds 9] [--force] [--cpu-time]
+    python benchmarks/onednn_matmul_ab.py [case ...] [--rounds 9] [--force] [--cpu-time]
 
 Each case (attention's dots b4 h6 s512 d64 as jax lowers them: `attn_qk`, `attn_pv`, both
-`attn_dots`, the causal masked attention `attn_causal`; a workload of benchmarks/run.py at its
-large size; or a model of benchmarks/model_zoo.py)
+`attn_dots`, the causal masked attention `attn_causal`; `pv:B,H,Q,K,D:LAYOUT`, a p.v dot of
+those sizes and result layout (`PV_EINSUM`); a workload of benchmarks/run.py at its large
+size; or a model of benchmarks/model_zoo.py)
 is compiled by hlofuse twice from the same HLO text, the rule `prefers_onednn_matmul`
 (codegen/kernels/cpu_gemm_onednn.py) as it stands ("after") and turned off ("before": the
 per-batch sgemm kernels), no compile cache; `--force` routes every dot the primitive runs
@@ -79,10 +80,35 @@ def attention_case(name: str, b: int = 4, h: int = 6, s: int = 512, d: int = 64)
     return jax.jit(fn).lower(*args).as_text(dialect="hlo"), args
 
 
+# p.v-shaped dots by result layout ("pv:B,H,Q,K,D:LAYOUT" cases, the rule's measurements):
+# bqhd as attention writes it (jax: dot(v, p) under a transpose, the C^T form), bhqd (direct,
+# N = D), bhdq (a row-major [d, q] result: M = D).
+PV_EINSUM = {"bqhd": ("bhqk,bkhd->bqhd", "bkhd"), "bhqd": ("bhqk,bhkd->bhqd", "bhkd"),
+             "bhdq": ("bhqk,bhkd->bhdq", "bhkd")}
+
+
+def pv_case(spec: str):
+    """(HLO text, arguments) of "pv:B,H,Q,K,D:LAYOUT" (PV_EINSUM)."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    _, sizes, layout = spec.split(":")
+    b, h, q, k, d = (int(x) for x in sizes.split(","))
+    equation, v_order = PV_EINSUM[layout]
+    rng = np.random.default_rng(0)
+    dims = {"b": b, "h": h, "k": k, "d": d}
+    p = rng.standard_normal((b, h, q, k)).astype(np.float32)
+    v = rng.standard_normal(tuple(dims[c] for c in v_order)).astype(np.float32)
+    return jax.jit(lambda p, v: jnp.einsum(equation, p, v)).lower(p, v).as_text(dialect="hlo"), [p, v]
+
+
 def case(name: str):
     """(HLO text, arguments) of case `name`."""
     if name in ATTENTION:
         return attention_case(name)
+    if name.startswith("pv:"):
+        return pv_case(name)
     import jax
     from model_zoo import BUILDERS
     from workloads import WORKLOADS
@@ -102,7 +128,7 @@ def main() -> None:
 
     reexec_with_malloc_settings()
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--cases", default=",".join(ATTENTION))
+    parser.add_argument("cases", nargs="*", help=f"cases (default: {' '.join(ATTENTION)})")
     parser.add_argument("--rounds", type=int, default=9)
     parser.add_argument("--force", action="store_true", help="every dot the primitive runs fast, not the rule's")
     parser.add_argument("--cpu-time", action="store_true", help="process CPU seconds instead of wall seconds")
@@ -114,7 +140,7 @@ def main() -> None:
     from kernel_figures import median_seconds
 
     print(f"load average before: {os.getloadavg()}", flush=True)
-    for name in opts.cases.split(","):
+    for name in opts.cases or ATTENTION:
         text, args = case(name)
         after, before = compile_rule(text, "force" if opts.force else "on"), compile_rule(text, "off")
         taken = sum(k.custom == "onednn_matmul" for k in after.program._planner.kernels)
