@@ -125,3 +125,28 @@ def test_results_within_reduction_tolerance(rows, cols, squares):
     exact = [np.abs(x64).sum(1)] + ([(x64 * x64).sum(1)] if squares else [])
     for g, e in zip(got, exact):
         np.testing.assert_allclose(np.asarray(g, np.float64), e, rtol=2e-6 * np.sqrt(cols), atol=0)
+
+
+def test_a_reduce_over_no_dimensions_compiles_and_agrees():
+    """A reduce of a rank-0 operand over no dimensions (dimensions={}) has no row to interleave:
+    the rule's row length read a reduced dimension that is not there (IndexError at compile)."""
+    import hlofuse.compiler
+    from hlofuse.hlo.parser import parse_hlo
+    from hlofuse.runtime.interpreter import evaluate
+
+    text = """HloModule m
+add {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}
+ENTRY e {
+  x = f32[] parameter(0)
+  z = f32[] constant(0)
+  r = f32[] reduce(x, z), dimensions={}, to_apply=add
+  ROOT m = f32[] multiply(r, x)
+}
+"""
+    x = np.float32(1.5)
+    got = hlofuse.compiler.compile(parse_hlo(text))(x)[0]
+    assert float(got) == float(evaluate(parse_hlo(text), [x])[0]) == 2.25

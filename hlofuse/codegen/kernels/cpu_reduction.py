@@ -159,6 +159,8 @@ def _row_accumulators(em, comp: HloComputation, group: ReductionGroup, heroes, a
     the sliced dimension is the only one)."""
     if not em.target.reassociate_reductions or computes_expensive_elements(comp, group.in_dims):
         return 1
+    if not group.rdims:  # a reduce over no dimensions (a rank-0 operand, dimensions={}): one element
+        return 1
     accumulators = sum(1 if h in arg_rows else len(h.types) for h in heroes)
     row = group.in_dims[group.rdims[-1]] // (parts if len(group.rdims) == 1 else 1)
     return row_accumulators(vector_lanes(em.target, group.heroes), accumulators, row)
