@@ -15,9 +15,9 @@ the external symbol `desc.symbol`, a block of handles this module fills at load 
 description (pickled with the program's plan) in each process.
 
 The block holds: the primitive, its stream and engine, the address of the thread-count cell,
-the scratchpad's size, an optional weights reorder (convolutions only) (weights in the layout oneDNN chose,
-`format_any`, reordered per call from the caller's layout), and the memory descriptor of each
-execution argument in `ConvDescription.arguments()` order. A call creates its own memory
+the scratchpad's size, an optional weights reorder (convolutions: weights in the layout oneDNN
+chose, `format_any`, reordered per call from the caller's layout), and the memory descriptor of each
+execution argument in `desc.arguments()` order. A call creates its own memory
 objects over the kernel's buffers and allocates its own scratchpad (user scratchpad mode):
 nothing mutable is shared, so calls from several threads (several programs sharing a
 primitive) are safe; oneDNN documents primitives as safe to execute concurrently in that mode.
@@ -140,6 +140,11 @@ class PostOp:
     constant: tuple[float, ...] | None = None
 
 
+def _post_op_arguments(post_ops: tuple[PostOp, ...]) -> list[tuple[int, str]]:
+    """(DNNL_ARG_*, "post<i>") of each binary post-op's input operand."""
+    return [(ARG_POST_OP_BASE * (i + 1) | ARG_SRC_1, f"post{i}") for i, p in enumerate(post_ops) if p.kind == "binary"]
+
+
 @dataclass(frozen=True)
 class ConvDescription:
     """A forward f32 convolution as oneDNN takes it: tensors, spatial strides, dilations
@@ -169,10 +174,7 @@ class ConvDescription:
         if self.bias is not None:
             args.append((ARG_BIAS, "bias"))
         args.append((ARG_DST, "dst"))
-        for i, p in enumerate(self.post_ops):
-            if p.kind == "binary":
-                args.append((ARG_POST_OP_BASE * (i + 1) | ARG_SRC_1, f"post{i}"))
-        return args
+        return args + _post_op_arguments(self.post_ops)
 
 
 @dataclass(frozen=True)
@@ -197,11 +199,7 @@ class MatmulDescription:
     def arguments(self) -> list[tuple[int, str]]:
         """(DNNL_ARG_*, what) of each execution argument with a kernel buffer, in block order:
         "src", "weights", "dst", or "post<i>" (the i-th post-op's input operand)."""
-        args = [(ARG_SRC, "src"), (ARG_WEIGHTS, "weights"), (ARG_DST, "dst")]
-        for i, p in enumerate(self.post_ops):
-            if p.kind == "binary":
-                args.append((ARG_POST_OP_BASE * (i + 1) | ARG_SRC_1, f"post{i}"))
-        return args
+        return [(ARG_SRC, "src"), (ARG_WEIGHTS, "weights"), (ARG_DST, "dst")] + _post_op_arguments(self.post_ops)
 
 
 Description = ConvDescription | MatmulDescription
