@@ -67,27 +67,42 @@ FIXED_SLOTS = 9
 
 _lock = threading.RLock()
 _state: dict = {"engine": None, "stream": None}
-_primitives: dict["Description", "Primitive"] = {}
+# Keyed by description and thread count: oneDNN fixes a primitive's split over threads when it
+# is made, and programs loaded under different HLOFUSE_CPU_THREADS may share a description.
+_primitives: dict[tuple["Description", int], "Primitive"] = {}
 _descriptors: dict[tuple["Description", int], "_Descriptor"] = {}
-# The threads a primitive runs on (omp_set_num_threads around each call): set from
-# cpu_threads.kernel_threads() when a program loads, 1 in a forked child (libgomp is not
-# fork-safe, runtime/cpu_threads.py). oneDNN fixes a primitive's split over threads when it
-# makes the descriptor (from omp_get_max_threads()), so descriptors are made under the same
-# count (`_creation_threads`), and a forked child makes its primitives again for one thread.
-THREADS = ctypes.c_int32(1)
+# The threads a primitive runs on (omp_set_num_threads around each call, from a cell of its
+# own the handle block points at): cpu_threads.kernel_threads() of the program that loads it,
+# 1 in a forked child (libgomp is not fork-safe, runtime/cpu_threads.py). oneDNN fixes a
+# primitive's split over threads when it makes the descriptor (from omp_get_max_threads()), so
+# descriptors are made under the same count (`_creation_threads`), a program gets the
+# primitive made for its own count (`register_primitives`), and a forked child makes its
+# primitives again for one thread.
 
 
 def _after_fork_in_child() -> None:
     """In a forked child: one thread, and every primitive made again for it, in place (the
     handle blocks compiled code reads keep their addresses). A parent's primitive would
     start a team of the parent's thread count, which hangs the child."""
-    THREADS.value = 1
     _descriptors.clear()
-    for desc, prim in list(_primitives.items()):
-        fresh = _create(desc, 1)
-        ctypes.memmove(prim.block, fresh.block, ctypes.sizeof(prim.block))
-        prim.keep.append(fresh)
-        prim.scratch_bytes, prim.packed_bytes, prim.impl = fresh.scratch_bytes, fresh.packed_bytes, fresh.impl
+    for prim in list(_primitives.values()):
+        _remake_in_place(prim, 1)
+
+
+def _remake_in_place(prim: "Primitive", threads: int) -> None:
+    """Make `prim`'s primitive again for `threads` threads, into the same handle block (compiled
+    code holds its address). The former objects stay alive in `prim.keep`: a call that read
+    them before the copy still runs on valid handles."""
+    fresh = _create(prim.desc, threads)
+    fresh.threads_cell.value = threads
+    block = list(fresh.block)
+    block[SLOT_THREADS] = ctypes.addressof(prim.threads_cell)  # the cell compiled code was given
+    prim.threads_cell.value = threads
+    for i, v in enumerate(block):
+        prim.block[i] = v
+    prim.keep.append(fresh)
+    prim.scratch_bytes, prim.packed_bytes, prim.impl = fresh.scratch_bytes, fresh.packed_bytes, fresh.impl
+    prim.threads = threads
 
 
 class _creation_threads:
@@ -275,6 +290,8 @@ class Primitive:
     scratch_bytes: int
     packed_bytes: int
     keep: list = field(default_factory=list)  # descriptors, constants: alive as long as the block
+    threads: int = 1  # the thread count oneDNN split the primitive for (`_creation_threads`)
+    threads_cell: ctypes.c_int32 = field(default_factory=lambda: ctypes.c_int32(1))  # read by each call
 
     @property
     def address(self) -> int:
@@ -441,7 +458,8 @@ def _make(desc: Description, threads: int) -> Primitive:
     args = desc.arguments()
     block = (ctypes.c_void_p * block_slots(desc))()
     block[SLOT_PRIMITIVE], block[SLOT_STREAM], block[SLOT_ENGINE] = prim.value, stream.value, engine.value
-    block[SLOT_THREADS] = ctypes.addressof(THREADS)
+    threads_cell = ctypes.c_int32(threads)
+    block[SLOT_THREADS] = ctypes.addressof(threads_cell)
     block[SLOT_SCRATCH_BYTES] = scratch_bytes or None
     block[SLOT_REORDER] = reorder.value
     block[SLOT_PACKED_BYTES] = packed_bytes or None
@@ -457,16 +475,18 @@ def _make(desc: Description, threads: int) -> Primitive:
             values = np.ascontiguousarray(desc.post_ops[int(name[4:])].constant, np.float32)
             keep.append(values)
             block[constant_slot(desc, i)] = values.ctypes.data
-    return Primitive(desc, impl, block, scratch_bytes, packed_bytes, keep)
+    return Primitive(desc, impl, block, scratch_bytes, packed_bytes, keep, threads, threads_cell)
 
 
-def primitive(desc: Description) -> Primitive:
-    """The primitive of `desc`, created on first use in this process (raises OneDnnError when
-    oneDNN has no implementation for it)."""
+def primitive(desc: Description, threads: int | None = None) -> Primitive:
+    """The primitive of `desc` made for `threads` threads (default: the kernels' count now),
+    created on first use in this process (raises OneDnnError when oneDNN has no
+    implementation for it)."""
+    threads = _threads_now() if threads is None else threads
     with _lock:
-        prim = _primitives.get(desc)
+        prim = _primitives.get((desc, threads))
         if prim is None:
-            prim = _primitives[desc] = _create(desc)
+            prim = _primitives[(desc, threads)] = _create(desc, threads)
         return prim
 
 
@@ -482,9 +502,12 @@ def implementation(desc: Description) -> str | None:
 
 
 def register_primitives(descs) -> None:
-    """Create each description's primitive (where not yet) and make its handle block
-    resolvable under `desc.symbol` for the object code about to load; set the threads the
-    primitives run on (cpu_threads.kernel_threads())."""
+    """Create each description's primitive for the loading program's thread count
+    (cpu_threads.kernel_threads(); where not yet) and make its handle block resolvable under
+    `desc.symbol` for the object code about to load. MCJIT binds the symbol when that code
+    loads, so a program loaded earlier under another thread count keeps its own primitive
+    (one made for one thread and called on two ran attention's p.v dot 1.35x slower).
+    Programs loading concurrently under different thread counts may race on the symbol."""
     import llvmlite.binding as llvm
 
     from .cpu_threads import kernel_threads
@@ -492,6 +515,6 @@ def register_primitives(descs) -> None:
     descs = list(descs)
     if not descs:
         return
-    THREADS.value = kernel_threads()
+    threads = kernel_threads()
     for desc in descs:
-        llvm.add_symbol(desc.symbol, primitive(desc).address)
+        llvm.add_symbol(desc.symbol, primitive(desc, threads).address)

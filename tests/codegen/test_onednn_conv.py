@@ -338,7 +338,7 @@ def test_calls_from_several_threads_at_once(forced):
 
 def test_a_forked_child_runs_the_primitive_on_one_thread():
     """libgomp hangs a forked child that starts a team after its parent ran one: oneDNN's
-    thread count is 1 there (onednn_primitives.THREADS), and the child gets the answer."""
+    thread count is 1 there (each primitive's thread cell), and the child gets the answer."""
     import multiprocessing as mp
 
     lhs, rhs, attrs, _ = RULE_CASES[0]
@@ -351,13 +351,13 @@ def test_a_forked_child_runs_the_primitive_on_one_thread():
     queue = ctx.Queue()
 
     def child():
-        queue.put((exe(*args)[0], onednn_primitives.THREADS.value))
+        queue.put((exe(*args)[0], {p.threads_cell.value for p in onednn_primitives._primitives.values()}))
 
     proc = ctx.Process(target=child)
     proc.start()
     got, threads = queue.get(timeout=120)
     proc.join(30)
-    assert proc.exitcode == 0 and threads == 1
+    assert proc.exitcode == 0 and threads == {1}
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-4)
 
 

@@ -238,11 +238,33 @@ def test_a_forked_child_runs_the_primitive_on_one_thread():
     queue = ctx.Queue()
 
     def child():
-        queue.put((exe(*args)[0], onednn_primitives.THREADS.value))
+        queue.put((exe(*args)[0], {p.threads_cell.value for p in onednn_primitives._primitives.values()}))
 
     proc = ctx.Process(target=child)
     proc.start()
     got, threads = queue.get(timeout=120)
     proc.join(30)
-    assert proc.exitcode == 0 and threads == 1
+    assert proc.exitcode == 0 and threads == {1}
     np.testing.assert_array_equal(got, want)  # brgemm matmul does not cut K: the same bits
+
+
+def test_programs_loaded_under_different_thread_counts_keep_their_own_primitive(monkeypatch):
+    """oneDNN fixes a primitive's split over threads when it is made: a program loaded under
+    HLOFUSE_CPU_THREADS=1 after one loaded on two threads must not hand the first a primitive
+    made for one thread (nor change the count its calls run with)."""
+    text = _jax_pv_module(4, 6, 256, 64)
+    monkeypatch.delenv("HLOFUSE_CPU_THREADS", raising=False)
+    two = hlofuse.compile(parse_hlo(text), target="cpu", cache=False)
+    monkeypatch.setenv("HLOFUSE_CPU_THREADS", "1")
+    one = hlofuse.compile(parse_hlo(text), target="cpu", cache=False)
+    (desc,) = two.program.primitives
+    made = {t: p for (d, t), p in onednn_primitives._primitives.items() if d == desc}
+    assert set(made) >= {1} and made[1].threads_cell.value == 1
+    from hlofuse.runtime.cpu_threads import kernel_threads
+    monkeypatch.delenv("HLOFUSE_CPU_THREADS")
+    many = kernel_threads()
+    if many > 1:
+        assert made[many].threads == made[many].threads_cell.value == many
+    rng = np.random.default_rng(5)
+    args = [_random(rng, tuple(p.shape.dims), "f32") for p in parse_hlo(text).entry.parameters]
+    np.testing.assert_array_equal(two(*args)[0], one(*args)[0])

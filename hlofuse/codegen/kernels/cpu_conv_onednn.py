@@ -28,7 +28,7 @@ the program loads, and found by the kernel through the external symbol `desc.sym
   other types than f32 throughout. No spatial dimension is one of size 1.
 
 Threads: the kernel is one work unit; oneDNN splits the call over libgomp's threads itself
-(omp_set_num_threads around the call, the count from onednn_primitives.THREADS: the
+(omp_set_num_threads around the call, the count from the primitive's thread cell: the
 program's thread count, 1 in a forked child). oneDNN's worker threads do not get the kernel
 skeleton's flush-to-zero mode: a denormal intermediate may stay denormal there.
 """
