@@ -108,37 +108,41 @@ ENTRY main {
 """
 
 
-@pytest.mark.parametrize("kind", ["malformed", "graph"])
-def test_timeout_the_interpreter_cannot_beat_is_long_running(kind, tmp_path):
+def test_timeout_the_interpreter_cannot_beat_is_long_running(tmp_path):
     """A case that times out and on which the interpreter alone, in a fresh worker, does not
     finish within the timeout either is LONG_RUNNING (counted apart, one reproducer, not a
     failure); one that hangs only in the compiled path (the self-test hang: its reference run
-    answers at once) stays a HANG. The pool goes on with the next case either way."""
+    answers at once) stays a HANG. The pool goes on with the next case either way. Both case
+    kinds (a malformed module and a random graph) run in the same pool, side by side."""
     from fuzz.pool import run_cases
     from fuzz.report import Summary, record
     from fuzz.runner import _inputs_for
 
-    cases = [{"id": "loop", "label": "decrementing loop",
-              "payload": {"kind": kind, "text": LOOPS_FOR_EVER, "seed": 1}},
-             {"id": "hang", "label": "compiled-path hang", "payload": {"kind": "selftest-hang"}},
-             {"id": "ping", "payload": {"kind": "ping"}}]
+    kinds = ("malformed", "graph")
+    cases = [{"id": f"loop-{kind}", "label": "decrementing loop",
+              "payload": {"kind": kind, "text": LOOPS_FOR_EVER, "seed": 1}} for kind in kinds]
+    cases += [{"id": "hang", "label": "compiled-path hang", "payload": {"kind": "selftest-hang"}},
+              {"id": "ping", "payload": {"kind": "ping"}}]
     got = {}
     run_cases(cases, jobs=2, timeout=4.0, on_result=lambda c, r: got.__setitem__(c["id"], (c, r)))
-    loop, hang = got["loop"][1], got["hang"][1]
-    assert loop["outcome"] == oc.LONG_RUNNING, loop
-    assert "while" in loop["traceback"] and "interpreter" in loop["traceback"]  # both stacks kept
+    hang = got["hang"][1]
     assert hang["outcome"] == oc.HANG and "the interpreter alone finishes" in hang["message"], hang
     assert got["ping"][1] == "pong"
+    for kind in kinds:
+        loop_case, loop = got[f"loop-{kind}"]
+        assert loop["outcome"] == oc.LONG_RUNNING, loop
+        assert "while" in loop["traceback"] and "interpreter" in loop["traceback"]  # both stacks kept
 
-    summary = Summary()
-    for c, r in (got["loop"], got["hang"]):
-        record(summary, "malformed", c, r, tmp_path, lambda case: _inputs_for(case) if case is got["loop"][0] else None)
-    assert summary.counts[("malformed", oc.LONG_RUNNING)] == 1
-    assert summary.failure_count() == 1  # the hang, not the long-running loop
-    (lr,) = summary.long_running.values()
-    assert (Path(lr.reproducer) / "case.hlo").read_text() == LOOPS_FOR_EVER
-    assert "--backend interpreter" in (Path(lr.reproducer) / "README.txt").read_text()
-    assert "long-running [malformed] x1" in summary.render() and lr.reproducer in summary.render()
+        summary = Summary()
+        for c, r in ((loop_case, loop), got["hang"]):
+            record(summary, "malformed", c, r, tmp_path / kind,
+                   lambda case: _inputs_for(case) if case is loop_case else None)
+        assert summary.counts[("malformed", oc.LONG_RUNNING)] == 1
+        assert summary.failure_count() == 1  # the hang, not the long-running loop
+        (lr,) = summary.long_running.values()
+        assert (Path(lr.reproducer) / "case.hlo").read_text() == LOOPS_FOR_EVER
+        assert "--backend interpreter" in (Path(lr.reproducer) / "README.txt").read_text()
+        assert "long-running [malformed] x1" in summary.render() and lr.reproducer in summary.render()
 
 
 def test_minimizer_reads_a_module_without_root_as_the_parser_does():
