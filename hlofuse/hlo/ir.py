@@ -38,10 +38,10 @@ from __future__ import annotations
 
 from typing import Any, Iterable, Iterator
 
-import numpy as np
 
 from . import control_list
 from .attributes import COMPUTATION_ATTRS
+from .module_clone import clone_module
 from .pending_state import read_pending, state_to_copy
 from .shapes import Shape
 from .walk import post_order
@@ -382,24 +382,6 @@ class HloComputation:
         return f"<computation {self.name}: {len(self.instructions)} instructions>"
 
 
-def _copy_literal(value: Any) -> Any:
-    """A constant's value with its arrays copied (a tuple constant holds a tuple of values)."""
-    if isinstance(value, np.ndarray):
-        return value.copy()
-    if isinstance(value, tuple):
-        return tuple(_copy_literal(v) for v in value)
-    return value
-
-
-def _remap_computations(value: Any, comps: dict[HloComputation, HloComputation]) -> Any:
-    """An attribute value with every computation in it replaced by its copy in `comps`."""
-    if isinstance(value, HloComputation):
-        return comps[value]
-    if isinstance(value, (tuple, list)) and any(isinstance(v, HloComputation) for v in value):
-        return type(value)(comps[v] if isinstance(v, HloComputation) else v for v in value)
-    return value
-
-
 class HloModule:
     """A module: named computations, one of which is the entry."""
 
@@ -556,51 +538,9 @@ class HloModule:
         return module_to_text(self)
 
     def clone(self) -> "HloModule":
-        """A structural deep copy: computations in order, instructions with their operands and
-        users in order, attributes (called computations remapped), literals, parameter numbers,
-        shapes and layouts, control edges, fusion back-pointers, and the name pool (so the copy
-        hands out the same new names as this module would).
-
-        Each copied instruction's `origin` is the instruction of this module it copies (not
-        that one's own origin): the compiler optimizes a clone of the user's module, and the
-        fused result maps back to the user's instructions through it, even when the user's
-        module was itself made by cloning (an importer that inlines a function at two call sites
-        makes two instructions with one origin; their copies stay apart). The copy starts with
-        no `fusion_log` (the log describes passes run on this module's objects)."""
-        new = HloModule(self.name)
-        new.attrs = dict(self.attrs)
-        new.extra_sections = list(self.extra_sections)
-        new._names = dict(self._names)
-        new._next_suffix = dict(self._next_suffix)
-        comps: dict[HloComputation, HloComputation] = {}
-        insts: dict[HloInstruction, HloInstruction] = {}
-        for comp in self.computations:
-            c = comps[comp] = HloComputation(comp.name)
-            c.parent = new
-            c.is_entry = comp.is_entry
-            c.execution_thread = comp.execution_thread
-            for inst in comp.instructions:
-                copy = insts[inst] = HloInstruction(inst.opcode, inst.shape, name=inst.name)
-                copy.literal = _copy_literal(inst.literal)
-                copy.parameter_number = inst.parameter_number
-                copy.origin = inst
-                copy.parent = c
-                c.instructions.append(copy)
-        for comp, c in comps.items():
-            c.root = insts[comp.root] if comp.root is not None else None
-            if comp.fusion_instruction is not None:
-                c.fusion_instruction = insts[comp.fusion_instruction]
-            for inst in comp.instructions:
-                copy = insts[inst]
-                # operands and users as lists in their own order: passes iterate over both
-                copy.operands = [insts[o] for o in inst.operands]
-                copy.users = [insts[u] for u in inst.users]
-                copy.control_predecessors = [insts[p] for p in inst.control_predecessors]
-                copy.attrs = {k: _remap_computations(v, comps) for k, v in inst.attrs.items()}
-        new.computations = [comps[c] for c in self.computations]
-        if self.entry is not None:
-            new.entry = comps[self.entry]
-        return new
+        """A structural deep copy whose instructions' `origin` are this module's instructions
+        (hlo/module_clone.clone_module says what is copied and why)."""
+        return clone_module(self, HloComputation, HloInstruction)
 
     def __repr__(self) -> str:
         return f"<HloModule {self.name}: {len(self.computations)} computations>"
