@@ -38,7 +38,6 @@ from __future__ import annotations
 
 from typing import Any, Iterable, Iterator
 
-
 from . import control_list
 from .attributes import COMPUTATION_ATTRS
 from .module_clone import clone_module

@@ -26,8 +26,7 @@ from typing import Callable
 import numpy as np
 
 from ..codegen.cpu import CpuCode, compile_cpu
-from ..codegen.kernels.cpu_conv_onednn import onednn_descriptions
-from ..codegen.kernels.cpu_gemm_onednn import matmul_descriptions
+from ..codegen.kernels.onednn_kernels import primitive_descriptions
 from ..codegen.planning import KernelPlan
 from ..codegen.schedule import ComputationPlan, Step
 from ..hlo.ir import HloModule
@@ -117,7 +116,7 @@ class CpuProgram(ProgramBase):
         register_openmp()  # the driver calls GOMP_parallel: resolvable before it loads
         # oneDNN convolution and matmul kernels read their primitive's handles: created now, per process
         if primitives is None:
-            primitives = onednn_descriptions(self._planner.kernels) + matmul_descriptions(self._planner.kernels)
+            primitives = primitive_descriptions(self._planner.kernels)
         self.primitives = primitives
         register_primitives(self.primitives)
         self._jit = JitModule(objects=[o.object_code for o in self.code.objects] + [self.code.driver_object])

@@ -335,18 +335,6 @@ def plan_onednn_conv(comp: HloComputation, name: str) -> tuple[list[KernelPlan],
     return [dnnl_kernel] + kernels, temps
 
 
-def onednn_descriptions(kernels) -> list[dnnl.ConvDescription]:
-    """The primitive descriptions the kernels of a program need created before it loads."""
-    out = []
-    for k in kernels:
-        if k.custom == "onednn_conv":
-            mapped = onednn_convolution(k.comp)
-            if mapped is None:
-                raise ValueError(f"kernel {k.name}: no longer maps to a oneDNN convolution")
-            out.append(mapped.desc)
-    return out
-
-
 # ---- the rule ----------------------------------------------------------------------------------
 
 # A call costs about 10-15 us beyond its arithmetic (memory objects, the scratchpad, the

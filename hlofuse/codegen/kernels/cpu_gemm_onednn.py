@@ -172,18 +172,6 @@ def emit_onednn_matmul_kernel(skel, plan) -> None:
     emit_primitive_call(skel, mapped.desc, mapped.sources)
 
 
-def matmul_descriptions(kernels) -> list[dnnl.MatmulDescription]:
-    """The matmul primitive descriptions the kernels of a program need created before it loads."""
-    out = []
-    for k in kernels:
-        if k.custom == "onednn_matmul":
-            mapped = onednn_matmul(k.comp)
-            if mapped is None:
-                raise ValueError(f"kernel {k.name}: no longer maps to a oneDNN matmul")
-            out.append(mapped.desc)
-    return out
-
-
 def macs(mapped: OneDnnMatmul) -> int:
     """Multiply-adds of the mapped dot."""
     return math.prod((mapped.batch, mapped.m, mapped.n, mapped.k))

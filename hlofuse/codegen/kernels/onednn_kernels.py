@@ -1,0 +1,27 @@
+"""The oneDNN primitives a program's kernels call: their descriptions, collected for creation
+when the program loads (runtime/cpu_executor.py; runtime/onednn_primitives.py makes them).
+
+    descs = primitive_descriptions(kernels)   # one per oneDNN kernel, in the kernels' order
+"""
+from __future__ import annotations
+
+from .cpu_conv_onednn import onednn_convolution
+from .cpu_gemm_onednn import onednn_matmul
+
+# Each oneDNN kernel kind (`KernelPlan.custom`) and the mapping of its computation.
+_MAPPINGS = {"onednn_conv": onednn_convolution, "onednn_matmul": onednn_matmul}
+
+
+def primitive_descriptions(kernels) -> list:
+    """The primitive description of each kernel that calls a oneDNN primitive; ValueError for
+    one whose computation no longer maps (a planner bug)."""
+    out = []
+    for k in kernels:
+        mapping = _MAPPINGS.get(k.custom)
+        if mapping is None:
+            continue
+        mapped = mapping(k.comp)
+        if mapped is None:
+            raise ValueError(f"kernel {k.name}: no longer maps to a oneDNN {k.custom[len('onednn_'):]}")
+        out.append(mapped.desc)
+    return out
