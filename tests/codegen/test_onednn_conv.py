@@ -34,6 +34,8 @@ from hlofuse.runtime.gemm_provider import gemm_provider
 
 from test_conv import _inputs, _labels, _module, random_convolution
 
+from forked_child import call_in_forked_child  # noqa: E402
+
 pytestmark = pytest.mark.skipif(gemm_provider("f32") != "onednn",
                                 reason="libdnnl not loaded (or HLOFUSE_GEMM=openblas)")
 
@@ -339,25 +341,14 @@ def test_calls_from_several_threads_at_once(forced):
 def test_a_forked_child_runs_the_primitive_on_one_thread():
     """libgomp hangs a forked child that starts a team after its parent ran one: oneDNN's
     thread count is 1 there (each primitive's thread cell), and the child gets the answer."""
-    import multiprocessing as mp
-
     lhs, rhs, attrs, _ = RULE_CASES[0]
     text = _module(lhs, rhs, "f32", attrs)
     exe = hlofuse.compile(parse_hlo(text), target="cpu", cache=False)
     assert _customs(exe) == ["onednn_conv"]
     args = _inputs(parse_hlo(text), 3)
     want = exe(*args)[0]  # the parent has run oneDNN's team
-    ctx = mp.get_context("fork")
-    queue = ctx.Queue()
-
-    def child():
-        queue.put((exe(*args)[0], {p.threads_cell.value for p in onednn_primitives._primitives.values()}))
-
-    proc = ctx.Process(target=child)
-    proc.start()
-    got, threads = queue.get(timeout=120)
-    proc.join(30)
-    assert proc.exitcode == 0 and threads == {1}
+    got, threads = call_in_forked_child(exe, args)
+    assert threads == {1}
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-4)
 
 

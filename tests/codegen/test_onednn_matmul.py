@@ -29,6 +29,8 @@ from hlofuse.runtime.gemm_provider import gemm_provider
 
 from test_gemm import LAYOUTS, _dot_module, _random, _random_layout
 
+from forked_child import call_in_forked_child  # noqa: E402
+
 pytestmark = pytest.mark.skipif(gemm_provider("f32") != "onednn",
                                 reason="libdnnl not loaded (or HLOFUSE_GEMM=openblas)")
 
@@ -226,25 +228,14 @@ def test_root_transposes(forced, perm):
 def test_a_forked_child_runs_the_primitive_on_one_thread():
     """A forked child (libgomp is not fork-safe) remakes the matmul primitive for one thread,
     as it does convolutions' (onednn_primitives._after_fork_in_child), and gets the answer."""
-    import multiprocessing as mp
-
     text = _jax_pv_module(4, 6, 256, 64)
     rng = np.random.default_rng(3)
     args = [_random(rng, tuple(p.shape.dims), "f32") for p in parse_hlo(text).entry.parameters]
     exe = hlofuse.compile(parse_hlo(text), target="cpu", cache=False)
     assert _customs(exe) == ["onednn_matmul"]
     want = exe(*args)[0]  # the parent has run oneDNN's team
-    ctx = mp.get_context("fork")
-    queue = ctx.Queue()
-
-    def child():
-        queue.put((exe(*args)[0], {p.threads_cell.value for p in onednn_primitives._primitives.values()}))
-
-    proc = ctx.Process(target=child)
-    proc.start()
-    got, threads = queue.get(timeout=120)
-    proc.join(30)
-    assert proc.exitcode == 0 and threads == {1}
+    got, threads = call_in_forked_child(exe, args)
+    assert threads == {1}
     np.testing.assert_array_equal(got, want)  # brgemm matmul does not cut K: the same bits
 
 
