@@ -12,8 +12,8 @@ stores; "copy-rows", rows of 1024, non-temporal stores; "triad"), in an order th
 between rounds. The bar is the best reference's GB/s (as run.py's); a workload's share is
 its least traffic (as benchmarks/run.py counts it: Workload.input_passes reads of its inputs,
 plus its outputs) over its median CPU time, against that bar. A row sum of the same 64 MB
-(`read`) is printed beside it, and each workload's rate against it ("of read"): the read-only
-rate of a reduction. On one thread that is the ceiling of a kernel that only reads (row_sums,
+(`read`, kernel_figures.READ_KERNELS) is printed beside it, and each workload's rate against
+it ("of read"): the read-only rate of a reduction. On one thread that is the ceiling of a kernel that only reads (row_sums,
 column_sums, sum_sumsq), well below the bar: a core keeps a bounded number of line fills in
 flight, and a read stream is limited by them, where the streaming-store half of triad-rows
 is posted without one. A hand-written C row sum over cold 64 MB arrays (8 vector
@@ -85,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
     import jax
     import numpy as np
 
-    from kernel_figures import STREAM_KERNELS, format_profile, nbytes_of, profile_rows
+    from kernel_figures import READ_KERNELS, STREAM_KERNELS, format_profile, nbytes_of, profile_rows
     from run import interleaved, uptime
     from workloads import WORKLOADS
 
@@ -111,13 +111,11 @@ def main(argv: list[str] | None = None) -> int:
         for x in xs:
             x[...] = 1.5
         calls[kernel], moved[kernel] = (lambda e=exe, xs=xs: e(*xs)), per_element * n
-    read_text = ("HloModule r\nadd { a = f32[] parameter(0)\n b = f32[] parameter(1)\n ROOT s = f32[] add(a, b) }\n"
-                 f"ENTRY e {{\n x = f32[{rows},1024] parameter(0)\n z = f32[] constant(0)\n"
-                 f" ROOT r = f32[{rows}] reduce(x, z), dimensions={{1}}, to_apply=add\n}}\n")
-    read = hlofuse.compile(hlofuse.parse_hlo(read_text), target="cpu")
+    read_template, read_per_element = READ_KERNELS["read"]
+    read = hlofuse.compile(hlofuse.parse_hlo(read_template.format(rows=rows)), target="cpu")
     xr = aligned_empty((rows, 1024), np.float32)
     xr[...] = 1.5
-    calls["read"], moved["read"] = (lambda: read(xr)), 4 * n
+    calls["read"], moved["read"] = (lambda: read(xr)), read_per_element * n
     exes = {}
     for name in a.workloads.split(","):
         w = WORKLOADS[name]

@@ -16,8 +16,11 @@ L3), on 1 and 2 threads:
   CPU time, against 40-45 for hlofuse's copy-rows in the same process, load 1-5: LLVM unrolled
   a row's 64 streaming stores whole, which measured 25-30% slower than loops of 4-16 stores,
   in C too. Since cpu_streaming.CHEAP_CHUNK_VECTORS hlofuse's copy-rows is such a loop: 51-55
-  GB/s, load 7-8.) A read-only stream is below all of these on one thread
-  (bandwidth_share.py: a row sum reads 40-42 GB/s, as a C loop does).
+  GB/s, load 7-8.)
+- read (READ_KERNELS): a row sum, 4 bytes per element, all of them reads. Not part of the
+  reference: it is below all of the above on one thread (bandwidth_share.py: a row sum reads
+  40-42 GB/s, as a C loop does), the physical limit of a kernel that only reads, so it is a
+  second column (`read_bandwidth`), beside the bar and not instead of it.
 
 All are HLO modules compiled and run by hlofuse itself (its kernels are plain vectorised loops,
 split over libgomp threads as every kernel is; the thread count is `HLOFUSE_CPU_THREADS`, set
@@ -77,6 +80,27 @@ ENTRY e {{
 """, 12),
 }
 
+# A read-only stream (not part of the bar): each row of 1024 f32 summed to one value, 4 bytes
+# per element read (the [rows] result, 1/1024 of that, is not counted). On one thread a read
+# stream is below copy and triad (bandwidth_share.py: a core keeps a bounded number of line
+# fills in flight, and a stream of reads is limited by them, where streaming stores are posted
+# without one), so a kernel that only reads (row and column sums, sum with sum of squares) is
+# also held against it: `read_bandwidth`, run.py's %rd2 column.
+READ_KERNELS = {
+    "read": ("""HloModule stream_read
+add {{
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}}
+ENTRY e {{
+  x = f32[{rows},1024] parameter(0)
+  z = f32[] constant(0)
+  ROOT r = f32[{rows}] reduce(x, z), dimensions={{1}}, to_apply=add
+}}
+""", 4),
+}
+
 
 def call_seconds(fn, repeat: int, warmup: int = 2, clock=time.perf_counter) -> list[float]:
     """Seconds (wall by default; `clock=time.process_time` for this process's CPU time) of each
@@ -111,11 +135,12 @@ def _with_threads(threads: int, build):
 
 
 def hlofuse_stream(kernel: str, threads: int, nbytes: int = 64 << 20, repeat: int = 15) -> float:
-    """Bytes per second of STREAM kernel `kernel` (a key of STREAM_KERNELS) compiled by
-    hlofuse and run on `threads` threads, over arrays of `nbytes` each (whole rows of 1024)."""
+    """Bytes per second of STREAM kernel `kernel` (a key of STREAM_KERNELS or READ_KERNELS)
+    compiled by hlofuse and run on `threads` threads, over arrays of `nbytes` each (whole rows
+    of 1024)."""
     import hlofuse
 
-    template, per_element = STREAM_KERNELS[kernel]
+    template, per_element = {**STREAM_KERNELS, **READ_KERNELS}[kernel]
     rows = max(nbytes // 4 // 1024, 1)
     n = rows * 1024
     module = hlofuse.parse_hlo(template.format(n=n, rows=rows))
@@ -145,19 +170,27 @@ def numpy_copy(threads: int, nbytes: int = 64 << 20, repeat: int = 15) -> float:
 
 
 def stream_bandwidth(threads: tuple[int, ...] = (1, 2), nbytes: int = 64 << 20, repeat: int = 15) -> dict[str, float]:
-    """Bytes per second, keyed "copy/1t", "triad/2t", "numpy-copy/1t" ..., measured now."""
+    """Bytes per second, keyed "copy/1t", "triad/2t", "numpy-copy/1t", "read/2t" ..., measured now."""
     out: dict[str, float] = {}
     for t in threads:
         for kernel in STREAM_KERNELS:
             out[f"{kernel}/{t}t"] = hlofuse_stream(kernel, t, nbytes, repeat)
         out[f"numpy-copy/{t}t"] = numpy_copy(t, nbytes, repeat)
+        for kernel in READ_KERNELS:
+            out[f"{kernel}/{t}t"] = hlofuse_stream(kernel, t, nbytes, repeat)
     return out
 
 
 def reference_bandwidth(stream: dict[str, float], threads: int = 2) -> float:
-    """The best measured figure on `threads` threads (bytes per second; nan if none)."""
-    values = [v for k, v in stream.items() if k.endswith(f"/{threads}t")]
+    """The best copy or triad figure on `threads` threads (bytes per second; nan if none): the
+    read-only streams (READ_KERNELS) are not part of it."""
+    values = [v for k, v in stream.items() if k.endswith(f"/{threads}t") and k.split("/")[0] not in READ_KERNELS]
     return max(values) if values else float("nan")
+
+
+def read_bandwidth(stream: dict[str, float], threads: int = 2) -> float:
+    """The read-only stream's figure on `threads` threads (bytes per second; nan if not measured)."""
+    return stream.get(f"read/{threads}t", float("nan"))
 
 
 def nbytes_of(arrays) -> int:

@@ -56,6 +56,20 @@ def test_reference_is_the_best_two_thread_figure():
     assert kf.reference_bandwidth(stream, 2) == 35e9
     assert kf.reference_bandwidth(stream, 1) == 50e9
     assert math.isnan(kf.reference_bandwidth(stream, 4))
+    # the read-only stream is a second reference, never the bar, even where it is the best
+    stream.update({"read/1t": 60e9, "read/2t": 70e9})
+    assert kf.reference_bandwidth(stream, 2) == 35e9 and kf.reference_bandwidth(stream, 1) == 50e9
+    assert kf.read_bandwidth(stream, 2) == 70e9 and math.isnan(kf.read_bandwidth({}, 2))
+
+
+def test_read_module_sums_rows_and_counts_its_reads():
+    template, per_element = kf.READ_KERNELS["read"]
+    rows = 3
+    exe = hlofuse.compile(hlofuse.parse_hlo(template.format(rows=rows)), target="cpu")
+    x = np.random.default_rng(1).standard_normal((rows, 1024)).astype(np.float32)
+    (got,) = exe(x)
+    np.testing.assert_allclose(got, x.astype(np.float64).sum(axis=1), rtol=1e-5, atol=1e-4)
+    assert per_element == 4  # one f32 read per element; the per-row result is not counted
 
 
 def test_geomean_and_bytes():
@@ -133,6 +147,11 @@ def test_table_summarises_ratios_and_failures():
     assert "FAILED: InputError: bad" in text and "differs from XLA" in text
     w1 = next(line for line in text.splitlines() if line.startswith("| w1"))
     assert "|    50 |" in w1  # 6 GB/s of a 12 GB/s reference
+    assert "| best% |  %rd2 |" in text.splitlines()[0]
+    assert "|    50 |     - |     - |" in w1  # no best round given, no read reference measured
+    best = dict(row, workload="w4", hlofuse_best_GBps=9.0)
+    w4 = format_table([best], ref_bw=12e9, read_bw=8e9).splitlines()[2]
+    assert "|    50 |    75 |    75 |" in w4  # median 6 and best 9 of 12; median 6 of the 8 read
 
 
 def test_real_models_contraction_rate_counts_the_dots_flops():
