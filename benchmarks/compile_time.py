@@ -5,6 +5,7 @@
     python benchmarks/compile_time.py --llvm-threads    # do llvmlite's calls run in parallel?
     python benchmarks/compile_time.py --kinds [--variants] [--models NAME,...]
                                       # LLVM time and IR growth per kernel kind (and other pipelines)
+                                      # (every kernel ranked by LLVM ms: benchmarks/llvm_rank.py)
     python benchmarks/compile_time.py --groups [--models NAME,...]
                                       # LLVM time with the kernels in groups of 1, 4, 8, 16
     python benchmarks/compile_time.py --opt-levels [--size small|large] [--models NAME,...]
@@ -399,6 +400,26 @@ def group_rows(texts: dict[str, str], sizes: tuple[int, ...] = (1, 4, 8, 16), ro
     return out
 
 
+def module_texts(models: str | None, hlo: str | None = None) -> dict[str, str]:
+    """Name -> HLO text: the files of `hlo` (comma-separated paths, named by their stem) if
+    given, else the real models `models` ('all' or None: every one; else NAME,NAME) as
+    benchmarks/real_models.py lowers them (needs the `bench` extra)."""
+    texts = {}
+    if hlo:
+        for path in hlo.split(","):
+            with open(path) as f:
+                texts[os.path.splitext(os.path.basename(path))[0]] = f.read()
+        return texts
+    import jax
+
+    from model_zoo import BUILDERS
+
+    for name in list(BUILDERS) if models in (None, "all") else models.split(","):
+        model = BUILDERS[name]()
+        texts[name] = jax.jit(model.fn, keep_unused=True).lower(*model.args).as_text(dialect="hlo")
+    return texts
+
+
 def model_rows(which: str, xla: bool) -> list[dict]:
     """Rows for the real models (benchmarks/model_zoo.py), then the geometric mean of
     hlofuse's cold compile over XLA:CPU's; a model whose library is missing is skipped."""
@@ -465,6 +486,7 @@ def main(argv: list[str] | None = None) -> int:
                                                         "the --models (all by default), see kind_rows")
     ap.add_argument("--variants", action="store_true", help="with --kinds: also each kind's LLVM time and IR "
                                                            "size under other pipelines (PIPELINE_VARIANTS)")
+    ap.add_argument("--hlo", help="with --kinds/--groups: HLO text files (comma-separated) instead of the models")
     ap.add_argument("--groups", action="store_true", help="only LLVM's CPU time for the --models' kernels "
                                                          "compiled in groups of 1, 4, 8, 16 (see group_rows)")
     ap.add_argument("--llvm-threads", action="store_true", help="only measure whether LLVM work runs in "
@@ -475,15 +497,7 @@ def main(argv: list[str] | None = None) -> int:
         llvm_threads_check()
         return 0
     if args.kinds or args.groups:
-        import jax
-
-        from model_zoo import BUILDERS
-
-        names = list(BUILDERS) if args.models in (None, "all") else args.models.split(",")
-        texts = {}
-        for name in names:
-            model = BUILDERS[name]()
-            texts[name] = jax.jit(model.fn, keep_unused=True).lower(*model.args).as_text(dialect="hlo")
+        texts = module_texts(args.models, args.hlo)
         if args.groups:
             group_rows(texts)
         else:

@@ -45,7 +45,7 @@ from . import cpu_row
 from .args import output_leaves
 from .cpu_concat import emit_concat_loop
 from .cpu_streaming import BUFFER_BYTES, buffered_streaming_row, fence, streamable
-from .loop_hints import forbid_vectorization, interleave
+from .loop_hints import fold_tail, forbid_vectorization, interleave
 from .reduction_groups import lanes_of
 
 _MIN_ROW = 32  # shorter last dimensions use flat mode ...
@@ -101,11 +101,13 @@ def interleave_count(comp: HloComputation, ls: LoopShape, vector_bits: int | Non
     """How many vectors the innermost loop of a loop kernel for `comp` should interleave: 1
     (LLVM's own choice) unless its element goes through math functions (`_math_ops`), else
     `_INTERLEAVE`, halved until the copies of its math functions fit `_INTERLEAVE_BUDGET` and
-    the interleaved vectors fit in a row (a row shorter than them would run in the scalar
-    remainder loop); 1 where that leaves fewer than 2. The vector's lanes are counted for the
-    widest element type read or written (what sets LLVM's vectorization factor). Plane mode's
-    inner loop is unrolled, not vectorised: 1. A row of up to _INTERLEAVE vectors read from
-    wider rows (`_reads_wider_rows`) is walked whole, one row an iteration."""
+    the interleaved vectors fit in a row, or in flat mode in the whole range (a range shorter
+    than them would run in the scalar remainder loop, or with its tail folded in one masked
+    iteration: copies LLVM compiles for nothing); 1 where that leaves fewer than 2. The
+    vector's lanes are counted for the widest element type read or written (what sets LLVM's
+    vectorization factor). Plane mode's inner loop is unrolled, not vectorised: 1. A row of up
+    to _INTERLEAVE vectors read from wider rows (`_reads_wider_rows`) is walked whole, one row
+    an iteration."""
     math_ops = _math_ops(comp)
     if (ls.rows_mode and ls.inner != 1) or not math_ops:
         return 1
@@ -114,7 +116,8 @@ def interleave_count(comp: HloComputation, ls: LoopShape, vector_bits: int | Non
     bits = max((leaf.dtype.bits for leaf in memory), default=32)
     lanes = max(lanes_of(vector_bits, bits), 1)
     count = _INTERLEAVE
-    while count > 1 and (count * math_ops > _INTERLEAVE_BUDGET or (ls.rows_mode and count * lanes > ls.dims[-1])):
+    span = ls.dims[-1] if ls.rows_mode else ls.units  # a flat loop's range is at most its units
+    while count > 1 and (count * math_ops > _INTERLEAVE_BUDGET or count * lanes > span):
         count //= 2
     row = ls.dims[-1] if ls.rows_mode else 0
     if row % lanes == 0 and count < row // lanes <= _INTERLEAVE and _reads_wider_rows(params, row):
@@ -192,6 +195,7 @@ def emit_loop(skel, ls: LoopShape, body, interleaved: int = 1, streamed: list | 
             body(Index(b, dims, linear=i))
         if interleaved > 1:
             interleave(i, interleaved)
+        fold_tail(i, ls.units)  # a short range: one masked vector loop (loop_hints.FOLD_TAIL_UNITS)
 
 
 def streams_rows(skel, comp: HloComputation, ls: LoopShape, outputs: list) -> bool:

@@ -1,0 +1,121 @@
+"""Every distinct kernel of some modules ranked by LLVM's CPU time: which kernels LLVM's time
+goes to, and which cost the most per emitted instruction (the pathologies).
+
+    python benchmarks/llvm_rank.py [--models NAME,... | --hlo F.hlo,...] [--top 25] [--passes 8]
+                                   [--json OUT]
+
+Each kernel is compiled alone on this thread as hlofuse compiles kernels
+(codegen/llvm_pool.compile_timed: parse, the O3 pipeline, code generation), its CPU
+milliseconds measured by process time; `--passes N` adds each listed kernel's N slowest LLVM
+passes (llvm.set_time_passes: user time summed over a pass's runs; machine passes included).
+The machine is shared: compare figures from one run, and give the load printed with them."""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.dirname(HERE))
+
+
+def pass_times(ir_text: str, level: int) -> dict[str, float]:
+    """Milliseconds per LLVM pass (middle end and code generator, summed over each pass's runs)
+    of compiling kernel IR `ir_text` at O`level` as kernels are compiled (llvm.set_time_passes:
+    user time; a pass LLVM runs several times is one row; analyses included)."""
+    import re
+
+    import llvmlite.binding as llvm
+
+    from hlofuse.codegen.llvm_pool import compile_timed
+
+    llvm.set_time_passes(True)
+    try:
+        compile_timed(ir_text, level)
+        report = llvm.report_and_reset_timings()
+    finally:
+        llvm.set_time_passes(False)
+    out: dict[str, float] = {}
+    # user time first; LLVM leaves out the columns (system, user + system) whose total is zero
+    row = re.compile(r"\s*([\d.]+) \(\s*[\d.]+%\)(?:\s+[\d.]+ \(\s*[\d.]+%\))*\s+(\S.*)$")
+    for line in report.splitlines():  # the passes' report, then the analyses'
+        m = row.match(line)
+        if m and m.group(2).strip() != "Total":
+            name = re.sub(r" #\d+$", "", m.group(2).strip())
+            out[name] = out.get(name, 0.0) + 1e3 * float(m.group(1))
+    return out
+
+
+def rank_rows(texts: dict[str, str], top: int = 25, passes: int = 0) -> list[dict]:
+    """Every distinct kernel of every module (name -> HLO text), compiled alone on this thread
+    as kernels are (codegen/llvm_pool.compile_timed), ranked by LLVM CPU milliseconds (parse +
+    optimize, code generation) and by milliseconds per emitted instruction; prints the `top`
+    of each list (`passes` > 0: also each listed kernel's slowest passes) and returns the rows."""
+    import llvmlite.binding as llvm
+
+    import hlofuse
+    from compile_time import _instructions, kernel_kind
+    from hlofuse.codegen.cpu import CpuCode, CpuPlanner, distinct_kernels, emit_kernel_module
+    from hlofuse.codegen.llvm_pool import compile_timed
+    from hlofuse.compiler import optimize
+    from hlofuse.emitters.cpu.target import CpuTarget
+
+    target = CpuTarget()
+    rows = []
+    for name, text in texts.items():
+        fused = optimize(hlofuse.parse_hlo(text), "cpu", verify=False)[0]
+        planner = CpuPlanner()
+        code = CpuCode(fused, planner)
+        planner.plan(fused.entry)
+        for o in distinct_kernels(code.kernels, target):
+            k = o.kernels[0]
+            ir_text = str(emit_kernel_module(k, target, o.symbol))
+            t0 = time.process_time()
+            _, opt, gen = compile_timed(ir_text, o.speed_level)
+            cpu = time.process_time() - t0
+            emitted = _instructions(llvm.parse_assembly(ir_text))
+            rows.append({"module": name, "kernel": k.name, "kind": kernel_kind(k), "uses": len(o.kernels),
+                         "ir_in": emitted, "ms": 1e3 * cpu, "opt_ms": 1e3 * opt, "codegen_ms": 1e3 * gen,
+                         "ir_text": ir_text, "level": o.speed_level})
+    total = sum(r["ms"] for r in rows)
+    print(f"{len(rows)} distinct kernels, LLVM {total / 1e3:.2f} CPU-s")
+    for title, key in (("by LLVM ms", lambda r: -r["ms"]), ("by LLVM ms per emitted instruction",
+                                                             lambda r: -r["ms"] / max(r["ir_in"], 1))):
+        print(f"-- top {top} {title}")
+        for r in sorted(rows, key=key)[:top]:
+            print(f"  {r['module'][:22]:22s} {r['kernel'][:28]:28s} {r['kind']:10s} x{r['uses']:<3d} "
+                  f"{r['ir_in']:6d} instr  {r['ms']:7.1f} ms (opt {r['opt_ms']:6.1f}, codegen "
+                  f"{r['codegen_ms']:6.1f})  {1e3 * r['ms'] / max(r['ir_in'], 1):6.1f} us/instr", flush=True)
+            if passes:
+                times = pass_times(r["ir_text"], r["level"])
+                print("      " + ", ".join(f"{p} {t:.1f}" for p, t in
+                                           sorted(times.items(), key=lambda kv: -kv[1])[:passes]))
+    for r in rows:
+        del r["ir_text"]
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    from compile_time import module_texts
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--models", default="all", help="real models of benchmarks/model_zoo.py (all, or NAME,NAME)")
+    ap.add_argument("--hlo", help="HLO text files (comma-separated) instead of the models")
+    ap.add_argument("--top", type=int, default=25, help="kernels listed per ranking")
+    ap.add_argument("--passes", type=int, default=0, help="each listed kernel's slowest N passes")
+    ap.add_argument("--json", help="write every kernel's row here")
+    args = ap.parse_args(argv)
+    print(f"load average {os.getloadavg()}, {os.cpu_count()} cores")
+    rows = rank_rows(module_texts(args.models, args.hlo), args.top, args.passes)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(rows, f, indent=1)
+    print(f"load average {os.getloadavg()}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,63 @@
+"""benchmarks/llvm_rank.py: every distinct kernel gets one row with its kind, emitted size and
+LLVM time, both rankings list them, and the pass report is read (user time per pass);
+benchmarks/loop_hints_ab.py: the A/B flips the switch it names, compiling each side with it."""
+from __future__ import annotations
+
+import re
+import sys
+
+from repo_paths import BENCHMARKS
+
+sys.path.insert(0, str(BENCHMARKS))
+
+import llvm_rank  # noqa: E402
+import loop_hints_ab  # noqa: E402
+
+from test_compile_time_kinds import TEXT  # noqa: E402
+
+
+def test_rank_rows_one_row_per_distinct_kernel(capsys):
+    rows = llvm_rank.rank_rows({"m": TEXT}, top=5, passes=3)
+    out = capsys.readouterr().out
+    total = int(re.search(r"^(\d+) distinct kernels, LLVM [\d.]+ CPU-s", out, re.M).group(1))
+    assert total == len(rows) >= 1
+    assert all(r["module"] == "m" and r["kind"] in {"loop", "reduce", "row"} and r["ir_in"] > 0
+               and r["ms"] > 0 for r in rows)
+    listed = re.findall(r"^  m +(\S+) ", out, re.M)
+    assert sorted(listed) == sorted(2 * [r["kernel"] for r in rows])
+    # each listed kernel's pass line names LLVM passes with their milliseconds
+    passes = re.findall(r"^      (.*)$", out, re.M)
+    assert len(passes) == 2 * len(rows) and all(re.search(r"Pass [\d.]+", p) for p in passes)
+
+
+def test_pass_times_reads_the_report():
+    from hlofuse.codegen.cpu import CpuCode, CpuPlanner, distinct_kernels, emit_kernel_module
+    from hlofuse.compiler import optimize
+    from hlofuse.emitters.cpu.target import CpuTarget
+    import hlofuse
+
+    fused = optimize(hlofuse.parse_hlo(TEXT), "cpu", verify=False)[0]
+    planner = CpuPlanner()
+    code = CpuCode(fused, planner)
+    planner.plan(fused.entry)
+    o = distinct_kernels(code.kernels, CpuTarget())[0]
+    times = llvm_rank.pass_times(str(emit_kernel_module(o.kernels[0], CpuTarget(), "k")), 3)
+    assert "InstCombinePass" in times and "LoopVectorizePass" in times
+    assert all(t >= 0 for t in times.values()) and sum(times.values()) > 0
+
+
+def test_loop_hints_ab_flips_the_switch(monkeypatch):
+    from hlofuse.codegen.kernels import loop_hints
+
+    text = loop_hints_ab.KERNELS["tanh"].replace("NELEM", "64")
+    import numpy as np
+
+    x = np.linspace(-3, 3, 64, dtype=np.float32)
+    rows = loop_hints_ab.compare("hlofuse.codegen.kernels.loop_hints:FOLD_TAILS", {"tanh": (text, [x])}, rounds=2,
+                                 target_s=0.001)
+    assert rows[0]["same_bits"] and rows[0]["a_ms"] > 0 and rows[0]["b_ms"] > 0
+    assert loop_hints.FOLD_TAILS is True  # restored
+    # the two sides' code differs: their objects (llvm_ir() would emit again under today's switch)
+    a = loop_hints_ab._compile(text, loop_hints, "FOLD_TAILS", False)[0]
+    b = loop_hints_ab._compile(text, loop_hints, "FOLD_TAILS", True)[0]
+    assert [o.object_code for o in a.code.objects] != [o.object_code for o in b.code.objects]
