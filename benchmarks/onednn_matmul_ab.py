@@ -2,7 +2,7 @@
 
 Run (needs the `bench` extra, KERAS_BACKEND=jax):
 
-    python benchmarks/onednn_matmul_ab.py [case ...] [--rounds 9] [--force] [--cpu-time]
+    python benchmarks/onednn_matmul_ab.py [case ...] [--rounds 9] [--force] [--cpu-time] [--split]
 
 Each case (attention's dots b4 h6 s512 d64 as jax lowers them: `attn_qk`, `attn_pv`, both
 `attn_dots`, the causal masked attention `attn_causal`; `pv:B,H,Q,K,D:LAYOUT`, a p.v dot of
@@ -11,7 +11,9 @@ size; or a model of benchmarks/model_zoo.py)
 is compiled by hlofuse twice from the same HLO text, the rule `prefers_onednn_matmul`
 (codegen/kernels/cpu_gemm_onednn.py) as it stands ("after") and turned off ("before": the
 per-batch sgemm kernels), no compile cache; `--force` routes every dot the primitive runs
-with its brgemm kernels instead of the rule's class. Both and XLA:CPU's executable of the
+with its brgemm kernels instead of the rule's class; `--split` compares the rule's primitives
+called once per batch work unit (the driver's threads share the units, cpu_gemm_onednn.SPLIT_BATCH,
+"after") with one call of each, split over the threads by oneDNN ("before"). Both and XLA:CPU's executable of the
 same text run in interleaved rounds on the same inputs; printed per case: medians, ratios,
 the kernels that took the primitive, the largest difference between the two hlofuse
 results, and the load average (shared machines). `--cpu-time` times process CPU seconds
@@ -33,11 +35,14 @@ ATTENTION = ("attn_qk", "attn_pv", "attn_dots", "attn_causal")
 
 
 def compile_rule(text: str, mode: str):
-    """hlofuse's executable of `text` with the matmul rule "on", "off" or "force"."""
+    """hlofuse's executable of `text` with the matmul rule "on", "off" or "force", or on with
+    each primitive called once for the whole product ("whole": no batch work units)."""
     import hlofuse
     from hlofuse.codegen.kernels import cpu_gemm_onednn as g
 
-    saved = g.prefers_onednn_matmul
+    saved, split = g.prefers_onednn_matmul, g.SPLIT_BATCH
+    if mode == "whole":
+        g.SPLIT_BATCH = False
     if mode == "off":
         g.prefers_onednn_matmul = lambda comp: False
     elif mode == "force":
@@ -46,7 +51,7 @@ def compile_rule(text: str, mode: str):
     try:
         return hlofuse.compile(hlofuse.parse_hlo(text), target="cpu", cache=False)
     finally:
-        g.prefers_onednn_matmul = saved
+        g.prefers_onednn_matmul, g.SPLIT_BATCH = saved, split
 
 
 def attention_case(name: str, b: int = 4, h: int = 6, s: int = 512, d: int = 64):
@@ -132,6 +137,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=9)
     parser.add_argument("--force", action="store_true", help="every dot the primitive runs fast, not the rule's")
     parser.add_argument("--cpu-time", action="store_true", help="process CPU seconds instead of wall seconds")
+    parser.add_argument("--split", action="store_true",
+                        help="after: the rule's primitives called per batch work unit (cpu_gemm_onednn.SPLIT_BATCH); "
+                             "before: the same primitives, one call each split by oneDNN")
     opts = parser.parse_args()
     import time
 
@@ -142,7 +150,8 @@ def main() -> None:
     print(f"load average before: {os.getloadavg()}", flush=True)
     for name in opts.cases or ATTENTION:
         text, args = case(name)
-        after, before = compile_rule(text, "force" if opts.force else "on"), compile_rule(text, "off")
+        after = compile_rule(text, "force" if opts.force else "on")
+        before = compile_rule(text, "whole" if opts.split else "off")
         taken = sum(k.custom == "onednn_matmul" for k in after.program._planner.kernels)
         xla = XlaExecutable(text)
         buffers = xla.place(args)

@@ -203,6 +203,9 @@ class MatmulDescription:
     weights: Tensor
     dst: Tensor
     post_ops: tuple[PostOp, ...] = ()
+    # A slice of the product that the kernel calls once per work unit (the driver's threads share
+    # the units): the primitive is made for one thread, whatever the program's count.
+    per_unit: bool = False
     bias = None  # no bias argument (the same execution-argument rules as ConvDescription)
     weights_any = False
 
@@ -506,7 +509,8 @@ def register_primitives(descs) -> None:
     (cpu_threads.kernel_threads(); where not yet) and make its handle block resolvable under
     `desc.symbol` for the object code about to load. MCJIT binds the symbol when that code
     loads, so a program loaded earlier under another thread count keeps its own primitive
-    (one made for one thread and called on two ran attention's p.v dot 1.35x slower).
+    (one made for one thread and called on two ran attention's p.v dot 1.35x slower); a
+    description called once per work unit (`per_unit`) gets one made for one thread.
     Programs loading concurrently under different thread counts may race on the symbol."""
     import llvmlite.binding as llvm
 
@@ -517,4 +521,4 @@ def register_primitives(descs) -> None:
         return
     threads = kernel_threads()
     for desc in descs:
-        llvm.add_symbol(desc.symbol, primitive(desc, threads).address)
+        llvm.add_symbol(desc.symbol, primitive(desc, 1 if getattr(desc, "per_unit", False) else threads).address)

@@ -242,8 +242,10 @@ def test_a_forked_child_runs_the_primitive_on_one_thread():
 def test_programs_loaded_under_different_thread_counts_keep_their_own_primitive(monkeypatch):
     """oneDNN fixes a primitive's split over threads when it is made: a program loaded under
     HLOFUSE_CPU_THREADS=1 after one loaded on two threads must not hand the first a primitive
-    made for one thread (nor change the count its calls run with)."""
+    made for one thread (nor change the count its calls run with). The whole product in one
+    call (not cut into batch units), the form where oneDNN splits the call."""
     text = _jax_pv_module(4, 6, 256, 64)
+    monkeypatch.setattr(cpu_gemm_onednn, "SPLIT_BATCH", False)
     monkeypatch.delenv("HLOFUSE_CPU_THREADS", raising=False)
     two = hlofuse.compile(parse_hlo(text), target="cpu", cache=False)
     monkeypatch.setenv("HLOFUSE_CPU_THREADS", "1")
@@ -259,3 +261,37 @@ def test_programs_loaded_under_different_thread_counts_keep_their_own_primitive(
     rng = np.random.default_rng(5)
     args = [_random(rng, tuple(p.shape.dims), "f32") for p in parse_hlo(text).entry.parameters]
     np.testing.assert_array_equal(two(*args)[0], one(*args)[0])
+
+
+@pytest.mark.parametrize("shapes", [
+    ((3, 6, 128, 256), (3, 256, 6, 64), [0, 1], [3], [0, 2], [1]),  # p.v, [b,q,h,d] operands
+    ((5, 2, 64, 32), (5, 2, 32, 48), [0, 1], [3], [0, 1], [2]),  # row-major, 5 units of 2
+    ((1, 4, 64, 32), (1, 4, 32, 48), [0, 1], [3], [0, 1], [2]),  # outer batch of 1: one call
+])
+def test_batch_units_give_the_whole_calls_bits(forced, monkeypatch, shapes):
+    """A matmul kernel runs one work unit per element of the outermost batch dimension, each
+    a call of a one-thread primitive on that slice (the driver's threads share the units):
+    the interpreter's answer, and bit for bit the whole product's single call, on 1-3 kernel
+    threads. An outermost batch of one element keeps the single call."""
+    lhs, rhs, lb, lc, rb, rc = shapes
+    text = _dot_module(lhs, rhs, lb, lc, rb, rc, "f32")
+    rng = np.random.default_rng(11)
+    args = [_random(rng, tuple(p.shape.dims), "f32") for p in parse_hlo(text).entry.parameters]
+    assert check(text, 11) == ["onednn_matmul"]
+    outs = {}
+    for split in (False, True):
+        monkeypatch.setattr(cpu_gemm_onednn, "SPLIT_BATCH", split)
+        for threads in (1, 2, 3):
+            monkeypatch.setenv("HLOFUSE_CPU_THREADS", str(threads))
+            exe = hlofuse.compile(parse_hlo(text), target="cpu", cache=False)
+            (kernel,) = exe.program._planner.kernels
+            assert kernel.units == (lhs[0] if split and lhs[0] > 1 else 1)
+            (desc,) = exe.program.primitives
+            assert desc.per_unit == (kernel.units > 1)
+            if desc.per_unit:
+                assert desc.dst.dims[0] == 1
+                assert {t for (d, t) in onednn_primitives._primitives if d == desc} == {1}
+            outs[split, threads] = exe(*args)[0]
+    want = outs[False, 1].view(np.uint32)
+    for key, got in outs.items():
+        np.testing.assert_array_equal(got.view(np.uint32), want, err_msg=str(key))

@@ -65,11 +65,13 @@ def emit_onednn_conv_kernel(skel, plan) -> None:
     emit_primitive_call(skel, mapped.desc, mapped.sources)
 
 
-def emit_primitive_call(skel, desc: dnnl.Description, sources) -> None:
+def emit_primitive_call(skel, desc: dnnl.Description, sources, unit_bytes: tuple[int, ...] | None = None) -> None:
     """Fill `skel` with one call of the primitive of `desc` (any kind of
     runtime/onednn_primitives.py): `sources` says per execution argument (`desc.arguments()`
     order) where its memory is: a parameter number, OUTPUT, CONSTANT (values in the handle
-    block) or a per-feature broadcast instruction the kernel computes first."""
+    block) or a per-feature broadcast instruction the kernel computes first. With `unit_bytes`
+    (one per argument) the primitive computes one work unit's slice and the kernel calls it
+    once per unit of its [begin, end), each buffer advanced by its unit_bytes per unit."""
     module, b = skel.module, skel.builder
     nslots = dnnl.block_slots(desc)
     block = module.globals.get(desc.symbol)
@@ -131,55 +133,68 @@ def emit_primitive_call(skel, desc: dnnl.Description, sources) -> None:
             status = b.call(execute, [primitive, stream, count, arr])
             trap_if(b, module, b.icmp_signed("!=", status, ir.Constant(I32, 0)))
 
-        handles, computed = {}, []
-        for i, ((_, name), src) in enumerate(zip(desc.arguments(), sources)):
-            if isinstance(src, HloInstruction):
-                handles[name] = _feature_values(skel, src, buffer)
-                computed.append(handles[name])
-            elif src == OUTPUT:
-                handles[name] = skel.function.args[skel.n_inputs]
-            elif src == CONSTANT:
-                handles[name] = slot(dnnl.constant_slot(desc, i))
-            else:
-                handles[name] = skel.function.args[src]
+        def one_call(unit: ir.Value | None) -> None:
+            """One execution; with `unit`, on that unit's slice of each buffer."""
+            handles, computed = {}, []
+            for i, ((_, name), src) in enumerate(zip(desc.arguments(), sources)):
+                if isinstance(src, HloInstruction):
+                    handles[name] = _feature_values(skel, src, buffer)
+                    computed.append(handles[name])
+                elif src == OUTPUT:
+                    handles[name] = skel.function.args[skel.n_inputs]
+                elif src == CONSTANT:
+                    handles[name] = slot(dnnl.constant_slot(desc, i))
+                else:
+                    handles[name] = skel.function.args[src]
+                if unit is not None and unit_bytes[i]:
+                    handles[name] = b.gep(handles[name], [b.mul(unit, ir.Constant(I64, unit_bytes[i]))])
+            _execute(handles, computed)
 
-        # The weights, reordered into oneDNN's layout when it chose one.
-        reorder = slot(dnnl.SLOT_REORDER)
-        has_reorder = b.icmp_unsigned("!=", reorder, ir.Constant(I8P, None))
-        packed_cell = entry_alloca()
-        b.store(handles["weights"], packed_cell)
-        with b.if_then(has_reorder):
-            packed = buffer(b.ptrtoint(slot(dnnl.SLOT_PACKED_BYTES), I64))
-            user = memory(slot(dnnl.SLOT_USER_WEIGHTS_MD), handles["weights"])
-            blocked = memory(slot(dnnl.SLOT_PACKED_MD), packed)
-            run(reorder, [(dnnl.ARG_FROM, user), (dnnl.ARG_TO, blocked)], None)
-            b.call(mem_destroy, [b.load(user)])
-            b.call(mem_destroy, [b.load(blocked)])
-            b.store(packed, packed_cell)
-        handles["weights"] = b.load(packed_cell)
+        def _execute(handles: dict, computed: list) -> None:
+            """Reorder (where oneDNN chose the weights' layout), execute and free."""
+            # The weights, reordered into oneDNN's layout when it chose one.
+            reorder = slot(dnnl.SLOT_REORDER)
+            has_reorder = b.icmp_unsigned("!=", reorder, ir.Constant(I8P, None))
+            packed_cell = entry_alloca()
+            b.store(handles["weights"], packed_cell)
+            with b.if_then(has_reorder):
+                packed = buffer(b.ptrtoint(slot(dnnl.SLOT_PACKED_BYTES), I64))
+                user = memory(slot(dnnl.SLOT_USER_WEIGHTS_MD), handles["weights"])
+                blocked = memory(slot(dnnl.SLOT_PACKED_MD), packed)
+                run(reorder, [(dnnl.ARG_FROM, user), (dnnl.ARG_TO, blocked)], None)
+                b.call(mem_destroy, [b.load(user)])
+                b.call(mem_destroy, [b.load(blocked)])
+                b.store(packed, packed_cell)
+            handles["weights"] = b.load(packed_cell)
 
-        cells = []
-        for i, (arg, name) in enumerate(desc.arguments()):
-            cells.append((arg, memory(slot(dnnl.FIXED_SLOTS + i), handles[name])))
-        scratch_bytes = b.ptrtoint(slot(dnnl.SLOT_SCRATCH_BYTES), I64)
-        has_scratch = b.icmp_unsigned("!=", scratch_bytes, ir.Constant(I64, 0))
-        scratch_cell, scratch_mem = entry_alloca(), entry_alloca()
-        b.store(ir.Constant(I8P, None), scratch_cell)
-        b.store(ir.Constant(I8P, None), scratch_mem)
-        with b.if_then(has_scratch):
-            p = buffer(scratch_bytes)
-            b.store(p, scratch_cell)
-            cell = memory(slot(dnnl.scratch_slot(desc)), p)
-            b.store(b.load(cell), scratch_mem)
-        run(prim, cells, (has_scratch, scratch_mem))
-        for _, cell in cells:
-            b.call(mem_destroy, [b.load(cell)])
-        with b.if_then(has_scratch):
-            b.call(mem_destroy, [b.load(scratch_mem)])
-            b.call(free, [b.load(scratch_cell)])
-        with b.if_then(has_reorder):
-            b.call(free, [b.load(packed_cell)])
-        for p in computed:
-            b.call(free, [p])
+            cells = []
+            for i, (arg, name) in enumerate(desc.arguments()):
+                cells.append((arg, memory(slot(dnnl.FIXED_SLOTS + i), handles[name])))
+            scratch_bytes = b.ptrtoint(slot(dnnl.SLOT_SCRATCH_BYTES), I64)
+            has_scratch = b.icmp_unsigned("!=", scratch_bytes, ir.Constant(I64, 0))
+            scratch_cell, scratch_mem = entry_alloca(), entry_alloca()
+            b.store(ir.Constant(I8P, None), scratch_cell)
+            b.store(ir.Constant(I8P, None), scratch_mem)
+            with b.if_then(has_scratch):
+                p = buffer(scratch_bytes)
+                b.store(p, scratch_cell)
+                cell = memory(slot(dnnl.scratch_slot(desc)), p)
+                b.store(b.load(cell), scratch_mem)
+            run(prim, cells, (has_scratch, scratch_mem))
+            for _, cell in cells:
+                b.call(mem_destroy, [b.load(cell)])
+            with b.if_then(has_scratch):
+                b.call(mem_destroy, [b.load(scratch_mem)])
+                b.call(free, [b.load(scratch_cell)])
+            with b.if_then(has_reorder):
+                b.call(free, [b.load(packed_cell)])
+            for p in computed:
+                b.call(free, [p])
+
+        if unit_bytes is None:
+            one_call(None)
+        else:
+            with for_range(b, skel.begin, skel.end, "unit", unroll=False) as unit:
+                one_call(unit)
         b.call(set_threads, [saved])
     skel.finish()

@@ -18,7 +18,9 @@ caller's buffers, read and written in place. An epilogue keeps the sgemm kernels
 
 Threads: the kernel is one work unit; oneDNN splits the call over libgomp's threads itself, on
 the thread count its primitive was made for (runtime/onednn_primitives.py), as the
-convolution primitives do.
+convolution primitives do. With SPLIT_BATCH the kernel has a work unit per element of the
+outermost batch dimension instead, each a call of a one-thread primitive on that slice
+(`OneDnnMatmul.per_unit`), and the driver's threads share the units (the same bits).
 """
 from __future__ import annotations
 
@@ -45,6 +47,24 @@ class OneDnnMatmul:
     m: int
     n: int
     k: int
+
+    def per_unit(self) -> tuple["OneDnnMatmul", int, tuple[int, ...]] | None:
+        """The same product as work units over its outermost batch dimension, which the
+        driver's threads share: (this mapping with that dimension cut to one element and a
+        primitive made for one thread, the unit count, each argument's bytes per unit); None
+        without a batch dimension of two or more elements."""
+        d = self.desc
+        if len(d.dst.dims) < 3 or d.dst.dims[0] < 2:
+            return None
+        units = d.dst.dims[0]
+
+        def cut(t: dnnl.Tensor) -> dnnl.Tensor:
+            return dnnl.Tensor((1,) + t.dims[1:], t.strides)
+
+        desc = dnnl.MatmulDescription(cut(d.src), cut(d.weights), cut(d.dst), d.post_ops, per_unit=True)
+        tensors = {"src": d.src, "weights": d.weights, "dst": d.dst}
+        unit_bytes = tuple(4 * tensors[name].strides[0] for _, name in desc.arguments())
+        return OneDnnMatmul(desc, self.sources, self.batch // units, self.m, self.n, self.k), units, unit_bytes
 
 
 def _tensor(mat: Matrix) -> dnnl.Tensor:
@@ -126,6 +146,14 @@ MIN_MATMUL_MACS = 1 << 22
 # q.k^T (M = N = 512) was at parity (0.94-0.98x): wide results keep the sgemm kernels.
 MIN_MATMUL_BATCH = 2
 MIN_MATMUL_M, MIN_MATMUL_N, MAX_MATMUL_NARROW = 16, 32, 128
+# Whether the kernel calls a one-thread primitive once per element of the outermost batch
+# dimension, as work units the driver's threads take from a shared counter, instead of one
+# primitive split statically over the program's threads by oneDNN (where a descheduled thread
+# holds up the whole call). Off: measured at parity (the same bits; one thread, CPU time,
+# 0.97-1.02x; two threads, wall, 0.86-1.28x at load 7-8, median 1.00: docs/dots.md), and an
+# outermost batch of 3 on 2 threads would leave one thread idle for a third of the call.
+# benchmarks/onednn_matmul_ab.py --split measures it again.
+SPLIT_BATCH = False
 
 
 def _narrow(mapped: OneDnnMatmul) -> bool:
@@ -155,21 +183,38 @@ def prefers_onednn_matmul(comp: HloComputation) -> bool:
 
 def plan_onednn_matmul(comp: HloComputation, name: str) -> tuple[list[KernelPlan], list] | None:
     """(kernels, temporaries' shapes) computing `comp` as one oneDNN matmul call (one work
-    unit: oneDNN threads the call) when `prefers_onednn_matmul`, else None."""
+    unit: oneDNN threads the call; with SPLIT_BATCH, one unit per outermost batch element) when
+    `prefers_onednn_matmul`, else None."""
     if not prefers_onednn_matmul(comp):
         return None
     inputs = [("in", i) for i in range(len(comp.parameters))]
-    return [KernelPlan(comp, [0], 1, macs(onednn_matmul(comp)), None, inputs=inputs, results=[("out", 0)],
+    mapped = onednn_matmul(comp)
+    split = mapped.per_unit() if SPLIT_BATCH else None
+    units = 1 if split is None else split[1]
+    return [KernelPlan(comp, [0], units, macs(mapped) // units, None, inputs=inputs, results=[("out", 0)],
                        name=f"{name}_dnnl", custom="onednn_matmul")], []
+
+
+def kernel_matmul(plan) -> tuple[OneDnnMatmul, tuple[int, ...] | None]:
+    """The mapping kernel `plan` (custom="onednn_matmul") calls, and each argument's bytes per
+    work unit (None: one call of the whole product)."""
+    mapped = onednn_matmul(plan.comp)
+    if mapped is None:
+        raise ValueError(f"kernel {plan.name}: its computation is not a oneDNN matmul")
+    if plan.units == 1:
+        return mapped, None
+    split = mapped.per_unit()
+    if split is None or split[1] != plan.units:
+        raise ValueError(f"kernel {plan.name}: {plan.units} units, but not as many batch slices")
+    return split[0], split[2]
 
 
 def emit_onednn_matmul_kernel(skel, plan) -> None:
     """Fill CPU kernel skeleton `skel` with the oneDNN matmul kernel of `plan`
-    (custom="onednn_matmul"): one call of its primitive (emit_primitive_call)."""
-    mapped = onednn_matmul(plan.comp)
-    if mapped is None:
-        raise ValueError(f"kernel {plan.name}: its computation is not a oneDNN matmul")
-    emit_primitive_call(skel, mapped.desc, mapped.sources)
+    (custom="onednn_matmul"): one call of its primitive (emit_primitive_call), or one per work
+    unit of a batch-sliced primitive (`OneDnnMatmul.per_unit`)."""
+    mapped, unit_bytes = kernel_matmul(plan)
+    emit_primitive_call(skel, mapped.desc, mapped.sources, unit_bytes)
 
 
 def macs(mapped: OneDnnMatmul) -> int:

@@ -6,10 +6,11 @@ when the program loads (runtime/cpu_executor.py; runtime/onednn_primitives.py ma
 from __future__ import annotations
 
 from .cpu_conv_onednn import onednn_convolution
-from .cpu_gemm_onednn import onednn_matmul
+from .cpu_gemm_onednn import kernel_matmul
 
-# Each oneDNN kernel kind (`KernelPlan.custom`) and the mapping of its computation.
-_MAPPINGS = {"onednn_conv": onednn_convolution, "onednn_matmul": onednn_matmul}
+# Each oneDNN kernel kind (`KernelPlan.custom`) and the mapping its kernel calls (a matmul
+# kernel of several work units calls a batch slice's primitive: cpu_gemm_onednn.kernel_matmul).
+_MAPPINGS = {"onednn_conv": lambda k: onednn_convolution(k.comp), "onednn_matmul": lambda k: kernel_matmul(k)[0]}
 
 
 def primitive_descriptions(kernels) -> list:
@@ -20,7 +21,7 @@ def primitive_descriptions(kernels) -> list:
         mapping = _MAPPINGS.get(k.custom)
         if mapping is None:
             continue
-        mapped = mapping(k.comp)
+        mapped = mapping(k)
         if mapped is None:
             raise ValueError(f"kernel {k.name}: no longer maps to a oneDNN {k.custom[len('onednn_'):]}")
         out.append(mapped.desc)
