@@ -311,6 +311,32 @@ def test_valid_tap_fraction():
     assert valid_tap_fraction(geo) == pytest.approx((8 / 15) ** 2)
 
 
+def test_split_tile_rule():
+    """Tiles by the shape alone: the fewest of at most `most` rows, two where one would hold
+    128+ rows, an even count, the rows shared evenly in multiples of 8."""
+    split = cpu_conv_gemm.split_tile
+    assert split(100, 512) == 104 and split(127, 512) == 128  # under 2 x 64 rows: one tile
+    assert split(128, 512) == 64 and split(200, 512) == 104  # one tile's rows: two tiles
+    assert split(800, 512) == 400  # not 512 + 288
+    assert split(3200, 512) == 400  # 8 tiles, not 7 (6 x 512 + 128)
+    assert split(51200, 512) == 512 and split(8, 8) == 8
+    for rows in range(1, 3000, 37):
+        tile = split(rows, 512)
+        tiles = -(-rows // tile)
+        assert tile % 8 == 0 or tiles == 1
+        assert tile <= 512 and (tiles == 1 or tiles % 2 == 0), (rows, tile)
+
+
+def test_few_row_convolution_runs_as_two_units():
+    """MobileNetV2's last stage (1x1 over 8 x 5x5 positions: 200 rows, one 512-row tile) runs
+    as two units that threads can share, the same bits on 1 and 2 threads, and agrees with
+    the interpreter."""
+    text = _module("f32[8,5,5,160]", "f32[1,1,160,960]", "f32", "window={size=1x1}, " + NHWC)
+    layout = gemm_layout(parse_hlo(text).entry.root)
+    assert prefers_gemm(parse_hlo(text).entry.root) and (layout.tile, layout.units) == (104, 2)
+    check_gemm(text, threads=(1, 2))
+
+
 def test_conformance_files_through_gemm(monkeypatch):
     """The StableHLO conformance convolution files pass with every dense float convolution
     they hold run by the GEMM kernels (in 8-row tiles); no cached program is read or stored."""

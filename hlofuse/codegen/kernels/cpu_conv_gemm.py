@@ -10,7 +10,8 @@ taps x input features as the contraction (K = taps x I),
     out[rows, O] = patches[rows, K] x weights[K, O].
 
 Work units are tiles of up to 512 rows (`tile_rows`: a patch tile [rows, K] of at most 4 MiB,
-in L2 or L3: more rows per BLAS call beat a smaller tile, docs/convolutions.md). Per unit
+in L2 or L3: more rows per BLAS call beat a smaller tile, docs/convolutions.md), at least two
+(an even count) where one would hold 128+ rows, the rows shared evenly (`split_tile`). Per unit
 the kernel packs the tile's patches into per-thread scratch (zeros on padding and between
 lhs-dilated inputs), calls the GEMM library (blas_call.py: oneDNN's sgemm for f32 where it is
 installed, OpenBLAS's `?gemm_` otherwise and for f64) against the weights read in place
@@ -73,6 +74,8 @@ TILE_BYTES = 4 << 20
 MIN_TILE_ROWS, MAX_TILE_ROWS = 32, 512
 # A kernel call's scratch (patch tile + C tile) stays below this.
 SCRATCH_BYTES = 16 << 20
+# Rows a tile keeps at least where `split_tile` cuts a convolution that one tile would hold.
+SPLIT_TILE_ROWS = 64
 # K's factor standing for the input feature (window dimensions are 0, 1, ...).
 IN = -1
 
@@ -116,6 +119,22 @@ def tile_rows(k: int, itemsize: int) -> int:
     """Rows of a patch tile of K columns: TILE_BYTES' worth, within [MIN, MAX]_TILE_ROWS."""
     rows = TILE_BYTES // max(1, k * itemsize)
     return max(MIN_TILE_ROWS, min(MAX_TILE_ROWS, rows - rows % 8))
+
+
+def split_tile(rows: int, most: int) -> int:
+    """Rows per tile for `rows` rows (of the whole, or of each batch element) in tiles of at
+    most `most`: the fewest tiles, at least two where each keeps SPLIT_TILE_ROWS rows, their
+    count rounded up to even, and the rows shared evenly (a multiple of 8 each, the last tile
+    holding what is left). A tile is a work unit, computed whole by one thread: one tile of
+    MobileNetV2's 5x5 stage (200 rows) ran on one thread of two, and 800 rows in tiles of 512
+    and 288 kept one thread busy 1.8x as long as the other. The tiles follow the shape only,
+    so results stay the same bits on any thread count."""
+    tiles = -(-rows // most)
+    if tiles == 1 and rows >= 2 * SPLIT_TILE_ROWS:
+        tiles = 2
+    tiles += tiles % 2 if tiles > 1 else 0
+    tile = -(-rows // tiles)
+    return max(8, min(most, -(-tile // 8) * 8))
 
 
 def row_major_matrix(dims: tuple[int, ...], batch: list[int], rows: list[int], cols: list[int]) -> Matrix | None:
@@ -192,6 +211,7 @@ def conv_gemm(conv: HloInstruction, out_type: ElementType | None = None) -> Conv
         tile -= tile % 8
         if tile < MIN_TILE_ROWS:
             return None
+    tile = split_tile(geo.batch * positions if span else positions, tile)
     return ConvGemm(geo, order, k, positions, tile, span, w, x, c)
 
 
