@@ -28,6 +28,10 @@ Per-kernel figures (benchmarks/kernel_figures.py), measured in the same run:
   there; a kernel that writes as much as it reads has the bar as its limit);
 - for transcendental-bound workloads, elements per second (output elements over time) beside
   XLA:CPU's on the same HLO, the vectorised reference;
+- for workloads with dots or convolutions, their GFLOP/s (flops over the time of the steps
+  computing them, from the native profile: real_models.contraction_rate) and those steps'
+  share of a run, beside oneDNN's sgemm peak on all threads measured after the workloads in the
+  same run (2048^3, gemm_speed.onednn_peak; printed with the one-thread peak): `format_contraction`;
 - `CpuProgram.profile` of the `--profile` slowest workloads (by time against XLA): per kernel,
   its bytes, time, GB/s and share.
 With `--iree` (the `iree` extra; a printed note when missing), IREE compiles the same lowering's
@@ -55,7 +59,7 @@ sys.path.insert(0, os.path.dirname(HERE))
 
 from kernel_figures import (format_profile, geomean, median_seconds, nbytes_of, profile_rows,  # noqa: E402
                             read_bandwidth, reference_bandwidth, stream_bandwidth)
-from real_models import XlaExecutable, reexec_with_malloc_settings  # noqa: E402
+from real_models import XlaExecutable, contraction_rate, reexec_with_malloc_settings  # noqa: E402
 
 
 # The environment that changes what is measured, printed with every run: the malloc settings,
@@ -166,7 +170,38 @@ def run_workload(name: str, w, size: str, rounds: int, budget: float, cache_dir:
         row["hlofuse_over_iree"] = row["hlofuse_s"] / row["iree_s"]
     if numpy_too:
         row["numpy_s"] = median_seconds(lambda: interp(*args), 3, warmup=1)
+    row.update(contraction_rate(exe, args))
     return row, exe, args
+
+
+def gemm_peaks() -> dict[int, float]:
+    """oneDNN's sgemm GFLOP/s on 2048^3 on one and on all threads ({} without libdnnl)."""
+    from gemm_speed import onednn_peak
+
+    peaks = {}
+    for threads in sorted({1, len(os.sched_getaffinity(0))}):
+        p = onednn_peak(2048, threads, 3)
+        if p is not None:
+            peaks[threads] = p
+    return peaks
+
+
+def format_contraction(rows: list[dict], peaks: dict[int, float]) -> str:
+    """A line per workload with dots or convolutions: their GFLOP/s, share of the run and
+    percentage of the all-thread sgemm peak `peaks` (threads: GFLOP/s) measured in this run ('' when
+    no workload has any)."""
+    sel = [r for r in rows if "contraction_gflops" in r]
+    if not sel:
+        return ""
+    top = peaks.get(max(peaks)) if peaks else None
+    lines = ["dots and convolutions (GFLOP/s over their steps' time; peak: oneDNN sgemm 2048^3 in this run, "
+             + (", ".join(f"{p:.1f} on {t} thread{'s' if t > 1 else ''}" for t, p in sorted(peaks.items()))
+                or "not measured: no libdnnl") + "):"]
+    for r in sel:
+        pct = f", {r['contraction_gflops'] / top * 100:.0f}% of the {max(peaks)}-thread peak" if top else ""
+        lines.append(f"  {r['workload']:23s} {r['contraction_gflops']:7.1f} GFLOP/s{pct}, "
+                     f"{r['contraction_share'] * 100:.0f}% of the run")
+    return "\n".join(lines)
 
 
 def format_stream(stream: dict[str, float]) -> str:
@@ -265,7 +300,7 @@ def main(argv=None) -> int:
     stream = stream_bandwidth()
     ref_bw, read_bw = reference_bandwidth(stream, 2), read_bandwidth(stream, 2)
     print(format_stream(stream), flush=True)
-    rows, programs = [], {}
+    rows, programs, peaks = [], {}, {}
     with tempfile.TemporaryDirectory() as cache_dir:
         for name in names:
             try:
@@ -285,6 +320,11 @@ def main(argv=None) -> int:
                 print(f"    IREE differs from XLA: {line}", flush=True)
         print()
         print(format_table(rows, ref_bw, read_bw))
+        if any("contraction_gflops" in r for r in rows):
+            peaks = gemm_peaks()
+        contraction = format_contraction(rows, peaks)
+        if contraction:
+            print(contraction)
         slowest = sorted((r for r in rows if "ratio" in r), key=lambda r: -r["ratio"])[:max(args.profile, 0)]
         profiles = {}
         for r in slowest:
@@ -297,7 +337,7 @@ def main(argv=None) -> int:
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"stream_Bps": stream, "reference_Bps": ref_bw, "read_Bps": read_bw, "rows": rows, "profiles": profiles,
-                       "load": os.getloadavg()}, f, indent=2)
+                       "gemm_peaks": peaks, "load": os.getloadavg()}, f, indent=2)
     return 0
 
 

@@ -14,7 +14,7 @@ from repo_paths import BENCHMARKS
 sys.path.insert(0, str(BENCHMARKS))
 
 import kernel_figures as kf  # noqa: E402
-from run import format_table, interleaved, rotated_rounds  # noqa: E402
+from run import format_contraction, format_table, interleaved, rotated_rounds  # noqa: E402
 from workloads import WORKLOADS  # noqa: E402
 
 import hlofuse  # noqa: E402
@@ -183,3 +183,17 @@ ENTRY e {
     scalar = hlofuse.compile(hlofuse.parse_hlo(
         "HloModule s\nENTRY e {\n  x = f32[8] parameter(0)\n  ROOT y = f32[8] tanh(x)\n}\n"), target="cpu")
     assert real_models.contraction_rate(scalar, [np.ones(8, np.float32)]) == {}
+
+
+def test_contraction_lines_set_each_rate_against_the_all_thread_peak():
+    # run.py's dot figures: 120 GFLOP/s against a 2-thread peak of 480 is 25%; a workload
+    # without dots gets no line, and a run without any gets no section
+    rows = [{"workload": "attention", "contraction_gflops": 120.0, "contraction_share": 0.9},
+            {"workload": "softmax"}]
+    text = format_contraction(rows, {1: 250.0, 2: 480.0})
+    assert "250.0 on 1 thread, 480.0 on 2 threads" in text
+    (line,) = [ln for ln in text.splitlines() if "attention" in ln]
+    assert "120.0 GFLOP/s, 25% of the 2-thread peak, 90% of the run" in line
+    assert "softmax" not in text
+    assert "not measured" in format_contraction(rows, {})
+    assert format_contraction([{"workload": "softmax"}], {1: 250.0}) == ""
