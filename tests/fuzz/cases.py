@@ -11,6 +11,7 @@ from typing import Any, Callable
 import numpy as np
 
 from . import outcomes as oc
+from .reassociation import only_order_sensitive, reversed_reduction_reference
 from .values import contains_subnormal, flush_denormals, make_inputs
 
 # Modules whose instructions hold more than this many bytes are verified and compiled but not run.
@@ -55,10 +56,12 @@ def _root_opcode(module, index: int) -> str:
     return root.opcode
 
 
-def compare_with_reference(actual: list, expected: list, rerun_flushed) -> tuple[str, str]:
+def compare_with_reference(actual: list, expected: list, rerun_flushed, rerun_reordered=None) -> tuple[str, str]:
     """(outcome, message) of a backend's outputs against the reference's. A mismatch that goes
     away when the reference is rerun with denormal inputs flushed (and its denormal outputs
-    flushed) is DENORMAL, not MISMATCH."""
+    flushed) is DENORMAL, not MISMATCH; one confined to elements where the reference rerun with
+    its reductions in reverse order (`rerun_reordered()`, None if it cannot run) moves as far
+    is ORDER_SENSITIVE (reassociation.py)."""
     from hlofuse.runtime.compare import compare_outputs
 
     results = compare_outputs(list(actual), list(expected))
@@ -71,6 +74,9 @@ def compare_with_reference(actual: list, expected: list, rerun_flushed) -> tuple
         again = compare_outputs([flush_denormals(a) for a in actual], [flush_denormals(e) for e in flushed])
         if all(r.ok for r in again):
             return oc.DENORMAL, message
+    reordered = rerun_reordered() if rerun_reordered is not None else None
+    if reordered is not None and only_order_sensitive(list(actual), list(expected), reordered):
+        return oc.ORDER_SENSITIVE, message
     return oc.MISMATCH, message
 
 
@@ -124,7 +130,13 @@ def _against_interpreter(module, args, got, backend: str, seed: int, reference=N
         except Exception:  # noqa: BLE001
             return None
 
-    outcome, message = compare_with_reference(got, want, rerun)
+    def reordered():
+        try:
+            return reversed_reduction_reference(module, args, getattr(ref_exe, "denormals", "flush"))
+        except Exception:  # noqa: BLE001 - no second order: the mismatch stands
+            return None
+
+    outcome, message = compare_with_reference(got, want, rerun, reordered)
     if outcome == oc.OK:
         return {"outcome": oc.OK, "stage": "compare", "signature": "", "message": ""}
     first = _first_bad(got, want)
@@ -167,6 +179,7 @@ def _oracle(module, args: list, target: str, flushing: tuple) -> tuple:
     def keep(*a):
         return evaluate(module, list(a), denormals="keep")
 
+    keep.denormals = "keep"  # what reassociation's reordered rerun must use too
     return keep, keep(*args)
 
 

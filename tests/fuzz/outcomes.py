@@ -13,11 +13,14 @@ HANG = "hang"  # no answer within the per-case timeout, while the interpreter al
 LONG_RUNNING = "long-running"
 MISMATCH = "mismatch"  # a backend's result differs from the reference
 DENORMAL = "denormal-only"  # differs only where denormals are flushed (XLA:CPU's FTZ/DAZ): known, counted apart
+# Differs only on elements whose reductions cancel, where a reversed reduction order moves the
+# reference as far (reassociation.py): any order is a valid answer there; counted apart.
+ORDER_SENSITIVE = "order-sensitive"
 SKIPPED = "skipped"  # not run: too large, an input type with no numpy counterpart, unsupported by XLA
 INVALID = "generator-invalid"  # a generated "valid" module the verifier rejects (generator or verifier bug)
 
 FAILURES = (UNEXPECTED, CRASH, HANG, MISMATCH, INVALID)
-ORDER = (OK, EXPECTED, SKIPPED, DENORMAL, LONG_RUNNING, UNEXPECTED, CRASH, HANG, MISMATCH, INVALID)
+ORDER = (OK, EXPECTED, SKIPPED, DENORMAL, ORDER_SENSITIVE, LONG_RUNNING, UNEXPECTED, CRASH, HANG, MISMATCH, INVALID)
 
 _PACKAGE = "hlofuse"
 

@@ -1,0 +1,80 @@
+"""The fuzzer's recheck of mismatches against a reversed reduction order (tests/fuzz/reassociation.py):
+it excuses only elements where two valid orders of the reference disagree, never others."""
+from __future__ import annotations
+
+import numpy as np
+
+import hlofuse
+from tests.fuzz import outcomes as oc
+from tests.fuzz.cases import compare_with_reference
+from tests.fuzz.reassociation import only_order_sensitive, reversed_reduction_reference
+
+# Column sums of f32[60,3]: column 0 cancels (-1e20 ... +1e20 among small terms), 1 and 2 do not.
+MODULE = """HloModule sums
+add { a = f32[] parameter(0)  b = f32[] parameter(1)  ROOT s = f32[] add(a, b) }
+ENTRY e {
+  x = f32[60,3] parameter(0)
+  z = f32[] constant(0)
+  ROOT r = f32[3] reduce(x, z), dimensions={0}, to_apply=add
+}
+"""
+
+
+def _inputs() -> np.ndarray:
+    x = np.random.default_rng(3).standard_normal((60, 3)).astype(np.float32)
+    x[13, 0], x[49, 0] = -1e20, 1e20
+    return x
+
+
+def _reference(x):
+    module = hlofuse.parse_hlo(MODULE)
+    return module, hlofuse.compile(module, target="interpreter")(x)
+
+
+def test_reversed_order_is_the_same_sum_differently_associated():
+    x = _inputs()
+    module, want = _reference(x)
+    other = reversed_reduction_reference(module, [x])
+    # the well-conditioned columns agree to rounding; the exact small-term sum is what numpy
+    # computes in float64 once the two huge terms are taken out
+    np.testing.assert_allclose(other[0][1:], want[0][1:], rtol=1e-5)
+    np.testing.assert_allclose(want[0][1:], x[:, 1:].astype(np.float64).sum(0), rtol=1e-5)
+    # the cancelling column: the two orders disagree (that is what makes it order-sensitive)
+    assert other[0][0] != want[0][0]
+
+
+def test_cancelling_column_is_excused_and_nothing_else():
+    x = _inputs()
+    module, want = _reference(x)
+    other = reversed_reduction_reference(module, [x])
+    # a backend that got the cancelling column as the other order did: excused
+    got = [want[0].copy()]
+    got[0][0] = other[0][0]
+    assert only_order_sensitive(got, want, other)
+    outcome, _ = compare_with_reference(got, want, lambda: None, lambda: other)
+    assert outcome == oc.ORDER_SENSITIVE
+    # the same, plus a wrong well-conditioned column: still a mismatch
+    got[0][2] += 1.0
+    assert not only_order_sensitive(got, want, other)
+    outcome, _ = compare_with_reference(got, want, lambda: None, lambda: other)
+    assert outcome == oc.MISMATCH
+
+
+def test_far_outside_the_orders_spread_is_a_mismatch():
+    x = _inputs()
+    module, want = _reference(x)
+    other = reversed_reduction_reference(module, [x])
+    spread = abs(float(other[0][0]) - float(want[0][0]))
+    got = [want[0].copy()]
+    got[0][0] = np.float32(float(want[0][0]) + 100 * spread + 1.0)
+    outcome, _ = compare_with_reference(got, want, lambda: None, lambda: other)
+    assert outcome == oc.MISMATCH
+
+
+def test_without_a_second_order_a_mismatch_stays_one():
+    x = _inputs()
+    _, want = _reference(x)
+    got = [want[0].copy()]
+    got[0][0] = np.float32(12345.0)
+    assert compare_with_reference(got, want, lambda: None, lambda: None)[0] == oc.MISMATCH
+    assert compare_with_reference(got, want, lambda: None)[0] == oc.MISMATCH
