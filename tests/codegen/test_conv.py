@@ -224,6 +224,45 @@ def test_fused_epilogue_kernel(layout):
     assert bits_equal(got, want).all()
 
 
+PARTIAL_VECTORS = """HloModule m
+fused {{
+  p0 = f32[2,6,7,8] parameter(0)
+  p1 = f32[3,3,8,{o}] parameter(1)
+  p2 = f32[{o}] parameter(2)
+  c = f32[2,6,7,{o}] convolution(p0, p1), window={{size=3x3 pad=1_1x1_1}}, dim_labels=b01f_01io->b01f
+  b = f32[2,6,7,{o}] broadcast(p2), dimensions={{3}}
+  ROOT a = f32[2,6,7,{o}] add(c, b)
+}}
+ENTRY e {{
+  x = f32[2,6,7,8] parameter(0)
+  w = f32[3,3,8,{o}] parameter(1)
+  bias = f32[{o}] parameter(2)
+  ROOT f = f32[2,6,7,{o}] fusion(x, w, bias), kind=kOutput, calls=fused
+}}
+"""
+
+
+@pytest.mark.parametrize("features", [24, 40])
+@pytest.mark.parametrize("nonfinite", [False, True], ids=["finite", "inf-weight"])
+def test_blocked_positions_with_partial_vectors(features, nonfinite):
+    """Output features that fill no whole vector (24, 40 f32) in blocked positions, each
+    position's accumulators an array of their own (cpu_conv: 4 x 24 in one array made LLVM mix
+    the positions' lanes), with a fused epilogue, a remainder position (7 = 4 + 3) and padding
+    taps (an inf weight makes them NaN): the interpreter's bits."""
+    text = PARTIAL_VECTORS.format(o=features)
+    module = parse_hlo(text)
+    rng = np.random.default_rng(3)
+    args = [rng.standard_normal(tuple(p.shape.dims)).astype(np.float32) * 2 for p in module.entry.parameters]
+    if nonfinite:
+        args[1][0, 0, 3, features - 2] = np.inf
+    exe = hlofuse.compile(parse_hlo(text), target="cpu", fusion=False, cache=False)
+    assert [k.custom for k in exe.program._planner.kernels] == ["conv"]
+    (got,) = exe(*args)
+    (want,) = hlofuse.compile(parse_hlo(text), target="interpreter", fusion=False)(*args)
+    assert bits_equal(got, want).all()
+    assert np.isnan(want).any() == nonfinite
+
+
 def test_mobilenet_block_fuses_epilogues():
     """jax's MobileNetV2 block (1x1 expand + bias + relu6, depthwise 3x3 + relu6, 1x1 project +
     residual): the fusion passes make three kOutput fusions, each one conv kernel."""
