@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from llvmlite import ir
 
-from . import math_approx
+from . import math_approx, math_calls
 
 # Math functions that map to LLVM intrinsics LLVM can vectorize on every target.
 _INTRINSICS = {
@@ -99,6 +99,8 @@ class Target:
             one = ir.Constant(ty, 1.0)
             return builder.fdiv(one, self.intrinsic(builder, "llvm.sqrt", args))
         if isinstance(ty, ir.FloatType) and fn in APPROX_F32:
+            if math_calls.active():  # a kernel with many math functions calls them (math_calls.py)
+                return math_calls.call(builder, self, fn, APPROX_F32[fn], args)
             return APPROX_F32[fn](builder, self, *args)
         if isinstance(ty, ir.DoubleType) and fn in self.approx_f64:
             return self.approx_f64[fn](builder, self, *args)
