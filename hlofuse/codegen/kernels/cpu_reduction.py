@@ -34,7 +34,8 @@ kernels: otherwise InstCombine turns a masked row max, maximum(acc, select(m, x,
 causal attention, into select(m, maximum(acc, x), acc), a conditional reduction that LLVM's
 loop vectorizer does not recognise for llvm.maximum, and the row stays scalar (~57
 instructions an element). Frozen, it is the plain maximum reduction LLVM vectorises, with
-llvm.maximum's NaN propagation and -0 < +0 kept.
+llvm.maximum's NaN propagation and -0 < +0 kept. Where the loop computes nothing expensive a
+max/min folds faster still, with the same bits (fast_extremum.py).
 
 An argmax/argmin reduce (a (value, index) reducer that arg_reduction.recognize proves is
 jax's) is not folded by its reducer in row kernels: its closed form is computed by two
@@ -56,6 +57,7 @@ from ...hlo.ir import HloComputation
 from . import arg_reduction
 from .args import output_leaves
 from .cpu_reduction_rotated import emit_rotated_fold, rotated_input
+from .fast_extremum import FAST_ACCUMULATORS, exact_needed, fast_extremum, fold_fast, magnitude_bits
 from .loop_hints import ROLLED_AROUND, forbid_vectorization, interleave
 from .reduction_groups import (ReduceHero, ReductionGroup, computes_expensive_elements, in_order_target,
                                override_heroes, row_accumulators, vector_lanes, without_reassociation)
@@ -151,17 +153,20 @@ def _reduced_loops(b, group: ReductionGroup, body, level: int = 0, fixed=(), out
         interleave(i, accumulators)
 
 
-def _row_accumulators(em, comp: HloComputation, group: ReductionGroup, heroes, arg_rows: dict, parts: int) -> int:
+def _row_accumulators(em, comp: HloComputation, group: ReductionGroup, heroes, arg_rows: dict, parts: int,
+                      fast: dict | None = None) -> int:
     """The interleave count of a row kernel's innermost reduced loop (`row_accumulators`): 1
     where the reducers keep their order (`in_order_target`) or the loop computes expensive
     elements (`computes_expensive_elements`), else counted over every value the loop folds (an
-    argmax folds one, its maximum, in this loop) and the loop's length (a split's slice where
-    the sliced dimension is the only one)."""
+    argmax folds one, its maximum, in this loop; a fast max/min, `fast`, is counted as
+    fast_extremum.FAST_ACCUMULATORS) and the loop's length (a split's slice where the sliced dimension is the
+    only one)."""
     if not em.target.reassociate_reductions or computes_expensive_elements(comp, group.in_dims):
         return 1
     if not group.rdims:  # a reduce over no dimensions (a rank-0 operand, dimensions={}): one element
         return 1
-    accumulators = sum(1 if h in arg_rows else len(h.types) for h in heroes)
+    fast = fast or {}
+    accumulators = sum(1 if h in arg_rows else FAST_ACCUMULATORS if h in fast else len(h.types) for h in heroes)
     row = group.in_dims[group.rdims[-1]] // (parts if len(group.rdims) == 1 else 1)
     return row_accumulators(vector_lanes(em.target, group.heroes), accumulators, row)
 
@@ -204,6 +209,11 @@ def _emit_row(skel, em, group, heroes, extras, epilogue_ptrs, epilogue_leaves, p
             spec = arg_reduction.recognize(h.inst)
             if spec is not None:
                 arg_rows[h] = arg_reduction.ArgRow(b, em, h, spec, [group.in_dims[d] for d in group.rdims])
+    # Max/min heroes fold fast and, where that is not decisive, again exactly (fast_extremum.py).
+    fast = {} if computes_expensive_elements(skel.comp, group.in_dims) else {
+        h: kind for h in heroes if h not in arg_rows and (kind := fast_extremum(h)) is not None}
+    with b.goto_entry_block():
+        largest = {h: b.alloca(ir.IntType(h.types[0].bits), name="largest.bits") for h in fast}
     at = {}
     override_heroes(em, heroes, lambda h: [b.load(s) for s in slots[h]], lambda: at["index"])
     epilogue_gens = [em.gen(leaf.inst) for leaf in epilogue_leaves]
@@ -220,20 +230,33 @@ def _emit_row(skel, em, group, heroes, extras, epilogue_ptrs, epilogue_leaves, p
                 continue
             for s, v in zip(slots[h], h.init_values(b)):
                 b.store(v, s)
+                if h in fast:
+                    b.store(magnitude_bits(b, v), largest[h])
 
-        def body(reduced):
+        def body(reduced, only=None):
             index = _input_index(b, group, out_index.multi, reduced)
-            for h in heroes:
+            for h in (heroes if only is None else [only]):
                 if h in arg_rows:
                     arg_rows[h].step(index)
                     continue
                 ss = slots[h]
+                if h in fast and only is None:
+                    acc, big = fold_fast(b, fast[h], b.load(ss[0]), b.load(largest[h]), h.inputs[0](index))
+                    b.store(acc, ss[0])
+                    b.store(big, largest[h])
+                    continue
                 for s, r in zip(ss, _fold_row(b, em, h, [b.load(s) for s in ss], index)):
                     b.store(r, s)
-            _store_extras(b, index, extras)
+            if only is None:
+                _store_extras(b, index, extras)
 
         _reduced_loops(b, group, body, outer=outer,
-                       accumulators=_row_accumulators(em, skel.comp, group, heroes, arg_rows, parts))
+                       accumulators=_row_accumulators(em, skel.comp, group, heroes, arg_rows, parts, fast))
+        for h in fast:  # the rare row with a NaN or a zero extremum: folded again exactly
+            with b.if_then(exact_needed(b, b.load(slots[h][0]), b.load(largest[h])), likely=False):
+                for s, v in zip(slots[h], h.init_values(b)):
+                    b.store(v, s)
+                _reduced_loops(b, group, lambda reduced, h=h: body(reduced, only=h), outer=outer)
         for h, row in arg_rows.items():
             values = row.finish(lambda f: _reduced_loops(b, group, f, outer=outer),
                                 lambda reduced: _input_index(b, group, out_index.multi, reduced))

@@ -40,6 +40,7 @@ from ...emitters.ir_helpers import I32, Index, const_i64, delinearize, for_range
 from ...hlo.ir import HloComputation, HloInstruction
 from .args import output_leaves, param_leaf_slots
 from .cpu_streaming import fence, streamable, streaming_row_loop
+from .fast_extremum import FAST_ACCUMULATORS, exact_needed, fast_extremum, fold_fast, magnitude_bits
 from .loop_hints import forbid_vectorization, interleave
 from .reduction_groups import ReduceHero, computes_expensive_elements, row_accumulators, vector_lanes
 from .row_analysis import RowLayout, reused_values, row_layout
@@ -106,6 +107,28 @@ def _fold(b, em: ElementalEmitter, h: ReduceHero, accs: list, index: Index) -> l
     values = [freeze(b, v) if isinstance(v.type, (ir.FloatType, ir.DoubleType)) else v for v in values]
     res = em.call_scalar(h.comp, list(accs) + values, reduction=True)
     return list(res) if isinstance(res, tuple) else [res]
+
+
+def fast_folds(comp: HloComputation, layout: RowLayout) -> bool:
+    """Whether the row kernel's max/min reduces fold fast (fast_extremum.py): not where a loop
+    computes an expensive elementwise op per element (exp, tanh, divide: the rule of
+    `prefetches_next_row`). There the fast max measured slower once the rows come from memory,
+    though its loop is cheaper: softmax of f32[R,2048], one thread, CPU time, interleaved, load
+    6.5-7 (old / fast, ns an element): R = 256 0.31 / 0.28, 512 0.31 / 0.29, 1024 0.32 / 0.36,
+    3072 0.32 / 0.39 (with tanh for exp: 3072 0.33 / 0.41; two threads, the softmax workload
+    2.03 / 2.46 ms CPU). Not the NaN tracking (without it, 0.38), nor the exact second fold
+    (never taken there); prefetching the next row did not recover it (0.40). The slow
+    llvm.maximum loop of the first pass apparently let the memory run ahead of the long
+    exp pass after it, where the fast loop ends each row waiting for the next. Without an
+    expensive op the fast max is faster from memory too: x - max(x) rows, 0.16 -> 0.14."""
+    return not computes_expensive_elements(comp, layout.in_dims)
+
+
+def _fold_into(b, em: ElementalEmitter, h: ReduceHero, slots: list, index: Index) -> None:
+    """The element at `index` folded (`_fold`) into the accumulators held in `slots`."""
+    accs = [b.load(s) for s in slots]
+    for s, v in zip(slots, _fold(b, em, h, accs, index)):
+        b.store(v, s)
 
 
 # x86's cache line; the prefetch loop issues one prefetch per line of the next row.
@@ -244,17 +267,21 @@ def _fold_chunk_bytes(n: int, streams) -> int:
     return max(PREFETCH_CHUNK_BYTES, n * widest // FOLD_PREFETCH_ROUNDS)
 
 
-def _accumulators(target, comp: HloComputation, layout: RowLayout, heroes: list, n: int, streams) -> int:
+def _accumulators(target, comp: HloComputation, layout: RowLayout, heroes: list, n: int, streams,
+                  fast: dict | None = None) -> int:
     """Interleaved vectors of a level's fold loop over rows of `n` elements (its chunks where
     it prefetches, `streams`): reduction_groups.row_accumulators, as the row reduction
     kernel's (cpu_reduction.py), and as there 1 (LLVM's choice) where the row's elements are
-    expensive to compute (softmax's exp)."""
+    expensive to compute (softmax's exp). A fast max/min (`fast`: fast_extremum.py) keeps two
+    values a vector, its maximum and its NaN tracker."""
+    fast = fast or {}
     if not target.reassociate_reductions or computes_expensive_elements(comp, layout.in_dims):
         return 1
     length = n
     if streams:
         length = min(n, max(1, _fold_chunk_bytes(n, streams) // max(size for _, size, _ in streams)))
-    return row_accumulators(vector_lanes(target, [h.inst for h in heroes]), sum(len(h.types) for h in heroes), length)
+    values = sum(FAST_ACCUMULATORS if h.inst in fast else len(h.types) for h in heroes)
+    return row_accumulators(vector_lanes(target, [h.inst for h in heroes]), values, length)
 
 
 def streams_outputs(skel, layout: RowLayout, streams: list, rereads: bool) -> bool:
@@ -304,6 +331,12 @@ def emit_row_kernel(skel, kernel) -> None:
 
         em_out.override(value, read_back)
     by_inst = {r: ReduceHero(em, r) for r in reduces}
+    # Max/min reduces fold fast, with a NaN flag each, and again exactly where that is not
+    # decisive (fast_extremum.py); not in a kernel computing an expensive op per element
+    # (`fast_folds`).
+    fast = {r: kind for r in reduces if (kind := fast_extremum(by_inst[r])) is not None} if fast_folds(comp, layout) else {}
+    with b.goto_entry_block():
+        nan_slots = {r: b.alloca(ir.IntType(r.shape.dtype.bits), name="largest.bits") for r in fast}
     row_gens = [(em_out.gen(leaves[k].inst), leaves[k], skel.output_ptr(k)) for k in layout.row_outputs]
     per_row_gens = [(em.gen(leaves[k].inst), leaves[k], skel.output_ptr(k)) for k in layout.per_row_outputs]
     in_dims, kept = layout.in_dims, layout.kept
@@ -328,8 +361,10 @@ def emit_row_kernel(skel, kernel) -> None:
             for h in hs:
                 for s, v in zip(slots[h.inst], h.init_values(b)):
                     b.store(v, s)
+                    if h.inst in fast:
+                        b.store(magnitude_bits(b, v), nan_slots[h.inst])
             chunk_bytes = _fold_chunk_bytes(n, ahead) if ahead else PREFETCH_CHUNK_BYTES
-            with _row_loop(b, n, "fold", r, skel.end, ahead, accumulators=_accumulators(skel.target, comp, layout, hs, n, ahead),
+            with _row_loop(b, n, "fold", r, skel.end, ahead, accumulators=_accumulators(skel.target, comp, layout, hs, n, ahead, fast),
                            chunk_bytes=chunk_bytes) as j:
                 index = index_at(j)
                 if level == len(layout.levels) - 1:
@@ -337,9 +372,20 @@ def emit_row_kernel(skel, kernel) -> None:
                         store_element(b, em.gen(value)(index), b.gep(ptr, [index.linear], inbounds=True),
                                       leaf.shape.dtype)
                 for h in hs:
-                    accs = [b.load(s) for s in slots[h.inst]]
-                    for s, v in zip(slots[h.inst], _fold(b, em, h, accs, index)):
-                        b.store(v, s)
+                    if h.inst in fast:
+                        acc, seen = fold_fast(b, fast[h.inst], b.load(slots[h.inst][0]), b.load(nan_slots[h.inst]),
+                                              h.inputs[0](index))
+                        b.store(acc, slots[h.inst][0])
+                        b.store(seen, nan_slots[h.inst])
+                        continue
+                    _fold_into(b, em, h, slots[h.inst], index)
+            for h in hs:
+                if h.inst in fast:  # the rare row with a NaN or a zero extremum: folded again exactly
+                    with b.if_then(exact_needed(b, b.load(slots[h.inst][0]), b.load(nan_slots[h.inst])), likely=False):
+                        for s, v in zip(slots[h.inst], h.init_values(b)):
+                            b.store(v, s)
+                        with _row_loop(b, n, "exact") as j:
+                            _fold_into(b, em, h, slots[h.inst], index_at(j))
         if row_gens:
             ahead = streams if (len(layout.levels) == 1 and prefetch) else ()
 
