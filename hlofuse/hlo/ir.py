@@ -41,6 +41,7 @@ from typing import Any, Iterable, Iterator
 from . import control_list
 from .attributes import COMPUTATION_ATTRS
 from .module_clone import clone_module
+from .opcodes import op_info
 from .pending_state import read_pending, state_to_copy
 from .shapes import Shape
 from .walk import post_order
@@ -174,8 +175,6 @@ class HloInstruction:
     @property
     def info(self):
         """This opcode's row in the op registry."""
-        from .opcodes import op_info
-
         return op_info(self.opcode)
 
     @property

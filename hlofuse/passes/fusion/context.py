@@ -18,6 +18,7 @@ from .decisions import Decision, FusionLog
 from .cpu_multi_output import is_plain_loop
 from .fusibility import fused_operands_reused, reuses_operand_elements
 from .fusion_utils import Reachability, operand_index
+from .sibling_rules import hero
 
 
 @dataclass
@@ -30,7 +31,8 @@ class FusionContext:
     may_duplicate: bool = True
     comp: HloComputation | None = None
     # which instructions reach which (`reachability()`, built on first use; a pass that
-    # changes the graph calls `graph_changed`)
+    # fuses calls `fused_into`, which updates it, one that changes the graph otherwise calls
+    # `graph_changed`, which drops it)
     _reach: Reachability | None = None
     # expensive producer -> whether it may be duplicated (decided by instruction fusion's
     # pre-pass, `expensive_duplication`; absent: refused with the generic reason)
@@ -40,8 +42,12 @@ class FusionContext:
     # a long chain is not walked again for every producer (which made fusion quadratic)
     reused_operands: dict[HloInstruction, set[HloInstruction]] = field(default_factory=dict)
     # instruction -> whether it is a CPU plain loop (`plain_loop()`); the CPU's sibling rule asks
-    # it of the same first sibling for every candidate pair: emptied by `graph_changed`
+    # it of the same first sibling for every candidate pair: emptied by `graph_changed`, the
+    # fused node's entry dropped by `fused_into`
     plain_loops: dict[HloInstruction, bool] = field(default_factory=dict)
+    # fusion -> its hero (`hero()`): sibling fusion asks it of the same growing fusion for every
+    # candidate pair, and it walks every output; dropped as `plain_loops` is
+    heroes: dict[HloInstruction, HloInstruction] = field(default_factory=dict)
 
     @classmethod
     def for_computation(cls, comp: HloComputation, params: TargetParams, log: FusionLog, pass_name: str,
@@ -62,6 +68,30 @@ class FusionContext:
         plain loop) is computed again when next asked."""
         self._reach = None
         self.plain_loops.clear()
+        self.heroes.clear()
+
+    def fused_into(self, node: HloInstruction) -> None:
+        """The pass fused other instructions into `node` (grown, merged with a sibling or a
+        producer, perhaps a new fusion read through new get-tuple-elements), and removed
+        them if nothing else reads them: the reachability is updated downstream of `node`
+        (`Reachability.update_downstream`) instead of rebuilt, and only `node`'s plain-loop
+        answer and hero are dropped (an instruction's answer depends on its own body alone; the
+        instructions merged away were not changed)."""
+        if self._reach is not None:
+            self._reach.update_downstream(node)
+        self.plain_loops.pop(node, None)
+        self.heroes.pop(node, None)
+
+    def hero(self, inst: HloInstruction) -> HloInstruction:
+        """`sibling_rules.hero(inst)`, kept per fusion until it changes. Only a fusion's is
+        kept: its walk stops at its parameters, while a lone instruction's walks its operands
+        in the computation, which other fusions change."""
+        if inst.opcode != "fusion":
+            return hero(inst)
+        known = self.heroes.get(inst)
+        if known is None:
+            known = self.heroes[inst] = hero(inst)
+        return known
 
     def plain_loop(self, inst: HloInstruction) -> bool:
         """`cpu_multi_output.is_plain_loop(inst)`, computed once per instruction until the

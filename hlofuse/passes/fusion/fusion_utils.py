@@ -7,6 +7,8 @@ into a fused computation; a duplicated producer's copy takes the original name p
 """
 from __future__ import annotations
 
+import heapq
+
 from ...hlo.ir import HloComputation, HloInstruction, HloModule
 from ...hlo.shapes import TupleShape
 from ..cse import ComputationIds, instruction_key
@@ -17,26 +19,116 @@ from .fusibility import fusion_outputs
 # ---- reachability ---------------------------------------------------------------------------
 
 class Reachability:
-    """Which instructions of a computation reach which, as ancestor bitsets over post order."""
+    """Which instructions of a computation reach which (through operands and control edges), as
+    ancestor bitsets (XLA's HloReachabilityMap): an instruction's set holds bit j when
+    instruction j reaches it. Built over the post order in O(n) set unions; `update_downstream`
+    keeps it current after a fusion instead of rebuilding it."""
 
     def __init__(self, comp: HloComputation) -> None:
+        self._comp = comp
         order = comp.post_order()
         self._index = {inst: i for i, inst in enumerate(order)}
         self._anc: list[int] = []
         for i, inst in enumerate(order):
-            bits = 1 << i
-            for op in list(inst.operands) + list(inst.control_predecessors):
-                j = self._index.get(op)
-                if j is not None:
-                    bits |= self._anc[j]
-            self._anc.append(bits)
+            self._anc.append(self._from_operands(inst) | 1 << i)
+        # instructions indexed after the build (a fusion made around a lone instruction, the
+        # get-tuple-elements of a merged fusion): their own bit is in no other set, so what
+        # they reach is asked of their users (`is_reachable`). Giving each a bit would change
+        # the set of everything downstream of every fusion, which is what a rebuild costs.
+        self._late: set[HloInstruction] = set()
+
+    def _from_operands(self, inst: HloInstruction) -> int:
+        """The union of the sets of `inst`'s operands and control predecessors."""
+        index, anc = self._index, self._anc
+        bits = 0
+        for op in inst.operands:
+            j = index.get(op)
+            if j is not None:
+                bits |= anc[j]
+        for op in inst.control_predecessors:
+            j = index.get(op)
+            if j is not None:
+                bits |= anc[j]
+        return bits
+
+    def _downstream(self, inst: HloInstruction, holders: list[HloInstruction]) -> list[HloInstruction]:
+        """The instructions reading `inst` or ordered after it by a control edge."""
+        if not holders:  # (most computations have no control edges)
+            return inst.users
+        return inst.users + self._comp.control_successors(inst)
+
+    def update_downstream(self, node: HloInstruction) -> None:
+        """`node` absorbed other instructions (a fusion grown by a producer or merged with a
+        sibling; perhaps a new fusion, read through new get-tuple-elements), which left the
+        computation if nothing else reads them. Sets only grow (a fusion joins paths, never
+        cuts one among the instructions that stay), so each set is extended by its operands'
+        from `node` on, in index order (a min-heap), going on past an instruction only when
+        its set grew: the work is the instructions whose ancestors changed and their users,
+        not the computation. A fusion that joins paths already joined further down (a
+        softmax's siblings, both read by its divide) stops there. The instructions merged away
+        keep their bits in some sets; `is_reachable` never asks for them (their parent)."""
+        index, anc, late = self._index, self._anc, self._late
+        holders = self._comp.control_holders()
+        heap: list[tuple[int, int, HloInstruction]] = [(-1, 0, node)]
+        queued = {node}
+        seq = 1
+        while heap:
+            key, _, inst = heapq.heappop(heap)
+            queued.discard(inst)
+            i = index.get(inst)
+            new = i is None
+            if new:
+                i = index[inst] = len(anc)
+                anc.append(0)
+                late.add(inst)
+            bits = anc[i] | self._from_operands(inst)
+            if inst not in late:
+                bits |= 1 << i
+            if bits == anc[i] and not new and inst is not node:
+                continue
+            anc[i] = bits
+            for user in self._downstream(inst, holders):
+                if user in queued:
+                    continue
+                j = index.get(user)
+                # (a late instruction's index says nothing of its order: it goes right after
+                # the instruction that reached it)
+                heapq.heappush(heap, (j if j is not None and user not in late else key, seq, user))
+                seq += 1
+                queued.add(user)
 
     def is_reachable(self, a: HloInstruction, b: HloInstruction) -> bool:
         """True if b depends on a (a == b counts)."""
-        ia, ib = self._index.get(a), self._index.get(b)
-        if ia is None or ib is None:
+        comp = self._comp
+        if a.parent is not comp or b.parent is not comp:
+            return False  # (an instruction removed since: it reaches nothing)
+        index, anc = self._index, self._anc
+        ib = index.get(b)
+        if ib is None or a not in index:
             return False
-        return bool(self._anc[ib] >> ia & 1)
+        if a is b:
+            return True
+        if a not in self._late:
+            return bool(anc[ib] >> index[a] & 1)
+        # a late instruction reaches b when something it feeds does (its users are few: the
+        # get-tuple-elements of a fusion, the instructions one such reads)
+        holders = comp.control_holders()
+        stack, seen = list(self._downstream(a, holders)), {a}
+        while stack:
+            inst = stack.pop()
+            if inst in seen:
+                continue
+            seen.add(inst)
+            if inst is b:
+                return True
+            j = index.get(inst)
+            if j is None:
+                continue
+            if inst in self._late:
+                stack.extend(self._downstream(inst, holders))
+            elif anc[ib] >> j & 1:
+                return True
+        return False
 
     def is_connected(self, a: HloInstruction, b: HloInstruction) -> bool:
         """Whether either instruction reaches the other."""
@@ -186,6 +278,11 @@ def _dedupable(inst: HloInstruction) -> bool:
     return not has_side_effect(inst)
 
 
+def _same_operands(a: list[HloInstruction], b: list[HloInstruction]) -> bool:
+    """Whether two operand lists name the same instructions in the same order."""
+    return len(a) == len(b) and all(x is y for x, y in zip(a, b))
+
+
 def dedupe_fused_computation(fusion: HloInstruction, new: list[HloInstruction] | None = None) -> int:
     """Compute identical instructions of `fusion`'s computation once (CSE inside the kernel).
 
@@ -214,8 +311,13 @@ def dedupe_fused_computation(fusion: HloInstruction, new: list[HloInstruction] |
             continue
         key = instruction_key(inst, computations)
         pool = inst.operands[0].users if inst.operands else fc.instructions
-        match = next((c for c in pool if c is not inst and c not in gone and c.parent is fc and c.opcode == inst.opcode
-                      and _dedupable(c) and instruction_key(c, computations) == key), None)
+        # (the key holds the operands by identity: a candidate reading other operands is not
+        # keyed at all; a merged fusion's parameter has hundreds of users, each new clone
+        # compared with all of them)
+        ops = inst.operands
+        match = next((c for c in pool if c is not inst and c.opcode == inst.opcode and _same_operands(c.operands, ops)
+                      and c not in gone and c.parent is fc and _dedupable(c)
+                      and instruction_key(c, computations) == key), None)
         if match is None:
             continue
         rewriter.replace(inst, match)

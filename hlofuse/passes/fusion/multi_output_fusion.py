@@ -116,7 +116,16 @@ class MultiOutputFusion(KernelComputationPass):
 
     `loop_siblings` (the CPU only): plain loops over the same dimensions that read a common
     operand share a kernel (cpu_multi_output.py); false keeps the CPU's earlier rule, reductions
-    only (for measuring what the loop rule buys)."""
+    only (for measuring what the loop rule buys).
+
+    Work: linear in the instructions plus the candidate pairs examined: each producer is
+    visited once, and every pair of its users (XLA's FuseSiblings too) is judged in bounded
+    time: the reachability is kept up to date after each merge (FusionContext.fused_into,
+    touching only the instructions whose ancestors grew) rather than rebuilt, and a fusion's
+    hero and plain-loop answer are kept until it changes. A merge itself costs the merged
+    fusion's size, bounded by the budget. The pairs are quadratic in the users of one operand
+    (an input every block of a stack reads: each refused pair is also logged).
+    tests/passes/test_fusion_complexity.py counts work per instruction and pair."""
 
     name: ClassVar[str] = "multi-output-fusion"
     producer_consumer: ClassVar[bool] = True
@@ -148,7 +157,7 @@ class MultiOutputFusion(KernelComputationPass):
                 fusion = create_fusion(consumer, kind)
             fuse_into_multi_output(fusion, producer)
             log.fused(ctx.pass_name, name_p, name_c, fusion.name, rule="producer-consumer multi-output")
-            ctx.graph_changed()
+            ctx.fused_into(fusion)
             changed = True
         if changed:
             sort_computations(comp)
@@ -175,7 +184,7 @@ def _sibling_legal(a: HloInstruction, b: HloInstruction, parent: HloInstruction,
     if reads_disjoint_slices(a, b, parent):
         return refuse("disjoint-slices", f"{a.name} and {b.name} read disjoint slices of {parent.name}: "
                                          f"they share no element of it, so one kernel saves no reads")
-    d = shapes_compatible(a, b)
+    d = shapes_compatible(a, b, ctx.hero)
     if not d:
         return d
     if _dus_root(a) or _dus_root(b):
@@ -217,7 +226,7 @@ def _fuse_siblings(parent: HloInstruction, ctx: FusionContext, loop_siblings: bo
             merge_siblings(a, b)
             ctx.log.fused(ctx.pass_name, name_b, a.name, a.name, rule=f"sibling (common operand {parent.name})")
             siblings.pop(j)
-            ctx.graph_changed()
+            ctx.fused_into(a)
             changed = True
         i += 1
     return changed
@@ -250,7 +259,7 @@ def _fuse_reduction_into_epilogue(producer: HloInstruction, ctx: FusionContext) 
     fuse_into_multi_output(consumer, producer)
     ctx.log.fused(ctx.pass_name, name_p, name_c, consumer.name,
                   rule="reduction into a reduction's epilogue (CPU multi-output)")
-    ctx.graph_changed()
+    ctx.fused_into(consumer)
     return True
 
 
@@ -287,14 +296,14 @@ def _fuse_loop_into_consumer(producer: HloInstruction, ctx: FusionContext) -> bo
             fuse_producer(consumer, producer)
             ctx.log.fused(ctx.pass_name, name_p, name_c, consumer.name,
                           rule="producer-consumer (CPU: computed in its only user's kernel after sibling merges)")
-            ctx.graph_changed()
+            ctx.fused_into(consumer)
             return True
         if consumer.opcode != "fusion":
             consumer = create_fusion(consumer, "kLoop")
         fuse_into_multi_output(consumer, producer)
         ctx.log.fused(ctx.pass_name, name_p, name_c, consumer.name,
                       rule="producer-consumer multi-output (CPU: computed in its user's loop, kept as an output)")
-        ctx.graph_changed()
+        ctx.fused_into(consumer)
         return True
     return False
 
@@ -331,7 +340,7 @@ def _pc_legal(producer: HloInstruction, consumer: HloInstruction, ctx: FusionCon
     if creates_heavy_computation(producer, consumer):
         return refuse("heavy-computation", f"fusing {producer.name} into {consumer.name} would recompute "
                                            f"a heavy reduction for each element {consumer.name} re-reads")
-    d = shapes_compatible(producer, consumer)
+    d = shapes_compatible(producer, consumer, ctx.hero)
     if not d:
         return d
     if (op := _cycle_through(producer, consumer, ctx)) is not None:

@@ -6,6 +6,8 @@ Used by sibling and producer-consumer multi-output fusion and by horizontal inpu
 """
 from __future__ import annotations
 
+from typing import Callable
+
 from ...hlo.ir import HloInstruction
 from .decisions import Decision
 from .fusibility import fusion_outputs, is_physically_transposing, reduce_hero, reduction_is_contiguous
@@ -86,9 +88,11 @@ def _text(shape) -> str:
     return shape.to_text(with_layout=False)
 
 
-def shapes_compatible(a: HloInstruction, b: HloInstruction) -> Decision:
-    """XLA's ShapesCompatibleForMultiOutputFusion: one parallel loop can compute both."""
-    h1, h2 = hero(a), hero(b)
+def shapes_compatible(a: HloInstruction, b: HloInstruction,
+                      hero_of: Callable[[HloInstruction], HloInstruction] = hero) -> Decision:
+    """XLA's ShapesCompatibleForMultiOutputFusion: one parallel loop can compute both.
+    `hero_of` is `hero` or a memo of it (context.FusionContext.hero)."""
+    h1, h2 = hero_of(a), hero_of(b)
     r1 = h1.opcode == "reduce" and reduction_is_contiguous(h1)
     r2 = h2.opcode == "reduce" and reduction_is_contiguous(h2)
     t1, t2 = is_transpose_hero(h1), is_transpose_hero(h2)
