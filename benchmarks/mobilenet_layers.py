@@ -1,0 +1,141 @@
+"""MobileNetV2's layer classes at the model's shapes: hlofuse beside IREE, one layer at a time
+(issue 13: where the model's time goes against IREE's; docs/convolutions.md, "MobileNetV2
+against IREE").
+
+Run (needs jax and the `iree` extra):
+
+    HLOFUSE_CPU_THREADS=1 python benchmarks/mobilenet_layers.py [--layers a,b] [--rounds 7] [--threads 1]
+
+Each layer is a JAX function as keras's MobileNetV2 (8 images of 160x160) computes it: a
+depthwise 3x3 (stride 2 after keras's zero padding), a 1x1 expansion (batch norm, relu6) or
+projection (batch norm), or the 3-channel stem, with the inference batch norm written out
+((y - mean) * gamma * rsqrt(var + eps) + beta). hlofuse compiles the lowering's HLO text and
+IREE its StableHLO (benchmarks/iree_reference.py), both on `--threads` threads (set
+HLOFUSE_CPU_THREADS to the same count before running: hlofuse reads it when it loads); both
+outputs are checked against JAX's. Timing is interleaved, CPU time per call with one thread
+(wall time with more), medians; a second hlofuse column gives the time of its kernels alone
+(the native per-step profile), since a call also allocates its output, which for these large
+outputs is a good part of a small layer's call. The load average is printed.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.dirname(HERE))
+
+# name: (kind, input spatial size, input features, output features, stride)
+LAYERS = {
+    "dw s1 80x80x32": ("dw", 80, 32, 32, 1), "dw s2 80x80x96": ("dw", 80, 96, 96, 2),
+    "dw s1 40x40x144": ("dw", 40, 144, 144, 1), "dw s2 40x40x144": ("dw", 40, 144, 144, 2),
+    "dw s1 20x20x192": ("dw", 20, 192, 192, 1), "dw s2 20x20x192": ("dw", 20, 192, 192, 2),
+    "dw s1 10x10x384": ("dw", 10, 384, 384, 1), "dw s1 10x10x576": ("dw", 10, 576, 576, 1),
+    "dw s1 5x5x960": ("dw", 5, 960, 960, 1),
+    "proj 80x80 32->16": ("proj", 80, 32, 16, 1), "proj 40x40 144->24": ("proj", 40, 144, 24, 1),
+    "proj 20x20 192->32": ("proj", 20, 192, 32, 1), "proj 10x10 576->96": ("proj", 10, 576, 96, 1),
+    "exp 80x80 16->96": ("expand", 80, 16, 96, 1), "exp 40x40 24->144": ("expand", 40, 24, 144, 1),
+    "exp 10x10 96->576": ("expand", 10, 96, 576, 1), "exp 5x5 160->960": ("expand", 5, 160, 960, 1),
+    "stem 160 3->32": ("stem", 160, 3, 32, 2),
+}
+BATCH = 8
+
+
+def layer(kind: str, size: int, cin: int, cout: int, stride: int):
+    """(JAX function, its arguments) of one layer class (module docstring)."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((BATCH, size, size, cin), np.float32)
+    bn = [rng.uniform(0.5, 1.5, cout).astype(np.float32) for _ in range(4)]  # gamma, beta, mean, var
+    window = 1 if kind in ("proj", "expand") else 3
+    w = (rng.standard_normal((window, window, 1 if kind == "dw" else cin, cout)) * 0.3).astype(np.float32)
+    groups = cin if kind == "dw" else 1
+
+    def fn(x, w, gamma, beta, mean, var):
+        if stride == 2:  # keras's ZeroPadding2D before a stride-2 convolution
+            x = jnp.pad(x, ((0, 0), (0, 1), (0, 1), (0, 0)))
+        pad = "SAME" if window == 3 and stride == 1 else "VALID"
+        y = jax.lax.conv_general_dilated(x, w, (stride, stride), pad, dimension_numbers=("NHWC", "HWIO", "NHWC"),
+                                         feature_group_count=groups)
+        y = (y - mean) * (gamma * jax.lax.rsqrt(var + 1e-3)) + beta
+        return y if kind == "proj" else jnp.clip(y, 0, 6)
+
+    return fn, [x, w, *bn]
+
+
+def kernel_seconds(exe, args: list, runs: int) -> float:
+    """Seconds per call of hlofuse program `exe`'s kernels alone (native per-step profile)."""
+    from hlofuse.runtime.io import check_arguments
+
+    steps, seconds, calls, _ = exe.program.profile(check_arguments(exe.program.module, args), runs)
+    return sum(float(seconds[ns.id]) for ns in steps if ns.kind == "kernel") / runs
+
+
+def run_layer(name: str, rounds: int, threads: int) -> dict:
+    """Compile, check and time one layer on both sides; a row of the table."""
+    import jax
+    import numpy as np
+
+    import hlofuse
+    from iree_reference import IreeExecutable
+
+    fn, args = layer(*LAYERS[name])
+    lowered = jax.jit(fn).lower(*args)
+    exe = hlofuse.compile(hlofuse.parse_hlo(lowered.as_text(dialect="hlo")), target="cpu")
+    iree = IreeExecutable(lowered.as_text(), threads=threads)
+    buffers = iree.place(args)
+    want = np.asarray(jax.jit(fn)(*args))
+    ours, theirs = np.asarray(exe(*args)[0]), IreeExecutable.to_numpy(iree(buffers))[0]
+    ok = all(np.allclose(got, want, rtol=1e-4, atol=1e-4) for got in (ours, theirs))
+    clock = time.process_time if threads == 1 else time.perf_counter
+    sides = {"hlofuse": lambda: exe(*args), "iree": lambda: iree(buffers)}
+    times: dict[str, list[float]] = {k: [] for k in sides}
+    kernels = []
+    for r in range(rounds):
+        for k in (("hlofuse", "iree") if r % 2 == 0 else ("iree", "hlofuse")):
+            start = clock()
+            for _ in range(3):
+                sides[k]()
+            times[k].append((clock() - start) / 3)
+        kernels.append(kernel_seconds(exe, args, 3))
+    out = want.size * (9 if LAYERS[name][0] == "dw" else args[1].size // args[1].shape[3])
+    row = {"layer": name, "match": ok, "gflop": 2 * out / 1e9}
+    row.update({k: statistics.median(v) for k, v in times.items()})
+    row["kernels"] = statistics.median(kernels)
+    return row
+
+
+def main() -> None:
+    from iree_reference import iree_status
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--layers", default="", help="comma-separated names (default: all)")
+    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--threads", type=int, default=1)
+    a = parser.parse_args()
+    note = iree_status()
+    if note is not None:
+        print(note)
+        return
+    if os.environ.get("HLOFUSE_CPU_THREADS") != str(a.threads):
+        print(f"note: HLOFUSE_CPU_THREADS is {os.environ.get('HLOFUSE_CPU_THREADS')!r}, IREE runs {a.threads} thread(s)")
+    print(f"load average before: {os.getloadavg()}  ({'CPU' if a.threads == 1 else 'wall'} time, {a.threads} thread(s))")
+    print(f"{'layer':22s} {'match':5s} {'hlofuse us':>10s} {'kernels us':>10s} {'IREE us':>9s} {'hf/IREE':>7s} "
+          f"{'kern/IREE':>9s} {'hf GF/s':>8s} {'IREE GF/s':>9s}")
+    for name in (a.layers.split(",") if a.layers else LAYERS):
+        r = run_layer(name, a.rounds, a.threads)
+        print(f"{name:22s} {str(r['match']):5s} {r['hlofuse'] * 1e6:10.1f} {r['kernels'] * 1e6:10.1f} "
+              f"{r['iree'] * 1e6:9.1f} {r['hlofuse'] / r['iree']:7.2f} {r['kernels'] / r['iree']:9.2f} "
+              f"{r['gflop'] / r['hlofuse']:8.1f} {r['gflop'] / r['iree']:9.1f}", flush=True)
+    print(f"load average after: {os.getloadavg()}")
+
+
+if __name__ == "__main__":
+    main()

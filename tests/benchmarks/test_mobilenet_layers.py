@@ -1,0 +1,33 @@
+"""benchmarks/mobilenet_layers.py: its layer classes have MobileNetV2's shapes (keras's zero
+padding before a stride-2 convolution), and hlofuse's kernel time is the profile's."""
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+import pytest
+
+from repo_paths import BENCHMARKS
+
+sys.path.insert(0, str(BENCHMARKS))
+
+import mobilenet_layers as ml  # noqa: E402
+
+import hlofuse  # noqa: E402
+
+jax = pytest.importorskip("jax")
+
+
+@pytest.mark.parametrize("name,out", [("dw s2 80x80x96", (8, 40, 40, 96)), ("dw s1 5x5x960", (8, 5, 5, 960)),
+                                      ("proj 40x40 144->24", (8, 40, 40, 24)), ("stem 160 3->32", (8, 80, 80, 32))])
+def test_layer_shapes(name, out):
+    fn, args = ml.layer(*ml.LAYERS[name])
+    assert jax.eval_shape(fn, *args).shape == out
+
+
+def test_layer_matches_jax_and_kernel_time_is_positive():
+    """A small layer of the same kind through hlofuse: jax's values, and a kernel time."""
+    fn, args = ml.layer("dw", 6, 16, 16, 2)
+    exe = hlofuse.compile(hlofuse.parse_hlo(jax.jit(fn).lower(*args).as_text(dialect="hlo")), target="cpu")
+    np.testing.assert_allclose(np.asarray(exe(*args)[0]), np.asarray(jax.jit(fn)(*args)), rtol=1e-5, atol=1e-5)
+    assert ml.kernel_seconds(exe, args, 2) > 0
