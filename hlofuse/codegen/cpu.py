@@ -326,16 +326,17 @@ def compile_objects(objects: list[KernelObject], target, timings: dict[str, floa
     (codegen/llvm_pool.py: the same function, the same bytes, results in `objects`' order). A
     group whose compilation raises raises here, the first such in `objects`' order. Adds the
     stages' seconds to `timings`."""
-    emission = opt = codegen = 0.0
+    emission = emission_cpu = opt = codegen = 0.0
     futures = []
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.thread_time()
     for members, mod in kernel_groups(objects, target):
         text = str(mod)
         if not gc.isenabled():  # paused (collector_paused): free the groups printed before
             gc.collect(0)
         emission += time.perf_counter() - t0
+        emission_cpu += time.thread_time() - c0
         futures.append((members, lanes.compile(text, members[0].speed_level)))
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.thread_time()
     t0 = time.perf_counter()
     for members, f in futures:
         object_code, t_opt, t_codegen = f.result()
@@ -344,8 +345,8 @@ def compile_objects(objects: list[KernelObject], target, timings: dict[str, floa
         opt += t_opt
         codegen += t_codegen
     waited = time.perf_counter() - t0
-    for stage, seconds in (("emission", emission), ("llvm optimization", opt), ("code generation", codegen),
-                           ("llvm wait", waited)):
+    for stage, seconds in (("emission", emission), ("emission cpu", emission_cpu), ("llvm optimization", opt),
+                           ("code generation", codegen), ("llvm wait", waited)):
         timings[stage] = timings.get(stage, 0.0) + seconds
 
 
@@ -376,8 +377,12 @@ def compile_cpu(fused_module: HloModule, cache_dir=None, log=None, cache: bool =
     memory or disk cache (`cache_dir`, none if None) when possible; `cache=False` bypasses both.
     The kernel planner's decisions go to `log`, by default the fused module's fusion log
     (passes/fusion/decisions.module_log). `CpuCode.timings` gets the seconds of planning,
-    cache look-ups, emission (LLVM IR built and printed), LLVM optimization and code
-    generation (their sums over kernels) and the wall time spent waiting for LLVM."""
+    cache look-ups, the kernels' emission (LLVM IR built and printed: `emission` the calling
+    thread's wall time, `emission cpu` its CPU time; they differ by the time the driver's
+    thread held the GIL), LLVM optimization and code generation (their sums over kernels),
+    the wall time spent waiting for LLVM after emission, and the driver's: `driver` its
+    thread's CPU time (its IR and, on the thread lane, its LLVM work), `driver wall` the span
+    from its start to its object, which runs beside the kernels and mostly waits."""
     start = time.perf_counter()
     planner = CpuPlanner(log=log if log is not None else module_log(fused_module))
     code = CpuCode(fused_module, planner)
@@ -408,7 +413,7 @@ def compile_cpu(fused_module: HloModule, cache_dir=None, log=None, cache: bool =
         # the driver is emitted and compiled beside the kernels, not after them
         driver = lanes.run(compile_driver, code.native, target, cache, disk, lanes.compile_here)
         compile_objects(missing, target, code.timings, lanes)
-        code.driver_object, driver_cached, code.timings["driver"] = driver.result()
+        code.driver_object, driver_cached, code.timings["driver wall"], code.timings["driver"] = driver.result()
     for o in missing:
         if cache:
             memory_cache[o.key] = o.object_code

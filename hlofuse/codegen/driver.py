@@ -397,29 +397,33 @@ def driver_name(prog: NativeProgram) -> str:
     return symbol_name(prog.entry.comp.name)
 
 
-def compile_driver(prog: NativeProgram, target, cache: bool, disk, compile_ir=None) -> tuple[bytes, bool, float]:
+def compile_driver(prog: NativeProgram, target, cache: bool, disk,
+                   compile_ir=None) -> tuple[bytes, bool, float, float]:
     """The object code of `prog`'s driver: from the memory cache or the disk cache (`disk`, a
     CompileCache or None) when `cache`, else compiled unoptimized (llvm_pool.UNOPTIMIZED: it
     only calls, loops and copies, see DRIVER_LEVEL) by `compile_ir(text, level)`
     (llvm_pool.compile_timed's object, or the same on another LLVM lane:
     codegen/llvm_pool.Lanes.compile_here). Returns (object code, whether it came from a cache,
-    seconds spent)."""
+    wall seconds from start to object, CPU seconds of the calling thread). The two differ when
+    the driver runs beside the kernels (codegen/cpu.py): the wall span then includes waiting
+    for the GIL and for LLVM's lock, the thread's CPU only its own work (its IR built and
+    printed, and its LLVM work when compiled on this thread: in a worker process, none)."""
     import time
 
     from .cache import cache_key, memory_cache
 
     compile_ir = compile_ir or (lambda text, level: compile_timed(text, level)[0])
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.thread_time()
     text = emit_driver(prog, target)
     key = cache_key(f"driver O{DRIVER_LEVEL}\n" + text, target.fingerprint())
     obj = memory_cache.get(key) if cache else None
     if obj is None and disk is not None:
         obj = disk.load(key)
     if obj is not None:
-        return obj, True, time.perf_counter() - start
+        return obj, True, time.perf_counter() - start, time.thread_time() - cpu
     obj = compile_ir(text, DRIVER_LEVEL)
     if cache:
         memory_cache[key] = obj
         if disk is not None:
             disk.store(key, obj)
-    return obj, False, time.perf_counter() - start
+    return obj, False, time.perf_counter() - start, time.thread_time() - cpu
