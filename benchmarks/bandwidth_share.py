@@ -49,6 +49,16 @@ aligned / numpy's inputs): scaled_add 98/87%, row_sums 73/69% (98% of read), col
 61/62% (81% of read), sum_sumsq 70/65% (94% of read), layer_norm 72/68%, batch_norm_train
 86/81%, shared_producer 64/62%, image_normalize 78/79%.
 
+The kernels below the bar that write what they read, and why (one thread, numpy's inputs, load
+5.9-6.1; the bar 55.2, triad-rows; read 41.3): softmax 42% (compute: 0.30 ns an element in
+cache as from memory, half of it the exp; docs/emitters.md, "Row kernels against the memory
+bar"), layer_norm 70% (93% of read), box_decode 64% (two exps a box and the permutes that
+split its [n,4] columns), image_normalize 78%, shared_producer 62% (tanh and exp), iou_matrix
+26% (compute: per vector of 16 outputs its six NaN-propagating min/max, which x86 lowers
+with blends, unordered compares and masked moves around vmaxps/vminps, take 20-30
+instructions, and 8 permutes split the second box set's columns; emitters' lowering, not the
+loop kernel's).
+
 Misalignment (numpy's large arrays start 16 bytes into a line), the same program on aligned
 and on misaligned copies, interleaved, a 64 MB copy between calls (load 7.6-7.8): row_sums
 1.04x, sum_sumsq 1.08x, column_sums 1.03x, layer_norm 1.12x, shared_producer 1.03x, two
@@ -76,7 +86,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.dirname(HERE))
 
-DEFAULT = "scaled_add,row_sums,column_sums,sum_sumsq,layer_norm,batch_norm_train,shared_producer,image_normalize"
+DEFAULT = ("scaled_add,row_sums,column_sums,sum_sumsq,softmax,layer_norm,batch_norm_train,shared_producer,image_normalize,"
+           "box_decode,iou_matrix")
 
 
 def main(argv: list[str] | None = None) -> int:
