@@ -117,9 +117,12 @@ def fast_folds(comp: HloComputation, layout: RowLayout) -> bool:
     6.5-7 (old / fast, ns an element): R = 256 0.31 / 0.28, 512 0.31 / 0.29, 1024 0.32 / 0.36,
     3072 0.32 / 0.39 (with tanh for exp: 3072 0.33 / 0.41; two threads, the softmax workload
     2.03 / 2.46 ms CPU). Not the NaN tracking (without it, 0.38), nor the exact second fold
-    (never taken there); prefetching the next row did not recover it (0.40). The slow
-    llvm.maximum loop of the first pass apparently let the memory run ahead of the long
-    exp pass after it, where the fast loop ends each row waiting for the next. Without an
+    (never taken there), nor the first loop's speed: interleaved 1 or 2 times the fast loop
+    still takes 0.375 at R = 3072 (0.29 at 256), where llvm.maximum's slows to 0.52 / 0.42;
+    prefetching the next row, from the exp loop or the max loop, made it slower (0.40-0.47);
+    a 2 KB offset between input and output rows changed nothing (not 4K aliasing). Not found:
+    one difference left is the order of the loads, ascending in llvm.maximum's loop and
+    scattered by the scheduler across the 16 vectors of the fast one (untested). Without an
     expensive op the fast max is faster from memory too: x - max(x) rows, 0.16 -> 0.14."""
     return not computes_expensive_elements(comp, layout.in_dims)
 
