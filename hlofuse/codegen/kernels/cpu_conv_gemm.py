@@ -239,6 +239,14 @@ def valid_tap_fraction(geo: ConvGeometry) -> float:
 # such convolution measured, at 96 features 0.90-1.02x, at 64 0.84-1.17x. OpenBLAS (f64, and
 # f32 under HLOFUSE_GEMM=openblas), half oneDNN's speed here: 256, as measured before oneDNN.
 MIN_GEMM_FEATURES = {"onednn": 112, "openblas": 256}
+# With oneDNN's sgemm, from 96 output features GEMM also takes a convolution whose contraction
+# (taps x input features) is at least MIN_DEEP_K: 4 x 96 accumulators are 24 of the 32 AVX-512
+# registers, which with a term's 6 weight vectors and its inputs leave none to spare. In
+# MobileNetV2 (one thread, least step times of 31 profiled runs): 1x1 10x10 384 -> 96 and
+# 576 -> 96 GEMM 0.64-0.70x the direct kernel's time, 192 -> 96 at 28x28 0.90-1.02x; but 1x1
+# 80x80 16 -> 96 (K = 16) 1.42-1.49x, where GEMM's packing and short K loop do not pay.
+MIN_DEEP_GEMM_FEATURES = {"onednn": 96}
+MIN_DEEP_K = 128
 # The share of window taps on input elements below which the direct kernel, which skips the
 # padding's taps, keeps the convolution (GEMM multiplies their zeros). OpenBLAS: as fast at 0.69
 # and faster at 0.44. oneDNN: GEMM took 0.42-0.44x the time at 0.44 and 0.56; its work grows as
@@ -253,9 +261,10 @@ def prefers_gemm(conv: HloInstruction) -> bool:
       * weights whose output features are not contiguous (jax's input gradients, `01oi`: the
         direct kernel's inner loop reads them strided; GEMM 2.5-14x faster), or
       * MIN_GEMM_FEATURES or more output features for the GEMM library that would run it
-        (runtime/gemm_provider.py, decided at compile time like the kernel's call): the direct
-        kernel's accumulators leave the registers, with at least MIN_VALID_TAPS of the taps
-        on input elements;
+        (runtime/gemm_provider.py, decided at compile time like the kernel's call), or
+        MIN_DEEP_GEMM_FEATURES with a contraction of MIN_DEEP_K or more: the direct kernel's
+        accumulators leave the registers, with at least MIN_VALID_TAPS of the taps on input
+        elements;
     the others (fewer output features: the direct kernel as fast or faster), and depthwise and
     grouped convolutions, keep the direct kernel."""
     layout = gemm_layout(conv)
@@ -269,7 +278,10 @@ def prefers_gemm(conv: HloInstruction) -> bool:
     if geo.w_out != 1:
         return True
     provider = gemm_provider(geo.acc_type.name)
-    return geo.features >= MIN_GEMM_FEATURES[provider] and valid_tap_fraction(geo) >= MIN_VALID_TAPS[provider]
+    k = geo.group_inputs * math.prod(d.size for d in geo.window)
+    wide = geo.features >= MIN_GEMM_FEATURES[provider] or (
+        geo.features >= MIN_DEEP_GEMM_FEATURES.get(provider, MIN_GEMM_FEATURES[provider]) and k >= MIN_DEEP_K)
+    return wide and valid_tap_fraction(geo) >= MIN_VALID_TAPS[provider]
 
 
 def gemm_layout(conv: HloInstruction) -> ConvGemm | None:
