@@ -17,9 +17,11 @@ and after the profile (both printed; the percentages use the higher).
 Printed per contraction step: the instruction, the path (the step's kernel kinds: onednn_conv,
 conv_gemm, conv, gemm, onednn_matmul, ...), the shape class (convolution: window, stride,
 input -> output features, rows = batch x output positions, groups; dot: batch x M x N x K),
-microseconds, GFLOP/s, % of peak, and the share of the contraction time; then the same summed
-per class (conv 1x1 / 3x3 / other window, dot) and path, each class's GFLOP/s and the time it
-would save at the peak. The load average is printed before and after.
+its work units (a oneDNN primitive: "dnnl", split by oneDNN; a kernel of one unit runs on one
+thread whatever the thread count), microseconds, GFLOP/s, % of peak, and the share of the
+contraction time; then the same summed per class (conv 1x1 / 3x3 / other window, dot) and
+path, each class's GFLOP/s and the time it would save at the peak, and the time in steps of
+one work unit. The load average is printed before and after.
 """
 from __future__ import annotations
 
@@ -92,6 +94,16 @@ def contraction_of(ns):
     insts = inst.fused_computation.instructions if inst.opcode == "fusion" else [inst]
     found = [i for i in insts if i.opcode in ("dot", "convolution")]
     return found[0] if len(found) == 1 else None
+
+
+def work_units(ns) -> str:
+    """How the step's contraction kernel can share the threads: "dnnl" (a oneDNN primitive, one
+    unit that oneDNN splits over its own team), else its work-unit count (a step of one unit runs
+    on one thread whatever the thread count)."""
+    kernels = [k for k in ns.step.kernels if k.custom is not None]
+    if any(k.custom.startswith("onednn") for k in kernels):
+        return "dnnl"
+    return str(max((k.units for k in kernels), default=0))
 
 
 def peak(threads: int, repeat: int, n: int = 1024) -> float | None:
@@ -168,17 +180,18 @@ def main(argv=None) -> int:
         cls, shape = describe(inst)
         t = best[ns.id] / calls[ns.id]
         rows.append((t * calls[ns.id], ns.step.inst.name, step_kind(ns), cls, shape, t, flops / t / 1e9,
-                     flops * calls[ns.id]))
+                     flops * calls[ns.id], work_units(ns)))
     total = sum(r[0] for r in rows)
     print(f"{opts.name}: {wall * 1e3:.2f} ms per run (least of {opts.repeat}); contraction steps "
           f"{total * 1e3:.2f} ms ({total / wall * 100:.0f}%), "
           f"{sum(r[7] for r in rows) / max(total, 1e-12) / 1e9:.1f} GFLOP/s"
           + (f" = {sum(r[7] for r in rows) / max(total, 1e-12) / 1e9 / top * 100:.0f}% of peak" if top else ""))
-    head = f"{'instruction':28s} {'path':18s} {'shape':38s} {'us':>9s} {'GF/s':>7s} {'%pk':>5s} {'share':>6s}"
+    head = (f"{'instruction':28s} {'path':18s} {'shape':38s} {'units':>5s} {'us':>9s} {'GF/s':>7s} {'%pk':>5s} "
+            f"{'share':>6s}")
     print(head)
     for r in sorted(rows, key=lambda r: -r[0])[:opts.top]:
         pct = f"{r[6] / top * 100:5.0f}" if top else f"{'-':>5s}"
-        print(f"{r[1][:28]:28s} {r[2][:18]:18s} {r[4][:38]:38s} {r[5] * 1e6:9.1f} {r[6]:7.1f} {pct} "
+        print(f"{r[1][:28]:28s} {r[2][:18]:18s} {r[4][:38]:38s} {r[8]:>5s} {r[5] * 1e6:9.1f} {r[6]:7.1f} {pct} "
               f"{r[0] / max(total, 1e-12) * 100:5.1f}%")
     groups: dict[tuple[str, str], list[float]] = defaultdict(lambda: [0.0, 0.0, 0])
     for r in rows:
@@ -193,6 +206,9 @@ def main(argv=None) -> int:
         pct = f"{rate / top * 100:5.0f}" if top else f"{'-':>5s}"
         print(f"{cls:16s} {path[:18]:18s} {n:5d} {t * 1e3:8.2f} {rate:7.1f} {pct} "
               f"{t / max(total, 1e-12) * 100:5.1f}% {over:12.2f}")
+    single = sum(r[0] for r in rows if r[8] == "1")
+    print(f"steps of one work unit (one thread on any thread count): {single * 1e3:.2f} ms, "
+          f"{single / max(total, 1e-12) * 100:.0f}% of the contraction time")
     rest = sorted(others, key=lambda r: -r[0])
     print(f"\nother steps: {sum(r[0] for r in rest) * 1e3:.2f} ms; slowest: "
           + ", ".join(f"{n} ({k}) {t * 1e3:.2f} ms" for t, n, k in rest[:5]))

@@ -64,3 +64,5 @@ ENTRY e {
     assert all(calls[ns.id] == 1 for ns in kernel_steps)
     dots = [ns for ns in kernel_steps if cp.contraction_of(ns) is not None]
     assert len(dots) == 1 and cp.describe(cp.contraction_of(dots[0])) == ("dot", "1 x 64x32x128")
+    # 64 x 128 x 32: 262,144 multiply-adds, under one thread's share of the GEMM partition: one unit
+    assert cp.work_units(dots[0]) == "1"
