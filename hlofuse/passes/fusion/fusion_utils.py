@@ -8,6 +8,7 @@ into a fused computation; a duplicated producer's copy takes the original name p
 from __future__ import annotations
 
 import heapq
+from typing import Hashable
 
 from ...hlo.ir import HloComputation, HloInstruction, HloModule
 from ...hlo.shapes import TupleShape
@@ -305,21 +306,36 @@ def dedupe_fused_computation(fusion: HloInstruction, new: list[HloInstruction] |
     # one structural id per called computation (a reduce's to_apply) for all the keys below,
     # rather than its structure walked again for every key
     computations = ComputationIds()
+    # each instruction's key once per call, until its operands change (a replacement below
+    # changes its users'): the pool of an instruction without operands is the whole
+    # computation, so every new constant was compared with every constant, each keyed anew
+    keys: dict[HloInstruction, Hashable] = {}
     while work:
         inst = work.pop(0)
         if inst in gone or not _dedupable(inst):
             continue
-        key = instruction_key(inst, computations)
+        key = keys.get(inst)
+        if key is None:
+            key = keys[inst] = instruction_key(inst, computations)
         pool = inst.operands[0].users if inst.operands else fc.instructions
         # (the key holds the operands by identity: a candidate reading other operands is not
         # keyed at all; a merged fusion's parameter has hundreds of users, each new clone
         # compared with all of them)
-        ops = inst.operands
-        match = next((c for c in pool if c is not inst and c.opcode == inst.opcode and _same_operands(c.operands, ops)
-                      and c not in gone and c.parent is fc and _dedupable(c)
-                      and instruction_key(c, computations) == key), None)
+        ops, match = inst.operands, None
+        for c in pool:
+            if (c is inst or c.opcode != inst.opcode or not _same_operands(c.operands, ops) or c in gone
+                    or c.parent is not fc or not _dedupable(c)):
+                continue
+            other = keys.get(c)
+            if other is None:
+                other = keys[c] = instruction_key(c, computations)
+            if other == key:
+                match = c
+                break
         if match is None:
             continue
+        for user in inst.users:
+            keys.pop(user, None)  # it reads `match` from now on
         rewriter.replace(inst, match)
         gone.add(inst)
         merged += 1
