@@ -117,3 +117,29 @@ def test_the_rule_follows_the_interleaving_budget(monkeypatch):
     many = _kernel_ir(_chain(budget // 2 + 1), monkeypatch)
     assert "hlofuse.math." not in few and '"llvm.loop.interleave.count", i32 2' in few
     assert "hlofuse.math." in many
+
+
+def test_kernels_of_one_group_share_the_definitions(monkeypatch):
+    """Two calling kernels compiled in one LLVM module (codegen/cpu.kernel_groups) define each
+    math function once between them, and both give the inlined kernels' bits."""
+    from hlofuse.codegen.cpu import distinct_kernels, kernel_groups
+
+    one = _chain(30).replace("ROOT ", "").rstrip().rstrip("}")
+    text = (one + "  y = f32[8,64] parameter(1)\n"
+            + "".join(f"  b{i} = f32[8,64] add({'y' if i == 0 else f'g{i - 1}'}, y)\n"
+                      f"  g{i} = f32[8,64] exponential(b{i})\n" for i in range(30))
+            + "  ROOT t = (f32[8,64], f32[8,64]) tuple(f29, g29)\n}\n")
+    fused = hlofuse.compiler.optimize(parse_hlo(text), "cpu")[0]
+    planner = CpuPlanner()
+    code = CpuCode(fused, planner)
+    planner.plan(fused.entry)
+    target = CpuTarget()
+    groups = list(kernel_groups(distinct_kernels(code.kernels, target), target))
+    calling = [str(mod) for _, mod in groups if "hlofuse.math." in str(mod)]
+    assert len(calling) == 1 and calling[0].count('define internal <16 x float> @"hlofuse.math.exp.v16f32"') == 1
+    x = _values(8 * 64, 5).reshape(8, 64)
+    y = _values(8 * 64, 6).reshape(8, 64)
+    got = _compile(text, True, monkeypatch).run([x, y])
+    want = _compile(text, False, monkeypatch).run([x, y])
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(g.view(np.int32), w.view(np.int32))
