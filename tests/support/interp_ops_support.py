@@ -52,6 +52,10 @@ class StubInterp:
     CMP = {"LT": np.less, "GT": np.greater, "LE": np.less_equal, "GE": np.greater_equal,
            "EQ": np.equal, "NE": np.not_equal}
 
+    # It evaluates combiners in IEEE arithmetic, as the interpreter's "keep" mode does (the
+    # rules' fast paths read this to decide whether recognised combiners flush).
+    denormals = "keep"
+
     def __init__(self) -> None:
         self.calls = 0
 

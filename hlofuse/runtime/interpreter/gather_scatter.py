@@ -130,7 +130,7 @@ def scatter_reference(inst: HloInstruction, args: list, interp) -> np.ndarray | 
     rows = valid.shape[0]
     windows = [u.transpose(scatter_dims + list(window_dims)).reshape(rows, *sizes)[valid] for u in updates]
     comp = inst.attrs["to_apply"]
-    reducers = recognize_combiner(comp)
+    reducers = recognize_combiner(comp, interp.denormals)
     if reducers is not None:
         for operand, window, reducer in zip(operands, windows, reducers):
             if reducer is ASSIGN:

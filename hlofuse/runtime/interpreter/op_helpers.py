@@ -12,7 +12,9 @@ import numpy as np
 from ...hlo.attributes import Raw
 from ...hlo.errors import UnsupportedError
 from ...hlo.ir import HloComputation, HloInstruction
+from ...hlo.op_conditions import denormal_mode
 from ...hlo.shapes import ArrayShape, Shape, TupleShape
+from .denormals import flush
 
 
 def result_dtype(shape: Shape) -> np.dtype:
@@ -254,12 +256,63 @@ def _binary_ufunc(opcode: str, dtype: np.dtype):
     return ufuncs[0] if np.dtype(dtype).kind == "b" else ufuncs[1]
 
 
-def recognize_combiner(comp: HloComputation) -> list[Any] | None:
+class FlushingCombiner:
+    """A recognised float combiner under XLA:CPU's FTZ/DAZ (denormals.py): its operands read
+    denormals as zeros of their sign and its results are written flushed, as the combiner
+    computation's own instructions do when the interpreter evaluates them one by one.
+
+    A whole reduction (`reduce`) or scatter (`at`) flushes its inputs and its final values,
+    not each partial result: a partial sum that passes through the denormal range flushes on
+    the hardware at that step, but which partial sums exist is the reduction order, which XLA
+    leaves unspecified. Compares equal to (and hashes like) the combiner it wraps, so tables
+    keyed by ufunc (reduce-window's identities) still apply."""
+
+    def __init__(self, fn: Any) -> None:
+        self.fn = fn
+        self.__name__ = fn.__name__
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, FlushingCombiner):
+            return other.fn == self.fn
+        return self.fn == other
+
+    def __hash__(self) -> int:
+        return hash(self.fn)
+
+    def __repr__(self) -> str:
+        return f"FlushingCombiner({self.fn!r})"
+
+    def __call__(self, x, y) -> np.ndarray:
+        """The combiner of `x` and `y` elementwise (broadcasting), operands and result flushed."""
+        return flush(np.asarray(self.fn(flush(np.asarray(x)), flush(np.asarray(y)))))
+
+    def reduce(self, a, axis=0) -> np.ndarray:
+        """The combination of `a`'s elements over `axis`, inputs and result flushed."""
+        return flush(np.asarray(self.fn.reduce(flush(np.asarray(a)), axis=axis)))
+
+    def at(self, a: np.ndarray, indices, b) -> None:
+        """a[indices] = combiner(a[indices], b) in place (repeated indices accumulating): the
+        targeted elements and `b` read flushed, the targeted results written flushed; elements
+        no index names keep their bits (a scatter only moves them)."""
+        a[indices] = flush(a[indices])
+        self.fn.at(a, indices, flush(np.asarray(b)))
+        a[indices] = flush(a[indices])
+
+
+# Types whose denormals XLA:CPU's FTZ/DAZ flushes in a combiner's arithmetic (denormals.py;
+# f8e8m0fnu, which has no zero, is left to the element-by-element path's rules).
+_FLUSHING_COMBINER_TYPES = {np.dtype(np.float32), np.dtype(np.float64), np.dtype(ml_dtypes.bfloat16),
+                            np.dtype(np.complex64), np.dtype(np.complex128)}
+
+
+def recognize_combiner(comp: HloComputation, denormals: str = "keep") -> list[Any] | None:
     """The per-output reducers of a combiner computation `(acc_0..acc_{n-1}, x_0..x_{n-1})`,
     or None when it is anything else (then callers evaluate it element by element).
 
     Recognised outputs: `op(acc_i, x_i)` or `op(x_i, acc_i)` for a commutative op among
-    add/multiply/maximum/minimum/and/or/xor, `x_i` (assign) and `acc_i` (keep).
+    add/multiply/maximum/minimum/and/or/xor, `x_i` (assign) and `acc_i` (keep). With
+    `denormals="flush"` (the interpreter's XLA:CPU mode) a float op that flushes comes back as
+    a FlushingCombiner, so the fast paths flush as the combiner's instructions would.
     """
     params = comp.parameters
     if len(params) % 2:
@@ -280,6 +333,9 @@ def recognize_combiner(comp: HloComputation) -> list[Any] | None:
             fn = _binary_ufunc(out.opcode, result_dtype(out.shape)) if out.shape.is_array else None
             if fn is None:
                 return None
+            if denormals == "flush" and denormal_mode(out) == "flush" \
+                    and np.dtype(result_dtype(out.shape)) in _FLUSHING_COMBINER_TYPES:
+                fn = FlushingCombiner(fn)
             reducers.append(fn)
         else:
             return None

@@ -185,7 +185,7 @@ def tree_reduce(interp, reducer: HloComputation, x: Array, init: Array, dims: tu
     """Reduce narrow-float `x` over `dims` in XLA:CPU's order (see the module docstring):
     reduce-window levels while a reduced dimension is longer than TREE_WINDOW, then one
     sequential fold per output, every step rounded to x's type."""
-    recognised = recognize_combiner(reducer)
+    recognised = recognize_combiner(reducer, interp.denormals)
     ufunc = recognised[0] if recognised is not None and recognised[0] not in (ASSIGN, KEEP) else None
     init = np.asarray(init).astype(x.dtype)
     if math.prod(x.shape[d] for d in dims) == 0:
@@ -210,7 +210,7 @@ def _reduce(inst: HloInstruction, args: list, interp) -> Value:
         kept = tuple(inst.shape.leaves()[0].dims)
         out = [x.reshape(kept).copy() for x in inputs]
         return tuple(out) if inst.shape.is_tuple else out[0]
-    reducers = recognize_combiner(reducer)
+    reducers = recognize_combiner(reducer, interp.denormals)
     if is_narrow_float_reduce([x.dtype for x in inputs]) or (
             n == 1 and reducers is None and inputs[0].dtype.kind == "c"):
         # Also a complex reduce with an unrecognised (order-dependent) reducer, such as

@@ -86,7 +86,7 @@ def reduce_window_reference(inst: HloInstruction, args: list, interp) -> np.ndar
         # XLA's algebraic simplifier makes this reduce-window a reduce, and a narrow-float
         # reduce then follows XLA:CPU's tree order, every step rounded (reduction.tree_reduce).
         return tree_reduce(interp, comp, inputs[0], inits[0], reduce_dims).reshape(out_shape)
-    reducers = recognize_combiner(comp)
+    reducers = recognize_combiner(comp, interp.denormals)
     batched = batched_call(comp, interp) if reducers is None else None
     empty = any(s == 0 for s in inputs[0].shape)
     if not empty and reducers is not None and _fold_strided(inputs, accs, reducers, window, out_shape):
@@ -224,7 +224,7 @@ def select_and_scatter_reference(inst: HloInstruction, args: list, interp) -> np
     # scatter is called as scatter(source value, current value): recognize_combiner reads its
     # parameters as (accumulator, update), so its ASSIGN means "keep the current value" here
     # and its KEEP means "store the source value".
-    reducers = recognize_combiner(scatter)
+    reducers = recognize_combiner(scatter, interp.denormals)
     if reducers is not None:
         if reducers[0] is KEEP:
             flat[targets] = values
