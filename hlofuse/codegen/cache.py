@@ -18,8 +18,14 @@ what it wrote itself:
   and the SHA-256 of the payload, written to a temporary file and renamed into place (readers
   never see half an entry); loading checks the owner, the key and the checksum, and drops an
   entry that fails;
-- the directory is bounded (`HLOFUSE_CACHE_MAX_BYTES`, default 512 MB): after a store, the
-  least recently used entries (by modification time; a hit touches its entry) are removed.
+- the directory is bounded (`HLOFUSE_CACHE_MAX_BYTES`, default 512 MB): once it may hold
+  more, the least recently used entries (by modification time; a hit touches its entry) are
+  removed down to `LOW_WATER` of the bound. Whether it may hold more is known without listing
+  it: the last full scan's total (`.usage`) plus the sizes every store since appended to
+  `.added` (one fixed-width record each, O_APPEND, so concurrent processes' records do not mix).
+  Listing and stat-ing every entry after every store cost O(entries) per compile: at 70,000
+  entries (a long fuzz campaign's) a store took seconds. Now a full scan happens about once per
+  `(1 - LOW_WATER)` of the bound stored, by whichever process crosses it.
 """
 from __future__ import annotations
 
@@ -46,6 +52,13 @@ OBJECT, MODULE = ".o", ".m"
 _MAGIC = {OBJECT: b"HLOFUSE-KERNEL-OBJECT 1\n", MODULE: b"HLOFUSE-MODULE 1\n"}
 _DIGEST_LINES = 65 + 65  # key + newline, SHA-256 of the payload + newline
 _STALE_TEMP_SECONDS = 3600  # a temporary file this old is a crashed writer's leftover
+# Eviction removes entries down to this fraction of the bound, so the next full scan waits for
+# that much new data instead of following the very next store.
+LOW_WATER = 0.9
+# Bookkeeping files of the directory (not entries): the total size at the last full scan, and
+# one record per store since.
+_USAGE, _ADDED = ".usage", ".added"
+_RECORD = 12  # bytes of one `.added` record: an 11-digit size and a newline
 
 
 class _MemoryCache:
@@ -303,6 +316,7 @@ class CompileCache:
                 f.write(object_code)
             os.replace(tmp, self.path(key, kind))
             tmp = None
+            self._record_added(len(_MAGIC[kind]) + _DIGEST_LINES + len(object_code))
         except OSError:
             pass
         finally:
@@ -333,21 +347,77 @@ class CompileCache:
                 found.append((st.st_mtime, st.st_size, path))
         return found
 
-    def evict(self) -> int:
-        """Remove least recently used entries until the directory holds at most `max_bytes`;
-        returns how many were removed."""
+    def _record_added(self, size: int) -> None:
+        """Append one stored entry's size to `.added` (one write of a fixed-width record with
+        O_APPEND: atomic beside other processes' appends)."""
+        fd = os.open(os.path.join(self.directory, _ADDED), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        try:
+            os.write(fd, b"%011d\n" % min(size, 10**11 - 1))
+        finally:
+            os.close(fd)
+
+    def estimated_bytes(self) -> int | None:
+        """The directory's size as the bookkeeping files know it (the last full scan's total
+        plus every store recorded since), without listing it; None when there is no usable
+        record of a full scan (then `evict` scans)."""
+        try:
+            with open(os.path.join(self.directory, _USAGE), "rb") as f:
+                total = int(f.read(32).strip() or b"x")
+        except (OSError, ValueError):
+            return None
+        try:
+            with open(os.path.join(self.directory, _ADDED), "rb") as f:
+                added = f.read()
+        except FileNotFoundError:
+            added = b""
+        except OSError:
+            return None
+        for i in range(0, len(added) - _RECORD + 1, _RECORD):
+            try:
+                total += int(added[i:i + _RECORD - 1])
+            except ValueError:
+                return None
+        return total
+
+    def evict(self, force: bool = False) -> int:
+        """When the directory may hold more than `max_bytes` (`estimated_bytes`; or `force`),
+        remove least recently used entries until it holds at most `LOW_WATER` of it; returns
+        how many were removed. Cheap (two small reads) while the estimate is under the bound."""
         if not self.usable():
             return 0
+        estimate = None if force else self.estimated_bytes()
+        if estimate is not None and estimate <= self.max_bytes:
+            return 0
+        # Reset the record before listing: a store that lands during the scan is counted
+        # again at the next one rather than lost (the scan may or may not have seen it).
+        _remove(os.path.join(self.directory, _ADDED))
         entries = sorted(self.entries())
         total = sum(size for _, size, _ in entries)
         removed = 0
-        for _, size, path in entries:
-            if total <= self.max_bytes:
-                break
-            if _remove(path):
-                total -= size
-                removed += 1
+        if total > self.max_bytes:
+            for _, size, path in entries:
+                if total <= LOW_WATER * self.max_bytes:
+                    break
+                if _remove(path):
+                    total -= size
+                    removed += 1
+        self._write_usage(total)
         return removed
+
+    def _write_usage(self, total: int) -> None:
+        """Record the total a full scan left (atomically: readers see the old or the new)."""
+        tmp = None
+        try:
+            fd, tmp = tempfile.mkstemp(dir=self.directory, prefix=".", suffix=".tmp")
+            with os.fdopen(fd, "wb") as f:
+                f.write(b"%d\n" % total)
+            os.replace(tmp, os.path.join(self.directory, _USAGE))
+            tmp = None
+        except OSError:
+            pass
+        finally:
+            if tmp is not None:
+                _remove(tmp)
 
 
 def _remove(path: str) -> bool:

@@ -283,8 +283,55 @@ def test_eviction_removes_the_least_recently_used_entries(tmp_path):
         os.utime(c.path(k), (1000 + i, 1000 + i))
     c.load(keys[0])  # used: now the most recent
     assert c.evict() == 3
-    left = sorted(os.listdir(tmp_path))
+    left = sorted(n for n in os.listdir(tmp_path) if n.endswith(".o"))
     assert left == sorted([keys[0] + ".o", keys[4] + ".o"])
+
+
+def _entry_bytes(payload: int) -> int:
+    return len(cache._MAGIC[cache.OBJECT]) + cache._DIGEST_LINES + payload
+
+
+def test_eviction_lists_the_directory_only_once_the_bound_may_be_crossed(tmp_path, monkeypatch):
+    """A store under the bound costs two small reads, not a listing of every entry (a cache of
+    70,000 entries took seconds per compile); the store that may cross the bound scans, and
+    the scan removes down to LOW_WATER of it."""
+    c = cache.CompileCache(tmp_path, max_bytes=10 * _entry_bytes(1000))
+    scans = []
+    real_entries = cache.CompileCache.entries
+    monkeypatch.setattr(cache.CompileCache, "entries", lambda self: scans.append(1) or real_entries(self))
+    assert c.evict() == 0 and len(scans) == 1  # no record of a scan yet: one scan
+    for i in range(10):
+        c.store(f"{i:064x}", bytes(1000))
+        os.utime(c.path(f"{i:064x}"), (1000 + i, 1000 + i))
+        assert c.evict() == 0
+    assert len(scans) == 1 and c.estimated_bytes() == 10 * _entry_bytes(1000)
+    c.store(f"{10:064x}", bytes(1000))  # 11 entries: over the bound
+    assert c.evict() == 2 and len(scans) == 2  # down to 9 = LOW_WATER of 10
+    left = sorted(n for n in os.listdir(tmp_path) if n.endswith(".o"))
+    assert left == [f"{i:064x}.o" for i in range(2, 11)]
+    assert c.estimated_bytes() == 9 * _entry_bytes(1000)
+
+
+def test_every_process_stores_count_toward_the_bound(tmp_path):
+    """Two caches on one directory (two processes) append to the same record."""
+    a = cache.CompileCache(tmp_path, max_bytes=4 * _entry_bytes(100))
+    b = cache.CompileCache(tmp_path, max_bytes=4 * _entry_bytes(100))
+    a.evict(force=True)
+    for i in range(3):
+        a.store(f"a{i:063x}", bytes(100))
+        b.store(f"b{i:063x}", bytes(100))
+    assert a.estimated_bytes() == b.estimated_bytes() == 6 * _entry_bytes(100)
+    assert b.evict() == 3  # 6 entries down to at most 3.6
+    assert len([n for n in os.listdir(tmp_path) if n.endswith(".o")]) == 3
+
+
+def test_damaged_bookkeeping_means_a_full_scan(tmp_path):
+    c = cache.CompileCache(tmp_path, max_bytes=2 * _entry_bytes(10))
+    for i in range(3):
+        c.store(f"{i:064x}", bytes(10))
+    (tmp_path / ".usage").write_bytes(b"not a number")
+    assert c.estimated_bytes() is None
+    assert c.evict() == 2
 
 
 def test_the_size_bound_comes_from_the_environment(monkeypatch):
@@ -314,7 +361,8 @@ def test_compile_uses_the_default_cache_and_a_fresh_process_loads_from_it(monkey
     exe = hlofuse.compile(hlofuse.parse_hlo(text), "cpu")
     objects = [n for n in os.listdir(d) if n.endswith(cache.OBJECT)]
     assert len(objects) == len(exe.program.code.objects) + 1 == 4  # one kernel per update, the driver
-    assert [n for n in os.listdir(d) if not n.endswith(cache.OBJECT)] == [exe_key(d)]  # and the module's entry
+    bookkeeping = (cache._USAGE, cache._ADDED)
+    assert [n for n in os.listdir(d) if not n.endswith(cache.OBJECT) and n not in bookkeeping] == [exe_key(d)]
     assert stat.S_IMODE(os.stat(d).st_mode) == 0o700
     script = ("import hlofuse, sys; exe = hlofuse.compile(hlofuse.parse_hlo(sys.stdin.read()), 'cpu'); "
               "print(exe.program.code.compiled_count)")
@@ -352,7 +400,7 @@ def test_cli_no_cache_and_timings(monkeypatch, tmp_path, capsys):
         assert re.search(rf"^{stage} +[0-9.]+ ms", err, re.M), (stage, err)
     assert not d.exists()
     assert main(["compile", str(path), "--timings"]) == 0
-    assert len(os.listdir(d)) == 3  # two kernels and the driver
+    assert len([n for n in os.listdir(d) if n.endswith(cache.OBJECT)]) == 3  # two kernels and the driver
     assert main(["run", str(path), "--compare", "--no-cache"]) == 0
 
 
