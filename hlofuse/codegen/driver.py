@@ -16,7 +16,9 @@ counter (XLA:CPU's parallel task assignment, run by a pool that takes tasks as t
 updating the loop state in place; a conditional switches to its branch's function; a library op
 with no native code calls back into Python (`table[CALLBACK]`).
 
-The table's first slots are fixed (`CONFIG`: an i64 array [threads]; `CALLBACK`; `PROFILE`: null,
+The table's first slots are fixed (`CONFIG`: an i64 array [threads, long-kernel threads]: the
+threads of this call, the idle cores of the moment, and those of a kernel that outlasts a busy
+machine's wait for a core, region_cost.keeps_threads_when_busy; `CALLBACK`; `PROFILE`: null,
 or an i64 array of [cycles, calls] per step id when profiling); the NativeProgram's entries
 follow from `RESERVED`. The driver holds no address: the same program always gives the same
 text, so its object code is cached like a kernel's.
@@ -27,7 +29,7 @@ from llvmlite import ir
 
 from .llvm_pool import UNOPTIMIZED, compile_timed
 from .native_plan import Copy, Loc, NativePlan, NativeProgram, NativeStep, leaves
-from .region_cost import region_threads
+from .region_cost import keeps_threads_when_busy, region_threads
 from .schedule import symbol_name
 
 CONFIG, CALLBACK, PROFILE = 0, 1, 2
@@ -189,7 +191,9 @@ class _Function:
         self.arena = b.load(b.gep(self.table, [I64(RESERVED + plan.arena_slot)])) if plan.arena_bytes else None
         self.profile = b.bitcast(b.load(b.gep(self.table, [I64(PROFILE)])), I64.as_pointer())
         self.profiling = b.icmp_unsigned("!=", b.ptrtoint(self.profile, I64), I64(0))
-        self.threads = b.load(b.bitcast(b.load(b.gep(self.table, [I64(CONFIG)])), I64.as_pointer()))
+        config = b.bitcast(b.load(b.gep(self.table, [I64(CONFIG)])), I64.as_pointer())
+        self.threads = b.load(config)
+        self.long_threads = b.load(b.gep(config, [I64(1)]))
 
     # ---- helpers -----------------------------------------------------------------------------
     def alloca(self, ty: ir.Type, count: int = 1, name: str = "") -> ir.Value:
@@ -314,7 +318,8 @@ class _Function:
         if cap == 1:
             b.call(b.bitcast(fnptr, kernel_type(len(ptrs)).as_pointer()), ptrs + [I64(0), I64(units)])
             return
-        n = b.select(b.icmp_signed("<", self.threads, I64(cap)), self.threads, I64(cap))
+        threads = self.long_threads if keeps_threads_when_busy(kernel) else self.threads
+        n = b.select(b.icmp_signed("<", threads, I64(cap)), threads, I64(cap))
         b.call(self.mod.launcher(len(ptrs)), [fnptr, I64(units), n] + ptrs)
 
     def _callback(self, ns: NativeStep) -> None:

@@ -10,7 +10,9 @@ threads only when each thread's share of the kernel's one-thread time is at leas
     threads = min(available threads, units, one-thread time // REGION_NS)
 
 Two threads therefore need a kernel of 2 x REGION_NS, which is where splitting breaks even on
-an idle machine (T/2 + REGION_NS = T).
+an idle machine (T/2 + REGION_NS = T). The available threads are those of the call: the idle
+cores of the moment (runtime/cpu_threads.py IdleThreads), since on a busy machine the second
+thread of a region waits for a time slice and the caller for it.
 
 The one-thread time is estimated from the kernel's work, by kernel kind, with per-element
 costs measured on this machine kind (AMD EPYC znver5 in a VM, 2 cores, f32; one thread, CPU
@@ -36,6 +38,16 @@ no rule here changes a result's bits.
 from __future__ import annotations
 
 from ..hlo.opcodes import OPS
+
+# A kernel of at least this one-thread time keeps its threads on a busy machine (more runnable
+# tasks than cores), where a call's kernels otherwise run on the idle cores only (runtime/
+# cpu_threads.py IdleThreads): there the second thread waits for a time slice, 1.6-9 ms a call
+# (median; gelu_tanh at load 4-11, benchmarks/thread_split.py), and takes chunks once it runs,
+# so a kernel twice the typical wait still finishes sooner split. In one process at load 9-10,
+# kernels held to the idle cores against two threads: the transcendental chain (one 4.4 ms
+# kernel by this model) 1.42x slower, lstm_cell (8.9 ms dots) 1.10x; gelu_tanh (1.4 ms) 1.03x,
+# softmax 0.49x, shared_producer 0.66x (docs/native_runtime.md).
+BUSY_REGION_NS = 4_000_000.0
 
 # The wall time one parallel region costs on an idle machine: libgomp wakes a sleeping worker
 # (futex) and waits for it at the region's end. Measured on this machine kind, idle (load
@@ -90,6 +102,12 @@ def region_threads(kernel) -> int:
     per work unit, at least one (the driver takes the smaller of this and the threads it has)."""
     units = max(int(kernel.units), 1)
     return max(1, min(units, int(kernel_ns(kernel) // REGION_NS)))
+
+
+def keeps_threads_when_busy(kernel) -> bool:
+    """Whether `kernel` is long enough (BUSY_REGION_NS of one-thread time) to split over the
+    process's threads even while other work keeps the cores busy."""
+    return kernel_ns(kernel) >= BUSY_REGION_NS
 
 
 def multiply_add_ns(dtype: str) -> float:

@@ -3,13 +3,26 @@ thread count.
 
 Compiled code splits a kernel over threads through libgomp, GCC's OpenMP runtime (a kept
 thread runtime, shipped with gcc on Debian as libgomp1): the driver (codegen/driver.py) calls
-`GOMP_parallel`, which runs a function on n threads of its pool. The thread count is fixed per
-process, not tuned by timing: `HLOFUSE_CPU_THREADS` when set, else every core this process may
-run on. Without libgomp, kernels run on the calling thread: serial stand-ins for the three
-OpenMP entry points are compiled once and registered under the same names.
+`GOMP_parallel`, which runs a function on n threads of its pool. The most threads a kernel may
+use is fixed per process, not tuned by timing: `HLOFUSE_CPU_THREADS` when set, else every core
+this process may run on (a call uses fewer while other work keeps cores busy: below). Without
+libgomp, kernels run on the calling thread: serial stand-ins for the three OpenMP entry points
+are compiled once and registered under the same names.
 
 numpy's OpenBLAS (used by the library rules that still run in numpy) is set to the same
 thread count once, when the first program loads.
+
+A parallel region pays only where a core is idle to run its second thread. On a busy machine
+(more runnable tasks than cores) libgomp's worker waits on the run queue for a time slice while
+the calling thread takes the chunks, then the caller waits at the region's end until the worker
+has been scheduled and found nothing left: f32[3072,2048] GELU on the 2-core host at load 4-7
+took 1.7-1.8 ms on one thread and a median of 1.8-7.2 ms on two, its worker computing 1-2 of 8
+chunks (benchmarks/thread_split.py; docs/native_runtime.md, "Two threads on a busy host"). So
+unless `HLOFUSE_CPU_THREADS` fixes the count, a program runs its kernels on the idle cores of
+the moment: `IdleThreads` reads the machine's runnable tasks (/proc/loadavg) at most every
+IDLE_SAMPLE_S seconds and allows one thread (the caller's) plus one per core nothing else is
+running on. Which threads compute a unit never changes a result (codegen/driver.py), so
+neither does this.
 
 libgomp is not fork-safe: a child made by fork() that starts an OpenMP team after its parent ran
 one waits forever. So in a forked child every program, loaded before the fork or after it, runs
@@ -23,6 +36,7 @@ import ctypes.util
 import glob
 import os
 import threading
+import time
 import weakref
 
 import llvmlite.binding as llvm
@@ -63,6 +77,61 @@ def cpu_threads() -> int:
             raise InputError(f"HLOFUSE_CPU_THREADS={text!r}: expected a positive integer")
         return n
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+# How often IdleThreads samples the machine's runnable tasks: reading /proc/loadavg costs 5-30 us
+# (a busy machine: more), a program's call as little as 4 us; kernels that open regions take
+# 80 us and more (codegen/region_cost.py), so a sample is amortised over many of them.
+IDLE_SAMPLE_S = 0.02
+
+
+def threads_pinned() -> bool:
+    """Whether the user fixed the thread count (`HLOFUSE_CPU_THREADS`)."""
+    return bool(os.environ.get("HLOFUSE_CPU_THREADS", "").strip())
+
+
+def runnable_tasks(path: str = "/proc/loadavg") -> int | None:
+    """Tasks runnable on the machine now (on a CPU or waiting for one), the calling thread
+    included: the numerator of /proc/loadavg's fourth field; None where it cannot be read."""
+    try:
+        with open(path, "rb") as f:
+            return int(f.read().split()[3].split(b"/")[0])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+class IdleThreads:
+    """The threads a parallel region can use right now, at most `limit`: the calling thread
+    plus one per core with nothing runnable on it (online cores less runnable tasks, the caller
+    among them), sampled at most every IDLE_SAMPLE_S seconds (`clock`: time.monotonic).
+
+    Only where this process may run on every online core: the runnable count is the machine's,
+    so under a narrower affinity mask (a cpuset, taskset) it says nothing about our cores and
+    the count stays `limit`; likewise where /proc/loadavg cannot be read."""
+
+    def __init__(self, limit: int, clock=None, runnable=runnable_tasks) -> None:
+        self.limit = limit
+        self._clock = clock or time.monotonic
+        self._runnable = runnable
+        online = os.cpu_count() or 1
+        mine = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else online
+        self._online = online if mine == online else None
+        self._at = float("-inf")
+        self._now = limit
+
+    def __call__(self) -> int:
+        """The thread count for the next call."""
+        if self.limit <= 1 or self._online is None:
+            return self.limit
+        t = self._clock()
+        if t - self._at >= IDLE_SAMPLE_S:
+            self._at = t
+            running = self._runnable()
+            if running is None:
+                self._now = self.limit
+            else:
+                self._now = max(1, min(self.limit, 1 + self._online - max(running, 1)))
+        return self._now
 
 
 def _load_libgomp():

@@ -24,7 +24,7 @@ import numpy as np
 from ..codegen.driver import CONFIG, PROFILE, RESERVED
 from ..codegen.native_plan import NativeProgram, NativeStep, leaves
 from ..hlo.errors import UnsupportedError
-from .cpu_threads import kernel_threads, set_blas_threads, track
+from .cpu_threads import IdleThreads, kernel_threads, set_blas_threads, threads_pinned, track
 from .io import data_address
 from .output_pool import OutputPool
 from .program import constant_value, flatten, unflatten
@@ -68,7 +68,10 @@ class NativeDriver:
         self._callback = _CALLBACK(self._run_callback)  # kept alive: compiled code calls it
         self._error: BaseException | None = None
         self._keep: list = []
-        self._config = (ctypes.c_int64 * 2)(self.threads, 0)
+        self._config = (ctypes.c_int64 * 2)(self.threads, self.threads)  # codegen/driver.py CONFIG
+        # the threads of each call: the idle cores of the moment, unless the user fixed the count
+        # (runtime/cpu_threads.py IdleThreads)
+        self._idle = None if threads_pinned() else IdleThreads(self.threads)
         track(self)
         self._kernel_addresses = kernel_addresses
         self._table = (ctypes.c_void_p * (RESERVED + len(native.table)))()
@@ -118,8 +121,14 @@ class NativeDriver:
 
     def serial(self) -> None:
         """Run every kernel on the calling thread from now on (in a forked child)."""
-        self.threads = 1
-        self._config[0] = 1
+        self.pin_threads(1)
+
+    def pin_threads(self, n: int) -> None:
+        """Run kernels on up to `n` threads from now on, whatever the machine's load (as
+        `HLOFUSE_CPU_THREADS` does for every program)."""
+        self.threads = n
+        self._config[0] = self._config[1] = n
+        self._idle = None
 
     # ---- running ---------------------------------------------------------------------------
     def fast_checked(self, args: list) -> list | None:
@@ -138,6 +147,8 @@ class NativeDriver:
         """Run the entry computation on checked arguments; its result leaves, freshly owned."""
         if not self._allocated:
             self._allocate()
+        if self._idle is not None:
+            self._config[0] = self._idle()
         params = self._params
         for k, a in enumerate(flatten(tuple(args)) if self._tuple_params else args):
             params[k] = data_address(a) if a.size else None

@@ -61,7 +61,7 @@ def check_gemm(text: str, seed: int = 0, threads: tuple[int, ...] = (None,)) -> 
     first = None
     for n in threads:
         if n is not None:
-            exe.program.driver._config[0] = n
+            exe.program.driver.pin_threads(n)
         (got,) = exe(*args)
         if want.dtype == ml_dtypes.bfloat16:
             np.testing.assert_allclose(got.astype(np.float32), want.astype(np.float32), rtol=1e-2, atol=1e-2)

@@ -93,7 +93,7 @@ def test_shared_launcher_and_timer_compute_what_the_interpreter_does(split_every
     rng = np.random.default_rng(0)
     x, y = (rng.standard_normal(N).astype(np.float32) * 0.5 for _ in range(2))
     exe = _compile(text)
-    exe.program.driver._config[0] = threads
+    exe.program.driver.pin_threads(threads)
     got = exe(x, y)
     want = evaluate(parse_hlo(text), [x, y])
     for g, w in zip(got, want):

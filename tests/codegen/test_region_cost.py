@@ -100,5 +100,5 @@ def test_results_do_not_depend_on_the_rule(monkeypatch):
     forced = hlofuse.compile(parse_hlo(text), target="cpu", cache=False)
     assert region_threads(_only_kernel(forced.program)) > 1
     for threads in (1, 2):
-        forced.program.driver._config[0] = threads
+        forced.program.driver.pin_threads(threads)
         np.testing.assert_array_equal(forced(x)[0], want)

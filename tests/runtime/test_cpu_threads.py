@@ -45,10 +45,9 @@ def test_libgomp_runs_the_threads():
 def test_results_do_not_depend_on_the_thread_count():
     exe = hlofuse.compile(hlofuse.parse_hlo(ROW_SUMS), target="cpu")
     x = np.random.default_rng(3).standard_normal((512, 300)).astype(np.float32)
-    config = exe.program.driver._config
     results = []
     for threads in (1, 2, 3, 7):
-        config[0] = threads
+        exe.program.driver.pin_threads(threads)
         results.append(exe(x)[0])
     for r in results[1:]:
         np.testing.assert_array_equal(r, results[0])
