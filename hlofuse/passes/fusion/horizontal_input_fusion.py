@@ -56,7 +56,10 @@ def candidates(consumer: HloInstruction) -> list[HloInstruction]:
 
 @dataclass(frozen=True)
 class HorizontalInputFusion(KernelComputationPass):
-    """Fuse independent reductions feeding one consumer into one multi-output input fusion (GPU)."""
+    """Fuse independent reductions feeding one consumer into one multi-output input fusion (GPU).
+
+    Work: one visit per consumer, its candidates judged against the current anchor: linear in
+    the computation and its consumers' operands (tests/passes/test_fusion_complexity.py)."""
 
     name: ClassVar[str] = "horizontal-input-fusion"
 
