@@ -100,6 +100,15 @@ def runnable_tasks(path: str = "/proc/loadavg") -> int | None:
         return None
 
 
+def _workers_spin() -> bool:
+    """Whether libgomp's waiting threads spin (so run on a core) instead of sleeping: the
+    user's OMP_WAIT_POLICY=active, or a GOMP_SPINCOUNT other than 0 (openmp_env's default)."""
+    if os.environ.get("OMP_WAIT_POLICY", "").strip().lower() == "active":
+        return True
+    spins = os.environ.get("GOMP_SPINCOUNT", "0").strip().lower()
+    return spins not in ("", "0")
+
+
 class IdleThreads:
     """The threads a parallel region can use right now, at most `limit`: the calling thread
     plus one per core with nothing runnable on it (online cores less runnable tasks, the caller
@@ -107,7 +116,10 @@ class IdleThreads:
 
     Only where this process may run on every online core: the runnable count is the machine's,
     so under a narrower affinity mask (a cpuset, taskset) it says nothing about our cores and
-    the count stays `limit`; likewise where /proc/loadavg cannot be read."""
+    the count stays `limit`; likewise where /proc/loadavg cannot be read, and where the user
+    made libgomp's threads spin while they wait (OMP_WAIT_POLICY=active, or a GOMP_SPINCOUNT
+    other than runtime/openmp_env.py's 0): our own spinning workers would count as busy cores
+    and the process would keep itself on one thread."""
 
     def __init__(self, limit: int, clock=None, runnable=runnable_tasks) -> None:
         self.limit = limit
@@ -115,7 +127,7 @@ class IdleThreads:
         self._runnable = runnable
         online = os.cpu_count() or 1
         mine = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else online
-        self._online = online if mine == online else None
+        self._online = online if mine == online and not _workers_spin() else None
         self._at = float("-inf")
         self._now = limit
 

@@ -87,6 +87,19 @@ def test_a_narrower_affinity_keeps_the_limit(monkeypatch):
     assert IdleThreads(2, clock=_Clock(), runnable=lambda: 50)() == 2
 
 
+@pytest.mark.parametrize("env", [{"OMP_WAIT_POLICY": "active"}, {"GOMP_SPINCOUNT": "300000"},
+                                 {"GOMP_SPINCOUNT": "infinite"}])
+def test_spinning_workers_keep_the_limit(four_cores, monkeypatch, env):
+    """libgomp workers the user made spin are runnable while they wait: counted as busy
+    cores, they would keep the process on one thread, so the rule is off."""
+    monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
+    monkeypatch.setenv("GOMP_SPINCOUNT", "0")
+    assert IdleThreads(4, clock=_Clock(), runnable=lambda: 4)() == 1  # the default: they sleep
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    assert IdleThreads(4, clock=_Clock(), runnable=lambda: 4)() == 4
+
+
 def test_each_call_takes_the_sampled_count_and_pinning_stops_it(monkeypatch):
     monkeypatch.delenv("HLOFUSE_CPU_THREADS", raising=False)
     exe = hlofuse.compile(hlofuse.parse_hlo(ROW_SUMS), target="cpu", cache=False)
