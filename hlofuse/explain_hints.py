@@ -95,6 +95,9 @@ HINTS = {
     "conv-output-producer": "a convolution fusion's epilogue takes no heavy producer ({p}); it runs as its own kernel.",
     "conv-output-operand": "the conv kernel reads its operands from memory, so {p}, which the convolution reads, "
                            "runs before it; nothing to change.",
+    "conv-epilogue-duplicate": "{p} ends a convolution's epilogue chain; a copy of it in {c} would give the "
+                               "convolution a second user and cost it the epilogue, so {c} reads {p} from memory; "
+                               "nothing to change.",
     # Dot epilogue (kOutput) fusion on the CPU (passes/fusion/dot_fusion.py).
     "dot-output-type": "integer, predicate and f8 dots run as library calls; a float dot {p} would fuse.",
     "dot-output-shape": "an epilogue has the dot's dimensions (or, at the root, their transpose); {c} changes them "

@@ -26,7 +26,7 @@ from .fusibility import (
     is_physically_transposing,
     not_fusible_reason, reduction_count, reduction_is_contiguous,
 )
-from .conv_fusion import conv_into_consumer, into_conv_fusion, is_conv_output_fusion
+from .conv_fusion import conv_into_consumer, duplicate_keeps_conv_epilogue, into_conv_fusion, is_conv_output_fusion
 from .dot_fusion import dot_into_consumer, into_dot_fusion, is_dot_output_fusion
 from .fusion_utils import operand_index, reader_names
 from .in_place import in_place, scatter_input
@@ -214,6 +214,16 @@ def base(producer: HloInstruction, consumer: HloInstruction, ctx: FusionContext)
     return ALLOW
 
 
+def conv_epilogue_copy(producer: HloInstruction, consumer: HloInstruction, ctx: FusionContext) -> Decision:
+    """CPU, the duplication decision's last word: a copy of a cheap producer must not give the
+    convolution whose epilogue it ends a second user (conv_fusion.duplicate_keeps_conv_epilogue).
+    Asked after every other check, so a consumer that could not take the producer anyway says why."""
+    if ctx.may_duplicate and would_duplicate(producer, consumer) and not is_always_duplicable(producer):
+        c = " and ".join(reader_names(producer, consumer, ctx)[0].split(", "))
+        return duplicate_keeps_conv_epilogue(producer, c, ctx.params)
+    return ALLOW
+
+
 def _width_changing_bitcast(inst: HloInstruction, opcodes: tuple[str, ...]) -> bool:
     # a plain bitcast may change the element type too (s8[3,5,2] -> s16[3,5]: XLA's
     # DoNotFuseBitWidthChangingBitcast)
@@ -294,7 +304,8 @@ def budget(producer: HloInstruction, consumer: HloInstruction, ctx: FusionContex
 # (window_reduction, hlofuse's, is asked after producer_fusible: window_fusion.py)
 CPU_RULES: tuple[Rule, ...] = (cpu_constant, producer_fusible, window_reduction, bitcast_width, cpu_concatenate,
                                reuse, base, cpu_reductions,
-                               scalar_constant, producer_is_fusion, consumer_fusible, too_large, in_place)
+                               scalar_constant, producer_is_fusion, consumer_fusible, too_large, in_place,
+                               conv_epilogue_copy)
 GPU_RULES: tuple[Rule, ...] = (producer_is_fusion, reuse, transposing_into_reduce, producer_fusible,
                                window_reduction, bitcast_width, reduce_epilogue, consumer_fusible,
                                multi_output_producer, gpu_constant, heavy, base, budget, too_large, in_place)
