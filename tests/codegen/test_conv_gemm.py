@@ -363,3 +363,99 @@ def test_conformance_files_through_gemm(monkeypatch):
         result = run_file(str(SHARED_STABLEHLO / name), backend="cpu")
         assert result.status == "passed", result.line()
     assert len(routed) >= 6, routed  # 7 of the 8 files hold a dense float convolution
+
+
+def test_panel_cols_rule(monkeypatch):
+    """One row tile is cut into up to COLUMN_PANELS column panels of output features, each at
+    least MIN_PANEL_COLS (64) wide and of min_unit_multiply_adds, widths in 128-byte granules
+    (32 f32, 16 f64); two or more row tiles, few features or little work stay uncut."""
+    cols = cpu_conv_gemm.panel_cols
+    assert cpu_conv_gemm.COLUMN_PANELS == 2
+    assert cols(1, 64, 512, 4608, "f32") == 256  # keras ResNet-50's 3x3 512 -> 512 over 4 x 4x4
+    assert cols(1, 64, 2048, 512, "f32") == 1024  # its 1x1 512 -> 2048
+    assert cols(2, 64, 512, 4608, "f32") == 512  # two row tiles: uncut
+    assert cols(1, 64, 127, 4608, "f32") == 127  # not two panels of 64
+    assert cols(1, 64, 128, 4608, "f32") == 64
+    assert cols(1, 8, 256, 64, "f32") == 256  # 131,072 multiply-adds: under one thread's share
+    assert cols(1, 64, 200, 4608, "f32") == 128  # 200 / 2 = 100 -> 4 granules of 32: 128 + 72
+    assert cols(1, 64, 200, 4608, "f64") == 112  # 100 -> 7 granules of 16: 112 + 88
+    for features in range(8, 3000, 7):
+        c = cols(1, 64, features, 4608, "f32")
+        panels = -(-features // c)
+        assert panels <= 2 and (panels == 1 or (c % 32 == 0 and c >= 64)), (features, c)
+    monkeypatch.setattr(cpu_conv_gemm, "COLUMN_PANELS", 4)
+    assert cols(1, 64, 512, 4608, "f32") == 128
+    assert cols(1, 64, 300, 4608, "f32") == 96  # 300 / 4 = 75 -> 3 granules of 32: 96 x 3 + 12
+    assert cols(1, 64, 200, 4608, "f64") == 80  # 3 panels: 200 / 3 = 67 -> 5 granules of 16
+
+
+@pytest.mark.parametrize("case", [
+    ("f32[4,4,4,512]", "f32[3,3,512,512]", PAD1, 256),
+    ("f32[4,4,4,2048]", "f32[1,1,2048,512]", "window={size=1x1}, ", 256),
+    ("f32[4,4,4,512]", "f32[1,1,512,2048]", "window={size=1x1}, ", 1024),
+    ("f32[4,8,8,1024]", "f32[1,1,1024,2048]", "window={size=1x1 stride=2x2}, ", 1024),
+], ids=["3x3_512", "1x1_2048_512", "1x1_512_2048", "1x1_s2_1024_2048"])
+def test_resnet50_few_row_convolutions_cut_into_column_panels(monkeypatch, case):
+    """keras ResNet-50's last-stage convolutions (4 images, 4x4 output positions: one 64-row
+    tile) run as two column-panel units that threads can share; the 3x3 one agrees with the
+    interpreter, the same bits on 1, 2 and 3 threads."""
+    lhs, rhs, window, width = case
+    text = _module(lhs, rhs, "f32", window + NHWC)
+    conv = parse_hlo(text).entry.root
+    layout = gemm_layout(conv)
+    assert prefers_gemm(conv) and (layout.tile, layout.row_units, layout.cols, layout.units) == (64, 1, width, 2)
+    if rhs.startswith("f32[3,3"):
+        monkeypatch.setattr(cpu_conv_gemm, "prefers_onednn", lambda comp: False)
+        check_gemm(text, threads=(1, 2, 3))
+
+
+@pytest.fixture
+def narrow_panels(monkeypatch):
+    """The GEMM path (not oneDNN's), default row tiles, up to 4 column panels down to 8
+    features and any work (so that small convolutions are cut into panels of one 128-byte
+    granule)."""
+    monkeypatch.setattr(cpu_conv_gemm, "COLUMN_PANELS", 4)
+    monkeypatch.setattr(cpu_conv_gemm, "prefers_onednn", lambda comp: False)
+    monkeypatch.setattr(cpu_conv_gemm, "prefers_gemm", lambda conv: True)
+    monkeypatch.setattr(cpu_conv_gemm, "MIN_PANEL_COLS", 8)
+    monkeypatch.setattr(cpu_conv_gemm, "min_unit_multiply_adds", lambda dtype: 1)
+
+
+# One row tile each (NCHW tiles stay within a batch element: one image), 80 output features:
+# panels of 32 + 32 + 16 (f32 and f64 granules alike, 80 / 4 rounds up to 32).
+PANEL_CASES = {
+    "nhwc_hwio": ("f32[2,6,7,8]", "f32[3,3,8,80]", PAD1 + NHWC),
+    "nchw_oihw": ("f32[1,8,7,9]", "f32[80,8,3,3]", "window={size=3x3 stride=2x1 pad=1_1x0_2}, dim_labels=bf01_oi01->bf01"),
+    "packed_01oi": ("f32[2,6,6,16]", "f32[3,3,80,16]", PAD1 + "dim_labels=b01f_01oi->b01f"),
+    "pointwise_in_place": ("f32[3,5,7,16]", "f32[1,1,16,80]", "window={size=1x1}, " + NHWC),
+    "f64_dilated": ("f64[1,11,10,6]", "f64[3,3,6,80]", "window={size=3x3 stride=2x1 pad=2_1x0_3 lhs_dilate=2x1 "
+                    "rhs_dilate=1x2}, " + NHWC),
+}
+
+
+@pytest.mark.parametrize("name", sorted(PANEL_CASES))
+def test_column_panels(narrow_panels, name):
+    """A convolution of one row tile cut into column panels (the last one narrower) agrees with
+    the interpreter, the same bits on 1, 2 and 3 threads (the patch tile packed once per kernel
+    call and reused by its next panels; weights, input and output offset per panel)."""
+    lhs, rhs, attrs = PANEL_CASES[name]
+    text = _module(lhs, rhs, lhs.split("[")[0], attrs)
+    layout = gemm_layout(parse_hlo(text).entry.root)
+    assert (layout.row_units, layout.cols, layout.col_panels) == (1, 32, 3), layout
+    customs = check_gemm(text, threads=(1, 2, 3))
+    assert customs[-1] == "conv_gemm"
+
+
+@pytest.mark.parametrize("out", ["f32", "bf16"])
+@pytest.mark.parametrize("layout", ["nhwc", "nchw"])
+def test_column_panels_with_epilogue(narrow_panels, layout, out):
+    """bias + relu + residual (+ convert to bf16: C in a scratch tile) on each column panel:
+    the epilogue reads the panel's bias features and writes only the panel's outputs."""
+    if layout == "nhwc":
+        shapes = dict(x="2,6,7,8", w="3,3,8,80", o="80", y="2,6,7,80", labels="b01f_01io->b01f", fdim=3)
+    else:
+        shapes = dict(x="1,8,6,7", w="80,8,3,3", o="80", y="1,80,6,7", labels="bf01_oi01->bf01", fdim=1)
+    text = EPILOGUE.format(out=out, **shapes)
+    conv = next(i for c in parse_hlo(text).computations for i in c.instructions if i.opcode == "convolution")
+    assert gemm_layout(conv).col_panels == 3
+    assert check_gemm(text, threads=(1, 2, 3)) == ["conv_gemm"]

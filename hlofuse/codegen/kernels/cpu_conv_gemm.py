@@ -11,13 +11,15 @@ taps x input features as the contraction (K = taps x I),
 
 Work units are tiles of up to 512 rows (`tile_rows`: a patch tile [rows, K] of at most 4 MiB,
 in L2 or L3: more rows per BLAS call beat a smaller tile, docs/convolutions.md), at least two
-(an even count) where one would hold 128+ rows, the rows shared evenly (`split_tile`). Per unit
-the kernel packs the tile's patches into per-thread scratch (zeros on padding and between
-lhs-dilated inputs), calls the GEMM library (blas_call.py: oneDNN's sgemm for f32 where it is
-installed, OpenBLAS's `?gemm_` otherwise and for f64) against the weights read in place
-as [K, O] through BLAS's flags and leading dimension, writing the tile of the output, and then
-runs the fused kOutput epilogue (bias, activation, residual, convert) over that tile while it is
-in cache. Tiles run across batch elements when the output's (batch, positions) collapse into one
+(an even count) where one would hold 128+ rows, the rows shared evenly (`split_tile`); a
+convolution of ONE tile is cut into column panels of output features as well (`panel_cols`),
+so that its units can share the threads. Per unit the kernel packs the tile's patches into
+per-thread scratch (zeros on padding and between lhs-dilated inputs; once for the consecutive
+panels of one tile in one kernel call), calls the GEMM library (blas_call.py: oneDNN's sgemm
+for f32 where it is installed, OpenBLAS's `?gemm_` otherwise and for f64) against the weights
+(of the unit's panel) read in place as [K, O] through BLAS's flags and leading dimension,
+writing the unit's part of the output, and then runs the fused kOutput epilogue (bias,
+activation, residual, convert) over that part while it is in cache. Tiles run across batch elements when the output's (batch, positions) collapse into one
 strided dimension (NHWC), else within one batch element (NCHW).
 
 - K's order follows the weights, so they are a plain matrix: (window offsets row-major, input
@@ -64,6 +66,7 @@ from .args import output_leaves
 from .cpu_conv import ConvGeometry, conv_geometry, dimension_numbers, find_convolution, plan_conv
 from .cpu_conv_onednn import plan_onednn_conv, prefers_onednn
 from .gemm_layout import INT32_MAX, Matrix, strided_matrix
+from .gemm_partition import MIN_PANEL_COLS, column_granule, min_unit_multiply_adds
 
 # The patch tile's budget. Measured (docs/convolutions.md): each BLAS call packs the whole
 # weight matrix again, so rows per call matter more than the tile staying in L2: 256 rows of
@@ -76,6 +79,11 @@ MIN_TILE_ROWS, MAX_TILE_ROWS = 32, 512
 SCRATCH_BYTES = 16 << 20
 # Rows a tile keeps at least where `split_tile` cuts a convolution that one tile would hold.
 SPLIT_TILE_ROWS = 64
+# A convolution of one row tile is cut into at most this many column panels (output features).
+# Each more panel is one more BLAS call, which on one thread cost keras ResNet-50's ten such
+# convolutions about 1% of their time per call (least step times: 2 panels +1.5-2.8%, 4 panels
+# +3.3-3.7%); on two threads 2 and 4 panels gained alike (docs/convolutions.md, Threads).
+COLUMN_PANELS = 2
 # K's factor standing for the input feature (window dimensions are 0, 1, ...).
 IN = -1
 
@@ -89,6 +97,7 @@ class ConvGemm:
     k: int
     positions: int  # output positions per batch element
     tile: int  # rows per work unit
+    cols: int  # output features per work unit (a column panel; `features` when uncut)
     span_batch: bool  # tiles run across batch elements (else within one)
     weights: Matrix  # the weights as [K, O]
     direct_input: Matrix | None  # the input as [rows, K] read in place (1x1 convolutions), else packed patches
@@ -99,11 +108,22 @@ class ConvGemm:
         return self.geo.batch * self.positions
 
     @property
-    def units(self) -> int:
-        """Work units: tiles of `tile` rows (per batch element unless they span batch elements)."""
+    def row_units(self) -> int:
+        """Row tiles of `tile` rows (per batch element unless they span batch elements)."""
         if self.span_batch:
             return -(-self.rows // self.tile)
         return self.geo.batch * -(-self.positions // self.tile)
+
+    @property
+    def col_panels(self) -> int:
+        """Column panels of `cols` output features per row tile (the last may be narrower)."""
+        return -(-self.geo.features // self.cols)
+
+    @property
+    def units(self) -> int:
+        """Work units: row tiles x column panels, numbered row tile-major (the consecutive
+        units one kernel call takes share their patch tile)."""
+        return self.row_units * self.col_panels
 
     def k_size(self, factor: int) -> int:
         return self.geo.group_inputs if factor == IN else self.geo.window[factor].size
@@ -135,6 +155,28 @@ def split_tile(rows: int, most: int) -> int:
     tiles += tiles % 2 if tiles > 1 else 0
     tile = -(-rows // tiles)
     return max(8, min(most, -(-tile // 8) * 8))
+
+
+def panel_cols(row_units: int, rows: int, features: int, k: int, dtype: str) -> int:
+    """Output features per work unit of a convolution of `row_units` row tiles of up to `rows`
+    rows, `features` output features and contraction `k` in BLAS type `dtype`: all of them
+    unless it is one tile, which is cut into up to COLUMN_PANELS panels, each at least
+    MIN_PANEL_COLS wide and of at least min_unit_multiply_adds(dtype) multiply-adds
+    (gemm_partition's bounds: each unit's BLAS call packs the patch tile again, and a smaller
+    unit would not get a thread of its own), widths in whole 128-byte granules. One tile runs
+    on one thread whatever the thread count: keras ResNet-50's 4x4-position convolutions (64
+    rows) were 19% of its contraction time on one thread. The cut follows the shape only, and
+    each output element's sum over K stays in one BLAS call, so the bits do not depend on the
+    thread count. Two or more row tiles stay uncut (docs/convolutions.md, Threads)."""
+    if row_units != 1:
+        return features
+    panels = min(COLUMN_PANELS, features // MIN_PANEL_COLS, rows * features * k // min_unit_multiply_adds(dtype))
+    if panels < 2:
+        return features
+    granule = column_granule(dtype)
+    cols = -(-features // panels)
+    cols = -(-cols // granule) * granule  # round the width up to whole granules
+    return min(features, max(cols, MIN_PANEL_COLS))
 
 
 def row_major_matrix(dims: tuple[int, ...], batch: list[int], rows: list[int], cols: list[int]) -> Matrix | None:
@@ -211,8 +253,11 @@ def conv_gemm(conv: HloInstruction, out_type: ElementType | None = None) -> Conv
         tile -= tile % 8
         if tile < MIN_TILE_ROWS:
             return None
-    tile = split_tile(geo.batch * positions if span else positions, tile)
-    return ConvGemm(geo, order, k, positions, tile, span, w, x, c)
+    rows = geo.batch * positions if span else positions
+    tile = split_tile(rows, tile)
+    row_units = -(-rows // tile) * (1 if span else geo.batch)
+    cols = panel_cols(row_units, min(tile, rows), geo.features, k, et)
+    return ConvGemm(geo, order, k, positions, tile, cols, span, w, x, c)
 
 
 def valid_tap_fraction(geo: ConvGeometry) -> float:
@@ -387,7 +432,7 @@ def plan_conv_gemm(comp: HloComputation, name: str):
 
 
 def _gemm_plan(comp: HloComputation, layout: ConvGemm, inputs: list, name: str) -> KernelPlan:
-    work = layout.tile * layout.k * layout.geo.features
+    work = layout.tile * layout.k * layout.cols
     return KernelPlan(comp, [0], layout.units, work, None, inputs=inputs, results=[("out", 0)],
                       name=f"{name}_convgemm", custom="conv_gemm")
 

@@ -82,7 +82,8 @@ class _ConvGemmEmitter:
         self.b.call(free, [self.scratch])
 
     def emit(self) -> None:
-        """The whole kernel: per unit, pack the tile's patches, GEMM, epilogue."""
+        """The whole kernel: per unit, pack the tile's patches (unless this call packed them for
+        the previous unit), GEMM over the unit's column panel, epilogue."""
         b, g, geo = self.b, self.g, self.geo
         swapped, (t1, ld1), (t2, ld2), ldc = blas_operands(self.a, g.weights, self.c)
         call = GemmCall(b, self.skel.module, self.et)
@@ -90,34 +91,58 @@ class _ConvGemmEmitter:
         p_k, p_o = call.dim(g.k), call.dim(geo.features)
         p_ld1, p_ld2, p_ldc = call.dim(ld1), call.dim(ld2), call.dim(ldc)
         with for_range(b, self.skel.begin, self.skel.end, "unit") as unit:
-            row0, count = self._tile(unit)
+            tile, col0, cols = self._panel(unit)
+            row0, count = self._tile(tile)
             n0, p0 = b.udiv(row0, _i(g.positions)), b.urem(row0, _i(g.positions))
             if self.patch is not None:
-                self._pack(row0, count)
+                if g.col_panels == 1:
+                    self._pack(row0, count)
+                else:
+                    # The call's units are consecutive, row tile-major: the tile's patches are
+                    # in scratch already unless this is the call's first unit or its tile's first.
+                    first_unit = b.icmp_unsigned("==", unit, self.skel.begin)
+                    with b.if_then(b.or_(first_unit, b.icmp_unsigned("==", col0, _i(0)))):
+                        self._pack(row0, count)
                 a_ptr = self.patch
             else:
                 a_ptr = b.gep(self.x, [self._offset(self.a, n0, p0, row0)], inbounds=True)
             c_ptr = self.ctile if self.ctile is not None else b.gep(self.out, [self._offset(self.c, n0, p0, row0)],
                                                                      inbounds=True)
-            p_rows = call.dim(count)
-            first, second = (a_ptr, self.w) if swapped else (self.w, a_ptr)
-            sizes = (p_rows, p_o) if swapped else (p_o, p_rows)
+            w_ptr = self.w
+            if g.col_panels > 1:  # the panel's first column of the weights and of C
+                w_ptr = b.gep(w_ptr, [b.mul(col0, _i(g.weights.col_stride))], inbounds=True)
+                c_ptr = b.gep(c_ptr, [b.mul(col0, _i(self.c.col_stride))], inbounds=True)
+            p_rows, p_cols = call.dim(count), p_o if g.col_panels == 1 else call.dim(cols)
+            first, second = (a_ptr, w_ptr) if swapped else (w_ptr, a_ptr)
+            sizes = (p_rows, p_cols) if swapped else (p_cols, p_rows)
             call.call(flags, (*sizes, p_k), (first, p_ld1), (second, p_ld2), (c_ptr, p_ldc))
             if self.epilogue is not None or self.ctile is not None:
-                self._epilogue(row0, count, c_ptr)
+                self._epilogue(row0, count, c_ptr, col0, cols)
         call.finish()
         self._release()
         self.skel.finish()
 
-    def _tile(self, unit: ir.Value) -> tuple[ir.Value, ir.Value]:
-        """(first row, row count) of work unit `unit`: TILE rows of the batch x positions rows,
+    def _panel(self, unit: ir.Value) -> tuple[ir.Value, ir.Value, ir.Value]:
+        """(row tile, first output feature, feature count) of work unit `unit`: units are
+        numbered row tile-major, the last column panel holding the features left."""
+        b, g = self.b, self.g
+        features = self.geo.features
+        if g.col_panels == 1:
+            return unit, _i(0), _i(features)
+        tile, panel = b.udiv(unit, _i(g.col_panels)), b.urem(unit, _i(g.col_panels))
+        col0 = b.mul(panel, _i(g.cols))
+        left = b.sub(_i(features), col0)
+        return tile, col0, b.select(b.icmp_signed("<", left, _i(g.cols)), left, _i(g.cols))
+
+    def _tile(self, tile: ir.Value) -> tuple[ir.Value, ir.Value]:
+        """(first row, row count) of row tile `tile`: TILE rows of the batch x positions rows,
         the last tile (of the whole, or of each batch element) holding what is left."""
         b, g = self.b, self.g
         if g.span_batch:
-            row0, end = b.mul(unit, _i(g.tile)), _i(g.rows)
+            row0, end = b.mul(tile, _i(g.tile)), _i(g.rows)
         else:
             per = -(-g.positions // g.tile)
-            n, t = b.udiv(unit, _i(per)), b.urem(unit, _i(per))
+            n, t = b.udiv(tile, _i(per)), b.urem(tile, _i(per))
             start = b.mul(n, _i(g.positions))
             row0, end = b.add(start, b.mul(t, _i(g.tile))), b.add(start, _i(g.positions))
         left = b.sub(end, row0)
@@ -202,17 +227,20 @@ class _ConvGemmEmitter:
         store_element(b, v, b.gep(self.patch, [koff], inbounds=True), self.et)
 
     # -- the epilogue on the tile
-    def _epilogue(self, row0: ir.Value, count: ir.Value, c_base: ir.Value) -> None:
-        """For each element of the tile's C: the epilogue's value at its output index, stored in
-        place (C is the output) or at that index (C is the scratch tile)."""
+    def _epilogue(self, row0: ir.Value, count: ir.Value, c_base: ir.Value, col0: ir.Value, cols: ir.Value) -> None:
+        """For each element of the unit's C (`c_base`: its first row's feature `col0`; `cols`
+        features): the epilogue's value at its output index, stored in place (C is the output)
+        or at that index (C is the scratch tile)."""
         b, geo, c = self.b, self.geo, self.c
+        width = self.g.cols
         # Around a long feature loop the row loop stays rolled, as in the GEMM's epilogue
         # (cpu_gemm._emit_epilogue: unrolled, each row repeats the vectorized feature loop).
-        with for_range(b, _i(0), count, "erow", unroll=geo.features < ROLLED_AROUND) as t:
+        with for_range(b, _i(0), count, "erow", unroll=width < ROLLED_AROUND) as t:
             n, ps = self._position(b.add(row0, t))
             c_row = b.mul(t, _i(c.row_stride))
-            with for_range(b, _i(0), _i(geo.features), "ecol") as o:
-                c_ptr = b.gep(c_base, [b.add(c_row, b.mul(o, _i(c.col_stride)))], inbounds=True)
+            with for_range(b, _i(0), cols, "ecol") as j:
+                c_ptr = b.gep(c_base, [b.add(c_row, b.mul(j, _i(c.col_stride)))], inbounds=True)
+                o = j if self.g.col_panels == 1 else b.add(col0, j)
                 multi = [None] * len(geo.o_dims)
                 multi[geo.o_axes[0]], multi[geo.o_axes[1]] = n, o
                 for axis, p in zip(geo.o_axes[2:], ps):
@@ -225,7 +253,7 @@ class _ConvGemmEmitter:
                 store_element(b, value, dst, self.out_type)
         # Vectorize the feature loop, never the row loop: with 32 features LLVM unrolled the
         # feature loop and vectorized the rows with gathers and scatters (docs/convolutions.md).
-        if geo.features > SHORT_EPILOGUE_ROW:
+        if width > SHORT_EPILOGUE_ROW:
             forbid_vectorization(t)
 
     def _value(self, index: Index, c_ptr: ir.Value) -> ir.Value:
