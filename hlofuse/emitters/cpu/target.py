@@ -97,10 +97,10 @@ def host_fingerprint() -> str:
 # `apply_codegen_options`. Off on x86, whose addressing (base + index * scale + displacement)
 # takes a kernel's array addresses as they are: over the 258 distinct kernels of five models,
 # each compiled with and without it in one process (paired, load 0.8), LLVM's CPU time fell
-# 13% (small kernels 14%: the pass and its analyses were 10-15% of their pipeline), while 13
-# modules' one-thread run time stayed within 1% (0.990-1.010) with the same bits
-# (docs/compile_time.md, "Where a small kernel's LLVM time goes"). Kept elsewhere (measured on
-# x86 only; post-increment addressing targets rely on it).
+# 13% (small kernels 14%: the pass and its analyses were 10-15% of their pipeline), while 17
+# modules' one-thread run time stayed within 1% (with/without 0.986-1.010; one 0.976 that read
+# 1.000 on a second run) with the same bits (docs/compile_time.md, "Where a small kernel's LLVM
+# time goes"). Kept elsewhere (measured on x86 only; post-increment addressing relies on it).
 LOOP_STRENGTH_REDUCTION = not llvm.get_process_triple().startswith(("x86_64", "i386", "i686"))
 _applied: dict[str, str] = {}  # LLVM command-line option -> the value last given to LLVM here
 
