@@ -2,12 +2,15 @@
 goes to, and which cost the most per emitted instruction (the pathologies).
 
     python benchmarks/llvm_rank.py [--models NAME,... | --hlo F.hlo,...] [--top 25] [--passes 8]
-                                   [--json OUT]
+                                   [--copies 5] [--json OUT]
 
 Each kernel is compiled alone on this thread as hlofuse compiles kernels
 (codegen/llvm_pool.compile_timed: parse, the O3 pipeline, code generation), its CPU
 milliseconds measured by process time; `--passes N` adds each listed kernel's N slowest LLVM
-passes (llvm.set_time_passes: user time summed over a pass's runs; machine passes included).
+passes (llvm.set_time_passes: user time summed over a pass's runs; machine passes included);
+`--copies N` compiles each of the N slowest kernels under SMALL instructions as 1, 2, 4 and 8
+copies in one module and fits LLVM's CPU time as a cost per module plus one per function
+(kernels are compiled in groups, codegen/cpu.py: only the first is shared by a group).
 The machine is shared: compare figures from one run, and give the load printed with them."""
 from __future__ import annotations
 
@@ -49,11 +52,48 @@ def pass_times(ir_text: str, level: int) -> dict[str, float]:
     return out
 
 
-def rank_rows(texts: dict[str, str], top: int = 25, passes: int = 0) -> list[dict]:
+# Kernels of fewer emitted instructions than this are "small" for `--copies`.
+SMALL = 200
+
+
+def copies_module(ir_text: str, n: int) -> str:
+    """Kernel module `ir_text` (one function definition, as emit_kernel_module makes it) with
+    its function defined `n` times under different names."""
+    import re
+
+    name = re.search(r'define void @"([^"]+)"', ir_text).group(1)
+    head, _, rest = ir_text.partition("define void")
+    body, _, tail = ("define void" + rest).partition("\n}\n")
+    return head + "".join(body.replace(name, f"{name}_{i}") + "\n}\n" for i in range(n)) + tail
+
+
+def per_function_fit(ir_text: str, level: int, rounds: int = 3) -> tuple[float, float, dict[int, float]]:
+    """LLVM CPU milliseconds of `ir_text`'s function compiled 1, 2, 4 and 8 times in one module
+    (compile_timed; the least of `rounds`), fitted by least squares as (ms per module, ms per
+    function), with the measured ms per copy count."""
+    from hlofuse.codegen.llvm_pool import compile_timed
+
+    ms = {}
+    for n in (1, 2, 4, 8):
+        text = copies_module(ir_text, n)
+        best = float("inf")
+        for _ in range(rounds):
+            t0 = time.process_time()
+            compile_timed(text, level)
+            best = min(best, time.process_time() - t0)
+        ms[n] = 1e3 * best
+    xs, ys = list(ms), list(ms.values())
+    mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
+    slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum((x - mx) ** 2 for x in xs)
+    return my - slope * mx, slope, ms
+
+
+def rank_rows(texts: dict[str, str], top: int = 25, passes: int = 0, copies: int = 0) -> list[dict]:
     """Every distinct kernel of every module (name -> HLO text), compiled alone on this thread
     as kernels are (codegen/llvm_pool.compile_timed), ranked by LLVM CPU milliseconds (parse +
     optimize, code generation) and by milliseconds per emitted instruction; prints the `top`
-    of each list (`passes` > 0: also each listed kernel's slowest passes) and returns the rows."""
+    of each list (`passes` > 0: also each listed kernel's slowest passes; `copies` > 0: the
+    per-module and per-function fit of the `copies` slowest small kernels) and returns the rows."""
     import llvmlite.binding as llvm
 
     import hlofuse
@@ -93,6 +133,14 @@ def rank_rows(texts: dict[str, str], top: int = 25, passes: int = 0) -> list[dic
                 times = pass_times(r["ir_text"], r["level"])
                 print("      " + ", ".join(f"{p} {t:.1f}" for p, t in
                                            sorted(times.items(), key=lambda kv: -kv[1])[:passes]))
+    if copies:
+        small = sorted((r for r in rows if r["ir_in"] < SMALL), key=lambda r: -r["ms"])[:copies]
+        print(f"-- {len(small)} slowest kernels under {SMALL} instructions as 1/2/4/8 copies a module")
+        for r in small:
+            fixed, per, ms = per_function_fit(r["ir_text"], r["level"])
+            print(f"  {r['module'][:22]:22s} {r['kernel'][:28]:28s} {r['ir_in']:4d} instr  "
+                  + " ".join(f"x{n} {v:6.1f}" for n, v in ms.items())
+                  + f" ms  -> {fixed:5.1f} ms a module + {per:5.1f} ms a function", flush=True)
     for r in rows:
         del r["ir_text"]
     return rows
@@ -106,10 +154,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--hlo", help="HLO text files (comma-separated) instead of the models")
     ap.add_argument("--top", type=int, default=25, help="kernels listed per ranking")
     ap.add_argument("--passes", type=int, default=0, help="each listed kernel's slowest N passes")
+    ap.add_argument("--copies", type=int, default=0,
+                    help="fit per-module and per-function LLVM time of the N slowest small kernels")
     ap.add_argument("--json", help="write every kernel's row here")
     args = ap.parse_args(argv)
     print(f"load average {os.getloadavg()}, {os.cpu_count()} cores")
-    rows = rank_rows(module_texts(args.models, args.hlo), args.top, args.passes)
+    rows = rank_rows(module_texts(args.models, args.hlo), args.top, args.passes, args.copies)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=1)

@@ -94,14 +94,13 @@ def host_fingerprint() -> str:
 
 # Whether kernels' code generation runs LLVM's loop strength reduction (the code generator's
 # pass that rewrites a loop's address arithmetic into extra induction variables), read by
-# `apply_codegen_options`. Off on x86, whose addressing (base + index * scale + displacement)
-# takes a kernel's array addresses as they are: over the 258 distinct kernels of five models,
-# each compiled with and without it in one process (paired, load 0.8), LLVM's CPU time fell
-# 13% (small kernels 14%: the pass and its analyses were 10-15% of their pipeline), while 17
-# modules' one-thread run time stayed within 1% (with/without 0.986-1.010; one 0.976 that read
-# 1.000 on a second run) with the same bits (docs/compile_time.md, "Where a small kernel's LLVM
-# time goes"). Kept elsewhere (measured on x86 only; post-increment addressing relies on it).
-LOOP_STRENGTH_REDUCTION = not llvm.get_process_triple().startswith(("x86_64", "i386", "i686"))
+# `apply_codegen_options`. On: off, LLVM's CPU time over the 437 distinct kernels of ten models
+# and three generated modules fell 11% (paired, one process; small kernels 13-14%), but
+# streaming kernels over many arrays and convolutions ran slower, one thread, same bits: a
+# 50-parameter Adam step 1.06x (twice), the flax MNIST CNN 1.04-1.05x (docs/compile_time.md,
+# "Where a small kernel's LLVM time goes"). The switch stays for A/B runs
+# (benchmarks/loop_hints_ab.py).
+LOOP_STRENGTH_REDUCTION = True
 _applied: dict[str, str] = {}  # LLVM command-line option -> the value last given to LLVM here
 
 
