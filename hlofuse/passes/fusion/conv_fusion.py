@@ -14,17 +14,19 @@ Asked by the producer-consumer rules (producer_consumer.py):
   reduction or another heavy op (an epilogue would recompute it per element).
 Asked by the duplication decision (producer_consumer.conv_epilogue_copy, CPU_RULES' last check):
 - `duplicate_keeps_conv_epilogue`: may a cheap producer with several users be copied into one
-  of them? Not when it ends the elementwise chain a convolution's epilogue would compute.
+  of them? Not when it ends the elementwise chain a convolution's epilogue would compute and
+  another user reads it from memory anyway (a convolution, a tuple), so it is written either way.
   Instruction fusion visits consumers root first, so a shared `bn(conv)` (keras MobileNetV2's
   projection + batch norm, read by the next convolution and by a later residual add) was copied
   into the residual add's kernel before the convolution was visited; the copy gave the
   convolution a second user, which cost it the whole epilogue (`conv-output-users`): the
   convolution wrote its result, a loop kernel recomputed the chain for the next convolution and
   the copy recomputed it again. Refused, the chain joins the convolution's kernel and every user
-  reads its result: never more kernels or bytes than the copy (the chain keeps the
-  convolution's dimensions), one kernel and a write and read fewer where a user had to read the
-  chain's result from memory anyway (MobileNetV2: 131 -> 126 kernels; ResNet-50, whose block
-  outputs cascaded copies through every residual add: 124 -> 112 kernels, 331 -> 246 MB moved).
+  reads its result: one kernel and a write and read of the result fewer (MobileNetV2: 131 -> 126
+  kernels; ResNet-50, whose block outputs cascaded copies through every residual add: 124 -> 112
+  kernels, 331 -> 246 MB moved). Where every user could fuse the chain, the copies write the
+  convolution's result instead of the chain's (as many bytes, as many kernels) and stay: the
+  haiku ResNet-18 step's relu-gradient selects, taken as epilogues instead, ran 6% slower.
 """
 from __future__ import annotations
 
@@ -32,7 +34,7 @@ from ...hlo.ir import HloInstruction
 from ...hlo.walk import first_non_elementwise_use
 from .cost_model import TargetParams, distinct
 from .decisions import Decision
-from .fusibility import is_expensive
+from .fusibility import is_expensive, is_loop_fusible_as_consumer
 from .fusion_utils import operand_index
 
 refuse = Decision.refuse
@@ -127,14 +129,36 @@ def _epilogue_convolution(producer: HloInstruction, params: TargetParams) -> lis
     return []
 
 
+def _read_from_memory(producer: HloInstruction) -> str | None:
+    """The name of a user of `producer` that reads it from memory whatever the fusion passes do
+    (a convolution, dot, tuple or other op that roots no loop fusion, or a convolution fusion
+    whose convolution reads it), or `producer`'s own when it is the root; None if every user
+    could fuse it."""
+    if producer.is_root():
+        return f"{producer.parent.name}'s root"
+    for user in distinct(producer.users):
+        if user.opcode == "fusion":
+            if is_conv_output_fusion(user) and not into_conv_fusion(producer, user):
+                return user.name
+        elif not is_loop_fusible_as_consumer(user):
+            return user.name
+    return None
+
+
 def duplicate_keeps_conv_epilogue(producer: HloInstruction, consumer: str, params: TargetParams) -> Decision:
     """CPU: may `producer`, which has users besides `consumer` (named as the log names it), be
-    copied into it without costing a convolution its epilogue? (see the module doc)"""
+    copied into it without costing a convolution its epilogue? Refused only where the copy saves
+    nothing: another user reads `producer` from memory anyway, so it is written either way.
+    Where every user could fuse it, the copies (XLA's choice) write the convolution's result
+    instead of `producer`'s, as many bytes; kept so. (see the module doc)"""
     chain = _epilogue_convolution(producer, params)
     if not chain:
+        return ALLOW
+    reader = _read_from_memory(producer)
+    if reader is None:
         return ALLOW
     conv, p = chain[0].name, producer.name
     return refuse("conv-epilogue-duplicate",
                   f"copying {p} into {consumer} would give convolution {conv} a second user and cost it its "
-                  f"epilogue ({' -> '.join(i.name for i in chain)}); {consumer} reads {p} from memory, "
-                  f"written once by {conv}'s kernel")
+                  f"epilogue ({' -> '.join(i.name for i in chain)}), and {reader} reads {p} from memory "
+                  f"anyway; {consumer} reads it too, written once by {conv}'s kernel")

@@ -74,6 +74,24 @@ ENTRY e {
 """
 
 
+# every user of m can fuse it: the copies write conv's result instead of m's, as many bytes
+# (XLA's choice, kept); a copy is refused only where a user reads m from memory anyway
+ALL_USERS_FUSE = """HloModule m
+ENTRY e {
+  x = f32[1,4,4,2] parameter(0)
+  w = f32[1,1,2,4] parameter(1)
+  s = f32[4] parameter(2)
+  z = f32[1,4,4,4] parameter(3)
+  conv = f32[1,4,4,4] convolution(x, w), window={size=1x1}, dim_labels=b01f_01io->b01f
+  sb = f32[1,4,4,4] broadcast(s), dimensions={3}
+  m = f32[1,4,4,4] multiply(conv, sb)
+  u = f32[1,4,4,4] add(m, z)
+  v = f32[1,4,4,4] subtract(m, z)
+  ROOT t = (f32[1,4,4,4], f32[1,4,4,4]) tuple(u, v)
+}
+"""
+
+
 def _args(text: str) -> list[np.ndarray]:
     module = parse_hlo(text)
     rng = np.random.default_rng(0)
@@ -153,6 +171,15 @@ def test_expensive_link_is_judged_by_its_own_rules():
     assert not any(rule == "conv-epilogue-duplicate" for _, _, rule in _refusals(exe))
     assert ("e", "n", "expensive-duplicate") in _refusals(exe)
     _check_against_interpreter(EXPENSIVE_LINK, exe, rtol=1e-6)
+
+
+def test_copies_stay_where_every_user_fuses_the_chain():
+    exe = _compile(ALL_USERS_FUSE)
+    rules = _refusals(exe)
+    assert not any(rule == "conv-epilogue-duplicate" for _, _, rule in rules)
+    assert any(p == "conv" and rule == "conv-output-users" for p, _, rule in rules)
+    assert any(i.opcode == "convolution" for i in exe.fused_module.entry.instructions)
+    _check_against_interpreter(ALL_USERS_FUSE, exe)
 
 
 @pytest.mark.parametrize("text", [PROJECTION, CHAIN])
