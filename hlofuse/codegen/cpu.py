@@ -40,6 +40,7 @@ from .kernels.cpu_reduction import emit_reduction_kernel
 from .kernels.cpu_scatter import emit_scatter_kernel, plan_scatter
 from .kernels.cpu_row import emit_row_kernel
 from .kernels.cpu_skeleton import CpuKernelSkeleton
+from .kernels.onednn_kernels import calls_primitive
 from .native_plan import NativeProgram
 from .planning import KernelPlan, plan_fusion, sequential_dot
 from .program import Program
@@ -300,7 +301,14 @@ def kernel_groups(objects: list[KernelObject], target) -> Iterator[tuple[list[Ke
     GROUP_INSTRUCTIONS instructions, in order, each kernel as the function its object defines
     (`KernelObject.symbol`); a group holds kernels of one speed level. Yields each group's
     kernels and module as soon as the group is full, so LLVM starts on it while the next is
-    emitted."""
+    emitted.
+
+    A kernel that calls a oneDNN primitive is a group of its own: the primitive's function is
+    defined by the program that holds the kernel when it loads, and a cached group object is
+    loaded whole by any program that uses one of its kernels (the kernel cache is keyed per
+    kernel), so a group mate of such a kernel would bring an undefined call into programs
+    without that primitive (found: equinox's attention block failed to load with
+    UnresolvedSymbolError from a cache that other models had filled)."""
     members: list[KernelObject] = []
     mod, size = None, 0
     for i, o in enumerate(objects):
@@ -311,7 +319,8 @@ def kernel_groups(objects: list[KernelObject], target) -> Iterator[tuple[list[Ke
         members.append(o)
         nxt = objects[i + 1] if i + 1 < len(objects) else None
         if (nxt is None or nxt.speed_level != o.speed_level or len(members) >= GROUP_KERNELS
-                or size >= GROUP_INSTRUCTIONS):
+                or size >= GROUP_INSTRUCTIONS or calls_primitive(o.kernels[0])
+                or calls_primitive(nxt.kernels[0])):
             # handed over without a reference kept here while suspended: once the caller has
             # printed it and let it go, the collection of the youngest generation it makes
             # then frees it (kept, it survived into an older generation as garbage: haiku's

@@ -136,3 +136,55 @@ def test_emission_runs_with_the_collector_paused_and_frees_its_garbage(monkeypat
         assert not gc.isenabled()
     finally:
         gc.enable()
+
+
+# A oneDNN matmul kernel (cpu_gemm_onednn: attention's q.k^T, as tests/codegen/test_onednn_matmul.py's
+# module-cache test) beside a small elementwise kernel of shape f32[4,5], which the second
+# module computes alone.
+_WITH_PRIMITIVE = """HloModule with_primitive
+ENTRY e {
+  q = f32[2,256,4,32] parameter(0)
+  k = f32[2,256,4,32] parameter(1)
+  x = f32[4,5] parameter(2)
+  qk = f32[2,4,256,256] dot(q, k), lhs_batch_dims={0,2}, lhs_contracting_dims={3}, rhs_batch_dims={0,2}, rhs_contracting_dims={3}
+  e = f32[4,5] exponential(x)
+  t = f32[4,5] tanh(e)
+  ROOT r = (f32[2,4,256,256], f32[4,5]) tuple(qk, t)
+}
+"""
+_WITHOUT = """HloModule without
+ENTRY e {
+  x = f32[4,5] parameter(0)
+  e = f32[4,5] exponential(x)
+  ROOT t = f32[4,5] tanh(e)
+}
+"""
+
+
+def test_a_kernel_calling_a_primitive_is_a_group_of_its_own(cache_dir, monkeypatch):
+    """Its group object would otherwise carry a call of a function only its own program
+    defines into every program that loads a group mate from the cache: the elementwise kernel
+    compiled beside the oneDNN matmul is loaded by a program without one, and runs."""
+    from hlofuse.codegen.kernels import cpu_gemm_onednn
+    from hlofuse.codegen.kernels.onednn_kernels import calls_primitive
+    from hlofuse.runtime import onednn_primitives
+
+    # the primitive wherever it can express the dot (as test_onednn_matmul.py's `forced`)
+    monkeypatch.setattr(cpu_gemm_onednn, "prefers_onednn_matmul",
+                        lambda comp: (m := cpu_gemm_onednn.onednn_matmul(comp)) is not None
+                        and onednn_primitives.implementation(m.desc) is not None)
+    if not any(calls_primitive(k) for k in compile_cpu(_fused(_WITH_PRIMITIVE), cache=False).kernels):
+        pytest.skip("no oneDNN matmul kernel here (libdnnl missing or HLOFUSE_GEMM=openblas)")
+    monkeypatch.setattr(cpu, "GROUP_KERNELS", 8)
+    first = compile_cpu(_fused(_WITH_PRIMITIVE), cache_dir=str(cache_dir))
+    groups = {}
+    for o in first.objects:
+        groups.setdefault(o.object_code, []).append(o)
+    calling = [o for o in first.objects if calls_primitive(o.kernels[0])]
+    assert calling and all(len(groups[o.object_code]) == 1 for o in calling)
+    cache.memory_cache.clear()
+    module = hlofuse.parse_hlo(_WITHOUT)
+    prog = CpuProgram.compile(_fused(_WITHOUT), cache_dir=str(cache_dir))
+    assert prog.code.compiled_count == 0  # its kernel came from the first program's objects
+    args = _args(module)
+    np.testing.assert_allclose(prog.run(args)[0], evaluate(module, args)[0], rtol=2e-6, atol=1e-6)

@@ -2,6 +2,7 @@
 when the program loads (runtime/cpu_executor.py; runtime/onednn_primitives.py makes them).
 
     descs = primitive_descriptions(kernels)   # one per oneDNN kernel, in the kernels' order
+    calls_primitive(kernel)                   # whether a kernel calls one
 """
 from __future__ import annotations
 
@@ -11,6 +12,12 @@ from .cpu_gemm_onednn import kernel_matmul
 # Each oneDNN kernel kind (`KernelPlan.custom`) and the mapping its kernel calls (a matmul
 # kernel of several work units calls a batch slice's primitive: cpu_gemm_onednn.kernel_matmul).
 _MAPPINGS = {"onednn_conv": lambda k: onednn_convolution(k.comp), "onednn_matmul": lambda k: kernel_matmul(k)[0]}
+
+
+def calls_primitive(kernel) -> bool:
+    """Whether `kernel` (a KernelPlan) calls a oneDNN primitive: a function the runtime defines
+    when the program that holds the kernel loads, named by the primitive's description."""
+    return kernel.custom in _MAPPINGS
 
 
 def primitive_descriptions(kernels) -> list:
