@@ -24,7 +24,7 @@ import numpy as np
 from ..codegen.driver import CONFIG, PROFILE, RESERVED
 from ..codegen.native_plan import NativeProgram, NativeStep, leaves
 from ..hlo.errors import UnsupportedError
-from .cpu_threads import IdleThreads, kernel_threads, set_blas_threads, threads_pinned, track
+from .cpu_threads import IdleThreads, idle_cores_rule, kernel_threads, set_blas_threads, track
 from .io import data_address
 from .output_pool import OutputPool
 from .program import constant_value, flatten, unflatten
@@ -69,9 +69,9 @@ class NativeDriver:
         self._error: BaseException | None = None
         self._keep: list = []
         self._config = (ctypes.c_int64 * 2)(self.threads, self.threads)  # codegen/driver.py CONFIG
-        # the threads of each call: the idle cores of the moment, unless the user fixed the count
-        # (runtime/cpu_threads.py IdleThreads)
-        self._idle = None if threads_pinned() else IdleThreads(self.threads)
+        # the threads of each call: the idle cores of the moment where the user asked for it
+        # (HLOFUSE_IDLE_CORES=1; runtime/cpu_threads.py IdleThreads), else the process's count
+        self._idle = IdleThreads(self.threads) if idle_cores_rule() else None
         track(self)
         self._kernel_addresses = kernel_addresses
         self._table = (ctypes.c_void_p * (RESERVED + len(native.table)))()

@@ -100,8 +100,23 @@ def test_spinning_workers_keep_the_limit(four_cores, monkeypatch, env):
     assert IdleThreads(4, clock=_Clock(), runnable=lambda: 4)() == 4
 
 
+def test_the_rule_is_opt_in(monkeypatch):
+    """Off unless HLOFUSE_IDLE_CORES=1 (cpu_threads.idle_cores_rule): a call then runs on the
+    process's threads."""
+    monkeypatch.delenv("HLOFUSE_CPU_THREADS", raising=False)
+    monkeypatch.delenv("HLOFUSE_IDLE_CORES", raising=False)
+    exe = hlofuse.compile(hlofuse.parse_hlo(ROW_SUMS), target="cpu", cache=False)
+    assert exe.program.driver._idle is None
+    exe(np.zeros((2048, 1024), np.float32))
+    assert exe.program.driver._config[0] == exe.program.driver.threads
+    monkeypatch.setenv("HLOFUSE_IDLE_CORES", "1")
+    monkeypatch.setenv("HLOFUSE_CPU_THREADS", "2")
+    assert not cpu_threads.idle_cores_rule()  # a fixed count wins
+
+
 def test_each_call_takes_the_sampled_count_and_pinning_stops_it(monkeypatch):
     monkeypatch.delenv("HLOFUSE_CPU_THREADS", raising=False)
+    monkeypatch.setenv("HLOFUSE_IDLE_CORES", "1")
     exe = hlofuse.compile(hlofuse.parse_hlo(ROW_SUMS), target="cpu", cache=False)
     driver = exe.program.driver
     x = np.random.default_rng(5).standard_normal((2048, 1024)).astype(np.float32)
