@@ -308,17 +308,26 @@ class CompileCache:
         writing the cache are ignored)."""
         if not self.usable():
             return
+        if self._write_atomically(self.path(key, kind), _header(key, object_code, kind), object_code):
+            try:
+                self._record_added(len(_MAGIC[kind]) + _DIGEST_LINES + len(object_code))
+            except OSError:
+                pass
+
+    def _write_atomically(self, path: str, *chunks: bytes) -> bool:
+        """Write `chunks` to a temporary file in the directory and rename it to `path` (readers
+        see the old file or the whole new one); False, leaving nothing behind, on an OSError."""
         tmp = None
         try:
             fd, tmp = tempfile.mkstemp(dir=self.directory, prefix=".", suffix=".tmp")
             with os.fdopen(fd, "wb") as f:
-                f.write(_header(key, object_code, kind))
-                f.write(object_code)
-            os.replace(tmp, self.path(key, kind))
+                for chunk in chunks:
+                    f.write(chunk)
+            os.replace(tmp, path)
             tmp = None
-            self._record_added(len(_MAGIC[kind]) + _DIGEST_LINES + len(object_code))
+            return True
         except OSError:
-            pass
+            return False
         finally:
             if tmp is not None:
                 _remove(tmp)
@@ -406,18 +415,7 @@ class CompileCache:
 
     def _write_usage(self, total: int) -> None:
         """Record the total a full scan left (atomically: readers see the old or the new)."""
-        tmp = None
-        try:
-            fd, tmp = tempfile.mkstemp(dir=self.directory, prefix=".", suffix=".tmp")
-            with os.fdopen(fd, "wb") as f:
-                f.write(b"%d\n" % total)
-            os.replace(tmp, os.path.join(self.directory, _USAGE))
-            tmp = None
-        except OSError:
-            pass
-        finally:
-            if tmp is not None:
-                _remove(tmp)
+        self._write_atomically(os.path.join(self.directory, _USAGE), b"%d\n" % total)
 
 
 def _remove(path: str) -> bool:
