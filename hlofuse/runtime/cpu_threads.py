@@ -44,7 +44,7 @@ import llvmlite.binding as llvm
 from llvmlite import ir
 
 from ..hlo.errors import InputError
-from .openmp_env import default_wait_policy
+from .openmp_env import default_wait_policy, workers_spin
 
 _lock = threading.Lock()
 _state: dict = {"registered": False, "openmp": None, "engines": [], "blas": None, "forked": False}
@@ -112,15 +112,6 @@ def runnable_tasks(path: str = "/proc/loadavg") -> int | None:
         return None
 
 
-def _workers_spin() -> bool:
-    """Whether libgomp's waiting threads spin (so run on a core) instead of sleeping: the
-    user's OMP_WAIT_POLICY=active, or a GOMP_SPINCOUNT other than 0 (openmp_env's default)."""
-    if os.environ.get("OMP_WAIT_POLICY", "").strip().lower() == "active":
-        return True
-    spins = os.environ.get("GOMP_SPINCOUNT", "0").strip().lower()
-    return spins not in ("", "0")
-
-
 class IdleThreads:
     """The threads a parallel region can use right now, at most `limit`: the calling thread
     plus one per core with nothing runnable on it (online cores less runnable tasks, the caller
@@ -139,7 +130,7 @@ class IdleThreads:
         self._runnable = runnable
         online = os.cpu_count() or 1
         mine = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else online
-        self._online = online if mine == online and not _workers_spin() else None
+        self._online = online if mine == online and not workers_spin() else None
         self._at = float("-inf")
         self._now = limit
 

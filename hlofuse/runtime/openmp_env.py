@@ -31,3 +31,11 @@ def default_wait_policy() -> None:
     """Set GOMP_SPINCOUNT to DEFAULT_SPINCOUNT unless OMP_WAIT_POLICY or GOMP_SPINCOUNT is set."""
     if "OMP_WAIT_POLICY" not in os.environ and "GOMP_SPINCOUNT" not in os.environ:
         os.environ["GOMP_SPINCOUNT"] = DEFAULT_SPINCOUNT
+
+
+def workers_spin() -> bool:
+    """Whether libgomp's waiting threads spin (so occupy a core) instead of sleeping: the user's
+    OMP_WAIT_POLICY=active, or a GOMP_SPINCOUNT other than DEFAULT_SPINCOUNT's 0."""
+    if os.environ.get("OMP_WAIT_POLICY", "").strip().lower() == "active":
+        return True
+    return os.environ.get("GOMP_SPINCOUNT", DEFAULT_SPINCOUNT).strip().lower() not in ("", "0")
