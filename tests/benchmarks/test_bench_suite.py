@@ -154,23 +154,13 @@ def test_table_summarises_ratios_and_failures():
     assert "|    50 |    75 |    75 |" in w4  # median 6 and best 9 of 12; median 6 of the 8 read
 
 
-def test_real_models_contraction_rate_counts_the_dots_flops():
+def test_real_models_contraction_rate_counts_the_dots_flops(dot_tanh):
     # real_models.py's dot GFLOP/s divides the module's dot and convolution flops by the time
     # of the steps computing them: a module of one 64x128x32 dot (2*64*32*128 flops) beside an
     # elementwise kernel gives exactly those flops per run, in a share of the run below 1.
     import real_models
 
-    text = """HloModule m
-ENTRY e {
-  a = f32[64,128] parameter(0)
-  b = f32[128,32] parameter(1)
-  d = f32[64,32] dot(a, b), lhs_contracting_dims={1}, rhs_contracting_dims={0}
-  ROOT t = f32[64,32] tanh(d)
-}
-"""
-    exe = hlofuse.compile(hlofuse.parse_hlo(text), target="cpu")
-    rng = np.random.default_rng(0)
-    args = [rng.standard_normal((64, 128)).astype(np.float32), rng.standard_normal((128, 32)).astype(np.float32)]
+    exe, args = dot_tanh
     row = real_models.contraction_rate(exe, args, runs=4)
     assert 0 < row["contraction_share"] <= 1
     assert row["contraction_gflops"] > 0

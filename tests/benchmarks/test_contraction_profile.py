@@ -44,20 +44,10 @@ def test_describe_names_each_class_and_its_sizes():
     assert cp.describe(insts["qk"]) == ("dot", "24 x 32x32x8")
 
 
-def test_profile_minimum_is_per_step_and_per_call():
+def test_profile_minimum_is_per_step_and_per_call(dot_tanh):
     # a dot and its tanh: every kernel step gets a time, none more than the least whole run,
     # and exactly one step is the dot's, whose shape contraction_of and describe report
-    text = """HloModule m
-ENTRY e {
-  a = f32[64,128] parameter(0)
-  b = f32[128,32] parameter(1)
-  d = f32[64,32] dot(a, b), lhs_contracting_dims={1}, rhs_contracting_dims={0}
-  ROOT t = f32[64,32] tanh(d)
-}
-"""
-    exe = hlofuse.compile(hlofuse.parse_hlo(text), target="cpu")
-    rng = np.random.default_rng(0)
-    args = [rng.standard_normal((64, 128)).astype(np.float32), rng.standard_normal((128, 32)).astype(np.float32)]
+    exe, args = dot_tanh
     steps, best, calls, wall = cp.profile_minimum(exe, args, 3)
     kernel_steps = [ns for ns in steps if ns.id in best]
     assert kernel_steps and all(0 < best[ns.id] <= wall for ns in kernel_steps)
