@@ -18,9 +18,9 @@ How the graph is written (`dumps`) and read back (`loads`):
   never makes pickle descend into an operand, so a 100,000-deep chain pickles as flat as a wide
   module (pickle recurses on nesting, and an instruction's operands nest as deep as the module);
 - the user's own module (the one `compile` was given, which `origin` pointers of the fused
-  module refer to) is not written: its objects are referred to by name (instruction names are
-  unique in a verified module, and equal text means equal names) and resolved in the module the
-  reader is given;
+  module refer to) is not written: its objects are referred to by name (an instruction by its
+  computation's name, its place in that computation's list and its own name: equal text means
+  equal names in the same order) and resolved in the module the reader is given;
 - the entry has three sections, read from one unpickler (so every reference to an object is
   the one object): (1) the payload, the states of the HLO objects running the program reads
   (the caller names them) and the list of the other shells; (2) the states of those other HLO
@@ -52,7 +52,7 @@ from ..passes.fusion.decisions import FusionLog
 from .cache import EMITTER_VERSION, hlofuse_version, source_digest
 
 # Bumped when what an entry holds, or how it is written, changes.
-FORMAT = "module-4"
+FORMAT = "module-5"
 
 _HLO = (HloModule, HloComputation, HloInstruction)
 # Builtins an entry may name (pickle names classes it cannot write as literals).
@@ -88,8 +88,8 @@ def _names(module: HloModule) -> dict[int, tuple[str, ...]]:
     refs: dict[int, tuple[str, ...]] = {id(module): ("m",)}
     for comp in module.computations:
         refs[id(comp)] = ("c", comp.name)
-        for inst in comp.instructions:
-            refs[id(inst)] = ("i", inst.name)
+        for index, inst in enumerate(comp.instructions):
+            refs[id(inst)] = ("i", comp.name, index, inst.name)
     return refs
 
 
@@ -187,7 +187,6 @@ class _Reader(pickle.Unpickler):
         super().__init__(file)
         self._module = user
         self._comps = {c.name: c for c in user.computations}
-        self._insts: dict[str, HloInstruction] | None = None
 
     def find_class(self, module: str, name: str) -> Any:
         if module == __name__ and name == "_user_object":
@@ -203,11 +202,13 @@ class _Reader(pickle.Unpickler):
             return self._module
         if kind == "c" and len(ref) == 2 and ref[1] in self._comps:
             return self._comps[ref[1]]
-        if kind == "i" and len(ref) == 2:
-            if self._insts is None:
-                self._insts = {i.name: i for c in self._module.computations for i in c.instructions}
-            if ref[1] in self._insts:
-                return self._insts[ref[1]]
+        if kind == "i" and len(ref) == 4 and ref[1] in self._comps:
+            # by place, checked by name: a first hit resolves a few of a large module's
+            # instructions, and a name index of all of them cost more than the rest of it
+            insts = self._comps[ref[1]].instructions
+            index = ref[2]
+            if type(index) is int and 0 <= index < len(insts) and insts[index].name == ref[3]:
+                return insts[index]
         raise pickle.UnpicklingError(f"the entry refers to {ref!r}, not in the module compiled")
 
 

@@ -41,37 +41,91 @@ def shape_to_text(shape: Shape, with_layout: bool = True) -> str:
     return shape.to_text(with_layout)
 
 
-def _operands_text(inst: HloInstruction, operand_shapes: bool) -> str:
-    if inst.opcode == "parameter":
+def _operands_text(inst: HloInstruction, operand_shapes: bool, shape_texts: _ShapeTexts | None = None) -> str:
+    opcode = inst.opcode
+    if opcode == "parameter":
         return str(inst.parameter_number)
-    if inst.opcode == "constant":
+    if opcode == "constant":
         return format_literal(inst.literal, inst.shape)
+    ops = inst.operands
+    if not operand_shapes and len(ops) <= 5:  # most instructions: no `/*index=5*/` comment
+        return ", ".join(["%" + op.name for op in ops])
     parts = []
-    for i, op in enumerate(inst.operands):
+    for i, op in enumerate(ops):
         prefix = f"/*index={i}*/" if i and i % 5 == 0 else ""
         if operand_shapes:
-            parts.append(f"{prefix}{shape_to_text(op.shape)} %{op.name}")
+            parts.append(f"{prefix}{_shape_text(op.shape, shape_texts)} %{op.name}")
         else:
             parts.append(f"{prefix}%{op.name}")
     return ", ".join(parts)
 
 
+def _shape_text(shape: Shape, shape_texts: dict | None) -> str:
+    """`shape_to_text(shape)`, remembered in `shape_texts` (see `_ShapeTexts`)."""
+    if shape_texts is None:
+        return shape_to_text(shape)
+    text = shape_texts.get(id(shape))
+    return text if text is not None else shape_texts.remember(shape)
+
+
+class _ShapeTexts(dict):
+    """One printing's memo of shape texts by the shape object's id: the parser and the passes
+    share shape objects, so a module's thousands of instructions hold a few of them, and a
+    lookup by id costs less than hashing the shape. It keeps every shape it saw alive, so an id
+    cannot be reused for another shape while it lives."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._shapes: list[Shape] = []
+
+    def remember(self, shape: Shape) -> str:
+        """The text of `shape` (not yet remembered), remembered."""
+        self._shapes.append(shape)
+        text = self[id(shape)] = shape_to_text(shape)
+        return text
+
+
 def instruction_to_text(inst: HloInstruction, operand_shapes: bool = True) -> str:
     """One instruction line without indentation: `[ROOT ]%name = shape opcode(operands), attrs`."""
+    return _instruction_line(inst, inst.is_root(), operand_shapes, None)
+
+
+def _instruction_line(inst: HloInstruction, is_root: bool, operand_shapes: bool,
+                      shape_texts: _ShapeTexts | None) -> str:
+    """`instruction_to_text` with the root known and a shape memo (`_ShapeTexts`): the module's
+    printing calls it for every instruction (the module cache's key prints the module on every
+    compile), so the common lines, one or two operands by name and no attribute or control
+    edge, take no detour."""
+    ops = inst.operands
+    n = len(ops)
+    if operand_shapes or not n:
+        operands = _operands_text(inst, operand_shapes, shape_texts)
+    elif n == 1:
+        operands = "%" + ops[0].name
+    elif n == 2:
+        operands = f"%{ops[0].name}, %{ops[1].name}"
+    else:
+        operands = _operands_text(inst, operand_shapes, shape_texts)
+    if shape_texts is None:
+        shape = shape_to_text(inst.shape)
+    else:
+        shape = shape_texts.get(id(inst.shape)) or shape_texts.remember(inst.shape)
+    head = f"{'ROOT ' if is_root else ''}%{inst.name} = {shape} {inst.opcode}({operands})"
     attrs = inst.attrs
-    if inst.control_predecessors:
+    control = inst.control_predecessors
+    if not attrs and not control:
+        return head
+    if control:
         attrs = {**attrs, "control-predecessors": None}
     keys = sorted(attrs, key=attribute_rank) if len(attrs) > 1 else attrs
-    parts = []
+    parts = [head]
     for key in keys:
         if key == "control-predecessors":
-            value = "{" + ", ".join("%" + p.name for p in inst.control_predecessors) + "}"
+            value = "{" + ", ".join("%" + p.name for p in control) + "}"
         else:
             value = encode_attribute(key, attrs[key])
         parts.append(f"{key}={value}")
-    root = "ROOT " if inst.is_root() else ""
-    head = f"{root}%{inst.name} = {shape_to_text(inst.shape)} {inst.opcode}({_operands_text(inst, operand_shapes)})"
-    return ", ".join([head] + parts)
+    return ", ".join(parts)
 
 
 def computation_signature(comp: HloComputation) -> str:
@@ -81,12 +135,16 @@ def computation_signature(comp: HloComputation) -> str:
     return f"({params}) -> {result}"
 
 
-def computation_to_text(comp: HloComputation, operand_shapes: bool = True) -> str:
-    """A computation block: header line, two-space indented instructions, closing brace."""
+def computation_to_text(comp: HloComputation, operand_shapes: bool = True,
+                        shape_texts: _ShapeTexts | None = None) -> str:
+    """A computation block: header line, two-space indented instructions, closing brace.
+    `shape_texts`: a shape memo shared by the computations of one printing."""
     entry = "ENTRY " if comp.is_entry else ""
     lines = [f"{entry}%{comp.name} {computation_signature(comp)} {{"]
+    root = comp.root
+    memo = _ShapeTexts() if shape_texts is None else shape_texts
     for inst in comp.instructions:
-        lines.append("  " + instruction_to_text(inst, operand_shapes))
+        lines.append("  " + _instruction_line(inst, inst is root, operand_shapes, memo))
     close = "}"
     if comp.execution_thread is not None:
         close += f', execution_thread="{comp.execution_thread}"'
@@ -130,6 +188,7 @@ def module_to_text(module: HloModule, operand_shapes: bool = True) -> str:
         out.append("")
     if module.extra_sections:
         out.append("")
-    blocks = [computation_to_text(c, operand_shapes) for c in module.computations_post_order()]
+    shape_texts = _ShapeTexts()
+    blocks = [computation_to_text(c, operand_shapes, shape_texts) for c in module.computations_post_order()]
     out.append("\n\n".join(blocks))
     return "\n".join(out) + "\n"

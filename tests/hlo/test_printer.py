@@ -157,3 +157,29 @@ def test_float_literals_round_trip_bit_exactly(dtype):
     back = parse_hlo(text).entry.root.literal
     assert back.dtype == values.dtype
     assert back.tobytes() == values.tobytes()
+
+
+def test_lines_of_every_operand_count_print_as_xla_writes_them():
+    # the printer's short paths (one or two operands named, shapes remembered per printing)
+    # against lines written out by hand, with and without operand shapes
+    text = """HloModule lines
+ENTRY main {
+  p = f32[2]{0} parameter(0)
+  n = f32[2]{0} negate(p)
+  a = f32[2]{0} add(p, n)
+  c = pred[2]{0} constant({1, 0})
+  s = f32[2]{0} select(c, a, n)
+  ROOT t = (f32[2]{0}, f32[2]{0}, f32[2]{0}, f32[2]{0}, f32[2]{0}, /*index=5*/f32[2]{0}) tuple(p, n, a, s, p, n), control-predecessors={a}
+}
+"""
+    m = parse_hlo(text)
+    bare = module_to_text(m, operand_shapes=False).splitlines()
+    assert "  %n = f32[2]{0} negate(%p)" in bare
+    assert "  %a = f32[2]{0} add(%p, %n)" in bare
+    assert "  %s = f32[2]{0} select(%c, %a, %n)" in bare
+    assert ("  ROOT %t = (f32[2]{0}, f32[2]{0}, f32[2]{0}, f32[2]{0}, f32[2]{0}, /*index=5*/f32[2]{0}) "
+            "tuple(%p, %n, %a, %s, %p, /*index=5*/%n), control-predecessors={%a}") in bare
+    shaped = module_to_text(m).splitlines()
+    assert "  %a = f32[2]{0} add(f32[2]{0} %p, f32[2]{0} %n)" in shaped
+    assert "  %c = pred[2]{0} constant({1, 0})" in shaped
+    assert [line.strip() for line in shaped[3:-1]] == [instruction_to_text(i) for i in m.entry.instructions]
