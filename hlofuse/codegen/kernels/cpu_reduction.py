@@ -15,7 +15,10 @@ Two loop orders, chosen so the innermost loop is contiguous in memory:
     columns (`ReductionGroup.block_columns`: as many as 16 vector registers of accumulators
     hold) for one value of the other kept dimensions; accumulators live in a stack block that
     LLVM keeps in registers, and for each reduced position the block is updated with a
-    contiguous, vectorizable loop (no reassociation needed).
+    contiguous, vectorizable loop (no reassociation needed). An input from memory whose row
+    of accumulators fits L1 is one block of all its columns (`ReductionGroup.in_l1`): its
+    accumulators are a row of partial sums in L1, updated one vector a step
+    (cpu_reduction_rotated.stream_columns), so each unit streams whole rows.
 
 Either order with few work units (a full reduction; batch-norm statistics of 96 channels,
 one column block) and many elements each is split by the planner (codegen/planning.py) into
@@ -56,7 +59,7 @@ from ...emitters.ir_helpers import Index, const_i64, delinearize, for_range, fre
 from ...hlo.ir import HloComputation
 from . import arg_reduction
 from .args import output_leaves
-from .cpu_reduction_rotated import emit_rotated_fold, rotated_input
+from .cpu_reduction_rotated import emit_rotated_fold, line_aligned, rotated_input, stream_columns
 from .fast_extremum import FAST_ACCUMULATORS, exact_needed, fast_extremum, fold_fast, magnitude_bits
 from .loop_hints import ROLLED_AROUND, forbid_vectorization, interleave
 from .reduction_groups import (ReduceHero, ReductionGroup, computes_expensive_elements, in_order_target,
@@ -337,7 +340,7 @@ def _emit_column(skel, em, group, heroes, extras, epilogue_ptrs, epilogue_leaves
     block = {}  # per hero, its accumulators for the unit's block of columns
     with b.goto_entry_block():
         for h in heroes:
-            block[h] = [b.alloca(mem_type(et), size=width) for et in h.types]
+            block[h] = [line_aligned(b.alloca(mem_type(et), size=width)) for et in h.types]
     position = {}
 
     def current(h):
@@ -366,7 +369,7 @@ def _emit_column(skel, em, group, heroes, extras, epilogue_ptrs, epilogue_leaves
                     store_element(b, v, b.gep(p, [slot], inbounds=True), et)
 
         def body(reduced):
-            with for_range(b, j0, j1, "col") as j:
+            with for_range(b, j0, j1, "col", unroll=not group.in_l1) as j:
                 index = _input_index(b, group, list(outer) + [j], reduced)
                 slot = b.sub(j, j0)
                 for h in heroes:
@@ -375,6 +378,8 @@ def _emit_column(skel, em, group, heroes, extras, epilogue_ptrs, epilogue_leaves
                     for a, r, et in zip(addrs, h.fold(em, accs, index), h.types):
                         store_element(b, r, a, et)
                 _store_extras(b, index, extras)
+            if group.in_l1:
+                stream_columns(j)
 
         # A block of at least a vector is vectorised across its columns, never along the
         # reduced dimensions (loop_hints; floats: _reduction_target).
@@ -385,7 +390,7 @@ def _emit_column(skel, em, group, heroes, extras, epilogue_ptrs, epilogue_leaves
         else:
             _reduced_loops(b, group, body, outer=outer_slice,
                            vectorize=block_columns < vector_lanes(em.target, group.heroes),
-                           unroll=not rolls_reduced_loops(block_columns, heroes))
+                           unroll=not (group.in_l1 or rolls_reduced_loops(block_columns, heroes)))
         if scratch is not None:
             _store_partials(b, heroes, block, scratch, j0, j1, b.add(b.mul(part, const_i64(n_out)), row))
         else:

@@ -28,6 +28,7 @@ from ...emitters.elemental import ElementalEmitter, dims_of, reg_type
 from ...emitters.ir_helpers import Index
 from ...hlo.ir import HloComputation, HloInstruction
 from .args import output_leaves
+from .host_caches import l3_cache_bytes
 
 # A column group's unit is a block of at most COLUMN_BLOCK columns whose accumulators fit the
 # vector registers (`ReductionGroup.block_columns`): column_accumulator_bytes() (the host's
@@ -35,6 +36,10 @@ from .args import output_leaves
 # column, half of it where it accumulates several (each value's step needs temporaries of its
 # own: the value read, its product).
 COLUMN_BLOCK = 512
+# Bytes of accumulators (every hero's, every column) a column group whose input comes from
+# memory may keep in L1 (`ReductionGroup.block_columns`) to read whole rows (0: blocks of
+# registers only, as before).
+L1_BLOCK_BYTES = 8 << 10
 
 
 @dataclass
@@ -72,9 +77,9 @@ class ReductionGroup:
 
     @property
     def block_columns(self) -> int:
-        """Columns per unit of a column group: the most, a power of two up to COLUMN_BLOCK (16
-        at least), whose accumulators fit column_accumulator_bytes(), or half of it when the
-        heroes accumulate more than one value per column.
+        """Columns per unit of a column group: `register_block`, the most, a power of two up to
+        COLUMN_BLOCK (16 at least), whose accumulators fit column_accumulator_bytes(), or half
+        of it when the heroes accumulate more than one value per column.
 
         A block whose accumulators and the step's temporaries exceed the vector registers is
         spilled every reduced step (and at 4 KiB left unrolled, rolls_reduced_loops). Measured
@@ -82,11 +87,55 @@ class ReductionGroup:
         and sum of squares of f32[12288,1024] in blocks of 512 / 256 / 128 columns 4.5 / 1.7 /
         1.5 ms, of f32[32,28,28,256] (256 / 128) 1.10 / 0.63 ms, of f32[8,7,7,2048] (512 /
         256 / 128) 0.26 / 0.11 / 0.12 ms; one sum of f32[4096,4096] (512 / 256) 1.84 / 2.16 ms,
-        of f32[2048,1024] 0.15 / 0.19 ms (but f32[12288,1024] 1.42 / 1.23 ms)."""
-        values = [max(init.shape.dtype.bits // 8, 1) for h in self.heroes for init in h.operands[len(h.operands) // 2:]]
-        budget = column_accumulator_bytes() if len(values) <= 1 else column_accumulator_bytes() // 2
-        fit = budget // max(sum(values), 1)
+        of f32[2048,1024] 0.15 / 0.19 ms (but f32[12288,1024] 1.42 / 1.23 ms).
+
+        An input from memory (larger than L3) whose row of accumulators fits L1_BLOCK_BYTES is
+        one block of all its columns instead (`in_l1`): a unit streams its rows whole, one
+        contiguous run, and folds each into a row of partial sums that stays in L1. A block of
+        registers reads a part of every row, a strided walk the hardware prefetcher serves
+        worse. One thread, CPU time, interleaved medians, a 64 MB copy between calls, load
+        6.3-6.6 (blocks of registers / a whole row in L1, ms): a sum of |x| over f32[12288,1024]
+        1.60-1.65 / 1.44-1.51 (a C loop of the same shape 1.33-1.39), [6144,2048] 1.64 / 1.55,
+        [3072,4096] (16 KiB of accumulators) 1.69 / 1.71, [1536,8192] in blocks of 4096 columns
+        in L1 1.76 / 2.60. In cache the registers win: [2048,1024] 0.099 / 0.114 ms, [256,1024]
+        0.016 / 0.028 (warm inputs)."""
+        registers = self.register_block
+        last = self.in_dims[-1] if self.in_dims else 1
+        if last <= registers or not L1_BLOCK_BYTES:
+            return registers
+        if last * self._column_bytes > L1_BLOCK_BYTES or self._input_bytes <= l3_cache_bytes():
+            return registers
+        return last
+
+    @property
+    def _input_bytes(self) -> int:
+        """Bytes of the reduced input (its elements at the widest of the heroes' input types)."""
+        size = max(max(op.shape.dtype.bits // 8, 1) for h in self.heroes for op in h.operands[:len(h.operands) // 2])
+        return math.prod(self.in_dims) * size
+
+    @property
+    def _column_bytes(self) -> int:
+        """Bytes of accumulators per column: one per value each hero folds."""
+        return max(sum(max(init.shape.dtype.bits // 8, 1) for h in self.heroes
+                       for init in h.operands[len(h.operands) // 2:]), 1)
+
+    @property
+    def register_block(self) -> int:
+        """The widest block of columns whose accumulators the vector registers hold: a power of
+        two up to COLUMN_BLOCK (16 at least) within column_accumulator_bytes(), or half of it
+        when the heroes accumulate more than one value per column."""
+        several = sum(len(h.operands) // 2 for h in self.heroes) > 1
+        budget = column_accumulator_bytes() // (2 if several else 1)
+        fit = budget // self._column_bytes
         return max(16, min(COLUMN_BLOCK, 1 << max(fit.bit_length() - 1, 0)))
+
+    @property
+    def in_l1(self) -> bool:
+        """Whether a column group's block is wider than `register_block`: its accumulators are
+        a row of partial sums in L1, loaded and stored every reduced row."""
+        if self.is_row or not self.in_dims:
+            return False
+        return min(self.block_columns, self.in_dims[-1]) > self.register_block
 
     @property
     def units(self) -> int:

@@ -1,0 +1,79 @@
+"""Column reductions from memory read whole rows (ReductionGroup.block_columns, `in_l1`): an
+input larger than L3 whose row of accumulators fits L1_BLOCK_BYTES is one block of all its
+columns, the accumulators a row of partial sums in L1 (64-byte aligned), so each unit streams
+its rows as one contiguous run. In cache, or with a wider row, the blocks of registers stay.
+Each column is still folded row after row within each slice of a split, and the slices in
+order: the results are those of a sequential numpy reference, bit for bit, and those of the
+register-block kernel (the same order)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import hlofuse
+from hlofuse.codegen.kernels import reduction_groups
+from test_column_blocks import _column_module, _group
+from test_column_rotation import _at_offset
+
+SMALL_L3 = 1 << 20  # so that a test-sized input "comes from memory"
+
+
+@pytest.fixture
+def small_l3(monkeypatch):
+    monkeypatch.setattr(reduction_groups, "l3_cache_bytes", lambda: SMALL_L3)
+
+
+@pytest.mark.parametrize("dims,values,whole", [
+    ((2048, 1024), 1, True),  # 4 KiB of accumulators
+    ((512, 2048), 1, True),  # 8 KiB: the budget
+    ((2048, 1024), 2, True),  # two f32 a column: 8 KiB
+    ((2048, 1024), 3, False),  # 12 KiB: blocks of registers
+    ((256, 4096), 1, False),  # 16 KiB
+    ((8192, 256), 1, False),  # a row the registers hold anyway
+])
+def test_rule(small_l3, dims, values, whole):
+    g = _group(_column_module(dims, values))
+    assert g.in_l1 == whole
+    assert g.block_columns == (dims[-1] if whole else g.register_block)
+
+
+def test_inputs_in_cache_keep_register_blocks():
+    g = _group(_column_module((64, 1024), 1))  # 256 KiB, below any L3
+    assert not g.in_l1 and g.block_columns == g.register_block == 512
+
+
+def _sequential_column_sums(x: np.ndarray, parts: int) -> np.ndarray:
+    """Column sums of f32 `x` as the split kernel folds them: each of `parts` near-equal slices
+    of the rows in order (cumsum is sequential), then the slices' sums in slice order."""
+    n = x.shape[0]
+    total = None
+    for p in range(parts):
+        lo, hi = p * n // parts, (p + 1) * n // parts
+        s = np.cumsum(x[lo:hi], axis=0, dtype=np.float32)[-1]
+        total = s if total is None else (total + s).astype(np.float32)
+    return total
+
+
+@pytest.mark.parametrize("offset", [0, 16, 36])
+def test_bits_equal_a_sequential_reference(small_l3, offset):
+    dims = (2048, 1024)
+    x = np.random.default_rng(3).standard_normal(dims).astype(np.float32)
+    exe = hlofuse.compile(hlofuse.parse_hlo(_column_module(dims, 1)), "cpu", cache=False)
+    assert any(k.group is not None and k.group.in_l1 for k in exe.program._planner.kernels)
+    parts = next(k.parts for k in exe.program._planner.kernels if k.group is not None)
+    assert parts == 16  # one block: split over 16 slices of the rows
+    got = np.asarray(exe(_at_offset(x, offset))[0])
+    np.testing.assert_array_equal(got, _sequential_column_sums(x, parts))
+
+
+@pytest.mark.parametrize("dims,values", [((2048, 1024), 2), ((1000, 1024), 1), ((3, 700, 2048), 1)])
+def test_bits_equal_the_register_blocks(small_l3, monkeypatch, dims, values):
+    x = np.random.default_rng(sum(dims)).standard_normal(dims).astype(np.float32)
+    text = _column_module(dims, values)
+    in_l1 = hlofuse.compile(hlofuse.parse_hlo(text), "cpu", cache=False)
+    assert any(k.group is not None and k.group.in_l1 for k in in_l1.program._planner.kernels)
+    monkeypatch.setattr(reduction_groups, "L1_BLOCK_BYTES", 0)
+    registers = hlofuse.compile(hlofuse.parse_hlo(text), "cpu", cache=False)
+    assert not any(k.group is not None and k.group.in_l1 for k in registers.program._planner.kernels)
+    for got, want in zip(in_l1(_at_offset(x, 16)), registers(x)):
+        np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
