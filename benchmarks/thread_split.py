@@ -3,6 +3,10 @@ every thread's CPU time and run-queue wait per call (issue 14 item 3: why a kern
 on two threads than on one).
 
 Run:  python benchmarks/thread_split.py [--workloads gelu_tanh,...] [--rounds 30] [--no-iree]
+      python benchmarks/thread_split.py --models keras_hub_gpt2,haiku_lstm_scan   (real models,
+                                                             benchmarks/model_zoo.py)
+      python benchmarks/thread_split.py --models keras_hub_gpt2 --after   (hlofuse's call right
+                                                             after each other side's call)
       taskset -c 0 python benchmarks/thread_split.py ...     (the one-thread figures: every side
                                                              sizes its pool by the affinity mask)
 
@@ -16,7 +20,13 @@ that ran during its calls; the table gives, per side, the median wall time (min,
 and per thread that ran (busiest first) its median CPU time and run-queue wait per call. A
 second thread whose CPU time is half the first's and whose wait is small did its share; a large
 wait means the machine had no core for it (load), a small CPU time that the split gave it
-little. Only threads alive before and after a call are seen (pool threads: libgomp's, XLA's,
+little. Each thread is named by its name in /proc (`comm`: libgomp's workers and the calling
+thread carry the process's name, XLA's pool `tf_XLAEigen`, IREE's workers `iree-worker-N`), so
+another runtime's threads that ran (spun) during hlofuse's calls show up in its row; the
+calling thread is `caller`. With `--after` hlofuse's call is timed right after a call of each
+side (itself, XLA, IREE) and after that call and a PAUSE_S sleep, in rotated rounds: if
+another runtime's workers kept spinning after their call, they would take CPU during the
+next hlofuse call and slow it against the paused rows. Only threads alive before and after a call are seen (pool threads: libgomp's, XLA's,
 IREE's workers; a thread started and ended within the call is not). Reading the counters costs
 the calling thread about 0.2 ms per call (17 threads), inside its CPU figure.
 
@@ -32,6 +42,7 @@ import os
 import statistics
 import sys
 import tempfile
+import threading
 import time
 
 import numpy as np
@@ -49,6 +60,22 @@ def _cpu_clock(tid: int) -> int:
     per-thread, CPUCLOCK_SCHED), which clock_gettime reads up to date even while it runs;
     schedstat's run time is updated only at a tick or a switch."""
     return (~tid << 3) | 6
+
+
+# The pause of `--after`'s control rows: longer than XLA's and IREE's workers spin after a call.
+PAUSE_S = 0.02
+
+
+def thread_name(tid: int) -> str:
+    """The thread's name (/proc/self/task/<tid>/comm; `caller` for the thread that calls the
+    sides), or "?" once it has ended."""
+    if tid == threading.get_native_id():
+        return "caller"
+    try:
+        with open(f"/proc/self/task/{tid}/comm") as f:
+            return f.read().strip()
+    except OSError:
+        return "?"
 
 
 def thread_counters() -> dict[int, tuple[int, int]]:
@@ -96,16 +123,24 @@ def side_summary(samples: list[tuple[float, dict]], min_share: float = 0.02) -> 
     return statistics.median(walls), [row for row in rows if row[0] >= min_share * top or row[1] > 1e5]
 
 
-def build(name: str, size: str, iree: bool, cache_dir: str) -> dict:
-    """The sides' zero-argument calls for workload `name`, after checking and two warm-ups."""
+def build(name: str, size: str, iree: bool, cache_dir: str, model: bool = False) -> dict:
+    """The sides' zero-argument calls for workload `name` (a model of benchmarks/model_zoo.py
+    with `model`), after checking and two warm-ups."""
     import jax
 
     import hlofuse
-    from workloads import WORKLOADS
 
-    w = WORKLOADS[name]
-    args = [np.asarray(a, order="C") for a in w.inputs(size)]
-    lowered = jax.jit(w.fn, keep_unused=True).lower(*args)
+    if model:
+        from model_zoo import BUILDERS
+
+        m = BUILDERS[name]()
+        fn, args = m.fn, [np.asarray(a, order="C") for a in m.args]
+    else:
+        from workloads import WORKLOADS
+
+        w = WORKLOADS[name]
+        fn, args = w.fn, [np.asarray(a, order="C") for a in w.inputs(size)]
+    lowered = jax.jit(fn, keep_unused=True).lower(*args)
     text = lowered.as_text(dialect="hlo")
     exe = hlofuse.compile(hlofuse.parse_hlo(text), target="cpu", cache_dir=cache_dir)
     xla = XlaExecutable(text)
@@ -115,7 +150,7 @@ def build(name: str, size: str, iree: bool, cache_dir: str) -> dict:
     if iree:
         from iree_reference import prepare
 
-        fields, call = prepare(w.fn, args, theirs, stablehlo=lowered.as_text())
+        fields, call = prepare(fn, args, theirs, stablehlo=lowered.as_text())
         if call is None:
             print(f"{name}: IREE failed: {fields.get('iree_error')}")
         else:
@@ -126,21 +161,69 @@ def build(name: str, size: str, iree: bool, cache_dir: str) -> dict:
     return calls
 
 
+def after_samples(calls: dict, rounds: int, pause: float = PAUSE_S) -> dict[str, list]:
+    """hlofuse's measured calls (`measured_call`) right after one call of each side, and after
+    that call and `pause` seconds, rotated over `rounds` rounds: condition -> samples."""
+    ours = calls["hlofuse"]
+    conds = {}
+    for k, c in calls.items():
+        conds[f"after {k}"] = c
+        conds[f"after {k} + {pause * 1e3:.0f} ms"] = lambda c=c: (c(), time.sleep(pause))
+    samples: dict[str, list] = {k: [] for k in conds}
+    order = list(conds)
+    for r in range(rounds):
+        s = r % len(order)
+        for k in order[s:] + order[:s]:
+            conds[k]()
+            samples[k].append(measured_call(ours))
+    return samples
+
+
+def foreign_cpu(spent: dict[int, tuple[int, int]]) -> int:
+    """CPU ns of threads named other than the process (its own threads, libgomp's workers among
+    them, carry its name): XLA's and IREE's pools."""
+    with open("/proc/self/comm") as f:
+        own = f.read().strip()
+    return sum(run for tid, (run, _) in spent.items() if thread_name(tid) not in (own, "caller"))
+
+
+def print_samples(samples: dict[str, list], width: int = 8) -> None:
+    """A line per side or condition: wall (min, quartiles), CPU, the busiest threads' medians,
+    and the median CPU of other runtimes' threads (`foreign_cpu`) during the calls."""
+    for k, v in samples.items():
+        wall, threads = side_summary(v)
+        foreign = statistics.median(foreign_cpu(spent) for _, spent in v) / 1e6
+        cells = ", ".join(f"{thread_name(tid)} {run / 1e6:.2f}/{wait / 1e6:.2f}" for run, wait, tid in threads[:5])
+        cpu = sum(run for run, _, _ in threads) / 1e6
+        walls = sorted(w for w, _ in v)
+        print(f"  {k:{width}s} wall {wall * 1e3:7.2f} (min {walls[0] * 1e3:.2f}, quartiles "
+              f"{walls[len(walls) // 4] * 1e3:.2f}-{walls[3 * len(walls) // 4] * 1e3:.2f})  CPU {cpu:7.2f}  "
+              f"foreign CPU {foreign:.2f}  threads: {cells}", flush=True)
+
+
 def main(argv=None) -> int:
     """Measure and print the per-thread table of each workload."""
     from hlofuse.runtime.cpu_threads import kernel_threads
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--workloads", default="gelu_tanh")
+    p.add_argument("--models", help="real models of benchmarks/model_zoo.py instead of workloads")
     p.add_argument("--size", default="large", choices=["small", "large"])
     p.add_argument("--rounds", type=int, default=30)
     p.add_argument("--no-iree", action="store_true")
+    p.add_argument("--after", action="store_true", help="time hlofuse's call after each side's call (module doc)")
     a = p.parse_args(argv)
     print(f"before: {uptime()}; affinity {len(os.sched_getaffinity(0))} cores, hlofuse kernel threads "
           f"{kernel_threads()}", flush=True)
     with tempfile.TemporaryDirectory() as cache_dir:
-        for name in a.workloads.split(","):
-            calls = build(name, a.size, not a.no_iree, cache_dir)
+        names = (a.models or a.workloads).split(",")
+        for name in names:
+            calls = build(name, a.size, not a.no_iree, cache_dir, model=bool(a.models))
+            if a.after:
+                print(f"\n{name} ({a.rounds} rounds): hlofuse's call after each side's; median wall ms; "
+                      "per thread median CPU ms / run-queue wait ms", flush=True)
+                print_samples(after_samples(calls, a.rounds), width=22)
+                continue
             samples: dict[str, list] = {k: [] for k in calls}
             order = list(calls)
             for r in range(a.rounds):
@@ -148,14 +231,7 @@ def main(argv=None) -> int:
                 for k in order[s:] + order[:s]:
                     samples[k].append(measured_call(calls[k]))
             print(f"\n{name} ({a.rounds} rounds): median wall ms; per thread median CPU ms / run-queue wait ms")
-            for k in order:
-                wall, threads = side_summary(samples[k])
-                cells = ", ".join(f"{run / 1e6:.2f}/{wait / 1e6:.2f}" for run, wait, _ in threads[:4])
-                cpu = sum(run for run, _, _ in threads) / 1e6
-                walls = sorted(w for w, _ in samples[k])
-                print(f"  {k:8s} wall {wall * 1e3:7.2f} (min {walls[0] * 1e3:.2f}, quartiles "
-                      f"{walls[len(walls) // 4] * 1e3:.2f}-{walls[3 * len(walls) // 4] * 1e3:.2f})  CPU {cpu:7.2f}  "
-                      f"threads: {cells}")
+            print_samples(samples)
     print(f"\nafter: {uptime()}")
     return 0
 

@@ -78,3 +78,54 @@ def test_side_summary_medians_busiest_first_and_small_threads_left_out():
     wall, threads = thread_split.side_summary(samples)
     assert wall == 0.011
     assert [(run, wait, tid) for run, wait, tid in threads] == [(8_000_000, 0, 1), (3_000_000, 600_000, 2)]
+
+
+def test_foreign_cpu_counts_only_threads_named_other_than_the_process():
+    # Another runtime's pool thread (named as IREE names its workers) and one of our own
+    # (libgomp's workers carry the process's name) both burn CPU during the call.
+    go, leave = threading.Event(), threading.Event()
+    seen = {}
+
+    def worker(key: str, rename: bool):
+        tid = threading.get_native_id()
+        if rename:
+            with open(f"/proc/self/task/{tid}/comm", "w") as f:
+                f.write("iree-worker-0")
+        seen[key] = tid
+        go.wait()
+        seen[key + "_cpu"] = _spin(0.02)
+        leave.wait()
+
+    threads = [threading.Thread(target=worker, args=("foreign", True)),
+               threading.Thread(target=worker, args=("own", False))]
+    for t in threads:
+        t.start()
+    while len(seen) < 2:
+        time.sleep(0.001)
+
+    def call():
+        go.set()
+        while "foreign_cpu" not in seen or "own_cpu" not in seen:
+            time.sleep(0.001)
+
+    try:
+        _, spent = thread_split.measured_call(call)
+        assert thread_split.thread_name(seen["foreign"]) == "iree-worker-0"
+        assert thread_split.thread_name(threading.get_native_id()) == "caller"
+        foreign = thread_split.foreign_cpu(spent)
+    finally:
+        leave.set()
+        for t in threads:
+            t.join()
+    assert 0.9 * seen["foreign_cpu"] * 1e9 <= foreign < (seen["foreign_cpu"] + seen["own_cpu"]) * 1e9
+
+
+def test_after_samples_time_ours_after_every_side_with_and_without_a_pause():
+    log = []
+    calls = {"hlofuse": lambda: log.append("h"), "xla": lambda: log.append("x")}
+    samples = thread_split.after_samples(calls, rounds=4, pause=0.0)
+    assert list(samples) == ["after hlofuse", "after hlofuse + 0 ms", "after xla", "after xla + 0 ms"]
+    assert all(len(v) == 4 for v in samples.values())
+    # each condition's call is followed by one measured hlofuse call
+    assert len(log) == 2 * 4 * 4 and log.count("x") == 2 * 4
+    assert all(log[i + 1] == "h" for i in range(0, len(log), 2))
