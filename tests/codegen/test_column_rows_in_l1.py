@@ -77,3 +77,31 @@ def test_bits_equal_the_register_blocks(small_l3, monkeypatch, dims, values):
     assert not any(k.group is not None and k.group.in_l1 for k in registers.program._planner.kernels)
     for got, want in zip(in_l1(_at_offset(x, 16)), registers(x)):
         np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+
+
+def test_kept_outer_dimension_uses_the_plain_loops(small_l3, monkeypatch):
+    """Kept dimensions besides the last (sums over the middle dimension of [4, 600, 1024]):
+    no rotation, the plain column loops over a block of all 1024 columns in L1."""
+    text = """HloModule middle
+add {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}
+ENTRY main {
+  x = f32[4,600,1024] parameter(0)
+  zero = f32[] constant(0)
+  ROOT s = f32[4,1024] reduce(x, zero), dimensions={1}, to_apply=add
+}
+"""
+    x = np.random.default_rng(7).standard_normal((4, 600, 1024)).astype(np.float32)
+    in_l1 = hlofuse.compile(hlofuse.parse_hlo(text), "cpu", cache=False)
+    groups = [k.group for k in in_l1.program._planner.kernels if k.group is not None]
+    assert groups and all(g.in_l1 and g.block_columns == 1024 for g in groups)
+    monkeypatch.setattr(reduction_groups, "L1_BLOCK_BYTES", 0)
+    registers = hlofuse.compile(hlofuse.parse_hlo(text), "cpu", cache=False)
+    np.testing.assert_array_equal(np.asarray(in_l1(_at_offset(x, 16))[0]), np.asarray(registers(x)[0]))
+    parts = next(k.parts for k in in_l1.program._planner.kernels if k.group is not None)
+    assert parts == 16  # 4 units: split over slices of the reduced dimension
+    want = np.stack([_sequential_column_sums(x[i], parts) for i in range(4)])
+    np.testing.assert_array_equal(np.asarray(registers(x)[0]), want)
