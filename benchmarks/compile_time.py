@@ -280,8 +280,11 @@ def _instructions(mod) -> int:
 
 # Pipelines --kinds --variants compiles every kernel with besides the one codegen/cpu.py
 # chooses: llvmlite's PipelineTuningOptions switched off one at a time, and O2.
+# "xla-cpu" is XLA:CPU's pipeline (xla/backends/cpu/codegen/ir_compiler.cc, 2026): O3 with the SLP
+# vectorizer off, loop unrolling and vectorization on (docs/compile_time.md, "How XLA:CPU runs LLVM").
 PIPELINE_VARIANTS = {"no-interleave": {"loop_interleaving": False}, "no-unroll": {"loop_unrolling": False},
-                     "neither": {"loop_interleaving": False, "loop_unrolling": False}, "O2": {"speed_level": 2}}
+                     "neither": {"loop_interleaving": False, "loop_unrolling": False}, "O2": {"speed_level": 2},
+                     "xla-cpu": {"slp_vectorization": False}}
 
 
 def variant_llvm(ir_text: str, level: int, options: dict) -> tuple[float, int]:

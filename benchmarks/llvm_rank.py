@@ -2,7 +2,7 @@
 goes to, and which cost the most per emitted instruction (the pathologies).
 
     python benchmarks/llvm_rank.py [--models NAME,... | --hlo F.hlo,...] [--top 25] [--passes 8]
-                                   [--copies 5] [--json OUT]
+                                   [--copies 5] [--release /usr/lib/llvm-22/bin] [--json OUT]
 
 Each kernel is compiled alone on this thread as hlofuse compiles kernels
 (codegen/llvm_pool.compile_timed: parse, the O3 pipeline, code generation), its CPU
@@ -10,7 +10,11 @@ milliseconds measured by process time; `--passes N` adds each listed kernel's N 
 passes (llvm.set_time_passes: user time summed over a pass's runs; machine passes included);
 `--copies N` compiles each of the N slowest kernels under SMALL instructions as 1, 2, 4 and 8
 copies in one module and fits LLVM's CPU time as a cost per module plus one per function
-(kernels are compiled in groups, codegen/cpu.py: only the first is shared by a group).
+(kernels are compiled in groups, codegen/cpu.py: only the first is shared by a group);
+`--release DIR` also compiles each kernel with the `opt` and `llc` of DIR (a release build of
+the same LLVM, e.g. Debian's llvm-22: assertions off) at the same levels for the same CPU, and
+gives their CPU time (a process each, its start subtracted) beside llvmlite's, and whether both
+made the same machine code: what llvmlite's LLVM, built with assertions, costs.
 The machine is shared: compare figures from one run, and give the load printed with them."""
 from __future__ import annotations
 
@@ -88,12 +92,65 @@ def per_function_fit(ir_text: str, level: int, rounds: int = 3) -> tuple[float, 
     return my - slope * mx, slope, ms
 
 
-def rank_rows(texts: dict[str, str], top: int = 25, passes: int = 0, copies: int = 0) -> list[dict]:
+def _text_section(obj: bytes) -> bytes:
+    """The bytes of object file `obj`'s code sections, in order."""
+    import llvmlite.binding as llvm
+
+    return b"".join(sec.data() for sec in llvm.ObjectFileRef.from_data(obj).sections() if sec.is_text())
+
+
+class ReleaseTools:
+    """`opt` and `llc` of directory `bindir` compiling kernel IR as codegen/llvm_pool.compile_timed
+    does (the O3 pipeline, the code generator at KERNEL_CODEGEN_LEVEL, the host CPU and its
+    features, the JIT's code model), each a process of its own; `startup` is their CPU seconds
+    on an empty module (the median of 5), subtracted from every figure."""
+
+    def __init__(self, bindir: str) -> None:
+        import tempfile
+
+        import llvmlite.binding as llvm
+
+        from hlofuse.codegen.llvm_pool import KERNEL_CODEGEN_LEVEL
+        from hlofuse.emitters.cpu.target import host_cpu
+
+        cpu, features = host_cpu()
+        self.dir = tempfile.mkdtemp(prefix="llvm_rank_")
+        target = [f"-mcpu={cpu}", f"-mattr={features}"]
+        self.opt = [os.path.join(bindir, "opt"), "-O3", *target]
+        self.llc = [os.path.join(bindir, "llc"), f"-O{KERNEL_CODEGEN_LEVEL}", *target,
+                    "-code-model=large", "-filetype=obj"]  # llvmlite's "jitdefault" on x86-64
+        empty = f'target triple = "{llvm.get_process_triple()}"\ndefine void @f() {{\n  ret void\n}}\n'
+        self.startup = 0.0
+        self.startup = sorted(self.compile(empty)[0] for _ in range(5))[2]
+
+    def compile(self, ir_text: str) -> tuple[float, bytes]:
+        """CPU seconds of both tools on `ir_text` (startup subtracted) and the object they make."""
+        import resource
+        import subprocess
+
+        def children() -> float:
+            r = resource.getrusage(resource.RUSAGE_CHILDREN)
+            return r.ru_utime + r.ru_stime
+
+        src, bc, obj = (os.path.join(self.dir, n) for n in ("k.ll", "k.bc", "k.o"))
+        with open(src, "w") as f:
+            f.write(ir_text)
+        c0 = children()
+        subprocess.run([*self.opt, src, "-o", bc], check=True)
+        subprocess.run([*self.llc, bc, "-o", obj], check=True)
+        seconds = children() - c0 - self.startup
+        with open(obj, "rb") as f:
+            return seconds, f.read()
+
+
+def rank_rows(texts: dict[str, str], top: int = 25, passes: int = 0, copies: int = 0,
+              release: str | None = None) -> list[dict]:
     """Every distinct kernel of every module (name -> HLO text), compiled alone on this thread
     as kernels are (codegen/llvm_pool.compile_timed), ranked by LLVM CPU milliseconds (parse +
     optimize, code generation) and by milliseconds per emitted instruction; prints the `top`
     of each list (`passes` > 0: also each listed kernel's slowest passes; `copies` > 0: the
-    per-module and per-function fit of the `copies` slowest small kernels) and returns the rows."""
+    per-module and per-function fit of the `copies` slowest small kernels; `release`: a directory
+    of release `opt` and `llc` to time beside llvmlite, `ReleaseTools`) and returns the rows."""
     import llvmlite.binding as llvm
 
     import hlofuse
@@ -104,6 +161,7 @@ def rank_rows(texts: dict[str, str], top: int = 25, passes: int = 0, copies: int
     from hlofuse.emitters.cpu.target import CpuTarget
 
     target = CpuTarget()
+    tools = ReleaseTools(release) if release else None
     rows = []
     for name, text in texts.items():
         fused = optimize(hlofuse.parse_hlo(text), "cpu", verify=False)[0]
@@ -114,21 +172,31 @@ def rank_rows(texts: dict[str, str], top: int = 25, passes: int = 0, copies: int
             k = o.kernels[0]
             ir_text = str(emit_kernel_module(k, target, o.symbol))
             t0 = time.process_time()
-            _, opt, gen = compile_timed(ir_text, o.speed_level)
+            obj, opt, gen = compile_timed(ir_text, o.speed_level)
             cpu = time.process_time() - t0
             emitted = _instructions(llvm.parse_assembly(ir_text))
             rows.append({"module": name, "kernel": k.name, "kind": kernel_kind(k), "uses": len(o.kernels),
                          "ir_in": emitted, "ms": 1e3 * cpu, "opt_ms": 1e3 * opt, "codegen_ms": 1e3 * gen,
                          "ir_text": ir_text, "level": o.speed_level})
+            if tools is not None:
+                seconds, release_obj = tools.compile(ir_text)
+                rows[-1]["release_ms"] = 1e3 * seconds
+                rows[-1]["same_code"] = _text_section(obj) == _text_section(release_obj)
     total = sum(r["ms"] for r in rows)
     print(f"{len(rows)} distinct kernels, LLVM {total / 1e3:.2f} CPU-s")
+    if tools is not None:
+        rel = sum(r["release_ms"] for r in rows)
+        print(f"release opt + llc ({release}): {rel / 1e3:.2f} CPU-s (llvmlite x{total / max(rel, 1e-9):.2f}; "
+              f"each process's start, {1e3 * tools.startup:.1f} ms, subtracted), the same machine code for "
+              f"{sum(r['same_code'] for r in rows)} of {len(rows)} kernels")
     for title, key in (("by LLVM ms", lambda r: -r["ms"]), ("by LLVM ms per emitted instruction",
                                                              lambda r: -r["ms"] / max(r["ir_in"], 1))):
         print(f"-- top {top} {title}")
         for r in sorted(rows, key=key)[:top]:
             print(f"  {r['module'][:22]:22s} {r['kernel'][:28]:28s} {r['kind']:10s} x{r['uses']:<3d} "
                   f"{r['ir_in']:6d} instr  {r['ms']:7.1f} ms (opt {r['opt_ms']:6.1f}, codegen "
-                  f"{r['codegen_ms']:6.1f})  {1e3 * r['ms'] / max(r['ir_in'], 1):6.1f} us/instr", flush=True)
+                  f"{r['codegen_ms']:6.1f})  {1e3 * r['ms'] / max(r['ir_in'], 1):6.1f} us/instr"
+                  + (f"  release {r['release_ms']:6.1f} ms" if "release_ms" in r else ""), flush=True)
             if passes:
                 times = pass_times(r["ir_text"], r["level"])
                 print("      " + ", ".join(f"{p} {t:.1f}" for p, t in
@@ -156,10 +224,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--passes", type=int, default=0, help="each listed kernel's slowest N passes")
     ap.add_argument("--copies", type=int, default=0,
                     help="fit per-module and per-function LLVM time of the N slowest small kernels")
+    ap.add_argument("--release", metavar="DIR",
+                    help="also time each kernel with DIR's opt and llc (a release build of the same LLVM)")
     ap.add_argument("--json", help="write every kernel's row here")
     args = ap.parse_args(argv)
     print(f"load average {os.getloadavg()}, {os.cpu_count()} cores")
-    rows = rank_rows(module_texts(args.models, args.hlo), args.top, args.passes, args.copies)
+    rows = rank_rows(module_texts(args.models, args.hlo), args.top, args.passes, args.copies, args.release)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=1)

@@ -61,3 +61,38 @@ def test_loop_hints_ab_flips_the_switch(monkeypatch):
     a = loop_hints_ab._compile(text, loop_hints, "FOLD_TAILS", False)[0]
     b = loop_hints_ab._compile(text, loop_hints, "FOLD_TAILS", True)[0]
     assert [o.object_code for o in a.code.objects] != [o.object_code for o in b.code.objects]
+
+
+def test_release_tools_make_the_same_code():
+    """--release: Debian's opt and llc of llvmlite's LLVM major version (where installed) compile
+    each kernel to the same machine code as hlofuse's own path (compile_timed), so the CPU
+    times compared are of the same work."""
+    import os
+
+    import llvmlite.binding as llvm
+    import pytest
+
+    bindir = f"/usr/lib/llvm-{llvm.llvm_version_info[0]}/bin"
+    if not (os.path.exists(os.path.join(bindir, "opt")) and os.path.exists(os.path.join(bindir, "llc"))):
+        pytest.skip(f"no release opt/llc in {bindir} (apt-get install llvm-{llvm.llvm_version_info[0]})")
+    rows = llvm_rank.rank_rows({"m": TEXT}, top=1, release=bindir)
+    assert rows and all(r["same_code"] and "release_ms" in r for r in rows)
+    # the comparison sees a difference: code made for another CPU is not the same
+    tools = llvm_rank.ReleaseTools(bindir)
+    for name in ("opt", "llc"):  # (opt writes the CPU into the functions' attributes, which llc reads)
+        setattr(tools, name, [a if not a.startswith("-mcpu=") else "-mcpu=x86-64"
+                              for a in getattr(tools, name) if not a.startswith("-mattr=")])
+    from hlofuse.codegen.llvm_pool import compile_timed
+
+    text = loop_hints_ab.KERNELS["tanh"].replace("NELEM", "64")
+    import hlofuse
+    from hlofuse.codegen.cpu import CpuCode, CpuPlanner, distinct_kernels, emit_kernel_module
+    from hlofuse.compiler import optimize
+    from hlofuse.emitters.cpu.target import CpuTarget
+
+    fused = optimize(hlofuse.parse_hlo(text), "cpu", verify=False)[0]
+    planner = CpuPlanner()
+    code = CpuCode(fused, planner)
+    planner.plan(fused.entry)
+    ir_text = str(emit_kernel_module(distinct_kernels(code.kernels, CpuTarget())[0].kernels[0], CpuTarget(), "k"))
+    assert llvm_rank._text_section(compile_timed(ir_text, 3)[0]) != llvm_rank._text_section(tools.compile(ir_text)[1])
