@@ -145,24 +145,26 @@ def emit_rotated_fold(b: ir.IRBuilder, em, group: ReductionGroup, heroes, block:
             for a, r, et in zip(addrs, h.fold(em, accs, index), h.types):
                 store_element(b, r, a, et)
 
-    def rotate(j: ir.Value) -> ir.Value:
-        """The column rot[j] accumulates: (s + j) mod K."""
-        c = b.add(j, s, flags=["nuw", "nsw"])
-        return b.select(b.icmp_unsigned("<", c, const_i64(k)), c, b.sub(c, const_i64(k)))
-
     # The loops run once a unit (up to K elements each): kept rolled and scalar, LLVM's time
     # goes to the main loop (vectorised, they doubled the kernel's compile time).
     def once(name: str, lo_: ir.Value, hi_: ir.Value):
         return for_range(b, lo_, hi_, name, unroll=False)
 
     def copy(into_rot: bool) -> None:
-        with once("rotate" if into_rot else "unrotate", const_i64(0), const_i64(k)) as j:
-            c = rotate(j)
-            for h in heroes:
-                for p, q, et in zip(block[h], rot[h], h.types):
-                    src, dst = (b.gep(p, [c]), b.gep(q, [j])) if into_rot else (b.gep(q, [j]), b.gep(p, [c]))
-                    store_element(b, load_element(b, src, et), dst, et)
-        forbid_vectorization(j)
+        """rot[j] = block[(s + j) mod K], the column rot[j] accumulates (or back): two
+        contiguous runs, j < K - s and j >= K - s, each a plain copy that LLVM makes a memcpy
+        (a block in L1 is 1,024 columns or more; one loop with a select per element was scalar)."""
+        name = "rotate" if into_rot else "unrotate"
+        wrap = b.sub(const_i64(k), s, flags=["nuw", "nsw"])
+        for lo, hi, shift, suffix in ((const_i64(0), wrap, s, ""),
+                                      (wrap, const_i64(k), b.sub(s, const_i64(k)), ".wrap")):
+            with once(name + suffix, lo, hi) as j:
+                c = b.add(j, shift)
+                for h in heroes:
+                    for p, q, et in zip(block[h], rot[h], h.types):
+                        src, dst = (b.gep(p, [c]), b.gep(q, [j])) if into_rot else (b.gep(q, [j]), b.gep(p, [c]))
+                        store_element(b, load_element(b, src, et), dst, et)
+            forbid_vectorization(j)
 
     reduced_dims = group.in_dims[:-1]
 
