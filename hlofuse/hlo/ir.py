@@ -502,8 +502,7 @@ class HloModule:
         roots = [c for c in self.computations if c is not self.entry]
         if self.entry is not None:
             roots.append(self.entry)
-        return post_order(roots, lambda comp: [callee for inst in comp.instructions
-                                               for callee in inst.called_computations()])
+        return post_order(roots, _callees)
 
     def remove_unreachable_computations(self) -> bool:
         """Drop computations not called (transitively) from the entry; True if any went."""
@@ -542,3 +541,16 @@ class HloModule:
 
     def __repr__(self) -> str:
         return f"<HloModule {self.name}: {len(self.computations)} computations>"
+
+
+def _callees(comp: HloComputation) -> list[HloComputation]:
+    """The computations `comp`'s instructions call, in order (repeats included). Most
+    instructions call none and are passed over without a call: the module cache's key walks
+    every instruction of the module on every compile."""
+    out: list[HloComputation] = []
+    calling = _CALLING_ATTRS
+    for inst in comp.instructions:
+        attrs = inst.attrs
+        if attrs and not calling.isdisjoint(attrs):
+            out.extend(inst.called_computations())
+    return out

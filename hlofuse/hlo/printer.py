@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import re
 
+import numpy as np
+
 # The printer reads hlo.ir's objects (HloModule, HloComputation, HloInstruction) by their
 # attributes and does not import hlo.ir: ir's to_text() methods call it, so the dependency goes
 # one way (the annotations below name those classes; they are never evaluated).
@@ -25,6 +27,7 @@ from .parse_attributes import attribute_rank, encode_attribute
 from .shapes import ArrayShape, Shape, TupleShape
 
 _LAYOUT_KEY = "entry_computation_layout"
+_REMEMBERED_LITERAL_SIZE = 16  # elements: larger literals print once each anyway
 _HEADER_FIRST = ("is_scheduled", _LAYOUT_KEY)
 
 
@@ -46,7 +49,9 @@ def _operands_text(inst: HloInstruction, operand_shapes: bool, shape_texts: _Sha
     if opcode == "parameter":
         return str(inst.parameter_number)
     if opcode == "constant":
-        return format_literal(inst.literal, inst.shape)
+        if shape_texts is None:
+            return format_literal(inst.literal, inst.shape)
+        return shape_texts.literal(inst.literal, inst.shape)
     ops = inst.operands
     if not operand_shapes and len(ops) <= 5:  # most instructions: no `/*index=5*/` comment
         return ", ".join(["%" + op.name for op in ops])
@@ -72,16 +77,30 @@ class _ShapeTexts(dict):
     """One printing's memo of shape texts by the shape object's id: the parser and the passes
     share shape objects, so a module's thousands of instructions hold a few of them, and a
     lookup by id costs less than hashing the shape. It keeps every shape it saw alive, so an id
-    cannot be reused for another shape while it lives."""
+    cannot be reused for another shape while it lives. Small literals' texts too (`literal`)."""
 
     def __init__(self) -> None:
         super().__init__()
         self._shapes: list[Shape] = []
+        self._literals: dict[tuple, str] = {}
 
     def remember(self, shape: Shape) -> str:
         """The text of `shape` (not yet remembered), remembered."""
         self._shapes.append(shape)
         text = self[id(shape)] = shape_to_text(shape)
+        return text
+
+    def literal(self, value, shape: Shape) -> str:
+        """`format_literal(value, shape)`, remembered for small arrays: modules repeat their
+        scalar constants (zeros, ones, -inf), and each costs several numpy calls to print. The
+        text depends on the shape's type and dimensions (its text) and on the array's values
+        (its type, dimensions and bytes)."""
+        if type(value) is not np.ndarray or value.size > _REMEMBERED_LITERAL_SIZE:
+            return format_literal(value, shape)
+        key = (self.get(id(shape)) or self.remember(shape), value.dtype.str, value.shape, value.tobytes())
+        text = self._literals.get(key)
+        if text is None:
+            text = self._literals[key] = format_literal(value, shape)
         return text
 
 

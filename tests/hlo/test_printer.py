@@ -168,6 +168,10 @@ ENTRY main {
   n = f32[2]{0} negate(p)
   a = f32[2]{0} add(p, n)
   c = pred[2]{0} constant({1, 0})
+  z = f32[] constant(0)
+  zi = s32[] constant(0)
+  z1 = f32[1]{0} constant({0})
+  zb = pred[] constant(false)
   s = f32[2]{0} select(c, a, n)
   ROOT t = (f32[2]{0}, f32[2]{0}, f32[2]{0}, f32[2]{0}, f32[2]{0}, /*index=5*/f32[2]{0}) tuple(p, n, a, s, p, n), control-predecessors={a}
 }
@@ -182,4 +186,7 @@ ENTRY main {
     shaped = module_to_text(m).splitlines()
     assert "  %a = f32[2]{0} add(f32[2]{0} %p, f32[2]{0} %n)" in shaped
     assert "  %c = pred[2]{0} constant({1, 0})" in shaped
+    # literals of equal bytes but other types or dimensions (the printer remembers small ones)
+    assert shaped[7:11] == ["  %z = f32[] constant(0)", "  %zi = s32[] constant(0)", "  %z1 = f32[1]{0} constant({0})",
+                            "  %zb = pred[] constant(false)"]
     assert [line.strip() for line in shaped[3:-1]] == [instruction_to_text(i) for i in m.entry.instructions]
