@@ -13,6 +13,8 @@ loops: XLA's GPU "reduction epilogue" idea on the CPU. While the later loops of 
 kernel prefetches the next row into L2 (`prefetches_next_row`: where those loops are cheap, as
 in layer norm, the memory would otherwise idle while they run), and an output row the last loop
 writes whole goes out with streaming stores, not read for ownership first (`streams_outputs`).
+A first level of max/min reduces (softmax's row max) is folded a row ahead, inside a later loop
+of the row before (`pipelines_first_level`): its chain of latency then overlaps the exp work.
 
 Each reduce folds its row exactly as the row reduction kernel does (cpu_reduction.py: register
 accumulators, the reducer's float ops carry `reassoc`, so LLVM vectorizes with several
@@ -125,6 +127,90 @@ def fast_folds(comp: HloComputation, layout: RowLayout) -> bool:
     scattered by the scheduler across the 16 vectors of the fast one (untested). Without an
     expensive op the fast max is faster from memory too: x - max(x) rows, 0.16 -> 0.14."""
     return not computes_expensive_elements(comp, layout.in_dims)
+
+
+# Whether a row kernel whose first level is only max/min reduces folds that level one row
+# ahead (`pipelines_first_level`); a switch for A/B measurements (benchmarks/bandwidth_share.py
+# --baseline hlofuse.codegen.kernels.cpu_row.PIPELINE_FIRST_LEVEL=False).
+PIPELINE_FIRST_LEVEL = True
+
+
+def _is_extremum(r: HloInstruction) -> bool:
+    """Whether reduce `r` folds one float value with exactly `maximum` or `minimum` of its
+    reducer's parameters: its result does not depend on the order of the fold."""
+    comp = r.attrs["to_apply"]
+    root = comp.root
+    return (len(r.operands) == 2 and r.shape.is_array and r.shape.dtype.is_float and root is not None
+            and root.opcode in ("maximum", "minimum") and len(comp.instructions) == 3
+            and len(comp.parameters) == 2 and set(root.operands) == set(comp.parameters))
+
+
+def pipelines_first_level(layout: RowLayout) -> bool:
+    """Whether the row kernel folds its first level of reduces one row ahead: row r + 1's in
+    a later loop of row r (`_NextRowFold`), instead of in a loop of its own at the start of
+    each row.
+
+    Softmax's row max (llvm.maximum, NaN propagating: a chain of five dependent instructions
+    per vector and accumulator) and the horizontal maximum after it are a chain of latency
+    that the row's exp loop, which needs their result, waits for: in cache (one thread, CPU
+    time, the marginal cost of 64 more rows of 2048 f32, load 6-7) a row kernel computing
+    exp(x - max(x)) took 0.27 ns an element where the loop kernel computing exp(x) took 0.14,
+    softmax 0.28-0.29. Folded a row ahead, the max is ready when its row starts (softmax 0.26,
+    log-softmax 0.29 -> 0.27 in cache; from memory, f32[3072,2048], 1.97 -> 1.76 and 1.90 ->
+    1.66 ms). Only for a first level of max/min reduces, whose results do not depend on the
+    order of the fold: the bits are the same; with a later level (a loop that can take it)."""
+    return PIPELINE_FIRST_LEVEL and len(layout.levels) >= 2 and all(_is_extremum(r) for r in layout.levels[0])
+
+
+class _NextRowFold:
+    """The first level of reduces folded one row ahead (`pipelines_first_level`): `slots`
+    hold the current row's values (the generators of those reduces read them), `ahead` the
+    next row's, folded by a later loop of the current row (`fold`, between `start` and
+    `advance`). The range's first row is folded before the loop over rows (`first_row`); its
+    last row folds itself again (no row of another thread is read), the result unused."""
+
+    def __init__(self, b: ir.IRBuilder, em: ElementalEmitter, heroes: list[ReduceHero], slots: dict) -> None:
+        self.b, self.em, self.heroes, self.slots = b, em, heroes, slots
+        with b.goto_entry_block():
+            self.ahead = {h.inst: [b.alloca(s.type.pointee, name="ahead") for s in slots[h.inst]] for h in heroes}
+        self.index_at = None
+
+    def _init(self, where: dict) -> None:
+        for h in self.heroes:
+            for s, v in zip(where[h.inst], h.init_values(self.b)):
+                self.b.store(v, s)
+
+    def first_row(self, n: int, begin: ir.Value, end: ir.Value, indexer) -> None:
+        """Fold row `begin` into the current values, where the range [begin, end) has a row."""
+        b = self.b
+        with b.if_then(b.icmp_signed("<", begin, end)):
+            self._init(self.slots)
+            index_at = indexer(begin)[1]
+            with _row_loop(b, n, "first") as j:
+                for h in self.heroes:
+                    _fold_into(b, self.em, h, self.slots[h.inst], index_at(j))
+
+    def row(self, row: ir.Value, end: ir.Value, indexer) -> None:
+        """At the start of row `row`: the next row (or `row` itself, the range's last) is the
+        one `fold` reads."""
+        b = self.b
+        nxt = b.add(row, const_i64(1), flags=["nuw", "nsw"])
+        self.index_at = indexer(b.select(b.icmp_signed("<", nxt, end), nxt, row))[1]
+
+    def start(self) -> None:
+        """Before the loop that folds the next row: its accumulators get their init values."""
+        self._init(self.ahead)
+
+    def fold(self, j: ir.Value) -> None:
+        """Fold element `j` of the next row (in the loop over the current row's elements)."""
+        for h in self.heroes:
+            _fold_into(self.b, self.em, h, self.ahead[h.inst], self.index_at(j))
+
+    def advance(self) -> None:
+        """At the end of the row: the next row's values become the current ones."""
+        for h in self.heroes:
+            for s, t in zip(self.slots[h.inst], self.ahead[h.inst]):
+                self.b.store(self.b.load(t), s)
 
 
 def _fold_into(b, em: ElementalEmitter, h: ReduceHero, slots: list, index: Index) -> None:
@@ -334,10 +420,14 @@ def emit_row_kernel(skel, kernel) -> None:
 
         em_out.override(value, read_back)
     by_inst = {r: ReduceHero(em, r) for r in reduces}
+    # The first level of max/min reduces folds a row ahead where it can (`pipelines_first_level`).
+    ahead = _NextRowFold(b, em, [by_inst[r] for r in layout.levels[0]], slots) if pipelines_first_level(layout) else None
+    first = set(layout.levels[0]) if ahead else set()
     # Max/min reduces fold fast, with a NaN flag each, and again exactly where that is not
     # decisive (fast_extremum.py); not in a kernel computing an expensive op per element
-    # (`fast_folds`).
-    fast = {r: kind for r in reduces if (kind := fast_extremum(by_inst[r])) is not None} if fast_folds(comp, layout) else {}
+    # (`fast_folds`), nor a row ahead.
+    fast = ({r: kind for r in reduces if r not in first and (kind := fast_extremum(by_inst[r])) is not None}
+            if fast_folds(comp, layout) else {})
     with b.goto_entry_block():
         nan_slots = {r: b.alloca(ir.IntType(r.shape.dtype.bits), name="largest.bits") for r in fast}
     row_gens = [(em_out.gen(leaves[k].inst), leaves[k], skel.output_ptr(k)) for k in layout.row_outputs]
@@ -350,27 +440,55 @@ def emit_row_kernel(skel, kernel) -> None:
     streaming = streams_outputs(skel, layout, streams, bool(stored))
     if streaming:  # a streamed row is written without being read: not prefetched for writing either
         streams = [s for s in streams if not s[2]]
-    with for_range(b, skel.begin, skel.end, "row") as r:
-        outer = delinearize(b, r, in_dims[:kept])
-        base = b.mul(r, const_i64(n), flags=["nuw", "nsw"])
+    # The loop that folds the next row's first level: the output loop, unless it streams (or
+    # there is none), else the last level's. Softmax's last level is its exp loop, which also
+    # stores exp(x - max) in the output row: the next row's loads from memory there made it
+    # slower (f32[3072,2048] 1.97 -> 2.40 ms, one thread), in the division loop faster (1.76).
+    # There the next row's loads come before the stores of the same iteration: after them, one
+    # process in two ran at 2.73-2.87 ms (bandwidth_share.py, five runs each way, load 8-10;
+    # the offset of the output row from the input row within a 4 KB page decided it, as 4K
+    # aliasing of loads on earlier stores would), before them 1.79-1.90 in five of five.
+    ahead_in_output = ahead is not None and bool(row_gens) and not streaming
+
+    def indexer(row):
+        """The offset of row `row` (an i64 value) and the Index of its element j, a function of j."""
+        outer = delinearize(b, row, in_dims[:kept])
+        base = b.mul(row, const_i64(n), flags=["nuw", "nsw"])
 
         def index_at(j):
             inner = [j] if len(row_dims) == 1 else delinearize(b, j, row_dims)
             return Index(b, in_dims, multi=list(outer) + list(inner), linear=b.add(base, j, flags=["nuw", "nsw"]))
 
+        return base, index_at
+
+    if ahead:
+        ahead.first_row(n, skel.begin, skel.end, indexer)
+    with for_range(b, skel.begin, skel.end, "row") as r:
+        base, index_at = indexer(r)
+        if ahead:
+            ahead.row(r, skel.end, indexer)
         for level, lvl in enumerate(layout.levels):
+            if ahead and level == 0:
+                continue  # folded a row ahead
+            last = level == len(layout.levels) - 1
+            folds_ahead = ahead is not None and last and not ahead_in_output
+            if folds_ahead:
+                ahead.start()
             hs = [by_inst[x] for x in lvl]
-            ahead = streams if (level == 1 and prefetch) else ()
+            streamed_ahead = streams if (level == 1 and prefetch) else ()
             for h in hs:
                 for s, v in zip(slots[h.inst], h.init_values(b)):
                     b.store(v, s)
                     if h.inst in fast:
                         b.store(magnitude_bits(b, v), nan_slots[h.inst])
-            chunk_bytes = _fold_chunk_bytes(n, ahead) if ahead else PREFETCH_CHUNK_BYTES
-            with _row_loop(b, n, "fold", r, skel.end, ahead, accumulators=_accumulators(skel.target, comp, layout, hs, n, ahead, fast),
+            chunk_bytes = _fold_chunk_bytes(n, streamed_ahead) if streamed_ahead else PREFETCH_CHUNK_BYTES
+            with _row_loop(b, n, "fold", r, skel.end, streamed_ahead,
+                           accumulators=_accumulators(skel.target, comp, layout, hs, n, streamed_ahead, fast),
                            chunk_bytes=chunk_bytes) as j:
                 index = index_at(j)
-                if level == len(layout.levels) - 1:
+                if folds_ahead:  # loads before stores, as in the output loop
+                    ahead.fold(j)
+                if last:
                     for value, leaf, ptr in stored:
                         store_element(b, em.gen(value)(index), b.gep(ptr, [index.linear], inbounds=True),
                                       leaf.shape.dtype)
@@ -390,23 +508,29 @@ def emit_row_kernel(skel, kernel) -> None:
                         with _row_loop(b, n, "exact") as j:
                             _fold_into(b, em, h, slots[h.inst], index_at(j))
         if row_gens:
-            ahead = streams if (len(layout.levels) == 1 and prefetch) else ()
+            streamed_ahead = streams if (len(layout.levels) == 1 and prefetch) else ()
+            if ahead_in_output:
+                ahead.start()
 
             def output_loop():
-                with _row_loop(b, n, "col", r, skel.end, ahead) as j:
+                with _row_loop(b, n, "col", r, skel.end, streamed_ahead) as j:
                     index = index_at(j)
+                    if ahead_in_output:  # its loads before the stores (`ahead_in_output`)
+                        ahead.fold(j)
                     for g, leaf, ptr in row_gens:
                         store_element(b, leaf.select(g(index)), b.gep(ptr, [index.linear], inbounds=True),
                                       leaf.shape.dtype)
 
             if streaming:
                 streaming_row_loop(b, base, index_at, row_gens, output_loop,
-                                   lambda step: _row_loop(b, n, "stream", r, skel.end, ahead, step=step))
+                                   lambda step: _row_loop(b, n, "stream", r, skel.end, streamed_ahead, step=step))
             else:
                 output_loop()
         for g, leaf, ptr in per_row_gens:
             out_index = Index(b, leaf.shape.dims, linear=r)
             store_element(b, leaf.select(g(out_index)), b.gep(ptr, [r], inbounds=True), leaf.shape.dtype)
+        if ahead:
+            ahead.advance()
     # A row of at least a vector is vectorised along itself, never across rows (loop_hints).
     if n >= vector_lanes(skel.target, reduces):
         forbid_vectorization(r)
