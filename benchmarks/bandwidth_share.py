@@ -21,7 +21,8 @@ accumulators) read 40-42 GB/s where C triad with streaming stores moved 54.7 (lo
 software prefetch 1-8 KB ahead (T0 or T2) did not raise the read (36-39 GB/s); the read
 reference itself is an hlofuse kernel, which reaches that C loop's rate since
 reduction_groups.row_accumulators (it had 4 accumulator chains and ran 47 against the C loop's
-55 on a warm input).
+55 on a warm input). numpy's column sum of the same array (`np.add.reduce(x, axis=0)`: row after
+row into one row of sums) is printed beside it, an independent read-only reference: 33-35 GB/s.
 
 Inputs are numpy's arrays as the workloads make them (large ones start 16 bytes into a cache
 line, so every 64-byte vector load of a row kernel straddles two lines); with `--aligned` they
@@ -48,6 +49,10 @@ triad-rows, the bar, to 54-55). Then (load 7.4-7.8, the bar 54.4, triad-rows; re
 aligned / numpy's inputs): scaled_add 98/87%, row_sums 73/69% (98% of read), column_sums
 61/62% (81% of read), sum_sumsq 70/65% (94% of read), layer_norm 72/68%, batch_norm_train
 86/81%, shared_producer 64/62%, image_normalize 78/79%.
+
+Column sums from memory then read rows whole into a row of partial sums in L1
+(ReductionGroup.in_l1; docs/emitters.md, "Sums against the read ceiling"): column_sums 81-85%
+-> 85-94% of read, aligned (load 7-10; numpy's column sum 33.8-34.2 GB/s, column_sums 34.1-36.8).
 
 The kernels below the bar that write what they read, and why (one thread, numpy's inputs, load
 5.9-6.1; the bar 55.2, triad-rows; read 41.3): softmax 42% (compute: 0.30 ns an element in
@@ -127,6 +132,9 @@ def main(argv: list[str] | None = None) -> int:
     xr = aligned_empty((rows, 1024), np.float32)
     xr[...] = 1.5
     calls["read"], moved["read"] = (lambda: read(xr)), read_per_element * n
+    column = np.empty(1024, np.float32)  # numpy's column sum: row after row into one row of sums
+    calls["numpy-colsum"], moved["numpy-colsum"] = (lambda: np.add.reduce(xr, axis=0, out=column)), 4 * n
+    references = len(STREAM_KERNELS) + 2
     exes = {}
     for name in a.workloads.split(","):
         w = WORKLOADS[name]
@@ -153,10 +161,11 @@ def main(argv: list[str] | None = None) -> int:
     rate = {k: moved[k] / med[k] for k in names}
     bar = max(rate[k] for k in STREAM_KERNELS)
     print("one thread, CPU time: " + ", ".join(f"{k} {rate[k] / 1e9:.2f}" for k in STREAM_KERNELS)
-          + f" GB/s (the bar: the best, {bar / 1e9:.2f}); row-sum read {rate['read'] / 1e9:.2f} GB/s; inputs "
+          + f" GB/s (the bar: the best, {bar / 1e9:.2f}); row-sum read {rate['read'] / 1e9:.2f} GB/s, numpy column "
+          + f"sum {rate['numpy-colsum'] / 1e9:.2f}; inputs "
           + ("aligned" if a.aligned else "as numpy makes them"))
     print(f"{'workload':20s} {'MB':>7s} {'CPU ms':>8s} {'GB/s':>7s} {'share':>6s} {'of read':>8s}")
-    for k in names[len(STREAM_KERNELS) + 1:]:
+    for k in names[references:]:
         print(f"{k:20s} {moved[k] / 1e6:7.1f} {med[k] * 1e3:8.2f} {rate[k] / 1e9:7.2f} {100 * rate[k] / bar:5.0f}% "
               f"{100 * rate[k] / rate['read']:7.0f}%")
     print(uptime(), flush=True)
