@@ -17,8 +17,10 @@ results are checked against each other. "sgemm" is one dnnl_sgemm call of the sa
 no im2col), and "peak" 1024^3 on the same threads, both timed in the same rounds. Each round
 times every path once (reps calls, rotated order); printed are the least (the undisturbed
 speed on this shared machine) and the median per call, GFLOP/s from the least, and our
-GFLOP/s as a share of the shape's sgemm and of the peak. The load average is printed before
-and after.
+GFLOP/s as a share of the shape's sgemm and of the peak. `--cold` flushes the caches before
+each call (64 MiB written, untimed), so that weights and inputs come from memory as in a model,
+whose 100 MB of weights do not stay in the 32 MiB L3. The load average is printed before and
+after.
 """
 from __future__ import annotations
 
@@ -134,6 +136,8 @@ def main(argv=None) -> int:
     ap.add_argument("--size", type=int, default=128, help="image size (the model zoo's 128; ImageNet's 224)")
     ap.add_argument("--classes", default=",".join(CLASSES))
     ap.add_argument("--no-epilogue", action="store_true")
+    ap.add_argument("--cold", action="store_true",
+                    help="write 64 MiB between calls (twice the L3): operands come from memory, as in a model")
     ap.add_argument("--cpu-time", action="store_true",
                     help="time the process's CPU seconds (for one thread: not counting time descheduled)")
     opts = ap.parse_args(argv)
@@ -148,12 +152,13 @@ def main(argv=None) -> int:
 
     clock = time.process_time if opts.cpu_time else time.perf_counter
     print(f"load {os.getloadavg()}, {opts.threads} thread(s), batch {opts.batch} x {opts.size}x{opts.size}, "
-          f"{'CPU' if opts.cpu_time else 'wall'} time, "
+          f"{'CPU' if opts.cpu_time else 'wall'} time, {'cold caches, ' if opts.cold else ''}"
           f"{'no epilogue' if opts.no_epilogue else 'epilogue scale+shift+relu'}", flush=True)
     print(f"{'class':21s} {'M':>6s} {'N':>5s} {'K':>5s} {'path':10s} {'ours us':>8s} {'dnnl us':>8s} "
           f"{'sgemm us':>8s} {'ours GF':>7s} {'dnnl GF':>7s} {'sgemm GF':>8s} {'peak GF':>7s} "
           f"{'o/sg':>5s} {'o/pk':>5s} {'bare us':>7s} {'med o/d/s us':>20s}")
     peak = Sgemm(1024, 1024, 1024, opts.threads)
+    evict = np.zeros(16 << 20, np.float32)
     for name in opts.classes.split(","):
         text, (m, n, k) = module_text(opts.batch, opts.size, *CLASSES[name], epilogue=not opts.no_epilogue)
         module = hlofuse.parse_hlo(text)
@@ -179,11 +184,20 @@ def main(argv=None) -> int:
         order = list(calls)
         for r in range(opts.rounds + 1):
             for p in order[r % len(order):] + order[:r % len(order)]:
-                t0 = clock()
-                for _ in range(reps):
-                    calls[p]()
+                if opts.cold:  # each call alone after the caches were flushed (not timed)
+                    spent = 0.0
+                    for _ in range(reps):
+                        evict += 1.0
+                        t0 = clock()
+                        calls[p]()
+                        spent += clock() - t0
+                else:
+                    t0 = clock()
+                    for _ in range(reps):
+                        calls[p]()
+                    spent = clock() - t0
                 if r:  # round 0 warms up
-                    times[p].append((clock() - t0) / reps)
+                    times[p].append(spent / reps)
         least = {p: min(t) for p, t in times.items()}
         med = {p: statistics.median(t) for p, t in times.items()}
         gf = {p: flops[p] / least[p] / 1e9 for p in least}
