@@ -25,7 +25,10 @@ features each,
   * channels innermost (G > og: depthwise and grouped convolutions with few features per
     group): offsets -> input feature j -> o' < og -> group g innermost. For a depthwise
     convolution in NHWC/HWIO the inner loop reads input, weights and accumulators at unit
-    stride: a small window reduction per output element, vectorized over channels;
+    stride: a small window reduction per output element, vectorized over channels. Over
+    more than CHANNEL_BLOCK channels it runs in channel blocks (`channel_block`), and where
+    one position's weights and input patch exceed the L1 cache each block runs over a whole
+    row of positions before the next block (`row_in_blocks`);
   * output features innermost (G <= og: dense and wide-group convolutions): group g ->
     offsets -> input feature j (its input element loaded once) -> o' < og innermost, unit
     stride in the accumulators and (for HWIO/OHWI-with-O-minor weights) in the weights.
@@ -46,24 +49,21 @@ once: only when one is inf or NaN does each position then add its taps on paddin
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 from llvmlite import ir
 
-from ...emitters.elemental import ElementalEmitter, compute_type, reg_type, supported_type
+from ...emitters.elemental import ElementalEmitter, compute_type, reg_type
 from ...emitters.elemental_math import convert_value
-from ...emitters.ir_helpers import Index, const_i64, for_range, load_element, row_major_strides, store_element
-from ...hlo.attributes import ConvDimensionNumbers, Window, WindowDimension
-from ...hlo.dtypes import ElementType, element_type
+from ...emitters.ir_helpers import Index, const_i64, for_range, load_element, store_element
+from ...hlo.attributes import WindowDimension
+from ...hlo.dtypes import ElementType
 from ...hlo.ir import HloComputation, HloInstruction
-from ...hlo.walk import first_non_elementwise_use
 from ..planning import KernelPlan, rebuild
 from .args import output_leaves, typed_pointer
+from .cpu_conv_geometry import (MAX_FEATURES, ConvGeometry, accumulation_type, conv_geometry,  # noqa: F401
+                                dimension_numbers, find_convolution)
 from .loop_hints import ROLLED_AROUND
 
-# Largest output feature count a kernel keeps accumulators for (a stack array of this many
-# f64 is 512 KiB, far inside a thread's stack).
-MAX_FEATURES = 1 << 16
 # Consecutive output positions the output-features-innermost order computes together.
 POSITION_BLOCK = 4
 # Groups a channels-innermost kernel accumulates at a time, at most (`channel_block`).
@@ -88,6 +88,31 @@ def channel_block(groups: int, lanes: int = 16) -> int | None:
     return next((d for d in range(CHANNEL_BLOCK, lanes - 1, -lanes) if groups % d == 0), None)
 
 
+# Largest accumulator row (bytes) a channel-blocked kernel keeps for a whole row of output
+# positions (`row_in_blocks`), and the L1 data cache that rule assumes (32 KiB: AMD Zen 2-4,
+# Intel before Ice Lake; larger L1s only make the rule conservative).
+ROW_ACC_BYTES = 64 << 10
+L1_BYTES = 32 << 10
+
+
+def row_in_blocks(geo: ConvGeometry) -> bool:
+    """Whether a channels-innermost kernel runs each channel block over a whole row of output
+    positions (the last spatial dimension) before the next block, instead of every block per
+    position: where it runs in channel blocks (`channel_block`), one position's weights and
+    input patch (taps x channels, each operand) exceed L1_BYTES, and the row's accumulators
+    fit ROW_ACC_BYTES. Per position, all blocks touch every weight and the whole input patch:
+    at 576 channels and 3 x 3 taps 20 KiB of each, reloaded from L2 for every position; per
+    block, one block's weights (3.4 KiB at 96 channels) and its input rows stay in L1 across
+    the row. Each output element gets the same terms in the same order: the same bits.
+    Measured (docs/convolutions.md, "MobileNetV2 against IREE"): 576 and 960 channels gain,
+    at 384 (27 KiB a position) and fewer neither order wins."""
+    if not (geo.channels_innermost and geo.out_spatial and channel_block(geo.groups)):
+        return False
+    taps = math.prod(d.size for d in geo.window)
+    patch = taps * geo.groups * geo.group_inputs * (geo.lhs_type.byte_size + geo.rhs_type.byte_size)
+    return patch > L1_BYTES and geo.out_spatial[-1] * geo.features * geo.acc_type.byte_size <= ROW_ACC_BYTES
+
+
 # The cold path's window loops stay rolled (`_ConvEmitter.unroll_cold`) where a window dimension
 # is longer than this and they run around more than _COLD_UNROLLED features x inputs. One
 # thread, CPU time, medians of 15 interleaved rounds, load 8.0-8.6, same bits: the flax MNIST
@@ -96,139 +121,6 @@ def channel_block(groups: int, lanes: int = 16) -> int | None:
 # features x inputs haiku's step ran 1.034-1.047x slower for 1-9% less compile time.
 _SHORT_WINDOW = 4
 _COLD_UNROLLED = 4096
-
-
-@dataclass(frozen=True)
-class ConvGeometry:
-    """A convolution as loops: sizes, and element strides of the operands and the result."""
-
-    batch: int  # output batch
-    features: int  # output features O
-    groups: int  # feature_group_count * batch_group_count
-    group_features: int  # output features per group (og)
-    group_inputs: int  # input features per group (ci, the kernel's input feature size)
-    out_spatial: tuple[int, ...]
-    window: tuple[WindowDimension, ...]
-    dilated_input: tuple[int, ...]  # input spatial sizes after lhs dilation (before padding)
-    x_batch: int
-    x_feature: int
-    x_spatial: tuple[int, ...]
-    x_group: int  # offset between the input slices of consecutive groups
-    w_out: int
-    w_in: int
-    w_spatial: tuple[int, ...]
-    o_batch: int
-    o_feature: int
-    o_spatial: tuple[int, ...]
-    o_dims: tuple[int, ...]  # the result's dimensions, and where batch, feature, spatial sit in them
-    o_axes: tuple[int, ...]
-    lhs_type: ElementType
-    rhs_type: ElementType
-    out_type: ElementType
-    acc_type: ElementType
-
-    @property
-    def channels_innermost(self) -> bool:
-        """The loop order rule (module docstring): groups innermost when there are more
-        groups than output features per group."""
-        return self.groups > self.group_features
-
-    @property
-    def units(self) -> int:
-        """Work units: output batch x first output spatial dimension."""
-        return self.batch * (self.out_spatial[0] if self.out_spatial else 1)
-
-    @property
-    def unit_work(self) -> int:
-        """Multiply-adds per work unit (for the launcher's thread split)."""
-        rest = math.prod(self.out_spatial[1:]) if self.out_spatial else 1
-        taps = math.prod(d.size for d in self.window)
-        return max(1, rest * self.features * self.group_inputs * taps)
-
-
-def dimension_numbers(inst: HloInstruction) -> ConvDimensionNumbers:
-    """The convolution's dim_labels as ConvDimensionNumbers (the parser may keep text)."""
-    return ConvDimensionNumbers.of(inst.attrs.get("dim_labels"))
-
-
-def accumulation_type(lhs: ElementType, rhs: ElementType, out: ElementType) -> ElementType | None:
-    """The element type a convolution with these types accumulates in (module docstring), or
-    None when the kernel does not handle it."""
-    if any(not supported_type(t) or t.is_complex or t.is_pred for t in (lhs, rhs, out)):
-        return None
-    if out.is_float:
-        wide = any(t.name == "f64" for t in (lhs, rhs, out))
-        return element_type("f64" if wide else "f32")
-    if lhs.is_float or rhs.is_float:
-        return None  # float operands, integer result: left to the library rule
-    return element_type(("s" if out.is_signed else "u") + str(max(out.bits, 8)))
-
-
-def conv_geometry(inst: HloInstruction) -> ConvGeometry | None:
-    """The loops of convolution `inst`, or None when the kernel does not handle it."""
-    lhs, rhs = (op.shape for op in inst.operands)
-    out = inst.shape
-    if not (lhs.is_array and rhs.is_array and out.is_array):
-        return None
-    acc = accumulation_type(lhs.dtype, rhs.dtype, out.dtype)
-    if acc is None:
-        return None
-    dn = dimension_numbers(inst)
-    nsp = len(dn.input_spatial)
-    window = inst.attrs.get("window") or Window(tuple(WindowDimension() for _ in range(nsp)))
-    dims = tuple(window.dimensions)
-    fgc = int(inst.attrs.get("feature_group_count", 1))
-    bgc = int(inst.attrs.get("batch_group_count", 1))
-    if len(dims) != nsp or (fgc > 1 and bgc > 1):
-        return None
-    ld, rd, od = tuple(lhs.dims), tuple(rhs.dims), tuple(out.dims)
-    sl, sw, so = row_major_strides(ld), row_major_strides(rd), row_major_strides(od)
-    features = od[dn.output_feature]
-    groups = fgc * bgc
-    if features > MAX_FEATURES or groups <= 0 or features % groups:
-        return None
-    batch = od[dn.output_batch]
-    ci = rd[dn.kernel_input_feature]
-    x_group = batch * sl[dn.input_batch] if bgc > 1 else ci * sl[dn.input_feature]
-    dilated = tuple((ld[a] - 1) * d.base_dilation + 1 if ld[a] > 0 else 0 for a, d in zip(dn.input_spatial, dims))
-    return ConvGeometry(
-        batch=batch, features=features, groups=groups, group_features=features // groups, group_inputs=ci,
-        out_spatial=tuple(od[a] for a in dn.output_spatial), window=dims, dilated_input=dilated,
-        x_batch=sl[dn.input_batch], x_feature=sl[dn.input_feature], x_spatial=tuple(sl[a] for a in dn.input_spatial),
-        x_group=x_group, w_out=sw[dn.kernel_output_feature], w_in=sw[dn.kernel_input_feature],
-        w_spatial=tuple(sw[a] for a in dn.kernel_spatial), o_batch=so[dn.output_batch],
-        o_feature=so[dn.output_feature], o_spatial=tuple(so[a] for a in dn.output_spatial),
-        o_dims=od, o_axes=(dn.output_batch, dn.output_feature, *dn.output_spatial),
-        lhs_type=lhs.dtype, rhs_type=rhs.dtype, out_type=out.dtype, acc_type=acc)
-
-
-def _epilogue_ok(comp: HloComputation, conv: HloInstruction) -> bool:
-    """Whether every path from `conv` to the root of `comp` is elementwise ops of the
-    convolution's dimensions (so the epilogue reads each result element once, at its own
-    index), the root is one array of those dimensions, and the rest has element generators."""
-    dims = tuple(conv.shape.dims)
-    if not comp.root.shape.is_array or tuple(comp.root.shape.dims) != dims:
-        return False
-    for inst in comp.instructions:
-        if inst is conv or inst.opcode == "parameter":
-            continue
-        if not inst.info.fits_an_epilogue or inst.info.elemental is None:
-            return False
-    return first_non_elementwise_use(conv, dims) is None
-
-
-def find_convolution(comp: HloComputation) -> HloInstruction | None:
-    """The convolution a conv kernel computes for `comp`, or None: the computation holds one
-    convolution of two parameters that the kernel handles, and it is the root or the rest is
-    its elementwise epilogue (bias add, activation, residual add, convert: kOutput fusions);
-    every parameter is an array."""
-    convs = [i for i in comp.instructions if i.opcode == "convolution"]
-    if len(convs) != 1 or any(not p.shape.is_array for p in comp.parameters):
-        return None
-    conv = convs[0]
-    if any(op.opcode != "parameter" for op in conv.operands) or conv_geometry(conv) is None:
-        return None
-    return conv if comp.root is conv or _epilogue_ok(comp, conv) else None
 
 
 # ---- emission ---------------------------------------------------------------------------------
@@ -295,6 +187,7 @@ class _ConvEmitter:
         self.unroll_taps = geo.channels_innermost or geo.group_features < ROLLED_AROUND
         self.nonfinite = None  # i1: some weight is inf or NaN (float convolutions; set in emit)
         self.block_acc = None  # a channel block's accumulators (`_channel_blocks`), made on first use
+        self.row_blocks = row_in_blocks(geo)  # channel blocks outside a row's positions
         # The non-finite-weight path is cold: unrolled only where the accumulators may live in
         # registers, which takes every loop indexing them unrolled (around channel blocks they
         # are read and written through the block's index anyway). In the MNIST CNN step's weight
@@ -410,6 +303,9 @@ class _ConvEmitter:
                 self._positions(n, ps + [p], level + 1)
             return
         size, blk = sp[level], self.block
+        if self.row_blocks:
+            self._row_in_blocks(n, ps, size)
+            return
         full = size - size % blk
         if full:
             with for_range(b, _i(0), _i(full), f"p{level}", step=blk) as p:
@@ -418,15 +314,35 @@ class _ConvEmitter:
             with for_range(b, _i(full), _i(size), f"p{level}r") as p:
                 self._position(n, ps + [p], 1)
 
+    def _row_in_blocks(self, n, ps: list, size: int) -> None:
+        """The last spatial dimension's `size` positions (`row_in_blocks`): each channel block
+        over every position of the row into a row of accumulators, then each position's
+        non-finite taps, epilogue and stores, as `_position` does them."""
+        geo, b = self.geo, self.b
+        blk = channel_block(geo.groups)
+        with b.goto_entry_block():
+            row = b.alloca(self.acc_ty, size=_i(size * geo.features), name="row_acc")
+        xbase = self.mul(n, geo.x_batch)
+        with for_range(b, _i(0), _i(geo.groups), "cb", step=blk, unroll=False) as g0:
+            with for_range(b, _i(0), _i(size), "rp", unroll=False) as p:
+                dest = b.gep(row, [self.mul(p, geo.features)], inbounds=True)
+                self._channel_block(ps + [p], xbase, g0, blk, dest)
+        accs = self.accs
+        with for_range(b, _i(0), _i(size), "rs", unroll=False) as p:
+            self.accs = [b.gep(row, [self.mul(p, geo.features)], inbounds=True)]
+            self._finish(n, ps + [p], 1)
+        self.accs = accs
+
     def _position(self, n, ps: list, count: int) -> None:
         """Output positions ps, ps + (0..count-1 along the last spatial dimension)."""
         geo, b = self.geo, self.b
-        for c in range(count):
-            with for_range(b, _i(0), _i(geo.features), "zero") as o:
-                b.store(self.zero, b.gep(self.accs[c], [o], inbounds=True))
+        blk = channel_block(geo.groups) if geo.channels_innermost else None
+        if blk is None:  # channel blocks store every accumulator: nothing to zero
+            for c in range(count):
+                with for_range(b, _i(0), _i(geo.features), "zero") as o:
+                    b.store(self.zero, b.gep(self.accs[c], [o], inbounds=True))
         xbase = self.mul(n, geo.x_batch)
         if geo.channels_innermost:
-            blk = channel_block(geo.groups)
             if blk is None:
                 self._window(ps, 0, [xbase] * count, 0, self._channels_body)
             else:
@@ -435,6 +351,12 @@ class _ConvEmitter:
             with for_range(b, _i(0), _i(geo.groups), "g") as g:
                 self._window(ps, 0, [self.add(xbase, self.mul(g, geo.x_group))] * count, 0,
                              lambda xoffs, woff: self._features_body(g, xoffs, woff))
+        self._finish(n, ps, count)
+
+    def _finish(self, n, ps: list, count: int) -> None:
+        """After the accumulation of positions ps (+ 0..count-1): the taps on padding where a
+        weight is not finite, then the epilogue and the stores."""
+        geo, b = self.geo, self.b
         if self.nonfinite is not None and geo.window:
             with b.if_then(self.nonfinite, likely=False):
                 self._fill_taps(ps, count)
@@ -517,19 +439,24 @@ class _ConvEmitter:
         summed in accumulators of its own (whose every index is a constant once LLVM unrolls
         the block, so they stay in registers), then stored to the position's accumulators:
         each output element gets the same terms in the same order, from the same +0."""
+        with for_range(self.b, _i(0), _i(self.geo.groups), "cb", step=blk, unroll=False) as g0:
+            self._channel_block(ps, xbase, g0, blk, self.accs[0])
+
+    def _channel_block(self, ps: list, xbase, g0, blk: int, dest) -> None:
+        """Groups [g0, g0 + blk) of position ps: summed from +0 in the block's accumulators,
+        then stored to the position's accumulators `dest` (all of its features)."""
         geo, b = self.geo, self.b
         size = blk * geo.group_features
         if self.block_acc is None:
             with b.goto_entry_block():
                 self.block_acc = b.alloca(self.acc_ty, size=_i(size), name="block_acc")
-        with for_range(b, _i(0), _i(geo.groups), "cb", step=blk, unroll=False) as g0:
-            with for_range(b, _i(0), _i(size), "bzero") as o:
-                b.store(self.zero, b.gep(self.block_acc, [o], inbounds=True))
-            self._window(ps, 0, [xbase], 0, lambda xoffs, woff: self._channels_body(xoffs, woff, g0, blk))
-            base = self.mul(g0, geo.group_features)
-            with for_range(b, _i(0), _i(size), "bstore") as o:
-                v = b.load(b.gep(self.block_acc, [o], inbounds=True))
-                b.store(v, b.gep(self.acc, [self.add(base, o)], inbounds=True))
+        with for_range(b, _i(0), _i(size), "bzero") as o:
+            b.store(self.zero, b.gep(self.block_acc, [o], inbounds=True))
+        self._window(ps, 0, [xbase], 0, lambda xoffs, woff: self._channels_body(xoffs, woff, g0, blk))
+        base = self.mul(g0, geo.group_features)
+        with for_range(b, _i(0), _i(size), "bstore") as o:
+            v = b.load(b.gep(self.block_acc, [o], inbounds=True))
+            b.store(v, b.gep(dest, [self.add(base, o)], inbounds=True))
 
     def _channels_body(self, xoffs: list, woff, g0=None, count: int | None = None) -> None:
         """Channels innermost: j -> o' -> g (one position), for groups [g0, g0 + count) into
