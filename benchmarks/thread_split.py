@@ -62,7 +62,8 @@ def _cpu_clock(tid: int) -> int:
     return (~tid << 3) | 6
 
 
-# The pause of `--after`'s control rows: longer than XLA's and IREE's workers spin after a call.
+# The pause of `--after`'s control rows: longer than XLA's (Eigen's) and IREE's workers may spin
+# after a call before they sleep.
 PAUSE_S = 0.02
 
 

@@ -22,8 +22,9 @@ unless `HLOFUSE_CPU_THREADS` fixes the count, a program runs its kernels on the 
 the moment: `IdleThreads` reads the machine's runnable tasks (/proc/loadavg) at most every
 IDLE_SAMPLE_S seconds and allows one thread (the caller's) plus one per core nothing else is
 running on. Which threads compute a unit never changes a result (codegen/driver.py), so
-neither does this. The rule is opt-in (`HLOFUSE_IDLE_CORES=1`, see `idle_cores_rule`): beside
-other runtimes whose threads spin after their calls it read their spinning as busy cores.
+neither does this. The rule is opt-in (`HLOFUSE_IDLE_CORES=1`, see `idle_cores_rule`): on a
+shared host it read other processes' runnable tasks as cores lost to us and kept the process
+on one thread where a worker sharing a core would still have gained.
 
 libgomp is not fork-safe: a child made by fork() that starts an OpenMP team after its parent ran
 one waits forever. So in a forked child every program, loaded before the fork or after it, runs
@@ -94,11 +95,12 @@ def threads_pinned() -> bool:
 def idle_cores_rule() -> bool:
     """Whether calls take the idle cores of the moment (`IdleThreads`): only when the user asks
     for it (`HLOFUSE_IDLE_CORES=1`) and has not fixed the count. Off by default: the runnable
-    count is the machine's, and other runtimes' threads that spin after their own calls (XLA's
-    and IREE's pools, in the same process in benchmarks/real_models.py) read as busy cores, so
-    the rule kept hlofuse on one thread beside them (keras-hub GPT-2 1.12-1.18x XLA's time,
-    haiku's LSTM 1.18-1.45x, in the all-models run at load 1.3-2.2, against 0.90x and 0.98x
-    with the count fixed at two; docs/native_runtime.md)."""
+    count is the machine's, so on a shared host any other runnable task kept hlofuse on one
+    thread, where a worker sharing a core with it still gains (keras-hub GPT-2 1.12-1.18x
+    XLA's time, haiku's LSTM 1.18-1.45x, in the all-models run at load 1.3-2.2, against 0.90x
+    and 0.98x with the count fixed at two). XLA's and IREE's workers in the same process are
+    not the cause: they took no CPU during hlofuse's calls (benchmarks/thread_split.py
+    --after; docs/native_runtime.md, "Other runtimes' threads")."""
     return os.environ.get("HLOFUSE_IDLE_CORES", "").strip() == "1" and not threads_pinned()
 
 
