@@ -333,11 +333,48 @@ def test_split_tile_rule():
 def test_few_row_convolution_runs_as_two_units():
     """MobileNetV2's last stage (1x1 over 8 x 5x5 positions: 200 rows, one 512-row tile) runs
     as two units that threads can share, the same bits on 1 and 2 threads, and agrees with
-    the interpreter."""
+    the interpreter: row tiles of 104 for its 960 -> 160, column panels of 480 for its
+    160 -> 960 (more features than rows: `columns_first`)."""
+    text = _module("f32[8,5,5,960]", "f32[1,1,960,160]", "f32", "window={size=1x1}, " + NHWC)
+    layout = gemm_layout(parse_hlo(text).entry.root)
+    assert prefers_gemm(parse_hlo(text).entry.root) and (layout.tile, layout.cols, layout.units) == (104, 160, 2)
+    check_gemm(text, threads=(1, 2))
     text = _module("f32[8,5,5,160]", "f32[1,1,160,960]", "f32", "window={size=1x1}, " + NHWC)
     layout = gemm_layout(parse_hlo(text).entry.root)
-    assert prefers_gemm(parse_hlo(text).entry.root) and (layout.tile, layout.units) == (104, 2)
+    assert prefers_gemm(parse_hlo(text).entry.root) and (layout.tile, layout.cols, layout.units) == (200, 480, 2)
     check_gemm(text, threads=(1, 2))
+
+
+def test_columns_first_rule(monkeypatch):
+    """One tile's rows with more output features than rows are cut into column panels, not row
+    tiles (each unit then packs half of the weights, not all of them); as many features as rows,
+    more rows than one tile, or too little work for two panels keep the row tiles."""
+    first = cpu_conv_gemm.columns_first
+    assert first(256, 512, 1024, 512, "f32")  # keras ResNet-50's conv4_x 1x1 s2 512 -> 1024
+    assert first(196, 512, 256, 2304, "f32")  # ImageNet-size conv4_x 3x3 256 (batch 1)
+    assert not first(256, 512, 256, 1024, "f32")  # 1024 -> 256: features == rows
+    assert not first(1024, 512, 2048, 512, "f32")  # two tiles' rows anyway
+    assert not first(128, 512, 136, 8, "f32")  # 139,264 multiply-adds: no second panel
+    monkeypatch.setattr(cpu_conv_gemm, "COLUMNS_FIRST", False)
+    assert not first(256, 512, 1024, 512, "f32")
+
+
+@pytest.mark.parametrize("case", [
+    ("f32[4,16,16,512]", "f32[1,1,512,1024]", "window={size=1x1 stride=2x2}, ", (256, 512, 2)),
+    ("f32[4,8,8,256]", "f32[1,1,256,1024]", "window={size=1x1}, ", (256, 512, 2)),
+    ("f32[4,8,8,1024]", "f32[1,1,1024,256]", "window={size=1x1}, ", (128, 256, 2)),
+    ("f32[1,14,14,256]", "f32[3,3,256,256]", PAD1, (200, 128, 2)),
+], ids=["1x1_s2_512_1024", "1x1_256_1024", "1x1_1024_256", "3x3_256_b1"])
+def test_resnet50_conv4_columns_first(monkeypatch, case):
+    """keras ResNet-50's conv4_x convolutions over 256 rows (4 images of 8x8 positions) and one
+    of ImageNet's batch 1 (196 rows): column panels where they have more features than rows;
+    the interpreter's values, the same bits on 1, 2 and 3 threads."""
+    lhs, rhs, window, want = case
+    text = _module(lhs, rhs, "f32", window + NHWC)
+    layout = gemm_layout(parse_hlo(text).entry.root)
+    assert (layout.tile, layout.cols, layout.units) == want
+    monkeypatch.setattr(cpu_conv_gemm, "prefers_onednn", lambda comp: False)
+    check_gemm(text, threads=(1, 2, 3))
 
 
 def test_conformance_files_through_gemm(monkeypatch):

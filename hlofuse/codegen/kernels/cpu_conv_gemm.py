@@ -13,7 +13,9 @@ Work units are tiles of up to 512 rows (`tile_rows`: a patch tile [rows, K] of a
 in L2 or L3: more rows per BLAS call beat a smaller tile, docs/convolutions.md), at least two
 (an even count) where one would hold 128+ rows, the rows shared evenly (`split_tile`); a
 convolution of ONE tile is cut into column panels of output features as well (`panel_cols`),
-so that its units can share the threads. Per unit the kernel packs the tile's patches into
+so that its units can share the threads, and so is one that a tile could hold whole and that
+has more output features than rows (`columns_first`: each unit then packs its share of the
+weights rather than all of them). Per unit the kernel packs the tile's patches into
 per-thread scratch (zeros on padding and between lhs-dilated inputs; once for the consecutive
 panels of one tile in one kernel call), calls the GEMM library (blas_call.py: oneDNN's sgemm
 for f32 where it is installed, OpenBLAS's `?gemm_` otherwise and for f64) against the weights
@@ -254,10 +256,34 @@ def conv_gemm(conv: HloInstruction, out_type: ElementType | None = None) -> Conv
         if tile < MIN_TILE_ROWS:
             return None
     rows = geo.batch * positions if span else positions
-    tile = split_tile(rows, tile)
-    row_units = -(-rows // tile) * (1 if span else geo.batch)
+    whole = -(-rows // 8) * 8  # all rows in one tile
+    if (row_units := 1 if span else geo.batch) == 1 and columns_first(rows, tile, geo.features, k, et):
+        tile = whole
+    else:
+        tile = split_tile(rows, tile)
+        row_units = -(-rows // tile) * (1 if span else geo.batch)
     cols = panel_cols(row_units, min(tile, rows), geo.features, k, et)
     return ConvGemm(geo, order, k, positions, tile, cols, span, w, x, c)
+
+
+# Whether a convolution that one tile holds and with more output features than rows is cut
+# into column panels instead of row tiles (`columns_first`); False restores the row tiles
+# (for A/B measurements: benchmarks/conv_classes.py).
+COLUMNS_FIRST = True
+
+
+def columns_first(rows: int, most: int, features: int, k: int, dtype: str) -> bool:
+    """Whether `rows` rows (at most `most`, one tile) times `features` output features with
+    contraction `k` are cut into column panels rather than row tiles: when there are more
+    output features than rows and the cut gives panels (`panel_cols`). Every unit's BLAS call
+    packs all of its [K, cols] weights and its [rows, K] patches: with row tiles each unit packs
+    the whole K x features weights, with column panels only its share of them and the whole
+    patch tile, which is the smaller of the two exactly when features > rows. keras ResNet-50's
+    conv4_x 1x1 convolutions to 1024 features over 256 rows (4 images of 8x8) are this class,
+    its 512 -> 1024 stride-2 one packing 2 MB of weights in each row tile's call
+    (docs/convolutions.md, "ResNet-50's classes against the peak")."""
+    return (COLUMNS_FIRST and rows <= most and features > rows
+            and panel_cols(1, rows, features, k, dtype) < features)
 
 
 def valid_tap_fraction(geo: ConvGeometry) -> float:
