@@ -13,8 +13,9 @@ copies in one module and fits LLVM's CPU time as a cost per module plus one per 
 (kernels are compiled in groups, codegen/cpu.py: only the first is shared by a group);
 `--release DIR` also compiles each kernel with the `opt` and `llc` of DIR (a release build of
 the same LLVM, e.g. Debian's llvm-22: assertions off) at the same levels for the same CPU, and
-gives their CPU time (a process each, its start subtracted) beside llvmlite's, and whether both
-made the same machine code: what llvmlite's LLVM, built with assertions, costs.
+gives their CPU time (a process each, its start subtracted) and their passes' time
+(`-time-passes`) beside llvmlite's, and whether both made the same machine code: what
+llvmlite's LLVM, built with assertions, costs.
 The machine is shared: compare figures from one run, and give the load printed with them."""
 from __future__ import annotations
 
@@ -33,8 +34,6 @@ def pass_times(ir_text: str, level: int) -> dict[str, float]:
     """Milliseconds per LLVM pass (middle end and code generator, summed over each pass's runs)
     of compiling kernel IR `ir_text` at O`level` as kernels are compiled (llvm.set_time_passes:
     user time; a pass LLVM runs several times is one row; analyses included)."""
-    import re
-
     import llvmlite.binding as llvm
 
     from hlofuse.codegen.llvm_pool import compile_timed
@@ -45,6 +44,14 @@ def pass_times(ir_text: str, level: int) -> dict[str, float]:
         report = llvm.report_and_reset_timings()
     finally:
         llvm.set_time_passes(False)
+    return report_ms(report)
+
+
+def report_ms(report: str) -> dict[str, float]:
+    """Milliseconds of user time per pass in LLVM's `-time-passes` report text (llvmlite's or
+    opt's and llc's: the same format), each pass's runs summed."""
+    import re
+
     out: dict[str, float] = {}
     # user time first; LLVM leaves out the columns (system, user + system) whose total is zero
     row = re.compile(r"\s*([\d.]+) \(\s*[\d.]+%\)(?:\s+[\d.]+ \(\s*[\d.]+%\))*\s+(\S.*)$")
@@ -124,7 +131,10 @@ class ReleaseTools:
         self.startup = sorted(self.compile(empty)[0] for _ in range(5))[2]
 
     def compile(self, ir_text: str) -> tuple[float, bytes]:
-        """CPU seconds of both tools on `ir_text` (startup subtracted) and the object they make."""
+        """CPU seconds of both tools on `ir_text` (startup subtracted) and the object they make.
+        A process's costs beyond an empty module's (the code of LLVM's shared library paged in
+        as passes first run) stay in: for kernels of 5-20 ms this understates llvmlite's excess,
+        which `pass_ms` does not."""
         import resource
         import subprocess
 
@@ -141,6 +151,20 @@ class ReleaseTools:
         seconds = children() - c0 - self.startup
         with open(obj, "rb") as f:
             return seconds, f.read()
+
+    def pass_ms(self, ir_text: str) -> dict[str, float]:
+        """Milliseconds of user time per pass of both tools on `ir_text` (`-time-passes`, as
+        `pass_times` reads llvmlite's): no process, parsing or writing costs."""
+        import subprocess
+
+        src, bc, obj = (os.path.join(self.dir, n) for n in ("k.ll", "k.bc", "k.o"))
+        with open(src, "w") as f:
+            f.write(ir_text)
+        report = subprocess.run([*self.opt, "-time-passes", src, "-o", bc], check=True, capture_output=True,
+                                text=True).stderr
+        report += subprocess.run([*self.llc, "-time-passes", bc, "-o", obj], check=True, capture_output=True,
+                                 text=True).stderr
+        return report_ms(report)
 
 
 def rank_rows(texts: dict[str, str], top: int = 25, passes: int = 0, copies: int = 0,
@@ -182,6 +206,8 @@ def rank_rows(texts: dict[str, str], top: int = 25, passes: int = 0, copies: int
                 seconds, release_obj = tools.compile(ir_text)
                 rows[-1]["release_ms"] = 1e3 * seconds
                 rows[-1]["same_code"] = _text_section(obj) == _text_section(release_obj)
+                rows[-1]["pass_ms"] = sum(pass_times(ir_text, o.speed_level).values())
+                rows[-1]["release_pass_ms"] = sum(tools.pass_ms(ir_text).values())
     total = sum(r["ms"] for r in rows)
     print(f"{len(rows)} distinct kernels, LLVM {total / 1e3:.2f} CPU-s")
     if tools is not None:
@@ -189,6 +215,9 @@ def rank_rows(texts: dict[str, str], top: int = 25, passes: int = 0, copies: int
         print(f"release opt + llc ({release}): {rel / 1e3:.2f} CPU-s (llvmlite x{total / max(rel, 1e-9):.2f}; "
               f"each process's start, {1e3 * tools.startup:.1f} ms, subtracted), the same machine code for "
               f"{sum(r['same_code'] for r in rows)} of {len(rows)} kernels")
+        lite, rel = sum(r["pass_ms"] for r in rows), sum(r["release_pass_ms"] for r in rows)
+        print(f"  their timed passes (user time, -time-passes): llvmlite {lite / 1e3:.2f} s, release "
+              f"{rel / 1e3:.2f} s (x{lite / max(rel, 1e-9):.2f})")
     for title, key in (("by LLVM ms", lambda r: -r["ms"]), ("by LLVM ms per emitted instruction",
                                                              lambda r: -r["ms"] / max(r["ir_in"], 1))):
         print(f"-- top {top} {title}")
