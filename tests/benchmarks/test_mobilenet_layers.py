@@ -19,6 +19,7 @@ jax = pytest.importorskip("jax")
 
 
 @pytest.mark.parametrize("name,out", [("dw s2 80x80x96", (8, 40, 40, 96)), ("dw s1 5x5x960", (8, 5, 5, 960)),
+                                      ("dw s2 10x10x576", (8, 5, 5, 576)),
                                       ("proj 40x40 144->24", (8, 40, 40, 24)), ("stem 160 3->32", (8, 80, 80, 32))])
 def test_layer_shapes(name, out):
     fn, args = ml.layer(*ml.LAYERS[name])
