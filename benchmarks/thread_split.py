@@ -26,14 +26,19 @@ another runtime's threads that ran (spun) during hlofuse's calls show up in its 
 calling thread is `caller`. With `--after` hlofuse's call is timed right after a call of each
 side (itself, XLA, IREE) and after that call and a PAUSE_S sleep, in rotated rounds: if
 another runtime's workers kept spinning after their call, they would take CPU during the
-next hlofuse call and slow it against the paused rows. Only threads alive before and after a call are seen (pool threads: libgomp's, XLA's,
-IREE's workers; a thread started and ended within the call is not). Reading the counters costs
-the calling thread about 0.2 ms per call (17 threads), inside its CPU figure.
+next hlofuse call and slow it against the paused rows; the column `foreign CPU` is the
+median CPU those threads took during our calls. Only threads alive before and after a call are
+seen (pool threads: libgomp's, XLA's, IREE's workers; a thread started and ended within the
+call is not). Reading the counters costs the calling thread about 0.2 ms per call (17
+threads), inside its CPU figure.
 
 What it showed for gelu_tanh (docs/native_runtime.md, "Two threads on a busy host"): under load
 4-7 on the 2-core host hlofuse's libgomp worker waits on the run queue for most of a call and
 computes 1-2 of the kernel's 8 chunks, so two threads take the one-thread time; IREE's workers
-fare no better, and IREE's calling thread spins (a PAUSE loop) while its workers run.
+fare no better, and IREE's calling thread spins (a PAUSE loop) while its workers run. For
+keras-hub GPT-2 and haiku's LSTM with `--after` (docs/native_runtime.md, "Other runtimes'
+threads"): XLA's and IREE's threads took no CPU during hlofuse's calls, and hlofuse right after
+them was no slower than after the pause.
 """
 from __future__ import annotations
 
