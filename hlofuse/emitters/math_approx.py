@@ -91,12 +91,44 @@ def _exp_parts(m: _M, t):
     return y, m.b.fptosi(n, I32)
 
 
+# Whether exp_f32 may scale in one step (`scales_with_ldexp`); a switch for A/B measurements
+# (benchmarks/row_limits.py --baseline hlofuse.emitters.math_approx.LDEXP_SCALING=False).
+LDEXP_SCALING = True
+
+
+def scales_with_ldexp(target) -> bool:
+    """Whether exp_f32 scales by 2**n with one `llvm.ldexp` (`_ldexp_f32`): on a target that
+    flushes denormal results and has AVX-512, whose vscalefps LLVM lowers it to (one
+    instruction, exact, overflow to inf; flushed to 0 below 2**-126, as the two-step product
+    is). Other targets keep the two steps (a GPU keeps denormals; without vscalefps LLVM
+    expands ldexp into a longer sequence)."""
+    return bool(LDEXP_SCALING and getattr(target, "flushes_denormals", True)
+                and "+avx512f" in str(getattr(target, "cpu_features", "")).split(","))
+
+
+def _ldexp_f32(m: _M, y, n):
+    """y * 2**n for f32 `y` and i32 `n`, exactly (llvm.ldexp; declared once per module)."""
+    module = m.b.module
+    fn = module.globals.get("llvm.ldexp.f32.i32")
+    if fn is None:
+        fn = ir.Function(module, ir.FunctionType(F32, [F32, I32]), "llvm.ldexp.f32.i32")
+    return m.b.call(fn, [y, n])
+
+
 def exp_f32(b: ir.IRBuilder, target, x) -> ir.Value:
-    """e**x: _exp_parts, then 2**n in two steps (results from 2**128 down to denormals)."""
+    """e**x: _exp_parts, then 2**n in two steps (results from 2**128 down to denormals), or
+    in one, `scales_with_ldexp`: the same bits for every f32 on this host (all 2**32 compared,
+    FTZ/DAZ as the kernels run); on one thread, f32[3072,2048], exp alone 1.77 -> 1.29 ms,
+    softmax 1.90 -> 1.64 (docs/emitters.md, "Row kernels against the memory bar")."""
     m = _M(b, target, F32)
     xc = m.sel(m.cmp(">", x, m.c(-104.0)), x, m.c(-104.0))  # NaN -> -104 (fixed up below)
     xc = m.sel(m.cmp("<", xc, m.c(89.0)), xc, m.c(89.0))
     y, ni = _exp_parts(m, xc)
+    if scales_with_ldexp(target):
+        # n <= 128: y * 2**128 is finite below x = 88.7228 (y < 1) and inf above; n >= -150:
+        # below 2**-126 the result flushes to +0, as e**x for x < -103.97 does.
+        res = m.sel(m.cmp(">", x, m.c(88.72283935546875)), m.c(math.inf), _ldexp_f32(m, y, ni))
+        return m.sel(m.isnan(x), x, res)
     n1 = b.ashr(ni, ir.Constant(I32, 1))
     n2 = b.sub(ni, n1)
     res = m.mul(m.mul(y, _pow2_f32(m, n1)), _pow2_f32(m, n2))
