@@ -22,6 +22,14 @@ thread whatever the thread count), microseconds, GFLOP/s, % of peak, and the sha
 contraction time; then the same summed per class (conv 1x1 / 3x3 / other window, dot) and
 path, each class's GFLOP/s and the time it would save at the peak, and the time in steps of
 one work unit. The load average is printed before and after.
+
+`sg%` is the step's speed against oneDNN's sgemm of the same sizes (`gemm_sizes`: a dense
+convolution's batch x output positions, output features, taps x input features; a dot's M, N,
+K per batch element), on the same threads with cold caches (64 MiB written before each call,
+as in a model whose weights do not stay in cache), the best of `--repeat` calls: under 100 the
+step loses to the library on its shape (packing, epilogue, the thread split), while a step
+near 100 that is still far below the peak is at the shape's own limit (a short K, few rows,
+weights read from memory). Grouped convolutions have no such GEMM ("-"). `--no-sgemm` skips it.
 """
 from __future__ import annotations
 
@@ -88,6 +96,54 @@ def describe(inst) -> tuple[str, str]:
     return cls, f"{win}{stride} {cin}->{cout} rows {rows}" + (f" g{groups}" if groups > 1 else "")
 
 
+def gemm_sizes(inst) -> tuple[int, int, int, int] | None:
+    """(batch, M, N, K) of the GEMM computing dot or dense convolution `inst` (a convolution:
+    one batch of M = batch x output positions, N = output features, K = taps x input
+    features); None for grouped convolutions."""
+    out = tuple(inst.shape.dims)
+    if inst.opcode == "dot":
+        lhs, rhs = inst.operands[0].shape.dims, inst.operands[1].shape.dims
+        batch = math.prod(lhs[d] for d in inst.attrs.get("lhs_batch_dims") or ())
+        k = math.prod(lhs[d] for d in inst.attrs.get("lhs_contracting_dims") or ())
+        n = math.prod(rhs[d] for d in range(len(rhs))
+                      if d not in (inst.attrs.get("rhs_batch_dims") or ())
+                      and d not in (inst.attrs.get("rhs_contracting_dims") or ()))
+        return batch, math.prod(out) // max(batch * n, 1), n, k
+    from hlofuse.codegen.kernels.cpu_conv import dimension_numbers
+
+    if int(inst.attrs.get("feature_group_count", 1)) * int(inst.attrs.get("batch_group_count", 1)) > 1:
+        return None
+    dn = dimension_numbers(inst)
+    rhs = inst.operands[1].shape.dims
+    k = rhs[dn.kernel_input_feature] * math.prod(rhs[d] for d in dn.kernel_spatial)
+    return 1, out[dn.output_batch] * math.prod(out[d] for d in dn.output_spatial), out[dn.output_feature], k
+
+
+def cold_sgemm_seconds(sizes: tuple[int, int, int, int], threads: int, repeat: int) -> float | None:
+    """Seconds of oneDNN's sgemm on `sizes` (batch x one M x N x K call) on `threads` threads,
+    the best of `repeat` calls each after 64 MiB were written (caches cold); None without
+    libdnnl."""
+    import time
+
+    import numpy as np
+    from conv_classes import Sgemm
+
+    from hlofuse.runtime.gemm_provider import onednn_library
+
+    if onednn_library() is None:
+        return None
+    batch, m, n, k = sizes
+    call = Sgemm(m, n, k, threads)
+    evict = np.zeros(16 << 20, np.float32)
+    best = math.inf
+    for _ in range(repeat):
+        evict += 1.0
+        t0 = time.perf_counter()
+        call()
+        best = min(best, time.perf_counter() - t0)
+    return best * batch
+
+
 def contraction_of(ns):
     """The dot or convolution instruction a native step computes, or None."""
     inst = ns.step.inst
@@ -150,6 +206,7 @@ def main(argv=None) -> int:
     ap.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)))
     ap.add_argument("--repeat", type=int, default=15)
     ap.add_argument("--top", type=int, default=40, help="contraction steps listed (slowest first)")
+    ap.add_argument("--no-sgemm", action="store_true", help="skip the same-shape sgemm column (sg%%)")
     opts = ap.parse_args(argv)
 
     import hlofuse
@@ -169,6 +226,7 @@ def main(argv=None) -> int:
           f"{p0 or 0:.1f} before, {p1 or 0:.1f} after the profile GFLOP/s", flush=True)
 
     rows, others = [], []
+    sgemm: dict[tuple, float | None] = {}  # (batch, M, N, K): cold sgemm seconds
     for ns in steps:
         if ns.id not in best:
             continue
@@ -179,33 +237,42 @@ def main(argv=None) -> int:
             continue
         cls, shape = describe(inst)
         t = best[ns.id] / calls[ns.id]
+        sizes = None if opts.no_sgemm else gemm_sizes(inst)
+        if sizes is not None and sizes not in sgemm:
+            sgemm[sizes] = cold_sgemm_seconds(sizes, opts.threads, opts.repeat)
         rows.append((t * calls[ns.id], ns.step.inst.name, step_kind(ns), cls, shape, t, flops / t / 1e9,
-                     flops * calls[ns.id], work_units(ns)))
+                     flops * calls[ns.id], work_units(ns), sgemm.get(sizes)))
     total = sum(r[0] for r in rows)
     print(f"{opts.name}: {wall * 1e3:.2f} ms per run (least of {opts.repeat}); contraction steps "
           f"{total * 1e3:.2f} ms ({total / wall * 100:.0f}%), "
           f"{sum(r[7] for r in rows) / max(total, 1e-12) / 1e9:.1f} GFLOP/s"
           + (f" = {sum(r[7] for r in rows) / max(total, 1e-12) / 1e9 / top * 100:.0f}% of peak" if top else ""))
     head = (f"{'instruction':28s} {'path':18s} {'shape':38s} {'units':>5s} {'us':>9s} {'GF/s':>7s} {'%pk':>5s} "
-            f"{'share':>6s}")
+            f"{'share':>6s} {'sg%':>5s}")
     print(head)
     for r in sorted(rows, key=lambda r: -r[0])[:opts.top]:
         pct = f"{r[6] / top * 100:5.0f}" if top else f"{'-':>5s}"
+        sg = f"{r[9] / r[5] * 100:5.0f}" if r[9] else f"{'-':>5s}"
         print(f"{r[1][:28]:28s} {r[2][:18]:18s} {r[4][:38]:38s} {r[8]:>5s} {r[5] * 1e6:9.1f} {r[6]:7.1f} {pct} "
-              f"{r[0] / max(total, 1e-12) * 100:5.1f}%")
-    groups: dict[tuple[str, str], list[float]] = defaultdict(lambda: [0.0, 0.0, 0])
+              f"{r[0] / max(total, 1e-12) * 100:5.1f}% {sg}")
+    groups: dict[tuple[str, str], list[float]] = defaultdict(lambda: [0.0, 0.0, 0, 0.0, 0.0])
     for r in rows:
         g = groups[(r[3], r[2])]
         g[0] += r[0]
         g[1] += r[7]
         g[2] += 1
-    print(f"\n{'class':16s} {'path':18s} {'steps':>5s} {'ms':>8s} {'GF/s':>7s} {'%pk':>5s} {'share':>6s} {'ms over peak':>12s}")
-    for (cls, path), (t, f, n) in sorted(groups.items(), key=lambda kv: -kv[1][0]):
+        if r[9]:  # the steps with a same-shape sgemm: their time and the sgemm's
+            g[3] += r[0]
+            g[4] += r[9] * r[0] / r[5]
+    print(f"\n{'class':16s} {'path':18s} {'steps':>5s} {'ms':>8s} {'GF/s':>7s} {'%pk':>5s} {'share':>6s} "
+          f"{'ms over peak':>12s} {'sg%':>5s}")
+    for (cls, path), (t, f, n, t_sg, sg) in sorted(groups.items(), key=lambda kv: -kv[1][0]):
         rate = f / t / 1e9
         over = (t - f / (top * 1e9)) * 1e3 if top else 0.0
         pct = f"{rate / top * 100:5.0f}" if top else f"{'-':>5s}"
+        sg_pct = f"{sg / t_sg * 100:5.0f}" if t_sg else f"{'-':>5s}"
         print(f"{cls:16s} {path[:18]:18s} {n:5d} {t * 1e3:8.2f} {rate:7.1f} {pct} "
-              f"{t / max(total, 1e-12) * 100:5.1f}% {over:12.2f}")
+              f"{t / max(total, 1e-12) * 100:5.1f}% {over:12.2f} {sg_pct}")
     single = sum(r[0] for r in rows if r[8] == "1")
     print(f"steps of one work unit (one thread on any thread count): {single * 1e3:.2f} ms, "
           f"{single / max(total, 1e-12) * 100:.0f}% of the contraction time")

@@ -44,6 +44,16 @@ def test_describe_names_each_class_and_its_sizes():
     assert cp.describe(insts["qk"]) == ("dot", "24 x 32x32x8")
 
 
+def test_gemm_sizes_are_the_convolutions_and_dots_matrix_products():
+    # c3: 50 rows x 32 features x (9 taps x 16 inputs); c1: 162 x 8 x 16; the batched dot per
+    # batch element: 24 x (32 x 32 x 8); grouped convolutions have no single GEMM
+    insts = {i.name: i for i in hlofuse.parse_hlo(CONVS).entry.instructions}
+    assert cp.gemm_sizes(insts["c3"]) == (1, 50, 32, 144)
+    assert cp.gemm_sizes(insts["c1"]) == (1, 162, 8, 16)
+    assert cp.gemm_sizes(insts["qk"]) == (24, 32, 32, 8)
+    assert cp.gemm_sizes(insts["dw"]) is None and cp.gemm_sizes(insts["g4"]) is None
+
+
 def test_profile_minimum_is_per_step_and_per_call(dot_tanh):
     # a dot and its tanh: every kernel step gets a time, none more than the least whole run,
     # and exactly one step is the dot's, whose shape contraction_of and describe report
