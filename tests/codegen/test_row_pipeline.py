@@ -4,7 +4,7 @@ bit for bit those of the kernel that folds each row's maximum at its start (the 
 PIPELINE_FIRST_LEVEL off) and the interpreter's: rows with NaN, -inf and +inf, a single row,
 rows split over two threads (each thread's last row has no next row of its own), f64, causally
 masked rows, and the loop that folds ahead being the division loop (softmax)
-or the exp loop (log-softmax, whose output rows stream)."""
+or the exp loop (where the output rows stream)."""
 from __future__ import annotations
 
 import numpy as np
@@ -115,11 +115,13 @@ def test_rows_split_over_two_threads(monkeypatch, pattern, rows):
     assert exe.program.driver is None or exe.program.driver.threads == 2
 
 
-def test_log_softmax_rows_streamed_from_memory(monkeypatch):
-    """Log-softmax's output rows stream where its data exceed L3: the exp loop folds ahead."""
+@pytest.mark.parametrize("pattern", ["softmax", "log_softmax"])
+def test_rows_streamed_from_memory(monkeypatch, pattern):
+    """The output rows stream where the data exceed L3 (softmax's exp kept in a row buffer):
+    the exp loop folds ahead."""
     monkeypatch.setattr(cpu_row, "l3_cache_bytes", lambda: 64 << 10)
     dims = (65, 1024)
-    text = module("log_softmax", dims)
+    text = module(pattern, dims)
     assert "!nontemporal" in _compile(text).program.llvm_ir()
     _check_against_unpipelined(monkeypatch, text, _special_rows(_input(dims, "f32", seed=3)))
 

@@ -139,10 +139,35 @@ def test_rows_stream_with_the_plain_loops_values(monkeypatch, from_memory, patte
 @x86_only
 @pytest.mark.parametrize("pattern, n, why", [
     ("layer_norm", 1000, "rows of 1000 f32 are not whole 64-byte vectors"),
-    ("softmax", 1024, "the output row holds exp(x - max), read back by the division loop"),
+    ("softmax", 1000, "rows of 1000 f32 are not whole 64-byte vectors"),
 ])
 def test_rows_that_do_not_stream(from_memory, pattern, n, why):
     assert not _streaming(_compile(module(pattern, (64, n)))), why
+
+
+@x86_only
+@pytest.mark.parametrize("rows", [64, 17])
+def test_softmax_streams_with_its_exp_in_a_row_buffer(monkeypatch, from_memory, rows):
+    """Softmax's exp(x - max), summed and then divided, goes to a row buffer on the stack
+    (cpu_row.buffers_kept_values), not to the output row, which then streams: bit for bit the
+    values of the kernel that keeps it in the output row, and the interpreter's. A buffer over
+    KEPT_BUFFER_BYTES keeps the output row."""
+    text = module("softmax", (rows, 1024))
+    x = _input((rows, 1024), "f32", seed=rows)
+    x[1, 5], x[2] = np.nan, -np.inf
+    exe = _compile(text)
+    assert _streaming(exe)
+    got = exe(x)
+    monkeypatch.setattr(cpu_row, "BUFFER_KEPT_VALUES", False)
+    plain = _compile(text)
+    assert not _streaming(plain)
+    assert np.asarray(got[0]).tobytes() == np.asarray(plain(x)[0]).tobytes()
+    want = hlofuse.compile(hlofuse.parse_hlo(text), target="interpreter", fusion=False)(x)
+    for r in compare_outputs(list(got), list(want)):
+        assert r.ok, r
+    monkeypatch.setattr(cpu_row, "BUFFER_KEPT_VALUES", True)
+    monkeypatch.setattr(cpu_row, "KEPT_BUFFER_BYTES", 4 * 1024 - 1)
+    assert not _streaming(_compile(text))
 
 
 @x86_only

@@ -12,7 +12,9 @@ one loop writing the outputs. The row is read from memory once and from L1/L2 by
 loops: XLA's GPU "reduction epilogue" idea on the CPU. While the later loops of a row run, the
 kernel prefetches the next row into L2 (`prefetches_next_row`: where those loops are cheap, as
 in layer norm, the memory would otherwise idle while they run), and an output row the last loop
-writes whole goes out with streaming stores, not read for ownership first (`streams_outputs`).
+writes whole goes out with streaming stores, not read for ownership first (`streams_outputs`;
+softmax's exp(x - max), summed and then divided, waits in a row buffer on the stack meanwhile,
+`buffers_kept_values`, where it would otherwise be stored in the output row and read back).
 A first level of max/min reduces (softmax's row max) is folded a row ahead, inside a later loop
 of the row before (`pipelines_first_level`): its chain of latency then overlaps the exp work.
 
@@ -386,6 +388,29 @@ def streams_outputs(skel, layout: RowLayout, streams: list, rereads: bool) -> bo
     return streamable(skel.target, types, layout.row_elements) and _from_memory(layout, streams)
 
 
+# Whether a value the output loop reads back (softmax's exp(x - max)) goes to a row buffer on
+# the stack instead of its output row, so that the output rows can stream (`buffers_kept_values`).
+BUFFER_KEPT_VALUES = True
+# The most bytes of such row buffers a kernel keeps on its stack (a thread's stack holds them).
+KEPT_BUFFER_BYTES = 32 << 10
+
+
+def buffers_kept_values(skel, layout: RowLayout, kept: dict) -> bool:
+    """Whether the values kept between the last reduction loop and the output loop
+    (`reused_values`) go to row buffers on the stack: where that lets the output rows stream
+    (`streams_outputs`, which a kept value in the output row, read back, rules out) and the
+    buffers take at most KEPT_BUFFER_BYTES. Softmax then moves 48 MB for f32[3072,2048], not
+    72 (the output row read for ownership, written, read back and written again): one thread,
+    CPU time, four runs at load 8: 1.83-1.94 -> 1.65-1.80 ms, the same bits. (Measured slower
+    when the row max still held up the exp loop: docs/emitters.md.)"""
+    if not kept or not BUFFER_KEPT_VALUES:
+        return False
+    leaves = output_leaves(skel.comp)
+    if sum(layout.row_elements * leaves[k].shape.dtype.byte_size for k in kept) > KEPT_BUFFER_BYTES:
+        return False
+    return streams_outputs(skel, layout, row_streams(skel, layout), False)
+
+
 def emit_row_kernel(skel, kernel) -> None:
     """Fill CPU kernel skeleton `skel` with the row kernel of plan `kernel` (its units are rows)."""
     comp = kernel.comp
@@ -413,10 +438,26 @@ def emit_row_kernel(skel, kernel) -> None:
 
         em.override(r, gen)
         em_out.override(r, gen)
-    stored = [(value, leaves[k], skel.output_ptr(k)) for k, value in reused_values(comp, layout).items()]
+    kept_values = reused_values(comp, layout)
+    n = layout.row_elements
+    buffered = buffers_kept_values(skel, layout, kept_values)
+    # The offset of the current row's element 0 in the arrays (set per row): a kept value's
+    # element is at the same offset in its output, or at j in its row buffer.
+    row_at = {}
+    stored = []
+    for k, value in kept_values.items():
+        ptr = skel.output_ptr(k)
+        if buffered:
+            with b.goto_entry_block():
+                ptr = b.alloca(ptr.type.pointee, size=const_i64(n), name="kept.row")
+        stored.append((value, leaves[k], ptr))
+
+    def kept_at(index: Index) -> ir.Value:
+        return b.sub(index.linear, row_at["base"], flags=["nuw", "nsw"]) if buffered else index.linear
+
     for value, leaf, ptr in stored:
         def read_back(idx: Index, ptr=ptr, leaf=leaf):
-            return load_element(b, b.gep(ptr, [idx.linear], inbounds=True), leaf.shape.dtype)
+            return load_element(b, b.gep(ptr, [kept_at(idx)], inbounds=True), leaf.shape.dtype)
 
         em_out.override(value, read_back)
     by_inst = {r: ReduceHero(em, r) for r in reduces}
@@ -433,17 +474,19 @@ def emit_row_kernel(skel, kernel) -> None:
     row_gens = [(em_out.gen(leaves[k].inst), leaves[k], skel.output_ptr(k)) for k in layout.row_outputs]
     per_row_gens = [(em.gen(leaves[k].inst), leaves[k], skel.output_ptr(k)) for k in layout.per_row_outputs]
     in_dims, kept = layout.in_dims, layout.kept
-    row_dims, n = in_dims[kept:], layout.row_elements
+    row_dims = in_dims[kept:]
     # The second loop of a row (the first that finds the row in cache) prefetches the next.
     streams = row_streams(skel, layout)
     prefetch = prefetches_next_row(comp, layout, streams)
-    streaming = streams_outputs(skel, layout, streams, bool(stored))
+    streaming = streams_outputs(skel, layout, streams, bool(stored) and not buffered)
     if streaming:  # a streamed row is written without being read: not prefetched for writing either
         streams = [s for s in streams if not s[2]]
     # The loop that folds the next row's first level: the output loop, unless it streams (or
     # there is none), else the last level's. Softmax's last level is its exp loop, which also
-    # stores exp(x - max) in the output row: the next row's loads from memory there made it
-    # slower (f32[3072,2048] 1.97 -> 2.40 ms, one thread), in the division loop faster (1.76).
+    # stores exp(x - max) in the output row where that row does not stream: the next row's
+    # loads from memory there made it slower (f32[3072,2048] 1.97 -> 2.40 ms, one thread), in
+    # the division loop faster (1.76). With a row buffer for exp(x - max) and streamed output
+    # rows (`buffers_kept_values`) it is the exp loop again: 2.04 -> 1.93, 1.97 -> 1.63 ms.
     # There the next row's loads come before the stores of the same iteration: after them, one
     # process in two ran at 2.73-2.87 ms (bandwidth_share.py, five runs each way, load 8-10;
     # the offset of the output row from the input row within a 4 KB page decided it, as 4K
@@ -465,6 +508,7 @@ def emit_row_kernel(skel, kernel) -> None:
         ahead.first_row(n, skel.begin, skel.end, indexer)
     with for_range(b, skel.begin, skel.end, "row") as r:
         base, index_at = indexer(r)
+        row_at["base"] = base
         if ahead:
             ahead.row(r, skel.end, indexer)
         for level, lvl in enumerate(layout.levels):
@@ -490,7 +534,7 @@ def emit_row_kernel(skel, kernel) -> None:
                     ahead.fold(j)
                 if last:
                     for value, leaf, ptr in stored:
-                        store_element(b, em.gen(value)(index), b.gep(ptr, [index.linear], inbounds=True),
+                        store_element(b, em.gen(value)(index), b.gep(ptr, [kept_at(index)], inbounds=True),
                                       leaf.shape.dtype)
                 for h in hs:
                     if h.inst in fast:

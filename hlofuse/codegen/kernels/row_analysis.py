@@ -187,8 +187,9 @@ def reused_values(comp: HloComputation, layout: RowLayout) -> dict[int, HloInstr
     """Values the last reduction loop computes that the output loop would compute again
     (softmax's exp(x - max), summed and then divided; codegen/row_fusion.py merges the copies
     XLA's fusions made of it, so it is one instruction here): per row output leaf k, the
-    instruction whose value the reduction loop stores in output k's row and the output loop
-    reads back, instead of evaluating it twice. The value has the rows' dimensions and output
+    instruction whose value the reduction loop stores in output k's row (or a row buffer,
+    cpu_row.buffers_kept_values) and the output loop reads back, instead of evaluating it
+    twice. The value has the rows' dimensions and output
     k's type (so the buffer holds it exactly), lies in the cones of a last-level reduce's input
     and of the output, does not depend on that level's reduces, and has in its cone an
     elementwise op of the rows' dimensions that XLA calls expensive (exp, log, tanh ...: a
