@@ -113,7 +113,9 @@ class ReleaseTools:
     on an empty module (the median of 5), subtracted from every figure."""
 
     def __init__(self, bindir: str) -> None:
+        import shutil
         import tempfile
+        import weakref
 
         import llvmlite.binding as llvm
 
@@ -122,6 +124,7 @@ class ReleaseTools:
 
         cpu, features = host_cpu()
         self.dir = tempfile.mkdtemp(prefix="llvm_rank_")
+        weakref.finalize(self, shutil.rmtree, self.dir, True)
         target = [f"-mcpu={cpu}", f"-mattr={features}"]
         self.opt = [os.path.join(bindir, "opt"), "-O3", *target]
         self.llc = [os.path.join(bindir, "llc"), f"-O{KERNEL_CODEGEN_LEVEL}", *target,
@@ -132,9 +135,8 @@ class ReleaseTools:
 
     def compile(self, ir_text: str) -> tuple[float, bytes]:
         """CPU seconds of both tools on `ir_text` (startup subtracted) and the object they make.
-        A process's costs beyond an empty module's (the code of LLVM's shared library paged in
-        as passes first run) stay in: for kernels of 5-20 ms this understates llvmlite's excess,
-        which `pass_ms` does not."""
+        The start subtracted is itself noisy (30-35 ms against kernels of 5-20 ms: the same 408
+        kernels gave x1.23 and x1.80 in two runs); `pass_ms` is the steadier comparison."""
         import resource
         import subprocess
 
