@@ -11,6 +11,8 @@ Two loop orders, chosen so the innermost loop is contiguous in memory:
     `reassoc` (XLA reassociates reductions too), so LLVM vectorizes the loop with several
     vector accumulators (8 in a rolled loop: reduction_groups.row_accumulators): results
     differ from a sequential sum by rounding only.
+    A row of exactly one vector of float adds is folded with LANES others by a transposed
+    tree instead (short_rows.py), not by a horizontal sum each.
   * column (the last input dimension is kept): a unit of work is a block of output
     columns (`ReductionGroup.block_columns`: as many as 16 vector registers of accumulators
     hold) for one value of the other kept dimensions; accumulators live in a stack block that
@@ -64,6 +66,7 @@ from .fast_extremum import FAST_ACCUMULATORS, exact_needed, fast_extremum, fold_
 from .loop_hints import ROLLED_AROUND, forbid_vectorization, interleave
 from .reduction_groups import (ReduceHero, ReductionGroup, computes_expensive_elements, in_order_target,
                                override_heroes, row_accumulators, vector_lanes, without_reassociation)
+from .short_rows import emit_tree_rows, transposes
 
 
 def emit_reduction_kernel(skel, comp: HloComputation, group: ReductionGroup, stage: str = "single",
@@ -220,6 +223,21 @@ def _emit_row(skel, em, group, heroes, extras, epilogue_ptrs, epilogue_leaves, p
     at = {}
     override_heroes(em, heroes, lambda h: [b.load(s) for s in slots[h]], lambda: at["index"])
     epilogue_gens = [em.gen(leaf.inst) for leaf in epilogue_leaves]
+
+    def write_epilogue(u: ir.Value, out_index: Index) -> None:
+        for g, leaf, ptr in zip(epilogue_gens, epilogue_leaves, epilogue_ptrs):
+            store_element(b, leaf.select(g(out_index)), b.gep(ptr, [u], inbounds=True), leaf.shape.dtype)
+
+    if not arg_rows and not fast and transposes(em.target, group, heroes, extras, scratch is not None):
+        def finish(u: ir.Value, values: dict) -> None:
+            for h in heroes:
+                for s, v in zip(slots[h], values[h]):
+                    b.store(v, s)
+            out_index = at["index"] = Index(b, group.out_dims, linear=u)
+            write_epilogue(u, out_index)
+
+        emit_tree_rows(b, em, group, heroes, skel.begin, skel.end, finish)
+        return
     with for_range(b, skel.begin, skel.end, "out") as unit:
         outer = None
         u = unit
@@ -269,8 +287,7 @@ def _emit_row(skel, em, group, heroes, extras, epilogue_ptrs, epilogue_leaves, p
             values = [(s, et) for h in heroes for s, et in zip(slots[h], h.types)]
             for (s, et), ptr in zip(values, scratch):
                 store_element(b, b.load(s), b.gep(ptr, [unit], inbounds=True), et)
-        for g, leaf, ptr in zip(epilogue_gens, epilogue_leaves, epilogue_ptrs):
-            store_element(b, leaf.select(g(out_index)), b.gep(ptr, [u], inbounds=True), leaf.shape.dtype)
+        write_epilogue(u, out_index)
     # A row of at least a vector is vectorised along itself, never across outputs (loop_hints).
     if group.unit_elements // max(parts, 1) >= vector_lanes(em.target, group.heroes):
         forbid_vectorization(unit)
