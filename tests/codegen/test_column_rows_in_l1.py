@@ -66,10 +66,14 @@ def test_bits_equal_a_sequential_reference(small_l3, offset):
     np.testing.assert_array_equal(got, _sequential_column_sums(x, parts))
 
 
-@pytest.mark.parametrize("dims,values", [((2048, 1024), 2), ((1000, 1024), 1), ((3, 700, 2048), 1)])
-def test_bits_equal_the_register_blocks(small_l3, monkeypatch, dims, values):
-    x = np.random.default_rng(sum(dims)).standard_normal(dims).astype(np.float32)
-    text = _column_module(dims, values)
+@pytest.mark.parametrize("dims,values,dtype", [((2048, 1024), 2, "f32"), ((1000, 1024), 1, "f32"),
+                                              ((3, 700, 2048), 1, "f32"),
+                                              ((2000, 600), 1, "f32"),  # rows not whole vectors: no rotation
+                                              ((1000, 1000), 1, "f64")])
+def test_bits_equal_the_register_blocks(small_l3, monkeypatch, dims, values, dtype):
+    np_type = np.float64 if dtype == "f64" else np.float32
+    x = np.random.default_rng(sum(dims)).standard_normal(dims).astype(np_type)
+    text = _column_module(dims, values, dtype)
     in_l1 = hlofuse.compile(hlofuse.parse_hlo(text), "cpu", cache=False)
     assert any(k.group is not None and k.group.in_l1 for k in in_l1.program._planner.kernels)
     monkeypatch.setattr(reduction_groups, "L1_BLOCK_BYTES", 0)
