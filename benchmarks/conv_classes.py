@@ -19,7 +19,8 @@ times every path once (reps calls, rotated order); printed are the least (the un
 speed on this shared machine) and the median per call, GFLOP/s from the least, and our
 GFLOP/s as a share of the shape's sgemm and of the peak. `--cold` flushes the caches before
 each call (64 MiB written, untimed), so that weights and inputs come from memory as in a model,
-whose 100 MB of weights do not stay in the 32 MiB L3. The load average is printed before and
+whose 100 MB of weights do not stay in the 32 MiB L3. `--rows-first` adds "rows", our path with
+row tiles where `cpu_conv_gemm.columns_first` cuts column panels. The load average is printed before and
 after.
 """
 from __future__ import annotations
@@ -136,6 +137,8 @@ def main(argv=None) -> int:
     ap.add_argument("--size", type=int, default=128, help="image size (the model zoo's 128; ImageNet's 224)")
     ap.add_argument("--classes", default=",".join(CLASSES))
     ap.add_argument("--no-epilogue", action="store_true")
+    ap.add_argument("--rows-first", action="store_true",
+                    help="also time our path with row tiles where columns_first cuts column panels")
     ap.add_argument("--cold", action="store_true",
                     help="write 64 MiB between calls (twice the L3): operands come from memory, as in a model")
     ap.add_argument("--cpu-time", action="store_true",
@@ -156,7 +159,7 @@ def main(argv=None) -> int:
           f"{'no epilogue' if opts.no_epilogue else 'epilogue scale+shift+relu'}", flush=True)
     print(f"{'class':21s} {'M':>6s} {'N':>5s} {'K':>5s} {'path':10s} {'ours us':>8s} {'dnnl us':>8s} "
           f"{'sgemm us':>8s} {'ours GF':>7s} {'dnnl GF':>7s} {'sgemm GF':>8s} {'peak GF':>7s} "
-          f"{'o/sg':>5s} {'o/pk':>5s} {'bare us':>7s} {'med o/d/s us':>20s}")
+          f"{'o/sg':>5s} {'o/pk':>5s} {'bare us':>7s} {'rows us':>7s} {'med o/d/s us':>20s}")
     peak = Sgemm(1024, 1024, 1024, opts.threads)
     evict = np.zeros(16 << 20, np.float32)
     for name in opts.classes.split(","):
@@ -175,6 +178,13 @@ def main(argv=None) -> int:
             bare = hlofuse.compile(hlofuse.parse_hlo(module_text(opts.batch, opts.size, *CLASSES[name], epilogue=False)[0]),
                                    cache=False)
             calls["bare"] = lambda e=bare: e(*args[:2])
+        if opts.rows_first:  # our path with row tiles where columns_first cuts column panels
+            try:
+                cpu_conv_gemm.COLUMNS_FIRST = False
+                rows_exe = hlofuse.compile(hlofuse.parse_hlo(text), cache=False)
+            finally:
+                cpu_conv_gemm.COLUMNS_FIRST = True
+            calls["rows"] = lambda e=rows_exe: e(*args)
         calls["sgemm"] = Sgemm(m, n, k, opts.threads)
         calls["peak"] = peak
         flops = {p: 2.0 * m * n * k for p in calls}
@@ -206,7 +216,7 @@ def main(argv=None) -> int:
         print(f"{name:21s} {m:6d} {n:5d} {k:5d} {path:10s} {least['ours'] * 1e6:8.1f} "
               f"{least.get('dnnl', float('nan')) * 1e6:8.1f} {least['sgemm'] * 1e6:8.1f} {gf['ours']:7.1f} "
               f"{d:7.1f} {gf['sgemm']:8.1f} {gf['peak']:7.1f} {gf['ours'] / gf['sgemm']:5.2f} "
-              f"{gf['ours'] / gf['peak']:5.2f} {least.get('bare', float('nan')) * 1e6:7.1f} {med['ours'] * 1e6:6.0f}/{med.get('dnnl', float('nan')) * 1e6:6.0f}"
+              f"{gf['ours'] / gf['peak']:5.2f} {least.get('bare', float('nan')) * 1e6:7.1f} {least.get('rows', float('nan')) * 1e6:7.1f} {med['ours'] * 1e6:6.0f}/{med.get('dnnl', float('nan')) * 1e6:6.0f}"
               f"/{med['sgemm'] * 1e6:6.0f}", flush=True)
     print(f"load {os.getloadavg()}")
     return 0

@@ -256,9 +256,8 @@ def conv_gemm(conv: HloInstruction, out_type: ElementType | None = None) -> Conv
         if tile < MIN_TILE_ROWS:
             return None
     rows = geo.batch * positions if span else positions
-    whole = -(-rows // 8) * 8  # all rows in one tile
-    if (row_units := 1 if span else geo.batch) == 1 and columns_first(rows, tile, geo.features, k, et):
-        tile = whole
+    if (span or geo.batch == 1) and columns_first(rows, tile, geo.features, k, et):
+        tile, row_units = -(-rows // 8) * 8, 1  # all rows in one tile, cut into column panels
     else:
         tile = split_tile(rows, tile)
         row_units = -(-rows // tile) * (1 if span else geo.batch)
@@ -268,7 +267,7 @@ def conv_gemm(conv: HloInstruction, out_type: ElementType | None = None) -> Conv
 
 # Whether a convolution that one tile holds and with more output features than rows is cut
 # into column panels instead of row tiles (`columns_first`); False restores the row tiles
-# (for A/B measurements: benchmarks/conv_classes.py).
+# (the A/B of benchmarks/conv_classes.py --rows-first).
 COLUMNS_FIRST = True
 
 
@@ -281,7 +280,7 @@ def columns_first(rows: int, most: int, features: int, k: int, dtype: str) -> bo
     patch tile, which is the smaller of the two exactly when features > rows. keras ResNet-50's
     conv4_x 1x1 convolutions to 1024 features over 256 rows (4 images of 8x8) are this class,
     its 512 -> 1024 stride-2 one packing 2 MB of weights in each row tile's call
-    (docs/convolutions.md, "ResNet-50's classes against the peak")."""
+    (docs/convolutions.md, "Column panels before row tiles")."""
     return (COLUMNS_FIRST and rows <= most and features > rows
             and panel_cols(1, rows, features, k, dtype) < features)
 
