@@ -89,8 +89,8 @@ class ReductionGroup:
         256 / 128) 0.26 / 0.11 / 0.12 ms; one sum of f32[4096,4096] (512 / 256) 1.84 / 2.16 ms,
         of f32[2048,1024] 0.15 / 0.19 ms (but f32[12288,1024] 1.42 / 1.23 ms).
 
-        An input from memory (larger than L3) whose row of accumulators fits L1_BLOCK_BYTES is
-        one block of all its columns instead (`in_l1`): a unit streams its rows whole, one
+        An input from memory (larger than L3) folded into one value per column, whose row of
+        accumulators fits L1_BLOCK_BYTES, is one block of all its columns instead (`in_l1`): a unit streams its rows whole, one
         contiguous run, and folds each into a row of partial sums that stays in L1. A block of
         registers reads a part of every row, a strided walk the hardware prefetcher serves
         worse. One thread, CPU time, interleaved medians, a 64 MB copy between calls, load
@@ -98,12 +98,16 @@ class ReductionGroup:
         1.60-1.65 / 1.44-1.51 (a C loop of the same shape 1.33-1.39), [6144,2048] 1.64 / 1.55,
         [3072,4096] (16 KiB of accumulators) 1.69 / 1.71, [1536,8192] in blocks of 4096 columns
         in L1 1.76 / 2.60. In cache the registers win: [2048,1024] 0.099 / 0.114 ms, [256,1024]
-        0.016 / 0.028 (warm inputs)."""
+        0.016 / 0.028 (warm inputs). So do folds of several values (batch-norm statistics: a
+        sum and a sum of squares, two accumulators loaded and stored per vector in L1), load 7:
+        f32[48,32,32,256] 1.28 / 1.72 ms, [24,32,32,512] 1.32 / 1.59, [48,16,16,1024] 1.51 /
+        1.61, [12288,1024] 1.64-1.85 / 1.62-1.73 (mixed)."""
         registers = self.register_block
         last = self.in_dims[-1] if self.in_dims else 1
         if last <= registers or not L1_BLOCK_BYTES:
             return registers
-        if last * self._column_bytes > L1_BLOCK_BYTES or self._input_bytes <= l3_cache_bytes():
+        several = sum(len(h.operands) // 2 for h in self.heroes) > 1
+        if several or last * self._column_bytes > L1_BLOCK_BYTES or self._input_bytes <= l3_cache_bytes():
             return registers
         return last
 
