@@ -19,7 +19,7 @@ regimes:
   loop's, with no memory in the way.
 
 `--baseline` compiles every kernel a second time (no cache) with those hlofuse module
-attributes set (`hlofuse.codegen.kernels.cpu_row.PIPELINE_FIRST_LEVEL=False`) and times it as
+attributes set (`hlofuse.codegen.kernels.row_ahead.PIPELINE_FIRST_LEVEL=False`) and times it as
 `NAME@base` in the same rounds: an A/B in one process (as bandwidth_share.py's).
 """
 from __future__ import annotations

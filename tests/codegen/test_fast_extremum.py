@@ -155,7 +155,11 @@ def test_the_fast_fold_is_compiled_where_it_applies(monkeypatch):
     assert "llvm.maxnum.v" in _ir(row_reduce("maximum", "f32", 64, 2048), True, monkeypatch)
     assert "llvm.minnum.v" in _ir(row_kernel("minimum", "f32", 64, 2048), True, monkeypatch)
     assert "llvm.maxnum" not in _ir(row_reduce("maximum", "f32", 64, 2048), False, monkeypatch)
-    # Not where a loop computes an expensive op per element (cpu_row.fast_folds): softmax.
+    # Not where a loop computes an expensive op per element (cpu_row.fast_folds): softmax, its
+    # max folded at the start of each row. (Folded a row ahead, row_ahead.FAST_FOLD_AHEAD, it is.)
+    from hlofuse.codegen.kernels import row_ahead
+
+    monkeypatch.setattr(row_ahead, "PIPELINE_FIRST_LEVEL", False)
     softmax = (f"HloModule s\n{REDUCER.format(name='mx', t='f32', op='maximum')}"
                "add {\n  a = f32[] parameter(0)\n  b = f32[] parameter(1)\n  ROOT s = f32[] add(a, b)\n}\n"
                "ENTRY e {\n  x = f32[64,2048] parameter(0)\n  ninf = f32[] constant(-inf)\n"
@@ -165,6 +169,8 @@ def test_the_fast_fold_is_compiled_where_it_applies(monkeypatch):
                "  s = f32[64] reduce(ex, z), dimensions={1}, to_apply=add\n"
                "  sb = f32[64,2048] broadcast(s), dimensions={0}\n  ROOT o = f32[64,2048] divide(ex, sb)\n}\n")
     assert "llvm.maxnum" not in _ir(softmax, True, monkeypatch)
+    monkeypatch.setattr(row_ahead, "PIPELINE_FIRST_LEVEL", True)
+    assert "llvm.maxnum.v" in _ir(softmax, True, monkeypatch)
 
 
 def test_reducers_recognised():

@@ -1,5 +1,5 @@
 """Row kernels that fold their first level of max/min reduces one row ahead
-(kernels/cpu_row.py `pipelines_first_level`): which kernels do, and that their results are
+(kernels/row_ahead.py `pipelines_first_level`): which kernels do, and that their results are
 bit for bit those of the kernel that folds each row's maximum at its start (the switch
 PIPELINE_FIRST_LEVEL off) and the interpreter's: rows with NaN, -inf and +inf, a single row,
 rows split over two threads (each thread's last row has no next row of its own), f64, causally
@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import hlofuse
-from hlofuse.codegen.kernels import cpu_row
+from hlofuse.codegen.kernels import cpu_row, row_ahead
 from hlofuse.codegen.kernels.row_analysis import row_layout
 from hlofuse.runtime.compare import compare_outputs
 from test_row_kernels import _input, _row_kernels, module
@@ -51,7 +51,8 @@ def _compile(text: str):
 
 
 def _special_rows(x: np.ndarray) -> np.ndarray:
-    """`x` with a NaN in row 1, row 2 all -inf and a +inf in row 3 (where there are such rows)."""
+    """`x` with a NaN in row 1, row 2 all -inf, a +inf in row 3, row 4 at most -0.0 and row 5
+    at most +0.0 (a zero maximum: the fast fold's exact case), where there are such rows."""
     x = x.copy()
     if x.shape[0] > 1:
         x[1, x.shape[1] // 2] = np.nan
@@ -59,6 +60,10 @@ def _special_rows(x: np.ndarray) -> np.ndarray:
         x[2] = -np.inf
     if x.shape[0] > 3:
         x[3, 0] = np.inf
+    for row, zero in ((4, -0.0), (5, 0.0)):
+        if x.shape[0] > row:
+            x[row] = -np.abs(x[row])
+            x[row, -1] = zero
     return x
 
 
@@ -71,11 +76,11 @@ def _check_against_unpipelined(monkeypatch, text: str, x: np.ndarray, folds: boo
     """Compile `text` folding ahead (where `folds`) and not; same bits, and the interpreter's results."""
     exe = _compile(text)
     [kernel] = _row_kernels(exe)
-    assert cpu_row.pipelines_first_level(row_layout(kernel.comp)) == folds
+    assert row_ahead.pipelines_first_level(row_layout(kernel.comp)) == folds
     got = list(exe(x))
-    monkeypatch.setattr(cpu_row, "PIPELINE_FIRST_LEVEL", False)
+    monkeypatch.setattr(row_ahead, "PIPELINE_FIRST_LEVEL", False)
     plain = list(_compile(text)(x))
-    monkeypatch.setattr(cpu_row, "PIPELINE_FIRST_LEVEL", True)
+    monkeypatch.setattr(row_ahead, "PIPELINE_FIRST_LEVEL", True)
     for g, p in zip(got, plain):
         assert _same_bits(np.asarray(g), np.asarray(p))
     want = hlofuse.compile(hlofuse.parse_hlo(text), target="interpreter", fusion=False)(x)
@@ -90,13 +95,25 @@ def test_which_row_kernels_fold_ahead(pattern, folds):
     """A first level of max reduces (softmax, log-softmax) folds ahead; a first level of sums
     (their order is part of the result) does not."""
     [kernel] = _row_kernels(_compile(module(pattern, (8, 64))))
-    assert cpu_row.pipelines_first_level(row_layout(kernel.comp)) == folds
+    assert row_ahead.pipelines_first_level(row_layout(kernel.comp)) == folds
+
+
+@pytest.mark.parametrize("pattern", ["softmax", "log_softmax"])
+def test_exact_and_fast_fold_ahead_same_bits(monkeypatch, pattern):
+    """The fast max folded ahead (FAST_FOLD_AHEAD) against llvm.maximum's fold: NaN, infinite
+    and zero maxima included."""
+    dims = (9, 100)
+    text = module(pattern, dims)
+    x = _special_rows(_input(dims, "f32", seed=5))
+    got = _compile(text)(x)[0]
+    monkeypatch.setattr(row_ahead, "FAST_FOLD_AHEAD", False)
+    assert _same_bits(np.asarray(got), np.asarray(_compile(text)(x)[0]))
 
 
 def test_switch_turns_it_off(monkeypatch):
     [kernel] = _row_kernels(_compile(module("softmax", (8, 64))))
-    monkeypatch.setattr(cpu_row, "PIPELINE_FIRST_LEVEL", False)
-    assert not cpu_row.pipelines_first_level(row_layout(kernel.comp))
+    monkeypatch.setattr(row_ahead, "PIPELINE_FIRST_LEVEL", False)
+    assert not row_ahead.pipelines_first_level(row_layout(kernel.comp))
 
 
 @pytest.mark.parametrize("pattern", ["softmax", "log_softmax"])

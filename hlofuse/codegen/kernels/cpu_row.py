@@ -16,7 +16,7 @@ writes whole goes out with streaming stores, not read for ownership first (`stre
 softmax's exp(x - max), summed and then divided, waits in a row buffer on the stack meanwhile,
 `buffers_kept_values`, where it would otherwise be stored in the output row and read back).
 A first level of max/min reduces (softmax's row max) is folded a row ahead, inside a later loop
-of the row before (`pipelines_first_level`): its chain of latency then overlaps the exp work.
+of the row before (row_ahead.py): its chain of latency then overlaps the exp work.
 
 Each reduce folds its row exactly as the row reduction kernel does (cpu_reduction.py: register
 accumulators, the reducer's float ops carry `reassoc`, so LLVM vectorizes with several
@@ -40,13 +40,14 @@ from contextlib import contextmanager
 from llvmlite import ir
 
 from ...emitters.elemental import ElementalEmitter, reg_type
-from ...emitters.ir_helpers import I32, Index, const_i64, delinearize, for_range, freeze, load_element, store_element
+from ...emitters.ir_helpers import I32, Index, const_i64, delinearize, for_range, load_element, store_element
 from ...hlo.ir import HloComputation, HloInstruction
 from .args import output_leaves, param_leaf_slots
 from .cpu_streaming import fence, streamable, streaming_row_loop
 from .fast_extremum import FAST_ACCUMULATORS, exact_needed, fast_extremum, fold_fast, magnitude_bits
 from .loop_hints import forbid_vectorization, interleave
 from .reduction_groups import ReduceHero, computes_expensive_elements, row_accumulators, vector_lanes
+from .row_ahead import NextRowFold, fold_into, pipelines_first_level
 from .row_analysis import RowLayout, reused_values, row_layout
 
 __all__ = ["RowLayout", "cache_bytes", "emit_row_kernel", "l2_cache_bytes", "l3_cache_bytes", "prefetches_next_row",
@@ -98,21 +99,6 @@ def row_budget_bytes() -> int:
     return int(l2_cache_bytes() * ROW_L2_FRACTION)
 
 
-def _fold(b, em: ElementalEmitter, h: ReduceHero, accs: list, index: Index) -> list:
-    """`h.fold`, with the float inputs of a max/min reducer frozen: otherwise InstCombine turns a
-    masked row max, maximum(acc, select(m, x, -inf)) as in causal attention, into select(m,
-    maximum(acc, x), acc), a conditional reduction LLVM's loop vectorizer does not recognise for
-    llvm.maximum, and the row stays scalar. Frozen (no machine instruction), it is the plain
-    maximum reduction LLVM vectorises, NaN propagation kept (cpu_reduction.py does the same)."""
-    if not any(i.opcode in ("maximum", "minimum") and i.shape.is_array and i.shape.dtype.is_float
-               for i in h.comp.instructions):
-        return h.fold(em, accs, index)
-    values = [g(index) for g in h.inputs]
-    values = [freeze(b, v) if isinstance(v.type, (ir.FloatType, ir.DoubleType)) else v for v in values]
-    res = em.call_scalar(h.comp, list(accs) + values, reduction=True)
-    return list(res) if isinstance(res, tuple) else [res]
-
-
 def fast_folds(comp: HloComputation, layout: RowLayout) -> bool:
     """Whether the row kernel's max/min reduces fold fast (fast_extremum.py): not where a loop
     computes an expensive elementwise op per element (exp, tanh, divide: the rule of
@@ -129,97 +115,6 @@ def fast_folds(comp: HloComputation, layout: RowLayout) -> bool:
     scattered by the scheduler across the 16 vectors of the fast one (untested). Without an
     expensive op the fast max is faster from memory too: x - max(x) rows, 0.16 -> 0.14."""
     return not computes_expensive_elements(comp, layout.in_dims)
-
-
-# Whether a row kernel whose first level is only max/min reduces folds that level one row
-# ahead (`pipelines_first_level`); a switch for A/B measurements (benchmarks/bandwidth_share.py
-# --baseline hlofuse.codegen.kernels.cpu_row.PIPELINE_FIRST_LEVEL=False).
-PIPELINE_FIRST_LEVEL = True
-
-
-def _is_extremum(r: HloInstruction) -> bool:
-    """Whether reduce `r` folds one float value with exactly `maximum` or `minimum` of its
-    reducer's parameters: its result does not depend on the order of the fold."""
-    comp = r.attrs["to_apply"]
-    root = comp.root
-    return (len(r.operands) == 2 and r.shape.is_array and r.shape.dtype.is_float and root is not None
-            and root.opcode in ("maximum", "minimum") and len(comp.instructions) == 3
-            and len(comp.parameters) == 2 and set(root.operands) == set(comp.parameters))
-
-
-def pipelines_first_level(layout: RowLayout) -> bool:
-    """Whether the row kernel folds its first level of reduces one row ahead: row r + 1's in
-    a later loop of row r (`_NextRowFold`), instead of in a loop of its own at the start of
-    each row.
-
-    Softmax's row max (llvm.maximum, NaN propagating: a chain of five dependent instructions
-    per vector and accumulator) and the horizontal maximum after it are a chain of latency
-    that the row's exp loop, which needs their result, waits for: in cache (one thread, CPU
-    time, the marginal cost of 64 more rows of 2048 f32, load 6-7) a row kernel computing
-    exp(x - max(x)) took 0.27 ns an element where the loop kernel computing exp(x) took 0.14,
-    softmax 0.28-0.29. Folded a row ahead, the max is ready when its row starts (softmax 0.26,
-    log-softmax 0.29 -> 0.27 in cache; from memory, f32[3072,2048], 1.97 -> 1.76 and 1.90 ->
-    1.66 ms). Only for a first level of max/min reduces, whose results do not depend on the
-    order of the fold: the bits are the same; with a later level (a loop that can take it)."""
-    return PIPELINE_FIRST_LEVEL and len(layout.levels) >= 2 and all(_is_extremum(r) for r in layout.levels[0])
-
-
-class _NextRowFold:
-    """The first level of reduces folded one row ahead (`pipelines_first_level`): `slots`
-    hold the current row's values (the generators of those reduces read them), `ahead` the
-    next row's, folded by a later loop of the current row (`fold`, between `start` and
-    `advance`). The range's first row is folded before the loop over rows (`first_row`); its
-    last row folds itself again (no row of another thread is read), the result unused."""
-
-    def __init__(self, b: ir.IRBuilder, em: ElementalEmitter, heroes: list[ReduceHero], slots: dict) -> None:
-        self.b, self.em, self.heroes, self.slots = b, em, heroes, slots
-        with b.goto_entry_block():
-            self.ahead = {h.inst: [b.alloca(s.type.pointee, name="ahead") for s in slots[h.inst]] for h in heroes}
-        self.index_at = None
-
-    def _init(self, where: dict) -> None:
-        for h in self.heroes:
-            for s, v in zip(where[h.inst], h.init_values(self.b)):
-                self.b.store(v, s)
-
-    def first_row(self, n: int, begin: ir.Value, end: ir.Value, indexer) -> None:
-        """Fold row `begin` into the current values, where the range [begin, end) has a row."""
-        b = self.b
-        with b.if_then(b.icmp_signed("<", begin, end)):
-            self._init(self.slots)
-            index_at = indexer(begin)[1]
-            with _row_loop(b, n, "first") as j:
-                for h in self.heroes:
-                    _fold_into(b, self.em, h, self.slots[h.inst], index_at(j))
-
-    def row(self, row: ir.Value, end: ir.Value, indexer) -> None:
-        """At the start of row `row`: the next row (or `row` itself, the range's last) is the
-        one `fold` reads."""
-        b = self.b
-        nxt = b.add(row, const_i64(1), flags=["nuw", "nsw"])
-        self.index_at = indexer(b.select(b.icmp_signed("<", nxt, end), nxt, row))[1]
-
-    def start(self) -> None:
-        """Before the loop that folds the next row: its accumulators get their init values."""
-        self._init(self.ahead)
-
-    def fold(self, j: ir.Value) -> None:
-        """Fold element `j` of the next row (in the loop over the current row's elements)."""
-        for h in self.heroes:
-            _fold_into(self.b, self.em, h, self.ahead[h.inst], self.index_at(j))
-
-    def advance(self) -> None:
-        """At the end of the row: the next row's values become the current ones."""
-        for h in self.heroes:
-            for s, t in zip(self.slots[h.inst], self.ahead[h.inst]):
-                self.b.store(self.b.load(t), s)
-
-
-def _fold_into(b, em: ElementalEmitter, h: ReduceHero, slots: list, index: Index) -> None:
-    """The element at `index` folded (`_fold`) into the accumulators held in `slots`."""
-    accs = [b.load(s) for s in slots]
-    for s, v in zip(slots, _fold(b, em, h, accs, index)):
-        b.store(v, s)
 
 
 # x86's cache line; the prefetch loop issues one prefetch per line of the next row.
@@ -462,11 +357,11 @@ def emit_row_kernel(skel, kernel) -> None:
         em_out.override(value, read_back)
     by_inst = {r: ReduceHero(em, r) for r in reduces}
     # The first level of max/min reduces folds a row ahead where it can (`pipelines_first_level`).
-    ahead = _NextRowFold(b, em, [by_inst[r] for r in layout.levels[0]], slots) if pipelines_first_level(layout) else None
+    ahead = NextRowFold(b, em, [by_inst[r] for r in layout.levels[0]], slots) if pipelines_first_level(layout) else None
     first = set(layout.levels[0]) if ahead else set()
     # Max/min reduces fold fast, with a NaN flag each, and again exactly where that is not
     # decisive (fast_extremum.py); not in a kernel computing an expensive op per element
-    # (`fast_folds`), nor a row ahead.
+    # (`fast_folds`); those folded a row ahead, by row_ahead.NextRowFold's rule.
     fast = ({r: kind for r in reduces if r not in first and (kind := fast_extremum(by_inst[r])) is not None}
             if fast_folds(comp, layout) else {})
     with b.goto_entry_block():
@@ -543,14 +438,14 @@ def emit_row_kernel(skel, kernel) -> None:
                         b.store(acc, slots[h.inst][0])
                         b.store(seen, nan_slots[h.inst])
                         continue
-                    _fold_into(b, em, h, slots[h.inst], index)
+                    fold_into(b, em, h, slots[h.inst], index)
             for h in hs:
                 if h.inst in fast:  # the rare row with a NaN or a zero extremum: folded again exactly
                     with b.if_then(exact_needed(b, b.load(slots[h.inst][0]), b.load(nan_slots[h.inst])), likely=False):
                         for s, v in zip(slots[h.inst], h.init_values(b)):
                             b.store(v, s)
                         with _row_loop(b, n, "exact") as j:
-                            _fold_into(b, em, h, slots[h.inst], index_at(j))
+                            fold_into(b, em, h, slots[h.inst], index_at(j))
         if row_gens:
             streamed_ahead = streams if (len(layout.levels) == 1 and prefetch) else ()
             if ahead_in_output:
@@ -574,7 +469,7 @@ def emit_row_kernel(skel, kernel) -> None:
             out_index = Index(b, leaf.shape.dims, linear=r)
             store_element(b, leaf.select(g(out_index)), b.gep(ptr, [r], inbounds=True), leaf.shape.dtype)
         if ahead:
-            ahead.advance()
+            ahead.advance(n)
     # A row of at least a vector is vectorised along itself, never across rows (loop_hints).
     if n >= vector_lanes(skel.target, reduces):
         forbid_vectorization(r)
