@@ -95,7 +95,8 @@ class ReductionGroup:
         registers reads a part of every row, a strided walk the hardware prefetcher serves
         worse. One thread, CPU time, interleaved medians, a 64 MB copy between calls, load
         6.3-6.6 (blocks of registers / a whole row in L1, ms): a sum of |x| over f32[12288,1024]
-        1.60-1.65 / 1.44-1.51 (a C loop of the same shape 1.33-1.39), [6144,2048] 1.64 / 1.55,
+        1.60-1.65 / 1.44-1.51 (a C loop of the same shape 1.33-1.39), [16384,768] 2.65 / 1.49
+        and [8192,1536] 2.47 / 1.50 (a last block of 256 or 512 columns), [6144,2048] 1.64 / 1.55,
         [3072,4096] (16 KiB of accumulators) 1.69 / 1.71, [1536,8192] in blocks of 4096 columns
         in L1 1.76 / 2.60. In cache the registers win: [2048,1024] 0.099 / 0.114 ms, [256,1024]
         0.016 / 0.028 (warm inputs). So do folds of several values (batch-norm statistics: a
