@@ -108,15 +108,22 @@ class HloInstruction:
             op.users.append(self)
 
     def _drop_user_if_unused(self, op: "HloInstruction") -> None:
-        if not any(o is op for o in self.operands) and self in op.users:
-            op.users.remove(self)
+        if not any(o is op for o in self.operands):
+            _remove_user(op, self)
 
     def replace_operand(self, index: int, new: "HloInstruction") -> None:
-        """Make operand `index` be `new`, keeping users in step."""
-        old = self.operands[index]
-        self.operands[index] = new
+        """Make operand `index` be `new`, keeping users in step.
+
+        Whether this instruction is already among `new`'s users is read from our other
+        operands (the invariant `append_operand` states), not from `new`'s users: fusion
+        points every user of a parameter read by thousands at another instruction."""
+        ops = self.operands
+        old = ops[index]
+        if old is new:
+            return
+        ops[index] = new
         self._drop_user_if_unused(old)
-        if self not in new.users:
+        if not any(o is new for i, o in enumerate(ops) if i != index):
             new.users.append(self)
 
     def replace_operand_with(self, old: "HloInstruction", new: "HloInstruction") -> None:
@@ -137,8 +144,7 @@ class HloInstruction:
     def detach_operands(self) -> None:
         """Drop all operand edges (before removal)."""
         for op in self.operands:
-            if self in op.users:
-                op.users.remove(self)
+            _remove_user(op, self)  # (a repeated operand's second time finds nothing)
         self.operands = []
 
     def user_count(self) -> int:
@@ -541,6 +547,15 @@ class HloModule:
 
     def __repr__(self) -> str:
         return f"<HloModule {self.name}: {len(self.computations)} computations>"
+
+
+def _remove_user(op: HloInstruction, user: HloInstruction) -> None:
+    """Drop `user` from `op`'s users if it is there: one scan of the list (a test of
+    membership before the removal scanned it twice; a parameter may have thousands)."""
+    try:
+        op.users.remove(user)
+    except ValueError:
+        pass
 
 
 def _callees(comp: HloComputation) -> list[HloComputation]:
