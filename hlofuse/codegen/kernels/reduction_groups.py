@@ -98,8 +98,10 @@ class ReductionGroup:
         1.60-1.65 / 1.44-1.51 (a C loop of the same shape 1.33-1.39), [16384,768] 2.65 / 1.49
         and [8192,1536] 2.47 / 1.50 (a last block of 256 or 512 columns), [6144,2048] 1.64 / 1.55,
         [3072,4096] (16 KiB of accumulators) 1.69 / 1.71, [1536,8192] in blocks of 4096 columns
-        in L1 1.76 / 2.60. In cache the registers win: [2048,1024] 0.099 / 0.114 ms, [256,1024]
-        0.016 / 0.028 (warm inputs). So do folds of several values (batch-norm statistics: a
+        in L1 1.76 / 2.60. In cache (warm inputs, 1-12 MB, load 7.5) neither wins by more than
+        10%: [256,1024] 0.0168 / 0.0170 ms, [512,1024] 0.027 / 0.030, [2048,1024] 0.082 / 0.081,
+        [4096,768] 0.156 / 0.139, so the rule keeps the register blocks there. Folds of several
+        values keep them everywhere (batch-norm statistics: a
         sum and a sum of squares, two accumulators loaded and stored per vector in L1), load 7:
         f32[48,32,32,256] 1.28 / 1.72 ms, [24,32,32,512] 1.32 / 1.59, [48,16,16,1024] 1.51 /
         1.61, [12288,1024] 1.64-1.85 / 1.62-1.73 (mixed)."""
