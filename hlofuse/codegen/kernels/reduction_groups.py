@@ -101,10 +101,10 @@ class ReductionGroup:
         in L1 1.76 / 2.60. In cache (warm inputs, 1-12 MB, load 7.5) neither wins by more than
         10%: [256,1024] 0.0168 / 0.0170 ms, [512,1024] 0.027 / 0.030, [2048,1024] 0.082 / 0.081,
         [4096,768] 0.156 / 0.139, so the rule keeps the register blocks there. Folds of several
-        values keep them everywhere (batch-norm statistics: a
-        sum and a sum of squares, two accumulators loaded and stored per vector in L1), load 7:
-        f32[48,32,32,256] 1.28 / 1.72 ms, [24,32,32,512] 1.32 / 1.59, [48,16,16,1024] 1.51 /
-        1.61, [12288,1024] 1.64-1.85 / 1.62-1.73 (mixed)."""
+        values keep them everywhere (batch-norm statistics: a sum and a sum of squares, two
+        accumulators loaded and stored per vector in L1), load 7: f32[48,32,32,256] 1.28 / 1.72
+        ms, [24,32,32,512] 1.32 / 1.59, [48,16,16,1024] 1.51 / 1.61, [12288,1024] 1.64-1.85 /
+        1.62-1.73 (mixed)."""
         registers = self.register_block
         last = self.in_dims[-1] if self.in_dims else 1
         if last <= registers or not L1_BLOCK_BYTES:
