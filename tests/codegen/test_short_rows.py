@@ -115,3 +115,18 @@ def test_f64_rows_of_its_lanes():
 ])
 def test_the_row_loop_where_the_rule_does_not_apply(text):
     assert not _transposed(_compile(text))
+
+
+def test_chunks_over_threads_fold_every_row_by_the_tree(monkeypatch):
+    """Split over the threads in chunks whose bounds are not multiples of LANES (every kernel
+    given threads: region_cost.REGION_NS 1 ns), each chunk's last step folds the LANES rows
+    that end there and writes only its own: every row still equals the tree model."""
+    from hlofuse.codegen import region_cost
+
+    monkeypatch.setattr(region_cost, "REGION_NS", 1)
+    n = 100003
+    exe = _compile(_module((n, LANES32)))
+    assert _transposed(exe)
+    assert max(region_cost.region_threads(k) for k in exe.program._planner.kernels) > 1
+    x = np.random.default_rng(5).standard_normal((n, LANES32)).astype(np.float32)
+    np.testing.assert_array_equal(np.asarray(exe(x)[0]), _tree_model(np.abs(x), 0.0))
