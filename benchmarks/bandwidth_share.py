@@ -32,6 +32,9 @@ With `--baseline`, every workload is also compiled (no cache) with those module 
 hlofuse set to the values given (`hlofuse.codegen.kernels.reduction_groups.ROW_ACCUMULATORS=1`:
 the code before a mechanism, where a constant switches it off) and timed as `NAME@base` in the
 same rounds, beside a second compile as it is (`NAME`): an A/B in one process, interleaved.
+The A/B is not symmetric: with nothing changed (an attribute set to the value it has), the
+executable compiled later (`@base`) ran 2-10% faster than the first (batch_norm_train, 48 MB
+of outputs, the most; load 7-10): a difference that small needs that A/A beside it.
 
 What it showed first (one thread, CPU time, load 3.6-4.0; the bar 51-52 GB/s, triad-rows): with
 numpy's inputs / aligned inputs, scaled_add 95/96%, image_normalize 85/82%, row_sums 75/77%,
