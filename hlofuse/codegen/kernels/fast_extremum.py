@@ -77,8 +77,8 @@ def fold_fast(b: ir.IRBuilder, kind: str, acc: ir.Value, largest: ir.Value, valu
     exactly when it exceeds +inf's bits: an integer `and` and `vpmaxud` beside the `vmaxps`; a
     flag of `fcmp uno` compares lives in mask registers, of which AVX-512 has 7, and with 8
     interleaved accumulators LLVM spilled and rotated them, slower than `llvm.maximum`). Both
-    new values. `value` is frozen first, as cpu_row._fold freezes a max's inputs (a masked max
-    stays a plain reduction)."""
+    new values. `value` is frozen first, as row_ahead._frozen_fold freezes a max's inputs (a
+    masked max stays a plain reduction)."""
     value = freeze(b, value)
     name = "llvm.maxnum" if kind == "max" else "llvm.minnum"
     fn = b.module.declare_intrinsic(name, [value.type], ir.FunctionType(value.type, [value.type, value.type]))

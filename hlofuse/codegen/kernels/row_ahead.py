@@ -148,7 +148,7 @@ def _frozen_fold(b, em: ElementalEmitter, h: ReduceHero, accs: list, index: Inde
 
 
 def fold_into(b, em: ElementalEmitter, h: ReduceHero, slots: list, index: Index) -> None:
-    """The element at `index` folded (`_fold`) into the accumulators held in `slots`."""
+    """The element at `index` folded (`_frozen_fold`) into the accumulators held in `slots`."""
     accs = [b.load(s) for s in slots]
     for s, v in zip(slots, _frozen_fold(b, em, h, accs, index)):
         b.store(v, s)
