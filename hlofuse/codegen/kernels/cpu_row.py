@@ -31,9 +31,6 @@ codegen/cpu.py).
 """
 from __future__ import annotations
 
-import functools
-import glob
-import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -45,6 +42,7 @@ from ...hlo.ir import HloComputation, HloInstruction
 from .args import output_leaves, param_leaf_slots
 from .cpu_streaming import fence, streamable, streaming_row_loop
 from .fast_extremum import FAST_ACCUMULATORS, exact_needed, fast_extremum, fold_fast, magnitude_bits
+from .host_caches import DEFAULT_L2_BYTES, DEFAULT_L3_BYTES, cache_bytes, l2_cache_bytes, l3_cache_bytes
 from .loop_hints import forbid_vectorization, interleave
 from .reduction_groups import ReduceHero, computes_expensive_elements, row_accumulators, vector_lanes
 from .row_ahead import NextRowFold, fold_into, pipelines_first_level
@@ -53,45 +51,9 @@ from .row_analysis import RowLayout, reused_values, row_layout
 __all__ = ["RowLayout", "cache_bytes", "emit_row_kernel", "l2_cache_bytes", "l3_cache_bytes", "prefetches_next_row",
            "reused_values", "row_budget_bytes", "row_layout", "row_streams", "streams_outputs"]
 
-# Used when the host does not say (no /sys cache description): common L2 (per core) and L3 sizes.
-DEFAULT_L2_BYTES = 256 << 10
-DEFAULT_L3_BYTES = 8 << 20
 # A row's working set may take at most this fraction of L2: the rest holds the outputs being
 # written, the other operands (gamma, beta) and what the prefetcher brings in for the next row.
 ROW_L2_FRACTION = 0.5
-
-
-@functools.cache
-def cache_bytes(level: int) -> int | None:
-    """The size in bytes of cpu0's level-`level` cache (unified or data), from
-    /sys/devices/system/cpu/cpu0/cache, or None when the host does not describe it."""
-    for d in sorted(glob.glob("/sys/devices/system/cpu/cpu0/cache/index*")):
-        try:
-            with open(os.path.join(d, "level")) as f:
-                found = f.read().strip()
-            with open(os.path.join(d, "type")) as f:
-                kind = f.read().strip()
-            with open(os.path.join(d, "size")) as f:
-                size = f.read().strip()
-        except OSError:
-            continue
-        if found != str(level) or kind not in ("Unified", "Data"):
-            continue
-        scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(size[-1:].upper(), 1)
-        digits = size[:-1] if scale != 1 else size
-        if digits.isdigit():
-            return int(digits) * scale
-    return None
-
-
-def l2_cache_bytes() -> int:
-    """The L2 cache size of cpu0 in bytes, or DEFAULT_L2_BYTES when the host does not say."""
-    return cache_bytes(2) or DEFAULT_L2_BYTES
-
-
-def l3_cache_bytes() -> int:
-    """The L3 cache size of cpu0 in bytes (shared by its cores), or DEFAULT_L3_BYTES."""
-    return cache_bytes(3) or DEFAULT_L3_BYTES
 
 
 def row_budget_bytes() -> int:

@@ -2,8 +2,8 @@
 
 Read once from /sys/devices/system/cpu/cpu0/cache (Linux); a host that does not describe its
 caches gets common sizes. The reduction kernels ask whether an input comes from memory (it
-exceeds L3: reduction_groups.ReductionGroup.block_columns). cpu_row.py keeps its own reader of
-the same files (cpu_row.cache_bytes), from before this module; it can import this one instead.
+exceeds L3: reduction_groups.ReductionGroup.block_columns), the row kernels whether a row fits L2
+(cpu_row.row_budget_bytes) and whether their rows come from memory.
 """
 from __future__ import annotations
 
