@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test install install-dev bench
+.PHONY: demo test install install-dev bench install-release-llvm
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -24,3 +24,9 @@ test: install-dev
 
 bench: install-dev
 	$(BIN)/python benchmarks/run.py
+
+# Opt-in, not part of `install`: rebuild the venv's llvmlite (same version) against a release
+# LLVM of the same major, without assertions (Debian/Ubuntu llvm-NN-dev; a few minutes of C++).
+# Cold compiles then take about 0.8x the CPU time; see README.md and docs/compile_time.md.
+install-release-llvm: install
+	$(BIN)/python scripts/install_release_llvm.py

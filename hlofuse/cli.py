@@ -245,7 +245,8 @@ def _print_timings(pipeline, parse_seconds: float | None = None, program=None) -
     generation summed over the kernels LLVM compiled; `llvm wait` is the wall time spent
     waiting for them after emission; `emission cpu` and `driver` are CPU seconds of the thread
     doing it, `driver wall` the driver's span beside the kernels; see codegen/cpu.py
-    compile_cpu). `parse` excludes importing the parser (a new process's one-off cost)."""
+    compile_cpu), then which LLVM ran them and whether its assertions are on (llvm_build.py).
+    `parse` excludes importing the parser (a new process's one-off cost)."""
     if parse_seconds is not None:
         print(f"{'parse':32s} {parse_seconds * 1e3:9.3f} ms", file=sys.stderr)
     for name, seconds, changed in pipeline.timings:
@@ -257,6 +258,12 @@ def _print_timings(pipeline, parse_seconds: float | None = None, program=None) -
         print(f"{stage:32s} {code.timings.get(stage, 0.0) * 1e3:9.3f} ms", file=sys.stderr)
     print(f"{'kernels':32s} {len(code.kernels)} ({len(code.objects)} distinct, {code.compiled_count} compiled, "
           f"{len(code.objects) - code.compiled_count} from the cache)", file=sys.stderr)
+    from .llvm_build import RELEASE_HINT, llvm_build
+
+    llvm = llvm_build()  # which LLVM those stages ran: a build with assertions costs ~1/5 of them
+    print(f"{'llvm':32s} {llvm.describe()}", file=sys.stderr)
+    if llvm.assertions != "off":
+        print(f"{'':32s} {RELEASE_HINT}", file=sys.stderr)
 
 
 # ---- opt --------------------------------------------------------------------------------
