@@ -128,6 +128,31 @@ def compile_paths(text: str) -> dict:
     return exes
 
 
+def time_rounds(calls: dict, rounds: int, reps: int, clock, evict=None) -> dict[str, list[float]]:
+    """Seconds per call of each of `calls` in `rounds` rounds (after one untimed warm-up round),
+    each round timing `reps` calls of every one in an order rotated by one per round. With
+    `evict` (an array larger than the caches), it is written before each call, untimed."""
+    times: dict[str, list[float]] = {p: [] for p in calls}
+    order = list(calls)
+    for r in range(rounds + 1):
+        for p in order[r % len(order):] + order[:r % len(order)]:
+            spent = 0.0
+            if evict is not None:  # each call alone after the caches were flushed
+                for _ in range(reps):
+                    evict += 1.0
+                    t0 = clock()
+                    calls[p]()
+                    spent += clock() - t0
+            else:
+                t0 = clock()
+                for _ in range(reps):
+                    calls[p]()
+                spent = clock() - t0
+            if r:  # round 0 warms up
+                times[p].append(spent / reps)
+    return times
+
+
 def main(argv=None) -> int:
     """Time each class's paths and print them against the same-shape sgemm and the peak."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -190,24 +215,7 @@ def main(argv=None) -> int:
         flops = {p: 2.0 * m * n * k for p in calls}
         flops["peak"] = 2.0 * 1024 ** 3
         reps = max(1, int(0.02 / (2.0 * m * n * k / 300e9)))
-        times = {p: [] for p in calls}
-        order = list(calls)
-        for r in range(opts.rounds + 1):
-            for p in order[r % len(order):] + order[:r % len(order)]:
-                if opts.cold:  # each call alone after the caches were flushed (not timed)
-                    spent = 0.0
-                    for _ in range(reps):
-                        evict += 1.0
-                        t0 = clock()
-                        calls[p]()
-                        spent += clock() - t0
-                else:
-                    t0 = clock()
-                    for _ in range(reps):
-                        calls[p]()
-                    spent = clock() - t0
-                if r:  # round 0 warms up
-                    times[p].append(spent / reps)
+        times = time_rounds(calls, opts.rounds, reps, clock, evict if opts.cold else None)
         least = {p: min(t) for p, t in times.items()}
         med = {p: statistics.median(t) for p, t in times.items()}
         gf = {p: flops[p] / least[p] / 1e9 for p in least}

@@ -4,6 +4,7 @@ a row-major matrix product."""
 from __future__ import annotations
 
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -53,3 +54,14 @@ def test_sgemm_is_the_row_major_product():
     g = cc.Sgemm(24, 40, 72, 1)
     g()
     np.testing.assert_allclose(g.c, g.a.astype(np.float64) @ g.b, rtol=1e-4, atol=1e-4)
+
+
+def test_time_rounds_times_every_call_each_round_after_a_warm_up():
+    # each path is called reps times per round, rounds + 1 rounds (the first untimed), and with
+    # an eviction array it is written once before each call
+    counts = {"a": 0, "b": 0}
+    calls = {p: (lambda p=p: counts.__setitem__(p, counts[p] + 1)) for p in counts}
+    evict = np.zeros(4, np.float32)
+    times = cc.time_rounds(calls, 3, 2, time.perf_counter, evict)
+    assert counts == {"a": 8, "b": 8} and {p: len(t) for p, t in times.items()} == {"a": 3, "b": 3}
+    assert all(t >= 0 for ts in times.values() for t in ts) and evict[0] == 16
