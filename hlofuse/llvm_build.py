@@ -95,7 +95,8 @@ def llvm_config_for(library: str, major: int) -> str | None:
     nothing vouches for its assertion state)."""
     for config in llvm_config_candidates(major):
         libdir = _run(config, "--libdir")
-        if libdir and any(os.path.realpath(path) == library for path in glob.glob(os.path.join(libdir, "libLLVM*.so*"))):
+        libraries = glob.glob(os.path.join(libdir, "libLLVM*.so*")) if libdir else []
+        if any(os.path.realpath(path) == library for path in libraries):
             return config
     return None
 

@@ -21,7 +21,8 @@ SOFTMAX = str(Path(REPO) / "examples" / "softmax.hlo")
 
 
 def _script():
-    spec = importlib.util.spec_from_file_location("install_release_llvm", Path(REPO) / "scripts" / "install_release_llvm.py")
+    path = Path(REPO) / "scripts" / "install_release_llvm.py"
+    spec = importlib.util.spec_from_file_location("install_release_llvm", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -54,7 +55,8 @@ def test_timings_name_the_llvm_and_whether_its_assertions_are_on(tmp_path, capsy
     monkeypatch.setenv("HLOFUSE_MODULE_CACHE", "0")
     assert main(["compile", SOFTMAX, "--timings", "--no-cache", "-o", str(tmp_path / "out.hlo")]) == 0
     err = capsys.readouterr().err
-    line = re.search(r"^llvm +LLVM (\S+), assertions (on|off|unknown) \(llvmlite (\S+), (static|dynamic)ally", err, re.M)
+    line = re.search(r"^llvm +LLVM (\S+), assertions (on|off|unknown) \(llvmlite (\S+), (static|dynamic)ally",
+                     err, re.M)
     assert line, err
     assert line[1] == ".".join(map(str, binding.llvm_version_info))
     assert line[3] == importlib.import_module("llvmlite").__version__
@@ -88,7 +90,7 @@ def test_an_llvm_config_of_another_installation_vouches_for_nothing(tmp_path, mo
     assert llvm_build.__wrapped__().assertions == "unknown"
 
 
-def test_the_script_takes_the_first_release_llvm_of_the_major_with_a_shared_library_and_cmake_files(tmp_path, monkeypatch):
+def test_the_script_takes_the_first_release_llvm_of_its_major_with_shared_library_and_cmake(tmp_path, monkeypatch):
     script = _script()
     libdir, cmakedir, _ = llvm_prefix(tmp_path)
     configs = [fake_llvm_config(tmp_path, "asserts", mode="ON", libdir=libdir, cmakedir=cmakedir),
