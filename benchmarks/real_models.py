@@ -13,6 +13,11 @@ there); the table gives medians, the ratio hlofuse/XLA, the geometric mean, comp
 whether the outputs agree. Both sides run under the same malloc settings: the script re-executes
 itself with GLIBC_TUNABLES set (below) when it is not already set, since glibc reads it at start.
 The machine's load (`uptime`) is printed with the table: these machines are shared.
+Every row also keeps hlofuse's compile stages (`compile_stages`: the passes, planning, emission,
+LLVM, the driver; the compile's process CPU and the load when it began) in the JSON; a compile
+slower than its expectation (`slow_compile`) prints them under its row, and one still running
+after --stall-dump seconds writes every thread's stack to stderr (faulthandler), so a stalled
+or pathological compile in a long run says where its time went.
 With `--iree` (needs the `iree` extra; a printed note when missing) IREE compiles the same
 lowering's StableHLO for llvm-cpu and is timed in the same rounds, after a check of its outputs
 against XLA's: columns IREE ms, IREE/XLA and hlofuse/IREE (benchmarks/iree_reference.py).
@@ -25,6 +30,8 @@ one-thread peak).
 from __future__ import annotations
 
 import argparse
+import contextlib
+import faulthandler
 import json
 import math
 import os
@@ -69,6 +76,79 @@ class XlaExecutable:
         return self._exe.run_placed(buffers)
 
 
+# A compile is slow (its stages printed under the row) when it takes more than SLOW_FACTOR times
+# XLA:CPU's compile of the same module in the same process, and at least SLOW_MIN_S. One
+# all-models --iree run (load 8) compiled keras MobileNetV2 in 66 s where an isolated cold compile
+# takes 2.9-5 s at that load, and nothing said where the time went. In an all-models run at
+# load 0.9-8.4 hlofuse took 0.7-3.6x XLA's time, and 15x on the flax MNIST CNN, whose 0.41 s
+# against XLA's 0.03 SLOW_MIN_S leaves out.
+SLOW_FACTOR = 8.0
+SLOW_MIN_S = 5.0
+# Seconds after which a compile still running dumps every thread's stack to stderr (0: never).
+STALL_DUMP_S = 30.0
+
+
+@contextlib.contextmanager
+def stall_dump(seconds: float, file=None):
+    """While the block runs, have faulthandler write every thread's stack to `file` (a file with
+    a descriptor; stderr by default) if it is still running after `seconds` (nothing when
+    `seconds` <= 0). Process-wide: replaces any pending dump_traceback_later of the process."""
+    if seconds <= 0:
+        yield
+        return
+    faulthandler.dump_traceback_later(seconds, repeat=False, file=file if file is not None else sys.stderr)
+    try:
+        yield
+    finally:
+        faulthandler.cancel_dump_traceback_later()
+
+
+def timed_compile(module, stall_s: float = STALL_DUMP_S):
+    """hlofuse's compile of `module` for the CPU under `stall_dump(stall_s)`: (executable, its
+    stages as `compile_stages` gives them, with `wall` and this process's `cpu` seconds, and the
+    1-minute `load` when it began)."""
+    import hlofuse
+
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    cpu0, start = time.process_time(), time.perf_counter()
+    with stall_dump(stall_s):
+        exe = hlofuse.compile(module, target="cpu")
+    wall, cpu = time.perf_counter() - start, time.process_time() - cpu0
+    return exe, {"wall": wall, "cpu": cpu, "load": load, **compile_stages(exe)}
+
+
+def compile_stages(exe) -> dict:
+    """Seconds of an executable's compile by stage: `passes` (the pass pipeline's sum) and its
+    slowest pass `slowest pass`, then CpuCode.timings (codegen/cpu.py compile_cpu: planning,
+    cache, emission, LLVM optimization and code generation summed over kernels wherever they
+    ran, llvm wait, driver, loading; `module cache` for a module-cache hit)."""
+    stages = {}
+    timings = exe.timings()
+    if timings:
+        stages["passes"] = sum(t for _, t, _ in timings)
+        name, seconds, _ = max(timings, key=lambda t: t[1])
+        stages["slowest pass"] = seconds
+        stages["slowest pass name"] = name
+    code = getattr(getattr(exe, "program", None), "code", None)
+    stages.update(getattr(code, "timings", None) or {})
+    return stages
+
+
+def slow_compile(row: dict) -> bool:
+    """Whether a row's hlofuse compile took more than SLOW_FACTOR times XLA:CPU's and at least
+    SLOW_MIN_S seconds."""
+    ours = row.get("hlofuse_compile_s", 0.0)
+    return ours >= SLOW_MIN_S and ours > SLOW_FACTOR * row.get("xla_compile_s", 0.0)
+
+
+def stage_line(stages: dict) -> str:
+    """`timed_compile`'s figures in one line, in the order the stages ran: each stage's seconds
+    (the slowest pass named), the load as a load average."""
+    name = stages.get("slowest pass name")
+    return ", ".join(f"{k} {v:.2f}" if k != "slowest pass" else f"slowest pass ({name}) {v:.2f}"
+                     for k, v in stages.items() if k != "slowest pass name")
+
+
 def _load() -> str:
     try:
         return os.getloadavg().__repr__()
@@ -98,7 +178,7 @@ def contraction_rate(exe, args: list, runs: int = 3) -> dict:
     return {"contraction_gflops": flops / secs / 1e9, "contraction_share": secs / max(wall, 1e-12)}
 
 
-def run_model(name: str, rounds: int, budget: float, iree: bool = False) -> dict:
+def run_model(name: str, rounds: int, budget: float, iree: bool = False, stall_s: float = STALL_DUMP_S) -> dict:
     """Build, compile (both, and IREE with `iree`), check and time one model; a row of the table."""
     import jax
     import numpy as np
@@ -116,9 +196,8 @@ def run_model(name: str, rounds: int, budget: float, iree: bool = False) -> dict
     row = {"model": name, "library": model.library, "kind": model.kind,
            "instructions": sum(len(c.instructions) for c in module.computations),
            "input_mb": model.input_bytes() / 1e6}
-    start = time.perf_counter()
-    exe = hlofuse.compile(module, target="cpu")
-    row["hlofuse_compile_s"] = time.perf_counter() - start
+    exe, row["compile_stages"] = timed_compile(module, stall_s)
+    row["hlofuse_compile_s"] = row["compile_stages"]["wall"]
     xla = XlaExecutable(text)
     row["xla_compile_s"] = xla.compile_seconds
 
@@ -175,6 +254,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rounds", type=int, default=15, help="interleaved timing rounds per model (at least 3)")
     p.add_argument("--budget", type=float, default=60.0, help="seconds of timing per model before stopping early")
     p.add_argument("--json", help="also write the rows to this JSON file")
+    p.add_argument("--stall-dump", type=float, default=STALL_DUMP_S,
+                   help="seconds after which a compile still running writes every thread's stack to stderr (0: never)")
+    p.add_argument("--compile-stages", action="store_true",
+                   help="print every model's compile stages, not only a slow compile's")
     add_iree_flag(p)
     args = p.parse_args(argv)
     iree = resolve_iree_flag(args.iree)
@@ -197,7 +280,7 @@ def main(argv: list[str] | None = None) -> int:
     print(header, flush=True)
     for name in names:
         try:
-            row = run_model(name, args.rounds, args.budget, iree)
+            row = run_model(name, args.rounds, args.budget, iree, args.stall_dump)
         except ImportError as e:
             print(f"{name:26s} skipped: {e}", flush=True)
             continue
@@ -214,6 +297,9 @@ def main(argv: list[str] | None = None) -> int:
                  if "contraction_gflops" in row else f" {'-':>8s} {'-':>5s} {'-':>6s}")
               + (f" {format_cell(row, 'iree_ms', 9)} {format_cell(row, 'iree_ratio')} "
                  f"{format_cell(row, 'hlofuse_over_iree')}" if iree else ""), flush=True)
+        if args.compile_stages or slow_compile(row):
+            print(f"    {'slow ' if slow_compile(row) else ''}compile, seconds: {stage_line(row['compile_stages'])}",
+                  flush=True)
         for line in row.get("mismatch", []):
             print(f"    differs from XLA: {line}", flush=True)
         for line in row.get("iree_mismatch", []):
