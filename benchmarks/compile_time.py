@@ -117,6 +117,12 @@ def instruction_count(text: str) -> int:
     return sum(len(c.instructions) for c in hlofuse.parse_hlo(text).computations)
 
 
+# Seconds after which a cold compile still running writes every thread's stack to stderr
+# (real_models.stall_dump): generated modules of 100k instructions take minutes, so later than
+# real_models.py's models.
+STALL_DUMP_S = 120.0
+
+
 def measure(name: str, text: str, xla: bool) -> dict:
     """One row: hlofuse cold (an empty cache directory of its own) and cached compile with its
     stages, XLA:CPU's compile."""
@@ -140,9 +146,12 @@ def _measure(name: str, text: str, xla: bool, cache_dir: str) -> dict:
     module = hlofuse.parse_hlo(text)
     parse = time.perf_counter() - start
     count = sum(len(c.instructions) for c in module.computations)
+    from real_models import stall_dump
+
     cpu0 = time.process_time()
     start = time.perf_counter()
-    exe = hlofuse.compile(module, "cpu", verify=False, cache_dir=cache_dir)
+    with stall_dump(STALL_DUMP_S):  # a cold compile that stalls leaves every thread's stack on stderr
+        exe = hlofuse.compile(module, "cpu", verify=False, cache_dir=cache_dir)
     cold = time.perf_counter() - start
     cold_cpu = time.process_time() - cpu0
     code = exe.program.code
