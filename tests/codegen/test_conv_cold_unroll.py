@@ -18,6 +18,15 @@ from hlofuse.runtime.compare import compare_outputs
 from llvm_loops import loop_hint_names
 
 
+@pytest.fixture(autouse=True)
+def _direct_kernel(monkeypatch):
+    """These tests are the direct kernel's: weight gradients of 64+ features with a deep
+    contraction run as GEMMs by the rule (cpu_conv_gemm.MIN_WEIGHT_GRAD_FEATURES)."""
+    from hlofuse.codegen.kernels import cpu_conv_gemm
+
+    monkeypatch.setattr(cpu_conv_gemm, "prefers_gemm", lambda conv: False)
+
+
 def _weight_gradient(inputs: int, features: int, batch: int = 4, window: int = 14) -> str:
     """The MNIST CNN step's weight-gradient convolution (conv_general_dilated.7) at `inputs`
     (its 128 images) and `features` (its 64 output features)."""

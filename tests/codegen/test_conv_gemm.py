@@ -271,9 +271,9 @@ RULE_CASES = [
     (("f32[1,224,224,3]", "f32[7,7,3,64]", "window={size=7x7 stride=2x2 pad=3_3x3_3}, " + NHWC), False, False),
     (("bf16[1,14,14,256]", "bf16[3,3,256,256]", PAD1 + NHWC), False, False),
     (("f32[1,14,14,256]", "f32[3,3,1,256]", PAD1 + NHWC + ", feature_group_count=256"), False, False),
-    # a weight gradient (out 3x3 per batch element, tiles of 9 rows): direct
+    # a weight gradient (out 3x3 per batch element): GEMM over its (positions, batch) rows
     (("f32[16,16,16,64]", "f32[16,16,16,256]", "window={size=16x16 pad=1_1x1_1}, dim_labels=f01b_i01o->01bf"),
-     False, False),
+     True, True),
 ]
 
 
@@ -496,3 +496,51 @@ def test_column_panels_with_epilogue(narrow_panels, layout, out):
     conv = next(i for c in parse_hlo(text).computations for i in c.instructions if i.opcode == "convolution")
     assert gemm_layout(conv).col_panels == 3
     assert check_gemm(text, threads=(1, 2, 3)) == ["conv_gemm"]
+
+
+WEIGHT_GRAD = "dim_labels=f01b_i01o->01bf"
+
+
+@pytest.mark.parametrize("case", [
+    ("f32[16,4,4,64]", "f32[16,4,4,128]", "window={size=4x4 pad=1_1x1_1}, "),
+    ("f32[16,8,8,32]", "f32[16,4,4,64]", "window={size=4x4 pad=0_1x0_1 rhs_dilate=2x2}, "),
+    ("f32[8,2,2,96]", "f32[8,2,2,112]", "window={size=2x2 pad=1_1x1_1}, "),
+], ids=["3x3_64_128", "stride2_32_64", "2x2_window"])
+def test_weight_gradients_run_with_position_major_rows(monkeypatch, case):
+    """jax's weight gradients (haiku ResNet-18's training step: `f01b_i01o->01bf`, the batch is
+    the forward convolution's input features, 3x3 positions each) run as GEMM tiles over the
+    (positions, batch) rows, which the output's layout collapses: the interpreter's values, the
+    same bits on 1, 2 and 3 threads."""
+    lhs, rhs, window = case
+    text = _module(lhs, rhs, "f32", window + WEIGHT_GRAD)
+    layout = gemm_layout(parse_hlo(text).entry.root)
+    assert layout is not None and layout.batch_minor and layout.span_batch and layout.rows >= 9 * 32
+    monkeypatch.setattr(cpu_conv_gemm, "prefers_onednn", lambda comp: False)
+    monkeypatch.setattr(cpu_conv_gemm, "prefers_gemm", lambda conv: True)
+    check_gemm(text, threads=(1, 2, 3))
+    # with 8-row tiles: many tiles, each starting inside a position's batch elements
+    monkeypatch.setattr(cpu_conv_gemm, "MIN_TILE_ROWS", 8)
+    monkeypatch.setattr(cpu_conv_gemm, "MAX_TILE_ROWS", 8)
+    check_gemm(text, seed=1, threads=(1, 2))
+
+
+def test_forward_layouts_keep_batch_major_rows():
+    """NHWC forward convolutions keep batch-major rows (the old layout), and so does an output
+    whose batch dimension comes first."""
+    assert not gemm_layout(_conv("f32[4,8,8,64]", "f32[3,3,64,128]", PAD1 + NHWC)).batch_minor
+    assert not gemm_layout(_conv("f32[16,4,4,64]", "f32[16,4,4,128]",
+                                 "window={size=4x4 pad=1_1x1_1}, dim_labels=f01b_i01o->b01f")).batch_minor
+
+
+def test_rule_takes_deep_weight_gradients_from_64_features():
+    """Weight gradients with 64+ output features and a contraction of 128+ run as GEMMs (haiku
+    ResNet-18's 16x16-window 64 -> 64 and its stem's, 0.86x and 0.46x the direct kernel's
+    time); 32 features, or a shallow contraction, keep the direct kernel."""
+    deep = _conv("f32[16,16,16,64]", "f32[16,16,16,64]", "window={size=16x16 pad=1_1x1_1}, " + WEIGHT_GRAD)
+    assert prefers_gemm(deep)
+    stem = _conv("f32[16,64,64,3]", "f32[16,32,32,64]", "window={size=32x32 pad=2_3x2_3 rhs_dilate=2x2}, " + WEIGHT_GRAD)
+    assert prefers_gemm(stem)
+    assert not prefers_gemm(_conv("f32[16,16,16,64]", "f32[16,16,16,32]",
+                                  "window={size=16x16 pad=1_1x1_1}, " + WEIGHT_GRAD))
+    # K = 2x2 window x 8 batch = 32: shallow
+    assert not prefers_gemm(_conv("f32[8,2,2,64]", "f32[8,2,2,64]", "window={size=2x2 pad=1_1x1_1}, " + WEIGHT_GRAD))

@@ -34,6 +34,9 @@ strided dimension (NHWC), else within one batch element (NCHW).
 - The output (a layout BLAS can write, the convolution's own type) is C itself; otherwise (an
   epilogue converting to a narrower type, a layout whose positions do not collapse) the tile's C
   is a second scratch tile the epilogue reads.
+- An output whose rows collapse only position-major (jax's weight gradients, `01bf`: a few
+  positions per batch element) has its rows in that order, batch element minor
+  (`ConvGemm.batch_minor`), tiles across all of them.
 
 Per-thread scratch: the driver runs each call of a kernel (a chunk of units) on one thread, so
 the kernel allocates its tiles once per call (runtime/jit_builtins.py registers libc's
@@ -104,6 +107,10 @@ class ConvGemm:
     weights: Matrix  # the weights as [K, O]
     direct_input: Matrix | None  # the input as [rows, K] read in place (1x1 convolutions), else packed patches
     out: Matrix | None  # the output as [rows, O] written by BLAS, else a C tile in scratch
+    # Rows ordered output position-major, batch element minor (the output's batch dimension
+    # inside its spatial ones: jax's weight gradients, `01bf`, whose batch is the forward
+    # convolution's input features); tiles then span the whole (positions x batch) rows.
+    batch_minor: bool = False
 
     @property
     def rows(self) -> int:
@@ -241,11 +248,16 @@ def conv_gemm(conv: HloInstruction, out_type: ElementType | None = None) -> Conv
                   row_major_matrix(xd, [dn.input_batch], list(dn.input_spatial), [dn.input_feature]))
     c_all = row_major_matrix(od, [], [dn.output_batch, *dn.output_spatial], [dn.output_feature])
     c_one = row_major_matrix(od, [dn.output_batch], list(dn.output_spatial), [dn.output_feature])
+    # Rows (positions, batch element) when only that order collapses (`01bf`, weight gradients:
+    # a few positions per batch element, too few rows for tiles within each); patches always.
+    c_pos = (row_major_matrix(od, [], [*dn.output_spatial, dn.output_batch], [dn.output_feature])
+             if BATCH_MINOR_ROWS and c_all is None and direct is None and dn.output_spatial else None)
     if out_type is not None and out_type.name != et:  # the epilogue converts: C cannot be the output
-        c_all = c_one = None
-    span = (c_all is not None or c_one is None) and (direct is None or direct[0] is not None)
+        c_all = c_one = c_pos = None
+    batch_minor = c_pos is not None
+    span = batch_minor or ((c_all is not None or c_one is None) and (direct is None or direct[0] is not None))
     x = None if direct is None else direct[0 if span else 1]
-    c = c_all if span else c_one
+    c = c_pos if batch_minor else c_all if span else c_one
     if direct is not None and x is None:  # the input does not collapse: pack it
         direct = None
     tile = tile_rows(k, itemsize)
@@ -262,8 +274,13 @@ def conv_gemm(conv: HloInstruction, out_type: ElementType | None = None) -> Conv
         tile = split_tile(rows, tile)
         row_units = -(-rows // tile) * (1 if span else geo.batch)
     cols = panel_cols(row_units, min(tile, rows), geo.features, k, et)
-    return ConvGemm(geo, order, k, positions, tile, cols, span, w, x, c)
+    return ConvGemm(geo, order, k, positions, tile, cols, span, w, x, c, batch_minor)
 
+
+# Whether an output whose rows collapse only position-major (`01bf`: jax's weight gradients)
+# runs as GEMM tiles over those rows (`ConvGemm.batch_minor`); False leaves such convolutions to
+# the direct kernel, as before (for A/B measurements).
+BATCH_MINOR_ROWS = True
 
 # Whether a convolution that one tile holds and with more output features than rows is cut
 # into column panels instead of row tiles (`columns_first`); False restores the row tiles
@@ -317,6 +334,12 @@ MIN_GEMM_FEATURES = {"onednn": 112, "openblas": 256}
 # 80x80 16 -> 96 (K = 16) 1.42-1.49x, where GEMM's packing and short K loop do not pay.
 MIN_DEEP_GEMM_FEATURES = {"onednn": 96}
 MIN_DEEP_K = 128
+# Weight gradients (rows `batch_minor`: a few output positions per batch element, the
+# contraction the forward's batch x positions) from this many output features with a
+# contraction of MIN_DEEP_K or more: haiku ResNet-18's 64-feature ones (one thread, CPU time)
+# took 0.86x the direct kernel's time as GEMM (16x16 window, K = 4096) and 0.46x (the stem's,
+# 32x32 window dilated by 2, K = 16384). Fewer features are not measured.
+MIN_WEIGHT_GRAD_FEATURES = 64
 # The share of window taps on input elements below which the direct kernel, which skips the
 # padding's taps, keeps the convolution (GEMM multiplies their zeros). OpenBLAS: as fast at 0.69
 # and faster at 0.44. oneDNN: GEMM took 0.42-0.44x the time at 0.44 and 0.56; its work grows as
@@ -333,8 +356,9 @@ def prefers_gemm(conv: HloInstruction) -> bool:
       * MIN_GEMM_FEATURES or more output features for the GEMM library that would run it
         (runtime/gemm_provider.py, decided at compile time like the kernel's call), or
         MIN_DEEP_GEMM_FEATURES with a contraction of MIN_DEEP_K or more: the direct kernel's
-        accumulators leave the registers, with at least MIN_VALID_TAPS of the taps on input
-        elements;
+        accumulators leave the registers, or, for weight gradients (`ConvGemm.batch_minor`
+        rows), MIN_WEIGHT_GRAD_FEATURES with such a contraction; with at least
+        MIN_VALID_TAPS of the taps on input elements;
     the others (fewer output features: the direct kernel as fast or faster), and depthwise and
     grouped convolutions, keep the direct kernel."""
     layout = gemm_layout(conv)
@@ -350,7 +374,8 @@ def prefers_gemm(conv: HloInstruction) -> bool:
     provider = gemm_provider(geo.acc_type.name)
     k = geo.group_inputs * math.prod(d.size for d in geo.window)
     wide = geo.features >= MIN_GEMM_FEATURES[provider] or (
-        geo.features >= MIN_DEEP_GEMM_FEATURES.get(provider, MIN_GEMM_FEATURES[provider]) and k >= MIN_DEEP_K)
+        geo.features >= MIN_DEEP_GEMM_FEATURES.get(provider, MIN_GEMM_FEATURES[provider]) and k >= MIN_DEEP_K) or (
+        layout.batch_minor and geo.features >= MIN_WEIGHT_GRAD_FEATURES and k >= MIN_DEEP_K)
     return wide and valid_tap_fraction(geo) >= MIN_VALID_TAPS[provider]
 
 

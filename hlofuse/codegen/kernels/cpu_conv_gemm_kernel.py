@@ -156,9 +156,13 @@ class _ConvGemmEmitter:
         return b.add(b.mul(n0, _i(m.batch_strides[0])), b.mul(p0, _i(m.row_stride)))
 
     def _position(self, row: ir.Value) -> tuple[ir.Value, list]:
-        """(batch element, output spatial index) of row `row`."""
+        """(batch element, output spatial index) of row `row` (batch-major rows, or
+        position-major ones where the layout's rows are `batch_minor`)."""
         b, g = self.b, self.g
-        n, p = b.udiv(row, _i(g.positions)), b.urem(row, _i(g.positions))
+        if g.batch_minor:
+            p, n = b.udiv(row, _i(g.geo.batch)), b.urem(row, _i(g.geo.batch))
+        else:
+            n, p = b.udiv(row, _i(g.positions)), b.urem(row, _i(g.positions))
         return n, (delinearize(b, p, self.geo.out_spatial) if self.geo.out_spatial else [])
 
     # -- packing the patch tile
