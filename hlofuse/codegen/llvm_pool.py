@@ -239,15 +239,31 @@ def compile_in_lane(text: str, speed_level: int, use_processes: bool) -> tuple[b
 class Lanes:
     """The lanes of one compile of `tasks` LLVM modules: `count` of them (1 + `processes()`
     when the pool is used, else the thread lane alone), run by a `ThreadPoolExecutor` with a
-    thread per lane and one more for a task that emits its own IR before compiling it (the
-    driver, see `run`). However many threads wait, at most `count` LLVM compilations run at
-    once: one in this process (llvmlite's lock) and one per worker. Used as a context manager:
-    leaving it drops the tasks not yet started and waits for the running ones."""
+    thread per lane, and a thread of its own for a task that emits its own IR before compiling
+    it (the driver, see `run`). At most `count` kernels are in flight (the driver's own module
+    beside them, compiled on the thread lane when it is idle, else in a worker), and at most
+    `count` LLVM compilations run at once: one in this process (llvmlite's lock) and one per
+    worker. Used as a context manager: leaving it drops the
+    tasks not yet started and waits for the running ones.
+
+    The driver's thread was once the kernels' too (one executor of `count + 1` threads): once
+    the driver was done, `count + 1` kernels were in flight. Without a pool two threads of this
+    process then took turns at llvmlite's lock, and each kernel's LLVM seconds (wall spans)
+    counted the other's turns too (keras MobileNetV2 at load 6, no worker: LLVM optimization and
+    code generation summed to 13.4 s in a 10.4 s compile of 2.1 CPU-s); with a pool one kernel
+    more than the workers waited in the pool's queue behind a busy worker, even when the thread
+    lane was free first. Both ways alternated in one process (cold, 4 rounds; each list's last
+    round a load spike): no worker (load 4.8-6) LLVM seconds MobileNetV2 2.63, 2.63, 3.17, 16.8
+    -> 1.56, 1.59, 1.53, 7.1 and haiku's ResNet-18 step 5.7, 7.4, 10.4, 25.1 -> 3.1, 3.9, 4.1,
+    9.1, wall within the noise (1.66-1.95 -> 1.75-1.80 s, 4.0-6.6 -> 4.0-5.9 s); one worker
+    (load 3.7-5.4) wall within the noise too (0.96-1.55 -> 0.88-0.91 s, 2.43-2.60 -> 2.43-2.86
+    s)."""
 
     def __init__(self, tasks: int) -> None:
         self.processes = use_pool(tasks)
         self.count = 1 + (processes() if self.processes else 0)
-        self._threads = ThreadPoolExecutor(max_workers=self.count + 1, thread_name_prefix="hlofuse-llvm")
+        self._threads = ThreadPoolExecutor(max_workers=self.count, thread_name_prefix="hlofuse-llvm")
+        self._own = ThreadPoolExecutor(max_workers=1, thread_name_prefix="hlofuse-llvm-task")
 
     def compile(self, text: str, speed_level: int) -> "Future[tuple[bytes, float, float]]":
         """Compile kernel IR `text` at `speed_level` on the next free lane; the future's result
@@ -262,13 +278,14 @@ class Lanes:
     def run(self, fn: Callable, *args) -> Future:
         """Run `fn(*args)` on a thread of its own (at most one such task at a time keeps the
         lanes' count: its LLVM work goes through `compile_here`)."""
-        return self._threads.submit(fn, *args)
+        return self._own.submit(fn, *args)
 
     def __enter__(self) -> "Lanes":
         return self
 
     def __exit__(self, *exc) -> None:
         self._threads.shutdown(wait=True, cancel_futures=True)
+        self._own.shutdown(wait=True, cancel_futures=True)
 
 
 def shutdown() -> None:

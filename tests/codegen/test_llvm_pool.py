@@ -8,7 +8,10 @@ import os
 import subprocess
 import sys
 import textwrap
+import threading
+import time
 
+from concurrent.futures import Future
 from concurrent.futures.process import BrokenProcessPool
 
 import numpy as np
@@ -261,3 +264,44 @@ def test_an_unguarded_script_is_not_run_again_in_a_worker(tmp_path):
     run = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=300)
     assert run.returncode == 0, run.stderr
     assert run.stdout.count("script ran") == 1 and "compiled" in run.stdout
+
+
+@pytest.mark.parametrize("workers", [0, 1])
+def test_no_more_kernels_in_flight_than_lanes_while_and_after_the_driver_runs(monkeypatch, workers):
+    """Kernels take one thread per lane, the driver's task a thread of its own: with no worker
+    one kernel at a time is in LLVM in this process (two took turns at llvmlite's lock once the
+    driver was done, each one's LLVM seconds counting the other's), with one worker two at a
+    time. compile_timed is replaced by a stand-in that records how many run at once (a worker
+    would run the real one: only the thread lane's path and the lane threads are counted)."""
+    monkeypatch.setenv("HLOFUSE_LLVM_PROCESSES", str(workers))
+    lock, running, most = threading.Lock(), [0], [0]
+
+    def counted(text: str, speed_level: int) -> tuple[bytes, float, float]:
+        with lock:
+            running[0] += 1
+            most[0] = max(most[0], running[0])
+        time.sleep(0.02)
+        with lock:
+            running[0] -= 1
+        return text.encode(), 0.0, 0.0
+
+    def in_worker(text: str, speed_level: int) -> Future:
+        done: Future = Future()
+        done.set_result(counted(text, speed_level))
+        return done
+
+    monkeypatch.setattr(llvm_pool, "compile_timed", counted)
+    monkeypatch.setattr(llvm_pool, "submit", in_worker)
+    driver_done = threading.Event()
+
+    def driver() -> None:  # a short driver: done while most kernels still wait for a lane
+        driver_done.set()
+
+    with llvm_pool.Lanes(llvm_pool.MIN_TASKS * 4) as lanes:
+        assert lanes.count == 1 + workers
+        own = lanes.run(driver)
+        futures = [lanes.compile(f"k{i}", 3) for i in range(12)]
+        own.result()
+        assert [f.result()[0] for f in futures] == [f"k{i}".encode() for i in range(12)]
+    assert driver_done.is_set()
+    assert most[0] == 1 + workers
