@@ -107,7 +107,8 @@ def test_only_grouped_or_empty_convolutions_stay_direct():
 
 # Named layouts: NHWC/HWIO (weights in place, tiles across batch elements), NCHW/OIHW (K in
 # (input feature, window) order, transposed output: tiles within one batch element), NHWC with
-# OIHW weights (in place, K in their order), 0io1 and 01oi weights and window reversal (packed), a strided 1x1 and an
+# OIHW weights (in place, K in their order), 0io1 weights (packed), 01oi weights and window reversal (a GEMM per
+# tap), a strided 1x1 and an
 # unpadded unit-stride 1x1 (input read in place), lhs and rhs dilation, 3 spatial dimensions.
 NAMED = {
     "nhwc_hwio": ("f32[3,7,9,8]", "f32[3,3,8,12]", "window={size=3x3 pad=1_1x1_1}, dim_labels=b01f_01io->b01f"),
@@ -136,8 +137,15 @@ def test_named_layouts(monkeypatch, name, tiles):
         monkeypatch.setattr(cpu_conv_gemm, "MAX_TILE_ROWS", 8)
     lhs, rhs, attrs = NAMED[name]
     customs = check_gemm(_module(lhs, rhs, lhs.split("[")[0], attrs), threads=(1, 2, 3))
-    packed = name in ("weights_0io1", "input_gradient_01oi", "reversed")
+    # 01oi and reversed weights run one GEMM per tap (each tap's [I, O] block in place); 0io1
+    # blocks have no unit stride, so a loop kernel packs those weights first
+    packed = name == "weights_0io1"
     assert customs == ([None, "conv_gemm"] if packed else ["conv_gemm"]), customs
+    if name in ("input_gradient_01oi", "reversed"):
+        assert gemm_layout(_conv(lhs, rhs, attrs)).tap_offsets
+        monkeypatch.setattr(cpu_conv_gemm, "PER_TAP_WEIGHTS", False)  # the packed path still agrees
+        customs = check_gemm(_module(lhs, rhs, lhs.split("[")[0], attrs), threads=(1, 2))
+        assert customs == [None, "conv_gemm"], customs
 
 
 EPILOGUE = """HloModule m
@@ -544,3 +552,15 @@ def test_rule_takes_deep_weight_gradients_from_64_features():
                                   "window={size=16x16 pad=1_1x1_1}, " + WEIGHT_GRAD))
     # K = 2x2 window x 8 batch = 32: shallow
     assert not prefers_gemm(_conv("f32[8,2,2,64]", "f32[8,2,2,64]", "window={size=2x2 pad=1_1x1_1}, " + WEIGHT_GRAD))
+
+
+def test_tap_offsets_follow_the_window_and_its_reversal():
+    """Each tap's [I, O] block of `01oi` weights f32[3,2,I=4,O=5] starts at (ky * 2 + kx) * 20;
+    with the first window dimension reversed, tap (ky, kx) reads block (2 - ky, kx)."""
+    conv = _conv("f32[1,6,6,5]", "f32[3,2,4,5]", "window={size=3x2 pad=1_1x0_1}, dim_labels=b01f_01oi->b01f")
+    order, m, taps = cpu_conv_gemm._tap_weights(conv)
+    assert order == (0, 1, cpu_conv_gemm.IN) and (m.rows, m.cols, m.row_stride, m.col_stride) == (5, 4, 1, 5)
+    assert taps == (0, 20, 40, 60, 80, 100)
+    conv = _conv("f32[1,6,6,5]", "f32[3,2,4,5]",
+                 "window={size=3x2 pad=1_1x0_1 rhs_reversal=1x0}, dim_labels=b01f_01oi->b01f")
+    assert cpu_conv_gemm._tap_weights(conv)[2] == (80, 100, 40, 60, 0, 20)

@@ -155,20 +155,23 @@ class GemmCall:
         return ir.Constant(self.elem, x)
 
     def call(self, trans: tuple[ir.Value, ir.Value], sizes: tuple[ir.Value, ir.Value, ir.Value],
-             first: tuple[ir.Value, ir.Value], second: tuple[ir.Value, ir.Value], c: tuple[ir.Value, ir.Value]) -> None:
-        """Column-major C = op(first) op(second) (sizes m, n, k; see the module docstring): each
-        argument made by `char` / `dim` (`trans`, `sizes`, the leading dimensions) or a typed
-        pointer (the matrices)."""
+             first: tuple[ir.Value, ir.Value], second: tuple[ir.Value, ir.Value], c: tuple[ir.Value, ir.Value],
+             accumulate: bool = False) -> None:
+        """Column-major C = op(first) op(second) (sizes m, n, k; see the module docstring), or
+        C += that with `accumulate` (beta 1): each argument made by `char` / `dim` (`trans`,
+        `sizes`, the leading dimensions) or a typed pointer (the matrices)."""
         b = self.b
         (a, lda), (bb, ldb), (cc, ldc) = first, second, c
         if not self.by_value:
+            beta = self.alpha if accumulate else self.beta  # alpha's slot holds 1
             b.call(self.fn, [*trans, *sizes, self.alpha, b.bitcast(a, I8P), lda, b.bitcast(bb, I8P), ldb,
-                             self.beta, b.bitcast(cc, I8P), ldc])
+                             beta, b.bitcast(cc, I8P), ldc])
             return
         fp = F32.as_pointer()
         m, n, k = sizes
         status = b.call(self.fn, [trans[1], trans[0], n, m, k, ir.Constant(F32, 1.0), b.bitcast(bb, fp), ldb,
-                                  b.bitcast(a, fp), lda, ir.Constant(F32, 0.0), b.bitcast(cc, fp), ldc])
+                                  b.bitcast(a, fp), lda, ir.Constant(F32, 1.0 if accumulate else 0.0),
+                                  b.bitcast(cc, fp), ldc])
         # Only invalid arguments (a bug here) or a failed allocation of oneDNN's packing
         # buffers return an error, and C is then unwritten: stop rather than return garbage.
         trap_if(b, self.module, b.icmp_signed("!=", status, ir.Constant(I32, 0)))

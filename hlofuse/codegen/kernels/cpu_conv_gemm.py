@@ -26,9 +26,11 @@ strided dimension (NHWC), else within one batch element (NCHW).
 
 - K's order follows the weights, so they are a plain matrix: (window offsets row-major, input
   feature) for HWIO-like weights, (input feature, window offsets) for OIHW-like ones. Weights
-  in neither order, or with window reversal, are first packed by a loop kernel into a
-  temporary in (window..., I, O) order (once per call; the GEMM kernel's computation then holds
-  a convolution of that temporary with `01..io` labels).
+  in neither order (jax's input gradients, `01oi`), or with window reversal, run one GEMM per
+  window tap (`tap_offsets`: each tap's [I, O] block read in place, the calls summing into C)
+  when those blocks have a unit stride; otherwise (`0io1`) they are first packed by a loop
+  kernel into a temporary in (window..., I, O) order (once per call; the GEMM kernel's
+  computation then holds a convolution of that temporary with `01..io` labels).
 - A 1x1 convolution with unit strides, no padding and no dilation needs no patches: BLAS reads
   the input in place as [rows, I].
 - The output (a layout BLAS can write, the convolution's own type) is C itself; otherwise (an
@@ -58,6 +60,7 @@ The rule choosing this kernel over the direct one (`prefers_gemm`) is by shape c
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 from dataclasses import dataclass
 
@@ -111,6 +114,10 @@ class ConvGemm:
     # inside its spatial ones: jax's weight gradients, `01bf`, whose batch is the forward
     # convolution's input features); tiles then span the whole (positions x batch) rows.
     batch_minor: bool = False
+    # Weights that are no [K, O] matrix but whose every window tap's [I, O] block is (jax's
+    # input gradients, `01oi`, window reversal too): `weights` is tap 0's block and these the
+    # element offsets of each tap's, in K's (window-major) order; one GEMM per tap accumulates.
+    tap_offsets: tuple[int, ...] = ()
 
     @property
     def rows(self) -> int:
@@ -234,6 +241,9 @@ def conv_gemm(conv: HloInstruction, out_type: ElementType | None = None) -> Conv
     if geo is None or et is None or geo.groups != 1:
         return None
     order, w = _weights(conv)
+    taps: tuple[int, ...] = ()
+    if w is None and PER_TAP_WEIGHTS:
+        order, w, taps = _tap_weights(conv)
     k = geo.group_inputs * math.prod(d.size for d in geo.window)
     positions = math.prod(geo.out_spatial)
     if w is None or min(k, geo.features, geo.batch * positions) <= 0 or max(k, geo.features) > INT32_MAX:
@@ -274,7 +284,33 @@ def conv_gemm(conv: HloInstruction, out_type: ElementType | None = None) -> Conv
         tile = split_tile(rows, tile)
         row_units = -(-rows // tile) * (1 if span else geo.batch)
     cols = panel_cols(row_units, min(tile, rows), geo.features, k, et)
-    return ConvGemm(geo, order, k, positions, tile, cols, span, w, x, c, batch_minor)
+    return ConvGemm(geo, order, k, positions, tile, cols, span, w, x, c, batch_minor, taps)
+
+
+# Whether weights that are no [K, O] matrix run as one GEMM per window tap (`_tap_weights`)
+# rather than being packed by a loop kernel first (`_packed_layout`); False for A/B.
+PER_TAP_WEIGHTS = True
+
+
+def _tap_weights(conv: HloInstruction) -> tuple[tuple[int, ...], Matrix | None, tuple[int, ...]]:
+    """(K order (window..., IN), tap 0's [I, O] block of the weights, each tap's element offset
+    in K's order, a reversed window dimension counted from its end) of convolution `conv`;
+    (order, None, ()) when the block is no strided matrix."""
+    dn = dimension_numbers(conv)
+    dims = tuple(conv.operands[1].shape.dims)
+    strides = row_major_strides(dims)
+    nsp = len(dn.kernel_spatial)
+    order = tuple(range(nsp)) + (IN,)
+    m = row_major_matrix(dims, [], [dn.kernel_input_feature], [dn.kernel_output_feature])
+    if m is None or not nsp:
+        return order, None, ()
+    window = conv.attrs.get("window")
+    reversed_ = [bool(window is not None and window.dimensions[f].window_reversal) for f in range(nsp)]
+    offsets = []
+    for tap in itertools.product(*(range(dims[a]) for a in dn.kernel_spatial)):
+        offsets.append(sum((dims[a] - 1 - t if rev else t) * strides[a]
+                           for t, a, rev in zip(tap, dn.kernel_spatial, reversed_)))
+    return order, m, tuple(offsets)
 
 
 # Whether an output whose rows collapse only position-major (`01bf`: jax's weight gradients)

@@ -9,6 +9,8 @@ kernel); this module emits it into a CPU kernel skeleton (cpu_skeleton.py).
 """
 from __future__ import annotations
 
+import dataclasses
+
 import math
 
 from llvmlite import ir
@@ -85,10 +87,13 @@ class _ConvGemmEmitter:
         """The whole kernel: per unit, pack the tile's patches (unless this call packed them for
         the previous unit), GEMM over the unit's column panel, epilogue."""
         b, g, geo = self.b, self.g, self.geo
-        swapped, (t1, ld1), (t2, ld2), ldc = blas_operands(self.a, g.weights, self.c)
+        # Per-tap weights: each call multiplies the tap's column block of the patch tile
+        # ([rows, I] at row stride K) by the tap's [I, O] block of the weights.
+        a = self.a if not g.tap_offsets else dataclasses.replace(self.a, cols=geo.group_inputs)
+        swapped, (t1, ld1), (t2, ld2), ldc = blas_operands(a, g.weights, self.c)
         call = GemmCall(b, self.skel.module, self.et)
         flags = (call.char(t1), call.char(t2))
-        p_k, p_o = call.dim(g.k), call.dim(geo.features)
+        p_k, p_o = call.dim(geo.group_inputs if g.tap_offsets else g.k), call.dim(geo.features)
         p_ld1, p_ld2, p_ldc = call.dim(ld1), call.dim(ld2), call.dim(ldc)
         with for_range(b, self.skel.begin, self.skel.end, "unit") as unit:
             tile, col0, cols = self._panel(unit)
@@ -113,9 +118,14 @@ class _ConvGemmEmitter:
                 w_ptr = b.gep(w_ptr, [b.mul(col0, _i(g.weights.col_stride))], inbounds=True)
                 c_ptr = b.gep(c_ptr, [b.mul(col0, _i(self.c.col_stride))], inbounds=True)
             p_rows, p_cols = call.dim(count), p_o if g.col_panels == 1 else call.dim(cols)
-            first, second = (a_ptr, w_ptr) if swapped else (w_ptr, a_ptr)
             sizes = (p_rows, p_cols) if swapped else (p_cols, p_rows)
-            call.call(flags, (*sizes, p_k), (first, p_ld1), (second, p_ld2), (c_ptr, p_ldc))
+            # One call, or one per tap summing into C in K's order (the tap's inputs are the
+            # patch tile's columns tap * I .. (tap + 1) * I - 1).
+            for i, offset in enumerate(g.tap_offsets or (0,)):
+                a_tap = a_ptr if not g.tap_offsets else b.gep(a_ptr, [_i(i * geo.group_inputs)], inbounds=True)
+                w_tap = w_ptr if not offset else b.gep(w_ptr, [_i(offset)], inbounds=True)
+                first, second = (a_tap, w_tap) if swapped else (w_tap, a_tap)
+                call.call(flags, (*sizes, p_k), (first, p_ld1), (second, p_ld2), (c_ptr, p_ldc), accumulate=i > 0)
             if self.epilogue is not None or self.ctile is not None:
                 self._epilogue(row0, count, c_ptr, col0, cols)
         call.finish()

@@ -345,13 +345,10 @@ MIN_ONEDNN_MACS = 1 << 22
 MIN_ONEDNN_ROWS = 256
 # Dense convolutions: fewer output features than this gained nothing (16: 0.98-1.12x).
 MIN_ONEDNN_FEATURES = 32
-# Dense convolutions of fewer rows whose weights our GEMM kernel packs with a loop kernel on
-# every call (`weights_packed`: jax's input gradients, `01oi`) take oneDNN from this many
-# multiply-adds: its JIT reorder replaces the packing loop (3x3 512->512 over 64 rows, 151M:
-# 0.62-0.80x the packed GEMM's time on one thread, CPU time; 0.82-0.93x on two, wall), but a
-# short call split statically over two threads of this shared machine lost (256->256 over
-# 32-64 rows, 19-38M: 0.62-0.69x on one thread, 4.3x on two, wall; load 10-11).
-MIN_PACKED_MACS = 1 << 26
+# (Dense convolutions of fewer rows with `01oi` weights, jax's input gradients, took oneDNN
+# from 2^26 multiply-adds while our GEMM kernel packed those weights with a loop kernel on every
+# call; it now runs one GEMM per window tap on the weights in place, 0.59-0.62x oneDNN's time
+# for haiku ResNet-18's 3x3 512 -> 512 over 64 rows: docs/convolutions.md.)
 
 
 def onednn_class(comp: HloComputation) -> str | None:
@@ -378,8 +375,7 @@ def prefers_onednn(comp: HloComputation) -> bool:
       * dense with a window of more than one tap (1x1 convolutions keep the GEMM kernel,
         which reads their input in place: 0.9-1.4x), at least 8 input features (the
         stems keep the direct kernel: 1.05-1.16x), MIN_ONEDNN_FEATURES output features and
-        MIN_ONEDNN_ROWS rows (0.7-0.9x), or fewer rows with weights our GEMM kernel would
-        pack on every call (`weights_packed`) and MIN_PACKED_MACS multiply-adds.
+        MIN_ONEDNN_ROWS rows (0.7-0.9x).
     Everything else keeps our kernels (cpu_conv_gemm.plan_convolution)."""
     from ...runtime.gemm_provider import gemm_provider
 
@@ -401,14 +397,4 @@ def prefers_onednn(comp: HloComputation) -> bool:
     rows = geo.batch * math.prod(geo.out_spatial)
     if taps == 1 or geo.group_inputs < 8 or geo.features < MIN_ONEDNN_FEATURES:
         return False
-    return rows >= MIN_ONEDNN_ROWS or (weights_packed(geo) and conv_flops(comp) >= MIN_PACKED_MACS)
-
-
-def weights_packed(geo) -> bool:
-    """Whether the weights' output feature dimension lies inside the block of their input
-    feature and window dimensions in memory (jax's input gradients read the forward weights as
-    `01oi`): the GEMM kernels' contraction (window x input features) is then no strided matrix
-    in either order, and a loop kernel packs the weights on every call (docs/convolutions.md).
-    (Window dimensions stored out of their order are packed too; this says no for them.)"""
-    k_strides = (geo.w_in, *geo.w_spatial)
-    return min(k_strides) < geo.w_out < max(k_strides)
+    return rows >= MIN_ONEDNN_ROWS
