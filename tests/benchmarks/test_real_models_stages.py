@@ -30,6 +30,11 @@ def test_timed_compile_records_wall_cpu_and_every_stage(tmp_path, monkeypatch):
     assert 0 < stages["passes"] <= stages["wall"]
     assert stages["slowest pass"] <= stages["passes"]
     assert stages["planning"] + stages["emission"] <= stages["wall"]
+    # `other` is what the sequential stages leave of the wall time: never negative, and the
+    # stages and it add up to the wall time
+    assert 0 <= stages["other"] < stages["wall"]
+    assert abs(sum(stages.get(k, 0.0) for k in real_models.SEQUENTIAL_STAGES) + stages["other"]
+               - stages["wall"]) < 1e-9
     line = real_models.stage_line(stages)
     assert line.startswith(f"wall {stages['wall']:.2f}, cpu ")
     assert f"slowest pass ({stages['slowest pass name']}) {stages['slowest pass']:.2f}" in line
