@@ -15,8 +15,16 @@ regimes:
   100% of it is bound by the exp, not by the passes over its rows.
 - in cache: the marginal cost of 64 more rows (16 and 80 rows of `cols`, at most 1.3 MB of
   input and output together, within L2; each timed sample 40 and 10 calls): the difference of
-  the two medians per call over the elements added, so the call's fixed cost drops out. What the row kernel's loops cost against the exp
-  loop's, with no memory in the way.
+  the two medians per call over the elements added, so the call's fixed cost drops out. What
+  the row kernel's loops cost against the exp loop's, with no memory in the way. Not the same
+  code as from memory: rows within L3 do not stream (cpu_row.streams_outputs), so softmax then
+  stores exp(x - max) in its output row and folds the next row's max in its division loop, not
+  in its exp loop.
+
+`--loops` also prints, per kernel as compiled for the array from memory, each innermost loop of
+its machine code (`loop_stats`): instructions, stack operands at a fixed offset (spill stores
+and reloads; a row buffer on the stack is indexed and not counted) and register-to-register
+vector moves: where a loop spills or shuffles registers.
 
 `--baseline` compiles every kernel a second time (no cache) with those hlofuse module
 attributes set (`hlofuse.codegen.kernels.row_ahead.PIPELINE_FIRST_LEVEL=False`) and times it as
@@ -26,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import statistics
 import sys
 import time
@@ -59,6 +68,37 @@ def _kernels():
     }
 
 
+_LABEL = re.compile(r"^(\.L\w+):")
+_BRANCH = re.compile(r"^\s+j\w+\s+(\.L\w+)")
+# An operand at a fixed offset from the stack pointer, `96(%rsp)` (not `96(%rsp,%rax,4)`).
+_SPILL = re.compile(r"-?\d*\(%rsp\)")
+# A vector register copied whole into another: `vmovaps %zmm3, %zmm4` (no mask, no memory).
+_MOVE = re.compile(r"^\s+vmov(?:aps|ups|apd|upd|dqa64|dqa32|dqu64|dqu32)\s+%[xyz]mm\d+, %[xyz]mm\d+\s*$")
+
+
+def loop_stats(asm: str) -> list[dict]:
+    """Each innermost loop of assembly text `asm` (AT&T syntax, as LLVM prints it): a label and
+    a later branch back to it with no other such loop inside. Per loop: its label, its
+    instructions, its stack operands at a fixed offset (`spills`: the register allocator's
+    spill stores and reloads) and its whole-register vector moves (`moves`)."""
+    lines = asm.splitlines()
+    at: dict[str, int] = {}
+    loops = []
+    for i, line in enumerate(lines):
+        if m := _LABEL.match(line):
+            at[m.group(1)] = i
+        elif (m := _BRANCH.match(line)) and m.group(1) in at:
+            loops.append((at[m.group(1)], i, m.group(1)))
+    inner = [x for x in loops if not any(x[0] <= y[0] and y[1] <= x[1] and y != x for y in loops)]
+    stats = []
+    for start, end, label in inner:
+        body = [x for x in lines[start + 1:end + 1] if x.startswith("\t") and not x.startswith("\t.")]
+        stats.append({"label": label, "instructions": len(body),
+                      "spills": sum(bool(_SPILL.search(x)) for x in body),
+                      "moves": sum(bool(_MOVE.match(x)) for x in body)})
+    return stats
+
+
 def main(argv: list[str] | None = None) -> int:
     """Measure and print both tables."""
     os.environ["HLOFUSE_CPU_THREADS"] = "1"
@@ -75,6 +115,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--cols", type=int, default=2048)
     p.add_argument("--rounds", type=int, default=21)
     p.add_argument("--baseline", action="append", default=[], metavar="MODULE.NAME=VALUE")
+    p.add_argument("--loops", action="store_true", help="print each kernel's innermost loops (loop_stats)")
     a = p.parse_args(argv)
     rng = np.random.default_rng(0)
     sizes = {"memory": a.rows, "cache16": 16, "cache80": 80}
@@ -88,6 +129,10 @@ def main(argv: list[str] | None = None) -> int:
                 with _attributes_set(attrs):
                     exe = hlofuse.compile(hlofuse.parse_hlo(text), target="cpu", cache=not a.baseline)
                     exe(x)  # the driver is made on the first run
+                if a.loops and size == "memory":
+                    for st in loop_stats(exe.program.asm()):
+                        print(f"{name + suffix:22s} loop {st['label']}: {st['instructions']} instructions, "
+                              f"{st['spills']} spill stores/reloads, {st['moves']} register moves")
                 calls[(name + suffix, size)] = (lambda e=exe, g=x, k=_REPEAT.get(size, 1): [e(g) for _ in range(k)])
     print(uptime(), flush=True)
     keys = list(calls)

@@ -20,3 +20,33 @@ def test_table_has_every_kernel_and_baseline(capsys, monkeypatch):
     for name in ("exp (reference)", "copy (reference)", "softmax", "log_softmax", "layer_norm"):
         assert name in rows and name + "@base" in rows
     assert rows["exp (reference)"].split()[-4] == "100%"
+
+
+# An outer loop around an inner one: the inner loop's body holds a whole-register move, a
+# masked move (a blend, not a copy), a reload at a fixed stack offset and a store into an
+# indexed stack buffer (a row buffer, not a spill).
+_ASM = """f:
+.LBB0_1:
+\tvmovups\t(%rdi), %zmm0
+.LBB0_2:
+\tvmovaps\t%zmm1, %zmm2
+\tvmovups\t-64(%rsp), %zmm3
+\tvmovups\t%zmm3, 128(%rsp,%rax,4)
+\tvmovaps\t%zmm1, %zmm2 {%k1}
+\taddq\t$1, %rax
+\tjne\t.LBB0_2
+\t.p2align\t4
+\tjmp\t.LBB0_1
+"""
+
+
+def test_loop_stats_counts_the_innermost_loop():
+    assert row_limits.loop_stats(_ASM) == [{"label": ".LBB0_2", "instructions": 6, "spills": 1, "moves": 1}]
+
+
+def test_loops_option_prints_each_kernels_loops(capsys, monkeypatch):
+    monkeypatch.setenv("HLOFUSE_CPU_THREADS", "1")
+    assert row_limits.main(["--rows", "24", "--cols", "64", "--rounds", "1", "--loops"]) == 0
+    out = capsys.readouterr().out
+    lines = out.splitlines()
+    assert any(line.startswith("softmax") and " loop .L" in line and "instructions" in line for line in lines)
