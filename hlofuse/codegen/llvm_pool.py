@@ -24,9 +24,12 @@ An exception raised by a kernel's compilation reaches the caller from that kerne
 exception itself from the thread lane, a copy of it (same type and message, the worker's
 traceback as its cause) from a worker.
 
-The process pool starts lazily, the first time it is used, and stays for the rest of the process
-(a worker's start, its imports of llvmlite and emitters/cpu/target.py, costs about a second of
-CPU once, not per compile). It uses the 'forkserver' start method: workers are clean processes,
+The process pool starts the first time it is used, or earlier, when a compile that will
+probably use it begins (`prestart`, called by compiler.compile after a module-cache miss, before
+the passes: `probably_pooled`), and stays for the rest of the process. A worker warms itself as
+it starts (`_warm`: its imports of llvmlite, emitters/cpu/target.py and hlofuse's package, and
+the target machines), so a prestarted worker's start overlaps the passes and planning instead of
+the first kernels' LLVM work. It uses the 'forkserver' start method: workers are clean processes,
 not forks of a parent that may hold llvmlite's lock, JIT state, libgomp's threads or other
 threads. Python starts a forkserver or spawned process by importing the parent's main module
 first (`if __name__ == "__main__":` is what keeps a script from running again there); the
@@ -36,6 +39,7 @@ module (`submit`): a user's script that compiles at import time is not run again
 from __future__ import annotations
 
 import atexit
+import contextlib
 import functools
 import multiprocessing
 import os
@@ -44,7 +48,7 @@ import threading
 import types
 from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
-from typing import Callable
+from typing import Callable, Iterator
 
 from ..runtime.cpu_threads import cpu_threads
 
@@ -57,6 +61,17 @@ from ..runtime.cpu_threads import cpu_threads
 # (45, 6) 1.44, 1.47 / 1.09, 1.08, ResNet-50 (48, 7) 1.41, 1.47 / 1.24, 1.25, MobileNetV2 (62,
 # 10) 2.18, 2.18 / 1.64, 1.66, faster. Not yet measured on a quiet many-core machine.
 MIN_TASKS = 3
+# A module with at least this many distinct hero signatures (`hero_signatures`) probably makes
+# MIN_TASKS LLVM modules or more, so its compile starts the pool before the passes (`prestart`).
+# Measured on the models of the lead's set and testdata/jax (planned cold, every kernel missing):
+# the ones that use the pool (>= 17 distinct kernels) have 11 (equinox MLP train, 27 kernels, 4
+# groups), 23 (flax MNIST CNN train, 45), 24 (ResNet-50, 39), 33 (MobileNetV2, 53), 48 (haiku
+# ResNet-18 train, 205); the ones that do not have at most 9 (GPT-2 9 with 15 kernels, equinox
+# attention block 7 with 14, flax MNIST CNN 6 with 7, every testdata/jax module 8 or fewer).
+# Instruction counts do not separate them (GPT-2 827 instructions and 2 groups, equinox's MLP
+# step 279 and 4). A wrong guess either way costs little: too late, the worker starts on its
+# first kernel as before; too early, an idle worker's start (~0.15 CPU-s on the spare core).
+PRESTART_HEROES = 10
 # From this many lanes (cores, or HLOFUSE_CPU_THREADS) every lane beyond the thread lane has a
 # worker; two lanes have one only while a core is spare (see `processes`).
 MIN_LANES = 3
@@ -118,6 +133,87 @@ def use_pool(tasks: int) -> bool:
     return tasks >= MIN_TASKS and processes() >= 1
 
 
+def hero_signatures(module, stop: int | None = None) -> int:
+    """Distinct (opcode, shape, operand shapes) of `module`'s instructions whose registry row is
+    a reduction or an `other` op with operands (dots, convolutions, reductions, sorts, library
+    calls: the heroes fusion does not merge into each other, hence about one kernel each; the
+    kind comes from hlo/opcodes.py), over every computation, before the passes. Counting stops
+    at `stop` (the caller only compares with it)."""
+    from ..hlo.opcodes import op_info
+
+    seen: set = set()
+    for comp in module.computations:
+        for inst in comp.instructions:
+            if not inst.operands:
+                continue
+            info = op_info(inst.opcode)
+            if info.kind not in ("reduce", "other") or info.bookkeeping:
+                continue
+            seen.add((inst.opcode, str(inst.shape), tuple(str(o.shape) for o in inst.operands)))
+            if stop is not None and len(seen) >= stop:
+                return len(seen)
+    return len(seen)
+
+
+def probably_pooled(module) -> bool:
+    """Whether compiling `module` (an HloModule before the passes, every kernel still to be
+    compiled) will probably use the pool: workers allowed (`processes`) and at least
+    PRESTART_HEROES hero signatures."""
+    return processes() >= 1 and hero_signatures(module, PRESTART_HEROES) >= PRESTART_HEROES
+
+
+def _warm() -> None:
+    """A new worker's initializer: what its first `compile_timed` would do before any LLVM work
+    (import the emitters' target module, hence hlofuse's package, and llvmlite; make both
+    target machines), done as the worker starts. An error here is left to the first task, which
+    meets it again and reports it with its traceback (an initializer that raises would break
+    the pool instead)."""
+    try:
+        from ..emitters.cpu.target import host_target_machine
+
+        target_machine(KERNEL_CODEGEN_LEVEL)
+        target_machine(UNOPTIMIZED)
+        host_target_machine()
+    except Exception:  # noqa: BLE001 - reported by the first task instead
+        pass
+
+
+def _ready() -> bool:
+    """The task `prestart` submits: makes the executor start a worker (which warms itself)."""
+    return True
+
+
+def prestart() -> bool:
+    """Start the pool's workers now, unless the pool is off (`processes` 0) or already started,
+    so that they are warm when the first kernels reach them; returns whether it started them.
+    The executor starts a worker per submitted task while none is idle (forkserver), so one
+    `_ready` task per worker starts them all."""
+    count = processes()
+    if count < 1:
+        return False
+    with _lock:
+        if _pool is not None:
+            return False
+        with _blank_main():
+            executor = _started()
+            for _ in range(count):
+                executor.submit(_ready)
+    return True
+
+
+@contextlib.contextmanager
+def _blank_main() -> Iterator[None]:
+    """`sys.modules["__main__"]` is the blank stand-in inside the block (see `submit`); call
+    under `_lock`."""
+    main = sys.modules.get("__main__")
+    sys.modules["__main__"] = _BLANK_MAIN
+    try:
+        yield
+    finally:
+        if main is not None:
+            sys.modules["__main__"] = main
+
+
 # The level of code that only calls and copies (the native driver, codegen/driver.py): parsed
 # and verified, its locals put in registers (SROA), then InstCombine and SimplifyCFG, and machine
 # code from LLVM's fast instruction selector and register allocator (a target machine at O0).
@@ -148,6 +244,12 @@ def target_machine(codegen_level: int):
     name, features = host_cpu()  # initializes the native target
     return llvm.Target.from_default_triple().create_target_machine(
         cpu=name, features=features, opt=codegen_level, reloc="default", codemodel="jitdefault")
+
+
+def target_machines() -> int:
+    """How many target machines this process has made (`target_machine`'s levels): a worker
+    has made both before its first task (`_warm`)."""
+    return target_machine.cache_info().currsize
 
 
 def compile_timed(text: str, speed_level: int) -> tuple[bytes, float, float]:
@@ -189,7 +291,7 @@ def _started() -> ProcessPoolExecutor:
     global _pool
     if _pool is None:
         _pool = ProcessPoolExecutor(max_workers=max(1, processes()),
-                                    mp_context=multiprocessing.get_context("forkserver"))
+                                    mp_context=multiprocessing.get_context("forkserver"), initializer=_warm)
         atexit.register(shutdown)
     return _pool
 
@@ -207,19 +309,13 @@ def submit(text: str, speed_level: int) -> "Future[tuple[bytes, float, float]]":
     raises BrokenProcessPool) is replaced by a new one here, so one crash does not fail every
     later compile of the process."""
     global _pool
-    with _lock:
-        main = sys.modules.get("__main__")
-        sys.modules["__main__"] = _BLANK_MAIN
+    with _lock, _blank_main():
         try:
-            try:
-                return _started().submit(compile_timed, text, speed_level)
-            except BrokenProcessPool:
-                _pool.shutdown(wait=False, cancel_futures=True)
-                _pool = None
-                return _started().submit(compile_timed, text, speed_level)
-        finally:
-            if main is not None:
-                sys.modules["__main__"] = main
+            return _started().submit(compile_timed, text, speed_level)
+        except BrokenProcessPool:
+            _pool.shutdown(wait=False, cancel_futures=True)
+            _pool = None
+            return _started().submit(compile_timed, text, speed_level)
 
 
 def compile_in_lane(text: str, speed_level: int, use_processes: bool) -> tuple[bytes, float, float]:

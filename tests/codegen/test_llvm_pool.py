@@ -248,13 +248,16 @@ def test_a_spare_core_is_a_load_average_below_the_cores(monkeypatch, load, cores
     assert llvm_pool.spare_core() is spare
 
 
-def test_an_unguarded_script_is_not_run_again_in_a_worker(tmp_path):
+@pytest.mark.parametrize("prestarted", [False, True])
+def test_an_unguarded_script_is_not_run_again_in_a_worker(tmp_path, prestarted):
     """A script that compiles at import time (no `if __name__ == "__main__":`) runs once: the
-    workers are not given it as their main module."""
+    workers are not given it as their main module, whether the first kernel or `prestart`
+    (the compile's start, here for any module with a hero) starts them."""
     script = tmp_path / "unguarded.py"
     script.write_text(textwrap.dedent(f"""
         import hlofuse
         from hlofuse.codegen import llvm_pool
+        llvm_pool.PRESTART_HEROES = {1 if prestarted else 10**6}
         print("script ran", flush=True)
         exe = hlofuse.compile(hlofuse.parse_hlo({_module(POOLED)!r}), "cpu", cache=False)
         assert llvm_pool._pool is not None
@@ -305,3 +308,79 @@ def test_no_more_kernels_in_flight_than_lanes_while_and_after_the_driver_runs(mo
         assert [f.result()[0] for f in futures] == [f"k{i}".encode() for i in range(12)]
     assert driver_done.is_set()
     assert most[0] == 1 + workers
+
+
+HEROES = """HloModule heroes
+
+sum {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT c = f32[] add(a, b)
+}
+
+ENTRY main {
+  p = f32[8,8] parameter(0)
+  q = f32[8,4] parameter(1)
+  zero = f32[] constant(0)
+  e = f32[8,8] exponential(p)
+  d1 = f32[8,8] dot(p, e), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  d2 = f32[8,8] dot(e, p), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  d3 = f32[8,4] dot(p, q), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  r1 = f32[8] reduce(d1, zero), dimensions={1}, to_apply=sum
+  r2 = f32[8] reduce(d3, zero), dimensions={1}, to_apply=sum
+  t = f32[8,8] transpose(d2), dimensions={1,0}
+  ROOT out = (f32[8], f32[8], f32[8,8]) tuple(r1, r2, t)
+}
+"""
+
+
+def test_hero_signatures_count_distinct_reductions_dots_and_library_ops():
+    """Two dots of one signature count once; a dot and a reduce of other shapes count each;
+    elementwise, data movement, parameters, constants, tuples and the reducer's add do not."""
+    module = hlofuse.parse_hlo(HEROES)
+    # d1 and d2: one signature; d3; r1 (over f32[8,8]) and r2 (over f32[8,4]): 4
+    assert llvm_pool.hero_signatures(module) == 4
+    assert llvm_pool.hero_signatures(module, stop=2) == 2
+
+
+def test_probably_pooled_needs_workers_and_enough_heroes(monkeypatch):
+    module = hlofuse.parse_hlo(HEROES)
+    monkeypatch.setenv("HLOFUSE_LLVM_PROCESSES", "1")
+    monkeypatch.setattr(llvm_pool, "PRESTART_HEROES", 4)
+    assert llvm_pool.probably_pooled(module)
+    monkeypatch.setattr(llvm_pool, "PRESTART_HEROES", 5)
+    assert not llvm_pool.probably_pooled(module)
+    monkeypatch.setattr(llvm_pool, "PRESTART_HEROES", 1)
+    monkeypatch.setenv("HLOFUSE_LLVM_PROCESSES", "0")
+    assert not llvm_pool.probably_pooled(module)
+
+
+def test_prestart_starts_warm_workers_once(processes):
+    """`prestart` starts the workers (none with the pool off, not again while it runs), and a
+    worker has made both target machines before its first task (its initializer)."""
+    processes(0)
+    assert not llvm_pool.prestart() and llvm_pool._pool is None
+    processes(1)
+    assert llvm_pool.prestart()
+    assert not llvm_pool.prestart()
+    assert llvm_pool.pool().submit(llvm_pool.target_machines).result(timeout=300) == 2
+    text = str(emit_kernel_module(_planned_kernel(), CpuTarget(), "k"))
+    assert llvm_pool.submit(text, 3).result(timeout=300)[0] == _kernel_object(text, 3)
+
+
+def test_compile_prestarts_on_a_module_cache_miss_only(monkeypatch, tmp_path):
+    """hlofuse.compile starts the workers before the passes for a CPU module that probably uses
+    them, not when the module cache has the whole compile, nor for the interpreter."""
+    calls = []
+    monkeypatch.setattr(llvm_pool, "prestart", lambda: calls.append(1) or False)
+    monkeypatch.setattr(llvm_pool, "probably_pooled", lambda module: True)
+    monkeypatch.setenv("HLOFUSE_MODULE_CACHE", "1")
+    module = hlofuse.parse_hlo(HEROES)
+    hlofuse.compile(module, "interpreter")
+    assert calls == []
+    first = hlofuse.compile(module, "cpu", cache_dir=str(tmp_path))
+    assert calls == [1] and not first.from_cache
+    again = hlofuse.compile(hlofuse.parse_hlo(HEROES), "cpu", cache_dir=str(tmp_path))
+    assert again.from_cache and calls == [1]
+    hlofuse.compile(module, "cpu", cache=False)
+    assert calls == [1, 1]
