@@ -112,10 +112,11 @@ class Importer:
                 self.funcs[_sym_name(op)] = op
         self.converted: dict[str, HloComputation] = {}
         self.op: Any = None  # the op being converted, for error messages
-        # Caches keyed by what the MLIR context uniques (types, locations): shared by the
+        # Caches keyed by what the MLIR context uniques (types, locations, attributes): shared by the
         # imports that reuse the context when its state is given.
         self._shapes: dict = state.shapes if state is not None else {}
         self._metadata: dict = state.metadata if state is not None else {}
+        self.attr_values: dict = state.attr_values if state is not None else {}  # (stablehlo_ops._ints)
         self._metadata_of: tuple[Any, Raw | None] = (None, None)  # (op, its metadata), the last looked up
         self._free: dict = {}  # first block of a region -> its free values
         self._queued: list[_BlockJob] | None = None  # regions queued by the op being converted
@@ -228,8 +229,7 @@ class Importer:
         def finish(results: list[HloInstruction]) -> None:
             if extra_outputs:
                 results = list(results) + passthrough
-                comp.root = self._add(comp, HloInstruction("tuple", TupleShape(tuple(r.shape for r in results)),
-                                                          results, name="tuple"))
+                comp.root = self._tuple(comp, results)
             else:
                 comp.root = self.pack(comp, results)
             self.module.add_computation(comp)
@@ -304,19 +304,18 @@ class Importer:
             self._queued, self.op = outer
 
     def _add(self, comp: HloComputation, inst: HloInstruction) -> HloInstruction:
-        comp.add_instruction(inst)
+        _append(comp, inst)
         return inst
 
     def emit(self, scope: Scope, opcode: str, shape: Shape, operands=(), attrs=None, name: str | None = None) -> HloInstruction:
         """Add a new instruction to the computation being built (with XLA-style `metadata`
         naming the JAX op and source line when the MLIR op's location has them)."""
-        attrs = dict(attrs) if attrs else {}
+        inst = HloInstruction(opcode, shape, (), attrs, name or opcode)  # copies attrs
         metadata = self.metadata(self.op)
         if metadata is not None:
-            attrs.setdefault("metadata", metadata)
-        inst = HloInstruction(opcode, shape, (), attrs, name or opcode)
+            inst.attrs.setdefault("metadata", metadata)
         _wire_operands(inst, operands)
-        scope.comp.add_instruction(inst)
+        _append(scope.comp, inst)
         return inst
 
     def metadata(self, op) -> Raw | None:
@@ -342,7 +341,15 @@ class Importer:
         """One value as is; several (or none) as a tuple."""
         if len(values) == 1:
             return values[0]
-        return self._add(comp, HloInstruction("tuple", TupleShape(tuple(v.shape for v in values)), values, name="tuple"))
+        return self._tuple(comp, values)
+
+    def _tuple(self, comp: HloComputation, values: list[HloInstruction]) -> HloInstruction:
+        """A tuple of `values` added to `comp` (its operands wired by `_wire_operands`: the
+        constructor's per-operand check made the root tuple of a training step, hundreds of
+        outputs, quadratic)."""
+        inst = HloInstruction("tuple", TupleShape(tuple(v.shape for v in values)), (), None, "tuple")
+        _wire_operands(inst, values)
+        return self._add(comp, inst)
 
     def unpack(self, scope: Scope, inst: HloInstruction, count: int) -> list[HloInstruction]:
         """get-tuple-elements of a tuple-shaped instruction (the value itself if count == 1 and not a tuple)."""
@@ -365,16 +372,25 @@ class Importer:
         return found
 
 
+def _append(comp: HloComputation, inst: HloInstruction) -> None:
+    """Add a new instruction to a computation being built, as the HLO parser does: appended
+    to the list, its name left as given. The computation's names are made unique once it is
+    added to the module (`HloModule.add_computation`), which is all that `add_instruction`
+    would do besides keeping its parameter and control caches in step on every call (they are
+    rebuilt once when next read)."""
+    if comp.parent is not None:  # already in the module (not expected): the general path
+        comp.add_instruction(inst)
+        return
+    inst.parent = comp
+    comp.instructions.append(inst)
+
+
 def _wire_operands(inst: HloInstruction, operands) -> None:
-    """Give a new instruction its operands, all at once, as the HLO parser does: a repeated
-    operand (add(x, x)) is then recognised by the operand's last user alone.
-    (HloInstruction.append_operand searches the operand's whole user list, which made a
-    value with thousands of users — a parameter used along a long chain — quadratic.)"""
+    """Give a new instruction its operands, all at once, as the HLO parser does (users are an
+    ordered set, hlo/users.py: a repeated operand, add(x, x), adds the user once)."""
     inst.operands.extend(operands)
     for op in inst.operands:
-        users = op.users
-        if not users or users[-1] is not inst:
-            users.append(inst)
+        op.users.append(inst)
 
 
 def _escape(text: str) -> str:

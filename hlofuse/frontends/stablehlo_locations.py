@@ -8,9 +8,10 @@ parsing its HLO text. The text JAX writes holds each location once, as an alias
 (`#loc12 = loc("jit(f)/sin"(#loc7))`), nested ones by reference. So, for text with aliases,
 each alias is parsed once by MLIR, as the location of a declaration in a small module of its
 own (`func.func private @hlofuse_loc_3() loc(#loc12)`: MLIR uniques locations, so that
-location is the attribute an op of the real module with `loc(#loc12)` has), and its printed
-form is rebuilt from the alias table (each reference replaced by its definition, as MLIR's
-printer expands it) instead of printed. Anything this cannot read is left to printing.
+location is the attribute an op of the real module with `loc(#loc12)` has), and what the
+metadata needs of its printed form (its name, the first file location of its expansion) is
+read from the alias table, following references, instead of printed. Anything this cannot
+read is left to printing.
 """
 from __future__ import annotations
 
@@ -20,8 +21,8 @@ from typing import Callable
 _ALIAS_DEF = re.compile(r"^#loc(\d*) = loc\((.*)\)$", re.M)
 # a definition that names (an op's location: the only kind with metadata, location_metadata)
 _NAMED = re.compile(r'^"[^"]*"[()]')
-# a quoted string (kept as it is), or a reference to an alias
-_TOKEN = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"|#loc(\d*)')
+# a quoted string (a file location's when `:line:col` follows), or a reference to an alias
+_FILE_TOKEN = re.compile(r'("([^"]*)"(?::(\d+):(\d+))?)|(#loc\d*)')
 
 
 def read_location_metadata(text: str, cache: dict, metadata_of: Callable[[str], object]) -> int:
@@ -41,62 +42,82 @@ def read_location_metadata(text: str, cache: dict, metadata_of: Callable[[str], 
         module = ir.Module.parse("module {\n" + decls + "}\n" + aliases + "\n")
     except Exception:  # noqa: BLE001 - not what JAX writes: the locations are printed instead
         return 0
-    pieces: dict[str, list] = {}
-    expanded: dict[str, str] = {}
+    found: dict[str, tuple | None] = {}  # alias -> its first file location, memoized (_first_file)
     added = 0
     for n, op in zip(named, module.body.operations):
         attr = op.operation.location.attr
         if attr in cache:
             continue
-        body = _expand(n, defs, pieces, expanded)
-        if body is not None:
-            cache[attr] = metadata_of("loc(" + body + ")")
+        printed = _short_form(n, defs, found)
+        if printed is not None:
+            cache[attr] = metadata_of(printed)
             added += 1
     return added
 
 
-def _pieces(body: str) -> list:
-    """`body` split into literal text (str) and references to aliases (1-tuples of names)."""
-    if "#loc" not in body:
-        return [body]
-    out: list = []
-    last = 0
-    for m in _TOKEN.finditer(body):
-        if m.group(1) is not None:
-            out.append(body[last:m.start()])
-            out.append((m.group(1),))
-            last = m.end()
-    out.append(body[last:])
-    return out
+def _short_form(name: str, defs: dict[str, str], found: dict) -> str | None:
+    """A location text equivalent, for `location_metadata`, to MLIR's printing of named alias
+    `name`: `loc("op name"("file":line:col))`, its name and the first file location of its
+    expansion, or `loc("op name")` when the expansion has none. The expansion itself (every
+    reference replaced by its definition: JAX's call-site chains repeat their tails, the
+    printed text grows with their depth) is never built. None when a string involved holds a
+    backslash (an escape) or starts with `:`, whose reading in the printed text this does not
+    reproduce: such a location is printed."""
+    m = _NAMED.match(defs[name])
+    if m is None:  # no name, or one with an escaped quote
+        return None
+    op_name = m.group(0)[1:-2]
+    if "\\" in op_name or op_name.startswith(":"):
+        return None
+    first = _first_file(name, defs, found)
+    if first is _UNREADABLE:
+        return None
+    if first is None:
+        return f'loc("{op_name}")'
+    return f'loc("{op_name}"("{first[0]}":{first[1]}:{first[2]}))'
 
 
-def _expand(name: str, defs: dict[str, str], pieces: dict[str, list], done: dict[str, str]) -> str | None:
-    """Alias `name`'s definition with every reference replaced by the referenced definition
-    (MLIR's printing of the location), memoized in `done` (`pieces`: the definitions split);
-    None if it refers to an alias the text does not define, or to itself (an explicit stack:
-    chains are as deep as calls go)."""
+_UNREADABLE = ("",)  # _first_file of an expansion this cannot read
+
+
+def _first_file(name: str, defs: dict[str, str], found: dict) -> tuple | None:
+    """The first file location `(file, line, col)` in alias `name`'s expansion (what
+    `_FILE_LOC` finds first in the printed location), None if it has none, _UNREADABLE if it
+    refers to an alias the text does not define, to itself, or holds a string this does not
+    read (see _short_form). Memoized in `found`; an explicit stack (chains are as deep as
+    calls go)."""
     stack, entered = [name], set()
     while stack:
         k = stack[-1]
-        if k in done:
+        if k in found:
             stack.pop()
             continue
-        parts = pieces.get(k)
-        if parts is None:
-            body = defs.get(k)
-            if body is None:
-                return None
-            parts = pieces[k] = _pieces(body)
-        missing = [p[0] for p in parts if type(p) is tuple and p[0] not in done]
-        if not missing:
-            done[k] = "".join(p if type(p) is str else done[p[0]] for p in parts)
+        body = defs.get(k)
+        if body is None or "\\" in body:
+            found[k] = _UNREADABLE
             stack.pop()
             continue
-        if k in entered:
-            return None  # its references were expanded, yet some are missing: a cycle
-        entered.add(k)
-        for ref in missing:
-            if ref in entered:
-                return None  # a cycle: MLIR would not have parsed it
-            stack.append(ref)
-    return done[name]
+        tokens = _FILE_TOKEN.findall(body)
+        missing = [ref for _, _, _, _, ref in tokens if ref and ref[4:] not in found]
+        if missing:
+            if k in entered:
+                return _UNREADABLE  # its references were read, yet some are missing: a cycle
+            entered.add(k)
+            for ref in missing:
+                if ref[4:] in entered:
+                    return _UNREADABLE  # a cycle: MLIR would not have parsed it
+                stack.append(ref[4:])
+            continue
+        result = None
+        for _, string, line, col, ref in tokens:
+            if ref:
+                result = found[ref[4:]]
+            elif string.startswith(":"):
+                result = _UNREADABLE
+            elif line:
+                result = (string, line, col)
+            if result is not None:
+                break
+        found[k] = result
+        stack.pop()
+    return found[name]

@@ -89,7 +89,7 @@ def _bare_context_class(ir):
 
 class ContextState:
     """A reusable MLIR context and what is cached with it: MLIR types -> shapes, locations ->
-    metadata, the CHLO legalization pass manager. Types and locations are uniqued by the
+    metadata, attributes -> values, the CHLO legalization pass manager. Types and locations are uniqued by the
     context, so the caches are valid exactly as long as it; they live and die with it."""
 
     def __init__(self) -> None:
@@ -97,6 +97,7 @@ class ContextState:
         self.bytes_parsed = 0
         self.shapes: dict = {}  # ir.Type -> Shape
         self.metadata: dict = {}  # location attribute -> Raw | None
+        self.attr_values: dict = {}  # attribute -> its value as the op rules read it (stablehlo_ops._ints)
         self._chlo_pm = None
 
     def chlo_pass_manager(self):

@@ -60,14 +60,23 @@ def _elementwise_rule(op_name: str) -> Callable | None:
 
 
 # ---- attribute helpers ------------------------------------------------------------------
-def _ints(op, name: str, default=None) -> tuple[int, ...] | None:
+def _ints(imp, op, name: str, default=None) -> tuple[int, ...] | None:
+    """An integer array attribute as a tuple (`default` when the op has none). Read once per
+    distinct attribute (MLIR uniques them in the context): the bindings read an array
+    element by element, several microseconds per attribute, the most expensive part of
+    converting a broadcast."""
     if name not in op.attributes:
         return default
     attr = op.attributes[name]
-    try:
-        return tuple(int(x) for x in attr)
-    except TypeError:
-        return tuple(int(x) for x in np.array(attr).reshape(-1))
+    cache = imp.attr_values
+    found = cache.get(attr)
+    if found is None:
+        try:
+            found = tuple(int(x) for x in attr)
+        except TypeError:
+            found = tuple(int(x) for x in np.array(attr).reshape(-1))
+        cache[attr] = found
+    return found
 
 
 def _int(op, name: str, default: int | None = None) -> int | None:
@@ -114,11 +123,11 @@ def _results_shape(imp, op):
 
 def _direct(name: str, **readers: Callable) -> None:
     """Register the rule for `stablehlo.<name>`: one HLO instruction `<name with dashes>` on the
-    op's operands and result type, each attribute `key` read from the op by `readers[key](op)`."""
+    op's operands and result type, each attribute `key` read from the op by `readers[key](imp, op)`."""
     opcode = name.replace("_", "-")
 
     def convert(imp, op, scope):
-        attrs = {key: read(op) for key, read in readers.items()}
+        attrs = {key: read(imp, op) for key, read in readers.items()}
         return imp.emit(scope, opcode, _result_shape(imp, op), _operands(scope, op), attrs)
 
     RULES["stablehlo." + name] = convert
@@ -157,11 +166,14 @@ def _compare(imp, op, scope):
     return imp.emit(scope, "compare", _result_shape(imp, op), _operands(scope, op), attrs)
 
 
-_direct("reduce_precision", exponent_bits=lambda op: _int(op, "exponent_bits"),
-        mantissa_bits=lambda op: _int(op, "mantissa_bits"))
+_direct("reduce_precision", exponent_bits=lambda imp, op: _int(op, "exponent_bits"),
+        mantissa_bits=lambda imp, op: _int(op, "mantissa_bits"))
 
 
 # ---- leaves -----------------------------------------------------------------------------
+_CACHED_CONSTANT_ELEMENTS = 1024  # larger constants are read each time (not kept with the context)
+
+
 @rule("stablehlo.constant")
 def _constant(imp, op, scope):
     shape = _result_shape(imp, op)
@@ -169,13 +181,22 @@ def _constant(imp, op, scope):
         # The bindings cannot wrap complex dense attributes: read the printed op instead.
         literal = parse_dense_text(op.get_asm(), shape)
     else:
-        literal = dense_to_numpy(op.attributes["value"], shape)
+        # Read once per distinct small attribute (MLIR uniques them; JAX's programs repeat
+        # their scalar and splat constants): each instruction gets its own copy.
+        attr = op.attributes["value"]
+        cached = imp.attr_values.get(attr)
+        if cached is None:
+            literal = dense_to_numpy(attr, shape)
+            if literal.size <= _CACHED_CONSTANT_ELEMENTS:
+                imp.attr_values[attr] = literal.copy()
+        else:
+            literal = cached.copy()
     inst = imp.emit(scope, "constant", shape, name="constant")
     inst.literal = literal
     return inst
 
 
-_direct("iota", iota_dimension=lambda op: _int(op, "iota_dimension"))
+_direct("iota", iota_dimension=lambda imp, op: _int(op, "iota_dimension"))
 
 
 @rule("stablehlo.get_dimension_size")
@@ -193,7 +214,7 @@ def _get_dimension_size(imp, op, scope):
 def _broadcast_in_dim(imp, op, scope):
     operand = scope.get(op.operands[0])
     shape = _result_shape(imp, op)
-    dims = _ints(op, "broadcast_dimensions", ())
+    dims = _ints(imp, op, "broadcast_dimensions", ())
     # StableHLO may stretch a size-1 operand dimension; HLO broadcast cannot, so such
     # dimensions are reshaped away first (as XLA's importer does).
     stretched = [i for i, d in enumerate(dims) if operand.shape.dims[i] == 1 and shape.dims[d] != 1]
@@ -209,38 +230,38 @@ def _broadcast_in_dim(imp, op, scope):
 def _broadcast(imp, op, scope):
     operand = scope.get(op.operands[0])
     shape = _result_shape(imp, op)
-    sizes = _ints(op, "broadcast_sizes", ())
+    sizes = _ints(imp, op, "broadcast_sizes", ())
     dims = tuple(range(len(sizes), len(sizes) + operand.shape.rank))
     return imp.emit(scope, "broadcast", shape, [operand], {"dimensions": dims})
 
 
 _direct("reshape")
-_direct("transpose", dimensions=lambda op: _ints(op, "permutation"))
+_direct("transpose", dimensions=lambda imp, op: _ints(imp, op, "permutation"))
 
 
 @rule("stablehlo.slice")
 def _slice(imp, op, scope):
-    start = _ints(op, "start_indices")
-    limit = _ints(op, "limit_indices")
-    strides = _ints(op, "strides", (1,) * len(start))
+    start = _ints(imp, op, "start_indices")
+    limit = _ints(imp, op, "limit_indices")
+    strides = _ints(imp, op, "strides", (1,) * len(start))
     return imp.emit(scope, "slice", _result_shape(imp, op), _operands(scope, op),
                     {"slice": tuple(zip(start, limit, strides))})
 
 
-_direct("dynamic_slice", dynamic_slice_sizes=lambda op: _ints(op, "slice_sizes"))
+_direct("dynamic_slice", dynamic_slice_sizes=lambda imp, op: _ints(imp, op, "slice_sizes"))
 _direct("dynamic_update_slice")
-_direct("concatenate", dimensions=lambda op: (_int(op, "dimension"),))
+_direct("concatenate", dimensions=lambda imp, op: (_int(op, "dimension"),))
 
 
 @rule("stablehlo.pad")
 def _pad(imp, op, scope):
-    lo, hi = _ints(op, "edge_padding_low"), _ints(op, "edge_padding_high")
-    interior = _ints(op, "interior_padding", (0,) * len(lo))
+    lo, hi = _ints(imp, op, "edge_padding_low"), _ints(imp, op, "edge_padding_high")
+    interior = _ints(imp, op, "interior_padding", (0,) * len(lo))
     return imp.emit(scope, "pad", _result_shape(imp, op), _operands(scope, op),
                     {"padding": tuple(zip(lo, hi, interior))})
 
 
-_direct("reverse", dimensions=lambda op: _ints(op, "dimensions"))
+_direct("reverse", dimensions=lambda imp, op: _ints(imp, op, "dimensions"))
 
 
 @rule("stablehlo.gather")
@@ -255,7 +276,7 @@ def _gather(imp, op, scope):
         "operand_batching_dims": tuple(dn.operand_batching_dims),
         "start_indices_batching_dims": tuple(dn.start_indices_batching_dims),
         "index_vector_dim": int(dn.index_vector_dim),
-        "slice_sizes": _ints(op, "slice_sizes"),
+        "slice_sizes": _ints(imp, op, "slice_sizes"),
         "indices_are_sorted": _bool(op, "indices_are_sorted"),
     }
     return imp.emit(scope, "gather", _result_shape(imp, op), _operands(scope, op), attrs)
@@ -305,14 +326,14 @@ def _padding(op, name: str = "padding"):
 @rule("stablehlo.reduce")
 def _reduce(imp, op, scope):
     body = imp.region_computation(op.regions[0], "reduce_body")
-    return _emit_results(imp, scope, op, "reduce", {"dimensions": _ints(op, "dimensions"), "to_apply": body})
+    return _emit_results(imp, scope, op, "reduce", {"dimensions": _ints(imp, op, "dimensions"), "to_apply": body})
 
 
 @rule("stablehlo.reduce_window")
 def _reduce_window(imp, op, scope):
     body = imp.region_computation(op.regions[0], "reduce_window_body")
-    window = _window(_ints(op, "window_dimensions"), _ints(op, "window_strides"), _padding(op),
-                     _ints(op, "base_dilations"), _ints(op, "window_dilations"))
+    window = _window(_ints(imp, op, "window_dimensions"), _ints(imp, op, "window_strides"), _padding(op),
+                     _ints(imp, op, "base_dilations"), _ints(imp, op, "window_dilations"))
     return _emit_results(imp, scope, op, "reduce-window", {"window": window, "to_apply": body})
 
 
@@ -321,7 +342,7 @@ def _select_and_scatter(imp, op, scope):
     select = imp.region_computation(op.regions[0], "select")
     scatter = imp.region_computation(op.regions[1], "scatter")
     rank = len(imp.shape(op.operands[0].type).dims)
-    window = _window(_ints(op, "window_dimensions", (1,) * rank), _ints(op, "window_strides"), _padding(op))
+    window = _window(_ints(imp, op, "window_dimensions", (1,) * rank), _ints(imp, op, "window_strides"), _padding(op))
     return imp.emit(scope, "select-and-scatter", _result_shape(imp, op), _operands(scope, op),
                     {"window": window, "select": select, "scatter": scatter})
 
@@ -360,7 +381,7 @@ def _sort(imp, op, scope):
 def _map(imp, op, scope):
     body = imp.region_computation(op.regions[0], "map_body")
     return imp.emit(scope, "map", _result_shape(imp, op), _operands(scope, op),
-                    {"dimensions": _ints(op, "dimensions"), "to_apply": body})
+                    {"dimensions": _ints(imp, op, "dimensions"), "to_apply": body})
 
 
 # ---- linear algebra ---------------------------------------------------------------------
@@ -401,19 +422,19 @@ def _convolution(imp, op, scope):
     reversal = None
     if "window_reversal" in op.attributes:
         reversal = tuple(bool(x) for x in op.attributes["window_reversal"])
-    window = _window(sizes, _ints(op, "window_strides"), _padding(op), _ints(op, "lhs_dilation"),
-                     _ints(op, "rhs_dilation"), reversal)
+    window = _window(sizes, _ints(imp, op, "window_strides"), _padding(op), _ints(imp, op, "lhs_dilation"),
+                     _ints(imp, op, "rhs_dilation"), reversal)
     attrs = {"window": window, "dim_labels": numbers,
              "feature_group_count": _int(op, "feature_group_count", 1),
              "batch_group_count": _int(op, "batch_group_count", 1)}
     return imp.emit(scope, "convolution", _result_shape(imp, op), [lhs, rhs], attrs)
 
 
-_direct("fft", fft_type=lambda op: _enum(op, "fft_type"), fft_length=lambda op: _ints(op, "fft_length"))
-_direct("triangular_solve", left_side=lambda op: _bool(op, "left_side"), lower=lambda op: _bool(op, "lower"),
-        unit_diagonal=lambda op: _bool(op, "unit_diagonal"),
-        transpose_a=lambda op: _enum(op, "transpose_a", "NO_TRANSPOSE"))
-_direct("cholesky", lower=lambda op: _bool(op, "lower"))
+_direct("fft", fft_type=lambda imp, op: _enum(op, "fft_type"), fft_length=lambda imp, op: _ints(imp, op, "fft_length"))
+_direct("triangular_solve", left_side=lambda imp, op: _bool(op, "left_side"), lower=lambda imp, op: _bool(op, "lower"),
+        unit_diagonal=lambda imp, op: _bool(op, "unit_diagonal"),
+        transpose_a=lambda imp, op: _enum(op, "transpose_a", "NO_TRANSPOSE"))
+_direct("cholesky", lower=lambda imp, op: _bool(op, "lower"))
 
 
 @rule("stablehlo.batch_norm_training", "stablehlo.batch_norm_inference", "stablehlo.batch_norm_grad")

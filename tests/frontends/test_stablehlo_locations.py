@@ -8,7 +8,7 @@ import pytest
 
 from hlofuse import from_stablehlo
 from hlofuse.frontends import stablehlo, stablehlo_locations
-from hlofuse.frontends.stablehlo_locations import _expand, _pieces, read_location_metadata
+from hlofuse.frontends.stablehlo_locations import _UNREADABLE, _first_file, _short_form, read_location_metadata
 from hlofuse.frontends.stablehlo_mlir import ContextState, parse_mlir
 
 
@@ -80,18 +80,41 @@ def test_an_import_reads_its_locations_from_the_table_and_gives_the_same_module(
     assert printed  # the slow path did print them
 
 
-def test_references_expand_as_mlir_prints_them():
-    defs = {"1": '"f.py":3:4', "2": '"g"(#loc1)', "3": 'callsite(#loc2 at #loc1)', "4": '"n \\"#loc1\\""(#loc3)'}
-    done: dict = {}
-    assert _expand("3", defs, {}, done) == 'callsite("g"("f.py":3:4) at "f.py":3:4)'
-    # a reference inside a quoted string is text, not a reference
-    assert _expand("4", defs, {}, done) == '"n \\"#loc1\\""(callsite("g"("f.py":3:4) at "f.py":3:4))'
-    assert _pieces('"a"(#loc12)') == ['"a"(', ("12",), ")"]
+_DEFS = {"1": '"f.py":3:4', "2": '"g"(#loc1)', "3": 'callsite(#loc2 at #loc1)', "5": '"h.py":7:1',
+         "6": '"outer"(callsite("inner"(#loc7) at #loc5))', "7": "unknown", "8": '"bare"(#loc7)',
+         "9": '"q \\"x"(#loc1)', "11": '"a\\\\b"(#loc1)', "10": '"n"(callsite(":1:2"(#loc7) at #loc1))'}
+
+
+@pytest.mark.parametrize("name, printed", [
+    # MLIR's printing of each alias (every reference replaced by its definition), by hand
+    ("2", 'loc("g"("f.py":3:4))'),
+    ("6", 'loc("outer"(callsite("inner"(unknown) at "h.py":7:1)))'),
+    ("8", 'loc("bare"(unknown))'),
+])
+def test_the_short_form_reads_as_the_printed_location(name, printed):
+    short = _short_form(name, _DEFS, {})
+    assert str(stablehlo.location_metadata(short)) == str(stablehlo.location_metadata(printed))
+
+
+def test_the_first_file_location_is_found_through_references():
+    found: dict = {}
+    assert _first_file("3", _DEFS, found) == ("f.py", "3", "4")  # through #loc2 -> #loc1
+    assert found["2"] == ("f.py", "3", "4") and found["1"] == ("f.py", "3", "4")
+    assert _first_file("6", _DEFS, found) == ("h.py", "7", "1")  # the name and unknown have none
+    assert _first_file("8", _DEFS, found) is None
+
+
+@pytest.mark.parametrize("name", ["9", "10", "11"])
+def test_escapes_and_strings_like_file_positions_are_left_to_printing(name):
+    # an escaped quote, or a string starting with ':' (the printed text's regex could start
+    # inside it): not read from the table
+    assert _short_form(name, _DEFS, {}) is None
 
 
 @pytest.mark.parametrize("defs", [{"1": '"a"(#loc2)', "2": "callsite(#loc1 at #loc1)"}, {"1": '"a"(#loc9)'}])
 def test_a_cycle_or_an_unknown_alias_is_left_to_printing(defs):
-    assert _expand("1", defs, {}, {}) is None
+    assert _first_file("1", defs, {}) is _UNREADABLE
+    assert _short_form("1", defs, {}) is None
 
 
 def test_a_table_mlir_cannot_parse_adds_nothing():
