@@ -184,21 +184,31 @@ def _ready() -> bool:
 
 
 def prestart() -> bool:
-    """Start the pool's workers now, unless the pool is off (`processes` 0) or already started,
-    so that they are warm when the first kernels reach them; returns whether it started them.
-    The executor starts a worker per submitted task while none is idle (forkserver), so one
-    `_ready` task per worker starts them all."""
+    """Start the pool's workers, unless the pool is off (`processes` 0) or already started, so
+    that they are warm when the first kernels reach them; returns whether it set about it.
+
+    The start runs on a thread of its own (`_start_workers`) and the call returns at once:
+    starting the forkserver waits for a new Python process to be ready to fork (50-195 ms of
+    wall time at load 6, 4 ms of CPU), which would otherwise delay the passes it is meant to run
+    beside. A kernel submitted meanwhile waits for the pool's lock, then for the same start."""
     count = processes()
-    if count < 1:
+    if count < 1 or _pool is not None:
         return False
+    threading.Thread(target=_start_workers, args=(count,), name="hlofuse-llvm-prestart", daemon=True).start()
+    return True
+
+
+def _start_workers(count: int) -> None:
+    """Start the pool and its `count` workers, unless it was started meanwhile: the executor
+    starts a worker per submitted task while none is idle (forkserver), so one `_ready` task per
+    worker starts them all."""
     with _lock:
         if _pool is not None:
-            return False
+            return
         with _blank_main():
             executor = _started()
             for _ in range(count):
                 executor.submit(_ready)
-    return True
 
 
 @contextlib.contextmanager
