@@ -18,6 +18,7 @@ import time
 
 import numpy as np
 
+from .cli_timings import print_timings
 from .compiler import TARGETS
 
 EXIT_MISMATCH = 1
@@ -176,18 +177,20 @@ def _print_comparison(outputs: list, reference: list, ours: str, against: str) -
 
 # ---- compile ----------------------------------------------------------------------------
 def cmd_compile(args: argparse.Namespace) -> int:
-    from .compiler import optimize
+    from .compiler import optimize, prestart_llvm_workers
     from .files import check_output_path
 
     if args.output:
         check_output_path(args.output)
     if args.timings:  # `parse` times the parsing, not a new process's import of the parser (0.02-0.2 s)
         from .hlo import parser  # noqa: F401
-    start = time.perf_counter()
+    start, cpu_start = time.perf_counter(), time.process_time()
     module = _load(args.module, args.format)
     parse_seconds = time.perf_counter() - start
     emit = args.emit
     program = None
+    if args.target == "cpu" and (emit in ("llvm", "asm") or args.timings):
+        prestart_llvm_workers(module)  # kernels will be compiled: their workers start beside the passes
     fused, pipeline = optimize(module, args.target, fusion=not args.no_fusion, verify=args.verify or None,
                                dump_dir=args.dump_dir, passes=args.passes, algorithm=args.fusion_algorithm)
     if args.dump_dir:
@@ -220,7 +223,8 @@ def cmd_compile(args: argparse.Namespace) -> int:
     if args.timings:
         if program is None and args.target == "cpu":
             program = _cpu_program(fused, args)  # the code generation stages are timed too
-        _print_timings(pipeline, parse_seconds, program)
+        print_timings(pipeline, parse_seconds, program,
+                      span=(time.perf_counter() - start, time.process_time() - cpu_start))
     return 0
 
 
@@ -232,38 +236,6 @@ def _cpu_program(fused, args: argparse.Namespace):
 
     cache = not args.no_cache
     return CpuProgram.compile(fused, cache_dir=default_cache_dir() if cache else None, cache=cache)
-
-
-# Code generation stages of CpuCode.timings, in order, as --timings prints them.
-_CODEGEN_STAGES = ("planning", "cache", "emission", "emission cpu", "llvm optimization", "code generation", "llvm wait",
-                   "driver", "driver wall", "loading")
-
-
-def _print_timings(pipeline, parse_seconds: float | None = None, program=None) -> None:
-    """Per-stage wall times on standard error (standard output holds the module): parsing,
-    every pass, and with a CPU program its code generation stages (LLVM optimization and code
-    generation summed over the kernels LLVM compiled; `llvm wait` is the wall time spent
-    waiting for them after emission; `emission cpu` and `driver` are CPU seconds of the thread
-    doing it, `driver wall` the driver's span beside the kernels; see codegen/cpu.py
-    compile_cpu), then which LLVM ran them and whether its assertions are on (llvm_build.py).
-    `parse` excludes importing the parser (a new process's one-off cost)."""
-    if parse_seconds is not None:
-        print(f"{'parse':32s} {parse_seconds * 1e3:9.3f} ms", file=sys.stderr)
-    for name, seconds, changed in pipeline.timings:
-        print(f"{name:32s} {seconds * 1e3:9.3f} ms{'  (changed)' if changed else ''}", file=sys.stderr)
-    if program is None:
-        return
-    code = program.code
-    for stage in _CODEGEN_STAGES:
-        print(f"{stage:32s} {code.timings.get(stage, 0.0) * 1e3:9.3f} ms", file=sys.stderr)
-    print(f"{'kernels':32s} {len(code.kernels)} ({len(code.objects)} distinct, {code.compiled_count} compiled, "
-          f"{len(code.objects) - code.compiled_count} from the cache)", file=sys.stderr)
-    from .llvm_build import RELEASE_HINT, llvm_build
-
-    llvm = llvm_build()  # which LLVM those stages ran: a build with assertions costs ~1/5 of them
-    print(f"{'llvm':32s} {llvm.describe()}", file=sys.stderr)
-    if llvm.assertions != "off":
-        print(f"{'':32s} {RELEASE_HINT}", file=sys.stderr)
 
 
 # ---- opt --------------------------------------------------------------------------------
@@ -288,7 +260,7 @@ def cmd_opt(args: argparse.Namespace) -> int:
                                 dump_dir=args.dump_dir)
     _emit_output(result.to_text(), args.output)
     if args.timings:
-        _print_timings(pipeline)
+        print_timings(pipeline)
     return 0
 
 

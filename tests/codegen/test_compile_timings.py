@@ -46,3 +46,22 @@ def test_cli_prints_the_cpu_and_wall_stages(tmp_path, capsys, monkeypatch):
     err = capsys.readouterr().err
     for stage in ("parse", "emission", "emission cpu", "driver", "driver wall"):
         assert re.search(rf"^{stage} +[0-9.]+ ms$", err, re.M), (stage, err)
+
+
+def test_cli_other_is_the_wall_time_outside_the_sequential_stages(tmp_path, capsys, monkeypatch):
+    """`other` is `total` less parsing, the passes and the sequential code generation stages
+    (planning, cache, emission, llvm wait, loading), and `cpu` this process's CPU time."""
+    from hlofuse.cli import main
+
+    monkeypatch.setenv("HLOFUSE_MODULE_CACHE", "0")
+    path = tmp_path / "m.hlo"
+    path.write_text(TEXT)
+    assert main(["compile", str(path), "--timings", "--no-cache", "-o", str(tmp_path / "out.hlo")]) == 0
+    rows = [(m.group(1), float(m.group(2))) for m in re.finditer(r"^(.+?) +(-?[0-9.]+) ms", capsys.readouterr().err, re.M)]
+    names = [name for name, _ in rows]
+    lines = dict(rows)
+    assert {"other", "total", "cpu"} <= set(lines), rows
+    passes = sum(ms for _, ms in rows[names.index("parse") + 1:names.index("planning")])  # a pass may run twice
+    listed = passes + sum(lines[k] for k in ("parse", "planning", "cache", "emission", "llvm wait", "loading"))
+    assert abs(listed + lines["other"] - lines["total"]) < 0.01, rows
+    assert lines["other"] >= 0.0 and lines["cpu"] > 0.0, rows
