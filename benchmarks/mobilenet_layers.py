@@ -5,6 +5,7 @@ against IREE").
 Run (needs jax and the `iree` extra):
 
     HLOFUSE_CPU_THREADS=1 python benchmarks/mobilenet_layers.py [--layers a,b] [--rounds 7] [--threads 1]
+    HLOFUSE_CPU_THREADS=1 python benchmarks/mobilenet_layers.py --vector-ab [--layers a,b] [--rounds 15]
 
 Each layer is a JAX function as keras's MobileNetV2 (8 images of 160x160) computes it: a
 depthwise 3x3 (stride 2 after keras's zero padding), a 1x1 expansion (batch norm, relu6) or
@@ -16,6 +17,12 @@ outputs are checked against JAX's. Timing is interleaved, CPU time per call with
 (wall time with more), medians; a second hlofuse column gives the time of its kernels alone
 (the native per-step profile), since a call also allocates its output, which for these large
 outputs is a good part of a small layer's call. The load average is printed.
+
+`--vector-ab` (no IREE needed) compares, for each depthwise layer, the kernel whose channel loop
+is emitted as vectors (codegen/kernels/cpu_conv_vector.py) with the scalar loop LLVM vectorises:
+the same output bits, LLVM CPU milliseconds of each kernel (compiled alone on this thread, least
+of 3), and kernel time per call (least and median of interleaved rounds; CPU time with one
+thread).
 """
 from __future__ import annotations
 
@@ -112,6 +119,65 @@ def run_layer(name: str, rounds: int, threads: int) -> dict:
     return row
 
 
+def _llvm_ms(exe) -> float:
+    """LLVM CPU milliseconds (least of 3) of program `exe`'s conv kernel, compiled alone."""
+    from hlofuse.codegen.cpu import distinct_kernels, emit_kernel_module
+    from hlofuse.codegen.llvm_pool import compile_timed
+    from hlofuse.emitters.cpu.target import CpuTarget
+
+    target = CpuTarget()
+    (o,) = [o for o in distinct_kernels(exe.program._planner.kernels, target) if o.kernels[0].custom == "conv"]
+    text = str(emit_kernel_module(o.kernels[0], target, o.symbol))
+    best = float("inf")
+    for _ in range(3):
+        start = time.process_time()
+        compile_timed(text, o.speed_level)
+        best = min(best, time.process_time() - start)
+    return 1e3 * best
+
+
+def vector_ab(names: list[str], rounds: int) -> None:
+    """The `--vector-ab` table (module docstring) for depthwise layers `names`."""
+    import jax
+    import numpy as np
+
+    import hlofuse
+    from hlofuse.codegen.kernels import cpu_conv
+
+    print(f"load average before: {os.getloadavg()}")
+    print(f"{'layer':22s} {'bits':5s} {'LLVM ms vec':>11s} {'scalar':>7s} {'kernel us vec':>13s} {'scalar':>7s} "
+          f"{'vec/scalar least':>16s} {'median':>6s}")
+    lanes = cpu_conv.channel_lanes
+    for name in names:
+        fn, args = layer(*LAYERS[name])
+        text = jax.jit(fn).lower(*args).as_text(dialect="hlo")
+        exes = {}
+        for side in ("vec", "scalar"):
+            cpu_conv.channel_lanes = lanes if side == "vec" else (lambda geo, target: None)
+            try:
+                exes[side] = hlofuse.compile(hlofuse.parse_hlo(text), target="cpu", cache=False)
+            finally:
+                cpu_conv.channel_lanes = lanes
+        outs = {k: np.asarray(e(*args)[0]) for k, e in exes.items()}
+        same = outs["vec"].tobytes() == outs["scalar"].tobytes()
+        llvm = {"vec": _llvm_ms(exes["vec"])}
+        cpu_conv.channel_lanes = lambda geo, target: None
+        try:
+            llvm["scalar"] = _llvm_ms(exes["scalar"])
+        finally:
+            cpu_conv.channel_lanes = lanes
+        times: dict[str, list[float]] = {k: [] for k in exes}
+        for r in range(rounds):
+            for k in (("vec", "scalar") if r % 2 == 0 else ("scalar", "vec")):
+                times[k].append(kernel_seconds(exes[k], args, 5))
+        least = {k: min(v) for k, v in times.items()}
+        med = {k: statistics.median(v) for k, v in times.items()}
+        print(f"{name:22s} {str(same):5s} {llvm['vec']:11.1f} {llvm['scalar']:7.1f} {med['vec'] * 1e6:13.1f} "
+              f"{med['scalar'] * 1e6:7.1f} {least['vec'] / least['scalar']:16.3f} {med['vec'] / med['scalar']:6.3f}",
+              flush=True)
+    print(f"load average after: {os.getloadavg()}")
+
+
 def main() -> None:
     from iree_reference import iree_status
 
@@ -119,7 +185,11 @@ def main() -> None:
     parser.add_argument("--layers", default="", help="comma-separated names (default: all)")
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--vector-ab", action="store_true", help="depthwise kernels: vector channel loop against scalar")
     a = parser.parse_args()
+    if a.vector_ab:
+        vector_ab([n for n in (a.layers.split(",") if a.layers else LAYERS) if LAYERS[n][0] == "dw"], a.rounds)
+        return
     note = iree_status()
     if note is not None:
         print(note)

@@ -110,14 +110,16 @@ def test_channel_block_rule():
 
 def test_depthwise_kernel_in_channel_blocks_is_smaller(monkeypatch):
     """576 channels: blocks of 96 under a rolled block loop, and the cold non-finite-weight
-    path rolled, against all 576 (36 vectors of accumulators) with both unrolled."""
+    path rolled, against all 576 (36 vectors of accumulators) with both unrolled. With the
+    channel loop emitted as vectors (cpu_conv_vector.py) 588 against 1,089 instructions after
+    O3 (with LLVM vectorising the scalar loop: 632 against 4,424)."""
     blocked_ir = _depthwise_ir(576)
-    assert {"cb", "f0", "f1", "fo", "fj"} <= _rolled(blocked_ir)
+    assert {"cb", "f0", "f1", "fo"} <= _rolled(blocked_ir)  # fo: the cold path's vectors of channels
     monkeypatch.setattr(cpu_conv, "channel_block", lambda groups, lanes=16: None)
     whole_ir = _depthwise_ir(576)
     assert "cb" not in _rolled(whole_ir)
     blocked, whole = instructions_after_o3(blocked_ir), instructions_after_o3(whole_ir)
-    assert blocked * 2 < whole, (blocked, whole)
+    assert blocked * 3 < whole * 2, (blocked, whole)
 
 
 @pytest.mark.parametrize("channels", [144, 576])

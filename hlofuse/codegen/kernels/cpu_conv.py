@@ -28,7 +28,9 @@ features each,
     stride: a small window reduction per output element, vectorized over channels. Over
     more than CHANNEL_BLOCK channels it runs in channel blocks (`channel_block`), and where
     one position's weights and input patch exceed the L1 cache each block runs over a whole
-    row of positions before the next block (`row_in_blocks`);
+    row of positions before the next block (`row_in_blocks`). Where each group has one input
+    and one output feature at unit stride, that loop is emitted as vectors of the host's
+    lanes (cpu_conv_vector.py), which LLVM's vectorizer then leaves alone;
   * output features innermost (G <= og: dense and wide-group convolutions): group g ->
     offsets -> input feature j (its input element loaded once) -> o' < og innermost, unit
     stride in the accumulators and (for HWIO/OHWI-with-O-minor weights) in the weights.
@@ -62,7 +64,8 @@ from ..planning import KernelPlan, rebuild
 from .args import output_leaves, typed_pointer
 from .cpu_conv_geometry import (MAX_FEATURES, ConvGeometry, accumulation_type, conv_geometry,  # noqa: F401
                                 dimension_numbers, find_convolution)
-from .loop_hints import ROLLED_AROUND
+from .cpu_conv_vector import channel_lanes, load_vector, splat, store_vector, vector_loop
+from .loop_hints import ROLLED_AROUND, unroll_count
 
 # Consecutive output positions the output-features-innermost order computes together.
 POSITION_BLOCK = 4
@@ -188,6 +191,8 @@ class _ConvEmitter:
         self.nonfinite = None  # i1: some weight is inf or NaN (float convolutions; set in emit)
         self.block_acc = None  # a channel block's accumulators (`_channel_blocks`), made on first use
         self.row_blocks = row_in_blocks(geo)  # channel blocks outside a row's positions
+        # Lanes of the channel loop emitted as vectors (cpu_conv_vector.py), or None.
+        self.lanes = channel_lanes(geo, skel.target)
         # The non-finite-weight path is cold: unrolled only where the accumulators may live in
         # registers, which takes every loop indexing them unrolled (around channel blocks they
         # are read and written through the block's index anyway). In the MNIST CNN step's weight
@@ -260,6 +265,22 @@ class _ConvEmitter:
         with b.goto_entry_block():
             flag = b.alloca(ir.IntType(1), name="nonfinite")
         b.store(ir.Constant(ir.IntType(1), 0), flag)
+        if self.lanes:  # weights of the accumulation type: a vector of them at a time
+            lanes = self.lanes
+            zeros = splat(self.zero, lanes)
+
+            def vector(i) -> None:
+                z = b.fmul(load_vector(b, self.w, i, lanes), zeros)
+                some = b.icmp_unsigned("!=", b.bitcast(b.fcmp_unordered("uno", z, z), ir.IntType(lanes)),
+                                       ir.Constant(ir.IntType(lanes), 0))
+                b.store(b.or_(b.load(flag), some), flag)
+
+            def scalar(i) -> None:
+                z = b.fmul(self.load(self.w, i, self.geo.rhs_type), self.zero)
+                b.store(b.or_(b.load(flag), b.fcmp_unordered("uno", z, z)), flag)
+
+            vector_loop(b, self.rhs_count, lanes, "wscan", vector, scalar)
+            return b.load(flag)
         with for_range(b, _i(0), _i(self.rhs_count), "wscan") as i:
             z = b.fmul(self.load(self.w, i, self.geo.rhs_type), self.zero)
             b.store(b.or_(b.load(flag), b.fcmp_unordered("uno", z, z)), flag)
@@ -279,6 +300,9 @@ class _ConvEmitter:
         geo, b = self.geo, self.b
         if level == len(geo.window):
             with b.if_then(b.not_(inside)):
+                if self.lanes:
+                    self._fill_vector(woff, self.accs[c])
+                    return
                 with for_range(b, _i(0), _i(geo.features), "fo", unroll=self.unroll_cold) as o:
                     with for_range(b, _i(0), _i(geo.group_inputs), "fj", unroll=self.unroll_cold) as j:
                         wv = self.load(self.w, self.add(woff, self.mul(j, geo.w_in), self.mul(o, geo.w_out)), geo.rhs_type)
@@ -290,6 +314,20 @@ class _ConvEmitter:
             p = self.add(ps[level], c) if level == len(geo.window) - 1 else ps[level]
             _, ok = window_tap(b, p, k, d, geo.dilated_input[level])
             self._fill_level(ps, c, level + 1, b.and_(inside, ok), self.add(woff, self.mul(kk, geo.w_spatial[level])))
+
+    def _fill_vector(self, woff, acc) -> None:
+        """`_fill_level`'s innermost loop where the channel loop is vectors (`self.lanes`: one
+        input and one output feature per group, unit-stride weights): acc[o] += 0 * w[woff + o]."""
+        geo, b, lanes = self.geo, self.b, self.lanes
+        zeros = splat(self.zero, lanes)
+
+        def vector(o) -> None:
+            term = b.fmul(zeros, load_vector(b, self.w, self.add(woff, o), lanes))
+            store_vector(b, b.fadd(load_vector(b, acc, o, lanes), term), acc, o)
+
+        vector_loop(b, geo.features, lanes, "fo", vector,
+                    lambda o: self.madd(o, self.zero, self.load(self.w, self.add(woff, o), geo.rhs_type), acc),
+                    unroll=self.unroll_cold)
 
     def _positions(self, n, ps: list, level: int) -> None:
         """Loops over output spatial dimensions `level`..; the last one in blocks."""
@@ -339,8 +377,7 @@ class _ConvEmitter:
         blk = channel_block(geo.groups) if geo.channels_innermost else None
         if blk is None:  # channel blocks store every accumulator: nothing to zero
             for c in range(count):
-                with for_range(b, _i(0), _i(geo.features), "zero") as o:
-                    b.store(self.zero, b.gep(self.accs[c], [o], inbounds=True))
+                self._fill_zero(self.accs[c], geo.features, "zero")
         xbase = self.mul(n, geo.x_batch)
         if geo.channels_innermost:
             if blk is None:
@@ -433,6 +470,11 @@ class _ConvEmitter:
                         for c, ok in enumerate(oks):
                             with b.if_then(ok):
                                 body([offs[j] if j == c else None for j in range(len(offs))], wnext)
+        if self.lanes and self.unroll_taps:
+            # Vector bodies look costlier to LLVM's full unroller than the scalar loop it used to
+            # unroll before vectorising: it left the outer window loop rolled (the row of taps
+            # each iteration), so ask for every tap as before.
+            unroll_count(k, d.size)
 
     def _channel_blocks(self, ps: list, xbase, blk: int) -> None:
         """The window of one position for `blk` groups at a time (`channel_block`), each block
@@ -450,19 +492,38 @@ class _ConvEmitter:
         if self.block_acc is None:
             with b.goto_entry_block():
                 self.block_acc = b.alloca(self.acc_ty, size=_i(size), name="block_acc")
-        with for_range(b, _i(0), _i(size), "bzero") as o:
-            b.store(self.zero, b.gep(self.block_acc, [o], inbounds=True))
+        self._fill_zero(self.block_acc, size, "bzero")
         self._window(ps, 0, [xbase], 0, lambda xoffs, woff: self._channels_body(xoffs, woff, g0, blk))
         base = self.mul(g0, geo.group_features)
+        if self.lanes:
+            vector_loop(b, size, self.lanes, "bstore", lambda o: store_vector(
+                            b, load_vector(b, self.block_acc, o, self.lanes), dest, self.add(base, o)),
+                        lambda o: b.store(b.load(b.gep(self.block_acc, [o], inbounds=True)),
+                                          b.gep(dest, [self.add(base, o)], inbounds=True)))
+            return
         with for_range(b, _i(0), _i(size), "bstore") as o:
             v = b.load(b.gep(self.block_acc, [o], inbounds=True))
             b.store(v, b.gep(dest, [self.add(base, o)], inbounds=True))
+
+    def _fill_zero(self, acc, size: int, name: str) -> None:
+        """acc[0..size) = 0 (in vectors where the channel loop is: `vector_loop`)."""
+        b = self.b
+        if self.lanes:
+            zeros = splat(self.zero, self.lanes)
+            vector_loop(b, size, self.lanes, name, lambda o: store_vector(b, zeros, acc, o),
+                        lambda o: b.store(self.zero, b.gep(acc, [o], inbounds=True)))
+            return
+        with for_range(b, _i(0), _i(size), name) as o:
+            b.store(self.zero, b.gep(acc, [o], inbounds=True))
 
     def _channels_body(self, xoffs: list, woff, g0=None, count: int | None = None) -> None:
         """Channels innermost: j -> o' -> g (one position), for groups [g0, g0 + count) into
         the block's accumulators (`_channel_blocks`), or all groups when `g0` is None."""
         geo, b = self.geo, self.b
         xoff = xoffs[0]
+        if self.lanes:
+            self._channels_vector_body(xoff, woff, g0, geo.groups if g0 is None else count)
+            return
         with for_range(b, _i(0), _i(geo.group_inputs), "j", unroll=self.unroll_taps) as j:
             xj = self.add(xoff, self.mul(j, geo.x_feature))
             wj = self.add(woff, self.mul(j, geo.w_in))
@@ -476,6 +537,27 @@ class _ConvEmitter:
                         self.madd(o, xv, wv)
                     else:
                         self.madd(self.add(self.mul(gl, geo.group_features), oi), xv, wv, self.block_acc)
+
+    def _channels_vector_body(self, xoff, woff, g0, count: int) -> None:
+        """`_channels_body` for one output feature per group at unit stride (`self.lanes`):
+        acc[gl] += x[xoff + g0 + gl] * w[woff + g0 + gl] over the block's `count` groups, a
+        vector of lanes at a time (`vector_loop`)."""
+        geo, b, lanes = self.geo, self.b, self.lanes
+        acc = self.acc if g0 is None else self.block_acc
+
+        def at(base, gl):
+            return self.add(base, gl) if g0 is None else self.add(base, g0, gl)
+
+        def vector(gl) -> None:
+            xv, wv = load_vector(b, self.x, at(xj, gl), lanes), load_vector(b, self.w, at(wj, gl), lanes)
+            store_vector(b, b.fadd(load_vector(b, acc, gl, lanes), b.fmul(xv, wv)), acc, gl)
+
+        def scalar(gl) -> None:
+            xv, wv = self.load(self.x, at(xj, gl), geo.lhs_type), self.load(self.w, at(wj, gl), geo.rhs_type)
+            self.madd(gl, xv, wv, acc)
+
+        xj, wj = xoff, woff  # one input feature per group (`channel_lanes`)
+        vector_loop(b, count, lanes, "gi", vector, scalar)
 
     def _features_body(self, g, xoffs: list, woff) -> None:
         """Output features innermost: j -> o' for group g, each weight shared by the blocked
