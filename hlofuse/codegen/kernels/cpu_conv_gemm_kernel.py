@@ -30,6 +30,12 @@ from .loop_hints import ROLLED_AROUND, forbid_vectorization
 
 I8P = ir.IntType(8).as_pointer()
 
+# Whether `batch_minor` patch tiles are packed a run of rows at a time (`_pack_runs`); False
+# packs them row by row as before (for A/B measurements).
+BATCH_MINOR_RUNS = True
+# One vector register (AVX-512): the rows a run's block transposes at a time (16 f32, 8 f64).
+VECTOR_BYTES = 64
+
 
 def _i(v: int) -> ir.Constant:
     return const_i64(v)
@@ -179,6 +185,11 @@ class _ConvGemmEmitter:
     def _pack(self, row0: ir.Value, count: ir.Value) -> None:
         """patch[t, :] = the K inputs output row row0 + t reads (zeros off the input)."""
         b = self.b
+        lanes = VECTOR_BYTES * 8 // self.et.bits
+        # Runs need consecutive batch elements at unit stride, a vector's worth of them.
+        if self.g.batch_minor and BATCH_MINOR_RUNS and self.geo.x_batch == 1 and self.geo.batch >= lanes:
+            self._pack_runs(row0, count)
+            return
         # Every packing loop around another stays rolled (`for_range`'s unroll=False): the
         # patch is gathered element by element, each loaded and stored once, so unrolling buys
         # no speed, only size (haiku's ResNet-18 step: a 16-input 2x2 window unrolled to 64
@@ -189,18 +200,51 @@ class _ConvGemmEmitter:
             n, ps = self._position(b.add(row0, t))
             self._pack_level(0, ps, b.mul(n, _i(self.geo.x_batch)), None, b.mul(t, _i(self.g.k)))
 
-    def _pack_level(self, level: int, ps: list, xoff: ir.Value, ok, koff: ir.Value) -> None:
+    def _pack_runs(self, row0: ir.Value, count: ir.Value) -> None:
+        """The patch tile of `batch_minor` rows (position-major, batch element minor), a run of
+        rows at a time: the tile's rows of one output position are consecutive batch elements,
+        which read the same window taps at consecutive input addresses (jax's weight gradients:
+        the batch element is the forward's input feature, unit stride in NHWC). A run's rows go
+        in blocks of a vector's worth (`_pack_block_leaf`: vector loads along the batch, an
+        in-register transpose, each tap's bounds checked once per block), the rest row by row
+        as before (a scalar load at the batch stride per element, every input cache line read
+        again for each of its rows). The patch holds the same values either way."""
+        b, g, geo = self.b, self.g, self.geo
+        batch, lanes = _i(geo.batch), VECTOR_BYTES * 8 // self.et.bits
+        end = b.add(row0, count)
+        first, last = b.udiv(row0, batch), b.udiv(b.sub(end, _i(1)), batch)
+        with for_range(b, first, b.add(last, _i(1)), "prun", unroll=False) as p:
+            p_row = b.mul(p, batch)
+            start = b.select(b.icmp_signed("<", p_row, row0), row0, p_row)
+            stop = b.add(p_row, batch)
+            stop = b.select(b.icmp_signed("<", end, stop), end, stop)
+            ps = delinearize(b, p, geo.out_spatial) if geo.out_spatial else []
+            xoff = b.mul(b.sub(start, p_row), _i(geo.x_batch))
+            koff = b.mul(b.sub(start, row0), _i(g.k))
+            run = b.sub(stop, start)
+            whole = b.sub(run, b.urem(run, _i(lanes)))
+            with for_range(b, _i(0), whole, "pvrow", step=lanes, unroll=False) as j:
+                self._pack_level(0, ps, b.add(xoff, j), None, b.add(koff, b.mul(j, _i(g.k))), True)
+            with for_range(b, whole, run, "prow", unroll=False) as j:
+                self._pack_level(0, ps, b.add(xoff, j), None, b.add(koff, b.mul(j, _i(g.k))))
+
+    def _pack_level(self, level: int, ps: list, xoff: ir.Value, ok, koff: ir.Value, block: bool = False) -> None:
         """K factors from `level` on: `xoff` the input offset so far, `ok` (None: true) whether
-        every tap so far is on an input element, `koff` the patch offset so far."""
+        every tap so far is on an input element, `koff` the patch offset so far; `block`: for a
+        vector's worth of consecutive batch-minor rows at once, from consecutive batch elements
+        (`_pack_runs`), else for one row."""
         b, g, geo = self.b, self.g, self.geo
         f = g.k_order[level]
         inner = math.prod(g.k_size(h) for h in g.k_order[level + 1:])
         last = level == len(g.k_order) - 1
+        if last and block:
+            self._pack_block_leaf(level, ps, xoff, ok, koff)
+            return
         if f == IN:
             if not last:
                 with for_range(b, _i(0), _i(geo.group_inputs), "pi", unroll=False) as i:
                     self._pack_level(level + 1, ps, b.add(xoff, b.mul(i, _i(geo.x_feature))), ok,
-                                     b.add(koff, b.mul(i, _i(inner))))
+                                     b.add(koff, b.mul(i, _i(inner))), block)
                 return
             if ok is None:
                 self._copy_features(xoff, koff)
@@ -219,13 +263,50 @@ class _ConvGemmEmitter:
             xo = b.add(xoff, b.mul(q, _i(geo.x_spatial[f])))
             ko = b.add(koff, b.mul(kk, _i(inner)))
             if not last:
-                self._pack_level(level + 1, ps, xo, both, ko)
+                self._pack_level(level + 1, ps, xo, both, ko, block)
             else:
                 with b.if_else(both) as (inside, outside):
                     with inside:
                         self._put(ko, xo)
                     with outside:
                         self._put(ko, None)
+
+    def _pack_block_leaf(self, level: int, ps: list, xoff: ir.Value, ok, koff: ir.Value) -> None:
+        """The innermost K factor (`level`; its elements consecutive in each patch row) for a
+        block of V rows (a vector's worth of consecutive batch elements from `xoff`; patch rows
+        from `koff`): per `width` factor elements, one vector load along the batch each (zeros
+        off the input), transposed in registers (`_transpose`) into `width` elements of each
+        of the V rows. The block's rows are written as V sequential streams while the inputs
+        are read once, a cache line per tap."""
+        b, g, geo = self.b, self.g, self.geo
+        f = g.k_order[level]
+        size, lanes = g.k_size(f), VECTOR_BYTES * 8 // self.et.bits
+        width = math.gcd(size, lanes)
+        elem = mem_type(self.et)
+        vt = ir.VectorType(elem, lanes)
+        zero, align = ir.Constant(vt, [0.0] * lanes), elem_align(elem)
+        with for_range(b, _i(0), _i(size), "pvk", step=width, unroll=False) as k0:
+            vecs = []
+            for w in range(width):
+                kk = b.add(k0, _i(w))
+                if f == IN:
+                    xo, valid = b.add(xoff, b.mul(kk, _i(geo.x_feature))), ok
+                else:
+                    q, valid = window_tap(b, ps[f], kk, geo.window[f], geo.dilated_input[f])
+                    valid = valid if ok is None else b.and_(ok, valid)
+                    xo = b.add(xoff, b.mul(q, _i(geo.x_spatial[f])))
+                if valid is not None:  # a tap off the input loads x's first elements, then zeros
+                    xo = b.select(valid, xo, _i(0))
+                v = b.load(b.bitcast(b.gep(self.x, [xo], inbounds=True), vt.as_pointer()), align=align)
+                vecs.append(v if valid is None else b.select(valid, v, zero))
+            vecs += [ir.Constant(vt, ir.Undefined)] * (lanes - width)
+            piece_t = ir.VectorType(elem, width)
+            first = ir.Constant(ir.VectorType(ir.IntType(32), width), list(range(width)))
+            for r, row in enumerate(_transpose(b, vecs)):
+                if width < lanes:
+                    row = b.shuffle_vector(row, row, first)
+                dst = b.gep(self.patch, [b.add(koff, b.add(_i(r * g.k), k0))], inbounds=True)
+                b.store(row, b.bitcast(dst, piece_t.as_pointer()), align=align)
 
     def _copy_features(self, xoff: ir.Value, koff: ir.Value) -> None:
         """patch[koff + i] = x[xoff + i * feature stride] for every input feature i."""
@@ -283,6 +364,32 @@ class _ConvGemmEmitter:
             return conv_value if p.parameter_number == n else self.skel.param_gen(p)
 
         return ElementalEmitter(self.b, self.skel.target, params).gen(self.epilogue.root)(index)
+
+
+def elem_align(elem: ir.Type) -> int:
+    """The byte alignment of one `elem` (an unaligned vector access aligns to its element)."""
+    return 8 if isinstance(elem, ir.DoubleType) else 4
+
+
+def _transpose(b: ir.IRBuilder, vecs: list) -> list:
+    """The V x V transpose of V vectors of V lanes (V a power of two): result r's lane c is
+    input c's lane r. log2(V) stages of V two-input shuffles, each stage swapping the
+    off-diagonal blocks of half the size of the last (blocks of V/2 lanes first)."""
+    lanes = len(vecs)
+    mask_t = ir.VectorType(ir.IntType(32), lanes)
+    bs = lanes // 2
+    while bs:
+        out = list(vecs)
+        for i in range(lanes):
+            if i & bs:
+                continue
+            j = i + bs
+            lo = [l if not l & bs else lanes + l - bs for l in range(lanes)]
+            hi = [l + bs if not l & bs else lanes + l for l in range(lanes)]
+            out[i] = b.shuffle_vector(vecs[i], vecs[j], ir.Constant(mask_t, lo))
+            out[j] = b.shuffle_vector(vecs[i], vecs[j], ir.Constant(mask_t, hi))
+        vecs, bs = out, bs // 2
+    return vecs
 
 
 def emit_conv_gemm_kernel(skel, plan) -> None:
