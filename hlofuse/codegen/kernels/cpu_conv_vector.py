@@ -28,6 +28,8 @@ from .loop_hints import forbid_vectorization
 
 # Vector width (bits) where the target names none (LLVM's choice for the CPU): AVX2's.
 DEFAULT_VECTOR_BITS = 256
+# Most vectors `vector_loop` emits one after another instead of as a loop (when unrolled).
+STRAIGHT_VECTORS = 8
 
 
 def channel_lanes(geo: ConvGeometry, target) -> int | None:
@@ -73,9 +75,18 @@ def vector_loop(b: ir.IRBuilder, count: int, lanes: int, name: str,
                 unroll: bool = True) -> None:
     """for i in [0, count): `vector_body(i)` for each whole vector of `lanes` (i a multiple of
     lanes), then `scalar_body(i)` for the count % lanes elements left; neither loop is to be
-    vectorised by LLVM, nor unrolled with `unroll` false (`for_range`). A loop of one
-    iteration is emitted as its body."""
+    vectorised by LLVM, nor unrolled with `unroll` false (`for_range`). Unrolled, up to
+    STRAIGHT_VECTORS vectors (a channel block's: CHANNEL_BLOCK / 16) are emitted as straight-line
+    code; a loop of one iteration is emitted as its body."""
     whole = count - count % lanes
+    if unroll and whole <= STRAIGHT_VECTORS * lanes:
+        # Straight-line code: LLVM would unroll these loops fully anyway, after first
+        # building, simplifying and analysing them as loops.
+        for i in range(0, whole, lanes):
+            vector_body(const_i64(i))
+        for i in range(whole, count):
+            scalar_body(const_i64(i))
+        return
     if whole == lanes:
         vector_body(const_i64(0))
     elif whole:
