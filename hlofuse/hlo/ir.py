@@ -44,6 +44,7 @@ from .module_clone import clone_module
 from .opcodes import op_info
 from .pending_state import read_pending, state_to_copy
 from .shapes import Shape
+from .users import Users
 from .walk import post_order
 
 _CALLING_ATTRS = frozenset(COMPUTATION_ATTRS)
@@ -66,7 +67,7 @@ class HloInstruction:
         self.opcode = opcode
         self.shape = shape
         self.operands: list[HloInstruction] = []
-        self.users: list[HloInstruction] = []
+        self.users: Users = Users()  # an ordered set read like a list (hlo/users.py)
         self.attrs: dict[str, Any] = dict(attrs or {})
         self._control: control_list.ControlList = control_list.ControlList()
         self.literal = None  # numpy array for constants
@@ -550,12 +551,9 @@ class HloModule:
 
 
 def _remove_user(op: HloInstruction, user: HloInstruction) -> None:
-    """Drop `user` from `op`'s users if it is there: one scan of the list (a test of
-    membership before the removal scanned it twice; a parameter may have thousands)."""
-    try:
-        op.users.remove(user)
-    except ValueError:
-        pass
+    """Drop `user` from `op`'s users if it is there: O(1), the others keep their order
+    (hlo/users.py; a list's removal scanned a parameter's thousands of users)."""
+    op.users.pop(user, None)
 
 
 def _callees(comp: HloComputation) -> list[HloComputation]:

@@ -6,6 +6,8 @@ from typing import Any
 
 import numpy as np
 
+from .users import Users
+
 
 def _copy_literal(value: Any) -> Any:
     """A constant's value with its arrays copied (a tuple constant holds a tuple of values)."""
@@ -62,9 +64,9 @@ def clone_module(module: Any, computation_cls: type, instruction_cls: type) -> A
             c.fusion_instruction = insts[comp.fusion_instruction]
         for inst in comp.instructions:
             copy = insts[inst]
-            # operands and users as lists in their own order: passes iterate over both
+            # operands and users in their own order: passes iterate over both
             copy.operands = [insts[o] for o in inst.operands]
-            copy.users = [insts[u] for u in inst.users]
+            copy.users = Users.of(insts[u] for u in inst.users)
             copy.control_predecessors = [insts[p] for p in inst.control_predecessors]
             copy.attrs = {k: _remap_computations(v, comps, computation_cls) for k, v in inst.attrs.items()}
     new.computations = [comps[c] for c in module.computations]

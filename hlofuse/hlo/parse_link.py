@@ -32,11 +32,7 @@ class Linking:
                 if declared is not None and cache.get(declared, declared) is not op.shape:
                     self._check_operand_shape(inst, op, declared, declared_pos or pos)
                 ops.append(op)
-                # All of inst's operand edges are added here at once, so a repeated operand
-                # (add(x, x)) is recognised by looking at the last user only.
-                users = op.users
-                if not users or users[-1] is not inst:
-                    users.append(inst)
+                op.users.append(inst)  # a repeated operand (add(x, x)): already a user, kept
             for op_name, pos in item.controls:
                 op = by_name.get(op_name)
                 if op is None:

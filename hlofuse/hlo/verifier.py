@@ -96,9 +96,6 @@ def verify_computation(comp: HloComputation) -> None:
 
 def _check_graph(comp: HloComputation, members: set[HloInstruction]) -> None:
     names: set[str] = set()
-    # Edge sets built once: an instruction read by thousands (a parameter added at every step
-    # of a long chain) made scanning its user list per operand edge quadratic.
-    user_sets = {i: set(i.users) for i in comp.instructions}
     for inst in comp.instructions:
         if inst.name in names:
             _fail(comp, "the name is used twice in the computation", inst)
@@ -109,7 +106,7 @@ def _check_graph(comp: HloComputation, members: set[HloInstruction]) -> None:
             if op not in members:
                 where = op.parent.name if op.parent is not None else "no computation"
                 _fail(comp, f"operand {k} ({op.name}) belongs to {where}, not to {comp.name}", inst)
-            if inst not in user_sets.get(op, ()) and not any(u is inst for u in op.users):
+            if inst not in op.users:  # O(1): users are a set (hlo/users.py)
                 _fail(comp, f"operand {k} ({op.name}) does not list it as a user", inst)
         for user in inst.users:
             if user not in members:
