@@ -1,11 +1,13 @@
 """StableHLO import speed beside HLO text parsing, for the same JAX programs.
 
-Run: python benchmarks/import_speed.py [--repeat 5] [--programs mlp_adam,transformer,...] [--stages]
+Run: python benchmarks/import_speed.py [--repeat 5] [--programs mlp_adam,transformer,...] [--stages] [--cpu]
 
 A program is one of PROGRAMS below or a real model of benchmarks/model_zoo.py (its name there,
 e.g. keras_hub_gpt2: lowered with keep_unused, as benchmarks/real_models.py does; the `bench`
-extra). `--stages` adds, per program, the medians of the StableHLO import's parts: MLIR's
-parsing, the CHLO legalization, the conversion of the ops, the inlining of calls.
+extra). `--cpu` times the process's CPU time (MLIR's threads included) instead of wall time,
+which other load on a shared machine disturbs less. `--stages` adds, per program, the medians
+of the StableHLO import's parts: MLIR's parsing, the CHLO legalization, the conversion of the
+ops, the inlining of calls.
 
 Each program is lowered once by JAX (`jax.jit(f).lower(*args)`): `.as_text(debug_info=True)` is its StableHLO with JAX's
 locations (as `jax.export` writes it), `.as_text(dialect="hlo", debug_info=True)` its HLO text
@@ -150,6 +152,9 @@ def wide_elementwise(n: int) -> tuple[Callable, tuple]:
     return f, tuple(np.full((16, 16), i + 1, np.float32) for i in range(8))
 
 
+_clock: Callable[[], float] = time.perf_counter  # time.process_time with --cpu
+
+
 PROGRAMS: dict[str, Callable] = {
     "mlp_adam": _mlp_adam,
     "transformer6": _transformer,
@@ -197,18 +202,18 @@ def stages(stablehlo: str, repeat: int) -> dict[str, float]:
     for _ in range(repeat):
         state = context_state(len(stablehlo))
         with state.context:
-            t0 = time.perf_counter()
+            t0 = _clock()
             mod = parse_mlir(stablehlo)
-            t1 = time.perf_counter()
+            t1 = _clock()
             if "chlo." in stablehlo:
                 shlo.legalize_chlo(mod, state)
-            t2 = time.perf_counter()
+            t2 = _clock()
             importer = shlo.Importer(mod, "module", None, None, state)
             module = importer.import_entry("main")
-        t3 = time.perf_counter()
+        t3 = _clock()
         if shlo._inline_all_calls(module):
             shlo._remove_inlined_functions(module, importer.converted.values())
-        t4 = time.perf_counter()
+        t4 = _clock()
         for key, seconds in zip(times, (t1 - t0, t2 - t1, t3 - t2, t4 - t3)):
             times[key].append(seconds)
     return {key: statistics.median(v) for key, v in times.items()}
@@ -229,9 +234,9 @@ def measure(stablehlo: str, hlo: str, repeat: int) -> dict:
     t_shlo, t_hlo = [], []
     for _ in range(repeat):
         for fn, arg, times in ((from_stablehlo, stablehlo, t_shlo), (parse_hlo, hlo, t_hlo)):
-            t0 = time.perf_counter()
+            t0 = _clock()
             fn(arg)
-            times.append(time.perf_counter() - t0)
+            times.append(_clock() - t0)
     return {"shlo_s": statistics.median(t_shlo), "hlo_s": statistics.median(t_hlo), "shlo_n": n_shlo, "hlo_n": n_hlo,
             "min_ratio": min(t_shlo) / min(t_hlo)}
 
@@ -243,7 +248,12 @@ def main() -> None:
     ap.add_argument("--programs", default=",".join(PROGRAMS))
     ap.add_argument("--no-debug-info", action="store_true", help="lower without locations/metadata")
     ap.add_argument("--stages", action="store_true", help="also time the parts of the StableHLO import")
+    ap.add_argument("--cpu", action="store_true",
+                    help="time this process's CPU time instead of wall time (steadier on a shared machine)")
     args = ap.parse_args()
+    if args.cpu:
+        global _clock
+        _clock = time.process_time
     print(f"{'program':<14} {'shlo inst':>9} {'shlo ms':>8} {'shlo inst/s':>12} "
           f"{'hlo inst':>8} {'hlo ms':>8} {'hlo inst/s':>11} {'ratio':>6} {'min ratio':>9}")
     for name in args.programs.split(","):
