@@ -22,6 +22,12 @@ each call (64 MiB written, untimed), so that weights and inputs come from memory
 whose 100 MB of weights do not stay in the 32 MiB L3. `--rows-first` adds "rows", our path with
 row tiles where `cpu_conv_gemm.columns_first` cuts column panels. The load average is printed before and
 after.
+
+`--weight-gradients` times haiku ResNet-18's training-step weight gradients instead (WGRAD_CLASSES,
+jax's `f01b_i01o->01bf` of the forward's input and output gradient, SAME padding; by default its 16
+images of 64x64; M = window taps x input features, N = output features, K = batch x output
+positions), bare, with "rows" their patch tiles packed row by row
+(`cpu_conv_gemm_kernel.BATCH_MINOR_RUNS` off) beside the blocked packing of "ours".
 """
 from __future__ import annotations
 
@@ -60,6 +66,34 @@ CLASSES = {
     "conv5_1x1_512-2048": (32, 512, 2048, 1, 1, 0),
     "conv5_1x1_2048-512": (32, 2048, 512, 1, 1, 0),
 }
+
+# haiku ResNet-18's weight gradients: name: (input size divisor, input features, output features,
+# window, stride) of the forward convolution (SAME padding), at the model zoo's 64x64 images.
+WGRAD_CLASSES = {
+    "stem_7x7s2_3-64": (1, 3, 64, 7, 2),
+    "s2_3x3_64": (4, 64, 64, 3, 1),
+    "s3_3x3s2_64-128": (4, 64, 128, 3, 2),
+    "s3_3x3_128": (8, 128, 128, 3, 1),
+    "s4_3x3s2_128-256": (8, 128, 256, 3, 2),
+    "s4_3x3_256": (16, 256, 256, 3, 1),
+    "s5_3x3s2_256-512": (16, 256, 512, 3, 2),
+    "s5_3x3_512": (32, 512, 512, 3, 1),
+}
+
+
+def wgrad_text(batch: int, image: int, divisor: int, cin: int, cout: int, k: int, stride: int) -> tuple[str, tuple[int, int, int]]:
+    """(HLO text, (M, N, K)) of the weight gradient of a forward NHWC convolution with SAME
+    padding, as jax lowers it: the forward input `x` as `f01b` (its batch the contraction) and
+    the output gradient `dy` as `i01o` window, the result `[k, k, cin, cout]`."""
+    size = image // divisor
+    out = -(-size // stride)
+    total = max((out - 1) * stride + k - size, 0)
+    lo, hi = total // 2, total - total // 2
+    text = (f"HloModule wgrad\nENTRY e {{\n  x = f32[{batch},{size},{size},{cin}] parameter(0)\n"
+            f"  dy = f32[{batch},{out},{out},{cout}] parameter(1)\n"
+            f"  ROOT w = f32[{k},{k},{cin},{cout}] convolution(x, dy), window={{size={out}x{out} "
+            f"pad={lo}_{hi}x{lo}_{hi} rhs_dilate={stride}x{stride}}}, dim_labels=f01b_i01o->01bf\n}}\n")
+    return text, (k * k * cin, cout, batch * out * out)
 
 
 def module_text(batch: int, image: int, divisor: int, cin: int, cout: int, k: int, stride: int, pad: int,
@@ -158,9 +192,12 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)))
     ap.add_argument("--rounds", type=int, default=15)
-    ap.add_argument("--batch", type=int, default=4)
-    ap.add_argument("--size", type=int, default=128, help="image size (the model zoo's 128; ImageNet's 224)")
-    ap.add_argument("--classes", default=",".join(CLASSES))
+    ap.add_argument("--batch", type=int, default=None, help="images (4; 16 with --weight-gradients)")
+    ap.add_argument("--size", type=int, default=None,
+                    help="image size (the model zoo's 128, 64 with --weight-gradients; ImageNet's 224)")
+    ap.add_argument("--classes", default=None, help="comma-separated (default: all of the mode's)")
+    ap.add_argument("--weight-gradients", action="store_true",
+                    help="haiku ResNet-18's weight gradients (WGRAD_CLASSES), with 'rows' their row-by-row packing")
     ap.add_argument("--no-epilogue", action="store_true")
     ap.add_argument("--rows-first", action="store_true",
                     help="also time our path with row tiles where columns_first cuts column panels")
@@ -169,6 +206,11 @@ def main(argv=None) -> int:
     ap.add_argument("--cpu-time", action="store_true",
                     help="time the process's CPU seconds (for one thread: not counting time descheduled)")
     opts = ap.parse_args(argv)
+    wgrad = opts.weight_gradients
+    opts.batch = opts.batch or (16 if wgrad else 4)
+    opts.size = opts.size or (64 if wgrad else 128)
+    opts.classes = opts.classes or ",".join(WGRAD_CLASSES if wgrad else CLASSES)
+    opts.no_epilogue = opts.no_epilogue or wgrad
     from real_models import reexec_with_malloc_settings
 
     reexec_with_malloc_settings()
@@ -176,7 +218,7 @@ def main(argv=None) -> int:
     import numpy as np
 
     import hlofuse
-    from hlofuse.codegen.kernels import cpu_conv_gemm
+    from hlofuse.codegen.kernels import cpu_conv_gemm, cpu_conv_gemm_kernel
 
     clock = time.process_time if opts.cpu_time else time.perf_counter
     print(f"load {os.getloadavg()}, {opts.threads} thread(s), batch {opts.batch} x {opts.size}x{opts.size}, "
@@ -188,7 +230,10 @@ def main(argv=None) -> int:
     peak = Sgemm(1024, 1024, 1024, opts.threads)
     evict = np.zeros(16 << 20, np.float32)
     for name in opts.classes.split(","):
-        text, (m, n, k) = module_text(opts.batch, opts.size, *CLASSES[name], epilogue=not opts.no_epilogue)
+        if wgrad:
+            text, (m, n, k) = wgrad_text(opts.batch, opts.size, *WGRAD_CLASSES[name])
+        else:
+            text, (m, n, k) = module_text(opts.batch, opts.size, *CLASSES[name], epilogue=not opts.no_epilogue)
         module = hlofuse.parse_hlo(text)
         rng = np.random.default_rng(0)
         args = [rng.standard_normal(tuple(p.shape.dims)).astype(np.float32) for p in module.entry.parameters]
@@ -203,7 +248,16 @@ def main(argv=None) -> int:
             bare = hlofuse.compile(hlofuse.parse_hlo(module_text(opts.batch, opts.size, *CLASSES[name], epilogue=False)[0]),
                                    cache=False)
             calls["bare"] = lambda e=bare: e(*args[:2])
-        if opts.rows_first:  # our path with row tiles where columns_first cuts column panels
+        if wgrad:  # our path with the patch tiles packed row by row: the same bits
+            try:
+                cpu_conv_gemm_kernel.BATCH_MINOR_RUNS = False
+                rows_exe = hlofuse.compile(hlofuse.parse_hlo(text), cache=False)
+            finally:
+                cpu_conv_gemm_kernel.BATCH_MINOR_RUNS = True
+            same = np.asarray(rows_exe(*args)).tobytes() == results["ours"].tobytes()
+            assert same, f"{name}: the blocked and row-by-row packings differ"
+            calls["rows"] = lambda e=rows_exe: e(*args)
+        elif opts.rows_first:  # our path with row tiles where columns_first cuts column panels
             try:
                 cpu_conv_gemm.COLUMNS_FIRST = False
                 rows_exe = hlofuse.compile(hlofuse.parse_hlo(text), cache=False)
