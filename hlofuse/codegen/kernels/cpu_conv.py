@@ -64,7 +64,8 @@ from ..planning import KernelPlan, rebuild
 from .args import output_leaves, typed_pointer
 from .cpu_conv_geometry import (MAX_FEATURES, ConvGeometry, accumulation_type, conv_geometry,  # noqa: F401
                                 dimension_numbers, find_convolution)
-from .cpu_conv_vector import channel_lanes, load_vector, splat, store_vector, vector_loop
+from .cpu_conv_vector import (channel_lanes, channels_vector_body, fill_vector, load_vector, splat, store_vector,
+                              vector_loop)
 from .loop_hints import ROLLED_AROUND, unroll_count
 
 # Consecutive output positions the output-features-innermost order computes together.
@@ -301,7 +302,7 @@ class _ConvEmitter:
         if level == len(geo.window):
             with b.if_then(b.not_(inside)):
                 if self.lanes:
-                    self._fill_vector(woff, self.accs[c])
+                    fill_vector(self, woff, self.accs[c])
                     return
                 with for_range(b, _i(0), _i(geo.features), "fo", unroll=self.unroll_cold) as o:
                     with for_range(b, _i(0), _i(geo.group_inputs), "fj", unroll=self.unroll_cold) as j:
@@ -314,20 +315,6 @@ class _ConvEmitter:
             p = self.add(ps[level], c) if level == len(geo.window) - 1 else ps[level]
             _, ok = window_tap(b, p, k, d, geo.dilated_input[level])
             self._fill_level(ps, c, level + 1, b.and_(inside, ok), self.add(woff, self.mul(kk, geo.w_spatial[level])))
-
-    def _fill_vector(self, woff, acc) -> None:
-        """`_fill_level`'s innermost loop where the channel loop is vectors (`self.lanes`: one
-        input and one output feature per group, unit-stride weights): acc[o] += 0 * w[woff + o]."""
-        geo, b, lanes = self.geo, self.b, self.lanes
-        zeros = splat(self.zero, lanes)
-
-        def vector(o) -> None:
-            term = b.fmul(zeros, load_vector(b, self.w, self.add(woff, o), lanes))
-            store_vector(b, b.fadd(load_vector(b, acc, o, lanes), term), acc, o)
-
-        vector_loop(b, geo.features, lanes, "fo", vector,
-                    lambda o: self.madd(o, self.zero, self.load(self.w, self.add(woff, o), geo.rhs_type), acc),
-                    unroll=self.unroll_cold)
 
     def _positions(self, n, ps: list, level: int) -> None:
         """Loops over output spatial dimensions `level`..; the last one in blocks."""
@@ -522,7 +509,7 @@ class _ConvEmitter:
         geo, b = self.geo, self.b
         xoff = xoffs[0]
         if self.lanes:
-            self._channels_vector_body(xoff, woff, g0, geo.groups if g0 is None else count)
+            channels_vector_body(self, xoff, woff, g0, geo.groups if g0 is None else count)
             return
         with for_range(b, _i(0), _i(geo.group_inputs), "j", unroll=self.unroll_taps) as j:
             xj = self.add(xoff, self.mul(j, geo.x_feature))
@@ -537,27 +524,6 @@ class _ConvEmitter:
                         self.madd(o, xv, wv)
                     else:
                         self.madd(self.add(self.mul(gl, geo.group_features), oi), xv, wv, self.block_acc)
-
-    def _channels_vector_body(self, xoff, woff, g0, count: int) -> None:
-        """`_channels_body` for one output feature per group at unit stride (`self.lanes`):
-        acc[gl] += x[xoff + g0 + gl] * w[woff + g0 + gl] over the block's `count` groups, a
-        vector of lanes at a time (`vector_loop`)."""
-        geo, b, lanes = self.geo, self.b, self.lanes
-        acc = self.acc if g0 is None else self.block_acc
-
-        def at(base, gl):
-            return self.add(base, gl) if g0 is None else self.add(base, g0, gl)
-
-        def vector(gl) -> None:
-            xv, wv = load_vector(b, self.x, at(xj, gl), lanes), load_vector(b, self.w, at(wj, gl), lanes)
-            store_vector(b, b.fadd(load_vector(b, acc, gl, lanes), b.fmul(xv, wv)), acc, gl)
-
-        def scalar(gl) -> None:
-            xv, wv = self.load(self.x, at(xj, gl), geo.lhs_type), self.load(self.w, at(wj, gl), geo.rhs_type)
-            self.madd(gl, xv, wv, acc)
-
-        xj, wj = xoff, woff  # one input feature per group (`channel_lanes`)
-        vector_loop(b, count, lanes, "gi", vector, scalar)
 
     def _features_body(self, g, xoffs: list, woff) -> None:
         """Output features innermost: j -> o' for group g, each weight shared by the blocked

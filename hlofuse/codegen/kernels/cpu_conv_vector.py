@@ -15,6 +15,9 @@ output element gets the same bits.
 
     lanes = channel_lanes(geo, skel.target)      # None: the scalar loops, vectorised by LLVM
     vector_loop(b, count, lanes, vector_body, scalar_body)
+
+The emitter's pieces that use them (`channels_vector_body`, `fill_vector`) take the
+`_ConvEmitter` itself (cpu_conv.py), whose builder, pointers and helpers they use.
 """
 from __future__ import annotations
 
@@ -104,3 +107,38 @@ def vector_loop(b: ir.IRBuilder, count: int, lanes: int, name: str,
 def _align(element: ir.Type) -> int:
     """Bytes of a float element (its natural alignment): the vectors are only that aligned."""
     return 8 if isinstance(element, ir.DoubleType) else 4
+
+
+def channels_vector_body(em, xoff, woff, g0, count: int) -> None:
+    """`_ConvEmitter._channels_body` where the channel loop is vectors (`em.lanes`): acc[gl] +=
+    x[xoff + g0 + gl] * w[woff + g0 + gl] over the block's `count` groups (all groups into the
+    position's accumulators when `g0` is None), a vector of lanes at a time."""
+    geo, b, lanes = em.geo, em.b, em.lanes
+    acc = em.acc if g0 is None else em.block_acc
+
+    def at(base, gl):
+        return em.add(base, gl) if g0 is None else em.add(base, g0, gl)
+
+    def vector(gl) -> None:
+        xv, wv = load_vector(b, em.x, at(xoff, gl), lanes), load_vector(b, em.w, at(woff, gl), lanes)
+        store_vector(b, b.fadd(load_vector(b, acc, gl, lanes), b.fmul(xv, wv)), acc, gl)
+
+    def scalar(gl) -> None:
+        em.madd(gl, em.load(em.x, at(xoff, gl), geo.lhs_type), em.load(em.w, at(woff, gl), geo.rhs_type), acc)
+
+    vector_loop(b, count, lanes, "gi", vector, scalar)
+
+
+def fill_vector(em, woff, acc) -> None:
+    """`_ConvEmitter._fill_level`'s innermost loop where the channel loop is vectors
+    (`em.lanes`): acc[o] += 0 * w[woff + o] for every output feature."""
+    geo, b, lanes = em.geo, em.b, em.lanes
+    zeros = splat(em.zero, lanes)
+
+    def vector(o) -> None:
+        term = b.fmul(zeros, load_vector(b, em.w, em.add(woff, o), lanes))
+        store_vector(b, b.fadd(load_vector(b, acc, o, lanes), term), acc, o)
+
+    vector_loop(b, geo.features, lanes, "fo", vector,
+                lambda o: em.madd(o, em.zero, em.load(em.w, em.add(woff, o), geo.rhs_type), acc),
+                unroll=em.unroll_cold)
