@@ -55,10 +55,17 @@ def location_metadata(location_str: str) -> Raw | None:
     m = _NAME_LOC.match(location_str)
     if not m:
         return None
-    parts = [f'op_name="{_escape(m.group(1))}"']
     f = _FILE_LOC.search(location_str)
-    if f and f.group(1) != "-":
-        parts.append(f'source_file="{_escape(f.group(1))}" source_line={f.group(2)}')
+    return named_metadata(m.group(1), f.group(1) if f else None, f.group(2) if f else None)
+
+
+def named_metadata(name: str, file: str | None, line: str | None) -> Raw:
+    """The metadata of a location named `name` whose first file location is `file:line`
+    (None: it has none; `-`, MLIR's name for parsed text, is left out), as printed text
+    gives them (location_metadata)."""
+    parts = [f'op_name="{_escape(name)}"']
+    if file is not None and file != "-":
+        parts.append(f'source_file="{_escape(file)}" source_line={line}')
     return Raw("{" + " ".join(parts) + "}")
 
 
@@ -474,7 +481,7 @@ def from_stablehlo(source: str | bytes, entry: str = "main", filename: str | Non
         with state.context:
             mod = parse_mlir(source)
             if isinstance(source, str) and "\n#loc" in source:  # locations as aliases, as JAX writes them
-                read_location_metadata(source, state.metadata, location_metadata)
+                read_location_metadata(source, state.metadata, named_metadata)
             # Text without "chlo." has no CHLO op (generic form included): no pass to run.
             if not isinstance(source, str) or "chlo." in source:
                 legalize_chlo(mod, state)

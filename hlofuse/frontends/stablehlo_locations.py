@@ -27,8 +27,11 @@ _NAMED = re.compile(r'^"[^"]*"[()]')
 _FILE_TOKEN = re.compile(r'("([^"]*)"(?::(\d+):(\d+))?)|(#loc\d*)')
 
 
-def read_location_metadata(text: str, cache: dict, metadata_of: Callable[[str], object]) -> int:
-    """Add `metadata_of(printed location)` to `cache` (location attribute -> metadata) for
+def read_location_metadata(text: str, cache: dict,
+                           metadata_of: Callable[[str, str | None, str | None], object]) -> int:
+    """Add `metadata_of(name, file, line)` (stablehlo.named_metadata: a named location's name
+    and its first file location, as MLIR's printing of it gives them; file and line None when
+    it has none) to `cache` (location attribute -> metadata) for
     every named location alias `text` defines that `cache` does not hold (other locations have
     no metadata; an op with one is looked up the slow way); MLIR's context must be entered (the
     one the module of `text` was parsed in). Returns how many were added."""
@@ -54,21 +57,21 @@ def read_location_metadata(text: str, cache: dict, metadata_of: Callable[[str], 
         attr = arg.location.attr
         if attr in cache:
             continue
-        printed = _short_form(n, defs, found)
-        if printed is not None:
-            cache[attr] = metadata_of(printed)
+        parts = _named_parts(n, defs, found)
+        if parts is not None:
+            cache[attr] = metadata_of(*parts)
             added += 1
     return added
 
 
-def _short_form(name: str, defs: dict[str, str], found: dict) -> str | None:
-    """A location text equivalent, for `location_metadata`, to MLIR's printing of named alias
-    `name`: `loc("op name"("file":line:col))`, its name and the first file location of its
-    expansion, or `loc("op name")` when the expansion has none. The expansion itself (every
-    reference replaced by its definition: JAX's call-site chains repeat their tails, the
-    printed text grows with their depth) is never built. None when a string involved holds a
-    backslash (an escape) or starts with `:`, whose reading in the printed text this does not
-    reproduce: such a location is printed."""
+def _named_parts(name: str, defs: dict[str, str], found: dict) -> tuple[str, str | None, str | None] | None:
+    """(op name, file, line) of named alias `name` as MLIR's printing of it gives them
+    (stablehlo.location_metadata): its name, and the first file location of its expansion
+    (None, None when it has none). The expansion itself (every reference replaced by its
+    definition: JAX's call-site chains repeat their tails, the printed text grows with their
+    depth) is never built. None when a string involved holds a backslash (an escape) or starts
+    with `:`, whose reading in the printed text this does not reproduce: such a location is
+    printed."""
     m = _NAMED.match(defs[name])
     if m is None:  # no name, or one with an escaped quote
         return None
@@ -79,8 +82,8 @@ def _short_form(name: str, defs: dict[str, str], found: dict) -> str | None:
     if first is _UNREADABLE:
         return None
     if first is None:
-        return f'loc("{op_name}")'
-    return f'loc("{op_name}"("{first[0]}":{first[1]}:{first[2]}))'
+        return op_name, None, None
+    return op_name, first[0], first[1]
 
 
 _UNREADABLE = ("",)  # _first_file of an expansion this cannot read
@@ -90,7 +93,7 @@ def _first_file(name: str, defs: dict[str, str], found: dict) -> tuple | None:
     """The first file location `(file, line, col)` in alias `name`'s expansion (what
     `_FILE_LOC` finds first in the printed location), None if it has none, _UNREADABLE if it
     refers to an alias the text does not define, to itself, or holds a string this does not
-    read (see _short_form). Memoized in `found`; an explicit stack (chains are as deep as
+    read (see _named_parts). Memoized in `found`; an explicit stack (chains are as deep as
     calls go)."""
     stack, entered = [name], set()
     while stack:

@@ -8,7 +8,7 @@ import pytest
 
 from hlofuse import from_stablehlo
 from hlofuse.frontends import stablehlo, stablehlo_locations
-from hlofuse.frontends.stablehlo_locations import _UNREADABLE, _first_file, _short_form, read_location_metadata
+from hlofuse.frontends.stablehlo_locations import _UNREADABLE, _first_file, _named_parts, read_location_metadata
 from hlofuse.frontends.stablehlo_mlir import ContextState, parse_mlir
 
 
@@ -53,7 +53,7 @@ def test_every_named_op_location_is_read_from_the_table_as_printing_reads_it():
     with state.context:
         module = parse_mlir(text)
         cache: dict = {}
-        assert read_location_metadata(text, cache, stablehlo.location_metadata) > 10
+        assert read_location_metadata(text, cache, stablehlo.named_metadata) > 10
         locations = _op_locations(module)
         named = {a: loc for a, loc in locations.items() if stablehlo.location_metadata(str(loc)) is not None}
         assert len(named) > 10
@@ -91,9 +91,9 @@ _DEFS = {"1": '"f.py":3:4', "2": '"g"(#loc1)', "3": 'callsite(#loc2 at #loc1)', 
     ("6", 'loc("outer"(callsite("inner"(unknown) at "h.py":7:1)))'),
     ("8", 'loc("bare"(unknown))'),
 ])
-def test_the_short_form_reads_as_the_printed_location(name, printed):
-    short = _short_form(name, _DEFS, {})
-    assert str(stablehlo.location_metadata(short)) == str(stablehlo.location_metadata(printed))
+def test_the_parts_read_as_the_printed_location(name, printed):
+    parts = _named_parts(name, _DEFS, {})
+    assert str(stablehlo.named_metadata(*parts)) == str(stablehlo.location_metadata(printed))
 
 
 def test_the_first_file_location_is_found_through_references():
@@ -108,13 +108,13 @@ def test_the_first_file_location_is_found_through_references():
 def test_escapes_and_strings_like_file_positions_are_left_to_printing(name):
     # an escaped quote, or a string starting with ':' (the printed text's regex could start
     # inside it): not read from the table
-    assert _short_form(name, _DEFS, {}) is None
+    assert _named_parts(name, _DEFS, {}) is None
 
 
 @pytest.mark.parametrize("defs", [{"1": '"a"(#loc2)', "2": "callsite(#loc1 at #loc1)"}, {"1": '"a"(#loc9)'}])
 def test_a_cycle_or_an_unknown_alias_is_left_to_printing(defs):
     assert _first_file("1", defs, {}) is _UNREADABLE
-    assert _short_form("1", defs, {}) is None
+    assert _named_parts("1", defs, {}) is None
 
 
 def test_a_table_mlir_cannot_parse_adds_nothing():
@@ -122,7 +122,7 @@ def test_a_table_mlir_cannot_parse_adds_nothing():
     with state.context:
         cache: dict = {}
         assert read_location_metadata('#loc1 = loc("x"(#loc2))\n#loc2 = loc(nonsense(\n', cache,
-                                      stablehlo.location_metadata) == 0
+                                      stablehlo.named_metadata) == 0
         assert cache == {}
 
 
