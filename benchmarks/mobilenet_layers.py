@@ -22,7 +22,8 @@ outputs is a good part of a small layer's call. The load average is printed.
 is emitted as vectors (codegen/kernels/cpu_conv_vector.py) with the scalar loop LLVM vectorises:
 the same output bits, LLVM CPU milliseconds of each kernel (compiled alone on this thread, least
 of 3), and kernel time per call (least and median of interleaved rounds; CPU time with one
-thread).
+thread), with a second compile of the vector kernel as a control: identical code, whose ratio
+shows what placement and the machine alone make of the comparison (up to 8% at load 4.5).
 """
 from __future__ import annotations
 
@@ -146,20 +147,20 @@ def vector_ab(names: list[str], rounds: int) -> None:
 
     print(f"load average before: {os.getloadavg()}")
     print(f"{'layer':22s} {'bits':5s} {'LLVM ms vec':>11s} {'scalar':>7s} {'kernel us vec':>13s} {'scalar':>7s} "
-          f"{'vec/scalar least':>16s} {'median':>6s}")
+          f"{'vec/scalar least':>16s} {'median':>6s} {'vec/control least':>17s} {'median':>6s}")
     lanes = cpu_conv.channel_lanes
     for name in names:
         fn, args = layer(*LAYERS[name])
         text = jax.jit(fn).lower(*args).as_text(dialect="hlo")
         exes = {}
-        for side in ("vec", "scalar"):
-            cpu_conv.channel_lanes = lanes if side == "vec" else (lambda geo, target: None)
+        for side in ("vec", "scalar", "control"):
+            cpu_conv.channel_lanes = lanes if side != "scalar" else (lambda geo, target: None)
             try:
                 exes[side] = hlofuse.compile(hlofuse.parse_hlo(text), target="cpu", cache=False)
             finally:
                 cpu_conv.channel_lanes = lanes
         outs = {k: np.asarray(e(*args)[0]) for k, e in exes.items()}
-        same = outs["vec"].tobytes() == outs["scalar"].tobytes()
+        same = outs["vec"].tobytes() == outs["scalar"].tobytes() == outs["control"].tobytes()
         llvm = {"vec": _llvm_ms(exes["vec"])}
         cpu_conv.channel_lanes = lambda geo, target: None
         try:
@@ -168,12 +169,13 @@ def vector_ab(names: list[str], rounds: int) -> None:
             cpu_conv.channel_lanes = lanes
         times: dict[str, list[float]] = {k: [] for k in exes}
         for r in range(rounds):
-            for k in (("vec", "scalar") if r % 2 == 0 else ("scalar", "vec")):
+            for k in (("vec", "scalar", "control") if r % 2 == 0 else ("control", "scalar", "vec")):
                 times[k].append(kernel_seconds(exes[k], args, 5))
         least = {k: min(v) for k, v in times.items()}
         med = {k: statistics.median(v) for k, v in times.items()}
         print(f"{name:22s} {str(same):5s} {llvm['vec']:11.1f} {llvm['scalar']:7.1f} {med['vec'] * 1e6:13.1f} "
-              f"{med['scalar'] * 1e6:7.1f} {least['vec'] / least['scalar']:16.3f} {med['vec'] / med['scalar']:6.3f}",
+              f"{med['scalar'] * 1e6:7.1f} {least['vec'] / least['scalar']:16.3f} {med['vec'] / med['scalar']:6.3f} "
+              f"{least['vec'] / least['control']:17.3f} {med['vec'] / med['control']:6.3f}",
               flush=True)
     print(f"load average after: {os.getloadavg()}")
 

@@ -32,3 +32,13 @@ def test_layer_matches_jax_and_kernel_time_is_positive():
     exe = hlofuse.compile(hlofuse.parse_hlo(jax.jit(fn).lower(*args).as_text(dialect="hlo")), target="cpu")
     np.testing.assert_allclose(np.asarray(exe(*args)[0]), np.asarray(jax.jit(fn)(*args)), rtol=1e-5, atol=1e-5)
     assert ml.kernel_seconds(exe, args, 2) > 0
+
+
+def test_vector_ab_compares_the_same_bits(monkeypatch, capsys):
+    """--vector-ab on a small depthwise layer: the vector, scalar and control kernels agree bit
+    for bit, and each side has an LLVM time and a kernel time."""
+    monkeypatch.setitem(ml.LAYERS, "dw tiny", ("dw", 6, 32, 32, 2))
+    ml.vector_ab(["dw tiny"], rounds=1)
+    row = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("dw tiny"))
+    fields = row.split()
+    assert fields[2] == "True" and all(float(f) > 0 for f in fields[3:7]), row
