@@ -246,9 +246,17 @@ class HloComputation:
     def instructions(self) -> list[HloInstruction]:
         """The instructions in order (a list callers may read and edit)."""
         if self._removed:
-            removed = self._removed
-            self._instructions = [i for i in self._instructions if i not in removed]
+            removed, old = self._removed, self._instructions
+            insts = self._instructions = [i for i in old if i not in removed]
             self._removed = set()
+            # the lists derived from the old list, when they were in step with it, are carried
+            # over (without the removed instructions), not rebuilt by a walk of the new one
+            params, holders = self._params, self._control_holders
+            if params is not None and params[0] is old and params[1] == len(old):
+                self._params = (insts, len(insts), params[2])  # (removal keeps it in step)
+            if holders is not None and holders[0] is old and holders[1] == len(old):
+                self._control_holders = (insts, len(insts), holders[2],
+                                         [h for h in holders[3] if h not in removed])
         return self._instructions
 
     @instructions.setter
@@ -328,6 +336,21 @@ class HloComputation:
         p = HloInstruction("parameter", shape, name=name or f"param_{len(self.parameters)}")
         p.parameter_number = len(self.parameters)
         return self.add_instruction(p)
+
+    def remove_detached(self, insts: Iterable[HloInstruction]) -> None:
+        """Remove instructions already cut out of the graph (no operands, no users, no control
+        edge of a survivor naming them, none the root): O(len(insts)), each dropped from the list
+        lazily as `remove_instruction` does, its name released."""
+        params = self._parameter_list()  # in step with the list before the change
+        removed = self._removed
+        module = self.parent
+        for inst in insts:
+            removed.add(inst)
+            if inst.opcode == "parameter":
+                params.remove(inst)
+            inst.parent = None
+            if module is not None:
+                module.release_name(inst.name)
 
     def remove_instruction(self, inst: HloInstruction) -> None:
         """Remove an instruction that has no users (and is not the root)."""

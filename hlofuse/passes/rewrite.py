@@ -72,9 +72,11 @@ def remove_instructions(comp: HloComputation, dead: list[HloInstruction]) -> Non
             expanded[p] = out
         return expanded[p]
 
-    survivors = []
-    for inst in comp.instructions:
-        if inst in dead_set:
+    # Only instructions with control predecessors can name a dead one (`control_holders`),
+    # so the survivors are not walked: a fusion's kernel computation grows to thousands of
+    # instructions and loses a few at each of its hundreds of deduplications.
+    for inst in comp.control_holders():
+        if inst.parent is not comp or inst in dead_set:
             continue
         if any(p in dead_set for p in inst.control_predecessors):
             preds: list[HloInstruction] = []
@@ -83,13 +85,7 @@ def remove_instructions(comp: HloComputation, dead: list[HloInstruction]) -> Non
                     if q is not inst and q not in preds:
                         preds.append(q)
             inst.control_predecessors = preds
-        survivors.append(inst)
-    comp.instructions = survivors
-    module = comp.parent
-    for inst in dead:
-        inst.parent = None
-        if module is not None:
-            module.release_name(inst.name)
+    comp.remove_detached(dead)
 
 
 def remove_dead_instructions(comp: HloComputation) -> int:

@@ -403,6 +403,48 @@ def test_dce_keeps_ordering_through_removed_control_predecessors():
     assert [c.name for c in b.control_predecessors] == ["a"]
 
 
+def _removal_work(survivors: int) -> int:
+    """Function calls (sys.setprofile events) of a Rewriter removing a dead chain of 3 from a
+    computation with `survivors` other instructions."""
+    import sys
+
+    from hlofuse.passes.rewrite import Rewriter
+
+    body = "  %p = f32[4]{0} parameter(0)\n" + "".join(f"  %s{k} = f32[4]{{0}} negate(f32[4]{{0}} %p)\n" for k in range(survivors))
+    body += ("  %d0 = f32[4]{0} exponential(f32[4]{0} %p)\n  %d1 = f32[4]{0} negate(f32[4]{0} %d0)\n"
+             "  %d2 = f32[4]{0} abs(f32[4]{0} %d1)\n  ROOT %r = f32[4]{0} add(f32[4]{0} %d2, f32[4]{0} %p)")
+    m = module(body)
+    comp = m.entry
+    count = comp.instruction_count()
+    r, d2 = comp.root, comp.instruction("d2")
+    calls = 0
+
+    def count_calls(frame, event, arg):
+        nonlocal calls
+        calls += 1
+
+    comp.control_holders()  # (built once per computation and kept by its edits)
+    comp.remove_instruction(comp.instruction("s0"))
+    comp.instructions  # noqa: B018 (a read drops what was removed, keeping the holders)
+    rewriter = Rewriter(comp)
+    rewriter.replace(r.operands[0], r.operands[1])  # r = add(p, p): the chain d0..d2 dies
+    sys.setprofile(count_calls)
+    try:
+        removed = rewriter.finish()
+    finally:
+        sys.setprofile(None)
+    assert removed == 3 and comp.instruction_count() == count - 4 and d2.parent is None
+    assert [i.name for i in comp.instructions][-2:] == [f"s{survivors - 1}", "r"]
+    assert m.unique_name("d1") == "d1"  # the dead instructions' names are free again
+    return calls
+
+
+def test_removing_dead_instructions_does_not_walk_the_survivors():
+    """A Rewriter's sweep costs the dead instructions, not the computation: fusion's kernel
+    computations grow to thousands of instructions and lose a few at each deduplication."""
+    assert _removal_work(2000) == _removal_work(20)
+
+
 # ---- CSE ----------------------------------------------------------------------------------------
 
 def test_cse_reports_changed_once_and_keeps_the_first():
