@@ -113,7 +113,7 @@ def _epilogue_convolution(producer: HloInstruction, params: TargetParams) -> lis
     while stack:
         inst = stack.pop()
         for op in distinct(inst.operands):
-            if op in below or distinct(op.users) != [inst] or op.is_root():
+            if op in below or op.users != [inst] or op.is_root():
                 continue
             if op.opcode == "convolution":
                 if conv_into_consumer(op, inst):
@@ -136,7 +136,7 @@ def _read_from_memory(producer: HloInstruction) -> str | None:
     could fuse it."""
     if producer.is_root():
         return f"{producer.parent.name}'s root"
-    for user in distinct(producer.users):
+    for user in list(producer.users):
         if user.opcode == "fusion":
             if is_conv_output_fusion(user) and not into_conv_fusion(producer, user):
                 return user.name

@@ -89,7 +89,7 @@ class FusionMerger(KernelComputationPass):
         for producer in comp.post_order():
             if producer.parent is not comp or not is_loop_fusion(producer) or is_multi_output(producer):
                 continue
-            users = distinct(producer.users)
+            users = list(producer.users)
             if not users or producer.is_root():
                 continue
             d = should_merge(producer, users, params)

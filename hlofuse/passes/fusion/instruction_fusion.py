@@ -106,7 +106,7 @@ def globally_unfusible(comp: HloComputation, ctx: FusionContext) -> dict[HloInst
         if in_elems <= out_elems:
             continue
         on_all_paths = _fusible_on_all_paths(producer, position, out, ctx)
-        users = distinct(producer.users)
+        users = list(producer.users)
         blockers = [u for u in users if not on_all_paths.get(u, False)]
         if not blockers:
             continue
@@ -142,7 +142,7 @@ def expensive_duplication(comp: HloComputation, ctx: FusionContext) -> dict[HloI
     """
     params = ctx.params
     for producer in comp.instructions:
-        users = distinct(producer.users)
+        users = list(producer.users)
         if (len(users) < 2 or producer.is_root() or not is_expensive(producer, params)
                 or not is_loop_fusible_as_producer(producer) or is_always_duplicable(producer)):
             continue
@@ -268,7 +268,7 @@ def _fuse_into_every_user(producer: HloInstruction, consumer: HloInstruction, qu
     only if all of them still take it is it fused into each, so it is never materialized
     and recomputed as well. Returns `consumer`'s fusion, or None (refusal logged).
     """
-    users = distinct(producer.users)
+    users = list(producer.users)
     blockers = [_why_blocked(producer, u, ctx) for u in users if not should_fuse(u, operand_index(u, producer), ctx)]
     if blockers:
         d = refuse("expensive-duplicate",

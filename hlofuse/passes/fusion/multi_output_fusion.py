@@ -198,7 +198,7 @@ def _fuse_siblings(parent: HloInstruction, ctx: FusionContext, loop_siblings: bo
     if is_effective_scalar(parent):
         # XLA's IsProfitableOperand: a scalar (or a broadcast of one) is not worth sharing
         return False
-    siblings = sorted(distinct(parent.users), key=lambda u: -_priority(u))
+    siblings = sorted(parent.users, key=lambda u: -_priority(u))
     changed = False
     i = 0
     # the CPU merges plain loops that are lone instructions too (wrapped in a kLoop fusion when
@@ -236,7 +236,7 @@ def _fuse_reduction_into_epilogue(producer: HloInstruction, ctx: FusionContext) 
     same way and reads it only elementwise at the output index (batch norm's variance
     E[x*x] - mean*mean reading the mean) joins that user as an extra output: both reductions
     then fold in one pass over their input, the mean staying an output for its other readers."""
-    users = distinct(producer.users)
+    users = list(producer.users)
     fusions = [u for u in users if u.opcode == "fusion"]
     if (is_multi_output(producer) or not producer.shape.is_array or len(fusions) != 1
             or any(u.opcode != "tuple" for u in users if u is not fusions[0])):
@@ -268,7 +268,7 @@ def _fuse_loop_into_consumer(producer: HloInstruction, ctx: FusionContext) -> bo
     of them, a plain loop fusion over the same dimensions, as an extra output
     (cpu_multi_output.cpu_producer_consumer_rule): its own kernel goes, with its write and that
     consumer's read of it; its other users read the output. Multi-output consumers first."""
-    users = distinct(producer.users)
+    users = list(producer.users)
     if producer.opcode in ("parameter", "constant") or not ctx.plain_loop(producer) or not users:
         return False
     # Read by one reduction fusion only (its other readers were merged into it as siblings):
@@ -355,7 +355,7 @@ def _pc_legal(producer: HloInstruction, consumer: HloInstruction, ctx: FusionCon
 
 def _pick_consumer(producer: HloInstruction, ctx: FusionContext) -> HloInstruction | None:
     """The user to compute `producer` in as an extra output (refusals logged), or None."""
-    users = distinct(producer.users)
+    users = list(producer.users)
     if not users or (len(users) == 1 and not is_multi_output(users[0]) and not producer.is_root()):
         return None
     if not is_loop_fusible_as_producer(producer) and producer.opcode != "fusion":

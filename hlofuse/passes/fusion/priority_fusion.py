@@ -24,7 +24,6 @@ from typing import ClassVar
 
 from ...hlo.ir import HloComputation, HloInstruction
 from .context import FusionContext
-from .cost_model import distinct
 from .decisions import Decision
 from .fusibility import (
     is_fusible, is_loop_fusible_as_consumer, is_loop_fusible_as_producer, is_multi_output, members, reduce_hero,
@@ -80,7 +79,7 @@ def reduction_epilogue(producer: HloInstruction, consumer: HloInstruction, ctx: 
         where = f" in {c}" if consumer.opcode == "fusion" else ""
         return refuse("reduce-epilogue", f"reduction {p} only fuses into an epilogue of one-operand ops; "
                                          f"{bad.name} ('{bad.opcode}'){where} is not one")
-    if len(distinct(producer.users)) > 1:
+    if len(producer.users) > 1:
         return refuse("reduce-epilogue", f"reduction {p} has several users; its epilogue fusion needs one")
     return ALLOW
 
@@ -127,7 +126,7 @@ def _is_candidate(producer: HloInstruction) -> bool:
 def _consumers(producer: HloInstruction) -> list[HloInstruction]:
     """The users `producer` is fused into: all but bitcasts, which keep reading it from memory
     (XLA's CanFuseWithAllNonBitcastUsers: a bitcast is no kernel, fusing into it gains nothing)."""
-    return [u for u in distinct(producer.users) if u.opcode != "bitcast"]
+    return [u for u in producer.users if u.opcode != "bitcast"]
 
 
 def _is_scalar_constant(inst: HloInstruction) -> bool:
@@ -210,7 +209,7 @@ class _Queue:
         priority fusion); an unfused user becomes a fusion of its own."""
         ctx, changed = self.ctx, False
         for const in [i for i in self.comp.instructions if _is_scalar_constant(i)]:
-            for user in distinct(const.users):
+            for user in list(const.users):
                 if const.is_root() or not _legal(const, user, ctx):
                     continue
                 fusion = user if user.opcode == "fusion" else create_fusion(user, choose_kind(const, user, ctx))
@@ -228,7 +227,7 @@ class _Queue:
         """Fuse `producer` into every user; the grown fusions and their operands (to re-prioritise)."""
         ctx = self.ctx
         users = _consumers(producer)
-        keeps = len(users) < len(distinct(producer.users))  # bitcast users keep reading it
+        keeps = len(users) < len(producer.users)  # bitcast users keep reading it
         name, original = producer.name, producer.original
         note = est.text
         fusions: list[HloInstruction] = []

@@ -18,7 +18,6 @@ from typing import Callable
 
 from ...hlo.ir import HloInstruction
 from .context import FusionContext
-from .cost_model import distinct
 from .decisions import Decision
 from .fusibility import (
     combined_operands, creates_heavy_computation, is_always_duplicable, is_expensive, is_input_fusible_reduction,
@@ -207,7 +206,7 @@ def base(producer: HloInstruction, consumer: HloInstruction, ctx: FusionContext)
             verdict = ctx.verdict(producer)
             if verdict is not None:
                 return verdict
-            users = distinct(producer.users)
+            users = list(producer.users)
             return refuse("expensive-duplicate",
                           f"producer {p} is expensive and has {len(users)} users; fusing it into {c} "
                           f"would compute it twice")
