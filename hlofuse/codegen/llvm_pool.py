@@ -42,6 +42,7 @@ import atexit
 import contextlib
 import functools
 import multiprocessing
+import multiprocessing.util
 import os
 import sys
 import threading
@@ -303,6 +304,13 @@ def _started() -> ProcessPoolExecutor:
         _pool = ProcessPoolExecutor(max_workers=max(1, processes()),
                                     mp_context=multiprocessing.get_context("forkserver"), initializer=_warm)
         atexit.register(shutdown)
+        # In a process that multiprocessing started (a user's worker, the conformance runner's),
+        # exit runs no atexit handler: multiprocessing's own exit function joins every
+        # non-daemon child first, and the pool's idle workers wait for tasks forever, so the
+        # process would never exit. A finalizer with a priority runs before that join; its
+        # priority is above the pool's queues' own (10, which stop the threads that feed the
+        # workers: after them, the workers' stop signal would never be sent).
+        multiprocessing.util.Finalize(None, shutdown, exitpriority=100)
     return _pool
 
 

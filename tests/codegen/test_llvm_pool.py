@@ -269,6 +269,39 @@ def test_an_unguarded_script_is_not_run_again_in_a_worker(tmp_path, prestarted):
     assert run.stdout.count("script ran") == 1 and "compiled" in run.stdout
 
 
+def test_a_multiprocessing_child_that_started_the_pool_exits(tmp_path):
+    """A process started by multiprocessing (a user's worker, the conformance runner's) runs no
+    atexit handler when it ends: its exit joins its non-daemon children, the pool's workers
+    among them, which wait for tasks forever unless the pool is shut down first. The child
+    here compiles with a worker and must then exit on its own (it hung before the pool
+    registered a multiprocessing finalizer)."""
+    script = tmp_path / "child.py"
+    script.write_text(textwrap.dedent(f"""
+        import multiprocessing
+
+        def child():
+            import hlofuse
+            from hlofuse.codegen import llvm_pool
+            exe = hlofuse.compile(hlofuse.parse_hlo({_module(POOLED)!r}), "cpu", cache=False)
+            assert llvm_pool._pool is not None
+
+        if __name__ == "__main__":
+            p = multiprocessing.get_context("spawn").Process(target=child)
+            p.start()
+            p.join(timeout=90)
+            alive = p.is_alive()
+            if alive:
+                p.kill()
+            with open({str(tmp_path / "result.txt")!r}, "w") as f:
+                f.write(f"exitcode {{p.exitcode}} hung {{alive}}")
+    """))
+    env = dict(os.environ, HLOFUSE_LLVM_PROCESSES="1", PYTHONPATH=ROOT)
+    # the output to files, not pipes: a hung child's orphaned workers would hold a pipe open
+    with open(tmp_path / "log.txt", "w") as log:
+        subprocess.run([sys.executable, str(script)], stdout=log, stderr=log, env=env, timeout=200)
+    assert (tmp_path / "result.txt").read_text() == "exitcode 0 hung False", (tmp_path / "log.txt").read_text()
+
+
 @pytest.mark.parametrize("workers", [0, 1])
 def test_no_more_kernels_in_flight_than_lanes_while_and_after_the_driver_runs(monkeypatch, workers):
     """Kernels take one thread per lane, the driver's task a thread of its own: with no worker
