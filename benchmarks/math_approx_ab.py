@@ -82,7 +82,8 @@ def _compile(text: str, module) -> CpuProgram:
     saved = dict(target.APPROX_F32)
     try:
         for name, fn in list(target.APPROX_F32.items()):
-            target.APPROX_F32[name] = getattr(module, fn.__name__)
+            if fn.__module__ == "hlofuse.emitters.math_approx":  # not math_trig's functions
+                target.APPROX_F32[name] = getattr(module, fn.__name__)
         fused, _ = compiler.optimize(parse_hlo(text))
         return CpuProgram.compile(fused, cache=False)
     finally:

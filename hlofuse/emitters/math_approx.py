@@ -7,15 +7,13 @@ LLVM vectorizes), so a loop over them becomes `<8 x float>` / `<4 x double>` cod
 Two families:
   * exp, log, expm1, log1p, tanh, logistic: f32 arithmetic, Cody-Waite range reduction
     and Cephes-style minimax polynomials (tanh: 1 - 2/(e**2|x| + 1) beside a polynomial).
-  * sin, cos, tan, atan2, pow, cbrt, erf: computed in f64 (series, or erf's rational), then rounded
-    once to f32 (about 0.5 ULP). sin/cos/tan reduce by pi/2 with Cody-Waite for |x| < 2**26
-    and Payne-Hanek (a table of 2/pi's bits, integer products) beyond, over the whole f32 range.
+  * pow, cbrt, erf: computed in f64 (erf: a rational), then rounded once to f32 (about 0.5 ULP);
+    sin, cos, tan and atan2 likewise, in emitters/math_trig.py (with their reduction by pi/2).
   * f64 exp and log (1-2 ULP); other f64 functions call the target's library (libm).
 Measured ULP errors are in tests/emitters/test_cpu_math.py.
 """
 from __future__ import annotations
 
-import functools
 import math
 
 from llvmlite import ir
@@ -26,7 +24,7 @@ I32 = ir.IntType(32)
 I64 = ir.IntType(64)
 
 
-class _M:
+class MathIR:
     """Terse IR arithmetic over one builder (float type `ty`)."""
 
     def __init__(self, b: ir.IRBuilder, target, ty: ir.Type) -> None:
@@ -70,7 +68,7 @@ class _M:
         return acc
 
 
-def _pow2_f32(m: _M, ni):
+def _pow2_f32(m: MathIR, ni):
     """2**ni as f32 for an i32 `ni` in [-126, 127] (+0 for -127)."""
     b = m.b
     bits = b.shl(b.add(ni, ir.Constant(I32, 127)), ir.Constant(I32, 23))
@@ -81,7 +79,7 @@ def _pow2_f32(m: _M, ni):
 _EXP_P = [1.9875691500e-4, 1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2, 1.6666665459e-1, 5.0000001201e-1]
 
 
-def _exp_parts(m: _M, t):
+def _exp_parts(m: MathIR, t):
     """(y, n) with e**t = y * 2**n, y in about [0.7, 1.42] (1 ULP), n an i32: n = rint(t/ln2),
     r = t - n*ln2 (two-part ln2), y = 1 + r + r*r*P(r)."""
     n = m.intr("llvm.rint", m.mul(t, m.c(1.44269504088896341)))
@@ -106,7 +104,7 @@ def scales_with_ldexp(target) -> bool:
                 and "+avx512f" in str(getattr(target, "cpu_features", "")).split(","))
 
 
-def _ldexp_f32(m: _M, y, n):
+def _ldexp_f32(m: MathIR, y, n):
     """y * 2**n for f32 `y` and i32 `n`, exactly (llvm.ldexp; declared once per module)."""
     module = m.b.module
     fn = module.globals.get("llvm.ldexp.f32.i32")
@@ -120,7 +118,7 @@ def exp_f32(b: ir.IRBuilder, target, x) -> ir.Value:
     in one, `scales_with_ldexp`: the same bits for every f32 on this host (all 2**32 compared,
     FTZ/DAZ as the kernels run); on one thread, f32[3072,2048], exp alone 1.77 -> 1.29 ms,
     softmax 1.90 -> 1.64 (docs/emitters.md, "Row kernels against the memory bar")."""
-    m = _M(b, target, F32)
+    m = MathIR(b, target, F32)
     xc = m.sel(m.cmp(">", x, m.c(-104.0)), x, m.c(-104.0))  # NaN -> -104 (fixed up below)
     xc = m.sel(m.cmp("<", xc, m.c(89.0)), xc, m.c(89.0))
     y, ni = _exp_parts(m, xc)
@@ -143,7 +141,7 @@ _LOG_P = [7.0376836292e-2, -1.1514610310e-1, 1.1676998740e-1, -1.2420140846e-1, 
 
 def log_f32(b: ir.IRBuilder, target, x) -> ir.Value:
     """ln x: exponent/mantissa split (subnormals prescaled), Cephes polynomial on [sqrt(.5), sqrt(2))."""
-    m = _M(b, target, F32)
+    m = MathIR(b, target, F32)
     sub = m.cmp("<", x, m.c(1.17549435e-38))
     xs = m.sel(sub, m.mul(x, m.c(8388608.0)), x)
     bits = b.bitcast(xs, I32)
@@ -165,7 +163,7 @@ def log_f32(b: ir.IRBuilder, target, x) -> ir.Value:
     return _log_domain(m, x, r)
 
 
-def _log_domain(m: "_M", x, r):
+def _log_domain(m: "MathIR", x, r):
     """ln's NaNs as XLA:CPU and the interpreter give them: x < 0 gives the x86 default NaN
     (negative, 0xffc00000 in f32), a NaN x comes back as it is (its sign and payload are what
     a TOTALORDER compare or a bitcast sees; found by the graph fuzzer, seed 41)."""
@@ -175,7 +173,7 @@ def _log_domain(m: "_M", x, r):
 
 def log1p_f32(b: ir.IRBuilder, target, x) -> ir.Value:
     """log(1+x) = log(u) * x / (u-1) with u = 1+x (exact compensation, Goldberg's trick)."""
-    m = _M(b, target, F32)
+    m = MathIR(b, target, F32)
     u = m.add(x, m.c(1.0))
     d = m.sub(u, m.c(1.0))
     r = m.mul(log_f32(b, target, u), m.div(x, d))
@@ -183,7 +181,7 @@ def log1p_f32(b: ir.IRBuilder, target, x) -> ir.Value:
     return m.sel(m.cmp("==", x, m.c(math.inf)), x, r)
 
 
-def _flushed(m: _M, x):
+def _flushed(m: MathIR, x):
     """x, or a zero of its sign where the kernel's denormals-are-zero mode compares it equal
     to zero (a denormal): what XLA:CPU's log1p and cbrt give for a denormal operand."""
     return m.sel(m.cmp("==", x, m.c(0.0)), m.intr("llvm.copysign", m.c(0.0), x), x)
@@ -191,7 +189,7 @@ def _flushed(m: _M, x):
 
 def expm1_f32(b: ir.IRBuilder, target, x) -> ir.Value:
     """e**x - 1 = (u-1) * x / log(u) with u = e**x (Kahan's trick)."""
-    m = _M(b, target, F32)
+    m = MathIR(b, target, F32)
     u = exp_f32(b, target, x)
     um1 = m.sub(u, m.c(1.0))
     r = m.div(m.mul(um1, x), log_f32(b, target, u))
@@ -222,7 +220,7 @@ def tanh_f32(b: ir.IRBuilder, target, x) -> ir.Value:
     form, which hlofuse used before) gets the full rounding of its two Horner sums: 5 ULP
     just below 1. The same ~31 vector instructions and speed as that rational
     (docs/emitters.md)."""
-    m = _M(b, target, F32)
+    m = MathIR(b, target, F32)
     ax = m.intr("llvm.fabs", x)
     z = m.mul(x, x)
     small = m.fma(m.mul(m.horner(z, _TANH_P), z), ax, ax)
@@ -263,7 +261,7 @@ def logistic_f32(b: ir.IRBuilder, target, x) -> ir.Value:
     f32 (every 7th of +-[1e-8, 110], every 101st of +-[1e-30, 1e-8], the special values),
     in ~7% less CPU time (docs/emitters.md). A target that keeps denormals
     (`flushes_denormals` false) gets 1 / (1 + exp_f32(-x)), whose two-step scaling builds them."""
-    m = _M(b, target, F32)
+    m = MathIR(b, target, F32)
     neg = m.cmp("<", x, m.c(-20.0))
     if not getattr(target, "flushes_denormals", True):
         e = exp_f32(b, target, m.sel(neg, x, b.fneg(x)))
@@ -279,7 +277,7 @@ def logistic_f32(b: ir.IRBuilder, target, x) -> ir.Value:
 
 
 # ---- f64 helpers for the f32 functions computed in double ---------------------------------
-def _exp_f64(m: _M, t):
+def _exp_f64(m: MathIR, t):
     """e**t for t in [-700, 700] (NaN-free input), relative error ~1e-15."""
     b = m.b
     n = m.intr("llvm.rint", m.mul(t, m.c(1.4426950408889634)))
@@ -292,7 +290,7 @@ def _exp_f64(m: _M, t):
     return m.mul(p, b.bitcast(bits, F64))
 
 
-def _atanh_argument(m: _M, bits, e):
+def _atanh_argument(m: MathIR, bits, e):
     """For a positive double with bit pattern `bits` and unbiased exponent `e`: its mantissa
     taken into [sqrt(.5), sqrt(2)) (adjusting `e`), then s = (mant-1)/(mant+1) and s*s, so
     that ln(mant) = 2*atanh(s). Returns (s, s2, e)."""
@@ -307,7 +305,7 @@ def _atanh_argument(m: _M, bits, e):
     return s, s2, e
 
 
-def _log_f64(m: _M, x):
+def _log_f64(m: MathIR, x):
     """ln x for positive normal doubles, relative error ~1e-16 (atanh series on [sqrt(.5), sqrt(2)))."""
     b = m.b
     bits = b.bitcast(x, I64)
@@ -318,14 +316,15 @@ def _log_f64(m: _M, x):
     return m.fma(b.sitofp(e, F64), m.c(math.log(2.0)), lm)
 
 
-def _to64(b, x):
+def to_f64(b, x):
+    """f32 `x` widened to f64."""
     return b.fpext(x, F64)
 
 
 def pow_f32(b: ir.IRBuilder, target, x, y) -> ir.Value:
     """x**y with C99's special cases; exp(y*log|x|) evaluated in f64 then rounded once."""
-    m = _M(b, target, F64)
-    xd, yd = _to64(b, x), _to64(b, y)
+    m = MathIR(b, target, F64)
+    xd, yd = to_f64(b, x), to_f64(b, y)
     ax = m.intr("llvm.fabs", xd)
     safe = m.sel(m.cmp(">", ax, m.c(0.0)), ax, m.c(1.0))
     safe = m.sel(m.cmp("<", safe, m.c(math.inf)), safe, m.c(1.0))
@@ -356,184 +355,14 @@ def pow_f32(b: ir.IRBuilder, target, x, y) -> ir.Value:
 
 def cbrt_f32(b: ir.IRBuilder, target, x) -> ir.Value:
     """Cube root: exp(log|x|/3) in f64 with the sign of x; 0, inf and NaN map to themselves."""
-    m = _M(b, target, F64)
-    xd = _to64(b, _flushed(_M(b, target, F32), x))
+    m = MathIR(b, target, F64)
+    xd = to_f64(b, _flushed(MathIR(b, target, F32), x))
     ax = m.intr("llvm.fabs", xd)
     ok = b.and_(m.cmp(">", ax, m.c(0.0)), m.cmp("<", ax, m.c(math.inf)))
     safe = m.sel(ok, ax, m.c(1.0))
     r = _exp_f64(m, m.mul(_log_f64(m, safe), m.c(1.0 / 3.0)))
     r = m.intr("llvm.copysign", r, xd)
     return b.fptrunc(m.sel(ok, r, xd), F32)
-
-
-_PIO2_1 = 1.5707963267948966
-_PIO2_2 = 6.123233995736766e-17
-_PIO2_3 = -1.4973849048591698e-33  # pi/2 - _PIO2_1 - _PIO2_2 (rounded)
-
-# |x| below this takes the Cody-Waite reduction (exact there), above it Payne-Hanek's.
-_HUGE = 2.0 ** 26
-_HUGE_BIASED_EXPONENT = 127 + 26
-
-
-def _reduce_pio2(m: _M, x, xd):
-    """(r, q): x = q*pi/2 + r with |r| <= pi/4 (about; q mod 4 as i64), for f32 `x` and its
-    f64 value `xd`. Cody-Waite in f64 for |x| < 2**26; beyond, Payne-Hanek's reduction (a
-    select, so the loop stays straight-line and vectorizes). Infinities and NaN give NaN."""
-    b = m.b
-    j = m.intr("llvm.rint", m.mul(xd, m.c(2.0 / math.pi)))
-    j = m.sel(m.cmp("<", m.intr("llvm.fabs", j), m.c(1e15)), j, m.c(0.0))  # inf/NaN: r stays NaN
-    r = m.fma(b.fneg(j), m.c(_PIO2_1), xd)
-    r = m.fma(b.fneg(j), m.c(_PIO2_2), r)
-    r = m.fma(b.fneg(j), m.c(_PIO2_3), r)
-    q = b.and_(b.fptosi(j, I64), ir.Constant(I64, 3))
-    ax = m.intr("llvm.fabs", xd)
-    huge = b.and_(m.cmp(">=", ax, m.c(_HUGE)), m.cmp("<", ax, m.c(math.inf)))
-    r_huge, q_huge = _reduce_pio2_huge(m, x)
-    return m.sel(huge, r_huge, r), b.select(huge, q_huge, q)
-
-
-@functools.lru_cache(maxsize=None)
-def _two_over_pi_pairs() -> tuple[int, ...]:
-    """pairs[i] = bits 32i+1 .. 32i+64 of the binary expansion of 2/pi (bit k weighs 2**-k)
-    as an unsigned 64-bit integer, i = 0..5: what _reduce_pio2_huge reads bits 2 .. 199 from.
-    2/pi is computed exactly here (Machin's formula for pi in integers, 64 guard bits)."""
-    count = 6
-    nbits = 32 * (count - 1) + 64
-    one = 1 << (nbits + 64)
-
-    def arctan_inv(k: int) -> int:  # arctan(1/k) * 2**(nbits+64), terms truncated
-        total, power, i = 0, one // k, 0
-        while power:
-            total += (-1) ** i * (power // (2 * i + 1))
-            power //= k * k
-            i += 1
-        return total
-
-    pi = 16 * arctan_inv(5) - 4 * arctan_inv(239)
-    two_over_pi = (2 * one << nbits) // pi  # floor(2/pi * 2**nbits): bits 1 .. nbits
-    return tuple((two_over_pi >> (nbits - 32 * i - 64)) & (2 ** 64 - 1) for i in range(count))
-
-
-def _reduce_pio2_huge(m: _M, x):
-    """Payne-Hanek: (r, q) with x = q*pi/2 + r, for f32 `x` with 2**26 <= |x| < inf (other
-    lanes get a harmless value: the caller selects them away).
-
-    |x| = mant * 2**(e-150) with a 24-bit integer mant. Bits of 2/pi before k0 = e-151 only
-    add multiples of 4 to x*2/pi; the 96 bits W from k0 on give x*2/pi mod 4 as
-    (mant*W mod 2**96) / 2**94. Its top 64 bits, from three 32x32->64 products (the lowest
-    product's low half dropped), hold the quadrant (2 bits) and the fraction to 2**-62;
-    the bits of 2/pi after W change it by under 2**-70. No f32 comes closer to a multiple of
-    pi/2 than |r| = 1.6e-9 = 2**-29.2 (x = 16367173 * 2**72, by exhaustive search), so r keeps
-    about 32 correct bits, 8 more than f32's. The three words of W are picked from constants
-    by selects and shifts (no table in memory, hence no gathers: the loop still vectorizes)."""
-    b = m.b
-
-    def i32(v):
-        return ir.Constant(I32, v)
-
-    def i64(v):
-        return ir.Constant(I64, v)
-
-    bits = b.bitcast(x, I32)
-    e = b.and_(b.lshr(bits, i32(23)), i32(255))
-    e = b.select(b.icmp_unsigned("<", e, i32(_HUGE_BIASED_EXPONENT)), i32(_HUGE_BIASED_EXPONENT), e)
-    # W starts at bit k0 = e - 151 (2 .. 104): bit k0 + 32j is bit `shift` of pairs[word + j],
-    # counted from its top, with k0 - 1 = 32*word + shift.
-    k1 = b.zext(b.sub(e, i32(152)), I64)
-    word, shift = b.lshr(k1, i64(5)), b.and_(k1, i64(31))
-    pairs = _two_over_pi_pairs()
-    mant = b.zext(b.or_(b.and_(bits, i32(0x7FFFFF)), i32(0x800000)), I64)
-
-    def product(j: int):
-        """mant times bits k0+32j .. k0+32j+31 of 2/pi."""
-        pair = i64(pairs[j + 3])
-        for w in (2, 1, 0):  # pairs[word + j] for word in 0..3
-            pair = b.select(b.icmp_unsigned("==", word, i64(w)), i64(pairs[j + w]), pair)
-        return b.mul(mant, b.lshr(b.shl(pair, shift), i64(32)))
-
-    h = b.add(b.add(b.shl(product(0), i64(32)), product(1)), b.lshr(product(2), i64(32)))
-    n = b.lshr(b.add(h, i64(1 << 61)), i64(62))  # nearest quadrant, mod 4
-    frac = b.ashr(b.shl(h, i64(2)), i64(2))  # h - n*2**62, in [-2**61, 2**61)
-    r = m.mul(b.sitofp(frac, F64), m.c(math.pi / 2 * 2.0 ** -62))
-    negative = b.icmp_signed("<", bits, i32(0))
-    r = m.sel(negative, b.fneg(r), r)
-    q = b.and_(b.select(negative, b.neg(n), n), i64(3))
-    return r, q
-
-
-def _sin_cos_poly(m: _M, r):
-    z = m.mul(r, r)
-    sin_c = [(-1) ** k / math.factorial(2 * k + 1) for k in range(8, -1, -1)]
-    cos_c = [(-1) ** k / math.factorial(2 * k) for k in range(9, -1, -1)]
-    s = m.mul(r, m.horner(z, sin_c))
-    c = m.horner(z, cos_c)
-    return s, c
-
-
-def _quadrant(m: _M, q, values, xd):
-    b = m.b
-    out = values[3]
-    for k in (2, 1, 0):
-        out = m.sel(b.icmp_signed("==", q, ir.Constant(I64, k)), values[k], out)
-    # sin/cos/tan of an infinity is invalid: the negative default NaN, as the hardware gives it
-    return m.sel(m.cmp("==", m.intr("llvm.fabs", xd), m.c(math.inf)), m.c(-math.nan), out)
-
-
-def sin_f32(b: ir.IRBuilder, target, x) -> ir.Value:
-    """sin via f64 reduction by pi/2 (_reduce_pio2) and Taylor series on [-pi/4, pi/4]."""
-    m = _M(b, target, F64)
-    xd = _to64(b, x)
-    r, q = _reduce_pio2(m, x, xd)
-    s, c = _sin_cos_poly(m, r)
-    res = _quadrant(m, q, [s, c, b.fneg(s), b.fneg(c)], xd)
-    res = m.sel(m.cmp("==", xd, m.c(0.0)), xd, res)  # keep the sign of zero
-    return b.fptrunc(res, F32)
-
-
-def cos_f32(b: ir.IRBuilder, target, x) -> ir.Value:
-    """cos via f64 reduction by pi/2 (_reduce_pio2) and Taylor series on [-pi/4, pi/4]."""
-    m = _M(b, target, F64)
-    xd = _to64(b, x)
-    r, q = _reduce_pio2(m, x, xd)
-    s, c = _sin_cos_poly(m, r)
-    return b.fptrunc(_quadrant(m, q, [c, b.fneg(s), b.fneg(c), s], xd), F32)
-
-
-def tan_f32(b: ir.IRBuilder, target, x) -> ir.Value:
-    """tan = sin/cos of the reduced argument, in f64."""
-    m = _M(b, target, F64)
-    xd = _to64(b, x)
-    r, q = _reduce_pio2(m, x, xd)
-    s, c = _sin_cos_poly(m, r)
-    odd = b.trunc(q, ir.IntType(1))
-    res = m.sel(odd, b.fneg(m.div(c, s)), m.div(s, c))
-    res = m.sel(m.cmp("==", xd, m.c(0.0)), xd, res)
-    return b.fptrunc(res, F32)
-
-
-def atan2_f32(b: ir.IRBuilder, target, y, x) -> ir.Value:
-    """atan2 with C99's zero/infinity cases: atan of min/max ratio (<= 1) in f64, then octant fix-up."""
-    m = _M(b, target, F64)
-    yd, xd = _to64(b, y), _to64(b, x)
-    ay, ax = m.intr("llvm.fabs", yd), m.intr("llvm.fabs", xd)
-    swap = m.cmp(">", ay, ax)
-    lo, hi = m.sel(swap, ax, ay), m.sel(swap, ay, ax)
-    a = m.div(lo, hi)
-    a = m.sel(m.cmp("==", hi, m.c(0.0)), m.c(0.0), a)
-    both_inf = b.and_(m.cmp("==", ax, m.c(math.inf)), m.cmp("==", ay, m.c(math.inf)))
-    a = m.sel(both_inf, m.c(1.0), a)
-    red = m.cmp(">", a, m.c(0.41421356237309503))
-    a2 = m.sel(red, m.div(m.sub(a, m.c(1.0)), m.add(a, m.c(1.0))), a)
-    z = m.mul(a2, a2)
-    t = m.mul(a2, m.horner(z, [(-1) ** k / (2 * k + 1) for k in range(16, -1, -1)]))
-    t = m.sel(red, m.add(t, m.c(math.pi / 4)), t)
-    t = m.sel(swap, m.sub(m.c(math.pi / 2), t), t)
-    xneg = b.icmp_signed("<", b.bitcast(xd, I64), ir.Constant(I64, 0))
-    t = m.sel(xneg, m.sub(m.c(math.pi), t), t)
-    t = m.intr("llvm.copysign", t, yd)
-    t = m.sel(m.isnan(xd), xd, t)  # a NaN operand comes back as it is, y's before x's
-    t = m.sel(m.isnan(yd), yd, t)
-    return b.fptrunc(t, F32)
 
 
 # erf(x) = x * N(x*x) / D(x*x) on |x| <= _ERF_CLAMP, in f64: a (7, 6) rational minimax for the
@@ -549,8 +378,8 @@ def erf_f32(b: ir.IRBuilder, target, x) -> ir.Value:
     """erf: one rational function of x*x (_ERF_N / _ERF_D) with one divide, in f64, +-1 from
     3.93 on. Replaces a Taylor series and a Chebyshev fit of erfc*exp beside an f64 exp
     (~100 f64 operations an element, 6x slower; docs/emitters.md)."""
-    m = _M(b, target, F64)
-    xd = _to64(b, x)
+    m = MathIR(b, target, F64)
+    xd = to_f64(b, x)
     ax = m.intr("llvm.fabs", xd)
     axc = m.sel(m.cmp(">", ax, m.c(_ERF_CLAMP)), m.c(_ERF_CLAMP), ax)  # NaN stays NaN
     z = m.mul(axc, axc)
@@ -562,7 +391,7 @@ def erf_f32(b: ir.IRBuilder, target, x) -> ir.Value:
 # ---- f64 exp / log (vectorizable; libm would be a scalar call per element) ------------------
 def exp_f64(b: ir.IRBuilder, target, x) -> ir.Value:
     """e**x in f64: two-part ln2 reduction, degree-13 Taylor polynomial, 2**n in two steps."""
-    m = _M(b, target, F64)
+    m = MathIR(b, target, F64)
     xc = m.sel(m.cmp(">", x, m.c(-746.0)), x, m.c(-746.0))  # NaN -> -746 (fixed up below)
     xc = m.sel(m.cmp("<", xc, m.c(710.0)), xc, m.c(710.0))
     n = m.intr("llvm.rint", m.mul(xc, m.c(1.4426950408889634)))
@@ -584,7 +413,7 @@ def exp_f64(b: ir.IRBuilder, target, x) -> ir.Value:
 
 def log_f64(b: ir.IRBuilder, target, x) -> ir.Value:
     """ln x in f64: subnormals prescaled, mantissa in [sqrt(.5), sqrt(2)), atanh series, e*ln2 in two parts."""
-    m = _M(b, target, F64)
+    m = MathIR(b, target, F64)
     sub = m.cmp("<", x, m.c(2.2250738585072014e-308))
     xs = m.sel(sub, m.mul(x, m.c(2.0 ** 54)), x)
     xs = m.sel(m.cmp(">", xs, m.c(0.0)), xs, m.c(1.0))  # keep the bit tricks on positive values

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from llvmlite import ir
 
-from . import math_approx, math_calls
+from . import math_approx, math_calls, math_trig
 
 # Math functions that map to LLVM intrinsics LLVM can vectorize on every target.
 _INTRINSICS = {
@@ -25,7 +25,7 @@ _INTRINSICS = {
     "fma": "llvm.fma",
 }
 
-# f32 functions computed by hlofuse's vectorizable approximations (math_approx).
+# f32 functions computed by hlofuse's vectorizable approximations (math_approx, math_trig).
 APPROX_F32 = {
     "exp": math_approx.exp_f32,
     "expm1": math_approx.expm1_f32,
@@ -34,10 +34,10 @@ APPROX_F32 = {
     "tanh": math_approx.tanh_f32,
     "logistic": math_approx.logistic_f32,
     "erf": math_approx.erf_f32,
-    "sin": math_approx.sin_f32,
-    "cos": math_approx.cos_f32,
-    "tan": math_approx.tan_f32,
-    "atan2": math_approx.atan2_f32,
+    "sin": math_trig.sin_f32,
+    "cos": math_trig.cos_f32,
+    "tan": math_trig.tan_f32,
+    "atan2": math_trig.atan2_f32,
     "pow": math_approx.pow_f32,
     "cbrt": math_approx.cbrt_f32,
 }

@@ -1,4 +1,4 @@
-"""The math approximations (emitters/math_approx.py) on their own: each f32 function's IR is
+"""The math approximations (emitters/math_approx.py, math_trig.py) on their own: each f32 function's IR is
 built into a one-loop LLVM function (no element generators, fusion or kernels in between),
 JIT-compiled for the host and run over random-bit, moderate and special inputs, its error in
 ULP measured against numpy's float64 result rounded once to f32 (an independent reference).
@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from llvmlite import ir
 
-from hlofuse.emitters import math_approx
+from hlofuse.emitters import math_approx, math_trig
 from hlofuse.emitters.cpu.target import CpuTarget, host_target_machine
 from tests.fuzz.values import flush_denormals
 
@@ -60,7 +60,8 @@ def _jit(name: str, arity: int, target: CpuTarget | None = None):
     i = b.phi(I64)
     i.add_incoming(ir.Constant(I64, 0), entry)
     args = [b.load(b.gep(p, [i])) for p in ins]
-    b.store(getattr(math_approx, name)(b, target, *args), b.gep(out, [i]))
+    fn = getattr(math_approx, name, None) or getattr(math_trig, name)
+    b.store(fn(b, target, *args), b.gep(out, [i]))
     nxt = b.add(i, ir.Constant(I64, 1))
     i.add_incoming(nxt, loop)
     b.cbranch(b.icmp_signed("<", nxt, n), loop, done)
