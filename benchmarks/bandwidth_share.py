@@ -1,7 +1,24 @@
-"""Memory-bound workloads' share of the one-thread streaming bandwidth, in process CPU time.
+"""Memory-bound workloads' share of the streaming bandwidth of the same access mix, on one thread
+(process CPU time) and on two (wall time).
 
-Run:  python benchmarks/bandwidth_share.py [--workloads a,b] [--rounds 21] [--aligned] [--profile]
-                                          [--baseline MODULE.NAME=VALUE ...]
+Run:  python benchmarks/bandwidth_share.py [--workloads a,b] [--rounds 21] [--threads 1,2] [--aligned]
+                                          [--profile] [--baseline MODULE.NAME=VALUE ...]
+
+`--threads 1,2` (default 1) times every program, references and workloads alike, on each count
+in the same interleaved rounds: a program is compiled once and its driver pinned to the count
+before each call (NativeDriver.pin_threads; the kernels do not depend on it). One thread is
+timed by process CPU time, two by wall time (CPU time would add both threads' up). Each
+workload is held against the reference of its access mix (`matching_reference`, the `ref`
+column): the write share of its counted traffic nearest to read-only (a row sum: row_sums,
+column_sums, sum_sumsq), copy (one read, one write: layer_norm, softmax, image_normalize) or
+triad (two reads, one write: scaled_add, box_decode, shared_producer, batch_norm_train), each
+the better of its flat and row kernel. `%ref` is median against median, `best%` best round
+against best round (STREAM's own statistic: on a shared host the medians of two threads
+measure the neighbours), `%bar` median against the best stream of all. Two-thread figures
+are medians of the quiet calls (nothing else runnable on the machine just before and after
+the call, /proc/loadavg; `quiet` column) where there are QUIET_CALLS of them, else of all
+calls: on the 2-core host any other runnable task takes the second thread's core. Check
+`uptime` and repeat when the load is above 1.5.
 
 On a shared, loaded machine wall time mostly measures the neighbours; a kernel on one thread
 (HLOFUSE_CPU_THREADS=1, set before anything is compiled) spends process CPU time only on its
@@ -23,6 +40,9 @@ reference itself is an hlofuse kernel, which reaches that C loop's rate since
 reduction_groups.row_accumulators (it had 4 accumulator chains and ran 47 against the C loop's
 55 on a warm input). numpy's column sum of the same array (`np.add.reduce(x, axis=0)`: row after
 row into one row of sums) is printed beside it, an independent read-only reference: 33-35 GB/s.
+
+(The figures below were printed before `--threads`: their `share` is now `%bar`, their "of
+read" a reduction's `%ref`.)
 
 Inputs are numpy's arrays as the workloads make them (large ones start 16 bytes into a cache
 line, so every 64-byte vector load of a row kernel straddles two lines); with `--aligned` they
@@ -100,45 +120,45 @@ DEFAULT = ("scaled_add,row_sums,column_sums,sum_sumsq,softmax,layer_norm,batch_n
 
 def main(argv: list[str] | None = None) -> int:
     """Measure and print the table."""
-    os.environ["HLOFUSE_CPU_THREADS"] = "1"
-    import jax
-    import numpy as np
-
-    from kernel_figures import READ_KERNELS, STREAM_KERNELS, format_profile, nbytes_of, profile_rows
-    from run import interleaved, uptime
-    from workloads import WORKLOADS
-
-    import hlofuse
-    from hlofuse.runtime.output_pool import aligned_empty
-
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--workloads", default=DEFAULT)
     p.add_argument("--rounds", type=int, default=21)
+    p.add_argument("--threads", default="1", help="thread counts, comma-separated (1, 2 or 1,2): see the module doc")
     p.add_argument("--aligned", action="store_true", help="copy the inputs to 64-byte boundaries first")
     p.add_argument("--profile", action="store_true")
     p.add_argument("--baseline", action="append", default=[], metavar="MODULE.NAME=VALUE",
                    help="also time each workload compiled with this hlofuse attribute set (repeatable)")
     a = p.parse_args(argv)
+    counts = sorted({int(t) for t in a.threads.split(",")})
+    # the most threads any program may use; each call pins its program to its own count
+    os.environ["HLOFUSE_CPU_THREADS"] = str(max(counts))
+    import jax
+    import numpy as np
+
+    from kernel_figures import READ_KERNELS, STREAM_KERNELS, format_profile, nbytes_of, profile_rows
+    from run import uptime
+    from workloads import WORKLOADS
+
+    import hlofuse
+    from hlofuse.runtime.output_pool import aligned_empty
+
     print(uptime(), flush=True)
-    calls, moved = {}, {}
+    programs, moved, writes = {}, {}, {}  # name -> (exe, args); bytes counted; bytes written
     rows = (64 << 20) // 4 // 1024
     n = rows * 1024
     for kernel, (template, per_element) in STREAM_KERNELS.items():
         module = hlofuse.parse_hlo(template.format(n=n, rows=rows))
-        exe = hlofuse.compile(module, target="cpu")
         xs = [aligned_empty(tuple(q.shape.dims), np.float32) for q in module.entry.parameters]
         for x in xs:
             x[...] = 1.5
-        calls[kernel], moved[kernel] = (lambda e=exe, xs=xs: e(*xs)), per_element * n
+        programs[kernel] = (hlofuse.compile(module, target="cpu"), xs)
+        moved[kernel], writes[kernel] = per_element * n, 4 * n
     read_template, read_per_element = READ_KERNELS["read"]
-    read = hlofuse.compile(hlofuse.parse_hlo(read_template.format(rows=rows)), target="cpu")
     xr = aligned_empty((rows, 1024), np.float32)
     xr[...] = 1.5
-    calls["read"], moved["read"] = (lambda: read(xr)), read_per_element * n
-    column = np.empty(1024, np.float32)  # numpy's column sum: row after row into one row of sums
-    calls["numpy-colsum"], moved["numpy-colsum"] = (lambda: np.add.reduce(xr, axis=0, out=column)), 4 * n
-    references = len(STREAM_KERNELS) + 2
-    exes = {}
+    programs["read"] = (hlofuse.compile(hlofuse.parse_hlo(read_template.format(rows=rows)), target="cpu"), [xr])
+    moved["read"], writes["read"] = read_per_element * n, 0
+    references = list(programs)
     for name in a.workloads.split(","):
         w = WORKLOADS[name]
         args = [np.asarray(x, order="C") for x in w.inputs("large")]
@@ -147,36 +167,130 @@ def main(argv: list[str] | None = None) -> int:
         text = jax.jit(w.fn, keep_unused=True).lower(*args).as_text(dialect="hlo")
         exe = hlofuse.compile(hlofuse.parse_hlo(text), target="cpu", cache=not a.baseline)
         outs = list(exe(*args))
-        exes[name] = (exe, args)
-        calls[name] = (lambda e=exe, g=args: e(*g))
-        moved[name] = w.input_passes * nbytes_of(args) + nbytes_of(outs)
+        programs[name] = (exe, args)
+        writes[name] = nbytes_of(outs)
+        moved[name] = w.input_passes * nbytes_of(args) + writes[name]
         if a.baseline:
             with _attributes_set(a.baseline):
                 base = hlofuse.compile(hlofuse.parse_hlo(text), target="cpu", cache=False)
                 base(*args)  # the driver is made on the first run
-            calls[name + "@base"], moved[name + "@base"] = (lambda e=base, g=args: e(*g)), moved[name]
-    names = list(calls)
+            programs[name + "@base"] = (base, args)
+            moved[name + "@base"], writes[name + "@base"] = moved[name], writes[name]
+    calls = {}
+    for k, (exe, args) in programs.items():
+        for t in counts:
+            calls[(k, t)] = _pinned_call(exe, args, t)
+    column = np.empty(1024, np.float32)  # numpy's column sum: row after row into one row of sums
+    if 1 in counts:
+        calls[("numpy-colsum", 1)] = lambda: np.add.reduce(xr, axis=0, out=column)
+        moved["numpy-colsum"], writes["numpy-colsum"] = 4 * n, 0
+    keys = list(calls)
     for f in calls.values():
         f()
         f()
-    times = interleaved([calls[k] for k in names], a.rounds, float("inf"), time.process_time)  # all a.rounds
-    med = {k: statistics.median(v) for k, v in zip(names, times)}
-    rate = {k: moved[k] / med[k] for k in names}
-    bar = max(rate[k] for k in STREAM_KERNELS)
-    print("one thread, CPU time: " + ", ".join(f"{k} {rate[k] / 1e9:.2f}" for k in STREAM_KERNELS)
-          + f" GB/s (the bar: the best, {bar / 1e9:.2f}); row-sum read {rate['read'] / 1e9:.2f} GB/s, numpy column "
-          + f"sum {rate['numpy-colsum'] / 1e9:.2f}; inputs "
-          + ("aligned" if a.aligned else "as numpy makes them"))
-    print(f"{'workload':20s} {'MB':>7s} {'CPU ms':>8s} {'GB/s':>7s} {'share':>6s} {'of read':>8s}")
-    for k in names[references:]:
-        print(f"{k:20s} {moved[k] / 1e6:7.1f} {med[k] * 1e3:8.2f} {rate[k] / 1e9:7.2f} {100 * rate[k] / bar:5.0f}% "
-              f"{100 * rate[k] / rate['read']:7.0f}%")
+    wall, cpu, quiet = _interleaved_both([calls[k] for k in keys], a.rounds)
+    # one thread: this process's CPU time (its own work only); more: wall time (what the
+    # threads together took; CPU time would add theirs up) of the quiet calls, where there
+    # are at least QUIET_CALLS of them (else of all, and the table says so)
+    timed, n_quiet = {}, {}
+    for i, k in enumerate(keys):
+        times = (cpu if k[1] == 1 else wall)[i]
+        kept = [x for x, q in zip(times, quiet[i]) if q]
+        n_quiet[k] = len(kept)
+        timed[k] = kept if k[1] > 1 and len(kept) >= QUIET_CALLS else times
+    med = {k: statistics.median(v) for k, v in timed.items()}
+    best = {k: min(v) for k, v in timed.items()}
+    rate = {k: moved[k[0]] / med[k] for k in keys}
+    top = {k: moved[k[0]] / best[k] for k in keys}
+    for t in counts:
+        clock = "CPU time" if t == 1 else "wall time"
+        refs = ", ".join(f"{k} {rate[(k, t)] / 1e9:.2f} ({top[(k, t)] / 1e9:.1f})" for k in references)
+        extra = f", numpy column sum {rate[('numpy-colsum', 1)] / 1e9:.2f}" if t == 1 else ""
+        quiet_note = "" if t == 1 else (f"; quiet calls {min(n_quiet[k] for k in keys if k[1] == t)}-"
+                                         f"{max(n_quiet[k] for k in keys if k[1] == t)} of {a.rounds} each")
+        print(f"{t} thread{'s' if t > 1 else ''}, {clock}, medians (best rounds): {refs}{extra} GB/s; inputs "
+              + ("aligned" if a.aligned else "as numpy makes them") + quiet_note)
+    head = f"{'workload':20s} {'MB':>6s} {'wr%':>4s} {'ref':>5s}"
+    for t in counts:
+        head += f" | {t}T {'ms':>6s} {'GB/s':>6s} {'%ref':>5s} {'best%':>5s} {'%bar':>5s}" + (" quiet" if t > 1 else "")
+    print(head)
+    for name in programs:
+        if name in references:
+            continue
+        ref = matching_reference(moved[name], writes[name])
+        line = f"{name:20s} {moved[name] / 1e6:6.1f} {100 * writes[name] / moved[name]:4.0f} {ref:>5s}"
+        for t in counts:
+            k = (name, t)
+            r_med, r_best = _reference_rate(rate, ref, t), _reference_rate(top, ref, t)
+            bar = max(rate[(s, t)] for s in STREAM_KERNELS)
+            line += (f" | {t}T {med[k] * 1e3:6.2f} {rate[k] / 1e9:6.2f} {100 * rate[k] / r_med:4.0f}% "
+                     f"{100 * top[k] / r_best:4.0f}% {100 * rate[k] / bar:4.0f}%"
+                     + (f" {n_quiet[k]:5d}" if t > 1 else ""))
+        print(line)
     print(uptime(), flush=True)
     if a.profile:
-        for k, (exe, args) in exes.items():
-            rows, per_run = profile_rows(exe, args, runs=3)
-            print(format_profile(k, rows, per_run))
+        for k, (exe, args) in programs.items():
+            if k in references:
+                continue
+            exe.program.driver.pin_threads(max(counts))
+            prof_rows, per_run = profile_rows(exe, args, runs=3)
+            print(format_profile(k, prof_rows, per_run))
     return 0
+
+
+# Fewest quiet calls (see _interleaved_both) whose median stands for a multi-thread figure.
+QUIET_CALLS = 5
+
+# The streaming references a workload is held against, by its access mix (write share of its
+# counted traffic): each a pair of kernel_figures kernels, the flat one (plain stores) and the
+# one over rows (non-temporal stores), whose better rate is the reference.
+MIXES = {"read": (0.0, ("read",)), "copy": (0.5, ("copy", "copy-rows")), "triad": (1 / 3, ("triad", "triad-rows"))}
+
+
+def matching_reference(moved: int, written: int) -> str:
+    """The MIXES entry whose write share is nearest the workload's (`written` of `moved` bytes):
+    a reduction, which writes next to nothing, is held against the read-only stream."""
+    share = written / moved if moved else 0.0
+    return min(MIXES, key=lambda m: abs(MIXES[m][0] - share))
+
+
+def _reference_rate(rate: dict, mix: str, threads: int) -> float:
+    """The better of the mix's reference kernels' rates at `threads`."""
+    return max(rate[(k, threads)] for k in MIXES[mix][1])
+
+
+def _pinned_call(exe, args, threads: int):
+    """A call of `exe(*args)` with its kernels split over at most `threads` threads (the count
+    is the driver's, set before each call: one program serves every count, same kernels)."""
+    exe(*args)  # the driver is made on the first run
+    driver = exe.program.driver
+
+    def call():
+        driver.pin_threads(threads)
+        return exe(*args)
+    return call
+
+
+def _interleaved_both(fns: list, rounds: int) -> tuple[list[list[float]], list[list[float]], list[list[bool]]]:
+    """Wall and process CPU seconds of each of `fns` per round, one call of each per round, the
+    order reversed every other round (as benchmarks/run.py's `interleaved`), and whether each
+    call was quiet: nothing but this process's calling thread runnable on the machine just
+    before and just after it (/proc/loadavg's instantaneous count, read outside the timing)."""
+    from hlofuse.runtime.cpu_threads import runnable_tasks
+
+    wall: list[list[float]] = [[] for _ in fns]
+    cpu: list[list[float]] = [[] for _ in fns]
+    quiet: list[list[bool]] = [[] for _ in fns]
+    for r in range(rounds):
+        for k in (range(len(fns)) if r % 2 == 0 else reversed(range(len(fns)))):
+            before = runnable_tasks()
+            c0, t0 = time.process_time(), time.perf_counter()
+            fns[k]()
+            wall[k].append(time.perf_counter() - t0)
+            cpu[k].append(time.process_time() - c0)
+            after = runnable_tasks()
+            quiet[k].append(before is not None and after is not None and max(before, after) <= 1)
+    return wall, cpu, quiet
 
 
 @contextlib.contextmanager
