@@ -4,6 +4,10 @@
 Run:  python benchmarks/bandwidth_share.py [--workloads a,b] [--rounds 21] [--threads 1,2] [--boost]
                                           [--aligned] [--profile] [--baseline MODULE.NAME=VALUE ...]
 
+`--split` then prints, per workload on the most threads, each thread's CPU time and run-queue
+wait per call (benchmarks/thread_split.py's counters): whether both threads are busy for the
+whole call or one works alone.
+
 `--threads 1,2` (default 1) times every program, references and workloads alike, on each count
 in the same interleaved rounds: a program is compiled once and its driver pinned to the count
 before each call (NativeDriver.pin_threads; the kernels do not depend on it). One thread is
@@ -119,6 +123,7 @@ import contextlib
 import os
 import statistics
 import sys
+import threading
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -139,6 +144,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--profile", action="store_true")
     p.add_argument("--baseline", action="append", default=[], metavar="MODULE.NAME=VALUE",
                    help="also time each workload compiled with this hlofuse attribute set (repeatable)")
+    p.add_argument("--split", action="store_true",
+                   help="then each workload's threads on the most threads: CPU and run-queue wait per call")
     p.add_argument("--boost", action="store_true",
                    help="run in its own scheduler autogroup at nice -20, threads bound to cores (module doc)")
     a = p.parse_args(argv)
@@ -243,6 +250,8 @@ def main(argv: list[str] | None = None) -> int:
                      + (f" {n_quiet[k]:5d}" if t > 1 else ""))
         print(line)
     print(uptime(), flush=True)
+    if a.split and max(counts) > 1:
+        _print_split(programs, calls, references, max(counts))
     if a.profile:
         for k, (exe, args) in programs.items():
             if k in references:
@@ -306,6 +315,26 @@ def _interleaved_both(fns: list, rounds: int) -> tuple[list[list[float]], list[l
             after = runnable_tasks()
             quiet[k].append(before is not None and after is not None and max(before, after) <= 1)
     return wall, cpu, quiet
+
+
+def _print_split(programs: dict, calls: dict, references: list, threads: int, rounds: int = 15) -> None:
+    """For each workload on `threads` threads: the median wall time of `rounds` calls and, per
+    thread that ran, its median CPU time and run-queue wait per call (thread_split.py's
+    counters). Two threads equally busy for the wall time: the split is balanced and neither
+    waits; a caller busier than its worker: serial work (kernels on one thread) or a late
+    worker."""
+    from thread_split import measured_call, side_summary, thread_name
+
+    empty = statistics.median(measured_call(lambda: None)[1].get(threading.get_native_id(), (0, 0))[0]
+                              for _ in range(rounds))
+    print(f"threads per call (the caller's CPU includes reading the counters: {empty / 1e6:.2f} ms "
+          "for an empty call)", flush=True)
+    for name in programs:
+        if name in references:
+            continue
+        wall, rows = side_summary([measured_call(calls[(name, threads)]) for _ in range(rounds)])
+        detail = ", ".join(f"{thread_name(tid)} {run / 1e6:.2f} (wait {wait / 1e6:.2f})" for run, wait, tid in rows)
+        print(f"{name:20s} {threads} threads: wall {wall * 1e3:.2f} ms; CPU ms per thread: {detail}", flush=True)
 
 
 def _boost(argv: list[str]) -> None:
