@@ -32,8 +32,10 @@ caller 1.34 ms of CPU and 1.37 ms waiting per 64 MB copy, the worker 1.22 and 1.
 process's own nice weighs only against its session's tasks (Linux puts each session in an
 autogroup): nice -20 alone changed nothing. `--boost` (`_boost`) gives the run the cores:
 its own session and autogroup at nice -20, libgomp's threads bound one to a core. Then the
-2-thread streams read 88-93 GB/s (copy-rows, triad-rows; best rounds 96-103) against 48-53 on
-one thread, the figures docs/emitters.md's "Two threads against the 2-thread streams" gives.
+2-thread streams read 88-93 GB/s (copy-rows, triad-rows; best rounds 96-106) against 48-53 on
+one thread, the figures docs/emitters.md's "Two threads against the 2-thread streams" gives;
+the memory is still shared, and in some boosted runs (other sessions' heavy memory traffic)
+the same streams read 56-61: compare the workloads only with the references of the same run.
 
 On a shared, loaded machine wall time mostly measures the neighbours; a kernel on one thread
 (HLOFUSE_CPU_THREADS=1, set before anything is compiled) spends process CPU time only on its
