@@ -3,8 +3,10 @@ window dimension is long and the loops inside run around more than cpu_conv._COL
 features x inputs (a weight gradient's 14 x 14 "window" around 64 x 128, as in the flax MNIST
 CNN step): LLVM unrolled that window loop around loops it could not unroll, 23% of the kernel's
 LLVM time for code that runs only when a weight is inf or NaN. A 3 x 3 window and a long window
-around fewer features x inputs keep LLVM's choice. Results (finite weights, and a NaN weight
-that takes the cold path) equal the interpreter's."""
+around fewer features x inputs keep LLVM's choice. That rule is the scalar feature loop's (the
+kernel of feature_lanes None: FEATURE_VECTORS off here); feature-vector kernels keep every cold
+loop rolled (tests/codegen/test_conv_features.py). Results (finite weights, and a NaN weight
+that takes the cold path) equal the interpreter's, with feature vectors and without."""
 from __future__ import annotations
 
 import numpy as np
@@ -22,9 +24,10 @@ from llvm_loops import loop_hint_names
 def _direct_kernel(monkeypatch):
     """These tests are the direct kernel's: weight gradients of 64+ features with a deep
     contraction run as GEMMs by the rule (cpu_conv_gemm.MIN_WEIGHT_GRAD_FEATURES)."""
-    from hlofuse.codegen.kernels import cpu_conv_gemm
+    from hlofuse.codegen.kernels import cpu_conv_features, cpu_conv_gemm
 
     monkeypatch.setattr(cpu_conv_gemm, "prefers_gemm", lambda conv: False)
+    monkeypatch.setattr(cpu_conv_features, "FEATURE_VECTORS", False)
 
 
 def _weight_gradient(inputs: int, features: int, batch: int = 4, window: int = 14) -> str:
@@ -66,8 +69,12 @@ def test_other_convolutions_keep_llvms_choice(text):
     assert not _cold_loops_rolled(_conv_ir(text))
 
 
+@pytest.mark.parametrize("vectors", [False, True], ids=["scalar", "feature-vectors"])
 @pytest.mark.parametrize("nonfinite", [False, True])
-def test_rolled_cold_path_results(nonfinite):
+def test_rolled_cold_path_results(nonfinite, vectors, monkeypatch):
+    from hlofuse.codegen.kernels import cpu_conv_features
+
+    monkeypatch.setattr(cpu_conv_features, "FEATURE_VECTORS", vectors)
     text = _weight_gradient(128, 64)
     rng = np.random.default_rng(7)
     a = rng.standard_normal((128, 14, 14, 4)).astype(np.float32)

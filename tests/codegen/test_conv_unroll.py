@@ -57,8 +57,13 @@ def test_long_feature_loops_keep_window_and_input_loops_rolled(monkeypatch):
 
 
 @pytest.mark.parametrize("features", [32, 64])
-def test_short_feature_loops_leave_unrolling_to_llvm(features):
-    """Only the cold loops of non-finite weights (f*, fo, fj) are kept rolled."""
+def test_short_feature_loops_leave_unrolling_to_llvm(features, monkeypatch):
+    """Only the cold loops of non-finite weights (f*, fo, fj) are kept rolled: the scalar
+    feature loop's rule (feature-vector kernels, cpu_conv_features.py, roll their window loops:
+    tests/codegen/test_conv_features.py)."""
+    from hlofuse.codegen.kernels import cpu_conv_features
+
+    monkeypatch.setattr(cpu_conv_features, "FEATURE_VECTORS", False)
     assert _rolled(_conv_ir(features)) <= {"f0", "f1", "fo", "fj"}
     assert {"k0", "k1", "j"}.isdisjoint(_rolled(_conv_ir(features)))
 

@@ -35,7 +35,10 @@ features each,
     offsets -> input feature j (its input element loaded once) -> o' < og innermost, unit
     stride in the accumulators and (for HWIO/OHWI-with-O-minor weights) in the weights.
     Up to POSITION_BLOCK consecutive positions of the last output spatial dimension share each
-    weight load (register blocking), which the dense kernel's speed depends on.
+    weight load (register blocking), which the dense kernel's speed depends on. Where those
+    positions' accumulators fit the vector registers (f32/f64, weights' output features
+    contiguous), the feature loop is emitted as vectors of the host's lanes with the window
+    loops rolled (cpu_conv_features.py), which leaves LLVM nothing to unroll and vectorise.
 
 Accumulation type: float results accumulate in f32 (f64 when the result or an operand is
 f64), narrow floats widened on load; integer results in the result's integer type (at least
@@ -57,19 +60,17 @@ from llvmlite import ir
 from ...emitters.elemental import ElementalEmitter, compute_type, reg_type
 from ...emitters.elemental_math import convert_value
 from ...emitters.ir_helpers import Index, const_i64, for_range, load_element, store_element
-from ...hlo.attributes import WindowDimension
 from ...hlo.dtypes import ElementType
 from ...hlo.ir import HloComputation, HloInstruction
 from ..planning import KernelPlan, rebuild
 from .args import output_leaves, typed_pointer
 from .cpu_conv_geometry import (MAX_FEATURES, ConvGeometry, accumulation_type, conv_geometry,  # noqa: F401
-                                dimension_numbers, find_convolution)
+                                dimension_numbers, find_convolution, window_tap)
+from .cpu_conv_features import POSITION_BLOCK, FeatureAccumulators, feature_lanes, fill_features, masked_taps
 from .cpu_conv_vector import (channel_lanes, channels_vector_body, fill_vector, load_vector, splat, store_vector,
                               vector_loop)
 from .loop_hints import ROLLED_AROUND, unroll_count
 
-# Consecutive output positions the output-features-innermost order computes together.
-POSITION_BLOCK = 4
 # Groups a channels-innermost kernel accumulates at a time, at most (`channel_block`).
 CHANNEL_BLOCK = 128
 
@@ -132,21 +133,6 @@ def _i(v: int) -> ir.Constant:
     return const_i64(v)
 
 
-def window_tap(b: ir.IRBuilder, p: ir.Value, k: ir.Value, d: WindowDimension, limit: int) -> tuple[ir.Value, ir.Value]:
-    """(input index, in-bounds flag) of window offset `k` at output position `p` (i64 values)
-    along window dimension `d` over `limit` lhs-dilated input elements: off the padding and,
-    with lhs dilation, on an input element rather than a hole between two."""
-    q = p if d.stride == 1 else b.mul(p, _i(d.stride))
-    q = b.add(q, k if d.window_dilation == 1 else b.mul(k, _i(d.window_dilation)))
-    if d.padding_low:
-        q = b.add(q, _i(-d.padding_low))
-    ok = b.and_(b.icmp_signed(">=", q, _i(0)), b.icmp_signed("<", q, _i(limit)))
-    if d.base_dilation != 1:
-        ok = b.and_(ok, b.icmp_signed("==", b.srem(q, _i(d.base_dilation)), _i(0)))
-        q = b.sdiv(q, _i(d.base_dilation))
-    return q, ok
-
-
 class _ConvEmitter:
     """Emits one convolution kernel into a CPU kernel skeleton (see the module docstring)."""
 
@@ -177,6 +163,7 @@ class _ConvEmitter:
         # thread: 1.0 ms against 0.6 ms in arrays of their own; docs/convolutions.md).
         self.accs = [b.alloca(self.acc_ty, size=_i(max(geo.features, 1)), name=f"acc{c}") for c in range(self.block)]
         self.acc = self.accs[0]
+        lanes = feature_lanes(geo, skel.target, self.block)
         self.rhs_count = math.prod(rhs_p.shape.dims)
         # The window and input-feature loops stay rolled around a long output-feature loop:
         # LLVM's unroller costs an outer loop by its inner loop's body, not its trip count, so
@@ -189,6 +176,12 @@ class _ConvEmitter:
         # groups, MobileNetV2 ran 1.06-1.08x slower (twice, interleaved) for 12% less LLVM time;
         # above CHANNEL_BLOCK groups they run in channel blocks instead (`channel_block`).
         self.unroll_taps = geo.channels_innermost or geo.group_features < ROLLED_AROUND
+        # Dense kernels whose feature loop is emitted as vectors with accumulators in registers
+        # (cpu_conv_features.py): nothing is left for LLVM's unroller to gain, so the window
+        # loops stay rolled, and the cold path works on the accumulator arrays in memory.
+        self.fvec = FeatureAccumulators(self, lanes) if lanes else None
+        if self.fvec is not None:
+            self.unroll_taps = False
         self.nonfinite = None  # i1: some weight is inf or NaN (float convolutions; set in emit)
         self.block_acc = None  # a channel block's accumulators (`_channel_blocks`), made on first use
         self.row_blocks = row_in_blocks(geo)  # channel blocks outside a row's positions
@@ -266,8 +259,8 @@ class _ConvEmitter:
         with b.goto_entry_block():
             flag = b.alloca(ir.IntType(1), name="nonfinite")
         b.store(ir.Constant(ir.IntType(1), 0), flag)
-        if self.lanes:  # weights of the accumulation type: a vector of them at a time
-            lanes = self.lanes
+        lanes = self.lanes or (self.fvec.lanes if self.fvec is not None else None)
+        if lanes:  # weights of the accumulation type: a vector of them at a time
             zeros = splat(self.zero, lanes)
 
             def vector(i) -> None:
@@ -303,6 +296,9 @@ class _ConvEmitter:
             with b.if_then(b.not_(inside)):
                 if self.lanes:
                     fill_vector(self, woff, self.accs[c])
+                    return
+                if self.fvec is not None:
+                    fill_features(self, woff, self.accs[c], self.fvec.lanes)
                     return
                 with for_range(b, _i(0), _i(geo.features), "fo", unroll=self.unroll_cold) as o:
                     with for_range(b, _i(0), _i(geo.group_inputs), "fj", unroll=self.unroll_cold) as j:
@@ -362,7 +358,7 @@ class _ConvEmitter:
         """Output positions ps, ps + (0..count-1 along the last spatial dimension)."""
         geo, b = self.geo, self.b
         blk = channel_block(geo.groups) if geo.channels_innermost else None
-        if blk is None:  # channel blocks store every accumulator: nothing to zero
+        if blk is None and self.fvec is None:  # channel blocks, feature vectors store every accumulator
             for c in range(count):
                 self._fill_zero(self.accs[c], geo.features, "zero")
         xbase = self.mul(n, geo.x_batch)
@@ -371,6 +367,13 @@ class _ConvEmitter:
                 self._window(ps, 0, [xbase] * count, 0, self._channels_body)
             else:
                 self._channel_blocks(ps, xbase, blk)
+        elif self.fvec is not None:
+            fvec = self.fvec
+            with for_range(b, _i(0), _i(geo.groups), "g") as g:
+                fvec.zero(count)
+                self._window(ps, 0, [self.add(xbase, self.mul(g, geo.x_group))] * count, 0,
+                             lambda taps, woff: fvec.body(g, taps, woff))
+                fvec.store(g, count)
         else:
             with for_range(b, _i(0), _i(geo.groups), "g") as g:
                 self._window(ps, 0, [self.add(xbase, self.mul(g, geo.x_group))] * count, 0,
@@ -433,10 +436,13 @@ class _ConvEmitter:
             return
         d = geo.window[level]
         stride = geo.x_spatial[level]
-        with for_range(b, _i(0), _i(d.size), f"k{level}", unroll=self.unroll_taps) as k:
+        tap_unroll = self.fvec.window_unroll(level) if self.fvec is not None else None
+        with for_range(b, _i(0), _i(d.size), f"k{level}", unroll=self.unroll_taps or bool(tap_unroll)) as k:
             kk = b.sub(_i(d.size - 1), k) if d.window_reversal else k
             wnext = self.add(woff, self.mul(kk, geo.w_spatial[level]))
-            if level < len(geo.window) - 1 or len(xs) == 1:
+            if self.fvec is not None and level == len(geo.window) - 1 and d.base_dilation == 1:
+                masked_taps(self, ps, k, d, xs, wnext, body)
+            elif level < len(geo.window) - 1 or len(xs) == 1:
                 # Blocked positions differ only along the last dimension: one tap for all here.
                 q, ok = window_tap(b, ps[level], k, d, geo.dilated_input[level])
                 with b.if_then(ok):
@@ -457,6 +463,8 @@ class _ConvEmitter:
                         for c, ok in enumerate(oks):
                             with b.if_then(ok):
                                 body([offs[j] if j == c else None for j in range(len(offs))], wnext)
+        if tap_unroll:
+            unroll_count(k, tap_unroll)
         if self.lanes and self.unroll_taps:
             # Vector bodies look costlier to LLVM's full unroller than the scalar loop it used to
             # unroll before vectorising: it left the outer window loop rolled (the row of taps

@@ -2,15 +2,18 @@
 element strides of each operand (`ConvGeometry`, `conv_geometry`), the type it accumulates in,
 and which fused computations a convolution kernel computes (`find_convolution`: a convolution
 of parameters, alone or with an elementwise epilogue). The GEMM and oneDNN convolution paths
-(cpu_conv_gemm.py, cpu_conv_onednn.py) read the same geometry.
+(cpu_conv_gemm.py, cpu_conv_onednn.py) read the same geometry; `window_tap` emits a window
+tap's input index and whether it lies on the input, for the direct and GEMM kernels.
 """
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
 
+from llvmlite import ir
+
 from ...emitters.elemental import supported_type
-from ...emitters.ir_helpers import row_major_strides
+from ...emitters.ir_helpers import const_i64, row_major_strides
 from ...hlo.attributes import ConvDimensionNumbers, Window, WindowDimension
 from ...hlo.dtypes import ElementType, element_type
 from ...hlo.ir import HloComputation, HloInstruction
@@ -152,3 +155,29 @@ def find_convolution(comp: HloComputation) -> HloInstruction | None:
     if any(op.opcode != "parameter" for op in conv.operands) or conv_geometry(conv) is None:
         return None
     return conv if comp.root is conv or _epilogue_ok(comp, conv) else None
+
+
+def always_inside(d: WindowDimension, positions: int, limit: int) -> bool:
+    """Whether every tap of window dimension `d` at each of `positions` output positions lies
+    on one of `limit` input elements (no padding reached, no lhs dilation)."""
+    last = (positions - 1) * d.stride + (d.size - 1) * d.window_dilation - d.padding_low
+    return d.base_dilation == 1 and d.padding_low <= 0 and last < limit and positions > 0
+
+
+def window_tap(b: ir.IRBuilder, p: ir.Value, k: ir.Value, d: WindowDimension, limit: int,
+               positions: int | None = None) -> tuple[ir.Value, ir.Value]:
+    """(input index, in-bounds flag) of window offset `k` at output position `p` (i64 values)
+    along window dimension `d` over `limit` lhs-dilated input elements: off the padding and,
+    with lhs dilation, on an input element rather than a hole between two. Given the output
+    `positions` along `d`, a flag that `always_inside` shows true is the constant true."""
+    q = p if d.stride == 1 else b.mul(p, const_i64(d.stride))
+    q = b.add(q, k if d.window_dilation == 1 else b.mul(k, const_i64(d.window_dilation)))
+    if d.padding_low:
+        q = b.add(q, const_i64(-d.padding_low))
+    if positions is not None and always_inside(d, positions, limit):
+        return q, ir.Constant(ir.IntType(1), 1)
+    ok = b.and_(b.icmp_signed(">=", q, const_i64(0)), b.icmp_signed("<", q, const_i64(limit)))
+    if d.base_dilation != 1:
+        ok = b.and_(ok, b.icmp_signed("==", b.srem(q, const_i64(d.base_dilation)), const_i64(0)))
+        q = b.sdiv(q, const_i64(d.base_dilation))
+    return q, ok

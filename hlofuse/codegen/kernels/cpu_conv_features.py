@@ -1,0 +1,282 @@
+"""Dense (output-features-innermost) convolution loops emitted already vectorised and with
+their accumulators in registers, so that LLVM has no loop to vectorise or unroll
+(cpu_conv.py's `_ConvEmitter`; issue 15).
+
+The dense direct kernel multiplies, per window tap and input feature, one input element of
+each of POSITION_BLOCK output positions into a row of output features' weights. Emitted as
+scalar loops, the feature loop (32 or 64 features) was what LLVM vectorised, and its
+accumulators (a stack array per position) reached registers only after LLVM's full unroller
+had unrolled every loop indexing them: the window and input-feature loops around the feature
+loop, with a copy of the body for the block's interior and one per position at the border, 5
+copies a tap. The flax MNIST CNN's 3x3 1 -> 32 kernel was 586 emitted instructions and 0.18 s
+of LLVM (its whole model's LLVM time 0.25 s), ResNet-50's 7x7 stem 0.16 s.
+
+Here the output features of a group are cut into vectors of the host's lanes (`feature_pieces`:
+whole vectors, then narrower power-of-two vectors and a scalar for the rest), each multiplied
+and added as one vector, the pieces of a position read and written at constant offsets of its
+accumulator array only (`FeatureAccumulators`): once LLVM has unrolled the epilogue's feature
+loop, SROA keeps them in registers through the window and input loops, which stay rolled
+(`for_range`'s unroll=False; a short last window row unrolled by count, `window_unroll`), and
+the vectorizer has nothing to build (`llvm.loop.vectorize.enable` false on the input loop).
+A tap near the padding no longer branches per position: where not every blocked position's
+tap is on the input, one body for all reads a position's input as +0 by a select
+(`masked_taps`), which leaves the accumulator's bits unchanged (it starts at +0 and so never
+holds -0; a +-0 term is then exact) unless the weight is inf or NaN, where the sum is NaN
+either way (the cold non-finite path adds 0 * w on every padding tap anyway). Each output
+element thus gets the same nonzero terms in the same order (window offsets row-major, input
+features inside, IEEE multiply then add, no contraction): the same bits as the scalar kernel
+(tests/codegen/test_conv_features.py).
+
+    lanes = feature_lanes(geo, target)        # None: the scalar feature loop LLVM vectorises
+    acc = FeatureAccumulators(em, lanes)      # per group: zero(), body(...), store(g)
+"""
+from __future__ import annotations
+
+from llvmlite import ir
+
+from ...emitters.ir_helpers import const_i64, for_range
+from ...hlo.attributes import WindowDimension
+from .cpu_conv_geometry import ConvGeometry, window_tap
+from .cpu_conv_vector import DEFAULT_VECTOR_BITS, load_vector, splat, store_vector, vector_loop
+from .loop_hints import forbid_vectorization, unroll_count
+
+# Consecutive output positions a dense kernel computes together (cpu_conv's register block).
+POSITION_BLOCK = 4
+# Vector registers left for a term's weights and inputs besides the accumulators.
+SPARE_REGISTERS = 8
+# Whether dense kernels take feature vectors at all (a switch for A/B measurements:
+# benchmarks/loop_hints_ab.py hlofuse.codegen.kernels.cpu_conv_features:FEATURE_VECTORS).
+FEATURE_VECTORS = True
+# Input features per group emitted one after another; more run as a rolled loop unrolled
+# INPUT_UNROLL times (a 1x1 convolution's 16-576 inputs). One thread, CPU time, 21 interleaved
+# rounds, load 5.7, against the scalar kernel: 1x1 80x80 16 -> 96 1.04 unrolled 4 times, 1.01
+# twice or not at all, 1.06 8 times; 40x40 144 -> 24 0.84, 0.83, 0.87, 0.85; ResNet-50's
+# 256 -> 64 1.00, 1.00, 0.99, 1.12.
+INPUTS_STRAIGHT = 4
+INPUT_UNROLL = 2
+# Most vector multiply-adds in a row of taps (positions x pieces x inputs x taps) for which the
+# last window dimension's loop is unrolled by count. The same run: MNIST's 3x3 1 -> 32 (24)
+# 0.89x the scalar kernel's time unrolled, 1.06-1.08x rolled; MobileNetV2's stem 3x3 s2 3 -> 32
+# (72) 1.00 either way; ResNet-50's stem 7x7 s2 3 -> 64 (336) 1.12-1.16x unrolled, 1.01 rolled.
+UNROLLED_ROW_TERMS = 96
+
+
+def vector_registers(target) -> int:
+    """Vector registers of the target's ISA: 32 with AVX-512, else 16 (AVX2, SSE)."""
+    features = getattr(target, "cpu_features", "") or ""
+    return 32 if "+avx512f" in features.split(",") else 16
+
+
+def feature_pieces(count: int, lanes: int) -> list[tuple[int, int]]:
+    """(offset, width) pieces covering `count` features: whole vectors of `lanes`, then
+    power-of-two vectors of fewer lanes and finally width 1 (a scalar) for what is left."""
+    pieces, off = [], 0
+    width = lanes
+    while off < count:
+        while width > count - off:
+            width //= 2
+        pieces.append((off, width))
+        off += width
+    return pieces
+
+
+def feature_lanes(geo: ConvGeometry, target, block: int = POSITION_BLOCK) -> int | None:
+    """Lanes of the vectors a dense kernel's feature loop is emitted in, or None where it keeps
+    the scalar loop: output features innermost (not depthwise), the weights' output features
+    contiguous (w_out = 1: vector loads), float accumulation in f32 or f64 with weights of that
+    type (no per-lane conversion), and the `block` positions' accumulator pieces fitting the
+    vector registers with SPARE_REGISTERS to spare (AVX-512, f32: up to 96 features per group;
+    more fall to the GEMM kernel or keep LLVM's loop, rolled around them)."""
+    acc = geo.acc_type
+    if not FEATURE_VECTORS or geo.channels_innermost or geo.w_out != 1 or geo.group_features < 1:
+        return None
+    if not acc.is_float or acc.bits not in (32, 64) or geo.rhs_type != acc:
+        return None
+    lanes = (getattr(target, "vector_width", None) or DEFAULT_VECTOR_BITS) // acc.bits
+    if lanes < 2:
+        return None
+    pieces = len(feature_pieces(geo.group_features, lanes))
+    return lanes if block * pieces <= vector_registers(target) - SPARE_REGISTERS else None
+
+
+class FeatureAccumulators:
+    """A dense kernel's accumulators as vectors (module docstring): per blocked position and
+    feature piece one pointer, each at a constant offset, for one group at a time."""
+
+    def __init__(self, em, lanes: int) -> None:
+        self.em, self.lanes = em, lanes
+        geo, b = em.geo, em.b
+        self.pieces = feature_pieces(geo.group_features, lanes)
+        # One group: the pieces are views of the position's accumulator array at constant
+        # offsets, which SROA promotes once LLVM has unrolled the epilogue's feature loop (so
+        # the epilogue reads registers). Several: slots of their own, stored to the array at
+        # the group's (variable) offset after its window. Slots of their own for one group
+        # too, copied to the array for the epilogue, made LLVM half-forward the copies through
+        # shuffles (a 1x1 32 -> 16 with batch norm 1.08x the scalar kernel's time).
+        self.in_place = geo.groups == 1
+        # Element alignment only: the pieces lie in a float array (a vector's own, 64 bytes for
+        # 16 f32, made LLVM store them with aligned moves to unaligned stack slots: a fault).
+        self.align = geo.acc_type.byte_size
+        with b.goto_entry_block():
+            if self.in_place:
+                self.slots = [[b.bitcast(b.gep(em.accs[c], [const_i64(off)], inbounds=True), self._type(w).as_pointer())
+                               for off, w in self.pieces] for c in range(em.block)]
+            else:
+                self.slots = [[b.alloca(self._type(w), name=f"facc{c}_{i}") for i, (_, w) in enumerate(self.pieces)]
+                              for c in range(em.block)]
+
+    def _type(self, width: int) -> ir.Type:
+        return self.em.acc_ty if width == 1 else ir.VectorType(self.em.acc_ty, width)
+
+    def _splat(self, v: ir.Value, width: int) -> ir.Value:
+        """`width` copies of scalar `v` (v itself for width 1)."""
+        if width == 1:
+            return v
+        b = self.em.b
+        ty = ir.VectorType(v.type, width)
+        one = b.insert_element(ir.Constant(ty, ir.Undefined), v, const_i64(0))
+        return b.shuffle_vector(one, ir.Constant(ty, ir.Undefined), ir.Constant(ir.VectorType(ir.IntType(32), width),
+                                                                                [0] * width))
+
+    def tap(self, off, ok) -> tuple:
+        """A position's entry for `body`: its input at element offset `off`, read as +0 where
+        `ok` (an i1, or None for always on the input) is false (`off` must then still address
+        an input element). A select per input element, not a pointer to a row of zeros: that
+        made the ResNet-50 stem's hot loop 1.14x slower (LLVM turned it into branches)."""
+        return self.em.x, off, ok
+
+    def window_unroll(self, level: int) -> int | None:
+        """The unroll count asked of window dimension `level`'s loop, or None (rolled): the last
+        dimension's taps are unrolled where a row of them is at most UNROLLED_ROW_TERMS vector
+        multiply-adds (block x pieces x input features x taps)."""
+        geo, em = self.em.geo, self.em
+        size = geo.window[level].size
+        if level != len(geo.window) - 1 or size < 2:
+            return None
+        terms = em.block * len(self.pieces) * geo.group_inputs * size
+        return size if terms <= UNROLLED_ROW_TERMS else None
+
+    def zero(self, count: int) -> None:
+        """Every accumulator of the first `count` blocked positions = +0."""
+        b = self.em.b
+        for c in range(count):
+            for slot, (_, w) in zip(self.slots[c], self.pieces):
+                b.store(ir.Constant(self._type(w), 0.0 if w == 1 else [0.0] * w), slot, align=self.align)
+
+    def body(self, g, taps: list, woff) -> None:
+        """For each input feature j of group g: acc[c] += x_c[j] * w[woff + j, group g's features]
+        for the blocked positions c with an entry in `taps` (`tap`'s: input pointer, element
+        offset, and an i1 where the input is to be read as +0 when false; or a plain input
+        offset); None entries are skipped."""
+        em, b = self.em, self.em.b
+        geo = em.geo
+        gbase = em.mul(g, geo.group_features)
+
+        def load(t, j) -> ir.Value:
+            if not isinstance(t, tuple):  # a plain input offset (cpu_conv `_window` with lhs dilation)
+                t = self.tap(t, None)
+            v = em.load(t[0], em.add(t[1], em.mul(j, geo.x_feature)), geo.lhs_type)
+            return v if t[2] is None else b.select(t[2], v, ir.Constant(v.type, 0.0))
+
+        def term(j) -> None:
+            xs = [None if t is None else load(t, j) for t in taps]
+            wj = em.add(woff, em.mul(j, geo.w_in), gbase)
+            for i, (off, w) in enumerate(self.pieces):
+                wv = load_vector(b, em.w, em.add(wj, off), w) if w > 1 else em.load(em.w, em.add(wj, off), geo.rhs_type)
+                for c, xv in enumerate(xs):
+                    if xv is None:
+                        continue
+                    slot = self.slots[c][i]
+                    acc = b.load(slot, align=self.align)
+                    b.store(b.fadd(acc, b.fmul(self._splat(xv, w), wv)), slot, align=self.align)
+
+        inputs = geo.group_inputs
+        if inputs <= INPUTS_STRAIGHT:
+            for j in range(inputs):
+                term(const_i64(j))
+            return
+        with for_range(b, const_i64(0), const_i64(inputs), "j", unroll=INPUT_UNROLL > 1) as j:
+            term(j)
+        forbid_vectorization(j)
+        if INPUT_UNROLL > 1:
+            unroll_count(j, INPUT_UNROLL)
+
+    def store(self, g, count: int) -> None:
+        """Store the first `count` positions' accumulators of group g to the kernel's
+        per-position accumulator arrays (`em.accs`), which the epilogue and stores read."""
+        em, b = self.em, self.em.b
+        if self.in_place:
+            return
+        gbase = em.mul(g, em.geo.group_features)
+        for c in range(count):
+            for slot, (off, w) in zip(self.slots[c], self.pieces):
+                v = b.load(slot, align=self.align)
+                if w == 1:
+                    b.store(v, b.gep(em.accs[c], [em.add(gbase, off)], inbounds=True))
+                else:
+                    store_vector(b, v, em.accs[c], em.add(gbase, off))
+
+
+def masked_taps(em, ps: list, k, d: WindowDimension, xs: list, woff, body) -> None:
+    """Tap `k` of the last window dimension `d` for a feature-vector kernel's blocked positions
+    (input offsets `xs` so far, weight offset `woff`): `body(taps, woff)` with each position's
+    `FeatureAccumulators.tap`. Where every position's tap is on the input, the plain reads;
+    otherwise, unless none is, one body for all in which a position on padding reads +0 (its
+    input index selected to 0, a real element): two copies of the body a tap, where a branch
+    per position made five. One masked body for every tap ran the ResNet-50 stem 1.29x slower."""
+    geo, b = em.geo, em.b
+    level = len(geo.window) - 1
+    qs, oks = [], []
+    for c in range(len(xs)):
+        q, ok = window_tap(b, em.add(ps[level], c), k, d, geo.dilated_input[level], geo.out_spatial[level])
+        qs.append(q)
+        oks.append(None if isinstance(ok, ir.Constant) else ok)
+
+    def offset(c: int, q) -> ir.Value:
+        return em.add(xs[c], em.mul(q, geo.x_spatial[level]))
+
+    plain = [em.fvec.tap(offset(c, q), None) for c, q in enumerate(qs)]
+    if any(ok is None for ok in oks):  # always_inside: the same for every position
+        body(plain, woff)
+        return
+    every, some = oks[0], oks[0]
+    for ok in oks[1:]:
+        every, some = b.and_(every, ok), b.or_(some, ok)
+    if len(oks) == 1:
+        with b.if_then(every):
+            body(plain, woff)
+        return
+    with b.if_else(every, likely=True) as (inside, border):
+        with inside:
+            body(plain, woff)
+        with border:
+            with b.if_then(some):
+                body([em.fvec.tap(offset(c, b.select(ok, q, const_i64(0))), ok) for c, (q, ok) in
+                      enumerate(zip(qs, oks))], woff)
+
+
+def fill_features(em, woff, acc, lanes: int) -> None:
+    """The cold non-finite-weight path's innermost loops for a feature-vector kernel: for each
+    input feature j (rolled), acc[o] += 0 * w[woff + j, o] for every output feature o, a vector
+    of `lanes` at a time (`vector_loop`): each element gets its terms in j order, as the scalar
+    path gives them."""
+    geo, b = em.geo, em.b
+    zeros = splat(em.zero, lanes)
+
+    def inputs(j) -> None:
+        wj = em.add(woff, em.mul(j, geo.w_in))
+
+        def vector(o) -> None:
+            term = b.fmul(zeros, load_vector(b, em.w, em.add(wj, o), lanes))
+            store_vector(b, b.fadd(load_vector(b, acc, o, lanes), term), acc, o)
+
+        vector_loop(b, geo.features, lanes, "fo", vector,
+                    lambda o: em.madd(o, em.zero, em.load(em.w, em.add(wj, o), geo.rhs_type), acc))
+
+    if geo.group_inputs == 1:
+        inputs(const_i64(0))
+        return
+    with for_range(b, const_i64(0), const_i64(geo.group_inputs), "fj", unroll=False) as j:
+        inputs(j)
+    forbid_vectorization(j)
+
