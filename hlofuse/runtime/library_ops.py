@@ -292,10 +292,14 @@ def scatter(inst, args, ctx):
         valid &= ok
     target = tuple(full[:, valid])
     vals = [u.reshape(-1)[valid] for u in updates]
+    # A scalar operand has no index arrays to carry the update axis: address it as [1].
+    dest = outs[0] if len(op_shape) else outs[0].reshape(1)  # a view: writes land in outs[0]
+    if not len(op_shape):
+        target = (np.zeros(len(vals[0]), np.int64),)
     if combiner == "assign":
-        outs[0][target] = vals[0]
+        dest[target] = vals[0]
     elif combiner is not None:
-        combiner.at(outs[0], target, vals[0])
+        combiner.at(dest, target, vals[0])
     else:
         flat_targets = np.ravel_multi_index(target, op_shape) if len(op_shape) else np.zeros(len(vals[0]), int)
         flats = [o.reshape(-1) for o in outs]

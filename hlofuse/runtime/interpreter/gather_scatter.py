@@ -7,6 +7,8 @@ into the operand (one row per batch position), and the slice (gather) or update 
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from ...hlo.errors import UnsupportedError
@@ -39,7 +41,9 @@ def start_rows(vectors: np.ndarray, operand_rank: int, index_map: tuple[int, ...
     `index_map`, and each operand batching dimension taking the coordinate of its paired
     indices batching dimension."""
     batch_shape = vectors.shape[:-1]
-    flat = vectors.reshape(-1, vectors.shape[-1])
+    # The row count is explicit: -1 cannot be inferred when the index vectors are empty
+    # (s32[0] indices with index_vector_dim=0 are one empty vector, as into a scalar).
+    flat = vectors.reshape(math.prod(batch_shape), vectors.shape[-1])
     starts = np.zeros((flat.shape[0], operand_rank), dtype=np.int64)
     for k, d in enumerate(index_map):
         starts[:, d] = flat[:, k]
@@ -125,6 +129,11 @@ def scatter_reference(inst: HloInstruction, args: list, interp) -> np.ndarray | 
     valid = np.all((starts >= 0) & (starts <= np.array(operands[0].shape) - np.array(sizes)), axis=1)
     starts = starts[valid]
     where = window_indices(starts, sizes)
+    targets = operands
+    if rank == 0:
+        # A scalar operand has no index arrays to carry the row axis: address it as [1].
+        targets = [o.reshape(1) for o in operands]  # views: writes land in `operands`
+        where = (np.zeros(starts.shape[0], dtype=np.int64),)
     # One window per index vector; the row count is explicit since -1 cannot be inferred
     # when a window (or the update) has no elements.
     rows = valid.shape[0]
@@ -132,15 +141,15 @@ def scatter_reference(inst: HloInstruction, args: list, interp) -> np.ndarray | 
     comp = inst.attrs["to_apply"]
     reducers = recognize_combiner(comp, interp.denormals)
     if reducers is not None:
-        for operand, window, reducer in zip(operands, windows, reducers):
+        for operand, window, reducer in zip(targets, windows, reducers):
             if reducer is ASSIGN:
                 operand[where] = window
             elif reducer is not KEEP:
                 reducer.at(operand, where, window.astype(operand.dtype, copy=False))
     elif (batched := batched_call(comp, interp)) is not None:
-        _scatter_in_rounds(batched, operands, where, windows)
+        _scatter_in_rounds(batched, targets, where, windows)
     else:
-        _scatter_by_calls(comp, operands, where, windows, interp)
+        _scatter_by_calls(comp, targets, where, windows, interp)
     return tuple(operands) if n > 1 or inst.shape.is_tuple else operands[0]
 
 

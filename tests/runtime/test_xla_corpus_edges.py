@@ -1,0 +1,57 @@
+"""Edge cases found by running XLA's own test modules through hlofuse (the S10-E corpus run):
+each case is a module XLA accepts and runs, with its expected result worked out by hand."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import hlofuse
+
+_SCATTER_INTO_SCALAR = """HloModule ScatterIntoScalar
+combine {
+  lhs = s32[] parameter(0)
+  rhs = s32[] parameter(1)
+  ROOT r = s32[] %s
+}
+ENTRY main {
+  operand = s32[] parameter(0)
+  indices = s32[0]{0} parameter(1)
+  updates = s32[] parameter(2)
+  ROOT scatter = s32[] scatter(operand, indices, updates), update_window_dims={}, inserted_window_dims={},
+      scatter_dims_to_operand_dims={}, index_vector_dim=0, to_apply=combine
+}
+"""
+
+# Empty indices with index_vector_dim=0 are one empty index vector: one update, combined with
+# the whole (scalar) operand. Operand 5, update 3.
+_COMBINERS = {
+    "assign": ("copy(rhs)", 3),
+    "add": ("add(lhs, rhs)", 8),
+    "general": ("subtract(lhs, rhs)", 2),
+}
+
+
+@pytest.mark.parametrize("target", ["interpreter", "cpu", "gpu-emulated"])
+@pytest.mark.parametrize("combiner", sorted(_COMBINERS))
+def test_scatter_into_scalar(target, combiner):
+    body, expected = _COMBINERS[combiner]
+    exe = hlofuse.compile(hlofuse.parse_hlo(_SCATTER_INTO_SCALAR % body), target=target)
+    (out,) = exe(np.int32(5), np.zeros(0, np.int32), np.int32(3))
+    assert out.shape == () and int(out) == expected
+
+
+_GATHER_EMPTY_VECTOR = """HloModule GatherEmptyVector
+ENTRY main {
+  operand = s32[3] parameter(0)
+  indices = s32[0] parameter(1)
+  ROOT g = s32[3] gather(operand, indices), offset_dims={0}, collapsed_slice_dims={},
+      start_index_map={}, index_vector_dim=0, slice_sizes={3}
+}
+"""
+
+
+@pytest.mark.parametrize("target", ["interpreter", "cpu", "gpu-emulated"])
+def test_gather_with_an_empty_index_vector_takes_the_whole_slice(target):
+    exe = hlofuse.compile(hlofuse.parse_hlo(_GATHER_EMPTY_VECTOR), target=target)
+    (out,) = exe(np.array([7, 8, 9], np.int32), np.zeros(0, np.int32))
+    np.testing.assert_array_equal(out, [7, 8, 9])
