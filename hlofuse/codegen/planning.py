@@ -77,6 +77,8 @@ def reduces_to_materialize(comp: HloComputation) -> list[HloInstruction]:
         for h in g.heroes:
             for op in h.operands:
                 _walk_reduces(op, set(), found)
+    if len(found) < 2:  # (nearly always: no walk of the computation to order them)
+        return list(found)
     order = {i: n for n, i in enumerate(comp.post_order())}
     return sorted(found, key=lambda i: order.get(i, 0))
 

@@ -45,12 +45,17 @@ from .opcodes import op_info
 from .pending_state import read_pending, state_to_copy
 from .shapes import Shape
 from .users import Users
-from .walk import post_order
+from .walk import in_post_order, instruction_post_order, post_order
 
 _CALLING_ATTRS = frozenset(COMPUTATION_ATTRS)
 
 class HloInstruction:
-    """One HLO instruction: an opcode applied to operands, producing a value of `shape`."""
+    """One HLO instruction: an opcode applied to operands, producing a value of `shape`.
+
+    Instructions compare and hash by identity (no `__eq__`: tests/hlo/test_ir_fast_paths.py
+    checks it), so `op in inst.operands`, `inst.operands.index(op)` and `.count(op)` find the
+    very instruction `op` at the speed of C: the graph's edits and fusion's look-ups use them
+    instead of Python loops comparing with `is`."""
 
     __getattr__ = read_pending
     __getstate__ = state_to_copy
@@ -103,13 +108,13 @@ class HloInstruction:
         This instruction is among `op`'s users exactly when `op` is already one of its operands
         (the invariant every edit keeps), so the check looks at our few operands, not at `op`'s
         users, which a parameter read by thousands makes long (building a module was quadratic)."""
-        already = any(o is op for o in self.operands)
+        already = op in self.operands  # (identity: see `HloInstruction`'s docstring)
         self.operands.append(op)
         if not already:
             op.users.append(self)
 
     def _drop_user_if_unused(self, op: "HloInstruction") -> None:
-        if not any(o is op for o in self.operands):
+        if op not in self.operands:
             _remove_user(op, self)
 
     def replace_operand(self, index: int, new: "HloInstruction") -> None:
@@ -124,11 +129,13 @@ class HloInstruction:
             return
         ops[index] = new
         self._drop_user_if_unused(old)
-        if not any(o is new for i, o in enumerate(ops) if i != index):
+        if ops.count(new) == 1:  # (the one at `index`: `new` is read nowhere else here)
             new.users.append(self)
 
     def replace_operand_with(self, old: "HloInstruction", new: "HloInstruction") -> None:
         """Replace every occurrence of `old` among the operands by `new`."""
+        if old not in self.operands:
+            return
         for i, op in enumerate(self.operands):
             if op is old:
                 self.replace_operand(i, new)
@@ -297,7 +304,12 @@ class HloComputation:
 
     def parameter(self, number: int) -> HloInstruction:
         """The parameter instruction with parameter number `number`."""
-        for p in self._parameter_list():
+        params = self._parameter_list()
+        # the list is in number order wherever parameters were added in order and removed
+        # with renumbering (every fused computation): one check, not a scan, per look-up
+        if 0 <= number < len(params) and params[number].parameter_number == number:
+            return params[number]
+        for p in params:
             if p.parameter_number == number:
                 return p
         raise IndexError(f"computation {self.name} has no parameter {number}")
@@ -376,12 +388,12 @@ class HloComputation:
 
     def post_order(self) -> list[HloInstruction]:
         """Instructions ordered so that operands come before users (control edges too)."""
-        return post_order(self.instructions,
-                          lambda i: [o for o in i.operands + i.control_predecessors if o.parent is self])
+        return instruction_post_order(self)
 
     def sort_instructions(self) -> None:
         """Reorder the instruction list into a post order (stable where already ordered)."""
-        self.instructions = self.post_order()
+        if not in_post_order(self):
+            self.instructions = self.post_order()
 
     def instruction(self, name: str) -> HloInstruction:
         """The instruction called `name`."""

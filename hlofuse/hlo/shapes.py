@@ -83,7 +83,20 @@ class ArrayShape(Shape):
         return len(self.dims)
 
     def element_count(self) -> int:
-        return math.prod(max(d, 0) for d in self.dims)
+        # kept on the (frozen, so never stale) shape: the passes' cost rules ask it of the
+        # same shapes thousands of times; a dataclass's ==, hash and repr read fields only
+        count = self.__dict__.get("_element_count")
+        if count is None:
+            count = self.__dict__["_element_count"] = math.prod(max(d, 0) for d in self.dims)
+        return count
+
+    def byte_size(self) -> int:
+        """Bytes of the array (sub-byte types count a byte per element), kept as
+        `element_count` is."""
+        size = self.__dict__.get("_byte_size")
+        if size is None:
+            size = self.__dict__["_byte_size"] = self.element_count() * self.dtype.byte_size
+        return size
 
     def leaves(self) -> list["ArrayShape"]:
         return [self]

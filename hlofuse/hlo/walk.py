@@ -32,6 +32,64 @@ def post_order(roots: Iterable[Node], children: Callable[[Node], Iterable[Node]]
     return order
 
 
+def _children(comp, inst) -> list:
+    """`inst`'s operands, then its control predecessors, that are in computation `comp`."""
+    ops = inst.operands
+    control = inst.control_predecessors
+    if control:
+        ops = ops + control
+    for o in ops:
+        if o.parent is not comp:
+            return [o for o in ops if o.parent is comp]
+    return ops
+
+
+def instruction_post_order(comp) -> list:
+    """The instructions of HloComputation `comp`, each after its operands and control
+    predecessors in `comp`: `post_order` from each instruction in list order, children the
+    operands then the control predecessors. Written out, not `post_order` with a children
+    function: every pass and fusion's sorting walks computations so, and the call per node
+    and the list it built were most of the walk's time."""
+    order: list = []
+    seen: set = set()
+    for root in comp.instructions:
+        if root in seen:
+            continue
+        seen.add(root)
+        stack = [(root, iter(_children(comp, root)))]
+        while stack:
+            node, it = stack[-1]
+            for nxt in it:
+                if nxt not in seen:
+                    seen.add(nxt)
+                    stack.append((nxt, iter(_children(comp, nxt))))
+                    break
+            else:
+                stack.pop()
+                order.append(node)
+    return order
+
+
+def in_post_order(comp) -> bool:
+    """Whether each instruction of `comp`'s list comes after its operands and control
+    predecessors in `comp`. Such a list is its own `instruction_post_order` (the walk from
+    each instruction finds its children visited already, so adds it alone), and this check
+    costs less than the walk: sorting a list that is in order (most that passes sort) is
+    then free."""
+    seen: set = set()
+    for inst in comp.instructions:
+        for o in inst.operands:
+            if o not in seen and o.parent is comp:
+                return False
+        control = inst.control_predecessors
+        if control:
+            for o in control:
+                if o not in seen and o.parent is comp:
+                    return False
+        seen.add(inst)
+    return True
+
+
 def first_non_elementwise_use(start, dims: tuple[int, ...], allowed=frozenset()):
     """The first instruction on a path of users from `start` (within its computation) that is
     not an elementwise op of `dims`, or None. Users in `allowed` end a path without being

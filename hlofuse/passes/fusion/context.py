@@ -17,7 +17,7 @@ from .cost_model import TargetParams
 from .decisions import Decision, FusionLog
 from .cpu_multi_output import is_plain_loop
 from .fusibility import fused_operands_reused, reuses_operand_elements
-from .fusion_utils import Reachability, operand_index
+from .fusion_utils import Reachability
 from .sibling_rules import hero
 
 
@@ -115,8 +115,7 @@ class FusionContext:
     def reused_by(self, consumer: HloInstruction) -> set[HloInstruction]:
         """The operands of `consumer` whose elements it reads several times."""
         if consumer.opcode != "fusion":
-            return {op for i, op in enumerate(consumer.operands)
-                    if i == operand_index(consumer, op) and reuses_operand_elements(consumer, i)}
+            return _first_reads_reused(consumer)
         reused = self.reused_operands.get(consumer)
         if reused is None:
             reused = self.reused_operands[consumer] = set(fused_operands_reused(consumer))
@@ -131,10 +130,10 @@ class FusionContext:
         re-read if that parameter was, or if `producer` itself re-reads them."""
         before = self.reused_by(consumer)
         reused = set(before)
-        producer_reused = producer in before
-        for j, op in enumerate(producer.operands):
-            if producer_reused or (j == operand_index(producer, op) and reuses_operand_elements(producer, j)):
-                reused.add(op)
+        if producer in before:
+            reused.update(producer.operands)
+        else:
+            reused |= _first_reads_reused(producer)
         return reused
 
     def note_fused(self, fusion: HloInstruction, reused: set[HloInstruction]) -> None:
@@ -148,3 +147,17 @@ class FusionContext:
             if reused is not None and old in reused:
                 reused.discard(old)
                 reused.add(new)
+
+
+def _first_reads_reused(inst: HloInstruction) -> set[HloInstruction]:
+    """The operands of `inst` whose elements it reads several times, each judged at its first
+    position among the operands (`reuses_operand_elements` of that index)."""
+    seen: set[HloInstruction] = set()
+    out: set[HloInstruction] = set()
+    for i, op in enumerate(inst.operands):
+        if op in seen:
+            continue
+        seen.add(op)
+        if reuses_operand_elements(inst, i):
+            out.add(op)
+    return out

@@ -30,6 +30,8 @@ Asked by the duplication decision (producer_consumer.conv_epilogue_copy, CPU_RUL
 """
 from __future__ import annotations
 
+from typing import Callable
+
 from ...hlo.ir import HloInstruction
 from ...hlo.walk import first_non_elementwise_use
 from .cost_model import TargetParams, distinct
@@ -145,8 +147,10 @@ def _read_from_memory(producer: HloInstruction) -> str | None:
     return None
 
 
-def duplicate_keeps_conv_epilogue(producer: HloInstruction, consumer: str, params: TargetParams) -> Decision:
-    """CPU: may `producer`, which has users besides `consumer` (named as the log names it), be
+def duplicate_keeps_conv_epilogue(producer: HloInstruction, consumer: str | Callable[[], str],
+                                  params: TargetParams) -> Decision:
+    """CPU: may `producer`, which has users besides `consumer` (named as the log names it, or a
+    function giving that name: called only for a refusal, as nearly every pair is allowed), be
     copied into it without costing a convolution its epilogue? Refused only where the copy saves
     nothing: another user reads `producer` from memory anyway, so it is written either way.
     Where every user could fuse it, the copies (XLA's choice) write the convolution's result
@@ -157,6 +161,8 @@ def duplicate_keeps_conv_epilogue(producer: HloInstruction, consumer: str, param
     reader = _read_from_memory(producer)
     if reader is None:
         return ALLOW
+    if callable(consumer):
+        consumer = consumer()
     conv, p = chain[0].name, producer.name
     return refuse("conv-epilogue-duplicate",
                   f"copying {p} into {consumer} would give convolution {conv} a second user and cost it its "

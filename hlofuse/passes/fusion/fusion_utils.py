@@ -154,9 +154,8 @@ def _new_parameter(fc: HloComputation, number: int, shape) -> HloInstruction:
 def parameter_for(fusion: HloInstruction, operand: HloInstruction) -> HloInstruction:
     """The fused parameter bound to `operand`, adding a fusion operand if there is none yet."""
     fc = fusion.fused_computation
-    for i, op in enumerate(fusion.operands):
-        if op is operand:
-            return fc.parameter(i)
+    if operand in fusion.operands:  # (by identity, hlo/ir.py HloInstruction)
+        return fc.parameter(fusion.operands.index(operand))
     number = len(fusion.operands)
     fusion.append_operand(operand)
     return _new_parameter(fc, number, operand.shape)
@@ -173,16 +172,17 @@ def remove_parameter(fusion: HloInstruction, number: int) -> None:
         if p.parameter_number > number:
             p.parameter_number -= 1
     op = fusion.operands.pop(number)
-    if not any(o is op for o in fusion.operands) and fusion in op.users:
+    if op not in fusion.operands and fusion in op.users:
         op.users.remove(fusion)
 
 
 def operand_index(fusion: HloInstruction, operand: HloInstruction) -> int:
-    """The position of `operand` among the operands of `fusion` (compared by identity)."""
-    for i, op in enumerate(fusion.operands):
-        if op is operand:
-            return i
-    raise ValueError(f"{operand.name} is not an operand of {fusion.name}")
+    """The position of `operand` among the operands of `fusion` (compared by identity, as
+    list.index compares instructions: hlo/ir.py HloInstruction)."""
+    try:
+        return fusion.operands.index(operand)
+    except ValueError:
+        raise ValueError(f"{operand.name} is not an operand of {fusion.name}") from None
 
 
 def reader_names(producer: HloInstruction, consumer: HloInstruction, ctx) -> tuple[str, str]:
@@ -280,8 +280,9 @@ def _dedupable(inst: HloInstruction) -> bool:
 
 
 def _same_operands(a: list[HloInstruction], b: list[HloInstruction]) -> bool:
-    """Whether two operand lists name the same instructions in the same order."""
-    return len(a) == len(b) and all(x is y for x, y in zip(a, b))
+    """Whether two operand lists name the same instructions in the same order (list == compares
+    instructions by identity: hlo/ir.py HloInstruction)."""
+    return a == b
 
 
 def dedupe_fused_computation(fusion: HloInstruction, new: list[HloInstruction] | None = None) -> int:
@@ -342,7 +343,7 @@ def dedupe_fused_computation(fusion: HloInstruction, new: list[HloInstruction] |
         name, _ = best_name.get(match, (match.name, match.origin))
         if (len(inst.name), inst.name) < (len(name), name):
             best_name[match] = (inst.name, inst.origin)
-        work.extend(u for u in match.users if not any(u is w for w in work))  # may be identical now
+        work.extend(u for u in match.users if u not in work)  # may be identical now
     if merged:
         rewriter.finish()
         module = fc.parent
@@ -359,10 +360,13 @@ def dedupe_fused_computation(fusion: HloInstruction, new: list[HloInstruction] |
     return merged
 
 
-def fuse_producer(fusion: HloInstruction, producer: HloInstruction) -> HloInstruction:
+def fuse_producer(fusion: HloInstruction, producer: HloInstruction,
+                  added: list[HloInstruction] | None = None) -> HloInstruction:
     """Fuse `producer` (an operand of `fusion`) into it; duplicate it if it has other users.
 
-    Instructions the fusion already computes identically are not added twice. Returns `fusion`.
+    Instructions the fusion already computes identically are not added twice; `added`, if
+    given, gets the copies that were added (in the order of the fused computation's list).
+    Returns `fusion`.
     """
     fc = fusion.fused_computation
     if fusion_outputs(producer) != [producer] and len(fusion_outputs(producer)) != 1:
@@ -376,6 +380,8 @@ def fuse_producer(fusion: HloInstruction, producer: HloInstruction) -> HloInstru
     if not producer.users:
         _retire(producer)
     _add_clones(fusion, pending)
+    if added is not None:
+        added.extend(clone for clone, _ in pending if clone.parent is fc)
     return fusion
 
 
@@ -450,7 +456,7 @@ def fuse_into_multi_output(fusion: HloInstruction, producer: HloInstruction) -> 
     for i, op in enumerate(list(fusion.operands)):
         if op is producer:
             fc.parameter(i).replace_all_uses_with(outs[0])
-    while any(op is producer for op in fusion.operands):
+    while producer in fusion.operands:
         remove_parameter(fusion, operand_index(fusion, producer))
     first = _add_outputs(fusion, outs)
     _redirect_users(producer, fusion, first)

@@ -312,13 +312,13 @@ def _fuse(producer: HloInstruction, consumer: HloInstruction, ctx: FusionContext
     else:
         fusion = create_fusion(consumer, kind)
         ctx.note_replaced(consumer, fusion)
-    known = set(fusion.fused_computation.instructions) if duplicated else set()
     original = producer.original
-    fuse_producer(fusion, producer)
+    added: list[HloInstruction] = []
+    fuse_producer(fusion, producer, added)
     ctx.note_fused(fusion, reused)
     if duplicated:
-        for inst in fusion.fused_computation.instructions:
-            if inst not in known and inst.original is original:
+        for inst in added:
+            if inst.original is original:
                 ctx.log.copied(inst, producer)
     ctx.log.fused(ctx.pass_name, producer_name, consumer_name, fusion.name, duplicated=duplicated,
                   duplicated_elements=elements if duplicated else 0,

@@ -44,7 +44,8 @@ def _is_scalar_constant(inst: HloInstruction) -> bool:
 
 def would_duplicate(producer: HloInstruction, consumer: HloInstruction) -> bool:
     """Whether fusing `producer` into `consumer` leaves the producer behind for others."""
-    return any(u is not consumer for u in producer.users) or producer.is_root()
+    users = producer.users  # (a set: hlo/users.py)
+    return len(users) > (consumer in users) or producer.is_root()
 
 
 def _is_reduce_intermediate(inst: HloInstruction) -> bool:
@@ -199,18 +200,25 @@ def base(producer: HloInstruction, consumer: HloInstruction, ctx: FusionContext)
     if producer.is_root():
         return refuse("root", f"producer {p} is the root of {producer.parent.name}; its value must be materialized")
     if would_duplicate(producer, consumer) and not is_always_duplicable(producer):
-        c = " and ".join(reader_names(producer, consumer, ctx)[0].split(", "))
+        # (the readers are named only in a refusal: most duplicated pairs are allowed)
         if not ctx.may_duplicate:
+            c = _readers_text(producer, consumer, ctx)
             return refuse("no-duplication", f"fusing {p} into {c} would duplicate it and this pass may not duplicate")
         if is_expensive(producer, ctx.params):
             verdict = ctx.verdict(producer)
             if verdict is not None:
                 return verdict
             users = list(producer.users)
+            c = _readers_text(producer, consumer, ctx)
             return refuse("expensive-duplicate",
                           f"producer {p} is expensive and has {len(users)} users; fusing it into {c} "
                           f"would compute it twice")
     return ALLOW
+
+
+def _readers_text(producer: HloInstruction, consumer: HloInstruction, ctx: FusionContext) -> str:
+    """The instructions reading `producer` in `consumer`, as a refusal names them ("a and b")."""
+    return " and ".join(reader_names(producer, consumer, ctx)[0].split(", "))
 
 
 def conv_epilogue_copy(producer: HloInstruction, consumer: HloInstruction, ctx: FusionContext) -> Decision:
@@ -218,8 +226,7 @@ def conv_epilogue_copy(producer: HloInstruction, consumer: HloInstruction, ctx: 
     convolution whose epilogue it ends a second user (conv_fusion.duplicate_keeps_conv_epilogue).
     Asked after every other check, so a consumer that could not take the producer anyway says why."""
     if ctx.may_duplicate and would_duplicate(producer, consumer) and not is_always_duplicable(producer):
-        c = " and ".join(reader_names(producer, consumer, ctx)[0].split(", "))
-        return duplicate_keeps_conv_epilogue(producer, c, ctx.params)
+        return duplicate_keeps_conv_epilogue(producer, lambda: _readers_text(producer, consumer, ctx), ctx.params)
     return ALLOW
 
 
