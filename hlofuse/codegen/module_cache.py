@@ -180,6 +180,17 @@ def dumps(payload: Any, user: HloModule, runtime: list[Any] = ()) -> bytes:
     return f.getvalue()
 
 
+def _is_ml_dtypes_scalar_type(name: str) -> bool:
+    """Whether `ml_dtypes.<name>` is one of its scalar types (bfloat16, float8_e4m3fn, int4, ...):
+    numpy pickles an array or dtype of one by naming its class; nothing else of ml_dtypes
+    (functions, finfo) may be named by an entry."""
+    import ml_dtypes
+    import numpy as np
+
+    obj = getattr(ml_dtypes, name, None) if not name.startswith("_") else None
+    return isinstance(obj, type) and issubclass(obj, np.generic)
+
+
 class _Reader(pickle.Unpickler):
     """Reads an entry: only allowed classes, the user's module's objects by name."""
 
@@ -192,6 +203,9 @@ class _Reader(pickle.Unpickler):
         if module == __name__ and name == "_user_object":
             return self._resolve
         if module in _MODULES or module.startswith(_MODULE_PREFIXES) or (module == "builtins" and name in _BUILTINS):
+            return super().find_class(module, name)
+        if module == "ml_dtypes" and _is_ml_dtypes_scalar_type(name):
+            # the narrow float and int types (bf16, f8, s4/u4 constants and their dtypes)
             return super().find_class(module, name)
         raise pickle.UnpicklingError(f"an entry may not name {module}.{name}")
 

@@ -322,3 +322,30 @@ def test_each_object_of_the_users_module_is_written_and_resolved_once(monkeypatc
     assert back["refs"] == refs and all(a is b for a, b in zip(back["refs"], refs))
     assert [i.origin for i in back["fused"].entry.instructions] == user.entry.instructions
     assert len(calls) == len(set(calls)) == len(user.entry.instructions) + 2
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "f8e4m3fn", "f8e5m2", "s4", "u4"])
+def test_an_entry_with_narrow_type_constants_is_read_back(cache_dir, dtype, capsys):
+    """Constants of ml_dtypes' types (bf16, f8, s4/u4) pickle as arrays naming those types:
+    their entries are read (XLA's parser tests' bf16 constant module was written, then refused
+    as naming ml_dtypes.bfloat16, warned about and recompiled on every run)."""
+    text = (f"HloModule narrow\nENTRY e {{\n  p = {dtype}[4] parameter(0)\n"
+            f"  c = {dtype}[4] constant({{1, 2, 3, 4}})\n  ROOT a = {dtype}[4] add(p, c)\n}}\n")
+    module = hlofuse.parse_hlo(text)
+    args = random_inputs(module, seed=1)
+    first = hlofuse.compile(module, "cpu")
+    cache.memory_cache.clear()  # from disk
+    again = hlofuse.compile(hlofuse.parse_hlo(text), "cpu")
+    assert again.from_cache
+    assert "could not be read" not in capsys.readouterr().err
+    assert [x.tobytes() for x in again(*args)] == [x.tobytes() for x in first(*args)]
+
+
+def test_only_the_scalar_types_of_ml_dtypes_are_read():
+    import ml_dtypes
+
+    module = hlofuse.parse_hlo(_text())
+    with pytest.raises(pickle.UnpicklingError, match="may not name"):
+        module_cache.loads(pickle.dumps(ml_dtypes.finfo), module)
+    back = module_cache.loads(module_cache.dumps(np.arange(3).astype(ml_dtypes.bfloat16), module), module)
+    assert back.dtype == ml_dtypes.bfloat16 and back.tolist() == [0, 1, 2]
