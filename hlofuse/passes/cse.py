@@ -79,7 +79,14 @@ def literal_key(inst: HloInstruction) -> Hashable | None:
     lit = inst.literal
     if lit is None:
         return None
-    arr = np.ascontiguousarray(np.asarray(lit))
+    return _value_key(lit)
+
+
+def _value_key(value) -> Hashable:
+    """`literal_key` of one literal value: an array, or a tuple of values (a tuple constant)."""
+    if isinstance(value, tuple):
+        return ("tuple",) + tuple(_value_key(v) for v in value)
+    arr = np.ascontiguousarray(np.asarray(value))
     return (arr.dtype.str, arr.shape, arr.tobytes())
 
 

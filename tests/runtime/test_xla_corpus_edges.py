@@ -55,3 +55,33 @@ def test_gather_with_an_empty_index_vector_takes_the_whole_slice(target):
     exe = hlofuse.compile(hlofuse.parse_hlo(_GATHER_EMPTY_VECTOR), target=target)
     (out,) = exe(np.array([7, 8, 9], np.int32), np.zeros(0, np.int32))
     np.testing.assert_array_equal(out, [7, 8, 9])
+
+
+_TUPLE_CONSTANTS = """HloModule TupleConstants
+ENTRY main {
+  a = (f32[2,1], f32[2]) constant(( { {1}, {2} }, {2, 42} ))
+  b = (f32[2,1], f32[2]) constant(( { {1}, {2} }, {2, 42} ))
+  c = (f32[2,1], f32[2]) constant(( { {1}, {2} }, {2, 43} ))
+  ROOT t = ((f32[2,1], f32[2]), (f32[2,1], f32[2]), (f32[2,1], f32[2])) tuple(a, b, c)
+}
+"""
+
+
+def test_cse_merges_equal_tuple_constants_and_keeps_different_ones():
+    """A tuple constant (XLA's parser test TupleConstant) has a tuple literal: CSE's key of it
+    raised ValueError (numpy cannot make one array of ragged parts) and every backend failed."""
+    from hlofuse.passes.cse import CommonSubexpressionElimination
+
+    module = hlofuse.parse_hlo(_TUPLE_CONSTANTS)
+    CommonSubexpressionElimination().run(module)
+    consts = [i for i in module.entry.instructions if i.opcode == "constant"]
+    assert len(consts) == 2  # a and b merged, c kept
+
+
+@pytest.mark.parametrize("target", ["interpreter", "cpu", "gpu-emulated"])
+def test_tuple_constants_run(target):
+    out = hlofuse.compile(hlofuse.parse_hlo(_TUPLE_CONSTANTS), target=target)()
+    assert len(out) == 6
+    for i, last in enumerate((42, 42, 43)):
+        np.testing.assert_array_equal(out[2 * i], [[1], [2]])
+        np.testing.assert_array_equal(out[2 * i + 1], [2, last])
