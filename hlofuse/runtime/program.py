@@ -15,6 +15,7 @@ from ..codegen.program import Program
 from ..codegen.schedule import ComputationPlan, Planner, Step
 from ..hlo.errors import UnsupportedError
 from ..hlo.ir import HloComputation, HloInstruction
+from ..hlo.rule_loader import load_rules
 from ..hlo.shapes import Shape
 
 
@@ -43,7 +44,15 @@ class ProgramBase:
 
     def _run_library(self, inst: HloInstruction, operands: list):
         """Run one unfused instruction through its library rule."""
-        return inst.info.library(inst, operands, self)
+        rule = inst.info.library
+        if rule is None:
+            # A program read from the compile cache was planned in another process: this one
+            # has not loaded the library rules yet (the Planner loads them, and a hit makes none).
+            load_rules("library")
+            rule = inst.info.library
+            if rule is None:
+                raise UnsupportedError(f"{inst.opcode} {inst.name} has no library rule to run it")
+        return rule(inst, operands, self)
 
     def _library_operands(self, ops: list) -> list:
         """The operand values a library rule gets (host arrays)."""

@@ -349,3 +349,31 @@ def test_only_the_scalar_types_of_ml_dtypes_are_read():
         module_cache.loads(pickle.dumps(ml_dtypes.finfo), module)
     back = module_cache.loads(module_cache.dumps(np.arange(3).astype(ml_dtypes.bfloat16), module), module)
     assert back.dtype == ml_dtypes.bfloat16 and back.tolist() == [0, 1, 2]
+
+
+_LIBRARY_STEP = """HloModule library_step
+ENTRY e {
+  a = f32[4,4] parameter(0)
+  b = f32[3,4] parameter(1)
+  s = f32[3,4] triangular-solve(a, b), lower=true, transpose_a=NO_TRANSPOSE
+  ROOT r = f32[3,4] add(s, b)
+}
+"""
+
+
+def test_a_fresh_process_hit_runs_a_library_step(cache_dir, tmp_path):
+    """A program read whole from a module entry makes no Planner, which is what loads the
+    library rules: a fresh process's first run of a library step (triangular-solve here; any
+    custom-call, copy-start, ...) called a None rule (TypeError) until the step loaded them."""
+    path = tmp_path / "m.hlo"
+    path.write_text(_LIBRARY_STEP)
+    results = []
+    for n in range(2):
+        proc = subprocess.run([sys.executable, "-c", _SCRIPT, str(path), str(tmp_path / f"out{n}.npz")],
+                              capture_output=True, text=True,
+                              env={**os.environ, "HLOFUSE_CACHE_DIR": str(cache_dir)})
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        results.append(proc.stdout.split())
+    assert results[0][0] == "False" and results[1][0] == "True"
+    a, b = np.load(tmp_path / "out0.npz"), np.load(tmp_path / "out1.npz")
+    assert a["arr_0"].tobytes() == b["arr_0"].tobytes()
