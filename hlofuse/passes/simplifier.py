@@ -311,15 +311,21 @@ def simplify_computation(comp: HloComputation, fold_constants: bool = True,
         control_successors = {p for i in comp.instructions for p in i.control_predecessors}
         round_changed = False
         rewriter = Rewriter(comp)
-        for inst in comp.post_order():
+        order = comp.post_order()
+        for inst in order:
             if _blocked(inst, control_successors):
                 continue
             round_changed |= simplify_instruction(rewriter, inst, fold_constants, max_fold_elements)
         rewriter.finish()
         if not round_changed:
-            break
+            if changed:  # the last round changed nothing: its post order is the sorted list
+                if len(comp.instructions) == len(order):
+                    comp.instructions = order
+                else:  # (a rule that added an instruction without saying so)
+                    comp.sort_instructions()
+            return changed
         changed = True
-    if changed:
+    if changed:  # (changed in every round)
         comp.sort_instructions()
     return changed
 

@@ -35,6 +35,16 @@ class Decision:
         """A refusal: `rule` is a short stable key ("cycle", "budget" ...), `reason` the sentence."""
         return Decision(False, rule, reason)
 
+    @staticmethod
+    def refuse_later(rule: str, why: Callable[[], str]) -> "Decision":
+        """A refusal whose sentence `why()` writes when it is first read. For the rules a fusion
+        pass asks of every pair each time a consumer comes back grown: the log keeps one
+        refusal per pair and rule, so nearly every sentence was written for nothing (haiku's
+        ResNet-18 step: 9,400 of 10,500). Only for a decision read, if at all, before the
+        graph changes (the sentence names what `why` finds then): the pair rules' answers are
+        logged or turned into another reason at once, never kept."""
+        return _LaterRefusal(rule, why)
+
     def __bool__(self) -> bool:
         return self.allowed
 
@@ -47,6 +57,31 @@ class Decision:
 
 
 _ALLOW = Decision(True)
+
+
+class _LaterRefusal(Decision):
+    """`Decision.refuse_later`'s refusal: `reason` is written on first read, then kept."""
+
+    def __init__(self, rule: str, why: Callable[[], str]) -> None:  # (not the dataclass's)
+        object.__setattr__(self, "allowed", False)
+        object.__setattr__(self, "rule", rule)
+        object.__setattr__(self, "_why", why)
+
+    @property  # type: ignore[override]
+    def reason(self) -> str:
+        """The sentence, written by `why()` the first time it is read."""
+        text = self.__dict__.get("_text")
+        if text is None:
+            text = self._why()
+            object.__setattr__(self, "_text", text)
+        return text
+
+    def __eq__(self, other: object) -> bool:  # equal to the plain refusal with its sentence
+        if isinstance(other, Decision):
+            return (self.allowed, self.rule, self.reason) == (other.allowed, other.rule, other.reason)
+        return NotImplemented
+
+    __hash__ = Decision.__hash__
 
 
 def first_refusal(*checks: Callable[[], Decision]) -> Decision:

@@ -33,6 +33,7 @@ from .size_limit import too_large
 from .window_fusion import window_reduction
 
 refuse = Decision.refuse
+refuse_later = Decision.refuse_later
 ALLOW = Decision.allow()
 
 Rule = Callable[[HloInstruction, HloInstruction, FusionContext], Decision]
@@ -92,9 +93,10 @@ def producer_is_fusion(producer: HloInstruction, consumer: HloInstruction, ctx: 
 def reuse(producer: HloInstruction, consumer: HloInstruction, ctx: FusionContext) -> Decision:
     """An expensive producer is not fused into a consumer that reads its elements several times."""
     if producer.opcode != "fusion" and is_expensive(producer, ctx.params) and producer in ctx.reused_by(consumer):
-        return refuse("expensive-reused",
-                      f"producer {producer.name} is expensive and {_consumer_label(producer, consumer, ctx)} "
-                      f"reads each of its elements several times")
+        return refuse_later("expensive-reused",
+                            lambda: f"producer {producer.name} is expensive and "
+                                    f"{_consumer_label(producer, consumer, ctx)} reads each of its elements "
+                                    f"several times")
     return ALLOW
 
 
@@ -113,10 +115,11 @@ def producer_fusible(producer: HloInstruction, consumer: HloInstruction, ctx: Fu
     if producer.opcode == "dot" and ctx.params.name == "cpu":
         return dot_into_consumer(producer, consumer)
     if not is_loop_fusible_as_producer(producer):
-        readers = reader_names(producer, consumer, ctx)[0].split(", ")
-        verb = "reads" if len(readers) == 1 else "read"
-        return refuse("producer-not-fusible", f"{not_fusible_reason(producer)}; {' and '.join(readers)} "
-                                              f"{verb} it from memory")
+        def why() -> str:
+            readers = reader_names(producer, consumer, ctx)[0].split(", ")
+            verb = "reads" if len(readers) == 1 else "read"
+            return f"{not_fusible_reason(producer)}; {' and '.join(readers)} {verb} it from memory"
+        return refuse_later("producer-not-fusible", why)
     return ALLOW
 
 
@@ -202,17 +205,15 @@ def base(producer: HloInstruction, consumer: HloInstruction, ctx: FusionContext)
     if would_duplicate(producer, consumer) and not is_always_duplicable(producer):
         # (the readers are named only in a refusal: most duplicated pairs are allowed)
         if not ctx.may_duplicate:
-            c = _readers_text(producer, consumer, ctx)
-            return refuse("no-duplication", f"fusing {p} into {c} would duplicate it and this pass may not duplicate")
+            return refuse_later("no-duplication", lambda: f"fusing {p} into {_readers_text(producer, consumer, ctx)} "
+                                                          f"would duplicate it and this pass may not duplicate")
         if is_expensive(producer, ctx.params):
             verdict = ctx.verdict(producer)
             if verdict is not None:
                 return verdict
-            users = list(producer.users)
-            c = _readers_text(producer, consumer, ctx)
-            return refuse("expensive-duplicate",
-                          f"producer {p} is expensive and has {len(users)} users; fusing it into {c} "
-                          f"would compute it twice")
+            return refuse_later("expensive-duplicate",
+                                lambda: f"producer {p} is expensive and has {len(producer.users)} users; fusing it "
+                                        f"into {_readers_text(producer, consumer, ctx)} would compute it twice")
     return ALLOW
 
 
