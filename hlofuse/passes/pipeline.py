@@ -26,6 +26,7 @@ from .dce import DeadCodeElimination
 from .fusion import (FUSION_ALGORITHMS, CallInliner, FusionMerger, HorizontalLoopFusion, InstructionFusion,
                      MultiOutputFusion, NonDuplicatingFusion, PriorityFusion, SiblingFusion, fusion_passes)
 from .fusion.horizontal_input_fusion import HorizontalInputFusion
+from .legacy_indices import LegacyIndexVectors
 from .pass_base import HloPass
 from .reshape_mover import ReshapeMover
 from .scatter_simplifier import ScatterToDynamicUpdateSlice
@@ -34,6 +35,7 @@ from .simplifier import AlgebraicSimplifier
 # Every pass hlofuse has, by the name `--passes` and the golden files use.
 PASSES: dict[str, type[HloPass]] = {
     "batchnorm-expander": BatchNormExpander,
+    "legacy-index-vectors": LegacyIndexVectors,
     "simplifier": AlgebraicSimplifier,
     "algsimp": AlgebraicSimplifier,  # XLA's name for it
     "constant-folding": ConstantFolding,
@@ -261,8 +263,8 @@ class PassPipeline(HloPass):
 
 def standard_pipeline(target: str = "cpu", fusion: bool = True, verify: bool = False,
                       dump_dir: str | None = None, algorithm: str | None = None) -> PassPipeline:
-    """batchnorm-expander, scatter-simplifier, call-inliner, simplifier, reshape-mover,
-    simplifier, cse, dce, then (with `fusion`) the fusion passes for `target` (by `algorithm`,
+    """legacy-index-vectors, batchnorm-expander, scatter-simplifier, call-inliner, simplifier,
+    reshape-mover, simplifier, cse, dce, then (with `fusion`) the fusion passes for `target` (by `algorithm`,
     "legacy" or "priority"; None: the target's default), then dce.
 
     Calls are inlined before the simplifier, as XLA's pipelines do, so that it sees through
@@ -270,8 +272,8 @@ def standard_pipeline(target: str = "cpu", fusion: bool = True, verify: bool = F
     the reshape mover's reshapes meet and cancel in the second simplifier, and CSE then
     merges what the two leave equal. The inliner runs once: no later pass makes a call, so
     the fusion passes' own inliner (which `--passes fusion-pipeline` alone needs) is left out."""
-    passes: list[HloPass] = [BatchNormExpander(), ScatterToDynamicUpdateSlice(), CallInliner(target),
-                             AlgebraicSimplifier(), ReshapeMover(), AlgebraicSimplifier(),
+    passes: list[HloPass] = [LegacyIndexVectors(), BatchNormExpander(), ScatterToDynamicUpdateSlice(),
+                             CallInliner(target), AlgebraicSimplifier(), ReshapeMover(), AlgebraicSimplifier(),
                              CommonSubexpressionElimination(),
                              DeadCodeElimination()]
     if fusion:
