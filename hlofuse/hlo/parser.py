@@ -18,7 +18,7 @@ import gc
 import re
 from pathlib import Path
 
-from .attributes import Raw
+from .attributes import Raw, Window
 from .errors import HloParseError
 from .ir import HloComputation, HloInstruction, HloModule
 from .lexer import STRING, STRING_RE, WORD, Lexer
@@ -446,6 +446,8 @@ class _Parser(ShortForms, Linking):
             attrs[key] = value
         if inst.opcode == "broadcast" and "dimensions" not in attrs:
             self._incomplete = True  # XLA fills in dimensions={} for a scalar operand
+        if inst.opcode in ("reduce-window", "select-and-scatter") and "window" not in attrs:
+            attrs["window"] = Window(())  # as XLA's parser: no window is the empty one (a rank-0 operand's)
         return Pending(inst, operands, controls, comp_refs)
 
     def _operands(self, operands: list[tuple]) -> None:

@@ -85,3 +85,40 @@ def test_tuple_constants_run(target):
     for i, last in enumerate((42, 42, 43)):
         np.testing.assert_array_equal(out[2 * i], [[1], [2]])
         np.testing.assert_array_equal(out[2 * i + 1], [2, last])
+
+
+_SCALAR_WINDOWS = """HloModule ScalarWindows
+add {
+  lhs = f32[] parameter(0)
+  rhs = f32[] parameter(1)
+  ROOT add = f32[] add(lhs, rhs)
+}
+ge {
+  lhs = f32[] parameter(0)
+  rhs = f32[] parameter(1)
+  ROOT ge = pred[] compare(lhs, rhs), direction=GE
+}
+ENTRY main {
+  x = f32[] parameter(0)
+  init = f32[] parameter(1)
+  rw = f32[] reduce-window(x, init), to_apply=add
+  source = f32[] constant(1)
+  sas = f32[] select-and-scatter(x, source, init), select=ge, scatter=add
+  ROOT t = (f32[], f32[]) tuple(rw, sas)
+}
+"""
+
+
+@pytest.mark.parametrize("target", ["interpreter", "cpu", "gpu-emulated"])
+def test_windowed_ops_on_a_scalar_without_a_window_attribute(target):
+    """XLA's parser reads an absent window as the empty one, a rank-0 operand's (the parser
+    test's ReduceWindowScalar and SelectAndScatterScalar); hlofuse refused the modules
+    ("missing attribute 'window'"). The one window holds the scalar: reduce-window gives
+    init + x, select-and-scatter init + source. (XLA:CPU through JAX gives x for the rank-0
+    reduce-window, dropping init, while it gives init + x for a size-1 window of a rank-1
+    operand: the spec's reduce includes init, as here.)"""
+    module = hlofuse.parse_hlo(_SCALAR_WINDOWS)
+    rw, sas = hlofuse.compile(module, target=target)(np.float32(42), np.float32(2))
+    assert float(rw) == 44.0 and float(sas) == 3.0
+    again = hlofuse.parse_hlo(module.to_text())  # the empty window prints and reads back
+    assert again.to_text() == module.to_text()
