@@ -4,7 +4,7 @@ same M x N x K (M = batch x output positions, N = output features, K = taps x in
 in one process, interleaved.
 
 Run:  python benchmarks/conv_classes.py [--threads 2] [--rounds 15] [--classes a,b] [--batch 4] [--size 128]
-                                        [--no-epilogue] [--cpu-time]
+                                        [--no-epilogue] [--cpu-time] [--scalar-features]
 
 The convolutions are keras ResNet-50's (NHWC/HWIO, f32; by default at benchmarks/model_zoo.py's
 4 images of 128x128: conv2_x over 32x32 positions, conv5_x over 4x4), each with the batch-norm
@@ -203,6 +203,9 @@ def main(argv=None) -> int:
                     help="also time our path with row tiles where columns_first cuts column panels")
     ap.add_argument("--cold", action="store_true",
                     help="write 64 MiB between calls (twice the L3): operands come from memory, as in a model")
+    ap.add_argument("--scalar-features", action="store_true",
+                    help="also time our path with the direct kernel's feature loop left to LLVM (cpu_conv_features "
+                         "FEATURE_VECTORS off; the same bits): 'ours/scalar' least and median, direct classes only")
     ap.add_argument("--cpu-time", action="store_true",
                     help="time the process's CPU seconds (for one thread: not counting time descheduled)")
     opts = ap.parse_args(argv)
@@ -264,6 +267,18 @@ def main(argv=None) -> int:
             finally:
                 cpu_conv_gemm.COLUMNS_FIRST = True
             calls["rows"] = lambda e=rows_exe: e(*args)
+        if opts.scalar_features and _gemm_or_direct(module) == "direct" and not cpu_conv_gemm.prefers_onednn(
+                _conv_comp(module)):
+            from hlofuse.codegen.kernels import cpu_conv_features
+
+            try:
+                cpu_conv_features.FEATURE_VECTORS = False
+                scalar_exe = hlofuse.compile(hlofuse.parse_hlo(text), cache=False)
+            finally:
+                cpu_conv_features.FEATURE_VECTORS = True
+            same = np.asarray(scalar_exe(*args)).tobytes() == results["ours"].tobytes()
+            assert same, f"{name}: the feature-vector and scalar direct kernels differ"
+            calls["scalar"] = lambda e=scalar_exe: e(*args)
         calls["sgemm"] = Sgemm(m, n, k, opts.threads)
         calls["peak"] = peak
         flops = {p: 2.0 * m * n * k for p in calls}
@@ -279,7 +294,9 @@ def main(argv=None) -> int:
               f"{least.get('dnnl', float('nan')) * 1e6:8.1f} {least['sgemm'] * 1e6:8.1f} {gf['ours']:7.1f} "
               f"{d:7.1f} {gf['sgemm']:8.1f} {gf['peak']:7.1f} {gf['ours'] / gf['sgemm']:5.2f} "
               f"{gf['ours'] / gf['peak']:5.2f} {least.get('bare', float('nan')) * 1e6:7.1f} {least.get('rows', float('nan')) * 1e6:7.1f} {med['ours'] * 1e6:6.0f}/{med.get('dnnl', float('nan')) * 1e6:6.0f}"
-              f"/{med['sgemm'] * 1e6:6.0f}", flush=True)
+              f"/{med['sgemm'] * 1e6:6.0f}" + (f"  ours/scalar {least['ours'] / least['scalar']:.3f} least, "
+                                               f"{med['ours'] / med['scalar']:.3f} median" if "scalar" in least else ""),
+              flush=True)
     print(f"load {os.getloadavg()}")
     return 0
 

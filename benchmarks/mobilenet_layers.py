@@ -6,6 +6,7 @@ Run (needs jax and the `iree` extra):
 
     HLOFUSE_CPU_THREADS=1 python benchmarks/mobilenet_layers.py [--layers a,b] [--rounds 7] [--threads 1]
     HLOFUSE_CPU_THREADS=1 python benchmarks/mobilenet_layers.py --vector-ab [--layers a,b] [--rounds 15]
+    HLOFUSE_CPU_THREADS=1 python benchmarks/mobilenet_layers.py --features-ab [--layers a,b] [--call-time]
 
 Each layer is a JAX function as keras's MobileNetV2 (8 images of 160x160) computes it: a
 depthwise 3x3 (stride 2 after keras's zero padding), a 1x1 expansion (batch norm, relu6) or
@@ -24,6 +25,11 @@ the same output bits, LLVM CPU milliseconds of each kernel (compiled alone on th
 of 3), and kernel time per call (least and median of interleaved rounds; CPU time with one
 thread), with a second compile of the vector kernel as a control: identical code, whose ratio
 shows what placement and the machine alone make of the comparison (up to 8% at load 4.5).
+`--features-ab` does the same for the dense layers (stem, 1x1 expansions and projections) that
+run the direct kernel, whose feature loop is emitted as vectors (cpu_conv_features.py) or left
+to LLVM (`FEATURE_VECTORS` off); `--call-time` times whole calls (CPU time) instead of the
+kernels alone (the per-step profile, whose own timers move single figures by up to 30% on a
+loaded machine).
 """
 from __future__ import annotations
 
@@ -137,40 +143,75 @@ def _llvm_ms(exe) -> float:
     return 1e3 * best
 
 
-def vector_ab(names: list[str], rounds: int) -> None:
-    """The `--vector-ab` table (module docstring) for depthwise layers `names`."""
+class _Scalar:
+    """Within it, the kernels of `kind` ("dw": depthwise channel vectors, cpu_conv_vector.py;
+    "dense": feature vectors, cpu_conv_features.py) are compiled with the scalar loop LLVM
+    vectorises."""
+
+    def __init__(self, kind: str) -> None:
+        self.kind = kind
+
+    def __enter__(self) -> None:
+        from hlofuse.codegen.kernels import cpu_conv, cpu_conv_features
+
+        if self.kind == "dw":
+            self.saved = cpu_conv.channel_lanes
+            cpu_conv.channel_lanes = lambda geo, target: None
+        else:
+            self.saved = cpu_conv_features.FEATURE_VECTORS
+            cpu_conv_features.FEATURE_VECTORS = False
+
+    def __exit__(self, *exc) -> None:
+        from hlofuse.codegen.kernels import cpu_conv, cpu_conv_features
+
+        if self.kind == "dw":
+            cpu_conv.channel_lanes = self.saved
+        else:
+            cpu_conv_features.FEATURE_VECTORS = self.saved
+
+
+def _call_seconds(exe, args: list, runs: int) -> float:
+    """CPU seconds per whole call of `exe` (one thread: the process's CPU time)."""
+    start = time.process_time()
+    for _ in range(runs):
+        exe(*args)
+    return (time.process_time() - start) / runs
+
+
+def vector_ab(names: list[str], rounds: int, kind: str = "dw", call_time: bool = False) -> None:
+    """The `--vector-ab` table (module docstring) for layers `names`: depthwise (`kind` "dw") or
+    dense ones (`kind` "dense", `--features-ab`)."""
     import jax
     import numpy as np
 
     import hlofuse
-    from hlofuse.codegen.kernels import cpu_conv
 
     print(f"load average before: {os.getloadavg()}")
-    print(f"{'layer':22s} {'bits':5s} {'LLVM ms vec':>11s} {'scalar':>7s} {'kernel us vec':>13s} {'scalar':>7s} "
+    print(f"{'layer':22s} {'bits':5s} {'LLVM ms vec':>11s} {'scalar':>7s} {'us vec':>13s} {'scalar':>7s} "
           f"{'vec/scalar least':>16s} {'median':>6s} {'vec/control least':>17s} {'median':>6s}")
-    lanes = cpu_conv.channel_lanes
+    timer = _call_seconds if call_time else kernel_seconds
     for name in names:
         fn, args = layer(*LAYERS[name])
         text = jax.jit(fn).lower(*args).as_text(dialect="hlo")
         exes = {}
         for side in ("vec", "scalar", "control"):
-            cpu_conv.channel_lanes = lanes if side != "scalar" else (lambda geo, target: None)
-            try:
+            if side == "scalar":
+                with _Scalar(kind):
+                    exes[side] = hlofuse.compile(hlofuse.parse_hlo(text), target="cpu", cache=False)
+            else:
                 exes[side] = hlofuse.compile(hlofuse.parse_hlo(text), target="cpu", cache=False)
-            finally:
-                cpu_conv.channel_lanes = lanes
+        if "conv" not in [k.custom for k in exes["vec"].program._planner.kernels]:
+            print(f"{name:22s} not a direct kernel (the GEMM kernel runs it)")
+            continue
         outs = {k: np.asarray(e(*args)[0]) for k, e in exes.items()}
         same = outs["vec"].tobytes() == outs["scalar"].tobytes() == outs["control"].tobytes()
         llvm = {"vec": _llvm_ms(exes["vec"])}
-        cpu_conv.channel_lanes = lambda geo, target: None
-        try:
+        with _Scalar(kind):
             llvm["scalar"] = _llvm_ms(exes["scalar"])
-        finally:
-            cpu_conv.channel_lanes = lanes
         times: dict[str, list[float]] = {k: [] for k in exes}
         for r in range(rounds):
             for k in (("vec", "scalar", "control") if r % 2 == 0 else ("control", "scalar", "vec")):
-                times[k].append(kernel_seconds(exes[k], args, 5))
+                times[k].append(timer(exes[k], args, 5))
         least = {k: min(v) for k, v in times.items()}
         med = {k: statistics.median(v) for k, v in times.items()}
         print(f"{name:22s} {str(same):5s} {llvm['vec']:11.1f} {llvm['scalar']:7.1f} {med['vec'] * 1e6:13.1f} "
@@ -188,9 +229,14 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--vector-ab", action="store_true", help="depthwise kernels: vector channel loop against scalar")
+    parser.add_argument("--features-ab", action="store_true", help="dense direct kernels: feature vectors against scalar")
+    parser.add_argument("--call-time", action="store_true", help="with --*-ab: whole calls' CPU time, not the kernels'")
     a = parser.parse_args()
-    if a.vector_ab:
-        vector_ab([n for n in (a.layers.split(",") if a.layers else LAYERS) if LAYERS[n][0] == "dw"], a.rounds)
+    if a.vector_ab or a.features_ab:
+        dense = {"stem", "proj", "expand"}
+        names = [n for n in (a.layers.split(",") if a.layers else LAYERS)
+                 if (LAYERS[n][0] in dense) == bool(a.features_ab)]
+        vector_ab(names, a.rounds, "dense" if a.features_ab else "dw", a.call_time)
         return
     note = iree_status()
     if note is not None:

@@ -42,3 +42,17 @@ def test_vector_ab_compares_the_same_bits(monkeypatch, capsys):
     row = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("dw tiny"))
     fields = row.split()
     assert fields[2] == "True" and all(float(f) > 0 for f in fields[3:7]), row
+
+
+def test_features_ab_compares_the_same_bits(monkeypatch, capsys):
+    """--features-ab on a small stem layer (the direct kernel with feature vectors against the
+    scalar feature loop), kernel and call times: the three kernels agree bit for bit, and each
+    side has an LLVM time and a time; a layer the GEMM kernel runs is named and skipped."""
+    monkeypatch.setitem(ml.LAYERS, "stem tiny", ("stem", 12, 3, 32, 2))
+    monkeypatch.setitem(ml.LAYERS, "exp tiny", ("expand", 4, 24, 144, 1))
+    for call_time in (False, True):
+        ml.vector_ab(["stem tiny", "exp tiny"], rounds=1, kind="dense", call_time=call_time)
+        out = capsys.readouterr().out.splitlines()
+        fields = next(line for line in out if line.startswith("stem tiny")).split()
+        assert fields[2] == "True" and all(float(f) > 0 for f in fields[3:7]), fields
+        assert any(line.startswith("exp tiny") and "not a direct kernel" in line for line in out), out
