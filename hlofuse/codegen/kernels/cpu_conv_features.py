@@ -183,8 +183,15 @@ class FeatureAccumulators:
         def term(j) -> None:
             xs = [None if t is None else load(t, j) for t in taps]
             wj = em.add(woff, em.mul(j, geo.w_in), gbase)
-            wvs = [load_vector(b, em.w, em.add(wj, off), w) if w > 1 else em.load(em.w, em.add(wj, off), geo.rhs_type)
-                   for off, w in self.pieces]
+            wvs: dict[int, ir.Value] = {}
+
+            def weights(i: int) -> ir.Value:  # loaded where first used: 6 vectors live at once spilled
+                if i not in wvs:
+                    off, w = self.pieces[i]
+                    wvs[i] = (load_vector(b, em.w, em.add(wj, off), w) if w > 1
+                              else em.load(em.w, em.add(wj, off), geo.rhs_type))
+                return wvs[i]
+
             pairs = [(i, c) for i in range(len(self.pieces)) for c in range(len(xs))]
             if masked:
                 # Positions outermost in the border's copy: the same terms per accumulator, but
@@ -197,7 +204,7 @@ class FeatureAccumulators:
                 w = self.pieces[i][1]
                 slot = self.slots[c][i]
                 acc = b.load(slot, align=self.align)
-                b.store(b.fadd(acc, b.fmul(self._splat(xs[c], w), wvs[i])), slot, align=self.align)
+                b.store(b.fadd(acc, b.fmul(self._splat(xs[c], w), weights(i))), slot, align=self.align)
 
         inputs = geo.group_inputs
         if inputs <= INPUTS_STRAIGHT:
