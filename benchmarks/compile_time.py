@@ -266,7 +266,7 @@ def opt_level_rows(texts: dict[str, tuple[str, list | None]], kinds: tuple[str, 
             args = random_inputs(module, seed=1) if args is None else args
             exes, llvm = {}, {}
             for level in (3, 2):
-                cpu.speed_level = lambda k, level=level: level if kinds is None or kernel_kind(k) in kinds else 3
+                cpu.speed_level = lambda k, once=False, level=level: level if kinds is None or kernel_kind(k) in kinds else 3
                 exe = hlofuse.compile(module, "cpu", cache=False)
                 t = exe.program.code.timings
                 exes[level], llvm[level] = exe, t.get("llvm optimization", 0.0) + t.get("code generation", 0.0)
@@ -342,9 +342,10 @@ def kind_rows(texts: dict[str, str], variants: bool = False) -> None:
 
     import hlofuse
     from hlofuse.codegen.cpu import CpuCode, CpuPlanner, distinct_kernels, emit_kernel_module
+    from hlofuse.codegen.kernel_work import once_kernels
     from hlofuse.compiler import optimize
-    from hlofuse.codegen.llvm_pool import KERNEL_CODEGEN_LEVEL, target_machine
-    from hlofuse.emitters.cpu.target import CpuTarget, optimized_module
+    from hlofuse.codegen.llvm_pool import codegen_level, optimized_kernel, target_machine
+    from hlofuse.emitters.cpu.target import CpuTarget
 
     target = CpuTarget()
     for name, text in texts.items():
@@ -353,14 +354,14 @@ def kind_rows(texts: dict[str, str], variants: bool = False) -> None:
         code = CpuCode(fused, planner)
         planner.plan(fused.entry)
         kinds: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
-        for o in distinct_kernels(code.kernels, target):
+        for o in distinct_kernels(code.kernels, target, once_kernels(planner, fused.entry)):
             c = kinds[kernel_kind(o.kernels[0])]
             t0 = time.process_time()
             ir_text = str(emit_kernel_module(o.kernels[0], target, o.symbol))
             t1 = time.process_time()
-            mod = optimized_module(ir_text, o.speed_level)
+            mod = optimized_kernel(ir_text, o.speed_level)
             t2 = time.process_time()
-            target_machine(KERNEL_CODEGEN_LEVEL).emit_object(mod)  # as kernels are compiled
+            target_machine(codegen_level(o.speed_level)).emit_object(mod)  # as kernels are compiled
             t3 = time.process_time()
             c["kernels"] += 1
             c["emit"] += t1 - t0
@@ -369,7 +370,7 @@ def kind_rows(texts: dict[str, str], variants: bool = False) -> None:
             c["ir_in"] += _instructions(llvm.parse_assembly(ir_text))
             c["ir_out"] += _instructions(mod)
             for vname, options in PIPELINE_VARIANTS.items() if variants else ():
-                seconds, count = variant_llvm(ir_text, o.speed_level, options)
+                seconds, count = variant_llvm(ir_text, 3, options)  # variants of O3, whatever its level
                 c[vname] += seconds
                 c[vname + " ir"] += count
         total = sum(c["opt"] + c["codegen"] for c in kinds.values())
@@ -394,6 +395,7 @@ def group_rows(texts: dict[str, str], sizes: tuple[int, ...] = (1, 4, 8, 16), ro
     import hlofuse
     from hlofuse.codegen import cpu, llvm_pool
     from hlofuse.codegen.cpu import CpuCode, CpuPlanner, distinct_kernels, kernel_groups
+    from hlofuse.codegen.kernel_work import once_kernels
     from hlofuse.compiler import optimize
     from hlofuse.emitters.cpu.target import CpuTarget
 
@@ -406,7 +408,7 @@ def group_rows(texts: dict[str, str], sizes: tuple[int, ...] = (1, 4, 8, 16), ro
             planner = CpuPlanner()
             code = CpuCode(fused, planner)
             planner.plan(fused.entry)
-            objects = distinct_kernels(code.kernels, target)
+            objects = distinct_kernels(code.kernels, target, once_kernels(planner, fused.entry))
             seconds: dict[int, list[float]] = {n: [] for n in sizes}
             for r in range(rounds):
                 for n in (sizes if r % 2 == 0 else sizes[::-1]):

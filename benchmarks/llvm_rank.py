@@ -2,7 +2,7 @@
 goes to, and which cost the most per emitted instruction (the pathologies).
 
     python benchmarks/llvm_rank.py [--models NAME,... | --hlo F.hlo,...] [--top 25] [--passes 8]
-                                   [--copies 5] [--release /usr/lib/llvm-22/bin] [--json OUT]
+                                   [--copies 5] [--release /usr/lib/llvm-22/bin] [--levels] [--json OUT]
 
 Each kernel is compiled alone on this thread as hlofuse compiles kernels
 (codegen/llvm_pool.compile_timed: parse, the O3 pipeline, code generation), its CPU
@@ -11,6 +11,10 @@ passes (llvm.set_time_passes: user time summed over a pass's runs; machine passe
 `--copies N` compiles each of the N slowest kernels under SMALL instructions as 1, 2, 4 and 8
 copies in one module and fits LLVM's CPU time as a cost per module plus one per function
 (kernels are compiled in groups, codegen/cpu.py: only the first is shared by a group);
+`--levels` compiles every kernel at O3 and at the small level (llvm_pool.SMALL_KERNEL), the two
+alternating, and tabulates by work (codegen/kernel_work.kernel_work_ns, kernels that run once
+per execution) how much of LLVM's O3 time sits in kernels under each of WORK_THRESHOLDS_NS and
+what the small level saves of it;
 `--release DIR` also compiles each kernel with the `opt` and `llc` of DIR (a release build of
 the same LLVM, e.g. Debian's llvm-22: assertions off) at the same levels for the same CPU, and
 gives their CPU time (a process each, its start subtracted) and their passes' time
@@ -61,6 +65,28 @@ def report_ms(report: str) -> dict[str, float]:
             name = re.sub(r" #\d+$", "", m.group(2).strip())
             out[name] = out.get(name, 0.0) + 1e3 * float(m.group(1))
     return out
+
+
+# Work thresholds (estimated one-thread ns per call, codegen/kernel_work.py) `--levels` tabulates.
+WORK_THRESHOLDS_NS = (1_000, 2_000, 5_000, 10_000, 20_000, 50_000)
+
+
+def level_rows(rows: list[dict]) -> None:
+    """Print, for each of WORK_THRESHOLDS_NS, the kernels that run once per execution under it
+    (`rows` from rank_rows with `levels`): how many, their O3 LLVM ms and share of all kernels'
+    O3 ms, and what compiling them at the small level saves (in all and per module)."""
+    total = sum(r["o3_ms"] for r in rows)
+    modules = list(dict.fromkeys(r["module"] for r in rows))
+    print(f"-- by work: kernels that run once, under each threshold (all {len(rows)} kernels at O3: "
+          f"{total / 1e3:.2f} CPU-s)")
+    for limit in WORK_THRESHOLDS_NS:
+        under = [r for r in rows if r["once"] and r["work_ns"] < limit]
+        o3, saved = sum(r["o3_ms"] for r in under), sum(r["o3_ms"] - r["small_ms"] for r in under)
+        per = "  ".join(f"{m[:14]} {100 * sum(r['o3_ms'] - r['small_ms'] for r in under if r['module'] == m) / max(sum(r['o3_ms'] for r in rows if r['module'] == m), 1e-9):.0f}%"
+                        for m in modules)
+        print(f"  < {limit:6d} ns: {len(under):4d} kernels, O3 {o3 / 1e3:6.2f} s ({100 * o3 / max(total, 1e-9):4.1f}%), "
+              f"small level saves {saved / 1e3:5.2f} s ({100 * saved / max(total, 1e-9):4.1f}%); per module: {per}",
+              flush=True)
 
 
 # Kernels of fewer emitted instructions than this are "small" for `--copies`.
@@ -170,19 +196,23 @@ class ReleaseTools:
 
 
 def rank_rows(texts: dict[str, str], top: int = 25, passes: int = 0, copies: int = 0,
-              release: str | None = None) -> list[dict]:
+              release: str | None = None, levels: bool = False) -> list[dict]:
     """Every distinct kernel of every module (name -> HLO text), compiled alone on this thread
     as kernels are (codegen/llvm_pool.compile_timed), ranked by LLVM CPU milliseconds (parse +
     optimize, code generation) and by milliseconds per emitted instruction; prints the `top`
     of each list (`passes` > 0: also each listed kernel's slowest passes; `copies` > 0: the
     per-module and per-function fit of the `copies` slowest small kernels; `release`: a directory
-    of release `opt` and `llc` to time beside llvmlite, `ReleaseTools`) and returns the rows."""
+    of release `opt` and `llc` to time beside llvmlite, `ReleaseTools`; `levels`: each kernel
+    also at O3 and at the small level, `level_rows`) and returns the rows. Each kernel is
+    compiled at its own level (codegen/kernel_work.py); a row has its work estimate and whether
+    it runs once per execution."""
     import llvmlite.binding as llvm
 
     import hlofuse
     from compile_time import _instructions, kernel_kind
     from hlofuse.codegen.cpu import CpuCode, CpuPlanner, distinct_kernels, emit_kernel_module
-    from hlofuse.codegen.llvm_pool import compile_timed
+    from hlofuse.codegen.kernel_work import kernel_work_ns, once_kernels
+    from hlofuse.codegen.llvm_pool import SMALL_KERNEL, compile_timed
     from hlofuse.compiler import optimize
     from hlofuse.emitters.cpu.target import CpuTarget
 
@@ -194,7 +224,8 @@ def rank_rows(texts: dict[str, str], top: int = 25, passes: int = 0, copies: int
         planner = CpuPlanner()
         code = CpuCode(fused, planner)
         planner.plan(fused.entry)
-        for o in distinct_kernels(code.kernels, target):
+        once = once_kernels(planner, fused.entry)
+        for o in distinct_kernels(code.kernels, target, once):
             k = o.kernels[0]
             ir_text = str(emit_kernel_module(k, target, o.symbol))
             t0 = time.process_time()
@@ -203,12 +234,20 @@ def rank_rows(texts: dict[str, str], top: int = 25, passes: int = 0, copies: int
             emitted = _instructions(llvm.parse_assembly(ir_text))
             rows.append({"module": name, "kernel": k.name, "kind": kernel_kind(k), "uses": len(o.kernels),
                          "ir_in": emitted, "ms": 1e3 * cpu, "opt_ms": 1e3 * opt, "codegen_ms": 1e3 * gen,
-                         "ir_text": ir_text, "level": o.speed_level})
+                         "ir_text": ir_text, "level": o.speed_level, "work_ns": kernel_work_ns(k),
+                         "once": id(k) in once})
+            if levels:  # the two levels alternate in order from kernel to kernel
+                for level in ((3, SMALL_KERNEL) if len(rows) % 2 else (SMALL_KERNEL, 3)):
+                    t0 = time.process_time()
+                    compile_timed(ir_text, level)
+                    rows[-1]["o3_ms" if level == 3 else "small_ms"] = 1e3 * (time.process_time() - t0)
             if tools is not None:
                 seconds, release_obj = tools.compile(ir_text)
                 rows[-1]["release_ms"] = 1e3 * seconds
-                rows[-1]["same_code"] = _text_section(obj) == _text_section(release_obj)
-                rows[-1]["pass_ms"] = sum(pass_times(ir_text, o.speed_level).values())
+                # the release tools run O3: compared with llvmlite at O3, whatever the kernel's level
+                obj3 = obj if o.speed_level == 3 else compile_timed(ir_text, 3)[0]
+                rows[-1]["same_code"] = _text_section(obj3) == _text_section(release_obj)
+                rows[-1]["pass_ms"] = sum(pass_times(ir_text, 3).values())
                 rows[-1]["release_pass_ms"] = sum(tools.pass_ms(ir_text).values())
     total = sum(r["ms"] for r in rows)
     print(f"{len(rows)} distinct kernels, LLVM {total / 1e3:.2f} CPU-s")
@@ -240,6 +279,8 @@ def rank_rows(texts: dict[str, str], top: int = 25, passes: int = 0, copies: int
             print(f"  {r['module'][:22]:22s} {r['kernel'][:28]:28s} {r['ir_in']:4d} instr  "
                   + " ".join(f"x{n} {v:6.1f}" for n, v in ms.items())
                   + f" ms  -> {fixed:5.1f} ms a module + {per:5.1f} ms a function", flush=True)
+    if levels:
+        level_rows(rows)
     for r in rows:
         del r["ir_text"]
     return rows
@@ -257,10 +298,13 @@ def main(argv: list[str] | None = None) -> int:
                     help="fit per-module and per-function LLVM time of the N slowest small kernels")
     ap.add_argument("--release", metavar="DIR",
                     help="also time each kernel with DIR's opt and llc (a release build of the same LLVM)")
+    ap.add_argument("--levels", action="store_true",
+                    help="also every kernel at O3 and at the small level: LLVM time by work threshold")
     ap.add_argument("--json", help="write every kernel's row here")
     args = ap.parse_args(argv)
     print(f"load average {os.getloadavg()}, {os.cpu_count()} cores")
-    rows = rank_rows(module_texts(args.models, args.hlo), args.top, args.passes, args.copies, args.release)
+    rows = rank_rows(module_texts(args.models, args.hlo), args.top, args.passes, args.copies, args.release,
+                     args.levels)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=1)

@@ -114,17 +114,19 @@ def _plan(fused, target: str):
 
 def _cpu_kernels(w: _Writer, program) -> None:
     """Each kernel's LLVM IR as emitted, optimized at its level, and the host assembly."""
-    from .codegen.cpu import emit_kernel_module, speed_level
-    from .emitters.cpu.target import CpuTarget, host_target_machine, optimized_module
+    from .codegen.cpu import emit_kernel_module
+    from .codegen.llvm_pool import codegen_level, level_tag, optimized_kernel, target_machine
+    from .emitters.cpu.target import CpuTarget
 
     target = CpuTarget()
-    machine = host_target_machine()
     for k in program.kernels:
         text = str(emit_kernel_module(k, target, k.name))
         w.write(f"kernel.{k.name}.unoptimized.ll", text, f"kernel {k.name}: LLVM IR as emitted")
-        optimized = optimized_module(text, speed_level(k))
-        w.write(f"kernel.{k.name}.ll", str(optimized), f"kernel {k.name}: LLVM IR optimized (O{speed_level(k)})")
-        w.write(f"kernel.{k.name}.s", machine.emit_assembly(optimized), f"kernel {k.name}: host assembly")
+        level = program.kernel_level(k)
+        optimized = optimized_kernel(text, level)
+        w.write(f"kernel.{k.name}.ll", str(optimized), f"kernel {k.name}: LLVM IR optimized ({level_tag(level)})")
+        w.write(f"kernel.{k.name}.s", target_machine(codegen_level(level)).emit_assembly(optimized),
+                f"kernel {k.name}: host assembly")
 
 
 def _cpu_driver(w: _Writer, program) -> None:

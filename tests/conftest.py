@@ -43,3 +43,13 @@ def _module_cache_off_under_monkeypatch(request):
     if "monkeypatch" in request.fixturenames:
         request.getfixturevalue("monkeypatch").setenv("HLOFUSE_MODULE_CACHE", "0")
     yield
+
+
+@pytest.fixture
+def kernels_at_o3(monkeypatch):
+    """Every kernel compiled at O3: codegen/kernel_work.py compiles a kernel of negligible work
+    at a cheap level without vector loops, and the small kernels of tests that read what O3
+    makes of the emitters' code (vector bodies, interleaving, golden IR) are such kernels."""
+    from hlofuse.codegen import kernel_work
+
+    monkeypatch.setattr(kernel_work, "SMALL_KERNEL_NS", 0.0)

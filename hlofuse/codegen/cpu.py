@@ -19,7 +19,7 @@ import gc
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Callable, Iterator
+from typing import Callable, Collection, Iterator
 
 import llvmlite.binding as llvm
 from llvmlite import ir
@@ -31,6 +31,7 @@ from . import llvm_pool
 from .cache import CompileCache, cache_key, memory_cache
 from .driver import compile_driver
 from .kernel_key import kernel_text
+from .kernel_work import kernel_level, once_kernels
 from .kernels.args import output_leaves, param_leaf_count
 from .kernels.cpu_gemm import dot_computation, emit_gemm_kernel, plan_dot, runs_dot_fusion
 from .kernels.cpu_custom import CUSTOM_KERNEL_EMITTERS, custom_computation, plan_custom, runs_custom_fusion
@@ -147,17 +148,20 @@ def kernel_symbol(key: str) -> str:
     return "hlofuse_kernel_" + key
 
 
-def speed_level(kernel: KernelPlan) -> int:
-    """The LLVM optimization level of `kernel`: O3 for every kind, as measured
-    (`benchmarks/compile_time.py --opt-levels`, one thread, interleaved medians, load ~4 on 2
-    cores): O2 runs column reductions 2.3x slower and the flax MNIST CNN's convolutions 1.26x
-    slower, ties elsewhere (loops, row reductions, softmax, attention, scatter: 0.93-1.06x),
-    and saves an inconsistent 0-35% of LLVM's time (ResNet-50's convolutions 35%, MobileNetV2's
-    none), so no kind is worth the risk of a slower kernel. Over 408 distinct kernels of eight
+def speed_level(kernel: KernelPlan, once: bool = False) -> int:
+    """The LLVM speed level of `kernel` (codegen/kernel_work.kernel_level): llvm_pool.SMALL_KERNEL
+    (a cheap pipeline and code generator) for a kernel that runs once per execution (`once`,
+    kernel_work.once_kernels) and whose estimated time is negligible, else O3.
+
+    O3 for every other kernel, as measured (`benchmarks/compile_time.py --opt-levels`, one
+    thread, interleaved medians, load ~4 on 2 cores): O2 runs column reductions 2.3x slower and
+    the flax MNIST CNN's convolutions 1.26x slower, ties elsewhere (loops, row reductions,
+    softmax, attention, scatter: 0.93-1.06x), and saves an inconsistent 0-35% of LLVM's time
+    (ResNet-50's convolutions 35%, MobileNetV2's none). Over 408 distinct kernels of eight
     models O2 saved 10% of LLVM's CPU time (direct convolutions 22%, loops 7%); XLA:CPU's
     pipeline, O3 without the SLP vectorizer, saved nothing (docs/compile_time.md, "How XLA:CPU
     runs LLVM")."""
-    return 3
+    return kernel_level(kernel, once)
 
 
 # Emitters of custom kernels (KernelPlan.custom names one): each fills a CPU kernel skeleton.
@@ -234,6 +238,7 @@ class CpuCode(Program):
     native: NativeProgram | None = None  # the schedule as the native driver runs it
     driver_object: bytes = field(default=b"", repr=False)  # the driver's object code
     _llvm_ir: str | None = None
+    _once: set[int] | None = None  # kernel_work.once_kernels, for `kernel_level` before compiling
 
     @property
     def cache_hit(self) -> bool:
@@ -249,26 +254,46 @@ class CpuCode(Program):
         """The optimized LLVM IR of every kernel, under the kernels' names, as one module
         (re-emitted and optimized on request, at each kernel's level)."""
         if self._llvm_ir is None:
-            target = CpuTarget()
-            linked = llvm.parse_assembly(str(_new_module(self.module.name, target)))
-            for k in self.kernels:
-                linked.link_in(optimized_module(str(emit_kernel_module(k, target, k.name)), speed_level(k)))
-            self._llvm_ir = str(linked)
+            self._llvm_ir = str(self._linked(self.kernels))
         return self._llvm_ir
 
     def asm(self) -> str:
-        """Host assembly of the program (the kernels' code generator level, as compiled)."""
-        tm = llvm_pool.target_machine(llvm_pool.KERNEL_CODEGEN_LEVEL)
-        return tm.emit_assembly(llvm.parse_assembly(self.llvm_ir()))
+        """Host assembly of the program: each level's kernels at that level's code generator
+        (llvm_pool.codegen_level), as compiled."""
+        by_level: dict[int, list[KernelPlan]] = {}
+        for k in self.kernels:
+            by_level.setdefault(self.kernel_level(k), []).append(k)
+        return "".join(llvm_pool.target_machine(llvm_pool.codegen_level(level)).emit_assembly(self._linked(ks))
+                       for level, ks in sorted(by_level.items()))
+
+    def kernel_level(self, kernel: KernelPlan) -> int:
+        """The speed level `kernel` is compiled at (its distinct kernel's, once compiled)."""
+        for o in self.objects:
+            if any(k is kernel for k in o.kernels):
+                return o.speed_level
+        if self._once is None:
+            self._once = once_kernels(self.planner, self.module.entry)
+        return speed_level(kernel, id(kernel) in self._once)
+
+    def _linked(self, kernels: list[KernelPlan]) -> llvm.ModuleRef:
+        """`kernels` emitted and optimized each at its level, linked into one module."""
+        target = CpuTarget()
+        linked = llvm.parse_assembly(str(_new_module(self.module.name, target)))
+        for k in kernels:
+            linked.link_in(llvm_pool.optimized_kernel(str(emit_kernel_module(k, target, k.name)), self.kernel_level(k)))
+        return linked
 
 
-def distinct_kernels(kernels: list[KernelPlan], target) -> list[KernelObject]:
-    """The program's kernels grouped by cache key (structurally identical kernels share one)."""
+def distinct_kernels(kernels: list[KernelPlan], target, once: Collection[int] = frozenset()) -> list[KernelObject]:
+    """The program's kernels grouped by cache key (structurally identical kernels share one).
+    `once`: the ids of the kernels that run once per execution (kernel_work.once_kernels; only
+    those may get the small level, `speed_level`); by default none. The key holds the level's
+    tag (llvm_pool.level_tag), so one kernel at two levels is two distinct kernels."""
     fingerprint = target.fingerprint()
     found: dict[str, KernelObject] = {}
     for k in kernels:
-        level = speed_level(k)
-        key = cache_key(f"O{level}\n" + kernel_text(k), fingerprint)
+        level = speed_level(k, id(k) in once)
+        key = cache_key(llvm_pool.level_tag(level) + "\n" + kernel_text(k), fingerprint)
         obj = found.get(key)
         if obj is None:
             obj = found[key] = KernelObject(key, kernel_symbol(key), [], level)
@@ -425,7 +450,7 @@ def _compile_cpu(fused_module: HloModule, cache_dir, log, cache: bool) -> CpuCod
     code = CpuCode(fused_module, planner)
     planner.plan(fused_module.entry)  # and every computation the entry runs
     target = CpuTarget()
-    code.objects = distinct_kernels(code.kernels, target)
+    code.objects = distinct_kernels(code.kernels, target, once_kernels(planner, fused_module.entry))
     code.symbols = {k.name: o.symbol for o in code.objects for k in o.kernels}
     now = time.perf_counter()
     code.timings["planning"] = now - start

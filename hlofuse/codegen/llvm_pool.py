@@ -173,6 +173,7 @@ def _warm() -> None:
         from ..emitters.cpu.target import host_target_machine
 
         target_machine(KERNEL_CODEGEN_LEVEL)
+        target_machine(SMALL_CODEGEN_LEVEL)
         target_machine(UNOPTIMIZED)
         host_target_machine()
     except Exception:  # noqa: BLE001 - reported by the first task instead
@@ -241,13 +242,47 @@ UNOPTIMIZED = 0
 # load 2.5-4), so kernels keep the full code generator (docs/compile_time.md).
 KERNEL_CODEGEN_LEVEL = 3
 
+# The speed level of a kernel whose run time is negligible however it is compiled
+# (codegen/kernel_work.py decides which): LLVM's O1 pipeline without loop vectorization,
+# interleaving, unrolling or SLP (SMALL_PIPELINE), then the code generator at
+# SMALL_CODEGEN_LEVEL (0: LLVM's fast instruction selector and register allocator). At O3 such a
+# kernel costs LLVM 5-20 ms (a vector body interleaved 4-8 times, a vector epilogue and a scalar
+# remainder, then instruction selection over all of it) to save a few microseconds. Measured
+# over the distinct kernels of eight models (LLVM CPU-s of the kernels under 2 us of work, each
+# compiled alone, load 2.8-3.7): O3 0.99 s; this pipeline with code generator level 1: 0.47;
+# with level 0: 0.28; O2 the same way: 0.50 / 0.31; O1 with the vectorizer on: 0.87. Level 0 cost
+# no more run time than level 1 at this threshold (benchmarks/small_level_ab.py); above it, the
+# scalar code's cost grows fast (docs/compile_time.md, "Small kernels at a small level").
+SMALL_KERNEL = 1
+# PipelineTuningOptions of SMALL_KERNEL's middle end (its speed level, then attributes set).
+SMALL_PIPELINE = {"speed_level": 1, "loop_vectorization": False, "slp_vectorization": False,
+                  "loop_unrolling": False, "loop_interleaving": False}
+SMALL_CODEGEN_LEVEL = 0
+
+
+def codegen_level(speed_level: int) -> int:
+    """The code generator's level for a module optimized at `speed_level` (UNOPTIMIZED: 0;
+    SMALL_KERNEL: SMALL_CODEGEN_LEVEL; an O-level: KERNEL_CODEGEN_LEVEL)."""
+    if speed_level == UNOPTIMIZED:
+        return 0
+    return SMALL_CODEGEN_LEVEL if speed_level == SMALL_KERNEL else KERNEL_CODEGEN_LEVEL
+
+
+def level_tag(speed_level: int) -> str:
+    """How `speed_level` compiles, as text for a kernel's cache key: the O-level, or for
+    SMALL_KERNEL its pipeline and code generator level (so a change of either is a new key)."""
+    if speed_level != SMALL_KERNEL:
+        return f"O{speed_level}"
+    options = ",".join(f"{k}={v}" for k, v in SMALL_PIPELINE.items())
+    return f"small[{options};codegen={SMALL_CODEGEN_LEVEL}]"
+
 
 @functools.lru_cache(maxsize=None)
 def target_machine(codegen_level: int):
     """The host's target machine (its CPU name and features) with LLVM's code generator at
     `codegen_level` (0: fast instruction selection and register allocation, for UNOPTIMIZED;
-    KERNEL_CODEGEN_LEVEL for kernels). One per level and process, shared: never give it to an
-    execution engine, which takes ownership."""
+    KERNEL_CODEGEN_LEVEL for kernels, SMALL_CODEGEN_LEVEL for small ones). One per level and
+    process, shared: never give it to an execution engine, which takes ownership."""
     import llvmlite.binding as llvm
 
     from ..emitters.cpu.target import host_cpu
@@ -259,26 +294,47 @@ def target_machine(codegen_level: int):
 
 def target_machines() -> int:
     """How many target machines this process has made (`target_machine`'s levels): a worker
-    has made both before its first task (`_warm`)."""
+    has made its kernels' and the driver's before its first task (`_warm`)."""
     return target_machine.cache_info().currsize
+
+
+def optimized_kernel(text: str, speed_level: int):
+    """Kernel IR `text` parsed, verified and optimized at `speed_level` (an llvmlite ModuleRef):
+    the O-level's pipeline (emitters/cpu/target.optimized_module) or, for SMALL_KERNEL,
+    SMALL_PIPELINE."""
+    import llvmlite.binding as llvm
+
+    from ..emitters.cpu.target import apply_codegen_options, host_target_machine, optimized_module
+
+    if speed_level != SMALL_KERNEL:
+        return optimized_module(text, speed_level)
+    llmod = llvm.parse_assembly(text)
+    llmod.verify()
+    apply_codegen_options()
+    options = dict(SMALL_PIPELINE)
+    pto = llvm.create_pipeline_tuning_options(speed_level=options.pop("speed_level"))
+    for name, value in options.items():
+        setattr(pto, name, value)
+    builder = llvm.create_pass_builder(host_target_machine(), pto)
+    builder.getModulePassManager().run(llmod, builder)
+    return llmod
 
 
 def compile_timed(text: str, speed_level: int) -> tuple[bytes, float, float]:
     """Object code of LLVM IR `text` at `speed_level` (UNOPTIMIZED: three passes and fast
-    instruction selection; else the O`speed_level` pipeline, emitters/cpu/target.optimized_module,
-    and the host's code generator at KERNEL_CODEGEN_LEVEL), with the seconds spent parsing and
-    optimizing, and generating code."""
+    instruction selection; else `optimized_kernel` and the host's code generator at
+    `codegen_level`), with the seconds spent parsing and optimizing, and generating code."""
     import time
 
     import llvmlite.binding as llvm
 
-    from ..emitters.cpu.target import host_target_machine, optimized_module
+    from ..emitters.cpu.target import host_target_machine
 
     start = time.perf_counter()
     if speed_level != UNOPTIMIZED:
-        llmod = optimized_module(text, speed_level)
+        llmod = optimized_kernel(text, speed_level)
         mid = time.perf_counter()
-        obj = target_machine(KERNEL_CODEGEN_LEVEL).emit_object(llmod)
+        obj = target_machine(codegen_level(speed_level)).emit_object(llmod)
         return obj, mid - start, time.perf_counter() - mid
     llmod = llvm.parse_assembly(text)
     llmod.verify()

@@ -30,6 +30,16 @@ def test_rank_rows_one_row_per_distinct_kernel(capsys):
     assert len(passes) == 2 * len(rows) and all(re.search(r"Pass [\d.]+", p) for p in passes)
 
 
+def test_levels_tabulate_small_kernels_by_work(capsys):
+    """`levels`: every row has both levels' ms, and the table has a line per threshold whose
+    kernel count is the rows that run once under it."""
+    rows = llvm_rank.rank_rows({"m": TEXT}, top=1, levels=True)
+    out = capsys.readouterr().out
+    assert all(r["o3_ms"] > 0 and r["small_ms"] > 0 and r["work_ns"] >= 0 for r in rows)
+    counts = [int(n) for n in re.findall(r"^  < +\d+ ns: +(\d+) kernels", out, re.M)]
+    assert counts == [sum(r["once"] and r["work_ns"] < t for r in rows) for t in llvm_rank.WORK_THRESHOLDS_NS]
+
+
 def test_pass_times_reads_the_report():
     from hlofuse.codegen.cpu import CpuCode, CpuPlanner, distinct_kernels, emit_kernel_module
     from hlofuse.compiler import optimize
@@ -47,7 +57,12 @@ def test_pass_times_reads_the_report():
 
 
 def test_loop_hints_ab_flips_the_switch(monkeypatch):
+    from hlofuse.codegen import kernel_work
     from hlofuse.codegen.kernels import loop_hints
+
+    # every kernel at O3: a 64-element kernel would be compiled at the small level
+    # (codegen/kernel_work.py), which has no vector loop whose tail the switch folds
+    monkeypatch.setattr(kernel_work, "SMALL_KERNEL_NS", 0.0)
 
     text = loop_hints_ab.KERNELS["tanh"].replace("NELEM", "64")
     import numpy as np

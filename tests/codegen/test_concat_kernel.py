@@ -83,6 +83,7 @@ ENTRY e {
     np.testing.assert_array_equal(got, np.concatenate(args, axis=1))
 
 
+@pytest.mark.usefixtures("kernels_at_o3")
 def test_scan_concat_reads_without_gathers():
     exe = hlofuse.compile(_module("f32", (128, 64), (128, 64), 1), target="cpu")
     ir_text = exe.program.llvm_ir()

@@ -37,6 +37,7 @@ def test_there_are_llvm_goldens_for_a_loop_a_reduction_and_a_multi_output_fusion
     assert names == ["vec_loop", "row_reduce", "multi_output_loop"]
 
 
+@pytest.mark.usefixtures("kernels_at_o3")
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
 def test_llvm_golden(case: Case):
     import llvmlite.binding as llvm

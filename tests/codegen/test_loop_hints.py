@@ -138,6 +138,7 @@ def test_loops_without_math_keep_llvms_choice(ops):
 
 
 @pytest.mark.parametrize("dims", [(64, 1000), (16, 4096), (3001,)])
+@pytest.mark.usefixtures("kernels_at_o3")
 def test_latency_bound_loops_are_interleaved_and_exact(dims):
     """A chain of transcendentals is interleaved (LLVM honours the hint: the optimized kernel
     holds at least twice the vector divides of the kernel compiled without it, where the

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 
+import pytest
 from llvmlite import ir
 
 from hlofuse.codegen.kernels.cpu_skeleton import CpuKernelSkeleton
@@ -46,6 +47,7 @@ def test_skeleton_sets_the_attribute_when_the_target_asks():
     assert "prefer-vector-width" not in _skeleton_ir(_Target(None))
 
 
+@pytest.mark.usefixtures("kernels_at_o3")
 def test_host_kernels_follow_the_host_features():
     """On this host: the attribute is in the compiled kernel exactly when LLVM reports avx512f,
     and then the kernel's vector code is <16 x float>."""

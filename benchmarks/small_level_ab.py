@@ -1,0 +1,191 @@
+"""What the small kernels' cheap LLVM level costs at run time and saves in LLVM time
+(codegen/kernel_work.py, llvm_pool.SMALL_KERNEL): each module compiled twice in this process,
+A with every kernel at O3 (kernel_work.SMALL_KERNEL_NS = 0) and B as chosen (or with
+--threshold NS, --codegen N), then
+
+- LLVM's CPU seconds (optimization + code generation, no worker process, cache off) of each,
+- B's small kernels (distinct, and calls per run),
+- whether B's outputs are A's bits, else within runtime/compare's tolerance,
+- the run time, one thread's CPU time per call, A and B interleaved (medians),
+- the steps that run B's small kernels, timed by the driver's per-step timers
+  (CpuProgram.profile) in both programs: their ms per run in A and B (`small_steps_ms`), and the
+  difference as a share of A's run time, which is what the slower code costs (steadier than
+  the difference of two whole-run medians, which on a shared machine moves by more than it).
+
+    HLOFUSE_CPU_THREADS=1 python benchmarks/small_level_ab.py --hlo F.hlo,... [--threshold NS]
+        [--codegen N] [--rounds 15] [--profile-runs 20]
+    python benchmarks/small_level_ab.py --cold --hlo F.hlo,... [--rounds 2]
+
+`--cold` instead times each module's cold compile both ways as benchmarks/compile_time.py does
+(`measure`: a fresh cache directory, the LLVM worker pool as configured), A and B alternating
+for `--rounds` rounds, with XLA:CPU's compile of the same text once: wall and CPU seconds,
+LLVM's seconds, and the ratio to XLA's (medians).
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.dirname(HERE))
+
+import numpy as np  # noqa: E402
+
+from hlofuse import compiler  # noqa: E402
+from hlofuse.codegen import kernel_work, llvm_pool  # noqa: E402
+from hlofuse.hlo.parser import parse_hlo  # noqa: E402
+from hlofuse.runtime.compare import compare_outputs  # noqa: E402
+from hlofuse.runtime.cpu_executor import CpuProgram  # noqa: E402
+from hlofuse.runtime.io import random_inputs  # noqa: E402
+
+
+def compiled(text: str, threshold_ns: float) -> tuple[CpuProgram, float]:
+    """`text` compiled (cache off) with kernel_work.SMALL_KERNEL_NS = `threshold_ns`, and LLVM's
+    seconds (optimization + code generation)."""
+    saved = kernel_work.SMALL_KERNEL_NS
+    kernel_work.SMALL_KERNEL_NS = threshold_ns
+    try:
+        fused, _ = compiler.optimize(parse_hlo(text))
+        prog = CpuProgram.compile(fused, cache=False)
+    finally:
+        kernel_work.SMALL_KERNEL_NS = saved
+    t = prog.code.timings
+    return prog, t.get("llvm optimization", 0.0) + t.get("code generation", 0.0)
+
+
+def small_names(prog: CpuProgram) -> set[str]:
+    """Names of `prog`'s kernels compiled at llvm_pool.SMALL_KERNEL."""
+    return {k.name for o in prog.code.objects if o.speed_level == llvm_pool.SMALL_KERNEL for k in o.kernels}
+
+
+def step_times(prog: CpuProgram, args, runs: int, names: set[str]) -> list[float]:
+    """Microseconds per run of each of `prog`'s steps that run a kernel of `names` (the driver's
+    per-step timers over `runs` runs), in the program's step order."""
+    steps, seconds, _, _ = prog.profile(args, runs)
+    return [1e6 * s / runs for ns, s in zip(steps, seconds) if any(k.name in names for k in (ns.step.kernels or ()))]
+
+
+def small_steps_ms(a: CpuProgram, b: CpuProgram, args, runs: int, names: set[str],
+                   profiles: int = 5) -> tuple[float, float]:
+    """Milliseconds per run of the steps running `names`' kernels in `a` and in `b` (the same
+    steps: both programs come from one module): each step's median over `profiles` profiles
+    (the two programs alternating), summed. A step's median, not the sum's: one preemption in a
+    profile adds hundreds of microseconds to whichever step it lands in."""
+    samples: dict[str, list[list[float]]] = {"a": [], "b": []}
+    for r in range(profiles):
+        for key, prog in ((("a", a), ("b", b)) if r % 2 == 0 else (("b", b), ("a", a))):
+            samples[key].append(step_times(prog, args, runs, names))
+    return tuple(sum(statistics.median(per_step) for per_step in zip(*samples[key])) / 1e3 for key in ("a", "b"))
+
+
+def compare(name: str, text: str, threshold_ns: float, rounds: int, profile_runs: int) -> dict:
+    """The A/B row of one module (see the module's doc)."""
+    module = parse_hlo(text)
+    args = random_inputs(module, seed=1)
+    a, llvm_a = compiled(text, 0.0)
+    b, llvm_b = compiled(text, threshold_ns)
+    names = small_names(b)
+    distinct = sum(o.speed_level == llvm_pool.SMALL_KERNEL for o in b.code.objects)
+    out_a, out_b = a.run(args), b.run(args)
+    same = all(np.array_equal(x, y, equal_nan=True) for x, y in zip(out_a, out_b))
+    close = same or all(r.ok for r in compare_outputs(list(out_b), list(out_a)))
+    calls = max(1, int(0.02 / max(_cpu_s(a, args, 1), 1e-6)))  # ~20 ms of calls per sample
+    times: dict[str, list[float]] = {"a": [], "b": []}
+    for r in range(rounds):
+        for key, prog in ((("a", a), ("b", b)) if r % 2 == 0 else (("b", b), ("a", a))):
+            times[key].append(_cpu_s(prog, args, calls) * 1e3)
+    ma, mb = statistics.median(times["a"]), statistics.median(times["b"])
+    sa, sb = small_steps_ms(a, b, args, profile_runs, names)
+    return {"module": name, "llvm_a": llvm_a, "llvm_b": llvm_b, "small_distinct": distinct,
+            "distinct": len(b.code.objects), "small_calls": sum(k.name in names for k in b.code.kernels),
+            "same_bits": same, "close": close, "run_a_ms": ma, "run_b_ms": mb,
+            "small_a_ms": sa, "small_b_ms": sb, "cost_pct": 100 * (sb - sa) / ma}
+
+
+def _cpu_s(prog: CpuProgram, args, calls: int) -> float:
+    t = time.process_time()
+    for _ in range(calls):
+        prog.run(args)
+    return (time.process_time() - t) / calls
+
+
+def cold_rows(texts: dict[str, str], threshold_ns: float, rounds: int) -> None:
+    """Print each module's cold compile with every kernel at O3 (A) and with the small level
+    at `threshold_ns` (B), alternating, medians of `rounds`, beside XLA:CPU's compile."""
+    import math
+
+    from compile_time import measure
+
+    ratios: dict[str, list[float]] = {"a": [], "b": []}
+    for name, text in texts.items():
+        got: dict[str, list[dict]] = {"a": [], "b": []}
+        xla = None
+        for r in range(rounds):
+            for key in (("a", "b") if r % 2 == 0 else ("b", "a")):
+                saved = kernel_work.SMALL_KERNEL_NS
+                kernel_work.SMALL_KERNEL_NS = 0.0 if key == "a" else threshold_ns
+                try:
+                    row = measure(name, text, xla=xla is None)
+                finally:
+                    kernel_work.SMALL_KERNEL_NS = saved
+                xla = row.get("xla_s", xla)
+                got[key].append(row)
+
+        def med(key: str, field: str) -> float:
+            return statistics.median(r.get(field, 0.0) for r in got[key])
+
+        llvm = {k: med(k, "llvm_optimization_s") + med(k, "code_generation_s") for k in got}
+        line = (f"{name:26s} cold {med('a', 'cold_s'):6.3f} -> {med('b', 'cold_s'):6.3f} s, CPU "
+                f"{med('a', 'cold_cpu_s'):6.3f} -> {med('b', 'cold_cpu_s'):6.3f} s, LLVM {llvm['a']:6.3f} -> "
+                f"{llvm['b']:6.3f} s ({llvm['b'] / max(llvm['a'], 1e-9):.2f})")
+        if xla:
+            for k in got:
+                ratios[k].append(med(k, "cold_s") / xla)
+            line += f", XLA {xla:6.3f} s: x{ratios['a'][-1]:.2f} -> x{ratios['b'][-1]:.2f}"
+        print(line, flush=True)
+    if ratios["a"]:
+        geo = {k: math.exp(sum(map(math.log, v)) / len(v)) for k, v in ratios.items()}
+        print(f"cold / XLA:CPU geometric mean over {len(ratios['a'])}: x{geo['a']:.2f} -> x{geo['b']:.2f}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--hlo", required=True, help="HLO text files, comma-separated (seeded random inputs)")
+    ap.add_argument("--threshold", type=float, default=None, help="B's SMALL_KERNEL_NS (default: the chosen)")
+    ap.add_argument("--codegen", type=int, default=None, help="B's SMALL_CODEGEN_LEVEL (default: the chosen)")
+    ap.add_argument("--rounds", type=int, default=15, help="interleaved whole-run samples of each")
+    ap.add_argument("--profile-runs", type=int, default=20, help="runs per profile (five profiles each)")
+    ap.add_argument("--cold", action="store_true", help="time cold compiles both ways instead (see the doc)")
+    args = ap.parse_args(argv)
+    if not args.cold:  # LLVM's CPU time measured in this process (read at each compile)
+        os.environ.setdefault("HLOFUSE_LLVM_PROCESSES", "0")
+    if args.codegen is not None:
+        llvm_pool.SMALL_CODEGEN_LEVEL = args.codegen
+    threshold = kernel_work.SMALL_KERNEL_NS if args.threshold is None else args.threshold
+    print(f"load {os.getloadavg()}, threshold {threshold:.0f} ns, {llvm_pool.level_tag(llvm_pool.SMALL_KERNEL)}, "
+          f"threads {os.environ.get('HLOFUSE_CPU_THREADS', 'all')}", flush=True)
+    texts = {}
+    for path in args.hlo.split(","):
+        with open(path) as f:
+            texts[os.path.splitext(os.path.basename(path))[0]] = f.read()
+    if args.cold:
+        cold_rows(texts, threshold, args.rounds)
+        print(f"load {os.getloadavg()}")
+        return 0
+    for name, text in texts.items():
+        r = compare(name, text, threshold, args.rounds, args.profile_runs)
+        print(f"{r['module']:26s} LLVM {r['llvm_a']:6.3f} -> {r['llvm_b']:6.3f} s ({r['llvm_b'] / r['llvm_a']:.2f})  "
+              f"small {r['small_distinct']:3d}/{r['distinct']:3d} distinct, {r['small_calls']:3d} calls  "
+              f"run {r['run_a_ms']:8.3f} -> {r['run_b_ms']:8.3f} ms ({r['run_b_ms'] / r['run_a_ms']:.3f})  "
+              f"small steps {r['small_a_ms']:7.4f} -> {r['small_b_ms']:7.4f} ms = {r['cost_pct']:+.3f}% of run  "
+              f"{'same bits' if r['same_bits'] else 'close' if r['close'] else 'DIFFERENT'}", flush=True)
+    print(f"load {os.getloadavg()}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

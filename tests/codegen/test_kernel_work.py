@@ -1,0 +1,180 @@
+"""Each kernel's LLVM level from its work (codegen/kernel_work.py): a kernel of negligible work
+that runs once per execution is compiled at llvm_pool.SMALL_KERNEL (a cheap pipeline, no
+vector loop), a larger one and any kernel of a while loop at O3; both levels compute the
+interpreter's values, and the level is part of a kernel's cache key."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import hlofuse
+from hlofuse.codegen import kernel_work, llvm_pool
+from hlofuse.codegen.cpu import CpuCode, CpuPlanner, distinct_kernels, emit_kernel_module
+from hlofuse.codegen.kernel_work import elements_touched, kernel_level, kernel_work_ns, once_kernels
+from hlofuse.emitters.cpu.target import CpuTarget
+from hlofuse.runtime.cpu_executor import CpuProgram
+from hlofuse.runtime.interpreter import evaluate
+
+# A small elementwise kernel (f32[8,16]), a large one (f32[256,1024]: 262,144 elements each way,
+# about 52 us by the estimate) and a small row reduction (f32[8,32] -> f32[8]): three separate
+# kernels (no operand in common).
+TWO_SIZES = """HloModule two_sizes
+
+add_f32 {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}
+
+ENTRY main {
+  p0 = f32[8,16] parameter(0)
+  p1 = f32[256,1024] parameter(1)
+  p2 = f32[8,32] parameter(2)
+  e0 = f32[8,16] exponential(p0)
+  small = f32[8,16] multiply(e0, p0)
+  e1 = f32[256,1024] exponential(p1)
+  large = f32[256,1024] multiply(e1, p1)
+  zero = f32[] constant(0)
+  rows = f32[8] reduce(p2, zero), dimensions={1}, to_apply=add_f32
+  ROOT out = (f32[8,16], f32[256,1024], f32[8]) tuple(small, large, rows)
+}
+"""
+
+# The same small elementwise work inside a while loop's body (run 5 times per call).
+LOOPED = """HloModule looped
+
+cond {
+  s = (s32[], f32[8,16]) parameter(0)
+  i = s32[] get-tuple-element(s), index=0
+  n = s32[] constant(5)
+  ROOT lt = pred[] compare(i, n), direction=LT
+}
+
+body {
+  s = (s32[], f32[8,16]) parameter(0)
+  i = s32[] get-tuple-element(s), index=0
+  x = f32[8,16] get-tuple-element(s), index=1
+  one = s32[] constant(1)
+  j = s32[] add(i, one)
+  h = f32[] constant(0.5)
+  hb = f32[8,16] broadcast(h), dimensions={}
+  y = f32[8,16] multiply(x, hb)
+  ROOT t = (s32[], f32[8,16]) tuple(j, y)
+}
+
+ENTRY main {
+  p0 = f32[8,16] parameter(0)
+  z = s32[] constant(0)
+  init = (s32[], f32[8,16]) tuple(z, p0)
+  w = (s32[], f32[8,16]) while(init), condition=cond, body=body
+  ROOT r = f32[8,16] get-tuple-element(w), index=1
+}
+"""
+
+
+def _fused(text: str):
+    return hlofuse.compiler.optimize(hlofuse.parse_hlo(text), "cpu", verify=False)[0]
+
+
+def _args(module) -> list[np.ndarray]:
+    rng = np.random.default_rng(3)
+    return [rng.uniform(-1, 1, p.shape.dims).astype(np.float32) for p in module.entry.parameters]
+
+
+def _planned(text: str):
+    fused = _fused(text)
+    planner = CpuPlanner()
+    planner.plan(fused.entry)
+    return fused, planner
+
+
+def test_small_and_large_kernels_of_one_module_get_different_levels_and_match_the_interpreter():
+    """The small kernels (elementwise and reduction) are compiled at SMALL_KERNEL, the large one
+    at O3; every output matches the interpreter, and the same module with every kernel at O3
+    (SMALL_KERNEL_NS 0) gives the same values within float tolerance."""
+    module = hlofuse.parse_hlo(TWO_SIZES)
+    args = _args(module)
+    prog = CpuProgram.compile(_fused(TWO_SIZES), cache=False)
+    levels = {o.kernels[0].comp.root.shape.dims if o.kernels[0].comp.root.shape.is_array else None: o.speed_level
+              for o in prog.code.objects}
+    assert len(prog.code.objects) == 3
+    assert levels[(8, 16)] == llvm_pool.SMALL_KERNEL
+    assert levels[(8,)] == llvm_pool.SMALL_KERNEL
+    assert levels[(256, 1024)] == 3
+    want = evaluate(module, args)
+    got = prog.run(args)
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, rtol=2e-6, atol=1e-6)
+    saved = kernel_work.SMALL_KERNEL_NS
+    kernel_work.SMALL_KERNEL_NS = 0.0
+    try:
+        all_o3 = CpuProgram.compile(_fused(TWO_SIZES), cache=False)
+    finally:
+        kernel_work.SMALL_KERNEL_NS = saved
+    assert {o.speed_level for o in all_o3.code.objects} == {3}
+    for g, a in zip(got, all_o3.run(args)):
+        np.testing.assert_allclose(g, a, rtol=2e-6, atol=1e-6)
+
+
+def test_work_counts_the_elements_a_kernel_touches():
+    """A kernel's work is at least its parameters' and outputs' elements at ELEMENT_NS: the
+    small reduction reads 128 and writes 8 elements; the large kernel touches 2 x 262,144."""
+    _, planner = _planned(TWO_SIZES)
+    by_out = {k.comp.root.shape.dims: k for k in planner.kernels if k.comp.root.shape.is_array}
+    assert elements_touched(by_out[(8,)].comp) == 8 * 32 + 1 + 8  # input, init value, output
+    assert elements_touched(by_out[(256, 1024)].comp) == 2 * 256 * 1024
+    assert kernel_work_ns(by_out[(256, 1024)]) >= 2 * 256 * 1024 * 0.1 - 1e-6
+    assert kernel_work_ns(by_out[(8, 16)]) < kernel_work.SMALL_KERNEL_NS
+
+
+def test_a_kernel_in_a_while_loop_stays_at_o3_and_matches_the_interpreter():
+    """The loop body's kernel is as small as the one above, but runs once per iteration: it is
+    not among the kernels that run once (once_kernels) and is compiled at O3."""
+    module = hlofuse.parse_hlo(LOOPED)
+    fused, planner = _planned(LOOPED)
+    once = once_kernels(planner, fused.entry)
+    assert planner.kernels and not any(id(k) in once for k in planner.kernels)
+    prog = CpuProgram.compile(_fused(LOOPED), cache=False)
+    assert prog.code.objects and {o.speed_level for o in prog.code.objects} == {3}
+    args = _args(module)
+    for g, w in zip(prog.run(args), evaluate(module, args)):
+        np.testing.assert_allclose(g, w, rtol=1e-6, atol=1e-7)
+
+
+def test_the_cache_key_differs_by_level():
+    """The same kernel planned once is two distinct kernels, two keys, at the two levels; the
+    O3 key is the one it had before levels were chosen per kernel ('O3' in the key's text)."""
+    fused, planner = _planned(TWO_SIZES)
+    target = CpuTarget()
+    small = [k for k in planner.kernels if k.comp.root.shape.is_array and k.comp.root.shape.dims == (8, 16)]
+    assert kernel_level(small[0], once=True) == llvm_pool.SMALL_KERNEL
+    (as_small,) = distinct_kernels(small, target, once={id(small[0])})
+    (as_o3,) = distinct_kernels(small, target)
+    assert (as_small.speed_level, as_o3.speed_level) == (llvm_pool.SMALL_KERNEL, 3)
+    assert as_small.key != as_o3.key
+    assert llvm_pool.level_tag(3) == "O3" and llvm_pool.level_tag(llvm_pool.SMALL_KERNEL) != "O3"
+
+
+def test_the_small_level_makes_no_vector_loop(monkeypatch):
+    """The same loop kernel over f32[4096] (large enough that O3 vectorizes it) optimized at O3
+    holds vector arithmetic; at SMALL_KERNEL it holds none, and its object is smaller."""
+    text = TWO_SIZES.replace("f32[8,16]", "f32[64,64]")
+    _, planner = _planned(text)
+    (k,) = [k for k in planner.kernels if k.comp.root.shape.is_array and k.comp.root.shape.dims == (64, 64)]
+    ir_text = str(emit_kernel_module(k, CpuTarget(), "k"))
+    o3 = str(llvm_pool.optimized_kernel(ir_text, 3))
+    small = str(llvm_pool.optimized_kernel(ir_text, llvm_pool.SMALL_KERNEL))
+    assert "x float>" in o3 and "x float>" not in small
+    assert len(llvm_pool.compile_timed(ir_text, llvm_pool.SMALL_KERNEL)[0]) < len(llvm_pool.compile_timed(ir_text, 3)[0])
+
+
+@pytest.mark.parametrize("level", [llvm_pool.SMALL_KERNEL, 3])
+def test_the_program_ir_and_assembly_show_each_kernel_at_its_level(level):
+    """CpuCode.llvm_ir optimizes each kernel at the level it was compiled at."""
+    code = CpuProgram.compile(_fused(TWO_SIZES), cache=False).code
+    assert isinstance(code, CpuCode)
+    names = [k.name for k in code.kernels if code.kernel_level(k) == level]
+    assert names
+    text = code.llvm_ir()
+    assert all(f'@"{n}"' in text or f"@{n}(" in text for n in names)
+    assert code.asm()
