@@ -36,6 +36,7 @@ from. The fusion report, `hlofuse explain` and the graph viewer use it, never na
 """
 from __future__ import annotations
 
+from operator import attrgetter
 from typing import Any, Iterable, Iterator
 
 from . import control_list
@@ -84,18 +85,17 @@ class HloInstruction:
             self.append_operand(op)
 
     # ---- control edges --------------------------------------------------------------------
-    @property
-    def control_predecessors(self) -> list["HloInstruction"]:
-        """Instructions that must run before this one (a list; every change to it is counted,
-        hlo/control_list.py, so computations can keep who has control edges)."""
-        return self._control
-
-    @control_predecessors.setter
-    def control_predecessors(self, value: Iterable["HloInstruction"]) -> None:
+    def _set_control(self, value: Iterable["HloInstruction"]) -> None:
         new = control_list.ControlList(value)
         if new or self._control:  # emptying an empty list changes nothing anyone keeps
             control_list.bump()
         self._control = new
+
+    # (read through attrgetter, in C: every walk of the graph reads it for every instruction)
+    control_predecessors = property(
+        attrgetter("_control"), _set_control,
+        doc="""Instructions that must run before this one (a list; every change to it is counted,
+        hlo/control_list.py, so computations can keep who has control edges).""")
 
     # ---- operands and users -------------------------------------------------------------
     def operand(self, i: int) -> "HloInstruction":

@@ -148,7 +148,9 @@ def shapes_compatible(a: Shape, b: Shape) -> bool:
             and all(shapes_compatible(x, y) for x, y in zip(a.elements, b.elements))
         )
     if isinstance(a, ArrayShape) or isinstance(b, ArrayShape):
-        return isinstance(a, ArrayShape) and isinstance(b, ArrayShape) and a.dtype == b.dtype and a.dims == b.dims
+        # (element types are the registry's objects: `is` answers before a dataclass ==)
+        return (isinstance(a, ArrayShape) and isinstance(b, ArrayShape) and (a.dtype is b.dtype or a.dtype == b.dtype)
+                and a.dims == b.dims)
     return a.is_token and b.is_token
 
 

@@ -111,7 +111,7 @@ def _check_graph(comp: HloComputation, members: set[HloInstruction]) -> None:
         for user in inst.users:
             if user not in members:
                 _fail(comp, f"user {user.name} is not in the computation", inst)
-            if not any(o is inst for o in user.operands):
+            if inst not in user.operands:  # (by identity: hlo/ir.py HloInstruction)
                 _fail(comp, f"user {user.name} does not have it as an operand", inst)
         for pred in inst.control_predecessors:
             if pred not in members:

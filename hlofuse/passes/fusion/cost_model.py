@@ -218,7 +218,7 @@ def duplication_saves_bytes(producer: HloInstruction, users: list[HloInstruction
     ops = distinct(producer.operands)
     out = producer.shape.byte_size()
     materialized = sum(o.shape.byte_size() for o in ops) + out + out * len(users)
-    duplicated = sum(o.shape.byte_size() for u in users for o in ops if not any(o is x for x in u.operands))
+    duplicated = sum(o.shape.byte_size() for u in users for o in ops if o not in u.operands)  # (identity)
     return materialized - duplicated
 
 
@@ -233,5 +233,5 @@ def fusion_saves_bytes(producer: HloInstruction, consumer: HloInstruction, dupli
     if not duplicate:
         return 2 * out  # the intermediate is neither written nor read back
     operands_in = sum(op.shape.byte_size() for op in distinct(producer.operands)
-                      if not any(op is c for c in consumer.operands))
+                      if op not in consumer.operands)  # (by identity: hlo/ir.py HloInstruction)
     return out - operands_in
