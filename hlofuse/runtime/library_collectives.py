@@ -75,8 +75,10 @@ def _groups_are_single(inst: HloInstruction, key: str, pairs: bool = False) -> N
         raise _refuse(inst, f"{key}={body} names participants {sorted(ids)}")
 
 
-def _as_value(args: list):
-    return args[0] if len(args) == 1 else tuple(args)
+def _as_value(args: list, shape: Shape | None = None):
+    """The operands as one value: a tuple of them, or the lone operand itself unless `shape`
+    declares a tuple (`(f32[8]) all-to-all(x)`, the tuple form with one operand)."""
+    return args[0] if len(args) == 1 and not isinstance(shape, TupleShape) else tuple(args)
 
 
 def _matches(shape: Shape, value) -> bool:
@@ -122,14 +124,14 @@ def device_id(inst, args, ctx):
 def identity_collective(inst, args, ctx):
     """One participant: the operand(s) unchanged (the reducer never runs)."""
     _groups_are_single(inst, "replica_groups")
-    return _checked(inst, inst.shape, _as_value(args), "the result")
+    return _checked(inst, inst.shape, _as_value(args, inst.shape), "the result")
 
 
 @register_library("all-reduce-start")
 def all_reduce_start(inst, args, ctx):
     """All-reduce-start has the all-reduce's result shape (the operands)."""
     _groups_are_single(inst, "replica_groups")
-    return _checked(inst, inst.shape, _as_value(args), "the result")
+    return _checked(inst, inst.shape, _as_value(args, inst.shape), "the result")
 
 
 @register_library("all-gather-start")

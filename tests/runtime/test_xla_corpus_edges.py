@@ -122,3 +122,27 @@ def test_windowed_ops_on_a_scalar_without_a_window_attribute(target):
     assert float(rw) == 44.0 and float(sas) == 3.0
     again = hlofuse.parse_hlo(module.to_text())  # the empty window prints and reads back
     assert again.to_text() == module.to_text()
+
+
+_TUPLE_ALL_TO_ALL = """HloModule TupleAllToAll
+ENTRY main {
+  x = f32[4,3] parameter(0)
+  a2a = (f32[4,3]) all-to-all(x), replica_groups={}
+  g0 = f32[4,3] get-tuple-element(a2a), index=0
+  n = f32[4,3] negate(g0)
+  ROOT t = (f32[4,3], (f32[4,3])) tuple(n, a2a)
+}
+"""
+
+
+@pytest.mark.parametrize("fusion", [True, False])
+@pytest.mark.parametrize("target", ["interpreter", "cpu", "gpu-emulated"])
+def test_tuple_form_all_to_all_with_one_operand(target, fusion):
+    """The tuple form of all-to-all (no split_dimension) with one operand (the parser test's
+    AllToAll, `(f32[128,32]) all-to-all(input)`) is a 1-tuple of the operand on one
+    participant: the compiled backends' library rule returned the bare array and refused it
+    as a shape it 'cannot produce'."""
+    x = np.arange(12, dtype=np.float32).reshape(4, 3)
+    n, a2a = hlofuse.compile(hlofuse.parse_hlo(_TUPLE_ALL_TO_ALL), target=target, fusion=fusion)(x)
+    np.testing.assert_array_equal(n, -x)
+    np.testing.assert_array_equal(a2a, x)
