@@ -390,6 +390,9 @@ class _ConvEmitter:
         obase = self.add(self.mul(n, geo.o_batch), *[self.mul(p, s) for p, s in zip(ps, geo.o_spatial)])
         ostep = geo.o_spatial[-1] if geo.o_spatial else 0
         for c in range(count):
+            if self.fvec is not None and self.fvec.stores_output():
+                self.fvec.store_output(c, self.add(obase, c * ostep))
+                continue
             with for_range(b, _i(0), _i(geo.features), "store") as o:
                 slot = (c, o)
                 if self.epilogue is None:

@@ -217,6 +217,24 @@ class FeatureAccumulators:
         if INPUT_UNROLL > 1:
             unroll_count(j, INPUT_UNROLL)
 
+    def stores_output(self) -> bool:
+        """Whether `store_output` writes the results: no epilogue, one group, the output's
+        features contiguous and of the accumulation type (no rounding per element)."""
+        em = self.em
+        return (self.in_place and em.epilogue is None and em.geo.o_feature == 1
+                and em.out_type == em.geo.acc_type)
+
+    def store_output(self, c: int, base) -> None:
+        """Store position c's accumulators to the output from element offset `base` on, a
+        piece at a time (`stores_output`): no feature loop for LLVM to unroll and re-vectorise."""
+        em, b = self.em, self.em.b
+        for slot, (off, w) in zip(self.slots[c], self.pieces):
+            v = b.load(slot, align=self.align)
+            if w == 1:
+                b.store(v, b.gep(em.out, [em.add(base, off)], inbounds=True))
+            else:
+                store_vector(b, v, em.out, em.add(base, off))
+
     def store(self, g, count: int) -> None:
         """Store the first `count` positions' accumulators of group g to the kernel's
         per-position accumulator arrays (`em.accs`), which the epilogue and stores read."""
