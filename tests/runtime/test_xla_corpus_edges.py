@@ -146,3 +146,54 @@ def test_tuple_form_all_to_all_with_one_operand(target, fusion):
     n, a2a = hlofuse.compile(hlofuse.parse_hlo(_TUPLE_ALL_TO_ALL), target=target, fusion=fusion)(x)
     np.testing.assert_array_equal(n, -x)
     np.testing.assert_array_equal(a2a, x)
+
+
+# XLA's topk_rewriter_test comparator: a descending total order of f32 through its bits.
+_TOPK_SORT = """HloModule TopKSort
+%compare {
+  %p.1.lhs.8 = s32[] parameter(2)
+  %p.1.rhs.9 = s32[] parameter(3)
+  %p.0.lhs.6 = f32[] parameter(0)
+  %bitcast-convert.11 = s32[] bitcast-convert(%p.0.lhs.6)
+  %constant.15 = s32[] constant(0)
+  %compare.16 = pred[] compare(%bitcast-convert.11, %constant.15), direction=LT
+  %constant.10 = u32[] constant(2147483647)
+  %bitcast-convert.12 = u32[] bitcast-convert(%p.0.lhs.6)
+  %subtract.13 = u32[] subtract(%constant.10, %bitcast-convert.12)
+  %bitcast-convert.14 = s32[] bitcast-convert(%subtract.13)
+  %select.17 = s32[] select(%compare.16, %bitcast-convert.14, %bitcast-convert.11)
+  %p.0.rhs.7 = f32[] parameter(1)
+  %bitcast-convert.19 = s32[] bitcast-convert(%p.0.rhs.7)
+  %constant.23 = s32[] constant(0)
+  %compare.24 = pred[] compare(%bitcast-convert.19, %constant.23), direction=LT
+  %constant.18 = u32[] constant(2147483647)
+  %bitcast-convert.20 = u32[] bitcast-convert(%p.0.rhs.7)
+  %subtract.21 = u32[] subtract(%constant.18, %bitcast-convert.20)
+  %bitcast-convert.22 = s32[] bitcast-convert(%subtract.21)
+  %select.25 = s32[] select(%compare.24, %bitcast-convert.22, %bitcast-convert.19)
+  ROOT %compare.26 = pred[] compare(%select.17, %select.25), direction=GT
+}
+ENTRY cluster {
+  %x = f32[3,50] parameter(0)
+  %iota = s32[3,50] iota(), iota_dimension=1
+  %sort = (f32[3,50], s32[3,50]) sort(%x, %iota), dimensions={1}, is_stable=true, to_apply=%compare
+  %v = f32[3,50] get-tuple-element(%sort), index=0
+  %top = f32[3,5] slice(%v), slice={[0:3], [0:5]}
+  %i = s32[3,50] get-tuple-element(%sort), index=1
+  %topi = s32[3,5] slice(%i), slice={[0:3], [0:5]}
+  ROOT %t = (f32[3,5], s32[3,5]) tuple(%top, %topi)
+}
+"""
+
+
+@pytest.mark.parametrize("target", ["interpreter", "cpu", "gpu-emulated"])
+def test_sort_with_a_bitcast_total_order_comparator(target):
+    """The interpreter evaluates an elementwise comparator once over whole arrays; its
+    bitcast-convert rule reshaped the result to the declared scalar shape and failed
+    ("cannot reshape array of size 150 into shape ()"): the oracle could not run XLA's TopK
+    pattern. Expected: numpy's descending order (distinct keys, none zero)."""
+    x = np.random.default_rng(7).standard_normal((3, 50)).astype(np.float32)
+    top, topi = hlofuse.compile(hlofuse.parse_hlo(_TOPK_SORT), target=target)(x)
+    order = np.argsort(-x, axis=1, kind="stable")[:, :5]
+    np.testing.assert_array_equal(topi, order)
+    np.testing.assert_array_equal(top, np.take_along_axis(x, order, axis=1))

@@ -67,7 +67,9 @@ def _bitcast_convert(inst: HloInstruction, args: list, interp) -> Array:
     x = contiguous(args[0])
     dtype = out_dtype(inst)
     if x.dtype.itemsize == dtype.itemsize:
-        return x.view(dtype).reshape(inst.shape.dims)
+        # the operand's own shape: in a batched call (Interpreter.call_batched, a sort
+        # comparator or a reducer run on whole arrays) that is not the declared scalar shape
+        return x.view(dtype)
     if x.dtype.itemsize > dtype.itemsize:
         return x.reshape(x.shape + (1,)).view(dtype).reshape(inst.shape.dims)
     return x.view(dtype).reshape(inst.shape.dims)
