@@ -81,8 +81,11 @@ class HloInstruction:
         self.parent: HloComputation | None = None
         # the instruction this one was made from (see the module docstring); None: not a copy
         self.origin: HloInstruction | None = None
-        for op in operands:
-            self.append_operand(op)
+        ops = self.operands
+        for op in operands:  # `append_operand`, written out (every clone comes through here)
+            if op not in ops:
+                op.users.append(self)
+            ops.append(op)
 
     # ---- control edges --------------------------------------------------------------------
     def _set_control(self, value: Iterable["HloInstruction"]) -> None:
