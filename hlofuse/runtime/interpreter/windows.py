@@ -166,7 +166,8 @@ def _fold_strided(inputs: list[np.ndarray], accs: list[np.ndarray], reducers: li
                      for k, d, n in zip(offset, dims, out_shape))
         for i, (reducer, x) in enumerate(zip(reducers, padded)):
             if reducer is not KEEP:
-                accs[i] = reducer(accs[i], x[view]).astype(accs[i].dtype, copy=False)
+                # np.asarray: a ufunc of rank-0 arrays gives a numpy scalar, not an array
+                accs[i] = np.asarray(reducer(accs[i], x[view])).astype(accs[i].dtype, copy=False)
     return True
 
 
