@@ -266,7 +266,7 @@ def opt_level_rows(texts: dict[str, tuple[str, list | None]], kinds: tuple[str, 
             args = random_inputs(module, seed=1) if args is None else args
             exes, llvm = {}, {}
             for level in (3, 2):
-                cpu.speed_level = lambda k, once=False, level=level: level if kinds is None or kernel_kind(k) in kinds else 3
+                cpu.speed_level = lambda k, small=False, level=level: level if kinds is None or kernel_kind(k) in kinds else 3
                 exe = hlofuse.compile(module, "cpu", cache=False)
                 t = exe.program.code.timings
                 exes[level], llvm[level] = exe, t.get("llvm optimization", 0.0) + t.get("code generation", 0.0)
@@ -342,7 +342,7 @@ def kind_rows(texts: dict[str, str], variants: bool = False) -> None:
 
     import hlofuse
     from hlofuse.codegen.cpu import CpuCode, CpuPlanner, distinct_kernels, emit_kernel_module
-    from hlofuse.codegen.kernel_work import once_kernels
+    from hlofuse.codegen.kernel_work import small_kernels
     from hlofuse.compiler import optimize
     from hlofuse.codegen.llvm_pool import codegen_level, optimized_kernel, target_machine
     from hlofuse.emitters.cpu.target import CpuTarget
@@ -354,7 +354,7 @@ def kind_rows(texts: dict[str, str], variants: bool = False) -> None:
         code = CpuCode(fused, planner)
         planner.plan(fused.entry)
         kinds: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
-        for o in distinct_kernels(code.kernels, target, once_kernels(planner, fused.entry)):
+        for o in distinct_kernels(code.kernels, target, small_kernels(planner, fused.entry)):
             c = kinds[kernel_kind(o.kernels[0])]
             t0 = time.process_time()
             ir_text = str(emit_kernel_module(o.kernels[0], target, o.symbol))
@@ -395,7 +395,7 @@ def group_rows(texts: dict[str, str], sizes: tuple[int, ...] = (1, 4, 8, 16), ro
     import hlofuse
     from hlofuse.codegen import cpu, llvm_pool
     from hlofuse.codegen.cpu import CpuCode, CpuPlanner, distinct_kernels, kernel_groups
-    from hlofuse.codegen.kernel_work import once_kernels
+    from hlofuse.codegen.kernel_work import small_kernels
     from hlofuse.compiler import optimize
     from hlofuse.emitters.cpu.target import CpuTarget
 
@@ -408,7 +408,7 @@ def group_rows(texts: dict[str, str], sizes: tuple[int, ...] = (1, 4, 8, 16), ro
             planner = CpuPlanner()
             code = CpuCode(fused, planner)
             planner.plan(fused.entry)
-            objects = distinct_kernels(code.kernels, target, once_kernels(planner, fused.entry))
+            objects = distinct_kernels(code.kernels, target, small_kernels(planner, fused.entry))
             seconds: dict[int, list[float]] = {n: [] for n in sizes}
             for r in range(rounds):
                 for n in (sizes if r % 2 == 0 else sizes[::-1]):

@@ -204,14 +204,15 @@ def rank_rows(texts: dict[str, str], top: int = 25, passes: int = 0, copies: int
     per-module and per-function fit of the `copies` slowest small kernels; `release`: a directory
     of release `opt` and `llc` to time beside llvmlite, `ReleaseTools`; `levels`: each kernel
     also at O3 and at the small level, `level_rows`) and returns the rows. Each kernel is
-    compiled at its own level (codegen/kernel_work.py); a row has its work estimate and whether
-    it runs once per execution."""
+    compiled at its own level (codegen/kernel_work.small_kernels); a row has its work estimate
+    and whether it runs once per execution (the small level's candidates, before the program's
+    budget)."""
     import llvmlite.binding as llvm
 
     import hlofuse
     from compile_time import _instructions, kernel_kind
     from hlofuse.codegen.cpu import CpuCode, CpuPlanner, distinct_kernels, emit_kernel_module
-    from hlofuse.codegen.kernel_work import kernel_work_ns, once_kernels
+    from hlofuse.codegen.kernel_work import kernel_work_ns, once_kernels, small_kernels
     from hlofuse.codegen.llvm_pool import SMALL_KERNEL, compile_timed
     from hlofuse.compiler import optimize
     from hlofuse.emitters.cpu.target import CpuTarget
@@ -225,7 +226,7 @@ def rank_rows(texts: dict[str, str], top: int = 25, passes: int = 0, copies: int
         code = CpuCode(fused, planner)
         planner.plan(fused.entry)
         once = once_kernels(planner, fused.entry)
-        for o in distinct_kernels(code.kernels, target, once):
+        for o in distinct_kernels(code.kernels, target, small_kernels(planner, fused.entry)):
             k = o.kernels[0]
             ir_text = str(emit_kernel_module(k, target, o.symbol))
             t0 = time.process_time()

@@ -6,7 +6,8 @@ A with every kernel at O3 (kernel_work.SMALL_KERNEL_NS = 0) and B as chosen (or 
 - LLVM's CPU seconds (optimization + code generation, no worker process, cache off) of each,
 - B's small kernels (distinct, and calls per run),
 - whether B's outputs are A's bits, else within runtime/compare's tolerance,
-- the run time, one thread's CPU time per call, A and B interleaved (medians),
+- the run time per call, A and B interleaved (medians): one thread's CPU time where the process
+  may use one thread (HLOFUSE_CPU_THREADS=1), else wall time,
 - the steps that run B's small kernels, timed by the driver's per-step timers
   (CpuProgram.profile) in both programs: their ms per run in A and B (`small_steps_ms`), and the
   difference as a share of A's run time, which is what the slower code costs (steadier than
@@ -40,6 +41,7 @@ from hlofuse.codegen import kernel_work, llvm_pool  # noqa: E402
 from hlofuse.hlo.parser import parse_hlo  # noqa: E402
 from hlofuse.runtime.compare import compare_outputs  # noqa: E402
 from hlofuse.runtime.cpu_executor import CpuProgram  # noqa: E402
+from hlofuse.runtime.cpu_threads import cpu_threads  # noqa: E402
 from hlofuse.runtime.io import random_inputs  # noqa: E402
 
 
@@ -107,10 +109,12 @@ def compare(name: str, text: str, threshold_ns: float, rounds: int, profile_runs
 
 
 def _cpu_s(prog: CpuProgram, args, calls: int) -> float:
-    t = time.process_time()
+    """Seconds per call of `prog` over `calls` calls: CPU time on one thread, else wall time."""
+    clock = time.process_time if cpu_threads() == 1 else time.perf_counter
+    t = clock()
     for _ in range(calls):
         prog.run(args)
-    return (time.process_time() - t) / calls
+    return (clock() - t) / calls
 
 
 def cold_rows(texts: dict[str, str], threshold_ns: float, rounds: int) -> None:

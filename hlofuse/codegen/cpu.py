@@ -31,7 +31,7 @@ from . import llvm_pool
 from .cache import CompileCache, cache_key, memory_cache
 from .driver import compile_driver
 from .kernel_key import kernel_text
-from .kernel_work import kernel_level, once_kernels
+from .kernel_work import kernel_level, small_kernels
 from .kernels.args import output_leaves, param_leaf_count
 from .kernels.cpu_gemm import dot_computation, emit_gemm_kernel, plan_dot, runs_dot_fusion
 from .kernels.cpu_custom import CUSTOM_KERNEL_EMITTERS, custom_computation, plan_custom, runs_custom_fusion
@@ -148,10 +148,10 @@ def kernel_symbol(key: str) -> str:
     return "hlofuse_kernel_" + key
 
 
-def speed_level(kernel: KernelPlan, once: bool = False) -> int:
+def speed_level(kernel: KernelPlan, small: bool = False) -> int:
     """The LLVM speed level of `kernel` (codegen/kernel_work.kernel_level): llvm_pool.SMALL_KERNEL
-    (a cheap pipeline and code generator) for a kernel that runs once per execution (`once`,
-    kernel_work.once_kernels) and whose estimated time is negligible, else O3.
+    (a cheap pipeline and code generator) for one of the program's kernels whose run time is
+    negligible (`small`: kernel_work.small_kernels chose it), else O3.
 
     O3 for every other kernel, as measured (`benchmarks/compile_time.py --opt-levels`, one
     thread, interleaved medians, load ~4 on 2 cores): O2 runs column reductions 2.3x slower and
@@ -161,7 +161,7 @@ def speed_level(kernel: KernelPlan, once: bool = False) -> int:
     models O2 saved 10% of LLVM's CPU time (direct convolutions 22%, loops 7%); XLA:CPU's
     pipeline, O3 without the SLP vectorizer, saved nothing (docs/compile_time.md, "How XLA:CPU
     runs LLVM")."""
-    return kernel_level(kernel, once)
+    return kernel_level(kernel, small)
 
 
 # Emitters of custom kernels (KernelPlan.custom names one): each fills a CPU kernel skeleton.
@@ -238,7 +238,7 @@ class CpuCode(Program):
     native: NativeProgram | None = None  # the schedule as the native driver runs it
     driver_object: bytes = field(default=b"", repr=False)  # the driver's object code
     _llvm_ir: str | None = None
-    _once: set[int] | None = None  # kernel_work.once_kernels, for `kernel_level` before compiling
+    _small: set[int] | None = None  # kernel_work.small_kernels, for `kernel_level` before compiling
 
     @property
     def cache_hit(self) -> bool:
@@ -271,9 +271,9 @@ class CpuCode(Program):
         for o in self.objects:
             if any(k is kernel for k in o.kernels):
                 return o.speed_level
-        if self._once is None:
-            self._once = once_kernels(self.planner, self.module.entry)
-        return speed_level(kernel, id(kernel) in self._once)
+        if self._small is None:
+            self._small = small_kernels(self.planner, self.module.entry)
+        return speed_level(kernel, id(kernel) in self._small)
 
     def _linked(self, kernels: list[KernelPlan]) -> llvm.ModuleRef:
         """`kernels` emitted and optimized each at its level, linked into one module."""
@@ -284,15 +284,15 @@ class CpuCode(Program):
         return linked
 
 
-def distinct_kernels(kernels: list[KernelPlan], target, once: Collection[int] = frozenset()) -> list[KernelObject]:
+def distinct_kernels(kernels: list[KernelPlan], target, small: Collection[int] = frozenset()) -> list[KernelObject]:
     """The program's kernels grouped by cache key (structurally identical kernels share one).
-    `once`: the ids of the kernels that run once per execution (kernel_work.once_kernels; only
-    those may get the small level, `speed_level`); by default none. The key holds the level's
-    tag (llvm_pool.level_tag), so one kernel at two levels is two distinct kernels."""
+    `small`: the ids of the kernels to compile at the small level (kernel_work.small_kernels,
+    `speed_level`); by default none. The key holds the level's tag (llvm_pool.level_tag), so
+    one kernel at two levels is two distinct kernels."""
     fingerprint = target.fingerprint()
     found: dict[str, KernelObject] = {}
     for k in kernels:
-        level = speed_level(k, id(k) in once)
+        level = speed_level(k, id(k) in small)
         key = cache_key(llvm_pool.level_tag(level) + "\n" + kernel_text(k), fingerprint)
         obj = found.get(key)
         if obj is None:
@@ -450,7 +450,7 @@ def _compile_cpu(fused_module: HloModule, cache_dir, log, cache: bool) -> CpuCod
     code = CpuCode(fused_module, planner)
     planner.plan(fused_module.entry)  # and every computation the entry runs
     target = CpuTarget()
-    code.objects = distinct_kernels(code.kernels, target, once_kernels(planner, fused_module.entry))
+    code.objects = distinct_kernels(code.kernels, target, small_kernels(planner, fused_module.entry))
     code.symbols = {k.name: o.symbol for o in code.objects for k in o.kernels}
     now = time.perf_counter()
     code.timings["planning"] = now - start

@@ -20,6 +20,14 @@ once per execution of the program is a candidate: a kernel of a while loop's bod
 (or of any computation a library step runs, such as a sort's comparator) runs an unknown number
 of times per call, so its per-call time says nothing of its share of the program's.
 
+The per-kernel threshold is not enough on its own: a program made only of small kernels (a
+small jitted function) runs in microseconds, and there scalar code is the run time itself (the
+small workloads of benchmarks/workloads.py ran 1.0-1.8x slower with every kernel small: a
+scalar exp, tanh or log is 10-50x a vector lane's). So the small kernels of a program share a
+budget (`small_kernels`): each one's estimated extra time as scalar code
+(`small_level_cost_ns`) is charged against SMALL_SHARE of the program's estimated work (every
+kernel's `kernel_work_ns`), the cheapest first, and the kernels past the budget stay at O3.
+
 Nothing here changes what a kernel computes beyond the order LLVM may pick for reassociable
 float reductions (the emitters allow it, `Target.reassociate_reductions`): both levels are
 compared with the interpreter in tests/codegen/test_kernel_work.py.
@@ -29,7 +37,7 @@ from __future__ import annotations
 from . import llvm_pool
 from ..hlo.ir import HloComputation
 from .kernels.args import output_leaves
-from .region_cost import ELEMENT_NS, kernel_ns
+from .region_cost import ELEMENT_NS, kernel_ns, transcendentals
 
 # A kernel estimated to take less than this on one thread (`kernel_work_ns`) is compiled at
 # llvm_pool.SMALL_KERNEL when it runs once per execution. Chosen so that the slower code costs
@@ -48,6 +56,19 @@ def elements_touched(comp: HloComputation) -> int:
     return params + sum(leaf.shape.element_count() for leaf in output_leaves(comp))
 
 
+# The small kernels of a program may cost at most this share of its estimated work
+# (`small_kernels`), by `small_level_cost_ns`'s estimate.
+SMALL_SHARE = 0.0025
+# What scalar code at the small level costs over O3's vector code, per element a kernel computes
+# and per transcendental op on it. Fitted on the small workloads of benchmarks/workloads.py
+# (every kernel small, one thread): the five-function chain over 64 elements ran 3.0 us slower
+# (estimate 3.3), the depthwise convolution 3.5 (5.2), attention 1.7 (4.2), layer norm 1.8
+# (8.5); over the models' small kernels the estimate is 2-3x what the driver's timers measured
+# (haiku's ResNet-18 step 128 us against about 40), so the budget errs on the side of O3.
+SCALAR_ELEMENT_NS = 0.3
+SCALAR_TRANSCENDENTAL_NS = 10.0
+
+
 def kernel_work_ns(kernel) -> float:
     """Estimated one-thread nanoseconds of one call of `kernel` (a KernelPlan): the larger of
     region_cost.kernel_ns (elements, multiply-adds or reduced elements by kind, transcendental
@@ -56,12 +77,37 @@ def kernel_work_ns(kernel) -> float:
     return max(kernel_ns(kernel), touched * ELEMENT_NS)
 
 
-def kernel_level(kernel, once: bool) -> int:
-    """The LLVM speed level for `kernel` (a KernelPlan): llvm_pool.SMALL_KERNEL when it runs
-    once per execution (`once`) and its estimated time is under SMALL_KERNEL_NS, else O3."""
-    if once and kernel_work_ns(kernel) < SMALL_KERNEL_NS:
-        return llvm_pool.SMALL_KERNEL
-    return 3
+def small_level_cost_ns(kernel) -> float:
+    """Estimated extra one-thread ns of one call of `kernel` compiled at the small level rather
+    than O3: its elements (work units x elements per unit) at SCALAR_ELEMENT_NS plus
+    SCALAR_TRANSCENDENTAL_NS for each transcendental op on each."""
+    elements = max(int(kernel.units), 1) * max(int(kernel.unit_elements), 1)
+    return elements * (SCALAR_ELEMENT_NS + SCALAR_TRANSCENDENTAL_NS * transcendentals(kernel.comp))
+
+
+def small_kernels(planner, entry) -> set[int]:
+    """The ids of the kernels of `planner` (a codegen/schedule.Planner that planned computation
+    `entry`) to compile at llvm_pool.SMALL_KERNEL: those that run once per execution
+    (`once_kernels`) with an estimated time under SMALL_KERNEL_NS, cheapest first by
+    `small_level_cost_ns` while their summed cost stays within SMALL_SHARE of the estimated work
+    of all the program's kernels (each counted once, a loop's too)."""
+    once = once_kernels(planner, entry)
+    budget = SMALL_SHARE * sum(kernel_work_ns(k) for k in planner.kernels)
+    candidates = [k for k in planner.kernels if id(k) in once and kernel_work_ns(k) < SMALL_KERNEL_NS]
+    chosen: set[int] = set()
+    spent = 0.0
+    for k in sorted(candidates, key=small_level_cost_ns):
+        spent += small_level_cost_ns(k)
+        if spent > budget:
+            break
+        chosen.add(id(k))
+    return chosen
+
+
+def kernel_level(kernel, small: bool) -> int:
+    """The LLVM speed level for `kernel`: llvm_pool.SMALL_KERNEL where `small` (it is one of
+    `small_kernels`), else O3."""
+    return llvm_pool.SMALL_KERNEL if small else 3
 
 
 def once_kernels(planner, entry) -> set[int]:

@@ -161,6 +161,9 @@ ENTRY e {
 """
 
 
+# one level in both programs: a small kernel's level depends on its program's work
+# (codegen/kernel_work.small_kernels), and the second program is tiny
+@pytest.mark.usefixtures("kernels_at_o3")
 def test_a_kernel_calling_a_primitive_is_a_group_of_its_own(cache_dir, monkeypatch):
     """Its group object would otherwise carry a call of a function only its own program
     defines into every program that loads a group mate from the cache: the elementwise kernel

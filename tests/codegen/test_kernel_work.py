@@ -10,12 +10,14 @@ import pytest
 import hlofuse
 from hlofuse.codegen import kernel_work, llvm_pool
 from hlofuse.codegen.cpu import CpuCode, CpuPlanner, distinct_kernels, emit_kernel_module
-from hlofuse.codegen.kernel_work import elements_touched, kernel_level, kernel_work_ns, once_kernels
+from hlofuse.codegen.kernel_work import (elements_touched, kernel_level, kernel_work_ns, once_kernels,
+                                         small_kernels, small_level_cost_ns)
 from hlofuse.emitters.cpu.target import CpuTarget
 from hlofuse.runtime.cpu_executor import CpuProgram
 from hlofuse.runtime.interpreter import evaluate
 
-# A small elementwise kernel (f32[8,16]), a large one (f32[256,1024]: 262,144 elements each way,
+# A small elementwise kernel (f32[8,16], no transcendental op: cheap as scalar code, within the
+# program's budget for small kernels), a large one (f32[256,1024]: 262,144 elements each way,
 # about 52 us by the estimate) and a small row reduction (f32[8,32] -> f32[8]): three separate
 # kernels (no operand in common).
 TWO_SIZES = """HloModule two_sizes
@@ -30,8 +32,8 @@ ENTRY main {
   p0 = f32[8,16] parameter(0)
   p1 = f32[256,1024] parameter(1)
   p2 = f32[8,32] parameter(2)
-  e0 = f32[8,16] exponential(p0)
-  small = f32[8,16] multiply(e0, p0)
+  c0 = f32[8,16] add(p0, p0)
+  small = f32[8,16] multiply(c0, p0)
   e1 = f32[256,1024] exponential(p1)
   large = f32[256,1024] multiply(e1, p1)
   zero = f32[] constant(0)
@@ -134,6 +136,7 @@ def test_a_kernel_in_a_while_loop_stays_at_o3_and_matches_the_interpreter():
     fused, planner = _planned(LOOPED)
     once = once_kernels(planner, fused.entry)
     assert planner.kernels and not any(id(k) in once for k in planner.kernels)
+    assert not small_kernels(planner, fused.entry)
     prog = CpuProgram.compile(_fused(LOOPED), cache=False)
     assert prog.code.objects and {o.speed_level for o in prog.code.objects} == {3}
     args = _args(module)
@@ -147,8 +150,9 @@ def test_the_cache_key_differs_by_level():
     fused, planner = _planned(TWO_SIZES)
     target = CpuTarget()
     small = [k for k in planner.kernels if k.comp.root.shape.is_array and k.comp.root.shape.dims == (8, 16)]
-    assert kernel_level(small[0], once=True) == llvm_pool.SMALL_KERNEL
-    (as_small,) = distinct_kernels(small, target, once={id(small[0])})
+    assert id(small[0]) in small_kernels(planner, fused.entry)
+    assert kernel_level(small[0], small=True) == llvm_pool.SMALL_KERNEL
+    (as_small,) = distinct_kernels(small, target, small={id(small[0])})
     (as_o3,) = distinct_kernels(small, target)
     assert (as_small.speed_level, as_o3.speed_level) == (llvm_pool.SMALL_KERNEL, 3)
     assert as_small.key != as_o3.key
@@ -178,3 +182,38 @@ def test_the_program_ir_and_assembly_show_each_kernel_at_its_level(level):
     text = code.llvm_ir()
     assert all(f'@"{n}"' in text or f"@{n}(" in text for n in names)
     assert code.asm()
+
+
+# Only small kernels, one with transcendental ops: its scalar cost (64 x 2 transcendentals) is
+# far over the budget of a program whose whole work is a few hundred ns.
+ALL_SMALL = """HloModule all_small
+
+ENTRY main {
+  p0 = f32[4,16] parameter(0)
+  p1 = f32[8,8] parameter(1)
+  e = f32[4,16] exponential(p0)
+  t = f32[4,16] tanh(e)
+  a = f32[8,8] add(p1, p1)
+  ROOT out = (f32[4,16], f32[8,8]) tuple(t, a)
+}
+"""
+
+
+def test_a_program_of_small_kernels_keeps_them_at_o3_past_its_budget():
+    """The small kernels share a budget of SMALL_SHARE of the program's estimated work: in a
+    program of small kernels only, the one with transcendental ops costs more than that as
+    scalar code and stays at O3 (so a small jitted function is not slowed); with the budget
+    raised both are small, the cheaper first."""
+    fused, planner = _planned(ALL_SMALL)
+    by_out = {k.comp.root.shape.dims: k for k in planner.kernels}
+    total = sum(kernel_work_ns(k) for k in planner.kernels)
+    assert small_level_cost_ns(by_out[(4, 16)]) > kernel_work.SMALL_SHARE * total
+    assert id(by_out[(4, 16)]) not in small_kernels(planner, fused.entry)
+    saved = kernel_work.SMALL_SHARE
+    kernel_work.SMALL_SHARE = 1e6
+    try:
+        assert small_kernels(planner, fused.entry) == {id(k) for k in planner.kernels}
+        kernel_work.SMALL_SHARE = small_level_cost_ns(by_out[(8, 8)]) * 1.01 / total
+        assert small_kernels(planner, fused.entry) == {id(by_out[(8, 8)])}
+    finally:
+        kernel_work.SMALL_SHARE = saved
