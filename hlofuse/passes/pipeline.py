@@ -263,7 +263,7 @@ class PassPipeline(HloPass):
 
 def standard_pipeline(target: str = "cpu", fusion: bool = True, verify: bool = False,
                       dump_dir: str | None = None, algorithm: str | None = None) -> PassPipeline:
-    """legacy-index-vectors, batchnorm-expander, scatter-simplifier, call-inliner, simplifier,
+    """batchnorm-expander, legacy-index-vectors, scatter-simplifier, call-inliner, simplifier,
     reshape-mover, simplifier, cse, dce, then (with `fusion`) the fusion passes for `target` (by `algorithm`,
     "legacy" or "priority"; None: the target's default), then dce.
 
@@ -272,7 +272,7 @@ def standard_pipeline(target: str = "cpu", fusion: bool = True, verify: bool = F
     the reshape mover's reshapes meet and cancel in the second simplifier, and CSE then
     merges what the two leave equal. The inliner runs once: no later pass makes a call, so
     the fusion passes' own inliner (which `--passes fusion-pipeline` alone needs) is left out."""
-    passes: list[HloPass] = [LegacyIndexVectors(), BatchNormExpander(), ScatterToDynamicUpdateSlice(),
+    passes: list[HloPass] = [BatchNormExpander(), LegacyIndexVectors(), ScatterToDynamicUpdateSlice(),
                              CallInliner(target), AlgebraicSimplifier(), ReshapeMover(), AlgebraicSimplifier(),
                              CommonSubexpressionElimination(),
                              DeadCodeElimination()]
