@@ -150,6 +150,7 @@ class GpuProgram(ProgramBase):
         self.emulated = emulated
         self.arch = code.arch
         self.device = None
+        self._host_interpreter = None
 
     @property
     def launches(self) -> list[GpuLaunch]:
@@ -205,6 +206,21 @@ class GpuProgram(ProgramBase):
         out = owned_outputs(result, checked, self.device.to_host)
         self._resident = {}
         return out
+
+    def host_interpreter(self):
+        """On a real GPU, a host interpreter keeping denormals as the device does (GpuTarget):
+        a called computation run through `call` is a kernel launch and a read-back, and a sort
+        calls its comparator per comparison (minutes for XLA's TopK sorts on an H200). The
+        emulation's calls are host calls already: None."""
+        if self.device is None or isinstance(self.device, HostDevice):
+            return None
+        if self._host_interpreter is None:
+            from ..emitters.gpu.target import GpuTarget
+            from .interpreter import Interpreter
+
+            denormals = "flush" if GpuTarget.flushes_denormals else "keep"
+            self._host_interpreter = Interpreter(self.module, denormals=denormals)
+        return self._host_interpreter
 
     def host(self, value):
         """`value` with every device buffer copied to the host (tuples recurse)."""

@@ -4,7 +4,9 @@ Rules are attached to the op registry with `register_library(opcode)`:
 `fn(inst, args, ctx) -> value`, where a value is a numpy array or a tuple of values and
 `ctx.call(computation, args)` runs a called computation through the compiled program;
 `ctx.host(value)` brings its result to host memory where a rule computes on it (on the real
-GPU a called computation's result is device memory).
+GPU a called computation's result is device memory). A rule calling a computation per element
+or per comparison (sort, scatter) asks `host_calls` first: on the real GPU such calls run on
+the host, batched where the computation is elementwise (runtime/host_calls.py).
 Written independently of the reference interpreter, which is the oracle for these too.
 Ops with an element generator never come here: the executor emits them as loop kernels.
 """
@@ -16,6 +18,7 @@ import numpy as np
 
 from ..hlo.errors import UnsupportedError
 from ..hlo.opcodes import mark_unsupported, register_library
+from .host_calls import batched_stable_order, combine_in_rounds, host_calls, is_strict_weak_order_result
 from .interpreter import op_helpers
 from .interpreter.linalg import solve_triangular
 from .interpreter.sort import comparator_sort_order
@@ -303,10 +306,15 @@ def scatter(inst, args, ctx):
     else:
         flat_targets = np.ravel_multi_index(target, op_shape) if len(op_shape) else np.zeros(len(vals[0]), int)
         flats = [o.reshape(-1) for o in outs]
+        one, batched = host_calls(ctx, comp)  # on the real GPU: on the host, not a launch each
+        if batched is not None:
+            combine_in_rounds(batched, flats, flat_targets, vals)
+            return outs[0] if n == 1 else tuple(outs)
         for t, *vs in zip(flat_targets, *vals):
             cur = [np.asarray(f[t]) for f in flats]
-            res = ctx.host(ctx.call(comp, cur + [np.asarray(v) for v in vs]))
-            res = res if isinstance(res, tuple) else (res,)
+            args2 = cur + [np.asarray(v) for v in vs]
+            res = one(args2) if one is not None else ctx.host(ctx.call(comp, args2))
+            res = res if isinstance(res, (tuple, list)) else (res,)
             for f, r in zip(flats, res):
                 f[t] = r
     return outs[0] if n == 1 else tuple(outs)
@@ -359,20 +367,39 @@ def sort(inst, args, ctx):
         else:
             order = np.argsort(key, axis=-1, kind="stable")
     else:
-        order = np.empty(moved[0].shape, np.int64)
-        for row in np.ndindex(*moved[0].shape[:-1]):
-            vals = [m[row] for m in moved]
-
-            def less(i, j, vals=vals):
-                args2 = []
-                for v in vals:
-                    args2 += [np.asarray(v[i]), np.asarray(v[j])]
-                return bool(np.asarray(ctx.host(ctx.call(comp, args2))))
-
-            order[row] = comparator_sort_order(moved[0].shape[-1], less, stable)
+        order = _comparator_order(comp, moved, stable, ctx)
     outs = [np.moveaxis(np.take_along_axis(m, order, -1), -1, dim) for m in moved]
     outs = [np.ascontiguousarray(o) for o in outs]  # sort operands have rank >= 1
     return tuple(outs) if inst.shape.is_tuple else outs[0]
+
+
+def _comparator_order(comp, moved: list[np.ndarray], stable: bool, ctx) -> np.ndarray:
+    """The permutation of each row (last axis) of `moved` under comparator `comp`. Where the
+    program evaluates called computations on the host (the real GPU: `host_calls`) and the
+    comparator is elementwise, a batched merge sort whose result, when it shows a strict weak
+    order, is the one stable order; otherwise XLA:CPU's algorithm with one call per comparison
+    (on the host there, else through the compiled program)."""
+    n = moved[0].shape[-1]
+    one, batched = host_calls(ctx, comp)
+    if batched is not None and n > 1 and moved[0].size:
+        rows = [m.reshape(-1, n) for m in moved]
+        perm = batched_stable_order(batched, rows)
+        if perm is not None and is_strict_weak_order_result(batched, rows, perm):
+            return perm.reshape(moved[0].shape)
+    order = np.empty(moved[0].shape, np.int64)
+    for row in np.ndindex(*moved[0].shape[:-1]):
+        vals = [m[row] for m in moved]
+
+        def less(i, j, vals=vals):
+            args2 = []
+            for v in vals:
+                args2 += [np.asarray(v[i]), np.asarray(v[j])]
+            if one is not None:
+                return bool(one(args2)[0])
+            return bool(np.asarray(ctx.host(ctx.call(comp, args2))))
+
+        order[row] = comparator_sort_order(n, less, stable)
+    return order
 
 
 @register_library("topk")

@@ -42,6 +42,12 @@ class ProgramBase:
         comparator, a scatter combiner). Host programs' values already are."""
         return value
 
+    def host_interpreter(self):
+        """An interpreter (runtime/interpreter, this target's denormal semantics) for library
+        rules to evaluate their per-element called computations on the host (runtime/
+        host_calls.py), or None where `call` itself is cheap enough (host programs)."""
+        return None
+
     def _run_library(self, inst: HloInstruction, operands: list):
         """Run one unfused instruction through its library rule."""
         rule = inst.info.library
