@@ -43,7 +43,7 @@ from .gemm_layout import (
     output_map,
 )
 from .gemm_partition import GemmPartition, gemm_partition
-from .loop_hints import ROLLED_AROUND, forbid_vectorization
+from .loop_hints import ROLLED_AROUND, ROLLED_INTERLEAVE, forbid_vectorization, interleave, stays_rolled
 
 
 # ---- which computations become GEMM kernels ----------------------------------------------------
@@ -340,7 +340,8 @@ def _emit_epilogue(skel, comp: HloComputation, dot: HloInstruction, c: tuple[ir.
         base = b.mul(row, const_i64(n))
         c_row = b.add(c_batch, b.mul(r, const_i64(cm.row_stride)))
         o_row = b.add(o_batch, _group_offset(b, r, sizes[1], strides[1]))
-        with for_range(b, n0, b.add(n0, n_count), "ecol") as j:
+        # A long column loop stays rolled too (loop_hints.stays_rolled: LLVM fully unrolled it).
+        with for_range(b, n0, b.add(n0, n_count), "ecol", unroll=not stays_rolled(panel_cols)) as j:
             lin = b.add(base, j)
             c_elem.append(b.gep(c_base, [b.add(c_row, b.mul(j, const_i64(cm.col_stride)))], inbounds=True))
             index = Index(b, dims, multi=list(outer) + [j], linear=lin) if rows_mode else Index(b, dims, linear=lin)
@@ -356,6 +357,8 @@ def _emit_epilogue(skel, comp: HloComputation, dot: HloInstruction, c: tuple[ir.
                 dest = b.gep(out, [o_lin], inbounds=True)
             store_element(b, root(index), dest, out_dtype)
             c_elem.pop()
+        if stays_rolled(panel_cols):
+            interleave(j, ROLLED_INTERLEAVE)
     # The column loop is the one to vectorize (unit stride in place); a short constant one
     # (10-48 columns) LLVM unrolled fully and then vectorized the row loop with gathers and
     # scatters (docs/dots.md, tests/codegen/test_gemm_epilogue.py).

@@ -43,6 +43,7 @@ from .args import output_leaves, param_leaf_slots
 from .cpu_streaming import fence, streamable, streaming_row_loop
 from .fast_extremum import FAST_ACCUMULATORS, exact_needed, fast_extremum, fold_fast, magnitude_bits
 from .host_caches import DEFAULT_L2_BYTES, DEFAULT_L3_BYTES, cache_bytes, l2_cache_bytes, l3_cache_bytes
+from . import loop_hints
 from .loop_hints import forbid_vectorization, interleave
 from .reduction_groups import ReduceHero, computes_expensive_elements, row_accumulators, vector_lanes
 from .row_ahead import NextRowFold, fold_into, pipelines_first_level
@@ -147,7 +148,7 @@ def prefetches_next_row(comp: HloComputation, layout: RowLayout, streams: list) 
 @contextmanager
 def _row_loop(b: ir.IRBuilder, n: int, name: str, row: ir.Value | None = None, end: ir.Value | None = None,
               streams: list = (), step: int = 1, accumulators: int = 1,
-              chunk_bytes: int = PREFETCH_CHUNK_BYTES) -> Iterator[ir.Value]:
+              chunk_bytes: int = PREFETCH_CHUNK_BYTES, folds: bool = False) -> Iterator[ir.Value]:
     """`for j in [0, n)` over a row; with `streams`, the loop runs in chunks (`chunk_bytes`
     of the widest stream) and, before each, prefetches the same chunk of a later row of every
     stream (`_rows_ahead`: the next row where rows are 4 KB or more; unless that row is `end` or
@@ -158,12 +159,20 @@ def _row_loop(b: ir.IRBuilder, n: int, name: str, row: ir.Value | None = None, e
     vectorised loop and across chunks in order: reassociated, as the unchunked loop is. `step`
     (which divides `n`) steps j by that many elements; chunks are a whole number of steps.
     `accumulators` > 1 (a reduction loop: reduction_groups.row_accumulators over its length)
-    asks LLVM for that many interleaved vectors in the loop over j and keeps it rolled."""
+    asks LLVM for that many interleaved vectors in the loop over j and keeps it rolled. Without
+    streams, a loop of at least loop_hints.ROLLED_AROUND steps is kept rolled too, with
+    loop_hints.ROLLED_INTERLEAVE vectors, unless it `folds` with one accumulator (its elements
+    are expensive, `_accumulators`: LLVM's own interleaving, which a rolled loop would lose)."""
     if not streams:
-        with for_range(b, const_i64(0), const_i64(n), name, step=step, unroll=accumulators < 2) as j:
+        # A long row without a count of its own stays rolled (loop_hints.stays_rolled): LLVM
+        # interleaved it and then unrolled the constant trip count fully (GPT-2's layer norm
+        # over 768: its output loop 12 times over, 556 instructions after O3). It keeps
+        # loop_hints.ROLLED_INTERLEAVE vectors an iteration where it has no count of its own.
+        rolled = accumulators > 1 or (not folds and loop_hints.stays_rolled(-(-n // step)))
+        with for_range(b, const_i64(0), const_i64(n), name, step=step, unroll=not rolled) as j:
             yield j
-        if accumulators > 1:
-            interleave(j, accumulators)
+        if rolled:
+            interleave(j, accumulators if accumulators > 1 else loop_hints.ROLLED_INTERLEAVE)
         return
     fn = _prefetch_function(b.module)
     chunk = -(-max(1, chunk_bytes // max(size for _, size, _ in streams)) // step) * step
@@ -385,7 +394,7 @@ def emit_row_kernel(skel, kernel) -> None:
             chunk_bytes = _fold_chunk_bytes(n, streamed_ahead) if streamed_ahead else PREFETCH_CHUNK_BYTES
             with _row_loop(b, n, "fold", r, skel.end, streamed_ahead,
                            accumulators=_accumulators(skel.target, comp, layout, hs, n, streamed_ahead, fast),
-                           chunk_bytes=chunk_bytes) as j:
+                           chunk_bytes=chunk_bytes, folds=True) as j:
                 index = index_at(j)
                 if folds_ahead:  # loads before stores, as in the output loop
                     ahead.fold(j)
