@@ -43,17 +43,17 @@ def stays_rolled(units: int) -> bool:
     """Whether an innermost loop of a constant `units` iterations that LLVM vectorizes is kept
     rolled (`for_range`'s `unroll=False`): from ROLLED_AROUND units, where LLVM interleaved 4
     vectors and then fully unrolled the vector loop (a 512-column GEMM epilogue: 32 copies of
-    its body, 331 instructions after O3 against 60 rolled, 17.8 -> 10.8 ms of LLVM) for loops
-    that load, compute and store each element once. `llvm.loop.unroll.disable` also makes
-    LLVM's vectorizer interleave one vector an iteration (docs/compile_time.md, "Transformer
-    kernels")."""
+    its body, 331 instructions after O3 against 50 rolled, 17 -> 12 ms of LLVM) for loops
+    that load, compute and store each element once. `llvm.loop.unroll.disable` alone also makes
+    LLVM's vectorizer interleave one vector an iteration: the callers ask for ROLLED_INTERLEAVE
+    (docs/compile_time.md, "Transformer kernels: long loops kept rolled")."""
     return ROLL_LONG_LOOPS and units >= ROLLED_AROUND
 
 
 # Vectors an iteration of a loop kept rolled by `stays_rolled` and given no count of its own
 # (`interleave`): about what LLVM chose for them before unrolling. One (what
 # `llvm.loop.unroll.disable` alone gives) ran softmax's cold-path maximum over 256 (taken on
-# every row of random inputs) 1.27x slower, and BERT's GEMM epilogues 1.01x (one thread,
+# every row of random inputs) 1.27x slower, and BERT's GEMM kernels 1.005-1.017x (one thread,
 # medians of 7 interleaved profiles, load 1-3).
 ROLLED_INTERLEAVE = 4
 
