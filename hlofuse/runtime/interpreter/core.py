@@ -97,7 +97,8 @@ class Interpreter:
         """Evaluate a computation of scalars on arrays of equal shape, elementwise at once.
 
         Only valid when every instruction of `computation` is elementwise (or a parameter,
-        constant, tuple or get-tuple-element); see `is_elementwise_computation`.
+        constant, tuple, get-tuple-element or scalar-to-scalar broadcast); see
+        `is_elementwise_computation`.
         """
         self._batched += 1
         try:
@@ -164,10 +165,19 @@ def _mismatch(shape: Shape, value: Value, check_dims: bool = True) -> str | None
 
 
 def is_elementwise_computation(comp: HloComputation) -> bool:
-    """True when `comp` can be evaluated with `Interpreter.call_batched` (all ops elementwise)."""
+    """True when `comp` can be evaluated with `Interpreter.call_batched`: all ops elementwise,
+    structural, or a scalar-to-scalar broadcast (an identity per batch element, which XLA's
+    TopK comparators contain); a broadcast that adds dimensions is not elementwise."""
     structural = ("parameter", "constant", "tuple", "get-tuple-element")
-    return all(i.opcode in structural or op_info(i.opcode).elementwise and not i.called_computations()
+    return all(i.opcode in structural or _is_scalar_broadcast(i)
+               or op_info(i.opcode).elementwise and not i.called_computations()
                for i in comp.instructions)
+
+
+def _is_scalar_broadcast(inst: HloInstruction) -> bool:
+    """A `broadcast` of a rank-0 array to a rank-0 array (dimensions={})."""
+    return (inst.opcode == "broadcast" and isinstance(inst.shape, ArrayShape) and not inst.shape.dims
+            and isinstance(inst.operands[0].shape, ArrayShape) and not inst.operands[0].shape.dims)
 
 
 # ---- module entry point ---------------------------------------------------------------------

@@ -23,6 +23,10 @@ def _dims(inst: HloInstruction, key: str = "dimensions") -> tuple[int, ...]:
 def _broadcast(inst: HloInstruction, args: list, interp) -> Array:
     """Operand dimension i becomes result dimension dimensions[i]; the others are replicated."""
     x = np.asarray(args[0])
+    if not inst.shape.dims:
+        # scalar to scalar, an identity: in a batched call (Interpreter.call_batched) the
+        # operand holds one scalar per batch element, and each stays what it is
+        return x.copy()
     dims = _dims(inst)
     out_dims = tuple(inst.shape.dims)
     order = sorted(range(len(dims)), key=lambda i: dims[i])
