@@ -46,7 +46,7 @@ from . import cpu_row
 from .args import output_leaves
 from .cpu_concat import emit_concat_loop
 from .cpu_streaming import BUFFER_BYTES, buffered_streaming_row, fence, streamable
-from .loop_hints import fold_tail, forbid_vectorization, interleave
+from .loop_hints import fold_tail, forbid_vectorization, interleave, rolls_transposed_rows
 from .reduction_groups import lanes_of
 
 _MIN_ROW = 32  # shorter last dimensions use flat mode ...
@@ -151,12 +151,14 @@ def _reads_wider_rows(params: list, row: int) -> bool:
     return any(leaf.rank >= 2 and leaf.dims[-1] > row for leaf in params)
 
 
-def emit_loop(skel, ls: LoopShape, body, interleaved: int = 1, streamed: list | None = None) -> None:
+def emit_loop(skel, ls: LoopShape, body, interleaved: int = 1, streamed: list | None = None,
+              rolled: bool = False) -> None:
     """Emit the loop nest over units [skel.begin, skel.end); `body(index)` emits one element.
     `interleaved` > 1 asks LLVM to interleave that many vectors in the innermost loop of rows
     and flat mode (loop_hints.interleave). `streamed` (rows and plane mode; `streams_rows`):
     the (generator, output leaf, pointer) of every output, each row (plane) then written with
-    streaming stores a chunk at a time (cpu_streaming.buffered_streaming_row)."""
+    streaming stores a chunk at a time (cpu_streaming.buffered_streaming_row). `rolled`: rows
+    mode's loop over rows stays rolled (loop_hints.rolls_transposed_rows)."""
     b = skel.builder
     dims = ls.dims
     if ls.rows_mode and ls.inner == 2:
@@ -178,7 +180,9 @@ def emit_loop(skel, ls: LoopShape, body, interleaved: int = 1, streamed: list | 
                 plane(lambda at, index: body(index))
     elif ls.rows_mode:
         n = dims[-1]
-        with for_range(b, skel.begin, skel.end, "row") as r:
+        # `rolled` only where the row is its own loop: a row of up to _UNROLLED_ROW is unrolled
+        # and LLVM vectorizes the loop over rows (unroll.disable would leave it one vector).
+        with for_range(b, skel.begin, skel.end, "row", unroll=not (rolled and n > _UNROLLED_ROW)) as r:
             outer = delinearize(b, r, dims[:-1])
             base = b.mul(r, const_i64(n), flags=["nuw", "nsw"])
 
@@ -282,7 +286,8 @@ def emit_loop_kernel(skel, comp: HloComputation, outputs: list[int]) -> LoopShap
     streaming = streams_rows(skel, comp, ls, chosen)
     with math_calls.calling(calls_math(comp)):
         emit_loop(skel, ls, body, interleave_count(comp, ls, getattr(skel.target, "vector_width", None)),
-                  list(zip(gens, chosen, ptrs)) if streaming else None)
+                  list(zip(gens, chosen, ptrs)) if streaming else None,
+                  rolled=source is None and all(rolls_transposed_rows(leaf.inst) for leaf in chosen))
     if streaming:  # streaming stores are weakly ordered: done before the kernel returns
         fence(skel.builder)
     skel.finish()

@@ -50,6 +50,26 @@ def stays_rolled(units: int) -> bool:
     return ROLL_LONG_LOOPS and units >= ROLLED_AROUND
 
 
+# Whether a loop kernel's loop over transposed rows stays rolled (`rolls_transposed_rows`; a
+# switch for A/B measurements: benchmarks/loop_hints_ab.py).
+ROLL_TRANSPOSED_ROWS = True
+
+
+def rolls_transposed_rows(inst) -> bool:
+    """Whether a rows-mode loop kernel (cpu_loop.emit_loop) writing HLO instruction `inst` keeps
+    its loop over rows rolled (`for_range`'s `unroll=False`): `inst` is a transpose (under
+    converts) that moves its last dimension, so each output row is a strided copy (the GEMM
+    packing kernels, cpu_gemm.plan_gemm). LLVM unrolls such a row fully (64 columns read 256
+    elements apart in GPT-2's and BERT's) and then runtime-unrolls the loop over rows around
+    the unrolled copy, below ROLLED_AROUND: kept rolled, 12.5 -> 7.4 ms of LLVM per packing
+    kernel (docs/compile_time.md, "Transformer kernels: long loops kept rolled")."""
+    while inst.opcode == "convert":
+        inst = inst.operands[0]
+    if not ROLL_TRANSPOSED_ROWS or inst.opcode != "transpose" or not inst.shape.is_array:
+        return False
+    return tuple(inst.attrs["dimensions"])[-1] != inst.shape.rank - 1
+
+
 # Vectors an iteration of a loop kept rolled by `stays_rolled` and given no count of its own
 # (`interleave`): about what LLVM chose for them before unrolling. One (what
 # `llvm.loop.unroll.disable` alone gives) ran softmax's cold-path maximum over 256 (taken on
