@@ -302,22 +302,12 @@ def optimized_kernel(text: str, speed_level: int):
     """Kernel IR `text` parsed, verified and optimized at `speed_level` (an llvmlite ModuleRef):
     the O-level's pipeline (emitters/cpu/target.optimized_module) or, for SMALL_KERNEL,
     SMALL_PIPELINE."""
-    import llvmlite.binding as llvm
-
-    from ..emitters.cpu.target import apply_codegen_options, host_target_machine, optimized_module
+    from ..emitters.cpu.target import optimized_module
 
     if speed_level != SMALL_KERNEL:
         return optimized_module(text, speed_level)
-    llmod = llvm.parse_assembly(text)
-    llmod.verify()
-    apply_codegen_options()
-    options = dict(SMALL_PIPELINE)
-    pto = llvm.create_pipeline_tuning_options(speed_level=options.pop("speed_level"))
-    for name, value in options.items():
-        setattr(pto, name, value)
-    builder = llvm.create_pass_builder(host_target_machine(), pto)
-    builder.getModulePassManager().run(llmod, builder)
-    return llmod
+    tuning = dict(SMALL_PIPELINE)
+    return optimized_module(text, tuning.pop("speed_level"), tuning)
 
 
 def compile_timed(text: str, speed_level: int) -> tuple[bytes, float, float]:

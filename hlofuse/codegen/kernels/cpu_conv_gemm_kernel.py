@@ -22,7 +22,7 @@ from ...runtime.jit_builtins import SCRATCH_ALLOC, SCRATCH_FREE
 from ..planning import rebuild
 from .args import output_leaves, typed_pointer
 from .blas_call import GemmCall, blas_operands, declare, trap_if
-from .cpu_conv import find_convolution, window_tap
+from .cpu_conv_geometry import find_convolution, window_tap
 from .cpu_conv_gemm import IN, ConvGemm, conv_gemm, row_major_matrix
 from .cpu_gemm import SHORT_EPILOGUE_ROW
 from .gemm_layout import Matrix
