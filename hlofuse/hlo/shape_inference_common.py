@@ -15,6 +15,22 @@ from .shapes import ArrayShape, Shape, TupleShape
 
 _MISSING = object()
 
+# The operand where each indexed-by-starts op's start indices begin.
+FIRST_START_INDEX = {"dynamic-slice": 1, "dynamic-update-slice": 2}
+
+
+def legacy_start_index_vector(inst: HloInstruction) -> HloInstruction | None:
+    """The start-index vector operand of a dynamic-slice or dynamic-update-slice in the legacy
+    form (`dynamic-slice(x, s32[3] starts)`: one rank-1 operand for an operand of rank other
+    than 1), else None. Today's form is one integer scalar per operand dimension."""
+    first = FIRST_START_INDEX.get(inst.opcode)
+    if first is None or len(inst.operands) != first + 1:
+        return None
+    vector, operand = inst.operands[first], inst.operands[0]
+    if not isinstance(vector.shape, ArrayShape) or vector.shape.rank != 1 or operand.shape.rank == 1:
+        return None
+    return vector
+
 
 def fail(inst: HloInstruction, reason: str) -> NoReturn:
     """Raise VerifierError for `inst` (named with its computation) with `reason`."""

@@ -12,7 +12,7 @@ from .ir import HloInstruction
 from .opcodes import register_shape_rule
 from .shape_inference_common import (
     array_operand, array_operands, attr, check_dims_in_range, declared_array, fail, int_tuple,
-    is_integer_scalar, make_array, slice_sizes, text,
+    is_integer_scalar, legacy_start_index_vector, make_array, slice_sizes, text,
 )
 from .shapes import ArrayShape, Shape, TupleShape
 
@@ -143,8 +143,8 @@ def _start_indices(inst: HloInstruction, first: int, rank: int) -> None:
     """Operands first.. are the start indices: `rank` integer scalars of one type (or one
     integer vector of length `rank`, the legacy form)."""
     idx = inst.operands[first:]
-    if len(idx) == 1 and isinstance(idx[0].shape, ArrayShape) and idx[0].shape.rank == 1 and rank != 1:
-        s = idx[0].shape
+    if (vector := legacy_start_index_vector(inst)) is not None:
+        s = vector.shape
         if not s.dtype.is_integer or s.dims[0] != rank:
             fail(inst, f"start index vector must be an integer vector of length {rank}, is {text(s)}")
         return

@@ -15,24 +15,10 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from ..hlo.ir import HloInstruction, HloModule
-from ..hlo.shapes import ArrayShape, array
+from ..hlo.shape_inference_common import FIRST_START_INDEX, legacy_start_index_vector
+from ..hlo.shapes import array
 from .pass_base import HloPass
 from .rewrite import Rewriter
-
-_FIRST_START = {"dynamic-slice": 1, "dynamic-update-slice": 2}
-
-
-def legacy_index_vector(inst: HloInstruction) -> HloInstruction | None:
-    """The start-index vector operand of `inst` when it uses the legacy form (the verifier's
-    rule: one rank-1 integer operand for an operand of rank other than 1), else None."""
-    first = _FIRST_START.get(inst.opcode)
-    if first is None or len(inst.operands) != first + 1:
-        return None
-    vector, operand = inst.operands[first], inst.operands[0]
-    if not isinstance(vector.shape, ArrayShape) or vector.shape.rank != 1 or operand.shape.rank == 1:
-        return None
-    return vector
-
 
 def _scalar_starts(vector: HloInstruction) -> list[HloInstruction]:
     """One rank-0 instruction per element of the index vector `vector`."""
@@ -56,10 +42,10 @@ class LegacyIndexVectors(HloPass):
         for comp in module.computations_post_order():
             rewriter = Rewriter(comp)
             for inst in list(comp.instructions):
-                vector = legacy_index_vector(inst)
+                vector = legacy_start_index_vector(inst)
                 if vector is None:
                     continue
-                first = _FIRST_START[inst.opcode]
+                first = FIRST_START_INDEX[inst.opcode]
                 new = HloInstruction(inst.opcode, inst.shape, [*inst.operands[:first], *_scalar_starts(vector)],
                                      dict(inst.attrs), name=inst.name)
                 rewriter.replace(inst, new)
