@@ -227,28 +227,27 @@ class FeatureAccumulators:
     def store_output(self, c: int, base) -> None:
         """Store position c's accumulators to the output from element offset `base` on, a
         piece at a time (`stores_output`): no feature loop for LLVM to unroll and re-vectorise."""
-        em, b = self.em, self.em.b
-        for slot, (off, w) in zip(self.slots[c], self.pieces):
-            v = b.load(slot, align=self.align)
-            if w == 1:
-                b.store(v, b.gep(em.out, [em.add(base, off)], inbounds=True))
-            else:
-                store_vector(b, v, em.out, em.add(base, off))
+        self._store_pieces(c, self.em.out, base)
 
     def store(self, g, count: int) -> None:
         """Store the first `count` positions' accumulators of group g to the kernel's
         per-position accumulator arrays (`em.accs`), which the epilogue and stores read."""
-        em, b = self.em, self.em.b
         if self.in_place:
             return
-        gbase = em.mul(g, em.geo.group_features)
+        gbase = self.em.mul(g, self.em.geo.group_features)
         for c in range(count):
-            for slot, (off, w) in zip(self.slots[c], self.pieces):
-                v = b.load(slot, align=self.align)
-                if w == 1:
-                    b.store(v, b.gep(em.accs[c], [em.add(gbase, off)], inbounds=True))
-                else:
-                    store_vector(b, v, em.accs[c], em.add(gbase, off))
+            self._store_pieces(c, self.em.accs[c], gbase)
+
+    def _store_pieces(self, c: int, dest: ir.Value, base) -> None:
+        """Store position c's accumulator pieces to element pointer `dest` from element offset
+        `base` on, each at its feature offset (a scalar piece as an element)."""
+        em, b = self.em, self.em.b
+        for slot, (off, w) in zip(self.slots[c], self.pieces):
+            v = b.load(slot, align=self.align)
+            if w == 1:
+                b.store(v, b.gep(dest, [em.add(base, off)], inbounds=True))
+            else:
+                store_vector(b, v, dest, em.add(base, off))
 
 
 def masked_taps(em, ps: list, k, d: WindowDimension, xs: list, woff, body) -> None:
