@@ -151,7 +151,8 @@ def kernel_symbol(key: str) -> str:
 def speed_level(kernel: KernelPlan, small: bool = False) -> int:
     """The LLVM speed level of `kernel` (codegen/kernel_work.kernel_level): llvm_pool.SMALL_KERNEL
     (a cheap pipeline and code generator) for one of the program's kernels whose run time is
-    negligible (`small`: kernel_work.small_kernels chose it), else O3.
+    negligible (`small`: kernel_work.small_kernels chose it), else O3. `kernel` is for
+    benchmarks/compile_time.py, which swaps in a rule that picks the level by kernel kind.
 
     O3 for every other kernel, as measured (`benchmarks/compile_time.py --opt-levels`, one
     thread, interleaved medians, load ~4 on 2 cores): O2 runs column reductions 2.3x slower and
@@ -161,7 +162,7 @@ def speed_level(kernel: KernelPlan, small: bool = False) -> int:
     models O2 saved 10% of LLVM's CPU time (direct convolutions 22%, loops 7%); XLA:CPU's
     pipeline, O3 without the SLP vectorizer, saved nothing (docs/compile_time.md, "How XLA:CPU
     runs LLVM")."""
-    return kernel_level(kernel, small)
+    return kernel_level(small)
 
 
 # Emitters of custom kernels (KernelPlan.custom names one): each fills a CPU kernel skeleton.

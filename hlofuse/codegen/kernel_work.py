@@ -104,8 +104,8 @@ def small_kernels(planner, entry) -> set[int]:
     return chosen
 
 
-def kernel_level(kernel, small: bool) -> int:
-    """The LLVM speed level for `kernel`: llvm_pool.SMALL_KERNEL where `small` (it is one of
+def kernel_level(small: bool) -> int:
+    """The LLVM speed level of a kernel: llvm_pool.SMALL_KERNEL where `small` (it is one of
     `small_kernels`), else O3."""
     return llvm_pool.SMALL_KERNEL if small else 3
 

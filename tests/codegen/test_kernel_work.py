@@ -151,7 +151,7 @@ def test_the_cache_key_differs_by_level():
     target = CpuTarget()
     small = [k for k in planner.kernels if k.comp.root.shape.is_array and k.comp.root.shape.dims == (8, 16)]
     assert id(small[0]) in small_kernels(planner, fused.entry)
-    assert kernel_level(small[0], small=True) == llvm_pool.SMALL_KERNEL
+    assert kernel_level(small=True) == llvm_pool.SMALL_KERNEL
     (as_small,) = distinct_kernels(small, target, small={id(small[0])})
     (as_o3,) = distinct_kernels(small, target)
     assert (as_small.speed_level, as_o3.speed_level) == (llvm_pool.SMALL_KERNEL, 3)
