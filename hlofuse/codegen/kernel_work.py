@@ -28,6 +28,18 @@ budget (`small_kernels`): each one's estimated extra time as scalar code
 (`small_level_cost_ns`) is charged against SMALL_SHARE of the program's estimated work (every
 kernel's `kernel_work_ns`), the cheapest first, and the kernels past the budget stay at O3.
 
+A kernel whose run time is a library call (a GEMM through BLAS or oneDNN's sgemm, custom
+"gemm"; a oneDNN convolution or matmul primitive, "onednn_conv" and "onednn_matmul") is judged
+by its own code instead (`library_elements`): the loops it runs around the call (a GEMM's
+epilogue over its result, the per-feature operands a oneDNN kernel computes before the call),
+not the library's multiply-adds, which its LLVM level does not touch. At O3 such a kernel cost
+4-18 ms of LLVM (2-7 ms at the small level), most of it for a wrapper (unit bookkeeping, a call
+sequence, a short per-feature loop) whose speed no run notices.
+Such a kernel is a candidate when its own work is under SMALL_KERNEL_NS, and its estimated cost
+at the small level is its own loops' (a GEMM without an epilogue: nothing). Where its cost is
+also within SMALL_SHARE of its own call's estimated time, it is small wherever it runs, a while
+loop's body included: every call is then slowed by at most that share of itself.
+
 Nothing here changes what a kernel computes beyond the order LLVM may pick for reassociable
 float reductions (the emitters allow it, `Target.reassociate_reductions`): both levels are
 compared with the interpreter in tests/codegen/test_kernel_work.py.
@@ -37,7 +49,9 @@ from __future__ import annotations
 from . import llvm_pool
 from ..hlo.ir import HloComputation
 from .kernels.args import output_leaves
-from .region_cost import ELEMENT_NS, kernel_ns, transcendentals
+from .kernels.cpu_gemm import epilogue_elements
+from .kernels.onednn_kernels import calls_primitive, own_elements
+from .region_cost import ELEMENT_NS, TRANSCENDENTAL_NS, kernel_ns, transcendentals
 
 # A kernel estimated to take less than this on one thread (`kernel_work_ns`) is compiled at
 # llvm_pool.SMALL_KERNEL when it runs once per execution. Chosen so that the slower code costs
@@ -77,24 +91,69 @@ def kernel_work_ns(kernel) -> float:
     return max(kernel_ns(kernel), touched * ELEMENT_NS)
 
 
+# Whether kernels that call a library are judged by their own code (`library_elements`); False
+# judges them by their whole work as every other kernel (for A/B measurements:
+# benchmarks/small_level_ab.py --library).
+LIBRARY_KERNELS = True
+
+
+def library_elements(kernel) -> int | None:
+    """For a kernel whose run time is a library call: the elements its own loops compute per
+    call (a GEMM's epilogue, cpu_gemm.epilogue_elements; a oneDNN kernel's per-feature operands,
+    onednn_kernels.own_elements), which is all of its code whose speed its LLVM level decides.
+    None for any other kernel (its own code is its run time), and for every kernel when
+    LIBRARY_KERNELS is off."""
+    if not LIBRARY_KERNELS:
+        return None
+    if kernel.custom == "gemm":
+        return epilogue_elements(kernel)
+    if calls_primitive(kernel):
+        return own_elements(kernel)
+    return None
+
+
+def own_work_ns(kernel) -> float:
+    """Estimated one-thread ns of one call of `kernel`'s own code: for a library kernel its own
+    loops' elements at ELEMENT_NS plus TRANSCENDENTAL_NS per transcendental op of its
+    computation (an upper bound: not every one runs in those loops), else `kernel_work_ns`."""
+    elements = library_elements(kernel)
+    if elements is None:
+        return kernel_work_ns(kernel)
+    return elements * (ELEMENT_NS + TRANSCENDENTAL_NS * transcendentals(kernel.comp))
+
+
 def small_level_cost_ns(kernel) -> float:
     """Estimated extra one-thread ns of one call of `kernel` compiled at the small level rather
-    than O3: its elements (work units x elements per unit) at SCALAR_ELEMENT_NS plus
-    SCALAR_TRANSCENDENTAL_NS for each transcendental op on each."""
-    elements = max(int(kernel.units), 1) * max(int(kernel.unit_elements), 1)
+    than O3: its elements (work units x elements per unit; a library kernel's own loops'
+    elements, `library_elements`) at SCALAR_ELEMENT_NS plus SCALAR_TRANSCENDENTAL_NS for each
+    transcendental op on each."""
+    elements = library_elements(kernel)
+    if elements is None:
+        elements = max(int(kernel.units), 1) * max(int(kernel.unit_elements), 1)
     return elements * (SCALAR_ELEMENT_NS + SCALAR_TRANSCENDENTAL_NS * transcendentals(kernel.comp))
+
+
+def small_anywhere(kernel) -> bool:
+    """Whether library kernel `kernel` may be compiled at the small level however often it runs:
+    its own work is under SMALL_KERNEL_NS and its cost at the small level within SMALL_SHARE of
+    its call's estimated time (region_cost.kernel_ns: the library's multiply-adds), so no call
+    of it is slowed by more than that share of itself. False for any other kernel."""
+    return (library_elements(kernel) is not None and own_work_ns(kernel) < SMALL_KERNEL_NS
+            and small_level_cost_ns(kernel) <= SMALL_SHARE * kernel_ns(kernel))
 
 
 def small_kernels(planner, entry) -> set[int]:
     """The ids of the kernels of `planner` (a codegen/schedule.Planner that planned computation
-    `entry`) to compile at llvm_pool.SMALL_KERNEL: those that run once per execution
-    (`once_kernels`) with an estimated time under SMALL_KERNEL_NS, cheapest first by
-    `small_level_cost_ns` while their summed cost stays within SMALL_SHARE of the estimated work
-    of all the program's kernels (each counted once, a loop's too)."""
+    `entry`) to compile at llvm_pool.SMALL_KERNEL: the library kernels that are small anywhere
+    (`small_anywhere`) that do not run once, and of those that run once per execution
+    (`once_kernels`) with an estimated time of their own code (`own_work_ns`) under
+    SMALL_KERNEL_NS, cheapest first by `small_level_cost_ns` while their summed cost stays
+    within SMALL_SHARE of the estimated work of all the program's kernels (each counted once, a
+    loop's too)."""
     once = once_kernels(planner, entry)
     budget = SMALL_SHARE * sum(kernel_work_ns(k) for k in planner.kernels)
-    candidates = [k for k in planner.kernels if id(k) in once and kernel_work_ns(k) < SMALL_KERNEL_NS]
-    chosen: set[int] = set()
+    candidates = [k for k in planner.kernels if id(k) in once and own_work_ns(k) < SMALL_KERNEL_NS]
+    chosen = {id(k) for k in planner.kernels if id(k) not in once and small_anywhere(k)}
     spent = 0.0
     for k in sorted(candidates, key=small_level_cost_ns):
         spent += small_level_cost_ns(k)

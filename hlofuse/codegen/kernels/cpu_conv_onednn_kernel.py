@@ -35,6 +35,20 @@ def _fn(module: ir.Module, name: str, ret: ir.Type, args: list[ir.Type]) -> ir.F
     return declare(module, name, ir.FunctionType(ret, args))
 
 
+def feature_count(bcast: HloInstruction) -> int:
+    """The values a per-feature broadcast source computes (`_feature_values`): the extent of the
+    dimension it broadcasts along."""
+    (axis,) = tuple(bcast.attrs.get("dimensions"))
+    return bcast.shape.dims[axis]
+
+
+def computed_elements(sources, calls: int = 1) -> int:
+    """Elements a primitive-calling kernel's own loops compute: the per-feature values of each
+    broadcast source among `sources` (as emit_primitive_call takes them), once per each of
+    `calls` primitive calls. The rest of its code is a fixed sequence of calls."""
+    return calls * sum(feature_count(src) for src in sources if isinstance(src, HloInstruction))
+
+
 def _feature_values(skel, bcast: HloInstruction, buffer) -> ir.Value:
     """A new buffer (from `buffer(bytes)`) holding the O f32 values broadcast by `bcast` along
     the output feature dimension, computed by their element generators (the epilogue's own
@@ -42,7 +56,7 @@ def _feature_values(skel, bcast: HloInstruction, buffer) -> ir.Value:
     b = skel.builder
     dims = tuple(bcast.shape.dims)
     (axis,) = tuple(bcast.attrs.get("dimensions"))
-    n = dims[axis]
+    n = feature_count(bcast)
     p = buffer(ir.Constant(I64, 4 * n))
     out = b.bitcast(p, ir.FloatType().as_pointer())
     gen = ElementalEmitter(b, skel.target, skel.param_gen).gen(bcast)

@@ -174,13 +174,11 @@ def emit_gemm_kernel(skel, kernel) -> None:
         raise ValueError(f"GEMM kernel {kernel.name}: dot {dot.name} reads an operand BLAS cannot")
     lhs = skel._typed(skel.function.args[_arg_of(skel, dot.operands[0])], et)
     rhs = skel._typed(skel.function.args[_arg_of(skel, dot.operands[1])], et)
-    out_et = output_leaves(comp)[0].shape.dtype
     omap = output_map(comp, dot)
     cm = dot_layout_matrix(dot) if kernel.scratch else omap.matrix()
     if cm is None:
         raise ValueError(f"GEMM kernel {kernel.name}: BLAS cannot write {comp.root.name}'s layout and no scratch")
-    direct = output_chain(comp).value is dot
-    epilogue = not direct or out_et != et or bool(kernel.scratch)
+    epilogue = _runs_epilogue(comp, dot, bool(kernel.scratch))
     c_base = skel.scratch_ptr(0, et) if kernel.scratch else skel.output_ptr(0)
 
     swapped, (trans1, ld1), (trans2, ld2), ldc = blas_operands(lm, rm, cm)
@@ -208,6 +206,25 @@ def emit_gemm_kernel(skel, kernel) -> None:
                            in_place=not kernel.scratch, panel_cols=part.cols)
     call.finish()
     skel.finish()
+
+
+def _runs_epilogue(comp: HloComputation, dot: HloInstruction, scratch: bool) -> bool:
+    """Whether the GEMM kernel of `comp` runs an epilogue loop over its block after the GEMM
+    call: the output is not the dot's value itself (an elementwise epilogue), has another type
+    than the GEMM's, or is written from a scratch temporary (`scratch`: gemm_needs_scratch)."""
+    direct = output_chain(comp).value is dot
+    return not direct or output_leaves(comp)[0].shape.dtype != element_type(gemm_dtype(dot)) or scratch
+
+
+def epilogue_elements(kernel) -> int:
+    """Elements the epilogue loop of GEMM kernel `kernel` (a KernelPlan, custom="gemm") computes
+    per call, all work units together: the dot's result's when it runs one (`_runs_epilogue`),
+    else 0 (the kernel is its GEMM calls and their bookkeeping). What the kernel's own code costs
+    beyond the library's multiply-adds (codegen/kernel_work.py)."""
+    dot = find_gemm_dot(kernel.comp)
+    if dot is None:
+        raise ValueError(f"GEMM kernel {kernel.name}: computation {kernel.comp.name} has no GEMM-able dot")
+    return dot.shape.element_count() if _runs_epilogue(kernel.comp, dot, bool(kernel.scratch)) else 0
 
 
 def _unit_block(b: ir.IRBuilder, unit: ir.Value, part: GemmPartition):

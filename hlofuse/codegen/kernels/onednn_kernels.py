@@ -3,10 +3,12 @@ when the program loads (runtime/cpu_executor.py; runtime/onednn_primitives.py ma
 
     descs = primitive_descriptions(kernels)   # one per oneDNN kernel, in the kernels' order
     calls_primitive(kernel)                   # whether a kernel calls one
+    own_elements(kernel)                      # elements its own loops compute per call
 """
 from __future__ import annotations
 
 from .cpu_conv_onednn import onednn_convolution
+from .cpu_conv_onednn_kernel import computed_elements
 from .cpu_gemm_onednn import kernel_matmul
 
 # Each oneDNN kernel kind (`KernelPlan.custom`) and the mapping its kernel calls (a matmul
@@ -33,3 +35,19 @@ def primitive_descriptions(kernels) -> list:
             raise ValueError(f"kernel {k.name}: no longer maps to a oneDNN {k.custom[len('onednn_'):]}")
         out.append(mapped.desc)
     return out
+
+
+def own_elements(kernel) -> int:
+    """Elements the own loops of `kernel` (a KernelPlan that `calls_primitive`) compute per call,
+    all its work units together: the per-feature epilogue operands it computes before each
+    primitive call (cpu_conv_onednn_kernel.computed_elements); everything else it does is the
+    primitive's (codegen/kernel_work.py weighs the two). ValueError for a kernel whose
+    computation no longer maps, as `primitive_descriptions`."""
+    if kernel.custom == "onednn_conv":
+        mapped, calls = onednn_convolution(kernel.comp), 1
+    else:
+        mapped, unit_bytes = kernel_matmul(kernel)
+        calls = 1 if unit_bytes is None else int(kernel.units)
+    if mapped is None:
+        raise ValueError(f"kernel {kernel.name}: no longer maps to a oneDNN {kernel.custom[len('onednn_'):]}")
+    return computed_elements(mapped.sources, calls)
