@@ -8,7 +8,8 @@ into a fused computation; a duplicated producer's copy takes the original name p
 from __future__ import annotations
 
 import heapq
-from typing import Hashable
+from collections import deque
+from typing import Callable, Hashable
 
 from ...hlo.ir import HloComputation, HloInstruction, HloModule
 from ...hlo.shapes import TupleShape
@@ -62,41 +63,55 @@ class Reachability:
         """`node` absorbed other instructions (a fusion grown by a producer or merged with a
         sibling; perhaps a new fusion, read through new get-tuple-elements), which left the
         computation if nothing else reads them. Sets only grow (a fusion joins paths, never
-        cuts one among the instructions that stay), so each set is extended by its operands'
-        from `node` on, in index order (a min-heap), going on past an instruction only when
-        its set grew: the work is the instructions whose ancestors changed and their users,
-        not the computation. A fusion that joins paths already joined further down (a
-        softmax's siblings, both read by its divide) stops there. The instructions merged away
-        keep their bits in some sets; `is_reachable` never asks for them (their parent)."""
+        cuts one among the instructions that stay), so `node`'s set is taken again from its
+        operands and only the bits it gained are passed on downstream, in index order (a
+        min-heap): a user adds what it lacks of them and goes on only when it lacked some. The
+        work is the instructions whose ancestors changed and their users, each an AND and an
+        OR of what is new (not a union over its operands: a merged fusion has dozens), not the
+        computation. A fusion that joins paths already joined further down (a softmax's
+        siblings, both read by its divide) stops there. The instructions merged away keep
+        their bits in some sets; `is_reachable` never asks for them (their parent)."""
         index, anc, late = self._index, self._anc, self._late
         holders = self._comp.control_holders()
         heap: list[tuple[int, int, HloInstruction]] = [(-1, 0, node)]
-        queued = {node}
+        # instruction -> the bits its operands gained since it was last popped (None: take
+        # its set from its operands: `node` itself, and instructions indexed here)
+        gained: dict[HloInstruction, int | None] = {node: None}
         seq = 1
         while heap:
             key, _, inst = heapq.heappop(heap)
-            queued.discard(inst)
+            new_bits = gained.pop(inst)
             i = index.get(inst)
-            new = i is None
-            if new:
+            if i is None:  # made by the fusion: its users read it in place of what went
                 i = index[inst] = len(anc)
                 anc.append(0)
                 late.add(inst)
-            bits = anc[i] | self._from_operands(inst)
-            if inst not in late:
-                bits |= 1 << i
-            if bits == anc[i] and not new and inst is not node:
-                continue
+                new_bits = None
+            if new_bits is None:
+                # `node` or a new instruction: its set from its operands, passed on whole (its
+                # users may read it in place of an instruction merged away)
+                bits = anc[i] | self._from_operands(inst)
+                if inst not in late:
+                    bits |= 1 << i
+                added = bits
+            else:
+                added = new_bits & ~anc[i]
+                if not added:
+                    continue
+                bits = anc[i] | added
             anc[i] = bits
             for user in self._downstream(inst, holders):
-                if user in queued:
+                if user in gained:
+                    pending = gained[user]
+                    if pending is not None:
+                        gained[user] = pending | added
                     continue
+                gained[user] = added
                 j = index.get(user)
                 # (a late instruction's index says nothing of its order: it goes right after
                 # the instruction that reached it)
                 heapq.heappush(heap, (j if j is not None and user not in late else key, seq, user))
                 seq += 1
-                queued.add(user)
 
     def is_reachable(self, a: HloInstruction, b: HloInstruction) -> bool:
         """True if b depends on a (a == b counts)."""
@@ -130,6 +145,25 @@ class Reachability:
             elif anc[ib] >> j & 1:
                 return True
         return False
+
+    def reaches_one_of(self, targets: list[HloInstruction]) -> Callable[[HloInstruction], bool]:
+        """A test of whether an instruction reaches any of `targets`, answering as `is_reachable`
+        does pair by pair, for many instructions asked about the same targets (instruction
+        fusion's pre-pass asks it of every instruction between a producer and its users): the
+        targets' sets are joined once, then each question is one bit."""
+        comp, index, anc, late = self._comp, self._index, self._anc, self._late
+        mask = 0
+        for t in targets:
+            j = index.get(t)
+            if j is not None and t.parent is comp:
+                mask |= anc[j]
+
+        def reaches(a: HloInstruction) -> bool:
+            if a in late:  # (its own bit is in no set: asked of what it feeds)
+                return any(self.is_reachable(a, t) for t in targets)
+            j = index.get(a)
+            return j is not None and a.parent is comp and bool(mask >> j & 1)
+        return reaches
 
     def is_connected(self, a: HloInstruction, b: HloInstruction) -> bool:
         """Whether either instruction reaches the other."""
@@ -299,7 +333,8 @@ def dedupe_fused_computation(fusion: HloInstruction, new: list[HloInstruction] |
     instructions were removed.
     """
     fc = fusion.fused_computation
-    work = list(fc.post_order()) if new is None else [i for i in new if i.parent is fc]
+    work = deque(fc.post_order() if new is None else [i for i in new if i.parent is fc])
+    queued = set(work)
     rewriter = Rewriter(fc)
     best_name: dict[HloInstruction, tuple[str, HloInstruction | None]] = {}  # kept -> (name, origin)
     gone: set[HloInstruction] = set()
@@ -312,21 +347,26 @@ def dedupe_fused_computation(fusion: HloInstruction, new: list[HloInstruction] |
     # computation, so every new constant was compared with every constant, each keyed anew
     keys: dict[HloInstruction, Hashable] = {}
     while work:
-        inst = work.pop(0)
-        if inst in gone or not _dedupable(inst):
+        inst = work.popleft()
+        queued.discard(inst)
+        if inst in gone:
             continue
-        key = keys.get(inst)
-        if key is None:
-            key = keys[inst] = instruction_key(inst, computations)
         pool = inst.operands[0].users if inst.operands else fc.instructions
         # (the key holds the operands by identity: a candidate reading other operands is not
-        # keyed at all; a merged fusion's parameter has hundreds of users, each new clone
+        # keyed at all, nor is `inst` judged or keyed while it has no candidate (most clones
+        # fused have none); a merged fusion's parameter has hundreds of users, each new clone
         # compared with all of them)
-        ops, match = inst.operands, None
+        ops, opcode, key, match = inst.operands, inst.opcode, None, None
         for c in pool:
-            if (c is inst or c.opcode != inst.opcode or not _same_operands(c.operands, ops) or c in gone
+            if (c is inst or c.opcode != opcode or not _same_operands(c.operands, ops) or c in gone
                     or c.parent is not fc or not _dedupable(c)):
                 continue
+            if key is None:
+                if not _dedupable(inst):
+                    break
+                key = keys.get(inst)
+                if key is None:
+                    key = keys[inst] = instruction_key(inst, computations)
             other = keys.get(c)
             if other is None:
                 other = keys[c] = instruction_key(c, computations)
@@ -343,7 +383,10 @@ def dedupe_fused_computation(fusion: HloInstruction, new: list[HloInstruction] |
         name, _ = best_name.get(match, (match.name, match.origin))
         if (len(inst.name), inst.name) < (len(name), name):
             best_name[match] = (inst.name, inst.origin)
-        work.extend(u for u in match.users if u not in work)  # may be identical now
+        for u in match.users:  # may be identical now
+            if u not in queued:
+                queued.add(u)
+                work.append(u)
     if merged:
         rewriter.finish()
         module = fc.parent

@@ -50,14 +50,17 @@ def _between(producer: HloInstruction, position: dict[HloInstruction, int]) -> l
     `producer` to a user is among them."""
     last = max((position[u] for u in producer.users if u in position), default=-1)
     found: set[HloInstruction] = set()
-    stack = [u for u in producer.users if position.get(u, last + 1) <= last]
+    get = position.get
+    stack = [u for u in producer.users if get(u, last + 1) <= last]
     while stack:
         inst = stack.pop()
         if inst in found:
             continue
         found.add(inst)
-        stack.extend(u for u in inst.users if u not in found and position.get(u, last + 1) <= last)
-    return sorted(found, key=lambda i: position[i])
+        for u in inst.users:
+            if u not in found and get(u, last + 1) <= last:
+                stack.append(u)
+    return sorted(found, key=position.__getitem__)
 
 
 # ---- the global pre-passes -------------------------------------------------------------------
@@ -74,10 +77,10 @@ def _fusible_on_all_paths(producer: HloInstruction, position: dict[HloInstructio
     long chain costs a few steps per producer, not a walk of the whole computation.
     """
     reach = ctx.reachability()
-    users = producer.users
+    reaches_a_user = reach.reaches_one_of(list(producer.users))
     result: dict[HloInstruction, bool] = {producer: True}
     for inst in _between(producer, position):
-        if not any(reach.is_reachable(inst, u) for u in users):
+        if not reaches_a_user(inst):
             continue
         ok = is_fusible(inst)
         for i, op in enumerate(inst.operands):
@@ -189,9 +192,7 @@ def fuse_computation(comp: HloComputation, ctx: FusionContext) -> bool:
         position.pop(inst, None)
         if inst.opcode != "fusion" and not is_loop_fusible_as_consumer(inst):
             continue  # tuples, calls, library ops...: every operand would be refused
-        indices = _queued_operands(inst, position)
-        indices.sort(key=lambda i: -position[inst.operands[i]])
-        for i in indices:
+        for i in _queued_operands(inst, position):
             producer = inst.operands[i]
             if producer.opcode in ("parameter", "get-tuple-element", "tuple"):
                 continue
@@ -227,17 +228,20 @@ def fuse_computation(comp: HloComputation, ctx: FusionContext) -> bool:
 
 
 def _queued_operands(inst: HloInstruction, position: dict[HloInstruction, int]) -> list[int]:
-    """The index of the first occurrence of each distinct operand of `inst` still queued (in
-    one pass over the operands: a fusion re-queued after every producer it takes has dozens)."""
+    """The index of the first occurrence of each distinct operand of `inst` still queued, the
+    one the queue would reach first (the latest in it) first (in one pass over the operands: a
+    fusion re-queued after every producer it takes has dozens)."""
     seen: set[HloInstruction] = set()
-    out = []
+    out: list[tuple[int, int]] = []
     for i, op in enumerate(inst.operands):
         if op in seen:
             continue
         seen.add(op)
-        if op in position:
-            out.append(i)
-    return out
+        at = position.get(op)
+        if at is not None:
+            out.append((at, i))
+    out.sort(reverse=True)  # (distinct operands hold distinct places: no ties)
+    return [i for _, i in out]
 
 
 def _duplicates_expensive(producer: HloInstruction, consumer: HloInstruction, ctx: FusionContext) -> bool:

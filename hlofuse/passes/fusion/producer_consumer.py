@@ -328,7 +328,7 @@ def should_fuse(consumer: HloInstruction, index: int, ctx: FusionContext) -> Dec
     producer = consumer.operands[index]
     for rule in rules_for(ctx):
         d = rule(producer, consumer, ctx)
-        if not d:
+        if d is not ALLOW and not d:  # (most rules answer the shared ALLOW: no __bool__ call)
             return d
     return ALLOW
 

@@ -97,25 +97,26 @@ def _sibling_chain(blocks: int) -> str:
 def test_update_stops_where_paths_already_joined(monkeypatch):
     """Two siblings merged near the head of a long chain: their paths already met at the add
     that reads both, so nothing after it gains an ancestor; the update touches the same few
-    instructions whatever the chain's length, and the map still matches the walk."""
+    instructions whatever the chain's length (counted as the instructions whose set grew,
+    whose users it then visits), and the map still matches the walk."""
     touched = {}
-    original = Reachability._from_operands
+    original = Reachability._downstream
     for blocks in (30, 300):
         comp = parse_hlo(_sibling_chain(blocks)).entry
         reach = Reachability(comp)
         calls = 0
 
-        def counting(self, inst):
+        def counting(self, inst, holders):
             nonlocal calls
             calls += 1
-            return original(self, inst)
+            return original(self, inst, holders)
 
-        monkeypatch.setattr(Reachability, "_from_operands", counting)
+        monkeypatch.setattr(Reachability, "_downstream", counting)
         by_name = {i.name: i for i in comp.instructions}
         a = create_fusion(by_name["u2"], "kLoop")
         merge_siblings(a, by_name["v2"])
         reach.update_downstream(a)
-        monkeypatch.setattr(Reachability, "_from_operands", original)
+        monkeypatch.setattr(Reachability, "_downstream", original)
         if blocks == 30:
             assert_matches(reach, comp)
         touched[blocks] = calls
