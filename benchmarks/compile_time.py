@@ -194,8 +194,10 @@ def _measure(name: str, text: str, xla: bool, cache_dir: str) -> dict:
 
 def llvm_threads_check(jobs: int = 4) -> None:
     """Whether llvmlite's calls release the GIL (a Python thread's progress while LLVM works)
-    and whether two threads compile faster than one (they do not if llvmlite serializes its
-    calls: it holds one process-wide lock around every call, llvmlite/binding/ffi.py)."""
+    and whether two threads compile faster than one: through llvmlite's API (`compile_ir`:
+    they do not, llvmlite holds one process-wide lock around every call, llvmlite/binding/ffi.py)
+    and through the lanes' path (codegen/llvm_pool.compile_timed: its long calls past the lock,
+    each compilation in an LLVM context of its own)."""
     import threading
 
     import hlofuse
@@ -229,17 +231,20 @@ def llvm_threads_check(jobs: int = 4) -> None:
     during = spin_rate(lambda: compile_ir(text))
     print(f"Python thread's speed while LLVM compiles: {during / alone:.2f} of its speed alone "
           f"(near 0 would mean the GIL is held)")
-    for threads in (1, 2):
-        start, cpu = time.perf_counter(), time.process_time()
-        workers = [threading.Thread(target=lambda: [compile_ir(text) for _ in range(jobs // threads)])
-                   for _ in range(threads)]
-        for w in workers:
-            w.start()
-        for w in workers:
-            w.join()
-        wall = time.perf_counter() - start
-        print(f"{jobs} LLVM compiles on {threads} thread(s): {wall:.2f}s wall, "
-              f"{(time.process_time() - cpu) / wall:.2f} cores busy")
+    from hlofuse.codegen.llvm_pool import compile_timed
+
+    for name, compile_one in (("llvmlite's API", lambda: compile_ir(text)), ("the lanes' path", lambda: compile_timed(text, 3))):
+        for threads in (1, 2):
+            start, cpu = time.perf_counter(), time.process_time()
+            workers = [threading.Thread(target=lambda: [compile_one() for _ in range(jobs // threads)])
+                       for _ in range(threads)]
+            for w in workers:
+                w.start()
+            for w in workers:
+                w.join()
+            wall = time.perf_counter() - start
+            print(f"{name}: {jobs} LLVM compiles on {threads} thread(s): {wall:.2f}s wall, "
+                  f"{(time.process_time() - cpu) / wall:.2f} cores busy")
 
 
 def opt_level_rows(texts: dict[str, tuple[str, list | None]], kinds: tuple[str, ...] | None = None) -> None:

@@ -18,7 +18,6 @@ import statistics
 import sys
 import time
 
-os.environ.setdefault("HLOFUSE_LLVM_PROCESSES", "0")  # compile CPU measured in this process
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.dirname(HERE))

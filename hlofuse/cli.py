@@ -177,7 +177,7 @@ def _print_comparison(outputs: list, reference: list, ours: str, against: str) -
 
 # ---- compile ----------------------------------------------------------------------------
 def cmd_compile(args: argparse.Namespace) -> int:
-    from .compiler import optimize, prestart_llvm_workers
+    from .compiler import optimize
     from .files import check_output_path
 
     if args.output:
@@ -189,8 +189,6 @@ def cmd_compile(args: argparse.Namespace) -> int:
     parse_seconds = time.perf_counter() - start
     emit = args.emit
     program = None
-    if args.target == "cpu" and (emit in ("llvm", "asm") or args.timings):
-        prestart_llvm_workers(module)  # kernels will be compiled: their workers start beside the passes
     fused, pipeline = optimize(module, args.target, fusion=not args.no_fusion, verify=args.verify or None,
                                dump_dir=args.dump_dir, passes=args.passes, algorithm=args.fusion_algorithm)
     if args.dump_dir:

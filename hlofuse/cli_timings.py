@@ -29,8 +29,8 @@ def print_timings(pipeline, parse_seconds: float | None = None, program=None,
     `span`, the command's (wall, process CPU) seconds from parsing to the last stage, adds
     `other` (the wall time outside parsing, the passes and the sequential code generation
     stages: verification, the driver's plan and its wait after the kernels, the output, imports
-    on first use), `total` and `cpu` (this process's CPU time, every thread; LLVM's worker
-    processes are not counted)."""
+    on first use), `total` and `cpu` (this process's CPU time, every thread, LLVM's lanes
+    included)."""
     if parse_seconds is not None:
         print(f"{'parse':32s} {parse_seconds * 1e3:9.3f} ms", file=sys.stderr)
     for name, seconds, changed in pipeline.timings:
@@ -45,7 +45,7 @@ def print_timings(pipeline, parse_seconds: float | None = None, program=None,
         wall, cpu = span
         print(f"{'other':32s} {(wall - listed) * 1e3:9.3f} ms", file=sys.stderr)
         print(f"{'total':32s} {wall * 1e3:9.3f} ms", file=sys.stderr)
-        print(f"{'cpu':32s} {cpu * 1e3:9.3f} ms  (this process; LLVM's worker processes not counted)",
+        print(f"{'cpu':32s} {cpu * 1e3:9.3f} ms  (this process, every thread)",
               file=sys.stderr)
     if code is None:
         return

@@ -155,8 +155,6 @@ def compile(module: HloModule, target: str = "cpu", fusion: bool = True, verify:
             exe = _load_cached(entry_key, module, target, cache_dir, start)
             if exe is not None:
                 return exe
-    if target == "cpu":
-        prestart_llvm_workers(module)
     fused, pipeline = optimize(module, target, fusion=fusion, verify=verify, dump_dir=dump_dir, algorithm=algorithm)
     program = None
     if target == "interpreter":
@@ -190,18 +188,6 @@ def compile(module: HloModule, target: str = "cpu", fusion: bool = True, verify:
                                 "primitives": program.primitives}, module, cache_dir,
                     runtime=_runtime_objects(program.code))
     return Executable(module, fused, target, run, program, pipeline, time.perf_counter() - start)
-
-
-def prestart_llvm_workers(module: HloModule) -> None:
-    """Start LLVM's worker processes now if compiling `module` will probably use them
-    (codegen/llvm_pool.py `probably_pooled`), so that their start (0.46-0.52 s to a first task,
-    0.15 CPU-s) overlaps the passes and planning instead of the first kernels' LLVM work: a
-    ResNet-50 kernel submitted 0.5 s into a fresh process came back after 0.27-0.84 s, and
-    0.08-0.14 s when the workers were started first (0.04-0.13 s when warm; load 6.2-6.6)."""
-    from .codegen import llvm_pool
-
-    if llvm_pool.probably_pooled(module):
-        llvm_pool.prestart()
 
 
 def _entry_key(module: HloModule, target: str, fusion: bool, algorithm: str | None) -> str:

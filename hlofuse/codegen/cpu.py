@@ -303,7 +303,7 @@ def distinct_kernels(kernels: list[KernelPlan], target, small: Collection[int] =
 
 
 # Kernels are compiled in groups: consecutive missing kernels of one speed level share an LLVM
-# module, and so one object file, until it holds GROUP_KERNELS kernels or GROUP_INSTRUCTIONS
+# module, and so one object file, until it holds `group_kernels` kernels or GROUP_INSTRUCTIONS
 # emitted instructions (a large kernel closes its group; the convolutions are 300-3,000). What
 # a group saves is LLVM's work per module and per pass run over a module, 1-3 ms per kernel:
 # LLVM CPU seconds of the distinct kernels other than direct convolutions, one module each
@@ -312,12 +312,19 @@ def distinct_kernels(kernels: list[KernelPlan], target, small: Collection[int] =
 # on haiku's step (3.14 against 3.05: passes whose time grows faster than the module).
 GROUP_KERNELS = 8
 GROUP_INSTRUCTIONS = 1500
+# Groups per LLVM lane at least, where there are kernels enough: the lanes compile groups in
+# parallel (codegen/llvm_pool.py), and a few groups per lane let the slow ones (convolutions)
+# run beside several fast ones instead of one lane finishing long after the other.
+GROUPS_PER_LANE = 4
 
 
-def llvm_tasks(missing: int) -> int:
-    """How many LLVM modules `missing` kernels make at least (groups of GROUP_KERNELS; a large
-    kernel closes its group early, so there may be more): what llvm_pool.Lanes weighs."""
-    return -(-missing // GROUP_KERNELS)
+def group_kernels(missing: int, lanes: int) -> int:
+    """The most kernels a group of `missing` kernels compiled on `lanes` lanes holds: GROUP_KERNELS,
+    fewer where that would leave under GROUPS_PER_LANE groups per lane (a small module's seven
+    kernels in one group were one lane's work, the other lane idle). One lane: GROUP_KERNELS."""
+    if lanes <= 1:
+        return GROUP_KERNELS
+    return max(1, min(GROUP_KERNELS, -(-missing // (lanes * GROUPS_PER_LANE))))
 
 
 def _emitted_instructions(fn: ir.Function) -> int:
@@ -325,8 +332,9 @@ def _emitted_instructions(fn: ir.Function) -> int:
     return sum(len(block.instructions) for block in fn.blocks)
 
 
-def kernel_groups(objects: list[KernelObject], target) -> Iterator[tuple[list[KernelObject], ir.Module]]:
-    """`objects` emitted into modules of at most GROUP_KERNELS kernels and about
+def kernel_groups(objects: list[KernelObject], target,
+                  limit: int = GROUP_KERNELS) -> Iterator[tuple[list[KernelObject], ir.Module]]:
+    """`objects` emitted into modules of at most `limit` kernels (`group_kernels`) and about
     GROUP_INSTRUCTIONS instructions, in order, each kernel as the function its object defines
     (`KernelObject.symbol`); a group holds kernels of one speed level. Yields each group's
     kernels and module as soon as the group is full, so LLVM starts on it while the next is
@@ -347,7 +355,7 @@ def kernel_groups(objects: list[KernelObject], target) -> Iterator[tuple[list[Ke
         size += _emitted_instructions(mod.get_global(o.symbol))
         members.append(o)
         nxt = objects[i + 1] if i + 1 < len(objects) else None
-        if (nxt is None or nxt.speed_level != o.speed_level or len(members) >= GROUP_KERNELS
+        if (nxt is None or nxt.speed_level != o.speed_level or len(members) >= limit
                 or size >= GROUP_INSTRUCTIONS or calls_primitive(o.kernels[0])
                 or calls_primitive(nxt.kernels[0])):
             # handed over without a reference kept here while suspended: once the caller has
@@ -364,10 +372,9 @@ def compile_objects(objects: list[KernelObject], target, timings: dict[str, floa
     """Compile `objects` to object code on `lanes` in groups (`kernel_groups`: the kernels of a
     group share one object file, which defines each one's function), LLVM's work overlapped
     with the emission of the next groups: this thread emits and prints a group's module while
-    lane threads optimize and compile the ones before it, one in this process (llvmlite
-    serializes its calls behind one process-wide lock, so one is all threads can use) and, when
-    enough kernels are missing, the others in worker processes on the other cores
-    (codegen/llvm_pool.py: the same function, the same bytes, results in `objects`' order). A
+    the lane threads optimize and compile the ones before it in parallel (codegen/llvm_pool.py:
+    each group in an LLVM context of its own; the same bytes on any lane, results in
+    `objects`' order; groups sized by `group_kernels` for the lanes' count). A
     group whose compilation raises raises here, the first such in `objects`' order. Adds the
     stages' seconds to `timings`. `compiled(members)` is called with each group as its object
     arrives (in order), while the groups after it are still compiling: what it does (storing
@@ -375,7 +382,7 @@ def compile_objects(objects: list[KernelObject], target, timings: dict[str, floa
     emission = emission_cpu = opt = codegen = 0.0
     futures = []
     t0, c0 = time.perf_counter(), time.thread_time()
-    for members, mod in kernel_groups(objects, target):
+    for members, mod in kernel_groups(objects, target, group_kernels(len(objects), lanes.count)):
         text = str(mod)
         del mod  # (its IR objects are cycles: freed by the collection below, not now)
         if not gc.isenabled():  # paused (collector_paused): free the groups printed so far
@@ -479,7 +486,7 @@ def _compile_cpu(fused_module: HloModule, cache_dir, log, cache: bool) -> CpuCod
             if disk is not None:
                 disk.store(o.key, o.object_code)
 
-    with llvm_pool.Lanes(llvm_tasks(len(missing))) as lanes:
+    with llvm_pool.Lanes(len(missing)) as lanes:
         # the driver is emitted and compiled beside the kernels, not after them
         driver = lanes.run(compile_driver, code.native, target, cache, disk, lanes.compile_here)
         compile_objects(missing, target, code.timings, lanes, keep)

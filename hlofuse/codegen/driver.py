@@ -411,8 +411,8 @@ def compile_driver(prog: NativeProgram, target, cache: bool, disk,
     codegen/llvm_pool.Lanes.compile_here). Returns (object code, whether it came from a cache,
     wall seconds from start to object, CPU seconds of the calling thread). The two differ when
     the driver runs beside the kernels (codegen/cpu.py): the wall span then includes waiting
-    for the GIL and for LLVM's lock, the thread's CPU only its own work (its IR built and
-    printed, and its LLVM work when compiled on this thread: in a worker process, none)."""
+    for the GIL and for a lane's slot, the thread's CPU only its own work (its IR built and
+    printed, and its LLVM work, compiled on this thread)."""
     import time
 
     from .cache import cache_key, memory_cache

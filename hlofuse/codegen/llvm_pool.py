@@ -1,229 +1,51 @@
-"""Where LLVM's work on kernels runs: lanes, each compiling one kernel's IR text at a time, fed
-from one queue in the order the kernels are emitted.
+"""Where LLVM's work on kernels runs: lanes, threads of this process that each compile one
+kernel group's IR text at a time, fed from one queue in the order the groups are emitted.
 
-llvmlite releases the GIL during LLVM work but serialises all its calls behind one process-wide
-lock (llvmlite/binding/ffi.py, numba/llvmlite#318; `benchmarks/compile_time.py --llvm-threads`
-measures it: two compiling threads keep one core busy, no faster than one), so one process runs
-one LLVM compilation at a time. The lanes are therefore
+llvmlite serialises every call into LLVM behind one process-wide lock (llvmlite/binding/ffi.py,
+numba/llvmlite#318), so two threads calling its API keep one core busy. LLVM itself needs no
+such lock between compilations that share nothing: XLA:CPU compiles the parts of a module on
+threads, each with its own LLVMContext and target machine. A lane's compilation shares nothing
+with any other: its module is parsed into an LLVMContext of its own (`_Compilation`), and its
+pass builder and code generator use target machines taken from a free list for that one
+compilation (`_machines`; a shared target machine's subtarget table is filled lazily, so two
+compilations must not use one at once). Its three long calls (parsing, the pass pipeline, code
+generation: all of LLVM's time but a few ms) go to LLVM past llvmlite's lock (`_unlocked`), and
+ctypes releases the GIL meanwhile, so on two cores two kernels compile at once while the
+calling thread emits the next groups' IR. Everything else (making and disposing of contexts,
+target machines, pass builders; verifying; reading the object's buffer) keeps the lock. LLVM's
+process-wide command-line options (emitters/cpu/target.apply_codegen_options) are set before a
+compilation, under the lock, and change only when a benchmark flips one between compiles.
 
-- one *thread lane* in this process: a thread of a `ThreadPoolExecutor` that calls LLVM itself
-  (the GIL is free meanwhile, so the calling thread keeps emitting the next kernels' IR);
-- `processes()` *process lanes*: threads of the same executor that hand their kernel to a
-  `ProcessPoolExecutor` of that many workers and wait (`HLOFUSE_LLVM_PROCESSES` if set, 0 turns
-  the pool off; else `lanes() - 1` from three lanes up, one on two lanes while a core is spare,
-  see `lanes()` and `processes()`), used only when the missing kernels make at least
-  `MIN_TASKS` modules to compile (codegen/cpu.py compiles small kernels in groups).
+Measured on this 2-core machine (quiet): the 23 kernel groups of the flax MNIST CNN, GPT-2 and
+MobileNetV2 compiled one after the other in 1.12 s, on two threads through llvmlite's lock in
+1.13 s, on two threads past it in 0.59 s, every object the same bytes as the serial one
+(tests/codegen/test_llvm_pool.py compares them on four threads). This replaced a pool of worker
+processes (the lock's way round until then): their start (0.15-0.4 CPU-s, prestarted before the
+passes), the pickling of IR text and objects, and a first compile of a small module (GPT-2,
+BERT, the MNIST CNN: fewer than three groups) on one core, the pool not being worth its start.
 
-Every lane thread takes the next kernel when it is free and runs it on the thread lane when that
-lane is idle, else in a worker process, so the slow kernels (convolutions) do not queue behind
-each other on one lane. Which lane compiled a kernel changes nothing visible: a worker runs
-exactly what the thread lane runs (`compile_timed` on the same text at the same level for the
-same host target machine), so an object is the same bytes whichever lane
-compiled it, and results are collected in the kernels' order (tests/codegen/test_llvm_pool.py).
-An exception raised by a kernel's compilation reaches the caller from that kernel's future: the
-exception itself from the thread lane, a copy of it (same type and message, the worker's
-traceback as its cause) from a worker.
-
-The process pool starts the first time it is used, or earlier, when a compile that will
-probably use it begins (`prestart`, called by compiler.compile after a module-cache miss, before
-the passes: `probably_pooled`), and stays for the rest of the process. A worker warms itself as
-it starts (`_warm`: its imports of llvmlite, emitters/cpu/target.py and hlofuse's package, and
-the target machines), so a prestarted worker's start overlaps the passes and planning instead of
-the first kernels' LLVM work. It uses the 'forkserver' start method: workers are clean processes,
-not forks of a parent that may hold llvmlite's lock, JIT state, libgomp's threads or other
-threads. Python starts a forkserver or spawned process by importing the parent's main module
-first (`if __name__ == "__main__":` is what keeps a script from running again there); the
-workers need nothing from it, so processes are started with a blank stand-in for the main
-module (`submit`): a user's script that compiles at import time is not run again in a worker.
+Which lane compiled a kernel changes nothing visible: each runs `compile_timed` on the same
+text at the same level for the same host CPU, and the results are collected in the groups'
+order. An exception raised by a kernel's compilation reaches the caller from its future.
 """
 from __future__ import annotations
 
-import atexit
 import contextlib
 import functools
-import multiprocessing
-import multiprocessing.util
-import os
-import sys
+import queue
 import threading
-import types
-from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor
-from concurrent.futures.process import BrokenProcessPool
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from ctypes import c_char_p, string_at
 from typing import Callable, Iterator
 
 from ..runtime.cpu_threads import cpu_threads
-
-# Fewer LLVM modules to compile than this (kernel groups, codegen/cpu.py llvm_tasks) are
-# compiled in this process: below it the pool's round trips (pickling IR text and objects, one
-# task each) and, the first time, its start are not repaid. Measured on this 2-core machine
-# while quiet (load 1.1-1.4, fresh process per compile, two rounds, wall s without / with one
-# worker): GPT-2 (15 kernels, 2 groups) 0.63, 0.65 / 0.82, 0.78 and BERT (13, 2) 0.60, 0.62 /
-# 0.75, 0.74, slower; equinox MLP train (27, 4) 0.82, 0.80 / 0.66, 0.70, flax MNIST CNN train
-# (45, 6) 1.44, 1.47 / 1.09, 1.08, ResNet-50 (48, 7) 1.41, 1.47 / 1.24, 1.25, MobileNetV2 (62,
-# 10) 2.18, 2.18 / 1.64, 1.66, faster. Not yet measured on a quiet many-core machine.
-MIN_TASKS = 3
-# A module with at least this many distinct hero signatures (`hero_signatures`) probably makes
-# MIN_TASKS LLVM modules or more, so its compile starts the pool before the passes (`prestart`).
-# Measured on the models of the lead's set and testdata/jax (planned cold, every kernel missing):
-# the ones that use the pool (>= 17 distinct kernels) have 11 (equinox MLP train, 27 kernels, 4
-# groups), 23 (flax MNIST CNN train, 45), 24 (ResNet-50, 39), 33 (MobileNetV2, 53), 48 (haiku
-# ResNet-18 train, 205); the ones that do not have at most 9 (GPT-2 9 with 15 kernels, equinox
-# attention block 7 with 14, flax MNIST CNN 6 with 7, every testdata/jax module 8 or fewer).
-# Instruction counts do not separate them (GPT-2 827 instructions and 2 groups, equinox's MLP
-# step 279 and 4). A wrong guess either way costs little: too late, the worker starts on its
-# first kernel as before; too early, an idle worker's start (~0.15 CPU-s on the spare core).
-PRESTART_HEROES = 10
-# From this many lanes (cores, or HLOFUSE_CPU_THREADS) every lane beyond the thread lane has a
-# worker; two lanes have one only while a core is spare (see `processes`).
-MIN_LANES = 3
-
-_lock = threading.Lock()
-_pool: ProcessPoolExecutor | None = None
-_thread_lane = threading.Lock()  # held while this process's own LLVM compiles a kernel
-# What a new worker is told the main module is (see `submit`): a module with no file or spec,
-# which multiprocessing's spawn preparation does not import in the child.
-_BLANK_MAIN = types.ModuleType("__main__")
 
 
 def lanes() -> int:
     """How many kernels LLVM may compile at once: one per core this process may use, at most
     `HLOFUSE_CPU_THREADS` (runtime/cpu_threads.py: the bound on this process's threads)."""
     return max(1, cpu_threads())
-
-
-def processes() -> int:
-    """How many worker processes the pool has (0: no pool): `HLOFUSE_LLVM_PROCESSES` if set,
-    else one per lane beyond the thread lane where there are at least `MIN_LANES` lanes, and
-    on two lanes one worker while the machine has a core to spare (`spare_core`).
-
-    Two lanes, measured on a 2-core machine (docs/compile_time.md), fresh process per compile:
-    at load 1.8-2.3 one worker cut cold compiles by 23-37% (haiku's ResNet-18 step 7.2 -> 4.6 s,
-    MobileNetV2 3.0 -> 2.0 s, ResNet-50 1.9 -> 1.5 s; GPT-2's 15 kernels the same), while at
-    load 9.5-11, the cores busy with other work, it made none faster and cost 8-35% more CPU
-    (its start, about 0.3-0.4 s of CPU once per process, and the pickling)."""
-    env = os.environ.get("HLOFUSE_LLVM_PROCESSES", "").strip()
-    if env:
-        try:
-            return max(0, int(env))
-        except ValueError:
-            raise ValueError(f"HLOFUSE_LLVM_PROCESSES must be a whole number, not {env!r}") from None
-    n = lanes()
-    if n >= MIN_LANES:
-        return n - 1
-    return 1 if n == 2 and spare_core() else 0
-
-
-def spare_core() -> bool:
-    """Whether the machine has had fewer runnable tasks than the cores this process may use,
-    on average over the last minute (`os.getloadavg`; this process's own work included): a
-    worker then gets a core of its own instead of taking the thread lane's share. False where
-    the load average is unknown."""
-    try:
-        load = os.getloadavg()[0]
-    except (AttributeError, OSError):
-        return False
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except AttributeError:
-        cores = os.cpu_count() or 1
-    return load < cores
-
-
-def use_pool(tasks: int) -> bool:
-    """Whether `tasks` LLVM modules to compile are worth compiling in worker processes too."""
-    return tasks >= MIN_TASKS and processes() >= 1
-
-
-def hero_signatures(module, stop: int | None = None) -> int:
-    """Distinct (opcode, shape, operand shapes) of `module`'s instructions whose registry row is
-    a reduction or an `other` op with operands (dots, convolutions, reductions, sorts, library
-    calls: the heroes fusion does not merge into each other, hence about one kernel each; the
-    kind comes from hlo/opcodes.py), over every computation, before the passes. Counting stops
-    at `stop` (the caller only compares with it)."""
-    from ..hlo.opcodes import op_info
-
-    seen: set = set()
-    for comp in module.computations:
-        for inst in comp.instructions:
-            if not inst.operands:
-                continue
-            info = op_info(inst.opcode)
-            if info.kind not in ("reduce", "other") or info.bookkeeping:
-                continue
-            seen.add((inst.opcode, str(inst.shape), tuple(str(o.shape) for o in inst.operands)))
-            if stop is not None and len(seen) >= stop:
-                return len(seen)
-    return len(seen)
-
-
-def probably_pooled(module) -> bool:
-    """Whether compiling `module` (an HloModule before the passes, every kernel still to be
-    compiled) will probably use the pool: workers allowed (`processes`) and at least
-    PRESTART_HEROES hero signatures."""
-    return processes() >= 1 and hero_signatures(module, PRESTART_HEROES) >= PRESTART_HEROES
-
-
-def _warm() -> None:
-    """A new worker's initializer: what its first `compile_timed` would do before any LLVM work
-    (import the emitters' target module, hence hlofuse's package, and llvmlite; make both
-    target machines), done as the worker starts. An error here is left to the first task, which
-    meets it again and reports it with its traceback (an initializer that raises would break
-    the pool instead)."""
-    try:
-        from ..emitters.cpu.target import host_target_machine
-
-        target_machine(KERNEL_CODEGEN_LEVEL)
-        target_machine(SMALL_CODEGEN_LEVEL)
-        target_machine(UNOPTIMIZED)
-        host_target_machine()
-    except Exception:  # noqa: BLE001 - reported by the first task instead
-        pass
-
-
-def _ready() -> bool:
-    """The task `prestart` submits: makes the executor start a worker (which warms itself)."""
-    return True
-
-
-def prestart() -> bool:
-    """Start the pool's workers, unless the pool is off (`processes` 0) or already started, so
-    that they are warm when the first kernels reach them; returns whether it set about it.
-
-    The start runs on a thread of its own (`_start_workers`) and the call returns at once:
-    starting the forkserver waits for a new Python process to be ready to fork (50-195 ms of
-    wall time at load 6, 4 ms of CPU), which would otherwise delay the passes it is meant to run
-    beside. A kernel submitted meanwhile waits for the pool's lock, then for the same start."""
-    count = processes()
-    if count < 1 or _pool is not None:
-        return False
-    threading.Thread(target=_start_workers, args=(count,), name="hlofuse-llvm-prestart", daemon=True).start()
-    return True
-
-
-def _start_workers(count: int) -> None:
-    """Start the pool and its `count` workers, unless it was started meanwhile: the executor
-    starts a worker per submitted task while none is idle (forkserver), so one `_ready` task per
-    worker starts them all."""
-    with _lock:
-        if _pool is not None:
-            return
-        with _blank_main():
-            executor = _started()
-            for _ in range(count):
-                executor.submit(_ready)
-
-
-@contextlib.contextmanager
-def _blank_main() -> Iterator[None]:
-    """`sys.modules["__main__"]` is the blank stand-in inside the block (see `submit`); call
-    under `_lock`."""
-    main = sys.modules.get("__main__")
-    sys.modules["__main__"] = _BLANK_MAIN
-    try:
-        yield
-    finally:
-        if main is not None:
-            sys.modules["__main__"] = main
 
 
 # The level of code that only calls and copies (the native driver, codegen/driver.py): parsed
@@ -292,12 +114,6 @@ def target_machine(codegen_level: int):
         cpu=name, features=features, opt=codegen_level, reloc="default", codemodel="jitdefault")
 
 
-def target_machines() -> int:
-    """How many target machines this process has made (`target_machine`'s levels): a worker
-    has made its kernels' and the driver's before its first task (`_warm`)."""
-    return target_machine.cache_info().currsize
-
-
 def optimized_kernel(text: str, speed_level: int):
     """Kernel IR `text` parsed, verified and optimized at `speed_level` (an llvmlite ModuleRef):
     the O-level's pipeline (emitters/cpu/target.optimized_module) or, for SMALL_KERNEL,
@@ -310,134 +126,152 @@ def optimized_kernel(text: str, speed_level: int):
     return optimized_module(text, tuning.pop("speed_level"), tuning)
 
 
+def _unlocked(name: str):
+    """libllvmlite's C function `name` without llvmlite's lock (its ctypes function, with the
+    argument and result types llvmlite gave it): for a call whose every argument belongs to the
+    calling compilation alone (see the module's doc)."""
+    from llvmlite.binding import ffi
+
+    return getattr(ffi.lib, name)._cfn
+
+
+# Target machines not in use, per code generator level: a compilation takes one for its pass
+# builder (KERNEL_CODEGEN_LEVEL, as emitters/cpu/target.optimize's host target machine) and one
+# for its code generation, and gives both back after (1.1 ms to make one; a lane keeps reusing).
+_free_machines: dict[int, queue.SimpleQueue] = {}
+_free_lock = threading.Lock()
+
+
+@contextlib.contextmanager
+def _machines(*levels: int) -> Iterator[list]:
+    """Target machines of the host at code generator `levels`, this compilation's alone until
+    the block ends."""
+    taken = []
+    with _free_lock:
+        for level in levels:
+            free = _free_machines.setdefault(level, queue.SimpleQueue())
+            taken.append((level, free.get_nowait() if not free.empty() else None))
+    machines = [tm if tm is not None else _new_target_machine(level) for level, tm in taken]
+    try:
+        yield machines
+    finally:
+        for (level, _), tm in zip(taken, machines):
+            _free_machines[level].put(tm)
+
+
+def _new_target_machine(level: int):
+    """A new host target machine with the code generator at `level` (not shared)."""
+    return target_machine.__wrapped__(level)
+
+
+class _Compilation:
+    """One kernel group's compilation: its LLVMContext and module, which no other thread sees."""
+
+    def __init__(self, text: str) -> None:
+        import llvmlite.binding as llvm
+        from llvmlite.binding import ffi
+
+        self.context = llvm.create_context()
+        self._text = c_char_p(text.encode("utf8"))
+        with ffi.OutputString() as err:
+            self.module = llvm.ModuleRef(_unlocked("LLVMPY_ParseAssembly")(self.context, self._text, err),
+                                         self.context)
+            if err:
+                self.close()
+                raise RuntimeError(f"LLVM IR parsing error\n{err}")
+        with ffi.OutputString() as err:
+            if _unlocked("LLVMPY_VerifyModule")(self.module, err):
+                message = str(err)
+                self.close()
+                raise RuntimeError(message)
+
+    def run_passes(self, passes, builder) -> None:
+        """Run module pass manager `passes` (made by `builder`) on the module."""
+        _unlocked("LLVMPY_RunNewModulePassManager")(passes, self.module, builder)
+
+    def emit_object(self, tm) -> bytes:
+        """The module's object code from target machine `tm`."""
+        from llvmlite.binding import ffi
+
+        with ffi.OutputString() as err:
+            buffer = _unlocked("LLVMPY_TargetMachineEmitToMemory")(tm, self.module, 1, err)
+            if not buffer:
+                raise RuntimeError(str(err))
+        try:
+            return string_at(ffi.lib.LLVMPY_GetBufferStart(buffer), ffi.lib.LLVMPY_GetBufferSize(buffer))
+        finally:
+            ffi.lib.LLVMPY_DisposeMemoryBuffer(buffer)
+
+    def close(self) -> None:
+        if getattr(self, "module", None) is not None:
+            self.module.close()
+            self.module = None
+        self.context.close()
+
+
 def compile_timed(text: str, speed_level: int) -> tuple[bytes, float, float]:
     """Object code of LLVM IR `text` at `speed_level` (UNOPTIMIZED: three passes and fast
-    instruction selection; else `optimized_kernel` and the host's code generator at
-    `codegen_level`), with the seconds spent parsing and optimizing, and generating code."""
-    import time
-
+    instruction selection; else the O-level's pipeline, emitters/cpu/target.pipeline_options,
+    or SMALL_PIPELINE for SMALL_KERNEL, and the code generator at `codegen_level`), with the
+    seconds spent parsing and optimizing, and generating code. Safe to call from several threads
+    at once: they compile in parallel (the module's doc)."""
     import llvmlite.binding as llvm
 
-    from ..emitters.cpu.target import host_target_machine
+    from ..emitters.cpu.target import apply_codegen_options, pipeline_options
 
+    apply_codegen_options()
     start = time.perf_counter()
-    if speed_level != UNOPTIMIZED:
-        llmod = optimized_kernel(text, speed_level)
-        mid = time.perf_counter()
-        obj = target_machine(codegen_level(speed_level)).emit_object(llmod)
-        return obj, mid - start, time.perf_counter() - mid
-    llmod = llvm.parse_assembly(text)
-    llmod.verify()
-    passes = llvm.create_new_module_pass_manager()
-    passes.add_sroa_pass()
-    passes.add_instruction_combine_pass()
-    passes.add_simplify_cfg_pass()
-    passes.run(llmod, llvm.create_pass_builder(host_target_machine(), llvm.create_pipeline_tuning_options(1)))
-    mid = time.perf_counter()
-    obj = target_machine(0).emit_object(llmod)
+    with _machines(KERNEL_CODEGEN_LEVEL, codegen_level(speed_level)) as (pipeline_tm, codegen_tm):
+        compilation = _Compilation(text)
+        try:
+            if speed_level == UNOPTIMIZED:
+                passes = llvm.create_new_module_pass_manager()
+                passes.add_sroa_pass()
+                passes.add_instruction_combine_pass()
+                passes.add_simplify_cfg_pass()
+                builder = llvm.create_pass_builder(pipeline_tm, llvm.create_pipeline_tuning_options(1))
+            else:
+                tuning = dict(SMALL_PIPELINE) if speed_level == SMALL_KERNEL else {"speed_level": speed_level}
+                builder = llvm.create_pass_builder(pipeline_tm, pipeline_options(tuning.pop("speed_level"), tuning))
+                passes = builder.getModulePassManager()
+            compilation.run_passes(passes, builder)
+            mid = time.perf_counter()
+            obj = compilation.emit_object(codegen_tm)
+        finally:
+            compilation.close()
     return obj, mid - start, time.perf_counter() - mid
 
 
-def pool() -> ProcessPoolExecutor:
-    """The process pool, started on first use."""
-    with _lock:
-        return _started()
-
-
-def _started() -> ProcessPoolExecutor:
-    global _pool
-    if _pool is None:
-        _pool = ProcessPoolExecutor(max_workers=max(1, processes()),
-                                    mp_context=multiprocessing.get_context("forkserver"), initializer=_warm)
-        atexit.register(shutdown)
-        # In a process that multiprocessing started (a user's worker, the conformance runner's),
-        # exit runs no atexit handler: multiprocessing's own exit function joins every
-        # non-daemon child first, and the pool's idle workers wait for tasks forever, so the
-        # process would never exit. A finalizer with a priority runs before that join; its
-        # priority is above the pool's queues' own (10, which stop the threads that feed the
-        # workers: after them, the workers' stop signal would never be sent).
-        multiprocessing.util.Finalize(None, shutdown, exitpriority=100)
-    return _pool
-
-
-def submit(text: str, speed_level: int) -> "Future[tuple[bytes, float, float]]":
-    """Compile kernel IR `text` at `speed_level` in a worker; the future's result is
-    (object bytes, seconds optimizing, seconds generating code).
-
-    The executor starts a worker, when it needs one, inside `submit` (CPython 3.9-3.13, for
-    start methods other than fork), and the worker imports whatever `sys.modules["__main__"]`
-    names at that moment: the blank stand-in is put there for the call, under the pool's lock
-    so concurrent submits do not interleave their swaps.
-
-    A pool broken by a worker that died (killed, or LLVM crashed in it: that compile's future
-    raises BrokenProcessPool) is replaced by a new one here, so one crash does not fail every
-    later compile of the process."""
-    global _pool
-    with _lock, _blank_main():
-        try:
-            return _started().submit(compile_timed, text, speed_level)
-        except BrokenProcessPool:
-            _pool.shutdown(wait=False, cancel_futures=True)
-            _pool = None
-            return _started().submit(compile_timed, text, speed_level)
-
-
-def compile_in_lane(text: str, speed_level: int, use_processes: bool) -> tuple[bytes, float, float]:
-    """Run in a lane thread: compile `text` at `speed_level` on the thread lane if it is idle (or
-    the pool is not to be used), else in a worker process; (object bytes, seconds optimizing,
-    seconds generating code)."""
-    if not use_processes:
-        return compile_timed(text, speed_level)
-    if _thread_lane.acquire(blocking=False):
-        try:
-            return compile_timed(text, speed_level)
-        finally:
-            _thread_lane.release()
-    return submit(text, speed_level).result()
-
-
 class Lanes:
-    """The lanes of one compile of `tasks` LLVM modules: `count` of them (1 + `processes()`
-    when the pool is used, else the thread lane alone), run by a `ThreadPoolExecutor` with a
-    thread per lane, and a thread of its own for a task that emits its own IR before compiling
-    it (the driver, see `run`). At most `count` kernels are in flight (the driver's own module
-    beside them, compiled on the thread lane when it is idle, else in a worker), and at most
-    `count` LLVM compilations run at once: one in this process (llvmlite's lock) and one per
-    worker. Used as a context manager: leaving it drops the
-    tasks not yet started and waits for the running ones.
-
-    The driver's thread was once the kernels' too (one executor of `count + 1` threads): once
-    the driver was done, `count + 1` kernels were in flight. Without a pool two threads of this
-    process then took turns at llvmlite's lock, and each kernel's LLVM seconds (wall spans)
-    counted the other's turns too (keras MobileNetV2 at load 6, no worker: LLVM optimization and
-    code generation summed to 13.4 s in a 10.4 s compile of 2.1 CPU-s); with a pool one kernel
-    more than the workers waited in the pool's queue behind a busy worker, even when the thread
-    lane was free first. Both ways alternated in one process (cold, 4 rounds; each list's last
-    round a load spike): no worker (load 4.8-6) LLVM seconds MobileNetV2 2.63, 2.63, 3.17, 16.8
-    -> 1.56, 1.59, 1.53, 7.1 and haiku's ResNet-18 step 5.7, 7.4, 10.4, 25.1 -> 3.1, 3.9, 4.1,
-    9.1, wall within the noise (1.66-1.95 -> 1.75-1.80 s, 4.0-6.6 -> 4.0-5.9 s); one worker
-    (load 3.7-5.4) wall within the noise too (0.96-1.55 -> 0.88-0.91 s, 2.43-2.60 -> 2.43-2.86
-    s)."""
+    """The lanes of one compile: `count` threads (`lanes()`, at most `tasks`, at least one) that
+    compile kernel groups through `compile_timed`, and a thread of its own for a task that emits
+    its own IR before compiling it (the driver, see `run`). At most `count` compilations run at
+    once, the driver's included (`_slots`): a core each. Used as a context manager: leaving it
+    drops the groups not yet started and waits for the running ones."""
 
     def __init__(self, tasks: int) -> None:
-        self.processes = use_pool(tasks)
-        self.count = 1 + (processes() if self.processes else 0)
+        self.count = max(1, min(lanes(), tasks))
+        self._slots = threading.BoundedSemaphore(self.count)
         self._threads = ThreadPoolExecutor(max_workers=self.count, thread_name_prefix="hlofuse-llvm")
         self._own = ThreadPoolExecutor(max_workers=1, thread_name_prefix="hlofuse-llvm-task")
+
+    def _compile(self, text: str, speed_level: int) -> tuple[bytes, float, float]:
+        with self._slots:
+            return compile_timed(text, speed_level)
 
     def compile(self, text: str, speed_level: int) -> "Future[tuple[bytes, float, float]]":
         """Compile kernel IR `text` at `speed_level` on the next free lane; the future's result
         is (object bytes, seconds optimizing, seconds generating code)."""
-        return self._threads.submit(compile_in_lane, text, speed_level, self.processes)
+        return self._threads.submit(self._compile, text, speed_level)
 
     def compile_here(self, text: str, speed_level: int) -> bytes:
-        """The object code of IR `text`, compiled from the calling thread on the thread lane, or
-        in a worker when that lane is busy (for a task started with `run`)."""
-        return compile_in_lane(text, speed_level, self.processes)[0]
+        """The object code of IR `text`, compiled on the calling thread once a lane's slot is
+        free (for a task started with `run`)."""
+        return self._compile(text, speed_level)[0]
 
     def run(self, fn: Callable, *args) -> Future:
-        """Run `fn(*args)` on a thread of its own (at most one such task at a time keeps the
-        lanes' count: its LLVM work goes through `compile_here`)."""
+        """Run `fn(*args)` on a thread of its own (at most one such task at a time; its LLVM work
+        goes through `compile_here`)."""
         return self._own.submit(fn, *args)
 
     def __enter__(self) -> "Lanes":
@@ -446,12 +280,3 @@ class Lanes:
     def __exit__(self, *exc) -> None:
         self._threads.shutdown(wait=True, cancel_futures=True)
         self._own.shutdown(wait=True, cancel_futures=True)
-
-
-def shutdown() -> None:
-    """Stop the workers (the next `pool()` starts new ones)."""
-    global _pool
-    with _lock:
-        if _pool is not None:
-            _pool.shutdown(wait=True, cancel_futures=True)
-            _pool = None

@@ -17,6 +17,13 @@ from hlofuse.runtime.cpu_executor import CpuProgram
 from hlofuse.runtime.interpreter import evaluate
 
 
+@pytest.fixture(autouse=True)
+def one_lane(monkeypatch):
+    """One LLVM lane, whose groups are GROUP_KERNELS kernels (with several lanes
+    `cpu.group_kernels` makes them smaller: tests/codegen/test_llvm_pool.py)."""
+    monkeypatch.setenv("HLOFUSE_CPU_THREADS", "1")
+
+
 def _module(kernels: int) -> str:
     """`kernels` independent elementwise chains of different shapes (no two share a kernel)."""
     lines = ["HloModule chains", "", "ENTRY main {"]
@@ -120,10 +127,10 @@ def test_emission_runs_with_the_collector_paused_and_frees_its_garbage(monkeypat
     seen, made = [], []
     real = cpu.kernel_groups
 
-    def groups(objects, target):
+    def groups(objects, target, limit=cpu.GROUP_KERNELS):
         seen.append(gc.isenabled())
         made.append(weakref.ref(_Cycle()))
-        yield from real(objects, target)
+        yield from real(objects, target, limit)
 
     monkeypatch.setattr(cpu, "kernel_groups", groups)
     assert gc.isenabled()

@@ -1,18 +1,13 @@
-"""LLVM work on concurrent lanes (codegen/llvm_pool.py, codegen/cpu.py compile_objects): the same
-object bytes, symbols and results whichever lanes compiled the kernels, the kernel cache still
-keyed per kernel, a failing kernel's error reported the same way on every path, the lane count
-bounded by HLOFUSE_CPU_THREADS, and a user's unguarded script not run again in a worker."""
+"""LLVM work on concurrent lanes (codegen/llvm_pool.py, codegen/cpu.py compile_objects): LLVM
+compiles on several threads at once past llvmlite's lock, and the object bytes, symbols and results
+are the same whichever lanes compiled the kernels; the kernel cache stays keyed per kernel, a
+failing kernel's error reaches the caller, the lanes are bounded by HLOFUSE_CPU_THREADS and the
+groups sized for them."""
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-import textwrap
 import threading
 import time
-
-from concurrent.futures import Future
-from concurrent.futures.process import BrokenProcessPool
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
@@ -25,9 +20,8 @@ from hlofuse.runtime.interpreter import evaluate
 from backend_cases import corpus_case
 from repo_paths import JAX_CORPUS
 
-# Kernels enough for the pool: MIN_TASKS groups of GROUP_KERNELS and two more.
-POOLED = llvm_pool.MIN_TASKS * cpu.GROUP_KERNELS + 2
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+# Kernels enough for several groups on every lane.
+MANY = 3 * cpu.GROUP_KERNELS + 2
 
 
 def _module(kernels: int) -> str:
@@ -57,33 +51,89 @@ def _fused(text: str):
 
 
 def _kernel_object(text: str, level: int) -> bytes:
-    """A kernel's object as compile_timed makes it, by hand: the O`level` pipeline, then the
-    code generator at KERNEL_CODEGEN_LEVEL."""
+    """A kernel's object made through llvmlite's own (locked) API, by hand: the O`level`
+    pipeline on the shared host target machine, then the code generator at KERNEL_CODEGEN_LEVEL."""
     return llvm_pool.target_machine(llvm_pool.KERNEL_CODEGEN_LEVEL).emit_object(optimized_module(text, level))
 
 
-@pytest.fixture
-def processes(monkeypatch):
-    """Set HLOFUSE_LLVM_PROCESSES for the test; the pool is stopped after it."""
-    def use(n: int) -> None:
-        monkeypatch.setenv("HLOFUSE_LLVM_PROCESSES", str(n))
-    yield use
-    llvm_pool.shutdown()
-
-
-def test_worker_object_is_the_same_bytes(processes):
-    processes(2)
-    fused = _fused(_module(2))
+def _kernel_texts(kernels: int) -> list[str]:
+    fused = _fused(_module(kernels))
     planner = CpuPlanner()
     code = CpuCode(fused, planner)
     planner.plan(fused.entry)
-    for level in (llvm_pool.UNOPTIMIZED, 2, 3):
-        text = str(emit_kernel_module(code.kernels[0], CpuTarget(), "k"))
-        here = llvm_pool.compile_timed(text, level)[0]
-        there = llvm_pool.submit(text, level).result(timeout=300)[0]
-        assert there == here and len(here) > 100
-        if level != llvm_pool.UNOPTIMIZED:
-            assert here == _kernel_object(text, level)
+    return [str(emit_kernel_module(k, CpuTarget(), f"k{i}")) for i, k in enumerate(planner.kernels)]
+
+
+def test_a_lane_makes_what_llvmlites_locked_api_makes():
+    """compile_timed (its own context, pooled target machines, the long calls past the lock)
+    gives the bytes of llvmlite's usual path at every level."""
+    text = _kernel_texts(1)[0]
+    for level in (2, 3):
+        assert llvm_pool.compile_timed(text, level)[0] == _kernel_object(text, level)
+    small = llvm_pool.compile_timed(text, llvm_pool.SMALL_KERNEL)[0]
+    by_hand = llvm_pool.target_machine(llvm_pool.SMALL_CODEGEN_LEVEL).emit_object(
+        llvm_pool.optimized_kernel(text, llvm_pool.SMALL_KERNEL))
+    assert small == by_hand and len(small) > 100
+    assert len(llvm_pool.compile_timed(text, llvm_pool.UNOPTIMIZED)[0]) > 100
+
+
+def test_threads_compile_at_once_and_make_the_serial_bytes():
+    """Four threads compiling 30 kernels at every level (each kernel twice, so equal texts run
+    concurrently too) make exactly the objects of one thread; and LLVM's work overlaps: two
+    threads' compile spans intersect (through llvmlite's lock they never would)."""
+    texts = _kernel_texts(30)
+    jobs = [(t, level) for t in texts for level in (3, llvm_pool.SMALL_KERNEL, llvm_pool.UNOPTIMIZED)] * 2
+    serial = [llvm_pool.compile_timed(t, level)[0] for t, level in jobs]
+    spans = []
+
+    def timed(job):
+        start = time.perf_counter()
+        obj = llvm_pool.compile_timed(*job)[0]
+        spans.append((start, time.perf_counter(), threading.get_ident()))
+        return obj
+
+    with ThreadPoolExecutor(4) as pool:
+        concurrent = list(pool.map(timed, jobs))
+    assert concurrent == serial
+    spans.sort()
+    overlapped = sum(1 for a, b in zip(spans, spans[1:]) if b[0] < a[1] and b[2] != a[2])
+    assert overlapped > 0
+
+
+@pytest.mark.parametrize("threads", ["1", "2", "4"])
+def test_concurrent_compile_is_bit_identical_to_serial(monkeypatch, threads):
+    """Every kernel's object, its key, symbol and place in the program, and the driver's object
+    are the same bytes on one lane and on several (whose groups are smaller: group_kernels);
+    the results agree with the interpreter."""
+    text = _module(MANY)
+    monkeypatch.setenv("HLOFUSE_CPU_THREADS", "1")
+    serial = compile_cpu(_fused(text), cache=False)
+    monkeypatch.setenv("HLOFUSE_CPU_THREADS", threads)
+    concurrent = compile_cpu(_fused(text), cache=False)
+    assert len(serial.objects) >= MANY and serial.compiled_count == len(serial.objects)
+    assert [(o.key, o.symbol) for o in serial.objects] == [(o.key, o.symbol) for o in concurrent.objects]
+    assert serial.symbols == concurrent.symbols and serial.driver_object == concurrent.driver_object
+    module = hlofuse.parse_hlo(text)
+    exe = hlofuse.compile(module, "cpu", cache=False)
+    rng = np.random.default_rng(3)
+    args = [rng.uniform(-1, 1, p.shape.dims).astype(np.float32) for p in module.entry.parameters]
+    for g, w in zip(exe(*args), evaluate(module, args)):
+        np.testing.assert_allclose(g, w, rtol=2e-6, atol=1e-6)
+
+
+def test_the_kernel_cache_stays_per_kernel(monkeypatch, tmp_path):
+    """Compiled concurrently, each distinct kernel is one cache entry; a module changed in one
+    kernel recompiles that kernel alone."""
+    monkeypatch.setenv("HLOFUSE_CPU_THREADS", "2")
+    text = _module(MANY)
+    cache.memory_cache.clear()
+    first = compile_cpu(_fused(text), cache_dir=str(tmp_path))
+    entries = {f[:-len(cache.OBJECT)] for f in __import__("os").listdir(tmp_path) if f.endswith(cache.OBJECT)}
+    assert {o.key for o in first.objects} <= entries and first.compiled_count == len(first.objects)
+    cache.memory_cache.clear()
+    changed = compile_cpu(_fused(text.replace("e0 = f32[4,3] exponential(p0)", "e0 = f32[4,3] sine(p0)")),
+                          cache_dir=str(tmp_path))
+    assert changed.compiled_count == 1 and len(changed.objects) == len(first.objects)
 
 
 def test_the_driver_is_compiled_unoptimized_and_runs_as_the_interpreter(monkeypatch):
@@ -92,13 +142,13 @@ def test_the_driver_is_compiled_unoptimized_and_runs_as_the_interpreter(monkeypa
     from hlofuse.codegen import driver
 
     levels: list[int] = []
-    real = llvm_pool.compile_in_lane
+    real = llvm_pool.compile_timed
 
-    def spy(text, level, use_processes):
+    def spy(text, level):
         levels.append(("@\"hlofuse_plan_0\"" in text or "@hlofuse_plan_0" in text, level))
-        return real(text, level, use_processes)
+        return real(text, level)
 
-    monkeypatch.setattr(llvm_pool, "compile_in_lane", spy)
+    monkeypatch.setattr(llvm_pool, "compile_timed", spy)
     monkeypatch.setenv("HLOFUSE_MODULE_CACHE", "0")
     module, args, ref = corpus_case(str(JAX_CORPUS / "fori_loop.hlo"))
     exe = hlofuse.compile(module, "cpu", cache=False)
@@ -113,48 +163,6 @@ def test_the_driver_is_compiled_unoptimized_and_runs_as_the_interpreter(monkeypa
 
 
 
-@pytest.mark.parametrize("workers", [1, 3])
-def test_concurrent_compile_is_bit_identical_to_serial(processes, workers):
-    """Every kernel's object, its key, symbol and place in the program, and the driver's object
-    are the same bytes on one lane and on 1 + `workers` lanes; the results agree with the
-    interpreter."""
-    n = POOLED
-    text = _module(n)
-    codes = {}
-    for p in (0, workers):
-        processes(p)
-        codes[p] = compile_cpu(_fused(text), cache=False)
-        assert llvm_pool.use_pool(cpu.llvm_tasks(len(codes[p].objects))) == (p > 0)
-    serial, concurrent = codes[0], codes[workers]
-    assert llvm_pool._pool is not None  # the pool compiled some of them
-    assert len(serial.objects) >= n and serial.compiled_count == len(serial.objects)
-    assert [(o.key, o.symbol, o.object_code) for o in serial.objects] == \
-        [(o.key, o.symbol, o.object_code) for o in concurrent.objects]
-    assert serial.symbols == concurrent.symbols and serial.driver_object == concurrent.driver_object
-    module = hlofuse.parse_hlo(text)
-    exe = hlofuse.compile(module, "cpu", cache=False)
-    rng = np.random.default_rng(3)
-    args = [rng.uniform(-1, 1, p.shape.dims).astype(np.float32) for p in module.entry.parameters]
-    for g, w in zip(exe(*args), evaluate(module, args)):
-        np.testing.assert_allclose(g, w, rtol=2e-6, atol=1e-6)
-
-
-def test_the_kernel_cache_stays_per_kernel(processes, tmp_path):
-    """Compiled concurrently, each distinct kernel is one cache entry; a module changed in one
-    kernel recompiles that kernel alone."""
-    processes(2)
-    n = POOLED
-    text = _module(n)
-    cache.memory_cache.clear()
-    first = compile_cpu(_fused(text), cache_dir=str(tmp_path))
-    entries = {f[:-len(cache.OBJECT)] for f in os.listdir(tmp_path) if f.endswith(cache.OBJECT)}
-    assert {o.key for o in first.objects} <= entries and first.compiled_count == len(first.objects)
-    cache.memory_cache.clear()
-    changed = compile_cpu(_fused(text.replace("e0 = f32[4,3] exponential(p0)", "e0 = f32[4,3] sine(p0)")),
-                          cache_dir=str(tmp_path))
-    assert changed.compiled_count == 1 and len(changed.objects) == len(first.objects)
-
-
 def _break_one_kernel(monkeypatch, victim: int) -> list[str]:
     """Make the group holding the `victim`-th kernel emitted print as IR LLVM refuses; the
     symbols seen, in order."""
@@ -167,8 +175,8 @@ def _break_one_kernel(monkeypatch, victim: int) -> list[str]:
         def __str__(self) -> str:
             return str(self.mod).replace("ret void", "ret i32 undefined_value", 1)
 
-    def groups(objects, target):
-        for members, mod in real(objects, target):
+    def groups(objects, target, limit=cpu.GROUP_KERNELS):
+        for members, mod in real(objects, target, limit):
             first = len(seen)
             seen.extend(o.symbol for o in members)
             yield members, (Broken(mod) if first <= victim < len(seen) else mod)
@@ -177,139 +185,41 @@ def _break_one_kernel(monkeypatch, victim: int) -> list[str]:
     return seen
 
 
-def test_a_failing_kernel_raises_the_same_error_on_every_path(processes, monkeypatch):
-    """LLVM's refusal of one kernel reaches compile_cpu's caller as the same exception type and
-    message whether the thread lane or a worker process compiled it."""
-    n = POOLED
-    fused = _fused(_module(n))
+def test_a_failing_kernel_raises_its_error_from_any_lane(monkeypatch):
+    """LLVM's refusal of one kernel reaches compile_cpu's caller as the same exception on one
+    lane and on two (its line differs: the groups do), and the lanes compile again afterwards."""
+    fused = _fused(_module(MANY))
     errors = {}
-    for p in (0, 2):
-        processes(p)
-        monkeypatch.setattr(llvm_pool, "_thread_lane", llvm_pool.threading.Lock())
-        if p:  # the thread lane is busy: the broken kernel goes to a worker
-            llvm_pool._thread_lane.acquire()
+    for threads in ("1", "2"):
+        monkeypatch.setenv("HLOFUSE_CPU_THREADS", threads)
         _break_one_kernel(monkeypatch, victim=5)
         with pytest.raises(Exception) as info:
             compile_cpu(fused, cache=False)
-        errors[p] = (type(info.value), str(info.value))
+        errors[threads] = (type(info.value), str(info.value))
         monkeypatch.undo()
-    assert errors[0] == errors[2]
-    assert "LLVM IR parsing error" in errors[0][1]
+    for kind, message in errors.values():
+        assert kind is RuntimeError and message.startswith("LLVM IR parsing error")
+        assert "error: expected value token\n  ret i32 undefined_value" in message
+    text = _kernel_texts(1)[0]
+    assert llvm_pool.compile_timed(text, 3)[0] == _kernel_object(text, 3)
 
 
-def test_a_dead_worker_fails_its_compile_only(processes):
-    """A worker that dies breaks the pool for the compile it ran; the next compile gets a new
-    pool and the same bytes."""
-    processes(1)
-    text = str(emit_kernel_module(_planned_kernel(), CpuTarget(), "k"))
-    want = _kernel_object(text, 3)
-    dying = llvm_pool.pool().submit(os._exit, 1)
-    with pytest.raises(BrokenProcessPool):
-        dying.result(timeout=300)
-    assert llvm_pool.submit(text, 3).result(timeout=300)[0] == want
-
-
-def _planned_kernel():
-    fused = _fused(_module(1))
-    planner = CpuPlanner()
-    CpuCode(fused, planner)
-    planner.plan(fused.entry)
-    return planner.kernels[0]
-
-
-def test_lanes_follow_hlofuse_cpu_threads(monkeypatch):
-    monkeypatch.delenv("HLOFUSE_LLVM_PROCESSES", raising=False)
+def test_lanes_follow_hlofuse_cpu_threads_and_the_groups_the_lanes(monkeypatch):
     monkeypatch.setenv("HLOFUSE_CPU_THREADS", "1")
-    assert llvm_pool.lanes() == 1 and llvm_pool.processes() == 0 and not llvm_pool.use_pool(1000)
-    monkeypatch.setenv("HLOFUSE_CPU_THREADS", "2")  # below MIN_LANES: a worker only while a core is spare
-    monkeypatch.setattr(llvm_pool, "spare_core", lambda: False)
-    assert llvm_pool.lanes() == 2 and llvm_pool.processes() == 0 and not llvm_pool.use_pool(1000)
-    monkeypatch.setattr(llvm_pool, "spare_core", lambda: True)
-    assert llvm_pool.processes() == 1 and llvm_pool.use_pool(llvm_pool.MIN_TASKS)
-    assert not llvm_pool.use_pool(llvm_pool.MIN_TASKS - 1)
+    assert llvm_pool.lanes() == 1 and llvm_pool.Lanes(100).count == 1
     monkeypatch.setenv("HLOFUSE_CPU_THREADS", "3")
-    assert llvm_pool.lanes() == 3 and llvm_pool.processes() == 2
-    assert llvm_pool.use_pool(llvm_pool.MIN_TASKS) and not llvm_pool.use_pool(llvm_pool.MIN_TASKS - 1)
-    monkeypatch.setenv("HLOFUSE_LLVM_PROCESSES", "0")
-    assert llvm_pool.processes() == 0 and not llvm_pool.use_pool(1000)
-    monkeypatch.setenv("HLOFUSE_CPU_THREADS", "1")
-    monkeypatch.setenv("HLOFUSE_LLVM_PROCESSES", "1")  # asked for: one worker beside the thread lane
-    assert llvm_pool.processes() == 1 and llvm_pool.use_pool(llvm_pool.MIN_TASKS)
-    monkeypatch.setenv("HLOFUSE_LLVM_PROCESSES", "many")
-    with pytest.raises(ValueError, match="HLOFUSE_LLVM_PROCESSES"):
-        llvm_pool.processes()
+    assert llvm_pool.lanes() == 3 and llvm_pool.Lanes(100).count == 3 and llvm_pool.Lanes(2).count == 2
+    # one lane: groups of GROUP_KERNELS; several: at least GROUPS_PER_LANE groups a lane
+    assert cpu.group_kernels(7, 1) == cpu.GROUP_KERNELS
+    assert cpu.group_kernels(7, 2) == 1 and cpu.group_kernels(24, 2) == 3 and cpu.group_kernels(500, 2) == cpu.GROUP_KERNELS
 
 
-@pytest.mark.parametrize("load, cores, spare", [(0.9, 2, True), (1.9, 2, True), (2.0, 2, False), (9.5, 2, False),
-                                                (3.0, 4, True)])
-def test_a_spare_core_is_a_load_average_below_the_cores(monkeypatch, load, cores, spare):
-    monkeypatch.setattr(llvm_pool.os, "getloadavg", lambda: (load, load, load))
-    monkeypatch.setattr(llvm_pool.os, "sched_getaffinity", lambda pid: set(range(cores)))
-    assert llvm_pool.spare_core() is spare
-
-
-@pytest.mark.parametrize("prestarted", [False, True])
-def test_an_unguarded_script_is_not_run_again_in_a_worker(tmp_path, prestarted):
-    """A script that compiles at import time (no `if __name__ == "__main__":`) runs once: the
-    workers are not given it as their main module, whether the first kernel or `prestart`
-    (the compile's start, here for any module with a hero) starts them."""
-    script = tmp_path / "unguarded.py"
-    script.write_text(textwrap.dedent(f"""
-        import hlofuse
-        from hlofuse.codegen import llvm_pool
-        llvm_pool.PRESTART_HEROES = {1 if prestarted else 10**6}
-        print("script ran", flush=True)
-        exe = hlofuse.compile(hlofuse.parse_hlo({_module(POOLED)!r}), "cpu", cache=False)
-        assert llvm_pool._pool is not None
-        print("compiled", len(exe.program.code.objects), flush=True)
-    """))
-    env = dict(os.environ, HLOFUSE_LLVM_PROCESSES="1", PYTHONPATH=ROOT)
-    run = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=300)
-    assert run.returncode == 0, run.stderr
-    assert run.stdout.count("script ran") == 1 and "compiled" in run.stdout
-
-
-def test_a_multiprocessing_child_that_started_the_pool_exits(tmp_path):
-    """A process started by multiprocessing (a user's worker, the conformance runner's) runs no
-    atexit handler when it ends: its exit joins its non-daemon children, the pool's workers
-    among them, which wait for tasks forever unless the pool is shut down first. The child
-    here compiles with a worker and must then exit on its own (it hung before the pool
-    registered a multiprocessing finalizer)."""
-    script = tmp_path / "child.py"
-    script.write_text(textwrap.dedent(f"""
-        import multiprocessing
-
-        def child():
-            import hlofuse
-            from hlofuse.codegen import llvm_pool
-            exe = hlofuse.compile(hlofuse.parse_hlo({_module(POOLED)!r}), "cpu", cache=False)
-            assert llvm_pool._pool is not None
-
-        if __name__ == "__main__":
-            p = multiprocessing.get_context("spawn").Process(target=child)
-            p.start()
-            p.join(timeout=90)
-            alive = p.is_alive()
-            if alive:
-                p.kill()
-            with open({str(tmp_path / "result.txt")!r}, "w") as f:
-                f.write(f"exitcode {{p.exitcode}} hung {{alive}}")
-    """))
-    env = dict(os.environ, HLOFUSE_LLVM_PROCESSES="1", PYTHONPATH=ROOT)
-    # the output to files, not pipes: a hung child's orphaned workers would hold a pipe open
-    with open(tmp_path / "log.txt", "w") as log:
-        subprocess.run([sys.executable, str(script)], stdout=log, stderr=log, env=env, timeout=200)
-    assert (tmp_path / "result.txt").read_text() == "exitcode 0 hung False", (tmp_path / "log.txt").read_text()
-
-
-@pytest.mark.parametrize("workers", [0, 1])
-def test_no_more_kernels_in_flight_than_lanes_while_and_after_the_driver_runs(monkeypatch, workers):
-    """Kernels take one thread per lane, the driver's task a thread of its own: with no worker
-    one kernel at a time is in LLVM in this process (two took turns at llvmlite's lock once the
-    driver was done, each one's LLVM seconds counting the other's), with one worker two at a
-    time. compile_timed is replaced by a stand-in that records how many run at once (a worker
-    would run the real one: only the thread lane's path and the lane threads are counted)."""
-    monkeypatch.setenv("HLOFUSE_LLVM_PROCESSES", str(workers))
+@pytest.mark.parametrize("threads", ["1", "2"])
+def test_no_more_compiles_at_once_than_lanes_while_and_after_the_driver_runs(monkeypatch, threads):
+    """Kernels take one thread per lane, the driver's task a thread of its own, and both share
+    the lanes' slots: at most `count` compilations run at once, the driver's included.
+    compile_timed is replaced by a stand-in that records how many run at once."""
+    monkeypatch.setenv("HLOFUSE_CPU_THREADS", threads)
     lock, running, most = threading.Lock(), [0], [0]
 
     def counted(text: str, speed_level: int) -> tuple[bytes, float, float]:
@@ -321,103 +231,11 @@ def test_no_more_kernels_in_flight_than_lanes_while_and_after_the_driver_runs(mo
             running[0] -= 1
         return text.encode(), 0.0, 0.0
 
-    def in_worker(text: str, speed_level: int) -> Future:
-        done: Future = Future()
-        done.set_result(counted(text, speed_level))
-        return done
-
     monkeypatch.setattr(llvm_pool, "compile_timed", counted)
-    monkeypatch.setattr(llvm_pool, "submit", in_worker)
-    driver_done = threading.Event()
-
-    def driver() -> None:  # a short driver: done while most kernels still wait for a lane
-        driver_done.set()
-
-    with llvm_pool.Lanes(llvm_pool.MIN_TASKS * 4) as lanes:
-        assert lanes.count == 1 + workers
-        own = lanes.run(driver)
+    with llvm_pool.Lanes(12) as lanes:
+        assert lanes.count == int(threads)
+        own = lanes.run(lambda: [lanes.compile_here(f"d{i}", 0) for i in range(3)])
         futures = [lanes.compile(f"k{i}", 3) for i in range(12)]
-        own.result()
+        assert own.result() == [f"d{i}".encode() for i in range(3)]
         assert [f.result()[0] for f in futures] == [f"k{i}".encode() for i in range(12)]
-    assert driver_done.is_set()
-    assert most[0] == 1 + workers
-
-
-HEROES = """HloModule heroes
-
-sum {
-  a = f32[] parameter(0)
-  b = f32[] parameter(1)
-  ROOT c = f32[] add(a, b)
-}
-
-ENTRY main {
-  p = f32[8,8] parameter(0)
-  q = f32[8,4] parameter(1)
-  zero = f32[] constant(0)
-  e = f32[8,8] exponential(p)
-  d1 = f32[8,8] dot(p, e), lhs_contracting_dims={1}, rhs_contracting_dims={0}
-  d2 = f32[8,8] dot(e, p), lhs_contracting_dims={1}, rhs_contracting_dims={0}
-  d3 = f32[8,4] dot(p, q), lhs_contracting_dims={1}, rhs_contracting_dims={0}
-  r1 = f32[8] reduce(d1, zero), dimensions={1}, to_apply=sum
-  r2 = f32[8] reduce(d3, zero), dimensions={1}, to_apply=sum
-  t = f32[8,8] transpose(d2), dimensions={1,0}
-  ROOT out = (f32[8], f32[8], f32[8,8]) tuple(r1, r2, t)
-}
-"""
-
-
-def test_hero_signatures_count_distinct_reductions_dots_and_library_ops():
-    """Two dots of one signature count once; a dot and a reduce of other shapes count each;
-    elementwise, data movement, parameters, constants, tuples and the reducer's add do not."""
-    module = hlofuse.parse_hlo(HEROES)
-    # d1 and d2: one signature; d3; r1 (over f32[8,8]) and r2 (over f32[8,4]): 4
-    assert llvm_pool.hero_signatures(module) == 4
-    assert llvm_pool.hero_signatures(module, stop=2) == 2
-
-
-def test_probably_pooled_needs_workers_and_enough_heroes(monkeypatch):
-    module = hlofuse.parse_hlo(HEROES)
-    monkeypatch.setenv("HLOFUSE_LLVM_PROCESSES", "1")
-    monkeypatch.setattr(llvm_pool, "PRESTART_HEROES", 4)
-    assert llvm_pool.probably_pooled(module)
-    monkeypatch.setattr(llvm_pool, "PRESTART_HEROES", 5)
-    assert not llvm_pool.probably_pooled(module)
-    monkeypatch.setattr(llvm_pool, "PRESTART_HEROES", 1)
-    monkeypatch.setenv("HLOFUSE_LLVM_PROCESSES", "0")
-    assert not llvm_pool.probably_pooled(module)
-
-
-def test_prestart_starts_warm_workers_once(processes):
-    """`prestart` starts the workers (none with the pool off, not again while it runs), and a
-    worker has made its target machines before its first task (its initializer)."""
-    processes(0)
-    assert not llvm_pool.prestart() and llvm_pool._pool is None
-    processes(1)
-    assert llvm_pool.prestart()
-    deadline = time.monotonic() + 300
-    while llvm_pool._pool is None and time.monotonic() < deadline:  # started on a thread of its own
-        time.sleep(0.01)
-    assert llvm_pool._pool is not None and not llvm_pool.prestart()
-    levels = {llvm_pool.KERNEL_CODEGEN_LEVEL, llvm_pool.SMALL_CODEGEN_LEVEL, llvm_pool.UNOPTIMIZED}
-    assert llvm_pool.pool().submit(llvm_pool.target_machines).result(timeout=300) == len(levels)
-    text = str(emit_kernel_module(_planned_kernel(), CpuTarget(), "k"))
-    assert llvm_pool.submit(text, 3).result(timeout=300)[0] == _kernel_object(text, 3)
-
-
-def test_compile_prestarts_on_a_module_cache_miss_only(monkeypatch, tmp_path):
-    """hlofuse.compile starts the workers before the passes for a CPU module that probably uses
-    them, not when the module cache has the whole compile, nor for the interpreter."""
-    calls = []
-    monkeypatch.setattr(llvm_pool, "prestart", lambda: calls.append(1) or False)
-    monkeypatch.setattr(llvm_pool, "probably_pooled", lambda module: True)
-    monkeypatch.setenv("HLOFUSE_MODULE_CACHE", "1")
-    module = hlofuse.parse_hlo(HEROES)
-    hlofuse.compile(module, "interpreter")
-    assert calls == []
-    first = hlofuse.compile(module, "cpu", cache_dir=str(tmp_path))
-    assert calls == [1] and not first.from_cache
-    again = hlofuse.compile(hlofuse.parse_hlo(HEROES), "cpu", cache_dir=str(tmp_path))
-    assert again.from_cache and calls == [1]
-    hlofuse.compile(module, "cpu", cache=False)
-    assert calls == [1, 1]
+    assert most[0] == int(threads)

@@ -3,6 +3,7 @@ the object code made with them into the process)."""
 from __future__ import annotations
 
 import functools
+import threading
 import time
 from collections.abc import Mapping
 
@@ -103,18 +104,23 @@ def host_fingerprint() -> str:
 # (benchmarks/loop_hints_ab.py).
 LOOP_STRENGTH_REDUCTION = True
 _applied: dict[str, str] = {}  # LLVM command-line option -> the value last given to LLVM here
+_options_lock = threading.Lock()
 
 
 def apply_codegen_options() -> None:
     """Give LLVM this module's code-generator switches (LOOP_STRENGTH_REDUCTION) before a
     kernel's code generation. LLVM's options are process-wide; each is set only when its
-    value changes (set_option takes llvmlite's lock, so it never lands inside another
-    thread's compilation), and a worker process applies them itself before each compile."""
+    value changes. codegen/llvm_pool.compile_timed calls it before each compilation, whose long
+    calls run past llvmlite's lock: a value changed while another thread compiles would land
+    inside that compilation, so the switches change only between compiles (benchmarks' A/Bs)."""
     value = "0" if LOOP_STRENGTH_REDUCTION else "1"
-    if _applied.get("disable-lsr") != value:
-        _init()
-        llvm.set_option("", f"-disable-lsr={value}")
-        _applied["disable-lsr"] = value
+    if _applied.get("disable-lsr") == value:
+        return
+    with _options_lock:  # the first compilations of a process, on several lanes, set it once
+        if _applied.get("disable-lsr") != value:
+            _init()
+            llvm.set_option("", f"-disable-lsr={value}")
+            _applied["disable-lsr"] = value
 
 
 def optimize(llmod: llvm.ModuleRef, speed_level: int = 3, tuning: Mapping[str, bool] | None = None) -> None:
@@ -123,14 +129,19 @@ def optimize(llmod: llvm.ModuleRef, speed_level: int = 3, tuning: Mapping[str, b
     `tuning`: PipelineTuningOptions attributes set after the defaults (both vectorizers on), such
     as codegen/llvm_pool.SMALL_PIPELINE's."""
     apply_codegen_options()
-    tm = host_target_machine()
+    pb = llvm.create_pass_builder(host_target_machine(), pipeline_options(speed_level, tuning))
+    pb.getModulePassManager().run(llmod, pb)
+
+
+def pipeline_options(speed_level: int, tuning: Mapping[str, bool] | None = None) -> llvm.PipelineTuningOptions:
+    """PipelineTuningOptions of the O`speed_level` pipeline for kernels: both vectorizers on,
+    then `tuning`'s attributes set (codegen/llvm_pool.py builds its lanes' pipelines with it)."""
     pto = llvm.create_pipeline_tuning_options(speed_level=speed_level)
     pto.loop_vectorization = True
     pto.slp_vectorization = True
     for name, value in (tuning or {}).items():
         setattr(pto, name, value)
-    pb = llvm.create_pass_builder(tm, pto)
-    pb.getModulePassManager().run(llmod, pb)
+    return pto
 
 
 def optimized_module(text: str, speed_level: int = 3, tuning: Mapping[str, bool] | None = None) -> llvm.ModuleRef:
