@@ -30,8 +30,7 @@ class ControlList(list):
 
     __slots__ = ()
 
-    def __init__(self, items: Iterable[Any] = ()) -> None:
-        super().__init__(items)
+    # (no __init__ of its own: list's, in C, takes the items; every instruction makes one)
 
     def append(self, item: Any) -> None:
         """list.append, counted."""

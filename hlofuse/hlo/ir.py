@@ -385,13 +385,15 @@ class HloModule:
             return False
         reachable: set[HloComputation] = set()
         stack = [self.entry]
+        calling = _CALLING_ATTRS
         while stack:
             c = stack.pop()
             if c in reachable:
                 continue
             reachable.add(c)
             for inst in c.instructions:
-                stack.extend(inst.called_computations())
+                if not calling.isdisjoint(inst.attrs):  # (most call nothing: no call made for them)
+                    stack.extend(inst.called_computations())
         dead = [c for c in self.computations if c not in reachable]
         for c in dead:
             self.remove_computation(c)

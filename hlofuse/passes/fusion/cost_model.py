@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ...hlo.attributes import COMPUTATION_ATTRS
 from ...hlo.ir import HloComputation, HloInstruction, HloModule
 
 # The most instructions (parameters not counted) one fused kernel may hold: XLA's kMaxIRSize is
@@ -160,6 +161,9 @@ class ModuleCost:
         }
 
 
+_CALLS = frozenset(COMPUTATION_ATTRS)  # the attributes that name a called computation
+
+
 def kernel_computations(module: HloModule) -> list[HloComputation]:
     """Computations whose instructions launch kernels: the entry and control-flow bodies.
 
@@ -170,20 +174,40 @@ def kernel_computations(module: HloModule) -> list[HloComputation]:
     """
     embedded: set[HloComputation] = set()
     stack: list[HloComputation] = []
-    for inst in module.all_instructions():
-        if inst.opcode == "call":
-            continue
-        for key in ("to_apply", "select", "scatter", "calls"):
-            c = inst.attrs.get(key)
-            if c is not None and c not in embedded:
-                embedded.add(c)
-                stack.append(c)
-    while stack:  # what an embedded computation calls is embedded too
-        for inst in stack.pop().instructions:
-            for c in inst.called_computations():
-                if c not in embedded:
+
+    def scan(comp: HloComputation) -> None:
+        for inst in comp.instructions:
+            if inst.opcode == "call":
+                continue
+            for key in ("to_apply", "select", "scatter", "calls"):
+                c = inst.attrs.get(key)
+                if c is not None and c not in embedded:
                     embedded.add(c)
                     stack.append(c)
+
+    def close() -> None:  # what an embedded computation calls is embedded too
+        while stack:
+            for inst in stack.pop().instructions:
+                if not _CALLS.isdisjoint(inst.attrs):  # (most call nothing: passed over)
+                    for c in inst.called_computations():
+                        if c not in embedded:
+                            embedded.add(c)
+                            stack.append(c)
+
+    # Fused computations last, and only those no fusion instruction scanned calls: an embedded
+    # computation's callees are embedded by `close` anyway, so scanning it adds nothing (after
+    # fusion the fused computations hold most of the module's instructions).
+    fused = []
+    for comp in module.computations:
+        if comp.is_fusion_computation():
+            fused.append(comp)
+        else:
+            scan(comp)
+    close()
+    for comp in fused:
+        if comp not in embedded:
+            scan(comp)
+    close()
     return [c for c in module.computations if c not in embedded]
 
 

@@ -101,13 +101,19 @@ class Reachability:
                 bits = anc[i] | added
             anc[i] = bits
             for user in self._downstream(inst, holders):
+                j = index.get(user)
+                if j is not None:
+                    extra = added & ~anc[j]  # (sets only grow: what it holds now it keeps)
+                    if not extra:
+                        continue
+                else:
+                    extra = added
                 if user in gained:
                     pending = gained[user]
                     if pending is not None:
-                        gained[user] = pending | added
+                        gained[user] = pending | extra
                     continue
-                gained[user] = added
-                j = index.get(user)
+                gained[user] = extra
                 # (a late instruction's index says nothing of its order: it goes right after
                 # the instruction that reached it)
                 heapq.heappush(heap, (j if j is not None and user not in late else key, seq, user))

@@ -93,10 +93,13 @@ def _fusible_on_all_paths(producer: HloInstruction, position: dict[HloInstructio
     return result
 
 
-def globally_unfusible(comp: HloComputation, ctx: FusionContext) -> dict[HloInstruction, Decision]:
-    """Producers that must not be duplicated, with the reason (ComputeGloballyUnfusible)."""
+def globally_unfusible(comp: HloComputation, ctx: FusionContext,
+                       order: list[HloInstruction] | None = None) -> dict[HloInstruction, Decision]:
+    """Producers that must not be duplicated, with the reason (ComputeGloballyUnfusible);
+    `order`: `comp`'s post order, if the caller has it."""
     out: dict[HloInstruction, Decision] = {}
-    order = comp.post_order()
+    if order is None:
+        order = comp.post_order()
     position = {inst: i for i, inst in enumerate(order)}
     for producer in reversed(order):
         # A producer nothing can fuse is refused pair by pair with its own reason.
@@ -181,8 +184,9 @@ def fuse_computation(comp: HloComputation, ctx: FusionContext) -> bool:
     """Producer-consumer fusion over `comp`, consumers root first; True if anything fused."""
     if ctx.may_duplicate:
         expensive_duplication(comp, ctx)  # kept in the context (FusionContext.verdict)
-    do_not_duplicate = globally_unfusible(comp, ctx) if ctx.may_duplicate else {}
-    queue: list[HloInstruction | None] = list(comp.post_order())
+    order = comp.post_order()  # (the pre-pass changes nothing: one walk for both)
+    do_not_duplicate = globally_unfusible(comp, ctx, order) if ctx.may_duplicate else {}
+    queue: list[HloInstruction | None] = list(order)
     position = {inst: i for i, inst in enumerate(queue)}
     changed = False
     while queue:
