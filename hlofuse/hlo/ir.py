@@ -135,6 +135,12 @@ class HloComputation:
         """Parameters ordered by parameter number."""
         return sorted(self._parameter_list(), key=lambda p: p.parameter_number)
 
+    def parameters_in_list_order(self) -> list[HloInstruction]:
+        """The parameters as the instruction list holds them, not sorted (for callers that
+        visit each once in any order: fusion renumbers them after every parameter it drops).
+        A fresh list: editing it changes nothing."""
+        return list(self._parameter_list())
+
     def parameter(self, number: int) -> HloInstruction:
         """The parameter instruction with parameter number `number`."""
         params = self._parameter_list()

@@ -208,7 +208,8 @@ def remove_parameter(fusion: HloInstruction, number: int) -> None:
     if param.users:
         raise ValueError(f"fused parameter {param.name} of {fusion.name} still has users")
     fc.remove_instruction(param)
-    for p in fc.parameters:  # not a walk of every instruction: fusions grow along long chains
+    # (not a walk of every instruction, nor a sort: fusions grow along long chains)
+    for p in fc.parameters_in_list_order():
         if p.parameter_number > number:
             p.parameter_number -= 1
     op = fusion.operands.pop(number)
