@@ -32,37 +32,28 @@ def post_order(roots: Iterable[Node], children: Callable[[Node], Iterable[Node]]
     return order
 
 
-def _children(comp, inst) -> list:
-    """`inst`'s operands, then its control predecessors, that are in computation `comp`."""
-    ops = inst.operands
-    control = inst.control_predecessors
-    if control:
-        ops = ops + control
-    for o in ops:
-        if o.parent is not comp:
-            return [o for o in ops if o.parent is comp]
-    return ops
-
-
 def instruction_post_order(comp) -> list:
     """The instructions of HloComputation `comp`, each after its operands and control
     predecessors in `comp`: `post_order` from each instruction in list order, children the
-    operands then the control predecessors. Written out, not `post_order` with a children
-    function: every pass and fusion's sorting walks computations so, and the call per node
-    and the list it built were most of the walk's time."""
+    operands then the control predecessors (those of another computation passed over).
+    Written out, not `post_order` with a children function: every pass and fusion's sorting
+    walks computations so, and the call per node and the list it built were most of the
+    walk's time."""
     order: list = []
     seen: set = set()
     for root in comp.instructions:
         if root in seen:
             continue
         seen.add(root)
-        stack = [(root, iter(_children(comp, root)))]
+        control = root.control_predecessors
+        stack = [(root, iter(root.operands + control if control else root.operands))]
         while stack:
             node, it = stack[-1]
             for nxt in it:
-                if nxt not in seen:
+                if nxt not in seen and nxt.parent is comp:
                     seen.add(nxt)
-                    stack.append((nxt, iter(_children(comp, nxt))))
+                    control = nxt.control_predecessors
+                    stack.append((nxt, iter(nxt.operands + control if control else nxt.operands)))
                     break
             else:
                 stack.pop()
