@@ -34,15 +34,19 @@ by its own code instead (`library_elements`): the loops it runs around the call 
 epilogue over its result, the per-feature operands a oneDNN kernel computes before the call),
 not the library's multiply-adds, which its LLVM level does not touch. At O3 such a kernel cost
 4-18 ms of LLVM (2-7 ms at the small level), most of it for a wrapper (unit bookkeeping, a call
-sequence, a short per-feature loop) whose speed no run notices.
-Such a kernel is a candidate when its own work is under SMALL_KERNEL_NS, and its estimated cost
-at the small level is its own loops' (a GEMM without an epilogue: nothing). Where its cost is
-also within SMALL_SHARE of its own call's estimated time, it is small wherever it runs, a while
-loop's body included: every call is then slowed by at most that share of itself.
+sequence, a short per-feature loop) whose speed no run notices: O3 and the small level's
+middle end give a GEMM without an epilogue the same IR. Such a kernel is a candidate when its
+own work is under SMALL_KERNEL_NS, and its estimated cost at the small level is its own loops'
+(a GEMM without an epilogue: nothing). Where its cost is also within SMALL_SHARE of its own
+call's estimated time, it is small wherever it runs, a while loop's body included (the one
+exception to running once): every call is then slowed by at most that share of itself. A GEMM's
+epilogue over a large result stays at O3: as scalar code GPT-2's ran 1.49x slower
+(docs/compile_time.md, "Library kernels judged by their own code").
 
 Nothing here changes what a kernel computes beyond the order LLVM may pick for reassociable
 float reductions (the emitters allow it, `Target.reassociate_reductions`): both levels are
-compared with the interpreter in tests/codegen/test_kernel_work.py.
+compared with the interpreter in tests/codegen/test_kernel_work.py and
+test_kernel_work_library.py.
 """
 from __future__ import annotations
 
