@@ -25,6 +25,7 @@ import llvmlite.binding as llvm
 from llvmlite import ir
 
 from ..emitters.cpu.target import CpuTarget, optimized_module
+from ..emitters.llvm_text import module_text
 from ..hlo.ir import HloComputation, HloInstruction, HloModule
 from ..passes.fusion.decisions import module_log
 from . import llvm_pool
@@ -383,7 +384,7 @@ def compile_objects(objects: list[KernelObject], target, timings: dict[str, floa
     futures = []
     t0, c0 = time.perf_counter(), time.thread_time()
     for members, mod in kernel_groups(objects, target, group_kernels(len(objects), lanes.count)):
-        text = str(mod)
+        text = module_text(mod)
         del mod  # (its IR objects are cycles: freed by the collection below, not now)
         if not gc.isenabled():  # paused (collector_paused): free the groups printed so far
             gc.collect(0)

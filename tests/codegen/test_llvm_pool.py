@@ -181,7 +181,9 @@ def _break_one_kernel(monkeypatch, victim: int) -> list[str]:
             seen.extend(o.symbol for o in members)
             yield members, (Broken(mod) if first <= victim < len(seen) else mod)
 
+    real_text = cpu.module_text
     monkeypatch.setattr(cpu, "kernel_groups", groups)
+    monkeypatch.setattr(cpu, "module_text", lambda mod: str(mod) if isinstance(mod, Broken) else real_text(mod))
     return seen
 
 
