@@ -27,7 +27,9 @@ thread), with a second compile of the vector kernel as a control: identical code
 shows what placement and the machine alone make of the comparison (up to 8% at load 4.5).
 `--features-ab` does the same for the dense layers (stem, 1x1 expansions and projections) that
 run the direct kernel, whose feature loop is emitted as vectors (cpu_conv_features.py) or left
-to LLVM (`FEATURE_VECTORS` off); `--call-time` times whole calls (CPU time) instead of the
+to LLVM (`FEATURE_VECTORS` off); `--switch-ab MODULE:NAME[,...]` with either compares against
+the kernels compiled with those boolean switches False instead of the scalar loop (the columns'
+"scalar" is then the switches off); `--call-time` times whole calls (CPU time) instead of the
 kernels alone (the per-step profile, whose own timers move single figures by up to 30% on a
 loaded machine).
 """
@@ -170,6 +172,25 @@ class _Scalar:
             cpu_conv_features.FEATURE_VECTORS = self.saved
 
 
+class _SwitchOff:
+    """Within it, the module attributes of `spec` ("module:NAME,...", boolean switches) are False:
+    the kernels compiled inside are the "before" side of `--switch-ab`."""
+
+    def __init__(self, spec: str) -> None:
+        import importlib
+
+        self.switches = [(importlib.import_module(m), name) for m, name in (s.split(":") for s in spec.split(","))]
+
+    def __enter__(self) -> None:
+        self.saved = [getattr(m, name) for m, name in self.switches]
+        for m, name in self.switches:
+            setattr(m, name, False)
+
+    def __exit__(self, *exc) -> None:
+        for (m, name), value in zip(self.switches, self.saved):
+            setattr(m, name, value)
+
+
 def _call_seconds(exe, args: list, runs: int) -> float:
     """CPU seconds per whole call of `exe` (one thread: the process's CPU time)."""
     start = time.process_time()
@@ -178,9 +199,11 @@ def _call_seconds(exe, args: list, runs: int) -> float:
     return (time.process_time() - start) / runs
 
 
-def vector_ab(names: list[str], rounds: int, kind: str = "dw", call_time: bool = False) -> None:
+def vector_ab(names: list[str], rounds: int, kind: str = "dw", call_time: bool = False,
+              switch: str | None = None) -> None:
     """The `--vector-ab` table (module docstring) for layers `names`: depthwise (`kind` "dw") or
-    dense ones (`kind` "dense", `--features-ab`)."""
+    dense ones (`kind` "dense", `--features-ab`); with `switch` ("module:NAME", `--switch-ab`),
+    the "scalar" side is the kernels compiled with that switch False instead."""
     import jax
     import numpy as np
 
@@ -196,7 +219,7 @@ def vector_ab(names: list[str], rounds: int, kind: str = "dw", call_time: bool =
         exes = {}
         for side in ("vec", "scalar", "control"):
             if side == "scalar":
-                with _Scalar(kind):
+                with (_SwitchOff(switch) if switch else _Scalar(kind)):
                     exes[side] = hlofuse.compile(hlofuse.parse_hlo(text), target="cpu", cache=False)
             else:
                 exes[side] = hlofuse.compile(hlofuse.parse_hlo(text), target="cpu", cache=False)
@@ -206,7 +229,7 @@ def vector_ab(names: list[str], rounds: int, kind: str = "dw", call_time: bool =
         outs = {k: np.asarray(e(*args)[0]) for k, e in exes.items()}
         same = outs["vec"].tobytes() == outs["scalar"].tobytes() == outs["control"].tobytes()
         llvm = {"vec": _llvm_ms(exes["vec"])}
-        with _Scalar(kind):
+        with (_SwitchOff(switch) if switch else _Scalar(kind)):
             llvm["scalar"] = _llvm_ms(exes["scalar"])
         times: dict[str, list[float]] = {k: [] for k in exes}
         for r in range(rounds):
@@ -231,12 +254,14 @@ def main() -> None:
     parser.add_argument("--vector-ab", action="store_true", help="depthwise kernels: vector channel loop against scalar")
     parser.add_argument("--features-ab", action="store_true", help="dense direct kernels: feature vectors against scalar")
     parser.add_argument("--call-time", action="store_true", help="with --*-ab: whole calls' CPU time, not the kernels'")
+    parser.add_argument("--switch-ab", default="", metavar="MODULE:NAME",
+                        help="with --*-ab: the other side is the kernels compiled with these switches False")
     a = parser.parse_args()
     if a.vector_ab or a.features_ab:
         dense = {"stem", "proj", "expand"}
         names = [n for n in (a.layers.split(",") if a.layers else LAYERS)
                  if (LAYERS[n][0] in dense) == bool(a.features_ab)]
-        vector_ab(names, a.rounds, "dense" if a.features_ab else "dw", a.call_time)
+        vector_ab(names, a.rounds, "dense" if a.features_ab else "dw", a.call_time, a.switch_ab or None)
         return
     note = iree_status()
     if note is not None:

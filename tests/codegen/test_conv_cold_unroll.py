@@ -52,8 +52,11 @@ def _conv_ir(text: str) -> str:
 
 
 def _cold_loops_rolled(ir_text: str) -> bool:
-    assert '"f0.header"' in ir_text and '"f1.header"' in ir_text, "no cold-path window loops"
     hints = loop_hint_names(ir_text)
+    if '"ftap.header"' in ir_text:  # rolled: one loop over every tap (cpu_conv_cold._fill_flat)
+        assert '"f0.header"' not in ir_text
+        return "llvm.loop.unroll.disable" in hints["ftap"]
+    assert '"f0.header"' in ir_text and '"f1.header"' in ir_text, "no cold-path window loops"
     rolled = ["llvm.loop.unroll.disable" in hints.get(name, set()) for name in ("f0", "f1")]
     assert rolled[0] == rolled[1]
     return rolled[0]

@@ -41,7 +41,11 @@ def _rolled(ir_text: str) -> set[str]:
 
 
 def _all_unrolled(monkeypatch) -> None:
+    from hlofuse.codegen.kernels import cpu_conv_cold
+
     all_unrolled(monkeypatch, cpu_conv)
+    all_unrolled(monkeypatch, cpu_conv_cold)  # the cold path's loops, nested as before
+    monkeypatch.setattr(cpu_conv_cold, "FLAT_COLD_TAPS", False)
 
 
 def test_long_feature_loops_keep_window_and_input_loops_rolled(monkeypatch):
@@ -58,13 +62,13 @@ def test_long_feature_loops_keep_window_and_input_loops_rolled(monkeypatch):
 
 @pytest.mark.parametrize("features", [32, 64])
 def test_short_feature_loops_leave_unrolling_to_llvm(features, monkeypatch):
-    """Only the cold loops of non-finite weights (f*, fo, fj) are kept rolled: the scalar
+    """Only the cold loops of non-finite weights (f*, ftap, fo, fj) are kept rolled: the scalar
     feature loop's rule (feature-vector kernels, cpu_conv_features.py, roll their window loops:
     tests/codegen/test_conv_features.py)."""
     from hlofuse.codegen.kernels import cpu_conv_features
 
     monkeypatch.setattr(cpu_conv_features, "FEATURE_VECTORS", False)
-    assert _rolled(_conv_ir(features)) <= {"f0", "f1", "fo", "fj"}
+    assert _rolled(_conv_ir(features)) <= {"f0", "f1", "ftap", "fo", "fj"}
     assert {"k0", "k1", "j"}.isdisjoint(_rolled(_conv_ir(features)))
 
 
@@ -119,7 +123,8 @@ def test_depthwise_kernel_in_channel_blocks_is_smaller(monkeypatch):
     channel loop emitted as vectors (cpu_conv_vector.py) 588 against 1,089 instructions after
     O3 (with LLVM vectorising the scalar loop: 632 against 4,424)."""
     blocked_ir = _depthwise_ir(576)
-    assert {"cb", "f0", "f1", "fo"} <= _rolled(blocked_ir)  # fo: the cold path's vectors of channels
+    # ftap: the cold path's taps (cpu_conv_cold._fill_flat); fo: its vectors of channels
+    assert {"cb", "ftap", "fo"} <= _rolled(blocked_ir)
     monkeypatch.setattr(cpu_conv, "channel_block", lambda groups, lanes=16: None)
     whole_ir = _depthwise_ir(576)
     assert "cb" not in _rolled(whole_ir)

@@ -64,10 +64,11 @@ from ...hlo.dtypes import ElementType
 from ...hlo.ir import HloComputation, HloInstruction
 from ..planning import KernelPlan, rebuild
 from .args import output_leaves, typed_pointer
+from .cpu_conv_cold import fill_taps, never_on_padding, positions_along, weights_nonfinite
 from .cpu_conv_geometry import (MAX_FEATURES, ConvGeometry, accumulation_type, conv_geometry,  # noqa: F401
                                 dimension_numbers, find_convolution, window_tap)
-from .cpu_conv_features import POSITION_BLOCK, FeatureAccumulators, feature_lanes, fill_features, masked_taps
-from .cpu_conv_vector import (channel_lanes, channels_vector_body, fill_vector, load_vector, splat, store_vector,
+from .cpu_conv_features import POSITION_BLOCK, FeatureAccumulators, feature_lanes, masked_taps
+from .cpu_conv_vector import (channel_lanes, channels_vector_body, load_vector, splat, store_vector,
                               vector_loop)
 from .loop_hints import ROLLED_AROUND, unroll_count
 
@@ -241,8 +242,8 @@ class _ConvEmitter:
         """The whole kernel: units -> positions -> accumulate -> store."""
         geo, b = self.geo, self.b
         sp = geo.out_spatial
-        if geo.acc_type.is_float:
-            self.nonfinite = self._weights_nonfinite()
+        if geo.acc_type.is_float and not never_on_padding(geo):
+            self.nonfinite = weights_nonfinite(self)
         with for_range(b, self.skel.begin, self.skel.end, "unit") as u:
             if sp:
                 n = b.udiv(u, _i(sp[0]))
@@ -251,66 +252,6 @@ class _ConvEmitter:
                 n, p0 = u, None
             self._positions(n, [p0] if sp else [], 1)
         self.skel.finish()
-
-    def _weights_nonfinite(self) -> ir.Value:
-        """i1: whether any weight is inf or NaN (0 * w is NaN exactly then), from one pass
-        over the weights (small beside the convolution's work)."""
-        b = self.b
-        with b.goto_entry_block():
-            flag = b.alloca(ir.IntType(1), name="nonfinite")
-        b.store(ir.Constant(ir.IntType(1), 0), flag)
-        lanes = self.lanes or (self.fvec.lanes if self.fvec is not None else None)
-        if lanes:  # weights of the accumulation type: a vector of them at a time
-            zeros = splat(self.zero, lanes)
-
-            def vector(i) -> None:
-                z = b.fmul(load_vector(b, self.w, i, lanes), zeros)
-                some = b.icmp_unsigned("!=", b.bitcast(b.fcmp_unordered("uno", z, z), ir.IntType(lanes)),
-                                       ir.Constant(ir.IntType(lanes), 0))
-                b.store(b.or_(b.load(flag), some), flag)
-
-            def scalar(i) -> None:
-                z = b.fmul(self.load(self.w, i, self.geo.rhs_type), self.zero)
-                b.store(b.or_(b.load(flag), b.fcmp_unordered("uno", z, z)), flag)
-
-            vector_loop(b, self.rhs_count, lanes, "wscan", vector, scalar)
-            return b.load(flag)
-        with for_range(b, _i(0), _i(self.rhs_count), "wscan") as i:
-            z = b.fmul(self.load(self.w, i, self.geo.rhs_type), self.zero)
-            b.store(b.or_(b.load(flag), b.fcmp_unordered("uno", z, z)), flag)
-        return b.load(flag)
-
-    def _fill_taps(self, ps: list, count: int) -> None:
-        """acc += 0 * w for each tap of positions ps (+ 0..count-1 along the last spatial
-        dimension) that falls on padding or an lhs-dilation hole, every output feature and
-        input feature of its group. Run only when some weight is inf or NaN: the sum is then
-        NaN or unchanged, whatever the order, so the main loop nest need not interleave them."""
-        for c in range(count):
-            self._fill_level(ps, c, 0, ir.Constant(ir.IntType(1), 1), 0)
-
-    def _fill_level(self, ps: list, c: int, level: int, inside, woff) -> None:
-        """The window offsets from spatial dimension `level` on (`inside`: whether the offsets
-        so far are all on input elements; `woff`: their weight offset)."""
-        geo, b = self.geo, self.b
-        if level == len(geo.window):
-            with b.if_then(b.not_(inside)):
-                if self.lanes:
-                    fill_vector(self, woff, self.accs[c])
-                    return
-                if self.fvec is not None:
-                    fill_features(self, woff, self.accs[c], self.fvec.lanes)
-                    return
-                with for_range(b, _i(0), _i(geo.features), "fo", unroll=self.unroll_cold) as o:
-                    with for_range(b, _i(0), _i(geo.group_inputs), "fj", unroll=self.unroll_cold) as j:
-                        wv = self.load(self.w, self.add(woff, self.mul(j, geo.w_in), self.mul(o, geo.w_out)), geo.rhs_type)
-                        self.madd(o, self.zero, wv, self.accs[c])
-            return
-        d = geo.window[level]
-        with for_range(b, _i(0), _i(d.size), f"f{level}", unroll=self.unroll_cold) as k:
-            kk = b.sub(_i(d.size - 1), k) if d.window_reversal else k
-            p = self.add(ps[level], c) if level == len(geo.window) - 1 else ps[level]
-            _, ok = window_tap(b, p, k, d, geo.dilated_input[level])
-            self._fill_level(ps, c, level + 1, b.and_(inside, ok), self.add(woff, self.mul(kk, geo.w_spatial[level])))
 
     def _positions(self, n, ps: list, level: int) -> None:
         """Loops over output spatial dimensions `level`..; the last one in blocks."""
@@ -386,7 +327,7 @@ class _ConvEmitter:
         geo, b = self.geo, self.b
         if self.nonfinite is not None and geo.window:
             with b.if_then(self.nonfinite, likely=False):
-                self._fill_taps(ps, count)
+                fill_taps(self, ps, count)
         obase = self.add(self.mul(n, geo.o_batch), *[self.mul(p, s) for p, s in zip(ps, geo.o_spatial)])
         ostep = geo.o_spatial[-1] if geo.o_spatial else 0
         for c in range(count):
@@ -447,25 +388,25 @@ class _ConvEmitter:
                 masked_taps(self, ps, k, d, xs, wnext, body)
             elif level < len(geo.window) - 1 or len(xs) == 1:
                 # Blocked positions differ only along the last dimension: one tap for all here.
-                q, ok = window_tap(b, ps[level], k, d, geo.dilated_input[level])
-                with b.if_then(ok):
+                # A dimension whose taps are all on the input (`always_inside`: VALID, or
+                # keras's explicit padding before a stride-2 layer) gets no test and no branch.
+                q, ok = window_tap(b, ps[level], k, d, geo.dilated_input[level], positions_along(geo, level))
+                if isinstance(ok, ir.Constant):
                     self._window(ps, level + 1, [self.add(x, self.mul(q, stride)) for x in xs], wnext, body)
+                else:
+                    with b.if_then(ok):
+                        self._window(ps, level + 1, [self.add(x, self.mul(q, stride)) for x in xs], wnext, body)
             else:
                 offs, oks = [], []
                 for c, x in enumerate(xs):
-                    q, ok = window_tap(b, self.add(ps[level], c), k, d, geo.dilated_input[level])
+                    q, ok = window_tap(b, self.add(ps[level], c), k, d, geo.dilated_input[level],
+                                       positions_along(geo, level))
                     offs.append(self.add(x, self.mul(q, stride)))
                     oks.append(ok)
-                every = oks[0]
-                for ok in oks[1:]:
-                    every = b.and_(every, ok)
-                with b.if_else(every) as (inside, border):
-                    with inside:
-                        body(offs, wnext)
-                    with border:  # near the padding: each position on its own
-                        for c, ok in enumerate(oks):
-                            with b.if_then(ok):
-                                body([offs[j] if j == c else None for j in range(len(offs))], wnext)
+                if all(isinstance(ok, ir.Constant) for ok in oks):  # `always_inside`
+                    body(offs, wnext)
+                else:
+                    self._border_taps(offs, oks, wnext, body)
         if tap_unroll:
             unroll_count(k, tap_unroll)
         if self.lanes and self.unroll_taps:
@@ -473,6 +414,21 @@ class _ConvEmitter:
             # unroll before vectorising: it left the outer window loop rolled (the row of taps
             # each iteration), so ask for every tap as before.
             unroll_count(k, d.size)
+
+    def _border_taps(self, offs: list, oks: list, woff, body) -> None:
+        """A tap of the blocked positions (input offsets `offs`, in-bounds flags `oks`): one body
+        for all where every position's tap is on the input, else each position on its own."""
+        b = self.b
+        every = oks[0]
+        for ok in oks[1:]:
+            every = b.and_(every, ok)
+        with b.if_else(every) as (inside, border):
+            with inside:
+                body(offs, woff)
+            with border:  # near the padding: each position on its own
+                for c, ok in enumerate(oks):
+                    with b.if_then(ok):
+                        body([offs[j] if j == c else None for j in range(len(offs))], woff)
 
     def _channel_blocks(self, ps: list, xbase, blk: int) -> None:
         """The window of one position for `blk` groups at a time (`channel_block`), each block
