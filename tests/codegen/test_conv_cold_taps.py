@@ -47,6 +47,9 @@ CASES = {
     # dense 3x3 (MNIST's stem: feature vectors), padding along one dimension only
     "dense one-sided": (_conv("2,8,8,1", "3,3,1,32", "2,8,6,32", "size=3x3 pad=1_1x0_0"), (2, 8, 8, 1), (3, 3, 1, 32)),
     "dense same": (_conv("2,8,8,3", "3,3,3,32", "2,8,8,32", "size=3x3 pad=1_1x1_1"), (2, 8, 8, 3), (3, 3, 3, 32)),
+    # one spatial dimension
+    "1-D dense": (_conv("2,10,8", "3,8,16", "2,10,16", "size=3 pad=1_1", labels="b0f_0io->b0f"),
+                  (2, 10, 8), (3, 8, 16)),
     # lhs dilation: holes between input elements are never "inside"
     "lhs-dilated": (_conv("1,4,4,8", "3,3,8,8", "1,7,7,8", "size=3x3 pad=1_1x1_1 lhs_dilate=2x2"),
                     (1, 4, 4, 8), (3, 3, 8, 8)),
@@ -82,8 +85,8 @@ def test_same_values_and_bits(name, weights, vectors, monkeypatch):
     rng = np.random.default_rng(3)
     x, w = rng.standard_normal(xs).astype(np.float32), rng.standard_normal(ws).astype(np.float32)
     if weights != "finite":  # a corner tap: off the input at the border, where only the cold path adds it
-        w[0, 0, 0, ws[3] - 1] = np.nan if weights == "nan" else np.inf
-        w[-1, -1, -1, 0] = -np.inf if weights == "inf" else np.nan
+        w[(0,) * (w.ndim - 1) + (ws[-1] - 1,)] = np.nan if weights == "nan" else np.inf
+        w[(-1,) * (w.ndim - 1) + (0,)] = -np.inf if weights == "inf" else np.nan
     got = _run(text, x, w)
     want = hlofuse.compile(hlofuse.parse_hlo(text), target="interpreter", fusion=False)(x, w)
     for r in compare_outputs(got, list(want)):
@@ -115,12 +118,20 @@ def test_dimension_inside_gets_no_test(monkeypatch):
     assert ir_text.count("icmp s") < before.count("icmp s")
 
 
-@pytest.mark.parametrize("name", ["same depthwise 576", "dense same", "lhs-dilated"])
+@pytest.mark.parametrize("name", ["same depthwise 576", "dense same", "lhs-dilated", "1-D dense"])
 def test_rolled_cold_path_is_one_loop_over_taps(name, monkeypatch):
+    """One loop over the taps, for every blocked position at once (the dense kernels block
+    POSITION_BLOCK positions: four loops before)."""
     ir_text = _kernel_ir(CASES[name][0])
     hints = loop_hint_names(ir_text)
     assert "llvm.loop.unroll.disable" in hints["ftap"]
     assert "f0" not in hints and "f1" not in hints
+    # one per loop over positions of the last dimension (blocks, the remainder's singles, or a
+    # row's positions: `rs`), or one where a work unit is one position (a 1-D convolution)
+    last = len(CASES[name][1]) - 3
+    lines = ir_text.splitlines()
+    sites = sum(line.startswith((f"p{last}.header:", f"p{last}r.header:", "rs.header:")) for line in lines)
+    assert sum(line.startswith("ftap.header") for line in lines) == max(sites, 1)
     _rules_off(monkeypatch)
     hints = loop_hint_names(_kernel_ir(CASES[name][0]))
     assert "ftap" not in hints and "llvm.loop.unroll.disable" in hints["f0"]

@@ -12,10 +12,12 @@ finite weights, yet LLVM optimises it with the kernel; two rules make it less wo
   no cold path and no weight scan: they add nothing there. `positions_along` gives the same
   test to every `window_tap` of the kernel, so a dimension whose taps all lie on the input gets
   no in-bounds test or branch in the hot loops either.
-- Rolled, the cold path's window loops are one loop over every tap (`_fill_flat`): each offset
-  the quotient and remainder of the tap number by constants, the same terms in the same order.
-  Nested, each window dimension was one more loop for LLVM to canonicalise, and it unswitched
-  the inner one on the outer dimensions' in-bounds flag, copying the feature loop.
+- Rolled, the cold path's window loops are one loop over every tap (`_fill_flat`) for all the
+  blocked positions at once: each offset the quotient and remainder of the tap number by
+  constants, each position's test and terms in its body, so each accumulator gets the same
+  terms in the same order. Nested, each window dimension was one more loop for LLVM to
+  canonicalise (and it unswitched the inner one on the outer dimensions' in-bounds flag,
+  copying the feature loop), and a dense kernel's POSITION_BLOCK positions had a nest each.
 
 Each output element gets the same terms in the same order either way: the same bits
 (tests/codegen/test_conv_cold_taps.py). Measured in docs/compile_time.md ("Direct convolution
@@ -105,32 +107,38 @@ def fill_taps(em, ps: list, count: int) -> None:
     dimension) that falls on padding or an lhs-dilation hole, every output feature and
     input feature of its group. Run only when some weight is inf or NaN: the sum is then
     NaN or unchanged, whatever the order, so the main loop nest need not interleave them."""
+    if FLAT_COLD_TAPS and not em.unroll_cold:
+        _fill_flat(em, ps, count)
+        return
     for c in range(count):
-        if FLAT_COLD_TAPS and not em.unroll_cold and len(em.geo.window) > 1:
-            _fill_flat(em, ps, c)
-        else:
-            _fill_level(em, ps, c, 0, TRUE, 0)
+        _fill_level(em, ps, c, 0, TRUE, 0)
 
 
-def _fill_flat(em, ps: list, c: int) -> None:
-    """`_fill_level`'s taps for blocked position c as one rolled loop over every window offset
-    (row-major; each dimension's offset the quotient and remainder of the tap number by
-    constants): the same terms in the same order (module docstring)."""
+def _fill_flat(em, ps: list, count: int) -> None:
+    """`_fill_level`'s taps for the `count` blocked positions as one rolled loop over every
+    window offset (row-major; each dimension's offset the quotient and remainder of the tap
+    number by constants), each position's in-bounds test and terms in its body: each
+    accumulator gets the same terms in the same order (module docstring)."""
     geo, b = em.geo, em.b
     taps = math.prod(d.size for d in geo.window)
+    last = len(geo.window) - 1
     with for_range(b, _i(0), _i(taps), "ftap", unroll=False) as t:
-        inside, woff, inner = TRUE, 0, taps
+        inside, woff, inner, ks = TRUE, 0, taps, []
         for level, d in enumerate(geo.window):
             inner //= d.size
             k = b.udiv(t, _i(inner)) if inner > 1 else t
             if level:
                 k = b.urem(k, _i(d.size))
             kk = b.sub(_i(d.size - 1), k) if d.window_reversal else k
-            p = em.add(ps[level], c) if level == len(geo.window) - 1 else ps[level]
-            _, ok = window_tap(b, p, k, d, geo.dilated_input[level], positions_along(geo, level))
-            inside = and_flags(b, inside, ok)
+            ks.append(k)
             woff = em.add(woff, em.mul(kk, geo.w_spatial[level]))
-        _fill_level(em, ps, c, len(geo.window), inside, woff)
+            if level < last:
+                _, ok = window_tap(b, ps[level], k, d, geo.dilated_input[level], positions_along(geo, level))
+                inside = and_flags(b, inside, ok)
+        for c in range(count):  # blocked positions differ along the last dimension only
+            d = geo.window[last]
+            _, ok = window_tap(b, em.add(ps[last], c), ks[last], d, geo.dilated_input[last], positions_along(geo, last))
+            _fill_level(em, ps, c, len(geo.window), and_flags(b, inside, ok), woff)
     forbid_vectorization(t)
 
 
