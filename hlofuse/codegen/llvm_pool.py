@@ -36,7 +36,7 @@ import queue
 import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
-from ctypes import c_char_p, string_at
+from ctypes import byref, c_char_p, string_at
 from typing import Callable, Iterator
 
 from ..runtime.cpu_threads import cpu_threads
@@ -129,10 +129,13 @@ def optimized_kernel(text: str, speed_level: int):
 def _unlocked(name: str):
     """libllvmlite's C function `name` without llvmlite's lock (its ctypes function, with the
     argument and result types llvmlite gave it): for a call whose every argument belongs to the
-    calling compilation alone (see the module's doc)."""
+    calling compilation alone (see the module's doc). An llvmlite whose wrapper no longer keeps
+    its ctypes function as `_cfn` gets its locked wrapper back: correct, one compilation at a
+    time (tests/codegen/test_llvm_pool.py fails then, so it does not go unnoticed)."""
     from llvmlite.binding import ffi
 
-    return getattr(ffi.lib, name)._cfn
+    wrapper = getattr(ffi.lib, name)
+    return getattr(wrapper, "_cfn", wrapper)
 
 
 # Target machines not in use, per code generator level: a compilation takes one for its pass
@@ -164,22 +167,52 @@ def _new_target_machine(level: int):
     return target_machine.__wrapped__(level)
 
 
+class _Message:
+    """An error-message out-parameter of libllvmlite's C functions, as llvmlite's OutputString,
+    but taking llvmlite's lock only to free a message LLVM wrote (OutputString frees on every
+    exit, through the lock, so each successful call would still wait for it)."""
+
+    def __init__(self) -> None:
+        self._ptr = c_char_p(None)
+        self._as_parameter_ = byref(self._ptr)
+
+    def __bool__(self) -> bool:
+        return self._ptr.value is not None
+
+    def __str__(self) -> str:
+        return (self._ptr.value or b"").decode("utf8", "replace")
+
+    def close(self) -> None:
+        """Free the message, if LLVM wrote one."""
+        if self._ptr.value is not None:
+            from llvmlite.binding import ffi
+
+            ffi.lib.LLVMPY_DisposeString(self._ptr)
+            self._ptr = c_char_p(None)
+            self._as_parameter_ = byref(self._ptr)
+
+    def __enter__(self) -> "_Message":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
 class _Compilation:
     """One kernel group's compilation: its LLVMContext and module, which no other thread sees."""
 
     def __init__(self, text: str) -> None:
         import llvmlite.binding as llvm
-        from llvmlite.binding import ffi
 
         self.context = llvm.create_context()
         self._text = c_char_p(text.encode("utf8"))
-        with ffi.OutputString() as err:
+        with _Message() as err:
             self.module = llvm.ModuleRef(_unlocked("LLVMPY_ParseAssembly")(self.context, self._text, err),
                                          self.context)
             if err:
                 self.close()
                 raise RuntimeError(f"LLVM IR parsing error\n{err}")
-        with ffi.OutputString() as err:
+        with _Message() as err:
             if _unlocked("LLVMPY_VerifyModule")(self.module, err):
                 message = str(err)
                 self.close()
@@ -193,7 +226,7 @@ class _Compilation:
         """The module's object code from target machine `tm`."""
         from llvmlite.binding import ffi
 
-        with ffi.OutputString() as err:
+        with _Message() as err:
             buffer = _unlocked("LLVMPY_TargetMachineEmitToMemory")(tm, self.module, 1, err)
             if not buffer:
                 raise RuntimeError(str(err))
