@@ -9,7 +9,7 @@ The text holds everything the CPU kernel emitters read (codegen/kernels/cpu_*.py
 instruction of the kernel's computation and of the computations it calls, numbered in list
 order (opcode, shape with layout, operands by number, parameter number, literal, attributes
 with called computations by number), the root, and the plan's fields the emitters take
-(output leaves of a loop kernel, the reduction group, stage, parts, scratch buffers). Names
+(output leaves of a loop or custom kernel, the reduction group, stage, parts, scratch buffers). Names
 are left out (the emitters use them only in messages and internal global names), and so are
 attributes that do not change the code (metadata, backend_config, frontend_attributes,
 sharding).
@@ -123,7 +123,10 @@ def kernel_text(kernel: KernelPlan) -> str:
     plan = [f"kernel c{body} stage={kernel.stage} parts={kernel.parts} scratch={len(kernel.scratch)}"
             f" outputs={len(output_leaves(kernel.comp))}"]
     if kernel.custom is not None:
-        plan.append(f"custom {kernel.custom} units={kernel.units} unit_elements={kernel.unit_elements}")
+        # A custom emitter may write one output leaf of several (one in-place kernel per
+        # dynamic-update-slice root): the leaves it writes are part of its code.
+        plan.append(f"custom {kernel.custom} units={kernel.units} unit_elements={kernel.unit_elements}"
+                    f" outputs={list(kernel.outputs)}")
     elif kernel.group is None:
         plan.append(f"loop {list(kernel.outputs)}")
     else:

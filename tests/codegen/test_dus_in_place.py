@@ -135,6 +135,46 @@ def test_multi_output_dus_roots(start):
     check_everywhere(TUPLE, args, with_xla=False)
 
 
+
+# Two roots updating different parameters with one update (XLA's
+# ShouldCorrectlyUpdateMultipleOutputFusedDynamicUpdateSlices): the two update-only kernels
+# differ only in the output leaf they write, which must keep them two kernels.
+TWIN = """HloModule m
+fused {
+  p0 = f32[4,3] parameter(0)
+  p1 = f32[1,3] parameter(1)
+  p2 = f32[2,3] parameter(2)
+  i = s32[] parameter(3)
+  z = s32[] constant(0)
+  d0 = f32[4,3] dynamic-update-slice(p0, p1, i, z)
+  d1 = f32[2,3] dynamic-update-slice(p2, p1, i, z)
+  ROOT t = (f32[4,3], f32[2,3]) tuple(d0, d1)
+}
+ENTRY e {
+  p0 = f32[4,3] parameter(0)
+  p1 = f32[1,3] parameter(1)
+  p2 = f32[2,3] parameter(2)
+  i = s32[] parameter(3)
+  ROOT f = (f32[4,3], f32[2,3]) fusion(p0, p1, p2, i), kind=kLoop, calls=fused
+}
+"""
+
+
+@pytest.mark.parametrize("start", [0, 1, 7])
+def test_multi_output_dus_roots_with_one_update(start):
+    exe, kernels = _kernels(TWIN)
+    assert [k.custom for k in kernels] == ["dus", "dus"]
+    p0 = np.arange(12, dtype=np.float32).reshape(4, 3)
+    p1 = np.full((1, 3), -1, np.float32)
+    p2 = np.arange(100, 106, dtype=np.float32).reshape(2, 3)
+    e0, e1 = p0.copy(), p2.copy()
+    e0[min(start, 3)] = -1  # the start clamped into [0, dim - 1]
+    e1[min(start, 1)] = -1
+    out = exe(p0, p1, p2, np.int32(start))
+    np.testing.assert_array_equal(np.asarray(out[0]), e0)
+    np.testing.assert_array_equal(np.asarray(out[1]), e1)
+    check_everywhere(TWIN, [p0, p1, p2, np.int32(start)], with_xla=False)
+
 SCAN = """HloModule scan
 body {
   s = (s32[], f32[20,33], f32[33]) parameter(0)
