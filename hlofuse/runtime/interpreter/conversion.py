@@ -2,6 +2,7 @@
 is x != 0), bitcast-convert (a narrower type adds a minor dimension) and reduce-precision."""
 from __future__ import annotations
 
+import ml_dtypes
 import numpy as np
 
 from ...hlo.ir import HloInstruction
@@ -14,7 +15,8 @@ def float_to_int(x: Array, dtype: np.dtype) -> Array:
     dtype = np.dtype(dtype)
     x = np.asarray(x).astype(np.float64) if np.asarray(x).dtype != np.float64 else np.asarray(x)
     if is_small_int(dtype):
-        lo, hi = (0, 15) if "uint" in dtype.name else (-8, 7)
+        info = ml_dtypes.iinfo(dtype)  # 1-, 2- and 4-bit integers saturate at their own range
+        lo, hi = int(info.min), int(info.max)
         return to_type(np.clip(np.nan_to_num(np.trunc(x), nan=0.0), lo, hi).astype(np.int64), dtype)
     info = np.iinfo(dtype)
     bits = info.bits

@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 from typing import Callable
 
+import ml_dtypes
 import numpy as np
 
 from ...hlo.errors import UnsupportedError
@@ -28,9 +29,14 @@ def is_float(dt: np.dtype) -> bool:
 
 
 def is_small_int(dt: np.dtype) -> bool:
-    """True for the ml_dtypes 4-bit integer types (numpy kind 'V')."""
+    """True for the ml_dtypes 1-, 2- and 4-bit integer types (numpy kind 'V')."""
     dt = np.dtype(dt)
     return dt.kind == "V" and "int" in dt.name
+
+
+def small_int_bits(dt: np.dtype) -> int:
+    """The bit width of an ml_dtypes narrow integer type (1, 2 or 4; one value per byte)."""
+    return int(ml_dtypes.iinfo(np.dtype(dt)).bits)
 
 
 def compute_dtype(dt: np.dtype, transcendental: bool = False) -> np.dtype:
@@ -59,14 +65,15 @@ def out_dtype(inst: HloInstruction) -> np.dtype:
 
 
 def to_type(value, dtype: np.dtype) -> Array:
-    """`value` as an array of `dtype` (rounding wider floats, wrapping 4-bit integers)."""
+    """`value` as an array of `dtype` (rounding wider floats, wrapping 1-, 2- and 4-bit
+    integers in their own width)."""
     arr = np.asarray(value)
     dtype = np.dtype(dtype)
     if is_small_int(dtype) and arr.dtype != dtype:
-        bits = 4
+        bits = small_int_bits(dtype)
         raw = arr.astype(np.int64) & ((1 << bits) - 1)
         if "uint" not in dtype.name:
-            raw = np.where(raw >= 8, raw - 16, raw)
+            raw = np.where(raw >= 1 << (bits - 1), raw - (1 << bits), raw)
         return raw.astype(dtype)
     return arr.astype(dtype, copy=False) if arr.dtype != dtype else arr
 
@@ -160,9 +167,10 @@ def _real_imag(inst: HloInstruction, args: list, interp) -> Array:
 
 # ---- integer bit ops --------------------------------------------------------------------------
 def int_bits(dt: np.dtype) -> int:
-    """The bit width of an integer type (4 for s4/u4, which ml_dtypes stores one per byte)."""
+    """The bit width of an integer type (4 for s4/u4, 2 for s2/u2, 1 for s1/u1, which ml_dtypes
+    stores one per byte)."""
     dt = np.dtype(dt)
-    return 4 if is_small_int(dt) else dt.itemsize * 8
+    return small_int_bits(dt) if is_small_int(dt) else dt.itemsize * 8
 
 
 def bit_pattern(x: Array) -> Array:
@@ -170,7 +178,7 @@ def bit_pattern(x: Array) -> Array:
     (an s4 -1 is 0b1111, not a sign-extended byte)."""
     x = np.asarray(x)
     if is_small_int(x.dtype):
-        return (x.astype(np.int64) & 0xF).astype(np.uint64)
+        return (x.astype(np.int64) & ((1 << small_int_bits(x.dtype)) - 1)).astype(np.uint64)
     return contiguous(x).view(np.dtype(f"u{x.dtype.itemsize}")).astype(np.uint64)
 
 
@@ -178,7 +186,7 @@ def from_pattern(p: Array, dtype: np.dtype) -> Array:
     """Integers of `dtype` from uint64 bit patterns (bits above the type's width are dropped)."""
     dtype = np.dtype(dtype)
     if is_small_int(dtype):
-        return to_type((p & np.uint64(0xF)).astype(np.int64), dtype)
+        return to_type((p & np.uint64((1 << small_int_bits(dtype)) - 1)).astype(np.int64), dtype)
     return np.asarray(p).astype(np.dtype(f"u{dtype.itemsize}")).view(dtype)
 
 

@@ -102,6 +102,49 @@ def test_int4_unary_ops_on_every_pattern(name):
         assert res["sign"].astype(int).tolist() == [(v > 0) - (v < 0) for v in map(signed4, PATTERNS)]
 
 
+
+@pytest.mark.parametrize("name", ["s1", "u1", "s2", "u2"])
+def test_int1_int2_ops_in_their_own_width(name):
+    """s1/u1/s2/u2 computed in 1 or 2 bits, not in s4's 4 (popcnt(s2 -2) is 1, not the 3 of
+    0b1110 wrapped to -1; a float converts saturating at the type's own range)."""
+    bits, signed = int(name[1:]), name[0] == "s"
+    mask = (1 << bits) - 1
+    patterns = list(range(1 << bits))
+    pairs = [(p, q) for p in patterns for q in patterns]
+
+    def value(p: int) -> int:
+        return p - (1 << bits) if signed and p >> (bits - 1) else p
+
+    arr = lambda ps: np.asarray(ps, np.uint8).view(ELEMENT_TYPES[name].numpy)  # noqa: E731
+    pat = lambda a: [int(v) & mask for v in np.asarray(a).astype(np.int64)]  # noqa: E731
+    a, b = arr([p for p, _ in pairs]), arr([q for _, q in pairs])
+    floats = np.array([-100.0, -1.5, -1.0, -0.5, 0.0, 0.9, 1.0, 1.9, 2.5, 3.0, 20.0, np.nan], np.float32)
+    ints = np.arange(-6, 6, dtype=np.int32)
+    n, m = len(pairs), len(floats)
+    ops = [f"{op}(p0)" for op in ("popcnt", "count-leading-zeros", "not", "negate")]
+    ops += [f"{op}(p0, p1)" for op in ("add", "multiply", "shift-left", "shift-right-logical",
+                                        "shift-right-arithmetic")]
+    text = module_text([(name, n), (name, n), ("f32", m), ("s32", m)],
+                       [(f"{name}[{n}]", e) for e in ops]
+                       + [(f"{name}[{m}]", "convert(p2)"), (f"{name}[{m}]", "convert(p3)")])
+    got = run(text, [a, b, floats, ints])
+    pc, clz, nt, neg, add, mul, shl, srl, sra, from_f, from_i = got
+    ps = [p for p, _ in pairs]
+    assert pat(pc) == [bin(p).count("1") & mask for p in ps]
+    assert pat(clz) == [(bits - p.bit_length()) & mask for p in ps]
+    assert pat(nt) == [p ^ mask for p in ps]
+    assert pat(neg) == [-p & mask for p in ps]
+    assert pat(add) == [(p + q) & mask for p, q in pairs]
+    assert pat(mul) == [(value(p) * value(q)) & mask for p, q in pairs]
+    assert pat(shl) == [(p << q) & mask if q < bits else 0 for p, q in pairs]
+    assert pat(srl) == [p >> q if q < bits else 0 for p, q in pairs]
+    top = lambda p: p - (1 << bits) if p >> (bits - 1) else p  # noqa: E731  (ashr copies bit w-1, unsigned too)
+    assert pat(sra) == [(top(p) >> min(q, bits - 1)) & mask for p, q in pairs]
+    lo, hi = (-(1 << (bits - 1)), (1 << (bits - 1)) - 1) if signed else (0, mask)
+    assert np.asarray(from_f).astype(int).tolist() == [0 if np.isnan(f) else min(max(int(np.trunc(f)), lo), hi)
+                                                      for f in floats]
+    assert pat(from_i) == [int(i) & mask for i in ints]  # integers keep their low bits
+
 def _trunc_div(x: int, y: int) -> int:
     q = abs(x) // abs(y)
     return q if (x < 0) == (y < 0) else -q
