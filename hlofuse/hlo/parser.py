@@ -156,8 +156,8 @@ class _Parser(ShortForms, Linking):
         error, name_pos = self.lex.error, lambda inst: self._name_pos.get(inst, 0)
         if self._incomplete:
             complete_instructions(module, error, name_pos)
-        for comp, params, result, pos in self._signatures:
-            check_signature(comp, params, result, pos, error, name_pos)
+        for comp, _params, result, pos in self._signatures:
+            check_signature(comp, result, pos, error)
         build_async_computations(module, self._async_starts, error)
         if self._async_ops:
             check_async_chains(self._async_ops, error)
