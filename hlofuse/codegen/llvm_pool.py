@@ -114,16 +114,21 @@ def target_machine(codegen_level: int):
         cpu=name, features=features, opt=codegen_level, reloc="default", codemodel="jitdefault")
 
 
+def pipeline(speed_level: int) -> tuple[int, dict[str, bool]]:
+    """The middle end's (O-level, PipelineTuningOptions overrides) for a kernel at `speed_level`:
+    the O-level itself with none, or for SMALL_KERNEL SMALL_PIPELINE's."""
+    if speed_level != SMALL_KERNEL:
+        return speed_level, {}
+    tuning = dict(SMALL_PIPELINE)
+    return tuning.pop("speed_level"), tuning
+
+
 def optimized_kernel(text: str, speed_level: int):
     """Kernel IR `text` parsed, verified and optimized at `speed_level` (an llvmlite ModuleRef):
-    the O-level's pipeline (emitters/cpu/target.optimized_module) or, for SMALL_KERNEL,
-    SMALL_PIPELINE."""
+    `pipeline`'s (emitters/cpu/target.optimized_module)."""
     from ..emitters.cpu.target import optimized_module
 
-    if speed_level != SMALL_KERNEL:
-        return optimized_module(text, speed_level)
-    tuning = dict(SMALL_PIPELINE)
-    return optimized_module(text, tuning.pop("speed_level"), tuning)
+    return optimized_module(text, *pipeline(speed_level))
 
 
 def _unlocked(name: str):
@@ -244,8 +249,8 @@ class _Compilation:
 
 def compile_timed(text: str, speed_level: int) -> tuple[bytes, float, float]:
     """Object code of LLVM IR `text` at `speed_level` (UNOPTIMIZED: three passes and fast
-    instruction selection; else the O-level's pipeline, emitters/cpu/target.pipeline_options,
-    or SMALL_PIPELINE for SMALL_KERNEL, and the code generator at `codegen_level`), with the
+    instruction selection; else `pipeline`'s, through emitters/cpu/target.pipeline_options, and
+    the code generator at `codegen_level`), with the
     seconds spent parsing and optimizing, and generating code. Safe to call from several threads
     at once: they compile in parallel (the module's doc)."""
     import llvmlite.binding as llvm
@@ -264,8 +269,7 @@ def compile_timed(text: str, speed_level: int) -> tuple[bytes, float, float]:
                 passes.add_simplify_cfg_pass()
                 builder = llvm.create_pass_builder(pipeline_tm, llvm.create_pipeline_tuning_options(1))
             else:
-                tuning = dict(SMALL_PIPELINE) if speed_level == SMALL_KERNEL else {"speed_level": speed_level}
-                builder = llvm.create_pass_builder(pipeline_tm, pipeline_options(tuning.pop("speed_level"), tuning))
+                builder = llvm.create_pass_builder(pipeline_tm, pipeline_options(*pipeline(speed_level)))
                 passes = builder.getModulePassManager()
             compilation.run_passes(passes, builder)
             mid = time.perf_counter()

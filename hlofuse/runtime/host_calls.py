@@ -26,15 +26,19 @@ from .interpreter.op_helpers import flatten_value
 Batched = Callable[[list], list]
 
 
-def host_calls(ctx, comp: HloComputation) -> tuple[Callable[[list], list] | None, Batched | None]:
-    """(per-call, batched) host evaluators of scalar computation `comp` for library rule
-    context `ctx`: both None when `ctx` runs called computations itself (host programs,
-    whose compiled calls are cheap); the batched one None when `comp` is not elementwise.
-    Each takes the computation's arguments (0-d arrays, or equal-shaped arrays for the batched
-    one) and returns its flattened results as arrays."""
+def host_calls(ctx, comp: HloComputation) -> tuple[Callable[[list], list], Batched | None]:
+    """(per-call, batched) evaluators of scalar computation `comp` for library rule context
+    `ctx`. Where `ctx` has a host interpreter (the real GPU, `host_interpreter`) both run on the
+    host; elsewhere the per-call one runs `comp` through `ctx` (host programs, whose compiled
+    calls are cheap) and the batched one is None, as it is when `comp` is not elementwise. Each
+    takes the computation's arguments (0-d arrays, or equal-shaped arrays for the batched one)
+    and returns its flattened results as arrays."""
     interp: Interpreter | None = getattr(ctx, "host_interpreter", lambda: None)()
     if interp is None:
-        return None, None
+        def called(args: list) -> list:
+            return flatten_value(ctx.host(ctx.call(comp, args)))
+
+        return called, None
 
     def one(args: list) -> list:
         return flatten_value(interp.call(comp, args))

@@ -312,10 +312,7 @@ def scatter(inst, args, ctx):
             return outs[0] if n == 1 else tuple(outs)
         for t, *vs in zip(flat_targets, *vals):
             cur = [np.asarray(f[t]) for f in flats]
-            args2 = cur + [np.asarray(v) for v in vs]
-            res = one(args2) if one is not None else ctx.host(ctx.call(comp, args2))
-            res = res if isinstance(res, (tuple, list)) else (res,)
-            for f, r in zip(flats, res):
+            for f, r in zip(flats, one(cur + [np.asarray(v) for v in vs])):
                 f[t] = r
     return outs[0] if n == 1 else tuple(outs)
 
@@ -394,9 +391,7 @@ def _comparator_order(comp, moved: list[np.ndarray], stable: bool, ctx) -> np.nd
             args2 = []
             for v in vals:
                 args2 += [np.asarray(v[i]), np.asarray(v[j])]
-            if one is not None:
-                return bool(one(args2)[0])
-            return bool(np.asarray(ctx.host(ctx.call(comp, args2))))
+            return bool(one(args2)[0])
 
         order[row] = comparator_sort_order(n, less, stable)
     return order

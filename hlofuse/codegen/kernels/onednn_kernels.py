@@ -22,32 +22,29 @@ def calls_primitive(kernel) -> bool:
     return kernel.custom in _MAPPINGS
 
 
+def _mapped(kernel):
+    """The mapping `kernel` (a KernelPlan that `calls_primitive`) calls; ValueError for one whose
+    computation no longer maps (a planner bug)."""
+    mapped = _MAPPINGS[kernel.custom](kernel)
+    if mapped is None:
+        raise ValueError(f"kernel {kernel.name}: no longer maps to a oneDNN {kernel.custom[len('onednn_'):]}")
+    return mapped
+
+
 def primitive_descriptions(kernels) -> list:
     """The primitive description of each kernel that calls a oneDNN primitive; ValueError for
     one whose computation no longer maps (a planner bug)."""
-    out = []
-    for k in kernels:
-        mapping = _MAPPINGS.get(k.custom)
-        if mapping is None:
-            continue
-        mapped = mapping(k)
-        if mapped is None:
-            raise ValueError(f"kernel {k.name}: no longer maps to a oneDNN {k.custom[len('onednn_'):]}")
-        out.append(mapped.desc)
-    return out
+    return [_mapped(k).desc for k in kernels if calls_primitive(k)]
 
 
 def own_elements(kernel) -> int:
     """Elements the own loops of `kernel` (a KernelPlan that `calls_primitive`) compute per call,
     all its work units together: the per-feature epilogue operands it computes before each
-    primitive call (cpu_conv_onednn_kernel.computed_elements); everything else it does is the
-    primitive's (codegen/kernel_work.py weighs the two). ValueError for a kernel whose
+    primitive call (cpu_conv_onednn_kernel.computed_elements), once per call (a matmul kernel of
+    several work units calls its batch slice's primitive once a unit); everything else it does
+    is the primitive's (codegen/kernel_work.py weighs the two). ValueError for a kernel whose
     computation no longer maps, as `primitive_descriptions`."""
-    if kernel.custom == "onednn_conv":
-        mapped, calls = onednn_convolution(kernel.comp), 1
-    else:
-        mapped, unit_bytes = kernel_matmul(kernel)
-        calls = 1 if unit_bytes is None else int(kernel.units)
-    if mapped is None:
-        raise ValueError(f"kernel {kernel.name}: no longer maps to a oneDNN {kernel.custom[len('onednn_'):]}")
-    return computed_elements(mapped.sources, calls)
+    calls = 1
+    if kernel.custom == "onednn_matmul" and kernel_matmul(kernel)[1] is not None:
+        calls = int(kernel.units)
+    return computed_elements(_mapped(kernel).sources, calls)
