@@ -82,7 +82,7 @@ def _default_broadcast_dimensions(inst: HloInstruction, error: ErrorAt, name_pos
 
 
 def check_signature(comp: HloComputation, result: Shape, pos: int, error: ErrorAt) -> None:
-    """Like XLA, refuse a signature `(params) -> result` whose result disagrees with the body's
+    """Like XLA, refuse a signature `(...) -> result` whose result disagrees with the body's
     root (layouts aside). XLA's parser (HloParserImpl::ParseComputation) reads the parameter
     list and compares nothing in it, so a parameter declared with another shape, or another
     count, is accepted as there: the parameter instructions' own shapes count."""

@@ -115,7 +115,7 @@ class _Parser(ShortForms, Linking):
         self._async_ops: list[tuple[HloInstruction, str | None, int]] = []  # (op, shorthand's op, offset)
         self._nested: list[Pending] = []  # instructions written inside an operand list, in order
         self._incomplete = False  # a shape or a broadcast's dimensions are left to infer
-        self._signatures: list[tuple[HloComputation, list[Shape], Shape, int]] = []
+        self._signatures: list[tuple[HloComputation, Shape, int]] = []
         self._params: list[HloInstruction] | None = None  # set while reading a lone instruction
         self._fast_operand = _FAST_OPERAND  # NEVER while reading a lone instruction's operands
         self._depth = 0  # computations and instructions written in place, open around the cursor
@@ -156,7 +156,7 @@ class _Parser(ShortForms, Linking):
         error, name_pos = self.lex.error, lambda inst: self._name_pos.get(inst, 0)
         if self._incomplete:
             complete_instructions(module, error, name_pos)
-        for comp, _params, result, pos in self._signatures:
+        for comp, result, pos in self._signatures:
             check_signature(comp, result, pos, error)
         build_async_computations(module, self._async_starts, error)
         if self._async_ops:
@@ -298,23 +298,24 @@ class _Parser(ShortForms, Linking):
             self._depth -= 1
             self._params, self._nested, self._fast_operand = params, nested, fast
 
-    def _signature(self) -> tuple[list[Shape], Shape, int]:
-        """`(p: shape, ...) -> shape`: the parameter shapes, the result shape and its offset."""
+    def _signature(self) -> tuple[Shape, int]:
+        """`(p: shape, ...) -> shape`: the result shape and its offset. The parameters' shapes
+        are read (they must parse) and not kept: as XLA's parser, only the result is checked
+        against the body (parse_infer.check_signature)."""
         lex = self.lex
         lex.expect("(")
-        params = []
         if not lex.accept(")"):
             while True:
                 lex.name("a parameter name")
                 lex.expect(":")
-                params.append(self.shapes.parse())
+                self.shapes.parse()
                 if lex.accept(")"):
                     break
                 lex.expect(",")
         lex.expect("->")
         lex.skip_ws()
         result_pos = lex.pos
-        return params, self.shapes.parse(), result_pos
+        return self.shapes.parse(), result_pos
 
     # ---- instructions ---------------------------------------------------------------------
     def parse_instruction(self, head: tuple | None = None) -> tuple[Pending, bool, int]:
