@@ -20,6 +20,7 @@ from ..hlo.shapes import array
 from .pass_base import HloPass
 from .rewrite import Rewriter
 
+
 def _scalar_starts(vector: HloInstruction) -> list[HloInstruction]:
     """One rank-0 instruction per element of the index vector `vector`."""
     dtype = vector.shape.dtype
