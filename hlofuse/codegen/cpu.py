@@ -11,6 +11,8 @@ shared kernel planner (codegen/planning.py), a small dot a sequential kernel. Ke
 same structural text (codegen/kernel_key.py) are compiled once and share one function, named
 after their cache key; each distinct kernel's object code is cached in memory and on disk by
 that key (codegen/cache.py), so a module changed in one place recompiles only what changed.
+Elementwise loop kernels are first put in a size-free form (codegen/generic_kernels.py), so one
+structure compiles once whatever its arrays' sizes.
 runtime/cpu_executor.py loads the objects and runs the schedule.
 """
 from __future__ import annotations
@@ -31,6 +33,7 @@ from ..passes.fusion.decisions import module_log
 from . import llvm_pool
 from .cache import CompileCache, cache_key, memory_cache
 from .driver import compile_driver
+from .generic_kernels import generic_kernels
 from .kernel_key import kernel_text
 from .kernel_work import kernel_level, small_kernels
 from .kernels.args import output_leaves, param_leaf_count
@@ -459,7 +462,9 @@ def _compile_cpu(fused_module: HloModule, cache_dir, log, cache: bool) -> CpuCod
     code = CpuCode(fused_module, planner)
     planner.plan(fused_module.entry)  # and every computation the entry runs
     target = CpuTarget()
-    code.objects = distinct_kernels(code.kernels, target, small_kernels(planner, fused_module.entry))
+    small = code._small = small_kernels(planner, fused_module.entry)  # (reads the kernels' own sizes)
+    generic_kernels(code.kernels, target)  # elementwise kernels compiled once per structure
+    code.objects = distinct_kernels(code.kernels, target, small)
     code.symbols = {k.name: o.symbol for o in code.objects for k in o.kernels}
     now = time.perf_counter()
     code.timings["planning"] = now - start
