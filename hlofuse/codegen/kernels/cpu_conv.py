@@ -35,13 +35,13 @@ features each,
     offsets -> input feature j (its input element loaded once) -> o' < og innermost, unit
     stride in the accumulators and (for HWIO/OHWI-with-O-minor weights) in the weights.
     Up to `position_block` consecutive positions of the last output spatial dimension (4 with
-    AVX-512's 32 vector registers, 1 with AVX2's 16, measured on a Zen 1) share each weight
-    load (register blocking). Where those positions' accumulators fit the vector registers
-    (f32/f64, weights' output features contiguous; the block shrinks until they do,
-    `feature_block`), the feature loop is emitted as vectors of the host's lanes with the window
-    loops rolled (cpu_conv_features.py), which leaves LLVM nothing to unroll and vectorise.
-    Where they did not (32 features on AVX2 at 4 positions), LLVM unrolled and vectorised the
-    scalar loop: the flax MNIST CNN's 3x3 1 -> 32 took 0.52 CPU-s of LLVM on the Zen 1 host.
+    AVX-512's 32 vector registers; with AVX2's 16, 1 unless the weights stream from memory,
+    measured on a Zen 1) share each weight load (register blocking). Where those positions'
+    accumulators fit the vector registers (f32/f64, weights' output features contiguous), the
+    feature loop is emitted as vectors of the host's lanes with the window loops rolled
+    (cpu_conv_features.py), which leaves LLVM nothing to unroll and vectorise. Where they did
+    not (32 features on AVX2 at 4 positions), LLVM unrolled and vectorised the scalar loop: the
+    flax MNIST CNN's 3x3 1 -> 32 took 0.52 CPU-s of LLVM on the Zen 1 host.
 
 Accumulation type: float results accumulate in f32 (f64 when the result or an operand is
 f64), narrow floats widened on load; integer results in the result's integer type (at least
@@ -70,8 +70,8 @@ from .args import output_leaves, typed_pointer
 from .cpu_conv_cold import fill_taps, never_on_padding, positions_along, weights_nonfinite
 from .cpu_conv_geometry import (MAX_FEATURES, ConvGeometry, accumulation_type, conv_geometry,  # noqa: F401
                                 dimension_numbers, find_convolution, window_tap)
-from .cpu_conv_features import (POSITION_BLOCK, FeatureAccumulators, feature_block,  # noqa: F401
-                                feature_lanes, masked_taps, position_block)
+from .cpu_conv_features import (POSITION_BLOCK, FeatureAccumulators, feature_lanes, masked_taps,  # noqa: F401
+                                position_block)
 from .cpu_conv_vector import (channel_lanes, channels_vector_body, load_vector, splat, store_vector,
                               vector_loop)
 from .loop_hints import ROLLED_AROUND, unroll_count
@@ -158,8 +158,8 @@ class _ConvEmitter:
             self.epilogue = rebuild(skel.comp, skel.comp.root, [conv], f"{skel.comp.name}.epilogue")
         self.acc_ty = compute_type(geo.acc_type) if geo.acc_type.is_float else reg_type(geo.acc_type)
         self.zero = ir.Constant(self.acc_ty, 0.0 if geo.acc_type.is_float else 0)
-        block = 1 if geo.channels_innermost or not geo.out_spatial else position_block(skel.target)
-        self.block = feature_block(geo, skel.target, max(1, min(block, geo.out_spatial[-1] if geo.out_spatial else 1)))
+        block = 1 if geo.channels_innermost or not geo.out_spatial else position_block(geo, skel.target)
+        self.block = max(1, min(block, geo.out_spatial[-1] if geo.out_spatial else 1))
         # Accumulators of `block` positions, allocated once in the entry block.
         # Accumulators of each of `block` positions, allocated once in the entry block: an
         # array per position, so that LLVM promotes each to vector registers on its own. In one

@@ -32,6 +32,8 @@ features inside, IEEE multiply then add, no contraction): the same bits as the s
 """
 from __future__ import annotations
 
+import math
+
 from llvmlite import ir
 
 from ...emitters.ir_helpers import const_i64, for_range
@@ -40,10 +42,12 @@ from .cpu_conv_geometry import ConvGeometry, window_tap
 from .cpu_conv_vector import DEFAULT_VECTOR_BITS, load_vector, splat, store_vector, vector_loop
 from .loop_hints import forbid_vectorization, unroll_count
 
-# Consecutive output positions a dense kernel computes together (cpu_conv's register block),
-# at most, on a target of 32 vector registers (AVX-512) and of 16 (AVX2, SSE): `position_block`.
+# Consecutive output positions a dense kernel computes together (cpu_conv's register block):
+# POSITION_BLOCK on a target of 32 vector registers (AVX-512) or where the weights exceed
+# STREAMED_WEIGHT_BYTES, else NARROW_POSITION_BLOCK (AVX2, SSE: `position_block`).
 POSITION_BLOCK = 4
 NARROW_POSITION_BLOCK = 1
+STREAMED_WEIGHT_BYTES = 256 << 10
 # Vector registers left per blocked position besides its accumulators: its input's splat and a
 # weight vector in flight (8 of AVX-512's 32 at 4 positions, as measured there).
 SPARE_PER_POSITION = 2
@@ -70,19 +74,28 @@ def vector_registers(target) -> int:
     return 32 if "+avx512f" in features.split(",") else 16
 
 
-def position_block(target) -> int:
+def position_block(geo: ConvGeometry, target) -> int:
     """The most consecutive output positions a dense kernel blocks on `target`: POSITION_BLOCK
-    with 32 vector registers, NARROW_POSITION_BLOCK with 16. On the Zen 1 AVX2 host (one
-    thread, CPU time, medians of 7 interleaved rounds, load 2.9-3.6, the same bits) every dense
-    direct convolution measured ran fastest with one position: against the 4 positions of
-    AVX-512, whose 32-feature kernels took LLVM's scalar loop there (their accumulators did not
-    fit), the MNIST CNN's 3x3 1 -> 32 0.66x the time, MobileNetV2's stem 0.88x and its 1x1
-    kernels 0.69-0.89x, ResNet-50's stem 0.91x and 1x1 64 -> 64 0.64x; two positions (which
-    fit 32 features) were between them (0.80x, 0.90x, 0.72-0.98x): a Zen 1 core splits each
-    256-bit multiply and add into two 128-bit halves, so its FP pipes, not the weight loads that
-    a block shares, bound the loop (docs/convolutions.md). No AVX2 CPU of 256-bit FP pipes (Intel
-    Haswell on) was measured."""
-    return POSITION_BLOCK if vector_registers(target) >= 32 else NARROW_POSITION_BLOCK
+    with 32 vector registers; with 16, NARROW_POSITION_BLOCK unless the weights (every tap,
+    input and output feature) exceed STREAMED_WEIGHT_BYTES.
+
+    On the Zen 1 AVX2 host (one thread, CPU time, medians of 7-9 interleaved rounds, load
+    2.9-4.2, the same bits) every dense direct convolution with weights in its L2 ran fastest
+    with one position: against the 4 positions of AVX-512, whose 32-feature and wider kernels
+    then took LLVM's scalar loop (their accumulators did not fit), the MNIST CNN's 3x3 1 -> 32
+    0.66x the time, MobileNetV2's stem 0.87x and its 1x1 kernels 0.59-0.89x (up to 98 KiB of
+    weights), ResNet-50's stem 0.88x and its 1x1 64 -> 64 0.65x; two positions (where 32
+    features fit) were between them (0.80x, 0.90x, 0.72-0.99x). A Zen 1 core splits each 256-bit
+    multiply and add into two 128-bit halves, so its FP pipes, not the weight loads a block
+    shares, bound the loop. Weights that stream from memory for every position are another
+    matter: the MNIST CNN step's weight gradient (a 28 x 28 window of 128 inputs, 12.8 MB of
+    "weights", 3 positions a row) ran 2.27x slower with one position. No AVX2 CPU of 256-bit FP
+    pipes (Intel Haswell on) was measured (docs/convolutions.md)."""
+    if vector_registers(target) >= 32:
+        return POSITION_BLOCK
+    taps = math.prod(d.size for d in geo.window)
+    weights = taps * geo.group_inputs * geo.features * geo.rhs_type.byte_size
+    return POSITION_BLOCK if weights > STREAMED_WEIGHT_BYTES else NARROW_POSITION_BLOCK
 
 
 def feature_pieces(count: int, lanes: int) -> list[tuple[int, int]]:
@@ -116,27 +129,6 @@ def feature_lanes(geo: ConvGeometry, target, block: int = POSITION_BLOCK) -> int
         return None
     pieces = len(feature_pieces(geo.group_features, lanes))
     return lanes if block * (pieces + SPARE_PER_POSITION) <= vector_registers(target) else None
-
-
-# Fewest positions a dense kernel blocks to take feature vectors (`feature_block`), and whether
-# the block shrinks at all to fit the accumulators (a switch for A/B measurements).
-MIN_FEATURE_BLOCK = 1
-FIT_BLOCK = True
-
-
-def feature_block(geo: ConvGeometry, target, block: int = POSITION_BLOCK) -> int:
-    """The positions a dense kernel blocks together: the most, from `block` down to
-    MIN_FEATURE_BLOCK, whose accumulators take feature vectors (`feature_lanes`), else `block`
-    (the scalar loop keeps its register block). With AVX-512's 32 registers 4 positions fit up
-    to 96 f32 features; with AVX2's 16 (8 to spare) 4 positions fit 16 features, 2 fit 32 and
-    1 fits 64: without the smaller block a 32-feature kernel fell back to the scalar feature
-    loop, which LLVM unrolled and vectorised into 0.5 CPU-s of LLVM on a Zen 1 (issue 15)."""
-    if not FIT_BLOCK:
-        return block
-    for b in range(block, MIN_FEATURE_BLOCK - 1, -1):
-        if feature_lanes(geo, target, b):
-            return b
-    return block
 
 
 class FeatureAccumulators:
