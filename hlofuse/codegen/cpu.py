@@ -33,7 +33,7 @@ from ..passes.fusion.decisions import module_log
 from . import llvm_pool
 from .cache import CompileCache, cache_key, memory_cache
 from .driver import compile_driver
-from .generic_kernels import generic_kernels
+from .generic_kernels import generic_kernels, shared_levels
 from .kernel_key import kernel_text
 from .kernel_work import kernel_level, small_kernels
 from .kernels.args import output_leaves, param_leaf_count
@@ -462,8 +462,9 @@ def _compile_cpu(fused_module: HloModule, cache_dir, log, cache: bool) -> CpuCod
     code = CpuCode(fused_module, planner)
     planner.plan(fused_module.entry)  # and every computation the entry runs
     target = CpuTarget()
-    small = code._small = small_kernels(planner, fused_module.entry)  # (reads the kernels' own sizes)
-    generic_kernels(code.kernels, target)  # elementwise kernels compiled once per structure
+    small = small_kernels(planner, fused_module.entry)  # (reads the kernels' own sizes)
+    # elementwise kernels compiled once per structure, at one level
+    small = code._small = shared_levels(generic_kernels(code.kernels, target), small)
     code.objects = distinct_kernels(code.kernels, target, small)
     code.symbols = {k.name: o.symbol for o in code.objects for k in o.kernels}
     now = time.perf_counter()

@@ -23,7 +23,7 @@ only (the GPU shares the planner, codegen/planning.py, and keeps its kernels), a
 (row fusion and shared expressions, codegen/row_fusion.py and shared_expressions.py, have
 decided) and before codegen/cpu.py groups the kernels by key (`distinct_kernels`). The kernels'
 small-level choice (codegen/kernel_work.small_kernels) reads their computations' sizes, so it is
-made before (codegen/cpu._compile_cpu).
+made before (codegen/cpu._compile_cpu), and then made one per structure (`shared_levels`).
 
 Measured on the 2-core znver1 host (docs/compile_time.md, "Shape-generic elementwise kernels"):
 the figures are there.
@@ -35,6 +35,7 @@ from types import SimpleNamespace
 from ..hlo.ir import HloComputation, HloInstruction
 from ..hlo.opcodes import op_info
 from ..hlo.shapes import ArrayShape, Layout, TupleShape
+from .kernel_key import kernel_text
 from .kernels import cpu_row  # (cpu_loop.streams_rows compares with its L3 size)
 from .kernels.args import output_leaves
 from .kernels.cpu_loop import LoopShape, streams_rows
@@ -179,15 +180,15 @@ def representative_rows(comp: HloComputation, n: int, row: int, target) -> int:
     return max(PLAIN_ROWS, (cpu_row.l3_cache_bytes() - fixed) // per_row + 1)
 
 
-def generic_kernels(kernels: list[KernelPlan], target) -> int:
+def generic_kernels(kernels: list[KernelPlan], target) -> list[KernelPlan]:
     """Turn every eligible kernel of `kernels` (`generic_elements`) into its shape-generic form,
     in place: its computation becomes its representative (`representative`, R0 from
     `representative_rows`), its work units N / C rows of C elements. A kernel whose
-    representative would not take its streaming decision is left as it is. Returns how many
-    kernels changed. For the CPU only (see the module doc)."""
+    representative would not take its streaming decision is left as it is. Returns the kernels
+    changed. For the CPU only (see the module doc)."""
     if not GENERIC_KERNELS:
-        return 0
-    changed = 0
+        return []
+    changed = []
     seen: set[int] = set()  # (a plan listed twice is changed once)
     for k in kernels:
         if id(k) in seen:
@@ -202,5 +203,19 @@ def generic_kernels(kernels: list[KernelPlan], target) -> int:
         if _streams(rep, rows, row, target) != _streams(k.comp, n // row, row, target):
             continue
         k.comp, k.units, k.unit_elements = rep, n // row, row
-        changed += 1
+        changed.append(k)
     return changed
+
+
+def shared_levels(changed: list[KernelPlan], small: set[int]) -> set[int]:
+    """`small` (the ids of the kernels compiled at the small level, kernel_work.small_kernels)
+    less those of the `changed` kernels (`generic_kernels`) whose structure another of them is
+    compiled at O3: they run that kernel, faster, for no compile time. The small level is chosen
+    per kernel, by its own size, within a budget, cheapest first, so one structure over
+    several sizes was split across the two levels (MobileNetV2's per-channel batch-norm factors
+    over 384 channels: 3 kernels small, 5 at O3, two compiled functions for one)."""
+    if not changed or not small:
+        return small
+    at_o3 = {kernel_text(k) for k in changed if id(k) not in small}
+    promoted = {id(k) for k in changed if id(k) in small and kernel_text(k) in at_o3}
+    return small - promoted if promoted else small

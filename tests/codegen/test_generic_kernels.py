@@ -149,7 +149,7 @@ def test_emitted_ir_does_not_depend_on_the_size():
     before = [_names_removed(str(emit_kernel_module(c.kernels[0], CpuTarget(), "k"))) for c in codes]
     assert before[0] != before[1]
     for c in codes:
-        assert generic_kernels.generic_kernels(c.kernels, CpuTarget()) == 1
+        assert generic_kernels.generic_kernels(c.kernels, CpuTarget()) == c.kernels
     after = [_names_removed(str(emit_kernel_module(c.kernels[0], CpuTarget(), "k"))) for c in codes]
     assert after[0] == after[1]
     assert kernel_text(codes[0].kernels[0]) == kernel_text(codes[1].kernels[0])
@@ -217,7 +217,7 @@ def test_ineligible_kernels_keep_their_shape(why):
     code = _planned(text)
     before = [(k.comp, k.units, k.unit_elements) for k in code.kernels]
     assert all(generic_elements(k) is None for k in code.kernels), why
-    assert generic_kernels.generic_kernels(code.kernels, CpuTarget()) == 0
+    assert generic_kernels.generic_kernels(code.kernels, CpuTarget()) == []
     assert [(k.comp, k.units, k.unit_elements) for k in code.kernels] == before
     _check(text, _compile(text))
 
@@ -230,3 +230,15 @@ def test_switched_off_every_size_is_its_own_kernel(monkeypatch):
     prog = _compile(text)
     assert prog.code.compiled_count == 2
     _check(text, prog)
+
+
+def test_one_structure_compiles_at_one_level():
+    """A generic kernel chosen for the small level whose structure another size compiles at O3
+    runs that kernel (`shared_levels`); where every size is small, all stay small."""
+    code = _planned(_module("f32", [(64, 48), (2, 8, 128)]))
+    changed = generic_kernels.generic_kernels(code.kernels, CpuTarget())
+    first, second = changed
+    assert generic_kernels.shared_levels(changed, {id(first), 7}) == {7}
+    both = {id(first), id(second)}
+    assert generic_kernels.shared_levels(changed, both) == both
+    assert generic_kernels.shared_levels([], {id(first)}) == {id(first)}
