@@ -26,11 +26,12 @@ features each,
     group): offsets -> input feature j -> o' < og -> group g innermost. For a depthwise
     convolution in NHWC/HWIO the inner loop reads input, weights and accumulators at unit
     stride: a small window reduction per output element, vectorized over channels. Over
-    more than CHANNEL_BLOCK channels it runs in channel blocks (`channel_block`), and where
-    one position's weights and input patch exceed the L1 cache each block runs over a whole
-    row of positions before the next block (`row_in_blocks`). Where each group has one input
-    and one output feature at unit stride, that loop is emitted as vectors of the host's
-    lanes (cpu_conv_vector.py), which LLVM's vectorizer then leaves alone;
+    more than CHANNEL_BLOCK_VECTORS vectors of channels it runs in channel blocks
+    (`channel_block`), and where one position's weights and input patch exceed the L1 cache
+    each block runs over a whole row of positions before the next block (`row_in_blocks`).
+    Where each group has one input and one output feature at unit stride, that loop is
+    emitted as vectors of the host's lanes (cpu_conv_vector.py), which LLVM's vectorizer then
+    leaves alone;
   * output features innermost (G <= og: dense and wide-group convolutions): group g ->
     offsets -> input feature j (its input element loaded once) -> o' < og innermost, unit
     stride in the accumulators and (for HWIO/OHWI-with-O-minor weights) in the weights.
@@ -72,18 +73,26 @@ from .cpu_conv_geometry import (MAX_FEATURES, ConvGeometry, accumulation_type, c
                                 dimension_numbers, find_convolution, window_tap)
 from .cpu_conv_features import (POSITION_BLOCK, FeatureAccumulators, feature_lanes, masked_taps,  # noqa: F401
                                 position_block)
-from .cpu_conv_vector import (channel_lanes, channels_vector_body, load_vector, splat, store_vector,
-                              vector_loop)
+from .cpu_conv_vector import (DEFAULT_VECTOR_BITS, channel_lanes, channels_vector_body, load_vector, splat,
+                              store_vector, vector_loop)
 from .loop_hints import ROLLED_AROUND, unroll_count
 
-# Groups a channels-innermost kernel accumulates at a time, at most (`channel_block`).
-CHANNEL_BLOCK = 128
+# Vectors of the host's f32 lanes a channels-innermost kernel accumulates at a time, at most
+# (`channel_block`): 128 channels with AVX-512, 64 with AVX2.
+CHANNEL_BLOCK_VECTORS = 8
+
+
+def block_lanes(target) -> int:
+    """The f32 lanes of `target`'s vectors, which channel blocks are counted in (`channel_block`):
+    16 with AVX-512 (512-bit vectors preferred), else 8."""
+    return (getattr(target, "vector_width", None) or DEFAULT_VECTOR_BITS) // 32
 
 
 def channel_block(groups: int, lanes: int = 16) -> int | None:
     """The groups a channels-innermost (depthwise) kernel runs the window for at a time: the
-    largest divisor of `groups` of at most CHANNEL_BLOCK that is a multiple of `lanes`; None
-    (all groups at once) from `groups` <= CHANNEL_BLOCK, or without such a divisor.
+    largest divisor of `groups` of at most CHANNEL_BLOCK_VECTORS x `lanes` (the host's f32
+    lanes, `block_lanes`) that is a multiple of `lanes`; None (all groups at once) where
+    `groups` is at most that, or without such a divisor.
 
     All at once, the taps unrolled around a vectorised loop over every group, MobileNetV2's
     576- and 960-channel depthwise kernels were one straight-line block of 2,000-6,000
@@ -92,10 +101,18 @@ def channel_block(groups: int, lanes: int = 16) -> int | None:
     and a block's accumulators stay in registers through the taps: MobileNetV2's 24 distinct
     convolution kernels 34,921 -> 16,195 instructions after O3 (with the cold path rolled, see
     `unroll_cold`), LLVM 1.62 -> 1.22 CPU-s; run time 0.98-1.00 of the unblocked kernels
-    (interleaved, one thread, load 8-10), the same bits (docs/compile_time.md)."""
-    if groups <= CHANNEL_BLOCK:
+    (interleaved, one thread, load 8-10), the same bits (docs/compile_time.md).
+
+    Counted in vectors, not channels: on the Zen 1 AVX2 host a block of 96 or 128 channels was
+    12-16 vectors of 8, a loop (`vector_loop` emits up to STRAIGHT_VECTORS as straight-line
+    code) that LLVM unrolled fully around the 9 unrolled taps: MobileNetV2's depthwise kernels
+    910-1,230 instructions after O3 and 140-250 ms of LLVM each. In blocks of at most 8
+    vectors, 570-840 and 105-140 ms, and they ran 0.68-0.97x the time (one thread,
+    docs/convolutions.md)."""
+    most = CHANNEL_BLOCK_VECTORS * lanes
+    if groups <= most:
         return None
-    return next((d for d in range(CHANNEL_BLOCK, lanes - 1, -lanes) if groups % d == 0), None)
+    return next((d for d in range(most, lanes - 1, -lanes) if groups % d == 0), None)
 
 
 # Largest accumulator row (bytes) a channel-blocked kernel keeps for a whole row of output
@@ -105,18 +122,18 @@ ROW_ACC_BYTES = 64 << 10
 L1_BYTES = 32 << 10
 
 
-def row_in_blocks(geo: ConvGeometry) -> bool:
+def row_in_blocks(geo: ConvGeometry, lanes: int = 16) -> bool:
     """Whether a channels-innermost kernel runs each channel block over a whole row of output
     positions (the last spatial dimension) before the next block, instead of every block per
-    position: where it runs in channel blocks (`channel_block`), one position's weights and
-    input patch (taps x channels, each operand) exceed L1_BYTES, and the row's accumulators
-    fit ROW_ACC_BYTES. Per position, all blocks touch every weight and the whole input patch:
+    position: where it runs in channel blocks (`channel_block` of `lanes`), one position's
+    weights and input patch (taps x channels, each operand) exceed L1_BYTES, and the row's
+    accumulators fit ROW_ACC_BYTES. Per position, all blocks touch every weight and the whole input patch:
     at 576 channels and 3 x 3 taps 20 KiB of each, reloaded from L2 for every position; per
     block, one block's weights (3.4 KiB at 96 channels) and its input rows stay in L1 across
     the row. Each output element gets the same terms in the same order: the same bits.
     Measured (docs/convolutions.md, "MobileNetV2 against IREE"): 576 and 960 channels gain,
     at 384 (27 KiB a position) and fewer neither order wins."""
-    if not (geo.channels_innermost and geo.out_spatial and channel_block(geo.groups)):
+    if not (geo.channels_innermost and geo.out_spatial and channel_block(geo.groups, lanes)):
         return False
     taps = math.prod(d.size for d in geo.window)
     patch = taps * geo.groups * geo.group_inputs * (geo.lhs_type.byte_size + geo.rhs_type.byte_size)
@@ -179,7 +196,8 @@ class _ConvEmitter:
         # them is unrolled (the flax MNIST CNN's 32 and 64 features ran 1.1x slower rolled).
         # Channels-innermost (depthwise) kernels keep LLVM's choice: rolled around 144-960
         # groups, MobileNetV2 ran 1.06-1.08x slower (twice, interleaved) for 12% less LLVM time;
-        # above CHANNEL_BLOCK groups they run in channel blocks instead (`channel_block`).
+        # above CHANNEL_BLOCK_VECTORS vectors of groups they run in channel blocks instead
+        # (`channel_block`).
         self.unroll_taps = geo.channels_innermost or geo.group_features < ROLLED_AROUND
         # Dense kernels whose feature loop is emitted as vectors with accumulators in registers
         # (cpu_conv_features.py): nothing is left for LLVM's unroller to gain, so the window
@@ -189,7 +207,8 @@ class _ConvEmitter:
             self.unroll_taps = False
         self.nonfinite = None  # i1: some weight is inf or NaN (float convolutions; set in emit)
         self.block_acc = None  # a channel block's accumulators (`_channel_blocks`), made on first use
-        self.row_blocks = row_in_blocks(geo)  # channel blocks outside a row's positions
+        self.block_lanes = block_lanes(skel.target)  # what channel blocks are counted in
+        self.row_blocks = row_in_blocks(geo, self.block_lanes)  # channel blocks outside a row's positions
         # Lanes of the channel loop emitted as vectors (cpu_conv_vector.py), or None.
         self.lanes = channel_lanes(geo, skel.target)
         # The non-finite-weight path is cold: unrolled only where the accumulators may live in
@@ -198,7 +217,8 @@ class _ConvEmitter:
         # gradient (a 14 x 14 "window" around 64 features x 128 inputs) LLVM unrolled none of the
         # loops indexing them but the window loop around them: 1,430 of its 5,598 instructions
         # and 23% of its LLVM time, so a long window around many features x inputs stays rolled.
-        self.unroll_cold = self.unroll_taps and not (geo.channels_innermost and channel_block(geo.groups)) and not (
+        cblock = geo.channels_innermost and channel_block(geo.groups, self.block_lanes)
+        self.unroll_cold = self.unroll_taps and not cblock and not (
             any(d.size > _SHORT_WINDOW for d in geo.window) and geo.features * geo.group_inputs > _COLD_UNROLLED)
 
     # -- small helpers
@@ -285,7 +305,7 @@ class _ConvEmitter:
         over every position of the row into a row of accumulators, then each position's
         non-finite taps, epilogue and stores, as `_position` does them."""
         geo, b = self.geo, self.b
-        blk = channel_block(geo.groups)
+        blk = channel_block(geo.groups, self.block_lanes)
         with b.goto_entry_block():
             row = b.alloca(self.acc_ty, size=_i(size * geo.features), name="row_acc")
         xbase = self.mul(n, geo.x_batch)
@@ -302,7 +322,7 @@ class _ConvEmitter:
     def _position(self, n, ps: list, count: int) -> None:
         """Output positions ps, ps + (0..count-1 along the last spatial dimension)."""
         geo, b = self.geo, self.b
-        blk = channel_block(geo.groups) if geo.channels_innermost else None
+        blk = channel_block(geo.groups, self.block_lanes) if geo.channels_innermost else None
         if blk is None and self.fvec is None:  # channel blocks, feature vectors store every accumulator
             for c in range(count):
                 self._fill_zero(self.accs[c], geo.features, "zero")

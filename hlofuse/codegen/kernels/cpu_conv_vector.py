@@ -79,7 +79,7 @@ def vector_loop(b: ir.IRBuilder, count: int, lanes: int, name: str,
     """for i in [0, count): `vector_body(i)` for each whole vector of `lanes` (i a multiple of
     lanes), then `scalar_body(i)` for the count % lanes elements left; neither loop is to be
     vectorised by LLVM, nor unrolled with `unroll` false (`for_range`). Unrolled, up to
-    STRAIGHT_VECTORS vectors (a channel block's: CHANNEL_BLOCK / 16) are emitted as straight-line
+    STRAIGHT_VECTORS vectors (a channel block's: cpu_conv.CHANNEL_BLOCK_VECTORS) are emitted as straight-line
     code; a loop of one iteration is emitted as its body."""
     whole = count - count % lanes
     if unroll and whole <= STRAIGHT_VECTORS * lanes:
@@ -142,3 +142,4 @@ def fill_vector(em, woff, acc) -> None:
     vector_loop(b, geo.features, lanes, "fo", vector,
                 lambda o: em.madd(o, em.zero, em.load(em.w, em.add(woff, o), geo.rhs_type), acc),
                 unroll=em.unroll_cold)
+
