@@ -24,6 +24,7 @@ from .args import output_leaves, typed_pointer
 from .blas_call import GemmCall, blas_operands, declare, trap_if
 from .cpu_conv_geometry import find_convolution, window_tap
 from .cpu_conv_gemm import IN, ConvGemm, conv_gemm, row_major_matrix
+from .cpu_conv_vector import DEFAULT_VECTOR_BITS
 from .cpu_gemm import SHORT_EPILOGUE_ROW
 from .gemm_layout import Matrix
 from .loop_hints import ROLLED_AROUND, forbid_vectorization
@@ -33,8 +34,20 @@ I8P = ir.IntType(8).as_pointer()
 # Whether `batch_minor` patch tiles are packed a run of rows at a time (`_pack_runs`); False
 # packs them row by row as before (for A/B measurements).
 BATCH_MINOR_RUNS = True
-# One vector register (AVX-512): the rows a run's block transposes at a time (16 f32, 8 f64).
+# One vector register of AVX-512, the most a run's block transposes at a time (16 f32, 8 f64);
+# a target of narrower vectors takes one of its own (`block_bytes`).
 VECTOR_BYTES = 64
+
+
+def block_bytes(target) -> int:
+    """The bytes of the rows a run's block transposes at a time (`_pack_block_leaf`): one
+    vector register of `target`, at most VECTOR_BYTES. Two AVX2 registers a vector (VECTOR_BYTES
+    on the Zen 1 host) made haiku's ResNet-18 step's and the MNIST CNN step's weight-gradient
+    kernels 387-579 instructions, their 16 transposed rows the code generator's to split: LLVM
+    2.08 -> 1.83 CPU-s over their 24 distinct GEMM convolution kernels (the 16x16 window's 226
+    -> 150 ms, MNIST's 14x14 183 -> 99 ms); run time 1.00 and 1.02 (one thread, 15 interleaved
+    rounds, load 4.7, a control of 1.01-1.08), the same bits."""
+    return min(VECTOR_BYTES, (getattr(target, "vector_width", None) or DEFAULT_VECTOR_BITS) // 8)
 
 
 def _i(v: int) -> ir.Constant:
@@ -73,6 +86,7 @@ class _ConvGemmEmitter:
         self.patch = base if patch_elems else None
         self.ctile = None if not c_elems else b.gep(base, [_i(patch_elems)], inbounds=True)
         self.a = layout.direct_input or _row_major(t, k)
+        self.block_lanes = block_bytes(skel.target) * 8 // self.et.bits  # rows a packing block transposes
         self.c = layout.out or _row_major(t, o)
 
     def _allocate(self, nbytes: int) -> ir.Value:
@@ -185,7 +199,7 @@ class _ConvGemmEmitter:
     def _pack(self, row0: ir.Value, count: ir.Value) -> None:
         """patch[t, :] = the K inputs output row row0 + t reads (zeros off the input)."""
         b = self.b
-        lanes = VECTOR_BYTES * 8 // self.et.bits
+        lanes = self.block_lanes
         # Runs need consecutive batch elements at unit stride, a vector's worth of them.
         if self.g.batch_minor and BATCH_MINOR_RUNS and self.geo.x_batch == 1 and self.geo.batch >= lanes:
             self._pack_runs(row0, count)
@@ -210,7 +224,7 @@ class _ConvGemmEmitter:
         as before (a scalar load at the batch stride per element, every input cache line read
         again for each of its rows). The patch holds the same values either way."""
         b, g, geo = self.b, self.g, self.geo
-        batch, lanes = _i(geo.batch), VECTOR_BYTES * 8 // self.et.bits
+        batch, lanes = _i(geo.batch), self.block_lanes
         end = b.add(row0, count)
         first, last = b.udiv(row0, batch), b.udiv(b.sub(end, _i(1)), batch)
         with for_range(b, first, b.add(last, _i(1)), "prun", unroll=False) as p:
@@ -280,7 +294,7 @@ class _ConvGemmEmitter:
         are read once, a cache line per tap."""
         b, g, geo = self.b, self.g, self.geo
         f = g.k_order[level]
-        size, lanes = g.k_size(f), VECTOR_BYTES * 8 // self.et.bits
+        size, lanes = g.k_size(f), self.block_lanes
         width = math.gcd(size, lanes)
         elem = mem_type(self.et)
         vt = ir.VectorType(elem, lanes)
