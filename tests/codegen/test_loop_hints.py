@@ -101,8 +101,8 @@ def _comp(text: str):
     ((256, 1024), 512, 8),  # f32: 16 lanes, 8 vectors of a 1024-element row
     ((128, 64), 512, 4),  # a 64-element row holds 4 vectors of 16 lanes, not 8
     ((128, 48), 512, 2),
-    ((128, 64), 256, 8),  # 8 lanes (AVX2): 8 vectors fit
-    ((128, 64), None, 8),  # no width named: AVX2's 256 bits assumed
+    ((128, 64), 256, 4),  # 8 lanes (AVX2): 8 vectors would fit; 16 registers take 4
+    ((128, 64), None, 4),  # no width named: AVX2's 256 bits and 16 registers assumed
     ((1 << 20,), 512, 8),  # flat mode: no row to fit in
     ((4096, 8, 3), 512, 1),  # plane mode: its inner loop is unrolled, not vectorised
 ])

@@ -20,8 +20,9 @@ unit-stride accesses.
 
 An element that goes through floating-point math functions (exp, tanh, erf, a divide, ...) is
 a long chain of dependent instructions; one vector per iteration leaves the core waiting on
-that chain's latency, so such loops ask LLVM to interleave `_INTERLEAVE` vectors
-(`interleave_count`, loop_hints.interleave). Measured on the 2-core znver5 host, one thread,
+that chain's latency, so such loops ask LLVM to interleave `_INTERLEAVE` vectors (4 on
+16-register AVX2 targets: `interleave_limit`; `interleave_count`, loop_hints.interleave).
+Measured on the 2-core znver5 (AVX-512) host, one thread,
 f32[256,1024] in cache, CPU time per call (load ~6.5): erf(logistic(log1p(exp(tanh x))))
 974 us with LLVM's choice (one vector), 420 us with 4 and 332 us with 8; GELU-tanh 81 -> 69
 -> 67 us; an LSTM-like gate expression 165 -> 152 -> 163 us. Each interleaved copy is more IR
@@ -55,8 +56,16 @@ _UNROLLED_ROW = 4  # ... unless so short that LLVM unrolls the row and vectorize
 # so fewer planes than 4 chunks x 16 threads would leave threads idle or unbalanced.
 _MIN_PLANES = 64
 # Vectors in flight per iteration of a latency-bound loop, and the most copies of math
-# functions the interleaved loop may hold (see the module docstring).
+# functions the interleaved loop may hold (see the module docstring). _INTERLEAVE was measured
+# with AVX-512's 32 vector registers; with 16 (AVX2) eight interleaved vectors of a math chain
+# spill their constants and partial results to the stack, so such a target interleaves
+# _NARROW_INTERLEAVE (`interleave_limit`). Measured on the Zen 1 AVX2 host (one thread, CPU
+# time, medians of 9-15 interleaved rounds, load 3.6-6.2, the same bits), 8 -> 4 vectors:
+# run.py's erf(logistic(log1p(exp(tanh x)))) over 25 MB 83.1 -> 75.2 ms (2 vectors: 81.7),
+# GELU-tanh 17.9 -> 17.5 ms (in cache, f32[64,1024]: 48.1 -> 45.8 cycles a vector), the LSTM
+# cell 148 -> 144 ms, iou_matrix, box_decode and shared_producer within 0.5%.
 _INTERLEAVE = 8
+_NARROW_INTERLEAVE = 4
 _INTERLEAVE_BUDGET = 48
 
 
@@ -98,10 +107,18 @@ def _math_ops(comp: HloComputation) -> int:
                and op_info(i.opcode).elementwise and op_info(i.opcode).math)
 
 
+def interleave_limit(vector_bits: int | None) -> int:
+    """The most vectors a latency-bound loop interleaves on a target whose kernels prefer
+    `vector_bits`-bit vectors: `_INTERLEAVE` where that is AVX-512's 512 (32 vector registers),
+    `_NARROW_INTERLEAVE` otherwise (None: LLVM's own width, AVX2's 256 bits and 16 registers on
+    the x86 hosts this runs on; emitters/cpu/target.preferred_vector_width)."""
+    return _INTERLEAVE if (vector_bits or 0) >= 512 else min(_INTERLEAVE, _NARROW_INTERLEAVE)
+
+
 def interleave_count(comp: HloComputation, ls: LoopShape, vector_bits: int | None) -> int:
     """How many vectors the innermost loop of a loop kernel for `comp` should interleave: 1
     (LLVM's own choice) unless its element goes through math functions (`_math_ops`), else
-    `_INTERLEAVE`, halved until the copies of its math functions fit `_INTERLEAVE_BUDGET` and
+    `interleave_limit` (8 with AVX-512, 4 with AVX2), halved until the copies of its math functions fit `_INTERLEAVE_BUDGET` and
     the interleaved vectors fit in a row, or in flat mode in the whole range (a range shorter
     than them would run in the scalar remainder loop, or with its tail folded in one masked
     iteration: copies LLVM compiles for nothing); 1 where that leaves fewer than 2. The
@@ -116,7 +133,7 @@ def interleave_count(comp: HloComputation, ls: LoopShape, vector_bits: int | Non
     memory = params + comp.root.shape.leaves()
     bits = max((leaf.dtype.bits for leaf in memory), default=32)
     lanes = max(lanes_of(vector_bits, bits), 1)
-    count = _INTERLEAVE
+    count = interleave_limit(vector_bits)
     span = ls.dims[-1] if ls.rows_mode else ls.units  # a flat loop's range is at most its units
     while count > 1 and (count * math_ops > _INTERLEAVE_BUDGET or count * lanes > span):
         count //= 2
