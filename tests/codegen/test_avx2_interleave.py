@@ -68,3 +68,39 @@ def test_gelu_matches_the_interpreter():
     got = list(hlofuse.compile(module, "cpu", cache=False)(x))
     want = list(hlofuse.compile(module, "interpreter", fusion=False)(x))
     assert all(r.ok for r in compare_outputs(got, want))
+
+
+def _big(op_lines: str) -> str:
+    """A loop kernel over f32[4096,4096] (64 MB in, 64 MB out: beyond any host's L3)."""
+    return ("HloModule big\nENTRY e {\n  x = f32[4096,4096] parameter(0)\n  y = f32[4096,4096] parameter(1)\n"
+            + op_lines + "}\n")
+
+
+BIG_TANH = _big("  t = f32[4096,4096] tanh(x)\n  ROOT r = f32[4096,4096] add(t, y)\n")
+BIG_ADD = _big("  ROOT r = f32[4096,4096] add(x, y)\n")
+
+
+def _nontemporal(text: str, vector_width) -> bool:
+    """Whether the loop kernel of `text`, emitted for a host target whose kernels prefer
+    `vector_width`, writes with streaming (`!nontemporal`) stores. Emitted only, never run."""
+    from hlofuse.codegen.cpu import CpuCode, CpuPlanner
+
+    fused = hlofuse.compiler.optimize(hlofuse.parse_hlo(text), "cpu")[0]
+    planner = CpuPlanner()
+    code = CpuCode(fused, planner)
+    planner.plan(fused.entry)
+    target = CpuTarget()
+    target.vector_width = vector_width
+    return any("!nontemporal" in str(emit_kernel_module(k, target, k.name)) for k in code.kernels)
+
+
+@pytest.mark.parametrize("width,want", [(None, False), (512, True)], ids=["avx2", "avx512"])
+def test_latency_bound_loops_stream_only_with_avx512(width, want):
+    """cpu_loop.streams_rows: a loop interleaving math functions writes plain stores on an AVX2
+    target (compute bounds it there), streaming stores on an AVX-512 one."""
+    assert _nontemporal(BIG_TANH, width) is want
+
+
+@pytest.mark.parametrize("width", [None, 512], ids=["avx2", "avx512"])
+def test_loops_without_math_stream_on_both(width):
+    assert _nontemporal(BIG_ADD, width)

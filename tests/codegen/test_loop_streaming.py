@@ -22,8 +22,10 @@ NONTEMPORAL = re.compile(r"store <\d+ x (?:float|double|i32|i64)> .*!nontemporal
 
 @pytest.fixture
 def from_memory(monkeypatch):
-    """An L3 of 64 KiB: every kernel here moves more than that."""
+    """An L3 of 64 KiB: every kernel here moves more than that; latency-bound loops stream on
+    any host, as with AVX-512 (cpu_loop.NARROW_LATENCY_BOUND_STREAMS)."""
     monkeypatch.setattr(cpu_row, "l3_cache_bytes", lambda: 64 << 10)
+    monkeypatch.setattr(cpu_loop, "NARROW_LATENCY_BOUND_STREAMS", True)
 
 
 def _compile(text: str):

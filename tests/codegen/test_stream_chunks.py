@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import hlofuse
-from hlofuse.codegen.kernels import cpu_row, cpu_streaming
+from hlofuse.codegen.kernels import cpu_loop, cpu_row, cpu_streaming
 from hlofuse.codegen.kernels.cpu_streaming import CHEAP_CHUNK_VECTORS, CHUNK_ELEMENTS, VECTOR_BYTES, chunk_elements
 from hlofuse.hlo.dtypes import element_type
 from test_loop_streaming import NONTEMPORAL, _binary, _two_outputs
@@ -23,8 +23,10 @@ pytestmark = pytest.mark.skipif(platform.machine() not in ("x86_64", "AMD64"), r
 
 @pytest.fixture
 def from_memory(monkeypatch):
-    """An L3 of 64 KiB: every kernel here moves more than that."""
+    """An L3 of 64 KiB: every kernel here moves more than that; latency-bound loops stream on
+    any host, as with AVX-512 (cpu_loop.NARROW_LATENCY_BOUND_STREAMS)."""
     monkeypatch.setattr(cpu_row, "l3_cache_bytes", lambda: 64 << 10)
+    monkeypatch.setattr(cpu_loop, "NARROW_LATENCY_BOUND_STREAMS", True)
 
 
 class _Leaf:

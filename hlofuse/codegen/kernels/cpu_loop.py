@@ -67,6 +67,10 @@ _MIN_PLANES = 64
 _INTERLEAVE = 8
 _NARROW_INTERLEAVE = 4
 _INTERLEAVE_BUDGET = 48
+# Whether a latency-bound loop kernel streams its rows on a target without AVX-512 as it does
+# with AVX-512 (`streams_rows`: it writes plain stores there); a switch for A/B measurements and
+# for tests of the buffered streaming of interleaved rows on any host.
+NARROW_LATENCY_BOUND_STREAMS = False
 
 
 @dataclass
@@ -238,8 +242,20 @@ def streams_rows(skel, comp: HloComputation, ls: LoopShape, outputs: list) -> bo
     planes, each written as one chunk, so a plane's buffers must fit BUFFER_BYTES), and the
     kernel's parameters and outputs together exceed L3 (they come from and go to memory anyway;
     in cache a streaming store would evict what the next kernel reads). A loop kernel writes
-    each output element once and never reads it back."""
+    each output element once and never reads it back. Not a latency-bound loop (one that
+    interleaves vectors of math functions, `interleave_count`) on a target without AVX-512
+    (kernels preferring vectors under 512 bits): its compute, not memory, bounds it there, and the chunk's trip
+    through the L1 buffer costs more than the read for ownership saves. Zen 1 AVX2 host, CPU
+    time, medians of 11-21 interleaved rounds, load 4-6.8, plain stores against streaming:
+    gelu_tanh 0.96x on one thread and 0.95x on two, transcendental_chain 0.98x, iou_matrix
+    0.97x, shared_producer 1.00x (on the znver5 AVX-512 host the same kernels gained from
+    streaming: cpu_streaming.py). A loop without math functions keeps streaming there
+    (scaled_add, two threads: 3.69 ms CPU streamed, 4.85 with plain stores), and so does plane
+    mode (interleaving nothing: image_normalize's divide)."""
     if not ls.rows_mode:
+        return False
+    width = getattr(skel.target, "vector_width", None)
+    if not NARROW_LATENCY_BOUND_STREAMS and (width or 0) < 512 and interleave_count(comp, ls, width) > 1:
         return False
     row = ls.unit_elements
     if not streamable(skel.target, [leaf.shape.dtype for leaf in outputs], row):
