@@ -27,7 +27,14 @@ element thus gets the same nonzero terms in the same order (window offsets row-m
 features inside, IEEE multiply then add, no contraction): the same bits as the scalar kernel
 (tests/codegen/test_conv_features.py).
 
-    lanes = feature_lanes(geo, target)        # None: the scalar feature loop LLVM vectorises
+How many positions a block holds depends on the register file (`position_block`): 4 with
+AVX-512's 32 registers; with AVX2's 16, one (4 where the weights stream from memory). With 4
+positions on AVX2 a 32-feature kernel's accumulators did not fit and it took the scalar loop:
+the MNIST CNN's stem 0.5 CPU-s of LLVM on a Zen 1, 0.055 s with one position, which also ran
+0.67x the time (docs/convolutions.md, "Kernels on an AVX2 host").
+
+    block = position_block(geo, target)       # positions sharing each weight load
+    lanes = feature_lanes(geo, target, block) # None: the scalar feature loop LLVM vectorises
     acc = FeatureAccumulators(em, lanes)      # per group: zero(), body(...), store(g)
 """
 from __future__ import annotations
