@@ -55,9 +55,12 @@ def _show(name: str, p, q, e: float) -> None:
 
 def main() -> None:
     """Print the fits math_approx uses."""
-    # tanh_f32: e**(2r) for r = |x| - n*ln2/2 in [-ln2/4, ln2/4], degree 6 (_TANH_EXP).
-    quarter = math.log(2.0) / 4
-    _show("tanh: e**(2r) on [-ln2/4, ln2/4]", *fit(lambda r: np.exp(2 * r), -quarter, quarter, 6))
+    # tanh_f32: tanh(x) = x + x*z*P(z), z = x*x, for |x| < 0.65: degree 4 (_TANH_P).
+    def small(z):
+        x = np.sqrt(z)
+        return (np.tanh(x) / x - 1) / z
+
+    _show("tanh: (tanh(x)/x - 1)/x**2 on x**2 in [0, 0.65**2]", *fit(small, 1e-8, 0.65 * 0.65, 4))
 
 
 if __name__ == "__main__":
