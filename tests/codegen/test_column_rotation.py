@@ -12,12 +12,12 @@ import pytest
 
 import hlofuse
 from hlofuse.codegen.cpu import emit_kernel_module
-from hlofuse.codegen.kernels import cpu_reduction_rotated
+from hlofuse.codegen.kernels import cpu_reduction_rotated, reduction_groups
 from hlofuse.emitters.cpu.target import CpuTarget
 from hlofuse.runtime.compare import compare_outputs
 from hlofuse.runtime.output_pool import aligned_empty
 from llvm_loops import loop_hint_names
-from test_column_blocks import _column_module
+from test_column_blocks import _column_module, _group, avx512_host  # noqa: F401 (a fixture)
 
 
 def _at_offset(x: np.ndarray, offset: int) -> np.ndarray:
@@ -40,7 +40,11 @@ def _rotates(exe) -> bool:
 @pytest.mark.parametrize("dims,dtype", [((8, 9, 10, 64), "f32"), ((300, 64), "f32"), ((5, 7, 48), "f32"),
                                         ((4096, 64), "f32"), ((37, 16), "f64"), ((2048, 24), "f64")])
 @pytest.mark.parametrize("values", [1, 2, 3])
-def test_bits_equal_the_plain_kernel_at_every_offset(dims, dtype, values, monkeypatch):
+def test_bits_equal_the_plain_kernel_at_every_offset(avx512_host, dims, dtype, values, monkeypatch):
+    """On an AVX-512 host's column budgets (avx512_host: there two and three f32 values a
+    column of up to 64 columns are one block, the rotation's precondition), whatever host runs
+    the test. On an AVX2 host the same reduces are blocks of 32 (two values) or 16 (three)
+    columns and keep the plain loops (test_rotates_exactly_the_single_blocks_of_this_host)."""
     np_type = np.float32 if dtype == "f32" else np.float64
     x = np.random.default_rng(sum(dims) + values).standard_normal(dims).astype(np_type)
     text = _column_module(dims, values, dtype)
@@ -58,6 +62,23 @@ def test_bits_equal_the_plain_kernel_at_every_offset(dims, dtype, values, monkey
     if math_prod(dims) < (1 << 17):  # below the split: each column in order, as the interpreter folds
         for r in compare_outputs(list(rotated(x)), list(interpreted)):
             assert r.ok, r
+
+
+@pytest.mark.parametrize("dims,dtype,values", [((8, 9, 10, 64), "f32", 1), ((8, 9, 10, 64), "f32", 2),
+                                               ((5, 7, 48), "f32", 3), ((16, 20, 96), "f32", 2),
+                                               ((2048, 24), "f64", 2), ((37, 16), "f64", 2)])
+def test_rotates_exactly_the_single_blocks_of_this_host(dims, dtype, values):
+    """On the host running the test, the kernel rotates exactly where its column group is one
+    block of all the columns. On an AVX2 host (16 registers of 32 bytes: 512 bytes of column
+    accumulators, half of it for two or more values) two f32 values of 64 columns are blocks
+    of 32 and stay plain; one value of 64 columns (256 bytes) is one block and rotates."""
+    text = _column_module(dims, values, dtype)
+    group = _group(text)
+    assert _rotates(_compile(text)) == (group.blocks == 1)
+    count, size = reduction_groups.vector_registers()
+    if (count, size) == (16, 32):  # AVX2
+        per_column = values * (8 if dtype == "f64" else 4)
+        assert (group.blocks == 1) == (dims[-1] * per_column <= (512 if values == 1 else 256)), group.block_columns
 
 
 def math_prod(dims) -> int:
@@ -78,25 +99,9 @@ def test_rows_loop_steps_two_rows():
     assert f'!"llvm.loop.unroll.count", i32 {cpu_reduction_rotated.ROWS_UNROLL}' in text
 
 
-def test_batch_norm_channels(monkeypatch):
+def test_batch_norm_channels(avx512_host, monkeypatch):
     """96 channels (384-byte rows), sum and sum of squares: one block, rotated."""
-    test_bits_equal_the_plain_kernel_at_every_offset((16, 20, 96), "f32", 2, monkeypatch)
-
-
-def test_rows_loop_steps_two_rows():
-    """LLVM leaves a loop of runtime trip count at one row a step, which ran 1.3x slower:
-    the loop over rows asks for two (llvm.loop.unroll.count)."""
-    exe = _compile(_column_module((16, 20, 96), 1))
-    (k,) = [k for k in exe.program._planner.kernels if k.group is not None]
-    text = str(emit_kernel_module(k, CpuTarget(), k.name))
-    hints = loop_hint_names(text)
-    assert {"llvm.loop.unroll.count", "llvm.loop.vectorize.enable"} <= hints["rows"], hints
-    assert f'!"llvm.loop.unroll.count", i32 {cpu_reduction_rotated.ROWS_UNROLL}' in text
-
-
-def test_batch_norm_channels(monkeypatch):
-    """96 channels (384-byte rows), sum and sum of squares: one block, rotated."""
-    test_bits_equal_the_plain_kernel_at_every_offset((16, 20, 96), "f32", 2, monkeypatch)
+    test_bits_equal_the_plain_kernel_at_every_offset(None, (16, 20, 96), "f32", 2, monkeypatch)
 
 
 @pytest.mark.parametrize("dims,values", [((64, 1024), 2),  # several blocks of columns
