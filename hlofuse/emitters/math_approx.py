@@ -356,11 +356,13 @@ def pow_f32(b: ir.IRBuilder, target, x, y) -> ir.Value:
     r = m.sel(b.and_(negx, odd), b.fneg(r), r)
     finite_neg = b.and_(m.cmp("<", xd, m.c(0.0)), m.cmp(">", xd, m.c(-math.inf)))
     finite_y = m.cmp("<", m.intr("llvm.fabs", yd), m.c(math.inf))
-    # NaNs as the x86 hardware (and so the interpreter) gives them: an invalid operation gives
-    # the negative default NaN, a NaN operand comes back as it is, x's before y's.
+    # NaNs as glibc's powf (and so XLA:CPU and the interpreter) gives them on every host: an
+    # invalid operation gives the x86 negative default NaN, a NaN operand comes back as it is,
+    # x's before y's, except that a NaN x to an odd integer power loses its sign (glibc squares
+    # x and negates the square when x's sign bit is set and y is odd: pow(-NaN, 1) = +NaN).
     r = m.sel(b.and_(finite_neg, b.and_(finite_y, b.not_(is_int))), m.c(-math.nan), r)
     r = m.sel(m.isnan(yd), yd, r)
-    r = m.sel(m.isnan(xd), xd, r)
+    r = m.sel(m.isnan(xd), m.sel(odd, ax, xd), r)
     r = m.sel(b.and_(m.cmp("==", ax, m.c(1.0)), m.cmp("==", m.intr("llvm.fabs", yd), m.c(math.inf))), m.c(1.0), r)
     r = m.sel(m.cmp("==", xd, m.c(1.0)), m.c(1.0), r)
     r = m.sel(m.cmp("==", yd, m.c(0.0)), m.c(1.0), r)

@@ -179,6 +179,8 @@ def atan2_f32(b: ir.IRBuilder, target, y, x) -> ir.Value:
     xneg = b.icmp_signed("<", b.bitcast(xd, I64), ir.Constant(I64, 0))
     t = m.sel(xneg, m.sub(m.c(math.pi), t), t)
     t = m.intr("llvm.copysign", t, yd)
-    t = m.sel(m.isnan(xd), xd, t)  # a NaN operand comes back as it is, y's before x's
+    # A NaN operand comes back as it is; with two, the denominator's (x's), as glibc's atan2f
+    # (`x + y`) and so XLA:CPU and the interpreter give it on every host, checked against libm.
     t = m.sel(m.isnan(yd), yd, t)
+    t = m.sel(m.isnan(xd), xd, t)
     return b.fptrunc(t, F32)
