@@ -13,7 +13,7 @@ import pytest
 
 import hlofuse
 from hlofuse.codegen.kernels import reduction_groups
-from test_column_blocks import _column_module, _group
+from test_column_blocks import _column_module, _group, avx512_host  # noqa: F401 (a fixture)
 from test_column_rotation import _at_offset
 
 SMALL_L3 = 1 << 20  # so that a test-sized input "comes from memory"
@@ -31,27 +31,54 @@ def small_l3(monkeypatch):
     ((256, 4096), 1, False),  # 16 KiB
     ((8192, 256), 1, False),  # a row the registers hold anyway
 ])
-def test_rule(small_l3, dims, values, whole):
+def test_rule(avx512_host, small_l3, dims, values, whole):
+    """On an AVX-512 host's budgets (2 KiB of registers: 512 f32 columns of one value)."""
     g = _group(_column_module(dims, values))
     assert g.in_l1 == whole
     assert g.block_columns == (dims[-1] if whole else g.register_block)
 
 
-def test_inputs_in_cache_keep_register_blocks():
-    g = _group(_column_module((64, 1024), 1))  # 256 KiB, below any L3
-    assert not g.in_l1 and g.block_columns == g.register_block == 512
+@pytest.mark.parametrize("features,registers", [("+avx,+avx2,+fma", 128),  # AVX2: 512 bytes of registers
+                                                ("+avx,+avx2,+avx512f", 512)])  # AVX-512: 2 KiB
+def test_inputs_in_cache_keep_register_blocks(monkeypatch, features, registers):
+    monkeypatch.setattr(reduction_groups, "host_cpu", lambda: ("cpu", features))
+    reduction_groups.vector_registers.cache_clear()
+    try:
+        g = _group(_column_module((64, 1024), 1))  # 256 KiB, below any L3
+        assert not g.in_l1 and g.block_columns == g.register_block == registers
+    finally:
+        reduction_groups.vector_registers.cache_clear()
+
+
+def test_avx2_rows_wider_than_its_registers_are_read_whole(small_l3, monkeypatch):
+    """On an AVX2 host 128 f32 columns fill the registers: a 256-column row from memory is one
+    block in L1 (AVX-512's 32 registers hold it, test_rule)."""
+    monkeypatch.setattr(reduction_groups, "host_cpu", lambda: ("cpu", "+avx,+avx2,+fma"))
+    reduction_groups.vector_registers.cache_clear()
+    try:
+        g = _group(_column_module((8192, 256), 1))
+        assert g.register_block == 128 and g.in_l1 and g.block_columns == 256
+    finally:
+        reduction_groups.vector_registers.cache_clear()
 
 
 def _sequential_column_sums(x: np.ndarray, parts: int) -> np.ndarray:
-    """Column sums of f32 `x` as the split kernel folds them: each of `parts` near-equal slices
-    of the rows in order (cumsum is sequential), then the slices' sums in slice order."""
+    """Column sums of `x` (its last dimension kept, the others reduced) as the split kernel
+    folds them: each of `parts` near-equal slices of the rows in order (cumsum is sequential,
+    in x's type), then the slices' sums in slice order."""
+    x = x.reshape(-1, x.shape[-1])
     n = x.shape[0]
     total = None
     for p in range(parts):
         lo, hi = p * n // parts, (p + 1) * n // parts
-        s = np.cumsum(x[lo:hi], axis=0, dtype=np.float32)[-1]
-        total = s if total is None else (total + s).astype(np.float32)
+        s = np.cumsum(x[lo:hi], axis=0, dtype=x.dtype)[-1]
+        total = s if total is None else (total + s).astype(x.dtype)
     return total
+
+
+def _parts(exe) -> int:
+    """Slices of the rows the column kernel of `exe` folds separately (1: not split)."""
+    return next(k.parts for k in exe.program._planner.kernels if k.group is not None)
 
 
 @pytest.mark.parametrize("offset", [0, 16, 36])
@@ -79,8 +106,15 @@ def test_bits_equal_the_register_blocks(small_l3, monkeypatch, dims, values, dty
     monkeypatch.setattr(reduction_groups, "L1_BLOCK_BYTES", 0)
     registers = hlofuse.compile(hlofuse.parse_hlo(text), "cpu", cache=False)
     assert not any(k.group is not None and k.group.in_l1 for k in registers.program._planner.kernels)
-    for got, want in zip(in_l1(_at_offset(x, 16)), registers(x)):
-        np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+    # Each folds every column row after row within each slice of its split, the slices in
+    # order. The split follows the units: on an AVX2 host the register blocks are 128 f32
+    # columns, and [1000, 1024] in 8 blocks of 128,000 elements is below SPLIT_MIN_ELEMENTS
+    # (not split) where AVX-512's 2 blocks of 512 columns and the block in L1 are split in 16.
+    got, want = np.asarray(in_l1(_at_offset(x, 16))[0]), np.asarray(registers(x)[0])
+    np.testing.assert_array_equal(got, _sequential_column_sums(x, _parts(in_l1)))
+    np.testing.assert_array_equal(want, _sequential_column_sums(x, _parts(registers)))
+    if _parts(in_l1) == _parts(registers):  # the same order: the same bits
+        np.testing.assert_array_equal(got, want)
 
 
 def test_kept_outer_dimension_uses_the_plain_loops(small_l3, monkeypatch):
@@ -104,8 +138,12 @@ ENTRY main {
     assert groups and all(g.in_l1 and g.block_columns == 1024 for g in groups)
     monkeypatch.setattr(reduction_groups, "L1_BLOCK_BYTES", 0)
     registers = hlofuse.compile(hlofuse.parse_hlo(text), "cpu", cache=False)
-    np.testing.assert_array_equal(np.asarray(in_l1(_at_offset(x, 16))[0]), np.asarray(registers(x)[0]))
-    parts = next(k.parts for k in in_l1.program._planner.kernels if k.group is not None)
-    assert parts == 16  # 4 units: split over slices of the reduced dimension
-    want = np.stack([_sequential_column_sums(x[i], parts) for i in range(4)])
-    np.testing.assert_array_equal(np.asarray(registers(x)[0]), want)
+    assert _parts(in_l1) == 16  # 4 units: split over slices of the reduced dimension
+    # The register blocks' split follows the host: AVX-512's 2 blocks of 512 columns a row
+    # (8 units) are split in 16 as well, AVX2's 8 blocks of 128 (32 units) are not.
+    got, plain = np.asarray(in_l1(_at_offset(x, 16))[0]), np.asarray(registers(x)[0])
+    for out, exe in ((got, in_l1), (plain, registers)):
+        want = np.stack([_sequential_column_sums(x[i], _parts(exe)) for i in range(4)])
+        np.testing.assert_array_equal(out, want)
+    if _parts(in_l1) == _parts(registers):
+        np.testing.assert_array_equal(got, plain)
