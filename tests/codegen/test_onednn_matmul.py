@@ -9,6 +9,12 @@ strides). Also: the same bits from primitives made for 1-3 threads, a program lo
 module cache in a fresh process, the rule's shape classes, and the sgemm path under
 HLOFUSE_GEMM=openblas. oneDNN sums in its own blocked order, so results agree with the
 interpreter's float64 sums to float rounding (hlofuse.runtime.compare's tolerance).
+
+oneDNN v3.2 has brgemm matmul kernels for f32 on AVX-512 hosts only: on an AVX2 host (the
+Zen 1) every description here gets its generic "gemm:jit:f32", which the rule refuses, so the
+dots keep the sgemm kernels there; the tests of the mapping, the kernel and the runtime force
+the primitive on such a host, and state where gemm:jit's bits differ from brgemm's (its sums
+follow the thread count its primitive was made for).
 """
 from __future__ import annotations
 
@@ -22,6 +28,7 @@ import pytest
 import hlofuse
 from hlofuse.codegen.kernels import cpu_gemm_onednn
 from hlofuse.codegen.schedule import wrap_instruction
+from hlofuse.emitters.cpu.target import CpuTarget
 from hlofuse.hlo.parser import parse_hlo
 from hlofuse.runtime import onednn_primitives
 from hlofuse.runtime.compare import compare_arrays
@@ -35,14 +42,39 @@ pytestmark = pytest.mark.skipif(gemm_provider("f32") != "onednn",
                                 reason="libdnnl not loaded (or HLOFUSE_GEMM=openblas)")
 
 
+# Whether oneDNN has its brgemm matmul kernels on this host (AVX-512); elsewhere every f32
+# matmul gets "gemm:jit" (`_host_implementation`).
+BRGEMM_HOST = "+avx512f" in CpuTarget().cpu_features.split(",")
+
+
+def _force(monkeypatch) -> None:
+    monkeypatch.setattr(cpu_gemm_onednn, "prefers_onednn_matmul",
+                        lambda comp: (m := cpu_gemm_onednn.onednn_matmul(comp)) is not None
+                        and onednn_primitives.implementation(m.desc) is not None)
+
+
 @pytest.fixture
 def forced(monkeypatch):
     """The matmul primitive for every dot fusion it can express, whatever implementation oneDNN
     picks (a batch dimension in the middle gets its generic "gemm:jit", which the rule refuses):
     the mapping of layouts to strides is what is tested."""
-    monkeypatch.setattr(cpu_gemm_onednn, "prefers_onednn_matmul",
-                        lambda comp: (m := cpu_gemm_onednn.onednn_matmul(comp)) is not None
-                        and onednn_primitives.implementation(m.desc) is not None)
+    _force(monkeypatch)
+
+
+@pytest.fixture
+def forced_without_brgemm(monkeypatch):
+    """`forced` on a host where oneDNN has no brgemm matmul kernels (AVX2), where the rule
+    takes no dot: the runtime's handling of the primitive is tested there too."""
+    if not BRGEMM_HOST:
+        _force(monkeypatch)
+
+
+def _host_implementation(comp) -> str:
+    """oneDNN's implementation for `comp`'s matmul, checked against this host's: brgemm on
+    AVX-512, the generic gemm:jit on AVX2 (measured on the Zen 1 host, oneDNN v3.2)."""
+    impl = onednn_primitives.implementation(cpu_gemm_onednn.onednn_matmul(comp).desc)
+    assert impl.startswith("brg" if BRGEMM_HOST else "gemm:jit"), impl
+    return impl
 
 
 def _customs(exe) -> list:
@@ -132,24 +164,36 @@ def test_attention_dots(forced):
     assert check(_attention_module(2, 3, 64, 16)).count("onednn_matmul") == 2
 
 
-def test_a_column_major_result_is_computed_transposed():
+def test_a_column_major_result_is_computed_transposed(monkeypatch):
     """jax's p.v writes its dot's result column-major: the description is C^T = B^T A^T
-    (oneDNN has only reference loops for a column-major dst), and the rule takes it."""
+    (oneDNN has only reference loops for a column-major dst), and the rule takes it where
+    oneDNN has brgemm kernels (else sgemm; forced, the C^T form still gets the answer)."""
     text = _jax_pv_module(4, 6, 512, 64)
     mapped = cpu_gemm_onednn.onednn_matmul(parse_hlo(text).entry)  # the dot with its root transpose
     assert mapped.sources == (1, 0, cpu_gemm_onednn.OUTPUT)  # p is the src, v the weights
     assert mapped.desc.dst == onednn_primitives.Tensor((4, 6, 512, 64), (196608, 64, 384, 1))
     assert (mapped.m, mapped.n) == (512, 64)
-    assert check(text) == ["onednn_matmul"]
+    _host_implementation(parse_hlo(text).entry)
+    assert check(text) == ["onednn_matmul" if BRGEMM_HOST else "gemm"]
+    if not BRGEMM_HOST:
+        _force(monkeypatch)
+        assert check(text) == ["onednn_matmul"]
 
 
-def test_the_rule_takes_narrow_batched_dots():
+def test_the_rule_takes_narrow_batched_dots(monkeypatch):
     """The rule's classes: attention's p.v (batched, N = d) goes to the primitive, q.k^T (N = s)
-    and an unbatched dot keep sgemm, a tiny batched one stays below MIN_MATMUL_MACS."""
+    and an unbatched dot keep sgemm, a tiny batched one stays below MIN_MATMUL_MACS. Without
+    brgemm kernels (AVX2) the rule takes none of them; its classes are then checked with
+    oneDNN's choice pinned to a brgemm kernel."""
     text = _attention_module(4, 6, 512, 64)
     customs = check(text)
-    assert sorted(customs) == ["gemm", "onednn_matmul"]
+    assert sorted(customs) == ["gemm", "onednn_matmul" if BRGEMM_HOST else "gemm"]
     assert check(_dot_module((512, 256), (256, 64), [], [1], [], [0], "f32")) == ["gemm"]
+    if not BRGEMM_HOST:
+        pv = parse_hlo(_jax_pv_module(4, 6, 512, 64)).entry
+        _host_implementation(pv)
+        assert not cpu_gemm_onednn.prefers_onednn_matmul(pv)
+        monkeypatch.setattr(cpu_gemm_onednn, "fast_implementation", lambda desc: True)
     small = _dot_module((2, 32, 32), (2, 32, 16), [0], [2], [0], [1], "f32")
     assert not cpu_gemm_onednn.prefers_onednn_matmul(wrap_instruction(parse_hlo(small).entry.root))
     # jax's p.v: N = d of 32 to 128 the primitive; d = 16 (it lost up to 1.26x) sgemm
@@ -182,6 +226,9 @@ def test_same_bits_on_1_to_3_threads(forced):
 
 _CACHED_RUN = """
 import sys, numpy as np, hlofuse
+from hlofuse.codegen.kernels import cpu_gemm_onednn
+if sys.argv[1:] == ["force"]:  # every dot the primitive maps (a host without brgemm kernels)
+    cpu_gemm_onednn.prefers_onednn_matmul = lambda comp: cpu_gemm_onednn.onednn_matmul(comp) is not None
 text = sys.stdin.read()
 exe = hlofuse.compile(hlofuse.parse_hlo(text), 'cpu')
 rng = np.random.default_rng(0)
@@ -194,10 +241,12 @@ print(exe.program.code.compiled_count, sorted(k.custom for k in exe.program._pla
 
 def test_module_cache_round_trip(tmp_path):
     """Compiled in one process, loaded from the module cache in another: the primitive is made
-    again from its description; the same results."""
+    again from its description; the same results (forced in both where the rule takes no dot:
+    AVX2)."""
     text = _attention_module(2, 4, 256, 32)
     env = {**os.environ, "HLOFUSE_CACHE_DIR": str(tmp_path / "cache"), "HLOFUSE_MODULE_CACHE": "1"}
-    runs = [subprocess.run([sys.executable, "-c", _CACHED_RUN], input=text, capture_output=True, text=True,
+    force = [] if BRGEMM_HOST else ["force"]
+    runs = [subprocess.run([sys.executable, "-c", _CACHED_RUN, *force], input=text, capture_output=True, text=True,
                            env=env, check=True).stdout.split(" ", 1) for _ in range(2)]
     assert int(runs[0][0]) > 0 and runs[1][0] == "0", runs  # the second process compiled nothing
     assert runs[0][1] == runs[1][1] and "'onednn_matmul'" in runs[1][1]
@@ -225,9 +274,21 @@ def test_root_transposes(forced, perm):
         assert "onednn_matmul" in customs
 
 
-def test_a_forked_child_runs_the_primitive_on_one_thread():
+def _one_thread_bits(text: str, args: list) -> np.ndarray:
+    """`text`'s matmul (a root transpose at most) from a primitive made for one thread."""
+    comp = parse_hlo(text).entry
+    mapped = cpu_gemm_onednn.onednn_matmul(comp)
+    out = np.empty(tuple(comp.root.shape.dims), np.float32)
+    named = dict(zip(("src", "weights"), (args[i] for i in mapped.sources[:2])))
+    onednn_primitives._create(mapped.desc, 1).run_numpy({**named, "dst": out})
+    return out
+
+
+def test_a_forked_child_runs_the_primitive_on_one_thread(forced_without_brgemm):
     """A forked child (libgomp is not fork-safe) remakes the matmul primitive for one thread,
-    as it does convolutions' (onednn_primitives._after_fork_in_child), and gets the answer."""
+    as it does convolutions' (onednn_primitives._after_fork_in_child), and gets the answer:
+    a one-thread primitive's bits, which are the parent's where brgemm runs it (it does not
+    cut K)."""
     text = _jax_pv_module(4, 6, 256, 64)
     rng = np.random.default_rng(3)
     args = [_random(rng, tuple(p.shape.dims), "f32") for p in parse_hlo(text).entry.parameters]
@@ -236,10 +297,15 @@ def test_a_forked_child_runs_the_primitive_on_one_thread():
     want = exe(*args)[0]  # the parent has run oneDNN's team
     got, threads = call_in_forked_child(exe, args)
     assert threads == {1}
-    np.testing.assert_array_equal(got, want)  # brgemm matmul does not cut K: the same bits
+    np.testing.assert_array_equal(got.view(np.uint32), _one_thread_bits(text, args).view(np.uint32))
+    if BRGEMM_HOST:
+        np.testing.assert_array_equal(got, want)
+    else:
+        assert compare_arrays(got, want, 0).ok
 
 
-def test_programs_loaded_under_different_thread_counts_keep_their_own_primitive(monkeypatch):
+def test_programs_loaded_under_different_thread_counts_keep_their_own_primitive(monkeypatch,
+                                                                                 forced_without_brgemm):
     """oneDNN fixes a primitive's split over threads when it is made: a program loaded under
     HLOFUSE_CPU_THREADS=1 after one loaded on two threads must not hand the first a primitive
     made for one thread (nor change the count its calls run with). The whole product in one
@@ -260,7 +326,12 @@ def test_programs_loaded_under_different_thread_counts_keep_their_own_primitive(
         assert made[many].threads == made[many].threads_cell.value == many
     rng = np.random.default_rng(5)
     args = [_random(rng, tuple(p.shape.dims), "f32") for p in parse_hlo(text).entry.parameters]
-    np.testing.assert_array_equal(two(*args)[0], one(*args)[0])
+    got_one = one(*args)[0]
+    np.testing.assert_array_equal(got_one.view(np.uint32), _one_thread_bits(text, args).view(np.uint32))
+    if BRGEMM_HOST or many == 1:  # brgemm does not cut K: the same bits on any count
+        np.testing.assert_array_equal(two(*args)[0], got_one)
+    else:
+        assert compare_arrays(two(*args)[0], got_one, 0).ok
 
 
 @pytest.mark.parametrize("shapes", [
@@ -272,13 +343,15 @@ def test_batch_units_give_the_whole_calls_bits(forced, monkeypatch, shapes):
     """A matmul kernel runs one work unit per element of the outermost batch dimension, each
     a call of a one-thread primitive on that slice (the driver's threads share the units):
     the interpreter's answer, and bit for bit the whole product's single call, on 1-3 kernel
-    threads. An outermost batch of one element keeps the single call."""
+    threads. An outermost batch of one element keeps the single call. On AVX2 (gemm:jit, the
+    Zen 1 host) the whole call's bits follow its thread count (233 of 30,720 elements of the
+    first shape differ between 3 threads and 1): there the units match the one-thread call."""
     lhs, rhs, lb, lc, rb, rc = shapes
     text = _dot_module(lhs, rhs, lb, lc, rb, rc, "f32")
     rng = np.random.default_rng(11)
     args = [_random(rng, tuple(p.shape.dims), "f32") for p in parse_hlo(text).entry.parameters]
     assert check(text, 11) == ["onednn_matmul"]
-    outs = {}
+    outs, whole_calls = {}, {}
     for split in (False, True):
         monkeypatch.setattr(cpu_gemm_onednn, "SPLIT_BATCH", split)
         for threads in (1, 2, 3):
@@ -292,6 +365,10 @@ def test_batch_units_give_the_whole_calls_bits(forced, monkeypatch, shapes):
                 assert desc.dst.dims[0] == 1
                 assert {t for (d, t) in onednn_primitives._primitives if d == desc} == {1}
             outs[split, threads] = exe(*args)[0]
+            whole_calls[split, threads] = kernel.units == 1
     want = outs[False, 1].view(np.uint32)
     for key, got in outs.items():
-        np.testing.assert_array_equal(got.view(np.uint32), want, err_msg=str(key))
+        if BRGEMM_HOST or not whole_calls[key] or key[1] == 1:
+            np.testing.assert_array_equal(got.view(np.uint32), want, err_msg=str(key))
+        else:  # gemm:jit's whole call sums in an order that follows its thread count (AVX2)
+            assert compare_arrays(got, outs[False, 1], 0).ok, key
