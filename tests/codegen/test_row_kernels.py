@@ -12,7 +12,8 @@ import pytest
 
 import hlofuse
 from hlofuse.codegen import row_fusion
-from hlofuse.codegen.kernels import cpu_row
+from hlofuse.codegen.kernels import cpu_row, reduction_groups
+from hlofuse.emitters.cpu.target import CpuTarget
 from hlofuse.runtime.compare import compare_outputs
 
 REDUCERS = """
@@ -284,7 +285,11 @@ def test_softmax_computes_exp_once_and_reuses_it():
     llvm = exe.program.llvm_ir()
     row_fn = llvm[llvm.index(f"@{kernel.name}("):]
     row_fn = row_fn[:row_fn.index("\n}\n")]
-    assert row_fn.count("llvm.rint") <= 4  # exp's range reduction: in the sum loop only (unrolled x4)
+    # exp's range reduction once per vector of the row, in the sum loop only: on AVX-512 (16
+    # lanes) the loop unrolled x4, 4 calls; on the Zen 1 AVX2 host (8 lanes) the row's 6
+    # vectors, 6 calls (12 if the division loop computed exp again).
+    lanes = reduction_groups.lanes_of(CpuTarget().vector_width, 32)
+    assert row_fn.count("llvm.rint") <= max(4, -(-48 // lanes)), row_fn.count("llvm.rint")
 
 
 @pytest.mark.parametrize("pattern", ["log_softmax", "layer_norm", "rms_norm"])
