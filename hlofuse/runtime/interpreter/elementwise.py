@@ -278,6 +278,21 @@ def _logistic(x: Array) -> Array:
     return 1.0 / (1.0 + np.exp(-x))
 
 
+def _log(x: Array) -> Array:
+    """Natural log; for a real x < 0, x86's default NaN (sign set: 0xffc00000 in f32), what the
+    CPU kernels and glibc's logf/log give. numpy's own NaN there follows the routine it
+    dispatches to on the host (+NaN through glibc on the Zen 1 AVX2 host, -NaN on the znver5
+    AVX-512 host), and the oracle must not depend on the host. A NaN operand is returned as it is."""
+    out = np.log(x)
+    if np.iscomplexobj(out) or not out.dtype.kind == "f":
+        return out
+    invalid = np.asarray(x) < 0
+    if np.any(invalid):
+        out = np.array(out, copy=True)
+        out[invalid] = -np.asarray(np.nan, out.dtype)  # the sign bit set: x86's default NaN
+    return out
+
+
 def _cbrt_complex(x: Array) -> Array:
     raise UnsupportedError("cbrt of a complex value is not defined in XLA")
 
@@ -285,7 +300,7 @@ def _cbrt_complex(x: Array) -> Array:
 _TRANSCENDENTAL: dict[str, Callable[[Array], Array]] = {
     "exponential": _complex_or(np.exp, complex_xla.exp, "exponential"),
     "exponential-minus-one": np.expm1,
-    "log": np.log,
+    "log": _log,
     "log-plus-one": np.log1p,
     "logistic": _complex_or(_logistic, complex_xla.logistic, "logistic"),
     "sqrt": np.sqrt,
