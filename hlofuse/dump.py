@@ -105,11 +105,11 @@ def _plan(fused, target: str):
         from .codegen.gpu import compile_gpu
 
         return compile_gpu(fused, lenient=True)
-    from .codegen.cpu import CpuCode, CpuPlanner
+    from .codegen.cpu import CpuPlanner, plan_cpu
 
-    planner = CpuPlanner(lenient=True)  # no log: the dump must not add decisions to the module's log
-    planner.plan(fused.entry)
-    return CpuCode(fused, planner)
+    # no log: the dump must not add decisions to the module's log; the kernels as compiled
+    # (shape-generic ones in their size-free form, codegen/generic_kernels.py)
+    return plan_cpu(fused, CpuPlanner(lenient=True))
 
 
 def _cpu_kernels(w: _Writer, program) -> None:

@@ -455,17 +455,25 @@ def compile_cpu(fused_module: HloModule, cache_dir=None, log=None, cache: bool =
         return _compile_cpu(fused_module, cache_dir, log, cache)
 
 
+def plan_cpu(fused_module: HloModule, planner: CpuPlanner) -> CpuCode:
+    """The program's kernels as they are compiled, none compiled yet: planned by `planner`,
+    each kernel's speed level chosen (kernel_work.small_kernels, which reads the kernels' own
+    sizes), then the elementwise kernels put in their size-free form (generic_kernels) at one
+    level per structure. compile_cpu and `hlofuse compile --dump-dir` (dump.py) both plan so."""
+    code = CpuCode(fused_module, planner)
+    planner.plan(fused_module.entry)  # and every computation the entry runs
+    small = small_kernels(planner, fused_module.entry)
+    code._small = shared_levels(generic_kernels(code.kernels, CpuTarget()), small)
+    return code
+
+
 def _compile_cpu(fused_module: HloModule, cache_dir, log, cache: bool) -> CpuCode:
     """`compile_cpu`'s work, the collector paused."""
     start = time.perf_counter()
     planner = CpuPlanner(log=log if log is not None else module_log(fused_module))
-    code = CpuCode(fused_module, planner)
-    planner.plan(fused_module.entry)  # and every computation the entry runs
+    code = plan_cpu(fused_module, planner)
     target = CpuTarget()
-    small = small_kernels(planner, fused_module.entry)  # (reads the kernels' own sizes)
-    # elementwise kernels compiled once per structure, at one level
-    small = code._small = shared_levels(generic_kernels(code.kernels, target), small)
-    code.objects = distinct_kernels(code.kernels, target, small)
+    code.objects = distinct_kernels(code.kernels, target, code._small)
     code.symbols = {k.name: o.symbol for o in code.objects for k in o.kernels}
     now = time.perf_counter()
     code.timings["planning"] = now - start

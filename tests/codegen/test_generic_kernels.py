@@ -242,3 +242,17 @@ def test_one_structure_compiles_at_one_level():
     both = {id(first), id(second)}
     assert generic_kernels.shared_levels(changed, both) == both
     assert generic_kernels.shared_levels([], {id(first)}) == {id(first)}
+
+
+def test_the_dump_shows_the_kernels_as_compiled(tmp_path):
+    """`hlofuse compile --dump-dir` plans as compile_cpu does (cpu.plan_cpu): the kernels of two
+    sizes of one structure are in their size-free form there too, with one kernel text."""
+    from hlofuse.dump import _plan
+
+    text = _module("f32", [(64, 32), (16, 256)])
+    fused = hlofuse.compiler.optimize(hlofuse.parse_hlo(text), "cpu")[0]
+    program = _plan(fused, "cpu")
+    loops = [k for k in program.kernels if k.custom is None and k.group is None]
+    assert len(loops) == 2 and all(k.comp.name.endswith(".generic") for k in loops)
+    assert len({kernel_text(k) for k in loops}) == 1
+    assert sorted(k.units * k.unit_elements for k in loops) == [64 * 32, 16 * 256]
