@@ -153,42 +153,13 @@ def kernel_us(prog: CpuProgram, args, runs: int) -> float:
 
 
 def cold_rows(texts: dict[str, str], rounds: int) -> None:
-    """Print each module's cold compile with generic kernels off (A) and on (B), as
-    benchmarks/compile_time.py times it (`measure`: a fresh cache directory, LLVM as configured),
-    A and B alternating for `rounds` rounds, beside XLA:CPU's compile of the same text (once):
-    distinct kernels, wall and CPU seconds, LLVM's seconds (optimization + code generation,
-    summed over kernels), and the ratio to XLA's (medians)."""
-    import math
+    """Print each module's cold compile with generic kernels off (A) and on (B), alternating,
+    beside XLA:CPU's (cold_ab.cold_ab_rows: distinct kernels, wall, CPU and LLVM seconds, the
+    ratio to XLA's; medians of `rounds`)."""
+    from cold_ab import cold_ab_rows
 
-    from compile_time import measure
+    cold_ab_rows(texts, rounds, lambda key: _Setting(GENERIC_KERNELS=key == "b"), distinct=True)
 
-    ratios: dict[str, list[float]] = {"a": [], "b": []}
-    for name, text in texts.items():
-        got: dict[str, list[dict]] = {"a": [], "b": []}
-        xla = None
-        for r in range(rounds):
-            for key in (("a", "b") if r % 2 == 0 else ("b", "a")):
-                with _Setting(GENERIC_KERNELS=key == "b"):
-                    row = measure(name, text, xla=xla is None)
-                xla = row.get("xla_s", xla)
-                got[key].append(row)
-
-        def med(key: str, field: str) -> float:
-            return statistics.median(r.get(field, 0.0) for r in got[key])
-
-        llvm = {k: med(k, "llvm_optimization_s") + med(k, "code_generation_s") for k in got}
-        line = (f"{name:26s} distinct {med('a', 'distinct'):4.0f} -> {med('b', 'distinct'):4.0f}, cold "
-                f"{med('a', 'cold_s'):6.3f} -> {med('b', 'cold_s'):6.3f} s, CPU {med('a', 'cold_cpu_s'):6.3f} -> "
-                f"{med('b', 'cold_cpu_s'):6.3f} s, LLVM {llvm['a']:6.3f} -> {llvm['b']:6.3f} s "
-                f"({llvm['b'] / max(llvm['a'], 1e-9):.2f})")
-        if xla:
-            for k in got:
-                ratios[k].append(med(k, "cold_s") / xla)
-            line += f", XLA {xla:6.3f} s: x{ratios['a'][-1]:.2f} -> x{ratios['b'][-1]:.2f}"
-        print(line, flush=True)
-    if ratios["a"]:
-        geo = {k: math.exp(sum(map(math.log, v)) / len(v)) for k, v in ratios.items()}
-        print(f"cold / XLA:CPU geometric mean over {len(ratios['a'])}: x{geo['a']:.2f} -> x{geo['b']:.2f}")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -170,37 +170,11 @@ def _cpu_s(prog: CpuProgram, args, calls: int) -> float:
 def cold_rows(texts: dict[str, str], rules: tuple[dict, dict], rounds: int) -> None:
     """Print each module's cold compile with kernel_work's settings `rules[0]` (A: e.g. every
     kernel at O3) and `rules[1]` (B), alternating, medians of `rounds`, beside XLA:CPU's
-    compile."""
-    import math
+    compile (cold_ab.cold_ab_rows)."""
+    from cold_ab import cold_ab_rows
 
-    from compile_time import measure
+    cold_ab_rows(texts, rounds, lambda key: _Rule(rules[0] if key == "a" else rules[1]))
 
-    ratios: dict[str, list[float]] = {"a": [], "b": []}
-    for name, text in texts.items():
-        got: dict[str, list[dict]] = {"a": [], "b": []}
-        xla = None
-        for r in range(rounds):
-            for key in (("a", "b") if r % 2 == 0 else ("b", "a")):
-                with _Rule(rules[0] if key == "a" else rules[1]):
-                    row = measure(name, text, xla=xla is None)
-                xla = row.get("xla_s", xla)
-                got[key].append(row)
-
-        def med(key: str, field: str) -> float:
-            return statistics.median(r.get(field, 0.0) for r in got[key])
-
-        llvm = {k: med(k, "llvm_optimization_s") + med(k, "code_generation_s") for k in got}
-        line = (f"{name:26s} cold {med('a', 'cold_s'):6.3f} -> {med('b', 'cold_s'):6.3f} s, CPU "
-                f"{med('a', 'cold_cpu_s'):6.3f} -> {med('b', 'cold_cpu_s'):6.3f} s, LLVM {llvm['a']:6.3f} -> "
-                f"{llvm['b']:6.3f} s ({llvm['b'] / max(llvm['a'], 1e-9):.2f})")
-        if xla:
-            for k in got:
-                ratios[k].append(med(k, "cold_s") / xla)
-            line += f", XLA {xla:6.3f} s: x{ratios['a'][-1]:.2f} -> x{ratios['b'][-1]:.2f}"
-        print(line, flush=True)
-    if ratios["a"]:
-        geo = {k: math.exp(sum(map(math.log, v)) / len(v)) for k, v in ratios.items()}
-        print(f"cold / XLA:CPU geometric mean over {len(ratios['a'])}: x{geo['a']:.2f} -> x{geo['b']:.2f}")
 
 
 def main(argv: list[str] | None = None) -> int:
