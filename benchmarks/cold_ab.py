@@ -7,14 +7,17 @@ kernel-level rule); each module is compiled cold as benchmarks/compile_time.py t
 (`measure`: a fresh cache directory, LLVM as configured), A and B alternating for `rounds`
 rounds, and XLA:CPU compiles the same text once. Printed per module (medians): distinct kernels
 (with `distinct`), wall and CPU seconds, LLVM's seconds (optimization + code generation, summed
-over kernels) and the ratio to XLA's; then the geometric means. Used by generic_kernels_ab.py
-and small_level_ab.py."""
+over kernels) and the ratio to XLA's; then the geometric means. `module_settings` sets some of
+hlofuse's module-level switches for a with block; `compiled_under(text, module, settings)`
+compiles a module under them. Used by generic_kernels_ab.py and small_level_ab.py."""
 from __future__ import annotations
 
 import math
 import statistics
-from contextlib import AbstractContextManager
+from contextlib import AbstractContextManager, nullcontext
+from types import ModuleType
 from typing import Callable
+from unittest import mock
 
 
 def cold_ab_rows(texts: dict[str, str], rounds: int, setting: Callable[[str], AbstractContextManager],
@@ -51,3 +54,23 @@ def cold_ab_rows(texts: dict[str, str], rounds: int, setting: Callable[[str], Ab
     if ratios["a"]:
         geo = {k: math.exp(sum(map(math.log, v)) / len(v)) for k, v in ratios.items()}
         print(f"cold / XLA:CPU geometric mean over {len(ratios['a'])}: x{geo['a']:.2f} -> x{geo['b']:.2f}")
+
+
+def module_settings(module: ModuleType, settings: dict) -> AbstractContextManager:
+    """A with block during which `module`'s attributes `settings` (name -> value) are set (none:
+    nothing changes)."""
+    return mock.patch.multiple(module, **settings) if settings else nullcontext()
+
+
+def compiled_under(text: str, module: ModuleType, settings: dict):
+    """`text` compiled for the CPU (cache off) with `module`'s attributes `settings` (name ->
+    value) set for the compile, and LLVM's seconds (optimization + code generation)."""
+    from hlofuse import compiler
+    from hlofuse.hlo.parser import parse_hlo
+    from hlofuse.runtime.cpu_executor import CpuProgram
+
+    with module_settings(module, settings):
+        fused, _ = compiler.optimize(parse_hlo(text))
+        prog = CpuProgram.compile(fused, cache=False)
+    t = prog.code.timings
+    return prog, t.get("llvm optimization", 0.0) + t.get("code generation", 0.0)

@@ -28,15 +28,14 @@ import argparse
 import os
 import statistics
 import sys
-import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.dirname(HERE))
 
 import numpy as np  # noqa: E402
+from cold_ab import compiled_under, module_settings  # noqa: E402
 
-from hlofuse import compiler  # noqa: E402
 from hlofuse.codegen import generic_kernels  # noqa: E402
 from hlofuse.hlo.parser import parse_hlo  # noqa: E402
 from hlofuse.runtime.cpu_executor import CpuProgram  # noqa: E402
@@ -44,29 +43,9 @@ from hlofuse.runtime.io import random_inputs  # noqa: E402
 from small_level_ab import _cpu_s, small_steps_ms  # noqa: E402
 
 
-class _Setting:
-    """generic_kernels' module settings `settings` (name -> value) for a with block."""
-
-    def __init__(self, **settings) -> None:
-        self.settings, self.saved = settings, {}
-
-    def __enter__(self) -> None:
-        for name, value in self.settings.items():
-            self.saved[name] = getattr(generic_kernels, name)
-            setattr(generic_kernels, name, value)
-
-    def __exit__(self, *exc) -> None:
-        for name, value in self.saved.items():
-            setattr(generic_kernels, name, value)
-
-
 def compiled(text: str, **settings) -> tuple[CpuProgram, float]:
     """`text` compiled (cache off) under generic_kernels' `settings`, and LLVM's seconds."""
-    with _Setting(**settings):
-        fused, _ = compiler.optimize(parse_hlo(text))
-        prog = CpuProgram.compile(fused, cache=False)
-    t = prog.code.timings
-    return prog, t.get("llvm optimization", 0.0) + t.get("code generation", 0.0)
+    return compiled_under(text, generic_kernels, settings)
 
 
 def generic_names(prog: CpuProgram) -> set[str]:
@@ -158,7 +137,7 @@ def cold_rows(texts: dict[str, str], rounds: int) -> None:
     ratio to XLA's; medians of `rounds`)."""
     from cold_ab import cold_ab_rows
 
-    cold_ab_rows(texts, rounds, lambda key: _Setting(GENERIC_KERNELS=key == "b"), distinct=True)
+    cold_ab_rows(texts, rounds, lambda key: module_settings(generic_kernels, {"GENERIC_KERNELS": key == "b"}), distinct=True)
 
 
 

@@ -42,8 +42,8 @@ sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.dirname(HERE))
 
 import numpy as np  # noqa: E402
+from cold_ab import compiled_under, module_settings  # noqa: E402
 
-from hlofuse import compiler  # noqa: E402
 from hlofuse.codegen import kernel_work, llvm_pool  # noqa: E402
 from hlofuse.hlo.parser import parse_hlo  # noqa: E402
 from hlofuse.runtime.compare import compare_outputs  # noqa: E402
@@ -52,30 +52,10 @@ from hlofuse.runtime.cpu_threads import cpu_threads  # noqa: E402
 from hlofuse.runtime.io import random_inputs  # noqa: E402
 
 
-class _Rule:
-    """kernel_work's settings `settings` (attribute -> value) for the duration of a with block."""
-
-    def __init__(self, settings: dict) -> None:
-        self.settings, self.saved = settings, {}
-
-    def __enter__(self) -> None:
-        for name, value in self.settings.items():
-            self.saved[name] = getattr(kernel_work, name)
-            setattr(kernel_work, name, value)
-
-    def __exit__(self, *exc) -> None:
-        for name, value in self.saved.items():
-            setattr(kernel_work, name, value)
-
-
 def compiled(text: str, settings: dict) -> tuple[CpuProgram, float]:
     """`text` compiled (cache off) with kernel_work's `settings` (e.g. SMALL_KERNEL_NS), and
     LLVM's seconds (optimization + code generation)."""
-    with _Rule(settings):
-        fused, _ = compiler.optimize(parse_hlo(text))
-        prog = CpuProgram.compile(fused, cache=False)
-    t = prog.code.timings
-    return prog, t.get("llvm optimization", 0.0) + t.get("code generation", 0.0)
+    return compiled_under(text, kernel_work, settings)
 
 
 def small_names(prog: CpuProgram) -> set[str]:
@@ -173,7 +153,7 @@ def cold_rows(texts: dict[str, str], rules: tuple[dict, dict], rounds: int) -> N
     compile (cold_ab.cold_ab_rows)."""
     from cold_ab import cold_ab_rows
 
-    cold_ab_rows(texts, rounds, lambda key: _Rule(rules[0] if key == "a" else rules[1]))
+    cold_ab_rows(texts, rounds, lambda key: module_settings(kernel_work, rules[0] if key == "a" else rules[1]))
 
 
 
