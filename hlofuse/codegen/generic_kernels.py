@@ -171,20 +171,20 @@ def _streams(comp: HloComputation, rows: int, row: int, target) -> bool:
                         output_leaves(comp))
 
 
-def representative_rows(comp: HloComputation, n: int, row: int, target) -> int:
+def representative_rows(comp: HloComputation, n: int, row: int, streams: bool) -> int:
     """R0, the rows of the representative of `comp` (n elements walked as rows of `row`,
-    `representative`), chosen so that the loop emitter takes the same streaming decision for
-    it as for the kernel's own n / row rows (`_streams`): PLAIN_ROWS where that does not
+    `representative`), chosen so that the loop emitter takes the streaming decision `streams`
+    it takes for the kernel's own n / row rows (`_streams`): PLAIN_ROWS where that does not
     stream, else the least row count (at least PLAIN_ROWS) that streams. The streaming rule
     compares the bytes a kernel moves, linear in its rows, with the L3 size; `generic_kernels`
     checks the representative's decision all the same (a kernel moving more than L3 in
     PLAIN_ROWS rows but not in its own one row has no such count)."""
+    if not streams:
+        return PLAIN_ROWS
     full_bytes = sum(leaf.byte_size() for p in comp.parameters for leaf in p.shape.leaves() if leaf.rank > 0)
     full_bytes += sum(leaf.shape.byte_size() for leaf in output_leaves(comp))
     fixed = sum(leaf.byte_size() for p in comp.parameters for leaf in p.shape.leaves() if leaf.rank == 0)
     per_row = full_bytes // (n // row)
-    if not _streams(comp, n // row, row, target):
-        return PLAIN_ROWS
     return max(PLAIN_ROWS, (cpu_row.l3_cache_bytes() - fixed) // per_row + 1)
 
 
@@ -206,9 +206,10 @@ def generic_kernels(kernels: list[KernelPlan], target) -> list[KernelPlan]:
         if n is None:
             continue
         row = canonical_row(n)
-        rows = representative_rows(k.comp, n, row, target)
+        streams = _streams(k.comp, n // row, row, target)
+        rows = representative_rows(k.comp, n, row, streams)
         rep = representative(k.comp, rows, row)
-        if _streams(rep, rows, row, target) != _streams(k.comp, n // row, row, target):
+        if _streams(rep, rows, row, target) != streams:
             continue
         k.comp, k.units, k.unit_elements = rep, n // row, row
         changed.append(k)

@@ -16,7 +16,8 @@ import numpy as np
 import pytest
 
 import hlofuse
-from hlofuse.codegen.kernels.cpu_conv import POSITION_BLOCK, conv_geometry
+from hlofuse.codegen.kernels.cpu_conv import conv_geometry
+from hlofuse.codegen.kernels.cpu_conv_features import POSITION_BLOCK
 from hlofuse.hlo.parser import parse_hlo
 from hlofuse.runtime.interpreter.op_helpers import SEQUENTIAL_MAX_TERMS
 

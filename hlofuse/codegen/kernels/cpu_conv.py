@@ -71,8 +71,7 @@ from .args import output_leaves, typed_pointer
 from .cpu_conv_cold import fill_taps, never_on_padding, positions_along, weights_nonfinite
 from .cpu_conv_geometry import (MAX_FEATURES, ConvGeometry, accumulation_type, conv_geometry,  # noqa: F401
                                 dimension_numbers, find_convolution, window_tap)
-from .cpu_conv_features import (POSITION_BLOCK, FeatureAccumulators, feature_lanes, masked_taps,  # noqa: F401
-                                position_block)
+from .cpu_conv_features import FeatureAccumulators, feature_lanes, masked_taps, position_block
 from .cpu_conv_vector import (DEFAULT_VECTOR_BITS, channel_lanes, channels_vector_body, load_vector, splat,
                               store_vector, vector_loop)
 from .loop_hints import ROLLED_AROUND, unroll_count

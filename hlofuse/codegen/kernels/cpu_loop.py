@@ -111,19 +111,26 @@ def _math_ops(comp: HloComputation) -> int:
                and op_info(i.opcode).elementwise and op_info(i.opcode).math)
 
 
+def _wide_vectors(vector_bits: int | None) -> bool:
+    """Whether kernels prefer AVX-512's 512-bit vectors (32 vector registers); None is LLVM's own
+    width, AVX2's 256 bits and 16 registers on the x86 hosts this runs on
+    (emitters/cpu/target.preferred_vector_width)."""
+    return (vector_bits or 0) >= 512
+
+
 def interleave_limit(vector_bits: int | None) -> int:
     """The most vectors a latency-bound loop interleaves on a target whose kernels prefer
-    `vector_bits`-bit vectors: `_INTERLEAVE` where that is AVX-512's 512 (32 vector registers),
-    `_NARROW_INTERLEAVE` otherwise (None: LLVM's own width, AVX2's 256 bits and 16 registers on
-    the x86 hosts this runs on; emitters/cpu/target.preferred_vector_width)."""
-    return _INTERLEAVE if (vector_bits or 0) >= 512 else min(_INTERLEAVE, _NARROW_INTERLEAVE)
+    `vector_bits`-bit vectors: `_INTERLEAVE` with AVX-512's (`_wide_vectors`), else
+    `_NARROW_INTERLEAVE`, never more than `_INTERLEAVE` (which A/B runs and tests lower to
+    turn interleaving off on every target)."""
+    return _INTERLEAVE if _wide_vectors(vector_bits) else min(_INTERLEAVE, _NARROW_INTERLEAVE)
 
 
 def interleave_count(comp: HloComputation, ls: LoopShape, vector_bits: int | None) -> int:
     """How many vectors the innermost loop of a loop kernel for `comp` should interleave: 1
     (LLVM's own choice) unless its element goes through math functions (`_math_ops`), else
-    `interleave_limit` (8 with AVX-512, 4 with AVX2), halved until the copies of its math functions fit `_INTERLEAVE_BUDGET` and
-    the interleaved vectors fit in a row, or in flat mode in the whole range (a range shorter
+    `interleave_limit` (8 with AVX-512, 4 with AVX2), halved until the copies of its math
+    functions fit `_INTERLEAVE_BUDGET` and the interleaved vectors fit in a row, or in flat mode in the whole range (a range shorter
     than them would run in the scalar remainder loop, or with its tail folded in one masked
     iteration: copies LLVM compiles for nothing); 1 where that leaves fewer than 2. The
     vector's lanes are counted for the widest element type read or written (what sets LLVM's
@@ -244,8 +251,8 @@ def streams_rows(skel, comp: HloComputation, ls: LoopShape, outputs: list) -> bo
     in cache a streaming store would evict what the next kernel reads). A loop kernel writes
     each output element once and never reads it back. Not a latency-bound loop (one that
     interleaves vectors of math functions, `interleave_count`) on a target without AVX-512
-    (kernels preferring vectors under 512 bits): its compute, not memory, bounds it there, and the chunk's trip
-    through the L1 buffer costs more than the read for ownership saves. Zen 1 AVX2 host, CPU
+    (`_wide_vectors`): its compute, not memory, bounds it there, and the chunk's trip through
+    the L1 buffer costs more than the read for ownership saves. Zen 1 AVX2 host, CPU
     time, medians of 11-21 interleaved rounds, load 4-6.8, plain stores against streaming:
     gelu_tanh 0.96x on one thread and 0.95x on two, transcendental_chain 0.98x, iou_matrix
     0.97x, shared_producer 1.00x (on the znver5 AVX-512 host the same kernels gained from
@@ -255,7 +262,7 @@ def streams_rows(skel, comp: HloComputation, ls: LoopShape, outputs: list) -> bo
     if not ls.rows_mode:
         return False
     width = getattr(skel.target, "vector_width", None)
-    if not NARROW_LATENCY_BOUND_STREAMS and (width or 0) < 512 and interleave_count(comp, ls, width) > 1:
+    if not NARROW_LATENCY_BOUND_STREAMS and not _wide_vectors(width) and interleave_count(comp, ls, width) > 1:
         return False
     row = ls.unit_elements
     if not streamable(skel.target, [leaf.shape.dtype for leaf in outputs], row):
