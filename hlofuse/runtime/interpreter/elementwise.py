@@ -314,8 +314,31 @@ _TRANSCENDENTAL: dict[str, Callable[[Array], Array]] = {
     "erf": _complex_or(lambda x: np.asarray(_erf(x), dtype=x.dtype), None, "erf"),
 }
 
+
+
+def _nan_operands_kept(fn: Callable[[Array], Array], negated: bool = False) -> Callable[[Array], Array]:
+    """`fn` with every NaN operand returned as it is (sign and payload), as x86 arithmetic, the
+    CPU kernels and XLA:CPU propagate it; `negated`: with its sign flipped (logistic, which XLA
+    computes from exp(-x)). numpy's routines do not all do so, and which routine runs follows the
+    host: its f32/f64 tanh of -NaN is +NaN with the payload dropped on the Zen 1 AVX2 host; the
+    oracle must not depend on the host."""
+
+    def kept(x: Array) -> Array:
+        out = fn(x)
+        if x.dtype.kind != "f" or np.ndim(out) != np.ndim(x):
+            return out
+        nan = np.isnan(x)
+        if not np.any(nan):
+            return out
+        out = np.array(out, dtype=np.result_type(out), copy=True)
+        out[nan] = -x[nan] if negated else x[nan]
+        return out
+
+    return kept
+
+
 for _opcode, _fn in _TRANSCENDENTAL.items():
-    unary(_opcode, transcendental=True)(_fn)
+    unary(_opcode, transcendental=True)(_nan_operands_kept(_fn, negated=_opcode == "logistic"))
 
 
 # ---- binary ---------------------------------------------------------------------------------
