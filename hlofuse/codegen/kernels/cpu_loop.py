@@ -13,7 +13,10 @@ The loop nest runs over a range of *units* [begin, end) of the CPU kernel skelet
     (n, h, w), and an operand read at another shape (the slice a dynamic-update-slice writes
     back, a channel of an image) recombined them: LLVM cannot see that ((r/W/H)*H +
     (r/W)%H)*W + r%W is r again, so it read such operands with gathers. In plane mode the
-    index of w is affine and those reads are strided loads;
+    index of w is affine and those reads are strided loads. Where the only reads that depend
+    on the column are broadcasts along the plane (per-channel constants), a plane is one flat
+    loop instead, those broadcasts read from buffers filled once a call (plane_patterns.py):
+    unit-stride accesses, none of the interleaved groups' shuffles;
   * flat mode (rank <= 1 or a last dimension of 5..31): a unit is one element.
 Index arithmetic is affine in the loop variables (GEP on the linear index), so LLVM sees
 unit-stride accesses.
@@ -37,17 +40,19 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Callable
 
 from ...emitters import math_calls
 from ...emitters.elemental import ElementalEmitter
 from ...emitters.ir_helpers import Index, const_i64, delinearize, for_range, store_element
 from ...hlo.ir import HloComputation, HloInstruction
 from ...hlo.opcodes import op_info
-from . import cpu_row
+from . import cpu_row, plane_patterns
 from .args import output_leaves
 from .cpu_concat import emit_concat_loop
 from .cpu_streaming import BUFFER_BYTES, buffered_streaming_row, fence, streamable
 from .loop_hints import fold_tail, forbid_vectorization, interleave, rolls_transposed_rows
+from .plane_patterns import fill_patterns, pattern_broadcasts, walk_plane_flat
 from .reduction_groups import lanes_of
 
 _MIN_ROW = 32  # shorter last dimensions use flat mode ...
@@ -180,13 +185,15 @@ def _reads_wider_rows(params: list, row: int) -> bool:
 
 
 def emit_loop(skel, ls: LoopShape, body, interleaved: int = 1, streamed: list | None = None,
-              rolled: bool = False) -> None:
+              rolled: bool = False, flat_planes: Callable | None = None) -> None:
     """Emit the loop nest over units [skel.begin, skel.end); `body(index)` emits one element.
     `interleaved` > 1 asks LLVM to interleave that many vectors in the innermost loop of rows
     and flat mode (loop_hints.interleave). `streamed` (rows and plane mode; `streams_rows`):
     the (generator, output leaf, pointer) of every output, each row (plane) then written with
     streaming stores a chunk at a time (cpu_streaming.buffered_streaming_row). `rolled`: rows
-    mode's loop over rows stays rolled (loop_hints.rolls_transposed_rows)."""
+    mode's loop over rows stays rolled (loop_hints.rolls_transposed_rows). `flat_planes` (plane
+    mode; plane_patterns.fill_patterns): each plane is one flat loop, its broadcasts read from
+    pattern buffers."""
     b = skel.builder
     dims = ls.dims
     if ls.rows_mode and ls.inner == 2:
@@ -196,6 +203,9 @@ def emit_loop(skel, ls: LoopShape, body, interleaved: int = 1, streamed: list | 
             base = b.mul(r, const_i64(m * n), flags=["nuw", "nsw"])
 
             def plane(put):
+                if flat_planes is not None:
+                    walk_plane_flat(b, dims, outer, base, flat_planes, put)
+                    return
                 with for_range(b, const_i64(0), const_i64(m), "row") as i:
                     row = b.mul(i, const_i64(n), flags=["nuw", "nsw"])
                     with for_range(b, const_i64(0), const_i64(n), "col") as j:
@@ -315,6 +325,11 @@ def emit_loop_kernel(skel, comp: HloComputation, outputs: list[int]) -> LoopShap
     ptrs = [skel.output_ptr(k) for k in outputs]
     if source is None and len(chosen) == 1 and emit_concat_loop(skel, ls, em, chosen[0], ptrs[0]):
         return ls  # a concatenate, written operand by operand (cpu_concat.py)
+    flat_planes = None
+    if plane_patterns.FLAT_PLANES and source is None and ls.rows_mode and ls.inner == 2:
+        patterns = pattern_broadcasts(comp, [leaf.inst for leaf in chosen], ls.dims)
+        if patterns:  # before the outputs' generators, which then read the patterns
+            flat_planes = fill_patterns(skel.builder, em, ls.dims, patterns)
     gens = [em.gen(source if source is not None else leaf.inst) for leaf in chosen]
 
     def body(index):
@@ -327,7 +342,8 @@ def emit_loop_kernel(skel, comp: HloComputation, outputs: list[int]) -> LoopShap
     with math_calls.calling(calls_math(comp)):
         emit_loop(skel, ls, body, interleave_count(comp, ls, getattr(skel.target, "vector_width", None)),
                   list(zip(gens, chosen, ptrs)) if streaming else None,
-                  rolled=source is None and all(rolls_transposed_rows(leaf.inst) for leaf in chosen))
+                  rolled=source is None and all(rolls_transposed_rows(leaf.inst) for leaf in chosen),
+                  flat_planes=flat_planes)
     if streaming:  # streaming stores are weakly ordered: done before the kernel returns
         fence(skel.builder)
     skel.finish()
