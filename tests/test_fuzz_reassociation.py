@@ -7,7 +7,8 @@ import numpy as np
 import hlofuse
 from tests.fuzz import outcomes as oc
 from tests.fuzz.cases import compare_with_reference
-from tests.fuzz.reassociation import only_order_sensitive, reversed_reduction_reference
+from tests.fuzz.reassociation import (only_order_sensitive, other_order_references, reversed_reduction_reference,
+                                      sequential_reduction_reference)
 
 # Column sums of f32[60,3]: column 0 cancels (-1e20 ... +1e20 among small terms), 1 and 2 do not.
 MODULE = """HloModule sums
@@ -51,12 +52,12 @@ def test_cancelling_column_is_excused_and_nothing_else():
     got = [want[0].copy()]
     got[0][0] = other[0][0]
     assert only_order_sensitive(got, want, other)
-    outcome, _ = compare_with_reference(got, want, lambda: None, lambda: other)
+    outcome, _ = compare_with_reference(got, want, lambda: None, lambda: [other])
     assert outcome == oc.ORDER_SENSITIVE
     # the same, plus a wrong well-conditioned column: still a mismatch
     got[0][2] += 1.0
     assert not only_order_sensitive(got, want, other)
-    outcome, _ = compare_with_reference(got, want, lambda: None, lambda: other)
+    outcome, _ = compare_with_reference(got, want, lambda: None, lambda: [other])
     assert outcome == oc.MISMATCH
 
 
@@ -67,7 +68,7 @@ def test_far_outside_the_orders_spread_is_a_mismatch():
     spread = abs(float(other[0][0]) - float(want[0][0]))
     got = [want[0].copy()]
     got[0][0] = np.float32(float(want[0][0]) + 100 * spread + 1.0)
-    outcome, _ = compare_with_reference(got, want, lambda: None, lambda: other)
+    outcome, _ = compare_with_reference(got, want, lambda: None, lambda: [other])
     assert outcome == oc.MISMATCH
 
 
@@ -78,3 +79,57 @@ def test_without_a_second_order_a_mismatch_stays_one():
     got[0][0] = np.float32(12345.0)
     assert compare_with_reference(got, want, lambda: None, lambda: None)[0] == oc.MISMATCH
     assert compare_with_reference(got, want, lambda: None)[0] == oc.MISMATCH
+
+
+# Row sums of f32[2,16]: row 0 is the row of the fuzzer's seed-27 case (-2^31 and +2^31 at 7 and
+# 9 among small terms), row 1 does not cancel.
+ROWS = """HloModule rows
+add { a = f32[] parameter(0)  b = f32[] parameter(1)  ROOT s = f32[] add(a, b) }
+ENTRY e {
+  x = f32[2,16] parameter(0)
+  z = f32[] constant(0)
+  ROOT r = f32[2] reduce(x, z), dimensions={1}, to_apply=add
+}
+"""
+SEED_27_ROW = [0x3E885A16, 0xBEB02F75, 0x3EC25C8E, 0x4031647E, 0xBEF61B07, 0xBFBCDC8D, 0x404EA637, 0xCF000000,
+               0x403B940A, 0x4F000000, 0x3EE61FD6, 0xBFF93895, 0xC0262274, 0x3DD5566E, 0x402B4042, 0xC06FB4DA]
+
+
+def _rows() -> np.ndarray:
+    x = np.random.default_rng(27).uniform(-5, 5, (2, 16)).astype(np.float32)
+    x[0] = np.array(SEED_27_ROW, np.uint32).view(np.float32)
+    return x
+
+
+def _fold(values, lanes: int) -> np.float32:
+    """An f32 sum in `lanes` interleaved accumulators, then added pairwise: another valid order."""
+    acc = [np.float32(0)] * lanes
+    for i, v in enumerate(values):
+        acc[i % lanes] = np.float32(acc[i % lanes] + v)
+    while len(acc) > 1:
+        acc = [np.float32(acc[i] + acc[i + 1]) for i in range(0, len(acc), 2)]
+    return acc[0]
+
+
+def test_pairwise_sums_absorb_alike_in_both_orders_and_a_sequential_fold_does_not():
+    """numpy pairs element j with j+8, so both the interpreter's order and its reverse absorb
+    every small term of row 0 into the +-2^31 and agree (0); a sequential fold keeps the terms
+    after the cancellation. A backend summing in two lanes (1.27) was a mismatch against the
+    reversed order alone and is order-sensitive with the sequential one."""
+    x = _rows()
+    module = hlofuse.parse_hlo(ROWS)
+    want = hlofuse.compile(module, target="interpreter")(x)
+    reversed_ = reversed_reduction_reference(module, [x])
+    sequential = sequential_reduction_reference(module, [x])
+    assert reversed_[0][0] == want[0][0] == 0
+    assert sequential[0][0] == _fold(x[0], 1) != want[0][0]  # an independent scalar loop
+    np.testing.assert_allclose(sequential[0][1], want[0][1], rtol=1e-5)
+    got = [want[0].copy()]
+    got[0][0] = _fold(x[0], 2)
+    assert got[0][0] != 0
+    assert compare_with_reference(got, want, lambda: None, lambda: [reversed_])[0] == oc.MISMATCH
+    assert compare_with_reference(got, want, lambda: None, lambda: other_order_references(module, [x]))[0] \
+        == oc.ORDER_SENSITIVE
+    # the well-conditioned row wrong as well: a mismatch whatever the orders
+    got[0][1] += 1.0
+    assert not only_order_sensitive(got, want, reversed_, sequential)

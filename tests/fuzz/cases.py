@@ -11,7 +11,7 @@ from typing import Any, Callable
 import numpy as np
 
 from . import outcomes as oc
-from .reassociation import only_order_sensitive, reversed_reduction_reference
+from .reassociation import only_order_sensitive, other_order_references
 from .values import contains_subnormal, flush_denormals, make_inputs
 
 # Modules whose instructions hold more than this many bytes are verified and compiled but not run.
@@ -60,8 +60,8 @@ def compare_with_reference(actual: list, expected: list, rerun_flushed, rerun_re
     """(outcome, message) of a backend's outputs against the reference's. A mismatch that goes
     away when the reference is rerun with denormal inputs flushed (and its denormal outputs
     flushed) is DENORMAL, not MISMATCH; one confined to elements where the reference rerun with
-    its reductions in reverse order (`rerun_reordered()`, None if it cannot run) moves as far
-    is ORDER_SENSITIVE (reassociation.py)."""
+    its reductions in other orders (`rerun_reordered()`: a list of the outputs in each, None if
+    it cannot run) moves as far is ORDER_SENSITIVE (reassociation.py)."""
     from hlofuse.runtime.compare import compare_outputs
 
     results = compare_outputs(list(actual), list(expected))
@@ -75,7 +75,7 @@ def compare_with_reference(actual: list, expected: list, rerun_flushed, rerun_re
         if all(r.ok for r in again):
             return oc.DENORMAL, message
     reordered = rerun_reordered() if rerun_reordered is not None else None
-    if reordered is not None and only_order_sensitive(list(actual), list(expected), reordered):
+    if reordered is not None and only_order_sensitive(list(actual), list(expected), *reordered):
         return oc.ORDER_SENSITIVE, message
     return oc.MISMATCH, message
 
@@ -132,7 +132,7 @@ def _against_interpreter(module, args, got, backend: str, seed: int, reference=N
 
     def reordered():
         try:
-            return reversed_reduction_reference(module, args, getattr(ref_exe, "denormals", "flush"))
+            return other_order_references(module, args, getattr(ref_exe, "denormals", "flush"))
         except Exception:  # noqa: BLE001 - no second order: the mismatch stands
             return None
 

@@ -6,12 +6,18 @@ conditioned sum the orders agree within the comparison's tolerance; for one that
 (`-1e20 + x + 1e20`, which the fuzzer's edge values make) they do not, and no elementwise
 tolerance can tell a reassociated answer from a wrong one.
 
-So a mismatch is rechecked against a second run of the reference that reduces in the reverse
-order (every reduced dimension of every `reduce` input flipped: the same mathematical sum,
-associated differently). An element is *order-sensitive* when the two reference orders
-themselves disagree there beyond the tolerance; a backend's element is excused only when it is
-order-sensitive and the backend is no further from the reference than `SPREAD_FACTOR` times the
-two orders' own distance (or the orders disagree on NaN-ness: `inf - inf` in one order only).
+So a mismatch is rechecked against other runs of the reference that reduce in other orders:
+the reverse order (every reduced dimension of every `reduce` input flipped: the same
+mathematical sum, associated differently) and, for f32/f64 sums, one strictly sequential fold
+(`sequential_reduction_reference`). Both are needed: the interpreter sums with numpy's pairwise
+scheme, which pairs element j with element j+8, so in a row of 16 where -2^31 and +2^31 sit at
+7 and 9 the pairwise sum and its reverse both absorb every small term and give 0, while a
+sequential fold (a vector loop's lanes) keeps some of them (the fuzzer's seed 27: the kernel's
+6.855 against the interpreter's 0, in both its orders). An element is *order-sensitive* when a
+reference order disagrees there beyond the tolerance; a backend's element is excused only when
+it is order-sensitive and the backend is no further from the reference than `SPREAD_FACTOR`
+times the orders' largest distance from it (or an order disagrees on NaN-ness: `inf - inf` in
+one order only).
 Every other element must still match, so a wrong result on a well-conditioned element is still a
 mismatch. The fuzzer counts excused cases apart (outcomes.ORDER_SENSITIVE), as it does denormals.
 """
@@ -48,17 +54,74 @@ def reversed_reduction_reference(module, args: list, denormals: str = "flush") -
     return [np.array(a, copy=True) for a in flatten(result)]
 
 
-def _excused(actual: np.ndarray, expected: np.ndarray, other_order: np.ndarray) -> np.ndarray:
-    """`actual` with every excusable element (see the module docstring) set to the reference's."""
-    if expected.dtype.kind not in "fc" or actual.shape != expected.shape or other_order.shape != expected.shape:
+def sequential_reduction_reference(module, args: list, denormals: str = "flush") -> list[np.ndarray]:
+    """The entry's outputs, evaluated by the interpreter with every f32/f64 sum (`reduce` of one
+    input whose reducer adds its two parameters) folded strictly in sequence, the initial value
+    first, then the elements in row-major order of the reduced dimensions (numpy's cumulative
+    sum, which does not pair). Other reduces are the plain interpreter's."""
+    from hlofuse.runtime.interpreter import denormals as flush
+    from hlofuse.runtime.interpreter.core import Interpreter, _bind_argument, flatten
+    from hlofuse.hlo.op_conditions import denormal_mode
+
+    class SequentialSums(Interpreter):
+        def evaluate_instruction(self, inst, args):
+            if not _sequential_sum(inst, args) or self.batched:
+                return super().evaluate_instruction(inst, args)
+            mode = denormal_mode(inst) if self.denormals == "flush" else "keep"
+            if mode == "keep":
+                return _fold_in_sequence(inst, args)
+            return flush.result(inst, mode, args, _fold_in_sequence(inst, flush.operands(inst, mode, args)))
+
+    entry = module.entry
+    bound = [_bind_argument(p.shape, a, f"argument {i}") for i, (p, a) in enumerate(zip(entry.parameters, args))]
+    result = SequentialSums(module, denormals=denormals).call(entry, bound)
+    return [np.array(a, copy=True) for a in flatten(result)]
+
+
+def _sequential_sum(inst, args: list) -> bool:
+    """Whether `inst` is a reduce of one f32/f64 array whose reducer adds its two parameters."""
+    if inst.opcode != "reduce" or len(args) != 2 or not isinstance(args[0], np.ndarray):
+        return False
+    if args[0].dtype not in (np.float32, np.float64):
+        return False
+    comp = inst.called_computations()[0]
+    root, params = comp.root, comp.parameters
+    return (root is not None and root.opcode == "add" and len(params) == 2 and len(comp.instructions) == 3
+            and set(root.operands) == set(params))
+
+
+def _fold_in_sequence(inst, args: list) -> np.ndarray:
+    x, init = args[0], np.asarray(args[1], dtype=args[0].dtype)
+    dims = tuple(int(d) for d in inst.attrs.get("dimensions", ()))
+    kept = [d for d in range(x.ndim) if d not in dims]
+    moved = np.transpose(x, kept + list(dims)).reshape([x.shape[d] for d in kept] + [-1])
+    start = np.broadcast_to(init, moved.shape[:-1] + (1,))
+    with np.errstate(all="ignore"):
+        return np.cumsum(np.concatenate([start, moved], axis=-1), axis=-1, dtype=x.dtype)[..., -1]
+
+
+def other_order_references(module, args: list, denormals: str = "flush") -> list[list[np.ndarray]]:
+    """The outputs in each other reduction order: reversed, then sequential sums."""
+    return [reversed_reduction_reference(module, args, denormals),
+            sequential_reduction_reference(module, args, denormals)]
+
+
+def _excused(actual: np.ndarray, expected: np.ndarray, *others: np.ndarray) -> np.ndarray:
+    """`actual` with every excusable element (see the module docstring) set to the reference's;
+    `others`: the reference's outputs in other reduction orders."""
+    if expected.dtype.kind not in "fc" or actual.shape != expected.shape or any(o.shape != expected.shape for o in others):
         return actual
     rtol, atol = tolerance_for(expected.dtype)
     e = expected.astype(np.complex128 if expected.dtype.kind == "c" else np.float64)
-    o = other_order.astype(e.dtype)
     a = actual.astype(e.dtype)
+    spread = np.zeros(e.shape)
+    order_nan = np.zeros(e.shape, dtype=bool)
     with np.errstate(all="ignore"):
-        spread = np.abs(o - e)
-        order_nan = np.isnan(o) != np.isnan(e)
+        for other in others:
+            o = other.astype(e.dtype)
+            distance = np.abs(o - e)
+            spread = np.fmax(spread, np.where(np.isfinite(distance), distance, 0.0))
+            order_nan |= np.isnan(o) != np.isnan(e)
         sensitive = order_nan | (np.isfinite(spread) & (spread > atol + rtol * np.abs(e)))
         close = np.abs(a - e) <= SPREAD_FACTOR * spread
     excuse = sensitive & (order_nan | close)
@@ -69,11 +132,13 @@ def _excused(actual: np.ndarray, expected: np.ndarray, other_order: np.ndarray) 
     return out
 
 
-def only_order_sensitive(actual: list, expected: list, other_order: list) -> bool:
+def only_order_sensitive(actual: list, expected: list, *other_orders: list) -> bool:
     """True when every mismatch of `actual` against `expected` is an order-sensitive element
     that `actual` gets within the reference orders' spread (so the outputs match once those
-    elements are excused), and at least one element needed excusing."""
-    if len(actual) != len(expected) or len(other_order) != len(expected):
+    elements are excused), and at least one element needed excusing. `other_orders`: the
+    reference's outputs in one or more other orders (`other_order_references`)."""
+    if len(actual) != len(expected) or not other_orders or any(len(o) != len(expected) for o in other_orders):
         return False
-    patched = [_excused(np.asarray(a), np.asarray(e), np.asarray(o)) for a, e, o in zip(actual, expected, other_order)]
+    patched = [_excused(np.asarray(a), np.asarray(e), *(np.asarray(o[k]) for o in other_orders))
+               for k, (a, e) in enumerate(zip(actual, expected))]
     return all(r.ok for r in compare_outputs(patched, list(expected)))
