@@ -81,23 +81,45 @@ def test_without_the_rule_fewer_accumulators(from_memory, monkeypatch):
     assert _vector_phis(exe) < 2 * 8
 
 
-def _row_kernel_ir(exe) -> str:
-    """The row kernel's LLVM IR as emitted (before optimization: the loop hints are there)."""
+def _row_kernel_ir(exe, vector_width: int | None = None) -> str:
+    """The row kernel's LLVM IR as emitted (before optimization: the loop hints are there), for
+    the host's target or one preferring `vector_width`-bit vectors."""
     (k,) = _row_kernels(exe)
-    return str(emit_kernel_module(k, CpuTarget(), k.name))
+    target = CpuTarget()
+    if vector_width is not None:
+        target.vector_width = vector_width
+    return str(emit_kernel_module(k, target, k.name))
 
 
 def test_layer_norm_fold_loops_carry_the_hint(from_memory):
     assert '"llvm.loop.interleave.count", i32 8' in _row_kernel_ir(_compile(module("layer_norm", (64, 1024))))
 
 
-def test_softmax_folds_keep_llvms_choice(from_memory):
-    """Softmax's sum folds exp(x - max): bound by the exp, no hint (LLVM interleaves and
-    unrolls it as it likes); its output loop over 1,024 stays rolled with
+def test_softmax_folds_keep_llvms_choice_with_avx512(from_memory):
+    """Softmax's sum folds exp(x - max): bound by the exp. With AVX-512's vectors no hint (LLVM
+    interleaves and unrolls it as it likes); its output loop over 1,024 stays rolled with
     loop_hints.ROLLED_INTERLEAVE vectors (loop_hints.stays_rolled)."""
-    hints = loop_hint_names(_row_kernel_ir(_compile(module("softmax", (64, 1024)))))
+    hints = loop_hint_names(_row_kernel_ir(_compile(module("softmax", (64, 1024))), vector_width=512))
     assert not hints.get("fold")
     assert hints["col"] == {"llvm.loop.unroll.disable", "llvm.loop.interleave.count"}
+
+
+@pytest.mark.parametrize("width", [256, None])
+def test_softmax_folds_interleave_four_vectors_with_16_registers(from_memory, width):
+    """With 256-bit vectors (the host's own width where it has no AVX-512: None), the exp-and-
+    sum fold interleaves cpu_row.EXPENSIVE_FOLD_VECTORS (LLVM chose 2 and left the core
+    waiting on the chains), rolled; the results stay the interpreter's."""
+    if width is None and (CpuTarget().vector_width or 0) >= 512:
+        pytest.skip("the host prefers AVX-512 vectors: the width-256 case states the rule")
+    text = module("softmax", (64, 1024))
+    exe = _compile(text)
+    ir_text = _row_kernel_ir(exe, vector_width=width)
+    hints = loop_hint_names(ir_text)
+    assert hints["fold"] == {"llvm.loop.interleave.count", "llvm.loop.unroll.disable"}
+    assert f'"llvm.loop.interleave.count", i32 {cpu_row.EXPENSIVE_FOLD_VECTORS}' in ir_text
+    x = _input((64, 1024), "f32", seed=5)
+    want = hlofuse.compile(hlofuse.parse_hlo(text), target="interpreter")(x)
+    assert all(r.ok for r in compare_outputs(list(exe(x)), list(want)))
 
 
 @pytest.mark.parametrize("pattern", ["layer_norm", "softmax"])
