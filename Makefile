@@ -1,10 +1,11 @@
 # The two newcomer commands: `make demo` (install, then compile and run the LSTM cell example on
-# the CPU with the fusion report and the comparison with the interpreter) and `make test`.
+# the CPU with the fusion report and the comparison with the interpreter) and `make test`
+# (`make test-all`: the long tier too).
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test install install-dev bench install-release-llvm
+.PHONY: demo test test-all install install-dev bench install-release-llvm
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -21,6 +22,12 @@ demo: install
 
 test: install-dev
 	$(BIN)/python -m pytest -n 2 -p no:cacheprovider tests
+
+# Everything, the `slow` tier included: the whole cross product of the matrices whose default
+# run is a representative subset (tests/conftest.py's _MATRICES), the 20,000- and
+# 100,000-instruction chains, the GPU fusion-complexity cases.
+test-all: install-dev
+	$(BIN)/python -m pytest -n 2 -p no:cacheprovider -m "slow or not slow" tests
 
 bench: install-dev
 	$(BIN)/python benchmarks/run.py

@@ -78,9 +78,9 @@ def test_a_lane_makes_what_llvmlites_locked_api_makes():
 
 
 def test_threads_compile_at_once_and_make_the_serial_bytes():
-    """Four threads compiling 30 kernels at every level (each kernel twice, so equal texts run
-    concurrently too) make exactly the objects of one thread."""
-    texts = _kernel_texts(30)
+    """Four threads compiling 12 kernels at every level (each kernel twice, so equal texts run
+    concurrently too: 72 jobs, 18 a thread) make exactly the objects of one thread."""
+    texts = _kernel_texts(12)
     jobs = [(t, level) for t in texts for level in (3, llvm_pool.SMALL_KERNEL, llvm_pool.UNOPTIMIZED)] * 2
     serial = [llvm_pool.compile_timed(t, level)[0] for t, level in jobs]
     with ThreadPoolExecutor(4) as pool:
@@ -139,25 +139,40 @@ def test_the_long_calls_run_while_another_thread_holds_llvmlites_lock():
     assert got == want
 
 
-@pytest.mark.parametrize("threads", ["1", "2", "4"])
-def test_concurrent_compile_is_bit_identical_to_serial(monkeypatch, threads):
-    """Every kernel's object, its key, symbol and place in the program, and the driver's object
-    are the same bytes on one lane and on several (whose groups are smaller: group_kernels);
-    the results agree with the interpreter."""
+@pytest.fixture(scope="module")
+def serial_many():
+    """The MANY-kernel module's text and its serial compile (one lane), shared by the lane
+    counts below: the serial bytes they are compared with do not depend on them."""
     text = _module(MANY)
-    monkeypatch.setenv("HLOFUSE_CPU_THREADS", "1")
-    serial = compile_cpu(_fused(text), cache=False)
-    monkeypatch.setenv("HLOFUSE_CPU_THREADS", threads)
-    concurrent = compile_cpu(_fused(text), cache=False)
-    assert len(serial.objects) >= MANY and serial.compiled_count == len(serial.objects)
-    assert [(o.key, o.symbol) for o in serial.objects] == [(o.key, o.symbol) for o in concurrent.objects]
-    assert serial.symbols == concurrent.symbols and serial.driver_object == concurrent.driver_object
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("HLOFUSE_MODULE_CACHE", "0")
+        mp.setenv("HLOFUSE_CPU_THREADS", "1")
+        return text, compile_cpu(_fused(text), cache=False)
+
+
+def test_the_many_kernel_module_runs_as_the_interpreter(monkeypatch):
+    """The module of test_concurrent_compile_is_bit_identical_to_serial, compiled (on the
+    machine's lanes) and run, agrees with the interpreter."""
+    text = _module(MANY)
     module = hlofuse.parse_hlo(text)
     exe = hlofuse.compile(module, "cpu", cache=False)
     rng = np.random.default_rng(3)
     args = [rng.uniform(-1, 1, p.shape.dims).astype(np.float32) for p in module.entry.parameters]
     for g, w in zip(exe(*args), evaluate(module, args)):
         np.testing.assert_allclose(g, w, rtol=2e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("threads", ["1", "2", "4"])
+def test_concurrent_compile_is_bit_identical_to_serial(monkeypatch, threads, serial_many):
+    """Every kernel's object, its key, symbol and place in the program, and the driver's object
+    are the same bytes on one lane and on several (whose groups are smaller: group_kernels);
+    the results agree with the interpreter (test_the_many_kernel_module_runs_as_the_interpreter)."""
+    text, serial = serial_many
+    monkeypatch.setenv("HLOFUSE_CPU_THREADS", threads)
+    concurrent = compile_cpu(_fused(text), cache=False)
+    assert len(serial.objects) >= MANY and serial.compiled_count == len(serial.objects)
+    assert [(o.key, o.symbol) for o in serial.objects] == [(o.key, o.symbol) for o in concurrent.objects]
+    assert serial.symbols == concurrent.symbols and serial.driver_object == concurrent.driver_object
 
 
 def test_the_kernel_cache_stays_per_kernel(monkeypatch, tmp_path):

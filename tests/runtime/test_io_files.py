@@ -41,18 +41,27 @@ def _run(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([HLOFUSE, *args], capture_output=True, text=True, timeout=300)
 
 
+def _main(*args: str, capsys) -> tuple[int, str]:
+    """The CLI's main in this process (the process boundary, exit status 2 and no traceback,
+    is test_every_bad_inputs_file_exits_2_from_the_cli's): its exit status and stderr."""
+    from hlofuse.cli import main
+
+    rc = main(list(args))
+    return rc, capsys.readouterr().err
+
+
 @pytest.mark.parametrize("backend", ["cpu", "interpreter"])
 @pytest.mark.parametrize("ty", list(ROUND_TRIP))
-def test_cli_round_trip(ty: str, backend: str, tmp_path) -> None:
+def test_cli_round_trip(ty: str, backend: str, tmp_path, capsys) -> None:
     """run --inputs a.npz --output b.npz, then b's out0 fed back as arg0: two reverses give the
     input back bit for bit, and the file in between holds np.flip of it."""
     x = ROUND_TRIP[ty]
     hlo = tmp_path / "m.hlo"
     hlo.write_text(reverse_module(ty, len(x)))
     np.savez(tmp_path / "in.npz", arg0=x)  # numpy writes bf16/f8/s4 as raw void
-    first = _run("run", str(hlo), "--backend", backend, "--inputs", str(tmp_path / "in.npz"),
-                 "--output", str(tmp_path / "mid.npz"))
-    assert first.returncode == 0, first.stderr
+    rc, err = _main("run", str(hlo), "--backend", backend, "--inputs", str(tmp_path / "in.npz"),
+                    "--output", str(tmp_path / "mid.npz"), capsys=capsys)
+    assert rc == 0, err
     with np.load(tmp_path / "mid.npz") as z:
         assert z.files == ["out0"]
         mid = z["out0"]
@@ -61,9 +70,9 @@ def test_cli_round_trip(ty: str, backend: str, tmp_path) -> None:
     assert mid.dtype == expected_dtype
     assert mid.tobytes() == np.flip(x).tobytes()
     np.savez(tmp_path / "mid_in.npz", arg0=mid)
-    second = _run("run", str(hlo), "--backend", backend, "--inputs", str(tmp_path / "mid_in.npz"),
-                  "--output", str(tmp_path / "out.npz"))
-    assert second.returncode == 0, second.stderr
+    rc, err = _main("run", str(hlo), "--backend", backend, "--inputs", str(tmp_path / "mid_in.npz"),
+                    "--output", str(tmp_path / "out.npz"), capsys=capsys)
+    assert rc == 0, err
     with np.load(tmp_path / "out.npz") as z:
         assert z["out0"].tobytes() == x.tobytes()
 
