@@ -295,3 +295,23 @@ def test_user_errors_stay_exit_2(tmp_path, capsys):
     assert main(["compile", EXAMPLE, "--emit", "ptx"]) == 2
     err = capsys.readouterr().err
     assert "bug in hlofuse" not in err and "Traceback" not in err
+
+
+def test_a_reverse_without_dimensions_is_a_users_error(tmp_path, capsys):
+    """The fuzzer's seed-29 case, reduced: a fused reverse whose `dimensions` a mutation renamed
+    to another attribute. The verifier let it through (the shape rule read no dimensions as
+    none) and the CPU element generator raised KeyError, an internal error (exit 3); XLA's
+    parser requires the attribute, and so does hlofuse's verifier now: exit 2, no output."""
+    bad = tmp_path / "reverse.hlo"
+    bad.write_text("HloModule m\n\nfused {\n  p = f32[4,6]{1,0} parameter(0)\n"
+                   "  s = f32[4,3]{1,0} slice(p), slice={[0:4:1], [0:6:2]}\n"
+                   "  ROOT r = f32[4,3]{1,0} reverse(s), parent_frame_id={0}\n}\n\n"
+                   "ENTRY main {\n  x = f32[4,6]{1,0} parameter(0)\n"
+                   "  ROOT f = f32[4,3]{1,0} fusion(x), kind=kLoop, calls=fused\n}\n")
+    out = tmp_path / "out.npz"
+    for backend in ("cpu", "interpreter"):
+        assert main(["run", str(bad), "--backend", backend, "-o", str(out)]) == 2
+        assert not out.exists()
+    err = capsys.readouterr().err
+    assert "missing attribute 'dimensions'" in err
+    assert "bug in hlofuse" not in err and "Traceback" not in err

@@ -226,9 +226,10 @@ def _pad(inst: HloInstruction) -> Shape:
 
 @register_shape_rule("reverse")
 def _reverse(inst: HloInstruction) -> Shape:
-    """reverse: distinct dimensions in range; the operand's shape."""
+    """reverse: `dimensions` given (XLA's parser requires it, `{}` for none), distinct and in
+    range; the operand's shape."""
     x = array_operand(inst, 0)
-    check_dims_in_range(inst, int_tuple(inst, "dimensions", ()), x.rank, "reverse dimension")
+    check_dims_in_range(inst, int_tuple(inst, "dimensions"), x.rank, "reverse dimension")
     return make_array(x.dtype, x.dims, x.dynamic)
 
 

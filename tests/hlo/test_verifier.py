@@ -320,6 +320,9 @@ def _one(opcode, shape, operand_shapes, **attrs):
     ("slice", "f32[2]", ["f32[4]"], {"slice": ((0, 4, 0),)}, "stride"),
     ("slice", "f32[2]", ["f32[4]"], {"slice": ((0, 5, 1),)}, "out of bounds"),
     ("reverse", "f32[4,2]", ["f32[4,2]"], {"dimensions": (1, 1)}, "duplicates"),
+    # required, as XLA's parser requires it (the fuzzer, seed 29: a reverse whose `dimensions`
+    # a mutation renamed passed the verifier and crashed the element generator)
+    ("reverse", "f32[4,2]", ["f32[4,2]"], {}, "missing attribute 'dimensions'"),
     ("concatenate", "f32[4,5]", ["f32[2,3]", "f32[2,2]"], {"dimensions": (0,)}, "outside dimension 0"),
     ("pad", "f32[4]", ["f32[2]", "f32[]"], {"padding": ((0, 0, -1),)}, "interior"),
     ("dynamic-slice", "f32[2]", ["f32[4]", "f32[]"], {"dynamic_slice_sizes": (2,)}, "integer scalar"),
