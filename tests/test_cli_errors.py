@@ -315,3 +315,21 @@ def test_a_reverse_without_dimensions_is_a_users_error(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "missing attribute 'dimensions'" in err
     assert "bug in hlofuse" not in err and "Traceback" not in err
+
+
+def test_a_malformed_batch_norm_epsilon_is_a_users_error(tmp_path, capsys):
+    """The fuzzer's seed-30 case: `epsilon==0.001` (one '=' too many) reached the batch-norm
+    expander, whose float() raised ValueError, an internal error (exit 3). Now exit 2 with the
+    attribute named, no output."""
+    bad = tmp_path / "bn.hlo"
+    bad.write_text("HloModule m\n\nENTRY main {\n  x = f32[2,3,5]{2,1,0} parameter(0)\n"
+                   "  s = f32[3]{0} parameter(1)\n  o = f32[3]{0} parameter(2)\n"
+                   "  ROOT bn = (f32[2,3,5]{2,1,0}, f32[3]{0}, f32[3]{0}) batch-norm-training(x, s, o), "
+                   "epsilon==0.001, feature_index=1\n}\n")
+    out = tmp_path / "out.npz"
+    for backend in ("cpu", "interpreter"):
+        assert main(["run", str(bad), "--backend", backend, "-o", str(out)]) == 2
+        assert not out.exists()
+    err = capsys.readouterr().err
+    assert "attribute epsilon must be a number" in err
+    assert "bug in hlofuse" not in err and "Traceback" not in err

@@ -33,7 +33,11 @@ def _attr_number(inst: HloInstruction, key: str, cast):
     value = inst.attrs.get(key)
     if value is None:
         raise VerifierError(f"{inst.opcode} needs attribute {key}", instruction=inst.name)
-    return cast(str(value) if isinstance(value, Raw) else value)
+    try:
+        return cast(str(value) if isinstance(value, Raw) else value)
+    except (TypeError, ValueError):  # a malformed value (the fuzzer: epsilon==0.001) is the user's
+        raise VerifierError(f"{inst.opcode}: attribute {key} must be a number, got {str(value)!r}",
+                            instruction=inst.name) from None
 
 
 class _Builder:
