@@ -297,39 +297,36 @@ def test_user_errors_stay_exit_2(tmp_path, capsys):
     assert "bug in hlofuse" not in err and "Traceback" not in err
 
 
-def test_a_reverse_without_dimensions_is_a_users_error(tmp_path, capsys):
-    """The fuzzer's seed-29 case, reduced: a fused reverse whose `dimensions` a mutation renamed
-    to another attribute. The verifier let it through (the shape rule read no dimensions as
-    none) and the CPU element generator raised KeyError, an internal error (exit 3); XLA's
-    parser requires the attribute, and so does hlofuse's verifier now: exit 2, no output."""
-    bad = tmp_path / "reverse.hlo"
-    bad.write_text("HloModule m\n\nfused {\n  p = f32[4,6]{1,0} parameter(0)\n"
-                   "  s = f32[4,3]{1,0} slice(p), slice={[0:4:1], [0:6:2]}\n"
-                   "  ROOT r = f32[4,3]{1,0} reverse(s), parent_frame_id={0}\n}\n\n"
-                   "ENTRY main {\n  x = f32[4,6]{1,0} parameter(0)\n"
-                   "  ROOT f = f32[4,3]{1,0} fusion(x), kind=kLoop, calls=fused\n}\n")
+
+MALFORMED = {
+    # a fused reverse whose `dimensions` a mutation renamed (the fuzzer, seed 29): the verifier
+    # let it through (the shape rule read no dimensions as none) and the CPU element generator
+    # raised KeyError; XLA's parser requires the attribute, and so does hlofuse's verifier now
+    "missing attribute 'dimensions'": (
+        "HloModule m\n\nfused {\n  p = f32[4,6]{1,0} parameter(0)\n"
+        "  s = f32[4,3]{1,0} slice(p), slice={[0:4:1], [0:6:2]}\n"
+        "  ROOT r = f32[4,3]{1,0} reverse(s), parent_frame_id={0}\n}\n\n"
+        "ENTRY main {\n  x = f32[4,6]{1,0} parameter(0)\n"
+        "  ROOT f = f32[4,3]{1,0} fusion(x), kind=kLoop, calls=fused\n}\n"),
+    # `epsilon==0.001` (seed 30) reached the batch-norm expander, whose float() raised ValueError
+    "attribute epsilon must be a number": (
+        "HloModule m\n\nENTRY main {\n  x = f32[2,3,5]{2,1,0} parameter(0)\n"
+        "  s = f32[3]{0} parameter(1)\n  o = f32[3]{0} parameter(2)\n"
+        "  ROOT bn = (f32[2,3,5]{2,1,0}, f32[3]{0}, f32[3]{0}) batch-norm-training(x, s, o), "
+        "epsilon==0.001, feature_index=1\n}\n"),
+}
+
+
+@pytest.mark.parametrize("message", sorted(MALFORMED))
+def test_malformed_attributes_the_fuzzer_found_are_users_errors(message, tmp_path, capsys):
+    """Each was an internal error (exit 3) before: now exit 2 on every backend, the attribute
+    named, no output."""
+    bad = tmp_path / "bad.hlo"
+    bad.write_text(MALFORMED[message])
     out = tmp_path / "out.npz"
     for backend in ("cpu", "interpreter"):
         assert main(["run", str(bad), "--backend", backend, "-o", str(out)]) == 2
         assert not out.exists()
     err = capsys.readouterr().err
-    assert "missing attribute 'dimensions'" in err
-    assert "bug in hlofuse" not in err and "Traceback" not in err
-
-
-def test_a_malformed_batch_norm_epsilon_is_a_users_error(tmp_path, capsys):
-    """The fuzzer's seed-30 case: `epsilon==0.001` (one '=' too many) reached the batch-norm
-    expander, whose float() raised ValueError, an internal error (exit 3). Now exit 2 with the
-    attribute named, no output."""
-    bad = tmp_path / "bn.hlo"
-    bad.write_text("HloModule m\n\nENTRY main {\n  x = f32[2,3,5]{2,1,0} parameter(0)\n"
-                   "  s = f32[3]{0} parameter(1)\n  o = f32[3]{0} parameter(2)\n"
-                   "  ROOT bn = (f32[2,3,5]{2,1,0}, f32[3]{0}, f32[3]{0}) batch-norm-training(x, s, o), "
-                   "epsilon==0.001, feature_index=1\n}\n")
-    out = tmp_path / "out.npz"
-    for backend in ("cpu", "interpreter"):
-        assert main(["run", str(bad), "--backend", backend, "-o", str(out)]) == 2
-        assert not out.exists()
-    err = capsys.readouterr().err
-    assert "attribute epsilon must be a number" in err
+    assert message in err
     assert "bug in hlofuse" not in err and "Traceback" not in err

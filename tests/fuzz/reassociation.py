@@ -36,7 +36,7 @@ SPREAD_FACTOR = 8.0
 def reversed_reduction_reference(module, args: list, denormals: str = "flush") -> list[np.ndarray]:
     """The entry's outputs, evaluated by the interpreter with every `reduce` combining its
     elements in the reverse order of the plain interpreter's."""
-    from hlofuse.runtime.interpreter.core import Interpreter, _bind_argument, flatten
+    from hlofuse.runtime.interpreter.core import Interpreter
 
     class ReversedReductions(Interpreter):
         def evaluate_instruction(self, inst, args):
@@ -48,10 +48,7 @@ def reversed_reduction_reference(module, args: list, denormals: str = "flush") -
                             for a in args[:n]] + list(args[n:])
             return super().evaluate_instruction(inst, args)
 
-    entry = module.entry
-    bound = [_bind_argument(p.shape, a, f"argument {i}") for i, (p, a) in enumerate(zip(entry.parameters, args))]
-    result = ReversedReductions(module, denormals=denormals).call(entry, bound)
-    return [np.array(a, copy=True) for a in flatten(result)]
+    return _entry_outputs(ReversedReductions, module, args, denormals)
 
 
 def sequential_reduction_reference(module, args: list, denormals: str = "flush") -> list[np.ndarray]:
@@ -59,11 +56,12 @@ def sequential_reduction_reference(module, args: list, denormals: str = "flush")
     input whose reducer adds its two parameters) folded strictly in sequence, the initial value
     first, then the elements in row-major order of the reduced dimensions (numpy's cumulative
     sum, which does not pair). Other reduces are the plain interpreter's."""
-    from hlofuse.runtime.interpreter import denormals as flush
-    from hlofuse.runtime.interpreter.core import Interpreter, _bind_argument, flatten
     from hlofuse.hlo.op_conditions import denormal_mode
+    from hlofuse.runtime.interpreter import denormals as flush
+    from hlofuse.runtime.interpreter.core import Interpreter
 
     class SequentialSums(Interpreter):
+        # the base class's denormal handling around our fold instead of the registry's rule
         def evaluate_instruction(self, inst, args):
             if not _sequential_sum(inst, args) or self.batched:
                 return super().evaluate_instruction(inst, args)
@@ -72,9 +70,17 @@ def sequential_reduction_reference(module, args: list, denormals: str = "flush")
                 return _fold_in_sequence(inst, args)
             return flush.result(inst, mode, args, _fold_in_sequence(inst, flush.operands(inst, mode, args)))
 
+    return _entry_outputs(SequentialSums, module, args, denormals)
+
+
+def _entry_outputs(interpreter: type, module, args: list, denormals: str) -> list[np.ndarray]:
+    """The entry computation's outputs (tuples flattened) evaluated by `interpreter`, an
+    Interpreter subclass, on `args`."""
+    from hlofuse.runtime.interpreter.core import _bind_argument, flatten
+
     entry = module.entry
     bound = [_bind_argument(p.shape, a, f"argument {i}") for i, (p, a) in enumerate(zip(entry.parameters, args))]
-    result = SequentialSums(module, denormals=denormals).call(entry, bound)
+    result = interpreter(module, denormals=denormals).call(entry, bound)
     return [np.array(a, copy=True) for a in flatten(result)]
 
 

@@ -40,7 +40,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Callable
 
 from ...emitters import math_calls
 from ...emitters.elemental import ElementalEmitter
@@ -52,8 +51,7 @@ from .args import output_leaves
 from .cpu_concat import emit_concat_loop
 from .cpu_streaming import BUFFER_BYTES, buffered_streaming_row, fence, streamable
 from .loop_hints import fold_tail, forbid_vectorization, interleave, rolls_transposed_rows
-from .plane_patterns import fill_patterns, pattern_broadcasts, walk_plane_flat
-from .reduction_groups import lanes_of
+from .reduction_groups import lanes_of, wide_vectors
 
 _MIN_ROW = 32  # shorter last dimensions use flat mode ...
 _UNROLLED_ROW = 4  # ... unless so short that LLVM unrolls the row and vectorizes across rows
@@ -116,19 +114,12 @@ def _math_ops(comp: HloComputation) -> int:
                and op_info(i.opcode).elementwise and op_info(i.opcode).math)
 
 
-def _wide_vectors(vector_bits: int | None) -> bool:
-    """Whether kernels prefer AVX-512's 512-bit vectors (32 vector registers); None is LLVM's own
-    width, AVX2's 256 bits and 16 registers on the x86 hosts this runs on
-    (emitters/cpu/target.preferred_vector_width)."""
-    return (vector_bits or 0) >= 512
-
-
 def interleave_limit(vector_bits: int | None) -> int:
     """The most vectors a latency-bound loop interleaves on a target whose kernels prefer
-    `vector_bits`-bit vectors: `_INTERLEAVE` with AVX-512's (`_wide_vectors`), else
+    `vector_bits`-bit vectors: `_INTERLEAVE` with AVX-512's (`reduction_groups.wide_vectors`), else
     `_NARROW_INTERLEAVE`, never more than `_INTERLEAVE` (which A/B runs and tests lower to
     turn interleaving off on every target)."""
-    return _INTERLEAVE if _wide_vectors(vector_bits) else min(_INTERLEAVE, _NARROW_INTERLEAVE)
+    return _INTERLEAVE if wide_vectors(vector_bits) else min(_INTERLEAVE, _NARROW_INTERLEAVE)
 
 
 def interleave_count(comp: HloComputation, ls: LoopShape, vector_bits: int | None) -> int:
@@ -185,7 +176,7 @@ def _reads_wider_rows(params: list, row: int) -> bool:
 
 
 def emit_loop(skel, ls: LoopShape, body, interleaved: int = 1, streamed: list | None = None,
-              rolled: bool = False, flat_planes: Callable | None = None) -> None:
+              rolled: bool = False, flat_planes: "plane_patterns.PlanePatterns | None" = None) -> None:
     """Emit the loop nest over units [skel.begin, skel.end); `body(index)` emits one element.
     `interleaved` > 1 asks LLVM to interleave that many vectors in the innermost loop of rows
     and flat mode (loop_hints.interleave). `streamed` (rows and plane mode; `streams_rows`):
@@ -204,7 +195,7 @@ def emit_loop(skel, ls: LoopShape, body, interleaved: int = 1, streamed: list | 
 
             def plane(put):
                 if flat_planes is not None:
-                    walk_plane_flat(b, dims, outer, base, flat_planes, put)
+                    flat_planes.walk(b, dims, outer, base, put)
                     return
                 with for_range(b, const_i64(0), const_i64(m), "row") as i:
                     row = b.mul(i, const_i64(n), flags=["nuw", "nsw"])
@@ -261,7 +252,7 @@ def streams_rows(skel, comp: HloComputation, ls: LoopShape, outputs: list) -> bo
     in cache a streaming store would evict what the next kernel reads). A loop kernel writes
     each output element once and never reads it back. Not a latency-bound loop (one that
     interleaves vectors of math functions, `interleave_count`) on a target without AVX-512
-    (`_wide_vectors`): its compute, not memory, bounds it there, and the chunk's trip through
+    (`reduction_groups.wide_vectors`): its compute, not memory, bounds it there, and the chunk's trip through
     the L1 buffer costs more than the read for ownership saves. Zen 1 AVX2 host, CPU
     time, medians of 11-21 interleaved rounds, load 4-6.8, plain stores against streaming:
     gelu_tanh 0.96x on one thread and 0.95x on two, transcendental_chain 0.98x, iou_matrix
@@ -272,7 +263,7 @@ def streams_rows(skel, comp: HloComputation, ls: LoopShape, outputs: list) -> bo
     if not ls.rows_mode:
         return False
     width = getattr(skel.target, "vector_width", None)
-    if not NARROW_LATENCY_BOUND_STREAMS and not _wide_vectors(width) and interleave_count(comp, ls, width) > 1:
+    if not NARROW_LATENCY_BOUND_STREAMS and not wide_vectors(width) and interleave_count(comp, ls, width) > 1:
         return False
     row = ls.unit_elements
     if not streamable(skel.target, [leaf.shape.dtype for leaf in outputs], row):
@@ -327,9 +318,9 @@ def emit_loop_kernel(skel, comp: HloComputation, outputs: list[int]) -> LoopShap
         return ls  # a concatenate, written operand by operand (cpu_concat.py)
     flat_planes = None
     if plane_patterns.FLAT_PLANES and source is None and ls.rows_mode and ls.inner == 2:
-        patterns = pattern_broadcasts(comp, [leaf.inst for leaf in chosen], ls.dims)
+        patterns = plane_patterns.pattern_broadcasts(comp, [leaf.inst for leaf in chosen], ls.dims)
         if patterns:  # before the outputs' generators, which then read the patterns
-            flat_planes = fill_patterns(skel.builder, em, ls.dims, patterns)
+            flat_planes = plane_patterns.fill_patterns(skel.builder, em, ls.dims, patterns)
     gens = [em.gen(source if source is not None else leaf.inst) for leaf in chosen]
 
     def body(index):

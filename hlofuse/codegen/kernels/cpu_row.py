@@ -45,7 +45,7 @@ from .fast_extremum import FAST_ACCUMULATORS, exact_needed, fast_extremum, fold_
 from .host_caches import DEFAULT_L2_BYTES, DEFAULT_L3_BYTES, cache_bytes, l2_cache_bytes, l3_cache_bytes
 from . import loop_hints
 from .loop_hints import forbid_vectorization, interleave
-from .reduction_groups import ReduceHero, computes_expensive_elements, row_accumulators, vector_lanes
+from .reduction_groups import ReduceHero, computes_expensive_elements, row_accumulators, vector_lanes, wide_vectors
 from .row_ahead import NextRowFold, fold_into, pipelines_first_level
 from .row_analysis import RowLayout, reused_values, row_layout
 
@@ -249,15 +249,13 @@ def _accumulators(target, comp: HloComputation, layout: RowLayout, heroes: list,
     length = n
     if streams:
         length = min(n, max(1, _fold_chunk_bytes(n, streams) // max(size for _, size, _ in streams)))
+    lanes = vector_lanes(target, [h.inst for h in heroes])
     if computes_expensive_elements(comp, layout.in_dims):
-        if (getattr(target, "vector_width", None) or 0) >= 512:
+        if wide_vectors(getattr(target, "vector_width", None)):
             return 1
-        count, lanes = EXPENSIVE_FOLD_VECTORS, vector_lanes(target, [h.inst for h in heroes])
-        while count > 1 and count * lanes > length:
-            count //= 2
-        return count if count >= 2 else 1
+        return row_accumulators(lanes, 1, length, most=EXPENSIVE_FOLD_VECTORS)
     values = sum(FAST_ACCUMULATORS if h.inst in fast else len(h.types) for h in heroes)
-    return row_accumulators(vector_lanes(target, [h.inst for h in heroes]), values, length)
+    return row_accumulators(lanes, values, length)
 
 
 def streams_outputs(skel, layout: RowLayout, streams: list, rereads: bool) -> bool:

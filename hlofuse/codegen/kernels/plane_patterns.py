@@ -23,7 +23,7 @@ from typing import Callable
 
 from llvmlite import ir
 
-from ...emitters.elemental import ElementalEmitter, mem_type
+from ...emitters.elemental import ElementalEmitter, dims_of, mem_type
 from ...emitters.ir_helpers import Index, const_i64, delinearize, for_range, load_element, store_element
 from ...hlo.ir import HloComputation, HloInstruction
 
@@ -32,10 +32,6 @@ FLAT_PLANES = True
 # The pattern buffers of one kernel together stay this small: they are read with every vector
 # of the plane, so they must stay in L1 beside the stream buffers (cpu_streaming.py).
 PATTERN_BYTES = 16 * 1024
-
-
-def _dims(inst: HloInstruction) -> tuple[int, ...]:
-    return tuple(inst.shape.dims) if inst.shape.is_array else ()
 
 
 def pattern_broadcasts(comp: HloComputation, roots: list[HloInstruction], dims: tuple[int, ...]) -> list | None:
@@ -60,7 +56,7 @@ def pattern_broadcasts(comp: HloComputation, roots: list[HloInstruction], dims: 
         if op == "constant" and inst.shape.rank == 0:
             continue
         if op == "parameter":
-            if _dims(inst) != dims and inst.shape.rank != 0:
+            if dims_of(inst) != dims and inst.shape.rank != 0:
                 return None
             continue
         if op == "broadcast":
@@ -71,10 +67,10 @@ def pattern_broadcasts(comp: HloComputation, roots: list[HloInstruction], dims: 
                 return None
             patterns.append(inst)
             continue
-        if not inst.info.elementwise or _dims(inst) != dims:
+        if not inst.info.elementwise or dims_of(inst) != dims:
             return None
         for operand in inst.operands:
-            if operand.shape.is_array and operand.shape.rank != 0 and _dims(operand) != dims:
+            if operand.shape.is_array and operand.shape.rank != 0 and dims_of(operand) != dims:
                 return None
             stack.append(operand)
     plane_elements = dims[-2] * dims[-1]
@@ -83,14 +79,33 @@ def pattern_broadcasts(comp: HloComputation, roots: list[HloInstruction], dims: 
     return patterns
 
 
-def fill_patterns(b: ir.IRBuilder, em: ElementalEmitter, dims: tuple[int, ...], patterns: list) -> Callable:
+class PlanePatterns:
+    """The pattern buffers of one kernel, filled (`fill_patterns`), and the flat walk of its
+    planes that reads them: a reader takes its element's offset in the plane as its linear
+    index less the first linear index of the plane being walked (`base`)."""
+
+    def __init__(self) -> None:
+        self.base: ir.Value | None = None
+
+    def walk(self, b: ir.IRBuilder, dims: tuple[int, ...], outer: list, base: ir.Value, put: Callable) -> None:
+        """The plane starting at linear index `base` (outer indices `outer`) as one loop over its
+        elements; `put(at, index)` emits element `at` of the plane."""
+        m, n = dims[-2], dims[-1]
+        self.base = base
+        with for_range(b, const_i64(0), const_i64(m * n), "plane.elem") as k:
+            # The plane's own indices are divisions of k that only a pattern's fill would read:
+            # LLVM removes them as dead code.
+            inner = delinearize(b, k, (m, n))
+            put(k, Index(b, dims, multi=list(outer) + list(inner), linear=b.add(base, k, flags=["nuw", "nsw"])))
+
+
+def fill_patterns(b: ir.IRBuilder, em: ElementalEmitter, dims: tuple[int, ...], patterns: list) -> PlanePatterns:
     """Emit, before the loop over planes, the fill of one stack buffer per pattern broadcast
     with its values over a plane (its generator at outer index 0), and make each broadcast's
-    generator read its buffer (`em.override`). Returns `at_plane(base)`: the flat loop calls it
-    with each plane's first linear index, which the readers subtract from theirs."""
+    generator read its buffer (`em.override`) in the planes `PlanePatterns.walk` walks."""
     m, n = dims[-2], dims[-1]
     outer = [const_i64(0)] * (len(dims) - 2)
-    state: dict[str, ir.Value] = {}
+    walk = PlanePatterns()
     for inst in patterns:
         dtype = inst.shape.dtype
         with b.goto_entry_block():
@@ -106,25 +121,8 @@ def fill_patterns(b: ir.IRBuilder, em: ElementalEmitter, dims: tuple[int, ...], 
                 store_element(b, value, b.gep(buffer, [const_i64(0), at], inbounds=True), dtype)
 
         def read(idx: Index, buffer=buffer, dtype=dtype) -> ir.Value:
-            at = b.sub(idx.linear, state["base"], flags=["nuw", "nsw"])
+            at = b.sub(idx.linear, walk.base, flags=["nuw", "nsw"])
             return load_element(b, b.gep(buffer, [const_i64(0), at], inbounds=True), dtype)
 
         em.override(inst, read)
-
-    def at_plane(base: ir.Value) -> None:
-        state["base"] = base
-
-    return at_plane
-
-
-def walk_plane_flat(b: ir.IRBuilder, dims: tuple[int, ...], outer: list, base: ir.Value,
-                    at_plane: Callable, put: Callable) -> None:
-    """The plane starting at linear index `base` (outer indices `outer`) as one loop over its
-    elements; `put(at, index)` emits element `at` of the plane."""
-    m, n = dims[-2], dims[-1]
-    at_plane(base)
-    with for_range(b, const_i64(0), const_i64(m * n), "plane.elem") as k:
-        # The plane's own indices are divisions of k that only a pattern's fill would read:
-        # LLVM removes them as dead code.
-        inner = delinearize(b, k, (m, n))
-        put(k, Index(b, dims, multi=list(outer) + list(inner), linear=b.add(base, k, flags=["nuw", "nsw"])))
+    return walk

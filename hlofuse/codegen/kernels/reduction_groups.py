@@ -304,6 +304,13 @@ def vector_lanes(target, heroes) -> int:
     return lanes_of(getattr(target, "vector_width", None), bits)
 
 
+def wide_vectors(vector_bits: int | None) -> bool:
+    """Whether kernels prefer AVX-512's 512-bit vectors (32 vector registers); None is LLVM's own
+    width, AVX2's 256 bits and 16 registers on the x86 hosts this runs on
+    (emitters/cpu/target.preferred_vector_width)."""
+    return (vector_bits or 0) >= 512
+
+
 @functools.lru_cache(maxsize=None)
 def vector_registers() -> tuple[int, int]:
     """The count and the size in bytes of the vector registers the host's kernels use: 32 of
@@ -333,12 +340,13 @@ def row_accumulator_registers() -> int:
 ROW_ACCUMULATORS = 8
 
 
-def row_accumulators(lanes: int, accumulators: int, row: int) -> int:
+def row_accumulators(lanes: int, accumulators: int, row: int, most: int | None = None) -> int:
     """How many vectors a reassociating row reduction's innermost loop (`row` elements long)
     interleaves, each an independent accumulator of each of its `accumulators` reduced values:
-    `ROW_ACCUMULATORS`, halved until they fit `row_accumulator_registers()` and a row holds them
-    all (a shorter row would run in the scalar remainder loop); 1 (LLVM's own choice) where
-    that leaves fewer than 2. The loop given a count stays rolled (cpu_reduction, cpu_row).
+    `most` (`ROW_ACCUMULATORS` unless given), halved until they fit `row_accumulator_registers()`
+    and a row holds them all (a shorter row would run in the scalar remainder loop); 1 (LLVM's
+    own choice) where that leaves fewer than 2. The loop given a count stays rolled
+    (cpu_reduction, cpu_row).
 
     Why: a row read from memory is folded as fast as the core keeps enough loads in flight, and
     an add waiting for its load and for the previous add of its accumulator holds a scheduler
@@ -354,7 +362,7 @@ def row_accumulators(lanes: int, accumulators: int, row: int) -> int:
     the read ceiling of one core here. In cache (2 MB, load 7) it
     costs nothing and short rows gain: sum and sum of squares of f32[16384,32] 0.157 -> 0.036 ms
     (2 vectors a row, LLVM had left it scalar), [4096,128], [2048,256], [512,1024] unchanged."""
-    count = ROW_ACCUMULATORS
+    count = ROW_ACCUMULATORS if most is None else most
     registers = row_accumulator_registers()
     while count > 1 and (count * accumulators > registers or count * lanes > row):
         count //= 2

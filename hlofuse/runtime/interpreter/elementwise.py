@@ -315,7 +315,6 @@ _TRANSCENDENTAL: dict[str, Callable[[Array], Array]] = {
 }
 
 
-
 def _nan_operands_kept(fn: Callable[[Array], Array], negated: bool = False) -> Callable[[Array], Array]:
     """`fn` with every NaN operand returned as it is (sign and payload), as x86 arithmetic, the
     CPU kernels and XLA:CPU propagate it; `negated`: with its sign flipped (logistic, which XLA
