@@ -130,7 +130,7 @@ def _quadrant(m: MathIR, q, values, xd):
 def sin_f32(b: ir.IRBuilder, target, x) -> ir.Value:
     """sin via f64 reduction by pi/2 (_reduce_pio2) and Taylor series on [-pi/4, pi/4]."""
     m = MathIR(b, target, F64)
-    xd = to_f64(b, x)
+    xd = b.fpext(x, F64)  # not to_f64: a denormal comes back as it is (the registry's keep-tiny)
     r, q = _reduce_pio2(m, x, xd)
     s, c = _sin_cos_poly(m, r)
     res = _quadrant(m, q, [s, c, b.fneg(s), b.fneg(c)], xd)
@@ -141,7 +141,7 @@ def sin_f32(b: ir.IRBuilder, target, x) -> ir.Value:
 def cos_f32(b: ir.IRBuilder, target, x) -> ir.Value:
     """cos via f64 reduction by pi/2 (_reduce_pio2) and Taylor series on [-pi/4, pi/4]."""
     m = MathIR(b, target, F64)
-    xd = to_f64(b, x)
+    xd = to_f64(b, target, x)
     r, q = _reduce_pio2(m, x, xd)
     s, c = _sin_cos_poly(m, r)
     return b.fptrunc(_quadrant(m, q, [c, b.fneg(s), b.fneg(c), s], xd), F32)
@@ -150,7 +150,7 @@ def cos_f32(b: ir.IRBuilder, target, x) -> ir.Value:
 def tan_f32(b: ir.IRBuilder, target, x) -> ir.Value:
     """tan = sin/cos of the reduced argument, in f64."""
     m = MathIR(b, target, F64)
-    xd = to_f64(b, x)
+    xd = b.fpext(x, F64)  # not to_f64: a denormal comes back as it is (the registry's keep-tiny)
     r, q = _reduce_pio2(m, x, xd)
     s, c = _sin_cos_poly(m, r)
     odd = b.trunc(q, ir.IntType(1))
@@ -162,7 +162,7 @@ def tan_f32(b: ir.IRBuilder, target, x) -> ir.Value:
 def atan2_f32(b: ir.IRBuilder, target, y, x) -> ir.Value:
     """atan2 with C99's zero/infinity cases: atan of min/max ratio (<= 1) in f64, then octant fix-up."""
     m = MathIR(b, target, F64)
-    yd, xd = to_f64(b, y), to_f64(b, x)
+    yd, xd = to_f64(b, target, y), to_f64(b, target, x)
     ay, ax = m.intr("llvm.fabs", yd), m.intr("llvm.fabs", xd)
     swap = m.cmp(">", ay, ax)
     lo, hi = m.sel(swap, ax, ay), m.sel(swap, ay, ax)
