@@ -401,3 +401,13 @@ def _nest(elems: list[str], dims: tuple[int, ...], d: int, rank: int, index: lis
     if not parts:
         return "{ " + comment + "}" if comment else "{}"
     return "{ " + comment + ", ".join(parts) + " }"
+
+
+def constant_int(inst) -> int | None:
+    """The value of a one-element array `constant` as an int (a dynamic slice's constant start
+    index); None for any other instruction and for an elided literal (`{...}`: unknown)."""
+    if inst.opcode != "constant" or inst.literal is None or not inst.shape.is_array:
+        return None
+    if inst.shape.element_count() != 1:
+        return None
+    return int(np.asarray(inst.literal).reshape(-1)[0])

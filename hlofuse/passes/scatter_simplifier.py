@@ -46,7 +46,7 @@ def _windows(scatter: HloInstruction, max_windows: int) -> list[tuple[list[int],
     if len(scatter.operands) != 3 or not _is_assignment(a["to_apply"]):
         return None
     operand, indices, update = scatter.operands
-    if indices.opcode != "constant" or a.get("input_batching_dims") or a.get("scatter_indices_batching_dims"):
+    if indices.opcode != "constant" or indices.literal is None or a.get("input_batching_dims") or a.get("scatter_indices_batching_dims"):
         return None
     wdims = [int(d) for d in a.get("update_window_dims", ())]
     inserted = [int(d) for d in a.get("inserted_window_dims", ())]

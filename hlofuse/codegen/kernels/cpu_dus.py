@@ -24,14 +24,9 @@ from ...emitters.elemental import ElementalEmitter
 from ...emitters.elemental_data import dus_starts
 from ...emitters.ir_helpers import linearize, store_element
 from ...hlo.ir import HloComputation, HloInstruction
+from ...hlo.literals import constant_int
 from .args import output_leaves, param_leaf_slots
 from .cpu_loop import emit_loop, loop_shape
-
-
-def _constant_int(inst: HloInstruction) -> int | None:
-    if inst.opcode == "constant" and inst.shape.is_array and inst.shape.element_count() == 1:
-        return int(inst.literal.reshape(-1)[0])
-    return None
 
 
 def _same_order(inst: HloInstruction) -> bool:
@@ -49,11 +44,11 @@ def _reads_window(reader: HloInstruction, dus: HloInstruction) -> bool:
         return False
     starts = dus.operands[2:]
     if reader.opcode == "slice":
-        return all(_constant_int(s) == lo and stride == 1
+        return all(constant_int(s) == lo and stride == 1
                    for s, (lo, _hi, stride) in zip(starts, reader.attrs["slice"]))
     if reader.opcode == "dynamic-slice":
         for s, r in zip(starts, reader.operands[1:]):
-            a, b = _constant_int(s), _constant_int(r)
+            a, b = constant_int(s), constant_int(r)
             if a != b or (a is None and s is not r):
                 return False
         return True

@@ -18,6 +18,7 @@ element generators.
 from __future__ import annotations
 
 from ...hlo.ir import HloInstruction
+from ...hlo.literals import constant_int
 from .context import FusionContext
 from .decisions import Decision
 from .fusibility import fusion_outputs, is_input_fusible_scatter, members
@@ -59,12 +60,6 @@ def _outer(fusion: HloInstruction, operand: HloInstruction) -> HloInstruction:
     if fusion.opcode == "fusion" and operand.opcode == "parameter" and operand.parent is fusion.fused_computation:
         return fusion.operands[operand.parameter_number]
     return operand
-
-
-def _constant_int(inst: HloInstruction) -> int | None:
-    if inst.opcode == "constant" and inst.shape.is_array and inst.shape.element_count() == 1:
-        return int(inst.literal.reshape(-1)[0])
-    return None
 
 
 def _same_order(inst: HloInstruction) -> bool:
@@ -111,11 +106,11 @@ def _window_read(producer: HloInstruction, consumer: HloInstruction) -> str:
     starts = [_outer(consumer, s) for s in dus.operands[2:]]
     if reader.opcode == "slice":
         spec = reader.attrs["slice"]
-        if any(_constant_int(s) != lo or stride != 1 for s, (lo, _hi, stride) in zip(starts, spec)):
+        if any(constant_int(s) != lo or stride != 1 for s, (lo, _hi, stride) in zip(starts, spec)):
             return "the slice and the dynamic-update-slice start at different indices"
     elif reader.opcode == "dynamic-slice":
         for s, r in zip(starts, (_outer(producer, o) for o in reader.operands[1:])):
-            a, b = _constant_int(s), _constant_int(r)
+            a, b = constant_int(s), constant_int(r)
             if a != b or (a is None and s is not r):
                 return "the dynamic-slice and the dynamic-update-slice start at different indices"
     else:
