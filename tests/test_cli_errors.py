@@ -314,6 +314,10 @@ MALFORMED = {
         "  s = f32[3]{0} parameter(1)\n  o = f32[3]{0} parameter(2)\n"
         "  ROOT bn = (f32[2,3,5]{2,1,0}, f32[3]{0}, f32[3]{0}) batch-norm-training(x, s, o), "
         "epsilon==0.001, feature_index=1\n}\n"),
+    # a computation calling itself (seed 30) passed the verifier; the call inliner never ended
+    "the call graph has a cycle: f -> f": (
+        "HloModule m\n\nf {\n  a = f32[] parameter(0)\n  ROOT c = f32[] call(a), to_apply=f\n}\n\n"
+        "ENTRY main {\n  p = f32[] parameter(0)\n  ROOT r = f32[] call(p), to_apply=f\n}\n"),
 }
 
 

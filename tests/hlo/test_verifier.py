@@ -539,6 +539,26 @@ def test_cycles_are_rejected():
     expect_error(b.comp, "cycle")
 
 
+RECURSIVE_CALLS = {
+    "itself": ("f {\n  a = f32[] parameter(0)\n  ROOT c = f32[] call(a), to_apply=f\n}\n", "f -> f"),
+    "through another": ("g {\n  a = f32[] parameter(0)\n  ROOT c = f32[] call(a), to_apply=h\n}\n"
+                        "h {\n  a = f32[] parameter(0)\n  ROOT c = f32[] call(a), to_apply=g\n}\n", "g -> h -> g"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(RECURSIVE_CALLS))
+def test_recursive_calls_are_rejected(case):
+    """A computation calling itself (the HLO mutation fuzzer, seed 30) passed the verifier
+    and the call inliner never finished; the verifier names the cycle."""
+    from hlofuse.hlo.parser import parse_hlo
+    callees, cycle = RECURSIVE_CALLS[case]
+    first = callees.split(" ", 1)[0]
+    text = (f"HloModule m\n{callees}ENTRY e {{\n  p = f32[] parameter(0)\n"
+            f"  ROOT r = f32[] call(p), to_apply={first}\n}}\n")
+    with pytest.raises(VerifierError, match=f"cycle: {cycle} "):
+        verify(parse_hlo(text))
+
+
 def test_entry_required():
     m = HloModule("m")
     with pytest.raises(VerifierError, match="no entry"):
