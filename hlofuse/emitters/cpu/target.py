@@ -14,9 +14,23 @@ from ..target import Target
 
 
 @functools.lru_cache(maxsize=None)
+@functools.lru_cache(maxsize=None)
 def _init() -> None:
     llvm.initialize_native_target()
     llvm.initialize_native_asmprinter()
+    set_process_options()
+
+
+@functools.lru_cache(maxsize=None)
+def set_process_options() -> None:
+    """LLVM's process-wide switches for every pipeline hlofuse runs (host and NVPTX), once.
+
+    Loop idiom recognition's CRC recognizer (HashRecognize, new in LLVM 21) walks the operand
+    tree of each loop-carried value without memoizing shared operands: on a reduction loop over
+    a deep elementwise body it took exponential time (the graph fuzzer, seed 30: a bf16
+    max-reduction of atan2(sin(x), x) ran more than 20 minutes in O1's loop-idiom pass; our
+    kernels never contain a CRC loop, so the recognizer has nothing to find)."""
+    llvm.set_option("", "-disable-loop-idiom-hashrecognize")
 
 
 @functools.lru_cache(maxsize=None)

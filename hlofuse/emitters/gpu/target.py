@@ -24,7 +24,7 @@ import threading
 import llvmlite.binding as llvm
 from llvmlite import ir
 
-from ..cpu.target import CpuTarget
+from ..cpu.target import CpuTarget, set_process_options
 from ..target import APPROX_F32, Target
 
 NVPTX_TRIPLE = "nvptx64-nvidia-cuda"
@@ -39,6 +39,7 @@ _lock = threading.Lock()
 def _init_nvptx() -> None:
     llvm.initialize_all_targets()
     llvm.initialize_all_asmprinters()
+    set_process_options()
 
 
 @functools.lru_cache(maxsize=None)
