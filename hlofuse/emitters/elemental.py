@@ -268,6 +268,8 @@ class ElementalEmitter:
         # returns at the point where it started, after any loops or branches it emitted), so
         # they dominate whatever is emitted later in that evaluation, in whichever block.
         self._scopes: list[dict] = []
+        # per computation, the instructions whose values may hold a denormal literal's bits
+        self._literal_denormals: dict[HloComputation, frozenset] = {}
 
     @property
     def module(self) -> ir.Module:
@@ -385,12 +387,31 @@ class ElementalEmitter:
         denormal as zero at run time, but LLVM folds intrinsics (minimum, sqrt, ...) on
         constants with the denormal, so a literal would otherwise give another answer than the
         same value read from memory (found by the graph fuzzer: rsqrt(minimum(1, 1e-40)))."""
-        g = self.gen(inst.operands[i])
+        operand = inst.operands[i]
+        g = self.gen(operand)
         if self.target.flushes_denormals and reads_operand_flushed(inst, i):
-            et = inst.operands[i].shape.dtype
+            et = operand.shape.dtype
             if et.name in ("f32", "f64", "bf16"):
+                if operand.opcode != "constant" and self._may_hold_literal_denormal(operand):
+                    # A denormal literal reaching `inst` through data movement (a pad's padding,
+                    # a concatenate's or a select's constant part, found by the graph fuzzer,
+                    # seeds 30 and 32: rsqrt(concatenate(x, broadcast(1e-40)))) is a register
+                    # value here, a constant only after LLVM simplifies, too late for
+                    # flush_literal: flushed at run time instead, in such kernels only.
+                    b = self.b
+                    return lambda idx: flush_denormal_bits(b, g(idx), et)
                 return lambda idx: flush_literal(g(idx), et)
         return g
+
+    def _may_hold_literal_denormal(self, inst: HloInstruction) -> bool:
+        """Whether `inst` depends, in its computation, on a constant holding an f32, f64 or
+        bf16 denormal (almost never: the walk is once per computation, on its constants)."""
+        comp = inst.parent
+        found = self._literal_denormals.get(comp)
+        if found is None:
+            found = frozenset(literal_denormal_dependents(comp))
+            self._literal_denormals[comp] = found
+        return inst in found
 
     def value(self, inst: HloInstruction, index: Index) -> ir.Value:
         """The value of `inst` at `index`."""
@@ -439,6 +460,48 @@ def reads_operand_flushed(inst: HloInstruction, i: int) -> bool:
     (runtime/interpreter/denormals.py); docs/denormals.md has XLA:CPU's measurements."""
     mode = denormal_mode(inst)
     return mode == "flush" or (mode == "flush-divisor" and i == 1)
+
+
+def literal_denormal_dependents(comp: HloComputation) -> set[HloInstruction]:
+    """The instructions of `comp` that depend (through operands, in `comp`) on a constant
+    holding an f32, f64 or bf16 denormal, the constants included; empty for the usual
+    computation, whose constants are looked at and nothing else is walked."""
+    seeds = [i for i in comp.instructions if i.opcode == "constant" and _holds_denormal(i)]
+    if not seeds:
+        return set()
+    found = set(seeds)
+    for inst in comp.post_order():
+        if inst not in found and any(o in found for o in inst.operands):
+            found.add(inst)
+    return found
+
+
+def _holds_denormal(inst: HloInstruction) -> bool:
+    lit = inst.literal
+    if lit is None or not inst.shape.is_array or inst.shape.dtype.name not in ("f32", "f64", "bf16"):
+        return False
+    values = np.abs(np.asarray(lit).astype(np.float64 if inst.shape.dtype.name == "f64" else np.float32))
+    tiny = float(np.finfo(np.float64 if inst.shape.dtype.name == "f64" else np.float32).tiny)
+    return bool(np.any((values != 0) & (values < tiny)))
+
+
+def flush_denormal_bits(b: ir.IRBuilder, v: ir.Value, et: ElementType) -> ir.Value:
+    """`v` (a register value of f32, f64 or bf16 `et`, scalar or vector) with a denormal made a
+    zero of its sign at run time, on its bits: integer operations, which LLVM's constant folding
+    gets right whatever the float mode (it folds float intrinsics on a denormal constant as if
+    denormals were kept)."""
+    bits_ty, exponent, sign = {"f32": (I32, 0x7F800000, -0x80000000), "f64": (ir.IntType(64), 0x7FF0000000000000, -0x8000000000000000),
+                               "bf16": (I16, 0x7F80, -0x8000)}[et.name]
+    lanes = v.type.count if isinstance(v.type, ir.VectorType) else None
+
+    def const(value):
+        return ir.Constant(ir.VectorType(bits_ty, lanes), [value] * lanes) if lanes else ir.Constant(bits_ty, value)
+
+    int_ty = ir.VectorType(bits_ty, lanes) if lanes else bits_ty
+    bits = v if v.type == int_ty else b.bitcast(v, int_ty)
+    denormal_or_zero = b.icmp_unsigned("==", b.and_(bits, const(exponent)), const(0))
+    flushed = b.select(denormal_or_zero, b.and_(bits, const(sign)), bits)
+    return flushed if v.type == int_ty else b.bitcast(flushed, v.type)
 
 
 def flush_literal(v, et: ElementType):

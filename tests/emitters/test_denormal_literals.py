@@ -17,8 +17,8 @@ DENORMAL = {"f32": "1e-40", "f64": "1e-310", "bf16": "9.184e-41"}
 NUMPY = {"f32": np.float32, "f64": np.float64, "bf16": ml_dtypes.bfloat16}
 
 # Each case: the ROOT line over `pd` (the parameter padded with 1s, so LLVM sees constant
-# elements in the padding), `bd` (the broadcast denormal literal) and `pdd` (the parameter
-# padded with the denormal).
+# elements in the padding), `bd` (the broadcast denormal literal), `pdd` (the parameter
+# padded with the denormal) and `cd` (the parameter followed by four denormals).
 CASES = {
     "minimum": "minimum(pd, bd)",
     "maximum": "maximum(bd, pd)",
@@ -39,6 +39,12 @@ CASES = {
     "power-of-padded-literal": "power(bi, pdd)",
     "atan2-of-padded-literals": "atan2(pdd, pdd)",
     "cbrt-of-padded-literal": "cbrt(pdd)",
+    # The same through a concatenate (seed 32: rsqrt(concatenate(x, broadcast(1e-40))) gave
+    # 1e20 where the flushed operand gives inf) and through ops built on LLVM intrinsics.
+    "rsqrt-of-concatenated-literal": "rsqrt(cd)",
+    "sqrt-of-padded-literal": "sqrt(pdd)",
+    "ceil-of-concatenated-literal": "ceil(cd)",
+    "minimum-of-padded-literal": "minimum(pdd, pd)",
 }
 
 
@@ -53,6 +59,8 @@ ENTRY e {{
   d = {dtype}[] constant({DENORMAL[dtype]})
   bd = {dtype}[8] broadcast(d), dimensions={{}}
   pdd = {dtype}[8] pad(p, d), padding=2_2
+  d4 = {dtype}[4] broadcast(d), dimensions={{}}
+  cd = {dtype}[8] concatenate(p, d4), dimensions={{0}}
   i = {dtype}[] constant(inf)
   bi = {dtype}[8] broadcast(i), dimensions={{}}
   z = {dtype}[] constant(0)
