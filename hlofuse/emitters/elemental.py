@@ -29,7 +29,7 @@ from ..hlo.op_conditions import denormal_mode
 from ..hlo.walk import post_order
 from ..hlo.rule_loader import load_rules
 from . import elemental_narrow as narrow
-from .ir_helpers import F16, F32, F64, I1, I8, I16, I32, Index
+from .ir_helpers import F16, F32, F64, I1, I8, I16, I32, Index, flush_denormal_bits
 
 
 def supported_type(et: ElementType) -> bool:
@@ -399,7 +399,7 @@ class ElementalEmitter:
                     # value here, a constant only after LLVM simplifies, too late for
                     # flush_literal: flushed at run time instead, in such kernels only.
                     b = self.b
-                    return lambda idx: flush_denormal_bits(b, g(idx), et)
+                    return lambda idx: flush_denormal_bits(b, g(idx), et.name)
                 return lambda idx: flush_literal(g(idx), et)
         return g
 
@@ -483,25 +483,6 @@ def _holds_denormal(inst: HloInstruction) -> bool:
     values = np.abs(np.asarray(lit).astype(np.float64 if inst.shape.dtype.name == "f64" else np.float32))
     tiny = float(np.finfo(np.float64 if inst.shape.dtype.name == "f64" else np.float32).tiny)
     return bool(np.any((values != 0) & (values < tiny)))
-
-
-def flush_denormal_bits(b: ir.IRBuilder, v: ir.Value, et: ElementType) -> ir.Value:
-    """`v` (a register value of f32, f64 or bf16 `et`, scalar or vector) with a denormal made a
-    zero of its sign at run time, on its bits: integer operations, which LLVM's constant folding
-    gets right whatever the float mode (it folds float intrinsics on a denormal constant as if
-    denormals were kept)."""
-    bits_ty, exponent, sign = {"f32": (I32, 0x7F800000, -0x80000000), "f64": (ir.IntType(64), 0x7FF0000000000000, -0x8000000000000000),
-                               "bf16": (I16, 0x7F80, -0x8000)}[et.name]
-    lanes = v.type.count if isinstance(v.type, ir.VectorType) else None
-
-    def const(value):
-        return ir.Constant(ir.VectorType(bits_ty, lanes), [value] * lanes) if lanes else ir.Constant(bits_ty, value)
-
-    int_ty = ir.VectorType(bits_ty, lanes) if lanes else bits_ty
-    bits = v if v.type == int_ty else b.bitcast(v, int_ty)
-    denormal_or_zero = b.icmp_unsigned("==", b.and_(bits, const(exponent)), const(0))
-    flushed = b.select(denormal_or_zero, b.and_(bits, const(sign)), bits)
-    return flushed if v.type == int_ty else b.bitcast(flushed, v.type)
 
 
 def flush_literal(v, et: ElementType):

@@ -11,7 +11,7 @@ from ..hlo.opcodes import mark_unsupported, opcodes_where, register_elemental
 from . import elemental_complex as cplx
 from .elemental_narrow import decode_f64, is_narrow_float, narrow_total_order_key
 from .elemental import ElementalEmitter, compute_type, from_compute, reg_type, to_compute
-from .ir_helpers import I1, Index, const_i64
+from .ir_helpers import I1, Index, const_i64, flush_denormal_bits
 
 
 def _et(inst) -> ElementType:
@@ -501,10 +501,7 @@ def _read_as_daz(em: ElementalEmitter, v, et: ElementType):
     in f32."""
     if et.name != "bf16" or not em.target.flushes_denormals:
         return v
-    b = em.b
-    exponent = b.and_(v, ir.Constant(v.type, 0x7F80))
-    denormal_or_zero = b.icmp_unsigned("==", exponent, ir.Constant(v.type, 0))
-    return b.select(denormal_or_zero, b.and_(v, ir.Constant(v.type, 0x8000)), v)
+    return flush_denormal_bits(em.b, v, "bf16")
 
 
 def compare_values(em: ElementalEmitter, et: ElementType, direction: str, cmp_type: str | None, x, y):

@@ -173,3 +173,23 @@ def freeze(b: ir.IRBuilder, v: ir.Value) -> ir.Value:
     inst = ir.instructions.Instruction(b.block, v.type, "freeze", [v], name="frozen")
     b._insert(inst)
     return inst
+
+
+def flush_denormal_bits(b: ir.IRBuilder, v: ir.Value, type_name: str) -> ir.Value:
+    """`v` (a register value of f32, f64 or bf16 `type_name`, scalar or vector; bf16 as its i16
+    bits) with a denormal made a zero of its sign at run time, on its bits: integer operations,
+    which LLVM's constant folding gets right whatever the float mode (it folds float intrinsics
+    and `fpext` on a denormal constant as if denormals were kept) and InstCombine cannot turn
+    back into a float test."""
+    bits_ty, exponent, sign = {"f32": (I32, 0x7F800000, -0x80000000), "f64": (I64, 0x7FF0000000000000, -0x8000000000000000),
+                               "bf16": (I16, 0x7F80, -0x8000)}[type_name]
+    lanes = v.type.count if isinstance(v.type, ir.VectorType) else None
+
+    def const(value):
+        return ir.Constant(ir.VectorType(bits_ty, lanes), [value] * lanes) if lanes else ir.Constant(bits_ty, value)
+
+    int_ty = ir.VectorType(bits_ty, lanes) if lanes else bits_ty
+    bits = v if v.type == int_ty else b.bitcast(v, int_ty)
+    denormal_or_zero = b.icmp_unsigned("==", b.and_(bits, const(exponent)), const(0))
+    flushed = b.select(denormal_or_zero, b.and_(bits, const(sign)), bits)
+    return flushed if v.type == int_ty else b.bitcast(flushed, v.type)

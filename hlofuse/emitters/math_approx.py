@@ -18,6 +18,8 @@ import math
 
 from llvmlite import ir
 
+from .ir_helpers import flush_denormal_bits
+
 F32 = ir.FloatType()
 F64 = ir.DoubleType()
 I32 = ir.IntType(32)
@@ -338,13 +340,9 @@ def to_f64(b: ir.IRBuilder, target, x) -> ir.Value:
     f32 denormal as a zero of its sign, but LLVM folds an `fpext` of a constant (a pad's or a
     select's literal arm, found by the graph fuzzer, seed 30: bf16 power(inf, 1e-40) gave inf)
     into a normal f64 whatever the function's denormal-fp-math. So there the denormal is made
-    a zero on the bits first (integer operations, which no float mode changes and InstCombine
-    cannot turn back into a float test)."""
+    a zero on the bits first (ir_helpers.flush_denormal_bits)."""
     if getattr(target, "flushes_denormals", True):
-        bits = b.bitcast(x, I32)
-        exponent = b.and_(bits, ir.Constant(I32, 0x7F800000))
-        denormal_or_zero = b.icmp_unsigned("==", exponent, ir.Constant(I32, 0))
-        x = b.select(denormal_or_zero, b.bitcast(b.and_(bits, ir.Constant(I32, -0x80000000)), F32), x)
+        x = flush_denormal_bits(b, x, "f32")
     return b.fpext(x, F64)
 
 
