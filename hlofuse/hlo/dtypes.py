@@ -120,3 +120,47 @@ def real_type(t: ElementType) -> ElementType:
     if t.name == "c128":
         return F64
     return t
+
+
+def _precision_key(t: ElementType) -> tuple:
+    """XLA's order of element types by precision (primitive_util::HigherPrecisionType): complex
+    over real, then a float's exponent range, then its significand, then the bit width, then
+    signed over unsigned."""
+    c = real_type(t)
+    fl = c.is_float and c.numpy is not None
+    info = ml_dtypes.finfo(c.numpy) if fl else None
+    return (t.is_complex, info.maxexp if fl else -1, info.nmant + 1 if fl else -1, c.bits, c.is_signed)
+
+
+def higher_precision(a: ElementType, b: ElementType) -> ElementType:
+    """The higher-precision of two element types, as XLA orders them (`a` on a tie)."""
+    return a if _precision_key(a) >= _precision_key(b) else b
+
+
+def can_upcast(source: ElementType, target: ElementType) -> bool:
+    """Whether `target` is at least as precise as `source` (XLA's ShapeUtil::ElementCanUpcast):
+    a dot whose operands' type upcasts to its result's is computed in the result's type."""
+    return higher_precision(source, target) == target
+
+
+def contraction_type(lhs: ElementType, rhs: ElementType, result: ElementType) -> ElementType:
+    """The type a dot of `lhs` and `rhs` operands into `result` multiplies and accumulates in:
+    XLA's OperandUpcaster converts operands whose type upcasts to the result's to it; for mixed
+    operands that do not (f32 x s64 -> s32) XLA:CPU computes in their higher-precision type and
+    converts the result (measured with jaxlib 0.10: an f32 x s64 dot into s32 is the f32 dot,
+    converted with saturation)."""
+    operands = higher_precision(lhs, rhs)
+    return result if can_upcast(operands, result) else operands
+
+
+def contraction_type_of_other_kind(lhs: ElementType, rhs: ElementType, result: ElementType) -> ElementType | None:
+    """`contraction_type`, where it is of another kind (integer, float, complex) than `result`:
+    the contraction is computed in it and converted (`convert`'s semantics: saturating
+    float -> int, a complex's real part); None where computing in `result`'s type, or one of
+    its kind rounded at the end, is the semantics already."""
+    calc = contraction_type(lhs, rhs, result)
+
+    def kind(t: ElementType) -> str:
+        return "int" if t.is_integer or t.is_pred else t.kind
+
+    return None if calc == result or kind(calc) == kind(result) else calc

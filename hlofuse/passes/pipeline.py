@@ -21,6 +21,7 @@ from ..hlo.errors import HloError
 from ..hlo.ir import HloModule
 from .batchnorm_expander import BatchNormExpander
 from .constant_folding import ConstantFolding
+from .contraction_types import ContractionTypes
 from .cse import CommonSubexpressionElimination
 from .dce import DeadCodeElimination
 from .fusion import (FUSION_ALGORITHMS, CallInliner, FusionMerger, HorizontalLoopFusion, InstructionFusion,
@@ -41,6 +42,7 @@ PASSES: dict[str, type[HloPass]] = {
     "constant-folding": ConstantFolding,
     "cse": CommonSubexpressionElimination,
     "scatter-simplifier": ScatterToDynamicUpdateSlice,
+    "contraction-types": ContractionTypes,
     "dce": DeadCodeElimination,
     "call-inliner": CallInliner,
     "reshape-mover": ReshapeMover,
@@ -263,7 +265,7 @@ class PassPipeline(HloPass):
 
 def standard_pipeline(target: str = "cpu", fusion: bool = True, verify: bool = False,
                       dump_dir: str | None = None, algorithm: str | None = None) -> PassPipeline:
-    """batchnorm-expander, legacy-index-vectors, scatter-simplifier, call-inliner, simplifier,
+    """batchnorm-expander, legacy-index-vectors, scatter-simplifier, contraction-types, call-inliner, simplifier,
     reshape-mover, simplifier, cse, dce, then (with `fusion`) the fusion passes for `target` (by `algorithm`,
     "legacy" or "priority"; None: the target's default), then dce.
 
@@ -272,7 +274,7 @@ def standard_pipeline(target: str = "cpu", fusion: bool = True, verify: bool = F
     the reshape mover's reshapes meet and cancel in the second simplifier, and CSE then
     merges what the two leave equal. The inliner runs once: no later pass makes a call, so
     the fusion passes' own inliner (which `--passes fusion-pipeline` alone needs) is left out."""
-    passes: list[HloPass] = [BatchNormExpander(), LegacyIndexVectors(), ScatterToDynamicUpdateSlice(),
+    passes: list[HloPass] = [BatchNormExpander(), LegacyIndexVectors(), ScatterToDynamicUpdateSlice(), ContractionTypes(),
                              CallInliner(target), AlgebraicSimplifier(), ReshapeMover(), AlgebraicSimplifier(),
                              CommonSubexpressionElimination(),
                              DeadCodeElimination()]
