@@ -133,3 +133,34 @@ def test_pairwise_sums_absorb_alike_in_both_orders_and_a_sequential_fold_does_no
     # the well-conditioned row wrong as well: a mismatch whatever the orders
     got[0][1] += 1.0
     assert not only_order_sensitive(got, want, reversed_, sequential)
+
+
+SQRT_OF_ROW_SUMS = """HloModule sqrt_sums
+add { a = f32[] parameter(0)  b = f32[] parameter(1)  ROOT s = f32[] add(a, b) }
+ENTRY e {
+  x = f32[2,16] parameter(0)
+  z = f32[] constant(0)
+  r = f32[2] reduce(x, z), dimensions={1}, to_apply=add
+  ROOT q = f32[2] sqrt(r)
+}
+"""
+
+
+def test_nan_where_the_orders_do_not_fix_the_sign_is_excused_and_nowhere_else():
+    """The fuzzer's seed-34 row: 1e20 and -1e20 among small terms summing to about 0.002; the
+    interpreter's pairwise sum gives 0, a sequential fold 2.55, a kernel's lanes a negative sum
+    whose sqrt is NaN. That NaN is excused; a NaN on the well-conditioned row is not."""
+    row = [1.0000000200408773e+20, -0.8576688766479492, 2.342223644256592, -3.268235683441162,
+           -0.3739262819290161, -6.736688613891602, -4.675164699554443, 0.769256591796875,
+           4.977877140045166, 4.392275810241699, 4.412167072296143, -1.5817514657974243,
+           -1.6933014392852783, -0.2561933994293213, -1.0000000200408773e+20, 2.5510926246643066]
+    x = np.array([row, np.arange(16)], np.float32)
+    module = hlofuse.parse_hlo(SQRT_OF_ROW_SUMS)
+    want = hlofuse.compile(module, target="interpreter")(x)
+    others = other_order_references(module, [x])
+    assert float(want[0][0]) == 0.0 and float(others[1][0][0]) > 1.0  # the orders disagree
+    got = [want[0].copy()]
+    got[0][0] = np.nan
+    assert compare_with_reference(got, want, lambda: None, lambda: others)[0] == oc.ORDER_SENSITIVE
+    got[0][1] = np.nan
+    assert compare_with_reference(got, want, lambda: None, lambda: others)[0] == oc.MISMATCH
