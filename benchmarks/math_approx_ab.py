@@ -72,7 +72,8 @@ ENTRY e {
 
 
 def _load(path: str):
-    spec = importlib.util.spec_from_file_location("math_approx_old", path)
+    # a module of hlofuse.emitters, so that its relative imports (ir_helpers) resolve
+    spec = importlib.util.spec_from_file_location("hlofuse.emitters.math_approx_old", path)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
