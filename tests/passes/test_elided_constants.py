@@ -3,11 +3,12 @@ is unknown. The passes that read a constant's value must treat them as unknown, 
 graph fuzzer (seed 30) found fusion's in-place rule reading a dynamic-update-slice's elided
 start index (AttributeError, an internal error), and the scatter simplifier reads elided
 indices the same way. The pipeline must run on both targets; only running the module, which
-needs the value, is refused (with a clear error, tests/test_cli_errors.py)."""
+needs the value, is refused, with a clear error (exit 2, the last test)."""
 from __future__ import annotations
 
 import pytest
 
+from hlofuse.cli import main
 from hlofuse.compiler import optimize
 from hlofuse.hlo.literals import constant_int
 from hlofuse.hlo.parser import parse_hlo
@@ -55,3 +56,14 @@ def test_constant_int_of_an_elided_literal_is_unknown():
     assert constant_int(by_name["i"]) is None
     assert constant_int(by_name["j"]) == 1
     assert constant_int(by_name["p"]) is None
+
+
+@pytest.mark.parametrize("backend", ["cpu", "interpreter"])
+def test_running_it_is_a_users_error(backend, tmp_path, capsys):
+    module = tmp_path / "elided.hlo"
+    module.write_text(DUS_AT_ELIDED_START)
+    out = tmp_path / "out.npz"
+    assert main(["run", str(module), "--backend", backend, "-o", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "elided value" in err and "bug in hlofuse" not in err and "Traceback" not in err
+    assert not out.exists()
