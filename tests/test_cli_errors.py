@@ -314,6 +314,14 @@ MALFORMED = {
         "  s = f32[3]{0} parameter(1)\n  o = f32[3]{0} parameter(2)\n"
         "  ROOT bn = (f32[2,3,5]{2,1,0}, f32[3]{0}, f32[3]{0}) batch-norm-training(x, s, o), "
         "epsilon==0.001, feature_index=1\n}\n"),
+    # a custom-call's malformed called_computations stayed Raw (seed 35) and the module's walk
+    # of its callees raised AttributeError
+    "'%cmp.:x' is not a computation name": (
+        "HloModule m\n\ncmp {\n  a = f32[] parameter(0)\n  b = f32[] parameter(1)\n"
+        "  ROOT c = pred[] compare(a, b), direction=GT\n}\n\n"
+        "ENTRY main {\n  x = f32[4,3] parameter(0)\n"
+        "  ROOT t = (f32[4,3], s32[4,3]) custom-call(x), custom_call_target=\"TopK\", "
+        "called_computations={%cmp.:x}\n}\n"),
     # a computation calling itself (seed 30) passed the verifier; the call inliner never ended
     "the call graph has a cycle: f -> f": (
         "HloModule m\n\nf {\n  a = f32[] parameter(0)\n  ROOT c = f32[] call(a), to_apply=f\n}\n\n"

@@ -114,7 +114,8 @@ def decode_attribute(key: str, raw: str, offset: int = 0, opcode: str | None = N
 
     Raises AttributeError_ (with an offset into `raw`) when a structured value is malformed.
     A custom-call's attributes mean nothing to hlofuse, so there a malformed one stays Raw
-    (XLA accepts `dim_labels=?b01f_0?1io->b01?f` on a custom-call).
+    (XLA accepts `dim_labels=?b01f_0?1io->b01?f` on a custom-call), except its called
+    computations.
     """
     if opcode is not None:  # (the checks are inline: this runs for every attribute)
         if key in _KEY_OWNERS and opcode not in _KEY_OWNERS[key]:
@@ -123,6 +124,11 @@ def decode_attribute(key: str, raw: str, offset: int = 0, opcode: str | None = N
             try:
                 return decode_attribute(key, raw, offset)
             except AttributeError_:
+                if key in COMPUTATION_KEYS:
+                    # its called computations are the graph's edges, walked by every pass: a
+                    # malformed name is an error, as in XLA (the fuzzer, seed 35: a Raw there
+                    # crashed the module's walk)
+                    raise
                 return Raw(raw)
     if key in INT_LIST_KEYS:
         return _int_list(key, raw)
