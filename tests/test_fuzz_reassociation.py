@@ -2,13 +2,15 @@
 it excuses only elements where two valid orders of the reference disagree, never others."""
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 import hlofuse
 from tests.fuzz import outcomes as oc
 from tests.fuzz.cases import compare_with_reference
-from tests.fuzz.reassociation import (only_order_sensitive, other_order_references, reversed_reduction_reference,
-                                      sequential_reduction_reference)
+from tests.fuzz.reassociation import (only_order_sensitive, other_order_references, precise_reduction_reference,
+                                      reversed_reduction_reference, sequential_reduction_reference)
 
 # Column sums of f32[60,3]: column 0 cancels (-1e20 ... +1e20 among small terms), 1 and 2 do not.
 MODULE = """HloModule sums
@@ -163,4 +165,35 @@ def test_nan_where_the_orders_do_not_fix_the_sign_is_excused_and_nowhere_else():
     got[0][0] = np.nan
     assert compare_with_reference(got, want, lambda: None, lambda: others)[0] == oc.ORDER_SENSITIVE
     got[0][1] = np.nan
+    assert compare_with_reference(got, want, lambda: None, lambda: others)[0] == oc.MISMATCH
+
+
+COLUMN_SUMS = """HloModule column_sums
+add { a = f32[] parameter(0)  b = f32[] parameter(1)  ROOT s = f32[] add(a, b) }
+ENTRY e {
+  x = f32[32,2] parameter(0)
+  z = f32[] constant(0)
+  ROOT r = f32[2] reduce(x, z), dimensions={0}, to_apply=add
+}
+"""
+
+
+def test_an_order_that_cancels_the_large_terms_first_is_an_order_too():
+    """The fuzzer's seed-35 column: 1e20, -1e20, -2**31 and 65504 among small terms. Pairwise,
+    reversed and sequential f32 sums all absorb -2**31 and give about 0; the exact sum, and a
+    kernel whose vector lanes keep -2**31 apart from 1e20, -2.1e9. That is excused through the
+    precise reference; a value outside every order's reach is not."""
+    col = np.random.default_rng(35).standard_normal(32).astype(np.float32)
+    col[1], col[29], col[14], col[26] = 1e20, -1e20, -2.0 ** 31, 65504.0
+    x = np.stack([col, np.arange(32, dtype=np.float32)], axis=1)
+    module = hlofuse.parse_hlo(COLUMN_SUMS)
+    want = hlofuse.compile(module, target="interpreter")(x)
+    others = other_order_references(module, [x])
+    assert abs(float(want[0][0])) < 1e6 and abs(float(others[1][0][0])) < 1e6  # f32 orders absorb
+    precise = precise_reduction_reference(module, [x])
+    assert abs(float(precise[0][0]) - math.fsum(col.astype(np.float64).tolist())) < 1e3
+    got = [want[0].copy()]
+    got[0][0] = np.float32(-2147418112.0)  # what the kernel gave
+    assert compare_with_reference(got, want, lambda: None, lambda: others)[0] == oc.ORDER_SENSITIVE
+    got[0][0] = np.float32(5e12)
     assert compare_with_reference(got, want, lambda: None, lambda: others)[0] == oc.MISMATCH

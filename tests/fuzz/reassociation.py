@@ -13,7 +13,9 @@ mathematical sum, associated differently) and, for f32/f64 sums, one strictly se
 scheme, which pairs element j with element j+8, so in a row of 16 where -2^31 and +2^31 sit at
 7 and 9 the pairwise sum and its reverse both absorb every small term and give 0, while a
 sequential fold (a vector loop's lanes) keeps some of them (the fuzzer's seed 27: the kernel's
-6.855 against the interpreter's 0, in both its orders). An element is *order-sensitive* when a
+6.855 against the interpreter's 0, in both its orders). A third, precise sum
+(`precise_reduction_reference`) stands for an order that cancels the large terms first, where
+every f32 order the others take absorbs the small ones (seed 35). An element is *order-sensitive* when a
 reference order disagrees there beyond the tolerance; a backend's element is excused only when
 it is order-sensitive and the backend is no further from the reference than `SPREAD_FACTOR`
 times the orders' largest distance from it (or an order disagrees on NaN-ness: `inf - inf` in
@@ -23,6 +25,8 @@ Every other element must still match, so a wrong result on a well-conditioned el
 mismatch. The fuzzer counts excused cases apart (outcomes.ORDER_SENSITIVE), as it does denormals.
 """
 from __future__ import annotations
+
+import math
 
 import numpy as np
 
@@ -57,21 +61,35 @@ def sequential_reduction_reference(module, args: list, denormals: str = "flush")
     input whose reducer adds its two parameters) folded strictly in sequence, the initial value
     first, then the elements in row-major order of the reduced dimensions (numpy's cumulative
     sum, which does not pair). Other reduces are the plain interpreter's."""
+    return _entry_outputs(_sums_folded_by(_fold_in_sequence), module, args, denormals)
+
+
+def precise_reduction_reference(module, args: list, denormals: str = "flush") -> list[np.ndarray]:
+    """The entry's outputs with every f32/f64 sum computed as if exactly (f32 sums in f64, f64
+    sums by math.fsum) and rounded once: the result of an order that cancels the large terms
+    before the small ones can be absorbed (the fuzzer's seed 35: 1e20, -1e20 and -2**31 in a
+    column of 32, whose pairwise and sequential f32 sums both give about 0, the exact sum and
+    a kernel's vector lanes -2.1e9)."""
+    return _entry_outputs(_sums_folded_by(_fold_precisely), module, args, denormals)
+
+
+def _sums_folded_by(fold) -> type:
+    """An Interpreter subclass computing every f32/f64 sum by `fold(inst, args)`."""
     from hlofuse.hlo.op_conditions import denormal_mode
     from hlofuse.runtime.interpreter import denormals as flush
     from hlofuse.runtime.interpreter.core import Interpreter
 
-    class SequentialSums(Interpreter):
+    class FoldedSums(Interpreter):
         # the base class's denormal handling around our fold instead of the registry's rule
         def evaluate_instruction(self, inst, args):
             if not _sequential_sum(inst, args) or self.batched:
                 return super().evaluate_instruction(inst, args)
             mode = denormal_mode(inst) if self.denormals == "flush" else "keep"
             if mode == "keep":
-                return _fold_in_sequence(inst, args)
-            return flush.result(inst, mode, args, _fold_in_sequence(inst, flush.operands(inst, mode, args)))
+                return fold(inst, args)
+            return flush.result(inst, mode, args, fold(inst, flush.operands(inst, mode, args)))
 
-    return _entry_outputs(SequentialSums, module, args, denormals)
+    return FoldedSums
 
 
 def _entry_outputs(interpreter: type, module, args: list, denormals: str) -> list[np.ndarray]:
@@ -97,20 +115,36 @@ def _sequential_sum(inst, args: list) -> bool:
             and set(root.operands) == set(params))
 
 
-def _fold_in_sequence(inst, args: list) -> np.ndarray:
+def _terms(inst, args: list) -> np.ndarray:
+    """The reduce's initial value, then its elements, along the last axis (one row per output)."""
     x, init = args[0], np.asarray(args[1], dtype=args[0].dtype)
     dims = tuple(int(d) for d in inst.attrs.get("dimensions", ()))
     kept = [d for d in range(x.ndim) if d not in dims]
     moved = np.transpose(x, kept + list(dims)).reshape([x.shape[d] for d in kept] + [-1])
     start = np.broadcast_to(init, moved.shape[:-1] + (1,))
+    return np.concatenate([start, moved], axis=-1)
+
+
+def _fold_in_sequence(inst, args: list) -> np.ndarray:
     with np.errstate(all="ignore"):
-        return np.cumsum(np.concatenate([start, moved], axis=-1), axis=-1, dtype=x.dtype)[..., -1]
+        return np.cumsum(_terms(inst, args), axis=-1, dtype=args[0].dtype)[..., -1]
+
+
+def _fold_precisely(inst, args: list) -> np.ndarray:
+    terms = _terms(inst, args)
+    with np.errstate(all="ignore"):
+        if terms.dtype == np.float32:
+            return terms.astype(np.float64).sum(axis=-1).astype(np.float32)
+        rows = terms.reshape(-1, terms.shape[-1])
+        exact = [math.fsum(r) if np.isfinite(r).all() else float(np.sum(r)) for r in rows.tolist()]
+        return np.array(exact, np.float64).reshape(terms.shape[:-1])
 
 
 def other_order_references(module, args: list, denormals: str = "flush") -> list[list[np.ndarray]]:
-    """The outputs in each other reduction order: reversed, then sequential sums."""
+    """The outputs in each other reduction order: reversed, sequential, then precise sums."""
     return [reversed_reduction_reference(module, args, denormals),
-            sequential_reduction_reference(module, args, denormals)]
+            sequential_reduction_reference(module, args, denormals),
+            precise_reduction_reference(module, args, denormals)]
 
 
 def _excused(actual: np.ndarray, expected: np.ndarray, *others: np.ndarray) -> np.ndarray:
