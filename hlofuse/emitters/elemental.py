@@ -477,12 +477,12 @@ def literal_denormal_dependents(comp: HloComputation) -> set[HloInstruction]:
 
 
 def _holds_denormal(inst: HloInstruction) -> bool:
-    lit = inst.literal
-    if lit is None or not inst.shape.is_array or inst.shape.dtype.name not in ("f32", "f64", "bf16"):
+    from ..runtime.interpreter.denormals import subnormal_mask  # (runtime imports the emitters)
+
+    if inst.literal is None or not inst.shape.is_array or inst.shape.dtype.name not in ("f32", "f64", "bf16"):
         return False
-    values = np.abs(np.asarray(lit).astype(np.float64 if inst.shape.dtype.name == "f64" else np.float32))
-    tiny = float(np.finfo(np.float64 if inst.shape.dtype.name == "f64" else np.float32).tiny)
-    return bool(np.any((values != 0) & (values < tiny)))
+    mask = subnormal_mask(np.asarray(inst.literal, dtype=inst.shape.dtype.numpy))
+    return mask is not None and bool(mask.any())
 
 
 def flush_literal(v, et: ElementType):

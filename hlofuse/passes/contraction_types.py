@@ -10,10 +10,10 @@ kernels converted the operands to the result's type first (the HLO mutation fuzz
 every element of such a dot wrong). This pass makes that order explicit in the graph,
 `convert(dot(convert(a), convert(b)))`, so that no kernel or library step needs a rule of its
 own (hlo.dtypes.contraction_type_of_other_kind states it; the interpreter applies the same).
-Convolutions are left alone: XLA:CPU computes a c64 x f32 -> f32 convolution from the complex
-operand's real part (finite where the complex products of infinite imaginary parts give NaN),
-not in c64, so their rule differs and is not modelled yet. Linear in the module: one look at
-each instruction.
+Convolutions are left alone: XLA:CPU computes a c64 x f32 -> f32 convolution with complex
+products, as hlofuse does (measured: (1 + inf i) * 2 gives NaN); where they differ on
+non-finite weights is padding and dilation holes (docs/convolutions.md), not the types. Linear
+in the module: one look at each instruction.
 """
 from __future__ import annotations
 

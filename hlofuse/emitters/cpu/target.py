@@ -14,7 +14,6 @@ from ..target import Target
 
 
 @functools.lru_cache(maxsize=None)
-@functools.lru_cache(maxsize=None)
 def _init() -> None:
     llvm.initialize_native_target()
     llvm.initialize_native_asmprinter()
