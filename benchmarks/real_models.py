@@ -10,7 +10,8 @@ jaxlib); both run on the same inputs, which are placed once (numpy arrays for hl
 buffers for XLA) and stay warm. Timing is interleaved — each round times one hlofuse call and
 one XLA call — after two untimed warm-up calls each (any first-call work or tuning happens
 there); the table gives medians, the ratio hlofuse/XLA, the geometric mean, compile times and
-whether the outputs agree. Both sides run under the same malloc settings: the script re-executes
+whether the outputs agree (`match`: `yes`; `f64` where they differ but hlofuse is as close as
+XLA to the same program run in f64, benchmarks/precise_reference.py; else `NO`). Both sides run under the same malloc settings: the script re-executes
 itself with GLIBC_TUNABLES set (below) when it is not already set, since glibc reads it at start.
 The machine's load (`uptime`) is printed with the table: these machines are shared.
 Every row also keeps hlofuse's compile stages (`compile_stages`: the passes, planning, emission,
@@ -190,6 +191,27 @@ def contraction_rate(exe, args: list, runs: int = 3) -> dict:
     return {"contraction_gflops": flops / secs / 1e9, "contraction_share": secs / max(wall, 1e-12)}
 
 
+def precise_judgement(model, ours, theirs, differing: list[int]) -> dict:
+    """Where hlofuse differs from XLA:CPU: the same program in f64 as a third opinion
+    (precise_reference.py): `precise_ok` whether every differing output of hlofuse is as close
+    to it as XLA's (None: no f64 run possible), and `precise` the verdicts' lines."""
+    from precise_reference import f64_outputs, judge
+
+    precise = f64_outputs(model.fn, list(model.args))
+    verdicts = judge(list(ours), theirs, precise, differing) if precise is not None else None
+    if verdicts is None:
+        return {"precise_ok": None}
+    return {"precise_ok": all(v.ok for v in verdicts), "precise": [v.line() for v in verdicts][:3]}
+
+
+def match_word(row: dict) -> str:
+    """The table's `match` cell: `yes` (hlofuse's outputs agree with XLA's), `f64` (they differ,
+    but each differing output is as close to the program run in f64 as XLA's), else `NO`."""
+    if row["match"]:
+        return "yes"
+    return "f64" if row.get("precise_ok") else "NO"
+
+
 def run_model(name: str, rounds: int, budget: float, iree: bool = False, stall_s: float = STALL_DUMP_S) -> dict:
     """Build, compile (both, and IREE with `iree`), check and time one model; a row of the table."""
     import jax
@@ -222,6 +244,7 @@ def run_model(name: str, rounds: int, budget: float, iree: bool = False, stall_s
     row["match"] = all(r.ok for r in results)
     if not row["match"]:
         row["mismatch"] = [r.line() for r in results if not r.ok][:3]
+        row.update(precise_judgement(model, ours, theirs, [r.index for r in results if not r.ok]))
     exe(*args)
     xla(buffers)  # second warm-up call each
     iree_call = None
@@ -303,7 +326,7 @@ def main(argv: list[str] | None = None) -> int:
         rows.append(row)
         print(f"{row['model']:26s} {row['library']:14s} {row['kind']:9s} {row['instructions']:6d} "
               f"{row['input_mb']:7.1f} {row['hlofuse_ms']:11.2f} {row['xla_ms']:9.2f} {row['ratio']:7.2f} "
-              f"{row['hlofuse_compile_s']:10.2f} {row['xla_compile_s']:9.2f} {'yes' if row['match'] else 'NO ':5s}"
+              f"{row['hlofuse_compile_s']:10.2f} {row['xla_compile_s']:9.2f} {match_word(row):5s}"
               + (f" {row['contraction_gflops']:8.1f} {row['contraction_share'] * 100:5.0f}"
                  + (f" {row['contraction_gflops'] / peak * 100:6.0f}" if peak else f" {'-':>6s}")
                  if "contraction_gflops" in row else f" {'-':>8s} {'-':>5s} {'-':>6s}")
@@ -314,6 +337,10 @@ def main(argv: list[str] | None = None) -> int:
                   flush=True)
         for line in row.get("mismatch", []):
             print(f"    differs from XLA: {line}", flush=True)
+        for line in row.get("precise", []):
+            print(f"    {line}", flush=True)
+        if row.get("precise_ok", False) is None:
+            print("    no f64 run of the program to judge the difference by", flush=True)
         for line in row.get("iree_mismatch", []):
             print(f"    IREE differs from XLA: {line}", flush=True)
         if "iree_error" in row:
