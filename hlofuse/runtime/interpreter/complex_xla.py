@@ -91,3 +91,91 @@ def logistic(x: Array) -> Array:
     divide(1, add(1, exp(negate(x)))) before the complex ops are lowered."""
     one = np.ones_like(x)
     return divide(one, one + exp(-x))
+
+
+def multiply(x: Array, y: Array) -> Array:
+    """x * y as XLA:CPU computes it: LLVM contracts each part's product and sum into one fused
+    multiply-add, re = fma(re x, re y, -(im x * im y)) and im = fma(im x, re y, re x * im y)
+    (measured with jaxlib 0.10 on values that cancel: every element equal; numpy's own SIMD
+    loop fuses the imaginary part the other way round, and its scalar loop not at all, so the
+    interpreter does not leave it to numpy). Each fma is exact (`fma`)."""
+    a, b, c, d = x.real, x.imag, y.real, y.imag
+    with np.errstate(all="ignore"):
+        return make(fma(a, c, -(b * d)), fma(b, c, a * d), x.dtype)
+
+
+def fma(a: Array, b: Array, c: Array) -> Array:
+    """a * b + c rounded once, for f32 or f64 arrays of one shape (or broadcastable).
+
+    f32: the product is exact in f64 and the sum is rounded to odd there (53 bits, at least
+    two more than f32's 24: rounding that to f32 is then rounded once). f64: Dekker's exact
+    product and Boldo and Melquiond's fma by rounding to odd (`_fma_f64`). A non-finite input
+    or product follows IEEE's a * b + c (the same as fma's but where an exact product outside
+    the finite range meets a c that brings the sum back; those and f64 products too large for
+    Dekker's split or too small for its error term are computed exactly with fractions)."""
+    a, b, c = np.broadcast_arrays(*(np.asarray(v) for v in (a, b, c)))
+    if a.dtype == np.float32:
+        with np.errstate(all="ignore"):
+            p = a.astype(np.float64) * b.astype(np.float64)
+            return _round_to_odd_sum(p, c.astype(np.float64)).astype(np.float32)
+    return _fma_f64(a.astype(np.float64), b.astype(np.float64), c.astype(np.float64))
+
+
+def _two_sum(x: Array, y: Array) -> tuple[Array, Array]:
+    """(s, e): s = x + y rounded, e its exact error (x + y = s + e; Knuth's TwoSum)."""
+    s = x + y
+    bb = s - x
+    return s, (x - (s - bb)) + (y - bb)
+
+
+def _round_to_odd_sum(x: Array, y: Array) -> Array:
+    """x + y in f64 rounded to odd: where the rounded sum is inexact and its last bit even, the
+    neighbour toward the exact sum (odd), so that a later rounding to fewer bits rounds once."""
+    s, e = _two_sum(x, y)
+    even = (s.view(np.int64) & 1) == 0
+    nudge = (e != 0) & even & np.isfinite(s)
+    return np.where(nudge, np.nextafter(s, np.where(e > 0, np.inf, -np.inf)), s)
+
+
+_SPLIT = 134217729.0  # 2**27 + 1: Veltkamp's split of an f64 into two 26-bit halves
+
+
+def _fma_f64(a: Array, b: Array, c: Array) -> Array:
+    """a * b + c for f64 arrays, rounded once (see `fma`)."""
+    with np.errstate(all="ignore"):
+        plain = a * b + c
+        p = a * b
+        # Dekker's product a * b = p + q exactly, where neither the split overflows nor the
+        # error term underflows; elsewhere fractions decide (rare: |a|, |b| over 2**995 or a
+        # product under 2**-960)
+        fine = (np.isfinite(a) & np.isfinite(b) & np.isfinite(c) & np.isfinite(p)
+                & (np.abs(a) < 2.0 ** 995) & (np.abs(b) < 2.0 ** 995)
+                & ((np.abs(p) > 2.0 ** -960) | (p == 0)))
+        aa, bb = np.where(fine, a, 1.0), np.where(fine, b, 1.0)
+        p = aa * bb
+        ah, bh = _SPLIT * aa, _SPLIT * bb
+        ah, bh = ah - (ah - aa), bh - (bh - bb)
+        al, bl = aa - ah, bb - bh
+        q = ((ah * bh - p) + ah * bl + al * bh) + al * bl
+        # Boldo-Melquiond: c + p = th + tl exactly; v = tl + q rounded to odd; th + v rounded
+        th, tl = _two_sum(np.where(fine, c, 0.0), p)
+        result = th + _round_to_odd_sum(tl, q)
+        result = np.where(fine, result, plain)
+    exact = ~fine & np.isfinite(a) & np.isfinite(b) & np.isfinite(c)
+    if exact.any():  # products out of Dekker's range: exactly, one element at a time
+        from fractions import Fraction
+
+        flat = result.reshape(-1).copy()
+        for k in np.flatnonzero(exact.reshape(-1)):
+            ak, bk, ck = (float(v.reshape(-1)[k]) for v in (a, b, c))
+            flat[k] = _fraction_to_f64(Fraction(ak) * Fraction(bk) + Fraction(ck))
+        result = flat.reshape(result.shape)
+    return result
+
+
+def _fraction_to_f64(q) -> float:
+    """The f64 nearest a Fraction (ties to even; inf beyond the largest finite f64)."""
+    try:
+        return q.numerator / q.denominator  # Python rounds an int / int quotient correctly
+    except OverflowError:
+        return float("inf") if q > 0 else float("-inf")

@@ -371,7 +371,9 @@ def subtract(x: Array, y: Array) -> Array:
 
 @binary("multiply")
 def multiply(x: Array, y: Array) -> Array:
-    """x * y (pred: and)."""
+    """x * y (pred: and; complex as XLA fuses its parts, complex_xla.multiply)."""
+    if x.dtype.kind == "c":
+        return complex_xla.multiply(x, y)
     return np.logical_and(x, y) if x.dtype == np.bool_ else np.multiply(x, y)
 
 
