@@ -1,5 +1,6 @@
 """Complex arithmetic as XLA computes it, where numpy's answer differs: ordering compares,
-division and exp at infinities and NaNs, and logistic (which XLA expands to 1 / (1 + exp(-x))).
+division and exp at infinities and NaNs, logistic (which XLA expands to 1 / (1 + exp(-x))), and
+multiply, whose parts XLA:CPU computes as fused multiply-adds (`multiply`, with an exact `fma`).
 
 XLA lowers these through MLIR's complex dialect (ComplexToStandard); the formulas below follow
 that lowering operation for operation, so that the interpreter reproduces XLA's NaNs,
