@@ -154,7 +154,8 @@ def test_results_match_the_interpreter(from_memory, pattern, n):
     text = module(pattern, (rows, n))
     x = _input((rows, n), "f32", seed=n)
     exe = _compile(text)
-    assert len(_row_kernels(exe)) == 1
+    # rows of one element: each reduce is a reshape (passes/simplifier.py), no row kernel
+    assert len(_row_kernels(exe)) == (0 if n == 1 else 1)
     got = exe(x)
     want = hlofuse.compile(hlofuse.parse_hlo(text), target="interpreter", fusion=False)(x)
     for r in compare_outputs(list(got), list(want)):

@@ -155,6 +155,9 @@ SHAPES = [(5, 1), (7, 13), (3, 17), (4, 64), (6, 100), (2, 3, 33), (9, 130)]
 @pytest.mark.parametrize("dims", SHAPES, ids=lambda d: "x".join(map(str, d)))
 def test_row_kernel_matches_interpreter_f32(pattern, dims):
     exe = _check(module(pattern, dims), [_input(dims, "f32")])
+    if dims[-1] == 1:  # rows of one element: each reduce is a reshape (XLA's simplifier rule,
+        assert not _row_kernels(exe)  # passes/simplifier.py), so no row kernel is planned
+        return
     assert len(_row_kernels(exe)) == 1
     assert len(exe.program._planner.kernels) == 1  # the whole chain is one kernel
     assert _entries(exe, "row-kernel")

@@ -67,7 +67,7 @@ def test_rows_too_large_to_hold_two_do_not_prefetch(monkeypatch, from_memory):
 
 
 @pytest.mark.parametrize("pattern", ["layer_norm", "rms_norm"])
-@pytest.mark.parametrize("n", [1, 63, 64, 65, 1000, 4097])
+@pytest.mark.parametrize("n", [2, 63, 64, 65, 1000, 4097])
 def test_chunked_rows_match_the_interpreter_on_two_threads(monkeypatch, from_memory, pattern, n):
     """Row lengths around the chunk (64 elements), rows split over two threads (each thread's
     last row prefetches nothing), checked against the interpreter."""

@@ -72,7 +72,7 @@ def _fusions(exe) -> list:
     return [i for i in exe.fused_module.entry.instructions if i.opcode == "fusion"]
 
 
-@pytest.mark.parametrize("r,c", [(3, 7), (16, 100), (5, 1)])
+@pytest.mark.parametrize("r,c", [(3, 7), (16, 100), (5, 2)])
 def test_sum_and_sum_of_squares_share_one_kernel(r, c):
     x = np.random.default_rng(1).standard_normal((r, c)).astype(np.float32)
     exe = _run(SUM_SUMSQ % {"r": r, "c": c}, [x])
