@@ -11,6 +11,7 @@ from typing import Any, Callable
 import numpy as np
 
 from . import outcomes as oc
+from .bit_exposure import only_bits_exposed
 from .reassociation import only_order_sensitive, other_order_references
 from .values import contains_subnormal, flush_denormals, make_inputs
 
@@ -56,12 +57,15 @@ def _root_opcode(module, index: int) -> str:
     return root.opcode
 
 
-def compare_with_reference(actual: list, expected: list, rerun_flushed, rerun_reordered=None) -> tuple[str, str]:
+def compare_with_reference(actual: list, expected: list, rerun_flushed, rerun_reordered=None,
+                           bits_exposed=None) -> tuple[str, str]:
     """(outcome, message) of a backend's outputs against the reference's. A mismatch that goes
     away when the reference is rerun with denormal inputs flushed (and its denormal outputs
     flushed) is DENORMAL, not MISMATCH; one confined to elements where the reference rerun with
     its reductions in other orders (`rerun_reordered()`: a list of the outputs in each, None if
-    it cannot run) moves as far is ORDER_SENSITIVE (reassociation.py)."""
+    it cannot run) moves as far is ORDER_SENSITIVE (reassociation.py); one confined to outputs
+    computed from the bits of floats that agree (`bits_exposed(indices of the mismatching
+    outputs)`, bit_exposure.py) is BITS_EXPOSED."""
     from hlofuse.runtime.compare import compare_outputs
 
     results = compare_outputs(list(actual), list(expected))
@@ -77,6 +81,8 @@ def compare_with_reference(actual: list, expected: list, rerun_flushed, rerun_re
     reordered = rerun_reordered() if rerun_reordered is not None else None
     if reordered is not None and only_order_sensitive(list(actual), list(expected), *reordered):
         return oc.ORDER_SENSITIVE, message
+    if bits_exposed is not None and bits_exposed([r.index for r in bad]):
+        return oc.BITS_EXPOSED, message
     return oc.MISMATCH, message
 
 
@@ -136,7 +142,10 @@ def _against_interpreter(module, args, got, backend: str, seed: int, reference=N
         except Exception:  # noqa: BLE001 - no second order: the mismatch stands
             return None
 
-    outcome, message = compare_with_reference(got, want, rerun, reordered)
+    def bits(mismatching):
+        return only_bits_exposed(module, args, backend, mismatching, getattr(ref_exe, "denormals", "flush"))
+
+    outcome, message = compare_with_reference(got, want, rerun, reordered, bits)
     if outcome == oc.OK:
         return {"outcome": oc.OK, "stage": "compare", "signature": "", "message": ""}
     first = _first_bad(got, want)

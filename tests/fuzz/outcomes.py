@@ -16,11 +16,14 @@ DENORMAL = "denormal-only"  # differs only where denormals are flushed (XLA:CPU'
 # Differs only on elements whose reductions cancel, where a reversed reduction order moves the
 # reference as far (reassociation.py): any order is a valid answer there; counted apart.
 ORDER_SENSITIVE = "order-sensitive"
+# Differs only in outputs computed from the bits of floats (bitcast-convert) that agree within
+# the float tolerance (bit_exposure.py): a last-ULP difference made visible; counted apart.
+BITS_EXPOSED = "bits-exposed"
 SKIPPED = "skipped"  # not run: too large, an input type with no numpy counterpart, unsupported by XLA
 INVALID = "generator-invalid"  # a generated "valid" module the verifier rejects (generator or verifier bug)
 
 FAILURES = (UNEXPECTED, CRASH, HANG, MISMATCH, INVALID)
-ORDER = (OK, EXPECTED, SKIPPED, DENORMAL, ORDER_SENSITIVE, LONG_RUNNING, UNEXPECTED, CRASH, HANG, MISMATCH, INVALID)
+ORDER = (OK, EXPECTED, SKIPPED, DENORMAL, ORDER_SENSITIVE, BITS_EXPOSED, LONG_RUNNING, UNEXPECTED, CRASH, HANG, MISMATCH, INVALID)
 
 _PACKAGE = "hlofuse"
 
