@@ -219,6 +219,38 @@ def run_edge(text: str, args: list[np.ndarray], outputs: list[tuple[str, float]]
     return results
 
 
+# f32 and narrower computed in f64, f64 in x87 long double (64-bit mantissa): where a backend
+# and XLA:CPU disagree on a math function, the function in the wider type says which is off.
+_WIDER_FUNCTIONS = {
+    "exponential": np.exp, "exponential-minus-one": np.expm1, "log": np.log, "log-plus-one": np.log1p,
+    "sqrt": np.sqrt, "cbrt": np.cbrt, "tanh": np.tanh, "sine": np.sin, "cosine": np.cos, "tan": np.tan,
+    "atan2": np.arctan2, "power": np.power,
+}
+
+
+def precise_values(label: str, args: list[np.ndarray]) -> np.ndarray | None:
+    """The math function of edge case `label` ("opcode type") applied in a wider type to `args`
+    (np.longdouble for f64, f64 otherwise), or None: not a function listed, or no
+    wider type on this host (long double as wide as double)."""
+    opcode = label.split(" ")[0]
+    fn = _WIDER_FUNCTIONS.get(opcode)
+    if fn is None or not args or _float_info(args[0].dtype) is None:
+        return None
+    wide = np.longdouble if args[0].dtype == np.float64 else np.float64
+    if wide is np.longdouble and np.finfo(np.longdouble).nmant <= 52:
+        return None
+    with np.errstate(all="ignore"):
+        return fn(*(a.astype(wide) for a in args))
+
+
+def _xla_less_accurate(bad: np.ndarray, g: np.ndarray, w: np.ndarray, precise: np.ndarray, ulps: float) -> np.ndarray:
+    """Elements of `bad` where the backend's `g` is within `ulps` of the wider computation
+    `precise` (rounded to the result's type: a correctly rounded answer) and XLA's `w` is not."""
+    with np.errstate(all="ignore"):
+        rounded = precise.astype(w.dtype)
+    return bad & ~elementwise_bad(g, rounded, ulps or 1) & elementwise_bad(w, rounded, ulps or 1)
+
+
 def _edge_result(backend, label, ulps, args, g, w, f) -> dict[str, Any]:
     sig = f"edge {backend} vs XLA: {label}"
     if g.dtype != w.dtype or g.shape != w.shape:
@@ -236,6 +268,15 @@ def _edge_result(backend, label, ulps, args, g, w, f) -> dict[str, Any]:
     zero_w = w.astype(np.float64) == 0 if _float_info(w.dtype) is not None else np.zeros(bad.shape, bool)
     ftz = (any_sub_in & ~is_subnormal(w)) | (is_subnormal(g) & zero_w)
     still = bad & elementwise_bad(flush_denormals(f), w, ulps) & ~ftz
+    precise = precise_values(label, args) if still.any() else None
+    if precise is not None and precise.shape == g.shape:
+        xla_off = _xla_less_accurate(still, g, w, precise, ulps)
+        if xla_off.any() and not (still & ~xla_off).any():
+            i = int(np.argmax(xla_off))
+            ins = ", ".join(repr(a[i].item()) for a in args)
+            return {"outcome": oc.XLA_LESS_ACCURATE, "stage": "compare", "signature": sig,
+                    "message": f"{int(xla_off.sum())} of {bad.size}; e.g. ({ins}) -> {g[i].item()!r}, "
+                               f"wider {float(precise[i])!r}, XLA {w[i].item()!r}"}
     n_bad, n_real = int(bad.sum()), int(still.sum())
     pick = still if n_real else bad
     i = int(np.argmax(pick))

@@ -19,11 +19,14 @@ ORDER_SENSITIVE = "order-sensitive"
 # Differs only in outputs computed from the bits of floats (bitcast-convert) that agree within
 # the float tolerance (bit_exposure.py): a last-ULP difference made visible; counted apart.
 BITS_EXPOSED = "bits-exposed"
+# An edge case where the backend agrees with the function computed in a wider type and XLA:CPU
+# does not (edge.py): XLA's approximation is off there; counted apart.
+XLA_LESS_ACCURATE = "xla-less-accurate"
 SKIPPED = "skipped"  # not run: too large, an input type with no numpy counterpart, unsupported by XLA
 INVALID = "generator-invalid"  # a generated "valid" module the verifier rejects (generator or verifier bug)
 
 FAILURES = (UNEXPECTED, CRASH, HANG, MISMATCH, INVALID)
-ORDER = (OK, EXPECTED, SKIPPED, DENORMAL, ORDER_SENSITIVE, BITS_EXPOSED, LONG_RUNNING, UNEXPECTED, CRASH, HANG, MISMATCH, INVALID)
+ORDER = (OK, EXPECTED, SKIPPED, DENORMAL, ORDER_SENSITIVE, BITS_EXPOSED, XLA_LESS_ACCURATE, LONG_RUNNING, UNEXPECTED, CRASH, HANG, MISMATCH, INVALID)
 
 _PACKAGE = "hlofuse"
 
