@@ -293,7 +293,13 @@ def _emit_row(skel, em, group, heroes, extras, epilogue_ptrs, epilogue_leaves, p
                 store_element(b, b.load(s), b.gep(ptr, [unit], inbounds=True), et)
         write_epilogue(u, out_index)
     # A row of at least a vector is vectorised along itself, never across outputs (loop_hints).
-    if group.unit_elements // max(parts, 1) >= vector_lanes(em.target, group.heroes):
+    # Fewer units than a vector's lanes never fill one: vectorising across them only costs
+    # LLVM's time. (LLVM 22's loop vectorizer ran for minutes on such a loop over a single
+    # output whose whole body was loop-invariant, a min of two elements under cbrt and atan2:
+    # its VPlan uniformity check, vputils::isUniformAcrossVFsAndUFs, walks the operand DAG
+    # without remembering what it saw; the HLO graph fuzzer, seed 42.)
+    lanes = vector_lanes(em.target, group.heroes)
+    if group.unit_elements // max(parts, 1) >= lanes or n_out * max(parts, 1) < lanes:
         forbid_vectorization(unit)
 
 
