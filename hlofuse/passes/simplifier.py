@@ -118,10 +118,8 @@ def _reduce_of_single_elements(inst):
     for x, leaf in zip(inputs, leaves):
         if not x.shape.is_array or x.shape.dtype != leaf.dtype or x.shape.element_count() != leaf.element_count():
             return None
-    if not inst.shape.is_tuple:
-        return new_instruction(inst, "reshape", [inputs[0]], {})
-    reshapes = [HloInstruction("reshape", leaf, [x], name="reshape") for x, leaf in zip(inputs, leaves)]
-    return new_instruction(inst, "tuple", reshapes, {})
+    reshapes = [new_instruction(inst, "reshape", [x], {}, shape=leaf) for x, leaf in zip(inputs, leaves)]
+    return new_instruction(inst, "tuple", reshapes, {}) if inst.shape.is_tuple else reshapes[0]
 
 
 @_rule("broadcast")

@@ -37,26 +37,15 @@ def _output_producers(module) -> list:
     return out
 
 
-def _depends_on(inst, targets: set) -> bool:
-    """Whether `inst` is or reads (transitively, within its computation) one of `targets`."""
-    seen, stack = set(), [inst]
-    while stack:
-        cur = stack.pop()
-        if cur in targets:
-            return True
-        if id(cur) in seen:
-            continue
-        seen.add(id(cur))
-        stack.extend(cur.operands)
-    return False
-
-
 def exposed_outputs(module) -> set[int]:
     """Indices of the entry's flattened outputs that depend on a float bitcast-convert."""
+    from hlofuse.hlo.walk import post_order
+
     casts = set(float_bitcasts(module))
     if not casts:
         return set()
-    return {k for k, inst in enumerate(_output_producers(module)) if _depends_on(inst, casts)}
+    return {k for k, inst in enumerate(_output_producers(module))
+            if not casts.isdisjoint(post_order([inst], lambda i: i.operands))}
 
 
 def sources_module(module):

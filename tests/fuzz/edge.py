@@ -219,21 +219,15 @@ def run_edge(text: str, args: list[np.ndarray], outputs: list[tuple[str, float]]
     return results
 
 
-# f32 and narrower computed in f64, f64 in x87 long double (64-bit mantissa): where a backend
-# and XLA:CPU disagree on a math function, the function in the wider type says which is off.
-_WIDER_FUNCTIONS = {
-    "exponential": np.exp, "exponential-minus-one": np.expm1, "log": np.log, "log-plus-one": np.log1p,
-    "sqrt": np.sqrt, "cbrt": np.cbrt, "tanh": np.tanh, "sine": np.sin, "cosine": np.cos, "tan": np.tan,
-    "atan2": np.arctan2, "power": np.power,
-}
-
-
 def precise_values(label: str, args: list[np.ndarray]) -> np.ndarray | None:
-    """The math function of edge case `label` ("opcode type") applied in a wider type to `args`
-    (np.longdouble for f64, f64 otherwise), or None: not a function listed, or no
-    wider type on this host (long double as wide as double)."""
+    """The math function of edge case `label` ("opcode type"), the interpreter's numpy function
+    for it, applied in a wider type to `args` (x87 long double for f64, f64 for f32 and
+    narrower): where a backend and XLA:CPU disagree, it says which is off. None: not a math
+    function, or no wider type on this host (long double as wide as double)."""
+    from hlofuse.runtime.interpreter.elementwise import float_math_function
+
     opcode = label.split(" ")[0]
-    fn = _WIDER_FUNCTIONS.get(opcode)
+    fn = float_math_function(opcode)
     if fn is None or not args or _float_info(args[0].dtype) is None:
         return None
     wide = np.longdouble if args[0].dtype == np.float64 else np.float64

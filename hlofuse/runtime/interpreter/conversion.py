@@ -1,13 +1,16 @@
 """Reference rules of the conversions: convert (XLA's saturating float->int, NaN -> 0, ->pred
-is x != 0), bitcast-convert (a narrower type adds a minor dimension) and reduce-precision."""
+is x != 0), bitcast-convert (a narrower type adds a minor dimension) and reduce-precision; and
+the convert that ends a mixed-type dot or convolution (`in_contraction_type`)."""
 from __future__ import annotations
 
 import ml_dtypes
 import numpy as np
 
+from ...hlo.dtypes import contraction_type_of_other_kind
 from ...hlo.ir import HloInstruction
 from ...hlo.opcodes import mark_unsupported, register_reference
 from .elementwise import Array, contiguous, is_float, is_small_int, out_dtype, to_type
+from .op_helpers import result_dtype
 
 
 def float_to_int(x: Array, dtype: np.dtype) -> Array:
@@ -137,3 +140,14 @@ def _reduce_precision(inst: HloInstruction, args: list, interp) -> Array:
 
 mark_unsupported("reference", "stochastic rounding needs XLA's random-bit convention, which is not modelled",
                  "stochastic-convert")
+
+
+def in_contraction_type(inst: HloInstruction, contract) -> np.ndarray:
+    """`contract(dtype)` (a dot's or convolution's result computed in numpy `dtype`) in the type
+    XLA computes `inst` in: its result's, or, where the operands' type is of another kind and
+    does not upcast to it (f32 x s64 -> s32), the operands' higher-precision type, converted to
+    the result with XLA's convert (saturating; hlo.dtypes.contraction_type_of_other_kind, which
+    passes/contraction_types.py makes explicit in compiled modules)."""
+    out = result_dtype(inst.shape)
+    calc = contraction_type_of_other_kind(inst.operands[0].shape.dtype, inst.operands[1].shape.dtype, inst.shape.dtype)
+    return contract(out) if calc is None else convert_array(contract(calc.numpy), out)

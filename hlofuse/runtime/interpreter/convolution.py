@@ -15,13 +15,12 @@ import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
 from ...hlo.attributes import ConvDimensionNumbers, Window, WindowDimension
-from ...hlo.dtypes import contraction_type_of_other_kind
 from ...hlo.errors import UnsupportedError
 from ...hlo.ir import HloInstruction
 from ...hlo.opcodes import register_reference
 from . import denormals
-from .conversion import convert_array
-from .op_helpers import (accumulation_dtype, attr_int, from_compute, product_dtype, result_dtype, sequential_dtype,
+from .conversion import in_contraction_type
+from .op_helpers import (accumulation_dtype, attr_int, from_compute, product_dtype, sequential_dtype,
                          to_compute)
 
 
@@ -164,8 +163,5 @@ def convolution_reference(inst: HloInstruction, args: list, interp) -> np.ndarra
     window = inst.attrs.get("window") or Window(tuple(WindowDimension() for _ in dn.input_spatial))
     groups = attr_int(inst, "feature_group_count", 1), attr_int(inst, "batch_group_count", 1)
     flush = getattr(interp, "denormals", "keep") == "flush"
-    calc = contraction_type_of_other_kind(inst.operands[0].shape.dtype, inst.operands[1].shape.dtype, inst.shape.dtype)
-    if calc is not None:  # f32 x f32 -> s64: the f32 convolution, then XLA's convert (saturating)
-        return convert_array(convolve(lhs, rhs, window, dn, *groups, calc.numpy, inst.name, flush_products=flush),
-                             result_dtype(inst.shape))
-    return convolve(lhs, rhs, window, dn, *groups, result_dtype(inst.shape), inst.name, flush_products=flush)
+    return in_contraction_type(inst, lambda dtype: convolve(lhs, rhs, window, dn, *groups, dtype, inst.name,
+                                                            flush_products=flush))

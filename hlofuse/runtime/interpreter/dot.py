@@ -5,12 +5,11 @@ import math
 
 import numpy as np
 
-from ...hlo.dtypes import contraction_type_of_other_kind
 from ...hlo.errors import UnsupportedError
 from ...hlo.ir import HloInstruction
 from ...hlo.opcodes import register_reference
 from . import denormals
-from .conversion import convert_array
+from .conversion import in_contraction_type
 from .op_helpers import (accumulation_dtype, attr_dims, from_compute, product_dtype, result_dtype, sequential_dtype,
                          to_compute)
 
@@ -71,11 +70,7 @@ def dot_reference(inst: HloInstruction, args: list, interp) -> np.ndarray:
     if "sparsity" in inst.attrs:
         raise UnsupportedError(f"dot {inst.name}: sparse dot (sparsity=...) is not supported")
     flush = getattr(interp, "denormals", "keep") == "flush"
-    calc = contraction_type_of_other_kind(inst.operands[0].shape.dtype, inst.operands[1].shape.dtype, inst.shape.dtype)
-    if calc is not None:  # f32 x s64 -> s32: the f32 dot, then XLA's convert (saturating)
-        return convert_array(dot_general(lhs, rhs, lb, lc, rb, rc, calc.numpy, flush_products=flush),
-                             result_dtype(inst.shape))
-    return dot_general(lhs, rhs, lb, lc, rb, rc, result_dtype(inst.shape), flush_products=flush)
+    return in_contraction_type(inst, lambda dtype: dot_general(lhs, rhs, lb, lc, rb, rc, dtype, flush_products=flush))
 
 
 @register_reference("ragged-dot")

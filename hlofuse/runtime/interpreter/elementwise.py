@@ -471,6 +471,14 @@ def atan2(x: Array, y: Array) -> Array:
     return np.arctan2(x, y)
 
 
+def float_math_function(opcode: str) -> Callable | None:
+    """The numpy function the interpreter computes float math op `opcode` with, before its
+    compute-type conversion and NaN-operand rule: it computes in whatever float type it is given
+    (the edge fuzzer evaluates it in a wider one to judge a disagreement with XLA); None for an
+    op without one."""
+    return _TRANSCENDENTAL.get(opcode) or {"power": power, "atan2": atan2}.get(opcode)
+
+
 @register_reference("complex")
 def _complex(inst: HloInstruction, args: list, interp) -> Array:
     """real + i*imag."""
