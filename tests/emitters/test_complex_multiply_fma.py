@@ -102,3 +102,41 @@ def test_the_formula_is_xla_cpus(ty):
     module = MULTIPLY.format(t=ty, n=N)
     want = np.asarray(hlofuse.compile(hlofuse.parse_hlo(module), target="interpreter")(x, y)[0])
     np.testing.assert_array_equal(np.asarray(run_on_xla(module, [x, y])[0]).view(ft), want.view(ft))
+
+
+# A complex multiply as a reduction's or window's combiner: the interpreter once recognised it
+# as numpy's `multiply` ufunc (unfused products), so a product reduction differed from XLA:CPU
+# in the last bits of nearly every element, and the conformance file cumprod_complex64_8_9 (a
+# reduce-window) failed on the interpreter alone. The combiner is now evaluated as written.
+# Which product LLVM fuses is its choice per loop, not HLO's: in XLA:CPU's scatter loop the
+# imaginary part is fma(re x, im y, im x * re y), and a cumulative window of 37 is not folded
+# in window order; neither is modelled, and the tolerances of the comparisons absorb them.
+COMBINED = {
+    "reduce": """HloModule m
+mul {{ a = {t}[] parameter(0) b = {t}[] parameter(1) ROOT m = {t}[] multiply(a, b) }}
+ENTRY e {{ p = {t}[37,64] parameter(0) one = {t}[] constant((1, 0))
+  ROOT r = {t}[64] reduce(p, one), dimensions={{0}}, to_apply=mul }}
+""",
+    "reduce-window": """HloModule m
+mul {{ a = {t}[] parameter(0) b = {t}[] parameter(1) ROOT m = {t}[] multiply(a, b) }}
+ENTRY e {{ p = {t}[37,64] parameter(0) one = {t}[] constant((1, 0))
+  ROOT r = {t}[30,64] reduce-window(p, one), window={{size=8x1}}, to_apply=mul }}
+""",
+}
+
+
+def _unit_magnitude(ct, shape, seed) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    return (np.exp(1j * rng.uniform(-3, 3, shape)) * rng.uniform(0.9, 1.1, shape)).astype(ct)
+
+
+@pytest.mark.skipif(not xla_available(), reason="needs jax (the xla extra)")
+@pytest.mark.parametrize("ty", sorted(TYPES))
+@pytest.mark.parametrize("op", sorted(COMBINED))
+def test_complex_multiply_combiner_is_xla_cpus(ty, op):
+    ct, ft = TYPES[ty]
+    module = COMBINED[op].format(t=ty)
+    x = _unit_magnitude(ct, (37, 64), 1)
+    want = np.asarray(run_on_xla(module, [x])[0])
+    got = np.asarray(hlofuse.compile(hlofuse.parse_hlo(module), target="interpreter")(x)[0])
+    np.testing.assert_array_equal(got.view(ft), want.view(ft))

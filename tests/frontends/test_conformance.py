@@ -20,8 +20,6 @@ TESTDATA = str(SHARED_STABLEHLO)
 # precision difference from the algorithm XLA used to compute the expected values, which the
 # tight check (3 ULP, or 1e-3 absolute at large magnitudes) cannot absorb.
 ALLOWLIST = {
-    "cumprod_complex64_8_9.mlir": ("products reach 1.2e5, where float32 spacing (0.008) exceeds expect_almost_eq's "
-                                   "absolute 1e-3: only XLA's exact multiplication order passes"),
     "fft_complex64_14_15_16_17.mlir": ("the interpreter's FFT is numpy's float64 pocketfft rounded to float32; XLA "
                                        "computed in float32: 24% of the elements are over 3 ULP off (the "
                                        "small-magnitude bins by up to 75k ULP)"),

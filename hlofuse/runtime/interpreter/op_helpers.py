@@ -253,6 +253,10 @@ def _binary_ufunc(opcode: str, dtype: np.dtype):
         return None
     if np.dtype(dtype).kind == "c" and opcode in ("maximum", "minimum"):
         return None  # XLA's complex max/min keep the first operand on ties: not commutative
+    if np.dtype(dtype).kind == "c" and opcode == "multiply":
+        # XLA computes a complex product with fused multiply-adds (complex_xla.multiply),
+        # numpy's ufunc does not: the combiner is evaluated as the computation says.
+        return None
     return ufuncs[0] if np.dtype(dtype).kind == "b" else ufuncs[1]
 
 
