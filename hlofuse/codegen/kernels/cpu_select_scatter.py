@@ -93,10 +93,13 @@ def emit_select_scatter_kernel(skel, plan) -> None:
     if plan.stage == "init":
         row = dims[-1] if dims else 1
         value = load_element(b, typed_pointer(b, args[init.parameter_number], init.shape.dtype), init.shape.dtype)
-        with for_range(b, skel.begin, skel.end, "row") as r:
-            with for_range(b, const_i64(0), const_i64(row), "col") as j:
-                lin = b.add(b.mul(r, const_i64(row)), j)
-                store_element(b, value, b.gep(out, [lin], inbounds=True), out_t)
+        # One flat loop over the units' elements (contiguous rows): LLVM vectorizes it as it
+        # is, where a loop over rows of a short constant row was fully unrolled inside and then
+        # vectorized across rows (haiku's 64-wide pooling gradient: 62 ms of LLVM for a fill).
+        first = b.mul(skel.begin, const_i64(row), flags=["nuw", "nsw"])
+        last = b.mul(skel.end, const_i64(row), flags=["nuw", "nsw"])
+        with for_range(b, first, last, "fill") as lin:
+            store_element(b, value, b.gep(out, [lin], inbounds=True), out_t)
         skel.finish()
         return
     _emit_scatter(skel, inst, out)
