@@ -45,11 +45,15 @@ ENTRY main {{
 
 
 def _reduction_ir(dims: tuple[int, ...]) -> str:
-    fused = optimize(hlofuse.parse_hlo(_column_sums(dims)), "cpu")[0]
+    return _reduction_ir_of(_column_sums(dims))
+
+
+def _reduction_ir_of(text: str) -> str:
+    fused = optimize(hlofuse.parse_hlo(text), "cpu")[0]
     planner = CpuPlanner()
     code = CpuCode(fused, planner)
     planner.plan(fused.entry)
-    (kernel,) = [k for k in code.kernels if k.group is not None]
+    kernel = [k for k in code.kernels if k.group is not None][0]  # a partial sums' first stage
     return str(emit_kernel_module(kernel, CpuTarget(), "k"))
 
 
@@ -86,6 +90,33 @@ def test_avx2_blocks_of_two_sums_are_left_to_llvm(monkeypatch):
     assert all("llvm.loop.unroll.disable" not in hints[loop] for loop in ("r0", "r1", "r2")), hints
 
 
+def test_avx2_one_sum_of_eight_vectors_stays_rolled(monkeypatch):
+    """One f32 sum of 64 columns on an AVX2 host is eight vectors: its reduced loops stay
+    rolled (haiku's 64-channel weight gradients: the 16-long loop around them was unrolled
+    whole, 1,316 lines after O3), and the kernel is several times smaller after O3."""
+    monkeypatch.setattr(reduction_groups, "host_cpu", lambda: ("cpu", "+avx,+avx2,+fma"))
+    reduction_groups.vector_registers.cache_clear()
+    monkeypatch.setattr(cpu_reduction_rotated, "ROTATES_COLUMNS", False)
+    text = """HloModule colsum
+add { a = f32[] parameter(0) b = f32[] parameter(1) ROOT s = f32[] add(a, b) }
+ENTRY main {
+  x = f32[16,16,16,64] parameter(0)
+  zero = f32[] constant(0)
+  ROOT s = f32[64] reduce(x, zero), dimensions={0,1,2}, to_apply=add
+}
+"""
+    try:
+        rolled_ir = _reduction_ir_of(text)
+        hints = loop_hint_names(rolled_ir)
+        assert all("llvm.loop.unroll.disable" in hints[loop] for loop in ("r0", "r1", "r2")), hints
+        _all_unrolled(monkeypatch)
+        unrolled_ir = _reduction_ir_of(text)
+    finally:
+        reduction_groups.vector_registers.cache_clear()
+    rolled, unrolled = instructions_after_o3(rolled_ir), instructions_after_o3(unrolled_ir)
+    assert rolled * 3 < unrolled, (rolled, unrolled)
+
+
 @pytest.mark.parametrize("columns", [16, cpu_conv.ROLLED_AROUND // 2])
 def test_reduced_loops_around_few_columns_or_many_accumulators_left_to_llvm(columns, monkeypatch):
     """Around fewer than ROLLED_AROUND columns LLVM unrolls. (Blocks of 4 KiB of accumulators,
@@ -104,11 +135,16 @@ def test_rolling_rule():
             self.types = [hlofuse.hlo.dtypes.element_type(t) for t in types]
 
     f32, f64 = Hero("f32"), Hero("f64")
-    assert cpu_reduction.rolls_reduced_loops(256, [f32, f32])
-    assert cpu_reduction.rolls_reduced_loops(512, [f32])
-    assert not cpu_reduction.rolls_reduced_loops(512, [f32, f32])
-    assert not cpu_reduction.rolls_reduced_loops(512, [f64])
-    assert not cpu_reduction.rolls_reduced_loops(cpu_conv.ROLLED_AROUND - 1, [f32])
+    for lanes in (16, 8):  # AVX-512 and AVX2 f32 vectors
+        assert cpu_reduction.rolls_reduced_loops(256, [f32, f32], lanes)
+        assert cpu_reduction.rolls_reduced_loops(512, [f32], lanes)
+        assert not cpu_reduction.rolls_reduced_loops(512, [f32, f32], lanes)
+        assert not cpu_reduction.rolls_reduced_loops(512, [f64], lanes)
+    assert not cpu_reduction.rolls_reduced_loops(cpu_conv.ROLLED_AROUND - 1, [f32], 16)
+    # eight vectors where they are fewer columns than ROLLED_AROUND: 64 f32 on AVX2
+    assert cpu_reduction.rolls_reduced_loops(64, [f32], 8)
+    assert not cpu_reduction.rolls_reduced_loops(63, [f32], 8)
+    assert not cpu_reduction.rolls_reduced_loops(64, [f32], 16)
 
 
 @pytest.mark.parametrize("dims", [(16, 4, 4, 256), (8, 3, 3, 1000), (2, 5, 640)])
@@ -170,7 +206,7 @@ def _row_sums_ir(rows: int, n: int) -> str:
     planner = CpuPlanner()
     code = CpuCode(fused, planner)
     planner.plan(fused.entry)
-    (kernel,) = [k for k in code.kernels if k.group is not None]
+    kernel = [k for k in code.kernels if k.group is not None][0]  # a partial sums' first stage
     return str(emit_kernel_module(kernel, CpuTarget(), "k"))
 
 

@@ -182,10 +182,11 @@ def _row_accumulators(em, comp: HloComputation, group: ReductionGroup, heroes, a
 ROLLED_ACCUMULATOR_BYTES = 4096
 
 
-def rolls_reduced_loops(block_columns: int, heroes) -> bool:
+def rolls_reduced_loops(block_columns: int, heroes, lanes: int) -> bool:
     """Whether a column kernel keeps the reduced loops around its block of `block_columns`
     columns rolled (`llvm.loop.unroll.disable`): from `ROLLED_AROUND` columns (the direct
-    convolution's rule), while the block's accumulators take under `ROLLED_ACCUMULATOR_BYTES`.
+    convolution's rule) or eight of the target's vectors (`lanes` columns each) if fewer,
+    while the block's accumulators take under `ROLLED_ACCUMULATOR_BYTES`.
 
     Unrolled, every copy of a reduced loop repeats the whole vectorised column loop: haiku's
     ResNet-18 step's 89 reduction kernels were 47,439 instructions after O3, 22,915 rolled
@@ -195,9 +196,16 @@ def rolls_reduced_loops(block_columns: int, heroes) -> bool:
     1.01 (from memory), the sum alone of 512 columns 0.94; but both sums of 512-column blocks
     (4 KiB of accumulators) ran 1.05-1.13 slower rolled (f32[8,7,7,2048], [4,8,8,1024],
     [8,8,8,512]): unrolled, LLVM forwards each accumulator from one copy of the row to the next
-    instead of storing and reloading it (docs/compile_time.md)."""
+    instead of storing and reloading it (docs/compile_time.md).
+
+    Eight vectors rather than 128 columns on AVX2 (64 f32): haiku's weight gradients of 64
+    channels (one sum over f32[16,16,16,64]) were 1,316 lines after O3, the reduced loop of 16
+    around 8 vectors unrolled whole, and 185 ms of LLVM; rolled, a module of that reduction
+    alone compiled in 0.08-0.09 CPU-s instead of 0.22-0.44, and it ran 0.80-0.84x the time in cache, 0.99-1.00x over
+    f32[32,56,56,64] from memory, haiku's step 1.00x (one thread, CPU time, interleaved
+    medians of 21-61, load 1.1-1.7, the same bits)."""
     acc_bytes = block_columns * sum(et.bits // 8 or 1 for h in heroes for et in h.types)
-    return block_columns >= ROLLED_AROUND and acc_bytes < ROLLED_ACCUMULATOR_BYTES
+    return block_columns >= min(ROLLED_AROUND, 8 * lanes) and acc_bytes < ROLLED_ACCUMULATOR_BYTES
 
 
 def _emit_row(skel, em, group, heroes, extras, epilogue_ptrs, epilogue_leaves, parts: int = 1,
@@ -417,7 +425,8 @@ def _emit_column(skel, em, group, heroes, extras, epilogue_ptrs, epilogue_leaves
         else:
             _reduced_loops(b, group, body, outer=outer_slice,
                            vectorize=block_columns < vector_lanes(em.target, group.heroes),
-                           unroll=not (group.in_l1 or rolls_reduced_loops(block_columns, heroes)))
+                           unroll=not (group.in_l1 or rolls_reduced_loops(
+                               block_columns, heroes, vector_lanes(em.target, group.heroes))))
         if scratch is not None:
             _store_partials(b, heroes, block, scratch, j0, j1, b.add(b.mul(part, const_i64(n_out)), row))
         else:
