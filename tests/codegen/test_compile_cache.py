@@ -416,3 +416,38 @@ def test_the_key_changes_with_the_code_generators_source(monkeypatch):
     assert cache.cache_key("kernel text", "target") != before
     monkeypatch.delitem(cache._DIGESTS, cache._CODE_FOLDERS)  # computed again from the files
     assert cache.code_digest() and cache.cache_key("kernel text", "target") == before
+
+
+def test_the_source_signature_sees_edits_by_size_and_time(tmp_path):
+    """source_digest reads the package's files' stat (path, size, modification time), not
+    their bytes: an edit of the same size at another time, a new file and a new size all
+    change the signature; bytecode caches and other files do not count."""
+    from hlofuse.codegen import cache
+
+    (tmp_path / "pkg" / "sub").mkdir(parents=True)
+    (tmp_path / "pkg" / "__pycache__").mkdir()
+    a, b = tmp_path / "pkg" / "a.py", tmp_path / "pkg" / "sub" / "b.py"
+    a.write_text("x = 1\n")
+    b.write_text("y = 2\n")
+    os.utime(a, ns=(10**18, 10**18))
+    os.utime(b, ns=(10**18, 10**18))
+
+    def signature() -> str:
+        return cache._tree_signature(str(tmp_path / "pkg"), len(str(tmp_path)) + 1)
+
+    first = signature()
+    assert first.splitlines() == [f"pkg/a.py 6 {10**18}", f"pkg/sub/b.py 6 {10**18}"]
+    (tmp_path / "pkg" / "__pycache__" / "a.cpython-311.pyc").write_bytes(b"\0" * 9)
+    (tmp_path / "pkg" / "notes.txt").write_text("not source")
+    assert signature() == first
+    a.write_text("x = 3\n")  # same size, new time
+    assert signature() != first
+    os.utime(a, ns=(10**18, 10**18))
+    assert signature() == first
+    a.write_text("x = 10\n")
+    os.utime(a, ns=(10**18, 10**18))  # same time, new size
+    assert signature() != first
+    a.write_text("x = 1\n")
+    os.utime(a, ns=(10**18, 10**18))
+    (tmp_path / "pkg" / "sub" / "c.py").write_text("")
+    assert signature() != first
