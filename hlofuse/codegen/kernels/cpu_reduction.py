@@ -20,7 +20,11 @@ Two loop orders, chosen so the innermost loop is contiguous in memory:
     contiguous, vectorizable loop (no reassociation needed). An input from memory whose row
     of accumulators fits L1 is one block of all its columns (`ReductionGroup.in_l1`): its
     accumulators are a row of partial sums in L1, updated one vector a step
-    (cpu_reduction_rotated.stream_columns), so each unit streams whole rows.
+    (cpu_reduction_rotated.stream_columns), so each unit streams whole rows. An input from
+    memory of several register blocks (batch-norm statistics: a sum and a sum of squares of
+    96 columns are three blocks of 32 on AVX2) is read in tiles of rows instead, each block
+    folding a tile in turn (`ReductionGroup.tiles_rows`, `_emit_column_tiles`): one pass over
+    memory rather than one strided pass per block.
 
 Either order with few work units (a full reduction; batch-norm statistics of 96 channels,
 one column block) and many elements each is split by the planner (codegen/planning.py) into
@@ -367,6 +371,9 @@ def _emit_column(skel, em, group, heroes, extras, epilogue_ptrs, epilogue_leaves
     accumulated in a stack block. With `scratch` (a split's partial stage), unit = part *
     group.units + block: the block folds slice `part` of the outermost reduced dimension and
     stores its accumulators to scratch at [part][output] instead of running the epilogue."""
+    if group.tiles_rows:
+        _emit_column_tiles(skel, em, group, heroes, extras, epilogue_ptrs, epilogue_leaves, parts, scratch)
+        return
     b = skel.builder
     last = group.in_dims[-1]
     nb = group.blocks
@@ -431,6 +438,78 @@ def _emit_column(skel, em, group, heroes, extras, epilogue_ptrs, epilogue_leaves
             _store_partials(b, heroes, block, scratch, j0, j1, b.add(b.mul(part, const_i64(n_out)), row))
         else:
             _store_epilogue(b, position, group, outer, row, j0, j1, epilogue_gens, epilogue_leaves, epilogue_ptrs)
+
+
+def _emit_column_tiles(skel, em, group, heroes, extras, epilogue_ptrs, epilogue_leaves, parts: int,
+                       scratch) -> None:
+    """Column loops of a `tiles_rows` group (every dimension but the last reduced): the unit is
+    every block of the columns (with `scratch`, of slice `part` of the outermost reduced
+    dimension, the same slices as `_emit_column`'s), its rows taken a tile of
+    `group.tile_rows` at a time, and each block folds the tile's rows in turn into its
+    accumulators (a stack row of all the columns, LLVM keeping the block's in registers
+    across the rows). Each column is folded over the same rows in the same order as
+    `_emit_column` folds it: the same bits."""
+    b = skel.builder
+    last = group.in_dims[-1]
+    width = group.block_columns
+    rows = math.prod(group.in_dims[:-1])
+    inner = rows // group.in_dims[0]
+    with b.goto_entry_block():
+        block = {h: [line_aligned(b.alloca(mem_type(et), size=last)) for et in h.types] for h in heroes}
+    position = {}
+    override_heroes(em, heroes, lambda h: [load_element(b, b.gep(p, [position["j"]], inbounds=True), et)
+                                           for p, et in zip(block[h], h.types)], lambda: position["index"])
+    epilogue_gens = [em.gen(leaf.inst) for leaf in epilogue_leaves]
+    lanes = vector_lanes(em.target, group.heroes)
+    tile = const_i64(group.tile_rows)
+    reduced_dims = group.in_dims[:-1]
+    with for_range(b, skel.begin, skel.end, "unit") as unit:
+        if scratch is not None:
+            lo, hi = _split_slice(b, unit, group.in_dims[0], parts)
+            lo, hi = b.mul(lo, const_i64(inner)), b.mul(hi, const_i64(inner))
+        else:
+            lo, hi = const_i64(0), const_i64(rows)
+        inits = [h.init_values(b) for h in heroes]
+        with for_range(b, const_i64(0), const_i64(last), "init") as j:
+            for h, vals in zip(heroes, inits):
+                for v, p, et in zip(vals, block[h], h.types):
+                    store_element(b, v, b.gep(p, [j], inbounds=True), et)
+
+        with for_range(b, lo, hi, "tile", step=group.tile_rows, unroll=False) as t:
+            end = b.add(t, tile, flags=["nuw", "nsw"])
+            end = b.select(b.icmp_signed("<", end, hi), end, hi)
+
+            def fold_block(j0, columns: int) -> None:
+                # the rows of the tile for `columns` columns from j0 (a constant trip count, so
+                # LLVM unrolls and vectorises the column loop and keeps its accumulators)
+                with for_range(b, t, end, "row", unroll=not rolls_reduced_loops(columns, heroes, lanes)) as r:
+                    multi = delinearize(b, r, reduced_dims)
+                    base = b.mul(r, const_i64(last), flags=["nuw", "nsw"])
+                    with for_range(b, j0, b.add(j0, const_i64(columns), flags=["nuw", "nsw"]), "col") as j:
+                        index = Index(b, group.in_dims, multi=list(multi) + [j],
+                                      linear=b.add(base, j, flags=["nuw", "nsw"]))
+                        for h in heroes:
+                            addrs = [b.gep(p, [j], inbounds=True) for p in block[h]]
+                            accs = [load_element(b, a, et) for a, et in zip(addrs, h.types)]
+                            for a, v, et in zip(addrs, h.fold(em, accs, index), h.types):
+                                store_element(b, v, a, et)
+                        _store_extras(b, index, extras)
+                if columns >= lanes:
+                    forbid_vectorization(r)
+
+            whole = last // width
+            with for_range(b, const_i64(0), const_i64(whole), "block", unroll=False) as k:
+                fold_block(b.mul(k, const_i64(width), flags=["nuw", "nsw"]), width)
+            forbid_vectorization(k)
+            if last % width:
+                fold_block(const_i64(whole * width), last % width)
+        forbid_vectorization(t)
+        if scratch is not None:
+            _store_partials(b, heroes, block, scratch, const_i64(0), const_i64(last),
+                            b.mul(unit, const_i64(group.out_elements)))
+        else:
+            _store_epilogue(b, position, group, [], const_i64(0), const_i64(0), const_i64(last),
+                            epilogue_gens, epilogue_leaves, epilogue_ptrs)
 
 
 def _store_epilogue(b, position: dict, group, outer, row, j0, j1, gens, leaves, ptrs) -> None:
