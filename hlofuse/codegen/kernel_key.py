@@ -132,6 +132,10 @@ def kernel_text(kernel: KernelPlan) -> str:
     else:
         g = kernel.group
         heroes = ",".join(texts.ref[h] if h in texts.ref else _free_hero(texts, h) for h in g.heroes)
+        # The column layout the emitter takes from the host's caches and registers as well as
+        # from the shapes (ReductionGroup.block_columns, tiles_rows): a machine of another L3, or
+        # a run with other budgets, has other code for the same computation.
         plan.append(f"reduce heroes={heroes} epilogue={list(g.epilogue)} extras={list(g.extras)}"
-                    f" in_dims={list(g.in_dims)} rdims={list(g.rdims)}")
+                    f" in_dims={list(g.in_dims)} rdims={list(g.rdims)}"
+                    + ("" if g.is_row else f" block_columns={g.block_columns} tiles_rows={g.tiles_rows}"))
     return "\n".join(texts.lines + plan) + "\n"

@@ -127,3 +127,20 @@ ENTRY main {
     np.testing.assert_allclose(got[1], want[1], rtol=1e-5, atol=1e-4)
     np.testing.assert_array_equal(got[2], want[2])
     np.testing.assert_array_equal(got[0], _sliced_sums(x, _parts(exe)))
+
+
+def test_the_kernel_key_tells_the_layouts_apart(small_l3, monkeypatch):
+    """The structural key of a kernel (codegen/kernel_key.py) holds the column layout the
+    emitter chose from the host's budgets: the tiled and the block-at-a-time kernels of one
+    computation never share object code in a cache."""
+    from hlofuse.codegen.kernel_key import kernel_text
+
+    text = _column_module((2048, 1024), 2)
+
+    def texts() -> set:
+        exe = hlofuse.compile(hlofuse.parse_hlo(text), "cpu", cache=False)
+        return {kernel_text(k) for k in exe.program._planner.kernels if k.group is not None}
+
+    tiled = texts()
+    monkeypatch.setattr(reduction_groups, "ROW_TILE_BYTES", 0)
+    assert texts().isdisjoint(tiled)
