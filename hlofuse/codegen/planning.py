@@ -255,7 +255,7 @@ def _kernels_of(comp: HloComputation, name: str, temps: list) -> list[KernelPlan
     groups, loops = reduction_groups(comp)
     plans = []
     for g in groups:
-        r0 = g.in_dims[g.rdims[0]] if g.rdims else 1
+        r0 = g.split_extent
         sequential = any(is_order_sensitive_reduce(h) for h in g.heroes)  # XLA:CPU's order, not slices
         if (g.units < SPLIT_MAX_OUTPUTS and g.unit_elements >= SPLIT_MIN_ELEMENTS and r0 >= 2
                 and not sequential):

@@ -56,6 +56,7 @@ def test_rule(small_l3, monkeypatch):
     ((3000, 100), 2, "f32"),  # a last block of fewer columns; rows not a whole number of tiles
     ((5, 800, 72), 3, "f32"),  # sum, sum of squares and max; five slices
     ((1500, 200), 2, "f64"),
+    ((1, 300, 40, 96), 2, "f32"),  # a batch of one: its rows sliced (the blocks were not split)
 ])
 def test_bits_equal_the_block_at_a_time_kernel(small_l3, monkeypatch, dims, values, dtype):
     np_type = np.float64 if dtype == "f64" else np.float32
@@ -82,13 +83,15 @@ def test_bits_equal_the_block_at_a_time_kernel(small_l3, monkeypatch, dims, valu
 
 
 def _sliced_sums(x: np.ndarray, parts: int) -> np.ndarray:
-    """Column sums as a kernel split in `parts` slices of the outermost dimension folds them:
-    each slice's rows in order (cumsum is sequential), then the slices in order."""
+    """Column sums as a kernel split in `parts` slices of the outermost dimension (of the rows
+    where that dimension is 1) folds them: each slice's rows in order (cumsum is sequential),
+    then the slices in order."""
     rows = x.reshape(-1, x.shape[-1])
-    per = rows.shape[0] // x.shape[0]  # rows per index of the outermost dimension
+    extent = x.shape[0] if x.shape[0] >= 2 else rows.shape[0]
+    per = rows.shape[0] // extent  # rows per index of what is sliced
     total = None
     for p in range(parts):
-        lo, hi = p * x.shape[0] // parts * per, (p + 1) * x.shape[0] // parts * per
+        lo, hi = p * extent // parts * per, (p + 1) * extent // parts * per
         s = np.cumsum(rows[lo:hi], axis=0, dtype=x.dtype)[-1]
         total = s if total is None else (total + s).astype(x.dtype)
     return total

@@ -443,8 +443,9 @@ def _emit_column(skel, em, group, heroes, extras, epilogue_ptrs, epilogue_leaves
 def _emit_column_tiles(skel, em, group, heroes, extras, epilogue_ptrs, epilogue_leaves, parts: int,
                        scratch) -> None:
     """Column loops of a `tiles_rows` group (every dimension but the last reduced): the unit is
-    every block of the columns (with `scratch`, of slice `part` of the outermost reduced
-    dimension, the same slices as `_emit_column`'s), its rows taken a tile of
+    every block of the columns (with `scratch`, of slice `part` of the group's `split_extent`:
+    the outermost reduced dimension, the same slices as `_emit_column`'s, or the rows for a
+    batch of one), its rows taken a tile of
     `group.tile_rows` at a time, and each block folds the tile's rows in turn into its
     accumulators (a stack row of all the columns, LLVM keeping the block's in registers
     across the rows). Each column is folded over the same rows in the same order as
@@ -453,7 +454,7 @@ def _emit_column_tiles(skel, em, group, heroes, extras, epilogue_ptrs, epilogue_
     last = group.in_dims[-1]
     width = group.block_columns
     rows = math.prod(group.in_dims[:-1])
-    inner = rows // group.in_dims[0]
+    inner = rows // group.split_extent  # rows per index of what the split slices
     with b.goto_entry_block():
         block = {h: [line_aligned(b.alloca(mem_type(et), size=last)) for et in h.types] for h in heroes}
     position = {}
@@ -465,7 +466,7 @@ def _emit_column_tiles(skel, em, group, heroes, extras, epilogue_ptrs, epilogue_
     reduced_dims = group.in_dims[:-1]
     with for_range(b, skel.begin, skel.end, "unit") as unit:
         if scratch is not None:
-            lo, hi = _split_slice(b, unit, group.in_dims[0], parts)
+            lo, hi = _split_slice(b, unit, group.split_extent, parts)
             lo, hi = b.mul(lo, const_i64(inner)), b.mul(hi, const_i64(inner))
         else:
             lo, hi = const_i64(0), const_i64(rows)

@@ -166,6 +166,17 @@ class ReductionGroup:
         return self._input_bytes > l3_cache_bytes()
 
     @property
+    def split_extent(self) -> int:
+        """What the planner splits into slices (codegen/planning.py): the outermost reduced
+        dimension, or for a `tiles_rows` group whose outermost dimension is 1 (a batch of one)
+        its rows, which are one contiguous run (its unit is all its columns: unsplit, one
+        thread would read the whole input where the blocks were units of their own)."""
+        r0 = self.in_dims[self.rdims[0]] if self.rdims else 1
+        if r0 < 2 and self.tiles_rows:
+            return math.prod(self.in_dims[:-1])
+        return r0
+
+    @property
     def tile_rows(self) -> int:
         """Rows per tile of a `tiles_rows` group: ROW_TILE_BYTES of its input's rows."""
         return max(1, ROW_TILE_BYTES // max(1, self._input_bytes // max(1, math.prod(self.in_dims[:-1]))))
