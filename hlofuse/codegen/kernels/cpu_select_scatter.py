@@ -13,10 +13,11 @@ inlined by the elemental emitter (any scalar computation with element generators
 
 Two kernels: stage "init" fills the result (rows of its last dimension are the work units);
 stage "scatter" walks the source. Windows that overlap (a stride smaller than the window in
-some dimension) may pick the same result element from several windows, so that kernel is one
-work unit walking the source in row-major order, exactly the interpreter's order; when no two
-windows overlap every result element is written by at most one window and the units are the
-source's rows, split across threads.
+some dimension) may pick the same result element from several windows, which must combine in
+the source's row-major order, the interpreter's. Where windows of different source rows (the
+outermost dimension, a pooled batch) cannot overlap, the units are the source's rows, split
+across threads, each walking its windows in that order (a 3x3 max pool of stride 2 over a batch:
+its windows overlap along the image, never across images); otherwise the kernel is one unit.
 """
 from __future__ import annotations
 
@@ -55,8 +56,14 @@ def find_select_scatter(comp: HloComputation) -> HloInstruction | None:
     return root
 
 
-def _overlapping(inst: HloInstruction) -> bool:
-    return any(d.stride < d.size for d in inst.attrs["window"].dimensions)
+def _overlapping_rows(inst: HloInstruction) -> bool:
+    """Whether windows of different source rows (indices of the outermost dimension) can
+    overlap: a stride smaller than the window along it. Where they cannot, the rows write
+    disjoint parts of the result, and each row walks its windows in row-major order, overlapping
+    or not among themselves, so the rows are work units for several threads and every result
+    element still combines its picks in the interpreter's order."""
+    d = inst.attrs["window"].dimensions[0]
+    return d.stride < d.size
 
 
 def plan_select_scatter(comp: HloComputation, name: str):
@@ -70,7 +77,7 @@ def plan_select_scatter(comp: HloComputation, name: str):
     rows, row = (math.prod(dims[:-1]), dims[-1]) if dims else (1, 1)
     src = tuple(inst.operands[1].shape.dims)
     taps = math.prod(d.size for d in inst.attrs["window"].dimensions)
-    if _overlapping(inst) or not src:
+    if not src or _overlapping_rows(inst):
         units, per_unit = (1 if math.prod(src) else 0), math.prod(src) * taps
     else:
         units, per_unit = src[0], math.prod(src[1:]) * taps
@@ -120,7 +127,7 @@ def _emit_scatter(skel, inst: HloInstruction, out: ir.Value) -> None:
     have = b.alloca(I1, name="have")
     best = b.alloca(mem_type(op_t), name="best")
     pick = b.alloca(ir.IntType(64), name="pick")
-    whole = _overlapping(inst) or not sdims
+    whole = not sdims or _overlapping_rows(inst)
 
     def per_source(spos: list) -> None:
         b.store(ir.Constant(I1, 0), have)
