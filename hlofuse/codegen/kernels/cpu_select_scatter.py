@@ -148,15 +148,8 @@ def _emit_channel_scatter(skel, inst: HloInstruction, out: ir.Value) -> None:
     (the gradient of a 3x3/2 max pool over f32[16,112,112,64]: 34 ns a source element). A pick
     is a tap's number, not the element's index: a 64-bit index computed in the vectorised loop
     cost LLVM's induction-variable passes 0.3 s for one kernel when narrowed to 32 bits."""
-    b = skel.builder
-    operand, source, _ = inst.operands
-    op_t, src_t, out_t = operand.shape.dtype, source.shape.dtype, inst.shape.dtype
-    x = typed_pointer(b, skel.function.args[operand.parameter_number], op_t)
-    s = typed_pointer(b, skel.function.args[source.parameter_number], src_t)
-    em = ElementalEmitter(b, skel.target, skel.param_gen)
-    window = inst.attrs["window"].dimensions
-    odims, sdims = tuple(operand.shape.dims), tuple(source.shape.dims)
-    ostr, sstr = row_major_strides(odims), row_major_strides(sdims)
+    b, em = skel.builder, ElementalEmitter(skel.builder, skel.target, skel.param_gen)
+    x, s, op_t, src_t, out_t, window, odims, sdims, ostr, sstr = _scatter_operands(skel, inst)
     channels = sdims[-1]
     sizes = [d.size for d in window[:-1]]
     tap_strides = row_major_strides(tuple(sizes))
@@ -166,7 +159,6 @@ def _emit_channel_scatter(skel, inst: HloInstruction, out: ir.Value) -> None:
         pick = b.alloca(i32, size=channels, name="pick")
         tap_row = b.alloca(i64, size=max(math.prod(sizes), 1), name="tap_row")
         have = b.alloca(I1, name="have")
-    whole = _overlapping_rows(inst)
 
     def per_position(spos: list) -> None:
         b.store(ir.Constant(I1, 0), have)
@@ -213,15 +205,38 @@ def _emit_channel_scatter(skel, inst: HloInstruction, out: ir.Value) -> None:
                 dst = b.gep(out, [at], inbounds=True)
                 store_element(b, em.call_scalar(inst.attrs["scatter"], [sv, load_element(b, dst, out_t)]), dst, out_t)
 
+    _walk_source(skel, inst, len(sdims) - 1, per_position)
+
+
+def _scatter_operands(skel, inst: HloInstruction) -> tuple:
+    """What both scatter stages read: the operand and source pointers, the three element types,
+    the window's dimensions, and the operand's and source's dimensions and row-major strides."""
+    b = skel.builder
+    operand, source, _ = inst.operands
+    op_t, src_t, out_t = operand.shape.dtype, source.shape.dtype, inst.shape.dtype
+    x = typed_pointer(b, skel.function.args[operand.parameter_number], op_t)
+    s = typed_pointer(b, skel.function.args[source.parameter_number], src_t)
+    odims, sdims = tuple(operand.shape.dims), tuple(source.shape.dims)
+    return (x, s, op_t, src_t, out_t, inst.attrs["window"].dimensions, odims, sdims,
+            row_major_strides(odims), row_major_strides(sdims))
+
+
+def _walk_source(skel, inst: HloInstruction, depth: int, body) -> None:
+    """Loops over the first `depth` source dimensions within the kernel's units (the rows of
+    the outermost one, or everything in one unit where rows' windows overlap), row-major;
+    `body(indices)` emits the work at each position. Then the kernel's end."""
+    b = skel.builder
+    sdims = tuple(inst.operands[1].shape.dims)
+
     def nest(level: int, spos: list) -> None:
-        if level == len(sdims) - 1:
-            per_position(spos)
+        if level == depth:
+            body(spos)
             return
         with for_range(b, const_i64(0), const_i64(sdims[level]), f"s{level}") as i:
             nest(level + 1, spos + [i])
 
     with for_range(b, skel.begin, skel.end, "unit") as u:
-        if whole:
+        if not sdims or _overlapping_rows(inst):
             nest(0, [])
         else:
             nest(1, [u])
@@ -230,20 +245,12 @@ def _emit_channel_scatter(skel, inst: HloInstruction, out: ir.Value) -> None:
 
 def _emit_scatter(skel, inst: HloInstruction, out: ir.Value) -> None:
     """The scatter stage: per source element, select in its window, combine at the pick."""
-    b = skel.builder
-    operand, source, _ = inst.operands
-    op_t, src_t, out_t = operand.shape.dtype, source.shape.dtype, inst.shape.dtype
-    x = typed_pointer(b, skel.function.args[operand.parameter_number], op_t)
-    s = typed_pointer(b, skel.function.args[source.parameter_number], src_t)
-    em = ElementalEmitter(b, skel.target, skel.param_gen)
-    window = inst.attrs["window"].dimensions
-    odims, sdims = tuple(operand.shape.dims), tuple(source.shape.dims)
-    ostr, sstr = row_major_strides(odims), row_major_strides(sdims)
+    b, em = skel.builder, ElementalEmitter(skel.builder, skel.target, skel.param_gen)
+    x, s, op_t, src_t, out_t, window, odims, sdims, ostr, sstr = _scatter_operands(skel, inst)
     # Per-window state, allocated once in the entry block.
     have = b.alloca(I1, name="have")
     best = b.alloca(mem_type(op_t), name="best")
     pick = b.alloca(ir.IntType(64), name="pick")
-    whole = not sdims or _overlapping_rows(inst)
 
     def per_source(spos: list) -> None:
         b.store(ir.Constant(I1, 0), have)
@@ -281,16 +288,4 @@ def _emit_scatter(skel, inst: HloInstruction, out: ir.Value) -> None:
             new = em.call_scalar(inst.attrs["scatter"], [sv, load_element(b, dst, out_t)])
             store_element(b, new, dst, out_t)
 
-    def nest(level: int, spos: list) -> None:
-        if level == len(sdims):
-            per_source(spos)
-            return
-        with for_range(b, const_i64(0), const_i64(sdims[level]), f"s{level}") as i:
-            nest(level + 1, spos + [i])
-
-    with for_range(b, skel.begin, skel.end, "unit") as u:
-        if whole:
-            nest(0, [])
-        else:
-            nest(1, [u])
-    skel.finish()
+    _walk_source(skel, inst, len(sdims), per_source)
