@@ -15,7 +15,7 @@ from ..hlo.errors import UnsupportedError
 from ..hlo.opcodes import register_elemental
 from .elemental import ElementalEmitter, Reading, TupleGenerator, dims_of, reg_type, remap, scalar_constant
 from .elemental_math import bitcast_value, convert_value
-from .ir_helpers import I1, I16, I64, Index, const_i64, for_range, load_element
+from .ir_helpers import I1, I64, Index, const_i64, for_range, load_element
 
 
 @register_elemental("constant")
@@ -202,7 +202,7 @@ def _dynamic_update_slice(em: ElementalEmitter, inst):
     loop stays branch-free). A fusion rooted at a dynamic-update-slice that may write in place
     iterates over the update only instead (codegen/kernels/cpu_dus.py)."""
     g_op, g_upd = em.operand(inst, 0), em.operand(inst, 1)
-    op_dims, upd_dims = dims_of(inst.operands[0]), dims_of(inst.operands[1])
+    upd_dims = dims_of(inst.operands[1])
     b = em.b
     if 0 in upd_dims:
         return remap(em, g_op, lambda idx: idx)
