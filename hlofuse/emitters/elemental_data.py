@@ -472,8 +472,8 @@ def _reduce_window(em: ElementalEmitter, inst):
     def always_inside(level: int) -> bool:
         w = window[level]
         last = (out_dims[level] - 1) * w.stride + (w.size - 1) * w.window_dilation - w.padding_low
-        return (UNTESTED_INSIDE_WINDOWS and w.base_dilation == 1 and w.padding_low <= 0
-                and last <= op_dims[level] - 1)
+        return (UNTESTED_INSIDE_WINDOWS and out_dims[level] > 0 and w.base_dilation == 1
+                and w.padding_low <= 0 and last <= op_dims[level] - 1)
 
     def gen(idx: Index):
         init_vals = [g(Index(b, (), multi=())) for g in init_gens]
@@ -490,7 +490,7 @@ def _reduce_window(em: ElementalEmitter, inst):
                     return
                 w = window[level]
                 base = b.sub(b.mul(idx.multi[level], const_i64(w.stride)), const_i64(w.padding_low))
-                inside = always_inside(level) and out_dims[level] > 0
+                inside = always_inside(level)
 
                 def at(k):
                     p = b.add(base, b.mul(k, const_i64(w.window_dilation)))

@@ -127,6 +127,16 @@ def _reduction_target(target, group: ReductionGroup):
     return without_reassociation(target)
 
 
+def _fold_at(b, em, heroes, block: dict, slot, index: Index) -> None:
+    """Fold the input element at `index` into every hero's accumulators at `slot` of its block
+    (`block`: per hero, one stack row per accumulator)."""
+    for h in heroes:
+        addrs = [b.gep(p, [slot], inbounds=True) for p in block[h]]
+        accs = [load_element(b, a, et) for a, et in zip(addrs, h.types)]
+        for a, v, et in zip(addrs, h.fold(em, accs, index), h.types):
+            store_element(b, v, a, et)
+
+
 def _store_extras(b, index: Index, extras) -> None:
     for ptr, g, leaf in extras:
         store_element(b, leaf.select(g(index)), b.gep(ptr, [index.linear], inbounds=True), leaf.shape.dtype)
@@ -413,12 +423,7 @@ def _emit_column(skel, em, group, heroes, extras, epilogue_ptrs, epilogue_leaves
         def body(reduced):
             with for_range(b, j0, j1, "col", unroll=not group.in_l1) as j:
                 index = _input_index(b, group, list(outer) + [j], reduced)
-                slot = b.sub(j, j0)
-                for h in heroes:
-                    addrs = [b.gep(p, [slot], inbounds=True) for p in block[h]]
-                    accs = [load_element(b, a, et) for a, et in zip(addrs, h.types)]
-                    for a, r, et in zip(addrs, h.fold(em, accs, index), h.types):
-                        store_element(b, r, a, et)
+                _fold_at(b, em, heroes, block, b.sub(j, j0), index)
                 _store_extras(b, index, extras)
             if group.in_l1:
                 stream_columns(j)
@@ -489,11 +494,7 @@ def _emit_column_tiles(skel, em, group, heroes, extras, epilogue_ptrs, epilogue_
                     with for_range(b, j0, b.add(j0, const_i64(columns), flags=["nuw", "nsw"]), "col") as j:
                         index = Index(b, group.in_dims, multi=list(multi) + [j],
                                       linear=b.add(base, j, flags=["nuw", "nsw"]))
-                        for h in heroes:
-                            addrs = [b.gep(p, [j], inbounds=True) for p in block[h]]
-                            accs = [load_element(b, a, et) for a, et in zip(addrs, h.types)]
-                            for a, v, et in zip(addrs, h.fold(em, accs, index), h.types):
-                                store_element(b, v, a, et)
+                        _fold_at(b, em, heroes, block, j, index)
                         _store_extras(b, index, extras)
                 if columns >= lanes:
                     forbid_vectorization(r)

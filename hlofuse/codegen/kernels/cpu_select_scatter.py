@@ -187,8 +187,7 @@ def _emit_channel_scatter(skel, inst: HloInstruction, out: ir.Value) -> None:
                 return
             d = window[level]
             with for_range(b, const_i64(0), const_i64(d.size), f"k{level}") as k:
-                q = b.add(b.mul(spos[level], const_i64(d.stride)), b.sub(k, const_i64(d.padding_low)))
-                inside = b.and_(b.icmp_signed(">=", q, const_i64(0)), b.icmp_signed("<", q, const_i64(odims[level])))
+                q, inside = _tap_position(b, spos[level], k, d, odims[level])
                 with b.if_then(inside):
                     taps(level + 1, b.add(base, b.mul(q, const_i64(ostr[level]))),
                          b.add(tap, b.mul(k, const_i64(tap_strides[level]))))
@@ -219,6 +218,13 @@ def _scatter_operands(skel, inst: HloInstruction) -> tuple:
     odims, sdims = tuple(operand.shape.dims), tuple(source.shape.dims)
     return (x, s, op_t, src_t, out_t, inst.attrs["window"].dimensions, odims, sdims,
             row_major_strides(odims), row_major_strides(sdims))
+
+
+def _tap_position(b: ir.IRBuilder, source_index: ir.Value, k: ir.Value, d, size: int) -> tuple:
+    """The operand index of tap `k` of window dimension `d` for source index `source_index`,
+    and whether it is a real element (not padding) of an operand dimension of `size`."""
+    q = b.add(b.mul(source_index, const_i64(d.stride)), b.sub(k, const_i64(d.padding_low)))
+    return q, b.and_(b.icmp_signed(">=", q, const_i64(0)), b.icmp_signed("<", q, const_i64(size)))
 
 
 def _walk_source(skel, inst: HloInstruction, depth: int, body) -> None:
@@ -274,8 +280,7 @@ def _emit_scatter(skel, inst: HloInstruction, out: ir.Value) -> None:
                 return
             d = window[level]
             with for_range(b, const_i64(0), const_i64(d.size), f"k{level}") as k:
-                q = b.add(b.mul(spos[level], const_i64(d.stride)), b.sub(k, const_i64(d.padding_low)))
-                inside = b.and_(b.icmp_signed(">=", q, const_i64(0)), b.icmp_signed("<", q, const_i64(odims[level])))
+                q, inside = _tap_position(b, spos[level], k, d, odims[level])
                 taps(level + 1, b.add(lin, b.mul(q, const_i64(ostr[level]))), b.and_(ok, inside))
 
         taps(0, const_i64(0), ir.Constant(I1, 1))
