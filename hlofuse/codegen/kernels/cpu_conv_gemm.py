@@ -83,6 +83,12 @@ TILE_BYTES = 4 << 20
 # Tile rows: at most MAX_TILE_ROWS, a multiple of 8; a convolution with tiles of fewer than
 # MIN_TILE_ROWS rows keeps the direct kernel.
 MIN_TILE_ROWS, MAX_TILE_ROWS = 32, 512
+# Where the direct kernel would read the weights' output features strided (`w_out != 1`),
+# tiles of this many rows already take the GEMM kernel (`prefers_gemm`). The class: NCHW weight
+# gradients (`fb01_io01->fb01`: rows are the stem's 1-3 input channels x 3x3 positions) and
+# input gradients of a few positions. Measured (one thread of two busy, wall, medians of 5-15,
+# load 0.1-0.5, docs/conv_gradients.md): GEMM / direct 0.06-0.58, 1.00 at K = 128.
+MIN_STRIDED_TILE_ROWS = 8
 # A kernel call's scratch (patch tile + C tile) stays below this.
 SCRATCH_BYTES = 16 << 20
 # Rows a tile keeps at least where `split_tile` cuts a convolution that one tile would hold.
@@ -208,6 +214,28 @@ def row_major_matrix(dims: tuple[int, ...], batch: list[int], rows: list[int], c
     return m
 
 
+def _input_feature_minor(conv: HloInstruction) -> bool:
+    """Whether the input feature of `conv`'s input is minor to its spatial dimensions (NHWC,
+    and jax's weight gradients' `f01b`), so that a patch row in K order (window..., IN) reads
+    runs of input features; otherwise (NCHW, equinox's and PyTorch's `bf01`, its weight
+    gradients' `fb01`) K order (IN, window...) reads runs of the innermost spatial dimension,
+    where window-major order would read one element per input feature, a stride apart."""
+    dn = dimension_numbers(conv)
+    x_strides = row_major_strides(tuple(conv.operands[0].shape.dims))
+    return all(x_strides[dn.input_feature] <= x_strides[a] for a in dn.input_spatial)
+
+
+# Whether packed weights follow the input's contiguity (`_packs_input_major`); False packs
+# every convolution's weights window-major, as before (for A/B measurements).
+PACKED_K_FOLLOWS_INPUT = True
+
+
+def _packs_input_major(conv: HloInstruction) -> bool:
+    """Whether `conv`'s packed weights are (I, window..., O), so that its GEMM's K is
+    input-feature-major: where the input's feature is not minor (`_input_feature_minor`)."""
+    return PACKED_K_FOLLOWS_INPUT and not _input_feature_minor(conv)
+
+
 def _weights(conv: HloInstruction) -> tuple[tuple[int, ...], Matrix | None]:
     """(K order, the weights as [K, O] in it) for convolution `conv`: the order in which its
     weights are a plain matrix, preferring the input's own order (input feature minor or major);
@@ -215,10 +243,8 @@ def _weights(conv: HloInstruction) -> tuple[tuple[int, ...], Matrix | None]:
     dn = dimension_numbers(conv)
     dims = tuple(conv.operands[1].shape.dims)
     nsp = len(dn.kernel_spatial)
-    x_strides = row_major_strides(tuple(conv.operands[0].shape.dims))
-    feature_minor = all(x_strides[dn.input_feature] <= x_strides[a] for a in dn.input_spatial)
     minor, major = tuple(range(nsp)) + (IN,), (IN,) + tuple(range(nsp))
-    orders = (minor, major) if feature_minor else (major, minor)
+    orders = (minor, major) if _input_feature_minor(conv) else (major, minor)
     window = conv.attrs.get("window")
     if window is not None and any(d.window_reversal for d in window.dimensions):
         return orders[0], None
@@ -386,7 +412,8 @@ MIN_VALID_TAPS = {"onednn": 0.25, "openblas": 0.75}
 def prefers_gemm(conv: HloInstruction) -> bool:
     """The rule (docs/convolutions.md: measured per shape class, never timed at run time): a
     dense f32/f64 convolution with at least 8 input and 8 output features whose tiles hold at
-    least MIN_TILE_ROWS rows runs as tiled GEMMs where the direct kernel is weak:
+    least MIN_TILE_ROWS rows (MIN_STRIDED_TILE_ROWS with weights of the first class) runs as
+    tiled GEMMs where the direct kernel is weak:
       * weights whose output features are not contiguous (jax's input gradients, `01oi`: the
         direct kernel's inner loop reads them strided; GEMM 2.5-14x faster), or
       * MIN_GEMM_FEATURES or more output features for the GEMM library that would run it
@@ -403,7 +430,8 @@ def prefers_gemm(conv: HloInstruction) -> bool:
     geo = conv_geometry(conv)  # the convolution's own (the layout's may have packed weights)
     if geo.group_inputs < 8 or geo.features < 8:
         return False
-    if (layout.rows if layout.span_batch else layout.positions) < MIN_TILE_ROWS:
+    rows = layout.rows if layout.span_batch else layout.positions
+    if rows < (MIN_STRIDED_TILE_ROWS if geo.w_out != 1 else MIN_TILE_ROWS):
         return False
     if geo.w_out != 1:
         return True
@@ -447,7 +475,8 @@ def _packed_layout(conv: HloInstruction) -> ConvGemm | None:
 
 def _packed_weights_comp(comp: HloComputation, conv: HloInstruction, name: str) -> HloComputation:
     """A computation of `comp`'s parameters computing the weights of `conv` in (window..., I, O)
-    order, window reversal applied."""
+    order, or (I, window..., O) where `_packs_input_major` (the GEMM's K then follows the input's
+    contiguous spatial dimension), window reversal applied."""
     dn = dimension_numbers(conv)
     w = conv.operands[1]
     sub = rebuild(comp, w, [], name)
@@ -456,7 +485,10 @@ def _packed_weights_comp(comp: HloComputation, conv: HloInstruction, name: str) 
     rev = [dn.kernel_spatial[s] for s, d in enumerate(window.dimensions if window else ()) if d.window_reversal]
     if rev:
         x = sub.add_instruction(HloInstruction("reverse", x.shape, [x], {"dimensions": tuple(rev)}, name="pack.rev"))
-    order = [*dn.kernel_spatial, dn.kernel_input_feature, dn.kernel_output_feature]
+    if not _packs_input_major(conv):
+        order = [*dn.kernel_spatial, dn.kernel_input_feature, dn.kernel_output_feature]
+    else:
+        order = [dn.kernel_input_feature, *dn.kernel_spatial, dn.kernel_output_feature]
     dims = [w.shape.dims[d] for d in order]
     sub.root = sub.add_instruction(HloInstruction("transpose", array(w.shape.dtype, dims), [x],
                                                   {"dimensions": tuple(order)}, name="pack"))
@@ -465,7 +497,8 @@ def _packed_weights_comp(comp: HloComputation, conv: HloInstruction, name: str) 
 
 def _with_packed_weights(comp: HloComputation, conv: HloInstruction, packed, name: str) -> HloComputation:
     """`comp` with `conv` reading its weights from a new parameter (numbered after comp's) of
-    shape `packed` in (window..., I, O) order: `01..io` labels, no window reversal."""
+    shape `packed` in `_packed_weights_comp`'s order: `01..io` labels, or `i01..o` where
+    `_packs_input_major`; no window reversal."""
     new = rebuild(comp, comp.root, [], name)
     conv_new = next(i for i in new.instructions if i.opcode == "convolution")
     q = HloInstruction("parameter", packed, name="packed_weights")
@@ -474,8 +507,12 @@ def _with_packed_weights(comp: HloComputation, conv: HloInstruction, packed, nam
     old = conv_new
     dn = dimension_numbers(conv)
     nsp = len(dn.kernel_spatial)
-    dn = dataclasses.replace(dn, kernel_spatial=tuple(range(nsp)), kernel_input_feature=nsp,
-                             kernel_output_feature=nsp + 1)
+    if not _packs_input_major(conv):
+        dn = dataclasses.replace(dn, kernel_spatial=tuple(range(nsp)), kernel_input_feature=nsp,
+                                 kernel_output_feature=nsp + 1)
+    else:
+        dn = dataclasses.replace(dn, kernel_spatial=tuple(range(1, nsp + 1)), kernel_input_feature=0,
+                                 kernel_output_feature=nsp + 1)
     attrs = dict(old.attrs)
     attrs["dim_labels"] = dn.to_labels() if isinstance(old.attrs.get("dim_labels"), str) else dn
     window = attrs.get("window")

@@ -1,0 +1,78 @@
+"""Channels-first (NCHW) convolutions on the tiled-GEMM kernel (codegen/kernels/cpu_conv_gemm.py):
+the packed weights' K order follows the input's contiguous dimension, and weight gradients of a
+few rows (equinox's, PyTorch's layouts: `fb01_io01->fb01`) take the GEMM kernel.
+
+An NCHW input's feature dimension is not minor, so a patch row in the old window-major K order
+(window..., IN) read one input element per input feature, a feature's stride apart (equinox's
+CNN training step: its stem's weight gradient 117 of a 200 ms step); packed (IN, window..., O),
+K is (IN, window...) and a patch row reads runs of the input's rows.
+"""
+from __future__ import annotations
+
+import pytest
+
+from hlofuse.codegen.kernels import cpu_conv_gemm
+from hlofuse.codegen.kernels.cpu_conv_gemm import IN, gemm_layout, prefers_gemm
+from hlofuse.hlo.parser import parse_hlo
+
+from test_conv import _module
+from test_conv_gemm import check_gemm
+
+WEIGHT_GRAD_NCHW = "dim_labels=fb01_io01->fb01"
+
+# (lhs, rhs, window): NCHW weight gradients, the stem's (3 channels, 27 rows; 1 channel, 9 rows)
+# and a deeper layer's (32 channels, 288 rows)
+NCHW_WEIGHT_GRADIENTS = [
+    ("f32[8,3,12,12]", "f32[8,16,12,12]", "window={size=12x12 pad=1_1x1_1}, "),
+    ("f32[8,1,10,10]", "f32[8,32,10,10]", "window={size=10x10 pad=1_1x1_1}, "),
+    ("f32[8,32,8,8]", "f32[8,16,8,8]", "window={size=8x8 pad=1_1x1_1}, "),
+]
+
+
+def _conv(lhs: str, rhs: str, attrs: str):
+    return parse_hlo(_module(lhs, rhs, lhs.split("[")[0], attrs)).entry.root
+
+
+@pytest.mark.parametrize("case", NCHW_WEIGHT_GRADIENTS)
+def test_packed_weights_follow_the_input(monkeypatch, case):
+    """io01 weights have no [K, O] matrix and are packed: for an input whose feature is not
+    minor, as (I, window..., O), so K is input-feature-major; without the rule, window-major."""
+    lhs, rhs, window = case
+    conv = _conv(lhs, rhs, window + WEIGHT_GRAD_NCHW)
+    assert gemm_layout(conv).k_order == (IN, 0, 1)
+    monkeypatch.setattr(cpu_conv_gemm, "PACKED_K_FOLLOWS_INPUT", False)
+    assert gemm_layout(conv).k_order == (0, 1, IN)
+
+
+def test_nhwc_packed_weights_stay_window_major():
+    """An NHWC input (feature minor) keeps window-major K for its packed weights (`0io1`)."""
+    conv = _conv("f32[2,8,8,16]", "f32[3,16,32,3]", "window={size=3x3 pad=1_1x1_1}, dim_labels=b01f_0io1->b01f")
+    assert gemm_layout(conv).k_order == (0, 1, IN)
+
+
+@pytest.mark.parametrize("case", NCHW_WEIGHT_GRADIENTS)
+def test_nchw_weight_gradients_through_gemm(monkeypatch, case):
+    """Each runs through the packed-weights GEMM kernel (the rule's own choice, no patch): the
+    interpreter's values, the same bits on 1, 2 and 3 threads."""
+    lhs, rhs, window = case
+    text = _module(lhs, rhs, "f32", window + WEIGHT_GRAD_NCHW)
+    assert prefers_gemm(parse_hlo(text).entry.root)
+    monkeypatch.setattr(cpu_conv_gemm, "prefers_onednn", lambda comp: False)
+    customs = check_gemm(text, threads=(1, 2, 3))
+    assert customs == [None, "conv_gemm"]  # the packing loop kernel, then the GEMM
+
+
+def test_rule_takes_few_rows_only_with_strided_weights():
+    """Tiles of 8-31 rows take the GEMM kernel only where the direct kernel reads the weights'
+    output features strided (`w_out != 1`): the NCHW stem's weight gradient (27 rows, 0.06x
+    the direct kernel's time) and an input gradient over 16 positions (`01oi`, 0.58x); the NHWC
+    stem's weight gradient (27 rows, output features contiguous) keeps the direct kernel, and
+    fewer than 8 rows do too."""
+    assert prefers_gemm(_conv("f32[64,3,32,32]", "f32[64,32,32,32]", "window={size=32x32 pad=1_1x1_1}, "
+                              + WEIGHT_GRAD_NCHW))
+    assert prefers_gemm(_conv("f32[1,4,4,64]", "f32[3,3,64,64]",
+                              "window={size=3x3 pad=1_1x1_1}, dim_labels=b01f_01oi->b01f"))
+    assert not prefers_gemm(_conv("f32[64,32,32,3]", "f32[64,32,32,32]",
+                                  "window={size=32x32 pad=1_1x1_1}, dim_labels=f01b_i01o->01bf"))
+    assert not prefers_gemm(_conv("f32[1,2,2,64]", "f32[3,3,64,64]",
+                                  "window={size=3x3 pad=1_1x1_1}, dim_labels=b01f_01oi->b01f"))
