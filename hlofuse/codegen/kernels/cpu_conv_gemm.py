@@ -411,11 +411,13 @@ MIN_VALID_TAPS = {"onednn": 0.25, "openblas": 0.75}
 
 def prefers_gemm(conv: HloInstruction) -> bool:
     """The rule (docs/convolutions.md: measured per shape class, never timed at run time): a
-    dense f32/f64 convolution with at least 8 input and 8 output features whose tiles hold at
-    least MIN_TILE_ROWS rows (MIN_STRIDED_TILE_ROWS with weights of the first class) runs as
-    tiled GEMMs where the direct kernel is weak:
-      * weights whose output features are not contiguous (jax's input gradients, `01oi`: the
-        direct kernel's inner loop reads them strided; GEMM 2.5-14x faster), or
+    dense f32/f64 convolution with at least 8 output features runs as tiled GEMMs where the
+    direct kernel is weak:
+      * weights whose output features are not contiguous (jax's input gradients, `01oi`; NCHW
+        convolutions' `oi01`, their weight gradients' `io01`: the direct kernel's inner loop
+        reads them strided; GEMM 2.5-14x faster, NCHW stems of 1-4 input features 0.24-0.76x
+        the direct kernel's time), in tiles of MIN_STRIDED_TILE_ROWS rows or more, or,
+    with at least 8 input features and tiles of MIN_TILE_ROWS rows or more,
       * MIN_GEMM_FEATURES or more output features for the GEMM library that would run it
         (runtime/gemm_provider.py, decided at compile time like the kernel's call), or
         MIN_DEEP_GEMM_FEATURES with a contraction of MIN_DEEP_K or more: the direct kernel's
@@ -428,12 +430,13 @@ def prefers_gemm(conv: HloInstruction) -> bool:
     if layout is None:
         return False
     geo = conv_geometry(conv)  # the convolution's own (the layout's may have packed weights)
-    if geo.group_inputs < 8 or geo.features < 8:
+    strided = geo.w_out != 1
+    if geo.features < 8 or (geo.group_inputs < 8 and not strided):
         return False
     rows = layout.rows if layout.span_batch else layout.positions
-    if rows < (MIN_STRIDED_TILE_ROWS if geo.w_out != 1 else MIN_TILE_ROWS):
+    if rows < (MIN_STRIDED_TILE_ROWS if strided else MIN_TILE_ROWS):
         return False
-    if geo.w_out != 1:
+    if strided:
         return True
     provider = gemm_provider(geo.acc_type.name)
     k = geo.group_inputs * math.prod(d.size for d in geo.window)
