@@ -2,6 +2,10 @@
 the packed weights' K order follows the input's contiguous dimension, and weight gradients of a
 few rows (equinox's, PyTorch's layouts: `fb01_io01->fb01`) take the GEMM kernel.
 
+The fused epilogue loops along the output's contiguous dimension: an NCHW output's rows (its
+positions), not its features, a whole plane apart (an equinox stem with bias and relu: 21.6 ->
+3.0 ms, the convolution alone 2.9).
+
 An NCHW input's feature dimension is not minor, so a patch row in the old window-major K order
 (window..., IN) read one input element per input feature, a feature's stride apart (equinox's
 CNN training step: its stem's weight gradient 117 of a 200 ms step); packed (IN, window..., O),
@@ -9,11 +13,18 @@ K is (IN, window...) and a patch row reads runs of the input's rows.
 """
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
-from hlofuse.codegen.kernels import cpu_conv_gemm
+import hlofuse
+from hlofuse.codegen.cpu import CpuCode, CpuPlanner, emit_kernel_module
+from hlofuse.codegen.kernels import cpu_conv_gemm, cpu_conv_gemm_kernel
 from hlofuse.codegen.kernels.cpu_conv_gemm import IN, gemm_layout, prefers_gemm
+from hlofuse.compiler import optimize
+from hlofuse.emitters.cpu.target import CpuTarget
 from hlofuse.hlo.parser import parse_hlo
+from hlofuse.runtime.compare import compare_outputs
+from llvm_loops import loop_hint_names
 
 from test_conv import _module
 from test_conv_gemm import check_gemm
@@ -107,3 +118,60 @@ def test_stem_rule_follows_the_weights_layout():
     nchw = _conv("f32[4,3,32,32]", "f32[32,3,3,3]", "window={size=3x3 pad=1_1x1_1}, " + NCHW_FORWARD)
     assert not prefers_gemm(nhwc) and prefers_gemm(nchw)
     assert not prefers_gemm(_conv("f32[4,3,32,32]", "f32[4,3,3,3]", "window={size=3x3 pad=1_1x1_1}, " + NCHW_FORWARD))
+
+
+def _bias_relu(labels: str, x: str, w: str, out: str, bias_dim: int) -> str:
+    return f"""HloModule c
+ENTRY e {{
+  x = {x} parameter(0)
+  w = {w} parameter(1)
+  bias = f32[32] parameter(2)
+  c = {out} convolution(x, w), window={{size=3x3 pad=1_1x1_1}}, dim_labels={labels}
+  bb = {out} broadcast(bias), dimensions={{{bias_dim}}}
+  a = {out} add(c, bb)
+  z = f32[] constant(0)
+  zb = {out} broadcast(z), dimensions={{}}
+  ROOT r = {out} maximum(a, zb)
+}}
+"""
+
+
+NCHW_BIAS_RELU = _bias_relu("bf01_oi01->bf01", "f32[2,16,12,12]", "f32[32,16,3,3]", "f32[2,32,12,12]", 1)
+NHWC_BIAS_RELU = _bias_relu("b01f_01io->b01f", "f32[2,12,12,16]", "f32[3,3,16,32]", "f32[2,12,12,32]", 3)
+
+
+def _epilogue_loops(text: str) -> tuple[list[str], dict[str, set[str]]]:
+    """The conv GEMM kernel's epilogue loops, outermost first, and every loop's hints."""
+    fused = optimize(hlofuse.parse_hlo(text), "cpu")[0]
+    planner = CpuPlanner()
+    code = CpuCode(fused, planner)
+    planner.plan(fused.entry)
+    (kernel,) = [k for k in code.kernels if k.custom == "conv_gemm"]
+    ir_text = str(emit_kernel_module(kernel, CpuTarget(), "k"))
+    order = [name for name in ("ecol", "erow") if f'"{name}.header"' in ir_text]
+    order.sort(key=lambda name: ir_text.index(f'{name}.header:'))
+    return order, loop_hint_names(ir_text)
+
+
+@pytest.mark.parametrize("text, rows_inner", [(NCHW_BIAS_RELU, True), (NHWC_BIAS_RELU, False)])
+def test_epilogue_loops_along_the_contiguous_dimension(monkeypatch, text, rows_inner):
+    """An NCHW output's epilogue loops over features outside and rows inside (the rows are
+    contiguous, the loop LLVM vectorizes; the feature loop is forbidden to), NHWC's the other
+    way round; FEATURE_MAJOR_EPILOGUE off restores features inside for NCHW too. Both give the
+    interpreter's values."""
+    monkeypatch.setattr(cpu_conv_gemm, "prefers_onednn", lambda comp: False)
+    monkeypatch.setattr(cpu_conv_gemm, "prefers_gemm", lambda conv: True)
+    order, hints = _epilogue_loops(text)
+    assert order == (["ecol", "erow"] if rows_inner else ["erow", "ecol"])
+    outer = order[0]
+    assert "llvm.loop.vectorize.enable" in hints.get(outer, set())
+    assert "llvm.loop.vectorize.enable" not in hints.get(order[1], set())
+    module = parse_hlo(text)
+    rng = np.random.default_rng(5)
+    args = [rng.standard_normal(p.shape.dims).astype(np.float32) for p in module.entry.parameters]
+    exe = hlofuse.compile(module, "cpu", cache=False)
+    assert [k.custom for k in exe.program._planner.kernels] == ["conv_gemm"]  # the epilogue fused
+    want = hlofuse.compile(parse_hlo(text), target="interpreter", fusion=False)(*args)
+    assert all(r.ok for r in compare_outputs(list(exe(*args)), list(want)))
+    monkeypatch.setattr(cpu_conv_gemm_kernel, "FEATURE_MAJOR_EPILOGUE", False)
+    assert _epilogue_loops(text)[0] == ["erow", "ecol"]

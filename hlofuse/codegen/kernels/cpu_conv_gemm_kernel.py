@@ -34,6 +34,10 @@ I8P = ir.IntType(8).as_pointer()
 # Whether `batch_minor` patch tiles are packed a run of rows at a time (`_pack_runs`); False
 # packs them row by row as before (for A/B measurements).
 BATCH_MINOR_RUNS = True
+# Whether the epilogue of an output whose rows are contiguous and features strided (NCHW)
+# loops over the rows innermost (`_ConvGemmEmitter._rows_inner`); False keeps the features
+# innermost, as before (for A/B measurements).
+FEATURE_MAJOR_EPILOGUE = True
 # One vector register of AVX-512, the most a run's block transposes at a time (16 f32, 8 f64);
 # a target of narrower vectors takes one of its own (`block_bytes`).
 VECTOR_BYTES = 64
@@ -339,31 +343,52 @@ class _ConvGemmEmitter:
     def _epilogue(self, row0: ir.Value, count: ir.Value, c_base: ir.Value, col0: ir.Value, cols: ir.Value) -> None:
         """For each element of the unit's C (`c_base`: its first row's feature `col0`; `cols`
         features): the epilogue's value at its output index, stored in place (C is the output)
-        or at that index (C is the scratch tile)."""
-        b, geo, c = self.b, self.geo, self.c
+        or at that index (C is the scratch tile). The inner loop runs along C's contiguous
+        dimension: the features (NHWC), or the rows where only they are contiguous (NCHW
+        outputs, `_rows_inner`)."""
+        b, c = self.b, self.c
+        if self._rows_inner():
+            # Around a long row loop the feature loop stays rolled; the rows are vectorized,
+            # never the features (a gather and scatter at the features' stride).
+            with for_range(b, _i(0), cols, "ecol", unroll=False) as j:
+                with for_range(b, _i(0), count, "erow") as t:
+                    self._epilogue_element(row0, t, c_base, col0, j)
+            forbid_vectorization(j)
+            return
         width = self.g.cols
         # Around a long feature loop the row loop stays rolled, as in the GEMM's epilogue
         # (cpu_gemm._emit_epilogue: unrolled, each row repeats the vectorized feature loop).
         with for_range(b, _i(0), count, "erow", unroll=width < ROLLED_AROUND) as t:
-            n, ps = self._position(b.add(row0, t))
-            c_row = b.mul(t, _i(c.row_stride))
             with for_range(b, _i(0), cols, "ecol") as j:
-                c_ptr = b.gep(c_base, [b.add(c_row, b.mul(j, _i(c.col_stride)))], inbounds=True)
-                o = j if self.g.col_panels == 1 else b.add(col0, j)
-                multi = [None] * len(geo.o_dims)
-                multi[geo.o_axes[0]], multi[geo.o_axes[1]] = n, o
-                for axis, p in zip(geo.o_axes[2:], ps):
-                    multi[axis] = p
-                index = Index(b, geo.o_dims, multi=multi)
-                value = self._value(index, c_ptr)
-                # In place through the very pointer the value came from: LLVM then sees the
-                # store cannot clobber a later load and vectorizes the column loop.
-                dst = c_ptr if self.ctile is None else b.gep(self.out, [index.linear], inbounds=True)
-                store_element(b, value, dst, self.out_type)
+                self._epilogue_element(row0, t, c_base, col0, j)
         # Vectorize the feature loop, never the row loop: with 32 features LLVM unrolled the
         # feature loop and vectorized the rows with gathers and scatters (docs/convolutions.md).
         if width > SHORT_EPILOGUE_ROW:
             forbid_vectorization(t)
+
+    def _rows_inner(self) -> bool:
+        """Whether the epilogue's inner loop is over rows: C (the output itself) has unit-stride
+        rows and strided features, as an NCHW output does (FEATURE_MAJOR_EPILOGUE)."""
+        c = self.c
+        return FEATURE_MAJOR_EPILOGUE and self.ctile is None and c.row_stride == 1 and c.col_stride != 1
+
+    def _epilogue_element(self, row0: ir.Value, t: ir.Value, c_base: ir.Value, col0: ir.Value, j: ir.Value) -> None:
+        """The epilogue's value for the unit's row `t` and feature `j` (of its panel from
+        `col0`), read from C and stored (see `_epilogue`)."""
+        b, geo, c = self.b, self.geo, self.c
+        n, ps = self._position(b.add(row0, t))
+        c_ptr = b.gep(c_base, [b.add(b.mul(t, _i(c.row_stride)), b.mul(j, _i(c.col_stride)))], inbounds=True)
+        o = j if self.g.col_panels == 1 else b.add(col0, j)
+        multi = [None] * len(geo.o_dims)
+        multi[geo.o_axes[0]], multi[geo.o_axes[1]] = n, o
+        for axis, p in zip(geo.o_axes[2:], ps):
+            multi[axis] = p
+        index = Index(b, geo.o_dims, multi=multi)
+        value = self._value(index, c_ptr)
+        # In place through the very pointer the value came from: LLVM then sees the store
+        # cannot clobber a later load and vectorizes the inner loop.
+        dst = c_ptr if self.ctile is None else b.gep(self.out, [index.linear], inbounds=True)
+        store_element(b, value, dst, self.out_type)
 
     def _value(self, index: Index, c_ptr: ir.Value) -> ir.Value:
         """The epilogue's root (or the convolution itself) at `index`, reading C at `c_ptr`."""
