@@ -266,6 +266,64 @@ def equinox_mlp_train() -> Model:
     return Model("equinox_mlp_train", "equinox+optax", "training", fn, args)
 
 
+def _equinox_vgg(channels: list[int], classes: int, size: int):
+    """An equinox VGG-style CNN in equinox's channels-first layout (NCHW convolutions, as
+    PyTorch's): pairs of 3x3 convolutions with bias and ReLU, a 2x2 max pool after each pair, a
+    linear head; (params, static) of eqx.partition."""
+    import equinox as eqx
+    import jax
+
+    keys = jax.random.split(jax.random.PRNGKey(1), len(channels) + 1)
+
+    class VGG(eqx.Module):
+        convs: list
+        head: eqx.nn.Linear
+
+        def __init__(self):
+            pairs = zip([3, *channels[:-1]], channels)
+            self.convs = [eqx.nn.Conv2d(i, o, 3, padding=1, key=k) for (i, o), k in zip(pairs, keys)]
+            side = size >> (len(channels) // 2)
+            self.head = eqx.nn.Linear(channels[-1] * side * side, classes, key=keys[-1])
+
+        def __call__(self, x):
+            for j, conv in enumerate(self.convs):
+                x = jax.nn.relu(conv(x))
+                if j % 2 == 1:
+                    x = eqx.nn.MaxPool2d(2, 2)(x)
+            return self.head(x.reshape(-1))
+
+    return eqx.partition(VGG(), eqx.is_array)
+
+
+def equinox_vgg() -> Model:
+    """An equinox VGG-style CNN (NCHW, 3 -> 32, 32, 64, 64, 128, 128), inference on 16 images of 64x64."""
+    import equinox as eqx
+    import jax
+
+    params, static = _equinox_vgg([32, 32, 64, 64, 128, 128], 100, 64)
+    x = _rng(8).standard_normal((16, 3, 64, 64)).astype(np.float32)
+    fn, args = _flat(lambda p, x: jax.vmap(eqx.combine(p, static))(x), params, x)
+    return Model("equinox_vgg", "equinox", "inference", fn, args)
+
+
+def equinox_cnn_train() -> Model:
+    """A training step (cross-entropy, Adam) of an equinox CNN (NCHW, 3 -> 32, 64) on 64 images of 32x32."""
+    import equinox as eqx
+    import jax
+    import optax
+
+    params, static = _equinox_vgg([32, 64], 10, 32)
+    r = _rng(6)
+    batch = (r.standard_normal((64, 3, 32, 32)).astype(np.float32), r.integers(0, 10, 64).astype(np.int32))
+
+    def loss(p, batch):
+        logits = jax.vmap(eqx.combine(p, static))(batch[0])
+        return optax.softmax_cross_entropy_with_integer_labels(logits, batch[1]).mean()
+
+    fn, args = _optax_step(loss, params, batch)
+    return Model("equinox_cnn_train", "equinox+optax", "training", fn, args)
+
+
 # ---- haiku --------------------------------------------------------------------------------------
 
 def haiku_lstm_scan() -> Model:
@@ -324,6 +382,8 @@ BUILDERS: dict[str, Callable[[], Model]] = {
     "flax_transformer_block": flax_transformer_block,
     "equinox_attention_block": equinox_attention_block,
     "equinox_mlp_train": equinox_mlp_train,
+    "equinox_vgg": equinox_vgg,
+    "equinox_cnn_train": equinox_cnn_train,
     "haiku_lstm_scan": haiku_lstm_scan,
     "haiku_resnet18_train": haiku_resnet_train,
 }
