@@ -110,7 +110,7 @@ class CpuPlanner(Planner):
         if shared is not None:
             self.rows.record(inst, comp, *shared)
             return shared
-        kernels, temps = plan_fusion(comp, name)
+        kernels, temps = plan_fusion(comp, name, inst.operands)
         self.kernels.extend(kernels)
         cand = share_candidate(comp, inst, name, kernels, temps)
         if cand is not None:

@@ -98,7 +98,7 @@ class GpuPlanner(Planner):
 
     def kernel_calls(self, comp: HloComputation, inst: HloInstruction) -> tuple[list[GpuLaunch], list]:
         """The launches of fused computation `comp` (in order) and its temporaries' shapes."""
-        kernels, temps = plan_fusion(comp, self.kernel_name(inst))
+        kernels, temps = plan_fusion(comp, self.kernel_name(inst), inst.operands)
         launches: list[GpuLaunch] = []
 
         def add(kp, role, dims, plan, outputs=()):

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from ..hlo.ir import HloComputation, HloInstruction
 from .kernels.args import leaf_count, output_leaves, param_leaf_count
 from .kernels.cpu_loop import loop_shape, walked_dims
-from .kernels.reduction_groups import ReductionGroup, is_order_sensitive_reduce, reduction_groups
+from .kernels.reduction_groups import ReductionGroup, is_order_sensitive_reduce, reduction_groups, slices_keep_init
 
 
 @dataclass
@@ -193,12 +193,15 @@ def tree_reduction_rewrite(comp: HloComputation) -> HloComputation:
     return new
 
 
-def plan_fusion(comp: HloComputation, name: str) -> tuple[list[KernelPlan], list]:
+def plan_fusion(comp: HloComputation, name: str, operands=()) -> tuple[list[KernelPlan], list]:
     """Kernels (in execution order) computing the fused computation `comp`, and the shapes of
     the temporaries they exchange. Narrow-float reduces are first rewritten into XLA:CPU's
     order (`tree_reduction_rewrite`); the reduce-windows of the tree are computed inside the
     reduction kernel's fold, which keeps them out of loop kernels (those may reassociate a
-    reducer: the elemental emitter's call_scalar)."""
+    reducer: the elemental emitter's call_scalar). `operands`: the caller's operands of
+    `comp`'s parameters, by number, where known (a reduce's init outside the fusion is then
+    seen to be a constant: `slices_keep_init`)."""
+    constants = {k: op for k, op in enumerate(operands) if op.opcode == "constant"}
     comp = tree_reduction_rewrite(comp)
     temps: list = []
     kernels: list[KernelPlan] = []
@@ -226,12 +229,12 @@ def plan_fusion(comp: HloComputation, name: str) -> tuple[list[KernelPlan], list
 
     for j, r in enumerate(materialized):
         sub = rebuild(comp, r, materialized, f"{comp.name}.reduce{j}")
-        for kp in _kernels_of(sub, f"{name}_m{j}", temps):
+        for kp in _kernels_of(sub, f"{name}_m{j}", temps, constants):
             kp.inputs = inputs_of(sub)
             kp.results = [("tmp", tmp_offsets[j] + q) for q in range(len(output_leaves(sub)))]
             kernels.append(kp)
     main = rebuild(comp, comp.root, materialized, f"{comp.name}.main") if materialized else comp
-    for kp in _kernels_of(main, name, temps):
+    for kp in _kernels_of(main, name, temps, constants):
         kp.inputs = inputs_of(main)
         kp.results = [("out", q) for q in range(len(output_leaves(main)))]
         kernels.append(kp)
@@ -247,8 +250,9 @@ SPLIT_MIN_ELEMENTS = 1 << 17
 SPLIT_PARTS = 16
 
 
-def _kernels_of(comp: HloComputation, name: str, temps: list) -> list[KernelPlan]:
-    """Reduction kernels for the reduction groups and loop kernels per output dimensions."""
+def _kernels_of(comp: HloComputation, name: str, temps: list, constants: dict | None = None) -> list[KernelPlan]:
+    """Reduction kernels for the reduction groups and loop kernels per output dimensions
+    (`constants`: the caller's constant operands by parameter number, see `plan_fusion`)."""
     from ..hlo.shapes import ArrayShape
 
     leaves = output_leaves(comp)
@@ -258,7 +262,7 @@ def _kernels_of(comp: HloComputation, name: str, temps: list) -> list[KernelPlan
         r0 = g.split_extent
         sequential = any(is_order_sensitive_reduce(h) for h in g.heroes)  # XLA:CPU's order, not slices
         if (g.units < SPLIT_MAX_OUTPUTS and g.unit_elements >= SPLIT_MIN_ELEMENTS and r0 >= 2
-                and not sequential):
+                and not sequential and all(slices_keep_init(h, constants) for h in g.heroes)):
             parts = min(SPLIT_PARTS, r0)
             n_out = g.out_elements  # the combine kernel's units: one per output
             scratch = []

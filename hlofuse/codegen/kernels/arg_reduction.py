@@ -102,6 +102,19 @@ def _evaluate(comp, params: dict):
     return ev(comp.root)
 
 
+def selects_operands(comp) -> bool:
+    """Whether reducer `comp` only selects among its parameters (compares, boolean logic,
+    selects and a tuple): each result is one of its operands, as an argmax's is, so folding
+    its init again changes nothing (reduction_groups.slices_keep_init)."""
+    n = len(comp.parameters)
+    if n < 2 or n % 2:
+        return False
+    sample = {k: float(k) for k in range(n)}
+    result = _evaluate(comp, sample)
+    results = result if isinstance(result, tuple) else (result,)
+    return all(isinstance(r, _Param) for r in results)
+
+
 def _expected(is_min: bool, a, b, ai, bi) -> tuple[int, int]:
     """Parameter numbers jax's argmax/argmin reducer selects: (value's, index's)."""
     nan_a = isinstance(a, float) and math.isnan(a)

@@ -328,6 +328,46 @@ def is_order_sensitive_reduce(inst) -> bool:
             and inst.shape.dtype.bits < 32)
 
 
+# Reducers for which folding the init value into every slice of a split changes nothing,
+# whatever the init: max(max(i, a), max(i, b)) is max(i, a, b).
+_IDEMPOTENT_REDUCERS = frozenset({"maximum", "minimum", "and", "or"})
+# The identity of the other reducers a split may take: only an init equal to it may be folded
+# into every slice.
+_IDENTITIES = {"add": 0.0, "multiply": 1.0}
+
+
+def slices_keep_init(inst, constants: dict | None = None) -> bool:
+    """Whether reduce `inst` may be split into slices that each start from its init value (the
+    planner's partial kernels, codegen/planning.py), the result still taking the init once as
+    the interpreter and XLA:CPU do: its reducer is a max, min, and or or of its two parameters
+    (repeating the init changes nothing), or an add or multiply whose init is a constant equal
+    to its identity (0, 1); a variadic reducer that only selects among its operands (an argmax
+or argmin: arg_reduction.selects_operands). Any
+    other init (`jax.lax.reduce(x, 5.0, add, ...)`, XLA's own tests' inits) keeps the reduce
+    unsplit: each of 16 slices added it once, a sum over zeros with init 5 gave 80. An init that
+    is a parameter is looked up in `constants` (the caller's constant operands by parameter
+    number); unknown, it keeps the reduce unsplit."""
+    from .arg_reduction import selects_operands
+
+    if inst.opcode != "reduce":
+        return False
+    if not inst.shape.is_array:
+        return selects_operands(inst.attrs["to_apply"])
+    comp = inst.attrs["to_apply"]
+    root = comp.root
+    if (root is None or len(comp.parameters) != 2 or len(root.operands) != 2
+            or {op.opcode for op in root.operands} != {"parameter"} or len(set(root.operands)) != 2):
+        return False
+    if root.opcode in _IDEMPOTENT_REDUCERS:
+        return True
+    init = inst.operands[1]
+    if init.opcode == "parameter" and constants:
+        init = constants.get(init.parameter_number, init)
+    if root.opcode not in _IDENTITIES or init.opcode != "constant" or init.shape.dims:
+        return False
+    return float(init.literal) == _IDENTITIES[root.opcode]
+
+
 # The vector register width assumed where the target does not say (AVX2).
 VECTOR_BITS_DEFAULT = 256
 
