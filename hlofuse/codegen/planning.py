@@ -299,8 +299,6 @@ def sequential_dot(inst: HloInstruction) -> HloComputation | None:
     """A computation that computes float `dot` instruction `inst` as a reduction of broadcast
     products over the contracting dimension (a column reduction, vectorized over the output's
     minor dimension), or None when the dot is too large or not a float dot."""
-    import math
-
     from ..hlo.shapes import array
 
     out = inst.shape

@@ -1,6 +1,7 @@
 """Column reductions whose block of columns fills a vector register fold each column in order,
-without reassociation (kernels/cpu_reduction.py `_reduction_target`): LLVM then vectorises
-across the columns. With reassociation it vectorised a fully unrolled 16- or 32-column block
+without reassociation (kernels/cpu_reduction.py `_reduction_target`), in windows of 32 rows
+(kernels/cpu_reduction_windows.py; tests/support/windowed_sums.py writes the order again): LLVM
+then vectorises across the columns. With reassociation it vectorised a fully unrolled 16- or 32-column block
 along the reduced dimension instead (strided loads and a shuffle per column, 15-20x slower).
 Narrower blocks keep reassociation, where packing reduced positions into a vector pays."""
 from __future__ import annotations
@@ -9,6 +10,7 @@ import numpy as np
 import pytest
 
 from backend_cases import reduce_module
+from windowed_sums import windowed_sum
 from hlofuse.hlo.parser import parse_hlo
 from hlofuse.runtime.cpu_executor import CpuProgram
 
@@ -21,22 +23,22 @@ def _program(dims, rdims) -> CpuProgram:
 
 @pytest.mark.parametrize("columns", [16, 32, 96, 700])
 def test_wide_column_blocks_fold_each_column_in_order(columns):
-    """Bit for bit the sequential float32 sum of each column (numpy's cumsum is sequential)."""
+    """Bit for bit each column's float32 sum in windows of 32 rows (`windowed_sum`)."""
     rows = 100_000 // columns
     prog = _program((rows, columns), (0,))
     x = (np.random.default_rng(columns).standard_normal((rows, columns)) * 100).astype(np.float32)
     (got,) = prog.run([x])
-    np.testing.assert_array_equal(got, np.cumsum(x, axis=0, dtype=np.float32)[-1])
+    np.testing.assert_array_equal(got, windowed_sum(x))
     assert "fadd reassoc" not in prog.llvm_ir()
 
 
 def test_leading_kept_dimensions_fold_in_order():
-    """[a, r, c] reduced over r: each of the a x c columns in order."""
+    """[a, r, c] reduced over r: each of the a x c columns in order, in windows."""
     dims = (3, 2000, 16)
     prog = _program(dims, (1,))
     x = (np.random.default_rng(5).standard_normal(dims) * 100).astype(np.float32)
     (got,) = prog.run([x])
-    np.testing.assert_array_equal(got, np.cumsum(x, axis=1, dtype=np.float32)[:, -1])
+    np.testing.assert_array_equal(got, np.stack([windowed_sum(x[a]) for a in range(dims[0])]))
 
 
 def test_narrow_column_blocks_keep_reassociation():

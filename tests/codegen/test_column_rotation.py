@@ -4,7 +4,13 @@
 first line boundary and folds a rotated block of accumulators. Every column is folded in the
 same order as by the plain kernel: the outputs are bit for bit the plain kernel's, whatever the
 input's offset from a line, split over slices or not; where the rule does not apply the kernel
-is the plain one."""
+is the plain one.
+
+Column sums of more than 32 rows a unit fold in windows (kernels/cpu_reduction_windows.py),
+which the rotated loop does not count: they keep the plain loops
+(test_column_windows.py), and the rotation serves the reductions that are not windowed (a max
+or a min, f16 sums). These tests, which check the rotation's bits against the plain kernel's
+with sums, therefore run with the windows off (`plain_sums`)."""
 from __future__ import annotations
 
 import numpy as np
@@ -12,12 +18,18 @@ import pytest
 
 import hlofuse
 from hlofuse.codegen.cpu import emit_kernel_module
-from hlofuse.codegen.kernels import cpu_reduction_rotated, reduction_groups
+from hlofuse.codegen.kernels import cpu_reduction_rotated, cpu_reduction_windows, reduction_groups
 from hlofuse.emitters.cpu.target import CpuTarget
 from hlofuse.runtime.compare import compare_outputs
 from hlofuse.runtime.output_pool import aligned_empty
 from llvm_loops import loop_hint_names
 from test_column_blocks import _column_module, _group, avx512_host  # noqa: F401 (a fixture)
+
+
+@pytest.fixture(autouse=True)
+def plain_sums(monkeypatch):
+    """Sums folded in one sequence, the order the rotation reproduces (module docstring)."""
+    monkeypatch.setattr(cpu_reduction_windows, "SUMS_IN_WINDOWS", False)
 
 
 def _at_offset(x: np.ndarray, offset: int) -> np.ndarray:

@@ -4,7 +4,8 @@ last is reduced and the input is larger than L3, a unit is every block of its co
 blocks take turns over tiles of ROW_TILE_BYTES of rows, so the input is read in one contiguous
 pass instead of one strided pass per block (batch-norm statistics of 96 channels: three blocks
 of 32 columns on AVX2). Each column is folded over the same rows in the same order, the split's
-slices the same: the bits of the block-at-a-time kernel, and of a sequential reference."""
+slices the same: the bits of the block-at-a-time kernel, and of a reference folding each
+column's rows in order in windows of 32 (tests/support/windowed_sums.py)."""
 from __future__ import annotations
 
 import numpy as np
@@ -15,6 +16,7 @@ from hlofuse.codegen import planning
 from hlofuse.codegen.kernels import reduction_groups
 from test_column_blocks import _column_module, _group
 from test_column_rows_in_l1 import _parts
+from windowed_sums import sliced_windowed_sums
 
 SMALL_L3 = 1 << 20  # so that a test-sized input "comes from memory"
 
@@ -84,17 +86,13 @@ def test_bits_equal_the_block_at_a_time_kernel(small_l3, monkeypatch, dims, valu
 
 def _sliced_sums(x: np.ndarray, parts: int) -> np.ndarray:
     """Column sums as a kernel split in `parts` slices of the outermost dimension (of the rows
-    where that dimension is 1) folds them: each slice's rows in order (cumsum is sequential),
-    then the slices in order."""
+    where that dimension is 1) folds them: each slice's rows in order, in windows of 32 rows
+    (`sliced_windowed_sums`), then the slices in order."""
     rows = x.reshape(-1, x.shape[-1])
     extent = x.shape[0] if x.shape[0] >= 2 else rows.shape[0]
     per = rows.shape[0] // extent  # rows per index of what is sliced
-    total = None
-    for p in range(parts):
-        lo, hi = p * extent // parts * per, (p + 1) * extent // parts * per
-        s = np.cumsum(rows[lo:hi], axis=0, dtype=x.dtype)[-1]
-        total = s if total is None else (total + s).astype(x.dtype)
-    return total
+    return sliced_windowed_sums(rows, [(p * extent // parts * per, (p + 1) * extent // parts * per)
+                                       for p in range(parts)])
 
 
 @pytest.mark.parametrize("split", [True, False])

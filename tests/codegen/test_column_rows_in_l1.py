@@ -15,6 +15,7 @@ import hlofuse
 from hlofuse.codegen.kernels import reduction_groups
 from test_column_blocks import _column_module, _group, avx512_host  # noqa: F401 (a fixture)
 from test_column_rotation import _at_offset
+from windowed_sums import sliced_windowed_sums
 
 SMALL_L3 = 1 << 20  # so that a test-sized input "comes from memory"
 
@@ -64,16 +65,11 @@ def test_avx2_rows_wider_than_its_registers_are_read_whole(small_l3, monkeypatch
 
 def _sequential_column_sums(x: np.ndarray, parts: int) -> np.ndarray:
     """Column sums of `x` (its last dimension kept, the others reduced) as the split kernel
-    folds them: each of `parts` near-equal slices of the rows in order (cumsum is sequential,
-    in x's type), then the slices' sums in slice order."""
+    folds them: each of `parts` near-equal slices of the rows in order, in windows of 32 rows
+    (`sliced_windowed_sums`), then the slices' sums in slice order."""
     x = x.reshape(-1, x.shape[-1])
     n = x.shape[0]
-    total = None
-    for p in range(parts):
-        lo, hi = p * n // parts, (p + 1) * n // parts
-        s = np.cumsum(x[lo:hi], axis=0, dtype=x.dtype)[-1]
-        total = s if total is None else (total + s).astype(x.dtype)
-    return total
+    return sliced_windowed_sums(x, [(p * n // parts, (p + 1) * n // parts) for p in range(parts)])
 
 
 def _parts(exe) -> int:

@@ -4,7 +4,9 @@ least `cpu_conv.ROLLED_AROUND` columns stay rolled (`llvm.loop.unroll.disable`, 
 column loop once per reduced element; around fewer columns, or accumulators of 4 KiB or more
 (cpu_reduction.rolls_reduced_loops), LLVM unrolls them as before. Claims
 tested by loop hints and counts of LLVM instructions, not by time; results bit for bit those of
-the unrolled kernel and equal to the interpreter's."""
+the unrolled kernel and equal to the interpreter's. Sums of more than 32 rows a unit fold in
+windows (kernels/cpu_reduction_windows.py), whose reduced loops always stay rolled
+(test_column_windows.py): the rule is tested here on sums folded in one sequence (`plain_sums`)."""
 from __future__ import annotations
 
 import numpy as np
@@ -13,13 +15,20 @@ from llvmlite import ir
 
 import hlofuse
 from hlofuse.codegen.cpu import CpuCode, CpuPlanner, emit_kernel_module
-from hlofuse.codegen.kernels import cpu_conv, cpu_reduction, cpu_reduction_rotated, loop_hints, reduction_groups
+from hlofuse.codegen.kernels import (cpu_conv, cpu_reduction, cpu_reduction_rotated, cpu_reduction_windows, loop_hints,
+                                     reduction_groups)
 from hlofuse.compiler import optimize
 from hlofuse.emitters import ir_helpers
 from hlofuse.emitters.cpu.target import CpuTarget, optimized_module
 from hlofuse.runtime.compare import compare_outputs
 from llvm_loops import all_unrolled, instructions_after_o3, loop_hint_names
 from test_column_blocks import avx512_host  # noqa: F401 (a fixture)
+
+
+@pytest.fixture(autouse=True)
+def plain_sums(monkeypatch):
+    """Sums folded in one sequence, the kernels the unrolling rule shapes (module docstring)."""
+    monkeypatch.setattr(cpu_reduction_windows, "SUMS_IN_WINDOWS", False)
 
 
 def _column_sums(dims: tuple[int, ...]) -> str:

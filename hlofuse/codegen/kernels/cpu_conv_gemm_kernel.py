@@ -346,7 +346,7 @@ class _ConvGemmEmitter:
         or at that index (C is the scratch tile). The inner loop runs along C's contiguous
         dimension: the features (NHWC), or the rows where only they are contiguous (NCHW
         outputs, `_rows_inner`)."""
-        b, c = self.b, self.c
+        b = self.b
         if self._rows_inner():
             # Around a long row loop the feature loop stays rolled; the rows are vectorized,
             # never the features (a gather and scatter at the features' stride).

@@ -66,6 +66,7 @@ from ...hlo.ir import HloComputation
 from . import arg_reduction
 from .args import output_leaves
 from .cpu_reduction_rotated import emit_rotated_fold, line_aligned, rotated_input, stream_columns
+from .cpu_reduction_windows import Windows, window_levels
 from .fast_extremum import FAST_ACCUMULATORS, exact_needed, fast_extremum, fold_fast, magnitude_bits
 from .loop_hints import ROLLED_AROUND, forbid_vectorization, interleave, stays_rolled
 from .reduction_groups import (ReduceHero, ReductionGroup, computes_expensive_elements, in_order_target,
@@ -401,7 +402,10 @@ def _emit_column(skel, em, group, heroes, extras, epilogue_ptrs, epilogue_leaves
 
     override_heroes(em, heroes, current, lambda: position["index"])
     epilogue_gens = [em.gen(leaf.inst) for leaf in epilogue_leaves]
-    aligned = rotated_input(skel, group, extras)
+    levels = window_levels(heroes, _unit_rows(group, parts if scratch is not None else 1))
+    windows = Windows(b, em, heroes, width, levels) if levels else None
+    # Windows count rows in the plain loops; the rotated ones fold two rows' columns a step.
+    aligned = rotated_input(skel, group, extras) if windows is None else None
     with for_range(b, skel.begin, skel.end, "unit") as unit:
         u, outer_slice, part = unit, None, None
         if scratch is not None:
@@ -419,6 +423,9 @@ def _emit_column(skel, em, group, heroes, extras, epilogue_ptrs, epilogue_leaves
             for h, vals in zip(heroes, inits):
                 for v, p, et in zip(vals, block[h], h.types):
                     store_element(b, v, b.gep(p, [slot], inbounds=True), et)
+        columns = b.sub(j1, j0)
+        if windows is not None:
+            windows.start(const_i64(0), columns)
 
         def body(reduced):
             with for_range(b, j0, j1, "col", unroll=not group.in_l1) as j:
@@ -427,6 +434,8 @@ def _emit_column(skel, em, group, heroes, extras, epilogue_ptrs, epilogue_leaves
                 _store_extras(b, index, extras)
             if group.in_l1:
                 stream_columns(j)
+            if windows is not None:  # a block of `width` columns unless the row ends sooner
+                windows.row_done(block, const_i64(0), columns, count=width if last % width == 0 else None)
 
         # A block of at least a vector is vectorised across its columns, never along the
         # reduced dimensions (loop_hints; floats: _reduction_target).
@@ -437,8 +446,10 @@ def _emit_column(skel, em, group, heroes, extras, epilogue_ptrs, epilogue_leaves
         else:
             _reduced_loops(b, group, body, outer=outer_slice,
                            vectorize=block_columns < vector_lanes(em.target, group.heroes),
-                           unroll=not (group.in_l1 or rolls_reduced_loops(
+                           unroll=not (group.in_l1 or windows is not None or rolls_reduced_loops(
                                block_columns, heroes, vector_lanes(em.target, group.heroes))))
+        if windows is not None:
+            windows.finish(block, const_i64(0), columns)
         if scratch is not None:
             _store_partials(b, heroes, block, scratch, j0, j1, b.add(b.mul(part, const_i64(n_out)), row))
         else:
@@ -469,6 +480,8 @@ def _emit_column_tiles(skel, em, group, heroes, extras, epilogue_ptrs, epilogue_
     lanes = vector_lanes(em.target, group.heroes)
     tile = const_i64(group.tile_rows)
     reduced_dims = group.in_dims[:-1]
+    levels = window_levels(heroes, _unit_rows(group, parts if scratch is not None else 1))
+    windows = Windows(b, em, heroes, last, levels) if levels else None
     with for_range(b, skel.begin, skel.end, "unit") as unit:
         if scratch is not None:
             lo, hi = _split_slice(b, unit, group.split_extent, parts)
@@ -480,6 +493,8 @@ def _emit_column_tiles(skel, em, group, heroes, extras, epilogue_ptrs, epilogue_
             for h, vals in zip(heroes, inits):
                 for v, p, et in zip(vals, block[h], h.types):
                     store_element(b, v, b.gep(p, [j], inbounds=True), et)
+        if windows is not None:
+            windows.start(const_i64(0), const_i64(last))
 
         with for_range(b, lo, hi, "tile", step=group.tile_rows, unroll=False) as t:
             end = b.add(t, tile, flags=["nuw", "nsw"])
@@ -496,6 +511,9 @@ def _emit_column_tiles(skel, em, group, heroes, extras, epilogue_ptrs, epilogue_
                                       linear=b.add(base, j, flags=["nuw", "nsw"]))
                         _fold_at(b, em, heroes, block, j, index)
                         _store_extras(b, index, extras)
+                    if windows is not None:  # rows counted from the unit's first, as the plain loops do
+                        windows.row_done(block, j0, b.add(j0, const_i64(columns), flags=["nuw", "nsw"]),
+                                         n=b.add(b.sub(r, lo), const_i64(1)), count=columns)
                 if columns >= lanes:
                     forbid_vectorization(r)
 
@@ -506,12 +524,24 @@ def _emit_column_tiles(skel, em, group, heroes, extras, epilogue_ptrs, epilogue_
             if last % width:
                 fold_block(const_i64(whole * width), last % width)
         forbid_vectorization(t)
+        if windows is not None:
+            windows.finish(block, const_i64(0), const_i64(last))
         if scratch is not None:
             _store_partials(b, heroes, block, scratch, const_i64(0), const_i64(last),
                             b.mul(unit, const_i64(group.out_elements)))
         else:
             _store_epilogue(b, position, group, [], const_i64(0), const_i64(0), const_i64(last),
                             epilogue_gens, epilogue_leaves, epilogue_ptrs)
+
+
+def _unit_rows(group: ReductionGroup, parts: int) -> int:
+    """The most reduced rows a column kernel's unit folds: all of them, or with a split into
+    `parts` the largest slice's (of the outermost reduced dimension, or of `split_extent`)."""
+    rows = math.prod(group.in_dims[d] for d in group.rdims)
+    if parts <= 1:
+        return rows
+    extent = group.split_extent if group.tiles_rows else group.in_dims[group.rdims[0]]
+    return -(-extent // parts) * (rows // extent)
 
 
 def _store_epilogue(b, position: dict, group, outer, row, j0, j1, gens, leaves, ptrs) -> None:
