@@ -1,9 +1,11 @@
 """A reduction split into slices (codegen/planning.py: few work units over many elements, a
 partial kernel per slice and a combine kernel) starts every slice from the reduce's init value,
-which is right only where repeating the init changes nothing (reduction_groups.slices_keep_init):
-a max, min, and or or, or a sum or product whose init is its identity. Any other init keeps the
-reduce unsplit, so it joins once as in the interpreter and XLA:CPU (a sum over zeros with init 5
-gave 80: 16 slices). An init that is a constant outside the fusion (an unfused reduce of a
+which agrees with the interpreter (the oracle) and XLA:CPU only where repeating the init
+changes nothing (reduction_groups.slices_keep_init): a max, min, and or or, or a sum or product
+whose init is its identity. Any other init keeps the reduce unsplit, so it joins once as in the
+interpreter and XLA:CPU (a sum over zeros with init 5 gave 80: 16 slices). XLA's contract leaves
+a non-identity init undefined (jax.lax.reduce: init and computation must form a monoid); the
+interpreter takes it once, and so does the compiled code now. An init that is a constant outside the fusion (an unfused reduce of a
 parameter) is seen through the caller's operand."""
 from __future__ import annotations
 

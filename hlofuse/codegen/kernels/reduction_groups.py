@@ -338,15 +338,15 @@ _IDENTITIES = {"add": 0.0, "multiply": 1.0}
 
 def slices_keep_init(inst, constants: dict | None = None) -> bool:
     """Whether reduce `inst` may be split into slices that each start from its init value (the
-    planner's partial kernels, codegen/planning.py), the result still taking the init once as
-    the interpreter and XLA:CPU do: its reducer is a max, min, and or or of its two parameters
-    (repeating the init changes nothing), or an add or multiply whose init is a constant equal
-    to its identity (0, 1); a variadic reducer that only selects among its operands (an argmax
-or argmin: arg_reduction.selects_operands). Any
-    other init (`jax.lax.reduce(x, 5.0, add, ...)`, XLA's own tests' inits) keeps the reduce
-    unsplit: each of 16 slices added it once, a sum over zeros with init 5 gave 80. An init that
-    is a parameter is looked up in `constants` (the caller's constant operands by parameter
-    number); unknown, it keeps the reduce unsplit."""
+    planner's partial kernels, codegen/planning.py) with the result still taking the init once,
+    as the interpreter (the oracle) and XLA:CPU do; XLA's contract leaves a non-identity init
+    undefined. Yes for a max, min, and or or of the reducer's two parameters (repeating the init
+    changes nothing), a variadic reducer that only selects among its operands (an argmax or
+    argmin: arg_reduction.selects_operands), and an add or multiply whose init is a constant
+    equal to its identity (0, 1). Any other init (`jax.lax.reduce(x, 5.0, add, ...)`, XLA's own
+    tests' inits) keeps the reduce unsplit: each of 16 slices added it once, and a sum over
+    zeros with init 5 gave 80. An init that is a parameter is looked up in `constants` (the
+    caller's constant operands by parameter number); unknown, it keeps the reduce unsplit."""
     from .arg_reduction import selects_operands
 
     if inst.opcode != "reduce":
