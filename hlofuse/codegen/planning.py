@@ -167,8 +167,11 @@ def tree_reduction_rewrite(comp: HloComputation) -> HloComputation:
     with a reduced dimension longer than the window are rewritten into XLA:CPU's tree of
     reduce-windows (see above); the parameters are kept."""
     def needs(i: HloInstruction) -> bool:
-        return is_order_sensitive_reduce(i) and any(
-            i.operands[0].shape.dims[d] > TREE_REDUCTION_WINDOW for d in i.attrs["dimensions"])
+        # An empty operand reduces to its init in any order (and a window of its 0-long
+        # dimension would be 0 wide: the large-graph fuzzer, seed 49).
+        dims = i.operands[0].shape.dims if i.opcode == "reduce" else ()
+        return (is_order_sensitive_reduce(i) and 0 not in dims
+                and any(dims[d] > TREE_REDUCTION_WINDOW for d in i.attrs["dimensions"]))
 
     if not any(needs(i) for i in comp.instructions):
         return comp

@@ -223,3 +223,25 @@ ENTRY e {{
     if xla_available():
         for j, (x, w) in enumerate(zip(run_on_xla(text, args), want)):
             np.testing.assert_array_equal(_bits(w), _bits(x), err_msg=f"interpreter vs XLA out{j}")
+
+
+def test_empty_narrow_reduce_with_a_long_dimension():
+    """An f16 sum over f16[0,343,254,0] (empty, with reduced dimensions longer than the tree's
+    window): its init, on every backend. The tree rewrite divided by the 0-long dimension's
+    window (ZeroDivisionError; the large-graph fuzzer, seed 49)."""
+    text = """HloModule m
+red {
+  a = f16[] parameter(0)
+  b = f16[] parameter(1)
+  ROOT c = f16[] add(a, b)
+}
+ENTRY e {
+  p = f16[0,343,254,0] parameter(0)
+  z = f16[] constant(1.5)
+  ROOT s = f16[] reduce(p, z), dimensions={0,1,2,3}, to_apply=red
+}
+"""
+    args = [np.zeros((0, 343, 254, 0), np.float16)]
+    for target, fusion in TARGETS:
+        (got,) = _run(text, args, target, fusion)
+        assert np.asarray(got) == np.float16(1.5), (target, fusion)
