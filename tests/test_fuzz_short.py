@@ -1,6 +1,6 @@
 """The short, deterministic run of hlofuse's fuzzing harness (tests/fuzz/): 200 mutated modules
-through load -> verify -> compile(cpu) -> run, 20 random valid graphs on every backend, and a
-handful of elementwise ops on edge inputs against XLA:CPU. Each fuzzer must end with no
+through load -> verify -> compile(cpu) -> run, 20 random valid graphs and 8 of large arrays on
+every backend, and a handful of elementwise ops on edge inputs against XLA:CPU. Each fuzzer must end with no
 unexpected exception, crash, hang or mismatch; the failure message is the harness's summary
 with a reproducer directory per distinct failure.
 
@@ -9,6 +9,7 @@ The long run is one command (see tests/fuzz/__init__.py):
 """
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import pytest
@@ -25,7 +26,7 @@ EDGE_DTYPES = ["f32", "f16", "bf16", "s32", "u8", "pred"]
 @pytest.fixture(scope="module")
 def campaign(tmp_path_factory):
     """One fuzz run shared by the tests below (its reproducers under a pytest temporary dir)."""
-    config = FuzzConfig(malformed=200, graphs=20, edge_cases=xla_available(), edge_opcodes=EDGE_OPS,
+    config = FuzzConfig(malformed=200, graphs=20, large_graphs=8, edge_cases=xla_available(), edge_opcodes=EDGE_OPS,
                         edge_dtypes=EDGE_DTYPES, seed=SEED, jobs=2, timeout=30.0,
                         out=tmp_path_factory.mktemp("fuzz-failures"))
     return run(config)
@@ -47,6 +48,30 @@ def test_random_graphs_agree_on_every_backend(campaign):
     """cpu, cpu without fusion and gpu-emulated match the interpreter on random valid graphs."""
     _check(campaign, "graphs", 20)
     assert campaign.counts[("graphs", oc.OK)] >= 15, campaign.render()  # the generator makes runnable graphs
+
+
+def test_large_graphs_agree_on_every_backend(campaign):
+    """The same on graphs of arrays up to graphs.LARGE_ELEMENTS elements (the kernels' many-row
+    paths: tiles, splits, windowed sums; their first 400 found an empty f16 reduce that crashed
+    planning)."""
+    _check(campaign, "large graphs", 8)
+
+
+def test_large_graphs_stay_within_the_inputs_budget():
+    """Large graphs' parameters stay within LARGE_ELEMENTS elements and some of their arrays are
+    longer than a window of 32 rows."""
+    import re
+
+    from fuzz.graphs import LARGE_ELEMENTS, random_graph
+
+    long_dims = 0
+    for seed in range(40):
+        text = random_graph(seed, large=True)
+        for dims in re.findall(r"\[([\d,]*)\] parameter", text):
+            sizes = [int(d) for d in dims.split(",") if d]
+            assert math.prod(sizes) <= LARGE_ELEMENTS, (seed, sizes)
+            long_dims += any(d > 32 for d in sizes)
+    assert long_dims >= 20
 
 
 def test_edge_values_agree_with_xla(campaign):

@@ -19,6 +19,8 @@ def main(argv: list[str] | None = None) -> int:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--malformed", type=int, default=0, help="number of mutated-module cases")
     p.add_argument("--graphs", type=int, default=0, help="number of random valid graphs")
+    p.add_argument("--large-graphs", type=int, default=0,
+                   help="number of random valid graphs of large arrays (the kernels' many-row paths)")
     p.add_argument("--edge-cases", action="store_true", help="elementwise ops on edge inputs against XLA:CPU")
     p.add_argument("--edge-ops", default=None, help="comma-separated opcodes for --edge-cases (default: all)")
     p.add_argument("--edge-dtypes", default=None, help="comma-separated element types for --edge-cases")
@@ -32,7 +34,7 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(a.out) if a.out else Path(tempfile.mkdtemp(prefix="hlofuse-fuzz-failures-"))
     if a.gpu:
         os.environ[REAL_GPU_ENV] = "1"  # read by the workers (cases.graph_backends)
-    config = FuzzConfig(malformed=a.malformed, graphs=a.graphs, edge_cases=a.edge_cases,
+    config = FuzzConfig(malformed=a.malformed, graphs=a.graphs, large_graphs=a.large_graphs, edge_cases=a.edge_cases,
                         edge_opcodes=a.edge_ops.split(",") if a.edge_ops else None,
                         edge_dtypes=a.edge_dtypes.split(",") if a.edge_dtypes else None,
                         edge_backends=FuzzConfig.edge_backends + (("gpu",) if a.gpu else ()),

@@ -7,6 +7,7 @@ shape is computed here, and the verifier checks it (a rejection is a generator o
 """
 from __future__ import annotations
 
+import math
 import random
 from dataclasses import dataclass
 
@@ -28,6 +29,11 @@ SCALAR_LITERALS = {"f32": ["0", "1", "-2.5", "inf", "-inf", "nan", "1e-40", "3.4
                    "u8": ["0", "1", "7", "255"], "pred": ["true", "false"]}
 
 
+# Sizes and the element budget of large graphs' arrays (`GraphBuilder._large_dims`).
+LARGE_SIZES = [1, 2, 3, 8, 16, 31, 33, 64, 96, 100, 257, 1024, 4099]
+LARGE_ELEMENTS = 1 << 18
+
+
 @dataclass
 class Value:
     """An instruction of the graph: its name, element type and dimensions."""
@@ -44,8 +50,9 @@ class Value:
 class GraphBuilder:
     """Builds one random entry computation (plus the reducer computations it calls)."""
 
-    def __init__(self, rng: random.Random) -> None:
+    def __init__(self, rng: random.Random, large: bool = False) -> None:
         self.rng = rng
+        self.large = large
         self.lines: list[str] = []
         self.values: list[Value] = []
         self.params: list[Value] = []
@@ -61,8 +68,21 @@ class GraphBuilder:
         return v
 
     def random_dims(self) -> tuple[int, ...]:
+        if self.large:
+            return self._large_dims()
         rank = self.rng.choice([0, 1, 1, 2, 2, 2, 3])
         return tuple(self.rng.choice([1, 2, 3, 4, 5, 8]) if self.rng.random() > 0.03 else 0 for _ in range(rank))
+
+    def _large_dims(self) -> tuple[int, ...]:
+        """Dimensions of a large graph (`random_graph(large=True)`): sizes that take the kernels'
+        paths for many rows (tiles, splits, windows of 32 rows, blocks of columns), at most
+        LARGE_ELEMENTS elements."""
+        rank = self.rng.choice([1, 2, 2, 3, 3, 4])
+        dims = [self.rng.choice(LARGE_SIZES) for _ in range(rank)]
+        while math.prod(dims) > LARGE_ELEMENTS:
+            k = dims.index(max(dims))
+            dims[k] = max(1, dims[k] // self.rng.choice([2, 3, 8]))
+        return tuple(dims)
 
     def parameter(self, dtype: str, dims: tuple[int, ...]) -> Value:
         v = self.emit(dtype, dims, f"parameter({len(self.params)})")
@@ -86,7 +106,8 @@ class GraphBuilder:
         r = self.rng.random()
         if same and r < 0.6:
             return self.rng.choice(same)
-        if r < 0.75:
+        # A large graph's ops can grow an array past the inputs' budget: no parameter of it.
+        if r < 0.75 or (self.large and math.prod(dims) > LARGE_ELEMENTS):
             c = self.scalar_constant(dtype)
             return c if not dims else self.emit(dtype, dims, f"broadcast({c.name}), dimensions={{}}", [c])
         other = [v for v in self.values if v.dims == dims and v.dtype != dtype]
@@ -331,7 +352,8 @@ class GraphBuilder:
         return "\n".join(parts)
 
 
-def random_graph(seed: int, n_ops: int | None = None) -> str:
-    """The module text of the random graph for `seed` (deterministic)."""
+def random_graph(seed: int, n_ops: int | None = None, large: bool = False) -> str:
+    """The module text of the random graph for `seed` (deterministic); `large`: arrays of up to
+    LARGE_ELEMENTS elements, so that reductions and loops take their many-row paths."""
     rng = random.Random(seed)
-    return GraphBuilder(rng).build(n_ops if n_ops is not None else rng.randint(3, 14))
+    return GraphBuilder(rng, large).build(n_ops if n_ops is not None else rng.randint(3, 14))

@@ -23,6 +23,7 @@ class FuzzConfig:
 
     malformed: int = 0
     graphs: int = 0
+    large_graphs: int = 0
     edge_cases: bool = False
     edge_opcodes: list[str] | None = None  # None: every elementwise opcode of the registry
     edge_dtypes: list[str] | None = None  # None: edge.DTYPES
@@ -57,14 +58,15 @@ def malformed_cases(n: int, seed: int) -> Iterator[dict[str, Any]]:
                "payload": {"kind": "malformed", "text": text, "seed": s}}
 
 
-def graph_cases(n: int, seed: int) -> Iterator[dict[str, Any]]:
-    """`n` random valid graphs."""
+def graph_cases(n: int, seed: int, large: bool = False) -> Iterator[dict[str, Any]]:
+    """`n` random valid graphs (`large`: of arrays up to graphs.LARGE_ELEMENTS elements)."""
     from .graphs import random_graph
 
+    kind = "large-graph" if large else "graph"
     for i in range(n):
-        s = _case_seed(seed, i)
-        yield {"id": f"graph-{i}", "label": f"random graph (case seed {s})",
-               "payload": {"kind": "graph", "text": random_graph(s), "seed": s}}
+        s = _case_seed(seed + (7919 if large else 0), i)
+        yield {"id": f"{kind}-{i}", "label": f"random {'large ' if large else ''}graph (case seed {s})",
+               "payload": {"kind": "graph", "text": random_graph(s, large=large), "seed": s}}
 
 
 def edge_case_list(config: FuzzConfig) -> tuple[list[dict[str, Any]], int]:
@@ -100,6 +102,8 @@ def run(config: FuzzConfig) -> Summary:
         phases.append(("malformed", lambda: malformed_cases(config.malformed, config.seed)))
     if config.graphs:
         phases.append(("graphs", lambda: graph_cases(config.graphs, config.seed)))
+    if config.large_graphs:
+        phases.append(("large graphs", lambda: graph_cases(config.large_graphs, config.seed, large=True)))
     if config.edge_cases:
         def edge():
             cases, rejected = edge_case_list(config)
