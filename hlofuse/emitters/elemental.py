@@ -261,6 +261,9 @@ class ElementalEmitter:
         self.target = target
         self.param_gen = param_gen
         self.fp_flags: tuple[str, ...] = ()  # fast-math flags for float add/mul (reductions)
+        # Whether this emitter inlines a reducer (call_scalar's `reduction`): its max/min stay
+        # the bare intrinsic that LLVM vectorizes as a reduction (elemental_math.emit_max).
+        self.in_reducer = False
         self._gens: dict[HloInstruction, Generator] = {}
         self._cache: dict[tuple, tuple] = {}
         # Values computed by the evaluations in progress, innermost last. Each evaluation
@@ -434,6 +437,7 @@ class ElementalEmitter:
         if len(comp.parameters) != len(args):
             raise UnsupportedError(f"computation {comp.name} takes {len(comp.parameters)} parameters, got {len(args)}")
         sub = ElementalEmitter(self.b, self.target, lambda p: _scalar_param(params[p.parameter_number]))
+        sub.in_reducer = reduction
         if reduction and self.target.reassociate_reductions and not _has_narrow_float(comp):
             sub.fp_flags = ("reassoc", "contract")
         return materialize(sub.scalar(comp.root))
