@@ -12,8 +12,8 @@ case that does not finish within the timeout a HANG, not the end of the run):
   4,099), which take the kernels' many-row paths (row tiles, split reductions, windowed sums)
   that the small graphs never reach; about 4 cases a second on two cores. Their first 400
   found a crash (an empty f16 reduce) and a clamp of two NaNs of opposite signs whose sign a
-  TOTALORDER compare exposed (open: the interpreter and XLA:CPU return the lower bound's NaN,
-  the compiled clamp the operand's; which of two NaNs propagates is the implementation's).
+  TOTALORDER compare exposed (the compiled clamp took the operand's NaN, the interpreter and
+  XLA:CPU the lower bound's); both fixed.
 * edge: every elementwise opcode of the registry on each element type it accepts, on edge
   inputs (NaN, ±inf, ±0, denormals, extremes, integer overflow, out-of-range float->int),
   interpreter, cpu and gpu-emulated against XLA:CPU (tests/support/xla_oracle.py).
