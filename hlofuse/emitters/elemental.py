@@ -3,8 +3,8 @@
 For each instruction of a fused computation it builds a *generator*: a function from an
 output index (an `Index` of i64 values) to the LLVM value of that element. Generators are
 composed through operands; the per-opcode rules are attached to the op registry with
-`register_elemental` (elemental_math.py for arithmetic, elemental_data.py for data
-movement). A kernel emitter supplies how a fused parameter is read (`param_gen`) and asks
+`register_elemental` (elemental_math.py for arithmetic, elemental_convert.py for conversions,
+elemental_data.py for data movement). A kernel emitter supplies how a fused parameter is read (`param_gen`) and asks
 for the root's generator.
 
 Register representation of element types: pred is i1 (i8 in memory), integers are iN with

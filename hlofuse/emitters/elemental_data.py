@@ -14,7 +14,7 @@ from ..hlo.dtypes import S64, ElementType
 from ..hlo.errors import UnsupportedError
 from ..hlo.opcodes import register_elemental
 from .elemental import ElementalEmitter, Reading, TupleGenerator, dims_of, reg_type, remap, scalar_constant
-from .elemental_math import bitcast_value, convert_value
+from .elemental_convert import bitcast_value, convert_value
 from .ir_helpers import I1, I64, Index, const_i64, for_range, load_element
 
 

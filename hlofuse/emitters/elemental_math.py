@@ -1,6 +1,6 @@
-"""Element generators for elementwise arithmetic, comparison and conversion, with XLA's
-semantics for the corner cases (integer division by zero, shifts past the width,
-NaN-propagating max/min, saturating float->int conversion, TOTALORDER compares)."""
+"""Element generators for elementwise arithmetic and comparison, with XLA's semantics for the
+corner cases (integer division by zero, shifts past the width, NaN-propagating max/min,
+TOTALORDER compares); conversions are in elemental_convert.py."""
 from __future__ import annotations
 
 import math
@@ -12,8 +12,8 @@ from ..hlo.errors import UnsupportedError
 from ..hlo.opcodes import mark_unsupported, opcodes_where, register_elemental
 from . import elemental_complex as cplx
 from .elemental_narrow import decode_f64, is_narrow_float, narrow_total_order_key
-from .elemental import ElementalEmitter, compute_type, from_compute, reg_type, to_compute
-from .ir_helpers import I1, Index, const_i64, flush_denormal_bits
+from .elemental import ElementalEmitter, from_compute, to_compute
+from .ir_helpers import I1, Index, flush_denormal_bits
 
 
 def _et(inst) -> ElementType:
@@ -72,6 +72,10 @@ def emit_max(em: ElementalEmitter, et: ElementType, x, y, is_min: bool = False):
     op = "<=" if is_min else ">="
     cmp = b.icmp_signed(op, x, y) if et.is_signed else b.icmp_unsigned(op, x, y)
     return b.select(cmp, x, y)
+
+
+def float_width(t: ir.Type) -> int:
+    return {ir.HalfType: 16, ir.FloatType: 32, ir.DoubleType: 64}[type(t)]
 
 
 # ---- unary -----------------------------------------------------------------------------------
@@ -183,7 +187,7 @@ def reduce_precision_bits(b: ir.IRBuilder, v, ebits: int, mbits: int):
     round the mantissa to `mbits` bits (nearest even, at a fixed bit position, so the layout's
     subnormals round as integers), then, only if `ebits` is narrower than the layout's exponent,
     flush exponents out of the reduced range to signed zero / infinity. A NaN stays the same NaN."""
-    nbits, nm, ne = _FLOAT_LAYOUTS[_width(v.type)]
+    nbits, nm, ne = _FLOAT_LAYOUTS[float_width(v.type)]
     it = ir.IntType(nbits)
     c = lambda k: ir.Constant(it, k)  # noqa: E731
     bits = b.bitcast(v, it)
@@ -233,117 +237,6 @@ for _op, _fn in {
     register_elemental(_op)(_unary_rule(_fn))
 
 register_elemental(*opcodes_where(lambda i: i.kind == "unary" and bool(i.math)))(_unary_rule(_math_unary))
-
-
-# ---- conversion ------------------------------------------------------------------------------
-def convert_value(em: ElementalEmitter, v, src: ElementType, dst: ElementType):
-    """XLA's convert: float->int saturates (NaN -> 0), ->pred tests != 0, floats round to nearest even."""
-    b = em.b
-    if src == dst:
-        return v
-    if src.is_complex or dst.is_complex:
-        return cplx.convert(em, v, src, dst, convert_value)
-    dty = reg_type(dst)
-    if dst.is_pred:
-        if src.is_float:
-            c = to_compute(b, _read_as_daz(em, v, src), src)
-            return b.fcmp_unordered("!=", c, ir.Constant(c.type, 0.0))
-        return b.icmp_unsigned("!=", v, ir.Constant(v.type, 0))
-    if src.is_float:
-        if dst.name == "f64" and is_narrow_float(src.name):
-            # from the bits: f8e8m0fnu's 2**-127 is an f32 subnormal, which fpext reads as zero
-            # under denormals-are-zero (LLVM folded the fpext away only where the f32 value had
-            # no other use; a multi-output kernel also storing it kept the flushing fpext)
-            return decode_f64(b, v, src.name)
-        c = to_compute(b, v, src)
-        if dst.is_float and is_narrow_float(dst.name):
-            return from_compute(b, c, dst)
-        if dst.is_float:
-            cty = compute_type(dst)
-            if dst.name == "f16":
-                cty = dty
-            if c.type != cty:
-                c = b.fpext(c, cty) if _width(c.type) < _width(cty) else b.fptrunc(c, cty)
-            return from_compute(b, c, dst)
-        return em.target.float_to_int(b, c, dty, dst.is_signed)
-    signed = src.is_signed and not src.is_pred
-    if src.is_pred and not dst.is_float:
-        return b.zext(v, dty)
-    if dst.is_float:
-        cty = dty if dst.name == "f16" else compute_type(dst)
-        if is_narrow_float(dst.name) and src.bits >= 32:
-            cty = ir.DoubleType()  # exact below 2**53, then rounded as an f64 is (the interpreter's path)
-        c = b.sitofp(v, cty) if signed else b.uitofp(v, cty)
-        return from_compute(b, c, dst)
-    if src.bits == dst.bits:
-        return v
-    if src.bits > dst.bits:
-        return b.trunc(v, dty)
-    return b.sext(v, dty) if signed else b.zext(v, dty)
-
-
-def _width(t: ir.Type) -> int:
-    return {ir.HalfType: 16, ir.FloatType: 32, ir.DoubleType: 64}[type(t)]
-
-
-@register_elemental("convert")
-def _convert(em: ElementalEmitter, inst):
-    g = em.operand(inst, 0)
-    src, dst = inst.operands[0].shape.dtype, _et(inst)
-    return lambda idx: convert_value(em, g(idx), src, dst)
-
-
-def _to_bits(em: ElementalEmitter, v, et: ElementType):
-    if et.is_pred:
-        return em.b.zext(v, ir.IntType(8))
-    if et.is_complex:
-        return cplx.to_bits(em.b, v)
-    return v if isinstance(v.type, ir.IntType) else em.b.bitcast(v, ir.IntType(et.bits))
-
-
-def _from_bits(em: ElementalEmitter, v, et: ElementType):
-    if et.is_pred:
-        return em.b.icmp_unsigned("!=", v, ir.Constant(v.type, 0))
-    ty = reg_type(et)
-    if et.is_complex:
-        return cplx.from_bits(em.b, v, ty)
-    return v if v.type == ty else em.b.bitcast(v, ty)
-
-
-def bitcast_value(em: ElementalEmitter, v, src: ElementType, dst: ElementType):
-    """Reinterpret the bits of a register value of type `src` as type `dst` (same width)."""
-    return _from_bits(em, _to_bits(em, v, src), dst)
-
-
-@register_elemental("bitcast-convert")
-def _bitcast_convert(em: ElementalEmitter, inst):
-    """Same width: reinterpret. Narrowing (f32 -> u16[..., 2]) adds a minor dimension holding the
-    pieces, little end first; widening removes it (XLA's semantics)."""
-    g = em.operand(inst, 0)
-    src, dst = inst.operands[0].shape.dtype, _et(inst)
-    b = em.b
-    if src.bits == dst.bits:
-        return lambda idx: bitcast_value(em, g(idx), src, dst)
-    op_dims = tuple(inst.operands[0].shape.dims)
-    if src.bits > dst.bits:
-        def narrow(idx):
-            whole = _to_bits(em, g(Index(b, op_dims, multi=idx.multi[:-1])), src)
-            shift = b.mul(b.trunc(idx.multi[-1], whole.type) if whole.type.width < 64 else idx.multi[-1],
-                          ir.Constant(whole.type, dst.bits))
-            return _from_bits(em, b.trunc(b.lshr(whole, shift), ir.IntType(dst.bits)), dst)
-
-        return narrow
-    k = src.bits and dst.bits // src.bits
-
-    def widen(idx):
-        acc = ir.Constant(ir.IntType(dst.bits), 0)
-        for j in range(k):
-            piece = _to_bits(em, g(Index(b, op_dims, multi=list(idx.multi) + [const_i64(j)])), src)
-            piece = b.shl(b.zext(piece, ir.IntType(dst.bits)), ir.Constant(ir.IntType(dst.bits), j * src.bits))
-            acc = b.or_(acc, piece)
-        return _from_bits(em, acc, dst)
-
-    return widen
 
 
 # ---- binary ----------------------------------------------------------------------------------
@@ -515,7 +408,7 @@ for _op, _fn in {
 _DIR = {"EQ": "==", "NE": "!=", "LT": "<", "LE": "<=", "GT": ">", "GE": ">="}
 
 
-def _read_as_daz(em: ElementalEmitter, v, et: ElementType):
+def read_as_daz(em: ElementalEmitter, v, et: ElementType):
     """The register value `v` of float type `et` as a float compare under denormals-are-zero
     reads it. LLVM's InstCombine turns a float compare of a widened bf16 (a bitcast of its
     shifted bits) into an integer test of the bits, which sees a denormal as non-zero whatever
@@ -541,10 +434,10 @@ def compare_values(em: ElementalEmitter, et: ElementType, direction: str, cmp_ty
         return b.icmp_signed(op, narrow_total_order_key(b, x, et.name), narrow_total_order_key(b, y, et.name))
     if et.is_float:
         if cmp_type != "TOTALORDER":
-            x, y = _read_as_daz(em, x, et), _read_as_daz(em, y, et)
+            x, y = read_as_daz(em, x, et), read_as_daz(em, y, et)
         x, y = to_compute(b, x, et), to_compute(b, y, et)
         if cmp_type == "TOTALORDER":
-            w = _width(x.type)
+            w = float_width(x.type)
             it = ir.IntType(w)
             shift, mag = ir.Constant(it, w - 1), ir.Constant(it, (1 << (w - 1)) - 1)
 

@@ -29,7 +29,7 @@ RULE_MODULES: dict[str, tuple[str, ...]] = {
         "elementwise", "conversion", "data_movement", "reduction", "control_flow",
         "convolution", "dot", "gather_scatter", "windows", "sort", "fft", "rng", "linalg",
         "single_replica")),
-    "elemental": tuple(f"hlofuse.emitters.elemental_{m}" for m in ("math", "complex", "data", "control")),
+    "elemental": tuple(f"hlofuse.emitters.elemental_{m}" for m in ("math", "convert", "complex", "data", "control")),
     "library": tuple(f"hlofuse.runtime.library_{m}" for m in ("ops", "rng", "collectives")),
 }
 STAGES: tuple[str, ...] = tuple(RULE_MODULES)

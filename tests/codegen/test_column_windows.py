@@ -14,24 +14,13 @@ from hlofuse.codegen.cpu import CpuCode, CpuPlanner, emit_kernel_module
 from hlofuse.codegen.kernels import cpu_reduction_windows
 from hlofuse.compiler import optimize
 from hlofuse.emitters.cpu.target import CpuTarget
+from backend_cases import plain_reduce_module
 from llvm_loops import loop_hint_names
 from windowed_sums import windowed_sum
 
 
 def _sum_module(dims: tuple[int, ...], rdims: tuple[int, ...], dtype: str = "f32", init: str = "0") -> str:
-    kept = [d for i, d in enumerate(dims) if i not in rdims]
-    return f"""HloModule colsum
-add {{
-  a = {dtype}[] parameter(0)
-  b = {dtype}[] parameter(1)
-  ROOT s = {dtype}[] add(a, b)
-}}
-ENTRY main {{
-  x = {dtype}[{",".join(map(str, dims))}] parameter(0)
-  init = {dtype}[] constant({init})
-  ROOT s = {dtype}[{",".join(map(str, kept))}] reduce(x, init), dimensions={{{",".join(map(str, rdims))}}}, to_apply=add
-}}
-"""
+    return plain_reduce_module(dims, rdims, "add", init, dtype)
 
 
 def _mean_ulps(got: np.ndarray, x: np.ndarray, axes) -> float:

@@ -13,22 +13,11 @@ import numpy as np
 import pytest
 
 import hlofuse
+from backend_cases import plain_reduce_module
 
 
 def _module(dims: tuple[int, ...], rdims: tuple[int, ...], op: str, init: str) -> str:
-    kept = [d for i, d in enumerate(dims) if i not in rdims]
-    return f"""HloModule split
-red {{
-  a = f32[] parameter(0)
-  b = f32[] parameter(1)
-  ROOT s = f32[] {op}(a, b)
-}}
-ENTRY main {{
-  x = f32[{",".join(map(str, dims))}] parameter(0)
-  init = f32[] constant({init})
-  ROOT s = f32[{",".join(map(str, kept))}] reduce(x, init), dimensions={{{",".join(map(str, rdims))}}}, to_apply=red
-}}
-"""
+    return plain_reduce_module(dims, rdims, op, init)
 
 
 SHAPES = [((1 << 20,), (0,)), ((4096, 64), (0,)), ((64, 32, 32, 16), (0, 1, 2))]

@@ -64,6 +64,25 @@ ENTRY e {{
 """
 
 
+def plain_reduce_module(dims, rdims, op: str = "add", init: str = "0", ty: str = "f32") -> str:
+    """A module whose entry reduces a `ty` parameter of `dims` over `rdims` with `op` of the
+    reducer's two parameters from the constant `init`, unfused (the init a constant outside
+    any fusion)."""
+    out = [d for i, d in enumerate(dims) if i not in rdims]
+    return f"""HloModule reduce
+red {{
+  a = {ty}[] parameter(0)
+  b = {ty}[] parameter(1)
+  ROOT s = {ty}[] {op}(a, b)
+}}
+ENTRY main {{
+  x = {shape_text(ty, dims)} parameter(0)
+  init = {ty}[] constant({init})
+  ROOT s = {shape_text(ty, out)} reduce(x, init), dimensions={{{",".join(map(str, rdims))}}}, to_apply=red
+}}
+"""
+
+
 _ARGMAX = """HloModule argmax
 argmax {
   v0 = f32[] parameter(0)

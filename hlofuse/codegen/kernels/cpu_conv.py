@@ -62,7 +62,7 @@ import math
 from llvmlite import ir
 
 from ...emitters.elemental import ElementalEmitter, compute_type, reg_type
-from ...emitters.elemental_math import convert_value
+from ...emitters.elemental_convert import convert_value
 from ...emitters.ir_helpers import Index, const_i64, for_range, load_element, store_element
 from ...hlo.dtypes import ElementType
 from ...hlo.ir import HloComputation, HloInstruction

@@ -225,15 +225,19 @@ def _input_feature_minor(conv: HloInstruction) -> bool:
     return all(x_strides[dn.input_feature] <= x_strides[a] for a in dn.input_spatial)
 
 
-# Whether packed weights follow the input's contiguity (`_packs_input_major`); False packs
+# Whether packed weights follow the input's contiguity (`_packed_order`); False packs
 # every convolution's weights window-major, as before (for A/B measurements).
 PACKED_K_FOLLOWS_INPUT = True
 
 
-def _packs_input_major(conv: HloInstruction) -> bool:
-    """Whether `conv`'s packed weights are (I, window..., O), so that its GEMM's K is
-    input-feature-major: where the input's feature is not minor (`_input_feature_minor`)."""
-    return PACKED_K_FOLLOWS_INPUT and not _input_feature_minor(conv)
+def _packed_order(conv: HloInstruction) -> list[int]:
+    """The weights' dimensions in the order `conv`'s weights are packed: (window..., I, O), or
+    (I, window..., O) where the input's feature is not minor (`_input_feature_minor`), so that
+    the GEMM's K is input-feature-major, following the input's contiguous spatial dimension."""
+    dn = dimension_numbers(conv)
+    if PACKED_K_FOLLOWS_INPUT and not _input_feature_minor(conv):
+        return [dn.kernel_input_feature, *dn.kernel_spatial, dn.kernel_output_feature]
+    return [*dn.kernel_spatial, dn.kernel_input_feature, dn.kernel_output_feature]
 
 
 def _weights(conv: HloInstruction) -> tuple[tuple[int, ...], Matrix | None]:
@@ -477,9 +481,8 @@ def _packed_layout(conv: HloInstruction) -> ConvGemm | None:
 # ---- planning ------------------------------------------------------------------------------------
 
 def _packed_weights_comp(comp: HloComputation, conv: HloInstruction, name: str) -> HloComputation:
-    """A computation of `comp`'s parameters computing the weights of `conv` in (window..., I, O)
-    order, or (I, window..., O) where `_packs_input_major` (the GEMM's K then follows the input's
-    contiguous spatial dimension), window reversal applied."""
+    """A computation of `comp`'s parameters computing the weights of `conv` in `_packed_order`,
+    window reversal applied."""
     dn = dimension_numbers(conv)
     w = conv.operands[1]
     sub = rebuild(comp, w, [], name)
@@ -488,10 +491,7 @@ def _packed_weights_comp(comp: HloComputation, conv: HloInstruction, name: str) 
     rev = [dn.kernel_spatial[s] for s, d in enumerate(window.dimensions if window else ()) if d.window_reversal]
     if rev:
         x = sub.add_instruction(HloInstruction("reverse", x.shape, [x], {"dimensions": tuple(rev)}, name="pack.rev"))
-    if not _packs_input_major(conv):
-        order = [*dn.kernel_spatial, dn.kernel_input_feature, dn.kernel_output_feature]
-    else:
-        order = [dn.kernel_input_feature, *dn.kernel_spatial, dn.kernel_output_feature]
+    order = _packed_order(conv)
     dims = [w.shape.dims[d] for d in order]
     sub.root = sub.add_instruction(HloInstruction("transpose", array(w.shape.dtype, dims), [x],
                                                   {"dimensions": tuple(order)}, name="pack"))
@@ -500,8 +500,7 @@ def _packed_weights_comp(comp: HloComputation, conv: HloInstruction, name: str) 
 
 def _with_packed_weights(comp: HloComputation, conv: HloInstruction, packed, name: str) -> HloComputation:
     """`comp` with `conv` reading its weights from a new parameter (numbered after comp's) of
-    shape `packed` in `_packed_weights_comp`'s order: `01..io` labels, or `i01..o` where
-    `_packs_input_major`; no window reversal."""
+    shape `packed` in `_packed_order` (`01..io` labels, or `i01..o`); no window reversal."""
     new = rebuild(comp, comp.root, [], name)
     conv_new = next(i for i in new.instructions if i.opcode == "convolution")
     q = HloInstruction("parameter", packed, name="packed_weights")
@@ -509,13 +508,10 @@ def _with_packed_weights(comp: HloComputation, conv: HloInstruction, packed, nam
     q = new.add_instruction(q)
     old = conv_new
     dn = dimension_numbers(conv)
-    nsp = len(dn.kernel_spatial)
-    if not _packs_input_major(conv):
-        dn = dataclasses.replace(dn, kernel_spatial=tuple(range(nsp)), kernel_input_feature=nsp,
-                                 kernel_output_feature=nsp + 1)
-    else:
-        dn = dataclasses.replace(dn, kernel_spatial=tuple(range(1, nsp + 1)), kernel_input_feature=0,
-                                 kernel_output_feature=nsp + 1)
+    at = {d: k for k, d in enumerate(_packed_order(conv))}  # a weights dimension's packed place
+    dn = dataclasses.replace(dn, kernel_spatial=tuple(at[d] for d in dn.kernel_spatial),
+                             kernel_input_feature=at[dn.kernel_input_feature],
+                             kernel_output_feature=at[dn.kernel_output_feature])
     attrs = dict(old.attrs)
     attrs["dim_labels"] = dn.to_labels() if isinstance(old.attrs.get("dim_labels"), str) else dn
     window = attrs.get("window")

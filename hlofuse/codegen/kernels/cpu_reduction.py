@@ -540,7 +540,7 @@ def _unit_rows(group: ReductionGroup, parts: int) -> int:
     rows = math.prod(group.in_dims[d] for d in group.rdims)
     if parts <= 1:
         return rows
-    extent = group.split_extent if group.tiles_rows else group.in_dims[group.rdims[0]]
+    extent = group.split_extent  # what the planner sliced
     return -(-extent // parts) * (rows // extent)
 
 

@@ -28,26 +28,21 @@ from llvmlite import ir
 from ...emitters.elemental import mem_type
 from ...emitters.ir_helpers import const_i64, for_range, load_element, store_element
 from .cpu_reduction_rotated import line_aligned
+from .reduction_groups import binary_reducer_opcode
 
 # Rows a window folds before its level's row of partial sums takes it (XLA:CPU's 32).
 WINDOW = 32
 # Whether column sums fold in windows (`window_levels`); False folds each column's rows in one
 # sequence, as before (for A/B measurements).
 SUMS_IN_WINDOWS = True
-# A block of at most this many slots is moved up as straight-line code (`Windows._each`).
+# A block of at most this many slots is moved up as straight-line code (`Windows._add_into`).
 STRAIGHT_SLOTS = 64
 
 
 def _windowed_sum(hero) -> bool:
     """Whether reduce hero `hero` is an f32 or f64 sum: one accumulator, an `add` reducer of its
     two parameters."""
-    if hero.n != 1 or hero.types[0].name not in ("f32", "f64"):
-        return False
-    comp = hero.comp
-    root = comp.root
-    if root is None or root.opcode != "add" or len(comp.instructions) != 3:
-        return False
-    return {op.opcode for op in root.operands} == {"parameter"} and len(set(root.operands)) == 2
+    return hero.n == 1 and hero.types[0].name in ("f32", "f64") and binary_reducer_opcode(hero.comp) == "add"
 
 
 def windowed_heroes(heroes) -> list:
@@ -116,22 +111,15 @@ class Windows:
             if level + 1 < self.levels:
                 self._up(level + 1, self.rows[level], n, lo, hi, span * WINDOW, count)
 
-    def _each(self, lo, hi, count: int | None, name: str) -> list | None:
-        """The slots [lo, hi) one at a time: a rolled loop, or where `count` (hi - lo, known when
-        emitting and at most STRAIGHT_SLOTS) says, straight-line code at lo + 0, lo + 1, ...:
-        the block's own addresses, which LLVM keeps in registers across the rows (a loop over
-        them kept it in memory: batch-norm statistics 18% slower)."""
-        if count is not None and count <= STRAIGHT_SLOTS:
-            return [lo if c == 0 else self.b.add(lo, const_i64(c), flags=["nuw", "nsw"]) for c in range(count)]
-        return None
-
     def _add_into(self, upper: dict, lower: dict, lo, hi, count: int | None = None) -> None:
-        """upper[j] = upper[j] + lower[j]; lower[j] = -0, for j in [lo, hi)."""
+        """upper[j] = upper[j] + lower[j]; lower[j] = -0, for j in [lo, hi): a rolled loop, or
+        where `count` (hi - lo, known when emitting) is at most STRAIGHT_SLOTS, straight-line
+        code at lo + 0, lo + 1, ...: the block's own addresses, which LLVM keeps in registers
+        across the rows (a loop over them kept it in memory: batch-norm statistics 18% slower)."""
         b = self.b
-        slots = self._each(lo, hi, count, "wlup")
-        if slots is not None:
-            for j in slots:
-                self._add_slot(upper, lower, j)
+        if count is not None and count <= STRAIGHT_SLOTS:
+            for c in range(count):
+                self._add_slot(upper, lower, lo if c == 0 else b.add(lo, const_i64(c), flags=["nuw", "nsw"]))
             return
         with for_range(b, lo, hi, "wlup", unroll=False) as j:
             self._add_slot(upper, lower, j)

@@ -28,7 +28,7 @@ from __future__ import annotations
 from llvmlite import ir
 
 from ...emitters.ir_helpers import freeze
-from .reduction_groups import ReduceHero
+from .reduction_groups import ReduceHero, binary_reducer_opcode
 
 # The fast fold's flags: no NaN operands (tracked beside it) and no sign of zero (checked after).
 FAST_FLAGS = ("nnan", "nsz")
@@ -48,14 +48,7 @@ def fast_extremum(h: ReduceHero) -> str | None:
     `minimum` of its reducer's two parameters, else None (folded with the reducer)."""
     if not FAST_FOLDS or h.n != 1 or not h.types[0].is_float or h.types[0].bits not in (32, 64):
         return None
-    comp = h.comp
-    root = comp.root
-    params = comp.parameters
-    if root is None or root.opcode not in ("maximum", "minimum") or len(params) != 2:
-        return None
-    if len(comp.instructions) != 3 or set(root.operands) != set(params) or len(root.operands) != 2:
-        return None
-    return "max" if root.opcode == "maximum" else "min"
+    return {"maximum": "max", "minimum": "min"}.get(binary_reducer_opcode(h.comp))
 
 
 def _magnitude_type(value: ir.Value) -> tuple[ir.IntType, int, int]:

@@ -336,6 +336,15 @@ _IDEMPOTENT_REDUCERS = frozenset({"maximum", "minimum", "and", "or"})
 _IDENTITIES = {"add": 0.0, "multiply": 1.0}
 
 
+def binary_reducer_opcode(comp) -> str | None:
+    """The opcode of reducer `comp` when it is exactly that op of its two parameters (`add(a,
+    b)`, `maximum(a, b)`), else None."""
+    root = comp.root
+    if root is None or len(comp.parameters) != 2 or len(comp.instructions) != 3 or len(root.operands) != 2:
+        return None
+    return root.opcode if set(root.operands) == set(comp.parameters) else None
+
+
 def slices_keep_init(inst, constants: dict | None = None) -> bool:
     """Whether reduce `inst` may be split into slices that each start from its init value (the
     planner's partial kernels, codegen/planning.py) with the result still taking the init once,
@@ -353,19 +362,15 @@ def slices_keep_init(inst, constants: dict | None = None) -> bool:
         return False
     if not inst.shape.is_array:
         return selects_operands(inst.attrs["to_apply"])
-    comp = inst.attrs["to_apply"]
-    root = comp.root
-    if (root is None or len(comp.parameters) != 2 or len(root.operands) != 2
-            or {op.opcode for op in root.operands} != {"parameter"} or len(set(root.operands)) != 2):
-        return False
-    if root.opcode in _IDEMPOTENT_REDUCERS:
+    opcode = binary_reducer_opcode(inst.attrs["to_apply"])
+    if opcode in _IDEMPOTENT_REDUCERS:
         return True
     init = inst.operands[1]
     if init.opcode == "parameter" and constants:
         init = constants.get(init.parameter_number, init)
-    if root.opcode not in _IDENTITIES or init.opcode != "constant" or init.shape.dims:
+    if opcode not in _IDENTITIES or init.opcode != "constant" or init.shape.dims:
         return False
-    return float(init.literal) == _IDENTITIES[root.opcode]
+    return float(init.literal) == _IDENTITIES[opcode]
 
 
 # The vector register width assumed where the target does not say (AVX2).
