@@ -58,3 +58,22 @@ def test_fmod_and_tanh_link_and_assemble():
     _, ptx = compile_ptx(module, "sm_90")
     assert "__nv_fmodf" not in ptx
     assert len(assemble(ptx, "sm_90")) > 0
+
+
+def test_minimum_and_maximum_return_the_nan_operand():
+    """NVPTX's `min.NaN`/`max.NaN` return the canonical NaN, so minimum(1, -NaN) lost the sign
+    that a TOTALORDER compare then exposed (the large-graph fuzzer on an H200). The GPU target
+    selects a NaN operand itself: the first's, else the second's, as the interpreter does."""
+    for is_min in (True, False):
+        text, module = _function_ir(lambda t, b, x, y: t.float_max(b, x, y, is_min))
+        assert text.count("fcmp uno") == 2, text
+        intrinsic = "llvm.minimum" if is_min else "llvm.maximum"
+        assert intrinsic in text
+        # The selects survive optimization (LLVM may not fold them into the intrinsic, whose
+        # NaN is unspecified), and the intrinsic is still the hardware's instruction.
+        optimized, ptx = compile_ptx(module, "sm_90")
+        assert optimized.count("fcmp uno") + optimized.count("fcmp ord") >= 1, optimized
+        assert ("min.NaN.f32" if is_min else "max.NaN.f32") in ptx, ptx
+        assert ptx.count("selp.f32") + ptx.count("selp.b32") >= 2, ptx
+    host, _ = _function_ir(lambda t, b, x, y: t.float_max(b, x, y, True), Target())
+    assert "fcmp uno" not in host  # the host's instruction returns an operand: no selects

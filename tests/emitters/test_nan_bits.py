@@ -99,3 +99,35 @@ ENTRY e {{
     for fusion in (True, False):
         (got,) = hlofuse.compile(hlofuse.parse_hlo(text), "cpu", fusion=fusion, cache=False)(a, b)
         np.testing.assert_array_equal(np.asarray(got).view(bits), np.asarray(want).view(bits))
+
+
+@pytest.mark.parametrize("reducer", ["maximum", "minimum"])
+@pytest.mark.parametrize("target", ["interpreter", "cpu", "gpu-emulated"])
+def test_reduced_extremum_keeps_the_nan_it_met(reducer, target):
+    """A max/min reduction over a row holding one -NaN returns that -NaN, sign and payload:
+    folding `maximum(acc, x)`, which keeps its first operand's NaN, carries it to the end. The
+    interpreter used numpy's vectorised reduce, which gave the canonical +NaN from some
+    positions (found checking the GPU target's min.NaN, docs/gpu_device.md). XLA:CPU (jax
+    0.10, Zen 1) returns this -NaN for min; for max it returns it from column 0 only and
+    0x7fc00001 (the payload, sign cleared) from the other columns: its sign there is not
+    XLA's contract, so the order-defined answer is the reference."""
+    neg_nan = np.array(0xFFC00001, np.uint32).view(np.float32)
+    x = np.random.default_rng(5).standard_normal((6, 517)).astype(np.float32)
+    for row, col in enumerate((0, 7, 64, 255, 516)):
+        x[row, col] = neg_nan  # row 5 keeps no NaN
+    text = f"""HloModule m
+r {{
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT m = f32[] {reducer}(a, b)
+}}
+ENTRY e {{
+  x = f32[6,517] parameter(0)
+  i = f32[] constant({'-inf' if reducer == 'maximum' else 'inf'})
+  ROOT s = f32[6] reduce(x, i), dimensions={{1}}, to_apply=r
+}}
+"""
+    (got,) = hlofuse.compile(hlofuse.parse_hlo(text), target, cache=False)(x)
+    got = np.asarray(got)
+    assert [hex(v) for v in got[:5].view(np.uint32)] == [hex(0xFFC00001)] * 5
+    assert got[5] == (x[5].max() if reducer == "maximum" else x[5].min())

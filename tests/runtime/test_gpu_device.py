@@ -120,6 +120,45 @@ ENTRY e {
 
 
 @needs_gpu
+def test_gpu_minimum_and_maximum_keep_the_nan_operand():
+    """max.NaN/min.NaN return the canonical NaN; the target selects the NaN operand itself, so
+    a -NaN keeps its sign through elementwise and reduced extrema, which a TOTALORDER compare
+    shows (the large-graph fuzzer, seed 61, found the lost sign on an H200)."""
+    text = """HloModule m
+mn {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT m = f32[] minimum(a, b)
+}
+ENTRY e {
+  x = f32[64,512] parameter(0)
+  y = f32[64,512] parameter(1)
+  lo = f32[64,512] minimum(x, y)
+  hi = f32[64,512] maximum(x, y)
+  below = pred[64,512] compare(lo, x), direction=LT, type=TOTALORDER
+  inf = f32[] constant(inf)
+  r = f32[64] reduce(y, inf), dimensions={1}, to_apply=mn
+  ROOT t = (f32[64,512], f32[64,512], pred[64,512], f32[64]) tuple(lo, hi, below, r)
+}
+"""
+    module = parse_hlo(text)
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((64, 512)).astype(np.float32)
+    y = rng.standard_normal((64, 512)).astype(np.float32)
+    neg_nan = np.array(0xFFC00001, np.uint32).view(np.float32)
+    x[::3, ::5] = -neg_nan
+    y[1::4, ::7] = neg_nan  # where both are NaNs, x's (the first operand's) is the answer
+    got = GpuProgram.compile(module, emulated=False).run([x, y])
+    want = evaluate(module, [x, y], denormals="keep")
+    for g, w in zip(got[:3], want[:3]):  # elementwise: the NaN operand itself, bit for bit
+        np.testing.assert_array_equal(np.asarray(g).view(np.uint8), np.asarray(w).view(np.uint8))
+    # A reduction's NaN payload is the implementation's (numpy's quietens it); its sign is not.
+    r, want_r = np.asarray(got[3]), np.asarray(want[3])
+    np.testing.assert_array_equal(np.signbit(r), np.signbit(want_r))
+    np.testing.assert_array_equal(r, want_r)  # equal numbers, NaN where NaN
+
+
+@needs_gpu
 def test_gpu_workload_through_compile_api():
     import hlofuse
 

@@ -99,6 +99,16 @@ class GpuTarget(Target):
             return self.library_call(builder, fn, args)
         return super().math(builder, fn, args)
 
+    def float_max(self, builder: ir.IRBuilder, a: ir.Value, b: ir.Value, is_min: bool = False) -> ir.Value:
+        """NaN-propagating maximum/minimum that returns the NaN operand itself. NVPTX lowers
+        llvm.maximum/minimum to `max.NaN`/`min.NaN`, which return the canonical NaN: the sign
+        of a -NaN operand was lost, and a TOTALORDER compare of the result disagreed with the
+        interpreter and the emulated grid (large-graph fuzzer on an H200, seed 61). The host's
+        instructions return an operand, so only this target pays the two selects."""
+        m = super().float_max(builder, a, b, is_min)
+        m = builder.select(builder.fcmp_unordered("uno", b, b), b, m)
+        return builder.select(builder.fcmp_unordered("uno", a, a), a, m)
+
     def float_remainder(self, builder: ir.IRBuilder, x: ir.Value, y: ir.Value) -> ir.Value:
         """libdevice's fmod: NVPTX expands `frem` as x - trunc(x/y)*y with a special case for
         an infinite y that returns x, so fmod(inf, inf) came out inf, not NaN (found on an

@@ -215,7 +215,23 @@ class SignedZeroExtremum:
             return r
         votes = self._negative_zero(a)
         negative = np.any(votes, axis=axis) if self.is_min else np.all(votes, axis=axis)
-        return self._with_zero_sign(r, negative)
+        return self._first_nan(a, axis, self._with_zero_sign(r, negative))
+
+    @staticmethod
+    def _first_nan(a: np.ndarray, axis, r: np.ndarray) -> np.ndarray:
+        """`r` with each NaN replaced by the first NaN of its elements in index order: folding
+        `maximum(acc, x)`, which keeps its first operand's NaN, carries that one (its sign and
+        payload) to the end, as XLA:CPU does; numpy's vectorised reduce returns the canonical
+        NaN from some positions (a -NaN came out +NaN, which a TOTALORDER compare shows)."""
+        nan = np.isnan(r)
+        if not nan.any():
+            return r
+        axes = tuple(range(a.ndim)) if axis is None else (axis,) if np.isscalar(axis) else tuple(axis)
+        axes = tuple(d % a.ndim for d in axes)
+        kept = [d for d in range(a.ndim) if d not in axes]
+        rows = np.transpose(a, kept + list(axes)).reshape(np.shape(r) + (-1,))
+        first = np.argmax(np.isnan(rows), axis=-1)[..., None]
+        return np.where(nan, np.take_along_axis(rows, first, axis=-1)[..., 0], r)
 
     def at(self, a: np.ndarray, indices, b) -> None:
         """a[indices] = max/min(a[indices], b) in place, repeated indices accumulating."""
