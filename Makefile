@@ -11,11 +11,19 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 
+# LLVM=release (the default): after pip, llvmlite is rebuilt against a release LLVM where this
+# machine allows (scripts/install_release_llvm.py --optional: llvm-NN-dev, cmake, a C++ compiler;
+# about 1.5 minutes the first time, a 3-second check after), else the PyPI wheel stays, with a
+# warning. LLVM=wheel keeps the wheel without trying. README.md, Dependencies, says why.
+LLVM ?= release
+
 install: $(BIN)/python
 	$(BIN)/python -m pip install -q -e .
+	@if [ "$(LLVM)" = release ]; then $(BIN)/python scripts/install_release_llvm.py --optional; fi
 
 install-dev: $(BIN)/python
 	$(BIN)/python -m pip install -q -e ".[dev]"
+	@if [ "$(LLVM)" = release ]; then $(BIN)/python scripts/install_release_llvm.py --optional; fi
 
 demo: install
 	$(BIN)/hlofuse run examples/lstm_cell.hlo --backend cpu --report --compare
@@ -32,8 +40,10 @@ test-all: install-dev
 bench: install-dev
 	$(BIN)/python benchmarks/run.py
 
-# Opt-in, not part of `install`: rebuild the venv's llvmlite (same version) against a release
-# LLVM of the same major, without assertions (Debian/Ubuntu llvm-NN-dev; a few minutes of C++).
-# Cold compiles then take about 0.8x the CPU time; see README.md and docs/compile_time.md.
-install-release-llvm: install
+# The release-LLVM step alone, failing (exit 1) where it cannot be done: rebuild the venv's
+# llvmlite (same version) against a release LLVM of the same major, without assertions
+# (Debian/Ubuntu llvm-NN-dev). Cold compiles then take about 0.8x the CPU time; see README.md
+# and docs/compile_time.md.
+install-release-llvm: $(BIN)/python
+	$(BIN)/python -m pip install -q -e .
 	$(BIN)/python scripts/install_release_llvm.py

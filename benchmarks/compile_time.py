@@ -586,7 +586,7 @@ def main(argv: list[str] | None = None) -> int:
     rows: list[dict] = []
     # one-time costs (imports, LLVM's and XLA's initialisation) are nobody's compile time
     measure("warm-up", chain_module(8), not args.no_xla)
-    sizes = [int(s) for s in args.sizes.split(",")]
+    sizes = [int(s) for s in args.sizes.split(",") if s]
     forms = {"chain": chain_module, "wide": wide_module}
     for form in [f for f in args.forms.split(",") if f]:
         start, prev = time.perf_counter(), None

@@ -2,8 +2,9 @@
 
 llvmlite's PyPI wheels link an LLVM built with assertions (``llvm_assertions_state == "on"``),
 which costs about a fifth of a cold compile's CPU time (docs/compile_time.md, "How XLA:CPU runs
-LLVM, and what llvmlite's assertions cost"); ``make install-release-llvm``
-(scripts/install_release_llvm.py) rebuilds the installed llvmlite against a release LLVM.
+LLVM, and what llvmlite's assertions cost"); ``make install`` (and ``make
+install-release-llvm``, which fails where it cannot) rebuilds the installed llvmlite against a
+release LLVM where the machine allows (scripts/install_release_llvm.py).
 
 A llvmlite linked statically knows its LLVM's assertion state; one linked against a shared
 libLLVM (how that script builds it) reports "unknown", so the state is then read from the

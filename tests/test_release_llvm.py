@@ -145,3 +145,20 @@ def test_verify_wants_the_same_llvmlite_on_the_same_major_without_assertions():
     for bad in ({"llvmlite": "0.49.0"}, {"version": "21.1.0"}, {"assertions": "unknown"}, {"assertions": "on"}):
         with pytest.raises(script.Stop):
             script.verify({**good, **bad}, "0.50.0", 22, "here")
+
+
+@pytest.mark.parametrize("optional, code", [(False, 1), (True, 0)])
+def test_optional_keeps_the_wheel_where_the_rebuild_cannot_be_done(monkeypatch, capsys, optional, code):
+    """`make install` runs the script with --optional: a machine without a release LLVM (or
+    cmake, or root for apt-get) keeps the PyPI wheel with a warning instead of failing the install;
+    `make install-release-llvm` (no --optional) still fails and says why."""
+    script = _script()
+
+    def cannot(sdist, allow_apt):
+        raise script.Stop("no LLVM 22 built without assertions was found")
+
+    monkeypatch.setattr(script, "install", cannot)
+    assert script.main(["--optional"] if optional else []) == code
+    err = capsys.readouterr().err
+    assert "stopped: no LLVM 22" in err
+    assert ("keeping llvmlite's PyPI wheel" in err) == optional
