@@ -12,6 +12,7 @@ from __future__ import annotations
 from llvmlite import ir
 
 from . import math_approx, math_calls, math_trig
+from .ir_helpers import flush_denormal_bits
 
 # Math functions that map to LLVM intrinsics LLVM can vectorize on every target.
 _INTRINSICS = {
@@ -118,8 +119,19 @@ class Target:
 
     def float_remainder(self, builder: ir.IRBuilder, x: ir.Value, y: ir.Value) -> ir.Value:
         """C's fmod (XLA's float `remainder`): the sign of x, NaN for an infinite x or a zero y.
-        LLVM's `frem` is that on the host; a target whose backend expands it differently
-        overrides this."""
+        LLVM's `frem` is that on the host (a call of libm's fmodf/fmod); a target whose backend
+        expands it differently overrides this.
+
+        Under denormals-are-zero the divisor is made a zero of its sign here, on its bits: the
+        registry's `flush-divisor` (docs/denormals.md), which glibc 2.36's fmodf gives by
+        reading it with floating-point instructions under DAZ, but a later glibc's
+        integer-only fmodf does not: fmod(1e-40, 1e-40) was 0, not NaN, on a GPU machine's
+        host (the graph fuzzer, seed 62). The dividend's bits are kept by both."""
+        if self.flushes_denormals:
+            element = y.type.element if isinstance(y.type, ir.VectorType) else y.type
+            kind = {ir.FloatType: "f32", ir.DoubleType: "f64"}.get(type(element))
+            if kind is not None:
+                y = flush_denormal_bits(builder, y, kind)
         return builder.frem(x, y)
 
     def float_to_int(self, builder: ir.IRBuilder, v: ir.Value, ty: ir.IntType, signed: bool) -> ir.Value:
