@@ -145,3 +145,34 @@ def test_the_kernel_key_tells_the_layouts_apart(small_l3, monkeypatch):
     tiled = texts()
     monkeypatch.setattr(reduction_groups, "ROW_TILE_BYTES", 0)
     assert texts().isdisjoint(tiled)
+
+
+def test_each_block_prefetches_its_lines_of_the_next_tile(small_l3, monkeypatch):
+    """While a block folds a tile, it prefetches (into L2) its own columns of the row one tile
+    ahead: two 64-byte lines a row for a block of 32 f32 columns, so the blocks together
+    bring in the next tile's rows whole. The prefetches change no arithmetic: the same bits
+    without them (batch-norm statistics of 96 channels ran 6-13% faster from memory, 13-18%
+    in cache, on the Zen 1 host; docs/emitters.md)."""
+    from hlofuse.codegen.cpu import emit_kernel_module
+    from hlofuse.codegen.kernels import cpu_reduction
+    from hlofuse.emitters.cpu.target import CpuTarget
+
+    text = _column_module((4000, 96), 2)
+    x = np.random.default_rng(9).standard_normal((4000, 96)).astype(np.float32)
+
+    def compiled():
+        exe = hlofuse.compile(hlofuse.parse_hlo(text), "cpu", cache=False)
+        tiled = [k for k in exe.program._planner.kernels if k.group is not None and k.group.tiles_rows]
+        assert tiled and all(k.group.block_columns == 32 for k in tiled)
+        return exe, [str(emit_kernel_module(k, CpuTarget(), "k")) for k in tiled]
+
+    exe, texts = compiled()
+    calls = [line for t in texts for line in t.splitlines() if "call void @\"llvm.prefetch" in line]
+    # The partial sums' kernel (the split's first stage) reads the input: one block loop body,
+    # 2 lines of 32 columns; the combine kernel reads the partials, no array of the input's size.
+    assert len(calls) == 2
+    monkeypatch.setattr(cpu_reduction, "TILE_PREFETCH", False)
+    plain, plain_texts = compiled()
+    assert not any("llvm.prefetch" in t for t in plain_texts)
+    for g, w in zip(exe(x), plain(x)):
+        np.testing.assert_array_equal(np.asarray(g), np.asarray(w))
