@@ -10,7 +10,8 @@ import hlofuse
 from tests.fuzz import outcomes as oc
 from tests.fuzz.cases import compare_with_reference
 from tests.fuzz.reassociation import (only_order_sensitive, other_order_references, precise_reduction_reference,
-                                      reversed_reduction_reference, sequential_reduction_reference)
+                                      reversed_reduction_reference, sequential_reduction_reference,
+                                      windowed_reduction_reference)
 
 # Column sums of f32[60,3]: column 0 cancels (-1e20 ... +1e20 among small terms), 1 and 2 do not.
 MODULE = """HloModule sums
@@ -196,4 +197,39 @@ def test_an_order_that_cancels_the_large_terms_first_is_an_order_too():
     got[0][0] = np.float32(-2147418112.0)  # what the kernel gave
     assert compare_with_reference(got, want, lambda: None, lambda: others)[0] == oc.ORDER_SENSITIVE
     got[0][0] = np.float32(5e12)
+    assert compare_with_reference(got, want, lambda: None, lambda: others)[0] == oc.MISMATCH
+
+
+RATIO_OF_COLUMN_SUMS = """HloModule ratio
+add { a = f32[] parameter(0)  b = f32[] parameter(1)  ROOT s = f32[] add(a, b) }
+ENTRY e {
+  x = f32[96,2] parameter(0)
+  z = f32[] constant(0)
+  s = f32[2] reduce(x, z), dimensions={0}, to_apply=add
+  ROOT r = f32[2] divide(s, s)
+}
+"""
+
+
+def test_the_column_kernels_windowed_order_is_an_order_too():
+    """The large-graph fuzzer's seed-63 column: 1e20 in the first window of 32 rows and -1e20
+    in the third, -2**31 and -3e9 among small terms. Folded in windows (the CPU's column
+    kernels), the first window is 1e20, the second is absorbed by it and the third cancels it:
+    the sum is exactly 0 and s / s NaN, where every other order gives a nonzero sum and 1. The
+    windowed reference takes that order, so the NaN is excused; a NaN in the other column,
+    whose sum no order makes 0, is not."""
+    col = np.random.default_rng(63).standard_normal(96).astype(np.float32)
+    col[24], col[75], col[59], col[72] = 1e20, -1e20, -2.0 ** 31, -3e9
+    x = np.stack([col, np.arange(96, dtype=np.float32)], axis=1)
+    module = hlofuse.parse_hlo(RATIO_OF_COLUMN_SUMS)
+    want = hlofuse.compile(module, target="interpreter")(x)
+    others = other_order_references(module, [x])
+    windowed = windowed_reduction_reference(module, [x])
+    assert np.isnan(windowed[0][0]) and float(want[0][0]) == 1.0
+    ratios = [float(o[0][0]) for o in others]  # reversed, sequential, windowed, precise
+    assert np.isnan(ratios[2]) and ratios[:2] + ratios[3:] == [1.0, 1.0, 1.0]
+    got = [np.asarray(o) for o in hlofuse.compile(module, target="cpu", cache=False)(x)]
+    assert np.isnan(got[0][0])  # the CPU's column kernel takes the windowed order
+    assert compare_with_reference(got, want, lambda: None, lambda: others)[0] == oc.ORDER_SENSITIVE
+    got[0][1] = np.nan
     assert compare_with_reference(got, want, lambda: None, lambda: others)[0] == oc.MISMATCH

@@ -13,7 +13,9 @@ mathematical sum, associated differently) and, for f32/f64 sums, one strictly se
 scheme, which pairs element j with element j+8, so in a row of 16 where -2^31 and +2^31 sit at
 7 and 9 the pairwise sum and its reverse both absorb every small term and give 0, while a
 sequential fold (a vector loop's lanes) keeps some of them (the fuzzer's seed 27: the kernel's
-6.855 against the interpreter's 0, in both its orders). A third, precise sum
+6.855 against the interpreter's 0, in both its orders). The CPU's column kernels fold in
+windows of 32 rows (`windowed_reduction_reference`): where 1e20 and -1e20 fall in different
+windows that order alone cancels them to exactly 0 (seed 63, large graphs). A fourth, precise sum
 (`precise_reduction_reference`) stands for an order that cancels the large terms first, where
 every f32 order the others take absorbs the small ones (seed 35). An element is *order-sensitive* when a
 reference order disagrees there beyond the tolerance; a backend's element is excused only when
@@ -73,6 +75,21 @@ def precise_reduction_reference(module, args: list, denormals: str = "flush") ->
     return _entry_outputs(_sums_folded_by(_fold_precisely), module, args, denormals)
 
 
+def windowed_reduction_reference(module, args: list, denormals: str = "flush") -> list[np.ndarray]:
+    """The entry's outputs with every f32/f64 sum folded as the CPU's column kernels fold a
+    column (kernels/cpu_reduction_windows.py): in sequence within windows of WINDOW terms, the
+    windows' sums in sequence within windows of WINDOW again, and so on up (a tree of fan-out
+    WINDOW over the initial value and the elements in row-major order). Where 1e20 and -1e20
+    sit in different windows, the terms between them are absorbed and the sum is exactly 0,
+    which no other order here gives (the large-graph fuzzer, seed 63: x / x of such a column
+    sum was NaN on the CPU, 1 in every reference order)."""
+    return _entry_outputs(_sums_folded_by(_fold_in_windows), module, args, denormals)
+
+
+# The windows of the CPU's column kernels (cpu_reduction_windows: windows of 32 rows, levels of 32).
+WINDOW = 32
+
+
 def _sums_folded_by(fold) -> type:
     """An Interpreter subclass computing every f32/f64 sum by `fold(inst, args)`."""
     from hlofuse.hlo.op_conditions import denormal_mode
@@ -130,6 +147,25 @@ def _fold_in_sequence(inst, args: list) -> np.ndarray:
         return np.cumsum(_terms(inst, args), axis=-1, dtype=args[0].dtype)[..., -1]
 
 
+def _fold_in_windows(inst, args: list) -> np.ndarray:
+    terms = _terms(inst, args)
+    starts = terms[..., :1]  # the first window starts from the initial value, the others from -0
+    terms = terms[..., 1:]
+    with np.errstate(all="ignore"):
+        while True:
+            pad = -terms.shape[-1] % WINDOW
+            if pad or not terms.shape[-1]:  # -0.0 changes no sum
+                pad = pad or WINDOW
+                terms = np.concatenate([terms, np.full(terms.shape[:-1] + (pad,), -0.0, terms.dtype)], axis=-1)
+            windows = terms.reshape(terms.shape[:-1] + (-1, WINDOW))
+            first = np.full(windows.shape[:-1] + (1,), -0.0, terms.dtype)
+            first[..., 0, :] = starts
+            terms = np.cumsum(np.concatenate([first, windows], axis=-1), axis=-1, dtype=terms.dtype)[..., -1]
+            if terms.shape[-1] == 1:
+                return terms[..., 0]
+            starts = np.full(terms.shape[:-1] + (1,), -0.0, terms.dtype)
+
+
 def _fold_precisely(inst, args: list) -> np.ndarray:
     terms = _terms(inst, args)
     with np.errstate(all="ignore"):
@@ -141,9 +177,11 @@ def _fold_precisely(inst, args: list) -> np.ndarray:
 
 
 def other_order_references(module, args: list, denormals: str = "flush") -> list[list[np.ndarray]]:
-    """The outputs in each other reduction order: reversed, sequential, then precise sums."""
+    """The outputs in each other reduction order: reversed, sequential, windowed, then precise
+    sums."""
     return [reversed_reduction_reference(module, args, denormals),
             sequential_reduction_reference(module, args, denormals),
+            windowed_reduction_reference(module, args, denormals),
             precise_reduction_reference(module, args, denormals)]
 
 
