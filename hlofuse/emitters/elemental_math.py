@@ -432,20 +432,22 @@ def compare_values(em: ElementalEmitter, et: ElementType, direction: str, cmp_ty
     if et.is_float and cmp_type == "TOTALORDER" and is_narrow_float(et.name):
         # On the stored bit patterns, so NaN payloads stay ordered (decoding would merge them).
         return b.icmp_signed(op, narrow_total_order_key(b, x, et.name), narrow_total_order_key(b, y, et.name))
+    if et.is_float and cmp_type == "TOTALORDER":
+        # On the value's own bits, not widened: an f16 NaN widened by the GPU's `cvt.f32.f16`
+        # becomes the canonical NaN and loses its sign (graph fuzzer on an H200, seed 65);
+        # bf16 values are held as their i16 bits already.
+        it = x.type if isinstance(x.type, ir.IntType) else ir.IntType(float_width(x.type))
+        w = it.width
+        shift, mag = ir.Constant(it, w - 1), ir.Constant(it, (1 << (w - 1)) - 1)
+
+        def key(v):
+            bits = v if v.type == it else b.bitcast(v, it)
+            return b.xor(bits, b.and_(b.ashr(bits, shift), mag))
+
+        return b.icmp_signed(op, key(x), key(y))
     if et.is_float:
-        if cmp_type != "TOTALORDER":
-            x, y = read_as_daz(em, x, et), read_as_daz(em, y, et)
+        x, y = read_as_daz(em, x, et), read_as_daz(em, y, et)
         x, y = to_compute(b, x, et), to_compute(b, y, et)
-        if cmp_type == "TOTALORDER":
-            w = float_width(x.type)
-            it = ir.IntType(w)
-            shift, mag = ir.Constant(it, w - 1), ir.Constant(it, (1 << (w - 1)) - 1)
-
-            def key(v):
-                bits = b.bitcast(v, it)
-                return b.xor(bits, b.and_(b.ashr(bits, shift), mag))
-
-            return b.icmp_signed(op, key(x), key(y))
         if direction == "NE":
             return b.fcmp_unordered("!=", x, y)
         return b.fcmp_ordered(op, x, y)

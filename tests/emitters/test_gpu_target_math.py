@@ -77,3 +77,35 @@ def test_minimum_and_maximum_return_the_nan_operand():
         assert ptx.count("selp.f32") + ptx.count("selp.b32") >= 2, ptx
     host, _ = _function_ir(lambda t, b, x, y: t.float_max(b, x, y, True), Target())
     assert "fcmp uno" not in host  # the host's instruction returns an operand: no selects
+
+
+F16_TOTALORDER = """HloModule m
+ENTRY e {
+  x = f16[5] parameter(0)
+  y = f16[5] parameter(1)
+  ROOT c = pred[5] compare(x, y), direction=LT, type=TOTALORDER
+}
+"""
+
+
+def test_f16_totalorder_compares_the_stored_bits(tmp_path):
+    """A TOTALORDER compare of f16 keys the stored 16 bits: widened first, a -NaN went through
+    the GPU's `cvt.f32.f16`, which gives the canonical (positive) NaN, and 1 < -NaN came out
+    true (the graph fuzzer on an H200, seed 65). The PTX has no conversion; the emulated grid
+    and the CPU give the interpreter's answer, -NaN below everything."""
+    import numpy as np
+
+    import hlofuse
+    from hlofuse.cli import main
+
+    source = tmp_path / "m.hlo"
+    source.write_text(F16_TOTALORDER)
+    out = tmp_path / "m.ptx"
+    assert main(["compile", str(source), "--target", "gpu", "--emit", "ptx", "--no-cache", "-o", str(out)]) == 0
+    assert "cvt.f32.f16" not in out.read_text()
+    x = np.array([1, 1, 1, -np.inf, 0], np.float16)
+    y = np.array([0xFE00, 0x7E00, 0x3C00, 0xFE00, 0x8000], np.uint16).view(np.float16)  # -NaN, NaN, 1, -NaN, -0
+    want = [False, True, False, False, False]
+    for target in ("interpreter", "cpu", "gpu-emulated"):
+        (got,) = hlofuse.compile(hlofuse.parse_hlo(F16_TOTALORDER), target, cache=False)(x, y)
+        assert list(np.asarray(got)) == want, target
