@@ -67,3 +67,29 @@ def test_the_seed_39_case_is_not_a_failure():
     # numpy's exp and the kernels' are each within a few ULP: where their bits differ here (they
     # did on the hosts this was written on), the case is counted apart, not a mismatch
     assert result["outcome"] == (oc.BITS_EXPOSED if differ else oc.OK), result
+
+
+SIGN_READ = """HloModule sign
+ENTRY main {
+  x = f32[16] parameter(0)
+  s = f32[16] sine(x)
+  z = f32[] constant(0)
+  zs = f32[16] broadcast(z), dimensions={}
+  ge = pred[16] compare(s, zs), direction=GE, type=TOTALORDER
+  lt = pred[16] compare(s, zs), direction=LT
+  ROOT t = (pred[16], pred[16]) tuple(ge, lt)
+}
+"""
+
+
+def test_a_totalorder_compare_shows_bits_on_the_real_gpu_only():
+    """On the real GPU a TOTALORDER compare reads a NaN's sign, which is libdevice's there (the
+    H200's sin(inf) against numpy's, seed 65): its float operands are checked as a bitcast's
+    are. Elsewhere (the CPU kernels give the host libm's NaN bits) it stays a plain output, and
+    a FLOAT compare never reads a sign."""
+    module = hlofuse.parse_hlo(SIGN_READ)
+    assert exposed_outputs(module, "gpu") == {0}
+    assert exposed_outputs(module, "cpu") == set() == exposed_outputs(module)
+    variant = sources_module(module, "gpu")
+    assert [o.opcode for o in variant.entry.root.operands] == ["sine", "broadcast"]
+    assert sources_module(module, "cpu") is None

@@ -11,16 +11,32 @@ computed by the same backend and by the interpreter, compared with the float tol
 they agree and every mismatching output depends on such a bitcast, the case is counted apart
 (outcomes.BITS_EXPOSED), as denormal-only and order-sensitive cases are; where the floats
 themselves differ, it stays a mismatch.
+
+On the real GPU (`backend == "gpu"`) a `compare` of floats with `type=TOTALORDER` exposes bits
+too: it orders a -NaN below every number and a +NaN above, so it reads a NaN's sign, and the
+GPU's NaNs are libdevice's and PTX's (a `sin(inf)`, a `log1p(-2)`, a NaN through `cvt`), not the
+host libm's that the CPU kernels reproduce and the interpreter's numpy happens to give (the
+graph fuzzer on an H200, seed 65: compares of sine and log1p results against numbers). The
+floats such a compare reads are checked as a bitcast's are: NaN where the interpreter has NaN,
+any sign.
 """
 from __future__ import annotations
 
 from typing import Any
 
 
-def float_bitcasts(module) -> list:
-    """The entry's `bitcast-convert`s of a float (or complex) array."""
-    return [i for i in module.entry.instructions if i.opcode == "bitcast-convert" and i.operands
-            and i.operands[0].shape.is_array and i.operands[0].shape.dtype.kind in ("float", "complex")]
+def float_bitcasts(module, backend: str = "cpu") -> list:
+    """The entry's instructions that show a float's bits: `bitcast-convert`s of a float (or
+    complex) array, and on the real GPU (`backend` "gpu") TOTALORDER compares of floats."""
+    def reads_floats(i) -> bool:
+        return bool(i.operands) and i.operands[0].shape.is_array and i.operands[0].shape.dtype.kind in ("float", "complex")
+
+    def shows_bits(i) -> bool:
+        if i.opcode == "bitcast-convert":
+            return True
+        return backend == "gpu" and i.opcode == "compare" and str(i.attrs.get("type", "")) == "TOTALORDER"
+
+    return [i for i in module.entry.instructions if shows_bits(i) and reads_floats(i)]
 
 
 def _output_producers(module) -> list:
@@ -37,28 +53,29 @@ def _output_producers(module) -> list:
     return out
 
 
-def exposed_outputs(module) -> set[int]:
-    """Indices of the entry's flattened outputs that depend on a float bitcast-convert."""
+def exposed_outputs(module, backend: str = "cpu") -> set[int]:
+    """Indices of the entry's flattened outputs that depend on a float bitcast-convert (or what
+    `float_bitcasts` counts as one on `backend`)."""
     from hlofuse.hlo.walk import post_order
 
-    casts = set(float_bitcasts(module))
+    casts = set(float_bitcasts(module, backend))
     if not casts:
         return set()
     return {k for k, inst in enumerate(_output_producers(module))
             if not casts.isdisjoint(post_order([inst], lambda i: i.operands))}
 
 
-def sources_module(module):
-    """A copy of `module` whose entry returns the floats its bitcast-converts read (a tuple, in
-    entry order); None when it has none."""
+def sources_module(module, backend: str = "cpu"):
+    """A copy of `module` whose entry returns the floats its bitcast-converts (and on the GPU its
+    TOTALORDER compares) read (a tuple, in entry order); None when it has none."""
     from hlofuse.hlo.instruction import HloInstruction
     from hlofuse.hlo.shapes import TupleShape
 
     copy = module.clone()
-    casts = float_bitcasts(copy)
+    casts = float_bitcasts(copy, backend)
     if not casts:
         return None
-    sources = [c.operands[0] for c in casts]
+    sources = [o for c in casts for o in (c.operands if c.opcode == "compare" else c.operands[:1])]
     root = HloInstruction("tuple", TupleShape(tuple(s.shape for s in sources)), sources, name="bitcast_sources")
     copy.entry.add_instruction(root)
     copy.entry.root = root
@@ -73,9 +90,9 @@ def only_bits_exposed(module, args: list, backend: str, mismatching: list[int], 
     from hlofuse.runtime.compare import compare_outputs
     from hlofuse.runtime.interpreter import evaluate
 
-    if not mismatching or not set(mismatching) <= exposed_outputs(module):
+    if not mismatching or not set(mismatching) <= exposed_outputs(module, backend):
         return False
-    variant = sources_module(module)
+    variant = sources_module(module, backend)
     try:
         got: Any = hlofuse.compile(variant, target=backend)(*args)
         want = evaluate(variant, list(args), denormals=denormals)

@@ -129,6 +129,18 @@ def _against_interpreter(module, args, got, backend: str, seed: int, reference=N
         ref_exe, want = reference
 
     def rerun():
+        if getattr(ref_exe, "denormals", "flush") == "keep":
+            # The real GPU's oracle keeps denormals exactly; the GPU's own functions need not
+            # produce or keep one (1 / (1 + exp(-x)) is 0 below -88.7, as XLA:GPU's logistic,
+            # where the exact value is a denormal: seed 65 on an H200), even where none is in
+            # the inputs or the outputs. A GPU result the flushing semantics give is
+            # denormal-only too.
+            try:
+                from hlofuse.runtime.interpreter import evaluate
+
+                return evaluate(module, flush_denormals(args))
+            except Exception:  # noqa: BLE001
+                return None
         if not contains_subnormal(args) and not contains_subnormal(list(want)):
             return None
         try:

@@ -1,0 +1,34 @@
+"""The real GPU's oracle in the graph fuzzer (tests/fuzz/cases.py): the interpreter keeping
+denormals, as XLA:GPU does; a GPU answer that the flushing semantics give instead is counted
+apart as denormal-only (the GPU's functions need not produce or keep a denormal: its logistic
+is 1 / (1 + exp(-x)), 0 below -88.7 where the exact value is a denormal), and any other
+difference stays a mismatch."""
+from __future__ import annotations
+
+import numpy as np
+
+import hlofuse
+from hlofuse.runtime.interpreter import evaluate
+from tests.fuzz import outcomes as oc
+from tests.fuzz.cases import _against_interpreter, _oracle
+
+LOGISTIC_REMAINDER = """HloModule m
+ENTRY e {
+  x = f32[6] parameter(0)
+  l = f32[6] logistic(x)
+  ROOT r = f32[6] remainder(l, l)
+}
+"""
+
+
+def test_a_gpu_answer_of_the_flushing_semantics_is_denormal_only():
+    module = hlofuse.parse_hlo(LOGISTIC_REMAINDER)
+    x = np.array([-95.0, -100.0, 0.5, -2.0, 3.0, -90.0], np.float32)  # logistic: denormals first
+    keep = evaluate(module, [x], denormals="keep")
+    flush = evaluate(module, [x])
+    assert not np.array_equal(np.isnan(keep[0]), np.isnan(flush[0]))  # fmod(d, d) = 0, fmod(0, 0) NaN
+    reference = _oracle(module, [x], "gpu", (None, None))
+    assert _against_interpreter(module, [x], [np.asarray(flush[0])], "gpu", 0, reference)["outcome"] == oc.DENORMAL
+    wrong = np.asarray(keep[0]).copy()
+    wrong[2] = 7.0  # a normal element wrong: no semantics excuses it
+    assert _against_interpreter(module, [x], [wrong], "gpu", 0, reference)["outcome"] == oc.MISMATCH
