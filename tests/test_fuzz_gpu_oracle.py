@@ -32,3 +32,31 @@ def test_a_gpu_answer_of_the_flushing_semantics_is_denormal_only():
     wrong = np.asarray(keep[0]).copy()
     wrong[2] = 7.0  # a normal element wrong: no semantics excuses it
     assert _against_interpreter(module, [x], [wrong], "gpu", 0, reference)["outcome"] == oc.MISMATCH
+
+
+def test_each_element_may_follow_either_semantics_on_the_gpu():
+    """The GPU keeps a denormal input (fmod(d, d) = 0, as the keeping oracle) while its logistic
+    loses a denormal result (fmod(0, 0) NaN, as the flushing semantics): the seed-65 case on an
+    H200, neither reference whole. Element by element each is excused; a wrong normal element
+    still is not."""
+    text = """HloModule m
+ENTRY e {
+  x = f32[4] parameter(0)
+  y = f32[4] parameter(1)
+  l = f32[4] logistic(x)
+  a = f32[4] remainder(l, l)
+  b = f32[4] remainder(y, y)
+  ROOT r = (f32[4], f32[4]) tuple(a, b)
+}
+"""
+    module = hlofuse.parse_hlo(text)
+    x = np.array([-95.0, 0.5, -2.0, 3.0], np.float32)
+    y = np.array([1e-40, 2.5, -3e-39, 1.0], np.float32)  # denormal divisors kept on the GPU
+    keep = [np.asarray(o) for o in evaluate(module, [x, y], denormals="keep")]
+    flush = [np.asarray(o) for o in evaluate(module, [x, y])]
+    gpu = [flush[0], keep[1]]  # logistic lost its denormal, the inputs' denormals were kept
+    reference = _oracle(module, [x, y], "gpu", (None, None))
+    assert _against_interpreter(module, [x, y], gpu, "gpu", 0, reference)["outcome"] == oc.DENORMAL
+    wrong = [flush[0], keep[1].copy()]
+    wrong[1][1] = 1.0  # fmod(2.5, 2.5) is 0
+    assert _against_interpreter(module, [x, y], wrong, "gpu", 0, reference)["outcome"] == oc.MISMATCH
