@@ -65,7 +65,7 @@ from ...emitters.ir_helpers import Index, const_i64, delinearize, for_range, fre
 from ...hlo.ir import HloComputation
 from . import arg_reduction
 from .args import output_leaves, param_leaf_slots
-from .cpu_row import CACHE_LINE_BYTES, PREFETCH_LOCALITY, _prefetch_function
+from .cpu_row import CACHE_LINE_BYTES, PREFETCH_LOCALITY, prefetch_function
 from .cpu_reduction_rotated import emit_rotated_fold, line_aligned, rotated_input, stream_columns
 from .cpu_reduction_windows import Windows, window_levels
 from .fast_extremum import FAST_ACCUMULATORS, exact_needed, fast_extremum, fold_fast, magnitude_bits
@@ -554,7 +554,7 @@ def _prefetch_next_tile(b, streams, r, j0, columns: int, last: int, tile_rows: i
     """Prefetch (into L2) the lines of columns [j0, j0 + columns) of row r + tile_rows of every
     stream: each block brings in its own part of the next tile while it folds this one, so the
     tile's strided reads (a block reads a part of every row) find their lines in cache."""
-    fn = _prefetch_function(b.module)
+    fn = prefetch_function(b.module)
     row = b.add(r, const_i64(tile_rows), flags=["nuw", "nsw"])
     for arg, size in streams:
         first = b.mul(b.add(b.mul(row, const_i64(last), flags=["nuw", "nsw"]), j0, flags=["nuw", "nsw"]),

@@ -49,8 +49,8 @@ from .reduction_groups import ReduceHero, computes_expensive_elements, row_accum
 from .row_ahead import NextRowFold, fold_into, pipelines_first_level
 from .row_analysis import RowLayout, reused_values, row_layout
 
-__all__ = ["RowLayout", "cache_bytes", "emit_row_kernel", "l2_cache_bytes", "l3_cache_bytes", "prefetches_next_row",
-           "reused_values", "row_budget_bytes", "row_layout", "row_streams", "streams_outputs"]
+__all__ = ["RowLayout", "cache_bytes", "emit_row_kernel", "l2_cache_bytes", "l3_cache_bytes", "prefetch_function",
+           "prefetches_next_row", "reused_values", "row_budget_bytes", "row_layout", "row_streams", "streams_outputs"]
 
 # A row's working set may take at most this fraction of L2: the rest holds the outputs being
 # written, the other operands (gamma, beta) and what the prefetcher brings in for the next row.
@@ -96,7 +96,7 @@ PREFETCH_AHEAD_BYTES = 4096
 PREFETCH_LOCALITY = 2
 
 
-def _prefetch_function(module: ir.Module) -> ir.Function:
+def prefetch_function(module: ir.Module) -> ir.Function:
     """`llvm.prefetch(address, rw, locality, cache type)` (llvmlite's `declare_intrinsic`
     declares it once per module)."""
     return module.declare_intrinsic(
@@ -174,7 +174,7 @@ def _row_loop(b: ir.IRBuilder, n: int, name: str, row: ir.Value | None = None, e
         if rolled:
             interleave(j, accumulators if accumulators > 1 else loop_hints.ROLLED_INTERLEAVE)
         return
-    fn = _prefetch_function(b.module)
+    fn = prefetch_function(b.module)
     chunk = -(-max(1, chunk_bytes // max(size for _, size, _ in streams)) // step) * step
     chunks = -(-n // chunk)
     nxt = b.add(row, const_i64(_rows_ahead(n, streams)), flags=["nuw", "nsw"])
