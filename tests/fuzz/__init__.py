@@ -15,8 +15,9 @@ case that does not finish within the timeout a HANG, not the end of the run):
   TOTALORDER compare exposed (the compiled clamp took the operand's NaN, the interpreter and
   XLA:CPU the lower bound's); both fixed. With `--gpu` (on a machine with a CUDA GPU) every
   graph also runs on the real GPU, against the interpreter keeping denormals as XLA:GPU does;
-  there a TOTALORDER compare of floats counts as showing bits (libdevice's NaN signs) and an
-  element the flushing semantics give as denormal-only (docs/gpu_device.md, "Eighth run").
+  there an element the flushing semantics give is denormal-only (docs/gpu_device.md, "Eighth
+  run"). On every backend a TOTALORDER compare of floats counts as showing bits, as a
+  bitcast-convert does (a NaN's sign is no backend's contract: bit_exposure.py).
 * edge: every elementwise opcode of the registry on each element type it accepts, on edge
   inputs (NaN, ±inf, ±0, denormals, extremes, integer overflow, out-of-range float->int),
   interpreter, cpu and gpu-emulated against XLA:CPU (tests/support/xla_oracle.py).
