@@ -436,9 +436,8 @@ def compare_values(em: ElementalEmitter, et: ElementType, direction: str, cmp_ty
         # On the value's own bits, not widened: an f16 NaN widened by the GPU's `cvt.f32.f16`
         # becomes the canonical NaN and loses its sign (graph fuzzer on an H200, seed 65);
         # bf16 values are held as their i16 bits already.
-        it = x.type if isinstance(x.type, ir.IntType) else ir.IntType(float_width(x.type))
-        w = it.width
-        shift, mag = ir.Constant(it, w - 1), ir.Constant(it, (1 << (w - 1)) - 1)
+        it = ir.IntType(et.bits)
+        shift, mag = ir.Constant(it, et.bits - 1), ir.Constant(it, (1 << (et.bits - 1)) - 1)
 
         def key(v):
             bits = v if v.type == it else b.bitcast(v, it)

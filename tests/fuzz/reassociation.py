@@ -77,17 +77,13 @@ def precise_reduction_reference(module, args: list, denormals: str = "flush") ->
 
 def windowed_reduction_reference(module, args: list, denormals: str = "flush") -> list[np.ndarray]:
     """The entry's outputs with every f32/f64 sum folded as the CPU's column kernels fold a
-    column (kernels/cpu_reduction_windows.py): in sequence within windows of WINDOW terms, the
-    windows' sums in sequence within windows of WINDOW again, and so on up (a tree of fan-out
-    WINDOW over the initial value and the elements in row-major order). Where 1e20 and -1e20
+    column (kernels/cpu_reduction_windows.py, modelled by tests/support/windowed_sums.py):
+    windows of 32 elements in row-major order, the first starting from the initial value,
+    their sums in levels of 32. Where 1e20 and -1e20
     sit in different windows, the terms between them are absorbed and the sum is exactly 0,
     which no other order here gives (the large-graph fuzzer, seed 63: x / x of such a column
     sum was NaN on the CPU, 1 in every reference order)."""
     return _entry_outputs(_sums_folded_by(_fold_in_windows), module, args, denormals)
-
-
-# The windows of the CPU's column kernels (cpu_reduction_windows: windows of 32 rows, levels of 32).
-WINDOW = 32
 
 
 def _sums_folded_by(fold) -> type:
@@ -148,22 +144,16 @@ def _fold_in_sequence(inst, args: list) -> np.ndarray:
 
 
 def _fold_in_windows(inst, args: list) -> np.ndarray:
+    from tests.support.windowed_sums import windowed_sum  # the kernels' order, as their tests model it
+
     terms = _terms(inst, args)
-    starts = terms[..., :1]  # the first window starts from the initial value, the others from -0
-    terms = terms[..., 1:]
+    init, elements = terms[..., 0], terms[..., 1:]
+    if not elements.shape[-1]:
+        return init
+    rows = np.moveaxis(elements, -1, 0).reshape(elements.shape[-1], -1).copy()
     with np.errstate(all="ignore"):
-        while True:
-            pad = -terms.shape[-1] % WINDOW
-            if pad or not terms.shape[-1]:  # -0.0 changes no sum
-                pad = pad or WINDOW
-                terms = np.concatenate([terms, np.full(terms.shape[:-1] + (pad,), -0.0, terms.dtype)], axis=-1)
-            windows = terms.reshape(terms.shape[:-1] + (-1, WINDOW))
-            first = np.full(windows.shape[:-1] + (1,), -0.0, terms.dtype)
-            first[..., 0, :] = starts
-            terms = np.cumsum(np.concatenate([first, windows], axis=-1), axis=-1, dtype=terms.dtype)[..., -1]
-            if terms.shape[-1] == 1:
-                return terms[..., 0]
-            starts = np.full(terms.shape[:-1] + (1,), -0.0, terms.dtype)
+        rows[0] = (init.reshape(-1) + rows[0]).astype(rows.dtype)  # the first window starts from the init
+        return windowed_sum(rows).reshape(init.shape)
 
 
 def _fold_precisely(inst, args: list) -> np.ndarray:

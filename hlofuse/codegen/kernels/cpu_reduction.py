@@ -61,11 +61,11 @@ import math
 from llvmlite import ir
 
 from ...emitters.elemental import ElementalEmitter, mem_type
-from ...emitters.ir_helpers import Index, const_i64, delinearize, for_range, freeze, load_element, store_element
+from ...emitters.ir_helpers import I32, Index, const_i64, delinearize, for_range, freeze, load_element, store_element
 from ...hlo.ir import HloComputation
 from . import arg_reduction
-from .args import output_leaves, param_leaf_slots
-from .cpu_row import CACHE_LINE_BYTES, PREFETCH_LOCALITY, prefetch_function
+from .args import output_leaves
+from .cpu_row import CACHE_LINE_BYTES, PREFETCH_LOCALITY, input_arrays, prefetch_function
 from .cpu_reduction_rotated import emit_rotated_fold, line_aligned, rotated_input, stream_columns
 from .cpu_reduction_windows import Windows, window_levels
 from .fast_extremum import FAST_ACCUMULATORS, exact_needed, fast_extremum, fold_fast, magnitude_bits
@@ -483,7 +483,7 @@ def _emit_column_tiles(skel, em, group, heroes, extras, epilogue_ptrs, epilogue_
     reduced_dims = group.in_dims[:-1]
     levels = window_levels(heroes, _unit_rows(group, parts if scratch is not None else 1))
     windows = Windows(b, em, heroes, last, levels) if levels else None
-    streams = _input_streams(skel, rows * last) if TILE_PREFETCH else []
+    streams = input_arrays(skel, rows * last) if TILE_PREFETCH else []
     with for_range(b, skel.begin, skel.end, "unit") as unit:
         if scratch is not None:
             lo, hi = _split_slice(b, unit, group.split_extent, parts)
@@ -543,13 +543,6 @@ def _emit_column_tiles(skel, em, group, heroes, extras, epilogue_ptrs, epilogue_
 TILE_PREFETCH = True
 
 
-def _input_streams(skel, elements: int) -> list[tuple[ir.Value, int]]:
-    """The kernel's array arguments of `elements` elements (the reduced input and what is read
-    alongside it element for element), as (raw i8* argument, bytes per element)."""
-    return [(skel.function.args[k], leaf.dtype.byte_size) for slots in param_leaf_slots(skel.comp).values()
-            for k, leaf in slots if leaf.is_array and leaf.element_count() == elements]
-
-
 def _prefetch_next_tile(b, streams, r, j0, columns: int, last: int, tile_rows: int) -> None:
     """Prefetch (into L2) the lines of columns [j0, j0 + columns) of row r + tile_rows of every
     stream: each block brings in its own part of the next tile while it folds this one, so the
@@ -561,8 +554,8 @@ def _prefetch_next_tile(b, streams, r, j0, columns: int, last: int, tile_rows: i
                       const_i64(size), flags=["nuw", "nsw"])
         for line in range(0, columns * size, CACHE_LINE_BYTES):
             at = b.add(first, const_i64(line), flags=["nuw", "nsw"])
-            b.call(fn, [b.gep(arg, [at]), ir.Constant(ir.IntType(32), 0),
-                        ir.Constant(ir.IntType(32), PREFETCH_LOCALITY), ir.Constant(ir.IntType(32), 1)])
+            b.call(fn, [b.gep(arg, [at]), ir.Constant(I32, 0), ir.Constant(I32, PREFETCH_LOCALITY),
+                        ir.Constant(I32, 1)])
 
 
 def _unit_rows(group: ReductionGroup, parts: int) -> int:

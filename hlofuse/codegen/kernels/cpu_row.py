@@ -49,8 +49,9 @@ from .reduction_groups import ReduceHero, computes_expensive_elements, row_accum
 from .row_ahead import NextRowFold, fold_into, pipelines_first_level
 from .row_analysis import RowLayout, reused_values, row_layout
 
-__all__ = ["RowLayout", "cache_bytes", "emit_row_kernel", "l2_cache_bytes", "l3_cache_bytes", "prefetch_function",
-           "prefetches_next_row", "reused_values", "row_budget_bytes", "row_layout", "row_streams", "streams_outputs"]
+__all__ = ["RowLayout", "cache_bytes", "emit_row_kernel", "input_arrays", "l2_cache_bytes", "l3_cache_bytes",
+           "prefetch_function", "prefetches_next_row", "reused_values", "row_budget_bytes", "row_layout", "row_streams",
+           "streams_outputs"]
 
 # A row's working set may take at most this fraction of L2: the rest holds the outputs being
 # written, the other operands (gamma, beta) and what the prefetcher brings in for the next row.
@@ -103,13 +104,18 @@ def prefetch_function(module: ir.Module) -> ir.Function:
         "llvm.prefetch.p0", fnty=ir.FunctionType(ir.VoidType(), [ir.IntType(8).as_pointer(), I32, I32, I32]))
 
 
+def input_arrays(skel, elements: int) -> list[tuple[ir.Value, int]]:
+    """The kernel's parameter leaves of `elements` elements, as (raw argument, bytes per
+    element): the arrays read element for element beside the kernel's own iteration space
+    (a row kernel's rows, a column reduction's input; what those kernels prefetch)."""
+    return [(skel.function.args[k], leaf.dtype.byte_size) for slots in param_leaf_slots(skel.comp).values()
+            for k, leaf in slots if leaf.is_array and leaf.element_count() == elements]
+
+
 def row_streams(skel, layout: RowLayout) -> list[tuple[ir.Value, int, bool]]:
     """The arrays a row kernel reads or writes a row of, as (raw argument, bytes per element,
     written): every parameter leaf of the rows' element count, and the row outputs."""
-    per_row = layout.rows * layout.row_elements
-    streams = [(skel.function.args[k], leaf.dtype.byte_size, False)
-               for slots in param_leaf_slots(skel.comp).values() for k, leaf in slots
-               if leaf.is_array and leaf.element_count() == per_row]
+    streams = [(arg, size, False) for arg, size in input_arrays(skel, layout.rows * layout.row_elements)]
     leaves = output_leaves(skel.comp)
     streams += [(skel.function.args[skel.n_inputs + k], leaves[k].shape.dtype.byte_size, True)
                 for k in layout.row_outputs]

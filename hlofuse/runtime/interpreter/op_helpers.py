@@ -221,7 +221,8 @@ class SignedZeroExtremum:
     def _first_nan(a: np.ndarray, axis, r: np.ndarray) -> np.ndarray:
         """`r` with each NaN replaced by the first NaN of its elements in index order: folding
         `maximum(acc, x)`, which keeps its first operand's NaN, carries that one (its sign and
-        payload) to the end, as XLA:CPU does; numpy's vectorised reduce returns the canonical
+        payload) to the end, as the compiled kernels do (XLA:CPU too for min; for max it clears
+        the sign past the row's first vector); numpy's vectorised reduce returns the canonical
         NaN from some positions (a -NaN came out +NaN, which a TOTALORDER compare shows)."""
         nan = np.isnan(r)
         if not nan.any():
