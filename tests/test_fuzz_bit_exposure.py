@@ -4,10 +4,12 @@ float bitcast and the floats it reads agree within the float tolerance."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 import hlofuse
+from hlofuse.runtime.interpreter import evaluate
 from tests.fuzz import outcomes as oc
-from tests.fuzz.bit_exposure import exposed_outputs, only_bits_exposed, sources_module
+from tests.fuzz.bit_exposure import cut_module, exposed_outputs, only_bits_exposed, sources_module
 from tests.fuzz.cases import _against_interpreter, compare_with_reference
 
 # the HLO mutation fuzzer's seed-39 case: exp's bits as bytes, then integer arithmetic; and an
@@ -115,7 +117,74 @@ ENTRY main {
     module = hlofuse.parse_hlo(text)
     x = np.array([1.0, -1.0, 0.0, 2.0], np.float32)
     x[0] = np.array(0xFFC00000, np.uint32).view(np.float32)
-    want = hlofuse.compile(module, target="interpreter")(x)
-    flipped = [np.asarray(want[0]).copy()]
-    flipped[0][0] = not flipped[0][0]  # the other NaN's sign
-    assert _against_interpreter(module, [x], flipped, "cpu", 0)["outcome"] == oc.BITS_EXPOSED
+    want = [np.asarray(w) for w in hlofuse.compile(module, target="interpreter")(x)]
+    unfused = [np.asarray(g) for g in hlofuse.compile(module, target="cpu", fusion=False)(x)]
+    if np.array_equal(unfused[0], want[0]):
+        pytest.skip("the unfused CPU kept the interpreter's NaN here: nothing exposed")
+    assert unfused[0][0] != want[0][0]  # the other NaN's sign, as on the host of seed 68
+    assert _against_interpreter(module, [x], unfused, "cpu (no fusion)", 0)["outcome"] == oc.BITS_EXPOSED
+    wrong = [unfused[0].copy()]
+    wrong[0][1] = not wrong[0][1]  # the CPU's own element 1 is +NaN: the rerun from it disagrees
+    assert _against_interpreter(module, [x], wrong, "cpu (no fusion)", 0)["outcome"] == oc.MISMATCH
+
+
+def test_a_convert_to_integers_shows_rounding_on_the_real_gpu_only():
+    """The large-graph fuzzer's seed-72 shape on an H200: power(x, x) about 1.2e9, one ULP (128)
+    from the interpreter's with libdevice's powf, converted to s32. On the real GPU the convert's
+    floats are checked as a bitcast's; on the CPU targets (the interpreter's libm) and in the
+    emulation the convert stays a test of the convert."""
+    text = """HloModule convert_shows
+ENTRY main {
+  x = f32[4] parameter(0)
+  p = f32[4] power(x, x)
+  c = s32[4] convert(p)
+  n = f32[4] negate(x)
+  ROOT t = (s32[4], f32[4]) tuple(c, n)
+}
+"""
+    module = hlofuse.parse_hlo(text)
+    assert exposed_outputs(module, "gpu") == {0}
+    assert exposed_outputs(module, "cpu") == set() == exposed_outputs(module, "gpu-emulated")
+    assert exposed_outputs(module, "cpu (no fusion)") == set()
+    variant = sources_module(module, "gpu")
+    assert [o.opcode for o in variant.entry.root.operands] == ["power"]
+
+
+REMAINDER_TIE = """HloModule remainder_tie
+ENTRY main {
+  x = f16[1] parameter(0)
+  y = f16[1] parameter(1)
+  l = f16[1] logistic(x)
+  r = f16[1] remainder(y, l)
+  ROOT c = f16[1] cosine(r)
+}
+"""
+
+
+def test_a_remainder_shows_its_operands_rounding_and_is_still_checked():
+    """The large-graph fuzzer's seed-73 case: logistic(-0.164) in f16 is 0.459 from the
+    interpreter (f64 through f32) and 0.4592 from the CPU's f32 approximation (its f32 result
+    next to an f16 tie), and 6.426 is 14 x 0.459: fmod gives 0 against 0.4558, so cos 1.0
+    against 0.898. The divisors agree within the float tolerance and the interpreter, rerun from
+    the CPU's own divisor, gives the CPU's answer: bits-exposed. A wrong answer downstream of
+    the remainder still fails that rerun."""
+    module = hlofuse.parse_hlo(REMAINDER_TIE)
+    args = [np.array([45375], np.uint16).view(np.float16), np.array([18029], np.uint16).view(np.float16)]
+    got = [np.asarray(o) for o in hlofuse.compile(module, target="cpu")(*args)]
+    want = hlofuse.compile(module, target="interpreter")(*args)
+    assert exposed_outputs(module, "cpu") == {0}
+    if np.array_equal(got[0], np.asarray(want[0])):
+        pytest.skip("this host's CPU logistic rounds as the interpreter here: nothing exposed")
+    assert _against_interpreter(module, args, got, "cpu", 73)["outcome"] == oc.BITS_EXPOSED
+    wrong = [np.array([0.5], np.float16)]  # no divisor near 0.459 gives cos(r) = 0.5 from 6.426
+    assert _against_interpreter(module, args, wrong, "cpu", 73)["outcome"] == oc.MISMATCH
+
+
+def test_the_cut_module_runs_the_rest_from_given_floats():
+    module = hlofuse.parse_hlo(REMAINDER_TIE)
+    cut = cut_module(module, "cpu")
+    params = [i for i in cut.entry.instructions if i.opcode == "parameter" and i.users]
+    assert sorted(p.name for p in params) == ["cut_l", "cut_y", "x"] or sorted(p.name for p in params) == ["cut_l", "cut_y"]
+    x, y = np.float16(-0.164), np.float16(6.426)
+    out = evaluate(cut, [np.array([x]), np.array([y]), np.array([y]), np.array([0.4592], np.float16)])
+    assert np.asarray(out[0])[0] == np.cos(np.float32(np.fmod(np.float16(6.426), np.float16(0.4592)))).astype(np.float16)

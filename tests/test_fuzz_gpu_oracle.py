@@ -60,3 +60,55 @@ ENTRY e {
     wrong = [flush[0], keep[1].copy()]
     wrong[1][1] = 1.0  # fmod(2.5, 2.5) is 0
     assert _against_interpreter(module, [x, y], wrong, "gpu", 0, reference)["outcome"] == oc.MISMATCH
+
+
+def test_bf16_elements_may_follow_either_semantics_too():
+    """Seed 65's large graph on an H200 was this in bf16: each element of the GPU's answer is
+    the keeping or the flushing interpreter's (57 differed from the one, 275 from the other,
+    none from both), but bf16 arrays are numpy kind "V" and were not judged element by
+    element, so the case stayed a mismatch."""
+    import ml_dtypes
+
+    text = """HloModule m
+ENTRY e {
+  x = bf16[4] parameter(0)
+  y = bf16[4] parameter(1)
+  l = bf16[4] logistic(x)
+  a = bf16[4] remainder(l, l)
+  b = bf16[4] remainder(y, y)
+  ROOT r = (bf16[4], bf16[4]) tuple(a, b)
+}
+"""
+    module = hlofuse.parse_hlo(text)
+    bf16 = ml_dtypes.bfloat16
+    x = np.array([-91.0, 0.5, -2.0, 3.0], bf16)  # logistic(-91): a bf16 denormal when kept
+    y = np.array([1e-40, 2.5, -3e-39, 1.0], bf16)
+    keep = [np.asarray(o) for o in evaluate(module, [x, y], denormals="keep")]
+    flush = [np.asarray(o) for o in evaluate(module, [x, y])]
+    assert np.isnan(np.asarray(flush[0], np.float32)[0]) and not np.isnan(np.asarray(keep[0], np.float32)[0])
+    reference = _oracle(module, [x, y], "gpu", (None, None))
+    gpu = [flush[0], keep[1]]
+    assert _against_interpreter(module, [x, y], gpu, "gpu", 0, reference)["outcome"] == oc.DENORMAL
+    wrong = [flush[0], keep[1].copy()]
+    wrong[1][1] = bf16(1.0)
+    assert _against_interpreter(module, [x, y], wrong, "gpu", 0, reference)["outcome"] == oc.MISMATCH
+
+
+def test_a_ptxas_miscompile_is_kept_apart_with_its_reproducer(tmp_path):
+    """A real-GPU mismatch that ptxas -O0 does not make is the assembler's: counted apart from
+    the failures (the run's exit status), listed with its reproducer for the vendor."""
+    from tests.fuzz.report import Summary, record
+
+    summary = Summary()
+    case = {"payload": {"text": LOGISTIC_REMAINDER}}
+    result = {"outcome": oc.PTXAS_MISCOMPILE, "signature": "gpu vs interpreter: reduce -> int32",
+              "message": "out0: int32[1] MISMATCH"}
+    record(summary, "graphs", case, result, tmp_path, lambda c: [np.zeros(6, np.float32)])
+    assert summary.failure_count() == 0
+    assert oc.PTXAS_MISCOMPILE not in oc.FAILURES
+    kept = list(tmp_path.rglob("case.hlo"))
+    assert len(kept) == 1 and kept[0].read_text() == LOGISTIC_REMAINDER
+    text = summary.render()
+    assert "ptxas miscompile [graphs] gpu vs interpreter: reduce -> int32" in text
+    assert str(kept[0].parent) in text
+    assert "0 distinct failure signatures" in text

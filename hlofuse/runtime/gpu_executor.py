@@ -21,6 +21,7 @@ and every PTX is checked by ptxas in the tests.
 """
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 import numpy as np
@@ -88,6 +89,23 @@ def kernel_arguments(pointers: list[int]) -> list[np.uint64]:
     return [np.uint64(p) for p in pointers]
 
 
+# Assemble the kernels with ptxas at this -O level (0-3) instead of the driver's JIT (which
+# assembles at its highest level). A workaround and a diagnosis for assembler bugs: CUDA 13.0's
+# ptxas miscompiles some kernels at -O1 and above (docs/gpu_device.md, "Eighth run"), and the
+# graph fuzzer reruns a real-GPU mismatch at 0 to tell such a case from hlofuse's own.
+PTXAS_LEVEL_ENV = "HLOFUSE_PTXAS_LEVEL"
+
+
+def ptxas_level() -> int | None:
+    """The -O level `HLOFUSE_PTXAS_LEVEL` asks for, or None (the driver's JIT) when unset."""
+    raw = os.environ.get(PTXAS_LEVEL_ENV, "").strip()
+    if not raw:
+        return None
+    if raw not in ("0", "1", "2", "3"):
+        raise UnsupportedError(f"{PTXAS_LEVEL_ENV}={raw!r}: expected 0, 1, 2 or 3 (ptxas's -O level)")
+    return int(raw)
+
+
 class CudaDevice:
     """A CUDA GPU through numba.cuda (memory, PTX loading) and cuda.core (launches)."""
 
@@ -96,8 +114,19 @@ class CudaDevice:
         from numba import cuda
 
         self.cuda = cuda
-        self.module = cuda.current_context().create_module_ptx(ptx)
+        context = cuda.current_context()  # numba makes the device's primary context current
         self.device = Device()
+        level = ptxas_level()
+        if level is None:
+            self.module = context.create_module_ptx(ptx)
+        else:
+            from cuda.core import ObjectCode
+
+            from ..emitters.gpu.ptxas import assemble
+
+            major, minor = self.device.compute_capability
+            cubin = assemble(ptx, f"sm_{major}{minor}", level)
+            self.module = context.create_module_image(ObjectCode.from_cubin(cubin))
         self.device.set_current()  # the primary context numba made current
         self.functions = {launch.name: self.module.get_function(launch.name) for launch in launches}
 

@@ -27,8 +27,10 @@ or an op/type XLA refuses), denormal-only (a difference that goes away when deno
 flushed: XLA:CPU's FTZ/DAZ, a known issue counted apart), long-running (the case timed out and
 the interpreter alone, rerun in a fresh worker with the same timeout, does not finish either:
 the program itself runs long, e.g. a loop counter that must wrap; counted apart, one reproducer
-per fuzzer), and the failures: unexpected-exception, crash, hang (timed out while the interpreter
-alone finishes), mismatch, generator-invalid. Each distinct failure signature (exception type and
+per fuzzer), ptxas-miscompile (under --gpu, a real-GPU mismatch that goes away with the
+kernels assembled by `ptxas -O0`: the assembler's bug, counted apart with its reproducer), and
+the failures: unexpected-exception, crash, hang (timed out while the interpreter alone
+finishes), mismatch, generator-invalid. Each distinct failure signature (exception type and
 innermost hlofuse frame, or backend and op for a mismatch) keeps its shortest reproducer in
 OUT/<fuzzer>/<signature>/: case.hlo, case.npz (inputs arg0, arg1, ...) and README.txt with
 the `hlofuse run ... --compare` command that reproduces it.

@@ -33,6 +33,8 @@ class Summary:
     failures: dict[tuple[str, str, str], Failure] = field(default_factory=dict)
     # Per fuzzer, the cases the interpreter does not finish either (not failures) and one reproducer.
     long_running: dict[tuple[str, str, str], Failure] = field(default_factory=dict)
+    # Real-GPU mismatches that ptxas -O0 does not make (the assembler's bugs), with reproducers.
+    ptxas: dict[tuple[str, str, str], Failure] = field(default_factory=dict)
     expected: Counter = field(default_factory=Counter)  # (fuzzer, expected-error signature) -> count
     denormal: Counter = field(default_factory=Counter)  # denormal-only signatures
     skipped: Counter = field(default_factory=Counter)  # (fuzzer, skipped signature) -> count
@@ -71,6 +73,12 @@ class Summary:
         for f in self.long_running.values():
             out.append(f"long-running [{f.fuzzer}] x{f.count} (timed out, and the interpreter does not finish "
                        f"within the timeout either: the program itself runs long, not a failure)")
+            if f.reproducer:
+                out.append(f"      reproducer: {f.reproducer}")
+            out.append("")
+        for f in self.ptxas.values():
+            out.append(f"ptxas miscompile [{f.fuzzer}] {f.signature}  x{f.count} (right with the kernels "
+                       f"assembled by ptxas -O0: the assembler's bug, not hlofuse's; HLOFUSE_PTXAS_LEVEL=0 avoids it)")
             if f.reproducer:
                 out.append(f"      reproducer: {f.reproducer}")
             out.append("")
@@ -118,6 +126,8 @@ def record(summary: Summary, fuzzer: str, case: dict[str, Any], result: dict[str
         summary.denormal[sig] += 1
     if outcome in oc.FAILURES:
         kept = summary.failures
+    elif outcome == oc.PTXAS_MISCOMPILE:
+        kept = summary.ptxas
     elif outcome == oc.LONG_RUNNING:  # one reproducer per fuzzer, whatever the signature
         kept = summary.long_running
         sig = ""

@@ -105,14 +105,16 @@ def is_subnormal(a: np.ndarray) -> np.ndarray:
     """Elementwise: a nonzero float below the smallest normal of its type (False for non-floats)."""
     a = np.asarray(a)
     if a.dtype.kind != "f" and a.dtype not in (np.dtype(ml_dtypes.bfloat16),):
-        if not _is_ml_float(a.dtype):
+        if not is_float_dtype(a.dtype):
             return np.zeros(a.shape, bool)
     tiny = float(ml_dtypes.finfo(a.dtype).tiny)
     f = a.astype(np.float64)
     return (f != 0) & (np.abs(f) < tiny)
 
 
-def _is_ml_float(dtype) -> bool:
+def is_float_dtype(dtype) -> bool:
+    """Whether `dtype` holds floats (or complex): numpy's and ml_dtypes' (bf16, fp8), whose
+    numpy kind is "V"."""
     try:
         ml_dtypes.finfo(dtype)
         return np.dtype(dtype).kind not in "iub"
@@ -125,7 +127,7 @@ def flush_denormals(a):
     if isinstance(a, (tuple, list)):
         return type(a)(flush_denormals(x) for x in a)
     a = np.asarray(a)
-    if not _is_ml_float(a.dtype):
+    if not is_float_dtype(a.dtype):
         return a
     sub = is_subnormal(a)
     if not sub.any():
@@ -140,4 +142,4 @@ def contains_subnormal(arrays) -> bool:
     if isinstance(arrays, (tuple, list)):
         return any(contains_subnormal(x) for x in arrays)
     a = np.asarray(arrays)
-    return _is_ml_float(a.dtype) and bool(is_subnormal(a).any())
+    return is_float_dtype(a.dtype) and bool(is_subnormal(a).any())

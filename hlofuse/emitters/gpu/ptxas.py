@@ -43,15 +43,19 @@ class PtxAssemblyError(RuntimeError):
     """PTX rejected by the assembler (the message carries its diagnostics)."""
 
 
-def assemble(ptx: str, arch: str = "sm_90") -> bytes:
-    """Assemble `ptx` for `arch` and return the cubin; PtxAssemblyError when it is rejected."""
+def assemble(ptx: str, arch: str = "sm_90", opt_level: int | None = None) -> bytes:
+    """Assemble `ptx` for `arch` and return the cubin; PtxAssemblyError when it is rejected.
+    `opt_level` (0-3) is ptxas's -O level; None leaves the assembler's default (-O3)."""
+    if opt_level is not None and opt_level not in (0, 1, 2, 3):
+        raise ValueError(f"ptxas optimization level {opt_level!r}: expected 0, 1, 2 or 3")
+    level = [] if opt_level is None else [f"-O{opt_level}"]
     ptxas = find_ptxas()
     if ptxas:
         with tempfile.TemporaryDirectory(prefix="hlofuse-ptx-") as d:
             src, out = os.path.join(d, "k.ptx"), os.path.join(d, "k.cubin")
             with open(src, "w") as f:
                 f.write(ptx)
-            r = subprocess.run([ptxas, f"-arch={arch}", src, "-o", out], capture_output=True, text=True)
+            r = subprocess.run([ptxas, f"-arch={arch}", *level, src, "-o", out], capture_output=True, text=True)
             if r.returncode != 0:
                 raise PtxAssemblyError(f"ptxas -arch={arch} rejected the PTX:\n{r.stderr.strip()}")
             with open(out, "rb") as f:
@@ -60,7 +64,8 @@ def assemble(ptx: str, arch: str = "sm_90") -> bytes:
         from cuda.core import Linker, LinkerOptions, ObjectCode
 
         try:
-            return bytes(Linker(ObjectCode.from_ptx(ptx.encode()), options=LinkerOptions(arch=arch)).link("cubin").code)
+            options = LinkerOptions(arch=arch, ptxas_options=level or None)
+            return bytes(Linker(ObjectCode.from_ptx(ptx.encode()), options=options).link("cubin").code)
         except Exception as e:  # noqa: BLE001
             raise PtxAssemblyError(f"nvJitLink ({arch}) rejected the PTX: {e}") from None
     raise PtxAssemblyError("neither ptxas nor nvJitLink is available to assemble PTX")
