@@ -4,11 +4,15 @@
     python benchmarks/cache_hit.py DIR [--rounds 5] [--profile NAME] [--imports]
 
 `--prepare` lowers each real model of benchmarks/model_zoo.py to HLO text (DIR/NAME.hlo) and
-compiles it once into the cache directory DIR/cache, so its module entry is on disk. Without
-it, each round starts, per model, a new Python process that imports hlofuse's modules (those a
-compile imports: not timed, `--imports` times them too), parses the model's text (not timed)
-and times `hlofuse.compile(module, "cpu", cache_dir=DIR/cache)`, in CPU and wall milliseconds;
-the models alternate within a round, so the machine's load falls on all of them alike. The
+compiles it once into the cache directory DIR/cache (`hlofuse.compile_text`), so its module
+entry and its source entry are on disk. Without it, each round starts, per model, two new
+Python processes that import hlofuse's modules (those a compile imports: not timed,
+`--imports` times them too): one (`module`) parses the model's text (not timed) and times
+`hlofuse.compile(module, "cpu", cache_dir=DIR/cache)`, the other (`text`, what `hlofuse run`,
+`hlofuse.compile_file` and a jitted function's first call in a new process do) times reading
+the file and `hlofuse.compile_text(text, "cpu", cache_dir=DIR/cache)`, which finds the entry by
+the text's digest and parses nothing; in CPU and wall milliseconds. The models and the two
+ways alternate within a round, so the machine's load falls on all of them alike. The
 table gives the median and range of each model's rounds and `uptime`'s load at the start and
 the end (these machines are shared: compare figures of one run). `--profile NAME` prints the
 cProfile of one such first compile instead (cumulative time, top 40 lines).
@@ -52,12 +56,13 @@ def prepare(directory: str, models: list[str]) -> None:
         with open(os.path.join(directory, name + ".hlo"), "w") as f:
             f.write(text)
         start = time.perf_counter()
-        exe = hlofuse.compile(hlofuse.parse_hlo(text), "cpu", cache_dir=os.path.join(directory, "cache"))
+        exe = hlofuse.compile_text(text, "cpu", cache_dir=os.path.join(directory, "cache"))
         print(f"{name}: compiled in {time.perf_counter() - start:.1f} s (from cache: {exe.from_cache})", flush=True)
 
 
-def child(directory: str, name: str, profile: bool, imports: bool) -> None:
-    """One first compile in this (new) process; prints a JSON line of its CPU and wall ms."""
+def child(directory: str, name: str, profile: bool, imports: bool, way: str = "module") -> None:
+    """One first compile in this (new) process, from the parsed module or (`way` "text") from
+    the file's text; prints a JSON line of its CPU and wall ms."""
     import importlib
 
     cpu0, wall0 = time.process_time(), time.perf_counter()
@@ -65,11 +70,20 @@ def child(directory: str, name: str, profile: bool, imports: bool) -> None:
         importlib.import_module(m)
     import hlofuse
 
-    with open(os.path.join(directory, name + ".hlo")) as f:
+    path = os.path.join(directory, name + ".hlo")
+    cache_dir = os.path.join(directory, "cache")
+    if way == "text":
+        if not imports:
+            cpu0, wall0 = time.process_time(), time.perf_counter()
+        with open(path) as f:
+            exe = hlofuse.compile_text(f.read(), "cpu", cache_dir=cache_dir)
+        cpu, wall = time.process_time() - cpu0, time.perf_counter() - wall0
+        print(json.dumps({"model": name, "cpu_ms": cpu * 1e3, "wall_ms": wall * 1e3, "hit": exe.from_cache}))
+        return
+    with open(path) as f:
         module = hlofuse.parse_hlo(f.read())
     if not imports:
         cpu0, wall0 = time.process_time(), time.perf_counter()
-    cache_dir = os.path.join(directory, "cache")
     if profile:
         import cProfile
         import pstats
@@ -99,6 +113,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--profile", metavar="NAME", help="print the cProfile of one first hit of model NAME")
     ap.add_argument("--imports", action="store_true", help="time the imports of hlofuse's modules too")
     ap.add_argument("--child", metavar="NAME", help=argparse.SUPPRESS)
+    ap.add_argument("--way", default="module", choices=("module", "text"), help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     sys.path.insert(0, ROOT)  # this tree's hlofuse, not an installed one
     models = [m for m in args.models.split(",") if m]
@@ -106,24 +121,24 @@ def main(argv: list[str] | None = None) -> int:
         prepare(args.directory, models)
         return 0
     if args.child or args.profile:
-        child(args.directory, args.child or args.profile, bool(args.profile), args.imports)
+        child(args.directory, args.child or args.profile, bool(args.profile), args.imports, args.way)
         return 0
     env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    rows: dict[str, list[dict]] = {m: [] for m in models}
+    rows: dict[tuple[str, str], list[dict]] = {(m, w): [] for m in models for w in ("module", "text")}
     print(f"load at start: {_load()}")
     for _ in range(args.rounds):
-        for name in models:
-            cmd = [sys.executable, os.path.abspath(__file__), args.directory, "--child", name]
+        for name, way in rows:
+            cmd = [sys.executable, os.path.abspath(__file__), args.directory, "--child", name, "--way", way]
             if args.imports:
                 cmd.append("--imports")
             out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True).stdout
-            rows[name].append(json.loads(out.strip().splitlines()[-1]))
+            rows[(name, way)].append(json.loads(out.strip().splitlines()[-1]))
     print(f"load at end: {_load()}")
-    print(f"{'model':24s} {'cpu ms (median, range)':>26s} {'wall ms (median, range)':>26s} hit")
-    for name, rs in rows.items():
+    print(f"{'model':24s} {'from':6s} {'cpu ms (median, range)':>26s} {'wall ms (median, range)':>26s} hit")
+    for (name, way), rs in rows.items():
         cpu = [r["cpu_ms"] for r in rs]
         wall = [r["wall_ms"] for r in rs]
-        print(f"{name:24s} {statistics.median(cpu):8.1f} ({min(cpu):5.1f}-{max(cpu):5.1f})      "
+        print(f"{name:24s} {way:6s} {statistics.median(cpu):8.1f} ({min(cpu):5.1f}-{max(cpu):5.1f})      "
               f"{statistics.median(wall):8.1f} ({min(wall):5.1f}-{max(wall):5.1f})      "
               f"{all(r['hit'] for r in rs)}")
     return 0

@@ -1,6 +1,7 @@
 """hlofuse: an XLA-style HLO fusion compiler in Python.
 
-Public API (see DESIGN.md): parse_hlo, load, from_stablehlo, from_exported, compile, jit.
+Public API (see DESIGN.md): parse_hlo, load, from_stablehlo, from_exported, compile,
+compile_text, compile_file, jit.
 """
 from __future__ import annotations
 
@@ -49,6 +50,24 @@ def jit(fn=None, *, target: str = "cpu", fusion: bool = True):
     return _jit(fn, target=target, fusion=fusion)
 
 
+def compile_text(text: str, target: str = "cpu", **options):
+    """`compile(parse_hlo(text), target, **options)`; on the CPU a text compiled before is found
+    by its digest and loaded without parsing it (compiler.compile_source)."""
+    from .compiler import compile_source
+
+    return compile_source(text, "hlo", lambda: parse_hlo(text), target, **options)
+
+
+def compile_file(path: str, target: str = "cpu", format: str | None = None, **options):
+    """`compile(load(path, format), target, **options)`; on the CPU a file compiled before is
+    found by its contents' digest and loaded without parsing it (compiler.compile_source)."""
+    from .compiler import compile_source
+    from .loader import read_source
+
+    source = read_source(path, format)
+    return compile_source(source.data, source.format, source.make_module, target, **options)
+
+
 def load(path: str, format: str | None = None):
     """Load a module from a file: `.hlo`/`.txt` as HLO text, `.mlir`/`.mlirbc` as StableHLO."""
     from .loader import load_module
@@ -58,5 +77,5 @@ def load(path: str, format: str | None = None):
 
 __all__ = [
     "Executable", "HloError", "HloParseError", "InputError", "UnsupportedError", "VerifierError",
-    "compile", "compile_exported", "from_exported", "from_stablehlo", "jit", "load", "parse_hlo", "__version__",
+    "compile", "compile_exported", "compile_file", "compile_text", "from_exported", "from_stablehlo", "jit", "load", "parse_hlo", "__version__",
 ]

@@ -54,7 +54,7 @@ def _check_run_memory(exe, module, random: bool, compare: str | None, xla_bytes:
         if compare == "xla":
             run.extras.append(("XLA:CPU's run for --compare xla", xla_bytes))
         else:
-            reference = estimate_interpreter(module)
+            reference = estimate_interpreter(exe.module)
             run.extras.append(("the interpreter's run for --compare", reference.results + reference.temporaries))
         check_memory(run)
 
@@ -84,16 +84,29 @@ def cmd_run(args: argparse.Namespace) -> int:
         check_archive(args.inputs)  # before the compile: a bad file is said at once
     if args.profile and args.backend != "cpu":
         raise UsageError(f"--profile times the native CPU driver's steps: it needs --backend cpu, not {args.backend}")
-    module = _load(args.module, args.format)
-    # A module XLA refuses cannot be compared: say so before hlofuse's (slower) compile.
-    xla = _compile_on_xla(args, module) if args.compare == "xla" else None
+    from .compiler import compile_source
+    from .loader import read_source
+
+    source = read_source(args.module, args.format)
+    options = dict(target=args.backend, fusion=not args.no_fusion, cache=not args.no_cache,
+                   algorithm=args.fusion_algorithm)
     # compile() refuses a module too big for the machine (ResourceError) before anything of a
     # run is allocated; the inputs come after it, and random ones are checked first too.
-    exe = hlofuse.compile(module, target=args.backend, fusion=not args.no_fusion, cache=not args.no_cache,
-                          algorithm=args.fusion_algorithm)
-    _check_run_memory(exe, module, random=not args.inputs, compare=args.compare,
+    if args.compare == "xla":
+        module = source.make_module()
+        # A module XLA refuses cannot be compared: say so before hlofuse's (slower) compile.
+        xla = _compile_on_xla(args, module)
+        exe = hlofuse.compile(module, **options)
+    else:
+        # a module compiled before is found by its file's digest and not parsed (--compare
+        # and --report make it: `exe.module`)
+        xla = None
+        exe = compile_source(source.data, source.format, source.make_module, **options)
+    # the entry parameters (the fused module's are the module's own: no pass changes them)
+    params = exe.fused_module
+    _check_run_memory(exe, params, random=not args.inputs, compare=args.compare,
                       xla_bytes=xla.memory_bytes() if xla else 0)
-    inputs = read_inputs(args.inputs, module) if args.inputs else random_inputs(module, args.seed)
+    inputs = read_inputs(args.inputs, params) if args.inputs else random_inputs(params, args.seed)
     outputs = list(exe(*inputs))  # also the warm-up call of --repeat
     placed = xla.place(inputs) if xla else None
     reference = [np.asarray(r) for r in xla.run_placed(placed)] if xla else None  # XLA's warm-up
@@ -113,7 +126,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             from .runtime.interpreter import evaluate
 
             mode = reference_denormals(args.backend)
-            reference = evaluate(module, inputs, denormals=mode)
+            reference = evaluate(exe.module, inputs, denormals=mode)
             against = "the interpreter" + (" (denormals kept, as on the GPU)" if mode == "keep" else "")
         else:
             against = xla.label

@@ -5,8 +5,6 @@ import os
 import time
 from typing import TYPE_CHECKING, Any, Callable
 
-import numpy as np
-
 from .hlo.ir import HloModule
 
 if TYPE_CHECKING:  # the passes load when compiling, not when hlofuse is imported
@@ -40,10 +38,14 @@ class Executable:
     when no fusion pass ran); `report()` says what was fused and why.
     """
 
-    def __init__(self, module: HloModule, fused_module: HloModule, target: str,
+    def __init__(self, module: HloModule | Callable[[], HloModule], fused_module: HloModule, target: str,
                  run: Callable[[list], list], program: Any = None, pipeline: Any = None,
                  compile_seconds: float = 0.0, from_cache: bool = False) -> None:
-        self.module = module
+        # the user's module, or the function that makes it (`compile_source` loads a hit
+        # without it: it is made when first read)
+        self._module = module
+        self.module_entry_key: str | None = None  # the module cache entry it was stored or loaded as
+        self.memory_estimate: Any = None  # the run's memory (runtime/memory_budget.py), where checked
         self.fused_module = fused_module
         self.target = target
         self._run = run
@@ -51,6 +53,13 @@ class Executable:
         self.pipeline = pipeline
         self.compile_seconds = compile_seconds
         self.from_cache = from_cache  # loaded whole from a module entry (no pass ran: timings() is empty)
+
+    @property
+    def module(self) -> HloModule:
+        """The user's module (made now if the executable was loaded without it)."""
+        if not isinstance(self._module, HloModule):
+            self._module = self._module()
+        return self._module
 
     @property
     def fusion_log(self) -> FusionLog | None:
@@ -155,6 +164,69 @@ def compile(module: HloModule, target: str = "cpu", fusion: bool = True, verify:
             exe = _load_cached(entry_key, module, target, cache_dir, start)
             if exe is not None:
                 return exe
+    exe = _compile_afresh(module, target, fusion, verify, dump_dir, cache_dir, cache, algorithm, start)
+    if entry_key is not None:
+        from .codegen.module_cache import store_entry
+
+        program = exe.program
+        if store_entry(entry_key, {"code": program.code, "fused": exe.fused_module, "estimate": exe.memory_estimate,
+                                   "primitives": program.primitives}, module, cache_dir,
+                       runtime=_runtime_objects(program.code)):
+            exe.module_entry_key = entry_key
+        exe.compile_seconds = time.perf_counter() - start
+    return exe
+
+
+def compile_source(source: str | bytes, kind: str, make_module: Callable[[], HloModule], target: str = "cpu",
+                   fusion: bool = True, verify: bool | None = None, dump_dir: str | None = None,
+                   cache_dir: str | None = None, cache: bool = True, algorithm: str | None = None) -> Executable:
+    """`compile(make_module(), ...)` for the module `make_module` makes from `source` (a file's
+    HLO text, StableHLO, a JAX export with its argument signature; `kind` names which, and
+    whatever else the making depends on).
+
+    A CPU compile is looked up by the source's SHA-256 first (codegen/module_cache.py
+    `source_key`: a small entry naming the module entry its compile made): on a hit the module
+    entry is loaded without making the module at all, no parsing or import and no printing of
+    it for the key (haiku's ResNet-18 training step: about 200 ms of parsing and 18 ms of
+    printing); `Executable.module` makes it when first read (a report, --compare). Otherwise
+    the module is made and compiled as `compile` does, and the source entry recorded."""
+    start = time.perf_counter()
+    text_cached = (target == "cpu" and cache and dump_dir is None
+                   and os.environ.get("HLOFUSE_MODULE_CACHE", "1") not in ("0", ""))
+    if not text_cached:
+        return compile(make_module(), target, fusion, verify, dump_dir, cache_dir, cache, algorithm)
+    import hashlib
+
+    from .codegen.cache import default_cache_dir
+    from .codegen.module_cache import load_source, source_key, store_source
+    from .emitters.cpu.target import host_fingerprint
+
+    if cache_dir is None:
+        cache_dir = default_cache_dir()
+    data = source.encode() if isinstance(source, str) else bytes(source)
+    key = source_key(hashlib.sha256(data).hexdigest(), kind, target, {"fusion": fusion, "algorithm": algorithm},
+                     host_fingerprint())
+    entry_key = load_source(key, cache_dir)
+    if entry_key is not None:
+        made: list[HloModule] = []
+
+        def module() -> HloModule:  # made once, whoever asks first (the entry's reader or the user)
+            if not made:
+                made.append(make_module())
+            return made[0]
+
+        exe = _load_cached(entry_key, module, target, cache_dir, start)
+        if exe is not None:
+            return exe
+    exe = compile(make_module(), target, fusion, verify, dump_dir, cache_dir, cache, algorithm)
+    if exe.module_entry_key is not None:
+        store_source(key, exe.module_entry_key, cache_dir)
+    return exe
+
+
+def _compile_afresh(module: HloModule, target: str, fusion: bool, verify: bool | None, dump_dir: str | None,
+                    cache_dir: str | None, cache: bool, algorithm: str | None, start: float) -> Executable:
+    """The pass pipeline and the backend's build, no module entry looked up or stored."""
     fused, pipeline = optimize(module, target, fusion=fusion, verify=verify, dump_dir=dump_dir, algorithm=algorithm)
     program = None
     if target == "interpreter":
@@ -180,14 +252,9 @@ def compile(module: HloModule, target: str = "cpu", fusion: bool = True, verify:
     # here rather than fail with a MemoryError halfway through a run.
     from .runtime.memory_budget import check_compiled
 
-    estimate = check_compiled(fused, target, program)
-    if entry_key is not None:
-        from .codegen.module_cache import store_entry
-
-        store_entry(entry_key, {"code": program.code, "fused": fused, "estimate": estimate,
-                                "primitives": program.primitives}, module, cache_dir,
-                    runtime=_runtime_objects(program.code))
-    return Executable(module, fused, target, run, program, pipeline, time.perf_counter() - start)
+    exe = Executable(module, fused, target, run, program, pipeline, time.perf_counter() - start)
+    exe.memory_estimate = check_compiled(fused, target, program)
+    return exe
 
 
 def _entry_key(module: HloModule, target: str, fusion: bool, algorithm: str | None) -> str:
@@ -198,7 +265,8 @@ def _entry_key(module: HloModule, target: str, fusion: bool, algorithm: str | No
     it is most of what a hit spends beyond loading (haiku's ResNet-18 step: 2,828 instructions,
     12-17 ms printed whole, 8-9 ms so, load 7-8). A fingerprint of the text the module was
     parsed from would be cheaper, but could not see a change made to the module after
-    parsing, and a stale key would run another module's code."""
+    parsing, and a stale key would run another module's code: `compile_source` keys by the
+    source where no module object exists yet to be changed."""
     from .codegen.module_cache import module_key
     from .emitters.cpu.target import host_fingerprint
     from .hlo.printer import module_to_text
@@ -220,7 +288,8 @@ def _runtime_objects(code: Any) -> list:
     return objects
 
 
-def _load_cached(key: str, module: HloModule, target: str, cache_dir: str | None, start: float) -> Executable | None:
+def _load_cached(key: str, module: HloModule | Callable[[], HloModule], target: str, cache_dir: str | None,
+                 start: float) -> Executable | None:
     """The Executable of the module entry under `key` (memory or disk cache), loaded and ready
     to run, or None. Its fused module and fusion log are the original compile's, read from the
     entry on first use (codegen/module_cache.py `loads`); the memory check takes the estimate
@@ -245,4 +314,7 @@ def _load_cached(key: str, module: HloModule, target: str, cache_dir: str | None
     program = CpuProgram.load(code, payload["primitives"])
     program.compile_seconds = time.perf_counter() - start
     check_memory(payload["estimate"])
-    return Executable(module, fused, target, program.run, program, None, time.perf_counter() - start, from_cache=True)
+    exe = Executable(module, fused, target, program.run, program, None, time.perf_counter() - start, from_cache=True)
+    exe.module_entry_key = key
+    exe.memory_estimate = payload["estimate"]
+    return exe

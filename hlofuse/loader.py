@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
+from typing import Callable
 
 from .hlo.errors import HloError
 from .hlo.ir import HloModule
@@ -31,26 +33,49 @@ def detect_format(path: str, format: str | None = None) -> str:
 
 def load_module(path: str, format: str | None = None) -> HloModule:
     """Read and parse a module file."""
+    return read_source(path, format).make_module()
+
+
+@dataclass
+class ModuleSource:
+    """A module file read but not parsed: its bytes, its format ("hlo" or "stablehlo": what
+    compiler.compile_source keys a compile by, with the bytes' digest) and the parse."""
+
+    data: bytes
+    format: str
+    make_module: Callable[[], HloModule]
+
+
+def read_source(path: str, format: str | None = None) -> ModuleSource:
+    """Read a module file (errors of the file itself raised now, LoadError); parsing waits for
+    `make_module()` (compiler.compile_source needs none on a cache hit)."""
     fmt = detect_format(path, format)
     if not os.path.exists(path):
         raise LoadError(f"{path}: no such file")
     if os.path.isdir(path):
         raise LoadError(f"{path}: is a directory, expected a module file")
-    if fmt == "hlo":
-        from .hlo.parser import parse_hlo
-
-        try:
-            with open(path, encoding="utf-8") as f:
-                text = f.read()
-        except UnicodeDecodeError as e:
-            raise LoadError(f"{path}: not UTF-8 text ({e.reason} at byte {e.start})") from None
-        return parse_hlo(text, filename=path)
-    from .frontends.stablehlo import from_stablehlo
-
     with open(path, "rb") as f:
         data = f.read()
-    source = data if data.startswith(_MLIR_BYTECODE_MAGIC) else data.decode("utf-8", errors="replace")
-    return from_stablehlo(source, filename=path)
+    if fmt == "hlo":
+        try:  # and newlines translated as a file opened as text would have them
+            text = data.decode("utf-8").replace("\r\n", "\n").replace("\r", "\n")
+        except UnicodeDecodeError as e:
+            raise LoadError(f"{path}: not UTF-8 text ({e.reason} at byte {e.start})") from None
+
+        def parse_text() -> HloModule:
+            from .hlo.parser import parse_hlo
+
+            return parse_hlo(text, filename=path)
+
+        return ModuleSource(data, fmt, parse_text)
+
+    def import_stablehlo() -> HloModule:
+        from .frontends.stablehlo import from_stablehlo
+
+        source = data if data.startswith(_MLIR_BYTECODE_MAGIC) else data.decode("utf-8", errors="replace")
+        return from_stablehlo(source, filename=path)
+
+    return ModuleSource(data, fmt, import_stablehlo)
 
 
 _MLIR_BYTECODE_MAGIC = b"ML\xefR"

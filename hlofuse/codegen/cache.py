@@ -48,8 +48,10 @@ DEFAULT_MAX_BYTES = 512 << 20
 # Entry kinds: the file suffix and the magic line each entry of that kind starts with. An
 # object file holds one kernel's (or a driver's) code; a module entry a whole CPU compile
 # (codegen/module_cache.py). Both are code this process runs, under the same checks.
-OBJECT, MODULE = ".o", ".m"
-_MAGIC = {OBJECT: b"HLOFUSE-KERNEL-OBJECT 1\n", MODULE: b"HLOFUSE-MODULE 1\n"}
+# A source entry maps the digest of a module's source (its file's text, a JAX export) to the
+# module entry its compile made (codegen/module_cache.py `source_key`).
+OBJECT, MODULE, SOURCE = ".o", ".m", ".s"
+_MAGIC = {OBJECT: b"HLOFUSE-KERNEL-OBJECT 1\n", MODULE: b"HLOFUSE-MODULE 1\n", SOURCE: b"HLOFUSE-SOURCE 1\n"}
 _DIGEST_LINES = 65 + 65  # key + newline, SHA-256 of the payload + newline
 _STALE_TEMP_SECONDS = 3600  # a temporary file this old is a crashed writer's leftover
 # Eviction removes entries down to this fraction of the bound, so the next full scan waits for
@@ -249,8 +251,9 @@ def _intact(key: str, head: bytes, obj: bytes, kind: str = OBJECT) -> bool:
 
 
 class CompileCache:
-    """Entries by key in `directory`: kernel object files (`kind` OBJECT, the default) and
-    whole-module entries (MODULE); see the module docstring for the checks."""
+    """Entries by key in `directory`: kernel object files (`kind` OBJECT, the default),
+    whole-module entries (MODULE) and source entries (SOURCE); see the module docstring for the
+    checks."""
 
     def __init__(self, directory: str | os.PathLike, max_bytes: int | None = None) -> None:
         self.directory = os.fspath(directory)

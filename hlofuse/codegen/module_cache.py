@@ -23,12 +23,14 @@ How the graph is written (`dumps`) and read back (`loads`):
   equal names in the same order) and resolved in the module the reader is given;
 - the entry has three sections, read from one unpickler (so every reference to an object is
   the one object): (1) the payload, the states of the HLO objects running the program reads
-  (the caller names them) and the list of the other shells; (2) the states of those other HLO
-  objects; (3) the fusion logs' states (passes/fusion/decisions.py, about a third of an
+  (the caller names them: less their attributes that name the user's module, a parameter's
+  `origin`, which open the second section) and the list of the other shells; (2) the states of
+  those other HLO objects; (3) the fusion logs' states (passes/fusion/decisions.py, about a third of an
   entry's objects, read only by a report). `loads` reads the first; the other shells hold
   `pending_state.PENDING_STATE` and the HLO classes' `__getattr__` reads the second on the first use of
   any of them; a module reads the third when its `fusion_log` is first asked for
-  (`HloModule._fusion_log_reader`);
+  (`HloModule._fusion_log_reader`). So a hit needs no user's module to run: `loads` takes a
+  function that makes it (compiler.compile_source: a source compiled before, not parsed);
 - reading restores only classes of hlofuse, numpy and a few builtins (`_Reader.find_class`): an
   entry is loaded only from a directory and a file this user owns, checked against its key and
   checksum (codegen/cache.py), and restricting the classes keeps even a damaged entry from
@@ -52,7 +54,7 @@ from ..passes.fusion.decisions import FusionLog
 from .cache import EMITTER_VERSION, hlofuse_version, source_digest
 
 # Bumped when what an entry holds, or how it is written, changes.
-FORMAT = "module-5"
+FORMAT = "module-6"
 
 _HLO = (HloModule, HloComputation, HloInstruction)
 # Builtins an entry may name (pickle names classes it cannot write as literals).
@@ -82,6 +84,43 @@ def module_key(text: str, target: str, options: dict[str, Any], target_fingerpri
 
 class NotCacheable(Exception):
     """The compile's result holds something an entry cannot hold."""
+
+
+def source_key(digest: str, kind: str, target: str, options: dict[str, Any], target_fingerprint: str) -> str:
+    """Hex key of a compile of the module made from a source whose SHA-256 is `digest` (`kind`
+    says how it is made: "hlo" text, "stablehlo", a JAX export with its signature), with the
+    rest as `module_key`'s. Made by the same hlofuse from the same source, the module is the
+    same, so its module entry is too (`load_source`)."""
+    h = hashlib.sha256()
+    opts = ",".join(f"{k}={options[k]!r}" for k in sorted(options))
+    for part in ("source-1", FORMAT, kind, target, opts, target_fingerprint, hlofuse_version(), EMITTER_VERSION,
+                 package_digest(), digest):
+        h.update(part.encode())
+        h.update(b"\0")
+    return h.hexdigest()
+
+
+def load_source(key: str, directory: str | None) -> str | None:
+    """The module entry key the source entry `key` names (memory or disk cache), or None."""
+    from .cache import SOURCE, CompileCache, memory_cache
+
+    data = memory_cache.get("source:" + key)
+    if data is None and directory is not None:
+        data = CompileCache(directory).load(key, SOURCE)
+    if data is None or len(data) != 64 or not all(c in b"0123456789abcdef" for c in data):
+        return None
+    memory_cache["source:" + key] = data
+    return data.decode()
+
+
+def store_source(key: str, module_entry_key: str, directory: str | None) -> None:
+    """Record that the source of `key` compiles to the module entry `module_entry_key`."""
+    from .cache import SOURCE, CompileCache, memory_cache
+
+    data = module_entry_key.encode()
+    memory_cache["source:" + key] = data
+    if directory is not None:
+        CompileCache(directory).store(key, data, SOURCE)
 
 
 def _names(module: HloModule) -> dict[int, tuple[str, ...]]:
@@ -123,12 +162,30 @@ class _Writer(pickle.Pickler):
     def write_runtime_states(self, objects: list[Any]) -> None:
         """Write the states of `objects` (HLO objects already written as shells: what running
         the program reads), then the list of the other shells written so far, whose states
-        `write_states` writes next (a reader marks them pending, see `loads`)."""
+        `write_states` writes next (a reader marks them pending, see `loads`), then the list of
+        the runtime objects whose attributes naming objects of the user's module (a parameter's
+        `origin`) wait for the second section too (`write_deferred`): running the program
+        never reads them, so a hit need not have the user's module at hand (`loads`)."""
         wanted = {id(o) for o in objects}
         first = [o for o in self.pending if id(o) in wanted]
-        self.dump((first, [_state(obj) for obj in first]))
+        states = []
+        self.deferred = ([], [])
+        for obj in first:
+            state = _state(obj)
+            user_refs = {k: v for k, v in state.items() if id(v) in self._user}
+            if user_refs:
+                state = {k: v for k, v in state.items() if k not in user_refs}
+                self.deferred[0].append(obj)
+                self.deferred[1].append(user_refs)
+            states.append(state)
+        self.dump((first, states))
         self.pending = [o for o in self.pending if id(o) not in wanted]
         self.dump(list(self.pending))
+        self.dump(list(self.deferred[0]))
+
+    def write_deferred(self) -> None:
+        """The runtime objects' deferred attributes: the first round of the second section."""
+        self.dump(self.deferred)
 
     def write_states(self) -> None:
         """Write the states of the HLO shells written since the last call, in rounds, and the
@@ -171,6 +228,7 @@ def dumps(payload: Any, user: HloModule, runtime: list[Any] = ()) -> bytes:
             w.dump(payload)
             w.write_runtime_states(list(runtime))
             # the rest of the payload's HLO objects: read on the first use of one of them
+            w.write_deferred()
             w.write_states()
             # the second section: the fusion logs' states, then the HLO objects only they reach
             # (a duplicated producer's original that fusion removed from the module)
@@ -195,10 +253,19 @@ def _is_ml_dtypes_scalar_type(name: str) -> bool:
 class _Reader(pickle.Unpickler):
     """Reads an entry: only allowed classes, the user's module's objects by name."""
 
-    def __init__(self, file: io.BytesIO, user: HloModule) -> None:
+    def __init__(self, file: io.BytesIO, user: HloModule | Callable[[], HloModule]) -> None:
         super().__init__(file)
-        self._module = user
-        self._comps = {c.name: c for c in user.computations}
+        self._user = user
+        self._module: HloModule | None = None
+        self._comps: dict[str, HloComputation] = {}
+
+    def _user_module(self) -> HloModule:
+        """The user's module, made on the first reference to it (`loads`)."""
+        if self._module is None:
+            module = self._user if isinstance(self._user, HloModule) else self._user()
+            self._comps = {c.name: c for c in module.computations}
+            self._module = module
+        return self._module
 
     def find_class(self, module: str, name: str) -> Any:
         if module == __name__ and name == "_user_object":
@@ -213,8 +280,9 @@ class _Reader(pickle.Unpickler):
     def _resolve(self, *ref: Any) -> Any:
         """The object of the user's module that reference `ref` (see `_names`) names."""
         kind = ref[0] if ref else None
+        module = self._user_module()
         if kind == "m" and len(ref) == 1:
-            return self._module
+            return module
         if kind == "c" and len(ref) == 2 and ref[1] in self._comps:
             return self._comps[ref[1]]
         if kind == "i" and len(ref) == 4 and ref[1] in self._comps:
@@ -227,9 +295,13 @@ class _Reader(pickle.Unpickler):
         raise pickle.UnpicklingError(f"the entry refers to {ref!r}, not in the module compiled")
 
 
-def loads(data: bytes, user: HloModule, on_error: Callable[[BaseException], None] | None = None) -> Any:
+def loads(data: bytes, user: HloModule | Callable[[], HloModule],
+          on_error: Callable[[BaseException], None] | None = None) -> Any:
     """The payload `dumps` wrote, its references to the user's module resolved in `user` (a
-    module with the same text as the one it was written with).
+    module with the same text as the one it was written with, or a function that makes it: it
+    is called on the first reference read, which reading the runtime's states never makes,
+    since the runtime objects' attributes naming the user's objects wait for the second
+    section; compiler.compile_source loads a hit so without parsing the module).
 
     Only the states of the HLO objects `dumps` was given as the runtime's are read: every
     other HLO object of the payload stays a shell holding one key (`pending_state.PENDING_STATE`), the
@@ -247,6 +319,15 @@ def loads(data: bytes, user: HloModule, on_error: Callable[[BaseException], None
             if type(obj) not in _HLO or obj.__dict__:
                 raise pickle.UnpicklingError("malformed entry")
             obj.__dict__[PENDING_STATE] = read
+        deferred = r.load()  # runtime objects whose references to the user's module come next
+        for obj in deferred:
+            if type(obj) not in _HLO or not obj.__dict__ or PENDING_STATE in obj.__dict__:
+                raise pickle.UnpicklingError("malformed entry")
+            obj.__dict__[PENDING_STATE] = read
+        if isinstance(user, HloModule):
+            # the module at hand: resolve them now (a few hundred names), so that an entry
+            # naming an object this module lacks is refused here, as a miss
+            _read_states(r, once=True)
         promote_to_oldest_generation()
     return payload
 
@@ -376,7 +457,7 @@ def promote_to_oldest_generation() -> None:
         gc.unfreeze()
 
 
-def load_entry(key: str, user: HloModule, directory: str | None) -> Any:
+def load_entry(key: str, user: HloModule | Callable[[], HloModule], directory: str | None) -> Any:
     """The payload stored under `key` in this process's memory cache or in the disk cache in
     `directory` (None: memory only), read against `user`; None when there is none, or when the
     entry cannot be read (it is then dropped, and the caller compiles afresh)."""

@@ -225,14 +225,29 @@ class ExportedFunction:
         """The compiled executable for these arguments' shapes and dtypes (cached)."""
         key = _signature(args)
         if key not in self.cache:
-            module = from_exported(self.exported, *args)
-            self.cache[key] = compile_module(module, self.target, self.fusion)
+            self.cache[key] = compile_export(self.exported, args, self.target, self.fusion)
         return self.cache[key]
 
     def __call__(self, *args):
         arrays = [np.asarray(a) for a in args]
         outputs = self.executable(*arrays)(*[arrays[i] for i in _kept(self.exported)])
         return unflatten(self.exported.out_tree, [np.asarray(o) for o in outputs])
+
+
+def compile_export(exported, args: tuple, target: str, fusion: bool = True) -> Callable:
+    """`compile(from_exported(exported, *args), target)`, found on the CPU by the export's
+    serialized module and the arguments' signature when compiled before, without importing it
+    (compiler.compile_source: a new process's first call of a function jitted before)."""
+    import jax
+
+    from ..compiler import compile_source
+
+    if args:  # the arguments' check of the import (InputError), made on a hit too
+        solve_dimension_variables(exported, [_spec(a) for a in args])
+    described = repr((_signature(args), _kept(exported), exported.fun_name, tuple(getattr(exported, "platforms", ()))))
+    source = bytes(exported.mlir_module_serialized) + b"\0" + described.encode()
+    return compile_source(source, f"jax-export {jax.__version__}", lambda: from_exported(exported, *args), target,
+                          fusion=fusion)
 
 
 def compile_module(module: HloModule, target: str, fusion: bool = True) -> Callable:

@@ -118,8 +118,13 @@ class CpuProgram(ProgramBase):
         if primitives is None:
             primitives = primitive_descriptions(self._planner.kernels)
         self.primitives = primitives
-        register_primitives(self.primitives)
-        self._jit = JitModule(objects=[o.object_code for o in self.code.objects] + [self.code.driver_object])
+        # oneDNN makes the primitives on a thread while LLVM links the objects (both outside
+        # the GIL); the kernels read their handle blocks only once `made()` has returned
+        made = register_primitives(self.primitives, background=True)
+        try:
+            self._jit = JitModule(objects=[o.object_code for o in self.code.objects] + [self.code.driver_object])
+        finally:
+            made()
         addresses = {o.symbol: self._jit.address(o.symbol) for o in self.code.objects}
         by_name = {}
         for k in self._planner.kernels:

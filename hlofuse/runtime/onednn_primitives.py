@@ -34,6 +34,7 @@ import hashlib
 import os
 import threading
 from dataclasses import dataclass, field
+from typing import Callable
 
 import numpy as np
 
@@ -71,6 +72,9 @@ _state: dict = {"engine": None, "stream": None}
 # is made, and programs loaded under different HLOFUSE_CPU_THREADS may share a description.
 _primitives: dict[tuple["Description", int], "Primitive"] = {}
 _descriptors: dict[tuple["Description", int], "_Descriptor"] = {}
+# Primitives a background registration made for a key another caller made first: their blocks
+# are still compiled code's (register_primitives).
+_other_primitives: list["Primitive"] = []
 # The threads a primitive runs on (omp_set_num_threads around each call, from a cell of its
 # own the handle block points at): cpu_threads.kernel_threads() of the program that loads it,
 # 1 in a forked child (libgomp is not fork-safe, runtime/cpu_threads.py). oneDNN fixes a
@@ -85,7 +89,7 @@ def _after_fork_in_child() -> None:
     handle blocks compiled code reads keep their addresses). A parent's primitive would
     start a team of the parent's thread count, which hangs the child."""
     _descriptors.clear()
-    for prim in list(_primitives.values()):
+    for prim in list(_primitives.values()) + _other_primitives:
         _remake_in_place(prim, 1)
 
 
@@ -504,21 +508,70 @@ def implementation(desc: Description) -> str | None:
         return None
 
 
-def register_primitives(descs) -> None:
+def register_primitives(descs, background: bool = False) -> Callable[[], None]:
     """Create each description's primitive for the loading program's thread count
     (cpu_threads.kernel_threads(); where not yet) and make its handle block resolvable under
     `desc.symbol` for the object code about to load. MCJIT binds the symbol when that code
     loads, so a program loaded earlier under another thread count keeps its own primitive
     (one made for one thread and called on two ran attention's p.v dot 1.35x slower); a
     description called once per work unit (`per_unit`) gets one made for one thread.
-    Programs loading concurrently under different thread counts may race on the symbol."""
+    Programs loading concurrently under different thread counts may race on the symbol.
+
+    With `background`, the primitives this process has not made yet are made on a thread of
+    their own: their handle blocks exist (and are registered) at once and the thread fills
+    them, while the caller loads the object code (oneDNN's primitive JIT and LLVM's linking
+    both run outside the GIL: a cached compile's two largest native costs side by side). The
+    function returned waits for the thread (raising its OneDnnError); the blocks must not be
+    read before it returns. Without, everything is made now and it returns at once."""
     import llvmlite.binding as llvm
 
     from .cpu_threads import kernel_threads
 
     descs = list(descs)
     if not descs:
-        return
+        return _nothing_to_wait_for
     threads = kernel_threads()
+    later: dict[tuple[Description, int], ctypes.Array] = {}
     for desc in descs:
-        llvm.add_symbol(desc.symbol, primitive(desc, 1 if getattr(desc, "per_unit", False) else threads).address)
+        key = (desc, 1 if getattr(desc, "per_unit", False) else threads)
+        with _lock:
+            made = _primitives.get(key)
+        if made is not None or not background:
+            llvm.add_symbol(desc.symbol, (made or primitive(*key)).address)
+        else:
+            if key not in later:
+                later[key] = (ctypes.c_void_p * block_slots(desc))()
+            llvm.add_symbol(desc.symbol, ctypes.addressof(later[key]))
+    if not later:
+        return _nothing_to_wait_for
+    failure: list[BaseException] = []
+
+    def make_all() -> None:
+        try:
+            for (desc, count), block in later.items():
+                fresh = _create(desc, count)
+                for i, value in enumerate(fresh.block):
+                    block[i] = value
+                fresh.keep.append(fresh.block)  # (its values now live in `block`)
+                fresh.block = block
+                with _lock:  # kept alive as long as the process: compiled code holds `block`
+                    if (desc, count) in _primitives:  # made meanwhile by another caller
+                        _other_primitives.append(fresh)
+                    else:
+                        _primitives[(desc, count)] = fresh
+        except BaseException as e:  # noqa: BLE001 - given to the caller by `wait`
+            failure.append(e)
+
+    worker = threading.Thread(target=make_all, name="hlofuse-onednn-primitives", daemon=True)
+    worker.start()
+
+    def wait() -> None:
+        worker.join()
+        if failure:
+            raise failure[0]
+
+    return wait
+
+
+def _nothing_to_wait_for() -> None:
+    """`register_primitives`' wait when nothing was left to a thread."""

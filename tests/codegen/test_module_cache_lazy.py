@@ -184,10 +184,12 @@ def test_a_loaded_payload_written_again_reads_its_states_first(cache_dir):
 
 
 def _section_end(data: bytes, module) -> int:
-    """Where an entry's runtime section ends (what a hit reads)."""
+    """Where what a hit with the module at hand reads of an entry ends."""
     f = io.BytesIO(data)
     r = module_cache._Reader(f, module)
-    for _ in range(3):  # the payload, the runtime objects' states, the pending shells
+    # the payload, the runtime objects' states, the pending shells, the runtime objects whose
+    # references to the user's module wait, and those references (read at once with a module)
+    for _ in range(5):
         r.load()
     return f.tell()
 

@@ -372,3 +372,39 @@ def test_batch_units_give_the_whole_calls_bits(forced, monkeypatch, shapes):
             np.testing.assert_array_equal(got.view(np.uint32), want, err_msg=str(key))
         else:  # gemm:jit's whole call sums in an order that follows its thread count (AVX2)
             assert compare_arrays(got, outs[False, 1], 0).ok, key
+
+
+def test_primitives_made_in_the_background_fill_the_blocks_registered_before(forced, monkeypatch):
+    """register_primitives(background=True): a primitive not made yet in this process gets its
+    handle block at once, registered under its symbol before the object code links, and a
+    thread fills it (the cached compile's load, cpu_executor._load); `wait` returns once it is
+    filled, or raises the thread's error."""
+    import llvmlite.binding as llvm
+
+    from hlofuse.runtime import cpu_threads
+
+    exe = hlofuse.compile(parse_hlo(_attention_module(2, 3, 64, 16)), "cpu", cache=False)
+    (desc, *_) = exe.program.primitives
+    monkeypatch.setattr(cpu_threads, "kernel_threads", lambda: 3)  # a count no primitive was made for
+    key = (desc, 1 if getattr(desc, "per_unit", False) else 3)
+    onednn_primitives._primitives.pop(key, None)
+    try:
+        wait = onednn_primitives.register_primitives([desc, desc], background=True)
+        registered = llvm.address_of_symbol(desc.symbol)
+        wait()
+        made = onednn_primitives._primitives[key]
+        assert made.address == registered and made.block[onednn_primitives.SLOT_PRIMITIVE]
+        assert made.threads == key[1] and made.threads_cell.value == key[1]
+        # made already: registered at once, nothing left to a thread
+        assert onednn_primitives.register_primitives([desc], background=True) is onednn_primitives._nothing_to_wait_for
+        onednn_primitives._primitives.pop(key)
+
+        def fails(d, threads):
+            raise onednn_primitives.OneDnnError("no implementation")
+
+        monkeypatch.setattr(onednn_primitives, "_create", fails)
+        wait = onednn_primitives.register_primitives([desc], background=True)
+        with pytest.raises(onednn_primitives.OneDnnError, match="no implementation"):
+            wait()
+    finally:
+        onednn_primitives._primitives.pop(key, None)

@@ -149,3 +149,31 @@ def test_jit_on_cpu_backend():
     f = jit(lambda v, w: jnp.sum(jnp.exp(v) * w, axis=1), target="cpu")
     x, y = rand(8, 16), rand(8, 16)
     np.testing.assert_allclose(f(x, y), np.sum(np.exp(x) * y, axis=1), rtol=1e-5, atol=1e-5)
+
+
+def test_a_function_jitted_in_another_process_is_loaded_without_importing_it(tmp_path, monkeypatch):
+    """The first call in a new process of a function compiled before finds the compile by the
+    export's serialized module and the arguments' signature (compiler.compile_source): no
+    StableHLO import; another signature of a polymorphic export is another compile."""
+    import hlofuse.frontends.jax_api as jax_api
+    from hlofuse.codegen import cache
+
+    monkeypatch.setenv("HLOFUSE_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("HLOFUSE_MODULE_CACHE", "1")
+    cache.memory_cache.clear()
+    f, exp = poly_matmul()
+    x, y = rand(3, 5), rand(5, 3)
+    first = compile_exported(exp)(x, y)
+    imports = []
+    real = jax_api.from_exported
+    monkeypatch.setattr(jax_api, "from_exported", lambda *a, **k: (imports.append(1), real(*a, **k))[1])
+    cache.memory_cache.clear()  # as a new process: from the disk
+    again = compile_exported(exp)
+    got = again(x, y)
+    assert imports == [] and again.executable(x, y).from_cache
+    np.testing.assert_array_equal(np.asarray(got), np.asarray(first))
+    other = again(rand(4, 2), rand(2, 4))  # a new signature: imported and compiled
+    assert imports == [1] and np.asarray(other).shape == (4, 4)
+    with pytest.raises(InputError):  # the arguments' check stands on a hit
+        compile_exported(exp)(rand(3, 5), rand(4, 3))
+    cache.memory_cache.clear()
