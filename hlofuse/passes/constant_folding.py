@@ -130,9 +130,17 @@ def fold_instruction(rewriter: Rewriter, inst: HloInstruction, max_elements: int
     if value is None:
         return False
     const = HloInstruction("constant", inst.shape, name="constant")
-    const.literal = np.ascontiguousarray(value)
+    const.literal = literal_of(value, inst.shape)
     rewriter.replace(inst, const)
     return True
+
+
+def literal_of(value, shape) -> np.ndarray:
+    """A folded `value` as a constant's literal: a C-contiguous array of `shape`'s dimensions.
+    (np.ascontiguousarray makes a 0-d value 1-d: a scalar constant's literal of shape (1,),
+    which `float()` refuses under numpy 2; the HLO graph fuzzer, seed 74.)"""
+    arr = np.array(value, order="C")
+    return arr.reshape(shape.dims) if shape.is_array else arr
 
 
 @dataclass(frozen=True)

@@ -35,7 +35,7 @@ from ..hlo.ir import HloComputation, HloInstruction, HloModule
 from ..hlo.opcodes import op_info
 from ..hlo.shapes import ArrayShape, Layout
 from . import simplifier_conv, simplifier_logic, simplifier_transpose
-from .constant_folding import DEFAULT_MAX_ELEMENTS, can_fold_opcode, fold, fold_instruction, literal_array
+from .constant_folding import DEFAULT_MAX_ELEMENTS, can_fold_opcode, fold, fold_instruction, literal_array, literal_of
 from .pass_base import HloPass
 from .rewrite import Rewriter
 from .simplifier_base import Rule, compatible, if_compatible, new_instruction, scalar_constant, splat
@@ -296,7 +296,7 @@ def sink_broadcasts(rewriter: Rewriter, inst: HloInstruction) -> bool:
     if value is None:
         return False
     const = HloInstruction("constant", scalar_shape, name="constant")
-    const.literal = np.ascontiguousarray(value)
+    const.literal = literal_of(value, scalar_shape)
     rewriter.replace(inst, HloInstruction("broadcast", inst.shape, [const], {"dimensions": ()}, name="broadcast"))
     return True
 

@@ -23,6 +23,8 @@ import functools
 import math
 from dataclasses import dataclass
 
+import numpy as np
+
 from ...emitters.cpu.target import host_cpu, preferred_vector_width
 from ...emitters.elemental import ElementalEmitter, dims_of, reg_type
 from ...emitters.ir_helpers import Index
@@ -370,7 +372,7 @@ def slices_keep_init(inst, constants: dict | None = None) -> bool:
         init = constants.get(init.parameter_number, init)
     if opcode not in _IDENTITIES or init.opcode != "constant" or init.shape.dims:
         return False
-    return float(init.literal) == _IDENTITIES[opcode]
+    return float(np.asarray(init.literal).reshape(())) == _IDENTITIES[opcode]
 
 
 # The vector register width assumed where the target does not say (AVX2).
