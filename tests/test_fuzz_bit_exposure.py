@@ -132,11 +132,12 @@ def test_a_convert_to_integers_shows_rounding_on_the_real_gpu_only():
     """The large-graph fuzzer's seed-72 shape on an H200: power(x, x) about 1.2e9, one ULP (128)
     from the interpreter's with libdevice's powf, converted to s32. On the real GPU the convert's
     floats are checked as a bitcast's; on the CPU targets (the interpreter's libm) and in the
-    emulation the convert stays a test of the convert."""
+    emulation the convert stays a test of the convert. (Here an exponential: a power shows its
+    operands' rounding on every backend, test_a_power_shows_its_exponents_rounding_and_is_still_checked.)"""
     text = """HloModule convert_shows
 ENTRY main {
   x = f32[4] parameter(0)
-  p = f32[4] power(x, x)
+  p = f32[4] exponential(x)
   c = s32[4] convert(p)
   n = f32[4] negate(x)
   ROOT t = (s32[4], f32[4]) tuple(c, n)
@@ -147,7 +148,7 @@ ENTRY main {
     assert exposed_outputs(module, "cpu") == set() == exposed_outputs(module, "gpu-emulated")
     assert exposed_outputs(module, "cpu (no fusion)") == set()
     variant = sources_module(module, "gpu")
-    assert [o.opcode for o in variant.entry.root.operands] == ["power"]
+    assert [o.opcode for o in variant.entry.root.operands] == ["exponential"]
 
 
 REMAINDER_TIE = """HloModule remainder_tie
@@ -188,3 +189,34 @@ def test_the_cut_module_runs_the_rest_from_given_floats():
     x, y = np.float16(-0.164), np.float16(6.426)
     out = evaluate(cut, [np.array([x]), np.array([y]), np.array([y]), np.array([0.4592], np.float16)])
     assert np.asarray(out[0])[0] == np.cos(np.float32(np.fmod(np.float16(6.426), np.float16(0.4592)))).astype(np.float16)
+
+
+POWER_TIE = """HloModule power_tie
+ENTRY main {
+  x = f16[1] parameter(0)
+  y = f16[1] parameter(1)
+  l = f16[1] logistic(x)
+  e = f16[1] divide(y, l)
+  m = f16[] constant(-1)
+  mb = f16[1] broadcast(m), dimensions={}
+  ROOT p = f16[1] power(mb, e)
+}
+"""
+
+
+def test_a_power_shows_its_exponents_rounding_and_is_still_checked():
+    """pow(-1, e) is 1 at an even integer e and NaN next to it: the seed-73 logistic one f16 ULP
+    apart makes e = 6.426 / 0.459 = 14 on the interpreter and 13.99 on the CPU (seed 74's shape:
+    pow(-0, a row sum one ULP apart) on the emulated GPU). The exponent agrees within the float
+    tolerance and the rerun from the CPU's own exponent gives the CPU's answer: bits-exposed; a
+    wrong power still fails the rerun."""
+    module = hlofuse.parse_hlo(POWER_TIE)
+    args = [np.array([45375], np.uint16).view(np.float16), np.array([18029], np.uint16).view(np.float16)]
+    got = [np.asarray(o) for o in hlofuse.compile(module, target="cpu")(*args)]
+    want = hlofuse.compile(module, target="interpreter")(*args)
+    assert exposed_outputs(module, "cpu") == {0}
+    assert [o.opcode for o in sources_module(module, "cpu").entry.root.operands] == ["broadcast", "divide"]
+    if np.array_equal(got[0], np.asarray(want[0]), equal_nan=True):
+        pytest.skip("this host's CPU logistic rounds as the interpreter here: nothing exposed")
+    assert _against_interpreter(module, args, got, "cpu", 74)["outcome"] == oc.BITS_EXPOSED
+    assert _against_interpreter(module, args, [np.array([0.5], np.float16)], "cpu", 74)["outcome"] == oc.MISMATCH
