@@ -220,3 +220,22 @@ def test_a_power_shows_its_exponents_rounding_and_is_still_checked():
         pytest.skip("this host's CPU logistic rounds as the interpreter here: nothing exposed")
     assert _against_interpreter(module, args, got, "cpu", 74)["outcome"] == oc.BITS_EXPOSED
     assert _against_interpreter(module, args, [np.array([0.5], np.float16)], "cpu", 74)["outcome"] == oc.MISMATCH
+
+
+def test_the_rerun_takes_a_nan_at_the_cut_of_either_sign():
+    """Seed 76: a TOTALORDER compare of max(fmod(-inf, -inf), ...) reads a NaN's sign. The fused
+    CPU program and the one that also returns the compared floats (whose fusion differs) need not
+    give the same NaN, so the rerun from the latter's floats is tried with the NaNs as given,
+    positive and negative: a NaN's sign is no backend's contract."""
+    text = """HloModule nan_at_the_cut
+ENTRY main {
+  m = bf16[] constant(-inf)
+  r = bf16[] remainder(m, m)
+  x = bf16[] maximum(r, r)
+  ROOT c = pred[] compare(x, m), direction=LT, type=TOTALORDER
+}
+"""
+    module = hlofuse.parse_hlo(text)
+    want = np.asarray(hlofuse.compile(module, target="interpreter")()[0])
+    flipped = [np.asarray(not bool(want))]  # the other NaN's answer
+    assert _against_interpreter(module, [], flipped, "cpu", 76)["outcome"] == oc.BITS_EXPOSED
