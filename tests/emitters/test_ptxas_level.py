@@ -6,24 +6,11 @@ from __future__ import annotations
 import pytest
 
 import hlofuse
+from backend_cases import NEGATED_MAX_S32
 from hlofuse.compiler import optimize
 from hlofuse.emitters.gpu.ptxas import assemble, assembler
 from hlofuse.hlo.errors import UnsupportedError
 from hlofuse.runtime.gpu_executor import PTXAS_LEVEL_ENV, GpuProgram, ptxas_level
-
-NEGATED_MAX = """HloModule negated_max
-max {
-  a = s32[] parameter(0)
-  b = s32[] parameter(1)
-  ROOT m = s32[] maximum(a, b)
-}
-ENTRY e {
-  x = s32[1,15] parameter(0)
-  n = s32[1,15] negate(x)
-  lo = s32[] constant(-2147483648)
-  ROOT r = s32[1] reduce(n, lo), dimensions={1}, to_apply=max
-}
-"""
 
 
 def test_the_knob_reads_a_level_or_nothing(monkeypatch):
@@ -39,7 +26,7 @@ def test_the_knob_reads_a_level_or_nothing(monkeypatch):
 
 @pytest.mark.skipif(assembler() is None, reason="neither ptxas nor nvJitLink on this machine")
 def test_each_level_assembles_and_the_optimizer_changes_the_code():
-    fused, _ = optimize(hlofuse.parse_hlo(NEGATED_MAX), "gpu")
+    fused, _ = optimize(hlofuse.parse_hlo(NEGATED_MAX_S32), "gpu")
     ptx = GpuProgram.compile(fused, emulated=True, build_only=True).ptx()
     cubins = {level: assemble(ptx, "sm_90", level) for level in (None, 0, 3)}
     assert all(c.startswith(b"\x7fELF") for c in cubins.values())

@@ -70,15 +70,14 @@ class Summary:
             for prefix, whats in by_prefix.items():
                 out.append(f"  {prefix}: {', '.join(whats)}")
             out.append("")
-        for f in self.long_running.values():
-            out.append(f"long-running [{f.fuzzer}] x{f.count} (timed out, and the interpreter does not finish "
-                       f"within the timeout either: the program itself runs long, not a failure)")
-            if f.reproducer:
-                out.append(f"      reproducer: {f.reproducer}")
-            out.append("")
-        for f in self.ptxas.values():
-            out.append(f"ptxas miscompile [{f.fuzzer}] {f.signature}  x{f.count} (right with the kernels "
-                       f"assembled by ptxas -O0: the assembler's bug, not hlofuse's; HLOFUSE_PTXAS_LEVEL=0 avoids it)")
+        kept_apart = [(f"long-running [{f.fuzzer}] x{f.count} (timed out, and the interpreter does not finish "
+                       f"within the timeout either: the program itself runs long, not a failure)", f)
+                      for f in self.long_running.values()]
+        kept_apart += [(f"ptxas miscompile [{f.fuzzer}] {f.signature}  x{f.count} (right with the kernels "
+                        f"assembled by ptxas -O0: the assembler's bug, not hlofuse's; HLOFUSE_PTXAS_LEVEL=0 "
+                        f"avoids it)", f) for f in self.ptxas.values()]
+        for line, f in kept_apart:
+            out.append(line)
             if f.reproducer:
                 out.append(f"      reproducer: {f.reproducer}")
             out.append("")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from backend_cases import ADD_MAX_F32
+from backend_cases import ADD_MAX_F32, NEGATED_MAX_S32
 from hlofuse.hlo.errors import UnsupportedError
 from hlofuse.hlo.parser import parse_hlo
 from hlofuse.runtime.gpu_executor import GpuProgram, HostDevice
@@ -119,24 +119,6 @@ ENTRY e {
     np.testing.assert_array_equal(real[0], x.sum(axis=0) + 7)
 
 
-# The graph fuzzer's most frequent real-GPU mismatch (seeds 62, 65 and 72 on an H200, CUDA 13.0):
-# a max of negated s32 values over a row holding INT_MIN. The PTX negates each load and takes
-# max.s32; ptxas at -O1 and above feeds one load to its three-input VIMNMX3 without the negation.
-NEGATED_MAX = """HloModule negated_max
-max {
-  a = s32[] parameter(0)
-  b = s32[] parameter(1)
-  ROOT m = s32[] maximum(a, b)
-}
-ENTRY e {
-  x = s32[1,15] parameter(0)
-  n = s32[1,15] negate(x)
-  lo = s32[] constant(-2147483648)
-  ROOT r = s32[1] reduce(n, lo), dimensions={1}, to_apply=max
-}
-"""
-
-
 @needs_gpu
 def test_kernels_assembled_by_ptxas_at_a_chosen_level(monkeypatch):
     """HLOFUSE_PTXAS_LEVEL assembles the kernels with ptxas -O<n> in place of the driver's JIT:
@@ -153,8 +135,8 @@ def test_kernels_assembled_by_ptxas_at_a_chosen_level(monkeypatch):
         _check(GpuProgram.compile(module, emulated=False).run(args), want)
     x = np.array([[5, -7, np.iinfo(np.int32).min, 23, 9, -1, 0, 40, -23, 7, 3, 2, 1, 8, 12]], np.int32)
     monkeypatch.setenv(PTXAS_LEVEL_ENV, "0")
-    got = hl_compile(parse_hlo(NEGATED_MAX), target="gpu")(x)
-    np.testing.assert_array_equal(np.asarray(got[0]), evaluate(parse_hlo(NEGATED_MAX), [x])[0])
+    got = hl_compile(parse_hlo(NEGATED_MAX_S32), target="gpu")(x)
+    np.testing.assert_array_equal(np.asarray(got[0]), evaluate(parse_hlo(NEGATED_MAX_S32), [x])[0])
     assert int(np.asarray(got[0])[0]) == 23
 
 
