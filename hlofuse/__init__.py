@@ -77,5 +77,6 @@ def load(path: str, format: str | None = None):
 
 __all__ = [
     "Executable", "HloError", "HloParseError", "InputError", "UnsupportedError", "VerifierError",
-    "compile", "compile_exported", "compile_file", "compile_text", "from_exported", "from_stablehlo", "jit", "load", "parse_hlo", "__version__",
+    "compile", "compile_exported", "compile_file", "compile_text", "from_exported", "from_stablehlo", "jit", "load",
+    "parse_hlo", "__version__",
 ]

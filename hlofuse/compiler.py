@@ -40,12 +40,12 @@ class Executable:
 
     def __init__(self, module: HloModule | Callable[[], HloModule], fused_module: HloModule, target: str,
                  run: Callable[[list], list], program: Any = None, pipeline: Any = None,
-                 compile_seconds: float = 0.0, from_cache: bool = False) -> None:
+                 compile_seconds: float = 0.0, from_cache: bool = False, memory_estimate: Any = None) -> None:
         # the user's module, or the function that makes it (`compile_source` loads a hit
         # without it: it is made when first read)
         self._module = module
         self.module_entry_key: str | None = None  # the module cache entry it was stored or loaded as
-        self.memory_estimate: Any = None  # the run's memory (runtime/memory_budget.py), where checked
+        self.memory_estimate = memory_estimate  # the run's memory (runtime/memory_budget.py), where checked
         self.fused_module = fused_module
         self.target = target
         self._run = run
@@ -252,9 +252,9 @@ def _compile_afresh(module: HloModule, target: str, fusion: bool, verify: bool |
     # here rather than fail with a MemoryError halfway through a run.
     from .runtime.memory_budget import check_compiled
 
-    exe = Executable(module, fused, target, run, program, pipeline, time.perf_counter() - start)
-    exe.memory_estimate = check_compiled(fused, target, program)
-    return exe
+    estimate = check_compiled(fused, target, program)
+    return Executable(module, fused, target, run, program, pipeline, time.perf_counter() - start,
+                      memory_estimate=estimate)
 
 
 def _entry_key(module: HloModule, target: str, fusion: bool, algorithm: str | None) -> str:
@@ -314,7 +314,7 @@ def _load_cached(key: str, module: HloModule | Callable[[], HloModule], target: 
     program = CpuProgram.load(code, payload["primitives"])
     program.compile_seconds = time.perf_counter() - start
     check_memory(payload["estimate"])
-    exe = Executable(module, fused, target, program.run, program, None, time.perf_counter() - start, from_cache=True)
+    exe = Executable(module, fused, target, program.run, program, None, time.perf_counter() - start, from_cache=True,
+                     memory_estimate=payload["estimate"])
     exe.module_entry_key = key
-    exe.memory_estimate = payload["estimate"]
     return exe

@@ -90,14 +90,9 @@ def source_key(digest: str, kind: str, target: str, options: dict[str, Any], tar
     """Hex key of a compile of the module made from a source whose SHA-256 is `digest` (`kind`
     says how it is made: "hlo" text, "stablehlo", a JAX export with its signature), with the
     rest as `module_key`'s. Made by the same hlofuse from the same source, the module is the
-    same, so its module entry is too (`load_source`)."""
-    h = hashlib.sha256()
-    opts = ",".join(f"{k}={options[k]!r}" for k in sorted(options))
-    for part in ("source-1", FORMAT, kind, target, opts, target_fingerprint, hlofuse_version(), EMITTER_VERSION,
-                 package_digest(), digest):
-        h.update(part.encode())
-        h.update(b"\0")
-    return h.hexdigest()
+    same, so its module entry is too (`load_source`). A `module_key` whose text names the
+    source: no module's canonical text (it starts `HloModule`) is that."""
+    return module_key(f"source-1 {kind} {digest}", target, options, target_fingerprint)
 
 
 def load_source(key: str, directory: str | None) -> str | None:

@@ -155,9 +155,10 @@ def _against_interpreter(module, args, got, backend: str, seed: int, reference=N
             return _error_result(e, "interpreter")
     else:
         ref_exe, want = reference
+    denormals = getattr(ref_exe, "denormals", "flush")  # "keep": the real GPU's oracle
 
     def rerun():
-        if getattr(ref_exe, "denormals", "flush") == "keep":
+        if denormals == "keep":
             # The real GPU's oracle keeps denormals exactly; the GPU's own functions need not
             # produce or keep one (1 / (1 + exp(-x)) is 0 below -88.7, as XLA:GPU's logistic,
             # where the exact value is a denormal: seed 65 on an H200), even where none is in
@@ -178,15 +179,15 @@ def _against_interpreter(module, args, got, backend: str, seed: int, reference=N
 
     def reordered():
         try:
-            return other_order_references(module, args, getattr(ref_exe, "denormals", "flush"))
+            return other_order_references(module, args, denormals)
         except Exception:  # noqa: BLE001 - no second order: the mismatch stands
             return None
 
     def bits(mismatching):
-        return only_bits_exposed(module, args, backend, mismatching, getattr(ref_exe, "denormals", "flush"), got)
+        return only_bits_exposed(module, args, backend, mismatching, denormals, got)
 
     outcome, message = compare_with_reference(got, want, rerun, reordered, bits,
-                                              denormals_by_element=getattr(ref_exe, "denormals", "flush") == "keep")
+                                              denormals_by_element=denormals == "keep")
     if outcome == oc.OK:
         return {"outcome": oc.OK, "stage": "compare", "signature": "", "message": ""}
     first = _first_bad(got, want)
@@ -282,17 +283,13 @@ def _passes_at_ptxas_o0(module, args: list, label: str, seed: int, oracle) -> bo
     import hlofuse
     from hlofuse.runtime.gpu_executor import PTXAS_LEVEL_ENV
 
-    saved = os.environ.get(PTXAS_LEVEL_ENV)
-    os.environ[PTXAS_LEVEL_ENV] = "0"
+    from unittest import mock
+
     try:
-        got = hlofuse.compile(module, target="gpu")(*args)
+        with mock.patch.dict(os.environ, {PTXAS_LEVEL_ENV: "0"}):
+            got = hlofuse.compile(module, target="gpu")(*args)
     except Exception:  # noqa: BLE001 - no second answer: the mismatch stands
         return False
-    finally:
-        if saved is None:
-            os.environ.pop(PTXAS_LEVEL_ENV, None)
-        else:
-            os.environ[PTXAS_LEVEL_ENV] = saved
     return _against_interpreter(module, args, got, label, seed, oracle)["outcome"] != oc.MISMATCH
 
 

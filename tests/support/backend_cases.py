@@ -42,13 +42,7 @@ ADD_MAX_F32 = reducer("add", "f32", "add") + reducer("max", "f32", "maximum")
 # 13.0): a max of negated s32 values over a row holding INT_MIN. The PTX negates each load and
 # takes max.s32; ptxas at -O1 and above feeds one load to its three-input VIMNMX3 without the
 # negation (docs/gpu_device.md, "Eighth run").
-NEGATED_MAX_S32 = """HloModule negated_max
-max {
-  a = s32[] parameter(0)
-  b = s32[] parameter(1)
-  ROOT m = s32[] maximum(a, b)
-}
-ENTRY e {
+NEGATED_MAX_S32 = "HloModule negated_max\n" + reducer("max", "s32", "maximum") + """ENTRY e {
   x = s32[1,15] parameter(0)
   n = s32[1,15] negate(x)
   lo = s32[] constant(-2147483648)

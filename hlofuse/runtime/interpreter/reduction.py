@@ -76,18 +76,23 @@ def _call_columns(interp, reducer: HloComputation, left: list[Array], right: lis
             for v, a in zip(values, left)]
 
 
+def _pair_up(arrays: list[Array], combine) -> list[Array]:
+    """Fold equal-shape `arrays` over their last axis pairwise: each step hands `combine` the
+    even and the odd positions (lists, one per array: earlier elements on the left, so
+    index-based tie breaks still prefer them) and keeps an odd last one for the next step."""
+    while arrays[0].shape[-1] > 1:
+        even = arrays[0].shape[-1] - arrays[0].shape[-1] % 2
+        paired = combine([a[..., 0:even:2] for a in arrays], [a[..., 1:even:2] for a in arrays])
+        arrays = [np.concatenate([p, a[..., even:]], axis=-1) for p, a in zip(paired, arrays)]
+    return [a[..., 0] for a in arrays]
+
+
 def _tree_fold(interp, reducer: HloComputation, flat: list[Array], inits: list[Array]) -> list[Array]:
-    """Pairwise combination of the columns of (kept, reduced) arrays, earlier elements on the
-    left (so index-based tie breaks still prefer them), then the init values in front."""
-    cols = flat
-    while cols[0].shape[1] > 1:
-        width = cols[0].shape[1]
-        even = width - width % 2
-        paired = _call_columns(interp, reducer, [c[:, 0:even:2] for c in cols], [c[:, 1:even:2] for c in cols])
-        cols = [np.concatenate([p, c[:, even:]], axis=1) for p, c in zip(paired, cols)]
-    n_kept = cols[0].shape[0]
-    heads = [np.broadcast_to(init, (n_kept,)).copy() for init in inits]
-    return _call_columns(interp, reducer, heads, [c[:, 0] for c in cols])
+    """Pairwise combination of the columns of (kept, reduced) arrays (`_pair_up`), then the
+    init values in front."""
+    folded = _pair_up(flat, lambda left, right: _call_columns(interp, reducer, left, right))
+    heads = [np.broadcast_to(init, (folded[0].shape[0],)).copy() for init in inits]
+    return _call_columns(interp, reducer, heads, folded)
 
 
 def fold(interp, reducer: HloComputation, inputs: list[Array], inits: list[Array],
@@ -202,17 +207,14 @@ def grouping_free(ufunc) -> bool:
 
 
 def _pairwise(ufunc, cols: Array, mask: Array, wide, dtype) -> tuple[Array, Array]:
-    """`ufunc` folded over the last axis of `cols` pairwise (earlier positions on the left),
-    positions where `mask` is False skipped; (the folds, whether each had a valid position)."""
-    while cols.shape[-1] > 1:
-        even = cols.shape[-1] - cols.shape[-1] % 2
-        left, right = cols[..., 0:even:2], cols[..., 1:even:2]
-        m_left, m_right = mask[..., 0:even:2], mask[..., 1:even:2]
-        both = to_type(ufunc(left.astype(wide), right.astype(wide)), dtype)
-        paired = np.where(m_left & m_right, both, np.where(m_left, left, right))
-        cols = np.concatenate([paired, cols[..., even:]], axis=-1)
-        mask = np.concatenate([m_left | m_right, mask[..., even:]], axis=-1)
-    return cols[..., 0], mask[..., 0]
+    """`ufunc` folded over the last axis of `cols` pairwise (`_pair_up`), positions where
+    `mask` is False skipped; (the folds, whether each had a valid position)."""
+    def combine(left: list[Array], right: list[Array]) -> list[Array]:
+        (x, m_left), (y, m_right) = left, right
+        both = to_type(ufunc(x.astype(wide), y.astype(wide)), dtype)
+        return [np.where(m_left & m_right, both, np.where(m_left, x, y)), m_left | m_right]
+
+    return tuple(_pair_up([cols, mask], combine))
 
 
 def tree_reduce(interp, reducer: HloComputation, x: Array, init: Array, dims: tuple[int, ...]) -> Array:

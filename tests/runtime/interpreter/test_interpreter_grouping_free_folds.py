@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 import hlofuse
+from backend_cases import reducer
 from hlofuse.runtime.interpreter import evaluate, reduction
 
 EDGES = [np.nan, -np.nan, 0.0, -0.0, np.inf, -np.inf, 1e-40, -1e-40, 6e-8, -6e-8, 1.5, -2.25, 65504.0, -3.0]
@@ -38,13 +39,7 @@ def _values(dtype, shape, seed: int) -> np.ndarray:
 def _module(ty: str, shape: tuple, dims: tuple, op: str, init: str) -> str:
     dims_text = ",".join(map(str, shape))
     kept = [n for d, n in enumerate(shape) if d not in dims]
-    return f"""HloModule m
-red {{
-  a = {ty}[] parameter(0)
-  b = {ty}[] parameter(1)
-  ROOT r = {ty}[] {op}(a, b)
-}}
-ENTRY e {{
+    return "HloModule m\n" + reducer("red", ty, op) + f"""ENTRY e {{
   x = {ty}[{dims_text}] parameter(0)
   i = {ty}[] constant({init})
   ROOT s = {ty}[{",".join(map(str, kept))}] reduce(x, i), dimensions={{{",".join(map(str, dims))}}}, to_apply=red
