@@ -9,7 +9,7 @@ import pytest
 import hlofuse
 from hlofuse.runtime.interpreter import evaluate
 from tests.fuzz import outcomes as oc
-from tests.fuzz.bit_exposure import cut_module, exposed_outputs, only_bits_exposed, sources_module
+from tests.fuzz.bit_exposure import cut_module, exposed_outputs, float_bitcasts, only_bits_exposed, sources_module
 from tests.fuzz.cases import _against_interpreter, compare_with_reference
 
 # the HLO mutation fuzzer's seed-39 case: exp's bits as bytes, then integer arithmetic; and an
@@ -77,7 +77,7 @@ def test_the_seed_39_case_is_not_a_failure():
 SIGN_READ = """HloModule sign
 ENTRY main {
   x = f32[16] parameter(0)
-  s = f32[16] sine(x)
+  s = f32[16] exponential(x)
   z = f32[] constant(0)
   zs = f32[16] broadcast(z), dimensions={}
   ge = pred[16] compare(s, zs), direction=GE, type=TOTALORDER
@@ -94,7 +94,7 @@ def test_a_totalorder_compare_shows_bits():
     module = hlofuse.parse_hlo(SIGN_READ)
     assert exposed_outputs(module, "gpu") == {0} == exposed_outputs(module, "cpu")
     variant = sources_module(module, "gpu")
-    assert [o.opcode for o in variant.entry.root.operands] == ["sine", "broadcast"]
+    assert [o.opcode for o in variant.entry.root.operands] == ["exponential", "broadcast"]
     plain = hlofuse.parse_hlo(SIGN_READ.replace(", type=TOTALORDER", ""))
     assert exposed_outputs(plain) == set() and sources_module(plain) is None
 
@@ -182,6 +182,8 @@ def test_a_remainder_shows_its_operands_rounding_and_is_still_checked():
     the CPU's own divisor, gives the CPU's answer: bits-exposed. A wrong answer downstream of
     the remainder still fails that rerun."""
     assert exposed_outputs(hlofuse.parse_hlo(REMAINDER_TIE), "cpu") == {0}
+    # the cosine reads the remainder: recomputed by the rerun from the remainder's cut, not cut
+    assert [i.opcode for i in float_bitcasts(hlofuse.parse_hlo(REMAINDER_TIE))] == ["remainder"]
     module, args, got = _seed_73_on_the_cpu(REMAINDER_TIE)
     assert _against_interpreter(module, args, got, "cpu", 73)["outcome"] == oc.BITS_EXPOSED
     wrong = [np.array([0.5], np.float16)]  # no divisor near 0.459 gives cos(r) = 0.5 from 6.426
@@ -224,6 +226,34 @@ def test_a_power_shows_its_exponents_rounding_and_is_still_checked():
     module, args, got = _seed_73_on_the_cpu(POWER_TIE)
     assert _against_interpreter(module, args, got, "cpu", 74)["outcome"] == oc.BITS_EXPOSED
     assert _against_interpreter(module, args, [np.array([0.5], np.float16)], "cpu", 74)["outcome"] == oc.MISMATCH
+
+
+COSINE_OF_A_LARGE_ARGUMENT = """HloModule cosine_large
+ENTRY main {
+  x = f16[1] parameter(0)
+  y = f16[1] parameter(1)
+  l = f16[1] logistic(x)
+  k = f16[] constant(60000)
+  kb = f16[1] broadcast(k), dimensions={}
+  m = f16[1] multiply(l, kb)
+  ROOT c = f16[1] cosine(m)
+}
+"""
+
+
+def test_a_cosine_shows_its_operands_rounding_and_is_still_checked():
+    """Seed 80's shape on an H200 (the GPU's rsqrt one ULP from the interpreter's, about 2.7e22,
+    then its cosine 0.755 against 0.948), here with the seed-73 logistic one f16 ULP apart: 60000
+    times it is 27536 against 27552 (f16's ULP there is 16), whose cosines have nothing in
+    common. The operands agree within the float tolerance and the rerun from the CPU's own
+    operand gives the CPU's answer: bits-exposed; a wrong cosine still fails the rerun."""
+    module = hlofuse.parse_hlo(COSINE_OF_A_LARGE_ARGUMENT)
+    assert exposed_outputs(module, "cpu") == {0}
+    assert [o.opcode for o in sources_module(module, "cpu").entry.root.operands] == ["multiply"]
+    module, args, got = _seed_73_on_the_cpu(COSINE_OF_A_LARGE_ARGUMENT)
+    assert _against_interpreter(module, args, got, "cpu", 80)["outcome"] == oc.BITS_EXPOSED
+    wrong = [np.array([2.0], np.float16)]  # no cosine is 2
+    assert _against_interpreter(module, args, wrong, "cpu", 80)["outcome"] == oc.MISMATCH
 
 
 def test_the_rerun_takes_a_nan_at_the_cut_of_either_sign():
