@@ -86,3 +86,31 @@ def test_a_ptxas_miscompile_is_kept_apart_with_its_reproducer(tmp_path):
     assert "ptxas miscompile [graphs] gpu vs interpreter: reduce -> int32" in text
     assert str(kept[0].parent) in text
     assert "0 distinct failure signatures" in text
+
+
+def test_a_bool_read_off_a_denormal_may_follow_either_semantics_on_the_gpu():
+    """Seed 85 on an H200: convert(1e-40) to pred was false on the GPU (the flushing semantics)
+    and true in the keeping oracle, beside a float output that kept its denormals, so neither
+    reference was whole. A bool element is excused where it is exactly the flushing semantics'
+    answer; one that neither semantics gives is still a mismatch."""
+    text = """HloModule m
+ENTRY e {
+  x = f32[4] parameter(0)
+  y = f32[4] parameter(1)
+  p = pred[4] convert(x)
+  r = f32[4] remainder(y, y)
+  ROOT t = (pred[4], f32[4]) tuple(p, r)
+}
+"""
+    module = hlofuse.parse_hlo(text)
+    x = np.array([1e-40, 0.0, 2.0, -3e-39], np.float32)
+    y = np.array([1e-40, 2.5, -3e-39, 1.0], np.float32)
+    keep = [np.asarray(o) for o in evaluate(module, [x, y], denormals="keep")]
+    flush = [np.asarray(o) for o in evaluate(module, [x, y])]
+    assert keep[0][0] and not flush[0][0]  # the denormal is true when kept, false when flushed
+    gpu = [flush[0], keep[1]]
+    reference = _oracle(module, [x, y], "gpu", (None, None))
+    assert _against_interpreter(module, [x, y], gpu, "gpu", 0, reference)["outcome"] == oc.DENORMAL
+    wrong = [flush[0].copy(), keep[1]]
+    wrong[0][2] = False  # convert(2.0) is true in both semantics
+    assert _against_interpreter(module, [x, y], wrong, "gpu", 0, reference)["outcome"] == oc.MISMATCH

@@ -144,3 +144,91 @@ def test_the_bf16_case_needs_the_bit_flush(monkeypatch):
     text = "HloModule t\n\nENTRY e {\n  p = bf16[10] parameter(0)\n  ROOT r = pred[10] convert(p)\n}\n"
     got = np.asarray(hlofuse.compile(hlofuse.parse_hlo(text), target="cpu", cache=False)(BF16_EDGES)[0])
     assert got[1] and got[2]
+
+
+# f16 runs in f32 (vcvtph2ps, which denormals-are-zero does not touch), where its denormals
+# are normal numbers: nothing of an f16 is flushed (docs/denormals.md), on XLA:CPU as in the
+# interpreter. The kernels' "denormal-fp-math" attribute, which LLVM applies to every float
+# type, told LLVM's folder otherwise: the sum of 33,792 f16 6e-08 literals was 0, not 0.002014
+# (the large-graph fuzzer, seed 85); the literal now reaches LLVM through an arithmetic fence.
+F16_SUM = """HloModule f16_sum
+
+add {
+  a = f16[] parameter(0)
+  b = f16[] parameter(1)
+  ROOT r = f16[] add(a, b)
+}
+
+ENTRY e {
+  p = f16[4] parameter(0)
+  d = f16[] constant(6e-08)
+  bd = f16[2816,4,3] broadcast(d), dimensions={}
+  z = f16[] constant(0)
+  s = f16[] reduce(bd, z), dimensions={0,1,2}, to_apply=add
+  sb = f16[4] broadcast(s), dimensions={}
+  ROOT r = f16[4] add(sb, p)
+}
+"""
+F16_ROOTS = {
+    "sum": None,
+    "add": "add(bd8, p8)",
+    "multiply": "multiply(bd8, k8)",
+    "compare": "compare(bd8, z8), direction=GT",
+    "divide": "divide(k8, bd8)",
+}
+
+
+def _f16_module(root: str | None) -> str:
+    if root is None:
+        return F16_SUM
+    out = "pred" if root.startswith("compare") else "f16"
+    return f"""HloModule f16_literal
+
+ENTRY e {{
+  p = f16[4] parameter(0)
+  p8 = f16[8] concatenate(p, p), dimensions={{0}}
+  d = f16[] constant(6e-08)
+  bd8 = f16[8] broadcast(d), dimensions={{}}
+  k = f16[] constant(1000)
+  k8 = f16[8] broadcast(k), dimensions={{}}
+  z = f16[] constant(0)
+  z8 = f16[8] broadcast(z), dimensions={{}}
+  ROOT r = {out}[8] {root}
+}}
+"""
+
+
+@pytest.mark.parametrize("target", ["cpu", "gpu-emulated"])
+@pytest.mark.parametrize("case", sorted(F16_ROOTS))
+def test_f16_denormal_literals_are_kept(case, target):
+    text = _f16_module(F16_ROOTS[case])
+    x = np.array([0.0, 2.0, -3.0, 0.5], np.float16)
+    want = _run(text, "interpreter", x)
+    got = _run(text, target, x)
+    assert _same_bits(got, want), f"{case} {target}: {got} vs interpreter {want}"
+    if case == "sum":  # the kept denormals add up, in any order: 33,792 x 2^-24 is 0.002014
+        assert abs(float(want[0]) - 33792 * 2.0 ** -24) < 1e-5
+
+
+def test_f16_literals_as_xla_cpu():
+    """The same literals on XLA:CPU itself: kept, as the interpreter keeps them."""
+    from xla_oracle import run_on_xla, xla_available
+
+    if not xla_available():
+        pytest.skip("XLA:CPU (jaxlib) is not available")
+    x = np.array([0.0, 2.0, -3.0, 0.5], np.float16)
+    for case, root in sorted(F16_ROOTS.items()):
+        text = _f16_module(root)
+        want = np.asarray(run_on_xla(text, [x])[0])
+        assert _same_bits(_run(text, "interpreter", x), want), case
+
+
+def test_the_f16_case_needs_the_fence(monkeypatch):
+    """The guard that the tests above can fail: with the literal given to LLVM as a plain
+    constant, its folder flushes it and the sum is 0."""
+    from hlofuse.emitters import elemental_data
+
+    monkeypatch.setattr(elemental_data, "_opaque_half", lambda em, value: (lambda idx: value))
+    x = np.zeros(4, np.float16)
+    got = np.asarray(hlofuse.compile(hlofuse.parse_hlo(F16_SUM), target="cpu", cache=False)(x)[0])
+    assert got[0] == 0

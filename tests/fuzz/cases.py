@@ -66,9 +66,14 @@ def _denormal_elements_excused(actual: list, expected: list, flushed: list) -> l
     out = []
     for a, e, f in zip(actual, expected, flushed):
         a, e, f = np.asarray(a), np.asarray(e), np.asarray(f)
-        # bf16 and fp8 arrays are numpy kind "V": judged as floats too (seed 65's bf16 case)
-        if a.shape != e.shape or f.shape != e.shape or not is_float_dtype(e.dtype):
+        if a.shape != e.shape or f.shape != e.shape:
             out.append(a)
+            continue
+        # bf16 and fp8 arrays are numpy kind "V": judged as floats too (seed 65's bf16 case)
+        if not is_float_dtype(e.dtype):
+            # a bool or an integer read off a denormal (a convert to pred of 1e-40 on an H200,
+            # seed 85): excused where it is exactly what the flushing semantics give
+            out.append(np.where(a == f, e, a) if a.dtype == f.dtype else a)
             continue
         rtol, atol = tolerance_for(e.dtype)
         fa = np.asarray(flush_denormals(a)).astype(np.complex128 if e.dtype.kind == "c" else np.float64)
