@@ -273,3 +273,42 @@ ENTRY main {
     want = np.asarray(hlofuse.compile(module, target="interpreter")()[0])
     flipped = [np.asarray(not bool(want))]  # the other NaN's answer
     assert _against_interpreter(module, [], flipped, "cpu", 76)["outcome"] == oc.BITS_EXPOSED
+
+
+TWO_KERNELS_TWO_NANS = """HloModule two_kernels_two_nans
+
+ENTRY main {
+  x = f32[4] parameter(0)
+  c = f32[4] cosine(x)
+  z = f32[] constant(0)
+  zb = f32[4] broadcast(z), dimensions={}
+  lt = pred[4] compare(c, zb), direction=LT, type=TOTALORDER
+  gt = pred[4] compare(c, zb), direction=GT, type=TOTALORDER
+  ROOT o = (pred[4], pred[4]) tuple(lt, gt)
+}
+"""
+
+
+def test_each_output_may_read_its_own_nan_sign():
+    """The graph fuzzer's seed 84 (gpu-emulated): cos(inf) is a NaN, and fusion computed it in
+    the kernel of each output, one kernel making a +NaN and the other a -NaN, so the outputs of
+    one run follow different NaN signs at the cut. The rerun lets each output take its own; a
+    wrong element where no NaN is read still fails."""
+    module = hlofuse.parse_hlo(TWO_KERNELS_TWO_NANS)
+    x = np.array([np.inf, -0.5, -2.0, 0.25], np.float32)  # cos: NaN, 0.88, -0.42, 0.97
+    cut = cut_module(module, "cpu")
+    with np.errstate(invalid="ignore"):
+        cos = np.cos(x)
+
+    def run_with(sign: float) -> list:
+        c = np.where(np.isnan(cos), np.copysign(np.nan, sign), cos).astype(np.float32)
+        # the cut points: the cosine's operand, then the compares' two
+        return [np.asarray(o) for o in evaluate(cut, [x, x, c, np.zeros(4, np.float32)])]
+
+    minus, plus = run_with(-1.0), run_with(1.0)
+    assert minus[0][0] and not plus[0][0] and plus[1][0] and not minus[1][0]  # -NaN < 0 < +NaN
+    mixed = [plus[0], minus[1]]  # no one NaN gives both: each output read its own
+    assert only_bits_exposed(module, [x], "cpu", [0, 1], "flush", mixed)
+    wrong = [plus[0].copy(), minus[1]]
+    wrong[0][2] = not wrong[0][2]  # cos(-2) < 0 whatever a NaN's sign
+    assert not only_bits_exposed(module, [x], "cpu", [0, 1], "flush", wrong)
