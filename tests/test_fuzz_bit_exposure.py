@@ -312,3 +312,34 @@ def test_each_output_may_read_its_own_nan_sign():
     wrong = [plus[0].copy(), minus[1]]
     wrong[0][2] = not wrong[0][2]  # cos(-2) < 0 whatever a NaN's sign
     assert not only_bits_exposed(module, [x], "cpu", [0, 1], "flush", wrong)
+
+
+REMAINDER_SIGN = """HloModule remainder_sign
+ENTRY main {
+  x = f16[1] parameter(0)
+  y = f16[1] parameter(1)
+  l = f16[1] logistic(x)
+  r = f16[1] remainder(y, l)
+  z = f16[] constant(0)
+  zb = f16[1] broadcast(z), dimensions={}
+  ROOT c = pred[1] compare(r, zb), direction=GT, type=TOTALORDER
+}
+"""
+
+
+def test_a_cast_after_a_cast_reads_the_floats_the_first_one_moved():
+    """The large-graph fuzzer's seed 84 (cpu): a TOTALORDER compare of a remainder's result. The
+    seed-73 logistic one f16 ULP apart makes fmod(6.426, l) 0 on the interpreter and 0.4558 on
+    the CPU, so the compare's operand differs from the interpreter's plain run by design. It is
+    held instead to the interpreter's remainder of the CPU's own operands (`_moved_reference`):
+    bits-exposed (held to the plain run, it was a mismatch)."""
+    from tests.fuzz.bit_exposure import _moved, _moved_reference
+
+    module = hlofuse.parse_hlo(REMAINDER_SIGN)
+    assert [i.opcode for i in float_bitcasts(module)] == ["remainder", "compare"]
+    assert _moved(module, "cpu") == [False, False, True, False]  # y, l, r, zb: r follows the remainder
+    y, l = np.array([6.426], np.float16), np.array([0.4592], np.float16)
+    (r,) = _moved_reference(module, "cpu", [np.array([-0.164], np.float16), y], [y, l, np.zeros(1, np.float16)], "flush")
+    assert np.asarray(r)[0] == np.fmod(np.float32(y[0]), np.float32(l[0])).astype(np.float16)
+    module, args, got = _seed_73_on_the_cpu(REMAINDER_SIGN)
+    assert _against_interpreter(module, args, got, "cpu", 84)["outcome"] == oc.BITS_EXPOSED
