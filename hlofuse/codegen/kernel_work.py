@@ -25,8 +25,9 @@ small jitted function) runs in microseconds, and there scalar code is the run ti
 small workloads of benchmarks/workloads.py ran 1.0-1.8x slower with every kernel small: a
 scalar exp, tanh or log is 10-50x a vector lane's). So the small kernels of a program share a
 budget (`small_kernels`): each one's estimated extra time as scalar code
-(`small_level_cost_ns`) is charged against SMALL_SHARE of the program's estimated work (every
-kernel's `kernel_work_ns`), the cheapest first, and the kernels past the budget stay at O3.
+(`small_level_cost_ns`) is charged against SMALL_SHARE of the program's estimated call (every
+kernel's `kernel_work_ns`, and CALL_OVERHEAD_NS, what a call costs besides its kernels), the
+cheapest first, and the kernels past the budget stay at O3.
 
 A kernel whose run time is a library call (a GEMM through BLAS or oneDNN's sgemm, custom
 "gemm"; a oneDNN convolution or matmul primitive, "onednn_conv" and "onednn_matmul") is judged
@@ -74,9 +75,17 @@ def elements_touched(comp: HloComputation) -> int:
     return params + sum(leaf.shape.element_count() for leaf in output_leaves(comp))
 
 
-# The small kernels of a program may cost at most this share of its estimated work
+# The small kernels of a program may cost at most this share of its estimated call
 # (`small_kernels`), by `small_level_cost_ns`'s estimate.
 SMALL_SHARE = 0.0025
+# What every call of a program costs besides its kernels' work, counted in its estimated call:
+# the caller's entry, binding the arguments, allocating and returning the outputs
+# (benchmarks/call_overhead.py: 21.8 us a call of a one-kernel program from numpy arrays on the
+# 2-core Zen 1 host, load 0.6; half of it here, for faster hosts). A program of a few small
+# kernels runs in that time whatever its kernels' level: without it, its budget was a share of
+# nanoseconds of work, and every kernel of a small jitted function was compiled at O3 (20-25 ms
+# of LLVM each on that host) to save a share of a call it cannot measure.
+CALL_OVERHEAD_NS = 10_000.0
 # What scalar code at the small level costs over O3's vector code, per element a kernel computes
 # and per transcendental op on it. Fitted on the small workloads of benchmarks/workloads.py
 # (every kernel small, one thread): the five-function chain over 64 elements ran 3.0 us slower
@@ -152,10 +161,10 @@ def small_kernels(planner, entry) -> set[int]:
     (`small_anywhere`) that do not run once, and of those that run once per execution
     (`once_kernels`) with an estimated time of their own code (`own_work_ns`) under
     SMALL_KERNEL_NS, cheapest first by `small_level_cost_ns` while their summed cost stays
-    within SMALL_SHARE of the estimated work of all the program's kernels (each counted once, a
-    loop's too)."""
+    within SMALL_SHARE of the program's estimated call: CALL_OVERHEAD_NS and the estimated work
+    of all its kernels (each counted once, a loop's too)."""
     once = once_kernels(planner, entry)
-    budget = SMALL_SHARE * sum(kernel_work_ns(k) for k in planner.kernels)
+    budget = SMALL_SHARE * (CALL_OVERHEAD_NS + sum(kernel_work_ns(k) for k in planner.kernels))
     candidates = [k for k in planner.kernels if id(k) in once and own_work_ns(k) < SMALL_KERNEL_NS]
     chosen = {id(k) for k in planner.kernels if id(k) not in once and small_anywhere(k)}
     spent = 0.0
