@@ -48,3 +48,19 @@ def test_f32_is_judged_in_f64():
     precise = precise_values("exponential f32", [x])
     assert precise.dtype == np.float64
     np.testing.assert_array_equal(precise, np.exp(x.astype(np.float64)))
+
+
+def test_a_convert_rounded_once_against_xlas_twice():
+    """Seed 89: convert f64 -> f16 of -2.5263670860825496, 1e-7 below the f16 midpoint
+    -2.5263671875. Rounded once (hlofuse, numpy) it is -2.525390625; XLA:CPU converts through
+    f32, whose nearest value is the midpoint itself, which then rounds to even: -2.52734375.
+    The input is the exact value, so XLA is the one off; a backend off by as much stays a
+    mismatch."""
+    x = np.array([-2.5263670860825496, 1.0, 0.1], np.float64)
+    ours = x.astype(np.float16)
+    xla = x.astype(np.float32).astype(np.float16)
+    assert ours[0] == np.float16(-2.525390625) and xla[0] == np.float16(-2.52734375)
+    assert np.array_equal(precise_values("convert f64->f16", [x]), x)
+    r = _edge_result("cpu", "convert f64->f16", 0.0, [x], ours, xla, ours)
+    assert r["outcome"] == oc.XLA_LESS_ACCURATE, r
+    assert _edge_result("cpu", "convert f64->f16", 0.0, [x], xla, ours, xla)["outcome"] == oc.MISMATCH

@@ -20,7 +20,8 @@ ORDER_SENSITIVE = "order-sensitive"
 # the float tolerance (bit_exposure.py): a last-ULP difference made visible; counted apart.
 BITS_EXPOSED = "bits-exposed"
 # An edge case where the backend agrees with the function computed in a wider type and XLA:CPU
-# does not (edge.py): XLA's approximation is off there; counted apart.
+# does not (edge.py): XLA's approximation is off there, or its convert of f64 to f16 rounds
+# twice (through f32) where hlofuse rounds once; counted apart.
 XLA_LESS_ACCURATE = "xla-less-accurate"
 # A real-GPU mismatch that goes away with the kernels assembled by `ptxas -O0` instead of the
 # driver's JIT: the assembler's optimizer, not hlofuse (docs/gpu_device.md); counted apart, its
