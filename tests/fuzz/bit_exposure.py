@@ -67,6 +67,12 @@ def float_bitcasts(module, backend: str = "cpu") -> list:
     An ILL_CONDITIONED function whose operands already depend on one of these is left out: the
     rerun from the first one's cut recomputes it, so it is still tested (a cosine of a
     remainder: the remainder's operands are cut, the cosine is the interpreter's own)."""
+    return _exposing(module, backend)[0]
+
+
+def _exposing(module, backend: str) -> tuple[list, set[int]]:
+    """(`float_bitcasts`, the ids of the entry's instructions that are one of them or depend on
+    one): one walk of the entry in post order."""
     from hlofuse.hlo.walk import instruction_post_order
 
     real_gpu = backend.split(" ")[0] == "gpu"
@@ -81,15 +87,15 @@ def float_bitcasts(module, backend: str = "cpu") -> list:
             return True
         return i.opcode == "compare" and str(i.attrs.get("type", "")) == "TOTALORDER"
 
-    casts, moved = [], set()  # moved: what depends on a cast counted so far
+    casts, after = [], set()
     for i in instruction_post_order(module.entry):
-        after_a_cast = any(id(o) in moved for o in i.operands)
+        after_a_cast = any(id(o) in after for o in i.operands)
         if shows_bits(i) and reads_floats(i) and not (after_a_cast and i.opcode in ILL_CONDITIONED):
             casts.append(i)
-            moved.add(id(i))
+            after.add(id(i))
         elif after_a_cast:
-            moved.add(id(i))
-    return casts
+            after.add(id(i))
+    return casts, after
 
 
 def _output_producers(module) -> list:
@@ -134,43 +140,43 @@ def _moved(module, backend: str) -> list[bool]:
     value moves with the operands' rounding of that earlier cast, so it is held to the values
     the interpreter computes from the backend's own floats at the other sources
     (`_moved_reference`), not to the interpreter's plain run."""
-    from hlofuse.hlo.walk import instruction_post_order
-
-    casts = set(float_bitcasts(module, backend))
-    after: set[int] = set()
-    for inst in instruction_post_order(module.entry):
-        if inst in casts or any(id(o) in after for o in inst.operands):
-            after.add(id(inst))
-    return [id(s) in after for s in _sources(float_bitcasts(module, backend))]
+    casts, after = _exposing(module, backend)
+    return [id(s) in after for s in _sources(casts)]
 
 
 def _moved_reference(module, backend: str, args: list, first: list, denormals: str) -> list:
     """The values of the moved sources (`_moved`) that the interpreter computes from `first`,
     the backend's values of the other sources, each cut out as a parameter."""
-    from hlofuse.hlo.instruction import HloInstruction
-    from hlofuse.hlo.shapes import TupleShape
     from hlofuse.runtime.interpreter import evaluate
 
     copy = module.clone()
-    sources = _sources(float_bitcasts(copy, backend))
-    moved = _moved(copy, backend)
-    for source, m in zip(sources, moved):
-        if not m:
-            source.replace_all_uses_with(copy.entry.add_parameter(source.shape, name=f"cut_{source.name}"))
-    targets = [s for s, m in zip(sources, moved) if m]
-    root = HloInstruction("tuple", TupleShape(tuple(t.shape for t in targets)), targets, name="moved_sources")
+    casts, after = _exposing(copy, backend)
+    sources = _sources(casts)
+    _cut(copy, [s for s in sources if id(s) not in after])
+    _return(copy, [s for s in sources if id(s) in after])
+    return list(evaluate(copy, list(args) + list(first), denormals=denormals))
+
+
+def _cut(copy, sources: list) -> None:
+    """Make each of `sources` (instructions of `copy`'s entry) a new entry parameter, in order."""
+    for source in sources:
+        source.replace_all_uses_with(copy.entry.add_parameter(source.shape, name=f"cut_{source.name}"))
+
+
+def _return(copy, values: list) -> None:
+    """Make `copy`'s entry return `values` (instructions of it) as a tuple."""
+    from hlofuse.hlo.instruction import HloInstruction
+    from hlofuse.hlo.shapes import TupleShape
+
+    root = HloInstruction("tuple", TupleShape(tuple(v.shape for v in values)), values, name="bitcast_sources")
     copy.entry.add_instruction(root)
     copy.entry.root = root
-    return list(evaluate(copy, list(args) + list(first), denormals=denormals))
 
 
 def sources_module(module, backend: str = "cpu", with_outputs: bool = False):
     """A copy of `module` whose entry returns the floats its bitcast-converts (and what else
     `float_bitcasts` counts) read (a tuple, in entry order; after the entry's own outputs,
     flattened, with `with_outputs`); None when it has none."""
-    from hlofuse.hlo.instruction import HloInstruction
-    from hlofuse.hlo.shapes import TupleShape
-
     copy = module.clone()
     casts = float_bitcasts(copy, backend)
     if not casts:
@@ -178,11 +184,8 @@ def sources_module(module, backend: str = "cpu", with_outputs: bool = False):
     sources = _sources(casts)
     if with_outputs:
         old_root = copy.entry.root
-        outputs = list(old_root.operands) if old_root.opcode == "tuple" else [old_root]
-        sources = outputs + sources
-    root = HloInstruction("tuple", TupleShape(tuple(s.shape for s in sources)), sources, name="bitcast_sources")
-    copy.entry.add_instruction(root)
-    copy.entry.root = root
+        sources = (list(old_root.operands) if old_root.opcode == "tuple" else [old_root]) + sources
+    _return(copy, sources)
     return copy
 
 
@@ -191,10 +194,7 @@ def cut_module(module, backend: str = "cpu"):
     parameter (after the entry's own, in `_sources`' order): the rest of the program run from
     given values at those points."""
     copy = module.clone()
-    entry = copy.entry
-    for source in _sources(float_bitcasts(copy, backend)):
-        param = entry.add_parameter(source.shape, name=f"cut_{source.name}")
-        source.replace_all_uses_with(param)
+    _cut(copy, _sources(float_bitcasts(copy, backend)))
     return copy
 
 

@@ -228,11 +228,15 @@ def precise_values(label: str, args: list[np.ndarray]) -> np.ndarray | None:
     from hlofuse.runtime.interpreter.elementwise import float_math_function
 
     opcode = label.split(" ")[0]
-    if opcode == "convert" and args and _float_info(args[0].dtype) is not None:
-        # a float's conversion: the input itself is the exact value, which numpy rounds once to
-        # the result type (XLA:CPU converts f64 to f16 through f32, rounding twice: seed 89,
-        # -2.5263670860825496 is 1e-7 below an f16 midpoint, which its f32 rounds onto)
-        return args[0]
+    if opcode == "convert":
+        # a conversion between floats: the input itself is the exact value, which numpy rounds
+        # once to the result type (XLA:CPU converts f64 to f16 through f32, rounding twice: seed
+        # 89, -2.5263670860825496 is 1e-7 below an f16 midpoint, which its f32 rounds onto); to
+        # an integer numpy's cast is no reference (NaN and out-of-range values are undefined)
+        from hlofuse.hlo.dtypes import element_type
+
+        to_float = element_type(label.rsplit("->", 1)[-1]).is_float
+        return args[0] if to_float and args and _float_info(args[0].dtype) is not None else None
     fn = float_math_function(opcode)
     if fn is None or not args or _float_info(args[0].dtype) is None:
         return None
