@@ -12,9 +12,11 @@ codegen/llvm_pool.py and docs/compile_time.md, "Small kernels at a small level")
 A kernel's work is the larger of two estimates of its one-thread time: the driver's thread
 rule's (codegen/region_cost.kernel_ns: its kind, work units and transcendental ops) and the
 elements it touches (every element of its parameters and outputs) at region_cost.ELEMENT_NS.
-The second is needed: a reduction's work units count its outputs, not what it reads (equinox's
-MLP step has combine stages of 2,048 x 16 outputs over a large input, estimated at 1.1 us by
-the first and run in 200-750 us). A kernel that updates a window of an operand in place counts
+The second is needed: a reduction's work units count its outputs, not what it reads. The
+combine stage of a reduction split across cores is the exception: it shares the partial
+stage's computation but reads only the partial results, so it counts those
+(`kernel_elements_touched`; counted as the computation's, every combine stage was estimated at
+its whole reduction's time). A kernel that updates a window of an operand in place counts
 the whole operand: an overestimate, which only keeps it at O3. Only a kernel that runs
 once per execution of the program is a candidate: a kernel of a while loop's body or condition
 (or of any computation a library step runs, such as a sort's comparator) runs an unknown number
@@ -100,8 +102,27 @@ def kernel_work_ns(kernel) -> float:
     """Estimated one-thread nanoseconds of one call of `kernel` (a KernelPlan): the larger of
     region_cost.kernel_ns (elements, multiply-adds or reduced elements by kind, transcendental
     ops per element) and its elements touched at region_cost.ELEMENT_NS."""
-    touched = elements_touched(kernel.comp) if kernel.comp is not None else 0
+    touched = kernel_elements_touched(kernel) if kernel.comp is not None else 0
     return max(kernel_ns(kernel), touched * ELEMENT_NS)
+
+
+def kernel_elements_touched(kernel) -> int:
+    """Array elements `kernel` (a KernelPlan) reads or writes at most: `elements_touched` of its
+    computation, except for the combine stage of a reduction split across cores
+    (codegen/planning.py), which shares its computation with the partial stage but reads only
+    the partial results (`parts` per output of each reduced value, its scratch), writes its
+    outputs, and may read, for its epilogue over the reduced outputs, parameters of at most their
+    size (per-channel scales, running statistics); it never reads the reduction's input. Counted
+    as the whole computation's, haiku's ResNet-18 step's 48 combine stages of 16 partial sums
+    over 64-512 channels were each estimated at its 26-105 us reduction and compiled at O3."""
+    if kernel.stage != "combine":
+        return elements_touched(kernel.comp)
+    outputs = output_leaves(kernel.comp)
+    written = sum(outputs[k].shape.element_count() for k in kernel.outputs)
+    reduced = max(int(kernel.units), 1)  # the combine's units: one per reduced output element
+    epilogue_operands = sum(leaf.element_count() for p in kernel.comp.parameters for leaf in p.shape.leaves()
+                            if leaf.element_count() <= reduced)
+    return len(kernel.scratch) * int(kernel.parts) * reduced + written + epilogue_operands
 
 
 # Whether kernels that call a library are judged by their own code (`library_elements`); False

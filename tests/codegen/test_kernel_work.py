@@ -230,3 +230,52 @@ def test_without_the_call_overhead_a_small_program_had_no_budget(monkeypatch):
     monkeypatch.setattr(kernel_work, "CALL_OVERHEAD_NS", 0.0)
     fused, planner = _planned(ALL_SMALL)
     assert not small_kernels(planner, fused.entry)
+
+# A batch-norm statistic of an NHWC batch: the mean of f32[64,32,32,64] over all but the
+# channels, times a per-channel scale. A reduction of 64 channels over 65,536 rows is split across
+# cores (codegen/planning.py): a partial stage of 16 slices, then a combine stage of the 16
+# partial sums per channel with the epilogue (the divide and the scale).
+SPLIT_STATISTICS = """HloModule split_statistics
+
+add_f32 {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}
+
+ENTRY main {
+  x = f32[64,32,32,64] parameter(0)
+  scale = f32[64] parameter(1)
+  zero = f32[] constant(0)
+  sum = f32[64] reduce(x, zero), dimensions={0,1,2}, to_apply=add_f32
+  n = f32[] constant(65536)
+  nb = f32[64] broadcast(n), dimensions={}
+  mean = f32[64] divide(sum, nb)
+  ROOT scaled = f32[64] multiply(mean, scale)
+}
+"""
+
+
+def test_a_split_reductions_combine_stage_counts_its_partial_sums_not_the_input():
+    """The combine stage shares the fusion's computation with the partial stage but reads only
+    the 16 partial sums per channel and the per-channel scale, and writes the output: its work is that (a few hundred ns), so it is compiled at the small level, while
+    the partial stage, which reads the 4M-element input, stays at O3. Counted as the whole
+    computation's elements (the input's), the combine was estimated at the partial stage's
+    time and compiled at O3. Both stages' results match the interpreter."""
+    fused, planner = _planned(SPLIT_STATISTICS)
+    stages = {k.stage: k for k in planner.kernels if k.group is not None}
+    assert set(stages) == {"partial", "combine"}, [k.stage for k in planner.kernels]
+    partial, combine = stages["partial"], stages["combine"]
+    assert combine.comp is partial.comp  # why the computation's elements misled the estimate
+    assert elements_touched(combine.comp) >= 64 * 32 * 32 * 64
+    # 16 partial sums per channel, the output and the scale (64 elements each)
+    assert kernel_work.kernel_elements_touched(combine) == 16 * 64 + 64 + 64
+    assert kernel_work_ns(combine) < kernel_work.SMALL_KERNEL_NS <= kernel_work_ns(partial)
+    chosen = small_kernels(planner, fused.entry)
+    assert id(combine) in chosen and id(partial) not in chosen
+    module = hlofuse.parse_hlo(SPLIT_STATISTICS)
+    args = _args(module)
+    prog = CpuProgram.compile(_fused(SPLIT_STATISTICS), cache=False)
+    assert sorted(o.speed_level for o in prog.code.objects) == sorted([3, llvm_pool.SMALL_KERNEL])
+    for g, w in zip(prog.run(args), evaluate(module, args)):
+        np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)
