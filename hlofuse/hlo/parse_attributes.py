@@ -95,6 +95,11 @@ class AttributeError_(ValueError):
 
 _INT_LIST = re.compile(r"\{\s*(-?\d+(?:\s*,\s*-?\d+)*)?\s*\}$")
 _INT = re.compile(r"-?\d+$")
+# `operand_precision={highest, default}`: XLA's PrecisionConfig values, any case. XLA dropped
+# PACKED_NIBBLE (two 4-bit values per s8/u8, a dot's operands unpacked first); a module naming
+# it means a computation hlofuse does not do, so it is refused as XLA's parser refuses it.
+_PRECISIONS = ("default", "high", "highest")
+_PRECISION_LIST = re.compile(r"\{\s*(?:([A-Za-z_]+)(?:\s*,\s*[A-Za-z_]+)*)?\s*\}$")
 _SLICE_DIM = re.compile(r"\[\s*(-?\d+)\s*:\s*(-?\d+)\s*(?::\s*(-?\d+)\s*)?\]")
 _PAD_DIM = re.compile(r"(-?\d+)_(-?\d+)(?:_(-?\d+))?$")
 _COMP_NAME = re.compile(r"%?([A-Za-z_][\w.\-]*)")
@@ -159,12 +164,29 @@ def decode_attribute(key: str, raw: str, offset: int = 0, opcode: str | None = N
         return _padding(raw)
     if key == "window":
         return _window(raw)
+    if key == "operand_precision":
+        return _operand_precision(raw)
     if key == "dim_labels":
         try:
             return ConvDimensionNumbers.from_labels(raw)
         except ValueError as e:
             raise AttributeError_(str(e)) from None
     return Raw(raw)
+
+
+def _operand_precision(raw: str) -> Raw:
+    """`operand_precision`'s text, checked: a list of DEFAULT, HIGH or HIGHEST (any case), kept
+    as written (hlofuse computes every dot at its types' own precision)."""
+    if _PRECISION_LIST.match(raw):
+        words = [w.strip() for w in raw.strip()[1:-1].split(",") if w.strip()]
+        bad = next((w for w in words if w.lower() not in _PRECISIONS), None)
+        if bad is None:
+            return Raw(raw)
+        raise AttributeError_(f"attribute 'operand_precision': '{bad}' is not a precision "
+                              f"(one of DEFAULT, HIGH, HIGHEST{'; XLA no longer has PACKED_NIBBLE' if bad.upper() == 'PACKED_NIBBLE' else ''})",
+                              raw.find(bad))
+    raise AttributeError_(f"attribute 'operand_precision' expects a list of precisions like {{highest,default}} "
+                          f"but found '{raw}'")
 
 
 def _int_list(key: str, raw: str) -> tuple[int, ...]:

@@ -254,6 +254,32 @@ def test_structured_attributes():
     assert e.instruction("io").attrs["iota_dimension"] == 0
 
 
+# operand_precision as XLA's parser takes it (jaxlib 0.10.2, probed): a list of DEFAULT, HIGH or
+# HIGHEST in any case and of any length, kept as written; anything else refused, PACKED_NIBBLE
+# included (XLA dropped it: two 4-bit values per s8, which hlofuse would have computed as a
+# plain s8 dot).
+_DOT = ("  p = s8[4,6] parameter(0)\n  q = s8[6,5] parameter(1)\n"
+        "  ROOT d = s32[4,5] dot(p, q), lhs_contracting_dims={1}, rhs_contracting_dims={0}")
+
+
+@pytest.mark.parametrize("value", ["{highest,highest}", "{HIGHEST, DEFAULT}", "{High,default}", "{}",
+                                   "{highest}", "{highest,highest,highest}"])
+def test_operand_precision_xla_accepts(value):
+    d = parse_hlo(module(f"{_DOT}, operand_precision={value}")).entry.root
+    assert d.attrs["operand_precision"] == Raw(value)
+
+
+@pytest.mark.parametrize("value,found", [("{PACKED_NIBBLE, PACKED_NIBBLE}", "PACKED_NIBBLE"),
+                                         ("{highest,fast}", "fast"), ("{3,3}", "{3,3}"),
+                                         ("highest", "highest")])
+def test_operand_precision_xla_refuses(value, found):
+    line = f"{_DOT}, operand_precision={value}"
+    err = error_of(module(line))
+    assert "operand_precision" in err.message and found in err.message
+    assert err.source_line.startswith("  ROOT d = s32[4,5] dot(p, q)")
+    assert err.source_line[err.column - 1:].startswith(found)
+
+
 def test_window_and_dim_labels():
     body = """  x = f32[1,4,4,1] parameter(0)
   w = f32[3,3,1,1] parameter(1)
