@@ -21,13 +21,14 @@ FIRST_START_INDEX = {"dynamic-slice": 1, "dynamic-update-slice": 2}
 
 def legacy_start_index_vector(inst: HloInstruction) -> HloInstruction | None:
     """The start-index vector operand of a dynamic-slice or dynamic-update-slice in the legacy
-    form (`dynamic-slice(x, s32[3] starts)`: one rank-1 operand for an operand of rank other
-    than 1), else None. Today's form is one integer scalar per operand dimension."""
+    form (`dynamic-slice(x, s32[3] starts)`: one rank-1 operand, `s32[1]` for an operand of rank
+    1 too, as XLA reads it: XLA's test_utils_test slices an f32[20] at an s32[1]), else None.
+    Today's form is one integer scalar per operand dimension."""
     first = FIRST_START_INDEX.get(inst.opcode)
     if first is None or len(inst.operands) != first + 1:
         return None
-    vector, operand = inst.operands[first], inst.operands[0]
-    if not isinstance(vector.shape, ArrayShape) or vector.shape.rank != 1 or operand.shape.rank == 1:
+    vector = inst.operands[first]
+    if not isinstance(vector.shape, ArrayShape) or vector.shape.rank != 1:
         return None
     return vector
 

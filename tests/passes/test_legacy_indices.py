@@ -68,3 +68,23 @@ def test_the_pass_leaves_one_scalar_start_per_dimension():
     one = hlofuse.parse_hlo("HloModule m\nENTRY e {\n  x = f32[8] parameter(0)\n  i = s32[] parameter(1)\n"
                             "  ROOT d = f32[2] dynamic-slice(x, i), dynamic_slice_sizes={2}\n}\n")
     assert not LegacyIndexVectors().run(one)
+
+
+# XLA's test_utils_test: a rank-1 operand sliced at a one-element index vector (the legacy form
+# for a rank-1 operand too; the verifier refused it as a non-scalar start).
+_DS_RANK1 = """HloModule ds1
+ENTRY e {
+  x = f32[20] parameter(0)
+  v = s32[1] parameter(1)
+  ROOT d = f32[3] dynamic-slice(x, v), dynamic_slice_sizes={3}
+}
+"""
+
+
+@pytest.mark.parametrize("target", ["cpu", "gpu-emulated", "interpreter"])
+@pytest.mark.parametrize("start", [0, 5, -4, 18, 100])
+def test_a_rank_one_operand_with_a_one_element_index_vector(target, start):
+    x = np.arange(20, dtype=np.float32) * 0.5
+    (out,) = hlofuse.compile(hlofuse.parse_hlo(_DS_RANK1), target=target)(x, np.array([start], np.int32))
+    (a,) = _clamped([start], x.shape, (3,))
+    np.testing.assert_array_equal(out, x[a:a + 3])
