@@ -1,7 +1,8 @@
 """Element generators for control flow inside inlined scalar computations.
 
 A map's function, a reducer and a conditional's branches are scalar computations that the
-element generators inline per element (`ElementalEmitter.call_scalar`). A `conditional` or a
+element generators inline per element (`ElementalEmitter.call_scalar`). A `call` or `fusion`
+in such a computation is its computation inlined in turn. A `conditional` or a
 `while` in such a computation works on rank-0 values (and tuples of them), so it is emitted
 as LLVM control flow around the inlined computations, as XLA's elemental emitter does for
 nested computations: a conditional branches to the taken branch and merges the results with
@@ -85,6 +86,25 @@ def _conditional(em: ElementalEmitter, inst):
                 phi.add_incoming(leaves[i], block)
             phis.append(phi)
         return _unflatten(inst.shape, phis)
+
+    return gen
+
+
+@register_elemental("call", "fusion")
+def _inlined_call(em: ElementalEmitter, inst):
+    """A call or a fusion inside an inlined scalar computation (XLA's multioutput_fusion_test
+    fuses a map function's multiply and compare into a tuple-shaped kLoop fusion) is the called
+    computation inlined on its operands' values, as XLA's elemental emitter does. Array-level
+    calls are inlined by the call-inliner pass and fusions become kernels, so only rank-0 values
+    reach here."""
+    _check_scalar(inst)
+    args = [em.gen(op) for op in inst.operands]
+    comp = inst.attrs["to_apply" if inst.opcode == "call" else "calls"]
+    b = em.b
+
+    def gen(_idx: Index):
+        scalar = Index(b, (), multi=())
+        return em.call_scalar(comp, [materialize(g(scalar)) for g in args])
 
     return gen
 

@@ -247,6 +247,46 @@ fb {
 """
 
 CONTROL_CASES = {
+    # a tuple-shaped kLoop fusion in a map's function (XLA's multioutput_fusion_test MapMOF:
+    # "fusion ... has no element generator"), and a call in a reducer: both inlined
+    "map_tuple_fusion": """
+fused_computation {
+  p = f32[] parameter(0)
+  multiply = f32[] multiply(p, p)
+  less-than = pred[] compare(p, multiply), direction=LT
+  ROOT tuple = (pred[], f32[]) tuple(less-than, multiply)
+}
+map_computation {
+  p0 = f32[] parameter(0)
+  fusion = (pred[], f32[]) fusion(p0), kind=kLoop, calls=fused_computation
+  gte0 = pred[] get-tuple-element(fusion), index=0
+  gte1 = f32[] get-tuple-element(fusion), index=1
+  const = f32[] constant(0)
+  ROOT select = f32[] select(gte0, gte1, const)
+}
+ENTRY main {
+  x = f32[5,7] parameter(0)
+  e = f32[5,7] exponential(x)
+  ROOT map = f32[5,7] map(e), dimensions={0,1}, to_apply=map_computation
+}
+""",
+    "reducer_call": """
+max_abs {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT m = f32[] maximum(f32[] abs(a), f32[] abs(b))
+}
+reducer {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT c = f32[] call(a, b), to_apply=max_abs
+}
+ENTRY main {
+  x = f32[6,33] parameter(0)
+  z = f32[] constant(0)
+  ROOT r = f32[6] reduce(x, z), dimensions={1}, to_apply=reducer
+}
+""",
     # pred conditional on a tuple operand in a map's function, fused with producers/consumers
     "map_pred_conditional": _BRANCHES + """
 body {
@@ -372,6 +412,19 @@ def test_control_flow_in_scalar_computations(case, backend, fusion):
     if not text.startswith("HloModule"):
         text = "HloModule m\n" + text
     _check(text, backend, fusion, _control_args(text))
+
+
+@pytest.mark.parametrize("backend", BACKENDS + ["interpreter"])
+def test_a_fusion_and_a_call_in_scalar_computations_against_numpy(backend):
+    """The two inlined-call cases above against numpy, not only the interpreter: the map gives
+    x*x where x < x*x, else 0; the reduce the largest |x| of each row."""
+    x = np.random.default_rng(4).uniform(-2, 2, (5, 7)).astype(np.float32)
+    exe = hlofuse.compile(hlofuse.parse_hlo("HloModule m\n" + CONTROL_CASES["map_tuple_fusion"]), target=backend)
+    e = np.exp(x)
+    np.testing.assert_allclose(exe(x)[0], np.where(e < e * e, e * e, 0), rtol=1e-6)
+    y = np.random.default_rng(5).uniform(-2, 2, (6, 33)).astype(np.float32)
+    exe = hlofuse.compile(hlofuse.parse_hlo("HloModule m\n" + CONTROL_CASES["reducer_call"]), target=backend)
+    np.testing.assert_array_equal(exe(y)[0], np.abs(y).max(axis=1))
 
 
 def test_array_conditional_is_refused_by_name():
