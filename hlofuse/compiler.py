@@ -111,7 +111,8 @@ def optimize(module: HloModule, target: str = "cpu", fusion: bool = True, verify
                                     verify=verify, dump_dir=dump_dir)
         else:
             pipeline = standard_pipeline(target=fusion_target(target), fusion=fusion, verify=verify,
-                                         dump_dir=dump_dir, algorithm=algorithm)
+                                         dump_dir=dump_dir, algorithm=algorithm,
+                                         expand_scans=target != "interpreter")
         pipeline.run(work)
     return work, pipeline
 

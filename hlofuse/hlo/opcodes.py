@@ -210,6 +210,10 @@ _row("while", 1, "control", expensive=True, called=("condition", "body"))
 _row("conditional", VARIADIC, "control", expensive=True,
      called=("branch_computations", "true_computation", "false_computation"))
 _row("call", VARIADIC, "control", expensive=True, called=("to_apply",))
+# scan(inputs..., inits...): to_apply over the inputs' slices along `dimensions`, carrying
+# num_carries values (XLA's kScan; the compiled backends run it as a while loop,
+# passes/scan_expander.py, as XLA's ScanExpander does)
+_row("scan", VARIADIC, "control", expensive=True, called=("to_apply",))
 _row("fusion", VARIADIC, "control", expensive=True, called=("calls",))
 _row("custom-call", VARIADIC, "other", expensive=True, side_effecting=True, called=("called_computations",))
 _row("opt-barrier", 1, "other")

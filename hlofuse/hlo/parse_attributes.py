@@ -25,9 +25,9 @@ INT_LIST_KEYS = frozenset({
 })
 INT_KEYS = frozenset({
     "index", "iota_dimension", "index_vector_dim", "feature_group_count", "batch_group_count",
-    "exponent_bits", "mantissa_bits",
+    "exponent_bits", "mantissa_bits", "num_carries",
 })
-BOOL_KEYS = frozenset({"is_stable", "indices_are_sorted", "unique_indices"})
+BOOL_KEYS = frozenset({"is_stable", "indices_are_sorted", "unique_indices", "is_reverse", "is_associative"})
 WORD_KEYS = frozenset({"direction", "type", "kind", "distribution", "algorithm", "fft_type"})
 STRING_KEYS = frozenset({"custom_call_target"})
 # The values XLA's parser accepts for the enumerated attributes.
@@ -53,7 +53,7 @@ _OP_SPECIFIC_ORDER = (
     "start_indices_batching_dims", "update_window_dims", "inserted_window_dims",
     "scatter_dims_to_operand_dims", "input_batching_dims", "scatter_indices_batching_dims",
     "index_vector_dim", "slice_sizes", "dynamic_slice_sizes", "indices_are_sorted", "unique_indices",
-    "operand_precision", "dimensions", "iota_dimension", "index", "direction", "type", "exponent_bits",
+    "operand_precision", "dimensions", "num_carries", "is_reverse", "is_associative", "iota_dimension", "index", "direction", "type", "exponent_bits",
     "mantissa_bits", "fft_type", "fft_length", "distribution", "algorithm", "is_stable", "kind",
     "custom_call_target",
 )

@@ -8,7 +8,7 @@ from .ir import HloInstruction
 from .opcodes import register_shape_rule
 from .shape_inference_common import (
     array_operand, array_operands, attr, check_predicate_computation, check_signature, computation, fail,
-    is_scalar_of, make_array, root_shape, text, tuple_or_single,
+    is_scalar_of, make_array, root_shape, shapes_compatible, text, tuple_or_single,
 )
 from .shapes import ArrayShape, Shape, TupleShape, TOKEN_SHAPE
 
@@ -59,6 +59,54 @@ def _call(inst: HloInstruction) -> Shape:
     comp = computation(inst, "to_apply")
     check_signature(inst, comp, _operand_shapes(inst), None, "called")
     return root_shape(inst, comp)
+
+
+@register_shape_rule("scan")
+def _scan(inst: HloInstruction) -> Shape:
+    """scan(inputs..., inits...), dimensions={d}, num_carries=C, to_apply: the last C operands
+    are the carries' initial values, the others arrays of one length N along d; to_apply takes
+    each input's slice at one index of d (the input without d), then the carries, and returns
+    (outputs..., carries...); the result is (each output stacked along d, N long..., the final
+    carries...)."""
+    carries = attr(inst, "num_carries")
+    dims = attr(inst, "dimensions")
+    if len(dims) != 1:
+        fail(inst, f"scan takes one scan dimension, has dimensions={{{','.join(map(str, dims))}}}")
+    d = dims[0]
+    if not 0 <= carries <= len(inst.operands):
+        fail(inst, f"num_carries={carries} is not between 0 and its {len(inst.operands)} operands")
+    inputs, inits = inst.operands[:len(inst.operands) - carries], inst.operands[len(inst.operands) - carries:]
+    if not inputs:
+        fail(inst, "scan needs at least one input to scan over")
+    slices, length = [], None
+    for k, op in enumerate(inputs):
+        x = array_operand(inst, k)
+        if not 0 <= d < x.rank:
+            fail(inst, f"scan dimension {d} is out of range for input {k} {text(x)}")
+        if length is None:
+            length = x.dims[d]
+        elif x.dims[d] != length:
+            fail(inst, f"input {k} {text(x)} has {x.dims[d]} elements along dimension {d}, input 0 has {length}")
+        slices.append(make_array(x.dtype, x.dims[:d] + x.dims[d + 1:]))
+    comp = computation(inst, "to_apply")
+    check_signature(inst, comp, slices + [op.shape for op in inits], None, "scan")
+    root = root_shape(inst, comp)
+    if not isinstance(root, TupleShape):
+        fail(inst, f"scan computation {comp.name} must return a tuple (outputs..., carries...), returns {text(root)}")
+    parts = list(root.elements)
+    if len(parts) < carries:
+        fail(inst, f"scan computation {comp.name} must return its outputs then {carries} carries, returns {text(root)}")
+    outputs, new_carries = parts[:len(parts) - carries], parts[len(parts) - carries:]
+    for k, (got, init) in enumerate(zip(new_carries, inits)):
+        if not shapes_compatible(got, init.shape):
+            fail(inst, f"carry {k}: scan computation {comp.name} returns {text(got)} where its initial value is "
+                       f"{text(init.shape)}")
+    stacked = []
+    for k, out in enumerate(outputs):
+        if not isinstance(out, ArrayShape) or not 0 <= d <= out.rank:
+            fail(inst, f"output {k} of scan computation {comp.name} ({text(out)}) cannot be stacked along dimension {d}")
+        stacked.append(make_array(out.dtype, out.dims[:d] + (length,) + out.dims[d:]))
+    return TupleShape(tuple(stacked + new_carries))
 
 
 @register_shape_rule("fusion")

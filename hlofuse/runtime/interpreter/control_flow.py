@@ -1,4 +1,4 @@
-"""Reference rules for control flow and structure: while, conditional, call, map, fusion,
+"""Reference rules for control flow and structure: while, scan, conditional, call, map, fusion,
 tuple, get-tuple-element, parameter, constant, opt-barrier, tokens, and the ops the
 interpreter refuses (custom-call, i/o). Collectives and async ops: single_replica.py."""
 from __future__ import annotations
@@ -89,6 +89,28 @@ def _while(inst: HloInstruction, args: list, interp) -> Value:
         state = interp.call(body, [state])
         count += 1
     return state
+
+
+@register_reference("scan")
+def _scan(inst: HloInstruction, args: list, interp) -> Value:
+    """to_apply on each index of the scan dimension in turn (from the last with is_reverse),
+    given the inputs' slices at that index and the carries; its outputs are stacked at that
+    index and its carries passed on; the result is (the stacked outputs..., the last carries...)."""
+    carries = int(inst.attrs["num_carries"])
+    d = int(inst.attrs["dimensions"][0])
+    comp = inst.attrs["to_apply"]
+    inputs = [np.asarray(a) for a in args[:len(args) - carries]]
+    state = list(args[len(args) - carries:])
+    shapes = inst.shape.elements[:len(inst.shape.elements) - carries]
+    outs = [np.empty(s.dims, s.dtype.numpy) for s in shapes]
+    length = inputs[0].shape[d]
+    for i in (reversed(range(length)) if inst.attrs.get("is_reverse", False) else range(length)):
+        parts = interp.call(comp, [np.asarray(np.take(x, i, axis=d)) for x in inputs] + state)
+        at = (slice(None),) * d + (i,)
+        for out, value in zip(outs, parts):
+            out[at] = value
+        state = list(parts[len(outs):])
+    return tuple(outs) + tuple(state)
 
 
 @register_reference("conditional")
