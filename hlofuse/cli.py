@@ -151,7 +151,7 @@ def _compile_on_xla(args: argparse.Namespace, module):
             text = f.read()
     else:
         text = module.to_text()
-    return xla_reference.compile_for_xla_cpu(text)
+    return xla_reference.compile_for_xla_cpu(text, isolated=True)
 
 
 def _print_times(backend: str, exe, inputs: list, repeat: int, xla, placed) -> None:

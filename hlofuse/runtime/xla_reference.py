@@ -114,13 +114,52 @@ class XlaCpuExecutable:
         return int(stats.argument_size_in_bytes + stats.output_size_in_bytes + stats.temp_size_in_bytes)
 
 
-def compile_for_xla_cpu(hlo_text: str) -> XlaCpuExecutable:
+# What a child process runs to see whether XLA survives compiling a module (`_probe`): the
+# module's text on its standard input, exit 0 when compiled or refused with an error.
+_PROBE = """
+import sys
+from hlofuse.runtime import xla_reference
+try:
+    xla_reference.compile_for_xla_cpu(sys.stdin.read())
+except xla_reference.HloError:
+    pass
+"""
+
+
+def _probe(hlo_text: str, version: str) -> None:
+    """Compile `hlo_text` with XLA:CPU in a child process first: XLA stops its process on a
+    failed internal check (LOG(FATAL): SIGABRT), which in this process would take the caller
+    with it (XLA's own test modules did: cpu_edge_cases_test, multioutput_fusion_test, a sort
+    comparator with nested computations). XlaRefusedError quoting XLA's check when the child
+    died by a signal; otherwise nothing (a refusal is then reported by the compile here)."""
+    import signal
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", _PROBE], input=hlo_text, capture_output=True, text=True)
+    if done.returncode >= 0:
+        return
+    try:
+        name = signal.Signals(-done.returncode).name
+    except ValueError:
+        name = f"signal {-done.returncode}"
+    lines = [ln.strip() for ln in done.stderr.splitlines()]
+    check = next((ln for ln in lines if "Check failed" in ln or ln.startswith("F")), "")
+    raise XlaRefusedError(f"XLA:CPU (jaxlib {version}) crashed compiling the module ({name}), an internal "
+                          f"check of XLA's and not an answer to compare with" + (f": {_xla_message(check)}" if check else ""))
+
+
+def compile_for_xla_cpu(hlo_text: str, isolated: bool = False) -> XlaCpuExecutable:
     """Parse `hlo_text` with XLA's HLO parser and compile it with XLA:CPU.
 
     XlaUnavailableError without JAX; XlaRefusedError, quoting XLA, when XLA's parser, its
-    StableHLO conversion or its compiler refuses the module."""
+    StableHLO conversion or its compiler refuses the module. `isolated` first compiles it in
+    a child process (`_probe`, a second or two), so that a module on which XLA aborts is a
+    refusal rather than the end of this process (the command line's `--compare xla`)."""
     jax, xc = _xla_modules()
     version = jaxlib_version()
+    if isolated:
+        _probe(hlo_text, version)
     try:  # private API: a jaxlib that moved it cannot serve as the reference
         parse = xc.hlo.hlo_module_from_text
         to_stablehlo = xc._xla.mlir.hlo_to_stablehlo
