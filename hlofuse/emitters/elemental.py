@@ -8,8 +8,8 @@ elemental_data.py for data movement). A kernel emitter supplies how a fused para
 for the root's generator.
 
 Register representation of element types: pred is i1 (i8 in memory), integers are iN with
-the signedness taken from the HLO type (s4/u4 are i4, one per byte in memory as ml_dtypes
-stores them, the high nibble zero), f16 is `half`, bf16 is its i16 bit pattern (LLVM
+the signedness taken from the HLO type (s4/u4 are i4 and s2/u2 i2, one per byte in memory as
+ml_dtypes stores them, the high bits zero), f16 is `half`, bf16 is its i16 bit pattern (LLVM
 arithmetic on it goes through f32 with round-to-nearest-even back), the 8/6/4-bit floats are
 their bit pattern in an i8, computed in f32 (elemental_narrow.py), f32/f64 are float/double.
 A value of tuple shape is a Python tuple of values.
@@ -33,12 +33,14 @@ from .ir_helpers import F16, F32, F64, I1, I8, I16, I32, Index, flush_denormal_b
 
 
 def supported_type(et: ElementType) -> bool:
-    """pred, 4..64-bit integers, every float type (f64 down to the 4-bit floats) and complex;
-    not the 1- and 2-bit integers."""
+    """pred, 2..64-bit integers, every float type (f64 down to the 4-bit floats) and complex;
+    not the 1-bit integers (an i1 register is pred's: s1/u1 would need their own handling).
+    The 2- and 4-bit integers are iN in registers and one per byte in memory, the high bits
+    zero, as ml_dtypes stores them (XLA's cpu_copy_test copies a u2 transpose)."""
     if et.is_pred or et.is_complex:
         return True
     if et.is_integer:
-        return et.bits in (4, 8, 16, 32, 64)
+        return et.bits in (2, 4, 8, 16, 32, 64)
     return et.is_float and (et.bits >= 16 or narrow.is_narrow_float(et.name))
 
 

@@ -33,8 +33,8 @@ def _random_array(shape: ArrayShape, rng: np.random.Generator) -> np.ndarray:
         info = np.iinfo(np.int8 if t.bits <= 8 else np.int16)
         lo = 0 if t.kind == "uint" else info.min // 4
         hi = info.max // 4
-        if t.bits == 4:
-            lo, hi = (0, 15) if t.kind == "uint" else (-8, 7)
+        if t.bits < 8:  # the 1-, 2- and 4-bit integers: every value of the type
+            lo, hi = (0, (1 << t.bits) - 1) if t.kind == "uint" else (-(1 << (t.bits - 1)), (1 << (t.bits - 1)) - 1)
         return rng.integers(lo, hi + 1, dims).astype(t.numpy)
     if t.is_complex:
         return (rng.standard_normal(dims) + 1j * rng.standard_normal(dims)).astype(t.numpy)

@@ -239,12 +239,13 @@ ENTRY e {
     np.testing.assert_array_equal(got.astype(np.float32), x.astype(np.float32).sum(axis=1) * 0.5)
 
 
-# ---- s4 / u4 ---------------------------------------------------------------------------------
+# ---- s4 / u4, s2 / u2 ------------------------------------------------------------------------
 @pytest.mark.parametrize("target", TARGETS)
-@pytest.mark.parametrize("name", ["s4", "u4"])
+@pytest.mark.parametrize("name", ["s4", "u4", "s2", "u2"])
 def test_int4_ops_on_every_pair(name, target):
-    """Wrap-around arithmetic in 4 bits, XLA's division by zero, shifts (also past the width),
-    popcnt and count-leading-zeros in the 4-bit pattern (an s4 -1 is 0b1111)."""
+    """Wrap-around arithmetic in 4 (2) bits, XLA's division by zero, shifts (also past the
+    width), popcnt and count-leading-zeros in the bit pattern (an s4 -1 is 0b1111, an s2 -1
+    0b11)."""
     x = _all_patterns(name)
     a, b = np.repeat(x, x.size), np.tile(x, x.size)
     n = a.size
@@ -252,7 +253,7 @@ def test_int4_ops_on_every_pair(name, target):
            "shift-left", "shift-right-logical", "shift-right-arithmetic"]
     outs = [(f"{name}[{n}]", f"{op}(p0, p1)") for op in ops]
     outs += [(f"pred[{n}]", f"compare(p0, p1), direction={d}") for d in ("LT", "GE")]
-    unary = ["not", "popcnt", "count-leading-zeros"] + (["negate", "abs", "sign"] if name == "s4" else [])
+    unary = ["not", "popcnt", "count-leading-zeros"] + (["negate", "abs", "sign"] if name.startswith("s") else [])
     outs += [(f"{name}[{n}]", f"{op}(p0)") for op in unary]
     _check(_module([(name, n), (name, n)], outs), [a, b], target, labels=ops + ["LT", "GE"] + unary)
 
@@ -277,9 +278,31 @@ def test_int4_converts_and_storage(target):
     assert got[0].view(np.uint8).max() <= 15
 
 
-def test_one_and_two_bit_integers_are_refused():
+@pytest.mark.parametrize("target", TARGETS)
+def test_int2_converts_and_storage(target):
+    """Floats to s2/u2 saturate (NaN -> 0), integers wrap, and to wider types; values come back
+    one per byte with the high bits clear, as ml_dtypes stores them."""
+    floats = np.array([0.0, 0.5, -0.5, 1.9, 2.0, -2.6, -3.0, 3.5, 4.0, np.nan, np.inf, -np.inf], np.float32)
+    ints = np.array([0, 1, 2, -2, -3, 3, 4, 255, -1, 1000], np.int32)
+    module = _module([("f32", floats.size), ("s32", ints.size), ("s2", 4), ("u2", 4)],
+                     [(f"s2[{floats.size}]", "convert(p0)"), (f"u2[{floats.size}]", "convert(p0)"),
+                      (f"s2[{ints.size}]", "convert(p1)"), (f"u2[{ints.size}]", "convert(p1)"),
+                      ("f32[4]", "convert(p2)"), ("s32[4]", "convert(p3)"), ("u2[4]", "convert(p2)")])
+    s2, u2 = _all_patterns("s2"), _all_patterns("u2")
+    want = evaluate(module, [floats, ints, s2, u2])
+    got = hlofuse.compile(module, target=target)(floats, ints, s2, u2)
+    for g, w in zip(got, want):
+        _same(g, w, "int2 convert")
+    # Hand-derived: XLA saturates float -> int, NaN -> 0; s32 -> s2 keeps the low 2 bits.
+    np.testing.assert_array_equal(got[0].astype(int), [0, 0, 0, 1, 1, -2, -2, 1, 1, 0, 1, -2])
+    np.testing.assert_array_equal(got[2].astype(int), [0, 1, -2, -2, 1, -1, 0, -1, -1, 0])
+    np.testing.assert_array_equal(got[4], [0, 1, -2, -1])
+    assert max(g.view(np.uint8).max() for g in (got[0], got[1], got[2], got[3], got[6])) <= 3
+
+
+def test_one_bit_integers_are_refused():
     from hlofuse.hlo.errors import UnsupportedError
 
-    module = parse_hlo("HloModule m\nENTRY e {\n  p = s2[4] parameter(0)\n  ROOT n = s2[4] negate(p)\n}\n")
-    with pytest.raises(UnsupportedError, match="s2"):
-        hlofuse.compile(module, target="cpu")(np.zeros(4, ml_dtypes.int2))
+    module = parse_hlo("HloModule m\nENTRY e {\n  p = s1[4] parameter(0)\n  ROOT n = s1[4] negate(p)\n}\n")
+    with pytest.raises(UnsupportedError, match="s1"):
+        hlofuse.compile(module, target="cpu")(np.zeros(4, ml_dtypes.int1))

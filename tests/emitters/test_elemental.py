@@ -321,7 +321,7 @@ def test_complex_functions(op, ref):
 def test_unsupported_element_types_are_named():
     from hlofuse.hlo.errors import UnsupportedError
 
-    # 8-bit floats and s4/u4 are supported now (tests/emitters/test_backend_types.py); s2 is not.
-    with pytest.raises(UnsupportedError, match="s2"):
-        run("  p0 = s2[4] parameter(0)\n  ROOT r = s2[4] negate(p0)",
-            np.zeros(4, ml_dtypes.int2))
+    # 8-bit floats, s4/u4 and s2/u2 are supported now (tests/emitters/test_backend_types.py); s1 is not.
+    with pytest.raises(UnsupportedError, match="s1"):
+        run("  p0 = s1[4] parameter(0)\n  ROOT r = s1[4] negate(p0)",
+            np.zeros(4, ml_dtypes.int1))
