@@ -20,6 +20,23 @@ from .elemental import ElementalEmitter, materialize
 from .ir_helpers import Index
 
 
+# The control ops whose element generators inline them on rank-0 values only.
+SCALAR_ONLY = frozenset({"call", "fusion", "conditional", "while"})
+
+
+def emitted_inline(inst) -> bool:
+    """Whether the element generators can emit `inst` inside an inlined scalar computation:
+    any op with a generator, except a control op (SCALAR_ONLY) over values of rank above 0
+    (a while loop over an f32[3] state in a sort comparator, as XLA's CPU edge-case tests
+    have: such a computation is left to its library rule, codegen/kernels/cpu_sort.py)."""
+    if inst.info.elemental is None:
+        return False
+    if inst.opcode not in SCALAR_ONLY:
+        return True
+    shapes = [inst.shape] + [op.shape for op in inst.operands]
+    return all(leaf.rank == 0 for s in shapes for leaf in s.leaves())
+
+
 def _check_scalar(inst) -> None:
     """UnsupportedError unless every operand and result leaf of `inst` is rank 0."""
     shapes = [inst.shape] + [op.shape for op in inst.operands]

@@ -315,11 +315,62 @@ ENTRY e {
 """
 
 
-def test_a_comparator_that_cannot_be_inlined_keeps_the_library_rule():
-    """A `call` has no element generator: the sort is no kernel and runs through the callback,
-    with the interpreter's result."""
+# A comparator running a while loop over an array state (a running buffer), as XLA's CPU
+# edge-case and loop-unroller tests do: the element generators emit a while over rank-0 state
+# only, so this sort keeps its library rule.
+ARRAY_WHILE_COMPARATOR = """HloModule s
+body {
+  st = (s32[], f32[2]) parameter(0)
+  i = s32[] get-tuple-element(st), index=0
+  buf = f32[2] get-tuple-element(st), index=1
+  one = s32[] constant(1)
+  j = s32[] add(i, one)
+  v = f32[] convert(j)
+  u = f32[1] reshape(v)
+  nbuf = f32[2] dynamic-update-slice(buf, u, i)
+  ROOT t = (s32[], f32[2]) tuple(j, nbuf)
+}
+cond {
+  st = (s32[], f32[2]) parameter(0)
+  i = s32[] get-tuple-element(st), index=0
+  two = s32[] constant(2)
+  ROOT lt = pred[] compare(i, two), direction=LT
+}
+cmp {
+  p0 = f32[] parameter(0)
+  p1 = f32[] parameter(1)
+  z = s32[] constant(0)
+  b0 = f32[2] broadcast(p0), dimensions={}
+  init = (s32[], f32[2]) tuple(z, b0)
+  w = (s32[], f32[2]) while(init), condition=cond, body=body
+  buf = f32[2] get-tuple-element(w), index=1
+  s = f32[1] slice(buf), slice={[1:2]}
+  k = f32[] reshape(s)
+  d = f32[] subtract(p1, k)
+  ROOT lt = pred[] compare(p0, d), direction=GT, type=TOTALORDER
+}
+ENTRY e {
+  x = f32[6,50] parameter(0)
+  ROOT s = f32[6,50] sort(x), dimensions={1}, is_stable=true, to_apply=cmp
+}
+"""
+
+
+def test_a_comparator_with_a_call_is_inlined_into_the_kernel():
+    """A `call` in the comparator is inlined with the rest (emitters/elemental_control.py): the
+    sort is a kernel, no callback, with the interpreter's result."""
     x = _values("f32", (6, 50), np.random.default_rng(3))
     want = hlofuse.compile(parse_hlo(CALLING_COMPARATOR), target="interpreter")(x)
     exe = hlofuse.compile(parse_hlo(CALLING_COMPARATOR), target="cpu")
+    assert not [s for s in exe.program.code.native.steps if s.kind == "callback"]
+    assert bits_equal(exe(x)[0], want[0]).all()
+
+
+def test_a_comparator_that_cannot_be_inlined_keeps_the_library_rule():
+    """A while over an array state has no element-by-element form: the sort is no kernel and
+    runs through the callback, with the interpreter's result (it failed to compile before)."""
+    x = _values("f32", (6, 50), np.random.default_rng(3))
+    want = hlofuse.compile(parse_hlo(ARRAY_WHILE_COMPARATOR), target="interpreter")(x)
+    exe = hlofuse.compile(parse_hlo(ARRAY_WHILE_COMPARATOR), target="cpu")
     assert [s for s in exe.program.code.native.steps if s.kind == "callback"]
     assert bits_equal(exe(x)[0], want[0]).all()

@@ -38,6 +38,7 @@ from llvmlite import ir
 
 from ...emitters.cpu.target import add_string_attribute
 from ...emitters.elemental import ElementalEmitter, mem_type
+from ...emitters.elemental_control import emitted_inline
 from ...emitters.ir_helpers import I1, I32, I64, const_i64, for_range, load_element
 from ...hlo.dtypes import element_type
 from ...hlo.errors import UnsupportedError
@@ -62,8 +63,8 @@ def _flag(inst: HloInstruction, name: str, default: bool) -> bool:
 
 def sort_root(comp: HloComputation) -> HloInstruction | None:
     """The sort `comp` computes from its parameters (a wrapped unfused sort), else None: also
-    when the comparator cannot be inlined (an op without an element generator, such as a
-    `call`), which keeps the sort on its library rule."""
+    when the comparator cannot be inlined (an op without an element generator, or a while
+    loop over an array state), which keeps the sort on its library rule."""
     root = comp.root
     if root.opcode != "sort" or any(op.opcode != "parameter" for op in root.operands):
         return None
@@ -74,7 +75,9 @@ def sort_root(comp: HloComputation) -> HloInstruction | None:
 
 
 def _inlinable(comp: HloComputation) -> bool:
-    """Every instruction of `comp`, and of the computations it calls, has an element generator."""
+    """Every instruction of `comp`, and of the computations it calls, is emitted by the element
+    generators (emitters/elemental_control.emitted_inline: a while or conditional over arrays
+    is not)."""
     stack, seen = [comp], set()
     while stack:
         c = stack.pop()
@@ -82,7 +85,7 @@ def _inlinable(comp: HloComputation) -> bool:
             continue
         seen.add(c)
         for inst in c.instructions:
-            if inst.opcode != "parameter" and inst.info.elemental is None:
+            if inst.opcode != "parameter" and not emitted_inline(inst):
                 return False
             stack.extend(inst.called_computations())
     return True
