@@ -67,7 +67,7 @@ _TOKEN = re.compile(r'"(?:[^"\\\n]|\\.)*"|-?(?:\d+\.?\d*(?:[eE][-+]?\d+)?|inf|na
 _NUMBERS = ["0", "-1", "1", "2", "-0", "3", "7", "8", "31", "32", "63", "64", "127", "128", "255", "65536",
             "2147483647", "2147483648", "-2147483648", "4294967296", "9223372036854775807",
             "99999999999999999999999", "1e40", "-1e40", "1e-45", "nan", "inf", "-inf", "0.5", "1.5"]
-_DTYPES = ["pred", "s4", "s8", "s16", "s32", "s64", "u4", "u8", "u16", "u32", "u64", "f16", "bf16", "f32",
+_DTYPES = ["pred", "s2", "s4", "s8", "s16", "s32", "s64", "u2", "u4", "u8", "u16", "u32", "u64", "f16", "bf16", "f32",
            "f64", "c64", "c128", "f8e4m3fn", "f8e5m2", "token", "tuple", "f31", "x32"]
 _KEYWORDS = ["ROOT", "ENTRY", "HloModule", "parameter", "constant", "dimensions", "to_apply", "calls", "index",
              "slice", "padding", "direction", "kind", "iota_dimension", "dynamic_slice_sizes", "window",
