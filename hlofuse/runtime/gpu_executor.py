@@ -22,6 +22,7 @@ and every PTX is checked by ptxas in the tests.
 from __future__ import annotations
 
 import os
+import weakref
 from dataclasses import dataclass
 
 import numpy as np
@@ -258,16 +259,23 @@ class GpuProgram(ProgramBase):
         return self.device.to_host(value)
 
     def _on_device(self, value):
-        # Each host array is copied to the device once per run, however many kernels read it.
+        """`value` on the device: each host array is copied once per run, however many kernels
+        read it, and its copy is forgotten when the array dies. (The copies were kept, with
+        their arrays, for the whole run: a while loop's state of every iteration stayed alive,
+        and XLA's hlo_evaluator_test accumulation loop, thousands of iterations over two
+        f32[1024,1024], took the emulation past the machine's memory.)"""
         if isinstance(value, tuple):
             return tuple(self._on_device(v) for v in value)
         if isinstance(value, np.ndarray):
-            dev = self._resident.get(id(value))  # by id(): ndarrays are unhashable; the entry holds `value`
-            if dev is None:
-                dev = self.device.to_device(value)
-                self._resident[id(value)] = (dev, value)
-                return dev
-            return dev[0]
+            key = id(value)  # ndarrays are unhashable; the weak reference tells a reused id apart
+            entry = self._resident.get(key)
+            if entry is not None and entry[1]() is value:
+                return value if entry[0] is None else entry[0]
+            dev = self.device.to_device(value)
+            # the emulation's device memory is the host array itself: no strong reference kept
+            self._resident[key] = (None if dev is value else dev, weakref.ref(value))
+            weakref.finalize(value, self._resident.pop, key, None)
+            return dev
         return value
 
     def _library_operands(self, ops: list) -> list:
