@@ -31,16 +31,18 @@ def emitted_inline(inst) -> bool:
     have: such a computation is left to its library rule, codegen/kernels/cpu_sort.py)."""
     if inst.info.elemental is None:
         return False
-    if inst.opcode not in SCALAR_ONLY:
-        return True
+    return inst.opcode not in SCALAR_ONLY or _on_scalars(inst)
+
+
+def _on_scalars(inst) -> bool:
+    """Whether every operand and result leaf of `inst` is rank 0."""
     shapes = [inst.shape] + [op.shape for op in inst.operands]
     return all(leaf.rank == 0 for s in shapes for leaf in s.leaves())
 
 
 def _check_scalar(inst) -> None:
     """UnsupportedError unless every operand and result leaf of `inst` is rank 0."""
-    shapes = [inst.shape] + [op.shape for op in inst.operands]
-    if any(leaf.rank != 0 for s in shapes for leaf in s.leaves()):
+    if not _on_scalars(inst):
         raise UnsupportedError(f"cannot emit {inst.opcode} instruction {inst.name} element by element: "
                                f"only a {inst.opcode} on rank-0 values (inside a map function, reducer "
                                f"or branch) is emitted inline")

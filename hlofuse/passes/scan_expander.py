@@ -20,12 +20,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-import numpy as np
-
+from ..hlo.dtypes import S64
 from ..hlo.ir import HloComputation, HloInstruction, HloModule
-from ..hlo.shapes import ArrayShape, TupleShape, array, scalar
+from ..hlo.shapes import TupleShape, array, scalar
+from ..hlo.walk import post_order
 from .pass_base import HloPass
 from .rewrite import Rewriter
+from .simplifier_base import new_scalar_constant, splat
 
 _INDEX = scalar("s64")
 
@@ -35,15 +36,26 @@ def _op(opcode: str, shape, *operands: HloInstruction, **attrs) -> HloInstructio
     return HloInstruction(opcode, shape, operands, attrs, name=opcode)
 
 
-def _constant(value, shape: ArrayShape) -> HloInstruction:
-    """A constant of `value` in `shape`'s element type and dimensions."""
-    c = HloInstruction("constant", shape, name="constant")
-    c.literal = np.full(shape.dims, value, dtype=shape.dtype.numpy)
-    return c
+def _index(value: int) -> HloInstruction:
+    return new_scalar_constant(S64, value)
 
 
 def _gte(tuple_value: HloInstruction, index: int) -> HloInstruction:
     return _op("get-tuple-element", tuple_value.shape.elements[index], tuple_value, index=index)
+
+
+def _computation(module: HloModule, name: str, state, build) -> HloComputation:
+    """A computation of one parameter of shape `state` whose root `build(parameter)` returns,
+    built unattached: its instructions are added operands first (a walk from the root)."""
+    comp = HloComputation(name)
+    module.add_computation(comp)
+    param = comp.add_parameter(state, "loop_state")
+    root = build(param)
+    for inst in post_order([root], lambda i: i.operands):
+        if inst.parent is None:
+            comp.add_instruction(inst)
+    comp.root = root
+    return comp
 
 
 class _Expansion:
@@ -62,72 +74,49 @@ class _Expansion:
         self.state = TupleShape((_INDEX, *(i.shape for i in self.inits), *(x.shape for x in self.inputs),
                                  *self.outputs))
 
-    def _starts(self, at: HloInstruction, rank: int, parts: list) -> list[HloInstruction]:
+    def _starts(self, at: HloInstruction, rank: int) -> list[HloInstruction]:
         """Start indices of a slice at `at` along the scan dimension (zeros elsewhere)."""
-        zero = _constant(0, _INDEX)
-        parts.append(zero)
+        zero = _index(0)
         return [at if k == self.d else zero for k in range(rank)]
 
     def condition(self, module: HloModule) -> HloComputation:
         """state -> state.i < N."""
-        comp = HloComputation(f"{self.scan.name}_condition")
-        module.add_computation(comp)
-        state = comp.add_parameter(self.state, "loop_state")
-        i = comp.add_instruction(_gte(state, 0))
-        n = comp.add_instruction(_constant(self.length, _INDEX))
-        comp.root = comp.add_instruction(_op("compare", scalar("pred"), i, n, direction="LT"))
-        return comp
+        return _computation(module, f"{self.scan.name}_condition", self.state,
+                            lambda state: _op("compare", scalar("pred"), _gte(state, 0), _index(self.length),
+                                              direction="LT"))
 
     def body(self, module: HloModule) -> HloComputation:
         """One step: slice the inputs at k, call to_apply, store its outputs at k."""
-        comp = HloComputation(f"{self.scan.name}_body")
-        module.add_computation(comp)
-        state = comp.add_parameter(self.state, "loop_state")
-        made: list[HloInstruction] = []
+        return _computation(module, f"{self.scan.name}_body", self.state, self._step)
 
-        def add(inst: HloInstruction) -> HloInstruction:
-            made.append(inst)
-            return inst
-
+    def _step(self, state: HloInstruction) -> HloInstruction:
         c, n_in = len(self.inits), len(self.inputs)
-        i = add(_gte(state, 0))
-        carries = [add(_gte(state, 1 + j)) for j in range(c)]
-        inputs = [add(_gte(state, 1 + c + j)) for j in range(n_in)]
-        stacked = [add(_gte(state, 1 + c + n_in + j)) for j in range(len(self.outputs))]
-        k = i
-        if self.reverse:
-            last = add(_constant(self.length - 1, _INDEX))
-            k = add(_op("subtract", _INDEX, last, i))
-        zeros: list[HloInstruction] = []
+        i = _gte(state, 0)
+        carries = [_gte(state, 1 + j) for j in range(c)]
+        inputs = [_gte(state, 1 + c + j) for j in range(n_in)]
+        stacked = [_gte(state, 1 + c + n_in + j) for j in range(len(self.outputs))]
+        k = _op("subtract", _INDEX, _index(self.length - 1), i) if self.reverse else i
         slices = []
         for x in inputs:
             dims = x.shape.dims
             sizes = tuple(1 if a == self.d else n for a, n in enumerate(dims))
-            piece = add(_op("dynamic-slice", array(x.shape.dtype, sizes), x, *self._starts(k, len(dims), zeros),
-                            dynamic_slice_sizes=sizes))
-            slices.append(add(_op("reshape", array(x.shape.dtype, dims[:self.d] + dims[self.d + 1:]), piece)))
+            piece = _op("dynamic-slice", array(x.shape.dtype, sizes), x, *self._starts(k, len(dims)),
+                        dynamic_slice_sizes=sizes)
+            slices.append(_op("reshape", array(x.shape.dtype, dims[:self.d] + dims[self.d + 1:]), piece))
         f = self.scan.attrs["to_apply"]
-        call = add(_op("call", f.root.shape, *slices, *carries, to_apply=f))
-        results = [add(_gte(call, j)) for j in range(len(f.root.shape.elements))]
+        call = _op("call", f.root.shape, *slices, *carries, to_apply=f)
+        results = [_gte(call, j) for j in range(len(f.root.shape.elements))]
         written = []
         for out, value in zip(stacked, results):
             dims = out.shape.dims
-            one = add(_op("reshape", array(out.shape.dtype, dims[:self.d] + (1,) + dims[self.d + 1:]), value))
-            written.append(add(_op("dynamic-update-slice", out.shape, out, one, *self._starts(k, len(dims), zeros))))
-        step = add(_constant(1, _INDEX))
-        nxt = add(_op("add", _INDEX, i, step))
-        new_carries = results[len(self.outputs):]
-        root = _op("tuple", self.state, nxt, *new_carries, *inputs, *written)
-        for inst in zeros + made + [root]:
-            if inst.parent is None:
-                comp.add_instruction(inst)
-        comp.root = root
-        return comp
+            one = _op("reshape", array(out.shape.dtype, dims[:self.d] + (1,) + dims[self.d + 1:]), value)
+            written.append(_op("dynamic-update-slice", out.shape, out, one, *self._starts(k, len(dims))))
+        nxt = _op("add", _INDEX, i, _index(1))
+        return _op("tuple", self.state, nxt, *results[len(self.outputs):], *inputs, *written)
 
     def loop(self, module: HloModule) -> HloInstruction:
         """The while loop and the scan's result taken from its final state (unattached)."""
-        init = _op("tuple", self.state, _constant(0, _INDEX), *self.inits, *self.inputs,
-                   *(_op("broadcast", out, _constant(0, array(out.dtype, ())), dimensions=()) for out in self.outputs))
+        init = _op("tuple", self.state, _index(0), *self.inits, *self.inputs, *(splat(out, 0) for out in self.outputs))
         loop = _op("while", self.state, init, condition=self.condition(module), body=self.body(module))
         c, n_in = len(self.inits), len(self.inputs)
         parts = [_gte(loop, 1 + c + n_in + j) for j in range(len(self.outputs))]

@@ -31,6 +31,7 @@ from ..hlo.shapes import array
 from .dus_rules import merged_update, slice_of_update
 from .pass_base import HloPass
 from .rewrite import Rewriter
+from .simplifier_base import new_scalar_constant
 
 
 def _is_assignment(comp: HloComputation) -> bool:
@@ -100,12 +101,6 @@ def _window_update(scatter: HloInstruction, pos: list[int]) -> HloInstruction:
     return HloInstruction("reshape", array(update.shape.dtype, dims), [x], name="reshape")
 
 
-def _constant_s32(value: int) -> HloInstruction:
-    c = HloInstruction("constant", array(S32, []), name="constant")
-    c.literal = np.asarray(value, np.int32)
-    return c
-
-
 @dataclass(frozen=True)
 class ScatterToDynamicUpdateSlice(HloPass):
     """Rewrite assignment scatters at constant indices into dynamic-update-slices."""
@@ -128,7 +123,7 @@ class ScatterToDynamicUpdateSlice(HloPass):
                 for starts, pos in windows:
                     update = _window_update(inst, pos)
                     value = HloInstruction("dynamic-update-slice", inst.shape,
-                                           [value, update, *(_constant_s32(s) for s in starts)],
+                                           [value, update, *(new_scalar_constant(S32, s) for s in starts)],
                                            name="dynamic-update-slice")
                 rewriter.replace(inst, value)
                 changed = True

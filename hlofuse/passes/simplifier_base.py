@@ -88,8 +88,14 @@ def new_instruction(inst: HloInstruction, opcode: str, operands: list[HloInstruc
     return HloInstruction(opcode, shape if shape is not None else inst.shape, operands, attrs, name=opcode)
 
 
+def new_scalar_constant(dtype: ElementType, value) -> HloInstruction:
+    """A new rank-0 constant of `dtype` holding `value`."""
+    c = HloInstruction("constant", ArrayShape(dtype, (), (), Layout(())), name="constant")
+    c.literal = np.asarray(value).astype(dtype.numpy).reshape(())
+    return c
+
+
 def splat(shape: ArrayShape, value) -> HloInstruction:
     """broadcast(scalar constant `value`) of `shape`, as XLA's MakeScalarLike builds it."""
-    scalar = HloInstruction("constant", ArrayShape(shape.dtype, (), (), Layout(())), name="constant")
-    scalar.literal = np.asarray(value).astype(shape.dtype.numpy).reshape(())
-    return HloInstruction("broadcast", shape, [scalar], {"dimensions": ()}, name="broadcast")
+    return HloInstruction("broadcast", shape, [new_scalar_constant(shape.dtype, value)], {"dimensions": ()},
+                          name="broadcast")

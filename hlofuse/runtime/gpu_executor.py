@@ -272,9 +272,13 @@ class GpuProgram(ProgramBase):
             if entry is not None and entry[1]() is value:
                 return value if entry[0] is None else entry[0]
             dev = self.device.to_device(value)
-            # the emulation's device memory is the host array itself: no strong reference kept
-            self._resident[key] = (None if dev is value else dev, weakref.ref(value))
-            weakref.finalize(value, self._resident.pop, key, None)
+            # the emulation's device memory is the host array itself: no strong reference kept.
+            # The weak reference's callback drops the entry when the array dies; at the end of
+            # the run the whole dict goes, callbacks and all (a finalizer per array and run
+            # would pile up on a long-lived input).
+            resident = self._resident
+            self._resident[key] = (None if dev is value else dev,
+                                   weakref.ref(value, lambda _ref: resident.pop(key, None)))
             return dev
         return value
 
