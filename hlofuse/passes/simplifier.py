@@ -21,7 +21,8 @@ Rewrites (a rule per opcode, tried in post order until nothing changes):
   compares, and/or, max/min whose result the operand type's range fixes (simplifier_logic.py);
   transpose(dot(a, b)) => dot(b, a), dot(transpose(a), b) => dot(a, b) and a transpose of
   size-1 dimensions => reshape (simplifier_transpose.py);
-  convolution(pad(x, 0), w) => convolution(x, w) with the pad in its window (simplifier_conv.py).
+  convolution(pad(x, 0), w) => convolution(x, w) with the pad in its window, and
+  convolution(x, reverse(w)) => convolution(x, w) with the window reversed (simplifier_conv.py).
   simplifier_base.py has what the rule modules share.
 """
 from __future__ import annotations

@@ -1,4 +1,6 @@
-"""Simplifier rule for convolutions (XLA's AlgebraicSimplifier::FoldConvInputPad).
+"""Simplifier rules for convolutions: a zero pad of the input folded into the window (XLA's
+AlgebraicSimplifier::FoldConvInputPad), and a reverse of the weights' spatial dimensions folded
+into the window's reversal.
 
 convolution(pad(x, 0), w) => convolution(x, w) with the pad's edge padding added to the
 window's padding, and its interior padding turned into lhs dilation: keras pads the input of
@@ -20,6 +22,18 @@ dimensions of the input are not padded; no edge padding is negative (a negative 
 and cropping before the window's padding is not the same as after); and a dimension with
 interior padding has no lhs dilation of its own (the two would compose into a non-uniform
 dilation).
+
+convolution(x, reverse(w, D)) => convolution(x, w) with `rhs_reversal` flipped on every window
+dimension whose kernel dimension is in D: the gradient of a convolution with respect to its input
+is a convolution with the spatially reversed weights, which jax writes as a reverse feeding the
+convolution (haiku's ResNet-18 training step has 16, each a loop kernel over a weight tensor of
+up to 9 MB and 20-27 ms of LLVM). Window reversal is defined as that reverse (XLA's
+WindowDimension.window_reversal: the kernel's spatial dimension read backwards), so every output
+element sums the same products in the same window order: the same terms, bit for bit in the
+interpreter. The compiled kernels read reversed weights in place (kernels/cpu_conv_gemm.py: a
+GEMM per window tap, as for jax's `01oi` gradient weights already; cpu_conv.py and
+cpu_conv_cold.py index the tap backwards). Folded only when D holds kernel spatial dimensions
+alone (a reversed feature dimension is no window's); the reverse stays for any other user.
 """
 from __future__ import annotations
 
@@ -65,4 +79,25 @@ def fold_conv_input_pad(inst: HloInstruction) -> HloInstruction | None:
     return new_instruction(inst, "convolution", [pad.operands[0], weights], attrs)
 
 
-RULES = [("convolution", fold_conv_input_pad)]
+def fold_conv_weight_reverse(inst: HloInstruction) -> HloInstruction | None:
+    """convolution(x, reverse(w, D)) => convolution(x, w) with the window's reversal flipped on
+    the dimensions of D, which must all be kernel spatial dimensions (see the module
+    docstring); None when the rule does not apply."""
+    data, reverse = inst.operands
+    if reverse.opcode != "reverse":
+        return None
+    dn = ConvDimensionNumbers.of(inst.attrs.get("dim_labels"))
+    flipped = set(int(a) for a in reverse.attrs.get("dimensions", ()))
+    if not flipped or not flipped <= set(dn.kernel_spatial):
+        return None
+    window = inst.attrs.get("window") or Window(tuple(WindowDimension() for _ in dn.kernel_spatial))
+    if len(window.dimensions) != len(dn.kernel_spatial):
+        return None
+    dims = tuple(dataclasses.replace(d, window_reversal=d.window_reversal != (axis in flipped))
+                 for axis, d in zip(dn.kernel_spatial, window.dimensions))
+    attrs = dict(inst.attrs)
+    attrs["window"] = Window(dims)
+    return new_instruction(inst, "convolution", [data, reverse.operands[0]], attrs)
+
+
+RULES = [("convolution", fold_conv_input_pad), ("convolution", fold_conv_weight_reverse)]

@@ -1,7 +1,8 @@
-"""The simplifier's convolution rule (simplifier_conv.py: a zero pad folded into the window):
-what it folds and what it leaves, the same bits as before the fold in the reference
-interpreter (inputs with +-0, +-inf and NaN, weights with inf and NaN on padding taps), and the
-CPU kernels on the folded module against the interpreter on the original one."""
+"""The simplifier's convolution rules (simplifier_conv.py: a zero pad folded into the window, a
+reverse of the weights folded into the window's reversal): what they fold and what they leave, the
+same bits as before the fold in the reference interpreter (inputs with +-0, +-inf and NaN,
+weights with inf and NaN on padding taps), and the CPU kernels on the folded module against the
+interpreter on the original one."""
 from __future__ import annotations
 
 import numpy as np
@@ -151,3 +152,79 @@ ENTRY e {
     args = _inputs(parse_hlo(text), 0, special=False)
     want, got = _value(evaluate(parse_hlo(text), args)), _value(exe(*args))
     assert want.shape == got.shape and np.array_equal(_bits(want), _bits(got))
+
+
+def _reversed_module(x: str, w: str, dims: str, conv_attrs: str) -> str:
+    """w -> reverse(w, dims) -> convolution of x with it (shapes inferred by the parser)."""
+    return (f"HloModule m\nENTRY e {{\n  x = {x} parameter(0)\n  w = {w} parameter(1)\n"
+            f"  r = reverse(w), dimensions={{{dims}}}\n  ROOT c = convolution(x, r), {conv_attrs}\n}}\n")
+
+
+REVERSE_FOLDED = {
+    # jax's input gradient of a 3x3 convolution (haiku's ResNet-18 step): both spatial dimensions
+    "input_gradient_01oi": ("f32[2,5,5,4]", "f32[3,3,6,4]", "0,1",
+                            "window={size=3x3 pad=1_1x1_1}, dim_labels=b01f_01oi->b01f"),
+    # one dimension, a window already reversed on the other (the two compose per dimension)
+    "one_dimension_with_reversal": ("f32[1,6,5,2]", "f32[3,2,2,3]", "0",
+                                    f"window={{size=3x2 pad=1_1x0_1 rhs_reversal=0x1}}, {NHWC}"),
+    # a reverse that undoes the window's own reversal
+    "undoes_rhs_reversal": ("f32[1,6,6,2]", "f32[3,3,2,2]", "0,1",
+                            f"window={{size=3x3 stride=2x1 rhs_reversal=1x1}}, {NHWC}"),
+    # NCHW / OIHW with lhs and rhs dilation, a stride and feature groups
+    "nchw_dilated_grouped": ("f32[1,4,7,7]", "f32[4,2,3,2]", "2,3",
+                             "window={size=3x2 stride=2x1 lhs_dilate=2x1 rhs_dilate=1x2}, "
+                             "dim_labels=bf01_oi01->bf01, feature_group_count=2"),
+    "f64_1d": ("f64[2,9,3]", "f64[4,3,2]", "0", "window={size=4 pad=2_1}, dim_labels=b0f_0io->b0f"),
+    "s32": ("s32[1,5,5,2]", "s32[3,3,2,2]", "1", f"window={{size=3x3}}, {NHWC}"),
+}
+REVERSE_KEPT = {
+    # a reversed feature dimension is no window's
+    "input_feature": ("f32[1,5,5,2]", "f32[3,3,2,2]", "2", f"window={{size=3x3}}, {NHWC}"),
+    "spatial_and_output_feature": ("f32[1,5,5,2]", "f32[3,3,2,2]", "0,3", f"window={{size=3x3}}, {NHWC}"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(REVERSE_FOLDED))
+def test_weight_reverse_folds_into_the_window_with_the_same_bits(name):
+    x, w, dims, attrs = REVERSE_FOLDED[name]
+    text = _reversed_module(x, w, dims, attrs)
+    original, folded = parse_hlo(text), _fold(text)
+    assert not any(i.opcode == "reverse" for i in folded.entry.instructions), "the reverse was not folded"
+    conv = folded.entry.root
+    assert conv.opcode == "convolution" and conv.operands[1].opcode == "parameter"
+    for seed in range(3):
+        args = _inputs(original, seed)
+        assert np.array_equal(_bits(evaluate(original, args)), _bits(evaluate(folded, args)))
+
+
+def test_weight_reverse_fold_flips_exactly_the_reversed_windows():
+    x, w, dims, attrs = REVERSE_FOLDED["one_dimension_with_reversal"]
+    window = _fold(_reversed_module(x, w, dims, attrs)).entry.root.attrs["window"]
+    assert [d.window_reversal for d in window.dimensions] == [True, True]
+    x, w, dims, attrs = REVERSE_FOLDED["undoes_rhs_reversal"]
+    window = _fold(_reversed_module(x, w, dims, attrs)).entry.root.attrs["window"]
+    assert [d.window_reversal for d in window.dimensions] == [False, False]
+
+
+@pytest.mark.parametrize("name", sorted(REVERSE_KEPT))
+def test_weight_reverses_the_rule_must_keep(name):
+    x, w, dims, attrs = REVERSE_KEPT[name]
+    folded = _fold(_reversed_module(x, w, dims, attrs))
+    assert folded.entry.root.operands[1].opcode == "reverse"
+
+
+@pytest.mark.parametrize("name", sorted(REVERSE_FOLDED))
+@pytest.mark.parametrize("target", ["cpu", "gpu-emulated"])
+def test_reverse_folded_convolutions_match_the_interpreter(name, target):
+    """The whole pipeline (fold, then the backend's convolution) against the interpreter on the
+    unfolded module, with and without fusion."""
+    x, w, dims, attrs = REVERSE_FOLDED[name]
+    text = _reversed_module(x, w, dims, attrs)
+    original = parse_hlo(text)
+    for fusion in (True, False):
+        exe = hlofuse.compile(parse_hlo(text), target=target, cache=False, fusion=fusion)
+        for seed in range(2):
+            args = _inputs(original, seed, special=False)
+            want, got = _value(evaluate(original, args)), _value(exe(*args))
+            assert want.shape == got.shape, name
+            np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5, err_msg=f"{name} {target}")
