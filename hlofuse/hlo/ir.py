@@ -81,6 +81,17 @@ class HloComputation:
         # computation each time made growing a fusion along a long chain quadratic. The list
         # itself is held (not its id, which a replacement list could reuse once it is freed).
         self._params: tuple[list[HloInstruction], int, list[HloInstruction]] | None = None
+        # instructions added or removed through the methods below (`revision`)
+        self._edits = 0
+
+    @property
+    def revision(self) -> tuple:
+        """A value that changes whenever instructions are added or removed through this class's
+        methods, the list is replaced, or the root changes: what a memo of a fact about the
+        computation's contents (a fused computation's work, codegen-independent) is keyed by.
+        An operand rewired between instructions that stay is not seen: the fusion passes that
+        read it only rewire as part of adding or removing an instruction."""
+        return (self._edits, id(self._instructions), len(self._instructions), len(self._removed), self.root)
 
     @property
     def instructions(self) -> list[HloInstruction]:
@@ -103,6 +114,7 @@ class HloComputation:
     def instructions(self, value: list[HloInstruction]) -> None:
         self._instructions = value
         self._removed = set()
+        self._edits += 1
 
     def _parameter_list(self) -> list[HloInstruction]:
         # keyed by the raw list (a lazily removed parameter is dropped from it by `remove_instruction`)
@@ -180,6 +192,7 @@ class HloComputation:
         if inst.control_predecessors:
             holders.append(inst)
         self._control_holders = (insts, len(insts), control_list.edits(), holders)
+        self._edits += 1
         return inst
 
     def add_parameter(self, shape: Shape, name: str = "") -> HloInstruction:
@@ -195,6 +208,7 @@ class HloComputation:
         params = self._parameter_list()  # in step with the list before the change
         removed = self._removed
         module = self.parent
+        self._edits += 1
         for inst in insts:
             removed.add(inst)
             if inst.opcode == "parameter":
@@ -219,6 +233,7 @@ class HloComputation:
                 list.remove(other.control_predecessors, inst)
         params = self._parameter_list()  # in step with the list before the change
         self._removed.add(inst)  # dropped from the list when it is next read
+        self._edits += 1
         if inst.opcode == "parameter":
             params.remove(inst)
         inst.parent = None

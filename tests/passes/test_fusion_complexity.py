@@ -125,22 +125,25 @@ def _work_of_each_pass(text: str, target: str, monkeypatch) -> dict[str, tuple[i
 GENERATORS = {"chain": chain, "wide": wide, "softmax": softmax_blocks}
 
 
-# On the GPU the (not yet linear) multi-output fusion takes 50-100 s on the 2,000-instruction
-# softmax and wide modules: those cases run with `pytest -m slow`.
+# On the GPU the counted run of priority fusion takes 20-60 s on the larger softmax and wide
+# modules (its profiled events): those cases run with `pytest -m slow`.
 _CASES = [pytest.param(form, target, marks=pytest.mark.slow) if target == "gpu" and form != "chain"
           else (form, target) for target in ("cpu", "gpu") for form in sorted(GENERATORS)]
 
 
 # The wide tree at 1,000 instructions is one fusion whose users sibling fusion has nothing to
 # pair; from 2,000 on instruction fusion's budget splits it, and sibling fusion merges the
-# pieces: it doubles from 2,000.
-_SIZES = {"wide": (2000, 4000)}
+# pieces: it doubles from 2,000. On the GPU priority fusion's budget leaves 15 pieces at 2,000
+# instructions, 60 at 4,000 and 82 at 8,000, and multi-output fusion's work is per piece it
+# merges (about 12,000 operations each, beside 90 per instruction): its count doubles from
+# 4,000 (x2.0 to 8,000; x2.6 from 2,000, the pieces' own x4).
+_SIZES = {("wide", "cpu"): (2000, 4000), ("wide", "gpu"): (4000, 8000)}
 
 
 @pytest.mark.parametrize("form,target", _CASES)
 def test_doubling_the_module_about_doubles_each_pass_work(form, target, monkeypatch):
     make = GENERATORS[form]
-    n_small, n_large = _SIZES.get(form, (1000, 2000))
+    n_small, n_large = _SIZES.get((form, target), (1000, 2000))
     small = _work_of_each_pass(make(n_small), target, monkeypatch)
     large = _work_of_each_pass(make(n_large), target, monkeypatch)
     for name, (work, units) in small.items():

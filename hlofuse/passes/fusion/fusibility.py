@@ -133,8 +133,10 @@ def members(inst: HloInstruction) -> list[HloInstruction]:
 def combined_operands(a: HloInstruction, b: HloInstruction) -> list[HloInstruction]:
     """The distinct operands of one kernel computing both `a` and `b` (neither reads the other)."""
     operands: list[HloInstruction] = []
-    for op in list(a.operands) + list(b.operands):
-        if op is not a and op is not b and not any(op is o for o in operands):
+    seen = {a, b}  # (instructions hash by identity)
+    for op in (*a.operands, *b.operands):
+        if op not in seen:
+            seen.add(op)
             operands.append(op)
     return operands
 

@@ -39,14 +39,16 @@ _MAX_BYTES_RATIO = 1.10  # FusionMerger's merged_to_current_bytes_ratio limit
 MAX_DUPLICATED_INDEXING = 15
 
 
-def emitted_copies(fusion: HloInstruction, operand: HloInstruction) -> int:
-    """How many times `fusion`'s kernel would emit the code of `operand` if it were fused in:
-    XLA's FusionNodeIndexingEvaluation.EvaluateEmittedInstructions. Every instruction has a set
-    of "indexing users" (the instructions whose distinct indices it is evaluated at; the root's
-    is the fusion itself, counted once); an operand of the same shape as its user, or of a
-    transpose (whose index is only permuted), inherits its user's set, any other operand gets the
-    user itself. The count of an instruction is the sum of the counts of its indexing users."""
+def _indexing(fusion: HloInstruction, memo: dict | None) -> tuple[dict, dict]:
+    """(indexing users, emitted counts) of `fusion`'s computation (see `emitted_copies`),
+    remembered in `memo` per revision of the computation: priority fusion asks for every
+    operand of a fusion after each step that grows it, and the walk is the whole
+    computation's (XLA keeps its FusionNodeIndexingEvaluation per fusion likewise)."""
     comp = fusion.fused_computation
+    rev = comp.revision
+    hit = memo.get(fusion) if memo is not None else None
+    if hit is not None and hit[0] == rev:
+        return hit[1], hit[2]
     users: dict[HloInstruction, set[HloInstruction]] = {comp.root: {fusion}}
     count: dict[HloInstruction, int] = {fusion: 1}
     for inst in reversed(comp.post_order()):
@@ -60,6 +62,21 @@ def emitted_copies(fusion: HloInstruction, operand: HloInstruction) -> int:
                 mine |= users.get(inst, set())
             else:
                 mine.add(inst)
+    if memo is not None:
+        memo[fusion] = (rev, users, count)
+    return users, count
+
+
+def emitted_copies(fusion: HloInstruction, operand: HloInstruction, memo: dict | None = None) -> int:
+    """How many times `fusion`'s kernel would emit the code of `operand` if it were fused in:
+    XLA's FusionNodeIndexingEvaluation.EvaluateEmittedInstructions. Every instruction has a set
+    of "indexing users" (the instructions whose distinct indices it is evaluated at; the root's
+    is the fusion itself, counted once); an operand of the same shape as its user, or of a
+    transpose (whose index is only permuted), inherits its user's set, any other operand gets the
+    user itself. The count of an instruction is the sum of the counts of its indexing users.
+    `memo` (a pass run's, FusionContext.indexing) keeps each fusion's analysis until it changes."""
+    comp = fusion.fused_computation
+    users, count = _indexing(fusion, memo)
     params = [comp.parameter(i) for i, o in enumerate(fusion.operands) if o is operand]
     return sum(count[u] for p in params for u in users.get(p, ()))
 

@@ -32,7 +32,7 @@ from .fusibility import (
 from .fusion_merger import MAX_DUPLICATED_INDEXING, emitted_copies
 from .fusion_utils import create_fusion, fuse_producer, sort_computations
 from .kernel_pass import KernelComputationPass
-from .perf_model import Device, Estimate, device_for, fusion_estimate
+from .perf_model import Device, Estimate, KernelFacts, device_for, fusion_estimate
 from .producer_consumer import (
     base, choose_kind, cpu_constant, gpu_constant, producer_fusible, producer_is_fusion, reduce_epilogue, reuse,
     rules_for, scalar_constant,
@@ -109,7 +109,7 @@ def _legal(producer: HloInstruction, consumer: HloInstruction, ctx: FusionContex
         if not d:
             return d
     if consumer.opcode == "fusion" and producer.opcode != "broadcast":
-        copies = emitted_copies(consumer, producer)
+        copies = emitted_copies(consumer, producer, ctx.indexing)
         if copies > MAX_DUPLICATED_INDEXING:
             return refuse("duplicated-indexing", f"{consumer.name} would emit {producer.name}'s code {copies} "
                                                  f"times (at most {MAX_DUPLICATED_INDEXING})")
@@ -145,6 +145,7 @@ class _Queue:
 
     def __post_init__(self) -> None:
         self.heap, self.version, self._tick = [], {}, itertools.count()
+        self.facts = KernelFacts(self.device)
 
     def evaluate(self, producer: HloInstruction) -> tuple[Decision, Estimate | None]:
         """May `producer` fuse into all of its users, and what would it save?"""
@@ -154,7 +155,8 @@ class _Queue:
         if producer.opcode == "fusion" and producer.attrs.get("kind") not in ("kLoop", "kInput"):
             return refuse("producer-not-fusible", ""), None
         blocked = next(((u, d) for u in users for d in [_legal(producer, u, self.ctx)] if not d), None)
-        est = fusion_estimate(producer, users, self.device, keeps_producer=len(users) < len(producer.users))
+        est = fusion_estimate(producer, users, self.device, keeps_producer=len(users) < len(producer.users),
+                              facts=self.facts)
         if blocked is not None:
             # what the rule costs, in the model's terms (a refusal is also a price paid)
             d = blocked[1]

@@ -189,3 +189,46 @@ def test_duplicated_indexing_counts_two_per_slice_pair(levels):
     module = parse_hlo(_slice_pairs(levels))
     r = module.entry.root
     assert emitted_copies(r, r.operands[0]) == 2 ** levels
+
+
+def test_remembered_kernel_facts_follow_every_fusion_step():
+    """Priority fusion remembers each kernel's work, traffic and indexing analysis per revision
+    of its fused computation (perf_model.KernelFacts, FusionContext.indexing): after every
+    producer fused into a fusion, the remembered answers equal freshly computed ones."""
+    from hlofuse.passes.fusion.fusion_utils import create_fusion, fuse_producer
+    from hlofuse.passes.fusion.perf_model import KernelFacts, kernel_traffic, work
+
+    module = parse_hlo(_slice_pairs(3))
+    root = module.entry.root
+    facts, memo = KernelFacts(H100), {}
+    # a chain growing into one fusion a producer at a time (a broadcast in it: work grows by more
+    # than the producer), beside the slice-pair fusion above, which never changes
+    text = """HloModule c
+ENTRY e {
+  x = f32[64] parameter(0)
+  b = f32[8] parameter(1)
+  a0 = f32[64] negate(x)
+  a1 = f32[64] exponential(a0)
+  bb = f32[8,64] broadcast(a1), dimensions={1}
+  s = f32[8,64] broadcast(b), dimensions={0}
+  a2 = f32[8,64] multiply(bb, s)
+  ROOT a3 = f32[8,64] tanh(a2)
+}
+"""
+    module = parse_hlo(text)
+    comp = module.entry
+    fusion = create_fusion(comp.root, "kLoop")
+    seen_work = set()
+    while True:
+        for inst in [fusion, root]:
+            assert facts.work(inst) == work(inst, H100)
+            assert facts.traffic(inst) == kernel_traffic(inst)
+            for op in set(inst.operands):
+                assert emitted_copies(inst, op, memo) == emitted_copies(inst, op)
+        seen_work.add(facts.work(fusion))
+        producer = next((o for o in fusion.operands if o.opcode != "parameter"), None)
+        if producer is None:
+            break
+        fuse_producer(fusion, producer)
+    # the facts changed as the fusion grew (the memo was not just returning its first answer)
+    assert len(seen_work) == 6  # the tanh alone, then with a2, bb, s, a1 and a0 fused in
