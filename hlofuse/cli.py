@@ -109,7 +109,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     inputs = read_inputs(args.inputs, params) if args.inputs else random_inputs(params, args.seed)
     outputs = list(exe(*inputs))  # also the warm-up call of --repeat
     placed = xla.place(inputs) if xla else None
-    reference = [np.asarray(r) for r in xla.run_placed(placed)] if xla else None  # XLA's warm-up
+    reference = xla.arrays(xla.run_placed(placed)) if xla else None  # XLA's warm-up
     if args.report:
         print(exe.fusion_report().to_text())
     if args.repeat:
@@ -151,7 +151,8 @@ def _compile_on_xla(args: argparse.Namespace, module):
             text = f.read()
     else:
         text = module.to_text()
-    return xla_reference.compile_for_xla_cpu(text, isolated=True)
+    return xla_reference.compile_for_xla_cpu(text, isolated=True,
+                                             tokens=xla_reference.token_leaves(module.entry.root.shape))
 
 
 def _print_times(backend: str, exe, inputs: list, repeat: int, xla, placed) -> None:

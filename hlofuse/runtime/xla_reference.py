@@ -71,10 +71,14 @@ class XlaCpuExecutable:
     `run_placed` runs on them and waits for the results (what `--repeat` times), and calling
     it does both and returns numpy arrays."""
 
-    def __init__(self, executable: Any, device: Any, version: str, compile_seconds: float = 0.0) -> None:
+    def __init__(self, executable: Any, device: Any, version: str, compile_seconds: float = 0.0,
+                 token_leaves: tuple[bool, ...] = ()) -> None:
         self._executable = executable
         self._device = device
         self.version = version
+        # Which of XLA's results (the entry's leaves, depth-first) are tokens: hlofuse returns
+        # no value for a token, and XLA's token buffer has no numpy form (`arrays`).
+        self.token_leaves = token_leaves
         # Wall seconds of XLA:CPU's compile alone (not its parsing or the StableHLO conversion):
         # what benchmarks/compile_time.py sets beside hlofuse's cold compile.
         self.compile_seconds = compile_seconds
@@ -101,9 +105,15 @@ class XlaCpuExecutable:
             raise XlaRefusedError(f"{self.label} failed to run the module: {_xla_message(e)}") from None
         return results
 
+    def arrays(self, results: list) -> list[np.ndarray]:
+        """`run_placed`'s results as numpy arrays, the tokens left out (as hlofuse's outputs)."""
+        tokens = self.token_leaves
+        return [np.asarray(r) for i, r in enumerate(results) if not (i < len(tokens) and tokens[i])]
+
     def __call__(self, *arrays) -> list[np.ndarray]:
-        """The outputs for `arrays` as numpy arrays, tuples flattened depth-first."""
-        return [np.asarray(r) for r in self.run_placed(self.place(arrays))]
+        """The outputs for `arrays` as numpy arrays, tuples flattened depth-first, tokens left
+        out."""
+        return self.arrays(self.run_placed(self.place(arrays)))
 
     def memory_bytes(self) -> int:
         """Bytes XLA's run holds: its argument copies, results and temporaries (0 if unknown)."""
@@ -149,13 +159,25 @@ def _probe(hlo_text: str, version: str) -> None:
                           f"check of XLA's and not an answer to compare with" + (f": {_xla_message(check)}" if check else ""))
 
 
-def compile_for_xla_cpu(hlo_text: str, isolated: bool = False) -> XlaCpuExecutable:
+def token_leaves(shape) -> tuple[bool, ...]:
+    """For each leaf of `shape` (an hlofuse Shape: the entry's result), depth-first, whether it
+    is a token: what XlaCpuExecutable needs to leave XLA's token results out."""
+    if shape.is_token:
+        return (True,)
+    if shape.is_tuple:
+        return tuple(t for e in shape.elements for t in token_leaves(e))
+    return (False,)
+
+
+def compile_for_xla_cpu(hlo_text: str, isolated: bool = False, tokens: tuple[bool, ...] = ()) -> XlaCpuExecutable:
     """Parse `hlo_text` with XLA's HLO parser and compile it with XLA:CPU.
 
     XlaUnavailableError without JAX; XlaRefusedError, quoting XLA, when XLA's parser, its
     StableHLO conversion or its compiler refuses the module. `isolated` first compiles it in
     a child process (`_probe`, a second or two), so that a module on which XLA aborts is a
-    refusal rather than the end of this process (the command line's `--compare xla`)."""
+    refusal rather than the end of this process (the command line's `--compare xla`). `tokens`
+    (`token_leaves` of the entry's result shape) says which results are tokens; without it
+    every result is taken for an array."""
     jax, xc = _xla_modules()
     version = jaxlib_version()
     if isolated:
@@ -181,4 +203,4 @@ def compile_for_xla_cpu(hlo_text: str, isolated: bool = False) -> XlaCpuExecutab
     except (RuntimeError, ValueError, TypeError) as e:
         raise XlaRefusedError(f"XLA:CPU (jaxlib {version}) refused the module; its {stage} says: "
                               f"{_xla_message(e)}") from None
-    return XlaCpuExecutable(executable, device, version, compile_seconds)
+    return XlaCpuExecutable(executable, device, version, compile_seconds, tokens)
