@@ -143,7 +143,8 @@ def make_const(ty, re, im):
 
 
 def unary_math(em, name: str, x):
-    """Complex exp, log, expm1, log1p, sqrt, rsqrt, sin, cos, tan, tanh, logistic."""
+    """Complex exp, log, expm1, log1p, sqrt, rsqrt, sin, cos, tan, tanh, sinh, cosh, logistic
+    (UnsupportedError for the rest: the inverse trigonometric and hyperbolic functions)."""
     b = em.b
     re, im = parts(b, x)
     t = em.target
@@ -175,6 +176,15 @@ def unary_math(em, name: str, x):
         return sqrt(em, x)
     if name == "rsqrt":
         return binary(em, "div", _one(x), sqrt(em, x))
+    if name in ("sinh", "cosh"):
+        # sinh(a+ib) = sinh a cos b + i cosh a sin b, cosh(a+ib) = cosh a cos b + i sinh a sin b
+        # (the real functions of the parts: no cancellation, each part overflowing only where
+        # its own product does)
+        sh, ch = t.math(b, "sinh", [re]), t.math(b, "cosh", [re])
+        sn, cs = t.math(b, "sin", [im]), t.math(b, "cos", [im])
+        if name == "sinh":
+            return make(b, x.type, b.fmul(sh, cs), b.fmul(ch, sn))
+        return make(b, x.type, b.fmul(ch, cs), b.fmul(sh, sn))
     if name in ("sin", "cos", "tan", "tanh"):
         # sinh/cosh of the other component from expm1 (accurate near 0)
         def sinh_cosh(v):

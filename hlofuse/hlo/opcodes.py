@@ -49,7 +49,7 @@ class OpInfo:
     fusion: str = "never"
     math: str = ""  # the math function the emitters call ("exp", "log", ...)
     # Inputs of the numeric tests generated from the rows (tests/emitters/test_op_table_numeric.py):
-    # any|positive|unit|nonzero|int
+    # any|positive|unit|at_least_one|nonzero|int
     domain: str = "any"
     called: tuple[str, ...] = ()  # attribute names holding called computations
     bookkeeping: bool = False  # only names or regroups buffers (tuples, get-tuple-element, bitcast): no kernel
@@ -128,6 +128,17 @@ _unary("sine", False, "sin")
 _unary("cosine", False, "cos")
 _unary("tan", False, "tan", "unit")
 _unary("erf", True, "erf")
+# XLA's newer elementwise functions (sinh, cosh and the inverse trigonometric and hyperbolic
+# ones; XLA:CPU of jaxlib 0.10 parses all but atan and compiles none of them): libm's (libdevice's)
+# functions on real types, formulas of them for complex sinh and cosh.
+_unary("sinh", True, "sinh")
+_unary("cosh", True, "cosh")
+_unary("asin", True, "asin", "unit")
+_unary("acos", True, "acos", "unit")
+_unary("atan", True, "atan")
+_unary("asinh", True, "asinh")
+_unary("acosh", True, "acosh", "at_least_one")
+_unary("atanh", True, "atanh", "unit")
 
 # ---- elementwise binary -----------------------------------------------------------------
 for _n in ("add", "subtract", "multiply", "maximum", "minimum", "and", "or", "xor",

@@ -79,7 +79,8 @@ def _unary(allowed: TypeClass, result: Callable[[ElementType], ElementType] = la
 # element type class in tests/hlo/test_verifier_vs_xla_types.py.
 register_shape_rule("floor", "ceil", "round-nearest-afz", "round-nearest-even", "erf")(_unary(_floating))
 register_shape_rule("exponential", "exponential-minus-one", "log", "log-plus-one", "logistic", "sqrt",
-                    "rsqrt", "tanh", "sine", "cosine", "tan")(_unary(_floating_or_complex))
+                    "rsqrt", "tanh", "sine", "cosine", "tan", "sinh", "cosh", "asin", "acos", "atan", "asinh",
+                    "acosh", "atanh")(_unary(_floating_or_complex))
 # XLA's ShapeInference takes cbrt on real floats only ("Expected element type in shape to be
 # floating for cbrt operation"); logistic, by contrast, compiles and runs on complex in XLA:CPU.
 register_shape_rule("cbrt")(_unary(_floating))

@@ -109,3 +109,23 @@ def test_f16_totalorder_compares_the_stored_bits(tmp_path):
     for target in ("interpreter", "cpu", "gpu-emulated"):
         (got,) = hlofuse.compile(hlofuse.parse_hlo(F16_TOTALORDER), target, cache=False)(x, y)
         assert list(np.asarray(got)) == want, target
+
+
+@pytest.mark.parametrize("ty", [F32, ir.DoubleType()], ids=["f32", "f64"])
+def test_newer_elementwise_functions_link_from_libdevice_and_assemble(ty):
+    """sinh, cosh and the inverse trigonometric and hyperbolic functions (XLA's newer opcodes)
+    are libdevice's on the GPU: each is linked and inlined, and ptxas takes the kernel."""
+    names = ("sinh", "cosh", "asin", "acos", "atan", "asinh", "acosh", "atanh")
+
+    def emit(t, b, x, y):
+        acc = x
+        for name in names:
+            acc = b.fadd(acc, t.math(b, name, [x]))
+        return acc
+
+    text, module = _function_ir(emit, ty=ty)
+    suffix = "f" if ty == F32 else ""
+    assert all(f"@\"__nv_{n}{suffix}\"(" in text for n in names)
+    _, ptx = compile_ptx(module, "sm_90")
+    assert not any(f"__nv_{n}{suffix}" in ptx for n in names)
+    assert len(assemble(ptx, "sm_90")) > 0

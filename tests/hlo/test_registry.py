@@ -12,7 +12,7 @@ from hlofuse.hlo.rule_loader import RULE_MODULES, STAGES, load_rules
 
 KINDS = {"unary", "binary", "ternary", "compare", "data", "reduce", "control", "collective", "io", "other"}
 FUSION = {"yes", "root", "producer", "never"}
-DOMAINS = {"any", "positive", "unit", "nonzero", "int"}
+DOMAINS = {"any", "positive", "unit", "at_least_one", "nonzero", "int"}
 STAGES = {"shape", "reference", "elemental", "library"}  # library: unfused ops run by compiled backends
 KIND_ARITY = {"unary": 1, "binary": 2, "ternary": 3, "compare": 2}
 
@@ -35,7 +35,8 @@ XLA_EXPENSIVE = set("""
     collective-permute collective-permute-done collective-permute-start custom-call domain dot erf exponential
     exponential-minus-one fft fusion gather log log-plus-one logistic map parameter power recv recv-done
     reduce reduce-window rng rng-get-and-update-state rng-bit-generator rsqrt scatter select-and-scatter send
-    send-done sort topk sqrt cbrt tanh triangular-solve while get-dimension-size set-dimension-size""".split())
+    send-done sort topk sqrt cbrt tanh triangular-solve while get-dimension-size set-dimension-size
+    sinh cosh asin acos asinh acosh atanh""".split())
 
 
 @pytest.mark.parametrize("opcode", sorted(OPS))

@@ -43,11 +43,18 @@ COMPARISON_TYPES = ("FLOAT", "TOTALORDER", "SIGNED", "UNSIGNED")
 # XLA's shape inference, verifier and StableHLO accept these, but XLA:CPU dies (SIGSEGV) compiling
 # them: we refuse them (there is no result to agree with). Never compiled in this process.
 XLA_CPU_CRASHES = {("remainder", "c64"), ("remainder", "c128")}
+# XLA's newer elementwise functions: jaxlib 0.10's verifier and StableHLO conversion take them on
+# floats and complex, and its CPU compiler then says UNIMPLEMENTED (bf16 and f8 compile, through
+# float normalization): for these, UNIMPLEMENTED is XLA's verifier accepting the signature.
+XLA_CPU_UNIMPLEMENTED = {"sinh", "cosh", "asin", "acos", "asinh", "acosh", "atanh"}
+# Registered opcodes jaxlib 0.10's HLO parser does not know yet (newer XLA has them): no verdict
+# to compare with (test_opcodes_xla_cannot_parse_yet checks it still cannot).
+XLA_UNPARSED = {"atan"}
 
 
 def _swept_opcodes() -> list[str]:
     return sorted(n for n, i in OPS.items()
-                  if i.elementwise and not i.called and i.arity in (1, 2, 3) and n not in NOT_SWEPT)
+                  if i.elementwise and not i.called and i.arity in (1, 2, 3) and n not in NOT_SWEPT | XLA_UNPARSED)
 
 
 def _result_type(opcode: str, t: str) -> str:
@@ -107,6 +114,8 @@ def _mismatches(cases: list[tuple[str, str, str, str]]) -> list[str]:
                 out.append(f"{label}: we accept what XLA:CPU crashes on")
             continue
         xla, why = _xla(text)
+        if not xla and opcode in XLA_CPU_UNIMPLEMENTED and why.startswith("UNIMPLEMENTED"):
+            xla = True  # verified, then not compiled (XLA_CPU_UNIMPLEMENTED)
         if ours != xla:
             out.append(f"{label}: ours={'accept' if ours else 'refuse'} xla={'accept' if xla else 'refuse'} {why}")
     return out
@@ -117,6 +126,14 @@ def test_elementwise_type_verdicts_match_xla(opcode):
     cases = [(f"{opcode}({t})", opcode, t, _text(opcode, t)) for t in TYPES]
     bad = _mismatches(cases)
     assert not bad, "\n".join(bad)
+
+
+@pytest.mark.parametrize("opcode", sorted(XLA_UNPARSED))
+def test_opcodes_xla_cannot_parse_yet(opcode):
+    """Left out of the sweep because jaxlib's parser refuses them whatever the type: once it
+    reads them, they belong in the sweep."""
+    xla, why = _xla(_text(opcode, "f32"))
+    assert not xla and "Syntax error" in why, why
 
 
 @pytest.mark.parametrize("direction", DIRECTIONS)

@@ -323,6 +323,14 @@ _TRANSCENDENTAL: dict[str, Callable[[Array], Array]] = {
     "sine": np.sin,
     "cosine": np.cos,
     "tan": np.tan,
+    "sinh": np.sinh,
+    "cosh": np.cosh,
+    "asin": np.arcsin,
+    "acos": np.arccos,
+    "atan": np.arctan,
+    "asinh": np.arcsinh,
+    "acosh": np.arccosh,
+    "atanh": np.arctanh,
     # np.frompyfunc gives a Python float, not an array, for a 0-d operand.
     "erf": _complex_or(lambda x: np.asarray(_erf(x), dtype=x.dtype), None, "erf"),
 }

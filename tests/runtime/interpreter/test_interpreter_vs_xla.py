@@ -91,8 +91,11 @@ def compare_all(text: str, args: list[np.ndarray], ops, max_ulps: dict[str, floa
 
 UNARY = opcodes_where(lambda i: i.kind == "unary" and i.arity == 1)
 BINARY = opcodes_where(lambda i: i.kind == "binary" and i.arity == 2)
+# XLA's newer functions, which jaxlib 0.10's XLA:CPU does not compile (atan: does not parse);
+# tests/emitters/test_newer_functions.py checks the interpreter against Python's math instead.
+XLA_CPU_LACKS = ("sinh", "cosh", "asin", "acos", "atan", "asinh", "acosh", "atanh")
 FLOAT_UNARY = [o for o in UNARY if o not in ("not", "count-leading-zeros", "popcnt", "real", "imag", "bitcast-convert",
-                                               "convert", "reduce-precision")]
+                                               "convert", "reduce-precision", *XLA_CPU_LACKS)]
 INT_UNARY = ["abs", "negate", "sign", "not", "count-leading-zeros", "popcnt", "copy"]
 FLOAT_BINARY = ["add", "subtract", "multiply", "divide", "remainder", "maximum", "minimum", "power", "atan2"]
 INT_BINARY = ["add", "subtract", "multiply", "divide", "remainder", "maximum", "minimum", "and", "or", "xor",
