@@ -30,6 +30,7 @@ from .fusion.horizontal_input_fusion import HorizontalInputFusion
 from .legacy_indices import LegacyIndexVectors
 from .pass_base import HloPass
 from .reshape_mover import ReshapeMover
+from .conditional_to_select import ConditionalToSelect
 from .scan_expander import ScanExpander
 from .scatter_simplifier import ScatterToDynamicUpdateSlice
 from .simplifier import AlgebraicSimplifier
@@ -39,6 +40,7 @@ PASSES: dict[str, type[HloPass]] = {
     "batchnorm-expander": BatchNormExpander,
     "legacy-index-vectors": LegacyIndexVectors,
     "scan-expander": ScanExpander,
+    "conditional-to-select": ConditionalToSelect,
     "simplifier": AlgebraicSimplifier,
     "algsimp": AlgebraicSimplifier,  # XLA's name for it
     "constant-folding": ConstantFolding,
@@ -268,19 +270,20 @@ class PassPipeline(HloPass):
 def standard_pipeline(target: str = "cpu", fusion: bool = True, verify: bool = False,
                       dump_dir: str | None = None, algorithm: str | None = None,
                       expand_scans: bool = True) -> PassPipeline:
-    """batchnorm-expander, scan-expander, legacy-index-vectors, scatter-simplifier, contraction-types,
+    """batchnorm-expander, scan-expander, conditional-to-select, legacy-index-vectors, scatter-simplifier, contraction-types,
     call-inliner, simplifier, reshape-mover, simplifier, cse, dce, then (with `fusion`) the fusion passes for
     `target` (by `algorithm`, "legacy" or "priority"; None: the target's default), then dce.
-    `expand_scans` False leaves out the scan expander (the interpreter runs `scan` itself, as the
-    oracle of the compiled backends' while loops); it runs before the call inliner, which
-    inlines the calls of to_apply it makes.
+    `expand_scans` False leaves out the scan expander and conditional-to-select (the interpreter
+    runs `scan` and conditionals itself, as the oracle of the compiled backends' rewrites); the
+    scan expander runs before the call inliner, which inlines the calls of to_apply it makes.
 
     Calls are inlined before the simplifier, as XLA's pipelines do, so that it sees through
     JAX's nested jits (a `jnp.where` of a constant predicate, a reduce computed in two calls);
     the reshape mover's reshapes meet and cancel in the second simplifier, and CSE then
     merges what the two leave equal. The inliner runs once: no later pass makes a call, so
     the fusion passes' own inliner (which `--passes fusion-pipeline` alone needs) is left out."""
-    passes: list[HloPass] = [BatchNormExpander(), *([ScanExpander()] if expand_scans else []), LegacyIndexVectors(),
+    compiled_only = [ScanExpander(), ConditionalToSelect()] if expand_scans else []
+    passes: list[HloPass] = [BatchNormExpander(), *compiled_only, LegacyIndexVectors(),
                              ScatterToDynamicUpdateSlice(), ContractionTypes(),
                              CallInliner(target), AlgebraicSimplifier(), ReshapeMover(), AlgebraicSimplifier(),
                              CommonSubexpressionElimination(),
