@@ -48,6 +48,43 @@ class Token:
 TOKEN = Token()
 
 
+def _side_effecting(inst: HloInstruction, known: dict[HloComputation, bool]) -> bool:
+    """Whether `inst` has a side effect: its row says so, or a computation it calls (at any
+    depth) holds such an instruction (`known` memoises computations)."""
+    if op_info(inst.opcode).side_effecting:
+        return True
+    for comp in inst.called_computations():
+        if comp not in known:
+            known[comp] = False  # (a computation calling itself is not a side effect)
+            known[comp] = any(_side_effecting(i, known) for i in comp.instructions)
+        if known[comp]:
+            return True
+    return False
+
+
+def live_order(comp: HloComputation) -> list[HloInstruction]:
+    """The instructions of `comp` that its result or a side effect depends on, operands first.
+
+    An instruction nothing reads and that has no side effect cannot change what the program
+    computes (XLA's dead-code elimination removes it, and every compiled pipeline with it), so
+    the oracle does not evaluate it either: a dead while loop that never ends (XLA's while
+    loop unroller tests have one), or a dead instruction of an op the interpreter lacks, must
+    not decide the reference's answer. Parameters are always kept (their count is the
+    computation's signature)."""
+    order = comp.post_order()
+    known: dict[HloComputation, bool] = {}
+    live: set[HloInstruction] = set()
+    stack = [i for i in order if i is comp.root or i.opcode == "parameter" or _side_effecting(i, known)]
+    while stack:
+        inst = stack.pop()
+        if inst in live:
+            continue
+        live.add(inst)
+        stack.extend(inst.operands)
+        stack.extend(inst.control_predecessors)
+    return [i for i in order if i in live]
+
+
 class InterpreterBug(RuntimeError):
     """A reference rule produced a value that does not match its instruction's shape."""
 
@@ -85,7 +122,7 @@ class Interpreter:
         try:
             order = self._order.get(computation)
             if order is None:
-                order = self._order[computation] = computation.post_order()
+                order = self._order[computation] = live_order(computation)
             with np.errstate(all="ignore"):
                 for inst in order:
                     env[inst] = self.evaluate_instruction(inst, [env[op] for op in inst.operands])

@@ -12,6 +12,7 @@ from hlofuse.hlo.dtypes import from_numpy
 from hlofuse.hlo.errors import InputError, UnsupportedError
 from hlofuse.hlo.ir import HloComputation, HloInstruction, HloModule
 from hlofuse.hlo.opcodes import OPS
+from hlofuse.hlo.parser import parse_hlo
 from hlofuse.hlo.shapes import ArrayShape, Layout, TupleShape, array, scalar
 from hlofuse.hlo.rule_loader import RULE_MODULES
 from hlofuse.hlo.rule_loader import load_rules
@@ -592,3 +593,57 @@ def test_variadic_reduce_argmax_long_rows_pairwise():
     m = reduce_module(argmax_reducer(), [x, idx], [np.float32(-np.inf), np.int32(0)], (1,), out_shape)
     vals, args = evaluate(m, [x, idx, np.asarray(np.float32(-np.inf)), np.asarray(np.int32(0))])
     same(args, np.asarray(jnp.argmax(x, axis=1)).astype(np.int32))
+
+
+# A dead while loop that never ends beside a live one (XLA's while loop unroller test module
+# SimpleLoop has one: its counter is multiplied by 1), and a dead instruction of an op the
+# interpreter refuses: neither may decide the oracle's answer, as neither survives the dead-code
+# elimination of any compiled pipeline.
+DEAD_CODE = """HloModule dead
+forever {
+  s = (s64[], s32[3]) parameter(0)
+  i = s64[] get-tuple-element(s), index=0
+  one = s64[] constant(1)
+  j = s64[] multiply(i, one)
+  v = s32[3] get-tuple-element(s), index=1
+  ROOT t = (s64[], s32[3]) tuple(j, v)
+}
+counted {
+  s = (s64[], s32[3]) parameter(0)
+  i = s64[] get-tuple-element(s), index=0
+  one = s64[] constant(1)
+  j = s64[] add(i, one)
+  v = s32[3] get-tuple-element(s), index=1
+  w = s32[3] add(v, v)
+  ROOT t = (s64[], s32[3]) tuple(j, w)
+}
+below {
+  s = (s64[], s32[3]) parameter(0)
+  i = s64[] get-tuple-element(s), index=0
+  ten = s64[] constant(10)
+  ROOT lt = pred[] compare(i, ten), direction=LT
+}
+ENTRY e {
+  x = s32[3] parameter(0)
+  r = u32[3] parameter(1)
+  zero = s64[] constant(0)
+  init = (s64[], s32[3]) tuple(zero, x)
+  dead_loop = (s64[], s32[3]) while(init), condition=below, body=forever
+  f = f32[3] convert(x)
+  dead_unsupported = bf16[3] stochastic-convert(f, r)
+  live = (s64[], s32[3]) while(init), condition=below, body=counted
+  ROOT out = s32[3] get-tuple-element(live), index=1
+}
+"""
+
+
+def test_dead_instructions_are_not_evaluated():
+    from hlofuse.runtime.interpreter.core import live_order
+
+    module = parse_hlo(DEAD_CODE)
+    names = [i.name for i in live_order(module.entry)]
+    assert "dead_loop" not in names and "dead_unsupported" not in names and "f" not in names
+    assert {"x", "r", "live", "out"} <= set(names)  # parameters always, the root's operands
+    x = np.array([0, 1, 2], np.int32)
+    (out,) = evaluate(module, [x, np.zeros(3, np.uint32)])
+    np.testing.assert_array_equal(out, x * 1024)
