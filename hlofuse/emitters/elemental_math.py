@@ -491,5 +491,6 @@ def _clamp(em: ElementalEmitter, inst):
 
 
 
-mark_unsupported("elemental", "stochastic rounding needs XLA's random-bit convention, which is not modelled "
-                 "(the interpreter has no reference for it either)", "stochastic-convert")
+mark_unsupported("elemental", "XLA defines stochastic rounding of floats to signed integers only, which the "
+                 "stochastic-convert-decomposer pass rewrites into elementwise ops (passes/"
+                 "stochastic_convert_decomposer.py); to other types it is not defined", "stochastic-convert")

@@ -31,6 +31,7 @@ from .legacy_indices import LegacyIndexVectors
 from .pass_base import HloPass
 from .reshape_mover import ReshapeMover
 from .conditional_to_select import ConditionalToSelect
+from .stochastic_convert_decomposer import StochasticConvertDecomposer
 from .scan_expander import ScanExpander
 from .scatter_simplifier import ScatterToDynamicUpdateSlice
 from .simplifier import AlgebraicSimplifier
@@ -41,6 +42,7 @@ PASSES: dict[str, type[HloPass]] = {
     "legacy-index-vectors": LegacyIndexVectors,
     "scan-expander": ScanExpander,
     "conditional-to-select": ConditionalToSelect,
+    "stochastic-convert-decomposer": StochasticConvertDecomposer,
     "simplifier": AlgebraicSimplifier,
     "algsimp": AlgebraicSimplifier,  # XLA's name for it
     "constant-folding": ConstantFolding,
@@ -270,11 +272,12 @@ class PassPipeline(HloPass):
 def standard_pipeline(target: str = "cpu", fusion: bool = True, verify: bool = False,
                       dump_dir: str | None = None, algorithm: str | None = None,
                       expand_scans: bool = True) -> PassPipeline:
-    """batchnorm-expander, scan-expander, conditional-to-select, legacy-index-vectors, scatter-simplifier, contraction-types,
+    """batchnorm-expander, scan-expander, conditional-to-select, stochastic-convert-decomposer, legacy-index-vectors, scatter-simplifier, contraction-types,
     call-inliner, simplifier, reshape-mover, simplifier, cse, dce, then (with `fusion`) the fusion passes for
     `target` (by `algorithm`, "legacy" or "priority"; None: the target's default), then dce.
-    `expand_scans` False leaves out the scan expander and conditional-to-select (the interpreter
-    runs `scan` and conditionals itself, as the oracle of the compiled backends' rewrites); the
+    `expand_scans` False leaves out the scan expander, conditional-to-select and the stochastic
+    convert decomposer (the interpreter runs those ops itself, as the oracle of the compiled
+    backends' rewrites); the
     scan expander runs before the call inliner, which inlines the calls of to_apply it makes.
 
     Calls are inlined before the simplifier, as XLA's pipelines do, so that it sees through
@@ -282,7 +285,7 @@ def standard_pipeline(target: str = "cpu", fusion: bool = True, verify: bool = F
     the reshape mover's reshapes meet and cancel in the second simplifier, and CSE then
     merges what the two leave equal. The inliner runs once: no later pass makes a call, so
     the fusion passes' own inliner (which `--passes fusion-pipeline` alone needs) is left out."""
-    compiled_only = [ScanExpander(), ConditionalToSelect()] if expand_scans else []
+    compiled_only = [ScanExpander(), ConditionalToSelect(), StochasticConvertDecomposer()] if expand_scans else []
     passes: list[HloPass] = [BatchNormExpander(), *compiled_only, LegacyIndexVectors(),
                              ScatterToDynamicUpdateSlice(), ContractionTypes(),
                              CallInliner(target), AlgebraicSimplifier(), ReshapeMover(), AlgebraicSimplifier(),

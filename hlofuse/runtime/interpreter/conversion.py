@@ -7,8 +7,9 @@ import ml_dtypes
 import numpy as np
 
 from ...hlo.dtypes import contraction_type_of_other_kind
+from ...hlo.errors import UnsupportedError
 from ...hlo.ir import HloInstruction
-from ...hlo.opcodes import mark_unsupported, register_reference
+from ...hlo.opcodes import register_reference
 from .elementwise import Array, contiguous, is_float, is_small_int, out_dtype, to_type
 from .op_helpers import result_dtype
 
@@ -138,8 +139,38 @@ def _reduce_precision(inst: HloInstruction, args: list, interp) -> Array:
     return to_type(out, out_dtype(inst))
 
 
-mark_unsupported("reference", "stochastic rounding needs XLA's random-bit convention, which is not modelled",
-                 "stochastic-convert")
+@register_reference("stochastic-convert")
+def _stochastic_convert(inst: HloInstruction, args: list, interp) -> Array:
+    """Stochastic rounding of floats to a signed integer type by XLA's convention (its
+    StochasticConvertDecomposer, the only definition XLA has; XLA:CPU runs it): |x|'s fraction,
+    scaled by 2**bits of the random type (f16 widened to f32 first, where 2**16 fits) and
+    converted to that unsigned type, rounds |x| up where it exceeds the random bits; the sign is
+    put back by negation, and x at or beyond the target's range (compared in x's own type)
+    gives its min or max. Every step is computed as the decomposition's op is, in x's type,
+    with XLA's saturating converts and wrapping integer arithmetic. To other types XLA defines
+    no stochastic rounding: refused."""
+    x, random = np.asarray(args[0]), np.asarray(args[1])
+    to = out_dtype(inst)
+    if to.kind != "i" or is_small_int(to):
+        raise UnsupportedError(f"stochastic-convert to {inst.shape.dtype.name} is not defined by XLA "
+                               f"(its decomposition rounds floats to signed integers of 8 bits or more)")
+    ft = x.dtype
+    with np.errstate(all="ignore"):
+        negative = np.sign(x) < 0
+        magnitude = np.abs(x)
+        whole = np.floor(magnitude)
+        fraction = (magnitude - whole).astype(ft)
+        if ft == np.float16:
+            fraction = fraction.astype(np.float32)
+        scaled = (fraction * fraction.dtype.type(2.0 ** (random.dtype.itemsize * 8))).astype(fraction.dtype)
+        round_up = random < float_to_int(scaled, random.dtype)
+        truncated = float_to_int(whole, to)
+        rounded = np.where(round_up, truncated + to.type(1), truncated).astype(to)
+        result = np.where(negative, -rounded, rounded).astype(to)
+        info = np.iinfo(to)
+        result = np.where(x <= ft.type(info.min), info.min, result)
+        result = np.where(x >= ft.type(info.max), info.max, result)
+    return result.astype(to)
 
 
 def in_contraction_type(inst: HloInstruction, contract) -> np.ndarray:
