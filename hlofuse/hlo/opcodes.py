@@ -175,6 +175,9 @@ _row("dynamic-update-slice", VARIADIC, "data", fusion="yes")
 _row("concatenate", VARIADIC, "data", fusion="yes")
 _row("pad", 2, "data", fusion="yes")
 _row("reverse", 1, "data", fusion="yes")
+# XLA's newer shuffle (rotate or permute elements along dimensions; hlo/shuffle.py): the
+# compiled backends expand it into slices and concatenates or a gather (passes/shuffle_expander.py)
+_row("shuffle", 1, "data")
 # XLA fuses a gather anywhere, as the root of a loop fusion too (IsUniversallyLoopFusible,
 # the CPU's CanBeLoopFused): its index producers fuse into it.
 _row("gather", 2, "data", expensive=True, fusion="yes")

@@ -284,3 +284,27 @@ def _get_tuple_element(inst: HloInstruction) -> Shape:
     if not isinstance(i, int) or not 0 <= i < len(t.elements):
         fail(inst, f"index {i!r} is out of range for a tuple of {len(t.elements)} elements")
     return t.elements[i]
+
+
+@register_shape_rule("shuffle")
+def _shuffle(inst: HloInstruction) -> Shape:
+    """shuffle(x), dimensions, mode=rotate (shifts, one per dimension) or permute (indices that
+    fit x, in range): the result has x's shape (hlo/shuffle.py)."""
+    from . import shuffle
+
+    (x,) = array_operands(inst, range(1))
+    dims = tuple(int(d) for d in inst.attrs.get("dimensions", ()))
+    if not dims or len(set(dims)) != len(dims) or any(not 0 <= d < x.rank for d in dims):
+        fail(inst, f"shuffle dimensions {list(dims)} must be distinct dimensions of the rank-{x.rank} operand")
+    mode = shuffle.mode(inst)
+    if mode not in shuffle.MODES:
+        fail(inst, f"shuffle mode must be one of {', '.join(shuffle.MODES)}, not {mode!r}")
+    if mode == "rotate" and len(shuffle.shifts(inst)) != len(dims):
+        fail(inst, f"a rotate shuffle needs one shift per dimension: {len(dims)} dimensions, "
+                   f"{len(shuffle.shifts(inst))} shifts")
+    if mode == "permute":
+        try:
+            shuffle.permute_coordinates(inst, tuple(x.dims))
+        except ValueError as e:
+            fail(inst, str(e))
+    return make_array(x.dtype, x.dims, x.dynamic)

@@ -31,6 +31,7 @@ from .legacy_indices import LegacyIndexVectors
 from .pass_base import HloPass
 from .reshape_mover import ReshapeMover
 from .conditional_to_select import ConditionalToSelect
+from .shuffle_expander import ShuffleExpander
 from .stochastic_convert_decomposer import StochasticConvertDecomposer
 from .scan_expander import ScanExpander
 from .scatter_simplifier import ScatterToDynamicUpdateSlice
@@ -43,6 +44,7 @@ PASSES: dict[str, type[HloPass]] = {
     "scan-expander": ScanExpander,
     "conditional-to-select": ConditionalToSelect,
     "stochastic-convert-decomposer": StochasticConvertDecomposer,
+    "shuffle-expander": ShuffleExpander,
     "simplifier": AlgebraicSimplifier,
     "algsimp": AlgebraicSimplifier,  # XLA's name for it
     "constant-folding": ConstantFolding,
@@ -272,20 +274,22 @@ class PassPipeline(HloPass):
 def standard_pipeline(target: str = "cpu", fusion: bool = True, verify: bool = False,
                       dump_dir: str | None = None, algorithm: str | None = None,
                       expand_scans: bool = True) -> PassPipeline:
-    """batchnorm-expander, scan-expander, conditional-to-select, stochastic-convert-decomposer, legacy-index-vectors, scatter-simplifier, contraction-types,
-    call-inliner, simplifier, reshape-mover, simplifier, cse, dce, then (with `fusion`) the fusion passes for
+    """batchnorm-expander, scan-expander, conditional-to-select, stochastic-convert-decomposer,
+    shuffle-expander, legacy-index-vectors, scatter-simplifier, contraction-types, call-inliner,
+    simplifier, reshape-mover, simplifier, cse, dce, then (with `fusion`) the fusion passes for
     `target` (by `algorithm`, "legacy" or "priority"; None: the target's default), then dce.
-    `expand_scans` False leaves out the scan expander, conditional-to-select and the stochastic
-    convert decomposer (the interpreter runs those ops itself, as the oracle of the compiled
-    backends' rewrites); the
-    scan expander runs before the call inliner, which inlines the calls of to_apply it makes.
+    `expand_scans` False leaves out the scan expander, conditional-to-select, the stochastic
+    convert decomposer and the shuffle expander (the interpreter runs those ops itself, as the
+    oracle of the compiled backends' rewrites); the scan expander runs before the call inliner,
+    which inlines the calls of to_apply it makes.
 
     Calls are inlined before the simplifier, as XLA's pipelines do, so that it sees through
     JAX's nested jits (a `jnp.where` of a constant predicate, a reduce computed in two calls);
     the reshape mover's reshapes meet and cancel in the second simplifier, and CSE then
     merges what the two leave equal. The inliner runs once: no later pass makes a call, so
     the fusion passes' own inliner (which `--passes fusion-pipeline` alone needs) is left out."""
-    compiled_only = [ScanExpander(), ConditionalToSelect(), StochasticConvertDecomposer()] if expand_scans else []
+    compiled_only = ([ScanExpander(), ConditionalToSelect(), StochasticConvertDecomposer(), ShuffleExpander()]
+                     if expand_scans else [])
     passes: list[HloPass] = [BatchNormExpander(), *compiled_only, LegacyIndexVectors(),
                              ScatterToDynamicUpdateSlice(), ContractionTypes(),
                              CallInliner(target), AlgebraicSimplifier(), ReshapeMover(), AlgebraicSimplifier(),

@@ -562,6 +562,9 @@ mark_unsupported("library", "batch-norm ops are rewritten by the batchnorm-expan
                  "batch-norm-training", "batch-norm-inference", "batch-norm-grad")
 mark_unsupported("library", "scan is rewritten into a while loop by the scan-expander pass (passes/scan_expander.py), "
                  "which the compiled backends' pipeline runs first; there is no library rule", "scan")
+mark_unsupported("library", "shuffle is rewritten into slices and concatenates, or a gather, by the "
+                 "shuffle-expander pass (passes/shuffle_expander.py), which the compiled backends' pipeline runs "
+                 "first; there is no library rule", "shuffle")
 mark_unsupported("library", "ragged-dot is not implemented by the CPU backend", "ragged-dot")
 mark_unsupported("library", "I/O and point-to-point transfers need a host or a second device; the compiled "
                  "backends run one device (single-participant collectives: runtime/library_collectives.py)",

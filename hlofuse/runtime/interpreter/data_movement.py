@@ -140,6 +140,15 @@ def _reverse(inst: HloInstruction, args: list, interp) -> Array:
     return np.flip(x, axis=dims).copy() if dims else x.copy()
 
 
+@register_reference("shuffle")
+def _shuffle(inst: HloInstruction, args: list, interp) -> Array:
+    """Each element from the operand index hlo/shuffle.py gives it (a rotate or a permute)."""
+    from ...hlo.shuffle import source_index
+
+    x = np.asarray(args[0])
+    return x[source_index(inst, x.shape)].copy() if x.ndim else x.copy()
+
+
 @register_reference("iota")
 def _iota(inst: HloInstruction, args: list, interp) -> Array:
     """0, 1, 2, ... along `iota_dimension`, repeated along the others."""
