@@ -20,23 +20,10 @@ from typing import ClassVar
 
 from ..hlo.dtypes import PRED
 from ..hlo.ir import HloComputation, HloInstruction, HloModule
-from ..hlo.opcodes import op_info
 from .fusion.call_inliner import inline_call
 from .fusion.cost_model import kernel_computations
 from .pass_base import HloPass
-
-
-def _has_side_effect(comp: HloComputation, seen: set[HloComputation]) -> bool:
-    """Whether `comp`, or anything it calls, has a side-effecting instruction."""
-    if comp in seen:
-        return False
-    seen.add(comp)
-    for inst in comp.instructions:
-        if op_info(inst.opcode).side_effecting:
-            return True
-        if any(_has_side_effect(c, seen) for c in inst.called_computations()):
-            return True
-    return False
+from .rewrite import has_side_effect
 
 
 def _branches(cond: HloInstruction) -> tuple[HloComputation, HloComputation] | None:
@@ -56,7 +43,7 @@ def conditional_to_select(cond: HloInstruction) -> HloInstruction | None:
     branches = _branches(cond)
     if branches is None or not cond.shape.is_array or len(cond.operands) != 3:
         return None
-    if any(_has_side_effect(b, set()) for b in branches):
+    if any(has_side_effect(i) for b in branches for i in b.instructions):
         return None
     comp = cond.parent
     calls = [comp.add_instruction(HloInstruction("call", cond.shape, [op], {"to_apply": branch}, name="call"))

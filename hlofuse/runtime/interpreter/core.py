@@ -50,7 +50,9 @@ TOKEN = Token()
 
 def _side_effecting(inst: HloInstruction, known: dict[HloComputation, bool]) -> bool:
     """Whether `inst` has a side effect: its row says so, or a computation it calls (at any
-    depth) holds such an instruction (`known` memoises computations)."""
+    depth) holds such an instruction (`known` memoises computations). The passes' own version
+    (passes/rewrite.has_side_effect) is not imported: the oracle takes nothing from what it
+    checks."""
     if op_info(inst.opcode).side_effecting:
         return True
     for comp in inst.called_computations():
