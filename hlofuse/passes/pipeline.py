@@ -31,6 +31,7 @@ from .legacy_indices import LegacyIndexVectors
 from .pass_base import HloPass
 from .reshape_mover import ReshapeMover
 from .conditional_to_select import ConditionalToSelect
+from .ragged_dot_expander import RaggedDotExpander
 from .shuffle_expander import ShuffleExpander
 from .stochastic_convert_decomposer import StochasticConvertDecomposer
 from .scan_expander import ScanExpander
@@ -45,6 +46,7 @@ PASSES: dict[str, type[HloPass]] = {
     "conditional-to-select": ConditionalToSelect,
     "stochastic-convert-decomposer": StochasticConvertDecomposer,
     "shuffle-expander": ShuffleExpander,
+    "ragged-dot-expander": RaggedDotExpander,
     "simplifier": AlgebraicSimplifier,
     "algsimp": AlgebraicSimplifier,  # XLA's name for it
     "constant-folding": ConstantFolding,
@@ -275,11 +277,11 @@ def standard_pipeline(target: str = "cpu", fusion: bool = True, verify: bool = F
                       dump_dir: str | None = None, algorithm: str | None = None,
                       expand_scans: bool = True) -> PassPipeline:
     """batchnorm-expander, scan-expander, conditional-to-select, stochastic-convert-decomposer,
-    shuffle-expander, legacy-index-vectors, scatter-simplifier, contraction-types, call-inliner,
+    shuffle-expander, ragged-dot-expander, legacy-index-vectors, scatter-simplifier, contraction-types, call-inliner,
     simplifier, reshape-mover, simplifier, cse, dce, then (with `fusion`) the fusion passes for
     `target` (by `algorithm`, "legacy" or "priority"; None: the target's default), then dce.
     `expand_scans` False leaves out the scan expander, conditional-to-select, the stochastic
-    convert decomposer and the shuffle expander (the interpreter runs those ops itself, as the
+    convert decomposer, the shuffle and ragged-dot expanders (the interpreter runs those ops itself, as the
     oracle of the compiled backends' rewrites); the scan expander runs before the call inliner,
     which inlines the calls of to_apply it makes.
 
@@ -288,8 +290,8 @@ def standard_pipeline(target: str = "cpu", fusion: bool = True, verify: bool = F
     the reshape mover's reshapes meet and cancel in the second simplifier, and CSE then
     merges what the two leave equal. The inliner runs once: no later pass makes a call, so
     the fusion passes' own inliner (which `--passes fusion-pipeline` alone needs) is left out."""
-    compiled_only = ([ScanExpander(), ConditionalToSelect(), StochasticConvertDecomposer(), ShuffleExpander()]
-                     if expand_scans else [])
+    compiled_only = ([ScanExpander(), ConditionalToSelect(), StochasticConvertDecomposer(), ShuffleExpander(),
+                      RaggedDotExpander()] if expand_scans else [])
     passes: list[HloPass] = [BatchNormExpander(), *compiled_only, LegacyIndexVectors(),
                              ScatterToDynamicUpdateSlice(), ContractionTypes(),
                              CallInliner(target), AlgebraicSimplifier(), ReshapeMover(), AlgebraicSimplifier(),

@@ -565,7 +565,9 @@ mark_unsupported("library", "scan is rewritten into a while loop by the scan-exp
 mark_unsupported("library", "shuffle is rewritten into slices and concatenates, or a gather, by the "
                  "shuffle-expander pass (passes/shuffle_expander.py), which the compiled backends' pipeline runs "
                  "first; there is no library rule", "shuffle")
-mark_unsupported("library", "ragged-dot is not implemented by the CPU backend", "ragged-dot")
+mark_unsupported("library", "ragged-dot becomes a dot over a one-hot group dimension in the ragged-dot-expander "
+                 "pass (passes/ragged_dot_expander.py) where its group sizes are one list (rank 1); per-batch "
+                 "group sizes are not implemented by the compiled backends", "ragged-dot")
 mark_unsupported("library", "I/O and point-to-point transfers need a host or a second device; the compiled "
                  "backends run one device (single-participant collectives: runtime/library_collectives.py)",
                  "infeed", "outfeed", "send", "send-done", "recv", "recv-done")

@@ -202,7 +202,13 @@ def _module(op: str, dt: str, dims: str) -> tuple[str, int] | None:
         if dt not in ("f32", "f64"):
             return None
         out = f"{'c64' if dt == 'f32' else 'c128'}[{dims}]"
+    elif op == "stochastic-convert":  # (value, random bits of its width) -> a signed integer
+        if not t.is_float or t.bits not in (16, 32, 64):
+            return None
+        out = f"s32[{dims}]"
     params = [f" p{i} = {shape} parameter({i})" for i in range(n)]
+    if op == "stochastic-convert":
+        params[1] = f" p1 = u{t.bits}[{dims}] parameter(1)"
     if op == "select":
         params[0] = f" p0 = pred[{dims}] parameter(0)"
     args = ", ".join(f"p{i}" for i in range(n))
@@ -227,6 +233,8 @@ def test_elementwise_rank0_matches_rank1(op):
             args1 = [np.array([val], dtype=npdt) for val in vals]
             if op == "select":
                 args1[0] = np.array([k % 2 == 0])
+            if op == "stochastic-convert":
+                args1[1] = np.array([(k * 40503) % 65536], dtype=f"uint{ELEMENT_TYPES[dt].bits}")
             try:
                 module1 = parse_hlo(text1)
                 verify(module1)
