@@ -205,12 +205,22 @@ def _mismatch(shape: Shape, value: Value, check_dims: bool = True) -> str | None
 
 def is_elementwise_computation(comp: HloComputation) -> bool:
     """True when `comp` can be evaluated with `Interpreter.call_batched`: all ops elementwise,
-    structural, or a scalar-to-scalar broadcast (an identity per batch element, which XLA's
-    TopK comparators contain); a broadcast that adds dimensions is not elementwise."""
+    structural, a scalar-to-scalar broadcast (an identity per batch element, which XLA's
+    TopK comparators contain) or a call of such a computation; a broadcast that adds dimensions
+    is not elementwise."""
     structural = ("parameter", "constant", "tuple", "get-tuple-element")
-    return all(i.opcode in structural or _is_scalar_broadcast(i)
+    return all(i.opcode in structural or _is_scalar_broadcast(i) or _is_elementwise_call(i)
                or op_info(i.opcode).elementwise and not i.called_computations()
                for i in comp.instructions)
+
+
+def _is_elementwise_call(inst: HloInstruction) -> bool:
+    """A `call` or `fusion` of an elementwise computation (XLA's fused reducers: an argmax's
+    comparator as a kLoop fusion of scalars), which runs batched as its body does."""
+    if inst.opcode not in ("call", "fusion"):
+        return False
+    called = inst.called_computations()
+    return len(called) == 1 and called[0] is not inst.parent and is_elementwise_computation(called[0])
 
 
 def _is_scalar_broadcast(inst: HloInstruction) -> bool:
