@@ -414,12 +414,32 @@ def read_as_daz(em: ElementalEmitter, v, et: ElementType):
     shifted bits) into an integer test of the bits, which sees a denormal as non-zero whatever
     the function's denormal-fp-math (found by the graph fuzzer, seed 41: bf16 -> pred gave
     true for 9e-41), and it looks through `freeze`. So on a flushing target a bf16 denormal is
-    made a zero of its sign on the bits first (exponent field zero: keep only the sign); f32
-    and f64 are read by the hardware's DAZ, and f16 and the 8-bit floats have no denormals
-    in f32."""
-    if et.name != "bf16" or not em.target.flushes_denormals:
+    made a zero of its sign on the bits first (exponent field zero: keep only the sign), and
+    so is an f32 that is such a widened bf16; other f32 and f64 values are read by the
+    hardware's DAZ, and f16 and the 8-bit floats have no denormals in f32."""
+    if not em.target.flushes_denormals:
+        return v
+    if et.name == "f32" and _widened_bf16(v):
+        # an f32 that is a bf16 widened in this kernel (a convert from bf16 fused before the
+        # compare: graph fuzzer, seed 94, bf16 -> f32 -> pred gave true for 1e-40): InstCombine
+        # folds through the widening to the bf16 bits all the same
+        return flush_denormal_bits(em.b, v, "f32")
+    if et.name != "bf16":
         return v
     return flush_denormal_bits(em.b, v, "bf16")
+
+
+def _widened_bf16(v) -> bool:
+    """Whether LLVM value `v` is a bf16 widened to f32 as the element generators widen it
+    (elemental.to_compute: the bits shifted into an f32's upper half)."""
+    if not (isinstance(v, ir.CastInstr) and v.opname == "bitcast"):
+        return False
+    shifted = v.operands[0]
+    if not (isinstance(shifted, ir.Instruction) and shifted.opname == "shl"):
+        return False
+    widened = shifted.operands[0]
+    return (isinstance(widened, ir.CastInstr) and widened.opname == "zext"
+            and widened.operands[0].type == ir.IntType(16))
 
 
 def compare_values(em: ElementalEmitter, et: ElementType, direction: str, cmp_type: str | None, x, y):
