@@ -77,6 +77,12 @@ def _gather(inst: HloInstruction) -> Shape:
     out, off, bat = [], iter(offset_sizes), iter(batch)
     for k in range(out_rank):
         out.append(next(off) if k in offset_dims else next(bat))
+    empty = [d for d in collapsed + obatch if sizes[d] == 0]
+    if empty and all(out):
+        # XLA's shape inference allows it, but each output element would be read from an empty
+        # slice: there is no value to give it (a compiled gather would read out of bounds)
+        fail(inst, f"slice size 0 in collapsed or batching dimension {empty[0]} leaves every slice empty, "
+                   f"but the output {list(out)} has elements: there is nothing to gather")
     return make_array(operand.dtype, out)
 
 

@@ -86,7 +86,10 @@ def gather_reference(inst: HloInstruction, args: list, interp) -> np.ndarray:
     batch_shape = vectors.shape[:-1]
     starts = start_rows(vectors, operand.ndim, index_map, op_batching, idx_batching, ivd)
     starts = np.clip(starts, 0, np.array(operand.shape) - np.array(slice_sizes))
-    sliced = operand[window_indices(starts, slice_sizes)]  # [rows, *slice_sizes]
+    if operand.ndim:
+        sliced = operand[window_indices(starts, slice_sizes)]  # [rows, *slice_sizes]
+    else:  # a scalar operand: every (empty) index vector reads it
+        sliced = np.broadcast_to(operand, (starts.shape[0],))
     kept = [s for d, s in enumerate(slice_sizes) if d not in collapsed and d not in op_batching]
     current = sliced.reshape((*batch_shape, *kept))
     # Output dimension offset_dims[i] is slice dimension i; batch dimensions fill the rest in order.

@@ -255,3 +255,43 @@ def test_random_gather_and_scatter_match_jax(seed):
                        update_window_dims=offset_dims, inserted_window_dims=collapsed,
                        scatter_dims_to_operand_dims=smap, index_vector_dim=len(bshape), to_apply=binary_comp("add"))
     close(run(inst, operand, indices, updates), want, rtol=1e-5, atol=1e-5)
+
+
+# Two degenerate gathers of XLA's gather simplifier tests.
+SCALAR_GATHER = """HloModule g
+ENTRY e {
+  operand = f32[] parameter(0)
+  indices = s32[7,0] parameter(1)
+  ROOT gather = f32[7] gather(operand, indices), offset_dims={}, collapsed_slice_dims={},
+      start_index_map={}, index_vector_dim=1, slice_sizes={}
+}
+"""
+EMPTY_COLLAPSED_GATHER = """HloModule g
+ENTRY e {
+  operand = f32[0,2] parameter(0)
+  indices = s32[3] parameter(1)
+  ROOT gather = f32[3,2] gather(operand, indices), offset_dims={1}, collapsed_slice_dims={0},
+      start_index_map={0}, index_vector_dim=1, slice_sizes={0,2}
+}
+"""
+
+
+@pytest.mark.parametrize("target", ["interpreter", "cpu", "gpu-emulated"])
+def test_a_gather_of_a_scalar_with_empty_index_vectors_repeats_it(target):
+    """Seven empty index vectors each read the whole scalar operand (the interpreter's slice
+    of a rank-0 operand was a scalar it could not shape into the seven results)."""
+    import hlofuse
+
+    exe = hlofuse.compile(parse_hlo(SCALAR_GATHER), target=target, cache=False)
+    out = np.asarray(exe(np.float32(2.5), np.zeros((7, 0), np.int32))[0])
+    np.testing.assert_array_equal(out, np.full(7, 2.5, np.float32))
+
+
+def test_a_gather_of_empty_collapsed_slices_into_a_nonempty_output_is_refused():
+    """Each output element would come from an empty slice (the compiled gather read out of
+    bounds and crashed): refused, naming the dimension."""
+    from hlofuse.hlo.errors import VerifierError
+    from hlofuse.hlo.verifier import verify
+
+    with pytest.raises(VerifierError, match="slice size 0 in collapsed or batching dimension 0"):
+        verify(parse_hlo(EMPTY_COLLAPSED_GATHER))
