@@ -31,6 +31,7 @@ from .legacy_indices import LegacyIndexVectors
 from .pass_base import HloPass
 from .reshape_mover import ReshapeMover
 from .conditional_to_select import ConditionalToSelect
+from .nested_fusion_flattener import NestedFusionFlattener
 from .ragged_dot_expander import RaggedDotExpander
 from .shuffle_expander import ShuffleExpander
 from .stochastic_convert_decomposer import StochasticConvertDecomposer
@@ -47,6 +48,7 @@ PASSES: dict[str, type[HloPass]] = {
     "stochastic-convert-decomposer": StochasticConvertDecomposer,
     "shuffle-expander": ShuffleExpander,
     "ragged-dot-expander": RaggedDotExpander,
+    "nested-fusion-flattener": NestedFusionFlattener,
     "simplifier": AlgebraicSimplifier,
     "algsimp": AlgebraicSimplifier,  # XLA's name for it
     "constant-folding": ConstantFolding,
@@ -277,13 +279,13 @@ def standard_pipeline(target: str = "cpu", fusion: bool = True, verify: bool = F
                       dump_dir: str | None = None, algorithm: str | None = None,
                       expand_scans: bool = True) -> PassPipeline:
     """batchnorm-expander, scan-expander, conditional-to-select, stochastic-convert-decomposer,
-    shuffle-expander, ragged-dot-expander, legacy-index-vectors, scatter-simplifier, contraction-types, call-inliner,
-    simplifier, reshape-mover, simplifier, cse, dce, then (with `fusion`) the fusion passes for
-    `target` (by `algorithm`, "legacy" or "priority"; None: the target's default), then dce.
-    `expand_scans` False leaves out the scan expander, conditional-to-select, the stochastic
-    convert decomposer, the shuffle and ragged-dot expanders (the interpreter runs those ops itself, as the
-    oracle of the compiled backends' rewrites); the scan expander runs before the call inliner,
-    which inlines the calls of to_apply it makes.
+    shuffle-expander, ragged-dot-expander, nested-fusion-flattener, legacy-index-vectors,
+    scatter-simplifier, contraction-types, call-inliner, simplifier, reshape-mover, simplifier,
+    cse, dce, then (with `fusion`) the fusion passes for `target` (by `algorithm`, "legacy" or
+    "priority"; None: the target's default), then dce. `expand_scans` False leaves out the
+    passes from the scan expander to the nested fusion flattener (the interpreter runs those
+    ops itself, as the oracle of the compiled backends' rewrites); the scan expander runs
+    before the call inliner, which inlines the calls of to_apply it makes.
 
     Calls are inlined before the simplifier, as XLA's pipelines do, so that it sees through
     JAX's nested jits (a `jnp.where` of a constant predicate, a reduce computed in two calls);
@@ -291,7 +293,7 @@ def standard_pipeline(target: str = "cpu", fusion: bool = True, verify: bool = F
     merges what the two leave equal. The inliner runs once: no later pass makes a call, so
     the fusion passes' own inliner (which `--passes fusion-pipeline` alone needs) is left out."""
     compiled_only = ([ScanExpander(), ConditionalToSelect(), StochasticConvertDecomposer(), ShuffleExpander(),
-                      RaggedDotExpander()] if expand_scans else [])
+                      RaggedDotExpander(), NestedFusionFlattener()] if expand_scans else [])
     passes: list[HloPass] = [BatchNormExpander(), *compiled_only, LegacyIndexVectors(),
                              ScatterToDynamicUpdateSlice(), ContractionTypes(),
                              CallInliner(target), AlgebraicSimplifier(), ReshapeMover(), AlgebraicSimplifier(),

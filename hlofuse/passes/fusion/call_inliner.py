@@ -44,14 +44,15 @@ def own_fused_computation(fusion: HloInstruction) -> None:
     fusion.attrs["calls"] = fc
 
 
-def inline_call(call: HloInstruction) -> HloInstruction:
-    """Replace `call` by a copy of the computation it calls; returns the copy of its root.
+def inline_call(call: HloInstruction, callee_attr: str = "to_apply") -> HloInstruction:
+    """Replace `call` by a copy of the computation it calls (named by `callee_attr`: a fusion
+    nested in a fused computation is inlined by its `calls`); returns the copy of its root.
 
     A fusion among the copies gets its own copy of its fused computation: the callee (and its
     fusions) may stay in the module for other callers, and a fused computation has one owner.
     """
     comp = call.parent
-    callee: HloComputation = call.attrs["to_apply"]
+    callee: HloComputation = call.attrs[callee_attr]
     mapping: dict[HloInstruction, HloInstruction] = {}
     for inst in callee.post_order():
         if inst.opcode == "parameter":
