@@ -23,7 +23,7 @@ from ..hlo.ir import HloComputation, HloInstruction, HloModule
 from .fusion.call_inliner import inline_call
 from .fusion.cost_model import kernel_computations
 from .pass_base import HloPass
-from .rewrite import has_side_effect
+from .rewrite import Rewriter, has_side_effect
 
 
 def _branches(cond: HloInstruction) -> tuple[HloComputation, HloComputation] | None:
@@ -53,10 +53,9 @@ def conditional_to_select(cond: HloInstruction) -> HloInstruction | None:
         pred = comp.add_instruction(HloInstruction("broadcast", cond.shape.with_dtype(PRED), [pred], {"dimensions": ()},
                                                    name="broadcast"))
     select = comp.add_instruction(HloInstruction("select", cond.shape, [pred, *calls], {}, name="select"))
-    cond.replace_all_uses_with(select)
-    if comp.root is cond:
-        comp.root = select
-    comp.remove_instruction(cond)
+    rewriter = Rewriter(comp)
+    rewriter.replace(cond, select)
+    rewriter.finish()
     for call in calls:
         inline_call(call)
     return select

@@ -32,6 +32,7 @@ from ..hlo.dtypes import PRED
 from ..hlo.ir import HloComputation, HloInstruction, HloModule
 from ..hlo.shapes import ArrayShape, Layout
 from .pass_base import HloPass
+from .rewrite import Rewriter
 from .simplifier_base import splat
 
 
@@ -165,10 +166,9 @@ class RaggedDotExpander(HloPass):
                 if t not in adders:
                     adders[t] = _adder(module, t)
                 new = _expand(inst, _Builder(comp, adders[t]))
-                inst.replace_all_uses_with(new)
-                if comp.root is inst:
-                    comp.root = new
-                comp.remove_instruction(inst)
+                rewriter = Rewriter(comp)
+                rewriter.replace(inst, new)
+                rewriter.finish()
                 changed = True
         if changed:
             for comp in module.computations:

@@ -23,6 +23,7 @@ from ..hlo.ir import HloInstruction, HloModule
 from ..hlo.shapes import array
 from ..hlo.shuffle import mode, shifts, source_index
 from .pass_base import HloPass
+from .rewrite import Rewriter
 
 
 def _add(comp, opcode: str, shape, operands: list[HloInstruction], attrs: dict) -> HloInstruction:
@@ -82,10 +83,9 @@ class ShuffleExpander(HloPass):
                 new = _rotate(inst) if mode(inst) == "rotate" else _permute(inst)
                 if new is inst.operands[0]:  # every shift a multiple of its dimension's size
                     new = _add(comp, "copy", inst.shape, [new], {})
-                inst.replace_all_uses_with(new)
-                if comp.root is inst:
-                    comp.root = new
-                comp.remove_instruction(inst)
+                rewriter = Rewriter(comp)
+                rewriter.replace(inst, new)
+                rewriter.finish()
                 changed = True
         if changed:
             for comp in module.computations:

@@ -23,6 +23,7 @@ from typing import ClassVar
 from ..hlo.dtypes import ElementType, element_type
 from ..hlo.ir import HloInstruction, HloModule
 from .pass_base import HloPass
+from .rewrite import Rewriter
 from .simplifier_base import splat
 
 
@@ -72,10 +73,9 @@ def decompose(inst: HloInstruction) -> HloInstruction:
     result = _op(comp, "select", shape, is_min, _constant(comp, result, low), result)
     is_max = _op(comp, "compare", pred, x, _constant(comp, x, float(high)), direction="GE")
     result = _op(comp, "select", shape, is_max, _constant(comp, result, high), result)
-    inst.replace_all_uses_with(result)
-    if comp.root is inst:
-        comp.root = result
-    comp.remove_instruction(inst)
+    rewriter = Rewriter(comp)
+    rewriter.replace(inst, result)
+    rewriter.finish()
     return result
 
 
