@@ -22,8 +22,8 @@ from ..hlo.dtypes import PRED
 from ..hlo.ir import HloComputation, HloInstruction, HloModule
 from .fusion.call_inliner import inline_call
 from .fusion.cost_model import kernel_computations
-from .pass_base import HloPass
-from .rewrite import Rewriter, has_side_effect
+from .op_expander import OpExpander, add
+from .rewrite import has_side_effect
 
 
 def _branches(cond: HloInstruction) -> tuple[HloComputation, HloComputation] | None:
@@ -37,49 +37,53 @@ def _branches(cond: HloInstruction) -> tuple[HloComputation, HloComputation] | N
     return (branches[0], branches[1]) if len(branches) == 2 else None
 
 
-def conditional_to_select(cond: HloInstruction) -> HloInstruction | None:
-    """Replace `cond` (in an embedded computation) by a select of its inlined branches; the
-    select, or None where the rewrite does not apply (see the module docstring)."""
+def applies(cond: HloInstruction) -> bool:
+    """Whether `cond` is a predicated conditional of an array result whose branches have no
+    side effect (see the module docstring)."""
     branches = _branches(cond)
-    if branches is None or not cond.shape.is_array or len(cond.operands) != 3:
-        return None
-    if any(has_side_effect(i) for b in branches for i in b.instructions):
-        return None
+    return (branches is not None and cond.shape.is_array and len(cond.operands) == 3
+            and not any(has_side_effect(i) for b in branches for i in b.instructions))
+
+
+def select_of_branches(cond: HloInstruction) -> HloInstruction:
+    """select(p, T(a), F(b)) for conditional `cond` (one that `applies`), T and F inlined,
+    added before it."""
     comp = cond.parent
-    calls = [comp.add_instruction(HloInstruction("call", cond.shape, [op], {"to_apply": branch}, name="call"))
-             for op, branch in zip(cond.operands[1:], branches)]
+    calls = [add(comp, "call", cond.shape, op, to_apply=branch)
+             for op, branch in zip(cond.operands[1:], _branches(cond))]
     pred = cond.operands[0]
     if cond.shape.rank > 0:
-        pred = comp.add_instruction(HloInstruction("broadcast", cond.shape.with_dtype(PRED), [pred], {"dimensions": ()},
-                                                   name="broadcast"))
-    select = comp.add_instruction(HloInstruction("select", cond.shape, [pred, *calls], {}, name="select"))
-    rewriter = Rewriter(comp)
-    rewriter.replace(cond, select)
-    rewriter.finish()
+        pred = add(comp, "broadcast", cond.shape.with_dtype(PRED), pred, dimensions=())
+    select = add(comp, "select", cond.shape, pred, *calls)
     for call in calls:
         inline_call(call)
     return select
 
 
 @dataclass(frozen=True)
-class ConditionalToSelect(HloPass):
+class ConditionalToSelect(OpExpander):
     """Every predicated, side-effect-free conditional of an array result in an embedded
     computation becomes a select of its inlined branches (module docstring). Work: one walk
     of the module's computations, and each rewrite copies its two branches."""
 
     name: ClassVar[str] = "conditional-to-select"
 
-    def run(self, module: HloModule) -> bool:
-        """Rewrite the conditionals of the embedded computations; True if any was."""
+    def computations(self, module: HloModule) -> list[HloComputation]:
+        """The embedded computations (a map's function, a reducer, what they call)."""
         kernels = set(kernel_computations(module))
-        changed = False
-        for comp in list(module.computations):
-            if comp in kernels or comp.is_fusion_computation():
-                continue
-            for inst in [i for i in comp.instructions if i.opcode == "conditional"]:
-                changed |= conditional_to_select(inst) is not None
+        return [c for c in module.computations if c not in kernels and not c.is_fusion_computation()]
+
+    def matches(self, inst: HloInstruction) -> bool:
+        """A conditional the rewrite `applies` to."""
+        return inst.opcode == "conditional" and applies(inst)
+
+    def expand(self, inst: HloInstruction, run: dict) -> HloInstruction:
+        """The select of its inlined branches."""
+        return select_of_branches(inst)
+
+    def run(self, module: HloModule) -> bool:
+        """Rewrite the conditionals; the branch computations no longer called go."""
+        changed = super().run(module)
         if changed:
-            for comp in module.computations:
-                comp.sort_instructions()
             module.remove_unreachable_computations()
         return changed

@@ -27,30 +27,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from ..hlo.attributes import Raw
 from ..hlo.dtypes import PRED
 from ..hlo.ir import HloComputation, HloInstruction, HloModule
-from ..hlo.shapes import ArrayShape, Layout
-from .pass_base import HloPass
-from .rewrite import Rewriter
-from .simplifier_base import splat
+from ..hlo.shapes import array
+from .op_expander import OpExpander, add, add_splat
 
 
-def _dims(inst: HloInstruction, *names: str) -> tuple[int, ...]:
-    """The first of the dimension-list attributes `names` that is present (XLA prints
-    lhs_ragged_dims, StableHLO's import may keep the long name as raw text)."""
-    for name in names:
-        value = inst.attrs.get(name)
-        if isinstance(value, Raw):
-            value = [v for v in str(value).strip().strip("{}").split(",") if v.strip()]
-        if value:
-            return tuple(int(d) for d in value)
-    return ()
-
-
-def _array(dtype, dims) -> ArrayShape:
-    dims = tuple(int(d) for d in dims)
-    return ArrayShape(dtype, dims, (False,) * len(dims), Layout.default(len(dims)))
+def _dims(inst: HloInstruction, name: str) -> tuple[int, ...]:
+    return tuple(int(d) for d in inst.attrs.get(name, ()))
 
 
 class _Builder:
@@ -60,12 +44,10 @@ class _Builder:
         self.comp, self.adder = comp, adder
 
     def op(self, opcode: str, shape, *operands: HloInstruction, **attrs) -> HloInstruction:
-        return self.comp.add_instruction(HloInstruction(opcode, shape, list(operands), attrs, name=opcode))
+        return add(self.comp, opcode, shape, *operands, **attrs)
 
     def splat(self, shape, value) -> HloInstruction:
-        out = splat(shape, value)
-        self.comp.add_instruction(out.operands[0])
-        return self.comp.add_instruction(out)
+        return add_splat(self.comp, shape, value)
 
     def membership(self, sizes: HloInstruction, length: int) -> HloInstruction:
         """pred[length, G]: whether position i of the ragged dimension is in group g, that is
@@ -73,16 +55,16 @@ class _Builder:
         sizes (the interpreter's definition, whatever the sizes hold)."""
         t = sizes.shape.dtype
         groups = sizes.shape.dims[0]
-        square = _array(t, (groups, groups))
+        square = array(t, (groups, groups))
         h = self.op("iota", square, iota_dimension=0)  # the summed group
         g = self.op("iota", square, iota_dimension=1)  # the group whose end is summed
-        upto = self.op("compare", _array(PRED, (groups, groups)), h, g, direction="LE")
+        upto = self.op("compare", array(PRED, (groups, groups)), h, g, direction="LE")
         sized = self.op("broadcast", square, sizes, dimensions=(0,))
         terms = self.op("select", square, upto, sized, self.splat(square, 0))
-        ends = self.op("reduce", _array(t, (groups,)), terms, self.splat(_array(t, ()), 0), dimensions=(0,),
+        ends = self.op("reduce", array(t, (groups,)), terms, self.splat(array(t, ()), 0), dimensions=(0,),
                        to_apply=self.adder)
-        starts = self.op("subtract", _array(t, (groups,)), ends, sizes)
-        grid, mask = _array(t, (length, groups)), _array(PRED, (length, groups))
+        starts = self.op("subtract", array(t, (groups,)), ends, sizes)
+        grid, mask = array(t, (length, groups)), array(PRED, (length, groups))
         position = self.op("iota", grid, iota_dimension=0)
         after_start = self.op("compare", mask, position, self.op("broadcast", grid, starts, dimensions=(1,)),
                               direction="GE")
@@ -95,9 +77,9 @@ class _Builder:
         elsewhere."""
         rank = lhs.shape.rank
         dims = (*lhs.shape.dims, member.shape.dims[1])
-        inside = self.op("broadcast", _array(PRED, dims), member, dimensions=(ragged, rank))
-        wide = self.op("broadcast", _array(lhs.shape.dtype, dims), lhs, dimensions=tuple(range(rank)))
-        return self.op("select", _array(lhs.shape.dtype, dims), inside, wide, self.splat(_array(lhs.shape.dtype, dims), 0))
+        inside = self.op("broadcast", array(PRED, dims), member, dimensions=(ragged, rank))
+        wide = self.op("broadcast", array(lhs.shape.dtype, dims), lhs, dimensions=tuple(range(rank)))
+        return self.op("select", array(lhs.shape.dtype, dims), inside, wide, self.splat(array(lhs.shape.dtype, dims), 0))
 
 
 def expandable(inst: HloInstruction) -> bool:
@@ -105,8 +87,8 @@ def expandable(inst: HloInstruction) -> bool:
     rhs group dimension exactly when the ragged dimension is a non-contracting one."""
     lhs, rhs, sizes = inst.operands
     lc, lb = _dims(inst, "lhs_contracting_dims"), _dims(inst, "lhs_batch_dims")
-    lr = _dims(inst, "lhs_ragged_dims", "lhs_ragged_dimensions")
-    rg = _dims(inst, "rhs_group_dims", "rhs_group_dimensions")
+    lr = _dims(inst, "lhs_ragged_dims")
+    rg = _dims(inst, "rhs_group_dims")
     if len(lr) != 1 or len(rg) > 1 or not inst.shape.is_array or sizes.shape.rank != 1:
         return False
     return bool(rg) == (lr[0] not in lc and lr[0] not in lb)
@@ -116,8 +98,8 @@ def _expand(inst: HloInstruction, build: _Builder) -> HloInstruction:
     lhs, rhs, sizes = inst.operands
     lc, rc = _dims(inst, "lhs_contracting_dims"), _dims(inst, "rhs_contracting_dims")
     lb, rb = _dims(inst, "lhs_batch_dims"), _dims(inst, "rhs_batch_dims")
-    ragged = _dims(inst, "lhs_ragged_dims", "lhs_ragged_dimensions")[0]
-    rg = _dims(inst, "rhs_group_dims", "rhs_group_dimensions")
+    ragged = _dims(inst, "lhs_ragged_dims")[0]
+    rg = _dims(inst, "rhs_group_dims")
     keep = {k: v for k, v in inst.attrs.items() if k in ("operand_precision", "algorithm")}
     if ragged in lb:  # batch entries are independent: the grouping changes nothing
         return build.op("dot", inst.shape, lhs, rhs, lhs_batch_dims=lb, rhs_batch_dims=rb,
@@ -133,7 +115,7 @@ def _expand(inst: HloInstruction, build: _Builder) -> HloInstruction:
     n_batch = len(lb)
     n_lhs_free = lhs.shape.rank - len(lb) - len(lc)  # lhs free dimensions before G
     dot_dims = (*out[1:1 + n_batch + n_lhs_free], groups, *out[1 + n_batch + n_lhs_free:])
-    dot = build.op("dot", _array(inst.shape.dtype, dot_dims), grouped, rhs, lhs_batch_dims=lb, rhs_batch_dims=rb,
+    dot = build.op("dot", array(inst.shape.dtype, dot_dims), grouped, rhs, lhs_batch_dims=lb, rhs_batch_dims=rb,
                    lhs_contracting_dims=lc, rhs_contracting_dims=rc, **keep)
     front = n_batch + n_lhs_free
     permutation = (front, *range(front), *range(front + 1, len(dot_dims)))
@@ -143,34 +125,26 @@ def _expand(inst: HloInstruction, build: _Builder) -> HloInstruction:
 def _adder(module: HloModule, dtype) -> HloComputation:
     comp = HloComputation("ragged_dot_add")
     module.add_computation(comp)
-    x, y = comp.add_parameter(_array(dtype, ()), "x"), comp.add_parameter(_array(dtype, ()), "y")
-    comp.root = comp.add_instruction(HloInstruction("add", _array(dtype, ()), [x, y], {}, name="add"))
+    x, y = comp.add_parameter(array(dtype, ()), "x"), comp.add_parameter(array(dtype, ()), "y")
+    comp.root = comp.add_instruction(HloInstruction("add", array(dtype, ()), [x, y], {}, name="add"))
     return comp
 
 
 @dataclass(frozen=True)
-class RaggedDotExpander(HloPass):
+class RaggedDotExpander(OpExpander):
     """Every ragged dot the rewrite handles (`expandable`) becomes a dot over a one-hot group
     dimension (module docstring). Work: one walk of the module; each rewrite adds a handful of
     instructions and a lhs G times its size."""
 
     name: ClassVar[str] = "ragged-dot-expander"
 
-    def run(self, module: HloModule) -> bool:
-        """Expand the ragged dots; True if there was one."""
-        changed = False
-        adders: dict = {}
-        for comp in list(module.computations):
-            for inst in [i for i in comp.instructions if i.opcode == "ragged-dot" and expandable(i)]:
-                t = inst.operands[2].shape.dtype
-                if t not in adders:
-                    adders[t] = _adder(module, t)
-                new = _expand(inst, _Builder(comp, adders[t]))
-                rewriter = Rewriter(comp)
-                rewriter.replace(inst, new)
-                rewriter.finish()
-                changed = True
-        if changed:
-            for comp in module.computations:
-                comp.sort_instructions()
-        return changed
+    def matches(self, inst: HloInstruction) -> bool:
+        """A ragged dot the rewrite handles."""
+        return inst.opcode == "ragged-dot" and expandable(inst)
+
+    def expand(self, inst: HloInstruction, run: dict) -> HloInstruction:
+        """Its dot (the running-sum reducer made once per run and group-size type)."""
+        t = inst.operands[2].shape.dtype
+        if t not in run:
+            run[t] = _adder(inst.parent.parent, t)
+        return _expand(inst, _Builder(inst.parent, run[t]))

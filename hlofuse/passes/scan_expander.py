@@ -24,8 +24,7 @@ from ..hlo.dtypes import S64
 from ..hlo.ir import HloComputation, HloInstruction, HloModule
 from ..hlo.shapes import TupleShape, array, scalar
 from ..hlo.walk import post_order
-from .pass_base import HloPass
-from .rewrite import Rewriter
+from .op_expander import OpExpander
 from .simplifier_base import new_scalar_constant, splat
 
 _INDEX = scalar("s64")
@@ -125,22 +124,16 @@ class _Expansion:
 
 
 @dataclass(frozen=True)
-class ScanExpander(HloPass):
+class ScanExpander(OpExpander):
     """Rewrite every scan of the module's computations into a while loop (module docstring).
     Linear in the module's instructions; each scan adds a body of O(inputs + outputs) ops."""
 
     name: ClassVar[str] = "scan-expander"
 
-    def run(self, module: HloModule) -> bool:
-        """Expand every scan; True if there was one."""
-        changed = False
-        for comp in list(module.computations):
-            scans = [i for i in comp.instructions if i.opcode == "scan"]
-            if not scans:
-                continue
-            rewriter = Rewriter(comp)
-            for scan in scans:
-                rewriter.replace(scan, _Expansion(scan).loop(module))
-            rewriter.finish()
-            changed = True
-        return changed
+    def matches(self, inst: HloInstruction) -> bool:
+        """A scan."""
+        return inst.opcode == "scan"
+
+    def expand(self, inst: HloInstruction, run: dict) -> HloInstruction:
+        """Its while loop (the loop's instructions added unattached; the rewriter adds them)."""
+        return _Expansion(inst).loop(inst.parent.parent)

@@ -19,15 +19,10 @@ from typing import ClassVar
 import numpy as np
 
 from ..hlo.dtypes import element_type
-from ..hlo.ir import HloInstruction, HloModule
+from ..hlo.ir import HloInstruction
 from ..hlo.shapes import array
 from ..hlo.shuffle import mode, shifts, source_index
-from .pass_base import HloPass
-from .rewrite import Rewriter
-
-
-def _add(comp, opcode: str, shape, operands: list[HloInstruction], attrs: dict) -> HloInstruction:
-    return comp.add_instruction(HloInstruction(opcode, shape, operands, attrs, name=opcode))
+from .op_expander import OpExpander, add
 
 
 def _rotate(inst: HloInstruction) -> HloInstruction:
@@ -46,9 +41,9 @@ def _rotate(inst: HloInstruction) -> HloInstruction:
         parts = []
         for bounds in (upper, lower):
             dims_out = [hi - lo for lo, hi, _ in bounds]
-            parts.append(_add(comp, "slice", result.shape.with_dims(dims_out, result.shape.layout), [result],
-                              {"slice": tuple(bounds)}))
-        result = _add(comp, "concatenate", result.shape, parts, {"dimensions": (d,)})
+            parts.append(add(comp, "slice", result.shape.with_dims(dims_out, result.shape.layout), result,
+                             slice=tuple(bounds)))
+        result = add(comp, "concatenate", result.shape, *parts, dimensions=(d,))
     return result
 
 
@@ -65,29 +60,21 @@ def _permute(inst: HloInstruction) -> HloInstruction:
     every = tuple(range(len(dims)))
     attrs = {"offset_dims": (), "collapsed_slice_dims": every, "start_index_map": every,
              "index_vector_dim": len(dims), "slice_sizes": (1,) * len(dims), "indices_are_sorted": False}
-    return _add(comp, "gather", inst.shape, [x, const], attrs)
+    return add(comp, "gather", inst.shape, x, const, **attrs)
 
 
 @dataclass(frozen=True)
-class ShuffleExpander(HloPass):
+class ShuffleExpander(OpExpander):
     """Every shuffle becomes slices and concatenates (rotate) or a gather (permute). Work: one
     walk of the module; a permute's constant holds an index per element of its result."""
 
     name: ClassVar[str] = "shuffle-expander"
 
-    def run(self, module: HloModule) -> bool:
-        """Expand the shuffles; True if there was one."""
-        changed = False
-        for comp in module.computations:
-            for inst in [i for i in comp.instructions if i.opcode == "shuffle"]:
-                new = _rotate(inst) if mode(inst) == "rotate" else _permute(inst)
-                if new is inst.operands[0]:  # every shift a multiple of its dimension's size
-                    new = _add(comp, "copy", inst.shape, [new], {})
-                rewriter = Rewriter(comp)
-                rewriter.replace(inst, new)
-                rewriter.finish()
-                changed = True
-        if changed:
-            for comp in module.computations:
-                comp.sort_instructions()
-        return changed
+    def matches(self, inst: HloInstruction) -> bool:
+        """A shuffle."""
+        return inst.opcode == "shuffle"
+
+    def expand(self, inst: HloInstruction, run: dict) -> HloInstruction:
+        """Its rotate or permute (a copy where every shift is a multiple of its dimension)."""
+        new = _rotate(inst) if mode(inst) == "rotate" else _permute(inst)
+        return add(inst.parent, "copy", inst.shape, new) if new is inst.operands[0] else new

@@ -21,22 +21,8 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from ..hlo.dtypes import ElementType, element_type
-from ..hlo.ir import HloInstruction, HloModule
-from .pass_base import HloPass
-from .rewrite import Rewriter
-from .simplifier_base import splat
-
-
-def _op(comp, opcode: str, shape, *operands: HloInstruction, **attrs) -> HloInstruction:
-    return comp.add_instruction(HloInstruction(opcode, shape, list(operands), attrs, name=opcode))
-
-
-def _constant(comp, like: HloInstruction, value) -> HloInstruction:
-    """`value` broadcast to `like`'s shape (a scalar constant behind a broadcast)."""
-    out = splat(like.shape, value)
-    for inst in [*out.operands, out]:
-        comp.add_instruction(inst)
-    return out
+from ..hlo.ir import HloInstruction
+from .op_expander import OpExpander, add, add_splat
 
 
 def decomposable(inst: HloInstruction) -> bool:
@@ -47,53 +33,45 @@ def decomposable(inst: HloInstruction) -> bool:
 
 
 def decompose(inst: HloInstruction) -> HloInstruction:
-    """Replace stochastic-convert `inst` by its decomposition (module docstring); the result."""
+    """The decomposition of stochastic-convert `inst` (module docstring), added before it."""
     comp = inst.parent
     x, random = inst.operands
     shape, to = inst.shape, inst.shape.dtype
     fshape, pred = x.shape, x.shape.with_dtype(element_type("pred"))
-    sign = _op(comp, "sign", fshape, x)
-    negative = _op(comp, "compare", pred, sign, _constant(comp, sign, 0), direction="LT")
-    magnitude = _op(comp, "abs", fshape, x)
-    whole = _op(comp, "floor", fshape, magnitude)
-    fraction = _op(comp, "subtract", fshape, magnitude, whole)
+    sign = add(comp, "sign", fshape, x)
+    negative = add(comp, "compare", pred, sign, add_splat(comp, sign.shape, 0), direction="LT")
+    magnitude = add(comp, "abs", fshape, x)
+    whole = add(comp, "floor", fshape, magnitude)
+    fraction = add(comp, "subtract", fshape, magnitude, whole)
     if x.shape.dtype.name == "f16":  # 2^16 is beyond f16's range
-        fraction = _op(comp, "convert", fshape.with_dtype(element_type("f32")), fraction)
-    scaled = _op(comp, "multiply", fraction.shape, fraction,
-                 _constant(comp, fraction, float(2 ** random.shape.dtype.bits)))
-    fixed = _op(comp, "convert", random.shape, scaled)
-    round_up = _op(comp, "compare", pred, random, fixed, direction="LT")
-    truncated = _op(comp, "convert", shape, whole)
-    plus_one = _op(comp, "add", shape, truncated, _constant(comp, truncated, 1))
-    rounded = _op(comp, "select", shape, round_up, plus_one, truncated)
-    negated = _op(comp, "negate", shape, rounded)
-    result = _op(comp, "select", shape, negative, negated, rounded)
+        fraction = add(comp, "convert", fshape.with_dtype(element_type("f32")), fraction)
+    scaled = add(comp, "multiply", fraction.shape, fraction,
+                 add_splat(comp, fraction.shape, float(2 ** random.shape.dtype.bits)))
+    fixed = add(comp, "convert", random.shape, scaled)
+    round_up = add(comp, "compare", pred, random, fixed, direction="LT")
+    truncated = add(comp, "convert", shape, whole)
+    plus_one = add(comp, "add", shape, truncated, add_splat(comp, truncated.shape, 1))
+    rounded = add(comp, "select", shape, round_up, plus_one, truncated)
+    negated = add(comp, "negate", shape, rounded)
+    result = add(comp, "select", shape, negative, negated, rounded)
     low, high = -(1 << (to.bits - 1)), (1 << (to.bits - 1)) - 1
-    is_min = _op(comp, "compare", pred, x, _constant(comp, x, float(low)), direction="LE")
-    result = _op(comp, "select", shape, is_min, _constant(comp, result, low), result)
-    is_max = _op(comp, "compare", pred, x, _constant(comp, x, float(high)), direction="GE")
-    result = _op(comp, "select", shape, is_max, _constant(comp, result, high), result)
-    rewriter = Rewriter(comp)
-    rewriter.replace(inst, result)
-    rewriter.finish()
-    return result
+    is_min = add(comp, "compare", pred, x, add_splat(comp, x.shape, float(low)), direction="LE")
+    result = add(comp, "select", shape, is_min, add_splat(comp, result.shape, low), result)
+    is_max = add(comp, "compare", pred, x, add_splat(comp, x.shape, float(high)), direction="GE")
+    return add(comp, "select", shape, is_max, add_splat(comp, result.shape, high), result)
 
 
 @dataclass(frozen=True)
-class StochasticConvertDecomposer(HloPass):
+class StochasticConvertDecomposer(OpExpander):
     """Every stochastic-convert XLA's decomposition defines becomes its elementwise ops
     (module docstring). Work: one walk of the module."""
 
     name: ClassVar[str] = "stochastic-convert-decomposer"
 
-    def run(self, module: HloModule) -> bool:
-        """Decompose the stochastic converts; True if any was."""
-        changed = False
-        for comp in module.computations:
-            for inst in [i for i in comp.instructions if i.opcode == "stochastic-convert" and decomposable(i)]:
-                decompose(inst)
-                changed = True
-        if changed:
-            for comp in module.computations:
-                comp.sort_instructions()
-        return changed
+    def matches(self, inst: HloInstruction) -> bool:
+        """A stochastic-convert XLA's decomposition defines."""
+        return inst.opcode == "stochastic-convert" and decomposable(inst)
+
+    def expand(self, inst: HloInstruction, run: dict) -> HloInstruction:
+        """Its decomposition."""
+        return decompose(inst)
