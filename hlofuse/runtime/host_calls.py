@@ -3,7 +3,8 @@ comparator, a scatter's combiner), run on the host instead of through the compil
 
 On the real GPU every `ctx.call` of a scalar computation is a kernel launch plus a copy of
 its result back to the host; a sort of 8 rows of 1,237 elements with XLA's TopK comparator
-makes about 100,000 of them (minutes, where the CPU backend takes seconds). A program whose
+makes about 100,000 of them (minutes, where the CPU backend takes seconds); in the GPU
+emulation each is a run of the emulated grid through its driver (about 0.25 ms). A program whose
 called computations are that expensive offers a host interpreter instead
 (`ProgramBase.host_interpreter`, the target's denormal semantics); these helpers evaluate the
 computation with it, elementwise over whole arrays at once where the computation allows
@@ -28,8 +29,8 @@ Batched = Callable[[list], list]
 
 def host_calls(ctx, comp: HloComputation) -> tuple[Callable[[list], list], Batched | None]:
     """(per-call, batched) evaluators of scalar computation `comp` for library rule context
-    `ctx`. Where `ctx` has a host interpreter (the real GPU, `host_interpreter`) both run on the
-    host; elsewhere the per-call one runs `comp` through `ctx` (host programs, whose compiled
+    `ctx`. Where `ctx` has a host interpreter (GPU programs, real or emulated:
+    `host_interpreter`) both run on the host; elsewhere the per-call one runs `comp` through `ctx` (host programs, whose compiled
     calls are cheap) and the batched one is None, as it is when `comp` is not elementwise. Each
     takes the computation's arguments (0-d arrays, or equal-shaped arrays for the batched one)
     and returns its flattened results as arrays."""
