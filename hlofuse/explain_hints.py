@@ -74,7 +74,8 @@ HINTS = {
     "consumer-not-mof-root": "{c} cannot root a multi-output fusion.",
     "transposing": "a physically transposing producer is not fused into multi-output fusions; a bitcast "
                    "transpose (layout change) would be.",
-    "unprofitable": "the multi-output fusion would move more bytes than it saves.",
+    "mof-more-bytes": "the multi-output fusion would move more bytes than it saves (its outputs written beside "
+                      "the reads it shares).",
     "user-not-fusion": "the fusion merger only merges into users that are all loop or input fusions; make every "
                        "user of {p} fusible.",
     "more-bytes": "merging would make the users read more bytes than the merge saves.",

@@ -168,6 +168,18 @@ def test_every_refusal_rule_has_a_hint():
     assert rules <= set(HINTS), sorted(rules - set(HINTS))
 
 
+def test_every_hint_key_is_written_once():
+    """A key written twice in the HINTS literal silently keeps only its last text (multi-output
+    fusion's `unprofitable` hid priority fusion's)."""
+    import ast
+
+    tree = ast.parse((ROOT / "hlofuse" / "explain_hints.py").read_text())
+    (literal,) = [n.value for n in ast.walk(tree) if isinstance(n, ast.Assign)
+                  and any(getattr(t, "id", None) == "HINTS" for t in n.targets)]
+    keys = [k.value for k in literal.keys]
+    assert len(keys) == len(set(keys)), sorted(k for k in set(keys) if keys.count(k) > 1)
+
+
 # ---- every name, every pair: checked against facts read off the fused module ----------------------
 # The facts are computed here from the fused module alone (`optimize` in one go, not explain's two
 # steps): a fusion runs its non-parameter members; a fused parameter reads its fusion's operand,

@@ -36,7 +36,7 @@ from .driver import compile_driver
 from .generic_kernels import generic_kernels, shared_levels
 from .kernel_key import kernel_text
 from .kernel_work import kernel_level, small_kernels
-from .kernels.args import output_leaves, param_leaf_count
+from .kernels.args import output_leaves
 from .kernels.cpu_gemm import dot_computation, emit_gemm_kernel, plan_dot, runs_dot_fusion
 from .kernels.cpu_custom import CUSTOM_KERNEL_EMITTERS, custom_computation, plan_custom, runs_custom_fusion
 from .kernels.cpu_loop import emit_loop_kernel

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import hlofuse
-from hlofuse.codegen.kernels import cpu_row
+from hlofuse.codegen.kernels import cpu_row, host_caches
 from hlofuse.runtime.compare import compare_outputs
 from test_row_kernels import _input, _row_kernels, module
 
@@ -98,8 +98,8 @@ def test_rows_in_cache_do_not_prefetch(monkeypatch):
 def test_cache_sizes_come_from_the_host_or_defaults():
     """L2 and L3 sizes from /sys where the host describes them (this host: L2 below L3)."""
     l2, l3 = cpu_row.l2_cache_bytes(), cpu_row.l3_cache_bytes()
-    assert l2 == (cpu_row.cache_bytes(2) or cpu_row.DEFAULT_L2_BYTES)
-    assert l3 == (cpu_row.cache_bytes(3) or cpu_row.DEFAULT_L3_BYTES)
+    assert l2 == (cpu_row.cache_bytes(2) or host_caches.DEFAULT_L2_BYTES)
+    assert l3 == (cpu_row.cache_bytes(3) or host_caches.DEFAULT_L3_BYTES)
     assert 0 < l2 < l3
 
 

@@ -110,7 +110,6 @@ def emit_primitive_call(skel, desc: dnnl.Description, sources, unit_bytes: tuple
         engine, stream, prim = slot(dnnl.SLOT_ENGINE), slot(dnnl.SLOT_STREAM), slot(dnnl.SLOT_PRIMITIVE)
         saved = b.call(get_threads, [])
         b.call(set_threads, [b.load(b.bitcast(slot(dnnl.SLOT_THREADS), I32.as_pointer()))])
-        mems: list[ir.Value] = []
 
         def entry_alloca() -> ir.Value:
             with b.goto_entry_block():

@@ -28,7 +28,7 @@ from __future__ import annotations
 from llvmlite import ir
 
 from ...emitters.elemental import ElementalEmitter
-from ...emitters.ir_helpers import I64, Index, const_i64, delinearize, for_range, load_element, store_element
+from ...emitters.ir_helpers import Index, const_i64, delinearize, for_range, load_element, store_element
 from ...hlo.dtypes import element_type
 from ...hlo.ir import HloComputation, HloInstruction
 from ...hlo.shapes import ArrayShape, array

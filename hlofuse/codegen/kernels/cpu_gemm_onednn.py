@@ -27,7 +27,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from ...hlo.ir import HloComputation, HloInstruction
+from ...hlo.ir import HloComputation
 from ...runtime import onednn_primitives as dnnl
 from ..planning import KernelPlan
 from .cpu_conv_onednn import OUTPUT

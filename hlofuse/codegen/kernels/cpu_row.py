@@ -42,7 +42,7 @@ from ...hlo.ir import HloComputation, HloInstruction
 from .args import output_leaves, param_leaf_slots
 from .cpu_streaming import fence, streamable, streaming_row_loop
 from .fast_extremum import FAST_ACCUMULATORS, exact_needed, fast_extremum, fold_fast, magnitude_bits
-from .host_caches import DEFAULT_L2_BYTES, DEFAULT_L3_BYTES, cache_bytes, l2_cache_bytes, l3_cache_bytes
+from .host_caches import cache_bytes, l2_cache_bytes, l3_cache_bytes
 from . import loop_hints
 from .loop_hints import forbid_vectorization, interleave
 from .reduction_groups import ReduceHero, computes_expensive_elements, row_accumulators, vector_lanes, wide_vectors

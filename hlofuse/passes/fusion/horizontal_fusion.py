@@ -25,7 +25,6 @@ from typing import ClassVar
 from ...hlo.ir import HloComputation, HloInstruction, HloModule
 from ...hlo.shapes import Layout, TupleShape
 from .context import FusionContext
-from .cost_model import TargetParams
 from .decisions import Decision, FusionLog
 from .fusibility import fusion_outputs, is_loop_fusion
 from .fusion_utils import (

@@ -350,7 +350,7 @@ def _pc_legal(producer: HloInstruction, consumer: HloInstruction, ctx: FusionCon
     if not d:
         return d
     if _profit_bytes(producer, consumer) < 0:
-        return refuse("unprofitable", f"fusing {producer.name} into {consumer.name} would move more bytes")
+        return refuse("mof-more-bytes", f"fusing {producer.name} into {consumer.name} would move more bytes")
     return _OK
 
 def _pick_consumer(producer: HloInstruction, ctx: FusionContext) -> HloInstruction | None:

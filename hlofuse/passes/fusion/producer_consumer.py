@@ -27,7 +27,7 @@ from .fusibility import (
 )
 from .conv_fusion import conv_into_consumer, duplicate_keeps_conv_epilogue, into_conv_fusion, is_conv_output_fusion
 from .dot_fusion import dot_into_consumer, into_dot_fusion, is_dot_output_fusion
-from .fusion_utils import operand_index, reader_names
+from .fusion_utils import reader_names
 from .in_place import in_place, scatter_input
 from .size_limit import too_large
 from .window_fusion import window_reduction
