@@ -38,6 +38,7 @@ from .stochastic_convert_decomposer import StochasticConvertDecomposer
 from .scan_expander import ScanExpander
 from .scatter_simplifier import ScatterToDynamicUpdateSlice
 from .simplifier import AlgebraicSimplifier
+from .tree_reduction_rewriter import TreeReductionRewriter
 
 # Every pass hlofuse has, by the name `--passes` and the golden files use.
 PASSES: dict[str, type[HloPass]] = {
@@ -66,6 +67,7 @@ PASSES: dict[str, type[HloPass]] = {
     "horizontal-fusion": HorizontalLoopFusion,
     "horizontal-input-fusion": HorizontalInputFusion,
     "priority-fusion": PriorityFusion,
+    "tree-reduction-rewriter": TreeReductionRewriter,
 }
 
 # Named lists of passes: `--passes fusion-pipeline{target=cpu}` runs the fusion passes of the CPU;
@@ -281,8 +283,9 @@ def standard_pipeline(target: str = "cpu", fusion: bool = True, verify: bool = F
     """batchnorm-expander, scan-expander, conditional-to-select, stochastic-convert-decomposer,
     shuffle-expander, ragged-dot-expander, nested-fusion-flattener, legacy-index-vectors,
     scatter-simplifier, contraction-types, call-inliner, simplifier, reshape-mover, simplifier,
-    cse, dce, then (with `fusion`) the fusion passes for `target` (by `algorithm`, "legacy" or
-    "priority"; None: the target's default), then dce. `expand_scans` False leaves out the
+    cse, dce, for the GPU tree-reduction-rewriter (its reduction kernels fold at most about
+    sqrt(R) partials into one accumulator), then (with `fusion`) the fusion passes for `target`
+    (by `algorithm`, "legacy" or "priority"; None: the target's default), then dce. `expand_scans` False leaves out the
     passes from the scan expander to the nested fusion flattener (the interpreter runs those
     ops itself, as the oracle of the compiled backends' rewrites); the scan expander runs
     before the call inliner, which inlines the calls of to_apply it makes.
@@ -299,6 +302,8 @@ def standard_pipeline(target: str = "cpu", fusion: bool = True, verify: bool = F
                              CallInliner(target), AlgebraicSimplifier(), ReshapeMover(), AlgebraicSimplifier(),
                              CommonSubexpressionElimination(),
                              DeadCodeElimination()]
+    if target == "gpu":
+        passes.append(TreeReductionRewriter())
     if fusion:
         passes += fusion_passes(target, algorithm, inline_calls=False)
     passes.append(DeadCodeElimination())
