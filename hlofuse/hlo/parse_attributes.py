@@ -27,7 +27,8 @@ INT_KEYS = frozenset({
     "index", "iota_dimension", "index_vector_dim", "feature_group_count", "batch_group_count",
     "exponent_bits", "mantissa_bits", "num_carries",
 })
-BOOL_KEYS = frozenset({"is_stable", "indices_are_sorted", "unique_indices", "is_reverse", "is_associative"})
+BOOL_KEYS = frozenset({"is_stable", "indices_are_sorted", "unique_indices", "is_reverse", "is_associative",
+                       "lower", "left_side", "unit_diagonal", "largest"})
 WORD_KEYS = frozenset({"direction", "type", "kind", "distribution", "algorithm", "fft_type"})
 STRING_KEYS = frozenset({"custom_call_target"})
 # The values XLA's parser accepts for the enumerated attributes.

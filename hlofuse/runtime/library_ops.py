@@ -196,9 +196,23 @@ def fft(inst, args, ctx):
 def cholesky(inst, args, ctx):
     """Cholesky factor (lower, or upper with lower=false)."""
     (a,) = args
-    lower = "lower=true" in str(inst.attrs.get("cholesky_options", "")) or bool(inst.attrs.get("lower", False))
+    # `lower` arrives from HLO text as Raw("false"), whose truth value is True: read its text.
+    lower = "lower=true" in str(inst.attrs.get("cholesky_options", "")) or _flag(inst, "lower")
     work = _work_dtype(a.dtype)
-    l = np.linalg.cholesky(a.astype(work) if lower else np.swapaxes(a, -1, -2).astype(work))
+    m = a.astype(work) if lower else np.swapaxes(a, -1, -2).astype(work)
+    try:
+        l = np.linalg.cholesky(m)
+    except np.linalg.LinAlgError:
+        # A matrix that is not positive definite: XLA leaves its factor implementation-defined
+        # and XLA:CPU gives NaN; the batch's other matrices keep their factors.
+        flat = m.reshape(-1, *m.shape[-2:])
+        l = np.full_like(flat, np.nan)
+        for i, one in enumerate(flat):
+            try:
+                l[i] = np.linalg.cholesky(one)
+            except np.linalg.LinAlgError:
+                pass
+        l = l.reshape(m.shape)
     return (l if lower else np.swapaxes(l, -1, -2)).astype(a.dtype)
 
 

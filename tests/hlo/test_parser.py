@@ -611,3 +611,15 @@ StackFrames
     printed = m.to_text()
     assert printed.index("StackFrames\n1 {file_location_id=1 parent_frame_id=1}") < printed.index("ENTRY")
     assert parse_hlo(printed).extra_sections == m.extra_sections
+
+
+@pytest.mark.parametrize("attr", ["lower", "left_side", "unit_diagonal"])
+def test_linear_algebra_flags_are_booleans(attr):
+    """`lower=false` was kept as the text "false", whose truth value is True: the CPU's cholesky
+    rule computed a lower factor for lower=false. The parser now reads these flags as booleans
+    and refuses anything but true or false."""
+    op = ("cholesky(a)" if attr == "lower" else "triangular-solve(a, a), transpose_a=NO_TRANSPOSE")
+    text = f"HloModule m\nENTRY e {{\n  a = f32[4,4] parameter(0)\n  ROOT r = f32[4,4] {op}, {attr}=false\n}}\n"
+    assert parse_hlo(text).entry.root.attrs[attr] is False
+    with pytest.raises(HloParseError, match="expects true or false"):
+        parse_hlo(text.replace(f"{attr}=false", f"{attr}=no"))

@@ -73,3 +73,29 @@ def test_triangular_solve_unknown_transpose_is_a_clear_error():
     exe = hlofuse.compile(parse_hlo(text), target="cpu", cache=False)
     with pytest.raises(UnsupportedError, match="triangular-solve x: unknown transpose_a BOGUS"):
         exe(np.eye(4, dtype=np.float32), np.ones((4, 3), np.float32))
+
+
+CHOLESKY = """HloModule chol
+ENTRY e {
+  a = f32[3,4,4] parameter(0)
+  ROOT c = f32[3,4,4] cholesky(a), lower=%s
+}
+"""
+
+
+@pytest.mark.parametrize("lower", ["true", "false"])
+@pytest.mark.parametrize("target", ["cpu", "gpu-emulated"])
+def test_cholesky_of_a_matrix_that_is_not_positive_definite_is_nan(lower, target):
+    """XLA's operand a + a*b of a matrix product (its library rewriter's test) is no positive
+    definite matrix: numpy raised, an internal error. That batch element is NaN, as in the
+    interpreter and XLA:CPU; the others keep their factors."""
+    rng = np.random.default_rng(8)
+    m = rng.standard_normal((3, 4, 4)).astype(np.float32)
+    a = m @ np.swapaxes(m, -1, -2) + 4 * np.eye(4, dtype=np.float32)  # positive definite
+    a[1] = rng.standard_normal((4, 4)).astype(np.float32) - 3 * np.eye(4, dtype=np.float32)
+    text = CHOLESKY % lower
+    (got,) = hlofuse.compile(parse_hlo(text), target=target, cache=False)(a)
+    (want,) = hlofuse.compile(parse_hlo(text), target="interpreter")(a)
+    got = np.asarray(got)
+    assert np.isnan(got[1]).all() and np.isnan(np.asarray(want)[1]).all()
+    np.testing.assert_allclose(got[[0, 2]], np.asarray(want)[[0, 2]], rtol=1e-5, atol=1e-5)
