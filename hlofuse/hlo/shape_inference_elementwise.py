@@ -193,14 +193,17 @@ def _compare(inst: HloInstruction) -> Shape:
 
 @register_shape_rule("select")
 def _select(inst: HloInstruction) -> Shape:
-    """select(pred, on_true, on_false): pred of the same dimensions as the branches."""
+    """select(pred, on_true, on_false): pred of the same dimensions as the branches, or a
+    scalar pred choosing a whole branch (XLA's verifier and XLA:CPU of jaxlib 0.10 take it;
+    XLA's tiled CPU emitter tests use it; a pred of another rank is refused by both)."""
     p, t, f = array_operands(inst, range(3))
     if p.dtype != PRED:
         fail(inst, f"predicate (operand 0) must have element type pred, has {p.dtype.name}")
     if t.dtype != f.dtype or t.dims != f.dims:
         fail(inst, f"on_true {text(t)} and on_false {text(f)} must have the same shape")
-    if p.dims != t.dims:
-        fail(inst, f"predicate {text(p)} must have the dimensions of the selected operands {text(t)}")
+    if p.rank != 0 and p.dims != t.dims:
+        fail(inst, f"predicate {text(p)} must be a scalar or have the dimensions of the selected operands "
+                   f"{text(t)}")
     return make_array(t.dtype, t.dims, t.dynamic)
 
 

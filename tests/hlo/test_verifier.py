@@ -308,7 +308,7 @@ def _one(opcode, shape, operand_shapes, **attrs):
     ("sqrt", "s32[2]", ["s32[2]"], {}, "floating-point or complex"),
     ("floor", "s32[2]", ["s32[2]"], {}, "floating-point"),
     ("select", "f32[2]", ["f32[2]", "f32[2]", "f32[2]"], {}, "pred"),
-    ("select", "f32[2]", ["pred[]", "f32[2]", "f32[2]"], {}, "dimensions of the selected"),
+    ("select", "f32[2]", ["pred[3]", "f32[2]", "f32[2]"], {}, "scalar or have the dimensions of the selected"),
     ("clamp", "f32[2]", ["f32[3]", "f32[2]", "f32[]"], {}, "scalar or have the operand's shape"),
     ("compare", "pred[2]", ["f32[2]", "f32[2]"], {"direction": "XX"}, "direction"),
     ("compare", "f32[2]", ["f32[2]", "f32[2]"], {"direction": "EQ"}, "inferred shape pred[2]"),
