@@ -479,7 +479,7 @@ def from_stablehlo(source: str | bytes, entry: str = "main", filename: str | Non
     gc.disable()
     try:
         with state.context:
-            mod = parse_mlir(source)
+            mod = parse_mlir(source, filename)
             if isinstance(source, str) and "\n#loc" in source:  # locations as aliases, as JAX writes them
                 read_location_metadata(source, state.metadata, named_metadata)
             # Text without "chlo." has no CHLO op (generic form included): no pass to run.

@@ -9,10 +9,11 @@ what is cached per context (see ContextState).
 from __future__ import annotations
 
 import os
+import re
 import threading
 from typing import Any
 
-from ..hlo.errors import HloError
+from ..hlo.errors import HloError, HloParseError
 
 
 class StableHloImportError(HloError):
@@ -129,15 +130,16 @@ def _register_passes() -> None:
             _SHARED["passes"] = True
 
 
-def parse_mlir(source: str | bytes):
+def parse_mlir(source: str | bytes, filename: str | None = None):
     """Parse StableHLO text or bytecode (portable artifacts included) into an ir.Module
-    (in the context entered by the caller)."""
+    (in the context entered by the caller). A syntax error in text is a StableHloSyntaxError
+    naming `filename`, the line and the column."""
     from jaxlib.mlir import ir
 
     if isinstance(source, (bytes, bytearray)):
         data = bytes(source)
         if not data.startswith(b"ML\xefR"):
-            return _parse_text(data.decode("utf-8", errors="replace"), ir)
+            return _parse_text(data.decode("utf-8", errors="replace"), ir, filename)
         try:
             module = ir.Module.parse(data)
         except Exception as e:  # noqa: BLE001 - MLIR says why
@@ -151,13 +153,28 @@ def parse_mlir(source: str | bytes):
             except Exception as e:  # noqa: BLE001
                 raise StableHloImportError(f"cannot deserialize the StableHLO portable artifact: {e}") from None
         return module
-    return _parse_text(source, ir)
+    return _parse_text(source, ir, filename)
 
 
-def _parse_text(text: str, ir):
+class StableHloSyntaxError(HloParseError, StableHloImportError):
+    """StableHLO text MLIR's parser refused: the file, line and column of its first error,
+    the source line with a caret, and MLIR's message."""
+
+
+# MLIR's diagnostic for text parsed from a string: `error: "-":LINE:COL: message`.
+_MLIR_DIAGNOSTIC = re.compile(r'error: "[^"]*":(\d+):(\d+): (.*)')
+
+
+def _parse_text(text: str, ir, filename: str | None = None):
     try:
         return ir.Module.parse(text)
     except Exception as e:  # MLIR reports the position in its message
+        found = _MLIR_DIAGNOSTIC.search(str(e))
+        lines = text.splitlines()
+        if found and 1 <= int(found.group(1)) <= len(lines):
+            line, column = int(found.group(1)), int(found.group(2))
+            raise StableHloSyntaxError(found.group(3).strip(), line, column, lines[line - 1],
+                                       filename or "<string>") from None
         raise StableHloImportError(f"cannot parse StableHLO: {e}") from None
 
 

@@ -134,7 +134,7 @@ module @m {
 
 
 def test_syntax_error_and_missing_entry():
-    with pytest.raises(StableHloImportError, match="cannot parse"):
+    with pytest.raises(StableHloImportError, match=r"^<string>:1:\d+: error: "):
         from_stablehlo("module { func.func @main( }")
     with pytest.raises(StableHloImportError, match="no function @nope"):
         from_stablehlo(CUSTOM_CALL, entry="nope")
@@ -300,3 +300,19 @@ module @m {
 }"""
     module = from_stablehlo(text)
     assert [i.opcode for i in module.entry.instructions] == ["parameter", "abs"]
+
+
+def test_a_syntax_error_names_the_file_line_and_column_with_a_caret():
+    """MLIR's parser reports `"-":3:29` for text; the error names the file and shows the line
+    with a caret under the column, as HLO text's errors do (and is an HloParseError)."""
+    from hlofuse.hlo.errors import HloParseError
+
+    text = ("module {\n func.func @main(%arg0: tensor<4xf32>) -> tensor<4xf32> {\n"
+            "  %0 = stablehlo.add %arg0, %arg1 : tensor<4xf32>\n  return %0 : tensor<4xf32>\n }\n}\n")
+    with pytest.raises(HloParseError) as err:
+        from_stablehlo(text, filename="bad.mlir")
+    lines = str(err.value).splitlines()
+    assert lines[0] == "bad.mlir:3:29: error: use of undeclared SSA value name"
+    assert lines[1] == "  %0 = stablehlo.add %arg0, %arg1 : tensor<4xf32>"
+    assert lines[2] == " " * 28 + "^" and lines[1][28:33] == "%arg1"
+    assert isinstance(err.value, StableHloImportError)
