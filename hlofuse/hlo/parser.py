@@ -32,6 +32,7 @@ from .parse_infer import (ASYNC_OPCODES, build_async_computations, check_async_c
 from .parse_short_forms import LONE_INSTRUCTION, NESTED_HEAD, Pending, ShortForms
 from .parse_shapes import MAX_NESTING, ShapeReader
 from .shapes import Shape
+from .source_locations import record as record_locations
 
 _SECTION = re.compile(
     r"(FileNames|FunctionNames|FileLocations|StackFrames)[ \t]*(?:\n|$)((?:[ \t]*\d+[ \t][^\n]*(?:\n|$)|[ \t]*\n)*)"
@@ -163,6 +164,7 @@ class _Parser(ShortForms, Linking):
             check_async_chains(self._async_ops, error)
         module.set_entry(entry if entry is not None else module.computations[-1])
         _uniquify_instruction_names(module)
+        record_locations(module, self.lex, self._name_pos)  # for the verifier's errors
         if not has_header:
             module.name = "module_" + module.entry.name
         return module

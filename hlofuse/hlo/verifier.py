@@ -10,6 +10,7 @@ from .errors import VerifierError
 from .ir import HloComputation, HloInstruction, HloModule
 from .opcodes import is_known, op_info
 from .shape_inference import infer_shape, shapes_compatible
+from .source_locations import located
 
 __all__ = ["verify", "verify_computation", "verify_instruction"]
 
@@ -22,7 +23,15 @@ def _fail(comp: HloComputation, reason: str, inst: HloInstruction | None = None)
 
 def verify(module: HloModule) -> None:
     """Check a whole module: an entry, unique computation names, each computation, and that
-    called computations belong to the module."""
+    called computations belong to the module. An error at an instruction of a module parsed
+    from text points at where it was written (hlo/source_locations.py)."""
+    try:
+        _verify(module)
+    except VerifierError as e:
+        raise located(module, e) from None
+
+
+def _verify(module: HloModule) -> None:
     if module.entry is None:
         raise VerifierError(f"module {module.name} has no entry computation")
     if module.entry not in module.computations:

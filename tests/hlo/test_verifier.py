@@ -563,3 +563,19 @@ def test_entry_required():
     m = HloModule("m")
     with pytest.raises(VerifierError, match="no entry"):
         verify(m)
+
+
+def test_an_error_in_parsed_text_points_at_the_instruction():
+    """A shape that does not fit its operands is found after parsing, by the verifier; for a
+    module parsed from text the error names the file, line and column of the instruction and
+    shows the line with a caret, as a syntax error does."""
+    from hlofuse.hlo.parser import parse_hlo
+
+    text = ("HloModule m\nENTRY e {\n  p = pred[7] parameter(0)\n  a = f32[4] parameter(1)\n"
+            "  ROOT s = f32[4] select(p, a, a)\n}\n")
+    with pytest.raises(VerifierError) as err:
+        verify(parse_hlo(text, filename="m.hlo"))
+    lines = str(err.value).splitlines()
+    assert lines[0].startswith("m.hlo:5:8: error: instruction s in computation e: select: predicate pred[7]")
+    assert lines[1:] == ["  ROOT s = f32[4] select(p, a, a)", "       ^"]
+    assert err.value.instruction == "s" and err.value.computation == "e"
