@@ -22,10 +22,16 @@ class _Table:
     offsets: dict  # HloInstruction -> offset of its name in the text
 
 
+# Texts longer than this are not kept for locating errors (the table holds the text as long as
+# the module lives: a module of huge literals would keep twice its size).
+MAX_KEPT_TEXT = 64 << 20
+
+
 def record(module, lexer, offsets: dict) -> None:
     """Remember where `module`'s instructions were written (`offsets`: instruction -> offset of
-    its name in `lexer`'s text)."""
-    _TABLES[module] = _Table(lexer, offsets)
+    its name in `lexer`'s text), unless the text is over MAX_KEPT_TEXT."""
+    if len(lexer.text) <= MAX_KEPT_TEXT:
+        _TABLES[module] = _Table(lexer, offsets)
 
 
 class LocatedVerifierError(VerifierError):
