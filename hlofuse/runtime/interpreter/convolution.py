@@ -86,6 +86,53 @@ def window_output_size(padded: int, d: WindowDimension) -> int:
     return (padded - dilated_window) // d.stride + 1
 
 
+# Patch tensors ([batch, features, output positions, window offsets]) of more elements than this
+# are not contracted by one einsum, which copies them: a weight-gradient-like convolution of a
+# 30x30 window over 32x32 outputs of 128 x 512 features needed 450 GiB (XLA's swap-conv-operands
+# test module). They are contracted one window offset at a time instead (`_contract_by_taps`).
+PATCH_ELEMENT_BUDGET = 1 << 26
+
+
+def _nonzero_outputs(tap: int, d: WindowDimension, size: int, out: int) -> tuple[int, int]:
+    """[lo, hi) of the output positions along one dimension whose input, at window offset
+    `tap` (already times the window dilation), is an element of the operand (of `size`) and not
+    padding: the others add 0 * weight, which is +0 for a finite weight."""
+    extent = (size - 1) * d.base_dilation + 1 if size > 0 else 0
+    first, last = d.padding_low - tap, d.padding_low + extent - 1 - tap  # padded index - tap
+    lo = max(0, -(-first // d.stride))
+    hi = min(out, last // d.stride + 1) if last >= 0 else 0
+    return lo, max(lo, hi)
+
+
+def _contract_by_taps(x: np.ndarray, kg: np.ndarray, dims: list, sizes: list[int], out_spatial: list[int],
+                      grouped, acc: np.dtype) -> np.ndarray:
+    """The einsum's contraction one window offset at a time: for each offset, the outputs whose
+    input is not padding (all of them when a weight is inf or NaN, for which 0 * weight is NaN)
+    get that offset's input features times its weights. `x`: the dilated, padded input [n, c,
+    spatial...]; `kg`: [group, og, ci, window...]; `grouped(view)`: an [n, c, positions...]
+    view as [batch, group, ci, positions...]."""
+    nsp = len(dims)
+    sp = "".join(chr(ord("p") + i) for i in range(nsp))
+    finite = bool(np.all(np.isfinite(kg))) if kg.dtype.kind in "fc" else True
+    first = grouped(x[(slice(None), slice(None)) + tuple(slice(0, 0) for _ in range(nsp))])
+    result = np.zeros((first.shape[0], kg.shape[0], kg.shape[1], *out_spatial), dtype=acc)
+    for offset in itertools.product(*(range(d.size) for d in dims)):
+        outs, ins = [], []
+        for t, d, size, out in zip(offset, dims, sizes, out_spatial):
+            tap = t * d.window_dilation
+            lo, hi = _nonzero_outputs(tap, d, size, out) if finite else (0, out)
+            outs.append(slice(lo, hi))
+            ins.append(slice(lo * d.stride + tap, (hi - 1) * d.stride + tap + 1 if hi > lo else lo * d.stride + tap,
+                             d.stride))
+        if any(o.stop <= o.start for o in outs):
+            continue
+        view = grouped(x[(slice(None), slice(None)) + tuple(ins)])
+        weights = kg[(slice(None), slice(None), slice(None)) + offset]
+        result[(slice(None), slice(None), slice(None)) + tuple(outs)] += np.einsum(
+            f"ngc{sp},goc->ngo{sp}", view, weights, optimize=True)
+    return result
+
+
 def convolve(lhs: np.ndarray, rhs: np.ndarray, window: Window, dn: ConvDimensionNumbers,
              feature_groups: int, batch_groups: int, out_dtype: np.dtype, name: str = "",
              flush_products: bool = False) -> np.ndarray:
@@ -132,16 +179,22 @@ def convolve(lhs: np.ndarray, rhs: np.ndarray, window: Window, dn: ConvDimension
         if batch_groups > 1:
             # The batch splits group-major into batch_groups groups; output feature group g
             # (of o // batch_groups features) reads batch group g.
-            pg = patches.reshape(batch_groups, out_batch, c, *patches.shape[2:]).swapaxes(0, 1)
+            def grouped(v):
+                return v.reshape(batch_groups, out_batch, c, *v.shape[2:]).swapaxes(0, 1)
             kg = k.reshape(batch_groups, o // batch_groups, ci, *k.shape[2:])
         else:
             # Input features split into feature_groups groups of ci; output feature group g
             # (of o // feature_groups features) reads input group g.
-            pg = patches.reshape(n, feature_groups, c // feature_groups, *patches.shape[2:])
+            def grouped(v):
+                return v.reshape(n, feature_groups, c // feature_groups, *v.shape[2:])
             kg = k.reshape(feature_groups, o // feature_groups, ci, *k.shape[2:])
+        pg = grouped(patches)
         # pg: [batch, group, ci, out spatial..., window...]; kg: [group, og, ci, window...]
         bound = denormals.tiny_product_bound(lhs, rhs, product_dtype(lhs, rhs)) if flush_products else None
-        if seq is not None or bound is not None:
+        if seq is None and bound is None and pg.size > PATCH_ELEMENT_BUDGET:
+            sizes = [lhs.shape[ax] for ax in dn.input_spatial]
+            result = _contract_by_taps(x, kg, dims, sizes, out_spatial, grouped, acc)
+        elif seq is not None or bound is not None:
             result = _sum_sequentially(pg, kg, nsp, acc, bound, flush_sums=seq is not None)
         else:
             sp = "".join(chr(ord("p") + i) for i in range(nsp))  # output positions
