@@ -118,12 +118,19 @@ def convolution(inst, args, ctx):
     nsp = len(dn.input_spatial)
     wdims = window.dimensions if window is not None else ()
     strides, wdil = [], []
+    # Per spatial dimension, the [first, end) of the padded input that holds the operand's
+    # elements (the rest is padding, whose products with finite weights add +0).
+    held = []
     for s in range(nsp):
         wd = wdims[s] if s < len(wdims) else None
         if wd is None:
             strides.append(1)
             wdil.append(1)
+            held.append((0, x.shape[2 + s]))
             continue
+        size = x.shape[2 + s]
+        extent = (size - 1) * wd.base_dilation + 1 if size else 0
+        held.append((wd.padding_low, wd.padding_low + extent))
         x = _dilate(x, 2 + s, wd.base_dilation)
         x = _spatial_pad(x, 2 + s, wd.padding_low, wd.padding_high)
         if wd.window_reversal:
@@ -137,18 +144,31 @@ def convolution(inst, args, ctx):
     nb = N // bgc
     out = np.zeros((nb, O) + tuple(out_sp), work)
     og = O // (fgc * bgc)
+    # Outputs whose input at a kernel position is padding are skipped (a weight-gradient
+    # convolution's large padded window is mostly padding: XLA's swap-conv-operands test took
+    # minutes); with an inf or NaN weight, 0 * weight is NaN, so every output is computed.
+    skip_padding = bool(np.isfinite(w).all())
     for g in range(fgc * bgc):
         fg, bg = (g, 0) if bgc == 1 else (0, g)
         xs = x[bg * nb:(bg + 1) * nb, fg * I:(fg + 1) * I]
         ws = w[g * og:(g + 1) * og]
         for kpos in np.ndindex(*ksp):
-            sl = [slice(None), slice(None)]
+            sl, osl = [slice(None), slice(None)], [slice(None), slice(g * og, (g + 1) * og)]
             for s in range(nsp):
                 start = kpos[s] * wdil[s]
-                sl.append(slice(start, start + (out_sp[s] - 1) * strides[s] + 1 if out_sp[s] else start, strides[s]))
-            patch = xs[tuple(sl)]  # nb, I, out_sp...
+                lo, hi = 0, out_sp[s]
+                if skip_padding:  # outputs o with held[s][0] <= o * stride + start < held[s][1]
+                    lo = max(lo, -(-(held[s][0] - start) // strides[s]))
+                    hi = min(hi, max(0, -(-(held[s][1] - start) // strides[s])))
+                hi = max(hi, lo)
+                sl.append(slice(start + lo * strides[s], start + (hi - 1) * strides[s] + 1 if hi > lo else start,
+                                strides[s]))
+                osl.append(slice(lo, hi))
+            if any(o.stop <= o.start for o in osl[2:]):
+                continue
+            patch = xs[tuple(sl)]  # nb, I, outputs of this position...
             k = ws[(slice(None), slice(None)) + kpos]  # og, I
-            out[:, g * og:(g + 1) * og] += _contract_features(patch, k)
+            out[tuple(osl)] += _contract_features(patch, k)
     return _to_layout(out, dn, out_dt)
 
 

@@ -99,3 +99,36 @@ def test_cholesky_of_a_matrix_that_is_not_positive_definite_is_nan(lower, target
     got = np.asarray(got)
     assert np.isnan(got[1]).all() and np.isnan(np.asarray(want)[1]).all()
     np.testing.assert_allclose(got[[0, 2]], np.asarray(want)[[0, 2]], rtol=1e-5, atol=1e-5)
+
+
+# Windows mostly over padding (a weight gradient's shape), with strides, dilations, negative
+# padding, reversal and groups: the library convolution (gpu-emulated) skips the outputs whose
+# input is padding at each kernel position, unless a weight is inf or NaN.
+PADDED_WINDOWS = {
+    "large-padded": ("f32[2,3,5,4]", "f32[4,3,6,5]", "f32[2,4,10,8]",
+                     "window={size=6x5 pad=5_5x4_4}, dim_labels=bf01_oi01->bf01"),
+    "strided-dilated": ("f32[2,3,11,9]", "f32[2,3,3,2]", "f32[2,2,5,4]",
+                        "window={size=3x2 stride=2x3 pad=1_2x3_0 rhs_dilate=2x1}, dim_labels=bf01_oi01->bf01"),
+    "base-dilated-negative-pad": ("f32[1,2,7,6]", "f32[3,2,3,3]", "f32[1,3,12,14]",
+                                  "window={size=3x3 pad=-1_2x2_-2 lhs_dilate=2x3 rhs_reversal=0x1}, "
+                                  "dim_labels=bf01_oi01->bf01"),
+    "feature-groups": ("f32[2,5,4,6]", "f32[3,3,2,6]", "f32[2,7,4,6]",
+                       "window={size=3x3 pad=2_2x1_1}, dim_labels=b01f_01io->b01f, feature_group_count=3"),
+}
+
+
+@pytest.mark.parametrize("inf_weight", [False, True])
+@pytest.mark.parametrize("name", sorted(PADDED_WINDOWS))
+def test_library_convolution_skips_padding_only_for_finite_weights(name, inf_weight):
+    text = _conv_module(*PADDED_WINDOWS[name])
+    module = parse_hlo(text)
+    rng = np.random.default_rng(12)
+    x, w = (rng.standard_normal(p.shape.dims).astype(np.float32) for p in module.entry.parameters)
+    if inf_weight:
+        w.reshape(-1)[1] = np.inf
+    (got,) = hlofuse.compile(parse_hlo(text), target="gpu-emulated", cache=False)(x, w)
+    (want,) = hlofuse.compile(parse_hlo(text), target="interpreter")(x, w)
+    got, want = np.asarray(got), np.asarray(want)
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    assert np.isnan(want).any() == inf_weight
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
