@@ -30,7 +30,7 @@ RULE_MODULES: dict[str, tuple[str, ...]] = {
         "convolution", "dot", "gather_scatter", "windows", "sort", "fft", "rng", "linalg",
         "single_replica")),
     "elemental": tuple(f"hlofuse.emitters.elemental_{m}" for m in ("math", "convert", "complex", "data", "control")),
-    "library": tuple(f"hlofuse.runtime.library_{m}" for m in ("ops", "rng", "collectives")),
+    "library": tuple(f"hlofuse.runtime.library_{m}" for m in ("ops", "linalg", "rng", "collectives")),
 }
 STAGES: tuple[str, ...] = tuple(RULE_MODULES)
 

@@ -1,4 +1,5 @@
-"""Unfused ops the CPU executor runs as library calls (numpy / BLAS), and control flow.
+"""Unfused ops the compiled backends run as library calls (numpy), and control flow; the linear
+algebra rules (dot, convolution, fft, cholesky, triangular-solve) are in library_linalg.py.
 
 Rules are attached to the op registry with `register_library(opcode)`:
 `fn(inst, args, ctx) -> value`, where a value is a numpy array or a tuple of values and
@@ -20,7 +21,6 @@ from ..hlo.errors import UnsupportedError
 from ..hlo.opcodes import mark_unsupported, register_library
 from .host_calls import batched_stable_order, combine_in_rounds, host_calls, is_strict_weak_order_result
 from .interpreter import op_helpers
-from .interpreter.linalg import solve_triangular
 from .interpreter.sort import comparator_sort_order
 
 
@@ -34,206 +34,6 @@ def _work_dtype(dt: np.dtype) -> np.dtype:
     if dt.kind == "V" or (dt.kind == "f" and dt.itemsize < 4) or dt.name in ("bfloat16",):
         return np.dtype(np.float32)
     return dt
-
-
-_SMALL_DOT = 1 << 15  # multiply-adds
-_MEDIUM_DOT = 1 << 22
-
-# ---- linear algebra --------------------------------------------------------------------------
-@register_library("dot")
-def dot(inst, args, ctx):
-    """General dot: batch dims, contracting dims, then lhs free and rhs free dims (XLA order)."""
-    lhs, rhs = args
-    a = inst.attrs
-    lb, lc = list(a.get("lhs_batch_dims", ())), list(a.get("lhs_contracting_dims", ()))
-    rb, rc = list(a.get("rhs_batch_dims", ())), list(a.get("rhs_contracting_dims", ()))
-    lf = [d for d in range(lhs.ndim) if d not in lb and d not in lc]
-    rf = [d for d in range(rhs.ndim) if d not in rb and d not in rc]
-    out_dt = np.dtype(_np_dtype(inst.shape))
-    work = _work_dtype(out_dt)
-    if out_dt.kind in "iu":
-        work = out_dt
-    B = [lhs.shape[d] for d in lb]
-    M = math.prod(lhs.shape[d] for d in lf)
-    N = math.prod(rhs.shape[d] for d in rf)
-    K = math.prod(lhs.shape[d] for d in lc)
-    nb = math.prod(B)
-    x = np.transpose(lhs, lb + lf + lc).astype(work, copy=False).reshape(nb, M, K)
-    y = np.transpose(rhs, rb + rc + rf).astype(work, copy=False).reshape(nb, K, N)
-    if out_dt.kind in "fc" and nb * M * N * K <= _SMALL_DOT:
-        # Small dots: accumulate term by term in increasing contracting index, in the result's
-        # precision, the way XLA's CPU backend runs small dots (a naive loop, not a GEMM);
-        # rounding then matches it rather than a blocked BLAS order.
-        out = np.zeros((nb, M, N), work)
-        for k in range(K):
-            out += x[:, :, k, None] * y[:, None, k, :]
-    elif out_dt.kind in "fc" and nb * M * N * K <= _MEDIUM_DOT:
-        # Medium dots: one matmul in double precision (cheap at this size, and the result is
-        # then correctly rounded rather than carrying a blocked f32 summation's error).
-        wide = np.complex128 if out_dt.kind == "c" else np.float64
-        out = np.matmul(x.astype(wide), y.astype(wide))
-    else:
-        out = np.matmul(x, y)
-    dims = tuple(inst.shape.dims)
-    return out.reshape(dims).astype(out_dt, copy=False)
-
-
-def _spatial_pad(x, axis, lo, hi):
-    """Pad (or crop, for negative amounts) `x` along `axis` with zeros."""
-    n = x.shape[axis]
-    start, stop = max(-lo, 0), n - max(-hi, 0)
-    sl = [slice(None)] * x.ndim
-    sl[axis] = slice(start, max(stop, start))
-    x = x[tuple(sl)]
-    widths = [(0, 0)] * x.ndim
-    widths[axis] = (max(lo, 0), max(hi, 0))
-    return np.pad(x, widths)
-
-
-def _dilate(x, axis, factor):
-    if factor == 1 or x.shape[axis] == 0:
-        return x
-    shape = list(x.shape)
-    shape[axis] = (shape[axis] - 1) * factor + 1
-    out = np.zeros(shape, x.dtype)
-    sl = [slice(None)] * x.ndim
-    sl[axis] = slice(None, None, factor)
-    out[tuple(sl)] = x
-    return out
-
-
-@register_library("convolution")
-def convolution(inst, args, ctx):
-    """Convolution with XLA's dimension numbers, padding, dilations, feature and batch groups:
-    one strided tensordot per kernel spatial position."""
-    lhs, rhs = args
-    dn = inst.attrs["dim_labels"]
-    window = inst.attrs.get("window")
-    fgc = int(inst.attrs.get("feature_group_count", 1))
-    bgc = int(inst.attrs.get("batch_group_count", 1))
-    out_dt = _np_dtype(inst.shape)
-    work = _work_dtype(out_dt)
-    x = np.transpose(lhs, [dn.input_batch, dn.input_feature, *dn.input_spatial]).astype(work)
-    w = np.transpose(rhs, [dn.kernel_output_feature, dn.kernel_input_feature, *dn.kernel_spatial]).astype(work)
-    nsp = len(dn.input_spatial)
-    wdims = window.dimensions if window is not None else ()
-    strides, wdil = [], []
-    # Per spatial dimension, the [first, end) of the padded input that holds the operand's
-    # elements (the rest is padding, whose products with finite weights add +0).
-    held = []
-    for s in range(nsp):
-        wd = wdims[s] if s < len(wdims) else None
-        if wd is None:
-            strides.append(1)
-            wdil.append(1)
-            held.append((0, x.shape[2 + s]))
-            continue
-        size = x.shape[2 + s]
-        extent = (size - 1) * wd.base_dilation + 1 if size else 0
-        held.append((wd.padding_low, wd.padding_low + extent))
-        x = _dilate(x, 2 + s, wd.base_dilation)
-        x = _spatial_pad(x, 2 + s, wd.padding_low, wd.padding_high)
-        if wd.window_reversal:
-            w = np.flip(w, 2 + s)
-        strides.append(wd.stride)
-        wdil.append(wd.window_dilation)
-    N, C = x.shape[:2]
-    O, I = w.shape[:2]
-    ksp = w.shape[2:]
-    out_sp = [max(0, (x.shape[2 + s] - ((ksp[s] - 1) * wdil[s] + 1)) // strides[s] + 1) for s in range(nsp)]
-    nb = N // bgc
-    out = np.zeros((nb, O) + tuple(out_sp), work)
-    og = O // (fgc * bgc)
-    # Outputs whose input at a kernel position is padding are skipped (a weight-gradient
-    # convolution's large padded window is mostly padding: XLA's swap-conv-operands test took
-    # minutes); with an inf or NaN weight, 0 * weight is NaN, so every output is computed.
-    skip_padding = bool(np.isfinite(w).all())
-    for g in range(fgc * bgc):
-        fg, bg = (g, 0) if bgc == 1 else (0, g)
-        xs = x[bg * nb:(bg + 1) * nb, fg * I:(fg + 1) * I]
-        ws = w[g * og:(g + 1) * og]
-        for kpos in np.ndindex(*ksp):
-            sl, osl = [slice(None), slice(None)], [slice(None), slice(g * og, (g + 1) * og)]
-            for s in range(nsp):
-                start = kpos[s] * wdil[s]
-                lo, hi = 0, out_sp[s]
-                if skip_padding:  # outputs o with held[s][0] <= o * stride + start < held[s][1]
-                    lo = max(lo, -(-(held[s][0] - start) // strides[s]))
-                    hi = min(hi, max(0, -(-(held[s][1] - start) // strides[s])))
-                hi = max(hi, lo)
-                sl.append(slice(start + lo * strides[s], start + (hi - 1) * strides[s] + 1 if hi > lo else start,
-                                strides[s]))
-                osl.append(slice(lo, hi))
-            if any(o.stop <= o.start for o in osl[2:]):
-                continue
-            patch = xs[tuple(sl)]  # nb, I, outputs of this position...
-            k = ws[(slice(None), slice(None)) + kpos]  # og, I
-            out[tuple(osl)] += _contract_features(patch, k)
-    return _to_layout(out, dn, out_dt)
-
-
-def _contract_features(patch: np.ndarray, k: np.ndarray) -> np.ndarray:
-    """patch [nb, I, spatial...] times k [og, I], summed over I: [nb, og, spatial...].
-    BLAS skips the products with a zero element in some paths (np.dot's matrix-vector product),
-    so 0 * inf or 0 * NaN would count as 0, not NaN as in IEEE, the interpreter and XLA; where
-    either operand holds an inf or NaN, einsum's plain loops do the sum instead."""
-    if np.isfinite(patch).all() and np.isfinite(k).all():
-        return np.moveaxis(np.tensordot(patch, k, axes=([1], [1])), -1, 1)
-    return np.einsum("ni...,oi->no...", patch, k)
-
-
-def _to_layout(out, dn, out_dt):
-    order = [None] * out.ndim
-    order[dn.output_batch] = 0
-    order[dn.output_feature] = 1
-    for s, d in enumerate(dn.output_spatial):
-        order[d] = 2 + s
-    return np.ascontiguousarray(np.transpose(out, order)).astype(out_dt, copy=False)
-
-
-@register_library("fft")
-def fft(inst, args, ctx):
-    """FFT / IFFT / RFFT / IRFFT over the trailing `fft_length` dimensions."""
-    (x,) = args
-    kind = str(inst.attrs["fft_type"]).upper()
-    lengths = tuple(inst.attrs["fft_length"])
-    axes = tuple(range(x.ndim - len(lengths), x.ndim))
-    out_dt = _np_dtype(inst.shape)
-    if kind == "FFT":
-        r = np.fft.fftn(x, axes=axes)
-    elif kind == "IFFT":
-        r = np.fft.ifftn(x, axes=axes)
-    elif kind == "RFFT":
-        r = np.fft.rfftn(x, s=lengths, axes=axes)
-    elif kind == "IRFFT":
-        r = np.fft.irfftn(x, s=lengths, axes=axes)
-    else:
-        raise UnsupportedError(f"fft {inst.name}: unknown fft_type {kind}")
-    return r.astype(out_dt)
-
-
-@register_library("cholesky")
-def cholesky(inst, args, ctx):
-    """Cholesky factor (lower, or upper with lower=false)."""
-    (a,) = args
-    # `lower` arrives from HLO text as Raw("false"), whose truth value is True: read its text.
-    lower = "lower=true" in str(inst.attrs.get("cholesky_options", "")) or _flag(inst, "lower")
-    work = _work_dtype(a.dtype)
-    m = a.astype(work) if lower else np.swapaxes(a, -1, -2).astype(work)
-    try:
-        l = np.linalg.cholesky(m)
-    except np.linalg.LinAlgError:
-        # A matrix that is not positive definite: XLA leaves its factor implementation-defined
-        # and XLA:CPU gives NaN; the batch's other matrices keep their factors.
-        flat = m.reshape(-1, *m.shape[-2:])
-        l = np.full_like(flat, np.nan)
-        for i, one in enumerate(flat):
-            try:
-                l[i] = np.linalg.cholesky(one)
-            except np.linalg.LinAlgError:
-                pass
-        l = l.reshape(m.shape)
-    return (l if lower else np.swapaxes(l, -1, -2)).astype(a.dtype)
 
 
 # ---- data movement that stays unfused ---------------------------------------------------------
@@ -565,26 +365,6 @@ def custom_call(inst, args, ctx):
     """Custom calls are external library calls: unsupported."""
     target = inst.attrs.get("custom_call_target", "?")
     raise UnsupportedError(f"custom-call {inst.name} (target {target!s}) cannot run on the CPU backend")
-
-
-def _flag(inst, name: str, default: bool = False) -> bool:
-    v = inst.attrs.get(name)
-    return default if v is None else str(v).lower() in ("true", "1")
-
-
-@register_library("triangular-solve")
-def triangular_solve(inst, args, ctx):
-    """Solve op(a) x = b (left_side) or x op(a) = b with a triangular (XLA's options), by
-    substitution in f64, as the interpreter does (np.linalg.solve was an LU factorisation with
-    pivoting in the operands' type: O(n^3) where substitution is O(n^2), and its f32 answer
-    depended on the machine's BLAS kernels)."""
-    trans = str(inst.attrs.get("transpose_a", "NO_TRANSPOSE"))
-    try:
-        x = solve_triangular(args[0], args[1], _flag(inst, "lower"), _flag(inst, "unit_diagonal"), trans,
-                             _flag(inst, "left_side"))
-    except ValueError as e:  # an unknown transpose_a: the interpreter's error, not a traceback
-        raise UnsupportedError(f"triangular-solve {inst.name}: {e}") from None
-    return x.astype(_np_dtype(inst.shape))
 
 
 mark_unsupported("library", "rng and rng-get-and-update-state draw from a stream each XLA backend defines for "
