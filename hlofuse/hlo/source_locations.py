@@ -51,10 +51,16 @@ def located(module, error: VerifierError) -> VerifierError:
     table = _TABLES.get(module)
     if table is None or error.instruction is None or isinstance(error, LocatedVerifierError):
         return error
-    comps = [c for c in module.computations if error.computation in (None, c.name)]
+    try:
+        comps = [module.computation(error.computation)] if error.computation else module.computations
+    except KeyError:
+        return error
     for comp in comps:
-        for inst in comp.instructions:
-            if inst.name == error.instruction and inst in table.offsets:
-                line, column, source_line = table.lexer.location(table.offsets[inst])
-                return LocatedVerifierError(error, table.lexer.filename, line, column, source_line)
+        try:
+            inst = comp.instruction(error.instruction)
+        except KeyError:
+            continue
+        if inst in table.offsets:
+            line, column, source_line = table.lexer.location(table.offsets[inst])
+            return LocatedVerifierError(error, table.lexer.filename, line, column, source_line)
     return error

@@ -34,11 +34,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from ..hlo.ir import HloComputation, HloInstruction, HloModule
+from ..hlo.ir import HloComputation, HloInstruction
 from ..hlo.shapes import TupleShape, array
-from .op_expander import add
-from .pass_base import HloPass
-from .rewrite import Rewriter
+from .op_expander import OpExpander, add
 
 # Reduced elements beyond which a reduce is split: 1,024 tiles of gpu_reduction.ROW_TILE (8)
 # per row accumulator, 128 of COLUMN_TILE (32) per column accumulator (XLA's own bounds are of
@@ -48,55 +46,51 @@ COLUMN_BOUND = 4096
 
 
 @dataclass(frozen=True)
-class TreeReductionRewriter(HloPass):
+class TreeReductionRewriter(OpExpander):
     """Split each reduction over more than the bound's elements into two (module docstring).
     Work: one walk of the module, plus the instructions each split adds."""
 
     name = "tree-reduction-rewriter"
 
-    def run(self, module: HloModule) -> bool:
-        """Rewrite every reduce over too many elements; True if one was."""
-        changed = False
-        for comp in module.computations:
-            work = [i for i in comp.instructions if i.opcode == "reduce"]
-            while work:
-                inst = work.pop()
-                split = _split(comp, inst)
-                if split is None:
-                    continue
-                rewriter = Rewriter(comp)
-                rewriter.replace(inst, split)
-                rewriter.finish()
-                work.append(split)  # an outer reduce still over the bound is split again
-                changed = True
-            if changed:
-                comp.sort_instructions()
-        return changed
+    def matches(self, inst: HloInstruction) -> bool:
+        """A reduce over one contiguous run of more than the bound's reduced elements."""
+        return inst.opcode == "reduce" and _run_over_bound(inst) is not None
+
+    def expand(self, inst: HloInstruction, run: dict) -> HloInstruction:
+        """The reduces replacing `inst`: inner ones over about sqrt(R) each, then the outer."""
+        n = len(inst.operands) // 2
+        first, last = _run_over_bound(inst)
+        return _tree(inst.parent, list(inst.operands[:n]), list(inst.operands[n:]), first, last, inst.shape,
+                     inst.attrs["to_apply"])
 
 
-def _reduced_run(inst: HloInstruction) -> tuple[int, int] | None:
-    """(first, last) of the reduced dimensions when they are one contiguous run."""
+def _bound(dims: tuple, last: int) -> int:
+    """The split bound of a reduced run ending at dimension `last` of `dims`."""
+    return COLUMN_BOUND if last < len(dims) - 1 else ROW_BOUND
+
+
+def _run_over_bound(inst: HloInstruction) -> tuple[int, int] | None:
+    """(first, last) of the reduced dimensions of a reduce the pass splits: one contiguous run
+    of more than the bound's elements, inputs it can pad and reshape; else None."""
     rdims = sorted(int(d) for d in inst.attrs.get("dimensions", ()))
     if not rdims or rdims != list(range(rdims[0], rdims[-1] + 1)):
         return None
-    return rdims[0], rdims[-1]
-
-
-def _splittable(inst: HloInstruction) -> bool:
+    if inst.attrs["to_apply"].root.opcode in ("maximum", "minimum"):
+        return None
     n = len(inst.operands) // 2
     inputs, inits = inst.operands[:n], inst.operands[n:]
-    root = inst.attrs["to_apply"].root
-    if root.opcode in ("maximum", "minimum"):
-        return False
     for x, init in zip(inputs, inits):
         shape = x.shape
         if shape.is_tuple or not shape.is_static() or not shape.is_row_major():
-            return False
+            return None
         if shape.dtype != init.shape.dtype or shape.dims != inputs[0].shape.dims:
-            return False
+            return None
         if shape.dtype.kind == "float" and shape.dtype.bits < 32:
-            return False
-    return True
+            return None
+    dims = tuple(inputs[0].shape.dims)
+    if math.prod(dims[rdims[0]:rdims[-1] + 1]) <= _bound(dims, rdims[-1]):
+        return None
+    return rdims[0], rdims[-1]
 
 
 def _split_size(n: int, bound: int) -> tuple[int, int]:
@@ -111,21 +105,17 @@ def _split_size(n: int, bound: int) -> tuple[int, int]:
     return (n + best_pad) // best_m, best_m
 
 
-def _split(comp: HloComputation, inst: HloInstruction) -> HloInstruction | None:
-    """The outer reduce replacing `inst` (its inner reduce and reshapes added to `comp`), or
-    None when `inst` stays."""
-    run = _reduced_run(inst)
-    if run is None or not _splittable(inst):
-        return None
-    first, last = run
-    n = len(inst.operands) // 2
-    inputs, inits = inst.operands[:n], inst.operands[n:]
+def _tree(comp: HloComputation, inputs: list, inits: list, first: int, last: int, shape, reducer) -> HloInstruction:
+    """The reduce of `inputs` over dimensions first..last into `shape`, added to `comp`: one
+    reduce where the run is within the bound, else an inner reduce over m of R = k * m (padded
+    with the init) and the tree of the k partials."""
     dims = tuple(inputs[0].shape.dims)
     before, after = dims[:first], dims[last + 1:]
     total = math.prod(dims[first:last + 1])
-    bound = COLUMN_BOUND if after else ROW_BOUND
+    bound = _bound(dims, last)
     if total <= bound:
-        return None
+        return add(comp, "reduce", shape, *inputs, *inits, dimensions=tuple(range(first, last + 1)),
+                   to_apply=reducer)
     k, m = _split_size(total, bound)
     inner_inputs = []
     for x, init in zip(inputs, inits):
@@ -136,12 +126,10 @@ def _split(comp: HloComputation, inst: HloInstruction) -> HloInstruction | None:
                             for d in range(len(before) + 1 + len(after)))
             flat = add(comp, "pad", array(t, (*before, k * m, *after)), flat, init, padding=padding)
         inner_inputs.append(add(comp, "reshape", array(t, (*before, k, m, *after)), flat))
-    reducer = inst.attrs["to_apply"]
-    partial_types = [init.shape.dtype for init in inits]
-    partial_shapes = [array(t, (*before, k, *after)) for t in partial_types]
-    inner_shape = partial_shapes[0] if n == 1 else TupleShape(elements=tuple(partial_shapes))
+    partial_shapes = [array(init.shape.dtype, (*before, k, *after)) for init in inits]
+    inner_shape = partial_shapes[0] if len(inputs) == 1 else TupleShape(elements=tuple(partial_shapes))
     inner = add(comp, "reduce", inner_shape, *inner_inputs, *inits, dimensions=(len(before) + 1,),
                 to_apply=reducer)
-    partials = [inner] if n == 1 else [add(comp, "get-tuple-element", s, inner, index=i)
-                                       for i, s in enumerate(partial_shapes)]
-    return add(comp, "reduce", inst.shape, *partials, *inits, dimensions=(len(before),), to_apply=reducer)
+    partials = [inner] if len(inputs) == 1 else [add(comp, "get-tuple-element", s, inner, index=i)
+                                                 for i, s in enumerate(partial_shapes)]
+    return _tree(comp, partials, inits, len(before), len(before), shape, reducer)

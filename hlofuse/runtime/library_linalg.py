@@ -11,6 +11,7 @@ import numpy as np
 from ..hlo.errors import UnsupportedError
 from ..hlo.opcodes import register_library
 from .interpreter.linalg import solve_triangular
+from .interpreter.op_helpers import attr_bool
 from .library_ops import _np_dtype, _work_dtype
 
 _SMALL_DOT = 1 << 15  # multiply-adds
@@ -130,19 +131,16 @@ def convolution(inst, args, ctx):
         xs = x[bg * nb:(bg + 1) * nb, fg * I:(fg + 1) * I]
         ws = w[g * og:(g + 1) * og]
         for kpos in np.ndindex(*ksp):
-            sl, osl = [slice(None), slice(None)], [slice(None), slice(g * og, (g + 1) * og)]
-            for s in range(nsp):
-                start = kpos[s] * wdil[s]
-                lo, hi = 0, out_sp[s]
-                if skip_padding:  # outputs o with held[s][0] <= o * stride + start < held[s][1]
-                    lo = max(lo, -(-(held[s][0] - start) // strides[s]))
-                    hi = min(hi, max(0, -(-(held[s][1] - start) // strides[s])))
-                hi = max(hi, lo)
-                sl.append(slice(start + lo * strides[s], start + (hi - 1) * strides[s] + 1 if hi > lo else start,
-                                strides[s]))
-                osl.append(slice(lo, hi))
-            if any(o.stop <= o.start for o in osl[2:]):
+            starts = [kpos[s] * wdil[s] for s in range(nsp)]
+            ranges = [(0, out_sp[s]) for s in range(nsp)]
+            if skip_padding:  # outputs o with held[s][0] <= o * stride + start < held[s][1]
+                ranges = [(max(0, -(-(held[s][0] - starts[s]) // strides[s])),
+                           min(out_sp[s], -(-(held[s][1] - starts[s]) // strides[s]))) for s in range(nsp)]
+            if any(hi <= lo for lo, hi in ranges):
                 continue
+            sl = [slice(None), slice(None)] + [slice(start + lo * st, start + (hi - 1) * st + 1, st)
+                                               for (lo, hi), start, st in zip(ranges, starts, strides)]
+            osl = [slice(None), slice(g * og, (g + 1) * og)] + [slice(lo, hi) for lo, hi in ranges]
             patch = xs[tuple(sl)]  # nb, I, outputs of this position...
             k = ws[(slice(None), slice(None)) + kpos]  # og, I
             out[tuple(osl)] += _contract_features(patch, k)
@@ -193,8 +191,7 @@ def fft(inst, args, ctx):
 def cholesky(inst, args, ctx):
     """Cholesky factor (lower, or upper with lower=false)."""
     (a,) = args
-    # `lower` arrives from HLO text as Raw("false"), whose truth value is True: read its text.
-    lower = "lower=true" in str(inst.attrs.get("cholesky_options", "")) or _flag(inst, "lower")
+    lower = "lower=true" in str(inst.attrs.get("cholesky_options", "")) or attr_bool(inst, "lower")
     work = _work_dtype(a.dtype)
     m = a.astype(work) if lower else np.swapaxes(a, -1, -2).astype(work)
     try:
@@ -213,11 +210,6 @@ def cholesky(inst, args, ctx):
     return (l if lower else np.swapaxes(l, -1, -2)).astype(a.dtype)
 
 
-def _flag(inst, name: str, default: bool = False) -> bool:
-    v = inst.attrs.get(name)
-    return default if v is None else str(v).lower() in ("true", "1")
-
-
 @register_library("triangular-solve")
 def triangular_solve(inst, args, ctx):
     """Solve op(a) x = b (left_side) or x op(a) = b with a triangular (XLA's options), by
@@ -226,8 +218,8 @@ def triangular_solve(inst, args, ctx):
     depended on the machine's BLAS kernels)."""
     trans = str(inst.attrs.get("transpose_a", "NO_TRANSPOSE"))
     try:
-        x = solve_triangular(args[0], args[1], _flag(inst, "lower"), _flag(inst, "unit_diagonal"), trans,
-                             _flag(inst, "left_side"))
+        x = solve_triangular(args[0], args[1], attr_bool(inst, "lower"), attr_bool(inst, "unit_diagonal"), trans,
+                             attr_bool(inst, "left_side"))
     except ValueError as e:  # an unknown transpose_a: the interpreter's error, not a traceback
         raise UnsupportedError(f"triangular-solve {inst.name}: {e}") from None
     return x.astype(_np_dtype(inst.shape))

@@ -178,7 +178,7 @@ def sort(inst, args, ctx):
     for a comparator that is not a strict weak order (LE, a constant, LT over NaN ...)."""
     dim = int(inst.attrs["dimensions"][0])
     comp = inst.attrs["to_apply"]
-    stable = str(inst.attrs.get("is_stable", "false")).lower() in ("true", "1")
+    stable = op_helpers.attr_bool(inst, "is_stable")
     moved = [np.moveaxis(np.asarray(x), dim, -1) for x in args]
     pattern = _sort_key_pattern(comp)
     key = None
@@ -238,7 +238,7 @@ def topk(inst, args, ctx):
     < +NaN), as XLA:CPU's TopK does: a plain `<` on floats would drop NaN and tie -0 with +0."""
     (x,) = args
     k = int(str(inst.attrs["k"]))
-    largest = str(inst.attrs.get("largest", "true")).lower() not in ("false", "0")
+    largest = op_helpers.attr_bool(inst, "largest", True)
     key = op_helpers.total_order_key(x)  # integers and bools map to themselves
     if key.dtype.kind == "V":
         key = key.astype(np.float32)  # s4/u4/s2/u2 (ml_dtypes types): float32 orders them exactly

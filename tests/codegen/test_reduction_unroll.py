@@ -16,7 +16,7 @@ from llvmlite import ir
 import hlofuse
 from hlofuse.codegen.cpu import CpuCode, CpuPlanner, emit_kernel_module
 from hlofuse.codegen.kernels import (cpu_conv, cpu_reduction, cpu_reduction_rotated, cpu_reduction_windows, loop_hints,
-                                     reduction_groups)
+                                     reduced_loops, reduction_groups)
 from hlofuse.compiler import optimize
 from hlofuse.emitters import ir_helpers
 from hlofuse.emitters.cpu import target as target_module
@@ -79,6 +79,7 @@ def _avx2_host(monkeypatch) -> None:
 
 def _all_unrolled(monkeypatch) -> None:
     all_unrolled(monkeypatch, cpu_reduction)
+    all_unrolled(monkeypatch, reduced_loops)  # the nest over the reduced dimensions
 
 
 def test_reduced_loops_around_many_columns_stay_rolled(avx512_host, monkeypatch):

@@ -69,8 +69,8 @@ from .cpu_row import CACHE_LINE_BYTES, PREFETCH_LOCALITY, input_arrays, prefetch
 from .cpu_reduction_rotated import emit_rotated_fold, line_aligned, rotated_input, stream_columns
 from .cpu_reduction_windows import Windows, window_levels
 from .fast_extremum import FAST_ACCUMULATORS, exact_needed, fast_extremum, fold_fast, magnitude_bits
-from .innermost_runs import own_innermost_accumulators
-from .loop_hints import ROLLED_AROUND, forbid_vectorization, interleave, stays_rolled
+from .loop_hints import ROLLED_AROUND, forbid_vectorization, stays_rolled
+from .reduced_loops import own_innermost_accumulators, reduced_loops
 from .reduction_groups import (ReduceHero, ReductionGroup, computes_expensive_elements, in_order_target,
                                override_heroes, row_accumulators, vector_lanes, without_reassociation)
 from .short_rows import emit_tree_rows, transposes
@@ -152,37 +152,6 @@ def _input_index(b, group: ReductionGroup, kept_vals, reduced_vals) -> Index:
     for d, v in zip(group.rdims, reduced_vals):
         multi[d] = v
     return Index(b, group.in_dims, multi=multi)
-
-
-def _reduced_loops(b, group: ReductionGroup, body, level: int = 0, fixed=(), outer=None,
-                   vectorize: bool = True, unroll: bool = True, accumulators: int = 1,
-                   around_innermost=None) -> None:
-    """Nested loops over the reduced dimensions, outermost first; body(values) inside.
-    `outer` = (lo, hi) restricts the outermost one (a slice of a split reduction); with
-    `vectorize` False LLVM is told not to vectorise any of them, with `unroll` False not to
-    unroll any of them (loop_hints). `accumulators` > 1 asks for that many interleaved vectors
-    in the innermost one and keeps it rolled (reduction_groups.row_accumulators).
-    `around_innermost` = (before, after): called around each run of the innermost loop when
-    there are outer reduced loops (innermost_runs.own_innermost_accumulators)."""
-    if level == len(group.rdims):
-        body(list(fixed))
-        return
-    size = group.in_dims[group.rdims[level]]
-    lo, hi = outer if (level == 0 and outer is not None) else (const_i64(0), const_i64(size))
-    innermost = level == len(group.rdims) - 1
-    interleaved = accumulators > 1 and innermost
-    wrapped = around_innermost is not None and innermost and level > 0
-    if wrapped:
-        around_innermost[0]()
-    with for_range(b, lo, hi, f"r{level}", unroll=unroll and not interleaved) as i:
-        _reduced_loops(b, group, body, level + 1, tuple(fixed) + (i,), vectorize=vectorize, unroll=unroll,
-                       accumulators=accumulators, around_innermost=around_innermost)
-    if wrapped:
-        around_innermost[1]()
-    if not vectorize:
-        forbid_vectorization(i)
-    if interleaved:
-        interleave(i, accumulators)
 
 
 def _row_accumulators(em, comp: HloComputation, group: ReductionGroup, heroes, arg_rows: dict, parts: int,
@@ -309,16 +278,16 @@ def _emit_row(skel, em, group, heroes, extras, epilogue_ptrs, epilogue_leaves, p
             if only is None:
                 _store_extras(b, index, extras)
 
-        _reduced_loops(b, group, body, outer=outer,
-                       accumulators=_row_accumulators(em, skel.comp, group, heroes, arg_rows, parts, fast),
-                       around_innermost=own_innermost_accumulators(b, em, group, heroes, slots, arg_rows, fast))
+        reduced_loops(b, group, body, outer=outer,
+                      accumulators=_row_accumulators(em, skel.comp, group, heroes, arg_rows, parts, fast),
+                      around_innermost=own_innermost_accumulators(b, em, group, heroes, slots, arg_rows, fast))
         for h in fast:  # the rare row with a NaN or a zero extremum: folded again exactly
             with b.if_then(exact_needed(b, b.load(slots[h][0]), b.load(largest[h])), likely=False):
                 for s, v in zip(slots[h], h.init_values(b)):
                     b.store(v, s)
-                _reduced_loops(b, group, lambda reduced, h=h: body(reduced, only=h), outer=outer)
+                reduced_loops(b, group, lambda reduced, h=h: body(reduced, only=h), outer=outer)
         for h, row in arg_rows.items():
-            values = row.finish(lambda f: _reduced_loops(b, group, f, outer=outer),
+            values = row.finish(lambda f: reduced_loops(b, group, f, outer=outer),
                                 lambda reduced: _input_index(b, group, out_index.multi, reduced))
             for s, v in zip(slots[h], values):
                 b.store(v, s)
@@ -456,10 +425,10 @@ def _emit_column(skel, em, group, heroes, extras, epilogue_ptrs, epilogue_leaves
             lo, hi = outer_slice if outer_slice is not None else (const_i64(0), const_i64(group.in_dims[0]))
             emit_rotated_fold(b, em, group, heroes, block, aligned, lo, hi)
         else:
-            _reduced_loops(b, group, body, outer=outer_slice,
-                           vectorize=block_columns < vector_lanes(em.target, group.heroes),
-                           unroll=not (group.in_l1 or windows is not None or rolls_reduced_loops(
-                               block_columns, heroes, vector_lanes(em.target, group.heroes))))
+            reduced_loops(b, group, body, outer=outer_slice,
+                          vectorize=block_columns < vector_lanes(em.target, group.heroes),
+                          unroll=not (group.in_l1 or windows is not None or rolls_reduced_loops(
+                              block_columns, heroes, vector_lanes(em.target, group.heroes))))
         if windows is not None:
             windows.finish(block, const_i64(0), columns)
         if scratch is not None:

@@ -105,30 +105,26 @@ def _nonzero_outputs(tap: int, d: WindowDimension, size: int, out: int) -> tuple
 
 
 def _contract_by_taps(x: np.ndarray, kg: np.ndarray, dims: list, sizes: list[int], out_spatial: list[int],
-                      grouped, acc: np.dtype) -> np.ndarray:
+                      grouped, batch: int, acc: np.dtype) -> np.ndarray:
     """The einsum's contraction one window offset at a time: for each offset, the outputs whose
     input is not padding (all of them when a weight is inf or NaN, for which 0 * weight is NaN)
     get that offset's input features times its weights. `x`: the dilated, padded input [n, c,
     spatial...]; `kg`: [group, og, ci, window...]; `grouped(view)`: an [n, c, positions...]
     view as [batch, group, ci, positions...]."""
-    nsp = len(dims)
-    sp = "".join(chr(ord("p") + i) for i in range(nsp))
+    sp = "".join(chr(ord("p") + i) for i in range(len(dims)))
     finite = bool(np.all(np.isfinite(kg))) if kg.dtype.kind in "fc" else True
-    first = grouped(x[(slice(None), slice(None)) + tuple(slice(0, 0) for _ in range(nsp))])
-    result = np.zeros((first.shape[0], kg.shape[0], kg.shape[1], *out_spatial), dtype=acc)
+    result = np.zeros((batch, kg.shape[0], kg.shape[1], *out_spatial), dtype=acc)
     for offset in itertools.product(*(range(d.size) for d in dims)):
-        outs, ins = [], []
-        for t, d, size, out in zip(offset, dims, sizes, out_spatial):
-            tap = t * d.window_dilation
-            lo, hi = _nonzero_outputs(tap, d, size, out) if finite else (0, out)
-            outs.append(slice(lo, hi))
-            ins.append(slice(lo * d.stride + tap, (hi - 1) * d.stride + tap + 1 if hi > lo else lo * d.stride + tap,
-                             d.stride))
-        if any(o.stop <= o.start for o in outs):
+        taps = [t * d.window_dilation for t, d in zip(offset, dims)]
+        ranges = [_nonzero_outputs(tap, d, size, out) if finite else (0, out)
+                  for tap, d, size, out in zip(taps, dims, sizes, out_spatial)]
+        if any(hi <= lo for lo, hi in ranges):
             continue
-        view = grouped(x[(slice(None), slice(None)) + tuple(ins)])
+        ins = tuple(slice(lo * d.stride + tap, (hi - 1) * d.stride + tap + 1, d.stride)
+                    for (lo, hi), d, tap in zip(ranges, dims, taps))
+        view = grouped(x[(slice(None), slice(None)) + ins])
         weights = kg[(slice(None), slice(None), slice(None)) + offset]
-        result[(slice(None), slice(None), slice(None)) + tuple(outs)] += np.einsum(
+        result[(slice(None), slice(None), slice(None)) + tuple(slice(lo, hi) for lo, hi in ranges)] += np.einsum(
             f"ngc{sp},goc->ngo{sp}", view, weights, optimize=True)
     return result
 
@@ -193,7 +189,7 @@ def convolve(lhs: np.ndarray, rhs: np.ndarray, window: Window, dn: ConvDimension
         bound = denormals.tiny_product_bound(lhs, rhs, product_dtype(lhs, rhs)) if flush_products else None
         if seq is None and bound is None and pg.size > PATCH_ELEMENT_BUDGET:
             sizes = [lhs.shape[ax] for ax in dn.input_spatial]
-            result = _contract_by_taps(x, kg, dims, sizes, out_spatial, grouped, acc)
+            result = _contract_by_taps(x, kg, dims, sizes, out_spatial, grouped, pg.shape[0], acc)
         elif seq is not None or bound is not None:
             result = _sum_sequentially(pg, kg, nsp, acc, bound, flush_sums=seq is not None)
         else:

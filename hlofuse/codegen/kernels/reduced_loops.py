@@ -1,11 +1,44 @@
-"""Row reductions over several reduced loops: each run of the innermost loop of a float sum
-folds into accumulators of its own, added into the running ones after it (cpu_reduction.py's
-row kernels call `own_innermost_accumulators` around that loop)."""
+"""The CPU reduction kernels' nested loops over the reduced dimensions (`reduced_loops`), and
+the accumulators of its own each run of the innermost one gets in a float sum over several
+reduced loops (`own_innermost_accumulators`, passed to it by cpu_reduction.py's row kernels)."""
 from __future__ import annotations
 
 from llvmlite import ir
 
+from ...emitters.ir_helpers import const_i64, for_range
+from .loop_hints import forbid_vectorization, interleave
 from .reduction_groups import ReduceHero, ReductionGroup
+
+
+def reduced_loops(b, group: ReductionGroup, body, level: int = 0, fixed=(), outer=None,
+                  vectorize: bool = True, unroll: bool = True, accumulators: int = 1,
+                  around_innermost=None) -> None:
+    """Nested loops over the reduced dimensions, outermost first; body(values) inside.
+    `outer` = (lo, hi) restricts the outermost one (a slice of a split reduction); with
+    `vectorize` False LLVM is told not to vectorise any of them, with `unroll` False not to
+    unroll any of them (loop_hints). `accumulators` > 1 asks for that many interleaved vectors
+    in the innermost one and keeps it rolled (reduction_groups.row_accumulators).
+    `around_innermost` = (before, after): called around each run of the innermost loop when
+    there are outer reduced loops (`own_innermost_accumulators`)."""
+    if level == len(group.rdims):
+        body(list(fixed))
+        return
+    size = group.in_dims[group.rdims[level]]
+    lo, hi = outer if (level == 0 and outer is not None) else (const_i64(0), const_i64(size))
+    innermost = level == len(group.rdims) - 1
+    interleaved = accumulators > 1 and innermost
+    wrapped = around_innermost is not None and innermost and level > 0
+    if wrapped:
+        around_innermost[0]()
+    with for_range(b, lo, hi, f"r{level}", unroll=unroll and not interleaved) as i:
+        reduced_loops(b, group, body, level + 1, tuple(fixed) + (i,), vectorize=vectorize, unroll=unroll,
+                      accumulators=accumulators, around_innermost=around_innermost)
+    if wrapped:
+        around_innermost[1]()
+    if not vectorize:
+        forbid_vectorization(i)
+    if interleaved:
+        interleave(i, accumulators)
 
 
 # The innermost reduced loop's extent from which each of its runs folds into accumulators of its
@@ -18,7 +51,7 @@ _OWN_RUN_TYPES = ("f16", "f32", "f64")
 
 
 def own_innermost_accumulators(b, em, group: ReductionGroup, heroes, slots: dict, arg_rows: dict, fast: dict):
-    """(before, after) for `_reduced_loops`: each run of the innermost reduced loop starts its
+    """(before, after) for `reduced_loops`: each run of the innermost reduced loop starts its
     float sums' accumulators from -0.0 (the identity of float addition) and adds them into the
     running ones after it; None where that does not apply.
 

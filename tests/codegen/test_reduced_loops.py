@@ -1,5 +1,5 @@
 """Row reductions over several reduced loops fold each run of the innermost loop into
-accumulators of their own (codegen/kernels/innermost_runs.py): a sum of more ones than an f32
+accumulators of their own (codegen/kernels/reduced_loops.py): a sum of more ones than an f32
 counts exactly (2^24) comes out exact, as in the interpreter and XLA:CPU (it was 0.46% low on
 XLA's constant folding test module), whatever the init value and wherever it comes from (a
 runtime parameter), a non-zero init is counted once, and random sums stay as close to the f64
