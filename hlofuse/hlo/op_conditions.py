@@ -47,6 +47,19 @@ def expensive_if_complex(inst: Inst, params: Params) -> bool:
     return t is not None and t.is_complex
 
 
+def expensive_trigonometry(inst: Inst, params: Params) -> bool:
+    """sine and cosine: XLA's rule (cheap for reals, expensive for complex), except on the CPU,
+    where hlofuse's f32 sine and cosine are evaluated in f64 with an exact Payne-Hanek
+    reduction for any argument (emitters/math_trig.py: about 0.5 ULP) and cost what an
+    exponential costs, about 2 ns an element on one Zen 4 core against 0.05 for a multiply.
+    Recomputed in every element of a broadcast, as XLA:CPU fuses them, keras_hub Llama's rotary
+    embedding computed the cosine and sine of its [256, 64] angle table 32 times over, in four
+    kernels of 8.6 ms (2.0 vectorized, kernels/row_splits.py); computed once, the angles take
+    0.04 ms and those kernels only move memory."""
+    t = _element(inst)
+    return t is not None and (t.is_complex or params.name == "cpu")
+
+
 def expensive_unless_cheap_division(inst: Inst, params: Params) -> bool:
     """Integer div/rem by a (broadcast) scalar constant compiles to multiplies and shifts (XLA);
     f32/f16 division is cheap on the GPU (GpuInstructionFusion::IsExpensive)."""

@@ -251,7 +251,8 @@ for _n in ("async-start", "async-update", "async-done", "copy-start", "copy-done
     _row(_n, VARIADIC, "other", expensive=_n.startswith("async"), side_effecting=True, called=("calls",))
 
 # ---- facts that depend on the instruction (functions in op_conditions.py) ----------------------
-_set("abs sign sine cosine tan", expensive_rule=cond.expensive_if_complex)
+_set("abs sign tan", expensive_rule=cond.expensive_if_complex)
+_set("sine cosine", expensive_rule=cond.expensive_trigonometry)
 _set("divide remainder", expensive_rule=cond.expensive_unless_cheap_division)
 _set("sqrt rsqrt exponential", expensive_rule=cond.expensive_unless_gpu_f32)
 _set("convert", expensive_rule=cond.expensive_cpu_f32_to_bf16)

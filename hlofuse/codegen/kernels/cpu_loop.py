@@ -41,6 +41,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from llvmlite import ir
+
 from ...emitters import math_calls
 from ...emitters.elemental import ElementalEmitter
 from ...emitters.ir_helpers import Index, const_i64, delinearize, for_range, store_element
@@ -52,6 +54,7 @@ from .cpu_concat import emit_concat_loop
 from .cpu_streaming import BUFFER_BYTES, buffered_streaming_row, fence, streamable
 from .loop_hints import fold_tail, forbid_vectorization, interleave, rolls_transposed_rows
 from .reduction_groups import lanes_of, wide_vectors
+from .row_splits import RowWalk, row_walk
 
 _MIN_ROW = 32  # shorter last dimensions use flat mode ...
 _UNROLLED_ROW = 4  # ... unless so short that LLVM unrolls the row and vectorizes across rows
@@ -176,7 +179,8 @@ def _reads_wider_rows(params: list, row: int) -> bool:
 
 
 def emit_loop(skel, ls: LoopShape, body, interleaved: int = 1, streamed: list | None = None,
-              rolled: bool = False, flat_planes: "plane_patterns.PlanePatterns | None" = None) -> None:
+              rolled: bool = False, flat_planes: "plane_patterns.PlanePatterns | None" = None,
+              walk: RowWalk | None = None) -> None:
     """Emit the loop nest over units [skel.begin, skel.end); `body(index)` emits one element.
     `interleaved` > 1 asks LLVM to interleave that many vectors in the innermost loop of rows
     and flat mode (loop_hints.interleave). `streamed` (rows and plane mode; `streams_rows`):
@@ -184,7 +188,8 @@ def emit_loop(skel, ls: LoopShape, body, interleaved: int = 1, streamed: list | 
     streaming stores a chunk at a time (cpu_streaming.buffered_streaming_row). `rolled`: rows
     mode's loop over rows stays rolled (loop_hints.rolls_transposed_rows). `flat_planes` (plane
     mode; plane_patterns.fill_patterns): each plane is one flat loop, its broadcasts read from
-    pattern buffers."""
+    pattern buffers. `walk` (rows mode; row_splits.row_walk): the row is walked as one loop per
+    piece, `walk.period` elements an iteration (a streamed row only where one chunk holds it)."""
     b = skel.builder
     dims = ls.dims
     if ls.rows_mode and ls.inner == 2:
@@ -218,7 +223,21 @@ def emit_loop(skel, ls: LoopShape, body, interleaved: int = 1, streamed: list | 
             def index_at(j):
                 return Index(b, dims, multi=list(outer) + [j], linear=b.add(base, j, flags=["nuw", "nsw"]))
 
+            def walked(emit, name):
+                """The row's loops (`walk`): emit(j) for every column j."""
+                period = walk.period if walk else 1
+                for lo, hi in walk.pieces if walk else [(0, n)]:
+                    with for_range(b, const_i64(lo // period), const_i64(hi // period), name) as g:
+                        for s in range(period):
+                            emit(g if period == 1 else b.add(b.mul(g, const_i64(period), flags=["nuw", "nsw"]),
+                                                           const_i64(s), flags=["nuw", "nsw"]))
+                    if interleaved > 1:
+                        interleave(g, interleaved)
+
             def fill(c0, count, put):
+                if walk and isinstance(count, ir.Constant) and count.constant == n:  # one chunk: c0 is 0
+                    walked(lambda j: put(j, index_at(j)), "fill")
+                    return
                 with for_range(b, const_i64(0), count, "fill") as j:
                     put(j, index_at(b.add(c0, j, flags=["nuw", "nsw"])))
                 if interleaved > 1:
@@ -227,10 +246,7 @@ def emit_loop(skel, ls: LoopShape, body, interleaved: int = 1, streamed: list | 
             if streamed:
                 buffered_streaming_row(b, n, base, streamed, fill, interleaved=interleaved)
             else:
-                with for_range(b, const_i64(0), const_i64(n), "col") as j:
-                    body(index_at(j))
-                if interleaved > 1:
-                    interleave(j, interleaved)
+                walked(lambda j: body(index_at(j)), "col")
         if n > _UNROLLED_ROW:
             # The row is the loop to vectorize: a row of 32 LLVM unrolled fully and then
             # vectorized the loop over rows with gathers and scatters (x / 4 over
@@ -330,11 +346,16 @@ def emit_loop_kernel(skel, comp: HloComputation, outputs: list[int]) -> LoopShap
             store_element(b, v, b.gep(ptr, [index.linear], inbounds=True), leaf.shape.dtype)
 
     streaming = streams_rows(skel, comp, ls, chosen)
+    walk = None
+    if ls.rows_mode and ls.inner == 1 and ls.dims[-1] > _UNROLLED_ROW:
+        walk = row_walk(comp, [source] if source is not None else [leaf.inst for leaf in chosen], ls.dims)
+    # each piece is a loop of its own: its vectors are interleaved within the shortest one
+    walked = ls if walk is None or walk.shortest == ls.dims[-1] else LoopShape(ls.dims[:-1] + (walk.shortest,), True)
     with math_calls.calling(calls_math(comp)):
-        emit_loop(skel, ls, body, interleave_count(comp, ls, getattr(skel.target, "vector_width", None)),
+        emit_loop(skel, ls, body, interleave_count(comp, walked, getattr(skel.target, "vector_width", None)),
                   list(zip(gens, chosen, ptrs)) if streaming else None,
                   rolled=source is None and all(rolls_transposed_rows(leaf.inst) for leaf in chosen),
-                  flat_planes=flat_planes)
+                  flat_planes=flat_planes, walk=walk)
     if streaming:  # streaming stores are weakly ordered: done before the kernel returns
         fence(skel.builder)
     skel.finish()

@@ -83,8 +83,29 @@ def test_trigonometry_cheap_for_reals_and_bf16_convert_on_cpu():
   ROOT b = bf16[4] convert(x)""")
     assert not is_expensive(_inst(m, "s"), GPU)
     assert is_expensive(_inst(m, "sc"), GPU)
+    # hlofuse's CPU sine/cosine cost an exponential (op_conditions.expensive_trigonometry)
+    assert is_expensive(_inst(m, "s"), CPU) and is_expensive(_inst(m, "sc"), CPU)
     assert is_expensive(_inst(m, "b"), CPU)  # CpuInstructionFusion: f32 -> bf16 has NaN checks
     assert not is_expensive(_inst(m, "b"), GPU)
+
+
+@pytest.mark.parametrize("target,recomputed", [("cpu", False), ("gpu", True)])
+def test_rotary_angle_table_is_not_recomputed_per_element_on_the_cpu(target, recomputed):
+    # Llama's rotary embedding: cos of a [16, 8] angle table broadcast over batch and heads. On
+    # the CPU the cosine is expensive and its consumer reads each element 8 times, so it stays
+    # a kernel of its own; the GPU (XLA's rule: cheap for reals) fuses it into the multiply.
+    m = _module("""  x = f32[2,16,4,8] parameter(0)
+  a = f32[16,8] parameter(1)
+  c = f32[16,8] cosine(a)
+  cb = f32[2,16,4,8] broadcast(c), dimensions={1,3}
+  ROOT m = f32[2,16,4,8] multiply(x, cb)""")
+    _fuse(m, target, _xla_cpu_passes() if target == "cpu" else None)
+    holding = _fusions_holding(m, "cosine")
+    multiply_fusion = [f for f in m.entry.instructions if f.opcode == "fusion"
+                       and any(i.opcode == "multiply" for i in f.fused_computation.instructions)]
+    assert len(multiply_fusion) == 1
+    together = any(i.opcode == "cosine" for i in multiply_fusion[0].fused_computation.instructions)
+    assert together is recomputed, (holding, m.to_text())
 
 
 @pytest.mark.parametrize("dims,shape,expected", [
