@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 from ..hlo.ir import HloComputation, HloInstruction
 from .kernels.args import leaf_count, output_leaves, param_leaf_count
-from .kernels.cpu_loop import loop_shape, walked_dims
+from .kernels.cpu_loop import kernel_loop_shape
 from .kernels.reduction_groups import ReductionGroup, is_order_sensitive_reduce, reduction_groups, slices_keep_init
 
 
@@ -283,7 +283,7 @@ def _kernels_of(comp: HloComputation, name: str, temps: list, constants: dict | 
     for k in loops:
         by_dims.setdefault(tuple(leaves[k].shape.dims), []).append(k)
     for ks in by_dims.values():
-        ls = loop_shape(walked_dims(comp, [leaves[k] for k in ks]))
+        ls = kernel_loop_shape(comp, [leaves[k] for k in ks])
         plans.append(KernelPlan(comp, ks, ls.units, ls.unit_elements, None, name=f"{name}_l{len(plans)}"))
     return plans
 

@@ -17,7 +17,10 @@ The loop nest runs over a range of *units* [begin, end) of the CPU kernel skelet
     on the column are broadcasts along the plane (per-channel constants), a plane is one flat
     loop instead, those broadcasts read from buffers filled once a call (plane_patterns.py):
     unit-stride accesses, none of the interleaved groups' shuffles;
-  * flat mode (rank <= 1 or a last dimension of 5..31): a unit is one element.
+  * flat mode (rank <= 1 or a last dimension of 5..31): a unit is one element;
+  * tiled mode (a large operand read transposed, kernels/transposed_tiles.py): a unit is a
+    block of one cache line's columns at one index of the other dimensions but one, which is
+    walked inside the block (`kernel_loop_shape` decides it from the computation).
 Index arithmetic is affine in the loop variables (GEP on the linear index), so LLVM sees
 unit-stride accesses.
 
@@ -55,6 +58,7 @@ from .cpu_streaming import BUFFER_BYTES, buffered_streaming_row, fence, streamab
 from .loop_hints import fold_tail, forbid_vectorization, interleave, rolls_transposed_rows
 from .reduction_groups import lanes_of, wide_vectors
 from .row_splits import RowWalk, row_walk
+from .transposed_tiles import TileWalk, transposed_tiles
 
 _MIN_ROW = 32  # shorter last dimensions use flat mode ...
 _UNROLLED_ROW = 4  # ... unless so short that LLVM unrolls the row and vectorizes across rows
@@ -86,10 +90,13 @@ class LoopShape:
     dims: tuple[int, ...]
     rows_mode: bool
     inner: int = 1  # in rows mode, how many trailing dimensions a unit spans (2: plane mode)
+    tiles: TileWalk | None = None  # tiled mode (not rows mode)
 
     @property
     def units(self) -> int:
         """Work units the launcher splits across threads."""
+        if self.tiles is not None:
+            return self.tiles.units
         if self.rows_mode:
             return math.prod(self.dims[:-self.inner])
         return max(math.prod(self.dims), 0)
@@ -97,6 +104,8 @@ class LoopShape:
     @property
     def unit_elements(self) -> int:
         """Elements computed per unit."""
+        if self.tiles is not None:
+            return self.tiles.unit_elements
         return math.prod(self.dims[-self.inner:]) if self.rows_mode else 1
 
 
@@ -137,7 +146,7 @@ def interleave_count(comp: HloComputation, ls: LoopShape, vector_bits: int | Non
     to _INTERLEAVE vectors read from wider rows (`_reads_wider_rows`) is walked whole, one row
     an iteration."""
     math_ops = _math_ops(comp)
-    if (ls.rows_mode and ls.inner != 1) or not math_ops:
+    if (ls.rows_mode and ls.inner != 1) or ls.tiles is not None or not math_ops:
         return 1
     params = [leaf for p in comp.parameters for leaf in p.shape.leaves()]
     memory = params + comp.root.shape.leaves()
@@ -192,7 +201,9 @@ def emit_loop(skel, ls: LoopShape, body, interleaved: int = 1, streamed: list | 
     piece, `walk.period` elements an iteration (a streamed row only where one chunk holds it)."""
     b = skel.builder
     dims = ls.dims
-    if ls.rows_mode and ls.inner == 2:
+    if ls.tiles is not None:
+        _emit_tiles(skel, ls.tiles, body)
+    elif ls.rows_mode and ls.inner == 2:
         m, n = dims[-2], dims[-1]
         with for_range(b, skel.begin, skel.end, "plane") as r:
             outer = delinearize(b, r, dims[:-2])
@@ -313,6 +324,47 @@ def window_reshape_source(comp: HloComputation, chosen: list) -> HloInstruction 
     return src
 
 
+def _emit_tiles(skel, tiles: TileWalk, body) -> None:
+    """Tiled mode's loops over units [skel.begin, skel.end): per tile, its rows of
+    `tiles.across` outside and its columns inside."""
+    b = skel.builder
+    dims, last = tiles.dims, len(tiles.dims) - 1
+    blocks, extent = dims[-1] // tiles.columns, dims[tiles.across]
+    with for_range(b, skel.begin, skel.end, "tile") as u:
+        column_block = b.urem(u, const_i64(blocks))
+        rest = b.udiv(u, const_i64(blocks))
+        row_block = b.urem(rest, const_i64(tiles.row_blocks))
+        outer = iter(delinearize(b, b.udiv(rest, const_i64(tiles.row_blocks)), tiles.outer_dims))
+        fixed = [None if k in (tiles.across, last) else next(outer) for k in range(len(dims))]
+        first_column = b.mul(column_block, const_i64(tiles.columns), flags=["nuw", "nsw"])
+        first_row = b.mul(row_block, const_i64(tiles.rows), flags=["nuw", "nsw"])
+        end_row = b.add(first_row, const_i64(tiles.rows), flags=["nuw", "nsw"])
+        if extent % tiles.rows:  # the last block is shorter
+            end_row = b.select(b.icmp_unsigned("<", end_row, const_i64(extent)), end_row, const_i64(extent))
+        with for_range(b, first_row, end_row, "across") as a:
+            with for_range(b, const_i64(0), const_i64(tiles.columns), "col") as c:
+                multi = list(fixed)
+                multi[tiles.across] = a
+                multi[last] = b.add(first_column, c, flags=["nuw", "nsw"])
+                body(Index(b, dims, multi=multi))
+        # LLVM unrolled the columns and vectorized `across` instead: contiguous reads, but every
+        # store a scatter (a 2048 x 2048 transpose, tiles of 16 rows: 12.2 ms on one core; with
+        # this, the columns read by gathers and stored as one vector: 7.5 ms)
+        forbid_vectorization(a)
+
+
+def kernel_loop_shape(comp: HloComputation, chosen: list) -> LoopShape:
+    """How a loop kernel writing output leaves `chosen` of `comp` walks them: `loop_shape` of
+    `walked_dims`, or tiled mode where it reads a large operand transposed (transposed_tiles.py)."""
+    dims = walked_dims(comp, chosen)
+    if window_reshape_source(comp, chosen) is None:
+        tiles = transposed_tiles(comp, [leaf.inst for leaf in chosen], dims,
+                                 max(leaf.shape.dtype.byte_size for leaf in chosen))
+        if tiles is not None:
+            return LoopShape(dims, False, tiles=tiles)
+    return loop_shape(dims)
+
+
 def walked_dims(comp: HloComputation, chosen: list) -> tuple[int, ...]:
     """The dimensions a loop kernel writing output leaves `chosen` of `comp` walks: theirs, or
     those of `window_reshape_source` (kernel planning counts the work units with them too)."""
@@ -327,7 +379,7 @@ def emit_loop_kernel(skel, comp: HloComputation, outputs: list[int]) -> LoopShap
     leaves = output_leaves(comp)
     chosen = [leaves[k] for k in outputs]
     source = window_reshape_source(comp, chosen)
-    ls = loop_shape(walked_dims(comp, chosen))
+    ls = kernel_loop_shape(comp, chosen)
     em = ElementalEmitter(skel.builder, skel.target, skel.param_gen)
     ptrs = [skel.output_ptr(k) for k in outputs]
     if source is None and len(chosen) == 1 and emit_concat_loop(skel, ls, em, chosen[0], ptrs[0]):

@@ -15,11 +15,9 @@ same side, and LLVM, knowing the loop's bounds, folds the select and the clamps 
 are contiguous again and the loop vectorizes.
 
 `row_walk(comp, roots, dims)` finds the pieces by following the output's index through the
-fused computation numerically (numpy index arrays over the row, for a few sample rows): through
-elementwise ops, broadcasts, row-major reshapes and bitcasts, transposes, slices and reverses,
-to every concatenate and pad, where the side taken at each column is recorded; a change of side
-between two neighbouring columns of a sample row is a cut. Other ops (dynamic slices, gathers,
-reductions, ...) end the walk along that path. A row is split only into pieces of at least
+fused computation numerically (kernels/index_probe.py: numpy index arrays over the row, for a
+few sample rows) to every concatenate and pad, where the side taken at each column is
+recorded; a change of side between two neighbouring columns of a sample row is a cut. A row is split only into pieces of at least
 MIN_PIECE elements and at most MAX_PIECES of them (each piece is one more copy of the element's
 code for LLVM to compile). Where the side changes at every column but repeats with a short
 period P (an interleaving concatenate: Gemma's rotary embedding stacks its two halves along a
@@ -39,7 +37,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ...hlo.ir import HloComputation, HloInstruction
-from ...hlo.opcodes import op_info
+from .index_probe import delinearize_array, follow_index
 
 # At most this many pieces per row (the element's code is emitted once per piece) ...
 MAX_PIECES = 4
@@ -47,11 +45,11 @@ MAX_PIECES = 4
 MIN_PIECE = 16
 # ... or, where the side repeats along the row, a period of at most this many elements.
 MAX_PERIOD = 4
+# Rows longer than this are walked whole (the probe holds a row's indices per sample row).
+MAX_ROW = 1 << 16
 # Sample rows followed (the first, the second, one in the middle, the last): the cuts are those
 # of any of them.
 SAMPLE_ROWS = 4
-# The walk stops after this many instruction visits (a DAG is walked as the tree of its paths).
-MAX_VISITS = 2048
 # Whether loop kernels split their rows (a switch for A/B measurements).
 ROW_SPLITS = True
 
@@ -59,25 +57,6 @@ ROW_SPLITS = True
 def _sample_rows(rows: int) -> np.ndarray:
     picks = sorted({0, min(1, rows - 1), rows // 2, rows - 1})
     return np.asarray(picks[:SAMPLE_ROWS], dtype=np.int64)
-
-
-def _dims(inst: HloInstruction) -> tuple[int, ...]:
-    return tuple(inst.shape.dims)
-
-
-def _delinearize(linear: np.ndarray, dims: tuple[int, ...]) -> list[np.ndarray]:
-    multi = []
-    for size in reversed(dims):
-        multi.append(linear % size if size else linear * 0)
-        linear = linear // size if size else linear
-    return multi[::-1]
-
-
-def _linearize(multi: list[np.ndarray], dims: tuple[int, ...]) -> np.ndarray:
-    linear = np.zeros_like(multi[0]) if multi else np.zeros(1, np.int64)
-    for v, size in zip(multi, dims):
-        linear = linear * size + v
-    return linear
 
 
 def _cuts_of(side: np.ndarray, valid: np.ndarray) -> set[int]:
@@ -94,69 +73,6 @@ def _periodic(side: np.ndarray, valid: np.ndarray, period: int) -> bool:
     v = valid.reshape(rows, n // period, period)
     first = np.where(v, s, np.iinfo(np.int64).min).max(axis=1, keepdims=True)  # a valid value per residue
     return bool(np.all(~v | (s == first)))
-
-
-def _operands(inst: HloInstruction, multi: list[np.ndarray], valid: np.ndarray, sides: list) -> list:
-    """(operand, its index arrays, validity) for each operand `inst` reads at an index that
-    follows from `multi`, recording in `sides` the side a concatenate or pad takes at each
-    column (with its validity); [] where the walk stops."""
-    op = inst.opcode
-    if not inst.shape.is_array:
-        return []
-    if op in ("broadcast", "reshape", "bitcast", "transpose", "slice", "reverse", "concatenate", "pad"):
-        src = inst.operands[0]
-        if not src.shape.is_array:
-            return []
-    if op == "broadcast":
-        return [(inst.operands[0], [multi[d] for d in inst.attrs.get("dimensions", ())], valid)]
-    if op in ("reshape", "bitcast"):
-        src = inst.operands[0]
-        if not (inst.shape.is_row_major() and src.shape.is_row_major()):
-            return []
-        return [(src, _delinearize(_linearize(multi, _dims(inst)), _dims(src)), valid)]
-    if op == "transpose":
-        perm = tuple(inst.attrs["dimensions"])
-        out = [None] * len(perm)
-        for i, p in enumerate(perm):
-            out[p] = multi[i]
-        return [(inst.operands[0], out, valid)]
-    if op == "slice":
-        spec = inst.attrs["slice"]
-        return [(inst.operands[0], [start + stride * v for v, (start, _limit, stride) in zip(multi, spec)], valid)]
-    if op == "reverse":
-        dims = _dims(inst)
-        flip = set(inst.attrs.get("dimensions", ()))
-        return [(inst.operands[0], [dims[d] - 1 - v if d in flip else v for d, v in enumerate(multi)], valid)]
-    if op == "concatenate":
-        dim = int(inst.attrs["dimensions"][0])
-        sizes = [_dims(o)[dim] for o in inst.operands]
-        ends = np.cumsum(sizes)
-        side = np.searchsorted(ends, multi[dim], side="right")
-        sides.append((side, valid))
-        out, start = [], 0
-        for k, (o, size) in enumerate(zip(inst.operands, sizes)):
-            if size:
-                idx = list(multi)
-                idx[dim] = np.clip(multi[dim] - start, 0, size - 1)
-                out.append((o, idx, valid & (side == k)))
-            start += size
-        return out
-    if op == "pad":
-        src = inst.operands[0]
-        inside = valid.copy()
-        idx = []
-        for v, (lo, _hi, interior), size in zip(multi, inst.attrs["padding"], _dims(src)):
-            t = v - lo
-            step = interior + 1
-            inside &= (t >= 0) & (t % step == 0) & (t // step < size)
-            idx.append(np.clip(t // step, 0, max(size - 1, 0)))
-        sides.append((inside.astype(np.int64), valid))
-        return [(src, idx, inside)]
-    info = op_info(op)
-    if info.elementwise:
-        dims = _dims(inst)
-        return [(o, multi, valid) for o in inst.operands if o.shape.is_array and _dims(o) == dims]
-    return []
 
 
 @dataclass(frozen=True)
@@ -185,22 +101,15 @@ def row_walk(comp: HloComputation, roots: list[HloInstruction], dims: tuple[int,
     with a period of at most MAX_PERIOD."""
     n = dims[-1] if dims else 0
     whole = RowWalk(((0, n),))
-    if not ROW_SPLITS or len(dims) < 2 or n < 2 * MIN_PIECE:
+    if not ROW_SPLITS or len(dims) < 2 or not 2 * MIN_PIECE <= n <= MAX_ROW:
         return whole
     rows = _sample_rows(math.prod(dims[:-1]))
-    outer = _delinearize(rows, tuple(dims[:-1])) if rows.size else []
+    outer = delinearize_array(rows, tuple(dims[:-1])) if rows.size else []
     cols = np.arange(n, dtype=np.int64)
     start = [np.broadcast_to(v[:, None], (rows.size, n)) for v in outer] + [np.broadcast_to(cols, (rows.size, n))]
     valid = np.ones((rows.size, n), dtype=bool)
     sides: list = []
-    stack = [(root, start, valid) for root in roots if _dims(root) == tuple(dims)]
-    visits = 0
-    while stack and visits < MAX_VISITS:
-        inst, multi, ok = stack.pop()
-        visits += 1
-        if not ok.any():
-            continue
-        stack.extend(_operands(inst, multi, ok, sides))
+    follow_index(roots, tuple(dims), start, valid, sides)
     cuts: set[int] = set()
     for side, ok in sides:
         cuts |= _cuts_of(side, ok)
