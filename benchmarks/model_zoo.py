@@ -7,77 +7,32 @@ as a real training or serving step does.
 
 Libraries (the `bench` extra): keras 3 on the JAX backend (keras.applications, keras-hub),
 flax (linen), equinox, dm-haiku, optax. A model whose library is missing is skipped with the
-reason; nothing else is needed.
+reason; nothing else is needed. The last nine are in model_zoo_recent.py (architectures the
+first thirteen did not cover: LLM backbones, EfficientNet, ConvNeXt, a UNet and a language
+model's training steps, a GRU trained through a scan, a text CNN, top-k sampling).
 """
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 from typing import Callable
 
 os.environ.setdefault("KERAS_BACKEND", "jax")
 
 import numpy as np  # noqa: E402
 
-
-@dataclass
-class Model:
-    """A model step as a JAX function of flat arrays."""
-
-    name: str
-    library: str
-    kind: str  # "inference" | "training"
-    fn: Callable
-    args: list
-
-    def input_bytes(self) -> int:
-        """Bytes of all arguments."""
-        return int(sum(np.asarray(a).nbytes for a in self.args))
-
-
-def _flat(fn_of_trees, *trees):
-    """`fn_of_trees(*trees)` as a function of the flattened leaves of `trees`."""
-    import jax
-
-    leaves, treedef = jax.tree_util.tree_flatten(trees)
-
-    def flat_fn(*flat):
-        return fn_of_trees(*jax.tree_util.tree_unflatten(treedef, list(flat)))
-
-    return flat_fn, [np.asarray(x) for x in leaves]
-
-
-def _rng(seed: int = 0) -> np.random.Generator:
-    return np.random.default_rng(seed)
-
-
-def _images(batch: int, size: int, channels: int = 3, seed: int = 1) -> np.ndarray:
-    return _rng(seed).standard_normal((batch, size, size, channels)).astype(np.float32)
+import model_zoo_recent as recent  # noqa: E402
+from model_zoo_parts import (Model, adam_step, flat_function, keras_hub_backbone, keras_inference,  # noqa: E402
+                             random_images, seeded_rng, token_inputs)
 
 
 # ---- keras ------------------------------------------------------------------------------------
-
-def _keras_inference(name: str, model, x: np.ndarray) -> Model:
-    """A keras model's forward pass as a stateless JAX function of (weights, input)."""
-    import jax
-
-    trainable = [v.value for v in model.trainable_variables]
-    non_trainable = [v.value for v in model.non_trainable_variables]
-
-    def forward(tv, ntv, x):
-        y, _ = model.stateless_call(tv, ntv, x, training=False)
-        return y
-
-    fn, args = _flat(forward, trainable, non_trainable, jax.numpy.asarray(x))
-    return Model(name, "keras", "inference", fn, args)
-
 
 def keras_mobilenet_v2() -> Model:
     """keras.applications.MobileNetV2 (depthwise convolutions), 8 images of 160x160."""
     import keras
 
     model = keras.applications.MobileNetV2(weights=None, input_shape=(160, 160, 3), classes=1000)
-    return _keras_inference("keras_mobilenet_v2", model, _images(8, 160))
+    return keras_inference("keras_mobilenet_v2", model, random_images(8, 160))
 
 
 def keras_resnet50() -> Model:
@@ -85,27 +40,7 @@ def keras_resnet50() -> Model:
     import keras
 
     model = keras.applications.ResNet50(weights=None, input_shape=(128, 128, 3), classes=1000)
-    return _keras_inference("keras_resnet50", model, _images(4, 128))
-
-
-def _token_inputs(batch: int, seq: int, vocab: int) -> dict:
-    r = _rng(2)
-    return {"token_ids": r.integers(0, vocab, (batch, seq)).astype(np.int32),
-            "padding_mask": np.ones((batch, seq), np.int32)}
-
-
-def _keras_hub_backbone(name: str, backbone, inputs: dict) -> Model:
-    import jax
-
-    trainable = [v.value for v in backbone.trainable_variables]
-    non_trainable = [v.value for v in backbone.non_trainable_variables]
-
-    def forward(tv, ntv, inputs):
-        y, _ = backbone.stateless_call(tv, ntv, inputs, training=False)
-        return y["sequence_output"] if isinstance(y, dict) else y
-
-    fn, args = _flat(forward, trainable, non_trainable, jax.tree_util.tree_map(jax.numpy.asarray, inputs))
-    return Model(name, "keras-hub", "inference", fn, args)
+    return keras_inference("keras_resnet50", model, random_images(4, 128))
 
 
 def keras_hub_gpt2() -> Model:
@@ -114,7 +49,7 @@ def keras_hub_gpt2() -> Model:
 
     backbone = keras_hub.models.GPT2Backbone(vocabulary_size=5000, num_layers=4, num_heads=8, hidden_dim=512,
                                              intermediate_dim=2048, max_sequence_length=256)
-    return _keras_hub_backbone("keras_hub_gpt2", backbone, _token_inputs(4, 256, 5000))
+    return keras_hub_backbone("keras_hub_gpt2", backbone, token_inputs(4, 256, 5000))
 
 
 def keras_hub_bert() -> Model:
@@ -123,9 +58,9 @@ def keras_hub_bert() -> Model:
 
     backbone = keras_hub.models.BertBackbone(vocabulary_size=5000, num_layers=4, num_heads=8, hidden_dim=512,
                                              intermediate_dim=2048, max_sequence_length=256)
-    inputs = _token_inputs(4, 256, 5000)
+    inputs = token_inputs(4, 256, 5000)
     inputs["segment_ids"] = np.zeros((4, 256), np.int32)
-    return _keras_hub_backbone("keras_hub_bert", backbone, inputs)
+    return keras_hub_backbone("keras_hub_bert", backbone, inputs)
 
 
 # ---- flax ---------------------------------------------------------------------------------------
@@ -154,26 +89,10 @@ def flax_mnist_cnn() -> Model:
     import jax
 
     net = _flax_cnn()
-    x = _images(256, 28, 1)
+    x = random_images(256, 28, 1)
     params = net.init(jax.random.PRNGKey(0), x[:1])
-    fn, args = _flat(lambda p, x: net.apply(p, x), params, x)
+    fn, args = flat_function(lambda p, x: net.apply(p, x), params, x)
     return Model("flax_mnist_cnn", "flax", "inference", fn, args)
-
-
-def _optax_step(loss_fn, params, batch, learning_rate: float = 1e-3):
-    """One Adam step of `loss_fn(params, batch)` as a flat function (params, opt state, batch)."""
-    import jax
-    import optax
-
-    opt = optax.adam(learning_rate)
-    state = opt.init(params)
-
-    def step(params, state, batch):
-        loss, grads = jax.value_and_grad(loss_fn)(params, batch)
-        updates, state = opt.update(grads, state, params)
-        return optax.apply_updates(params, updates), state, loss
-
-    return _flat(step, params, state, batch)
 
 
 def flax_mnist_cnn_train() -> Model:
@@ -182,15 +101,15 @@ def flax_mnist_cnn_train() -> Model:
     import optax
 
     net = _flax_cnn()
-    x = _images(128, 28, 1)
-    labels = _rng(3).integers(0, 10, 128).astype(np.int32)
+    x = random_images(128, 28, 1)
+    labels = seeded_rng(3).integers(0, 10, 128).astype(np.int32)
     params = net.init(jax.random.PRNGKey(0), x[:1])
 
     def loss(p, batch):
         logits = net.apply(p, batch[0])
         return optax.softmax_cross_entropy_with_integer_labels(logits, batch[1]).mean()
 
-    fn, args = _optax_step(loss, params, (x, labels))
+    fn, args = adam_step(loss, params, (x, labels))
     return Model("flax_mnist_cnn_train", "flax+optax", "training", fn, args)
 
 
@@ -208,10 +127,10 @@ def flax_transformer_block() -> Model:
             h = nn.Dense(512)(nn.gelu(nn.Dense(2048)(h)))
             return x + h
 
-    x = _rng(4).standard_normal((8, 256, 512)).astype(np.float32)
+    x = seeded_rng(4).standard_normal((8, 256, 512)).astype(np.float32)
     block = Block()
     params = block.init(jax.random.PRNGKey(0), x[:1])
-    fn, args = _flat(lambda p, x: block.apply(p, x), params, x)
+    fn, args = flat_function(lambda p, x: block.apply(p, x), params, x)
     return Model("flax_transformer_block", "flax", "inference", fn, args)
 
 
@@ -240,8 +159,8 @@ def equinox_attention_block() -> Model:
 
         return jax.vmap(one)(x)
 
-    x = _rng(5).standard_normal((8, 256, 512)).astype(np.float32)
-    fn, args = _flat(forward, params, x)
+    x = seeded_rng(5).standard_normal((8, 256, 512)).astype(np.float32)
+    fn, args = flat_function(forward, params, x)
     del k3
     return Model("equinox_attention_block", "equinox", "inference", fn, args)
 
@@ -254,7 +173,7 @@ def equinox_mlp_train() -> Model:
 
     mlp = eqx.nn.MLP(1024, 1024, 2048, 2, key=jax.random.PRNGKey(0))
     params, static = eqx.partition(mlp, eqx.is_array)
-    r = _rng(6)
+    r = seeded_rng(6)
     batch = (r.standard_normal((1024, 1024)).astype(np.float32), r.standard_normal((1024, 1024)).astype(np.float32))
 
     def loss(p, batch):
@@ -262,7 +181,7 @@ def equinox_mlp_train() -> Model:
         pred = jax.vmap(model)(batch[0])
         return jnp.mean((pred - batch[1]) ** 2)
 
-    fn, args = _optax_step(loss, params, batch)
+    fn, args = adam_step(loss, params, batch)
     return Model("equinox_mlp_train", "equinox+optax", "training", fn, args)
 
 
@@ -301,8 +220,8 @@ def equinox_vgg() -> Model:
     import jax
 
     params, static = _equinox_vgg([32, 32, 64, 64, 128, 128], 100, 64)
-    x = _rng(8).standard_normal((16, 3, 64, 64)).astype(np.float32)
-    fn, args = _flat(lambda p, x: jax.vmap(eqx.combine(p, static))(x), params, x)
+    x = seeded_rng(8).standard_normal((16, 3, 64, 64)).astype(np.float32)
+    fn, args = flat_function(lambda p, x: jax.vmap(eqx.combine(p, static))(x), params, x)
     return Model("equinox_vgg", "equinox", "inference", fn, args)
 
 
@@ -313,14 +232,14 @@ def equinox_cnn_train() -> Model:
     import optax
 
     params, static = _equinox_vgg([32, 64], 10, 32)
-    r = _rng(6)
+    r = seeded_rng(6)
     batch = (r.standard_normal((64, 3, 32, 32)).astype(np.float32), r.integers(0, 10, 64).astype(np.int32))
 
     def loss(p, batch):
         logits = jax.vmap(eqx.combine(p, static))(batch[0])
         return optax.softmax_cross_entropy_with_integer_labels(logits, batch[1]).mean()
 
-    fn, args = _optax_step(loss, params, batch)
+    fn, args = adam_step(loss, params, batch)
     return Model("equinox_cnn_train", "equinox+optax", "training", fn, args)
 
 
@@ -337,9 +256,9 @@ def haiku_lstm_scan() -> Model:
         return out
 
     net = hk.without_apply_rng(hk.transform(forward))
-    x = _rng(7).standard_normal((64, 32, 256)).astype(np.float32)  # time-major
+    x = seeded_rng(7).standard_normal((64, 32, 256)).astype(np.float32)  # time-major
     params = net.init(jax.random.PRNGKey(0), x)
-    fn, args = _flat(lambda p, x: net.apply(p, x), params, x)
+    fn, args = flat_function(lambda p, x: net.apply(p, x), params, x)
     return Model("haiku_lstm_scan", "haiku", "inference", fn, args)
 
 
@@ -353,8 +272,8 @@ def haiku_resnet_train() -> Model:
         return hk.nets.ResNet18(10)(x, is_training=is_training)
 
     net = hk.transform_with_state(forward)
-    x = _images(16, 64)
-    labels = _rng(8).integers(0, 10, 16).astype(np.int32)
+    x = random_images(16, 64)
+    labels = seeded_rng(8).integers(0, 10, 16).astype(np.int32)
     params, state = net.init(jax.random.PRNGKey(0), x, True)
     opt = optax.sgd(0.1, momentum=0.9)
     opt_state = opt.init(params)
@@ -368,7 +287,7 @@ def haiku_resnet_train() -> Model:
         updates, opt_state = opt.update(grads, opt_state, params)
         return optax.apply_updates(params, updates), new_state, opt_state, value
 
-    fn, args = _flat(step, params, state, opt_state, x, labels)
+    fn, args = flat_function(step, params, state, opt_state, x, labels)
     return Model("haiku_resnet18_train", "haiku+optax", "training", fn, args)
 
 
@@ -386,4 +305,14 @@ BUILDERS: dict[str, Callable[[], Model]] = {
     "equinox_cnn_train": equinox_cnn_train,
     "haiku_lstm_scan": haiku_lstm_scan,
     "haiku_resnet18_train": haiku_resnet_train,
+    # model_zoo_recent.py
+    "keras_efficientnet_b0": recent.keras_efficientnet_b0,
+    "keras_convnext_tiny": recent.keras_convnext_tiny,
+    "keras_text_cnn": recent.keras_text_cnn,
+    "keras_hub_llama": recent.keras_hub_llama,
+    "keras_hub_gemma": recent.keras_hub_gemma,
+    "flax_unet_train": recent.flax_unet_train,
+    "flax_lm_train": recent.flax_lm_train,
+    "equinox_gru_train": recent.equinox_gru_train,
+    "jax_topk_sampling": recent.jax_topk_sampling,
 }
