@@ -13,7 +13,9 @@ The workload list of issue 14 (scaled add, GELU-tanh, a chain of transcendentals
 sums, sum with sum of squares, softmax, layer norm, batch-norm training, LSTM cell, causal
 masked attention, IoU matrix, box decode, image normalisation with channel-slice scatters, an
 expensive producer with several consumers) and issue 12's scan RNN are all here, with
-issue 13's depthwise convolution (MobileNetV2's 3x3, bias and ReLU6).
+issue 13's depthwise convolution (MobileNetV2's 3x3, bias and ReLU6), a transpose and Llama's
+rotary embedding (two kernel classes found slow in real models: kernels/transposed_tiles.py,
+kernels/row_splits.py).
 """
 from __future__ import annotations
 
@@ -209,6 +211,25 @@ def image_normalize_scatter(img, mean, std):
     return x.at[..., 1].set((x[..., 1] - mean[1]) / std[1])
 
 
+def transpose(x, b):
+    """A transpose written out with a bias added along its rows (x.T + b), as a relayout does:
+    every output row reads a column."""
+    import jax.numpy as jnp
+
+    return jnp.transpose(x) + b
+
+
+def rotary_embedding(x, angles):
+    """Llama's rotary position embedding (keras_hub's): x * cos + rotate_half(x) * sin over
+    [batch, positions, heads, head size], the angles' cos and sin duplicated over both halves."""
+    import jax.numpy as jnp
+
+    a = jnp.concatenate([angles, angles], axis=-1)[None, :, None, :]
+    half = x.shape[-1] // 2
+    rotated = jnp.concatenate([-x[..., half:], x[..., :half]], axis=-1)
+    return x * jnp.cos(a) + rotated * jnp.sin(a)
+
+
 def shared_producer(x, a, b):
     """An expensive elementwise producer (tanh, exp) read by three consumers: two elementwise
     ones and a row reduction (fuse it into each, recomputing it, or keep it in memory)."""
@@ -365,6 +386,20 @@ def _shared_producer_inputs(size: str) -> list:
     return [r.standard_normal(shape).astype(np.float32) for _ in range(3)]
 
 
+def _transpose_inputs(size: str) -> list:
+    rows, cols = _pick(size, (16, 48), (4096, 2048))  # 32 MB
+    r = _rng(22)
+    return [r.standard_normal((rows, cols)).astype(np.float32), r.standard_normal(rows).astype(np.float32)]
+
+
+def _rotary_inputs(size: str) -> list:
+    # batch 16, 512 positions, 16 heads of 64: 32 MB; the angles positions x frequencies
+    b, t, h, d = _pick(size, (2, 8, 2, 32), (16, 512, 16, 64))
+    freqs = 1.0 / (10000.0 ** (np.arange(d // 2, dtype=np.float32) * 2 / d))
+    angles = (np.arange(t, dtype=np.float32)[:, None] * freqs[None, :]).astype(np.float32)
+    return [_rng(23).standard_normal((b, t, h, d)).astype(np.float32), angles]
+
+
 def _scan_rnn_inputs(size: str) -> list:
     # steps x batch x features: 768 x 128 x 64 f32 = 25 MB of inputs, as many of hidden states
     t, n, d = _pick(size, (4, 2, 4), (768, 128, 64))
@@ -409,4 +444,6 @@ WORKLOADS: dict[str, Workload] = {
     "depthwise_conv": Workload(depthwise_conv, _depthwise_inputs, "depthwise 3x3 conv + bias + ReLU6 (MobileNetV2)",
                                "compute"),
     "scan_rnn": Workload(scan_rnn, _scan_rnn_inputs, "haiku-style LSTM over 768 steps by lax.scan", "loop"),
+    "transpose": Workload(transpose, _transpose_inputs, "a 4096 x 2048 transpose plus a bias"),
+    "rotary_embedding": Workload(rotary_embedding, _rotary_inputs, "Llama's rotary position embedding"),
 }

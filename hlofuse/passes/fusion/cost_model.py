@@ -65,6 +65,12 @@ class TargetParams:
     # consumers (XLA:GPU's IsUniversallyLoopFusible; hlofuse's CPU too). False: XLA:CPU's
     # CanBeLoopFused, which leaves window reductions unfused (passes/fusion/window_fusion.py).
     fuse_window_reductions: bool = True
+    # A row split into at most this many pieces of at least this many elements, where a fused
+    # concatenate or pad changes side (codegen/kernels/row_splits.py), keeps each piece's reads
+    # affine: so the CPU fuses a minor-dimension concatenate whose operands make such pieces,
+    # which XLA:CPU leaves unfused (`producer_consumer.cpu_concatenate`).
+    row_pieces: int = 4
+    min_row_piece: int = 16
 
 
 GPU = TargetParams(
