@@ -129,6 +129,16 @@ def test_interleave_count_bounds_the_copies_of_math_functions(length):
     assert (count == 1) == (2 * length > budget)
 
 
+@pytest.mark.parametrize("ops,want", [(["sqrt"], 2), (["rsqrt", "sqrt"], 2), (["sqrt", "exponential"], 8)])
+def test_divider_only_elements_interleave_two_vectors(ops, want):
+    """Divides and square roots are instructions of the core's divider, not long chains: two
+    interleaved vectors hide their latency, eight spilled registers (cpu_loop._DIVIDER_MATH)."""
+    from hlofuse.codegen.kernels.cpu_loop import interleave_count, loop_shape
+
+    text = _unary_chain((256, 1024), ops)
+    assert interleave_count(_comp(text), loop_shape((256, 1024)), 512) == want
+
+
 @pytest.mark.parametrize("ops", [["negate"], ["abs", "negate"], ["convert"]])
 def test_loops_without_math_keep_llvms_choice(ops):
     from hlofuse.codegen.kernels.cpu_loop import interleave_count, loop_shape

@@ -77,6 +77,13 @@ _MIN_PLANES = 64
 _INTERLEAVE = 8
 _NARROW_INTERLEAVE = 4
 _INTERLEAVE_BUDGET = 48
+# Math functions the core computes in one or two instructions of its divider (the registry's
+# `math` names): no long chain to hide, so an element whose only math functions are these
+# interleaves at most _DIVIDER_INTERLEAVE vectors. Eight interleaved vectors of iou_matrix
+# (a divide; eight values of two box sets live per vector) spilled a third of their registers to
+# the stack: one thread, CPU time, medians of 15 (load 1), 8 vectors 8.8 ms, 4 6.5, 2 6.1, 1 6.5.
+_DIVIDER_MATH = frozenset({"div", "sqrt", "rsqrt"})
+_DIVIDER_INTERLEAVE = 2
 # Whether a latency-bound loop kernel streams its rows on a target without AVX-512 as it does
 # with AVX-512 (`streams_rows`: it writes plain stores there); a switch for A/B measurements and
 # for tests of the buffered streaming of interleaved rows on any host.
@@ -118,12 +125,17 @@ def loop_shape(dims) -> LoopShape:
     return LoopShape(dims, rows, 2 if planes else 1)
 
 
+def _math_names(comp: HloComputation) -> list[str]:
+    """The math function (the op registry's `math` name: exp, log, tanh, erf, div, sqrt, ...)
+    of each of `comp`'s floating-point elementwise instructions that has one."""
+    return [op_info(i.opcode).math for i in comp.instructions if i.shape.is_array and i.shape.dtype.is_float
+            and op_info(i.opcode).elementwise and op_info(i.opcode).math]
+
+
 def _math_ops(comp: HloComputation) -> int:
-    """How many of `comp`'s instructions are floating-point math functions (the op registry's
-    `math` rows: exp, log, tanh, erf, divide, sqrt, ...): each a long chain of dependent
-    instructions in the element's computation."""
-    return sum(1 for i in comp.instructions if i.shape.is_array and i.shape.dtype.is_float
-               and op_info(i.opcode).elementwise and op_info(i.opcode).math)
+    """How many of `comp`'s instructions are floating-point math functions (`_math_names`):
+    each a long chain of dependent instructions in the element's computation."""
+    return len(_math_names(comp))
 
 
 def interleave_limit(vector_bits: int | None) -> int:
@@ -137,8 +149,9 @@ def interleave_limit(vector_bits: int | None) -> int:
 def interleave_count(comp: HloComputation, ls: LoopShape, vector_bits: int | None) -> int:
     """How many vectors the innermost loop of a loop kernel for `comp` should interleave: 1
     (LLVM's own choice) unless its element goes through math functions (`_math_ops`), else
-    `interleave_limit` (8 with AVX-512, 4 with AVX2), halved until the copies of its math
-    functions fit `_INTERLEAVE_BUDGET` and the interleaved vectors fit in a row, or in flat mode in the whole range (a range shorter
+    `interleave_limit` (8 with AVX-512, 4 with AVX2; _DIVIDER_INTERLEAVE where its only math
+    functions are divides and square roots), halved until the copies of its math functions fit
+    `_INTERLEAVE_BUDGET` and the interleaved vectors fit in a row, or in flat mode in the whole range (a range shorter
     than them would run in the scalar remainder loop, or with its tail folded in one masked
     iteration: copies LLVM compiles for nothing); 1 where that leaves fewer than 2. The
     vector's lanes are counted for the widest element type read or written (what sets LLVM's
@@ -153,6 +166,8 @@ def interleave_count(comp: HloComputation, ls: LoopShape, vector_bits: int | Non
     bits = max((leaf.dtype.bits for leaf in memory), default=32)
     lanes = max(lanes_of(vector_bits, bits), 1)
     count = interleave_limit(vector_bits)
+    if set(_math_names(comp)) <= _DIVIDER_MATH:
+        count = min(count, _DIVIDER_INTERLEAVE)
     span = ls.dims[-1] if ls.rows_mode else ls.units  # a flat loop's range is at most its units
     while count > 1 and (count * math_ops > _INTERLEAVE_BUDGET or count * lanes > span):
         count //= 2
