@@ -4,6 +4,10 @@ transpose(dot(a, b)) => dot(b, a): a dot's result lists its batch dimensions, th
 dimensions of its lhs, then those of its rhs; swapping the operands swaps the two free groups,
 so a transpose that keeps the batch dimensions among themselves and exchanges the two groups
 (each kept in order) is free in the dot (XLA's "Transpose(dot(a,b))->dot(b,a) for any dot").
+One that also reorders the free dimensions within a group (with or without exchanging them)
+moves that reordering onto the operand, a transpose of it, where the operands so copied hold no
+more elements than the result (hlofuse's own extension: a large result read transposed by every
+consumer costs more than a small operand the GEMM packs anyway).
 The new dot takes the transpose's shape, layout included, and only a dot the transpose alone
 uses is rewritten (another user would need the dot as it is: two dots instead of one).
 Every element is the same sum of the same products in the same order: bit for bit.
@@ -20,6 +24,7 @@ from __future__ import annotations
 
 from ..hlo.attributes import Raw
 from ..hlo.ir import HloInstruction
+from ..hlo.shapes import ArrayShape, Layout
 from .simplifier_base import Rule, new_instruction
 
 _DOT_DIMS = ("lhs_batch_dims", "rhs_batch_dims", "lhs_contracting_dims", "rhs_contracting_dims")
@@ -34,6 +39,37 @@ def _swapped_precision(value):
     if len(parts) != 2:
         return None
     return Raw("{" + parts[1] + "," + parts[0] + "}")
+
+
+# Users that read a value's elements and nothing of its layout besides (`_reads_logically`).
+_LOGICAL_READERS = frozenset({"reduce", "dot", "broadcast", "reshape", "transpose", "slice", "concatenate", "pad",
+                              "reduce-window", "dynamic-slice", "gather", "reverse"})
+
+
+def _reads_logically(user: HloInstruction) -> bool:
+    """Whether `user` reads its operands by element only (an elementwise op or `_LOGICAL_READERS`)."""
+    return user.info.elementwise or user.opcode in _LOGICAL_READERS
+
+
+def _in_order(order: tuple[int, ...]) -> bool:
+    return order == tuple(range(len(order)))
+
+
+def _free_dims_ordered(operand: HloInstruction, fixed: tuple[int, ...], order: tuple[int, ...]) -> HloInstruction:
+    """`operand` of a dot, its free dimensions (those not in `fixed`) put in `order` (the k-th
+    free dimension of the result is the operand's `order[k]`-th) by a transpose that leaves
+    every other dimension where it is; `operand` itself when `order` is the identity."""
+    if _in_order(order):
+        return operand
+    free = [d for d in range(operand.shape.rank) if d not in fixed]
+    perm = list(range(operand.shape.rank))
+    for slot, k in zip(free, order):
+        perm[slot] = free[k]
+    shape = operand.shape
+    dims = tuple(shape.dims[p] for p in perm)
+    row_major = Layout(tuple(range(len(dims) - 1, -1, -1)))
+    return HloInstruction("transpose", ArrayShape(shape.dtype, dims, layout=row_major), [operand],
+                          {"dimensions": tuple(perm)}, name="transpose")
 
 
 def transpose_of_dot(inst: HloInstruction) -> HloInstruction | None:
@@ -52,10 +88,21 @@ def transpose_of_dot(inst: HloInstruction) -> HloInstruction | None:
     n_rhs = rhs.shape.rank - nb - len(rc)
     if any(p >= nb for p in perm[:nb]):
         return None
-    if perm[nb:nb + n_rhs] != tuple(range(nb + n_lhs, nb + n_lhs + n_rhs)):
+    rhs_order = tuple(p - nb - n_lhs for p in perm[nb:nb + n_rhs])  # rhs free dims, as the result lists them
+    lhs_order = tuple(p - nb for p in perm[nb + n_rhs:])
+    if sorted(rhs_order) != list(range(n_rhs)) or sorted(lhs_order) != list(range(n_lhs)):
         return None
-    if perm[nb + n_rhs:] != tuple(range(nb, nb + n_lhs)):
-        return None
+    if not (_in_order(rhs_order) and _in_order(lhs_order)):
+        # A group the transpose also reorders within: its operand is transposed so that its
+        # free dimensions come in that order (keras_hub Gemma's scores: dot -> [b,1,q,k,h],
+        # read as [b,1,h,k,q]; a loop over the result read it 4 KiB apart per element). Only
+        # where the operands so copied hold no more elements than the result does.
+        copied = (0 if _in_order(rhs_order) else rhs.shape.element_count()) + \
+                 (0 if _in_order(lhs_order) else lhs.shape.element_count())
+        if copied > inst.shape.element_count():
+            return None
+        rhs = _free_dims_ordered(rhs, rb + rc, rhs_order)
+        lhs = _free_dims_ordered(lhs, lb + lc, lhs_order)
     attrs: dict = {
         "lhs_batch_dims": tuple(rb[p] for p in perm[:nb]),
         "rhs_batch_dims": tuple(lb[p] for p in perm[:nb]),
@@ -70,7 +117,15 @@ def transpose_of_dot(inst: HloInstruction) -> HloInstruction | None:
         attrs["operand_precision"] = swapped
     if "metadata" in dot.attrs:
         attrs["metadata"] = dot.attrs["metadata"]
-    return new_instruction(inst, "dot", [rhs, lhs], attrs)
+    shape = inst.shape
+    if not shape.is_row_major() and not inst.is_root() and all(_reads_logically(u) for u in inst.users):
+        # A transpose written with its operand's layout (a bitcast for XLA: JAX's einsums emit
+        # them) made the new dot write that layout too, and every consumer read it across
+        # lines. The layout of a value inside a computation is hlofuse's to choose where its
+        # users only read its elements (not a tuple, a call, a loop or the result, whose shapes
+        # carry it): row-major, the order the consumers' loops walk.
+        shape = ArrayShape(shape.dtype, shape.dims, shape.dynamic, Layout(tuple(range(shape.rank - 1, -1, -1))))
+    return new_instruction(inst, "dot", [rhs, lhs], attrs, shape)
 
 
 def fold_operand_transposes(inst: HloInstruction) -> HloInstruction | None:

@@ -205,6 +205,40 @@ def test_transpose_of_dot_is_a_swapped_dot(case, t):
     assert [i.opcode for i in optimized.entry.instructions if i.opcode not in ("parameter",)] == ["dot"]
 
 
+REORDERED = [
+    # lhs dims, rhs dims, lhs_batch, rhs_batch, lhs_contracting, rhs_contracting, transpose:
+    # transposes that reorder a group's free dimensions (the operands hold fewer elements)
+    ((2, 8, 4), (2, 8, 4, 4), (0,), (0,), (2,), (3,), (0, 3, 2, 1)),  # Gemma's scores: [b,q,k,h] -> [b,h,k,q]
+    ((6, 5, 2), (2, 7), (), (), (2,), (0,), (1, 0, 2)),  # lhs free dims swapped, no exchange
+    ((6, 5, 2), (2, 7, 3), (), (), (2,), (0,), (3, 2, 1, 0)),  # both groups reversed and exchanged
+]
+
+
+@pytest.mark.parametrize("case", REORDERED, ids=[str(i) for i in range(len(REORDERED))])
+def test_transpose_reordering_free_dimensions_moves_onto_the_operand(case):
+    ld, rd, lb, rb, lc, rc, perm = case
+    out = _dot_shape(ld, rd, lb, rb, lc, rc)
+    tout = [out[p] for p in perm]
+    lay = lambda n: _dims(range(n - 1, -1, -1))  # noqa: E731
+    shp = lambda d: f"f32[{','.join(map(str, d))}]{lay(len(d))}"  # noqa: E731
+    bare = lambda d: f"f32[{','.join(map(str, d))}]"  # noqa: E731
+    batch = f", lhs_batch_dims={_dims(lb)}, rhs_batch_dims={_dims(rb)}" if lb else ""
+    text = (f"HloModule m\n\nENTRY %main (a: {bare(ld)}, b: {bare(rd)}) -> {bare(tout)} {{\n"
+            f"  %a = {shp(ld)} parameter(0)\n  %b = {shp(rd)} parameter(1)\n"
+            f"  %d = {shp(out)} dot({shp(ld)} %a, {shp(rd)} %b){batch}, lhs_contracting_dims={_dims(lc)}, "
+            f"rhs_contracting_dims={_dims(rc)}\n"
+            f"  %t = {shp(tout)} transpose({shp(out)} %d), dimensions={_dims(perm)}\n"
+            f"  ROOT %n = {shp(tout)} negate({shp(tout)} %t)\n}}\n")
+    rng = np.random.default_rng(2)
+    args = [rng.standard_normal(ld).astype(np.float32), rng.standard_normal(rd).astype(np.float32)]
+    optimized = _exact(text, [AlgebraicSimplifier(), DeadCodeElimination()], args)
+    ops = [i.opcode for i in optimized.entry.instructions if i.opcode != "parameter"]
+    assert ops.count("dot") == 1 and "transpose" in ops  # the transpose now of an operand
+    (dot,) = [i for i in optimized.entry.instructions if i.opcode == "dot"]
+    assert all(o.opcode in ("parameter", "transpose") and o.shape.element_count() <= dot.shape.element_count()
+               for o in dot.operands)
+
+
 def test_transpose_of_a_dot_with_two_users_stays():
     text = """HloModule m
 
