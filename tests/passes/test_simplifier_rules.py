@@ -183,25 +183,32 @@ def _dims(xs) -> str:
     return "{" + ",".join(str(x) for x in xs) + "}"
 
 
-@pytest.mark.parametrize("case", DOTS, ids=[str(i) for i in range(len(DOTS))])
-@pytest.mark.parametrize("t", ["f32", "f64", "s32"])
-def test_transpose_of_dot_is_a_swapped_dot(case, t):
+def _transposed_dot(case, t: str, negated: bool = False) -> str:
+    """A module computing transpose(dot(a, b)) for `case` (DOTS' columns) in type `t`, the
+    transpose the root or (`negated`) read by a negate."""
     ld, rd, lb, rb, lc, rc, perm = case
     out = _dot_shape(ld, rd, lb, rb, lc, rc)
     tout = [out[p] for p in perm]
-    lay = lambda n: _dims(range(n - 1, -1, -1))  # noqa: E731
-    shp = lambda d: f"{t}[{','.join(map(str, d))}]{lay(len(d))}"  # noqa: E731
+    bare = lambda d: f"{t}[{','.join(map(str, d))}]"  # noqa: E731
+    shp = lambda d: bare(d) + _dims(range(len(d) - 1, -1, -1))  # noqa: E731
     batch = f", lhs_batch_dims={_dims(lb)}, rhs_batch_dims={_dims(rb)}" if lb else ""
-    text = (f"HloModule m\n\nENTRY %main (a: {shp(ld)[:shp(ld).index('{')]}, b: {shp(rd)[:shp(rd).index('{')]}) -> "
-            f"{shp(tout)[:shp(tout).index('{')]} {{\n"
+    last = (f"  %t = {shp(tout)} transpose({shp(out)} %d), dimensions={_dims(perm)}\n"
+            f"  ROOT %n = {shp(tout)} negate({shp(tout)} %t)\n" if negated else
+            f"  ROOT %t = {shp(tout)} transpose({shp(out)} %d), dimensions={_dims(perm)}\n")
+    return (f"HloModule m\n\nENTRY %main (a: {bare(ld)}, b: {bare(rd)}) -> {bare(tout)} {{\n"
             f"  %a = {shp(ld)} parameter(0)\n  %b = {shp(rd)} parameter(1)\n"
             f"  %d = {shp(out)} dot({shp(ld)} %a, {shp(rd)} %b){batch}, lhs_contracting_dims={_dims(lc)}, "
-            f"rhs_contracting_dims={_dims(rc)}\n"
-            f"  ROOT %t = {shp(tout)} transpose({shp(out)} %d), dimensions={_dims(perm)}\n}}\n")
+            f"rhs_contracting_dims={_dims(rc)}\n" + last + "}\n")
+
+
+@pytest.mark.parametrize("case", DOTS, ids=[str(i) for i in range(len(DOTS))])
+@pytest.mark.parametrize("t", ["f32", "f64", "s32"])
+def test_transpose_of_dot_is_a_swapped_dot(case, t):
+    ld, rd = case[:2]
     rng = np.random.default_rng(1)
     dt = element_type(t).numpy
     args = [(rng.standard_normal(ld) * 4).astype(dt), (rng.standard_normal(rd) * 4).astype(dt)]
-    optimized = _exact(text, [AlgebraicSimplifier(), DeadCodeElimination()], args)
+    optimized = _exact(_transposed_dot(case, t), [AlgebraicSimplifier(), DeadCodeElimination()], args)
     assert [i.opcode for i in optimized.entry.instructions if i.opcode not in ("parameter",)] == ["dot"]
 
 
@@ -216,22 +223,10 @@ REORDERED = [
 
 @pytest.mark.parametrize("case", REORDERED, ids=[str(i) for i in range(len(REORDERED))])
 def test_transpose_reordering_free_dimensions_moves_onto_the_operand(case):
-    ld, rd, lb, rb, lc, rc, perm = case
-    out = _dot_shape(ld, rd, lb, rb, lc, rc)
-    tout = [out[p] for p in perm]
-    lay = lambda n: _dims(range(n - 1, -1, -1))  # noqa: E731
-    shp = lambda d: f"f32[{','.join(map(str, d))}]{lay(len(d))}"  # noqa: E731
-    bare = lambda d: f"f32[{','.join(map(str, d))}]"  # noqa: E731
-    batch = f", lhs_batch_dims={_dims(lb)}, rhs_batch_dims={_dims(rb)}" if lb else ""
-    text = (f"HloModule m\n\nENTRY %main (a: {bare(ld)}, b: {bare(rd)}) -> {bare(tout)} {{\n"
-            f"  %a = {shp(ld)} parameter(0)\n  %b = {shp(rd)} parameter(1)\n"
-            f"  %d = {shp(out)} dot({shp(ld)} %a, {shp(rd)} %b){batch}, lhs_contracting_dims={_dims(lc)}, "
-            f"rhs_contracting_dims={_dims(rc)}\n"
-            f"  %t = {shp(tout)} transpose({shp(out)} %d), dimensions={_dims(perm)}\n"
-            f"  ROOT %n = {shp(tout)} negate({shp(tout)} %t)\n}}\n")
+    ld, rd = case[:2]
     rng = np.random.default_rng(2)
     args = [rng.standard_normal(ld).astype(np.float32), rng.standard_normal(rd).astype(np.float32)]
-    optimized = _exact(text, [AlgebraicSimplifier(), DeadCodeElimination()], args)
+    optimized = _exact(_transposed_dot(case, "f32", negated=True), [AlgebraicSimplifier(), DeadCodeElimination()], args)
     ops = [i.opcode for i in optimized.entry.instructions if i.opcode != "parameter"]
     assert ops.count("dot") == 1 and "transpose" in ops  # the transpose now of an operand
     (dot,) = [i for i in optimized.entry.instructions if i.opcode == "dot"]
