@@ -61,22 +61,15 @@ def _is_reduce_intermediate(inst: HloInstruction) -> bool:
     return False
 
 
-def _minor_dim_concatenate(inst: HloInstruction, params) -> bool:
-    """CPU: a concatenate along the minor dimension with enough bytes is better left a memcpy
-    (XLA:CPU), unless its operands make few and long enough pieces of a row for the loop
-    kernel to walk each with affine reads (`params`: TargetParams.row_pieces)."""
+def _minor_dim_concatenate(inst: HloInstruction) -> bool:
+    """CPU: a concatenate along the minor dimension with enough bytes is better left a memcpy."""
     shape = inst.shape
     if shape.rank <= 1:
         return False
     dim = inst.attrs.get("dimensions", (0,))[0]
     minor = shape.layout.minor_to_major[0] if shape.layout is not None else shape.rank - 1
     dim_bytes = shape.dims[dim] * shape.dtype.byte_size
-    if not (dim == minor and dim_bytes >= 64 and shape.byte_size() >= 2048):
-        return False
-    if len(inst.operands) <= params.row_pieces and all(
-            op.shape.is_array and op.shape.dims[dim] >= params.min_row_piece for op in inst.operands):
-        return False
-    return True
+    return dim == minor and dim_bytes >= 64 and shape.byte_size() >= 2048
 
 
 def _consumer_label(producer: HloInstruction, consumer: HloInstruction, ctx: FusionContext) -> str:
@@ -270,7 +263,7 @@ def cpu_concatenate(producer: HloInstruction, consumer: HloInstruction, ctx: Fus
     limit = ctx.params.max_concatenate_operands
     for inst in (producer, consumer):
         if inst.opcode == "concatenate" and (
-                (limit is not None and len(inst.operands) > limit) or _minor_dim_concatenate(inst, ctx.params)):
+                (limit is not None and len(inst.operands) > limit) or _minor_dim_concatenate(inst)):
             why = (f"{len(inst.operands)} > {limit} operands" if limit is not None
                    and len(inst.operands) > limit else "a large minor-dimension concatenate")
             return refuse("concatenate", f"concatenate {inst.name} is better unfused on the CPU ({why}); "
