@@ -19,10 +19,13 @@ The loop nest runs over a range of *units* [begin, end) of the CPU kernel skelet
     unit-stride accesses, none of the interleaved groups' shuffles;
   * flat mode (rank <= 1 or a last dimension of 5..31): a unit is one element;
   * tiled mode (a large operand read transposed, kernels/transposed_tiles.py): a unit is a
-    block of one cache line's columns at one index of the other dimensions but one, which is
-    walked inside the block (`kernel_loop_shape` decides it from the computation).
+    block of one cache line's columns by up to 128 indices of the one other dimension along
+    which that operand is contiguous, at one index of the rest, that dimension walked outside
+    the columns (`kernel_loop_shape` decides it from the computation).
 Index arithmetic is affine in the loop variables (GEP on the linear index), so LLVM sees
-unit-stride accesses.
+unit-stride accesses. In rows mode a row along which a fused concatenate or pad changes side
+is walked in pieces, or a few columns an iteration (`row_splits.row_walk`), so that each read
+stays affine there too.
 
 An element that goes through floating-point math functions (exp, tanh, erf, a divide, ...) is
 a long chain of dependent instructions; one vector per iteration leaves the core waiting on
