@@ -161,7 +161,8 @@ def interleave_count(comp: HloComputation, ls: LoopShape, vector_bits: int | Non
     vectorization factor). Plane mode's inner loop is unrolled, not vectorised: 1. A row of up
     to _INTERLEAVE vectors read from wider rows (`_reads_wider_rows`) is walked whole, one row
     an iteration."""
-    math_ops = _math_ops(comp)
+    names = _math_names(comp)
+    math_ops = len(names)
     if (ls.rows_mode and ls.inner != 1) or ls.tiles is not None or not math_ops:
         return 1
     params = [leaf for p in comp.parameters for leaf in p.shape.leaves()]
@@ -169,7 +170,7 @@ def interleave_count(comp: HloComputation, ls: LoopShape, vector_bits: int | Non
     bits = max((leaf.dtype.bits for leaf in memory), default=32)
     lanes = max(lanes_of(vector_bits, bits), 1)
     count = interleave_limit(vector_bits)
-    if set(_math_names(comp)) <= _DIVIDER_MATH:
+    if set(names) <= _DIVIDER_MATH:
         count = min(count, _DIVIDER_INTERLEAVE)
     span = ls.dims[-1] if ls.rows_mode else ls.units  # a flat loop's range is at most its units
     while count > 1 and (count * math_ops > _INTERLEAVE_BUDGET or count * lanes > span):
@@ -374,13 +375,13 @@ def _emit_tiles(skel, tiles: TileWalk, body) -> None:
 def kernel_loop_shape(comp: HloComputation, chosen: list) -> LoopShape:
     """How a loop kernel writing output leaves `chosen` of `comp` walks them: `loop_shape` of
     `walked_dims`, or tiled mode where it reads a large operand transposed (transposed_tiles.py)."""
-    dims = walked_dims(comp, chosen)
-    if window_reshape_source(comp, chosen) is None:
-        tiles = transposed_tiles(comp, [leaf.inst for leaf in chosen], dims,
-                                 max(leaf.shape.dtype.byte_size for leaf in chosen))
-        if tiles is not None:
-            return LoopShape(dims, False, tiles=tiles)
-    return loop_shape(dims)
+    source = window_reshape_source(comp, chosen)
+    if source is not None:
+        return loop_shape(tuple(source.shape.dims))
+    dims = tuple(chosen[0].shape.dims)
+    tiles = transposed_tiles(comp, [leaf.inst for leaf in chosen], dims,
+                             max(leaf.shape.dtype.byte_size for leaf in chosen))
+    return LoopShape(dims, False, tiles=tiles) if tiles is not None else loop_shape(dims)
 
 
 def walked_dims(comp: HloComputation, chosen: list) -> tuple[int, ...]:

@@ -37,14 +37,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from ...hlo.ir import HloComputation, HloInstruction
-from ...passes.fusion.cost_model import CPU
 from .index_probe import delinearize_array, follow_index
 
 # At most this many pieces per row (the element's code is emitted once per piece) ...
-MAX_PIECES = CPU.row_pieces
-# ... each at least this long (a shorter one would not fill the vectors it is split for). The
-# CPU's fusion reads both: it fuses a minor-dimension concatenate that makes such pieces.
-MIN_PIECE = CPU.min_row_piece
+MAX_PIECES = 4
+# ... each at least this long (a shorter one would not fill the vectors it is split for).
+MIN_PIECE = 16
 # ... or, where the side repeats along the row, a period of at most this many elements.
 MAX_PERIOD = 4
 # Rows longer than this are walked whole (the probe holds a row's indices per sample row).

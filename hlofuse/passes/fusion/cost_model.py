@@ -65,14 +65,6 @@ class TargetParams:
     # consumers (XLA:GPU's IsUniversallyLoopFusible; hlofuse's CPU too). False: XLA:CPU's
     # CanBeLoopFused, which leaves window reductions unfused (passes/fusion/window_fusion.py).
     fuse_window_reductions: bool = True
-    # A loop kernel's row is split into at most this many pieces of at least this many elements
-    # where a fused concatenate or pad changes side (codegen/kernels/row_splits.py), so that each
-    # piece reads affinely. (Fusing the minor-dimension concatenates XLA:CPU leaves unfused where
-    # their pieces are that wide was measured and not kept: Llama's rotary embedding 12.7 -> 1.9
-    # ms, but the cheap producers it then let instruction fusion copy into the equinox GRU step's
-    # GEMM operands took the step from 25.8 to 33-43 ms; docs/passes.md.)
-    row_pieces: int = 4
-    min_row_piece: int = 16
 
 
 GPU = TargetParams(
