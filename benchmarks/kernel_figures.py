@@ -10,7 +10,9 @@ L3), on 1 and 2 threads:
 - copy-rows, triad-rows: the same over rows of 1024 elements: hlofuse writes the rows of a
   loop kernel whose data exceed L3 with non-temporal stores (codegen/kernels/cpu_streaming.py), so no line is
   read for ownership before it is written; a flat loop (copy, triad) uses plain stores, which
-  move more than the bytes counted. The reference is the best of all, so a kernel that
+  move more than the bytes counted (no longer: since generic_kernels hlofuse walks a flat
+  elementwise kernel as rows of 1024, so copy and triad compile to the same streaming loop as
+  their rows twins, the asm identical). The reference is the best of all, so a kernel that
   streams its stores is held against references that do too. (A hand-written AVX-512 loop of
   64-byte loads and non-temporal stores copied 48 MB at 52-60 GB/s on one thread of this host,
   CPU time, against 40-45 for hlofuse's copy-rows in the same process, load 1-5: LLVM unrolled
@@ -21,6 +23,9 @@ L3), on 1 and 2 threads:
   reference: it is below all of the above on one thread (bandwidth_share.py: a row sum reads
   40-42 GB/s, as a C loop does), the physical limit of a kernel that only reads, so it is a
   second column (`read_bandwidth`), beside the bar and not instead of it.
+- widen, write (MIX_KERNELS): u8 -> f32 convert (5 bytes per element, 80% writes) and a
+  broadcast of a scalar (4, all writes), flat and over rows: the references of the
+  write-heavy mixes in bandwidth_share.py, not part of the bar either.
 
 All are HLO modules compiled and run by hlofuse itself (its kernels are plain vectorised loops,
 split over libgomp threads as every kernel is; the thread count is `HLOFUSE_CPU_THREADS`, set
@@ -102,6 +107,59 @@ ENTRY e {{
 }
 
 
+# The streaming references of the write-heavy access mixes (bandwidth_share.MIXES), not part
+# of the bar (run.py's bar is the best of STREAM_KERNELS): a workload that writes most of what it
+# moves (image_normalize, u8 in and f32 out: 80% of its traffic writes; iou_matrix, tiny inputs
+# and a large output: all writes) is held against a stream of its own mix, not against copy.
+# Each over a 64 MB f32 output, flat and over rows of 1024 as the pairs above; all outputs f32,
+# so 4 bytes per element are written.
+# - widen: u8 -> f32 convert, 5 bytes per element (16 MB of u8 read, 64 MB written; 80% writes)
+# - write: a broadcast of an f32[] parameter, 4 bytes per element, all of them writes
+# (hlofuse's asm, full size: the rows kernels' loops are vectorised, 4 zmm vmovntps a step, the
+# widen loop a vpmovzxbd and a vcvtdq2ps per vector; the flat ones compile to the same code,
+# since generic_kernels walks a flat elementwise kernel as rows of 1024, streaming stores too.)
+MIX_KERNELS = {
+    "widen": ("""HloModule stream_widen
+ENTRY e {{
+  x = u8[{n}] parameter(0)
+  ROOT y = f32[{n}] convert(x)
+}}
+""", 5),
+    "widen-rows": ("""HloModule stream_widen_rows
+ENTRY e {{
+  x = u8[{rows},1024] parameter(0)
+  ROOT y = f32[{rows},1024] convert(x)
+}}
+""", 5),
+    "write": ("""HloModule stream_write
+ENTRY e {{
+  p = f32[] parameter(0)
+  ROOT y = f32[{n}] broadcast(p), dimensions={{}}
+}}
+""", 4),
+    "write-rows": ("""HloModule stream_write_rows
+ENTRY e {{
+  p = f32[] parameter(0)
+  ROOT y = f32[{rows},1024] broadcast(p), dimensions={{}}
+}}
+""", 4),
+}
+
+
+def stream_inputs(module, fill=None) -> list:
+    """Inputs for the parameters of reference kernel `module` (a parsed STREAM_KERNELS,
+    READ_KERNELS or MIX_KERNELS template), each of its parameter's shape and element type, set
+    to 1.5 (3 for integer types); `fill(shape, dtype)` makes each array (np.empty by default;
+    bandwidth_share passes 64-byte aligned arrays)."""
+    out = []
+    for p in module.entry.parameters:
+        dtype = p.shape.dtype.numpy
+        x = (fill or np.empty)(tuple(p.shape.dims), dtype)
+        x[...] = 1.5 if np.issubdtype(dtype, np.floating) else 3
+        out.append(x)
+    return out
+
+
 def call_seconds(fn, repeat: int, warmup: int = 2, clock=time.perf_counter) -> list[float]:
     """Seconds (wall by default; `clock=time.process_time` for this process's CPU time) of each
     of `repeat` calls of `fn()`, after `warmup` untimed calls."""
@@ -135,16 +193,17 @@ def _with_threads(threads: int, build):
 
 
 def hlofuse_stream(kernel: str, threads: int, nbytes: int = 64 << 20, repeat: int = 15) -> float:
-    """Bytes per second of STREAM kernel `kernel` (a key of STREAM_KERNELS or READ_KERNELS)
-    compiled by hlofuse and run on `threads` threads, over arrays of `nbytes` each (whole rows
-    of 1024)."""
+    """Bytes per second of STREAM kernel `kernel` (a key of STREAM_KERNELS, READ_KERNELS or
+    MIX_KERNELS) compiled by hlofuse and run on `threads` threads, over f32 arrays of `nbytes`
+    each (whole rows of 1024; widen's u8 input is a quarter of that), inputs of each
+    parameter's own type (`stream_inputs`)."""
     import hlofuse
 
-    template, per_element = {**STREAM_KERNELS, **READ_KERNELS}[kernel]
+    template, per_element = {**STREAM_KERNELS, **READ_KERNELS, **MIX_KERNELS}[kernel]
     rows = max(nbytes // 4 // 1024, 1)
     n = rows * 1024
     module = hlofuse.parse_hlo(template.format(n=n, rows=rows))
-    args = [np.full(p.shape.dims, 1.5, np.float32) for p in module.entry.parameters]
+    args = stream_inputs(module)
 
     def build():
         exe = hlofuse.compile(module, target="cpu")
