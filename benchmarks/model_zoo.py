@@ -9,7 +9,10 @@ Libraries (the `bench` extra): keras 3 on the JAX backend (keras.applications, k
 flax (linen), equinox, dm-haiku, optax. A model whose library is missing is skipped with the
 reason; nothing else is needed. The last nine are in model_zoo_recent.py (architectures the
 first thirteen did not cover: LLM backbones, EfficientNet, ConvNeXt, a UNet and a language
-model's training steps, a GRU trained through a scan, a text CNN, top-k sampling).
+model's training steps, a GRU trained through a scan, a text CNN, top-k sampling); the eight
+after them in model_zoo_more.py (op classes those leave out: scatter-adds of a graph network,
+a mixture of experts' gathers, a key-value cache's updates in a loop, an associative scan,
+dilated 1-D convolutions, patch embeddings, token mixing, DenseNet's concatenations).
 """
 from __future__ import annotations
 
@@ -20,6 +23,7 @@ os.environ.setdefault("KERAS_BACKEND", "jax")
 
 import numpy as np  # noqa: E402
 
+import model_zoo_more as more  # noqa: E402
 import model_zoo_recent as recent  # noqa: E402
 from model_zoo_parts import (Model, adam_step, flat_function, keras_hub_backbone, keras_inference,  # noqa: E402
                              random_images, seeded_rng, token_inputs)
@@ -315,4 +319,13 @@ BUILDERS: dict[str, Callable[[], Model]] = {
     "flax_lm_train": recent.flax_lm_train,
     "equinox_gru_train": recent.equinox_gru_train,
     "jax_topk_sampling": recent.jax_topk_sampling,
+    # model_zoo_more.py
+    "jax_gnn_train": more.jax_gnn_train,
+    "jax_moe_layer": more.jax_moe_layer,
+    "jax_kv_decode": more.jax_kv_decode,
+    "jax_selective_scan": more.jax_selective_scan,
+    "flax_wavenet": more.flax_wavenet,
+    "flax_vit": more.flax_vit,
+    "flax_mixer_train": more.flax_mixer_train,
+    "keras_densenet121": more.keras_densenet121,
 }

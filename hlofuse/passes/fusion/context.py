@@ -48,7 +48,7 @@ class FusionContext:
     # fusion -> its hero (`hero()`): sibling fusion asks it of the same growing fusion for every
     # candidate pair, and it walks every output; dropped as `plain_loops` is
     heroes: dict[HloInstruction, HloInstruction] = field(default_factory=dict)
-    # fusion -> (its computation's revision, the indexing analysis of fusion_merger.emitted_copies):
+    # fusion -> (its computation's revision, the indexing analysis of indexing_evaluation.emitted_copies):
     # checked against the revision on each use, so nothing needs to drop it
     indexing: dict[HloInstruction, tuple] = field(default_factory=dict)
 

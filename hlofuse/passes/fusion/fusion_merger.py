@@ -28,59 +28,13 @@ from .fusibility import (
 )
 from .fusion_utils import create_fusion, fuse_producer, operand_index, sort_computations
 from .in_place import scatter_input
+from .indexing_evaluation import MAX_DUPLICATED_INDEXING, fused_copies
 from .kernel_pass import KernelComputationPass
 from .size_limit import fits_in_kernel
 
 refuse = Decision.refuse
 _OK = Decision.allow()
 _MAX_BYTES_RATIO = 1.10  # FusionMerger's merged_to_current_bytes_ratio limit
-# FusionNodeIndexingEvaluation::kAllowedCodeDuplication: above it, compile time outweighs the
-# saved traffic (XLA's comment: "arbitrarily chosen").
-MAX_DUPLICATED_INDEXING = 15
-
-
-def _indexing(fusion: HloInstruction, memo: dict | None) -> tuple[dict, dict]:
-    """(indexing users, emitted counts) of `fusion`'s computation (see `emitted_copies`),
-    remembered in `memo` per revision of the computation: priority fusion asks for every
-    operand of a fusion after each step that grows it, and the walk is the whole
-    computation's (XLA keeps its FusionNodeIndexingEvaluation per fusion likewise)."""
-    comp = fusion.fused_computation
-    rev = comp.revision
-    hit = memo.get(fusion) if memo is not None else None
-    if hit is not None and hit[0] == rev:
-        return hit[1], hit[2]
-    users: dict[HloInstruction, set[HloInstruction]] = {comp.root: {fusion}}
-    count: dict[HloInstruction, int] = {fusion: 1}
-    for inst in reversed(comp.post_order()):
-        if inst.opcode == "parameter":
-            continue
-        count[inst] = sum(count[u] for u in users.get(inst, ()))
-        for op in inst.operands:
-            mine = users.setdefault(op, set())
-            if inst.opcode == "transpose" or (op.shape.is_array and inst.shape.is_array
-                                              and op.shape.dims == inst.shape.dims):
-                mine |= users.get(inst, set())
-            else:
-                mine.add(inst)
-    if memo is not None:
-        memo[fusion] = (rev, users, count)
-    return users, count
-
-
-def emitted_copies(fusion: HloInstruction, operand: HloInstruction, memo: dict | None = None) -> int:
-    """How many times `fusion`'s kernel would emit the code of `operand` if it were fused in:
-    XLA's FusionNodeIndexingEvaluation.EvaluateEmittedInstructions. Every instruction has a set
-    of "indexing users" (the instructions whose distinct indices it is evaluated at; the root's
-    is the fusion itself, counted once); an operand of the same shape as its user, or of a
-    transpose (whose index is only permuted), inherits its user's set, any other operand gets the
-    user itself. The count of an instruction is the sum of the counts of its indexing users.
-    `memo` (a pass run's, FusionContext.indexing) keeps each fusion's analysis until it changes."""
-    comp = fusion.fused_computation
-    users, count = _indexing(fusion, memo)
-    params = [comp.parameter(i) for i, o in enumerate(fusion.operands) if o is operand]
-    return sum(count[u] for p in params for u in users.get(p, ()))
-
-
 def transposes_most_data(fusion: HloInstruction) -> bool:
     """XLA's TransposesMostData: physically transposing instructions of `fusion` produce at
     least half as many elements as the fusion outputs."""
@@ -165,7 +119,7 @@ def should_merge(producer: HloInstruction, users: list[HloInstruction], params: 
         d = fits_in_kernel(producer, user, params.max_fused_instructions)
         if not d:
             return d
-        copies = emitted_copies(user, producer) if user.opcode == "fusion" else 1
+        copies = fused_copies(user, producer) if user.opcode == "fusion" else 1
         if copies > MAX_DUPLICATED_INDEXING:
             return refuse("duplicated-indexing", f"{user.name} would emit {p}'s code {copies} times (once per "
                                                  f"distinct index it reads; at most {MAX_DUPLICATED_INDEXING})")

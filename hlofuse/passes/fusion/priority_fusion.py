@@ -29,7 +29,6 @@ from .fusibility import (
     is_fusible, is_loop_fusible_as_consumer, is_loop_fusible_as_producer, is_multi_output, members, reduce_hero,
     reduction_is_contiguous, transpose_is_bitcast,
 )
-from .fusion_merger import MAX_DUPLICATED_INDEXING, emitted_copies
 from .fusion_utils import create_fusion, fuse_producer, sort_computations
 from .kernel_pass import KernelComputationPass
 from .perf_model import Device, Estimate, KernelFacts, device_for, fusion_estimate
@@ -108,11 +107,6 @@ def _legal(producer: HloInstruction, consumer: HloInstruction, ctx: FusionContex
         d = rule(producer, consumer, ctx)
         if not d:
             return d
-    if consumer.opcode == "fusion" and producer.opcode != "broadcast":
-        copies = emitted_copies(consumer, producer, ctx.indexing)
-        if copies > MAX_DUPLICATED_INDEXING:
-            return refuse("duplicated-indexing", f"{consumer.name} would emit {producer.name}'s code {copies} "
-                                                 f"times (at most {MAX_DUPLICATED_INDEXING})")
     return ALLOW
 
 

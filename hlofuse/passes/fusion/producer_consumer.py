@@ -29,6 +29,7 @@ from .conv_fusion import conv_into_consumer, duplicate_keeps_conv_epilogue, into
 from .dot_fusion import dot_into_consumer, into_dot_fusion, is_dot_output_fusion
 from .fusion_utils import reader_names
 from .in_place import in_place, scatter_input
+from .indexing_evaluation import MAX_DUPLICATED_INDEXING, fused_copies
 from .size_limit import too_large
 from .window_fusion import window_reduction
 
@@ -307,15 +308,32 @@ def budget(producer: HloInstruction, consumer: HloInstruction, ctx: FusionContex
     return ALLOW
 
 
+def code_duplication(producer: HloInstruction, consumer: HloInstruction, ctx: FusionContext) -> Decision:
+    """The consumer fusion would emit the producer's code more than MAX_DUPLICATED_INDEXING
+    times, once per distinct index it is read at (CpuInstructionFusion and GpuInstructionFusion's
+    "Code duplication too high": indexing_evaluation.py). A broadcast is always fused (XLA's
+    exception: materializing it costs more), and its operand is then judged by its copies; so is
+    a scalar constant, a literal in every copy (no code: it would otherwise be a buffer)."""
+    if consumer.opcode != "fusion" or producer.opcode == "broadcast" or _is_scalar_constant(producer):
+        return ALLOW
+    copies = fused_copies(consumer, producer, ctx.indexing)
+    if copies > MAX_DUPLICATED_INDEXING:
+        return refuse("duplicated-indexing", f"{_consumer_label(producer, consumer, ctx)} would emit "
+                                             f"code of {producer.name} {copies} times, once per distinct index "
+                                             f"it is read at (at most {MAX_DUPLICATED_INDEXING})")
+    return ALLOW
+
+
 # The checks of each target, in XLA's order.
 # (window_reduction, hlofuse's, is asked after producer_fusible: window_fusion.py)
 CPU_RULES: tuple[Rule, ...] = (cpu_constant, producer_fusible, window_reduction, bitcast_width, cpu_concatenate,
                                reuse, base, cpu_reductions,
-                               scalar_constant, producer_is_fusion, consumer_fusible, too_large, in_place,
-                               conv_epilogue_copy)
+                               scalar_constant, producer_is_fusion, consumer_fusible, code_duplication, too_large,
+                               in_place, conv_epilogue_copy)
 GPU_RULES: tuple[Rule, ...] = (producer_is_fusion, reuse, transposing_into_reduce, producer_fusible,
                                window_reduction, bitcast_width, reduce_epilogue, consumer_fusible,
-                               multi_output_producer, gpu_constant, heavy, base, budget, too_large, in_place)
+                               multi_output_producer, gpu_constant, heavy, base, budget, code_duplication,
+                               too_large, in_place)
 
 
 def rules_for(ctx: FusionContext) -> tuple[Rule, ...]:

@@ -18,7 +18,7 @@ import pytest
 import hlofuse
 from hlofuse.hlo.parser import parse_hlo
 from hlofuse.passes.fusion import PriorityFusion, fusion_passes, module_log
-from hlofuse.passes.fusion.fusion_merger import emitted_copies
+from hlofuse.passes.fusion.indexing_evaluation import emitted_copies
 from hlofuse.passes.fusion.perf_model import H100, HOST_CPU, Estimate, fusion_estimate, kernel_time
 from hlofuse.passes.pipeline import UnknownPassError, parse_pass_list
 from hlofuse.runtime.interpreter import evaluate
