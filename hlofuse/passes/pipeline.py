@@ -33,6 +33,7 @@ from .reshape_mover import ReshapeMover
 from .conditional_to_select import ConditionalToSelect
 from .nested_fusion_flattener import NestedFusionFlattener
 from .oversized_fusion_splitter import OversizedFusionSplitter
+from .reduce_window_rewriter import ReduceWindowRewriter
 from .ragged_dot_expander import RaggedDotExpander
 from .shuffle_expander import ShuffleExpander
 from .stochastic_convert_decomposer import StochasticConvertDecomposer
@@ -52,6 +53,7 @@ PASSES: dict[str, type[HloPass]] = {
     "ragged-dot-expander": RaggedDotExpander,
     "nested-fusion-flattener": NestedFusionFlattener,
     "oversized-fusion-splitter": OversizedFusionSplitter,
+    "reduce-window-rewriter": ReduceWindowRewriter,
     "simplifier": AlgebraicSimplifier,
     "algsimp": AlgebraicSimplifier,  # XLA's name for it
     "constant-folding": ConstantFolding,
@@ -284,7 +286,7 @@ def standard_pipeline(target: str = "cpu", fusion: bool = True, verify: bool = F
                       expand_scans: bool = True) -> PassPipeline:
     """batchnorm-expander, scan-expander, conditional-to-select, stochastic-convert-decomposer,
     shuffle-expander, ragged-dot-expander, nested-fusion-flattener, oversized-fusion-splitter,
-    legacy-index-vectors,
+    reduce-window-rewriter, legacy-index-vectors,
     scatter-simplifier, contraction-types, call-inliner, simplifier, reshape-mover, simplifier,
     cse, dce, for the GPU tree-reduction-rewriter (its reduction kernels fold at most about
     sqrt(R) partials into one accumulator), then (with `fusion`) the fusion passes for `target`
@@ -299,7 +301,8 @@ def standard_pipeline(target: str = "cpu", fusion: bool = True, verify: bool = F
     merges what the two leave equal. The inliner runs once: no later pass makes a call, so
     the fusion passes' own inliner (which `--passes fusion-pipeline` alone needs) is left out."""
     compiled_only = ([ScanExpander(), ConditionalToSelect(), StochasticConvertDecomposer(), ShuffleExpander(),
-                      RaggedDotExpander(), NestedFusionFlattener(), OversizedFusionSplitter()]
+                      RaggedDotExpander(), NestedFusionFlattener(), OversizedFusionSplitter(),
+                      ReduceWindowRewriter()]
                      if expand_scans else [])
     passes: list[HloPass] = [BatchNormExpander(), *compiled_only, LegacyIndexVectors(),
                              ScatterToDynamicUpdateSlice(), ContractionTypes(),
