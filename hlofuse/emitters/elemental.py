@@ -275,6 +275,9 @@ class ElementalEmitter:
         self._scopes: list[dict] = []
         # per computation, the instructions whose values may hold a denormal literal's bits
         self._literal_denormals: dict[HloComputation, frozenset] = {}
+        # elemental_branches.py: instructions' arithmetic weights, and the branches open now
+        self.weights: dict[HloInstruction, int] = {}
+        self.branch_depth = 0
 
     @property
     def module(self) -> ir.Module:

@@ -14,6 +14,7 @@ from ..hlo.dtypes import S64, ElementType
 from ..hlo.errors import UnsupportedError
 from ..hlo.opcodes import register_elemental
 from .elemental import ElementalEmitter, Reading, TupleGenerator, dims_of, reg_type, remap, scalar_constant
+from .elemental_branches import branch_chain, branches, pad_branches
 from .elemental_convert import bitcast_value, convert_value
 from .ir_helpers import I1, I64, Index, const_i64, for_range, load_element
 
@@ -267,6 +268,16 @@ def _concatenate(em: ElementalEmitter, inst):
             offset += size
         return reads
 
+    if branches(em, inst.operands):  # each operand computed only where it is read
+        def branched(idx: Index, reads: list):
+            bounds = [offset for _, _, offset in reads[1:]]
+            cases = [(b.icmp_signed("<", idx.multi[dim], const_i64(end)), lambda g=g, j=j: g(j))
+                     for (g, j, _), end in zip(reads, bounds)]
+            g, j, _ = reads[-1]
+            return branch_chain(em, cases + [(None, lambda: g(j))])
+
+        return Reading(em, plan, lambda reads: [], branched)
+
     def compute(idx: Index, reads: list):
         result = None
         for g, j, offset in reads:
@@ -305,14 +316,19 @@ def _pad(em: ElementalEmitter, inst):
             multi.append(clamp_i64(b, t, 0, max(n - 1, 0)))
         return in_bounds, Index(b, op_dims, multi=multi), scalar
 
+    branched = pad_branches(em, inst)  # the operand computed only where it is read
+
     def reads(p) -> list:
         in_bounds, j, scalar = p
-        return [(pv, scalar)] if j is None else [(g, j), (pv, scalar)]
+        return [(pv, scalar)] if j is None or branched else [(g, j), (pv, scalar)]
 
     def compute(_idx: Index, p):
         in_bounds, j, scalar = p
         if j is None:
             return pv(scalar)
+        if branched:
+            padding = pv(scalar)  # (computed before the branch: it dominates both)
+            return branch_chain(em, [(in_bounds, lambda: g(j)), (None, lambda: padding)])
         return b.select(in_bounds, g(j), pv(scalar))
 
     return Reading(em, plan, reads, compute)
