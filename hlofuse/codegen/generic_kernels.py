@@ -37,11 +37,11 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 from ..hlo.ir import HloComputation, HloInstruction
-from ..hlo.opcodes import op_info
 from ..hlo.shapes import ArrayShape, Layout, TupleShape
 from .kernel_key import kernel_text
 from .kernels import cpu_row  # (cpu_loop.streams_rows compares with its L3 size)
 from .kernels.args import output_leaves
+from .kernels.linear_reads import full_array, reads_linear_index
 from .kernels.cpu_loop import LoopShape, streams_rows
 from .planning import KernelPlan
 
@@ -76,38 +76,6 @@ def canonical_row(n: int) -> int | None:
     return None
 
 
-def _full(shape, dims: tuple[int, ...]) -> bool:
-    """Whether `shape` is a static row-major array of dimensions `dims`."""
-    return (shape.is_array and tuple(shape.dims) == dims and shape.is_static()
-            and shape.is_row_major() and shape.rank > 0)
-
-
-def _scalar(shape) -> bool:
-    """Whether `shape` is a rank-0 array."""
-    return shape.is_array and shape.rank == 0
-
-
-def _eligible_instruction(inst: HloInstruction, dims: tuple[int, ...]) -> bool:
-    """Whether `inst` may be in a generic kernel over output dimensions `dims` (see
-    `generic_elements`)."""
-    shape = inst.shape
-    if inst.opcode == "parameter":
-        return _full(shape, dims) or _scalar(shape)
-    if inst.opcode == "constant":
-        return _scalar(shape)
-    if inst.opcode == "broadcast":
-        return _full(shape, dims) and _scalar(inst.operands[0].shape)
-    try:
-        info = op_info(inst.opcode)
-    except ValueError:  # an unknown opcode: not ours to judge
-        return False
-    if not info.elementwise or info.called or inst.called_computations():
-        return False
-    if _scalar(shape):
-        return all(_scalar(o.shape) for o in inst.operands)
-    return _full(shape, dims) and all(_full(o.shape, dims) for o in inst.operands)
-
-
 def generic_elements(kernel: KernelPlan) -> int | None:
     """The element count N of `kernel` when it may run as a shape-generic kernel, else None.
 
@@ -133,9 +101,9 @@ def generic_elements(kernel: KernelPlan) -> int | None:
     if any(o.opcode == "tuple" or not o.shape.is_array for o in outs):
         return None
     dims = tuple(outs[0].shape.dims)
-    if not all(_full(o.shape, dims) for o in outs):
+    if not all(full_array(o.shape, dims) for o in outs):
         return None
-    if not all(inst is root and root.opcode == "tuple" or _eligible_instruction(inst, dims)
+    if not all(inst is root and root.opcode == "tuple" or reads_linear_index(inst, dims)
                for inst in comp.instructions):
         return None
     n = outs[0].shape.element_count()
