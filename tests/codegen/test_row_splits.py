@@ -11,6 +11,7 @@ import pytest
 import hlofuse
 from hlofuse.codegen.kernels import cpu_loop, cpu_row, row_splits
 from hlofuse.hlo.parser import parse_hlo
+from hlofuse.runtime.interpreter import evaluate
 
 # keras_hub's Llama rotary embedding (one of its four kernels, f32[2,16,4,64]): x * cos(t) +
 # rotate_half(x) * sin(t), t the [16, 32] angle table concatenated with itself.
@@ -160,3 +161,30 @@ def test_rope_kernels_vectorize_without_gathers(monkeypatch):
 def test_interleaved_rows_vectorize_without_gathers():
     ir_text = hlofuse.compile(parse_hlo(INTERLEAVED), target="cpu", cache=False).program.llvm_ir()
     assert all(_vectorized(f) for f in _functions(ir_text))
+
+
+# A concatenate reached through a rank-0 reshape (a random key's word taken out of a vector, as
+# a flax dropout step's mask generation does): the walk reached it with one-dimensional index
+# arrays, and the side it recorded crashed the cut search (IndexError) while compiling the step.
+SCALAR_FROM_CONCATENATE = """HloModule m
+ENTRY e {
+  p = f32[1] parameter(0)
+  q = f32[1] parameter(1)
+  cc = f32[2] concatenate(p, q), dimensions={0}
+  s = f32[1] slice(cc), slice={[1:2]}
+  r = f32[] reshape(s)
+  x = f32[64,64] parameter(2)
+  b = f32[64,64] broadcast(r), dimensions={}
+  ROOT a = f32[64,64] add(x, b)
+}
+"""
+
+
+def test_a_concatenate_read_through_a_rank_0_reshape_does_not_split_the_row():
+    comp = parse_hlo(SCALAR_FROM_CONCATENATE).entry
+    assert row_splits.row_walk(comp, [comp.root], (64, 64)).pieces == ((0, 64),)
+    rng = np.random.default_rng(0)
+    args = [rng.standard_normal(p.shape.dims).astype(np.float32) for p in comp.parameters]
+    want = evaluate(parse_hlo(SCALAR_FROM_CONCATENATE), args)[0]
+    got = hlofuse.compile(parse_hlo(SCALAR_FROM_CONCATENATE), "cpu", cache=False)(*args)
+    np.testing.assert_array_equal(np.asarray(got[0] if isinstance(got, (list, tuple)) else got), want)

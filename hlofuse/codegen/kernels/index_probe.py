@@ -57,7 +57,9 @@ def _operands(inst: HloInstruction, multi: list[np.ndarray], valid: np.ndarray, 
         src = inst.operands[0]
         if not (inst.shape.is_row_major() and src.shape.is_row_major()):
             return []
-        return [(src, delinearize_array(_linearize(multi, _dims(inst)), _dims(src)), valid)]
+        # (a rank-0 value reshaped has no index arrays: its linear index is 0 at every probe)
+        linear = _linearize(multi, _dims(inst)) if multi else np.zeros(valid.shape, dtype=np.int64)
+        return [(src, delinearize_array(linear, _dims(src)), valid)]
     if op == "transpose":
         perm = tuple(inst.attrs["dimensions"])
         out = [None] * len(perm)
