@@ -328,4 +328,10 @@ BUILDERS: dict[str, Callable[[], Model]] = {
     "flax_vit": more.flax_vit,
     "flax_mixer_train": more.flax_mixer_train,
     "keras_densenet121": more.keras_densenet121,
+    "jax_gp_regression": more.jax_gp_regression,
+    "flax_bf16_mlp_train": more.flax_bf16_mlp_train,
+    "flax_dropout_train": more.flax_dropout_train,
+    "jax_spectrogram": more.jax_spectrogram,
+    "jax_int8_matmul": more.jax_int8_matmul,
+    "flax_resnext_block": more.flax_resnext_block,
 }

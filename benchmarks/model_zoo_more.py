@@ -268,3 +268,153 @@ def keras_densenet121() -> Model:
     import keras
     m = keras.applications.DenseNet121(weights=None, input_shape=(64, 64, 3), classes=100)
     return keras_inference("keras_densenet121", m, random_images(4, 64, seed=28))
+
+
+def jax_gp_regression() -> Model:
+    """Gaussian-process regression: an RBF kernel matrix of 1,024 points, its Cholesky factor, two
+    triangular solves for the posterior mean at 256 test points, and the log marginal likelihood."""
+    import jax.numpy as jnp
+    import jax.scipy.linalg as sla
+
+    r = seeded_rng(29)
+    x = r.standard_normal((1024, 8)).astype(np.float32)
+    y = r.standard_normal(1024).astype(np.float32)
+    xs = r.standard_normal((256, 8)).astype(np.float32)
+
+    def rbf(a, b):
+        d = jnp.sum(a * a, 1)[:, None] + jnp.sum(b * b, 1)[None, :] - 2 * a @ b.T
+        return jnp.exp(-0.5 * d / 4.0)
+
+    def gp(x, y, xs):
+        k = rbf(x, x) + 0.1 * jnp.eye(x.shape[0], dtype=x.dtype)
+        chol = jnp.linalg.cholesky(k)
+        alpha = sla.cho_solve((chol, True), y)
+        mean = rbf(xs, x) @ alpha
+        nll = 0.5 * y @ alpha + jnp.sum(jnp.log(jnp.diag(chol)))
+        return mean, nll
+
+    return Model("jax_gp_regression", "jax", "inference", gp, [x, y, xs])
+
+
+def flax_bf16_mlp_train() -> Model:
+    """A transformer MLP block trained in bfloat16 (parameters, activations and matmuls in bf16, the
+    loss in f32), one SGD step on 512 tokens of width 512."""
+    import flax.linen as nn
+    import jax
+    import jax.numpy as jnp
+
+    class Block(nn.Module):
+        @nn.compact
+        def __call__(self, x):
+            h = nn.LayerNorm(dtype=jnp.bfloat16, param_dtype=jnp.bfloat16)(x)
+            h = nn.Dense(2048, dtype=jnp.bfloat16, param_dtype=jnp.bfloat16)(h)
+            return x + nn.Dense(512, dtype=jnp.bfloat16, param_dtype=jnp.bfloat16)(nn.gelu(h))
+
+    net = Block()
+    x = seeded_rng(30).standard_normal((512, 512)).astype(jnp.bfloat16)
+    params = net.init(jax.random.PRNGKey(0), x[:1])
+
+    def step(p, x):
+        def loss(p):
+            return jnp.mean(jnp.square(net.apply(p, x).astype(jnp.float32)))
+        l, g = jax.value_and_grad(loss)(p)
+        return jax.tree_util.tree_map(lambda a, b: a - jnp.asarray(1e-2, a.dtype) * b, p, g), l
+
+    fn, args = flat_function(step, params, x)
+    return Model("flax_bf16_mlp_train", "flax", "training", fn, args)
+
+
+def flax_dropout_train() -> Model:
+    """A transformer encoder layer trained with dropout (jax.random masks from a threaded key: the
+    random bit generator in the step), Adam, 8 sequences of 128 tokens of width 256."""
+    import flax.linen as nn
+    import jax
+    import jax.numpy as jnp
+
+    class Layer(nn.Module):
+        @nn.compact
+        def __call__(self, x, train):
+            h = nn.MultiHeadDotProductAttention(num_heads=4, dropout_rate=0.1, deterministic=not train)(x, x)
+            x = nn.LayerNorm()(x + nn.Dropout(0.1, deterministic=not train)(h))
+            h = nn.Dense(256)(nn.Dropout(0.1, deterministic=not train)(nn.relu(nn.Dense(1024)(x))))
+            return nn.LayerNorm()(x + h)
+
+    net = Layer()
+    x = seeded_rng(31).standard_normal((8, 128, 256)).astype(np.float32)
+    params = net.init(jax.random.PRNGKey(0), x[:1], False)
+    key = np.asarray(jax.random.key_data(jax.random.PRNGKey(7)))
+
+    def loss(p, batch):
+        xb, k = batch
+        rngs = {"dropout": jax.random.wrap_key_data(k)}
+        return jnp.mean(jnp.square(net.apply(p, xb, True, rngs=rngs) - xb))
+
+    fn, args = adam_step(loss, params, (x, key))
+    return Model("flax_dropout_train", "flax+optax", "training", fn, args)
+
+
+def jax_spectrogram() -> Model:
+    """A log-mel spectrogram of 8 clips of 1 s at 16 kHz: framing by a strided gather (400-sample
+    Hann windows every 160), an FFT, magnitudes, a mel filter bank matmul, a log."""
+    import jax.numpy as jnp
+
+    r = seeded_rng(32)
+    audio = r.standard_normal((8, 16000)).astype(np.float32)
+    mel = np.abs(r.standard_normal((257, 80))).astype(np.float32) / 257
+
+    def spec(audio, mel):
+        frames = 1 + (audio.shape[1] - 400) // 160
+        idx = jnp.arange(frames)[:, None] * 160 + jnp.arange(400)[None, :]
+        window = 0.5 - 0.5 * jnp.cos(2 * jnp.pi * jnp.arange(400) / 400)
+        x = audio[:, idx] * window
+        power = jnp.abs(jnp.fft.rfft(x, n=512)) ** 2
+        return jnp.log(power @ mel + 1e-6)
+
+    return Model("jax_spectrogram", "jax", "inference", spec, [audio, mel])
+
+
+def jax_int8_matmul() -> Model:
+    """An int8-quantized linear layer: per-row activation scales, int8 x int8 matmul accumulated in
+    int32, dequantized with per-channel weight scales, a bias and a GELU; 2,048 tokens, 1024 -> 4096."""
+    import jax
+    import jax.numpy as jnp
+
+    r = seeded_rng(33)
+    x = r.standard_normal((2048, 1024)).astype(np.float32)
+    wq = r.integers(-127, 128, (1024, 4096)).astype(np.int8)
+    wscale = (np.abs(r.standard_normal(4096)) / 127).astype(np.float32)
+    bias = r.standard_normal(4096).astype(np.float32)
+
+    def layer(x, wq, wscale, bias):
+        xscale = jnp.max(jnp.abs(x), axis=1, keepdims=True) / 127
+        xq = jnp.clip(jnp.round(x / xscale), -127, 127).astype(jnp.int8)
+        acc = jax.lax.dot(xq, wq, preferred_element_type=jnp.int32)
+        return jax.nn.gelu(acc.astype(jnp.float32) * xscale * wscale + bias)
+
+    return Model("jax_int8_matmul", "jax", "inference", layer, [x, wq, wscale, bias])
+
+
+def flax_resnext_block() -> Model:
+    """Two ResNeXt blocks (grouped 3x3 convolutions, 32 groups) and a strided transposed convolution
+    up, batch norm in inference mode; 8 images of 56x56x128."""
+    import flax.linen as nn
+    import jax
+
+    class Block(nn.Module):
+        @nn.compact
+        def __call__(self, x):
+            h = nn.relu(nn.BatchNorm(use_running_average=True)(nn.Conv(128, (1, 1))(x)))
+            h = nn.relu(nn.BatchNorm(use_running_average=True)(nn.Conv(128, (3, 3), feature_group_count=32)(h)))
+            return nn.relu(x + nn.BatchNorm(use_running_average=True)(nn.Conv(128, (1, 1))(h)))
+
+    class Net(nn.Module):
+        @nn.compact
+        def __call__(self, x):
+            x = Block()(Block()(x))
+            return nn.ConvTranspose(64, (3, 3), strides=(2, 2))(x)
+
+    net = Net()
+    x = random_images(8, 56, channels=128, seed=34)
+    params = net.init(jax.random.PRNGKey(0), x[:1])
+    fn, args = flat_function(lambda p, x: net.apply(p, x), params, x)
+    return Model("flax_resnext_block", "flax", "inference", fn, args)

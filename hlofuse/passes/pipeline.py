@@ -34,6 +34,7 @@ from .conditional_to_select import ConditionalToSelect
 from .nested_fusion_flattener import NestedFusionFlattener
 from .oversized_fusion_splitter import OversizedFusionSplitter
 from .reduce_window_rewriter import ReduceWindowRewriter
+from .lapack_call_expander import LapackCallExpander
 from .ragged_dot_expander import RaggedDotExpander
 from .shuffle_expander import ShuffleExpander
 from .stochastic_convert_decomposer import StochasticConvertDecomposer
@@ -54,6 +55,7 @@ PASSES: dict[str, type[HloPass]] = {
     "nested-fusion-flattener": NestedFusionFlattener,
     "oversized-fusion-splitter": OversizedFusionSplitter,
     "reduce-window-rewriter": ReduceWindowRewriter,
+    "lapack-call-expander": LapackCallExpander,
     "simplifier": AlgebraicSimplifier,
     "algsimp": AlgebraicSimplifier,  # XLA's name for it
     "constant-folding": ConstantFolding,
@@ -286,7 +288,7 @@ def standard_pipeline(target: str = "cpu", fusion: bool = True, verify: bool = F
                       expand_scans: bool = True) -> PassPipeline:
     """batchnorm-expander, scan-expander, conditional-to-select, stochastic-convert-decomposer,
     shuffle-expander, ragged-dot-expander, nested-fusion-flattener, oversized-fusion-splitter,
-    reduce-window-rewriter, legacy-index-vectors,
+    reduce-window-rewriter, lapack-call-expander, legacy-index-vectors,
     scatter-simplifier, contraction-types, call-inliner, simplifier, reshape-mover, simplifier,
     cse, dce, for the GPU tree-reduction-rewriter (its reduction kernels fold at most about
     sqrt(R) partials into one accumulator), then (with `fusion`) the fusion passes for `target`
@@ -302,7 +304,7 @@ def standard_pipeline(target: str = "cpu", fusion: bool = True, verify: bool = F
     the fusion passes' own inliner (which `--passes fusion-pipeline` alone needs) is left out."""
     compiled_only = ([ScanExpander(), ConditionalToSelect(), StochasticConvertDecomposer(), ShuffleExpander(),
                       RaggedDotExpander(), NestedFusionFlattener(), OversizedFusionSplitter(),
-                      ReduceWindowRewriter()]
+                      ReduceWindowRewriter(), LapackCallExpander()]
                      if expand_scans else [])
     passes: list[HloPass] = [BatchNormExpander(), *compiled_only, LegacyIndexVectors(),
                              ScatterToDynamicUpdateSlice(), ContractionTypes(),

@@ -336,7 +336,7 @@ def test_pipeline_verify_names_the_pass_that_broke_the_module():
 
 def test_standard_pipeline_order():
     without = standard_pipeline(fusion=False)
-    before_fusion = ["batchnorm-expander", "scan-expander", "conditional-to-select", "stochastic-convert-decomposer", "shuffle-expander", "ragged-dot-expander", "nested-fusion-flattener", "oversized-fusion-splitter", "reduce-window-rewriter", "legacy-index-vectors", "scatter-simplifier",
+    before_fusion = ["batchnorm-expander", "scan-expander", "conditional-to-select", "stochastic-convert-decomposer", "shuffle-expander", "ragged-dot-expander", "nested-fusion-flattener", "oversized-fusion-splitter", "reduce-window-rewriter", "lapack-call-expander", "legacy-index-vectors", "scatter-simplifier",
                      "contraction-types",
                      "call-inliner", "simplifier",
                      "reshape-mover",

@@ -7,8 +7,10 @@ import numpy as np
 
 from ...hlo.errors import UnsupportedError
 from ...hlo.ir import HloInstruction
+from ...hlo.lapack_calls import lapack_call
 from ...hlo.opcodes import mark_unsupported, opcodes_where, register_reference
 from .core import TOKEN, Value, is_elementwise_computation
+from .linalg import lapack_reference
 
 
 @register_reference("parameter")
@@ -148,7 +150,11 @@ def _map(inst: HloInstruction, args: list, interp) -> Value:
 
 @register_reference("custom-call")
 def _custom_call(inst: HloInstruction, args: list, interp) -> Value:
-    """Refused: a custom call's meaning lives in a library the interpreter does not have."""
+    """JAX's LAPACK calls (hlo/lapack_calls.py) as LAPACK defines them (linalg.lapack_reference);
+    any other custom call is refused: its meaning lives in a library the interpreter does not
+    have."""
+    if lapack_call(inst) is not None:
+        return lapack_reference(inst, args)
     target = inst.attrs.get("custom_call_target", "?")
     raise UnsupportedError(f"the interpreter does not support custom-call (instruction {inst.name}): "
                            f"target {str(target)!r} is an external library call")

@@ -10,6 +10,7 @@ import numpy as np
 
 from ...hlo.errors import UnsupportedError
 from ...hlo.ir import HloInstruction
+from ...hlo.lapack_calls import lapack_call
 from ...hlo.opcodes import register_reference
 from .op_helpers import attr_bool, attr_float, attr_int, attr_str, leaf_dtypes, result_dtype
 
@@ -30,8 +31,12 @@ def cholesky_reference(inst: HloInstruction, args: list, interp) -> np.ndarray:
     """`cholesky(a), lower=...`: l with a = l l^H (lower) or u with a = u^H u (upper), reading
     only that triangle of a. The other triangle of the result is zero; a matrix that is not
     positive definite gives NaNs (XLA leaves both implementation-defined)."""
-    a = _wide(args[0])
-    lower = attr_bool(inst, "lower", False)
+    return _cholesky(_wide(args[0]), attr_bool(inst, "lower", False)).astype(result_dtype(inst.shape))
+
+
+def _cholesky(a: np.ndarray, lower: bool) -> np.ndarray:
+    """The Cholesky factor of (f64/c128) `a` (`cholesky_reference`), NaN where a matrix of the
+    batch is not positive definite."""
     strict = np.tril(a, -1) if lower else np.triu(a, 1)
     diag = np.real(np.diagonal(a, axis1=-2, axis2=-1)).astype(a.dtype)
     hermitian = strict + _adjoint(strict)
@@ -45,9 +50,26 @@ def cholesky_reference(inst: HloInstruction, args: list, interp) -> np.ndarray:
         except np.linalg.LinAlgError:
             pass
     out = out.reshape(a.shape)
-    if not lower:
-        out = _adjoint(out)
-    return out.astype(result_dtype(inst.shape))
+    return out if lower else _adjoint(out)
+
+
+def lapack_reference(inst: HloInstruction, args: list) -> tuple | np.ndarray:
+    """A LAPACK custom call (hlo/lapack_calls.py) computed as LAPACK defines it: ?potrf's factor
+    in its `uplo` triangle, the other triangle left as the input's, and `info` 0 per matrix
+    where the factorization succeeded (1 where it did not: LAPACK's is the order of the failing
+    minor; the factor is NaN there); ?trsm's solution (solve_triangular)."""
+    call = lapack_call(inst)
+    if call.op == "cholesky":
+        a = _wide(args[0])
+        factor = _cholesky(a, call.lower)
+        n = a.shape[-1]
+        keep = np.tri(n, dtype=bool) if call.lower else np.tri(n, dtype=bool).T
+        out = np.where(keep, factor, a)
+        info = np.where(np.isfinite(factor).all(axis=(-2, -1)), 0, 1)
+        dtypes = leaf_dtypes(inst.shape)
+        return out.astype(dtypes[0]), np.asarray(info, dtype=dtypes[1])
+    x = solve_triangular(args[0], args[1], call.lower, call.unit_diagonal, call.transpose_a, call.left_side)
+    return x.astype(result_dtype(inst.shape))
 
 
 def _substitute(m: np.ndarray, b: np.ndarray, lower: bool) -> np.ndarray:
