@@ -73,9 +73,16 @@ def test_scatter_matches_interpreter(t, combiner, layout):
     check_everywhere(text, _args(t, LAYOUTS[layout], rng), with_xla=(t == "f32" and combiner == "add"))
 
 
-def test_scatter_runs_as_a_compiled_kernel_sequential_unless_unique():
-    seq = hlofuse.compile(parse_hlo(_module("f32", *LAYOUTS[0][:4], "add")), target="cpu")
+def test_scatter_units_sequential_by_window_or_by_position():
+    # both window dimensions' starts are scattered: one unit
+    seq = hlofuse.compile(parse_hlo(_module("f32", *LAYOUTS[2][:4], "add")), target="cpu")
     assert [(k.custom, k.units) for k in seq.program._planner.kernels] == [("scatter", 1)]
+    # the window's dimension takes no scattered start: its 6 indices are the units, each in the
+    # positions' order (duplicate index 1 twice: the same bits as the interpreter)
+    text = _module("f32", *LAYOUTS[0][:4], "general")
+    split = hlofuse.compile(parse_hlo(text), target="cpu")
+    assert [(k.custom, k.units) for k in split.program._planner.kernels] == [("scatter", 6)]
+    check_everywhere(text, _args("f32", LAYOUTS[0], np.random.default_rng(4)), with_xla=False)
     text = _module("f32", "64,32", "16,1", "16,32", LAYOUTS[0][3], "add", unique=True)
     par = hlofuse.compile(parse_hlo(text), target="cpu")
     assert [(k.custom, k.units) for k in par.program._planner.kernels] == [("scatter", 16)]

@@ -18,10 +18,15 @@ anything reading them). The output buffers already hold the operands when the ke
   * each element becomes to_apply(current output values..., update values...), inlined through
     the element generators (variadic scatters combine several operands at once).
 
-Positions run in order, each window in row-major order, as the reference interpreter applies
-them, so duplicate indices combine in the same order and give the same bits. The kernel is
-sequential (one work unit) unless the scatter says unique_indices, when positions write
-disjoint windows and are split across threads.
+Positions run in order, each window in row-major order (a loop per window dimension, so the
+innermost is affine and LLVM vectorizes it), as the reference interpreter applies them, so
+duplicate indices combine in the same order and give the same bits. The kernel's work units:
+positions, where the scatter says unique_indices (they write disjoint windows); else the
+indices of the outermost window dimension where its operand dimension takes no scattered start
+(`window_split`: every position writes index w of that dimension at w, so units write
+disjoint elements, each in the positions' order: the same bits); else one unit. An embedding
+bag's gradient or segment sum (a DLRM's eight tables of [2048, 64] summed from 8,192 gathered
+rows each) runs its tables on both cores that way.
 """
 from __future__ import annotations
 
@@ -58,6 +63,24 @@ def _positions(scatter: HloInstruction) -> tuple[list[int], list[int]]:
     return [d for d in range(rank) if d not in window], window
 
 
+def window_split(scatter: HloInstruction) -> bool:
+    """Whether a scatter's units are the indices of its outermost window dimension: not
+    unique_indices, a window of at least two dimensions' worth (the outermost longer than 1),
+    and that dimension's operand dimension not one the indices give starts in."""
+    if scatter.attrs.get("unique_indices", False):
+        return False
+    _sdims, wdims = _positions(scatter)
+    if not wdims:
+        return False
+    upd_dims = scatter.operands[-1].shape.dims
+    rank = scatter.operands[0].shape.rank
+    inserted = {int(d) for d in scatter.attrs.get("inserted_window_dims", ())}
+    batch = {int(d) for d in scatter.attrs.get("input_batching_dims", ())}
+    window_op_dims = [d for d in range(rank) if d not in inserted and d not in batch]
+    scattered = {int(d) for d in scatter.attrs.get("scatter_dims_to_operand_dims", ())}
+    return upd_dims[wdims[0]] > 1 and window_op_dims[0] not in scattered
+
+
 def plan_scatter(comp: HloComputation, name: str) -> tuple[list, dict[int, int]] | None:
     """The scatter kernel of `comp` and the Step.inplace map (output leaf -> operand leaf), or
     None when `comp` is not a scatter that can run in place."""
@@ -72,11 +95,18 @@ def plan_scatter(comp: HloComputation, name: str) -> tuple[list, dict[int, int]]
     positions = math.prod(upd_dims[d] for d in sdims)
     window = math.prod(upd_dims[d] for d in wdims)
     parallel = bool(scatter.attrs.get("unique_indices", False))
-    units = positions if parallel else min(positions, 1) * (1 if window else 0)
+    split = window_split(scatter)
+    if parallel:
+        units, per_unit = positions, window
+    elif split and positions and window:
+        units = upd_dims[wdims[0]]
+        per_unit = positions * (window // units)
+    else:
+        units, per_unit = min(positions, 1) * (1 if window else 0), window * positions
     slots = param_leaf_slots(comp)
     n_in = sum(len(s) for s in slots.values())
     n_out = len(output_leaves(comp))
-    kernel = KernelPlan(comp, list(range(n_out)), units, window * (1 if parallel else positions), None,
+    kernel = KernelPlan(comp, list(range(n_out)), units, per_unit, None,
                         name=f"{name}_scatter", inputs=[("in", i) for i in range(n_in)],
                         results=[("out", q) for q in range(n_out)], custom="scatter")
     return [kernel], {k: slots[p.parameter_number][0][0] for k, p in enumerate(params)}
@@ -114,8 +144,10 @@ def emit_scatter_kernel(skel, plan) -> None:
     leaves = output_leaves(plan.comp)
     outs = [skel.output_ptr(k) for k in range(len(leaves))]
     combiner = a["to_apply"]
-    lo, hi = (skel.begin, skel.end) if parallel else (const_i64(0), b.select(
-        b.icmp_signed(">", skel.end, skel.begin), const_i64(positions), const_i64(0)))
+    split = window_split(scatter)
+    any_unit = b.icmp_signed(">", skel.end, skel.begin)
+    lo, hi = (skel.begin, skel.end) if parallel else (const_i64(0), b.select(any_unit, const_i64(positions),
+                                                                             const_i64(0)))
 
     with for_range(b, lo, hi, "pos") as p:
         pos = delinearize(b, p, pos_dims) if pos_dims else []
@@ -131,8 +163,7 @@ def emit_scatter_kernel(skel, plan) -> None:
             inside = b.and_(inside, b.icmp_signed(">=", starts[od], const_i64(0)))
             inside = b.and_(inside, b.icmp_signed("<=", starts[od], const_i64(op_dims[od] - sizes[od])))
         with b.if_then(inside):
-            with for_range(b, const_i64(0), const_i64(math.prod(win_dims)), "win") as w:
-                win = delinearize(b, w, win_dims) if win_dims else []
+            def element(win: list) -> None:
                 upd_multi = [None] * len(upd_dims)
                 for d, v in zip(sdims, pos):
                     upd_multi[d] = v
@@ -149,4 +180,15 @@ def emit_scatter_kernel(skel, plan) -> None:
                 result = list(result) if isinstance(result, tuple) else [result]
                 for v, q, leaf in zip(result, ptrs, leaves):
                     store_element(b, v, q, leaf.shape.dtype)
+
+            def window(k: int, win: list) -> None:
+                """Window dimensions k.. in row-major order, one loop each."""
+                if k == len(win_dims):
+                    element(win)
+                    return
+                first, last = ((skel.begin, skel.end) if k == 0 and split else (const_i64(0), const_i64(win_dims[k])))
+                with for_range(b, first, last, f"win{k}") as v:
+                    window(k + 1, win + [v])
+
+            window(0, [])
     skel.finish()
