@@ -10,11 +10,14 @@ jaxlib's LAPACK wrappers, not to XLA's `cholesky` and `triangular-solve` ops:
         backend_config={diag = 78 : ui8, side = 76 : ui8, trans_x = 84 : ui8, uplo = 76 : ui8}
 
 (the options are LAPACK's characters: uplo 'L'/'U', side 'L'/'R', trans_x 'N'/'T'/'C', diag
-'N'/'U'; ?potrf also returns LAPACK's `info`, 0 where the factorization succeeded). `lapack_call`
-reads such an instruction; the interpreter computes it with its own Cholesky and substitution
-(runtime/interpreter/linalg.py), and the compiled backends rewrite it into XLA's ops
-(passes/lapack_call_expander.py). Other LAPACK targets (getrf, geqrf, syevd, gesdd) stay
-refused by name.
+'N'/'U'; ?potrf also returns LAPACK's `info`, 0 where the factorization succeeded), and
+`jnp.linalg.solve`, `inv`, `det` and `slogdet` to `lapack_?getrf_ffi` (an LU factorization with
+partial pivoting: (lu, ipiv, info), ipiv LAPACK's 1-based row interchanges) and ?trsm.
+`lapack_call` reads such an instruction; the interpreter computes it with its own Cholesky,
+LU and substitution (runtime/interpreter/linalg.py); the compiled backends rewrite ?potrf and
+?trsm into XLA's ops (passes/lapack_call_expander.py) and run ?getrf, which XLA has no op
+for, through a library rule of their own (runtime/library_linalg.lu_factor). Other LAPACK
+targets (geqrf, syevd, gesdd) stay refused by name.
 """
 from __future__ import annotations
 
@@ -23,7 +26,7 @@ from dataclasses import dataclass
 
 from .ir import HloInstruction
 
-_TARGET = re.compile(r"^lapack_([sdcz])(potrf|trsm)_ffi$")
+_TARGET = re.compile(r"^lapack_([sdcz])(potrf|trsm|getrf)_ffi$")
 _OPTION = re.compile(r"(\w+)\s*=\s*(\d+)\s*:\s*ui8")
 _TRANSPOSE = {"N": "NO_TRANSPOSE", "T": "TRANSPOSE", "C": "ADJOINT"}
 
@@ -32,7 +35,7 @@ _TRANSPOSE = {"N": "NO_TRANSPOSE", "T": "TRANSPOSE", "C": "ADJOINT"}
 class LapackCall:
     """A LAPACK custom call as the op it computes (module docstring)."""
 
-    op: str  # "cholesky" or "triangular-solve"
+    op: str  # "cholesky", "triangular-solve" or "lu"
     lower: bool
     left_side: bool = True
     transpose_a: str = "NO_TRANSPOSE"
@@ -58,6 +61,8 @@ def lapack_call(inst: HloInstruction) -> LapackCall | None:
     uplo = opts.get("uplo", "L")
     if uplo not in "LU":
         return None
+    if m.group(2) == "getrf":
+        return LapackCall("lu", False)
     if m.group(2) == "potrf":
         return LapackCall("cholesky", uplo == "L")
     side, trans, diag = opts.get("side", "L"), opts.get("trans_x", "N"), opts.get("diag", "N")

@@ -69,15 +69,16 @@ class LapackCallExpander(OpExpander):
     name: ClassVar[str] = "lapack-call-expander"
 
     def matches(self, inst: HloInstruction) -> bool:
-        """A ?potrf or ?trsm call of JAX's."""
-        return lapack_call(inst) is not None
+        """A ?potrf or ?trsm call of JAX's (?getrf has no XLA op: a library rule runs it)."""
+        call = lapack_call(inst)
+        return call is not None and call.op != "lu"
 
     def run(self, module) -> bool:
         """Expand every call, then remove the calls (a custom call counts as side-effecting,
         so the rewriter keeps it once unused; these compute values and nothing else)."""
         changed = super().run(module)
         for comp in module.computations:
-            dead = [i for i in comp.instructions if lapack_call(i) is not None and not i.users and not i.is_root()]
+            dead = [i for i in comp.instructions if self.matches(i) and not i.users and not i.is_root()]
             for inst in dead:
                 inst.detach_operands()
             remove_instructions(comp, dead)

@@ -18,6 +18,7 @@ import math
 import numpy as np
 
 from ..hlo.errors import UnsupportedError
+from ..hlo.lapack_calls import lapack_call
 from ..hlo.opcodes import mark_unsupported, register_library
 from .host_calls import batched_stable_order, combine_in_rounds, host_calls, is_strict_weak_order_result
 from .interpreter import op_helpers
@@ -362,7 +363,16 @@ def get_dimension_size(inst, args, ctx):
 
 @register_library("custom-call")
 def custom_call(inst, args, ctx):
-    """Custom calls are external library calls: unsupported."""
+    """JAX's LAPACK LU (?getrf, hlo/lapack_calls.py: XLA has no op for it; its ?potrf and ?trsm
+    become XLA's ops before this runs) through library_linalg.lu_factor; any other custom call
+    is an external library call: unsupported."""
+    call = lapack_call(inst)
+    if call is not None and call.op == "lu":
+        from .library_linalg import lu_factor  # (library_linalg imports this module)
+
+        lu, ipiv, info = lu_factor(np.asarray(args[0]))
+        types = [np.dtype(_np_dtype(leaf)) for leaf in inst.shape.leaves()]
+        return lu.astype(types[0]), ipiv.astype(types[1]), info.astype(types[2])
     target = inst.attrs.get("custom_call_target", "?")
     raise UnsupportedError(f"custom-call {inst.name} (target {target!s}) cannot run on the CPU backend")
 

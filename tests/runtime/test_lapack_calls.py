@@ -1,7 +1,8 @@
-"""JAX's LAPACK custom calls on the CPU (hlo/lapack_calls.py): ?potrf and ?trsm, as JAX writes
-them, computed by the interpreter as LAPACK defines them (checked against numpy's own
-factorization and solves) and by the compiled backends through XLA's ops
-(passes/lapack_call_expander.py), checked against the interpreter."""
+"""JAX's LAPACK custom calls on the CPU (hlo/lapack_calls.py): ?potrf, ?trsm and ?getrf, as JAX
+writes them, computed by the interpreter as LAPACK defines them (checked against numpy's own
+factorization and solves, and P A = L U) and by the compiled backends (XLA's ops for ?potrf and
+?trsm, passes/lapack_call_expander.py; a library rule for ?getrf), checked against the
+interpreter."""
 from __future__ import annotations
 
 import numpy as np
@@ -84,13 +85,53 @@ def test_trsm_solves_as_lapack(side, trans, diag):
     np.testing.assert_allclose(got, x, rtol=1e-5, atol=1e-6)
 
 
+GETRF = """HloModule getrf
+ENTRY e {{
+  a = f32[{b}{m},{n}]{{{layout}}} parameter(0)
+  ROOT c = (f32[{b}{m},{n}]{{{layout}}}, s32[{b}{k}], s32[{bi}]) custom-call(a), custom_call_target="lapack_sgetrf_ffi", operand_layout_constraints={{f32[{b}{m},{n}]{{{layout}}}}}, output_to_operand_aliasing={{{{0}}: (0, {{}})}}, api_version=API_VERSION_TYPED_FFI
+}}
+"""
+
+
+def _unpack(lu: np.ndarray, ipiv: np.ndarray) -> tuple:
+    """(P, L, U) of one packed factorization with 1-based interchanges."""
+    m, n = lu.shape
+    k = min(m, n)
+    low = np.tril(lu, -1)[:, :k] + np.eye(m, k)
+    up = np.triu(lu)[:k, :]
+    perm = np.arange(m)
+    for i, p in enumerate(ipiv):
+        perm[[i, p - 1]] = perm[[p - 1, i]]
+    return perm, low, up
+
+
+@pytest.mark.parametrize("m,n,batch", [(16, 16, ()), (70, 70, ()), (24, 10, ()), (10, 24, ()), (8, 8, (2,))],
+                         ids=["square", "two-panels", "tall", "wide", "batched"])
+def test_getrf_factors_with_partial_pivoting(m, n, batch):
+    layout = ",".join(map(str, [len(batch), len(batch) + 1] + list(range(len(batch) - 1, -1, -1))))
+    text = GETRF.format(b="".join(f"{d}," for d in batch), bi=",".join(map(str, batch)), m=m, n=n, k=min(m, n),
+                        layout=layout)
+    a = np.random.default_rng(m * n).standard_normal(batch + (m, n)).astype(np.float32)
+    if batch:
+        a[1, :, 3] = 0  # a zero column: LAPACK's info is its 1-based index, the factorization goes on
+    for lu, ipiv, info in (evaluate(parse_hlo(text), [a]), _compiled(text, [a])):
+        for idx in np.ndindex(*batch):
+            perm, low, up = _unpack(lu[idx].astype(np.float64), ipiv[idx])
+            np.testing.assert_allclose(low @ up, a[idx][perm].astype(np.float64), rtol=1e-5, atol=1e-5)
+            assert np.all(np.abs(np.tril(lu[idx], -1)) <= 1 + 1e-6)  # partial pivoting's multipliers
+            assert info[idx] == (4 if batch and idx == (1,) else 0)
+    want, got = evaluate(parse_hlo(text), [a]), _compiled(text, [a])
+    np.testing.assert_array_equal(got[1], want[1])  # the same pivots
+    np.testing.assert_allclose(got[0], want[0], rtol=1e-5, atol=1e-5)
+
+
 def test_other_targets_stay_refused_by_name():
-    text = """HloModule lu
+    text = """HloModule qr
 ENTRY e {
   a = f32[4,4]{0,1} parameter(0)
-  ROOT c = (f32[4,4]{0,1}, s32[4], s32[]) custom-call(a), custom_call_target="lapack_sgetrf_ffi"
+  ROOT c = (f32[4,4]{0,1}, f32[4]) custom-call(a), custom_call_target="lapack_sgeqrf_ffi"
 }
 """
     assert lapack_call(parse_hlo(text).entry.root) is None
-    with pytest.raises(Exception, match="lapack_sgetrf_ffi"):
+    with pytest.raises(Exception, match="lapack_sgeqrf_ffi"):
         _compiled(text, [np.eye(4, dtype=np.float32)])

@@ -53,12 +53,44 @@ def _cholesky(a: np.ndarray, lower: bool) -> np.ndarray:
     return out if lower else _adjoint(out)
 
 
+def _lu(a: np.ndarray) -> tuple:
+    """LAPACK ?getrf on each matrix of `a` ([..., m, n], f64/c128): P A = L U by Gaussian
+    elimination with partial pivoting, column by column (the pivot the first row of largest
+    |value| in the column, as LAPACK's i?amax), returned packed (L's multipliers below the
+    diagonal, U on and above), with the 1-based row interchanges and `info` (0, or the 1-based
+    index of the first zero pivot, the elimination going on past it)."""
+    m, n = a.shape[-2:]
+    k_max = min(m, n)
+    flat = a.reshape(-1, m, n).copy()
+    ipiv = np.zeros((flat.shape[0], k_max), dtype=np.int64)
+    info = np.zeros(flat.shape[0], dtype=np.int64)
+    for b, lu in enumerate(flat):
+        for k in range(k_max):
+            p = k + int(np.argmax(np.abs(lu[k:, k])))
+            ipiv[b, k] = p + 1
+            if p != k:
+                lu[[k, p]] = lu[[p, k]]
+            pivot = lu[k, k]
+            if pivot == 0:
+                if info[b] == 0:
+                    info[b] = k + 1
+                continue
+            lu[k + 1:, k] /= pivot
+            lu[k + 1:, k + 1:] -= np.outer(lu[k + 1:, k], lu[k, k + 1:])
+    batch = a.shape[:-2]
+    return flat.reshape(a.shape), ipiv.reshape(batch + (k_max,)), info.reshape(batch)
+
+
 def lapack_reference(inst: HloInstruction, args: list) -> tuple | np.ndarray:
     """A LAPACK custom call (hlo/lapack_calls.py) computed as LAPACK defines it: ?potrf's factor
     in its `uplo` triangle, the other triangle left as the input's, and `info` 0 per matrix
     where the factorization succeeded (1 where it did not: LAPACK's is the order of the failing
     minor; the factor is NaN there); ?trsm's solution (solve_triangular)."""
     call = lapack_call(inst)
+    if call.op == "lu":
+        lu, ipiv, info = _lu(_wide(args[0]))
+        dtypes = leaf_dtypes(inst.shape)
+        return lu.astype(dtypes[0]), ipiv.astype(dtypes[1]), info.astype(dtypes[2])
     if call.op == "cholesky":
         a = _wide(args[0])
         factor = _cholesky(a, call.lower)
