@@ -16,7 +16,7 @@ partial pivoting: (lu, ipiv, info), ipiv LAPACK's 1-based row interchanges) and 
 `lapack_call` reads such an instruction; the interpreter computes it with its own Cholesky,
 LU and substitution (runtime/interpreter/linalg.py); the compiled backends rewrite ?potrf and
 ?trsm into XLA's ops (passes/lapack_call_expander.py) and run ?getrf, which XLA has no op
-for, through a library rule of their own (runtime/library_linalg.lu_factor). Other LAPACK
+for, through a library rule of their own (runtime/library_lu.lu_factor). Other LAPACK
 targets (geqrf, syevd, gesdd) stay refused by name.
 """
 from __future__ import annotations

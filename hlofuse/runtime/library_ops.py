@@ -23,6 +23,7 @@ from ..hlo.opcodes import mark_unsupported, register_library
 from .host_calls import batched_stable_order, combine_in_rounds, host_calls, is_strict_weak_order_result
 from .interpreter import op_helpers
 from .interpreter.sort import comparator_sort_order
+from .library_lu import lu_factor
 
 
 def _np_dtype(shape):
@@ -364,12 +365,10 @@ def get_dimension_size(inst, args, ctx):
 @register_library("custom-call")
 def custom_call(inst, args, ctx):
     """JAX's LAPACK LU (?getrf, hlo/lapack_calls.py: XLA has no op for it; its ?potrf and ?trsm
-    become XLA's ops before this runs) through library_linalg.lu_factor; any other custom call
+    become XLA's ops before this runs) through library_lu.lu_factor; any other custom call
     is an external library call: unsupported."""
     call = lapack_call(inst)
     if call is not None and call.op == "lu":
-        from .library_linalg import lu_factor  # (library_linalg imports this module)
-
         lu, ipiv, info = lu_factor(np.asarray(args[0]))
         types = [np.dtype(_np_dtype(leaf)) for leaf in inst.shape.leaves()]
         return lu.astype(types[0]), ipiv.astype(types[1]), info.astype(types[2])
