@@ -12,7 +12,10 @@ first thirteen did not cover: LLM backbones, EfficientNet, ConvNeXt, a UNet and 
 model's training steps, a GRU trained through a scan, a text CNN, top-k sampling); the eight
 after them in model_zoo_more.py (op classes those leave out: scatter-adds of a graph network,
 a mixture of experts' gathers, a key-value cache's updates in a loop, an associative scan,
-dilated 1-D convolutions, patch embeddings, token mixing, DenseNet's concatenations).
+dilated 1-D convolutions, patch embeddings, token mixing, DenseNet's concatenations, LAPACK calls,
+bf16 training, dropout's random bits, FFTs, int8 dots, grouped convolutions); the last seven in
+model_zoo_extra.py (a VAE, 3-D convolutions, a neural ODE, a contrastive loss, a ranking step, a
+DLRM-style recommender, a keras LSTM).
 """
 from __future__ import annotations
 
@@ -23,6 +26,7 @@ os.environ.setdefault("KERAS_BACKEND", "jax")
 
 import numpy as np  # noqa: E402
 
+import model_zoo_extra as extra  # noqa: E402
 import model_zoo_more as more  # noqa: E402
 import model_zoo_recent as recent  # noqa: E402
 from model_zoo_parts import (Model, adam_step, flat_function, keras_hub_backbone, keras_inference,  # noqa: E402
@@ -334,4 +338,12 @@ BUILDERS: dict[str, Callable[[], Model]] = {
     "jax_spectrogram": more.jax_spectrogram,
     "jax_int8_matmul": more.jax_int8_matmul,
     "flax_resnext_block": more.flax_resnext_block,
+    # model_zoo_extra.py
+    "flax_vae_train": extra.flax_vae_train,
+    "flax_conv3d": extra.flax_conv3d,
+    "jax_neural_ode": extra.jax_neural_ode,
+    "jax_clip_loss": extra.jax_clip_loss,
+    "jax_ranking": extra.jax_ranking,
+    "jax_dlrm": extra.jax_dlrm,
+    "keras_lstm_classifier": extra.keras_lstm_classifier,
 }
