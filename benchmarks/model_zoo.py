@@ -9,7 +9,7 @@ Libraries (the `bench` extra): keras 3 on the JAX backend (keras.applications, k
 flax (linen), equinox, dm-haiku, optax. A model whose library is missing is skipped with the
 reason; nothing else is needed. The last nine are in model_zoo_recent.py (architectures the
 first thirteen did not cover: LLM backbones, EfficientNet, ConvNeXt, a UNet and a language
-model's training steps, a GRU trained through a scan, a text CNN, top-k sampling); the eight
+model's training steps, a GRU trained through a scan, a text CNN, top-k sampling); the fourteen
 after them in model_zoo_more.py (op classes those leave out: scatter-adds of a graph network,
 a mixture of experts' gathers, a key-value cache's updates in a loop, an associative scan,
 dilated 1-D convolutions, patch embeddings, token mixing, DenseNet's concatenations, LAPACK calls,

@@ -4,11 +4,20 @@ classes the first twenty-two leave out, each from the library a user would write
 - jax: a graph network's training step (edge gathers, segment sums: scatter-adds, and their
   gradients), a mixture-of-experts layer (top-2 routing, gathers into expert batches), a
   transformer's autoregressive decode loop over a key-value cache (dynamic-update-slice in a
-  `fori_loop`), a selective state-space scan (Mamba-style, `lax.associative_scan`);
+  `fori_loop`), a selective state-space scan (Mamba-style, `lax.associative_scan`), a
+  Gaussian-process regression (LAPACK's Cholesky and triangular solves), a log-mel spectrogram
+  (an FFT), an int8-quantized layer (an integer dot);
 - flax: a WaveNet stack (dilated causal 1-D convolutions, gated activations), a Vision
   Transformer (patch embedding by a strided convolution, attention), an MLP-Mixer's training
-  step (token mixing across transposes);
+  step (token mixing across transposes), a bf16 MLP block's training step, a dropout
+  transformer layer's training step (random bits), ResNeXt blocks (grouped convolutions);
 - keras: DenseNet121 (concatenations of growing feature maps, average pools).
+
+Found by running them beside XLA:CPU (session of 2026-11-28): the scan ran the emitter out of
+memory (passes/fusion/indexing_evaluation.py) and then took 4.2x XLA's time (pad operands under
+branches, short rows), the mixture of experts 14x (its cumsum: passes/reduce_window_rewriter.py),
+the int8 layer 400x (integer dots in BLAS), the GP did not compile (LAPACK calls), the dropout
+step crashed (index_probe).
 """
 from __future__ import annotations
 
