@@ -18,6 +18,7 @@ from .decisions import Decision, FusionLog
 from .cpu_multi_output import is_plain_loop
 from .fusibility import fused_operands_reused, reuses_operand_elements
 from .fusion_utils import Reachability
+from .indexing_evaluation import reads_new_index
 from .sibling_rules import hero
 
 
@@ -51,6 +52,11 @@ class FusionContext:
     # fusion -> (its computation's revision, the indexing analysis of indexing_evaluation.emitted_copies):
     # checked against the revision on each use, so nothing needs to drop it
     indexing: dict[HloInstruction, tuple] = field(default_factory=dict)
+    # fusion -> (its computation's revision, whether an instruction of it reads an array operand
+    # at another index: indexing_evaluation.reads_new_index): scanned on first use, then kept up
+    # to date from the instructions instruction fusion adds (`note_grown`), so a fusion growing
+    # along a chain is not walked again for the duplication check at every step
+    new_index: dict[HloInstruction, tuple] = field(default_factory=dict)
 
     @classmethod
     def for_computation(cls, comp: HloComputation, params: TargetParams, log: FusionLog, pass_name: str,
@@ -103,6 +109,25 @@ class FusionContext:
         if known is None:
             known = self.plain_loops[inst] = is_plain_loop(inst)
         return known
+
+    def reads_new_index(self, fusion: HloInstruction) -> bool:
+        """Whether some instruction of `fusion`'s computation reads an array operand at another
+        index (indexing_evaluation.reads_new_index): if not, it emits every array once per index."""
+        comp = fusion.fused_computation
+        known = self.new_index.get(fusion)
+        if known is not None and known[0] == comp.revision:
+            return known[1]
+        flag = any(reads_new_index(i) for i in comp.instructions)
+        self.new_index[fusion] = (comp.revision, flag)
+        return flag
+
+    def note_grown(self, fusion: HloInstruction, revision: int, added: list[HloInstruction]) -> None:
+        """Instruction fusion added `added` to `fusion` (whose computation was at `revision`
+        before): its `reads_new_index` answer follows from them, if it was known."""
+        known = self.new_index.get(fusion)
+        if known is not None and known[0] == revision:
+            flag = known[1] or any(reads_new_index(i) for i in added)
+            self.new_index[fusion] = (fusion.fused_computation.revision, flag)
 
     # ---- naming -----------------------------------------------------------------------------
     def source_name(self, inst: HloInstruction) -> str:

@@ -52,6 +52,17 @@ def _indexing(fusion: HloInstruction, memo: dict | None) -> tuple[dict, dict]:
     return users, count
 
 
+def reads_new_index(inst: HloInstruction) -> bool:
+    """Whether `inst` asks an operand of rank > 0 for its element at another index than its own
+    (any change of shape but a transpose's permutation; a tuple passes each operand's index
+    through). A fused computation without such an instruction emits each of its instructions
+    once per distinct index of a scalar at most: every count is 1 for its arrays."""
+    if inst.opcode in ("transpose", "tuple", "parameter"):
+        return False
+    dims = tuple(inst.shape.dims) if inst.shape.is_array else None
+    return any(op.shape.is_array and op.shape.rank > 0 and tuple(op.shape.dims) != dims for op in inst.operands)
+
+
 def emitted_copies(fusion: HloInstruction, operand: HloInstruction, memo: dict | None = None) -> int:
     """How many times `fusion`'s kernel would emit the code of `operand` if it were fused in:
     XLA's FusionNodeIndexingEvaluation.EvaluateEmittedInstructions. Every instruction has a set

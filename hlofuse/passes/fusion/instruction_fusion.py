@@ -322,8 +322,10 @@ def _fuse(producer: HloInstruction, consumer: HloInstruction, ctx: FusionContext
         ctx.note_replaced(consumer, fusion)
     original = producer.original
     added: list[HloInstruction] = []
+    revision = fusion.fused_computation.revision
     fuse_producer(fusion, producer, added)
     ctx.note_fused(fusion, reused)
+    ctx.note_grown(fusion, revision, added)
     if duplicated:
         for inst in added:
             if inst.original is original:

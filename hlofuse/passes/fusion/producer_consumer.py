@@ -316,6 +316,8 @@ def code_duplication(producer: HloInstruction, consumer: HloInstruction, ctx: Fu
     a scalar constant, a literal in every copy (no code: it would otherwise be a buffer)."""
     if consumer.opcode != "fusion" or producer.opcode == "broadcast" or _is_scalar_constant(producer):
         return ALLOW
+    if not ctx.reads_new_index(consumer) and (producer.opcode != "fusion" or not ctx.reads_new_index(producer)):
+        return ALLOW  # every array of both is emitted once per index (a chain of elementwise ops)
     copies = fused_copies(consumer, producer, ctx.indexing)
     if copies > MAX_DUPLICATED_INDEXING:
         return refuse("duplicated-indexing", f"{_consumer_label(producer, consumer, ctx)} would emit "
