@@ -31,7 +31,7 @@ import numpy as np
 from ..hlo.attributes import Window, WindowDimension
 from ..hlo.ir import HloInstruction, HloModule
 from ..hlo.shapes import array
-from .op_expander import add, add_splat
+from .op_expander import add
 from .pass_base import HloPass
 from .rewrite import Rewriter
 from .simplifier_base import scalar_constant

@@ -22,6 +22,7 @@ from ..hlo.lapack_calls import lapack_call
 from ..hlo.opcodes import mark_unsupported, register_library
 from .host_calls import batched_stable_order, combine_in_rounds, host_calls, is_strict_weak_order_result
 from .interpreter import op_helpers
+from .interpreter.linalg import lapack_decomposition
 from .interpreter.sort import comparator_sort_order
 from .library_lu import lu_factor
 
@@ -365,9 +366,14 @@ def get_dimension_size(inst, args, ctx):
 @register_library("custom-call")
 def custom_call(inst, args, ctx):
     """JAX's LAPACK LU (?getrf, hlo/lapack_calls.py: XLA has no op for it; its ?potrf and ?trsm
-    become XLA's ops before this runs) through library_lu.lu_factor; any other custom call
-    is an external library call: unsupported."""
+    become XLA's ops before this runs) through library_lu.lu_factor, its eigh, svd and qr
+    routines (defined by LAPACK's algorithms) through numpy's LAPACK as the interpreter runs
+    them; any other custom call is an external library call: unsupported."""
     call = lapack_call(inst)
+    if call is not None and call.op in ("eigh", "svd", "qr", "householder"):
+        # defined by LAPACK's algorithms alone: the interpreter's numpy LAPACK calls
+        leaves = inst.shape.leaves() if inst.shape.is_tuple else [inst.shape]
+        return lapack_decomposition(call, [np.asarray(a) for a in args], leaves)
     if call is not None and call.op == "lu":
         lu, ipiv, info = lu_factor(np.asarray(args[0]))
         types = [np.dtype(_np_dtype(leaf)) for leaf in inst.shape.leaves()]

@@ -1,8 +1,8 @@
 """JAX's LAPACK custom calls on the CPU (hlo/lapack_calls.py): ?potrf, ?trsm and ?getrf, as JAX
 writes them, computed by the interpreter as LAPACK defines them (checked against numpy's own
 factorization and solves, and P A = L U) and by the compiled backends (XLA's ops for ?potrf and
-?trsm, passes/lapack_call_expander.py; a library rule for ?getrf), checked against the
-interpreter."""
+?trsm, passes/lapack_call_expander.py; library rules for the rest), checked against the
+interpreter; ?syevd, ?gesdd, ?geqrf and ?orgqr checked as the decompositions they are."""
 from __future__ import annotations
 
 import numpy as np
@@ -126,12 +126,73 @@ def test_getrf_factors_with_partial_pivoting(m, n, batch):
 
 
 def test_other_targets_stay_refused_by_name():
-    text = """HloModule qr
+    text = """HloModule gees
 ENTRY e {
   a = f32[4,4]{0,1} parameter(0)
-  ROOT c = (f32[4,4]{0,1}, f32[4]) custom-call(a), custom_call_target="lapack_sgeqrf_ffi"
+  ROOT c = (f32[4,4]{0,1}, f32[4]) custom-call(a), custom_call_target="lapack_sgees_ffi"
 }
 """
     assert lapack_call(parse_hlo(text).entry.root) is None
-    with pytest.raises(Exception, match="lapack_sgeqrf_ffi"):
+    with pytest.raises(Exception, match="lapack_sgees_ffi"):
         _compiled(text, [np.eye(4, dtype=np.float32)])
+
+
+SYEVD = """HloModule syevd
+ENTRY e {
+  a = f32[6,6]{0,1} parameter(0)
+  ROOT c = (f32[6,6]{0,1}, f32[6]{0}, s32[]) custom-call(a), custom_call_target="lapack_ssyevd_ffi", api_version=API_VERSION_TYPED_FFI, backend_config={mode = 86 : ui8, uplo = 76 : ui8}
+}
+"""
+
+GESDD = """HloModule gesdd
+ENTRY e {{
+  a = f32[6,4]{{0,1}} parameter(0)
+  ROOT c = (f32[6,4]{{0,1}}, f32[4]{{0}}, f32[6,6]{{0,1}}, f32[4,4]{{0,1}}, s32[]) custom-call(a), custom_call_target="lapack_sgesdd_ffi", api_version=API_VERSION_TYPED_FFI, backend_config={{mode = {mode} : ui8}}
+}}
+"""
+
+QR = """HloModule qr
+ENTRY e {
+  a = f32[6,4]{0,1} parameter(0)
+  g = (f32[6,4]{0,1}, f32[4]{0}) custom-call(a), custom_call_target="lapack_sgeqrf_ffi", api_version=API_VERSION_TYPED_FFI, backend_config={}
+  h = f32[6,4]{0,1} get-tuple-element(g), index=0
+  t = f32[4]{0} get-tuple-element(g), index=1
+  q = f32[6,4]{0,1} custom-call(h, t), custom_call_target="lapack_sorgqr_ffi", api_version=API_VERSION_TYPED_FFI, backend_config={}
+  ROOT r = (f32[6,4]{0,1}, f32[6,4]{0,1}) tuple(h, q)
+}
+"""
+
+
+def _both(text: str, args: list):
+    want = evaluate(parse_hlo(text), args)
+    got = _compiled(text, args)
+    for w, g in zip(want, got):
+        np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=1e-6, atol=1e-6)
+    return want
+
+
+def test_syevd_is_an_eigendecomposition():
+    m = np.random.default_rng(5).standard_normal((6, 6)).astype(np.float32)
+    a = m + m.T
+    v, w, info = _both(SYEVD, [a])
+    assert info == 0 and np.all(np.diff(w) >= 0)  # ascending, as LAPACK's
+    np.testing.assert_allclose(a @ v, v * w, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(v.T @ v, np.eye(6), atol=1e-5)
+
+
+@pytest.mark.parametrize("mode", ["A", "N"])
+def test_gesdd_is_a_singular_value_decomposition(mode):
+    a = np.random.default_rng(6).standard_normal((6, 4)).astype(np.float32)
+    _, s, u, vt, info = _both(GESDD.format(mode=ord(mode)), [a])
+    np.testing.assert_allclose(s, np.linalg.svd(a.astype(np.float64), compute_uv=False), rtol=1e-5)
+    if mode == "A":
+        np.testing.assert_allclose(u[:, :4] * s @ vt, a, rtol=1e-4, atol=1e-5)
+    assert info == 0
+
+
+def test_geqrf_and_orgqr_give_q_and_r():
+    a = np.random.default_rng(7).standard_normal((6, 4)).astype(np.float32)
+    packed, q = _both(QR, [a])
+    r = np.triu(packed[:4])
+    np.testing.assert_allclose(q @ r, a, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(q.T @ q, np.eye(4), atol=1e-5)

@@ -81,12 +81,71 @@ def _lu(a: np.ndarray) -> tuple:
     return flat.reshape(a.shape), ipiv.reshape(batch + (k_max,)), info.reshape(batch)
 
 
+def lapack_decomposition(call, args: list, leaves: list) -> tuple | np.ndarray:
+    """The LAPACK routines whose results LAPACK's algorithms alone define (signs, orders: the
+    compiled backends call this too, runtime/library_ops.custom_call): ?syevd (eigh), ?gesdd
+    (svd), ?geqrf (qr's packed reflectors) through numpy's LAPACK, which runs the same
+    routines, and ?orgqr (the reflectors' product Q = H_1 ... H_k) multiplied out here. `leaves`:
+    the result's array shapes. Outputs LAPACK leaves undefined (vectors not asked for) are zero."""
+    dtypes = [leaf.dtype.numpy for leaf in leaves]
+    # in the operand's own precision, as LAPACK's s/d/c/z routine JAX calls computes it (the
+    # signs of eigenvectors depend on it); narrow floats in f32
+    a = np.asarray(args[0])
+    if a.dtype.kind not in "fc" or a.dtype.itemsize < 4:
+        a = a.astype(np.float32)
+    batch = a.shape[:-2]
+    if call.op == "eigh":
+        w, v = np.linalg.eigh(a, UPLO="L" if call.lower else "U")
+        if call.mode != "V":
+            v = np.zeros_like(a)
+        info = np.zeros(batch, np.int64)
+        return v.astype(dtypes[0]), w.astype(dtypes[1]), info.astype(dtypes[2])
+    if call.op == "svd":
+        if call.mode in ("A", "S"):
+            u, s, vt = np.linalg.svd(a, full_matrices=call.mode == "A")
+        else:
+            s = np.linalg.svd(a, compute_uv=False)
+            u, vt = None, None
+        out = [np.zeros(leaves[0].dims, dtypes[0]), s.astype(dtypes[1])]
+        for k, x in ((2, u), (3, vt)):
+            out.append(np.zeros(leaves[k].dims, dtypes[k]) if x is None else x.astype(dtypes[k]))
+        out.append(np.zeros(batch, dtypes[4]))
+        return tuple(out)
+    if call.op == "qr":
+        flat = a.reshape(-1, *a.shape[-2:])
+        packed, taus = [], []
+        for one in flat:
+            h, tau = np.linalg.qr(one, mode="raw")
+            packed.append(h.T)
+            taus.append(tau)
+        k = min(a.shape[-2:])
+        return (np.stack(packed).reshape(a.shape).astype(dtypes[0]),
+                np.stack(taus).reshape(batch + (k,)).astype(dtypes[1]))
+    # ?orgqr: Q's first n columns, Q = H_1 ... H_k, H_i = I - tau_i v_i v_i^H with v_i 1 at i,
+    # the reflector below it, zeros above
+    a, tau = _wide(args[0]), _wide(args[1])
+    m, n = a.shape[-2:]
+    flat, tflat = a.reshape(-1, m, n), tau.reshape(-1, tau.shape[-1])
+    qs = []
+    for one, t in zip(flat, tflat):
+        q = np.eye(m, n, dtype=one.dtype)
+        for i in range(t.shape[-1] - 1, -1, -1):
+            v = np.zeros(m, one.dtype)
+            v[i] = 1
+            v[i + 1:] = one[i + 1:, i]
+            q -= t[i] * np.outer(v, np.conj(v) @ q)
+        qs.append(q)
+    return np.stack(qs).reshape(a.shape).astype(dtypes[0])
+
+
 def lapack_reference(inst: HloInstruction, args: list) -> tuple | np.ndarray:
     """A LAPACK custom call (hlo/lapack_calls.py) computed as LAPACK defines it: ?potrf's factor
     in its `uplo` triangle, the other triangle left as the input's, and `info` 0 per matrix
     where the factorization succeeded (1 where it did not: LAPACK's is the order of the failing
     minor; the factor is NaN there); ?trsm's solution (solve_triangular)."""
     call = lapack_call(inst)
+    if call.op in ("eigh", "svd", "qr", "householder"):
+        return lapack_decomposition(call, args, inst.shape.leaves() if inst.shape.is_tuple else [inst.shape])
     if call.op == "lu":
         lu, ipiv, info = _lu(_wide(args[0]))
         dtypes = leaf_dtypes(inst.shape)
