@@ -31,9 +31,7 @@ import numpy as np
 from ..hlo.attributes import Window, WindowDimension
 from ..hlo.ir import HloInstruction, HloModule
 from ..hlo.shapes import array
-from .op_expander import add
-from .pass_base import HloPass
-from .rewrite import Rewriter
+from .op_expander import OpExpander, add
 from .simplifier_base import scalar_constant
 
 # The longest window a scan keeps (XLA:CPU's xla_reduce_window_rewrite_base_length).
@@ -145,27 +143,25 @@ def rewrite_scan(inst: HloInstruction) -> HloInstruction:
 
 
 @dataclass(frozen=True)
-class ReduceWindowRewriter(HloPass):
+class ReduceWindowRewriter(OpExpander):
     """Every cumulative reduce-window longer than BASE_LENGTH becomes a tree of short ones,
-    until none is left (module docstring). Work: per scan of N, about log_B(N) rounds of a few
-    instructions each."""
+    until none is left (module docstring): the scan of the block totals is itself a
+    reduce-window, rewritten by the next round. Work: per scan of N, about log_B(N) rounds of
+    a few instructions each."""
 
     name: ClassVar[str] = "reduce-window-rewriter"
 
+    def matches(self, inst: HloInstruction) -> bool:
+        """A cumulative reduce-window the rewrite takes (`scan_dimension`)."""
+        return scan_dimension(inst) is not None
+
+    def expand(self, inst: HloInstruction, run: dict) -> HloInstruction:
+        """Its tree (`rewrite_scan`)."""
+        return rewrite_scan(inst)
+
     def run(self, module: HloModule) -> bool:
-        """Rewrite the scans; True if there was one."""
+        """Rewrite the scans, round after round; True if there was one."""
         changed = False
-        while True:
-            found = [(comp, inst) for comp in module.computations for inst in comp.instructions
-                     if scan_dimension(inst) is not None]
-            if not found:
-                break
-            for comp, inst in found:
-                rewriter = Rewriter(comp)
-                rewriter.replace(inst, rewrite_scan(inst))
-                rewriter.finish()
+        while super().run(module):
             changed = True
-        if changed:
-            for comp in module.computations:
-                comp.sort_instructions()
         return changed
