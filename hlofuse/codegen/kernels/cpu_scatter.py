@@ -65,8 +65,8 @@ def _positions(scatter: HloInstruction) -> tuple[list[int], list[int]]:
 
 def window_split(scatter: HloInstruction) -> bool:
     """Whether a scatter's units are the indices of its outermost window dimension: not
-    unique_indices, a window of at least two dimensions' worth (the outermost longer than 1),
-    and that dimension's operand dimension not one the indices give starts in."""
+    unique_indices (positions are the units then), that dimension longer than 1, and its
+    operand dimension not one the indices give starts in."""
     if scatter.attrs.get("unique_indices", False):
         return False
     _sdims, wdims = _positions(scatter)
