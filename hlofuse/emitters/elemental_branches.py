@@ -40,8 +40,6 @@ MAX_BRANCH_DEPTH = 24
 # Off: every pad and concatenate keeps its selects (a switch for A/B measurements).
 BRANCHED_OPERANDS = True
 _CAP = 64  # weights are counted up to here (a tree count: shared operands count per use)
-_FREE = frozenset({"parameter", "constant", "iota", "broadcast", "reshape", "bitcast", "slice", "transpose",
-                   "copy", "reverse", "get-tuple-element", "tuple"})
 
 
 def operand_weight(em, inst: HloInstruction) -> int:
@@ -52,7 +50,8 @@ def operand_weight(em, inst: HloInstruction) -> int:
     if known is not None:
         return known
     for node in post_order([inst], lambda n: [o for o in n.operands if o not in weights]):
-        own = 0 if node.opcode in _FREE else 1
+        info = node.info  # data movement, bookkeeping and leaves (parameters, constants) compute nothing
+        own = 0 if info.kind == "data" or info.bookkeeping or info.arity == 0 else 1
         weights[node] = min(_CAP, own + sum(weights[o] for o in node.operands))
     return weights[inst]
 

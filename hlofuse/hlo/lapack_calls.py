@@ -77,7 +77,7 @@ def lapack_call(inst: HloInstruction) -> LapackCall | None:
         return LapackCall("qr", False)
     if routine in ("orgqr", "ungqr"):
         return LapackCall("householder", False)
-    if m.group(2) == "potrf":
+    if routine == "potrf":
         return LapackCall("cholesky", uplo == "L")
     side, trans, diag = opts.get("side", "L"), opts.get("trans_x", "N"), opts.get("diag", "N")
     if side not in "LR" or trans not in _TRANSPOSE or diag not in "NU":

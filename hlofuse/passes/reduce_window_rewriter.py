@@ -26,41 +26,20 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-import numpy as np
 
 from ..hlo.attributes import Window, WindowDimension
 from ..hlo.ir import HloInstruction, HloModule
+from ..hlo.reducers import binary_reducer_opcode, init_folds_repeatedly
 from ..hlo.shapes import array
 from .op_expander import OpExpander, add
-from .simplifier_base import scalar_constant
 
 # The longest window a scan keeps (XLA:CPU's xla_reduce_window_rewrite_base_length).
 BASE_LENGTH = 16
 
-# Reducers whose init may be folded in twice whatever it is, and the identity the others need.
-_IDEMPOTENT = frozenset({"maximum", "minimum", "and"})
-_IDENTITY = {"add": 0, "or": 0, "xor": 0, "multiply": 1}
-
-
 def _reducer_op(inst: HloInstruction) -> str | None:
     """The opcode of `inst`'s reducer when it is that op of its two parameters, else None."""
     comp = inst.attrs.get("to_apply")
-    if comp is None or len(comp.parameters) != 2 or len(comp.instructions) != 3:
-        return None
-    root = comp.root
-    if len(root.operands) != 2 or set(root.operands) != set(comp.parameters):
-        return None
-    return root.opcode
-
-
-def _init_foldable_twice(op: str, init: HloInstruction) -> bool:
-    """Whether folding `init` into both levels of the tree leaves the result unchanged."""
-    if op in _IDEMPOTENT or (op == "or" and init.shape.dtype.kind == "pred"):
-        return True
-    if op not in _IDENTITY:
-        return False
-    value = scalar_constant(init)
-    return value is not None and not np.isnan(value) and value == _IDENTITY[op]
+    return binary_reducer_opcode(comp) if comp is not None else None
 
 
 def scan_dimension(inst: HloInstruction) -> tuple[int, bool, bool] | None:
@@ -69,7 +48,7 @@ def scan_dimension(inst: HloInstruction) -> tuple[int, bool, bool] | None:
     if inst.opcode != "reduce-window" or len(inst.operands) != 2 or not inst.shape.is_array:
         return None
     op = _reducer_op(inst)
-    if op is None or not _init_foldable_twice(op, inst.operands[1]):
+    if op is None or not init_folds_repeatedly(op, inst.operands[1]):
         return None
     dims = inst.attrs["window"].dimensions
     x = inst.operands[0].shape

@@ -64,7 +64,7 @@ from . import cpu_row, plane_patterns
 from .args import output_leaves
 from .cpu_concat import emit_concat_loop
 from .cpu_streaming import BUFFER_BYTES, buffered_streaming_row, fence, streamable
-from .index_probe import follow_index
+from .index_probe import follow_index, follows, strides
 from .linear_reads import all_linear
 from .loop_hints import fold_tail, forbid_vectorization, interleave, rolls_transposed_rows
 from .reduction_groups import lanes_of, wide_vectors
@@ -392,13 +392,8 @@ def _rows_read_along(roots: list, dims: tuple[int, ...]) -> bool:
     step = point + np.eye(rank, dtype=np.int64)[-1]
     multi = [np.asarray([[point[k], step[k]]]) for k in range(rank)]
     for param, idx, ok in follow_index(roots, dims, multi, np.ones((1, 2), dtype=bool)):
-        shape = param.shape
-        if not ok.all() or not shape.is_array or not shape.is_row_major() or not idx:
-            continue
-        linear = np.zeros_like(idx[0])
-        for v, size in zip(idx, shape.dims):
-            linear = linear * size + v
-        if abs(int(linear[0, 1] - linear[0, 0])) > 1:
+        steps = strides(param, idx) if ok.all() else None
+        if steps is not None and abs(int(steps[0])) > 1:
             return False
     return True
 
@@ -422,16 +417,10 @@ def short_rows(comp: HloComputation, roots: list, dims: tuple[int, ...]) -> bool
     n = dims[-1] if dims else 0
     if not SHORT_ROWS or len(dims) < 2 or not (_UNROLLED_ROW < n < _MIN_ROW) or all_linear(comp, dims):
         return False
-    if not all(_ROW_FOLLOWED.get(i.opcode, op_info(i.opcode).elementwise) for i in comp.instructions
-               if i.shape.is_array):
-        return False  # a read the probe may not follow (a transpose gathers either way)
+    if not all(follows(i) and i.opcode != "transpose" for i in comp.instructions if i.shape.is_array):
+        return False  # a read the probe does not follow; a transposed one gathers either way
     return (n % 4 == 0 or not _math_names(comp)) and _rows_read_along(roots, dims)
 
-
-# What `short_rows` lets a kernel hold besides elementwise ops: reads the index probe follows.
-_ROW_FOLLOWED = {"parameter": True, "constant": True, "iota": True, "broadcast": True, "reshape": True,
-                 "bitcast": True, "slice": True, "concatenate": True, "pad": True, "reverse": True,
-                 "transpose": False}
 
 
 def kernel_loop_shape(comp: HloComputation, chosen: list) -> LoopShape:

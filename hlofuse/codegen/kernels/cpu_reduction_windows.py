@@ -28,7 +28,7 @@ from llvmlite import ir
 from ...emitters.elemental import mem_type
 from ...emitters.ir_helpers import const_i64, for_range, load_element, store_element
 from .cpu_reduction_rotated import line_aligned
-from .reduction_groups import binary_reducer_opcode
+from ...hlo.reducers import binary_reducer_opcode
 
 # Rows a window folds before its level's row of partial sums takes it (XLA:CPU's 32).
 WINDOW = 32

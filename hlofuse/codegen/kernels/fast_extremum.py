@@ -28,7 +28,8 @@ from __future__ import annotations
 from llvmlite import ir
 
 from ...emitters.ir_helpers import freeze
-from .reduction_groups import ReduceHero, binary_reducer_opcode
+from ...hlo.reducers import binary_reducer_opcode
+from .reduction_groups import ReduceHero
 
 # The fast fold's flags: no NaN operands (tracked beside it) and no sign of zero (checked after).
 FAST_FLAGS = ("nnan", "nsz")

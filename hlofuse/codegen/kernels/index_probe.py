@@ -19,6 +19,27 @@ from ...hlo.opcodes import op_info
 
 # The walk stops after this many instruction visits (a DAG is walked as the tree of its paths).
 MAX_VISITS = 2048
+# The data movement the walk follows to an operand's index (elementwise ops besides).
+FOLLOWED = frozenset({"broadcast", "reshape", "bitcast", "transpose", "slice", "reverse", "concatenate", "pad"})
+
+
+def follows(inst: HloInstruction) -> bool:
+    """Whether the walk maps `inst`'s index to its operands' (or `inst` is a leaf: nothing to
+    map)."""
+    return inst.opcode in FOLLOWED or inst.info.elementwise or inst.info.arity == 0
+
+
+def strides(param: HloInstruction, idx: list[np.ndarray]) -> np.ndarray | None:
+    """The element offsets in row-major `param` of probe columns 1.. from probe column 0 (index
+    arrays `idx` of shape [1, columns], as `follow_index` returns them), or None for a parameter
+    not read row-major."""
+    shape = param.shape
+    if not shape.is_array or not shape.is_row_major() or not idx:
+        return None
+    linear = np.zeros_like(idx[0])
+    for v, size in zip(idx, shape.dims):
+        linear = linear * size + v
+    return linear[0, 1:] - linear[0, 0]
 
 
 def _dims(inst: HloInstruction) -> tuple[int, ...]:
@@ -47,7 +68,7 @@ def _operands(inst: HloInstruction, multi: list[np.ndarray], valid: np.ndarray, 
     op = inst.opcode
     if not inst.shape.is_array:
         return []
-    if op in ("broadcast", "reshape", "bitcast", "transpose", "slice", "reverse", "concatenate", "pad"):
+    if op in FOLLOWED:
         src = inst.operands[0]
         if not src.shape.is_array:
             return []

@@ -23,12 +23,12 @@ import functools
 import math
 from dataclasses import dataclass
 
-import numpy as np
 
 from ...emitters.cpu.target import host_cpu, preferred_vector_width
 from ...emitters.elemental import ElementalEmitter, dims_of, reg_type
 from ...emitters.ir_helpers import Index
 from ...hlo.ir import HloComputation, HloInstruction
+from ...hlo.reducers import binary_reducer_opcode, init_folds_repeatedly
 from .args import output_leaves
 from .host_caches import l3_cache_bytes
 
@@ -330,23 +330,6 @@ def is_order_sensitive_reduce(inst) -> bool:
             and inst.shape.dtype.bits < 32)
 
 
-# Reducers for which folding the init value into every slice of a split changes nothing,
-# whatever the init: max(max(i, a), max(i, b)) is max(i, a, b).
-_IDEMPOTENT_REDUCERS = frozenset({"maximum", "minimum", "and", "or"})
-# The identity of the other reducers a split may take: only an init equal to it may be folded
-# into every slice.
-_IDENTITIES = {"add": 0.0, "multiply": 1.0}
-
-
-def binary_reducer_opcode(comp) -> str | None:
-    """The opcode of reducer `comp` when it is exactly that op of its two parameters (`add(a,
-    b)`, `maximum(a, b)`), else None."""
-    root = comp.root
-    if root is None or len(comp.parameters) != 2 or len(comp.instructions) != 3 or len(root.operands) != 2:
-        return None
-    return root.opcode if set(root.operands) == set(comp.parameters) else None
-
-
 def slices_keep_init(inst, constants: dict | None = None) -> bool:
     """Whether reduce `inst` may be split into slices that each start from its init value (the
     planner's partial kernels, codegen/planning.py) with the result still taking the init once,
@@ -364,15 +347,10 @@ def slices_keep_init(inst, constants: dict | None = None) -> bool:
         return False
     if not inst.shape.is_array:
         return selects_operands(inst.attrs["to_apply"])
-    opcode = binary_reducer_opcode(inst.attrs["to_apply"])
-    if opcode in _IDEMPOTENT_REDUCERS:
-        return True
     init = inst.operands[1]
     if init.opcode == "parameter" and constants:
         init = constants.get(init.parameter_number, init)
-    if opcode not in _IDENTITIES or init.opcode != "constant" or init.shape.dims:
-        return False
-    return float(np.asarray(init.literal).reshape(())) == _IDENTITIES[opcode]
+    return init_folds_repeatedly(binary_reducer_opcode(inst.attrs["to_apply"]), init)
 
 
 # The vector register width assumed where the target does not say (AVX2).

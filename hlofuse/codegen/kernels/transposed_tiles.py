@@ -28,7 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ...hlo.ir import HloComputation, HloInstruction
-from .index_probe import follow_index
+from .index_probe import follow_index, strides
 
 # Whether loop kernels may walk tiles (a switch for A/B measurements and tests).
 TILED = True
@@ -80,18 +80,6 @@ class TileWalk:
         return min(self.rows, self.dims[self.across]) * self.columns
 
 
-def _strides(param: HloInstruction, idx: list[np.ndarray]) -> np.ndarray | None:
-    """The element offsets in row-major `param` of probe column k + 1 from probe column 0 (the
-    stride along output dimension k), or None for a parameter not read row-major."""
-    shape = param.shape
-    if not shape.is_array or not shape.is_row_major() or not idx:
-        return None
-    linear = np.zeros_like(idx[0])
-    for v, size in zip(idx, shape.dims):
-        linear = linear * size + v
-    return linear[0, 1:] - linear[0, 0]
-
-
 def transposed_tiles(comp: HloComputation, roots: list[HloInstruction], dims: tuple[int, ...],
                      element_bytes: int) -> TileWalk | None:
     """The tile walk of a loop kernel over output `dims` (elements of `element_bytes`) writing
@@ -112,10 +100,10 @@ def transposed_tiles(comp: HloComputation, roots: list[HloInstruction], dims: tu
         size = param.shape.byte_size() if param.shape.is_array else 0
         if size < MIN_OPERAND_BYTES or not ok.all():
             continue
-        strides = _strides(param, idx)
-        if strides is None or abs(int(strides[-1])) < FAR:
+        steps = strides(param, idx)
+        if steps is None or abs(int(steps[-1])) < FAR:
             continue
-        across = [k for k in range(rank - 1) if dims[k] > 1 and abs(int(strides[k])) == 1]
+        across = [k for k in range(rank - 1) if dims[k] > 1 and abs(int(steps[k])) == 1]
         if across and size > weight:
             best, weight = across[-1], size
     return None if best is None else TileWalk(dims, best, columns)
